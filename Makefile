@@ -1,0 +1,34 @@
+# make demo: install pygpu, run examples/demo.py
+# make test: install pygpu with its test extras, run the whole suite
+# PYTHON=... picks the interpreter (default: the python3 on PATH).
+# Where NumPy, setuptools and pytest are already importable (a CUDA box's
+# venv, no network) the build uses --no-build-isolation and fetches nothing.
+PYTHON ?= python3
+OFFLINE := $(shell $(PYTHON) -c "import numpy, setuptools, pytest, importlib.util as u; assert u.find_spec(\"wheel\") or u.find_spec(\"setuptools.command.bdist_wheel\")" >/dev/null 2>&1 && echo yes)
+ifeq ($(OFFLINE),yes)
+PIP_INSTALL = $(PYTHON) -m pip install -q --no-build-isolation --no-deps -e .
+PIP_INSTALL_TEST = $(PIP_INSTALL)
+else
+PIP_INSTALL = $(PYTHON) -m pip install -q -e .
+PIP_INSTALL_TEST = $(PYTHON) -m pip install -q -e ".[test]"
+endif
+
+.PHONY: demo test install install-test bench docs clean
+
+install:
+	$(PIP_INSTALL)
+
+install-test:
+	$(PIP_INSTALL_TEST)
+
+demo: install
+	$(PYTHON) examples/demo.py
+
+test: install-test
+	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+
+bench: install
+	$(PYTHON) benchmarks/run.py
+
+clean:
+	rm -rf build *.egg-info pygpu/*.so benchmarks/build

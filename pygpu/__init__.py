@@ -1,0 +1,10 @@
+"""pygpu: CUDA from Python the way PyCUDA meant it.
+
+    import pygpu.driver as cuda        # contexts, memory, streams, launches
+    from pygpu.compiler import SourceModule
+
+Importing pygpu loads no CUDA library and touches no GPU.
+"""
+__version__ = "0.1.0"
+
+from pygpu import driver  # noqa: E402,F401

@@ -1,0 +1,277 @@
+"""pygpu.driver: the CUDA driver API, shaped like pycuda.driver.
+
+Port PyCUDA code by changing ``import pycuda.driver as cuda`` to
+``import pygpu.driver as cuda``.  Importing this module touches no GPU and
+loads no CUDA library; the driver is opened on the first call that needs it.
+"""
+import enum as _enum
+import os as _os
+
+import numpy as _np
+
+from pygpu import _driver
+from pygpu._driver import (  # noqa: F401  (re-exported API)
+    ArgumentHandler,
+    BoundLaunch,
+    Context,
+    CudaUnavailableError,
+    Device,
+    DeviceAllocation,
+    Error,
+    Event,
+    Function,
+    HostAllocation,
+    LaunchError,
+    LogicError,
+    MemoryError,
+    Module,
+    RuntimeError,
+    Stream,
+    ctx_flags,
+    device_attribute,
+    error_code,
+    event_flags,
+    func_cache,
+    function_attribute,
+    get_driver_version,
+    init,
+    jit_option,
+    limit,
+    mem_alloc,
+    mem_alloc_async,
+    mem_alloc_managed,
+    mem_alloc_pitch,
+    mem_attach_flags,
+    mem_get_info,
+    mem_prefetch,
+    memcpy_dtod,
+    memcpy_dtod_async,
+    memcpy_dtoh,
+    memcpy_dtoh_async,
+    memcpy_htod,
+    memcpy_htod_async,
+    memcpy_peer,
+    memcpy_peer_async,
+    memset_d8,
+    memset_d8_async,
+    memset_d16,
+    memset_d16_async,
+    memset_d32,
+    memset_d32_async,
+    module_from_buffer,
+    register_host_memory,
+    stream_flags,
+)
+
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations",)]
+
+
+class host_alloc_flags(_enum.IntFlag):
+    """Flags of pagelocked_empty(mem_flags=...) (cuMemHostAlloc)."""
+    PORTABLE = 0x01
+    DEVICEMAP = 0x02
+    WRITECOMBINED = 0x04
+
+
+class mem_host_register_flags(_enum.IntFlag):
+    """Flags of register_host_memory(flags=...) (cuMemHostRegister)."""
+    PORTABLE = 0x01
+    DEVICEMAP = 0x02
+    IOMEMORY = 0x04
+    READ_ONLY = 0x08
+
+
+def get_version():
+    """The CUDA version pygpu was built against, as (major, minor, 0)."""
+    v = _driver.CUDA_HEADER_VERSION
+    return (v // 1000, (v % 1000) // 10, 0)
+
+
+# ---- host <-> device helpers (PyCUDA names) ----
+
+def _as_array(ary, what):
+    if not isinstance(ary, _np.ndarray):
+        raise TypeError("%s takes a NumPy array, not %s" % (what, type(ary).__name__))
+    return ary
+
+
+def mem_alloc_like(ary):
+    """Device memory of ary's size in bytes."""
+    return mem_alloc(_as_array(ary, "mem_alloc_like()").nbytes)
+
+
+def to_device(ary, stream=None):
+    """Copy a NumPy array (or any contiguous buffer) to new device memory."""
+    mv = memoryview(ary)
+    if not mv.contiguous:
+        raise ValueError("to_device(): the array is not contiguous "
+                         "(use numpy.ascontiguousarray)")
+    dev = mem_alloc(mv.nbytes)
+    if stream is None:
+        memcpy_htod(dev, ary)
+    else:
+        memcpy_htod_async(dev, ary, stream)
+    return dev
+
+
+def from_device(devptr, shape, dtype, order="C"):
+    """A new NumPy array with the contents of device memory."""
+    result = _np.empty(shape, dtype, order=order)
+    memcpy_dtoh(result, devptr)
+    return result
+
+
+def from_device_like(devptr, other_ary):
+    """A new array shaped like other_ary, filled from device memory."""
+    result = _np.empty_like(other_ary)
+    memcpy_dtoh(result, devptr)
+    return result
+
+
+def module_from_file(path, options=None, message_handler=None):
+    """Load a .cubin, .ptx or .fatbin file into the current context."""
+    with open(path, "rb") as f:
+        data = f.read()
+    return module_from_buffer(data, options, message_handler)
+
+
+# ---- page-locked host memory ----
+
+def pagelocked_empty(shape, dtype=_np.float64, order="C", mem_flags=0):
+    """An uninitialized page-locked ndarray; .base is its HostAllocation."""
+    return _driver._pagelocked(shape, dtype, order, int(mem_flags), False)
+
+
+def pagelocked_zeros(shape, dtype=_np.float64, order="C", mem_flags=0):
+    """A zeroed page-locked ndarray."""
+    return _driver._pagelocked(shape, dtype, order, int(mem_flags), True)
+
+
+def _order_of(ary):
+    return "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
+
+
+def pagelocked_empty_like(ary, mem_flags=0):
+    """A page-locked ndarray with ary's shape, dtype and order."""
+    return pagelocked_empty(ary.shape, ary.dtype, _order_of(ary), mem_flags)
+
+
+def pagelocked_zeros_like(ary, mem_flags=0):
+    """A zeroed page-locked ndarray with ary's shape, dtype and order."""
+    return pagelocked_zeros(ary.shape, ary.dtype, _order_of(ary), mem_flags)
+
+
+# ---- pitched copies ----
+
+class Memcpy2D:
+    """A 2-D (pitched) copy, set up attribute by attribute as in PyCUDA:
+
+        c = Memcpy2D()
+        c.set_src_host(a); c.set_dst_device(dev)
+        c.width_in_bytes = ...; c.height = ...; c.src_pitch = ...; c.dst_pitch = ...
+        c()            # or c(stream)
+    """
+
+    def __init__(self):
+        self.src_x_in_bytes = self.src_y = self.dst_x_in_bytes = self.dst_y = 0
+        self.width_in_bytes = self.height = 0
+        self.src_pitch = self.dst_pitch = 0
+        self._src = self._dst = None
+        self._src_host = self._dst_host = False
+
+    def set_src_host(self, buf):
+        self._src, self._src_host = buf, True
+
+    def set_src_device(self, ptr):
+        self._src, self._src_host = ptr, False
+
+    def set_dst_host(self, buf):
+        self._dst, self._dst_host = buf, True
+
+    def set_dst_device(self, ptr):
+        self._dst, self._dst_host = ptr, False
+
+    def __call__(self, aligned_or_stream=None):
+        if self._src is None or self._dst is None:
+            raise ValueError("Memcpy2D: set a source and a destination first")
+        stream = None if isinstance(aligned_or_stream, bool) else aligned_or_stream
+        _driver._memcpy_2d(self._dst, self.dst_pitch, self._dst_host,
+                           self._src, self.src_pitch, self._src_host,
+                           self.width_in_bytes, self.height, self.src_x_in_bytes,
+                           self.src_y, self.dst_x_in_bytes, self.dst_y, stream)
+
+
+# ---- In / Out / InOut ----
+
+class In(ArgumentHandler):
+    """Copy a NumPy array to the device before the launch; the kernel gets
+    a pointer to the copy."""
+    copy_in, copy_out = True, False
+
+    def __init__(self, array):
+        if not isinstance(array, _np.ndarray):
+            raise TypeError("%s() takes a NumPy array, not %s"
+                            % (type(self).__name__, type(array).__name__))
+        if not (array.flags.c_contiguous or array.flags.f_contiguous):
+            raise ValueError("%s(): the array is not contiguous "
+                             "(use numpy.ascontiguousarray)" % type(self).__name__)
+        if self.copy_out and not array.flags.writeable:
+            raise ValueError("%s(): the array is read-only" % type(self).__name__)
+        self.array = array
+
+    def __repr__(self):
+        return "%s(<%s array %s>)" % (type(self).__name__, self.array.dtype, self.array.shape)
+
+
+class Out(In):
+    """Copy the device buffer back into the array after the launch."""
+    copy_in, copy_out = False, True
+
+
+class InOut(In):
+    """Copy in before and back out after the launch."""
+    copy_in, copy_out = True, True
+
+
+def _alloc_for_handler(nbytes, stream):
+    # the driver's stream-ordered pool: cheap, reused, freed on the stream
+    try:
+        return mem_alloc_async(nbytes, stream)
+    except LogicError:
+        return mem_alloc(nbytes)
+
+
+def _launch_with_handlers(func, *args, **kwargs):
+    """Called by Function.__call__ when an argument is In/Out/InOut."""
+    stream = kwargs.get("stream")
+    new_args = []
+    outs = []
+    allocs = []
+    try:
+        for a in args:
+            if isinstance(a, ArgumentHandler):
+                dev = _alloc_for_handler(a.array.nbytes, stream)
+                allocs.append(dev)
+                if a.copy_in:
+                    memcpy_htod_async(dev, a.array, stream)
+                if a.copy_out:
+                    outs.append((a.array, dev))
+                new_args.append(dev)
+            else:
+                new_args.append(a)
+        result = func(*new_args, **kwargs)
+        for ary, dev in outs:
+            memcpy_dtoh_async(ary, dev, stream)
+        if isinstance(stream, Stream):
+            stream.synchronize()
+        elif stream is None:
+            Stream.null().synchronize()
+        else:
+            Stream.from_handle(stream).synchronize()
+        return result
+    finally:
+        for dev in allocs:
+            dev.free()
+
+
+_driver._set_handler_slow_path(_launch_with_handlers)

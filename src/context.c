@@ -1,0 +1,734 @@
+/* Context: a CUDA context, primary (the default) or created (PyCUDA style).
+ *
+ * One Context object exists per primary context, kept in the module state
+ * until teardown; contexts from make_context() or from a foreign handle are
+ * found through a borrowed list.  Every dependent object holds a strong
+ * reference to its Context.
+ */
+#include "pygpu.h"
+#include <stdlib.h>
+
+static pygpu_Context *
+context_alloc(pygpu_state *st, CUcontext h, int ordinal, int is_primary, int owns)
+{
+    pygpu_Context *self;
+    PyObject *dev = pygpu_device_new(st, ordinal);
+    if (dev == NULL)
+        return NULL;
+    self = PyObject_New(pygpu_Context, st->ContextType);
+    if (self == NULL) {
+        Py_DECREF(dev);
+        return NULL;
+    }
+    self->handle = h;
+    self->device = dev;
+    self->ordinal = ordinal;
+    self->is_primary = is_primary;
+    self->owns = owns;
+    self->detached = 0;
+    self->next_other = NULL;
+    self->limits_read = 0;
+    self->weakreflist = NULL;
+    if (!is_primary) {
+        self->next_other = st->other_contexts;
+        st->other_contexts = self;
+    }
+    return self;
+}
+
+static void
+unlink_other(pygpu_state *st, pygpu_Context *ctx)
+{
+    pygpu_Context **p;
+    for (p = &st->other_contexts; *p != NULL; p = &(*p)->next_other) {
+        if (*p == ctx) {
+            *p = ctx->next_other;
+            break;
+        }
+    }
+    ctx->next_other = NULL;
+}
+
+/* Give the handle back: destroy a created context, release a primary one.
+ * Idempotent, never raises; returns the CUresult of the call. */
+static CUresult
+context_release(pygpu_Context *self)
+{
+    CUresult rc = CUDA_SUCCESS;
+    if (self->detached)
+        return rc;
+    self->detached = 1;
+    if (!self->owns || cu.cuCtxGetCurrent == NULL)
+        return rc;
+    if (self->is_primary) {
+        CUdevice dev;
+        if (cu.cuDeviceGet(&dev, self->ordinal) == CUDA_SUCCESS)
+            rc = cu.cuDevicePrimaryCtxRelease(dev);
+    } else {
+        rc = cu.cuCtxDestroy(self->handle);
+    }
+    return rc;
+}
+
+static void
+context_forget(pygpu_state *st, pygpu_Context *self)
+{
+    if (st == NULL)
+        return;
+    if (st->last_ctx == self) {
+        st->last_ctx = NULL;
+        st->last_handle = NULL;
+    }
+    if (!self->is_primary)
+        unlink_other(st, self);
+}
+
+static void
+context_dealloc(pygpu_Context *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    pygpu_state *st = PYGPU_STATE(self);
+    if (self->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    context_forget(st, self);
+    (void)context_release(self);
+    Py_CLEAR(self->device);
+    PyObject_Free(self);
+    Py_DECREF(tp);
+}
+
+static pygpu_Context *
+get_primary(pygpu_state *st, int ordinal)
+{
+    PyObject *key = PyLong_FromLong(ordinal), *found;
+    pygpu_Context *ctx;
+    CUdevice dev;
+    CUcontext h;
+    CUresult rc;
+    if (key == NULL)
+        return NULL;
+    found = PyDict_GetItemWithError(st->primary_contexts, key);
+    if (found != NULL) {
+        Py_DECREF(key);
+        return (pygpu_Context *)found;
+    }
+    if (PyErr_Occurred())
+        goto error;
+    if ((rc = cu.cuDeviceGet(&dev, ordinal)) != CUDA_SUCCESS) {
+        pygpu_cuda_error(st, rc, "cuDeviceGet");
+        goto error;
+    }
+    if ((rc = cu.cuDevicePrimaryCtxRetain(&h, dev)) != CUDA_SUCCESS) {
+        pygpu_cuda_error(st, rc, "cuDevicePrimaryCtxRetain");
+        goto error;
+    }
+    ctx = context_alloc(st, h, ordinal, 1, 1);
+    if (ctx == NULL) {
+        cu.cuDevicePrimaryCtxRelease(dev);
+        goto error;
+    }
+    if (PyDict_SetItem(st->primary_contexts, key, (PyObject *)ctx) < 0) {
+        Py_DECREF(ctx);
+        goto error;
+    }
+    Py_DECREF(ctx);   /* the dict holds it */
+    Py_DECREF(key);
+    return ctx;
+error:
+    Py_DECREF(key);
+    return NULL;
+}
+
+static int
+default_ordinal(void)
+{
+    const char *env = getenv("PYGPU_DEVICE");
+    if (env == NULL || *env == '\0')
+        return 0;
+    return atoi(env);
+}
+
+/* The Context object for handle h (borrowed), creating a wrapper for a
+ * primary context retained elsewhere or for a foreign context.  GIL held. */
+pygpu_Context *
+pygpu_context_for_handle(pygpu_state *st, CUcontext h)
+{
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    pygpu_Context *c;
+    CUdevice dev;
+    CUcontext prim;
+    CUresult rc;
+    int ordinal, count, i;
+
+    if (h == st->last_handle && st->last_ctx != NULL)
+        return st->last_ctx;
+    while (PyDict_Next(st->primary_contexts, &pos, &k, &v)) {
+        c = (pygpu_Context *)v;
+        if (c->handle == h && !c->detached)
+            goto found;
+    }
+    for (c = st->other_contexts; c != NULL; c = c->next_other)
+        if (c->handle == h && !c->detached)
+            goto found;
+    /* unknown: which device is it on? */
+    if ((rc = cu.cuCtxGetDevice(&dev)) != CUDA_SUCCESS) {
+        pygpu_cuda_error(st, rc, "cuCtxGetDevice");
+        return NULL;
+    }
+    if ((rc = cu.cuDeviceGetCount(&count)) != CUDA_SUCCESS) {
+        pygpu_cuda_error(st, rc, "cuDeviceGetCount");
+        return NULL;
+    }
+    ordinal = 0;
+    for (i = 0; i < count; i++) {
+        CUdevice d;
+        if (cu.cuDeviceGet(&d, i) == CUDA_SUCCESS && d == dev) {
+            ordinal = i;
+            break;
+        }
+    }
+    if ((rc = cu.cuDevicePrimaryCtxRetain(&prim, dev)) != CUDA_SUCCESS) {
+        pygpu_cuda_error(st, rc, "cuDevicePrimaryCtxRetain");
+        return NULL;
+    }
+    cu.cuDevicePrimaryCtxRelease(dev);
+    if (prim == h) {
+        c = get_primary(st, ordinal);
+        if (c == NULL)
+            return NULL;
+    } else {
+        /* someone else's context: wrap it, never destroy it; the state's
+         * foreign_contexts dict keeps the wrapper */
+        PyObject *key = PyLong_FromVoidPtr(h);
+        if (key == NULL)
+            return NULL;
+        c = context_alloc(st, h, ordinal, 0, 0);
+        if (c == NULL || PyDict_SetItem(st->foreign_contexts, key, (PyObject *)c) < 0) {
+            Py_XDECREF(c);
+            Py_DECREF(key);
+            return NULL;
+        }
+        Py_DECREF(key);
+        Py_DECREF(c);
+    }
+found:
+    st->last_handle = h;
+    st->last_ctx = c;
+    return c;
+}
+
+/* The current thread's context (borrowed), making the default device's
+ * primary context current if the thread has none.  GIL held. */
+pygpu_Context *
+pygpu_current_context(pygpu_state *st)
+{
+    CUcontext h = NULL;
+    CUresult rc;
+    if (pygpu_ensure_driver(st) < 0)
+        return NULL;
+    rc = cu.cuCtxGetCurrent(&h);
+    if (rc != CUDA_SUCCESS) {
+        pygpu_cuda_error(st, rc, "cuCtxGetCurrent");
+        return NULL;
+    }
+    if (h == NULL) {
+        pygpu_Context *ctx;
+        int ordinal = default_ordinal(), count;
+        if ((rc = cu.cuDeviceGetCount(&count)) != CUDA_SUCCESS) {
+            pygpu_cuda_error(st, rc, "cuDeviceGetCount");
+            return NULL;
+        }
+        if (ordinal < 0 || ordinal >= count) {
+            PyErr_Format(st->CudaUnavailableError,
+                         "PYGPU_DEVICE=%d names no device: %d device%s visible",
+                         ordinal, count, count == 1 ? " is" : "s are");
+            return NULL;
+        }
+        ctx = get_primary(st, ordinal);
+        if (ctx == NULL)
+            return NULL;
+        if ((rc = cu.cuCtxSetCurrent(ctx->handle)) != CUDA_SUCCESS) {
+            pygpu_cuda_error(st, rc, "cuCtxSetCurrent");
+            return NULL;
+        }
+        st->last_handle = ctx->handle;
+        st->last_ctx = ctx;
+        return ctx;
+    }
+    return pygpu_context_for_handle(st, h);
+}
+
+int
+pygpu_context_check(pygpu_state *st, pygpu_Context *ctx)
+{
+    if (ctx->detached) {
+        PyErr_SetString(st->LogicError,
+                        "the context this object belongs to was detached");
+        return -1;
+    }
+    return 0;
+}
+
+CUresult
+pygpu_context_enter(pygpu_Context *ctx, int *pushed)
+{
+    CUcontext cur = NULL;
+    CUresult rc;
+    *pushed = 0;
+    rc = cu.cuCtxGetCurrent(&cur);
+    if (rc != CUDA_SUCCESS || cur == ctx->handle)
+        return rc;
+    rc = cu.cuCtxPushCurrent(ctx->handle);
+    if (rc == CUDA_SUCCESS)
+        *pushed = 1;
+    return rc;
+}
+
+void
+pygpu_context_exit(int pushed)
+{
+    CUcontext dummy;
+    if (pushed)
+        cu.cuCtxPopCurrent(&dummy);
+}
+
+int
+pygpu_context_read_limits(pygpu_state *st, pygpu_Context *ctx)
+{
+    static const CUdevice_attribute attrs[8] = {
+        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
+        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X,
+        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z,
+        CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+        CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN};
+    int vals[8], i;
+    CUdevice dev;
+    CUresult rc = cu.cuDeviceGet(&dev, ctx->ordinal);
+    if (rc != CUDA_SUCCESS) {
+        pygpu_cuda_error(st, rc, "cuDeviceGet");
+        return -1;
+    }
+    for (i = 0; i < 8; i++) {
+        rc = cu.cuDeviceGetAttribute(&vals[i], attrs[i], dev);
+        if (rc != CUDA_SUCCESS) {
+            pygpu_cuda_error(st, rc, "cuDeviceGetAttribute");
+            return -1;
+        }
+    }
+    for (i = 0; i < 3; i++) {
+        ctx->max_block[i] = vals[i];
+        ctx->max_grid[i] = vals[3 + i];
+    }
+    ctx->max_threads = vals[6];
+    ctx->max_shared_optin = vals[7];
+    ctx->limits_read = 1;
+    return 0;
+}
+
+/* ---- Device methods that make contexts ---- */
+
+PyObject *
+pygpu_device_retain_primary(pygpu_Device *self, PyObject *unused)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    pygpu_Context *ctx = get_primary(st, self->ordinal);
+    if (ctx == NULL)
+        return NULL;
+    Py_INCREF(ctx);
+    return (PyObject *)ctx;
+}
+
+PyObject *
+pygpu_device_make_context(pygpu_Device *self, PyObject *args, PyObject *kwds)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    static char *kwlist[] = {"flags", NULL};
+    unsigned int flags = 0;
+    CUcontext h;
+    CUresult rc;
+    pygpu_Context *ctx;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|I:make_context", kwlist, &flags))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cu.cuCtxCreate(&h, flags, self->handle);
+    Py_END_ALLOW_THREADS
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuCtxCreate");
+    ctx = context_alloc(st, h, self->ordinal, 0, 1);
+    if (ctx == NULL) {
+        cu.cuCtxDestroy(h);
+        return NULL;
+    }
+    return (PyObject *)ctx;
+}
+
+/* ---- Context methods ---- */
+
+static PyObject *
+context_push(pygpu_Context *self, PyObject *unused)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    CUresult rc;
+    if (pygpu_context_check(st, self) < 0)
+        return NULL;
+    rc = cu.cuCtxPushCurrent(self->handle);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuCtxPushCurrent");
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+context_pop(PyObject *cls, PyObject *unused)
+{
+    pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
+    CUcontext h;
+    CUresult rc;
+    if (pygpu_ensure_driver(st) < 0)
+        return NULL;
+    rc = cu.cuCtxGetCurrent(&h);
+    if (rc == CUDA_SUCCESS && h == NULL) {
+        PyErr_SetString(st->LogicError, "Context.pop(): no context is current");
+        return NULL;
+    }
+    rc = cu.cuCtxPopCurrent(&h);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuCtxPopCurrent");
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+context_get_current(PyObject *cls, PyObject *unused)
+{
+    pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
+    CUcontext h;
+    CUresult rc;
+    pygpu_Context *ctx;
+    if (pygpu_ensure_driver(st) < 0)
+        return NULL;
+    rc = cu.cuCtxGetCurrent(&h);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuCtxGetCurrent");
+    if (h == NULL)
+        Py_RETURN_NONE;
+    ctx = pygpu_context_for_handle(st, h);
+    if (ctx == NULL)
+        return NULL;
+    Py_INCREF(ctx);
+    return (PyObject *)ctx;
+}
+
+static PyObject *
+context_synchronize(PyObject *cls, PyObject *unused)
+{
+    pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
+    CUresult rc;
+    if (pygpu_current_context(st) == NULL)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cu.cuCtxSynchronize();
+    Py_END_ALLOW_THREADS
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuCtxSynchronize");
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+context_get_device(PyObject *cls, PyObject *unused)
+{
+    pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
+    pygpu_Context *ctx = pygpu_current_context(st);
+    if (ctx == NULL)
+        return NULL;
+    Py_INCREF(ctx->device);
+    return ctx->device;
+}
+
+static PyObject *
+context_detach(pygpu_Context *self, PyObject *unused)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    CUresult rc;
+    PyObject *key;
+    if (self->detached)
+        Py_RETURN_NONE;
+    if (self->is_primary) {
+        /* the next use of this device gets a fresh primary Context */
+        key = PyLong_FromLong(self->ordinal);
+        if (key == NULL)
+            return NULL;
+        Py_INCREF(self);   /* the dict may hold the last reference */
+        if (PyDict_GetItemWithError(st->primary_contexts, key) == (PyObject *)self
+            && PyDict_DelItem(st->primary_contexts, key) < 0) {
+            Py_DECREF(key);
+            Py_DECREF(self);
+            return NULL;
+        }
+        Py_DECREF(key);
+    } else {
+        Py_INCREF(self);
+    }
+    const char *routine = self->is_primary ? "cuDevicePrimaryCtxRelease" : "cuCtxDestroy";
+    context_forget(st, self);
+    rc = context_release(self);   /* cuCtxDestroy also pops it if current */
+    Py_DECREF(self);
+    if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_DEINITIALIZED)
+        return pygpu_cuda_error(st, rc, routine);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+context_enter(pygpu_Context *self, PyObject *unused)
+{
+    PyObject *r = context_push(self, NULL);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    Py_INCREF(self);
+    return (PyObject *)self;
+}
+
+static PyObject *
+context_exit(pygpu_Context *self, PyObject *args)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    CUcontext h;
+    CUresult rc;
+    if (self->detached)
+        Py_RETURN_FALSE;
+    rc = cu.cuCtxPopCurrent(&h);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuCtxPopCurrent");
+    Py_RETURN_FALSE;
+}
+
+static PyObject *
+context_set_limit(PyObject *cls, PyObject *args)
+{
+    pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
+    int which;
+    unsigned long long value;
+    CUresult rc;
+    if (!PyArg_ParseTuple(args, "iK:set_limit", &which, &value))
+        return NULL;
+    if (pygpu_current_context(st) == NULL)
+        return NULL;
+    rc = cu.cuCtxSetLimit((CUlimit)which, (size_t)value);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuCtxSetLimit");
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+context_get_limit(PyObject *cls, PyObject *arg)
+{
+    pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
+    size_t value;
+    CUresult rc;
+    long which = PyLong_AsLong(arg);
+    if (which == -1 && PyErr_Occurred())
+        return NULL;
+    if (pygpu_current_context(st) == NULL)
+        return NULL;
+    rc = cu.cuCtxGetLimit(&value, (CUlimit)which);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuCtxGetLimit");
+    return PyLong_FromSize_t(value);
+}
+
+static PyObject *
+context_set_cache_config(PyObject *cls, PyObject *arg)
+{
+    pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
+    CUresult rc;
+    long which = PyLong_AsLong(arg);
+    if (which == -1 && PyErr_Occurred())
+        return NULL;
+    if (pygpu_current_context(st) == NULL)
+        return NULL;
+    rc = cu.cuCtxSetCacheConfig((CUfunc_cache)which);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuCtxSetCacheConfig");
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+context_get_cache_config(PyObject *cls, PyObject *unused)
+{
+    pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
+    CUfunc_cache value;
+    CUresult rc;
+    if (pygpu_current_context(st) == NULL)
+        return NULL;
+    rc = cu.cuCtxGetCacheConfig(&value);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuCtxGetCacheConfig");
+    return PyLong_FromLong((long)value);
+}
+
+static PyObject *
+context_enable_peer_access(pygpu_Context *self, PyObject *args, PyObject *kwds)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    static char *kwlist[] = {"peer", "flags", NULL};
+    PyObject *peer;
+    unsigned int flags = 0;
+    int pushed;
+    CUresult rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!|I:enable_peer_access", kwlist,
+                                     st->ContextType, &peer, &flags))
+        return NULL;
+    if (pygpu_context_check(st, self) < 0
+        || pygpu_context_check(st, (pygpu_Context *)peer) < 0)
+        return NULL;
+    rc = pygpu_context_enter(self, &pushed);
+    if (rc == CUDA_SUCCESS) {
+        rc = cu.cuCtxEnablePeerAccess(((pygpu_Context *)peer)->handle, flags);
+        pygpu_context_exit(pushed);
+    }
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuCtxEnablePeerAccess");
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+context_disable_peer_access(pygpu_Context *self, PyObject *peer)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    int pushed;
+    CUresult rc;
+    if (!PyObject_TypeCheck(peer, st->ContextType)) {
+        PyErr_SetString(PyExc_TypeError, "disable_peer_access() takes a Context");
+        return NULL;
+    }
+    rc = pygpu_context_enter(self, &pushed);
+    if (rc == CUDA_SUCCESS) {
+        rc = cu.cuCtxDisablePeerAccess(((pygpu_Context *)peer)->handle);
+        pygpu_context_exit(pushed);
+    }
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuCtxDisablePeerAccess");
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+context_get_handle(pygpu_Context *self, void *c)
+{
+    return PyLong_FromVoidPtr(self->handle);
+}
+
+static PyObject *
+context_get_device_attr(pygpu_Context *self, void *c)
+{
+    Py_INCREF(self->device);
+    return self->device;
+}
+
+static PyObject *
+context_get_is_primary(pygpu_Context *self, void *c)
+{
+    return PyBool_FromLong(self->is_primary);
+}
+
+static PyObject *
+context_get_detached(pygpu_Context *self, void *c)
+{
+    return PyBool_FromLong(self->detached);
+}
+
+static PyObject *
+context_repr(pygpu_Context *self)
+{
+    return PyUnicode_FromFormat("<pygpu.driver.Context %s%s on device %d at %p>",
+                                self->is_primary ? "primary" : (self->owns ? "created" : "foreign"),
+                                self->detached ? " (detached)" : "",
+                                self->ordinal, (void *)self->handle);
+}
+
+static PyObject *
+context_richcompare(pygpu_Context *self, PyObject *other, int op)
+{
+    if (!PyObject_TypeCheck(other, Py_TYPE(self)) || (op != Py_EQ && op != Py_NE))
+        Py_RETURN_NOTIMPLEMENTED;
+    int eq = self->handle == ((pygpu_Context *)other)->handle;
+    return PyBool_FromLong(op == Py_EQ ? eq : !eq);
+}
+
+static Py_hash_t
+context_hash(pygpu_Context *self)
+{
+    return (Py_hash_t)((uintptr_t)self->handle >> 4);
+}
+
+static PyMethodDef context_methods[] = {
+    {"push", (PyCFunction)context_push, METH_NOARGS,
+     "push($self, /)\n--\n\nMake this context current on this thread (stacked)."},
+    {"pop", context_pop, METH_NOARGS | METH_STATIC,
+     "pop()\n--\n\nPop the current context off this thread's stack."},
+    {"get_current", context_get_current, METH_NOARGS | METH_CLASS,
+     "get_current($cls, /)\n--\n\nThe current Context, or None if none is current."},
+    {"synchronize", context_synchronize, METH_NOARGS | METH_CLASS,
+     "synchronize($cls, /)\n--\n\n"
+     "Wait for all work in the current context (GIL released)."},
+    {"get_device", context_get_device, METH_NOARGS | METH_CLASS,
+     "get_device($cls, /)\n--\n\nThe Device of the current context."},
+    {"detach", (PyCFunction)context_detach, METH_NOARGS,
+     "detach($self, /)\n--\n\n"
+     "Destroy a created context or release a primary one. Idempotent; "
+     "objects that still belong to it raise LogicError when used."},
+    {"set_limit", context_set_limit, METH_VARARGS | METH_CLASS,
+     "set_limit($cls, limit, value, /)\n--\n\nSet a limit of the current context."},
+    {"get_limit", context_get_limit, METH_O | METH_CLASS,
+     "get_limit($cls, limit, /)\n--\n\nA limit of the current context."},
+    {"set_cache_config", context_set_cache_config, METH_O | METH_CLASS,
+     "set_cache_config($cls, config, /)\n--\n\nPreferred L1/shared split (func_cache)."},
+    {"get_cache_config", context_get_cache_config, METH_NOARGS | METH_CLASS,
+     "get_cache_config($cls, /)\n--\n\nThe current func_cache setting."},
+    {"enable_peer_access", (PyCFunction)(void (*)(void))context_enable_peer_access,
+     METH_VARARGS | METH_KEYWORDS,
+     "enable_peer_access($self, /, peer, flags=0)\n--\n\n"
+     "Let this context access memory of the peer context."},
+    {"disable_peer_access", (PyCFunction)context_disable_peer_access, METH_O,
+     "disable_peer_access($self, peer, /)\n--\n\nUndo enable_peer_access."},
+    {"__enter__", (PyCFunction)context_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)context_exit, METH_VARARGS, NULL},
+    {NULL}
+};
+
+static PyGetSetDef context_getset[] = {
+    {"handle", (getter)context_get_handle, NULL, "The CUcontext as an int.", NULL},
+    {"device", (getter)context_get_device_attr, NULL, "This context's Device.", NULL},
+    {"is_primary", (getter)context_get_is_primary, NULL, "Whether this is a primary context.", NULL},
+    {"detached", (getter)context_get_detached, NULL, "Whether detach() was called.", NULL},
+    {NULL}
+};
+
+static PyMemberDef context_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Context, weakreflist), READONLY},
+    {NULL}
+};
+
+static PyType_Slot context_slots[] = {
+    {Py_tp_dealloc, context_dealloc},
+    {Py_tp_methods, context_methods},
+    {Py_tp_getset, context_getset},
+    {Py_tp_members, context_members},
+    {Py_tp_repr, context_repr},
+    {Py_tp_richcompare, context_richcompare},
+    {Py_tp_hash, context_hash},
+    {Py_tp_doc, "A CUDA context. Get one from Device.retain_primary_context() "
+                "(the default) or Device.make_context(); usable as a with block."},
+    {0, NULL}
+};
+
+static PyType_Spec context_spec = {
+    "pygpu.driver.Context", sizeof(pygpu_Context), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    context_slots
+};
+
+int
+pygpu_context_setup(PyObject *m, pygpu_state *st)
+{
+    return pygpu_add_type(m, &context_spec, &st->ContextType);
+}

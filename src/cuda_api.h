@@ -1,0 +1,117 @@
+/* Every CUDA driver and NVRTC entry point pygpu calls, as X-macro tables.
+ *
+ * CU_REQUIRED(name, version): resolved through cuGetProcAddress at first use;
+ *     a driver that lacks it is reported as too old.
+ * CU_OPTIONAL(name, version): may be missing (older drivers); the pointer is
+ *     then NULL and the caller falls back or raises a clear error.
+ * The version selects the ABI: the pointer's type is PFN_<name>_v<version>
+ * from cudaTypedefs.h, so the type and the ABI asked for cannot disagree.
+ */
+#define PYGPU_CUDA_API(CU_REQUIRED, CU_OPTIONAL)                 \
+    CU_REQUIRED(cuInit, 2000)                                    \
+    CU_REQUIRED(cuDriverGetVersion, 2020)                        \
+    CU_REQUIRED(cuGetErrorName, 6000)                            \
+    CU_REQUIRED(cuGetErrorString, 6000)                          \
+    CU_REQUIRED(cuDeviceGet, 2000)                               \
+    CU_REQUIRED(cuDeviceGetCount, 2000)                          \
+    CU_REQUIRED(cuDeviceGetName, 2000)                           \
+    CU_REQUIRED(cuDeviceGetAttribute, 2000)                      \
+    CU_REQUIRED(cuDeviceTotalMem, 3020)                          \
+    CU_REQUIRED(cuDeviceGetPCIBusId, 4010)                       \
+    CU_REQUIRED(cuDeviceGetByPCIBusId, 4010)                     \
+    CU_REQUIRED(cuDeviceGetUuid, 11040)                          \
+    CU_REQUIRED(cuDeviceCanAccessPeer, 4000)                     \
+    CU_REQUIRED(cuDevicePrimaryCtxRetain, 7000)                  \
+    CU_REQUIRED(cuDevicePrimaryCtxRelease, 11000)                \
+    CU_REQUIRED(cuCtxCreate, 3020)                               \
+    CU_REQUIRED(cuCtxDestroy, 4000)                              \
+    CU_REQUIRED(cuCtxPushCurrent, 4000)                          \
+    CU_REQUIRED(cuCtxPopCurrent, 4000)                           \
+    CU_REQUIRED(cuCtxGetCurrent, 4000)                           \
+    CU_REQUIRED(cuCtxSetCurrent, 4000)                           \
+    CU_REQUIRED(cuCtxGetDevice, 2000)                            \
+    CU_REQUIRED(cuCtxSynchronize, 2000)                          \
+    CU_REQUIRED(cuCtxSetLimit, 3010)                             \
+    CU_REQUIRED(cuCtxGetLimit, 3010)                             \
+    CU_REQUIRED(cuCtxSetCacheConfig, 3020)                       \
+    CU_REQUIRED(cuCtxGetCacheConfig, 3020)                       \
+    CU_REQUIRED(cuCtxEnablePeerAccess, 4000)                     \
+    CU_REQUIRED(cuCtxDisablePeerAccess, 4000)                    \
+    CU_REQUIRED(cuMemAlloc, 3020)                                \
+    CU_REQUIRED(cuMemAllocPitch, 3020)                           \
+    CU_REQUIRED(cuMemFree, 3020)                                 \
+    CU_REQUIRED(cuMemGetInfo, 3020)                              \
+    CU_REQUIRED(cuMemHostAlloc, 2020)                            \
+    CU_REQUIRED(cuMemFreeHost, 2000)                             \
+    CU_REQUIRED(cuMemHostGetDevicePointer, 3020)                 \
+    CU_REQUIRED(cuMemHostRegister, 6050)                         \
+    CU_REQUIRED(cuMemHostUnregister, 4000)                       \
+    CU_REQUIRED(cuMemAllocManaged, 6000)                         \
+    CU_REQUIRED(cuMemcpyHtoD, 3020)                              \
+    CU_REQUIRED(cuMemcpyDtoH, 3020)                              \
+    CU_REQUIRED(cuMemcpyDtoD, 3020)                              \
+    CU_REQUIRED(cuMemcpyHtoDAsync, 3020)                         \
+    CU_REQUIRED(cuMemcpyDtoHAsync, 3020)                         \
+    CU_REQUIRED(cuMemcpyDtoDAsync, 3020)                         \
+    CU_REQUIRED(cuMemcpyPeer, 4000)                              \
+    CU_REQUIRED(cuMemcpyPeerAsync, 4000)                         \
+    CU_REQUIRED(cuMemcpy2D, 3020)                                \
+    CU_REQUIRED(cuMemcpy2DAsync, 3020)                           \
+    CU_REQUIRED(cuMemsetD8, 3020)                                \
+    CU_REQUIRED(cuMemsetD16, 3020)                               \
+    CU_REQUIRED(cuMemsetD32, 3020)                               \
+    CU_REQUIRED(cuMemsetD8Async, 3020)                           \
+    CU_REQUIRED(cuMemsetD16Async, 3020)                          \
+    CU_REQUIRED(cuMemsetD32Async, 3020)                          \
+    CU_REQUIRED(cuPointerGetAttribute, 4000)                     \
+    CU_REQUIRED(cuModuleLoadDataEx, 2010)                        \
+    CU_REQUIRED(cuModuleUnload, 2000)                            \
+    CU_REQUIRED(cuModuleGetFunction, 2000)                       \
+    CU_REQUIRED(cuModuleGetGlobal, 3020)                         \
+    CU_REQUIRED(cuFuncGetAttribute, 2020)                        \
+    CU_REQUIRED(cuFuncSetAttribute, 9000)                        \
+    CU_REQUIRED(cuFuncSetCacheConfig, 3000)                      \
+    CU_REQUIRED(cuLaunchKernel, 4000)                            \
+    CU_REQUIRED(cuLaunchCooperativeKernel, 9000)                 \
+    CU_REQUIRED(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050) \
+    CU_REQUIRED(cuOccupancyMaxPotentialBlockSize, 6050)          \
+    CU_REQUIRED(cuStreamCreate, 2000)                            \
+    CU_REQUIRED(cuStreamCreateWithPriority, 5050)                \
+    CU_REQUIRED(cuStreamDestroy, 4000)                           \
+    CU_REQUIRED(cuStreamSynchronize, 2000)                       \
+    CU_REQUIRED(cuStreamQuery, 2000)                             \
+    CU_REQUIRED(cuStreamWaitEvent, 3020)                         \
+    CU_REQUIRED(cuStreamGetPriority, 5050)                       \
+    CU_REQUIRED(cuStreamGetFlags, 5050)                          \
+    CU_REQUIRED(cuEventCreate, 2000)                             \
+    CU_REQUIRED(cuEventDestroy, 4000)                            \
+    CU_REQUIRED(cuEventRecord, 2000)                             \
+    CU_REQUIRED(cuEventSynchronize, 2000)                        \
+    CU_REQUIRED(cuEventQuery, 2000)                              \
+    CU_REQUIRED(cuEventElapsedTime, 2000)                        \
+    CU_OPTIONAL(cuMemAllocAsync, 11020)                          \
+    CU_OPTIONAL(cuMemFreeAsync, 11020)                           \
+    CU_OPTIONAL(cuMemPrefetchAsync, 12020)                       \
+    CU_OPTIONAL(cuLaunchKernelEx, 11060)                         \
+    CU_OPTIONAL(cuFuncGetParamInfo, 12040)                       \
+    CU_OPTIONAL(cuFuncGetName, 12030)
+
+/* NVRTC: every entry is required once the library is found. */
+#define PYGPU_NVRTC_API(NV)                                                   \
+    NV(nvrtcResult, nvrtcVersion, (int *, int *))                             \
+    NV(const char *, nvrtcGetErrorString, (nvrtcResult))                      \
+    NV(nvrtcResult, nvrtcGetNumSupportedArchs, (int *))                       \
+    NV(nvrtcResult, nvrtcGetSupportedArchs, (int *))                          \
+    NV(nvrtcResult, nvrtcCreateProgram,                                       \
+       (nvrtcProgram *, const char *, const char *, int,                      \
+        const char *const *, const char *const *))                            \
+    NV(nvrtcResult, nvrtcDestroyProgram, (nvrtcProgram *))                    \
+    NV(nvrtcResult, nvrtcAddNameExpression, (nvrtcProgram, const char *))     \
+    NV(nvrtcResult, nvrtcCompileProgram, (nvrtcProgram, int, const char *const *)) \
+    NV(nvrtcResult, nvrtcGetProgramLogSize, (nvrtcProgram, size_t *))         \
+    NV(nvrtcResult, nvrtcGetProgramLog, (nvrtcProgram, char *))               \
+    NV(nvrtcResult, nvrtcGetPTXSize, (nvrtcProgram, size_t *))                \
+    NV(nvrtcResult, nvrtcGetPTX, (nvrtcProgram, char *))                      \
+    NV(nvrtcResult, nvrtcGetCUBINSize, (nvrtcProgram, size_t *))              \
+    NV(nvrtcResult, nvrtcGetCUBIN, (nvrtcProgram, char *))                    \
+    NV(nvrtcResult, nvrtcGetLoweredName, (nvrtcProgram, const char *, const char **))

@@ -1,0 +1,390 @@
+/* Device: one CUDA device, by ordinal or PCI bus id. */
+#include "pygpu.h"
+
+static int
+ordinal_count(pygpu_state *st, int *count)
+{
+    CUresult rc = cu.cuDeviceGetCount(count);
+    if (rc != CUDA_SUCCESS) {
+        pygpu_cuda_error(st, rc, "cuDeviceGetCount");
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *
+pygpu_device_new(pygpu_state *st, int ordinal)
+{
+    pygpu_Device *self;
+    CUdevice dev;
+    CUresult rc;
+    int count;
+    if (pygpu_ensure_driver(st) < 0 || ordinal_count(st, &count) < 0)
+        return NULL;
+    if (ordinal < 0 || ordinal >= count) {
+        PyErr_Format(PyExc_ValueError,
+                     "no CUDA device with ordinal %d: %d device%s visible "
+                     "(ordinals 0 to %d)", ordinal, count, count == 1 ? " is" : "s are",
+                     count - 1);
+        return NULL;
+    }
+    rc = cu.cuDeviceGet(&dev, ordinal);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuDeviceGet");
+    self = PyObject_New(pygpu_Device, st->DeviceType);
+    if (self == NULL)
+        return NULL;
+    self->handle = dev;
+    self->ordinal = ordinal;
+    return (PyObject *)self;
+}
+
+static PyObject *
+device_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    pygpu_state *st = pygpu_state_from_type(type);
+    PyObject *which;
+    static char *kwlist[] = {"device", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Device", kwlist, &which))
+        return NULL;
+    if (PyUnicode_Check(which)) {
+        CUdevice dev;
+        CUresult rc;
+        int count, i;
+        const char *bus = PyUnicode_AsUTF8(which);
+        if (bus == NULL || pygpu_ensure_driver(st) < 0)
+            return NULL;
+        rc = cu.cuDeviceGetByPCIBusId(&dev, bus);
+        if (rc != CUDA_SUCCESS) {
+            if (rc == CUDA_ERROR_INVALID_VALUE || rc == CUDA_ERROR_INVALID_DEVICE) {
+                PyErr_Format(PyExc_ValueError,
+                             "no CUDA device at PCI bus id %R", which);
+                return NULL;
+            }
+            return pygpu_cuda_error(st, rc, "cuDeviceGetByPCIBusId");
+        }
+        if (ordinal_count(st, &count) < 0)
+            return NULL;
+        for (i = 0; i < count; i++) {
+            CUdevice d;
+            if (cu.cuDeviceGet(&d, i) == CUDA_SUCCESS && d == dev)
+                return pygpu_device_new(st, i);
+        }
+        PyErr_Format(PyExc_ValueError, "no CUDA device at PCI bus id %R", which);
+        return NULL;
+    }
+    if (PyIndex_Check(which) && !PyBool_Check(which)) {
+        long n = PyLong_AsLong(which);
+        if (n == -1 && PyErr_Occurred())
+            return NULL;
+        if (n < INT_MIN || n > INT_MAX) {
+            PyErr_Format(PyExc_ValueError, "no CUDA device with ordinal %ld", n);
+            return NULL;
+        }
+        return pygpu_device_new(st, (int)n);
+    }
+    PyErr_Format(PyExc_TypeError,
+                 "Device() takes an ordinal (int) or a PCI bus id (str), not %.100s",
+                 Py_TYPE(which)->tp_name);
+    return NULL;
+}
+
+static void
+device_dealloc(pygpu_Device *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_Free(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+device_count(PyObject *cls, PyObject *unused)
+{
+    pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
+    int n;
+    if (pygpu_ensure_driver(st) < 0 || ordinal_count(st, &n) < 0)
+        return NULL;
+    return PyLong_FromLong(n);
+}
+
+static int
+get_attr(pygpu_Device *self, int attr, int *value)
+{
+    CUresult rc = cu.cuDeviceGetAttribute(value, (CUdevice_attribute)attr, self->handle);
+    if (rc != CUDA_SUCCESS) {
+        pygpu_cuda_error(PYGPU_STATE(self), rc, "cuDeviceGetAttribute");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+device_name(pygpu_Device *self, PyObject *unused)
+{
+    char buf[256];
+    CUresult rc = cu.cuDeviceGetName(buf, sizeof buf, self->handle);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(PYGPU_STATE(self), rc, "cuDeviceGetName");
+    return PyUnicode_FromString(buf);
+}
+
+static PyObject *
+device_compute_capability(pygpu_Device *self, PyObject *unused)
+{
+    int major, minor;
+    if (get_attr(self, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, &major) < 0
+        || get_attr(self, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, &minor) < 0)
+        return NULL;
+    return Py_BuildValue("(ii)", major, minor);
+}
+
+static PyObject *
+device_total_memory(pygpu_Device *self, PyObject *unused)
+{
+    size_t n;
+    CUresult rc = cu.cuDeviceTotalMem(&n, self->handle);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(PYGPU_STATE(self), rc, "cuDeviceTotalMem");
+    return PyLong_FromSize_t(n);
+}
+
+static PyObject *
+device_pci_bus_id(pygpu_Device *self, PyObject *unused)
+{
+    char buf[64];
+    CUresult rc = cu.cuDeviceGetPCIBusId(buf, sizeof buf, self->handle);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(PYGPU_STATE(self), rc, "cuDeviceGetPCIBusId");
+    return PyUnicode_FromString(buf);
+}
+
+static PyObject *
+device_uuid(pygpu_Device *self, void *closure)
+{
+    CUuuid u;
+    PyObject *mod, *res;
+    CUresult rc = cu.cuDeviceGetUuid(&u, self->handle);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(PYGPU_STATE(self), rc, "cuDeviceGetUuid");
+    /* uuid.UUID(bytes=...) */
+    mod = PyImport_ImportModule("uuid");
+    if (mod == NULL)
+        return NULL;
+    PyObject *cls = PyObject_GetAttrString(mod, "UUID");
+    Py_DECREF(mod);
+    if (cls == NULL)
+        return NULL;
+    PyObject *kw = Py_BuildValue("{sy#}", "bytes", u.bytes, (Py_ssize_t)16);
+    PyObject *empty = PyTuple_New(0);
+    res = (kw && empty) ? PyObject_Call(cls, empty, kw) : NULL;
+    Py_XDECREF(kw);
+    Py_XDECREF(empty);
+    Py_DECREF(cls);
+    return res;
+}
+
+static PyObject *
+device_get_attribute(pygpu_Device *self, PyObject *arg)
+{
+    int value;
+    long attr = PyLong_AsLong(arg);
+    if (attr == -1 && PyErr_Occurred())
+        return NULL;
+    if (get_attr(self, (int)attr, &value) < 0)
+        return NULL;
+    return PyLong_FromLong(value);
+}
+
+static PyObject *
+lookup_enum(PyObject *obj, const char *enum_name)
+{
+    PyObject *mod = PyType_GetModule(Py_TYPE(obj));
+    return mod ? PyObject_GetAttrString(mod, enum_name) : NULL;
+}
+
+static PyObject *
+device_get_attributes(pygpu_Device *self, PyObject *unused)
+{
+    PyObject *enum_cls = lookup_enum((PyObject *)self, "device_attribute");
+    PyObject *result = NULL, *it = NULL, *member;
+    if (enum_cls == NULL)
+        return NULL;
+    result = PyDict_New();
+    it = result ? PyObject_GetIter(enum_cls) : NULL;
+    if (it == NULL)
+        goto error;
+    while ((member = PyIter_Next(it)) != NULL) {
+        int value;
+        long attr = PyLong_AsLong(member);
+        CUresult rc = cu.cuDeviceGetAttribute(&value, (CUdevice_attribute)attr, self->handle);
+        if (rc == CUDA_SUCCESS) {
+            PyObject *v = PyLong_FromLong(value);
+            if (v == NULL || PyDict_SetItem(result, member, v) < 0) {
+                Py_XDECREF(v);
+                Py_DECREF(member);
+                goto error;
+            }
+            Py_DECREF(v);
+        }
+        Py_DECREF(member);
+    }
+    if (PyErr_Occurred())
+        goto error;
+    Py_DECREF(it);
+    Py_DECREF(enum_cls);
+    return result;
+error:
+    Py_XDECREF(it);
+    Py_XDECREF(result);
+    Py_DECREF(enum_cls);
+    return NULL;
+}
+
+/* dev.max_threads_per_block and friends: names of device_attribute. */
+static PyObject *
+device_getattro(pygpu_Device *self, PyObject *name)
+{
+    PyObject *res = PyObject_GenericGetAttr((PyObject *)self, name), *enum_cls, *upper, *member;
+    if (res != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError))
+        return res;
+    if (!PyUnicode_Check(name) || PyUnicode_READ_CHAR(name, 0) == '_')
+        return NULL;
+    enum_cls = lookup_enum((PyObject *)self, "device_attribute");
+    if (enum_cls == NULL)
+        return NULL;
+    upper = PyObject_CallMethod(name, "upper", NULL);
+    member = upper ? PyObject_GetAttr(enum_cls, upper) : NULL;
+    Py_XDECREF(upper);
+    Py_DECREF(enum_cls);
+    if (member == NULL) {
+        PyErr_Format(PyExc_AttributeError,
+                     "'Device' object has no attribute %R (nor is it a "
+                     "device_attribute name)", name);
+        return NULL;
+    }
+    res = device_get_attribute(self, member);
+    Py_DECREF(member);
+    return res;
+}
+
+static PyObject *
+device_can_access_peer(pygpu_Device *self, PyObject *other)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    int can;
+    CUresult rc;
+    if (!PyObject_TypeCheck(other, st->DeviceType)) {
+        PyErr_SetString(PyExc_TypeError, "can_access_peer() takes a Device");
+        return NULL;
+    }
+    rc = cu.cuDeviceCanAccessPeer(&can, self->handle, ((pygpu_Device *)other)->handle);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuDeviceCanAccessPeer");
+    return PyBool_FromLong(can);
+}
+
+/* defined in context.c */
+PyObject *pygpu_device_retain_primary(pygpu_Device *self, PyObject *unused);
+PyObject *pygpu_device_make_context(pygpu_Device *self, PyObject *args, PyObject *kwds);
+
+static PyObject *
+device_richcompare(pygpu_Device *self, PyObject *other, int op)
+{
+    if (!PyObject_TypeCheck(other, Py_TYPE(self)) || (op != Py_EQ && op != Py_NE))
+        Py_RETURN_NOTIMPLEMENTED;
+    int eq = self->ordinal == ((pygpu_Device *)other)->ordinal;
+    return PyBool_FromLong(op == Py_EQ ? eq : !eq);
+}
+
+static Py_hash_t
+device_hash(pygpu_Device *self)
+{
+    return (Py_hash_t)self->ordinal + 0x5f3759df;
+}
+
+static PyObject *
+device_repr(pygpu_Device *self)
+{
+    char buf[256];
+    int major = 0, minor = 0;
+    if (cu.cuDeviceGetName(buf, sizeof buf, self->handle) != CUDA_SUCCESS)
+        snprintf(buf, sizeof buf, "?");
+    cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self->handle);
+    cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self->handle);
+    return PyUnicode_FromFormat("<pygpu.driver.Device %d: %s, sm_%d%d>",
+                                self->ordinal, buf, major, minor);
+}
+
+static PyObject *
+device_int(pygpu_Device *self)
+{
+    return PyLong_FromLong(self->ordinal);
+}
+
+static PyObject *
+device_get_ordinal(pygpu_Device *self, void *c)
+{
+    return PyLong_FromLong(self->ordinal);
+}
+
+static PyMethodDef device_methods[] = {
+    {"count", device_count, METH_NOARGS | METH_CLASS,
+     "count($cls, /)\n--\n\nNumber of CUDA devices visible to this process."},
+    {"name", (PyCFunction)device_name, METH_NOARGS,
+     "name($self, /)\n--\n\nThe device's product name."},
+    {"compute_capability", (PyCFunction)device_compute_capability, METH_NOARGS,
+     "compute_capability($self, /)\n--\n\n(major, minor), e.g. (9, 0)."},
+    {"total_memory", (PyCFunction)device_total_memory, METH_NOARGS,
+     "total_memory($self, /)\n--\n\nDevice memory in bytes."},
+    {"pci_bus_id", (PyCFunction)device_pci_bus_id, METH_NOARGS,
+     "pci_bus_id($self, /)\n--\n\nPCI bus id, e.g. '0000:3B:00.0'."},
+    {"get_attribute", (PyCFunction)device_get_attribute, METH_O,
+     "get_attribute($self, attr, /)\n--\n\nValue of one device_attribute."},
+    {"get_attributes", (PyCFunction)device_get_attributes, METH_NOARGS,
+     "get_attributes($self, /)\n--\n\nDict of every device_attribute the driver reports."},
+    {"can_access_peer", (PyCFunction)device_can_access_peer, METH_O,
+     "can_access_peer($self, other, /)\n--\n\nWhether this device can map other's memory."},
+    {"retain_primary_context", (PyCFunction)pygpu_device_retain_primary, METH_NOARGS,
+     "retain_primary_context($self, /)\n--\n\n"
+     "The device's primary context (the one CuPy, PyTorch and cuda.core use). "
+     "Not made current: use it as a with block or call push()."},
+    {"make_context", (PyCFunction)(void (*)(void))pygpu_device_make_context,
+     METH_VARARGS | METH_KEYWORDS,
+     "make_context($self, /, flags=0)\n--\n\n"
+     "Create a new context on this device and push it (PyCUDA style). "
+     "Prefer the primary context, which other libraries share."},
+    {NULL}
+};
+
+static PyGetSetDef device_getset[] = {
+    {"uuid", (getter)device_uuid, NULL, "The device's UUID (uuid.UUID).", NULL},
+    {"ordinal", (getter)device_get_ordinal, NULL, "The device ordinal.", NULL},
+    {NULL}
+};
+
+static PyType_Slot device_slots[] = {
+    {Py_tp_new, device_new},
+    {Py_tp_dealloc, device_dealloc},
+    {Py_tp_methods, device_methods},
+    {Py_tp_getset, device_getset},
+    {Py_tp_getattro, device_getattro},
+    {Py_tp_richcompare, device_richcompare},
+    {Py_tp_hash, device_hash},
+    {Py_tp_repr, device_repr},
+    {Py_nb_int, device_int},
+    {Py_tp_doc, "Device(device)\n--\n\n"
+                "A CUDA device, by ordinal (int) or PCI bus id (str).\n"
+                "Attributes by name: dev.max_threads_per_block, dev.multiprocessor_count, ..."},
+    {0, NULL}
+};
+
+static PyType_Spec device_spec = {
+    "pygpu.driver.Device", sizeof(pygpu_Device), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, device_slots
+};
+
+int
+pygpu_device_setup(PyObject *m, pygpu_state *st)
+{
+    return pygpu_add_type(m, &device_spec, &st->DeviceType);
+}

@@ -1,0 +1,223 @@
+/* CUresult -> Python exception.
+ *
+ * Error is the base, with .code (the CUresult number), .name
+ * ("CUDA_ERROR_OUT_OF_MEMORY") and .routine ("cuMemAlloc").  The subclasses
+ * follow PyCUDA's grouping.
+ */
+#include "pygpu.h"
+#include "cuda_enums.h"
+
+static int
+is_sticky(CUresult rc)
+{
+    switch (rc) {
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_ASSERT:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static PyObject *
+class_for(pygpu_state *st, CUresult rc)
+{
+    switch (rc) {
+    case CUDA_ERROR_OUT_OF_MEMORY:
+        return st->MemoryError;
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING:
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE:
+        return st->LaunchError;
+    case CUDA_ERROR_INVALID_VALUE:
+    case CUDA_ERROR_NOT_INITIALIZED:
+    case CUDA_ERROR_DEINITIALIZED:
+    case CUDA_ERROR_INVALID_DEVICE:
+    case CUDA_ERROR_INVALID_IMAGE:
+    case CUDA_ERROR_INVALID_CONTEXT:
+    case CUDA_ERROR_CONTEXT_ALREADY_CURRENT:
+    case CUDA_ERROR_ALREADY_MAPPED:
+    case CUDA_ERROR_NOT_MAPPED:
+    case CUDA_ERROR_ALREADY_ACQUIRED:
+    case CUDA_ERROR_NOT_MAPPED_AS_ARRAY:
+    case CUDA_ERROR_NOT_MAPPED_AS_POINTER:
+    case CUDA_ERROR_INVALID_SOURCE:
+    case CUDA_ERROR_FILE_NOT_FOUND:
+    case CUDA_ERROR_INVALID_HANDLE:
+    case CUDA_ERROR_NOT_FOUND:
+    case CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
+    case CUDA_ERROR_PEER_ACCESS_NOT_ENABLED:
+    case CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+    case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+    case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED:
+    case CUDA_ERROR_NOT_SUPPORTED:
+    case CUDA_ERROR_NOT_PERMITTED:
+    case CUDA_ERROR_INVALID_PTX:
+    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
+    case CUDA_ERROR_NO_BINARY_FOR_GPU:
+    case CUDA_ERROR_ILLEGAL_STATE:
+        return st->LogicError;
+    default:
+        return st->RuntimeError;
+    }
+}
+
+/* Raise the exception for rc from routine; always returns NULL.  GIL held. */
+PyObject *
+pygpu_cuda_error(pygpu_state *st, CUresult rc, const char *routine)
+{
+    return pygpu_cuda_error_ex(st, rc, routine, NULL);
+}
+
+PyObject *
+pygpu_cuda_error_ex(pygpu_state *st, CUresult rc, const char *routine, const char *extra)
+{
+    const char *name = NULL, *text = NULL;
+    char namebuf[48];
+    PyObject *cls = class_for(st, rc), *exc = NULL, *msg = NULL, *val = NULL;
+
+    if (cu.cuGetErrorName == NULL || cu.cuGetErrorName(rc, &name) != CUDA_SUCCESS
+        || name == NULL) {
+        const pygpu_enum_entry *e;
+        for (e = pygpu_enum_error_code; e->name != NULL; e++)
+            if (e->value == (long long)rc)
+                name = e->name;
+        if (name == NULL) {
+            snprintf(namebuf, sizeof namebuf, "CUDA_ERROR_%d", (int)rc);
+            name = namebuf;
+        }
+    }
+    if (cu.cuGetErrorString == NULL || cu.cuGetErrorString(rc, &text) != CUDA_SUCCESS
+        || text == NULL)
+        text = "no description (the driver is not loaded)";
+    if (is_sticky(rc))
+        msg = PyUnicode_FromFormat(
+            "%s failed: %s: %s (a kernel faulted; the context is now unusable "
+            "and every later call in it fails: restart the process)",
+            routine, name, text);
+    else
+        msg = PyUnicode_FromFormat("%s failed: %s: %s", routine, name, text);
+    if (msg == NULL)
+        return NULL;
+    if (extra != NULL) {
+        PyObject *full = PyUnicode_FromFormat("%U; %s", msg, extra);
+        Py_DECREF(msg);
+        if ((msg = full) == NULL)
+            return NULL;
+    }
+    exc = PyObject_CallOneArg(cls, msg);
+    Py_DECREF(msg);
+    if (exc == NULL)
+        return NULL;
+    if ((val = PyLong_FromLong((long)rc)) == NULL
+        || PyObject_SetAttrString(exc, "code", val) < 0)
+        goto error;
+    Py_DECREF(val);
+    if ((val = PyUnicode_FromString(name)) == NULL
+        || PyObject_SetAttrString(exc, "name", val) < 0)
+        goto error;
+    Py_DECREF(val);
+    if ((val = PyUnicode_FromString(routine)) == NULL
+        || PyObject_SetAttrString(exc, "routine", val) < 0)
+        goto error;
+    Py_DECREF(val);
+    PyErr_SetObject(cls, exc);
+    Py_DECREF(exc);
+    return NULL;
+error:
+    Py_XDECREF(val);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+/* _driver._raise_for_code(code, routine): raise the exception the C code
+ * would raise (used by tests and by the Python layer). */
+static PyObject *
+errors_raise_for_code(PyObject *module, PyObject *args)
+{
+    int code;
+    const char *routine;
+    if (!PyArg_ParseTuple(args, "is:_raise_for_code", &code, &routine))
+        return NULL;
+    return pygpu_cuda_error(PyModule_GetState(module), (CUresult)code, routine);
+}
+
+static PyMethodDef errors_methods[] = {
+    {"_raise_for_code", errors_raise_for_code, METH_VARARGS,
+     "_raise_for_code($module, code, routine, /)\n--\n\n"
+     "Raise the pygpu exception for a CUresult code."},
+    {NULL}
+};
+
+static PyObject *
+new_exc(PyObject *m, const char *name, const char *doc, PyObject *bases)
+{
+    PyObject *cls = PyErr_NewExceptionWithDoc(name, doc, bases, NULL);
+    if (cls == NULL)
+        return NULL;
+    const char *shortname = strrchr(name, '.') + 1;
+    if (pygpu_module_add_ref(m, shortname, cls) < 0) {
+        Py_DECREF(cls);
+        return NULL;
+    }
+    return cls;
+}
+
+int
+pygpu_errors_setup(PyObject *m, pygpu_state *st)
+{
+    PyObject *bases;
+    st->Error = new_exc(m, "pygpu.driver.Error",
+        "Base of every pygpu CUDA error.\n\n"
+        ".code is the CUresult number, .name its name "
+        "(CUDA_ERROR_OUT_OF_MEMORY), .routine the driver call that failed.",
+        NULL);
+    if (st->Error == NULL)
+        return -1;
+    if (PyObject_SetAttrString(st->Error, "code", Py_None) < 0
+        || PyObject_SetAttrString(st->Error, "name", Py_None) < 0
+        || PyObject_SetAttrString(st->Error, "routine", Py_None) < 0)
+        return -1;
+    st->LogicError = new_exc(m, "pygpu.driver.LogicError",
+        "A call was made wrongly: invalid value, handle or context.", st->Error);
+    st->LaunchError = new_exc(m, "pygpu.driver.LaunchError",
+        "A kernel failed to launch or faulted while running.", st->Error);
+    if (st->LogicError == NULL || st->LaunchError == NULL)
+        return -1;
+    bases = PyTuple_Pack(2, st->Error, PyExc_MemoryError);
+    if (bases == NULL)
+        return -1;
+    st->MemoryError = new_exc(m, "pygpu.driver.MemoryError",
+        "Device or host memory ran out (also a built-in MemoryError).", bases);
+    Py_DECREF(bases);
+    bases = PyTuple_Pack(2, st->Error, PyExc_RuntimeError);
+    if (bases == NULL)
+        return -1;
+    st->RuntimeError = new_exc(m, "pygpu.driver.RuntimeError",
+        "Any other CUDA failure (also a built-in RuntimeError).", bases);
+    Py_DECREF(bases);
+    if (st->MemoryError == NULL || st->RuntimeError == NULL)
+        return -1;
+    st->CudaUnavailableError = new_exc(m, "pygpu.driver.CudaUnavailableError",
+        "No usable CUDA driver, device or NVRTC library; the message says "
+        "what was looked for and where.", st->RuntimeError);
+    if (st->CudaUnavailableError == NULL)
+        return -1;
+    return PyModule_AddFunctions(m, errors_methods);
+}

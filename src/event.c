@@ -1,0 +1,196 @@
+/* Event: a CUDA event, for timing and ordering between streams. */
+#include "pygpu.h"
+
+static void
+event_release(pygpu_Event *self)
+{
+    CUevent h = self->handle;
+    int pushed = 0;
+    if (h == NULL)
+        return;
+    self->handle = NULL;
+    if (self->context == NULL || self->context->detached)
+        return;
+    if (pygpu_context_enter(self->context, &pushed) != CUDA_SUCCESS)
+        return;
+    cu.cuEventDestroy(h);
+    pygpu_context_exit(pushed);
+}
+
+static void
+event_dealloc(pygpu_Event *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    event_release(self);
+    Py_CLEAR(self->context);
+    PyObject_Free(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    pygpu_state *st = pygpu_state_from_type(type);
+    static char *kwlist[] = {"flags", NULL};
+    unsigned int flags = 0;
+    pygpu_Context *ctx;
+    pygpu_Event *self;
+    CUevent h;
+    CUresult rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|I:Event", kwlist, &flags))
+        return NULL;
+    if ((ctx = pygpu_current_context(st)) == NULL)
+        return NULL;
+    rc = cu.cuEventCreate(&h, flags);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuEventCreate");
+    self = PyObject_New(pygpu_Event, type);
+    if (self == NULL) {
+        cu.cuEventDestroy(h);
+        return NULL;
+    }
+    self->handle = h;
+    Py_INCREF(ctx);
+    self->context = ctx;
+    return (PyObject *)self;
+}
+
+static int
+check_alive(pygpu_Event *self)
+{
+    if (self->handle == NULL) {
+        PyErr_SetString(PYGPU_STATE(self)->LogicError, "the Event was destroyed");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+event_record(pygpu_Event *self, PyObject *args, PyObject *kwds)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    static char *kwlist[] = {"stream", NULL};
+    PyObject *sobj = Py_None;
+    CUstream s;
+    CUresult rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:record", kwlist, &sobj))
+        return NULL;
+    if (check_alive(self) < 0 || pygpu_get_stream(st, sobj, &s) < 0)
+        return NULL;
+    rc = cu.cuEventRecord(self->handle, s);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuEventRecord");
+    Py_INCREF(self);
+    return (PyObject *)self;
+}
+
+static PyObject *
+event_synchronize(pygpu_Event *self, PyObject *unused)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    CUresult rc;
+    if (check_alive(self) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cu.cuEventSynchronize(self->handle);
+    Py_END_ALLOW_THREADS
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuEventSynchronize");
+    Py_INCREF(self);
+    return (PyObject *)self;
+}
+
+static PyObject *
+event_query(pygpu_Event *self, PyObject *unused)
+{
+    CUresult rc;
+    if (check_alive(self) < 0)
+        return NULL;
+    rc = cu.cuEventQuery(self->handle);
+    if (rc == CUDA_SUCCESS)
+        Py_RETURN_TRUE;
+    if (rc == CUDA_ERROR_NOT_READY)
+        Py_RETURN_FALSE;
+    return pygpu_cuda_error(PYGPU_STATE(self), rc, "cuEventQuery");
+}
+
+static PyObject *
+elapsed(pygpu_Event *start, PyObject *end_obj, pygpu_Event *self)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    float ms;
+    CUresult rc;
+    pygpu_Event *end = (pygpu_Event *)end_obj;
+    if (check_alive(start) < 0 || check_alive(end) < 0)
+        return NULL;
+    rc = cu.cuEventElapsedTime(&ms, start->handle, end->handle);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuEventElapsedTime");
+    return PyFloat_FromDouble(ms);
+}
+
+static PyObject *
+event_time_since(pygpu_Event *self, PyObject *other)
+{
+    if (!Py_IS_TYPE(other, Py_TYPE(self))) {
+        PyErr_SetString(PyExc_TypeError, "time_since() takes an Event");
+        return NULL;
+    }
+    return elapsed((pygpu_Event *)other, (PyObject *)self, self);
+}
+
+static PyObject *
+event_time_till(pygpu_Event *self, PyObject *other)
+{
+    if (!Py_IS_TYPE(other, Py_TYPE(self))) {
+        PyErr_SetString(PyExc_TypeError, "time_till() takes an Event");
+        return NULL;
+    }
+    return elapsed(self, other, self);
+}
+
+static PyObject *
+event_get_handle(pygpu_Event *self, void *c)
+{
+    return PyLong_FromVoidPtr(self->handle);
+}
+
+#define CF(f) (PyCFunction)(void (*)(void))(f)
+static PyMethodDef event_methods[] = {
+    {"record", CF(event_record), METH_VARARGS | METH_KEYWORDS,
+     "record($self, /, stream=None)\n--\n\nRecord the event on a stream; returns self."},
+    {"synchronize", (PyCFunction)event_synchronize, METH_NOARGS,
+     "synchronize($self, /)\n--\n\nWait for the event (GIL released); returns self."},
+    {"query", (PyCFunction)event_query, METH_NOARGS,
+     "query($self, /)\n--\n\nWhether the event has completed."},
+    {"time_since", (PyCFunction)event_time_since, METH_O,
+     "time_since($self, event, /)\n--\n\nMilliseconds from event to self."},
+    {"time_till", (PyCFunction)event_time_till, METH_O,
+     "time_till($self, event, /)\n--\n\nMilliseconds from self to event."},
+    {NULL}
+};
+
+static PyGetSetDef event_getset[] = {
+    {"handle", (getter)event_get_handle, NULL, "The CUevent as an int.", NULL},
+    {NULL}
+};
+
+static PyType_Slot event_slots[] = {
+    {Py_tp_new, event_new},
+    {Py_tp_dealloc, event_dealloc},
+    {Py_tp_methods, event_methods},
+    {Py_tp_getset, event_getset},
+    {Py_tp_doc, "Event(flags=0)\n--\n\nA CUDA event in the current context."},
+    {0, NULL}
+};
+
+static PyType_Spec event_spec = {
+    "pygpu.driver.Event", sizeof(pygpu_Event), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, event_slots
+};
+
+int
+pygpu_event_setup(PyObject *m, pygpu_state *st)
+{
+    return pygpu_add_type(m, &event_spec, &st->EventType);
+}

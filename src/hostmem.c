@@ -1,0 +1,343 @@
+/* HostAllocation: page-locked host memory, exposed as NumPy arrays whose
+ * .base is the HostAllocation, so the memory lives exactly as long as the
+ * last array that uses it. */
+#include "pygpu.h"
+#define PYGPU_IMPORT_ARRAY
+#include "pygpu_numpy.h"
+
+static void
+hostalloc_release(pygpu_HostAllocation *self)
+{
+    int pushed = 0;
+    if (self->freed)
+        return;
+    self->freed = 1;
+    if (self->ptr == NULL)
+        return;
+    if (self->context && !self->context->detached
+        && pygpu_context_enter(self->context, &pushed) == CUDA_SUCCESS) {
+        if (self->registered)
+            cu.cuMemHostUnregister(self->ptr);
+        else
+            cu.cuMemFreeHost(self->ptr);
+        pygpu_context_exit(pushed);
+    }
+    self->ptr = NULL;
+    if (self->registered && self->view.obj != NULL)
+        PyBuffer_Release(&self->view);
+}
+
+static int
+hostalloc_traverse(pygpu_HostAllocation *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->owner);
+    Py_VISIT(self->view.obj);
+    return 0;
+}
+
+static void
+hostalloc_dealloc(pygpu_HostAllocation *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    hostalloc_release(self);
+    Py_CLEAR(self->owner);
+    Py_CLEAR(self->context);
+    PyObject_GC_Del(self);
+    Py_DECREF(tp);
+}
+
+static pygpu_HostAllocation *
+hostalloc_new(pygpu_state *st, pygpu_Context *ctx)
+{
+    pygpu_HostAllocation *self = PyObject_GC_New(pygpu_HostAllocation, st->HostAllocationType);
+    if (self == NULL)
+        return NULL;
+    self->ptr = NULL;
+    self->size = 0;
+    self->flags = 0;
+    self->registered = 0;
+    self->owner = NULL;
+    memset(&self->view, 0, sizeof self->view);
+    Py_INCREF(ctx);
+    self->context = ctx;
+    self->freed = 0;
+    self->exports = 0;
+    PyObject_GC_Track(self);
+    return self;
+}
+
+/* _pagelocked(shape, dtype, order, mem_flags, zero) -> ndarray */
+static PyObject *
+hostmem_pagelocked(PyObject *module, PyObject *args)
+{
+    pygpu_state *st = PyModule_GetState(module);
+    PyObject *shape_obj, *dtype_obj, *arr;
+    PyArray_Descr *descr = NULL;
+    PyArray_Dims dims = {NULL, 0};
+    const char *order;
+    unsigned int flags;
+    int zero, fortran, i;
+    size_t nbytes, itemsize;
+    pygpu_Context *ctx;
+    pygpu_HostAllocation *ha;
+    CUresult rc;
+    void *p = NULL;
+
+    if (!PyArg_ParseTuple(args, "OOsIp:_pagelocked", &shape_obj, &dtype_obj, &order,
+                          &flags, &zero))
+        return NULL;
+    if (strcmp(order, "C") != 0 && strcmp(order, "F") != 0) {
+        PyErr_Format(PyExc_ValueError, "order must be 'C' or 'F', not %R",
+                     PyTuple_GET_ITEM(args, 2));
+        return NULL;
+    }
+    fortran = order[0] == 'F';
+    if (!PyArray_DescrConverter(dtype_obj, &descr))
+        return NULL;
+    if (PyLong_Check(shape_obj)) {
+        PyObject *t = PyTuple_Pack(1, shape_obj);
+        if (t == NULL || !PyArray_IntpConverter(t, &dims)) {
+            Py_XDECREF(t);
+            Py_DECREF(descr);
+            return NULL;
+        }
+        Py_DECREF(t);
+    } else if (!PyArray_IntpConverter(shape_obj, &dims)) {
+        Py_DECREF(descr);
+        return NULL;
+    }
+    itemsize = (size_t)PyDataType_ELSIZE(descr);
+    nbytes = itemsize;
+    for (i = 0; i < dims.len; i++) {
+        if (dims.ptr[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "negative dimension %zd in shape",
+                         (Py_ssize_t)dims.ptr[i]);
+            goto error;
+        }
+        if (dims.ptr[i] && nbytes > ((size_t)-1 >> 1) / (size_t)dims.ptr[i]) {
+            PyErr_SetString(PyExc_ValueError, "array is too big");
+            goto error;
+        }
+        nbytes *= (size_t)dims.ptr[i];
+    }
+    if ((ctx = pygpu_current_context(st)) == NULL)
+        goto error;
+    if (nbytes > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = cu.cuMemHostAlloc(&p, nbytes, flags);
+        Py_END_ALLOW_THREADS
+        if (rc != CUDA_SUCCESS) {
+            pygpu_cuda_error(st, rc, "cuMemHostAlloc");
+            goto error;
+        }
+        if (zero)
+            memset(p, 0, nbytes);
+    }
+    ha = hostalloc_new(st, ctx);
+    if (ha == NULL) {
+        if (p)
+            cu.cuMemFreeHost(p);
+        goto error;
+    }
+    ha->ptr = p;
+    ha->size = nbytes;
+    ha->flags = flags;
+    static char dummy[16] __attribute__((aligned(16)));
+    /* PyArray_NewFromDescr steals descr */
+    arr = PyArray_NewFromDescr(&PyArray_Type, descr, dims.len, dims.ptr, NULL,
+                               p ? p : (void *)dummy,
+                               NPY_ARRAY_WRITEABLE | NPY_ARRAY_ALIGNED |
+                               (fortran ? NPY_ARRAY_F_CONTIGUOUS : NPY_ARRAY_C_CONTIGUOUS),
+                               NULL);
+    descr = NULL;
+    PyDimMem_FREE(dims.ptr);
+    if (arr == NULL) {
+        Py_DECREF(ha);
+        return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)arr, (PyObject *)ha) < 0) {  /* steals ha */
+        Py_DECREF(arr);
+        return NULL;
+    }
+    return arr;
+error:
+    Py_XDECREF(descr);
+    PyDimMem_FREE(dims.ptr);
+    return NULL;
+}
+
+/* register_host_memory(ary, flags=0) -> ndarray viewing ary's memory, whose
+ * base keeps ary alive and unregisters on death */
+static PyObject *
+hostmem_register(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    pygpu_state *st = PyModule_GetState(module);
+    static char *kwlist[] = {"ary", "flags", NULL};
+    PyObject *ary, *arr;
+    unsigned int flags = 0;
+    pygpu_Context *ctx;
+    pygpu_HostAllocation *ha;
+    PyArrayObject *src;
+    CUresult rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|I:register_host_memory", kwlist,
+                                     &ary, &flags))
+        return NULL;
+    if (!PyArray_Check(ary)) {
+        PyErr_Format(PyExc_TypeError, "register_host_memory() takes a NumPy array, not %.100s",
+                     Py_TYPE(ary)->tp_name);
+        return NULL;
+    }
+    src = (PyArrayObject *)ary;
+    if (!PyArray_ISCONTIGUOUS(src) && !PyArray_ISFORTRAN(src)) {
+        PyErr_SetString(PyExc_ValueError, "register_host_memory(): the array must be contiguous");
+        return NULL;
+    }
+    if ((ctx = pygpu_current_context(st)) == NULL)
+        return NULL;
+    ha = hostalloc_new(st, ctx);
+    if (ha == NULL)
+        return NULL;
+    if (PyObject_GetBuffer(ary, &ha->view, PyBUF_ANY_CONTIGUOUS) < 0) {
+        Py_DECREF(ha);
+        return NULL;
+    }
+    ha->registered = 1;
+    ha->flags = flags;
+    ha->size = (size_t)ha->view.len;
+    if (ha->size > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = cu.cuMemHostRegister(ha->view.buf, ha->size, flags);
+        Py_END_ALLOW_THREADS
+        if (rc != CUDA_SUCCESS) {
+            Py_DECREF(ha);
+            return pygpu_cuda_error(st, rc, "cuMemHostRegister");
+        }
+        ha->ptr = ha->view.buf;
+    }
+    Py_INCREF(PyArray_DESCR(src));
+    arr = PyArray_NewFromDescr(&PyArray_Type, PyArray_DESCR(src), PyArray_NDIM(src),
+                               PyArray_DIMS(src), PyArray_STRIDES(src), PyArray_DATA(src),
+                               PyArray_FLAGS(src) & (NPY_ARRAY_WRITEABLE | NPY_ARRAY_ALIGNED |
+                                                     NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_F_CONTIGUOUS),
+                               NULL);
+    if (arr == NULL) {
+        Py_DECREF(ha);
+        return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)arr, (PyObject *)ha) < 0) {
+        Py_DECREF(arr);
+        return NULL;
+    }
+    return arr;
+}
+
+static PyObject *
+hostalloc_get_device_pointer(pygpu_HostAllocation *self, PyObject *unused)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    CUdeviceptr d;
+    CUresult rc;
+    int pushed;
+    if (self->freed || self->ptr == NULL) {
+        PyErr_SetString(st->LogicError, "the HostAllocation holds no memory");
+        return NULL;
+    }
+    rc = pygpu_context_enter(self->context, &pushed);
+    if (rc == CUDA_SUCCESS) {
+        rc = cu.cuMemHostGetDevicePointer(&d, self->ptr, 0);
+        pygpu_context_exit(pushed);
+    }
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error_ex(st, rc, "cuMemHostGetDevicePointer",
+                                   "was the memory allocated with host_alloc_flags.DEVICEMAP?");
+    return PyLong_FromUnsignedLongLong((unsigned long long)d);
+}
+
+static PyObject *
+hostalloc_get_size(pygpu_HostAllocation *self, void *c)
+{
+    return PyLong_FromSize_t(self->size);
+}
+
+static PyObject *
+hostalloc_get_flags(pygpu_HostAllocation *self, void *c)
+{
+    return PyLong_FromUnsignedLong(self->flags);
+}
+
+static PyObject *
+hostalloc_get_address(pygpu_HostAllocation *self, void *c)
+{
+    return PyLong_FromVoidPtr(self->ptr);
+}
+
+static PyObject *
+hostalloc_get_registered(pygpu_HostAllocation *self, void *c)
+{
+    return PyBool_FromLong(self->registered);
+}
+
+static PyObject *
+hostalloc_repr(pygpu_HostAllocation *self)
+{
+    return PyUnicode_FromFormat("<pygpu.driver.HostAllocation %s%zu bytes at %p>",
+                                self->registered ? "registered, " : "page-locked, ",
+                                self->size, self->ptr);
+}
+
+static PyMethodDef hostalloc_methods[] = {
+    {"get_device_pointer", (PyCFunction)hostalloc_get_device_pointer, METH_NOARGS,
+     "get_device_pointer($self, /)\n--\n\n"
+     "Device address of mapped (host_alloc_flags.DEVICEMAP) memory."},
+    {NULL}
+};
+
+static PyGetSetDef hostalloc_getset[] = {
+    {"size", (getter)hostalloc_get_size, NULL, "Size in bytes.", NULL},
+    {"flags", (getter)hostalloc_get_flags, NULL, "cuMemHostAlloc / cuMemHostRegister flags.", NULL},
+    {"address", (getter)hostalloc_get_address, NULL, "Host address.", NULL},
+    {"registered", (getter)hostalloc_get_registered, NULL,
+     "True for memory from register_host_memory().", NULL},
+    {NULL}
+};
+
+static PyType_Slot hostalloc_slots[] = {
+    {Py_tp_dealloc, hostalloc_dealloc},
+    {Py_tp_traverse, hostalloc_traverse},
+    {Py_tp_methods, hostalloc_methods},
+    {Py_tp_getset, hostalloc_getset},
+    {Py_tp_repr, hostalloc_repr},
+    {Py_tp_doc, "Page-locked host memory; the .base of arrays from pagelocked_empty() "
+                "and register_host_memory(). Freed or unregistered when the last "
+                "array using it dies."},
+    {0, NULL}
+};
+
+static PyType_Spec hostalloc_spec = {
+    "pygpu.driver.HostAllocation", sizeof(pygpu_HostAllocation), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC |
+    Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    hostalloc_slots
+};
+
+#define CF(f) (PyCFunction)(void (*)(void))(f)
+static PyMethodDef hostmem_methods[] = {
+    {"_pagelocked", hostmem_pagelocked, METH_VARARGS, NULL},
+    {"register_host_memory", CF(hostmem_register), METH_VARARGS | METH_KEYWORDS,
+     "register_host_memory($module, /, ary, flags=0)\n--\n\n"
+     "Page-lock a contiguous array's memory; returns an array over the same "
+     "memory whose .base unregisters it when the last user dies."},
+    {NULL}
+};
+
+int
+pygpu_hostmem_setup(PyObject *m, pygpu_state *st)
+{
+    if (_import_array() < 0)
+        return -1;
+    if (pygpu_add_type(m, &hostalloc_spec, &st->HostAllocationType) < 0)
+        return -1;
+    return PyModule_AddFunctions(m, hostmem_methods);
+}

@@ -1,0 +1,214 @@
+/* PyInit__driver: multi-phase init, module state, enums. */
+#include "pygpu.h"
+#define NO_IMPORT_ARRAY
+#include "cuda_enums.h"
+
+int
+pygpu_add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **slot)
+{
+    PyObject *tp = PyType_FromModuleAndSpec(m, spec, NULL);
+    if (tp == NULL)
+        return -1;
+    *slot = (PyTypeObject *)tp;
+#if PY_VERSION_HEX < 0x030A0000
+    {   /* no Py_TPFLAGS_DISALLOW_INSTANTIATION before 3.10 */
+        PyType_Slot *s;
+        int has_new = 0;
+        for (s = spec->slots; s->slot; s++)
+            has_new |= s->slot == Py_tp_new;
+        if (!has_new)
+            ((PyTypeObject *)tp)->tp_new = NULL;
+    }
+#endif
+    const char *shortname = strrchr(spec->name, '.') + 1;
+    return pygpu_module_add_ref(m, shortname, tp);
+}
+
+/* Build each enum as an IntEnum in pygpu.driver's namespace. */
+static int
+add_enums(PyObject *m)
+{
+    PyObject *enum_mod = PyImport_ImportModule("enum"), *IntEnum;
+    int i, rc = -1;
+    if (enum_mod == NULL)
+        return -1;
+    IntEnum = PyObject_GetAttrString(enum_mod, "IntEnum");
+    Py_DECREF(enum_mod);
+    if (IntEnum == NULL)
+        return -1;
+    for (i = 0; pygpu_enums[i].name != NULL; i++) {
+        const pygpu_enum_entry *e;
+        PyObject *members = PyList_New(0), *kwargs = NULL, *cls = NULL, *args = NULL;
+        if (members == NULL)
+            goto done;
+        for (e = pygpu_enums[i].entries; e->name != NULL; e++) {
+            PyObject *pair = Py_BuildValue("(sL)", e->name, e->value);
+            if (pair == NULL || PyList_Append(members, pair) < 0) {
+                Py_XDECREF(pair);
+                Py_DECREF(members);
+                goto done;
+            }
+            Py_DECREF(pair);
+        }
+        args = Py_BuildValue("(sN)", pygpu_enums[i].name, members);
+        kwargs = Py_BuildValue("{ss}", "module", "pygpu.driver");
+        if (args && kwargs)
+            cls = PyObject_Call(IntEnum, args, kwargs);
+        Py_XDECREF(args);
+        Py_XDECREF(kwargs);
+        if (cls == NULL)
+            goto done;
+        if (PyModule_AddObject(m, pygpu_enums[i].name, cls) < 0) {
+            Py_DECREF(cls);
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    Py_DECREF(IntEnum);
+    return rc;
+}
+
+static int
+driver_exec(PyObject *m)
+{
+    pygpu_state *st = PyModule_GetState(m);
+    PyObject *gc;
+    memset(st, 0, sizeof *st);
+    st->primary_contexts = PyDict_New();
+    st->foreign_contexts = PyDict_New();
+    if (st->primary_contexts == NULL || st->foreign_contexts == NULL)
+        return -1;
+    gc = PyImport_ImportModule("gc");
+    if (gc == NULL)
+        return -1;
+    st->gc_collect = PyObject_GetAttrString(gc, "collect");
+    Py_DECREF(gc);
+    if (st->gc_collect == NULL)
+        return -1;
+#define INTERN(field, text) \
+    if ((st->field = PyUnicode_InternFromString(text)) == NULL) return -1;
+    INTERN(str_cai, "__cuda_array_interface__")
+    INTERN(str_dlpack, "__dlpack__")
+    INTERN(str_cuda_stream, "__cuda_stream__")
+    INTERN(str_block, "block")
+    INTERN(str_grid, "grid")
+    INTERN(str_shared, "shared")
+    INTERN(str_stream, "stream")
+    INTERN(str_time_kernel, "time_kernel")
+#undef INTERN
+    if (pygpu_errors_setup(m, st) < 0
+        || pygpu_loader_setup(m) < 0
+        || add_enums(m) < 0
+        || pygpu_device_setup(m, st) < 0
+        || pygpu_context_setup(m, st) < 0
+        || pygpu_stream_setup(m, st) < 0
+        || pygpu_event_setup(m, st) < 0
+        || pygpu_memory_setup(m, st) < 0
+        || pygpu_hostmem_setup(m, st) < 0
+        || pygpu_module_setup(m, st) < 0
+        || pygpu_function_setup(m, st) < 0
+        || pygpu_nvrtc_setup(m, st) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(m, "CUDA_HEADER_VERSION", CUDA_VERSION) < 0)
+        return -1;
+    return 0;
+}
+
+static int
+driver_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    pygpu_state *st = PyModule_GetState(m);
+    if (st == NULL)
+        return 0;
+    Py_VISIT(st->Error);
+    Py_VISIT(st->LogicError);
+    Py_VISIT(st->LaunchError);
+    Py_VISIT(st->MemoryError);
+    Py_VISIT(st->RuntimeError);
+    Py_VISIT(st->CudaUnavailableError);
+    Py_VISIT(st->DeviceType);
+    Py_VISIT(st->ContextType);
+    Py_VISIT(st->DeviceAllocationType);
+    Py_VISIT(st->HostAllocationType);
+    Py_VISIT(st->ModuleType);
+    Py_VISIT(st->FunctionType);
+    Py_VISIT(st->BoundLaunchType);
+    Py_VISIT(st->StreamType);
+    Py_VISIT(st->EventType);
+    Py_VISIT(st->ArgumentHandlerType);
+    Py_VISIT(st->primary_contexts);
+    Py_VISIT(st->foreign_contexts);
+    Py_VISIT(st->gc_collect);
+    Py_VISIT(st->handler_slow_path);
+    return 0;
+}
+
+static int
+driver_clear(PyObject *m)
+{
+    pygpu_state *st = PyModule_GetState(m);
+    if (st == NULL)
+        return 0;
+    /* primary contexts last among the objects: nothing else is cleared
+     * here that they depend on */
+    st->last_ctx = NULL;
+    st->last_handle = NULL;
+    Py_CLEAR(st->foreign_contexts);
+    Py_CLEAR(st->primary_contexts);
+    Py_CLEAR(st->handler_slow_path);
+    Py_CLEAR(st->gc_collect);
+    Py_CLEAR(st->str_cai);
+    Py_CLEAR(st->str_dlpack);
+    Py_CLEAR(st->str_cuda_stream);
+    Py_CLEAR(st->str_block);
+    Py_CLEAR(st->str_grid);
+    Py_CLEAR(st->str_shared);
+    Py_CLEAR(st->str_stream);
+    Py_CLEAR(st->str_time_kernel);
+    Py_CLEAR(st->DeviceType);
+    Py_CLEAR(st->ContextType);
+    Py_CLEAR(st->DeviceAllocationType);
+    Py_CLEAR(st->HostAllocationType);
+    Py_CLEAR(st->ModuleType);
+    Py_CLEAR(st->FunctionType);
+    Py_CLEAR(st->BoundLaunchType);
+    Py_CLEAR(st->StreamType);
+    Py_CLEAR(st->EventType);
+    Py_CLEAR(st->ArgumentHandlerType);
+    Py_CLEAR(st->Error);
+    Py_CLEAR(st->LogicError);
+    Py_CLEAR(st->LaunchError);
+    Py_CLEAR(st->MemoryError);
+    Py_CLEAR(st->RuntimeError);
+    Py_CLEAR(st->CudaUnavailableError);
+    return 0;
+}
+
+static void
+driver_free(void *m)
+{
+    driver_clear((PyObject *)m);
+}
+
+static PyModuleDef_Slot driver_slots[] = {
+    {Py_mod_exec, driver_exec},
+    {0, NULL}
+};
+
+PyModuleDef pygpu_moduledef = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "pygpu._driver",
+    .m_doc = "CUDA driver API and NVRTC bindings (the C half of pygpu).",
+    .m_size = sizeof(pygpu_state),
+    .m_slots = driver_slots,
+    .m_traverse = driver_traverse,
+    .m_clear = driver_clear,
+    .m_free = driver_free,
+};
+
+PyMODINIT_FUNC
+PyInit__driver(void)
+{
+    return PyModuleDef_Init(&pygpu_moduledef);
+}

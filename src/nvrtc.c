@@ -1,0 +1,245 @@
+/* NVRTC: compile CUDA C++ in-process, with the GIL released. */
+#include "pygpu.h"
+
+static int
+ensure_nvrtc(pygpu_state *st)
+{
+    if (pygpu_nvrtc_loaded())
+        return 0;
+    PyErr_SetString(st->CudaUnavailableError,
+                    "NVRTC is not loaded: call pygpu.compiler.nvrtc_version() or "
+                    "compile() first, which finds it");
+    return -1;
+}
+
+static PyObject *
+nvrtc_error(pygpu_state *st, nvrtcResult r, const char *routine)
+{
+    const char *text = nv.nvrtcGetErrorString ? nv.nvrtcGetErrorString(r) : "?";
+    PyErr_Format(st->RuntimeError, "%s failed: %s", routine, text);
+    return NULL;
+}
+
+static PyObject *
+nvrtc_version(PyObject *m, PyObject *unused)
+{
+    pygpu_state *st = PyModule_GetState(m);
+    int major, minor;
+    nvrtcResult r;
+    if (ensure_nvrtc(st) < 0)
+        return NULL;
+    r = nv.nvrtcVersion(&major, &minor);
+    if (r != NVRTC_SUCCESS)
+        return nvrtc_error(st, r, "nvrtcVersion");
+    return Py_BuildValue("(ii)", major, minor);
+}
+
+static PyObject *
+nvrtc_supported_archs(PyObject *m, PyObject *unused)
+{
+    pygpu_state *st = PyModule_GetState(m);
+    int n, *archs, i;
+    nvrtcResult r;
+    PyObject *res;
+    if (ensure_nvrtc(st) < 0)
+        return NULL;
+    r = nv.nvrtcGetNumSupportedArchs(&n);
+    if (r != NVRTC_SUCCESS)
+        return nvrtc_error(st, r, "nvrtcGetNumSupportedArchs");
+    archs = PyMem_Calloc((size_t)(n ? n : 1), sizeof(int));
+    if (archs == NULL)
+        return PyErr_NoMemory();
+    r = nv.nvrtcGetSupportedArchs(archs);
+    if (r != NVRTC_SUCCESS) {
+        PyMem_Free(archs);
+        return nvrtc_error(st, r, "nvrtcGetSupportedArchs");
+    }
+    res = PyTuple_New(n);
+    for (i = 0; res && i < n; i++)
+        PyTuple_SET_ITEM(res, i, PyLong_FromLong(archs[i]));
+    PyMem_Free(archs);
+    return res;
+}
+
+/* _nvrtc_compile(source, name, options, headers, name_expressions, target)
+ *   headers: sequence of (include_name, text)
+ *   target: "cubin" or "ptx"
+ * -> (ok, log, image_or_None, {expression: lowered_name}) */
+static PyObject *
+nvrtc_compile(PyObject *m, PyObject *args)
+{
+    pygpu_state *st = PyModule_GetState(m);
+    const char *source, *name, *target;
+    PyObject *opts_o, *hdrs_o, *names_o, *opts = NULL, *hdrs = NULL, *names = NULL;
+    PyObject *log_o = NULL, *image_o = NULL, *lowered = NULL, *res = NULL;
+    const char **copts = NULL, **hnames = NULL, **htexts = NULL;
+    Py_ssize_t nopt, nhdr, nname, i;
+    nvrtcProgram prog = NULL;
+    nvrtcResult r, cr;
+    size_t logsize, size;
+    char *log = NULL;
+    int want_cubin;
+
+    if (!PyArg_ParseTuple(args, "ssOOOs:_nvrtc_compile", &source, &name, &opts_o, &hdrs_o,
+                          &names_o, &target))
+        return NULL;
+    if (ensure_nvrtc(st) < 0)
+        return NULL;
+    want_cubin = strcmp(target, "cubin") == 0;
+    if (!want_cubin && strcmp(target, "ptx") != 0) {
+        PyErr_Format(PyExc_ValueError, "target must be 'cubin' or 'ptx', not %R",
+                     PyTuple_GET_ITEM(args, 5));
+        return NULL;
+    }
+    if ((opts = PySequence_Fast(opts_o, "options must be a sequence of str")) == NULL
+        || (hdrs = PySequence_Fast(hdrs_o, "headers must be a sequence of pairs")) == NULL
+        || (names = PySequence_Fast(names_o, "name_expressions must be a sequence of str")) == NULL)
+        goto done;
+    nopt = PySequence_Fast_GET_SIZE(opts);
+    nhdr = PySequence_Fast_GET_SIZE(hdrs);
+    nname = PySequence_Fast_GET_SIZE(names);
+    copts = PyMem_Calloc((size_t)nopt + 1, sizeof(char *));
+    hnames = PyMem_Calloc((size_t)nhdr + 1, sizeof(char *));
+    htexts = PyMem_Calloc((size_t)nhdr + 1, sizeof(char *));
+    if (!copts || !hnames || !htexts) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < nopt; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(opts, i);
+        if (!PyUnicode_Check(o) || (copts[i] = PyUnicode_AsUTF8(o)) == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "compiler options must be str, not %.100s",
+                             Py_TYPE(o)->tp_name);
+            goto done;
+        }
+    }
+    for (i = 0; i < nhdr; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(hdrs, i);
+        if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 2
+            || (hnames[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(o, 0))) == NULL
+            || (htexts[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(o, 1))) == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "headers must be (name, text) pairs");
+            goto done;
+        }
+    }
+    r = nv.nvrtcCreateProgram(&prog, source, name, (int)nhdr, htexts, hnames);
+    if (r != NVRTC_SUCCESS) {
+        nvrtc_error(st, r, "nvrtcCreateProgram");
+        goto done;
+    }
+    for (i = 0; i < nname; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(names, i);
+        const char *e = PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : NULL;
+        if (e == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "name_expressions must be str");
+            goto done;
+        }
+        r = nv.nvrtcAddNameExpression(prog, e);
+        if (r != NVRTC_SUCCESS) {
+            nvrtc_error(st, r, "nvrtcAddNameExpression");
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    cr = nv.nvrtcCompileProgram(prog, (int)nopt, copts);
+    Py_END_ALLOW_THREADS
+    r = nv.nvrtcGetProgramLogSize(prog, &logsize);
+    if (r != NVRTC_SUCCESS) {
+        nvrtc_error(st, r, "nvrtcGetProgramLogSize");
+        goto done;
+    }
+    log = PyMem_Malloc(logsize + 1);
+    if (log == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    log[0] = '\0';
+    if (logsize && (r = nv.nvrtcGetProgramLog(prog, log)) != NVRTC_SUCCESS) {
+        nvrtc_error(st, r, "nvrtcGetProgramLog");
+        goto done;
+    }
+    log_o = PyUnicode_DecodeUTF8(log, strlen(log), "replace");
+    if (log_o == NULL)
+        goto done;
+    lowered = PyDict_New();
+    if (lowered == NULL)
+        goto done;
+    if (cr != NVRTC_SUCCESS) {
+        if (cr != NVRTC_ERROR_COMPILATION) {
+            /* an invalid option and the like: say which */
+            PyObject *t = PyUnicode_FromFormat("%U%s%s", log_o, PyUnicode_GET_LENGTH(log_o) ? "\n" : "",
+                                               nv.nvrtcGetErrorString(cr));
+            if (t == NULL)
+                goto done;
+            Py_SETREF(log_o, t);
+        }
+        res = Py_BuildValue("(OOOO)", Py_False, log_o, Py_None, lowered);
+        goto done;
+    }
+    r = want_cubin ? nv.nvrtcGetCUBINSize(prog, &size) : nv.nvrtcGetPTXSize(prog, &size);
+    if (r != NVRTC_SUCCESS) {
+        nvrtc_error(st, r, want_cubin ? "nvrtcGetCUBINSize" : "nvrtcGetPTXSize");
+        goto done;
+    }
+    if (want_cubin && size == 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "NVRTC produced no cubin: target='cubin' needs a real "
+                        "architecture (arch='sm_XY'), not a virtual one (compute_XY)");
+        goto done;
+    }
+    image_o = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (image_o == NULL)
+        goto done;
+    r = want_cubin ? nv.nvrtcGetCUBIN(prog, PyBytes_AS_STRING(image_o))
+                   : nv.nvrtcGetPTX(prog, PyBytes_AS_STRING(image_o));
+    if (r != NVRTC_SUCCESS) {
+        nvrtc_error(st, r, want_cubin ? "nvrtcGetCUBIN" : "nvrtcGetPTX");
+        goto done;
+    }
+    for (i = 0; i < nname; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(names, i), *lo;
+        const char *low = NULL;
+        r = nv.nvrtcGetLoweredName(prog, PyUnicode_AsUTF8(o), &low);
+        if (r != NVRTC_SUCCESS || low == NULL) {
+            nvrtc_error(st, r, "nvrtcGetLoweredName");
+            goto done;
+        }
+        lo = PyUnicode_FromString(low);
+        if (lo == NULL || PyDict_SetItem(lowered, o, lo) < 0) {
+            Py_XDECREF(lo);
+            goto done;
+        }
+        Py_DECREF(lo);
+    }
+    res = Py_BuildValue("(OOOO)", Py_True, log_o, image_o, lowered);
+done:
+    if (prog)
+        nv.nvrtcDestroyProgram(&prog);
+    PyMem_Free(log);
+    PyMem_Free(copts);
+    PyMem_Free(hnames);
+    PyMem_Free(htexts);
+    Py_XDECREF(opts);
+    Py_XDECREF(hdrs);
+    Py_XDECREF(names);
+    Py_XDECREF(log_o);
+    Py_XDECREF(image_o);
+    Py_XDECREF(lowered);
+    return res;
+}
+
+static PyMethodDef nvrtc_methods[] = {
+    {"_nvrtc_version", nvrtc_version, METH_NOARGS, NULL},
+    {"_nvrtc_supported_archs", nvrtc_supported_archs, METH_NOARGS, NULL},
+    {"_nvrtc_compile", nvrtc_compile, METH_VARARGS, NULL},
+    {NULL}
+};
+
+int
+pygpu_nvrtc_setup(PyObject *m, pygpu_state *st)
+{
+    return PyModule_AddFunctions(m, nvrtc_methods);
+}

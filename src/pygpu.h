@@ -1,0 +1,271 @@
+/* pygpu._driver: shared declarations.
+ *
+ * Lifetime rules (DESIGN.md): every CUDA handle lives in exactly one object;
+ * a dependent object holds a strong reference to what it depends on, so the
+ * parent outlives the child.  Dealloc frees in the owning context, never
+ * raises and stays silent once the interpreter or the context is gone.
+ */
+#ifndef PYGPU_H
+#define PYGPU_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <nvrtc.h>
+#include "cuda_api.h"
+
+#ifndef Py_TPFLAGS_IMMUTABLETYPE
+#define Py_TPFLAGS_IMMUTABLETYPE 0   /* Python 3.9 */
+#endif
+#ifndef Py_TPFLAGS_DISALLOW_INSTANTIATION
+#define Py_TPFLAGS_DISALLOW_INSTANTIATION 0
+#endif
+
+/* ---- loader.c: the one process-wide global, a table of C pointers ---- */
+
+#define PYGPU_CU_FIELD(name, version) PFN_##name##_v##version name;
+typedef struct {
+    PYGPU_CUDA_API(PYGPU_CU_FIELD, PYGPU_CU_FIELD)
+    CUresult (*getProcAddress)(const char *, void **, int, cuuint64_t,
+                               CUdriverProcAddressQueryResult *);
+    CUresult (*getProcAddress_v1)(const char *, void **, int, cuuint64_t);
+} pygpu_cuda_table;
+#undef PYGPU_CU_FIELD
+
+#define PYGPU_NV_FIELD(ret, name, args) ret (*name) args;
+typedef struct {
+    PYGPU_NVRTC_API(PYGPU_NV_FIELD)
+} pygpu_nvrtc_table;
+#undef PYGPU_NV_FIELD
+
+extern pygpu_cuda_table pygpu_cu;
+extern pygpu_nvrtc_table pygpu_nv;
+#define cu pygpu_cu
+#define nv pygpu_nv
+
+/* ---- module state ---- */
+
+typedef struct pygpu_Context pygpu_Context;
+
+typedef struct {
+    /* exceptions */
+    PyObject *Error, *LogicError, *LaunchError, *MemoryError, *RuntimeError,
+             *CudaUnavailableError;
+    /* types */
+    PyTypeObject *DeviceType, *ContextType, *DeviceAllocationType,
+                 *HostAllocationType, *ModuleType, *FunctionType,
+                 *BoundLaunchType, *StreamType, *EventType,
+                 *ArgumentHandlerType;
+    /* strong refs: one primary Context per device ordinal, created on first
+     * use and kept until the module is torn down */
+    PyObject *primary_contexts;           /* dict: ordinal -> Context */
+    PyObject *foreign_contexts;           /* dict: handle -> non-owning Context */
+    /* borrowed: contexts made by make_context() or wrapped from a foreign
+     * handle; each removes itself in its dealloc */
+    pygpu_Context *other_contexts;
+    /* borrowed cache of the last context looked up by handle */
+    CUcontext last_handle;
+    pygpu_Context *last_ctx;
+    PyObject *gc_collect;                 /* strong: gc.collect */
+    PyObject *str_cai;                    /* interned "__cuda_array_interface__" */
+    PyObject *str_dlpack;                 /* interned "__dlpack__" */
+    PyObject *str_cuda_stream;            /* interned "__cuda_stream__" */
+    PyObject *str_block, *str_grid, *str_shared, *str_stream, *str_time_kernel;
+    PyObject *handler_slow_path;          /* strong: pygpu.driver._launch_with_handlers */
+    int warned_no_param_info;
+} pygpu_state;
+
+static inline pygpu_state *
+pygpu_state_from_type(PyTypeObject *tp)
+{
+    return (pygpu_state *)PyType_GetModuleState(tp);
+}
+#define PYGPU_STATE(self) pygpu_state_from_type(Py_TYPE(self))
+
+/* ---- objects ---- */
+
+typedef struct {
+    PyObject_HEAD
+    CUdevice handle;
+    int ordinal;
+} pygpu_Device;
+
+struct pygpu_Context {
+    PyObject_HEAD
+    CUcontext handle;          /* owned unless !owns */
+    PyObject *device;          /* strong ref: the pygpu_Device */
+    int ordinal;
+    int is_primary;            /* handle is a retained primary context */
+    int owns;                  /* destroy/release on detach or dealloc */
+    int detached;
+    pygpu_Context *next_other; /* link in state->other_contexts */
+    /* launch limits, read once on first launch in this context */
+    int limits_read;
+    int max_block[3], max_grid[3], max_threads, max_shared_optin;
+    PyObject *weakreflist;
+};
+
+typedef struct {
+    PyObject_HEAD
+    CUdeviceptr ptr;           /* owned: freed by allocation_release */
+    size_t size;
+    pygpu_Context *context;    /* strong ref */
+    int kind;                  /* 0 cuMemAlloc, 1 managed, 2 async (pool), 3 not owned */
+    PyObject *owner;           /* strong ref for kind 3 (e.g. the Module of a global) */
+    int freed;
+    CUstream free_stream;      /* for kind 2: stream to free on */
+    PyObject *weakreflist;
+} pygpu_DeviceAllocation;
+
+typedef struct {
+    PyObject_HEAD
+    void *ptr;                 /* owned: cuMemFreeHost or cuMemHostUnregister */
+    size_t size;
+    unsigned int flags;
+    int registered;            /* 1: cuMemHostRegister'd memory of `owner` */
+    PyObject *owner;           /* strong ref for registered memory */
+    Py_buffer view;            /* held for registered memory */
+    pygpu_Context *context;    /* strong ref */
+    int freed;
+    Py_ssize_t exports;        /* live buffer exports */
+} pygpu_HostAllocation;
+
+typedef struct {
+    PyObject_HEAD
+    CUmodule handle;           /* owned */
+    pygpu_Context *context;    /* strong ref */
+    PyObject *functions;       /* dict name -> Function (cache) */
+    PyObject *info_log;        /* str */
+    int unloaded;
+} pygpu_Module;
+
+typedef struct {
+    size_t offset, size;
+} pygpu_param;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    CUfunction handle;         /* owned by the module */
+    pygpu_Module *module;      /* strong ref */
+    PyObject *name;            /* str */
+    int nparams;               /* -1 until read */
+    int layout_known;          /* 1: from cuFuncGetParamInfo or prepare() */
+    pygpu_param *params;
+    size_t argbuf_size;
+    char *argbuf;              /* packed values */
+    void **argptrs;            /* pointers into argbuf */
+    char *prepared;            /* prepare() type chars, or NULL */
+    /* last launch configuration, reused while the same tuples come back */
+    PyObject *last_block, *last_grid;   /* strong refs */
+    unsigned int block[3], grid[3];
+    PyObject *weakreflist;
+} pygpu_Function;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    pygpu_Function *function;  /* strong ref */
+    unsigned int block[3], grid[3], shared;
+    CUstream stream;
+    PyObject *stream_obj;      /* strong ref: keeps the stream alive */
+} pygpu_BoundLaunch;
+
+typedef struct {
+    PyObject_HEAD
+    CUstream handle;           /* owned unless !owns */
+    pygpu_Context *context;    /* strong ref (may be NULL for the null stream before use) */
+    PyObject *owner;           /* strong ref to a foreign owner, or NULL */
+    int owns;
+    PyObject *weakreflist;
+} pygpu_Stream;
+
+typedef struct {
+    PyObject_HEAD
+    CUevent handle;            /* owned */
+    pygpu_Context *context;    /* strong ref */
+} pygpu_Event;
+
+/* ---- shared prototypes ---- */
+
+/* errors.c */
+PyObject *pygpu_cuda_error(pygpu_state *st, CUresult rc, const char *routine);
+/* the same, with a sentence appended to the message (extra may be NULL) */
+PyObject *pygpu_cuda_error_ex(pygpu_state *st, CUresult rc, const char *routine,
+                              const char *extra);
+int pygpu_errors_setup(PyObject *m, pygpu_state *st);
+
+/* loader.c: pygpu_ensure_driver() loads libcuda and calls cuInit once per
+ * process; returns 0, or -1 with CudaUnavailableError set.  GIL held. */
+int pygpu_ensure_driver(pygpu_state *st);
+int pygpu_nvrtc_loaded(void);
+int pygpu_loader_setup(PyObject *m);
+
+/* context.c */
+pygpu_Context *pygpu_current_context(pygpu_state *st); /* borrowed; ensures one */
+pygpu_Context *pygpu_context_for_handle(pygpu_state *st, CUcontext h); /* borrowed */
+int pygpu_context_check(pygpu_state *st, pygpu_Context *ctx);
+/* push ctx if it is not current; *pushed says whether to pop.  No GIL needed. */
+CUresult pygpu_context_enter(pygpu_Context *ctx, int *pushed);
+void pygpu_context_exit(int pushed);
+int pygpu_context_read_limits(pygpu_state *st, pygpu_Context *ctx);
+PyObject *pygpu_device_new(pygpu_state *st, int ordinal);
+
+/* memory.c */
+/* resolve a device pointer: DeviceAllocation, int, __cuda_array_interface__,
+ * None (-> 0 when allow_none).  Returns 0 or -1; *size = capacity or
+ * (size_t)-1 when unknown. */
+int pygpu_get_device_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr,
+                         size_t *size, int allow_none);
+int pygpu_get_dlpack_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr);
+/* a DeviceAllocation that does not own ptr; owner is kept alive with it */
+PyObject *pygpu_borrowed_allocation(pygpu_state *st, pygpu_Context *ctx, CUdeviceptr ptr,
+                                    size_t size, PyObject *owner);
+/* resolve a stream argument (None, Stream, int handle, __cuda_stream__) */
+int pygpu_get_stream(pygpu_state *st, PyObject *obj, CUstream *out);
+
+/* setup functions, one per file */
+int pygpu_device_setup(PyObject *m, pygpu_state *st);
+int pygpu_context_setup(PyObject *m, pygpu_state *st);
+int pygpu_memory_setup(PyObject *m, pygpu_state *st);
+int pygpu_hostmem_setup(PyObject *m, pygpu_state *st);
+int pygpu_module_setup(PyObject *m, pygpu_state *st);
+int pygpu_function_setup(PyObject *m, pygpu_state *st);
+int pygpu_stream_setup(PyObject *m, pygpu_state *st);
+int pygpu_event_setup(PyObject *m, pygpu_state *st);
+int pygpu_nvrtc_setup(PyObject *m, pygpu_state *st);
+
+extern PyModuleDef pygpu_moduledef;
+
+/* PyModule_AddObjectRef for Python 3.9: adds a new reference. */
+static inline int
+pygpu_module_add_ref(PyObject *m, const char *name, PyObject *obj)
+{
+    Py_INCREF(obj);
+    if (PyModule_AddObject(m, name, obj) < 0) {
+        Py_DECREF(obj);
+        return -1;
+    }
+    return 0;
+}
+
+/* PyObject_GetOptionalAttr for Python < 3.13: 1 found, 0 absent, -1 error. */
+static inline int
+pygpu_getattr_opt(PyObject *obj, PyObject *name, PyObject **res)
+{
+    *res = PyObject_GetAttr(obj, name);
+    if (*res != NULL)
+        return 1;
+    if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return -1;
+}
+
+/* Add a heap type made from spec to the module and store it in *slot. */
+int pygpu_add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **slot);
+
+#endif

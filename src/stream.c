@@ -1,0 +1,292 @@
+/* Stream: a CUDA stream owned by this object, or a wrapped foreign one. */
+#include "pygpu.h"
+
+static void
+stream_release(pygpu_Stream *self)
+{
+    CUstream h = self->handle;
+    int pushed = 0;
+    if (!self->owns || h == NULL)
+        return;
+    self->handle = NULL;
+    self->owns = 0;
+    if (self->context == NULL || self->context->detached)
+        return;
+    if (pygpu_context_enter(self->context, &pushed) != CUDA_SUCCESS)
+        return;
+    cu.cuStreamDestroy(h);
+    pygpu_context_exit(pushed);
+}
+
+static int
+stream_traverse(pygpu_Stream *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->owner);
+    return 0;
+}
+
+static int
+stream_clear(pygpu_Stream *self)
+{
+    Py_CLEAR(self->owner);
+    return 0;
+}
+
+static void
+stream_dealloc(pygpu_Stream *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    stream_release(self);
+    Py_CLEAR(self->owner);
+    Py_CLEAR(self->context);
+    PyObject_GC_Del(self);
+    Py_DECREF(tp);
+}
+
+static pygpu_Stream *
+stream_alloc(pygpu_state *st, CUstream h, pygpu_Context *ctx, int owns, PyObject *owner)
+{
+    pygpu_Stream *self = PyObject_GC_New(pygpu_Stream, st->StreamType);
+    if (self == NULL)
+        return NULL;
+    self->handle = h;
+    self->owns = owns;
+    self->weakreflist = NULL;
+    Py_XINCREF(ctx);
+    self->context = ctx;
+    Py_XINCREF(owner);
+    self->owner = owner;
+    PyObject_GC_Track(self);
+    return self;
+}
+
+static PyObject *
+stream_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    pygpu_state *st = pygpu_state_from_type(type);
+    static char *kwlist[] = {"flags", "priority", NULL};
+    unsigned int flags = 0;
+    int priority = 0;
+    pygpu_Context *ctx;
+    CUstream h;
+    CUresult rc;
+    pygpu_Stream *self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|Ii:Stream", kwlist, &flags, &priority))
+        return NULL;
+    if ((ctx = pygpu_current_context(st)) == NULL)
+        return NULL;
+    rc = cu.cuStreamCreateWithPriority(&h, flags, priority);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuStreamCreateWithPriority");
+    self = stream_alloc(st, h, ctx, 1, NULL);
+    if (self == NULL)
+        cu.cuStreamDestroy(h);
+    return (PyObject *)self;
+}
+
+static PyObject *
+stream_from_handle(PyObject *cls, PyObject *args, PyObject *kwds)
+{
+    pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
+    static char *kwlist[] = {"handle", "owner", NULL};
+    PyObject *hobj, *owner = Py_None;
+    CUstream h;
+    pygpu_Context *ctx;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:from_handle", kwlist, &hobj, &owner))
+        return NULL;
+    if (pygpu_get_stream(st, hobj, &h) < 0)
+        return NULL;
+    if ((ctx = pygpu_current_context(st)) == NULL)
+        return NULL;
+    return (PyObject *)stream_alloc(st, h, ctx, 0, owner == Py_None ? NULL : owner);
+}
+
+static PyObject *
+special_stream(PyObject *cls, CUstream h)
+{
+    pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
+    pygpu_Context *ctx = pygpu_current_context(st);
+    if (ctx == NULL)
+        return NULL;
+    return (PyObject *)stream_alloc(st, h, ctx, 0, NULL);
+}
+
+static PyObject *
+stream_null(PyObject *cls, PyObject *unused)
+{
+    return special_stream(cls, CU_STREAM_LEGACY);
+}
+
+static PyObject *
+stream_per_thread(PyObject *cls, PyObject *unused)
+{
+    return special_stream(cls, CU_STREAM_PER_THREAD);
+}
+
+static PyObject *
+stream_synchronize(pygpu_Stream *self, PyObject *unused)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    CUresult rc;
+    int pushed = 0;
+    if (self->context && pygpu_context_check(st, self->context) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = self->context ? pygpu_context_enter(self->context, &pushed) : CUDA_SUCCESS;
+    if (rc == CUDA_SUCCESS) {
+        rc = cu.cuStreamSynchronize(self->handle);
+        pygpu_context_exit(pushed);
+    }
+    Py_END_ALLOW_THREADS
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuStreamSynchronize");
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+stream_is_done(pygpu_Stream *self, PyObject *unused)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    CUresult rc = cu.cuStreamQuery(self->handle);
+    if (rc == CUDA_SUCCESS)
+        Py_RETURN_TRUE;
+    if (rc == CUDA_ERROR_NOT_READY)
+        Py_RETURN_FALSE;
+    return pygpu_cuda_error(st, rc, "cuStreamQuery");
+}
+
+static PyObject *
+stream_wait_for_event(pygpu_Stream *self, PyObject *event)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    CUresult rc;
+    if (!Py_IS_TYPE(event, st->EventType)) {
+        PyErr_Format(PyExc_TypeError, "wait_for_event() takes an Event, not %.100s",
+                     Py_TYPE(event)->tp_name);
+        return NULL;
+    }
+    rc = cu.cuStreamWaitEvent(self->handle, ((pygpu_Event *)event)->handle, 0);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuStreamWaitEvent");
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+stream_cuda_stream(pygpu_Stream *self, PyObject *unused)
+{
+    return Py_BuildValue("(iN)", 0, PyLong_FromVoidPtr(self->handle));
+}
+
+static PyObject *
+stream_get_handle(pygpu_Stream *self, void *c)
+{
+    return PyLong_FromVoidPtr(self->handle);
+}
+
+static PyObject *
+stream_get_priority(pygpu_Stream *self, void *c)
+{
+    int prio;
+    CUresult rc = cu.cuStreamGetPriority(self->handle, &prio);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(PYGPU_STATE(self), rc, "cuStreamGetPriority");
+    return PyLong_FromLong(prio);
+}
+
+static PyObject *
+stream_get_flags(pygpu_Stream *self, void *c)
+{
+    unsigned int flags;
+    CUresult rc = cu.cuStreamGetFlags(self->handle, &flags);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(PYGPU_STATE(self), rc, "cuStreamGetFlags");
+    return PyLong_FromUnsignedLong(flags);
+}
+
+static PyObject *
+stream_repr(pygpu_Stream *self)
+{
+    const char *kind = self->handle == CU_STREAM_LEGACY || self->handle == NULL ? " (legacy default)"
+                     : self->handle == CU_STREAM_PER_THREAD ? " (per-thread default)"
+                     : self->owns ? "" : " (foreign)";
+    return PyUnicode_FromFormat("<pygpu.driver.Stream %p%s>", (void *)self->handle, kind);
+}
+
+static PyObject *
+stream_richcompare(pygpu_Stream *self, PyObject *other, int op)
+{
+    if (!PyObject_TypeCheck(other, Py_TYPE(self)) || (op != Py_EQ && op != Py_NE))
+        Py_RETURN_NOTIMPLEMENTED;
+    int eq = self->handle == ((pygpu_Stream *)other)->handle;
+    return PyBool_FromLong(op == Py_EQ ? eq : !eq);
+}
+
+static Py_hash_t
+stream_hash(pygpu_Stream *self)
+{
+    return (Py_hash_t)((uintptr_t)self->handle >> 3);
+}
+
+#define CF(f) (PyCFunction)(void (*)(void))(f)
+static PyMethodDef stream_methods[] = {
+    {"synchronize", (PyCFunction)stream_synchronize, METH_NOARGS,
+     "synchronize($self, /)\n--\n\nWait for the stream's work (GIL released)."},
+    {"is_done", (PyCFunction)stream_is_done, METH_NOARGS,
+     "is_done($self, /)\n--\n\nWhether all work queued on the stream has finished."},
+    {"wait_for_event", (PyCFunction)stream_wait_for_event, METH_O,
+     "wait_for_event($self, event, /)\n--\n\nLater work on this stream waits for event."},
+    {"from_handle", CF(stream_from_handle), METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+     "from_handle($cls, /, handle, owner=None)\n--\n\n"
+     "Wrap a stream made elsewhere (int handle or __cuda_stream__ object). Never "
+     "destroyed by pygpu; owner is kept alive with the wrapper."},
+    {"null", stream_null, METH_NOARGS | METH_CLASS,
+     "null($cls, /)\n--\n\nThe legacy default (NULL) stream."},
+    {"per_thread", stream_per_thread, METH_NOARGS | METH_CLASS,
+     "per_thread($cls, /)\n--\n\nThe per-thread default stream."},
+    {"__cuda_stream__", (PyCFunction)stream_cuda_stream, METH_NOARGS,
+     "__cuda_stream__($self, /)\n--\n\n(0, handle): the CUDA stream protocol."},
+    {NULL}
+};
+
+static PyGetSetDef stream_getset[] = {
+    {"handle", (getter)stream_get_handle, NULL, "The CUstream as an int.", NULL},
+    {"priority", (getter)stream_get_priority, NULL, "The stream's priority.", NULL},
+    {"flags", (getter)stream_get_flags, NULL, "The stream's flags.", NULL},
+    {NULL}
+};
+
+static PyMemberDef stream_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Stream, weakreflist), READONLY},
+    {NULL}
+};
+
+static PyType_Slot stream_slots[] = {
+    {Py_tp_new, stream_new},
+    {Py_tp_dealloc, stream_dealloc},
+    {Py_tp_traverse, stream_traverse},
+    {Py_tp_clear, stream_clear},
+    {Py_tp_methods, stream_methods},
+    {Py_tp_getset, stream_getset},
+    {Py_tp_members, stream_members},
+    {Py_tp_repr, stream_repr},
+    {Py_tp_richcompare, stream_richcompare},
+    {Py_tp_hash, stream_hash},
+    {Py_tp_doc, "Stream(flags=0, priority=0)\n--\n\n"
+                "A CUDA stream in the current context, destroyed when this object dies."},
+    {0, NULL}
+};
+
+static PyType_Spec stream_spec = {
+    "pygpu.driver.Stream", sizeof(pygpu_Stream), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC, stream_slots
+};
+
+int
+pygpu_stream_setup(PyObject *m, pygpu_state *st)
+{
+    return pygpu_add_type(m, &stream_spec, &st->StreamType);
+}

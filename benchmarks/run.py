@@ -1,0 +1,349 @@
+"""pygpu against the plain-C driver floor and its peers, in one run.
+
+    python3 benchmarks/run.py [--json results.json]
+
+Builds floor.c (the same work straight on the driver API and NVRTC), runs
+it, then measures pygpu and each installed peer (CuPy RawKernel/RawModule,
+cuda.core, PyCUDA) in this process, and prints one table of figures and
+ratios.  The method is in docs/benchmarks.md.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ARGS3 = 'extern "C" __global__ void args3(float *p, int n, float a) { if (n < 0) p[0] = a; }\n'
+EMPTY = 'extern "C" __global__ void empty() { }\n'
+SAXPY = ('extern "C" __global__ void saxpy(float a, const float *x, float *y, int n)\n'
+         '{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }\n')
+ADD = ('extern "C" __global__ void add(const float4 *x, const float4 *y, float4 *z, int n4)\n'
+       '{ int i = blockIdx.x * blockDim.x + threadIdx.x;\n'
+       '  if (i < n4) { float4 a = x[i], b = y[i];\n'
+       '    z[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); } }\n')
+BURST, BURSTS = 500, 20
+
+
+def cuda_include():
+    for r in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if r and os.path.exists(os.path.join(r, "include", "cuda.h")):
+            return r
+    return "/usr/local/cuda"
+
+
+def run_floor():
+    root = cuda_include()
+    build = os.path.join(HERE, "build")
+    os.makedirs(build, exist_ok=True)
+    exe = os.path.join(build, "floor")
+    libdirs = [os.path.join(root, "lib64"), os.path.join(root, "lib64", "stubs")]
+    cmd = ["cc", "-O2", "-o", exe, os.path.join(HERE, "floor.c"), "-I" + os.path.join(root, "include")]
+    cmd += ["-L" + d for d in libdirs] + ["-lcuda", "-lnvrtc", "-Wl,-rpath," + libdirs[0]]
+    subprocess.run(cmd, check=True)
+    out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def burst(fn, n=BURST, reps=BURSTS, sync=None):
+    """Median over reps of (wall time of n calls) / n, in microseconds."""
+    for _ in range(n):
+        fn()
+    if sync:
+        sync()
+    v = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        v.append((time.perf_counter() - t) / n * 1e6)
+        if sync:
+            sync()
+    return statistics.median(v)
+
+
+def bandwidth(fn, nbytes, sync, reps=5, factor=1):
+    fn()
+    sync()
+    v = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        sync()
+        v.append(factor * nbytes / (time.perf_counter() - t) / 1e9)
+    return statistics.median(v)
+
+
+def median_ms(fn, reps=7):
+    v = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        v.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(v)
+
+
+def measure_pygpu():
+    import pygpu.autoinit  # noqa: F401
+    import pygpu.driver as cuda
+    from pygpu import compiler
+    from pygpu.compiler import SourceModule
+
+    r = {}
+    sync = cuda.Context.synchronize
+    mod = SourceModule(ARGS3 + EMPTY, no_extern_c=True)
+    f, e = mod.get_function("args3"), mod.get_function("empty")
+    d = cuda.mem_alloc(1 << 20)
+    block, grid = (32, 1, 1), (1, 1)
+    r["launch_enqueue_us"] = burst(lambda: f(d, 1000, 2.0, block=block, grid=grid), sync=sync)
+    bound = f.configure(grid, block)
+    r["launch_bound_us"] = burst(lambda: bound(d, 1000, 2.0), sync=sync)
+    f.prepare("Pif")
+    r["launch_prepared_us"] = burst(lambda: f.prepared_call(grid, block, d, 1000, 2.0), sync=sync)
+    r["launch_throughput_us"] = burst(lambda: e(block=block, grid=grid), n=20000, reps=5, sync=sync)
+
+    def rt():
+        f(d, 1000, 2.0, block=block, grid=grid)
+        sync()
+    r["round_trip_us"] = burst(rt, n=200)
+    r["alloc_free_us"] = burst(lambda: cuda.mem_alloc(1 << 20).free(), n=1000)
+
+    big = 256 << 20
+    db, db2 = cuda.mem_alloc(big), cuda.mem_alloc(big)
+    pinned = cuda.pagelocked_empty(big, np.uint8)
+    pinned[:] = 1
+    pageable = np.ones(big, np.uint8)
+    r["htod_pinned_gbs"] = bandwidth(lambda: cuda.memcpy_htod(db, pinned), big, sync)
+    r["dtoh_pinned_gbs"] = bandwidth(lambda: cuda.memcpy_dtoh(pinned, db), big, sync)
+    r["htod_pageable_gbs"] = bandwidth(lambda: cuda.memcpy_htod(db, pageable), big, sync)
+    r["dtoh_pageable_gbs"] = bandwidth(lambda: cuda.memcpy_dtoh(pageable, db), big, sync)
+    r["dtod_gbs"] = bandwidth(lambda: cuda.memcpy_dtod(db2, db, big), big, sync, factor=2)
+    del db, db2, pinned, pageable
+
+    r["compile_ms"] = median_ms(lambda: compiler.compile(SAXPY, cache_dir=False))
+    SourceModule(SAXPY, no_extern_c=True)
+    r["cache_hit_ms"] = burst(lambda: SourceModule(SAXPY, no_extern_c=True), n=1000, reps=5) / 1e3
+    binary = compiler.compile(SAXPY)
+    r["module_load_ms"] = median_ms(lambda: cuda.module_from_buffer(binary), reps=21)
+
+    # disk-cache hit in a new process, beyond the interpreter's own start
+    env = dict(os.environ)
+    code = ("import pygpu.compiler as c; c.compile(%r, arch=%r)"
+            % (SAXPY, binary.arch))
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)
+    base = median_ms(lambda: subprocess.run([sys.executable, "-c", "import pygpu.compiler"],
+                                            env=env, check=True), reps=5)
+    hit = median_ms(lambda: subprocess.run([sys.executable, "-c", code], env=env, check=True),
+                    reps=5)
+    r["disk_hit_extra_ms"] = hit - base
+
+    n = 10_000_000
+    add = SourceModule(ADD, no_extern_c=True).get_function("add")
+    x = cuda.to_device(np.random.default_rng().standard_normal(n).astype(np.float32))
+    y = cuda.to_device(np.random.default_rng().standard_normal(n).astype(np.float32))
+    z = cuda.mem_alloc(4 * n)
+    n4 = n // 4
+    g = ((n4 + 255) // 256, 1)
+    ev0, ev1 = cuda.Event(), cuda.Event()
+    for _ in range(3):
+        add(x, y, z, n4, block=(256, 1, 1), grid=g)
+    times = []
+    for _ in range(50):
+        ev0.record()
+        add(x, y, z, n4, block=(256, 1, 1), grid=g)
+        ev1.record()
+        ev1.synchronize()
+        times.append(ev1.time_since(ev0) * 1e3)
+    r["add_10m_us"] = statistics.median(times)
+    zz = cuda.from_device(z, (n,), np.float32)
+    assert np.array_equal(zz, cuda.from_device(x, (n,), np.float32) + cuda.from_device(y, (n,), np.float32))
+    return r
+
+
+def measure_cupy():
+    try:
+        import cupy as cp
+    except ImportError:
+        return None
+    r = {}
+    mod = cp.RawModule(code=ARGS3 + EMPTY)
+    f, e = mod.get_function("args3"), mod.get_function("empty")
+    d = cp.empty(1 << 18, cp.float32)
+    sync = cp.cuda.Device().synchronize
+    n, a = np.int32(1000), np.float32(2.0)
+    r["launch_enqueue_us"] = burst(lambda: f((1,), (32,), (d, n, a)), sync=sync)
+    r["launch_throughput_us"] = burst(lambda: e((1,), (32,), ()), n=20000, reps=5, sync=sync)
+
+    def rt():
+        f((1,), (32,), (d, n, a))
+        sync()
+    r["round_trip_us"] = burst(rt, n=200)
+    r["compile_ms"] = median_ms(lambda: cp.RawModule(code=SAXPY + "// %f\n" % time.time())
+                                .get_function("saxpy"))
+    cp.RawModule(code=SAXPY).get_function("saxpy")
+    r["cache_hit_ms"] = burst(lambda: cp.RawModule(code=SAXPY).get_function("saxpy"),
+                              n=1000, reps=5) / 1e3
+    big = 256 << 20
+    pageable = np.ones(big, np.uint8)
+    db = cp.empty(big, cp.uint8)
+    r["htod_pageable_gbs"] = bandwidth(lambda: db.set(pageable), big, sync)
+    r["dtoh_pageable_gbs"] = bandwidth(lambda: db.get(out=pageable), big, sync)
+    del db
+    n = 10_000_000
+    x = cp.random.standard_normal(n, dtype=cp.float32)
+    y = cp.random.standard_normal(n, dtype=cp.float32)
+    for _ in range(3):
+        x + y
+    s, t = cp.cuda.Event(), cp.cuda.Event()
+    times = []
+    for _ in range(50):
+        s.record()
+        x + y
+        t.record()
+        t.synchronize()
+        times.append(cp.cuda.get_elapsed_time(s, t) * 1e3)
+    r["add_10m_us"] = statistics.median(times)
+    return r
+
+
+def measure_cuda_core():
+    try:
+        try:
+            from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
+        except ImportError:
+            from cuda.core.experimental import Device, LaunchConfig, Program, ProgramOptions, launch
+    except ImportError:
+        return None
+    r = {}
+    dev = Device()
+    dev.set_current()
+    stream = dev.create_stream()
+    arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
+    prog = Program(ARGS3 + EMPTY, code_type="c++", options=ProgramOptions(arch=arch))
+    mod = prog.compile("cubin")
+    f, e = mod.get_kernel("args3"), mod.get_kernel("empty")
+    buf = dev.allocate(1 << 20, stream=stream)
+    cfg = LaunchConfig(grid=1, block=32)
+    n, a = np.int32(1000), np.float32(2.0)
+    sync = stream.sync
+    r["launch_enqueue_us"] = burst(lambda: launch(stream, cfg, f, buf, n, a), sync=sync)
+    r["launch_throughput_us"] = burst(lambda: launch(stream, cfg, e), n=20000, reps=5, sync=sync)
+
+    def rt():
+        launch(stream, cfg, f, buf, n, a)
+        sync()
+    r["round_trip_us"] = burst(rt, n=200)
+    r["compile_ms"] = median_ms(lambda: Program(SAXPY, code_type="c++",
+                                                options=ProgramOptions(arch=arch)).compile("cubin"))
+    return r
+
+
+def measure_pycuda():
+    try:
+        import pycuda.autoinit  # noqa: F401
+        import pycuda.driver as drv
+        from pycuda.compiler import SourceModule
+    except ImportError:
+        return None
+    r = {}
+    mod = SourceModule(ARGS3 + EMPTY, no_extern_c=True)
+    f = mod.get_function("args3")
+    d = drv.mem_alloc(1 << 20)
+    n, a = np.int32(1000), np.float32(2.0)
+    sync = drv.Context.synchronize
+    r["launch_enqueue_us"] = burst(lambda: f(d, n, a, block=(32, 1, 1), grid=(1, 1)), sync=sync)
+    f.prepare("Pif")
+    r["launch_prepared_us"] = burst(lambda: f.prepared_call((1, 1), (32, 1, 1), d, n, a), sync=sync)
+    r["alloc_free_us"] = burst(lambda: drv.mem_alloc(1 << 20).free(), n=1000)
+    return r
+
+
+ROWS = [
+    # key, label, unit, better ("lower"/"higher"), compare ("diff"/"ratio")
+    ("launch_enqueue_us", "launch enqueue, 3 args, __call__", "us", "lower", "diff"),
+    ("launch_prepared_us", "launch enqueue, prepared_call", "us", "lower", "diff"),
+    ("launch_bound_us", "launch enqueue, configure()d", "us", "lower", "diff"),
+    ("launch_throughput_us", "empty kernel, throughput", "us", "lower", "diff"),
+    ("round_trip_us", "launch + synchronize", "us", "lower", "diff"),
+    ("alloc_free_us", "mem_alloc + free, 1 MiB", "us", "lower", "diff"),
+    ("htod_pinned_gbs", "H->D pinned, 256 MiB", "GB/s", "higher", "ratio"),
+    ("dtoh_pinned_gbs", "D->H pinned, 256 MiB", "GB/s", "higher", "ratio"),
+    ("htod_pageable_gbs", "H->D pageable, 256 MiB", "GB/s", "higher", "ratio"),
+    ("dtoh_pageable_gbs", "D->H pageable, 256 MiB", "GB/s", "higher", "ratio"),
+    ("dtod_gbs", "D->D copy (read+write)", "GB/s", "higher", "ratio"),
+    ("compile_ms", "NVRTC compile saxpy -> cubin", "ms", "lower", "ratio"),
+    ("module_load_ms", "module load from cubin", "ms", "lower", "ratio"),
+    ("cache_hit_ms", "same kernel again (in-process)", "ms", "lower", "ratio"),
+    ("disk_hit_extra_ms", "disk-cache hit, new process (beyond start)", "ms", "lower", "ratio"),
+    ("add_10m_us", "x + y, 10M float32 (kernel time)", "us", "lower", "ratio"),
+]
+
+
+def fmt(v):
+    if v is None:
+        return "-"
+    if abs(v) >= 100:
+        return "%.0f" % v
+    if abs(v) >= 10:
+        return "%.1f" % v
+    if abs(v) >= 0.1:
+        return "%.2f" % v
+    return "%.4f" % v
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", help="write all figures here")
+    args = ap.parse_args()
+    results = {"floor": run_floor()}
+    results["pygpu"] = measure_pygpu()
+    for name, fn in (("cupy", measure_cupy), ("cuda.core", measure_cuda_core),
+                     ("pycuda", measure_pycuda)):
+        try:
+            results[name] = fn()
+        except Exception as e:  # a peer that breaks is reported, not fatal
+            print("%s: not measured (%s: %s)" % (name, type(e).__name__, e), file=sys.stderr)
+            results[name] = None
+    import pygpu.driver as cuda
+    dev = cuda.Device(0)
+    results["meta"] = {"gpu": dev.name(), "driver": cuda.get_driver_version(),
+                       "python": platform.python_version(), "numpy": np.__version__,
+                       "date": time.strftime("%Y-%m-%d")}
+    peers = [p for p in ("cupy", "cuda.core", "pycuda") if results.get(p)]
+    head = ["what", "unit", "C floor", "pygpu", "pygpu vs floor"] + peers
+    rows = []
+    for key, label, unit, better, cmp in ROWS:
+        fl = results["floor"].get(key)
+        if key in ("launch_prepared_us", "launch_bound_us"):
+            fl = results["floor"]["launch_enqueue_us"]
+        pg = results["pygpu"].get(key)
+        if pg is None:
+            continue
+        if fl is None:
+            rel = "-"
+        elif cmp == "diff":
+            rel = "%+.2f us" % (pg - fl)
+        else:
+            rel = "%.2fx" % (pg / fl)
+        rows.append([label, unit, fmt(fl), fmt(pg), rel]
+                    + [fmt((results[p] or {}).get(key)) for p in peers])
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    m = results["meta"]
+    print("\n%s, driver %d, Python %s, NumPy %s, %s" % (m["gpu"], m["driver"], m["python"],
+                                                      m["numpy"], m["date"]))
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

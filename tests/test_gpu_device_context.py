@@ -1,0 +1,139 @@
+"""Devices and contexts on a real GPU."""
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pytest
+
+import pygpu.driver as cuda
+
+pytestmark = pytest.mark.gpu
+
+
+def test_device_queries(ctx):
+    n = cuda.Device.count()
+    assert n >= 1
+    dev = cuda.Device(0)
+    assert isinstance(dev.name(), str) and dev.name()
+    major, minor = dev.compute_capability()
+    assert major >= 5
+    assert dev.total_memory() > 1 << 30
+    assert isinstance(dev.uuid, uuid.UUID)
+    bus = dev.pci_bus_id()
+    assert cuda.Device(bus) == dev and hash(cuda.Device(bus)) == hash(dev)
+    assert cuda.Device(0) != cuda.Device(n - 1) or n == 1
+    assert "sm_%d%d" % (major, minor) in repr(dev)
+    assert dev.max_threads_per_block == dev.get_attribute(cuda.device_attribute.MAX_THREADS_PER_BLOCK)
+    attrs = dev.get_attributes()
+    assert attrs[cuda.device_attribute.MULTIPROCESSOR_COUNT] == dev.multiprocessor_count > 0
+    assert attrs[cuda.device_attribute.COMPUTE_CAPABILITY_MAJOR] == major
+    with pytest.raises(AttributeError, match="device_attribute"):
+        dev.no_such_attribute
+    assert cuda.get_driver_version() >= 12000
+
+
+def test_bad_devices():
+    n = cuda.Device.count()
+    with pytest.raises(ValueError, match="no CUDA device with ordinal %d: %d device" % (n, n)):
+        cuda.Device(n)
+    with pytest.raises(ValueError, match="ordinal -1"):
+        cuda.Device(-1)
+    with pytest.raises(ValueError, match="PCI bus id"):
+        cuda.Device("0000:ff:1f.7")
+
+
+def test_primary_context_is_the_default():
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import pygpu.driver as cuda
+        assert cuda.Context.get_current() is None
+        a = cuda.mem_alloc(64)          # first use makes the primary current
+        c = cuda.Context.get_current()
+        assert c is not None and c.is_primary and a.context is c
+        assert c is cuda.Device(0).retain_primary_context()
+        print("ok")
+    """)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_make_context_push_pop(ctx):
+    dev = cuda.Device(0)
+    c = dev.make_context()
+    try:
+        assert cuda.Context.get_current() == c and not c.is_primary
+        a = cuda.mem_alloc(256)
+        assert a.context is c
+        cuda.Context.pop()
+        assert cuda.Context.get_current() == ctx
+        with c:
+            assert cuda.Context.get_current() == c
+            assert cuda.Context.get_device() == dev
+        assert cuda.Context.get_current() == ctx
+    finally:
+        c.detach()
+    assert c.detached
+    c.detach()   # idempotent
+    with pytest.raises(cuda.LogicError, match="detached"):
+        c.push()
+    a.free()     # memory went with the context: silent
+
+
+def test_limits_and_cache_config(ctx):
+    old = cuda.Context.get_limit(cuda.limit.PRINTF_FIFO_SIZE)
+    cuda.Context.set_limit(cuda.limit.PRINTF_FIFO_SIZE, 2 << 20)
+    assert cuda.Context.get_limit(cuda.limit.PRINTF_FIFO_SIZE) == 2 << 20
+    cuda.Context.set_limit(cuda.limit.PRINTF_FIFO_SIZE, old)
+    cuda.Context.set_cache_config(cuda.func_cache.PREFER_SHARED)
+    assert cuda.Context.get_cache_config() in list(cuda.func_cache)
+    cuda.Context.synchronize()
+
+
+def test_pop_with_nothing_current():
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import pygpu.driver as cuda
+        cuda.init()
+        try:
+            cuda.Context.pop()
+        except cuda.LogicError as e:
+            print(e)
+    """)], capture_output=True, text=True, timeout=60)
+    assert "no context is current" in r.stdout, r.stderr
+
+
+def test_exit_with_live_objects_is_silent():
+    code = textwrap.dedent("""
+        import numpy as np
+        import pygpu.autoinit
+        import pygpu.driver as cuda
+        from pygpu.compiler import SourceModule
+        a = cuda.mem_alloc(1 << 20)
+        s = cuda.Stream()
+        e = cuda.Event().record(s)
+        h = cuda.pagelocked_empty((100,), np.float32)
+        m = SourceModule("__global__ void k(float *x) { x[0] = 1; }")
+        f = m.get_function("k")
+        f(a, block=(1, 1, 1))
+        c2 = cuda.Device(0).make_context()
+        b = cuda.mem_alloc(4096)
+        cycle = [a, b, s, e, h, m, f]
+        cycle.append(cycle)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", (r.stdout, r.stderr)
+
+
+def test_multiple_threads_get_a_context(ctx):
+    import threading
+    results = []
+
+    def work():
+        a = cuda.mem_alloc(1024)      # no context on this thread yet
+        results.append(cuda.Context.get_current() is not None and a.context.is_primary)
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert results == [True] * 4

@@ -47,11 +47,16 @@ def nvrtc_candidates(environ=None, path=None):
 
 
 def cuda_include_dirs(environ=None):
-    """The CUDA toolkit include directory, if one is found (for SourceModule's
-    -I, as PyCUDA adds it); [] otherwise."""
+    """The CUDA toolkit's include directories, if found (for SourceModule's
+    -I, as PyCUDA adds it): include/ and, from CUDA 13, include/cccl/ (where
+    cuda/std/..., used by cooperative_groups.h, lives); [] otherwise."""
     env = os.environ if environ is None else environ
     roots = [env.get("CUDA_HOME"), env.get("CUDA_PATH"), "/usr/local/cuda"]
     for r in roots:
-        if r and os.path.isfile(os.path.join(r, "include", "cuda.h")):
-            return [os.path.join(r, "include")]
+        inc = os.path.join(r, "include") if r else None
+        if inc and os.path.isfile(os.path.join(inc, "cuda.h")):
+            dirs = [inc]
+            if os.path.isdir(os.path.join(inc, "cccl")):
+                dirs.append(os.path.join(inc, "cccl"))
+            return dirs
     return []

@@ -191,10 +191,11 @@ class Memcpy2D:
     def set_dst_device(self, ptr):
         self._dst, self._dst_host = ptr, False
 
-    def __call__(self, aligned_or_stream=None):
+    def __call__(self, stream_or_aligned=None, aligned=None):
+        """c(aligned=True) copies now; c(stream) enqueues on a stream."""
         if self._src is None or self._dst is None:
             raise ValueError("Memcpy2D: set a source and a destination first")
-        stream = None if isinstance(aligned_or_stream, bool) else aligned_or_stream
+        stream = None if isinstance(stream_or_aligned, bool) else stream_or_aligned
         _driver._memcpy_2d(self._dst, self.dst_pitch, self._dst_host,
                            self._src, self.src_pitch, self._src_host,
                            self.width_in_bytes, self.height, self.src_x_in_bytes,

@@ -663,8 +663,8 @@ context_hash(pygpu_Context *self)
 static PyMethodDef context_methods[] = {
     {"push", (PyCFunction)context_push, METH_NOARGS,
      "push($self, /)\n--\n\nMake this context current on this thread (stacked)."},
-    {"pop", context_pop, METH_NOARGS | METH_STATIC,
-     "pop()\n--\n\nPop the current context off this thread's stack."},
+    {"pop", context_pop, METH_NOARGS | METH_CLASS,
+     "pop($cls, /)\n--\n\nPop the current context off this thread's stack."},
     {"get_current", context_get_current, METH_NOARGS | METH_CLASS,
      "get_current($cls, /)\n--\n\nThe current Context, or None if none is current."},
     {"synchronize", context_synchronize, METH_NOARGS | METH_CLASS,

@@ -352,7 +352,7 @@ pack_args(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ssize_t 
     Py_ssize_t i;
     if (f->nparams < 0 && read_layout(st, f) < 0)
         return -1;
-    if (f->prepared && (Py_ssize_t)strlen(f->prepared) != nargs) {
+    if (f->prepared && !f->layout_known && (Py_ssize_t)strlen(f->prepared) != nargs) {
         PyErr_Format(PyExc_TypeError, "kernel '%s' was prepared for %zd arguments but %zd "
                      "were given", fname(f), (Py_ssize_t)strlen(f->prepared), nargs);
         return -1;

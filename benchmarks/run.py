@@ -123,6 +123,22 @@ def measure_pygpu():
     r["htod_pageable_gbs"] = bandwidth(lambda: cuda.memcpy_htod(db, pageable), big, sync)
     r["dtoh_pageable_gbs"] = bandwidth(lambda: cuda.memcpy_dtoh(pageable, db), big, sync)
     r["dtod_gbs"] = bandwidth(lambda: cuda.memcpy_dtod(db2, db, big), big, sync, factor=2)
+    # where staging pays: the same copies with staging off (the plain
+    # driver call) and on, from 1 MiB to 256 MiB
+    from pygpu import _driver
+    sweep = {}
+    for mib in (1, 2, 4, 8, 16, 64, 256):
+        nb = mib << 20
+        row = {}
+        for label, threshold in (("plain", 0), ("staged", 1)):
+            old = _driver._set_staging(threshold, 6, 4 << 20)
+            try:
+                row[label + "_htod"] = bandwidth(lambda: cuda.memcpy_htod(db, pageable[:nb]), nb, sync)
+                row[label + "_dtoh"] = bandwidth(lambda: cuda.memcpy_dtoh(pageable[:nb], db), nb, sync)
+            finally:
+                _driver._set_staging(*old)
+        sweep[mib] = row
+    r["staging_sweep"] = sweep
     del db, db2, pinned, pageable
 
     r["compile_ms"] = median_ms(lambda: compiler.compile(SAXPY, cache_dir=False))
@@ -340,6 +356,14 @@ def main():
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for r in rows:
         print("| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |")
+    sweep = results["pygpu"].get("staging_sweep")
+    if sweep:
+        print("\npageable copies, GB/s: plain driver call vs pinned staging (crossover)")
+        print("| MiB | H->D plain | H->D staged | D->H plain | D->H staged |")
+        print("|-----|------------|-------------|------------|-------------|")
+        for mib, row in sweep.items():
+            print("| %d | %.1f | %.1f | %.1f | %.1f |" % (mib, row["plain_htod"], row["staged_htod"],
+                                                      row["plain_dtoh"], row["staged_dtoh"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -31,6 +31,8 @@ def nvrtc_candidates(environ=None, path=None):
                     out.append(os.path.join(root, sub, so))
     out.extend(_SONAMES)
     for p in path:
+        if not os.path.isdir(os.path.join(p, "nvidia")):
+            continue
         for pattern in ("nvidia/cu13/lib/libnvrtc.so*", "nvidia/cuda_nvrtc/lib/libnvrtc.so*",
                         "nvidia/cu12/lib/libnvrtc.so*"):
             out.extend(sorted(x for x in glob.glob(os.path.join(p, pattern))

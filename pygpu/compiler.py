@@ -61,6 +61,77 @@ def nvrtc_version():
     return _driver._nvrtc_version()
 
 
+def _loaded_nvrtc_file():
+    """The file of the NVRTC library this process loaded (Linux), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.rstrip("\n").split(" ")[-1]
+                name = os.path.basename(path)
+                if name.startswith("libnvrtc.so") or name.startswith("libnvrtc.alt.so"):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def _file_sig(path):
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def _nvrtc_fingerprint():
+    """What decides which NVRTC library a new process would load: the
+    variables the search reads, the loader's cache, the candidate files."""
+    h = hashlib.sha256()
+    for var in ("PYGPU_NVRTC", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH"):
+        h.update(("%s=%s\0" % (var, os.environ.get(var, ""))).encode())
+    for c in ["/etc/ld.so.cache"] + _loader.nvrtc_candidates():
+        if os.path.isabs(c):
+            try:
+                h.update(("%s:%r\0" % (c, _file_sig(c))).encode())   # stat follows links
+            except OSError:
+                h.update(("%s:-\0" % c).encode())
+    return h.hexdigest()[:32]
+
+
+_key_version = None
+
+
+def _nvrtc_version_for_key(cache_dir):
+    """NVRTC's version for the cache key, without opening the library (a
+    cold dlopen costs milliseconds) when an earlier process recorded it in
+    the cache directory for this same environment and library file."""
+    global _key_version
+    if _key_version is not None:
+        return _key_version
+    if _nvrtc_path is None and cache_dir:
+        rec = os.path.join(cache_dir, "nvrtc-%s.json" % _nvrtc_fingerprint())
+        try:
+            with open(rec) as f:
+                meta = json.load(f)
+            if _file_sig(meta["file"]) == meta["sig"]:
+                _key_version = tuple(meta["version"])
+                return _key_version
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        version = nvrtc_version()
+        lib = _loaded_nvrtc_file()
+        if lib:
+            try:
+                os.makedirs(cache_dir, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-")
+                with os.fdopen(fd, "w") as f:
+                    json.dump({"file": lib, "sig": _file_sig(lib), "version": list(version)}, f)
+                os.replace(tmp, rec)
+            except OSError:
+                pass
+        _key_version = tuple(version)
+        return _key_version
+    _key_version = tuple(nvrtc_version())
+    return _key_version
+
+
 def supported_archs():
     """The sm_XY numbers this NVRTC can compile for, e.g. (75, 80, ..., 120)."""
     _ensure_nvrtc()
@@ -69,6 +140,9 @@ def supported_archs():
 
 # ---- architecture and target ----
 
+_ARCH_RE = re.compile(r"(sm|compute)_(\d+[af]?)")
+
+
 def _parse_arch(arch):
     """'sm_90', 'compute_90', 'sm_90a', 90, (9, 0) -> ('sm'|'compute', '90a')"""
     if isinstance(arch, tuple) and len(arch) == 2:
@@ -76,7 +150,7 @@ def _parse_arch(arch):
     if isinstance(arch, int) and not isinstance(arch, bool):
         return "sm", str(arch)
     if isinstance(arch, str):
-        m = re.fullmatch(r"(sm|compute)_(\d+[af]?)", arch.strip())
+        m = _ARCH_RE.fullmatch(arch.strip())
         if m:
             return m.group(1), m.group(2)
     raise ValueError("arch must look like 'sm_90', 'compute_90', 90 or (9, 0), not %r" % (arch,))
@@ -436,7 +510,9 @@ def compile(source, options=(), arch=None, target=None, include_dirs=(), defines
         key = memo[0]
     else:
         headers = _resolve_headers(source, include_dirs + _option_include_dirs(options))
-        nv = nvrtc_version()
+        nv = _nvrtc_version_for_key(None if disabled else
+                                    (default_cache_dir() if cache_dir in (None, True)
+                                     else str(cache_dir)))
         h = hashlib.sha256()
         for part in (str(CACHE_SCHEMA), "%d.%d" % nv, target, name, source,
                      "\0".join(opts), "\0".join(name_expressions)):

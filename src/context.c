@@ -28,6 +28,7 @@ context_alloc(pygpu_state *st, CUcontext h, int ordinal, int is_primary, int own
     self->detached = 0;
     self->next_other = NULL;
     self->limits_read = 0;
+    self->staging = NULL;
     self->weakreflist = NULL;
     if (!is_primary) {
         self->next_other = st->other_contexts;
@@ -60,6 +61,13 @@ context_release(pygpu_Context *self)
     self->detached = 1;
     if (!self->owns || cu.cuCtxGetCurrent == NULL)
         return rc;
+    if (self->staging != NULL) {
+        int pushed = 0;
+        if (pygpu_context_enter(self, &pushed) == CUDA_SUCCESS) {
+            pygpu_staging_free(self);
+            pygpu_context_exit(pushed);
+        }
+    }
     if (self->is_primary) {
         CUdevice dev;
         if (cu.cuDeviceGet(&dev, self->ordinal) == CUDA_SUCCESS)

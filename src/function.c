@@ -515,15 +515,16 @@ slow_path(pygpu_state *st, PyObject *callable, PyObject *const *args, size_t nar
 static int
 launch_ex(pygpu_state *st, pygpu_Function *f, const unsigned int grid[3],
           const unsigned int block[3], unsigned int shared, CUstream stream,
-          PyObject *cluster, int cooperative)
+          PyObject *cluster, int cooperative, int pdl)
 {
     CUlaunchConfig cfg;
-    CUlaunchAttribute attrs[2];
+    CUlaunchAttribute attrs[3];
     unsigned int cdims[3];
     int n = 0, pushed = 0;
     CUresult rc;
     if (cu.cuLaunchKernelEx == NULL) {
-        PyErr_SetString(st->LogicError, "cluster and cooperative launches need a CUDA 12 driver");
+        PyErr_SetString(st->LogicError,
+                        "cluster, cooperative and pdl launches need a CUDA 12 driver");
         return -1;
     }
     memset(&cfg, 0, sizeof cfg);
@@ -547,6 +548,13 @@ launch_ex(pygpu_state *st, pygpu_Function *f, const unsigned int grid[3],
     if (cooperative) {
         attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
         attrs[n].value.cooperative = 1;
+        n++;
+    }
+    if (pdl) {
+        /* may start before the previous kernel on the stream ends; the
+         * kernel waits with griddepcontrol.wait / cudaGridDependencySynchronize */
+        attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attrs[n].value.programmaticStreamSerializationAllowed = 1;
         n++;
     }
     cfg.gridDimX = grid[0]; cfg.gridDimY = grid[1]; cfg.gridDimZ = grid[2];
@@ -625,7 +633,7 @@ function_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
     pygpu_state *st = PYGPU_STATE(f);
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), nkw, i;
     PyObject *block = NULL, *grid = NULL, *shared_obj = NULL, *stream_obj = NULL;
-    PyObject *time_kernel = NULL, *cluster = NULL, *coop = NULL;
+    PyObject *time_kernel = NULL, *cluster = NULL, *coop = NULL, *pdl = NULL;
     unsigned int blk[3], grd[3], shared = 0;
     CUstream stream = NULL;
     int r;
@@ -645,11 +653,12 @@ function_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
         else if (PyUnicode_CompareWithASCIIString(k, "time_kernel") == 0) time_kernel = v;
         else if (PyUnicode_CompareWithASCIIString(k, "cluster") == 0) cluster = v;
         else if (PyUnicode_CompareWithASCIIString(k, "cooperative") == 0) coop = v;
+        else if (PyUnicode_CompareWithASCIIString(k, "pdl") == 0) pdl = v;
         else {
             PyErr_Format(PyExc_TypeError,
                          "kernel '%s' got an unexpected keyword argument %R (launch "
                          "options: block, grid, shared, stream, time_kernel, cluster, "
-                         "cooperative)", fname(f), k);
+                         "cooperative, pdl)", fname(f), k);
             return NULL;
         }
     }
@@ -706,11 +715,14 @@ function_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
         return slow_path(st, callable, args, nargsf, kwnames);
     if (time_kernel != NULL && PyObject_IsTrue(time_kernel))
         return timed_launch(st, f, grd, blk, shared, stream);
-    if (cluster != NULL || (coop != NULL && PyObject_IsTrue(coop))) {
-        if (launch_ex(st, f, grd, blk, shared, stream, cluster,
-                      coop != NULL && PyObject_IsTrue(coop)) < 0)
-            return NULL;
-        Py_RETURN_NONE;
+    {
+        int want_coop = coop != NULL && PyObject_IsTrue(coop);
+        int want_pdl = pdl != NULL && PyObject_IsTrue(pdl);
+        if ((cluster != NULL && cluster != Py_None) || want_coop || want_pdl) {
+            if (launch_ex(st, f, grd, blk, shared, stream, cluster, want_coop, want_pdl) < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
     }
     if (launch(st, f, grd, blk, shared, stream) < 0)
         return NULL;
@@ -1227,7 +1239,7 @@ static PyType_Slot function_slots[] = {
     {Py_tp_repr, function_repr},
     {Py_tp_doc, "A kernel. Call it as f(*args, block=(x, y, z), grid=(x, y, z), "
                 "shared=0, stream=None, time_kernel=False, cluster=None, "
-                "cooperative=False)."},
+                "cooperative=False, pdl=False)."},
     {0, NULL}
 };
 

@@ -643,6 +643,15 @@ do_htod(PyObject *module, PyObject *args, PyObject *kwds, int async)
         PyBuffer_Release(&view);
         Py_RETURN_NONE;
     }
+    if (!async) {
+        int r = pygpu_staged_copy(st, 1, view.buf, d, (size_t)view.len);
+        if (r != 0) {
+            PyBuffer_Release(&view);
+            if (r < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+    }
     Py_BEGIN_ALLOW_THREADS
     rc = async ? cu.cuMemcpyHtoDAsync(d, view.buf, (size_t)view.len, s)
                : cu.cuMemcpyHtoD(d, view.buf, (size_t)view.len);
@@ -682,6 +691,15 @@ do_dtoh(PyObject *module, PyObject *args, PyObject *kwds, int async)
     if (view.len == 0) {
         PyBuffer_Release(&view);
         Py_RETURN_NONE;
+    }
+    if (!async) {
+        int r = pygpu_staged_copy(st, 0, view.buf, sp, (size_t)view.len);
+        if (r != 0) {
+            PyBuffer_Release(&view);
+            if (r < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
     }
     Py_BEGIN_ALLOW_THREADS
     rc = async ? cu.cuMemcpyDtoHAsync(view.buf, sp, (size_t)view.len, s)

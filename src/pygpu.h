@@ -104,6 +104,7 @@ struct pygpu_Context {
     /* launch limits, read once on first launch in this context */
     int limits_read;
     int max_block[3], max_grid[3], max_threads, max_shared_optin;
+    struct pygpu_staging *staging;  /* owned: pinned buffers for pageable copies */
     PyObject *weakreflist;
 };
 
@@ -236,6 +237,11 @@ int pygpu_function_setup(PyObject *m, pygpu_state *st);
 int pygpu_stream_setup(PyObject *m, pygpu_state *st);
 int pygpu_event_setup(PyObject *m, pygpu_state *st);
 int pygpu_nvrtc_setup(PyObject *m, pygpu_state *st);
+int pygpu_staging_setup(PyObject *m, pygpu_state *st);
+
+/* staging.c: 1 copied, 0 not applicable, -1 error.  GIL held. */
+int pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t n);
+void pygpu_staging_free(pygpu_Context *ctx);
 
 extern PyModuleDef pygpu_moduledef;
 

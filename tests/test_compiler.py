@@ -226,12 +226,34 @@ def test_eight_processes_compiling_at_once(tmp_path):
     with ctx.Pool(8) as pool:
         results = pool.map(_compile_in_child, [(d, src)] * 8)
     assert len(set(results)) == 1 and results[0][:4] == b"\x7fELF"
-    entries = [p for p in (tmp_path / "shared-cache").rglob("*") if p.is_file()]
+    root = tmp_path / "shared-cache"
+    entries = list(root.rglob("*.bin"))
     assert len(entries) == 1, entries
-    assert entries[0].suffix == ".bin"
+    assert list(root.rglob(".tmp-*")) == []      # no torn writes left behind
 
 
 def test_nvrtc_version_and_archs():
     major, minor = compiler.nvrtc_version()
     assert major >= 12
     assert 80 in compiler.supported_archs() and 90 in compiler.supported_archs()
+
+
+def test_disk_hit_in_a_new_process_does_not_open_nvrtc(tmp_path):
+    import json
+    import subprocess
+    import sys
+    d = tmp_path / "c"
+    code = ("import pygpu.compiler as c; b = c.compile(%r, arch='sm_90'); "
+            "print(c._nvrtc_path is None, c.cache_info()['disk_hits'])" % SAXPY)
+    env = dict(os.environ, PYGPU_CACHE_DIR=str(d))
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert first.stdout.split() == ["False", "0"], first.stderr
+    second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert second.stdout.split() == ["True", "1"], second.stderr
+    # a record whose library file changed is not trusted
+    rec = next(d.glob("nvrtc-*.json"))
+    meta = json.loads(rec.read_text())
+    meta["sig"][0] += 1
+    rec.write_text(json.dumps(meta))
+    third = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert third.stdout.split() == ["False", "1"], third.stderr

@@ -372,6 +372,38 @@ def test_cooperative_launch(ctx):
     assert acc[0] == 4 and (out == 4).all()
 
 
+def test_programmatic_dependent_launch(ctx, rng):
+    if cuda.Context.get_device().compute_capability() < (9, 0):
+        pytest.skip("programmatic dependent launch needs sm_90")
+    mod = SourceModule("""
+    __global__ void produce(float *buf, const float *x, int n)
+    {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        for (int k = 0; k < 200; k++)          // take a while
+            if (i < n) buf[i] = x[i] * 3.0f + k * 0.0f;
+        __syncthreads();
+        asm volatile("griddepcontrol.launch_dependents;");
+    }
+    __global__ void consume(float *out, const float *buf, int n)
+    {
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) out[i] = buf[i] + 1.0f;
+    }
+    """)
+    n = 1 << 20
+    x = rng.standard_normal(n).astype(np.float32)
+    dx, buf, out = cuda.to_device(x), cuda.mem_alloc(4 * n), cuda.mem_alloc(4 * n)
+    s = cuda.Stream()
+    g, b = ((n + 255) // 256, 1), (256, 1, 1)
+    for _ in range(3):
+        cuda.memset_d32_async(buf, 0, n, s)
+        mod.get_function("produce")(buf, dx, n, block=b, grid=g, stream=s)
+        mod.get_function("consume")(out, buf, n, block=b, grid=g, stream=s, pdl=True)
+        s.synchronize()
+        np.testing.assert_array_equal(cuda.from_device_like(out, x), x * 3.0 + 1.0)
+
+
 def test_module_from_buffer_and_file(ctx, tmp_path, rng):
     src = 'extern "C" __global__ void neg(float *x) { x[threadIdx.x] = -x[threadIdx.x]; }'
     for arch in ("compute_80", None):

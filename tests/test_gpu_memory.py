@@ -288,3 +288,69 @@ def test_cupy_interop(ctx, rng):
     s = cp.cuda.Stream()
     w = cuda.Stream.from_handle(s.ptr, owner=s)
     w.synchronize()
+
+
+@pytest.fixture
+def small_staging():
+    from pygpu import _driver
+    old = _driver._set_staging(1 << 20, 3, 1 << 16)   # staged from 1 MiB, 64 KiB chunks
+    yield
+    _driver._set_staging(*old)
+
+
+@pytest.mark.parametrize("n", [(1 << 20), (5 << 20) + 13, (3 << 16) - 1 + (1 << 20)])
+def test_staged_pageable_copies(ctx, rng, small_staging, n):
+    src = rand_bytes(rng, n)
+    dev = cuda.mem_alloc(n + 32)
+    cuda.memset_d8(dev, 0x11, n + 32)
+    cuda.memcpy_htod(int(dev) + 5, src)
+    out = rand_bytes(rng, n + 32)
+    cuda.memcpy_dtoh(out, dev)
+    np.testing.assert_array_equal(out[5:5 + n], src)
+    assert (out[:5] == 0x11).all() and (out[5 + n:] == 0x11).all()
+    back = rand_bytes(rng, n)
+    cuda.memcpy_dtoh(back, int(dev) + 5)
+    np.testing.assert_array_equal(back, src)
+
+
+def test_staged_copy_is_ordered_after_queued_work(ctx, small_staging):
+    n = 8 << 20
+    dev = cuda.mem_alloc(n)
+    for v in (1, 2, 3):
+        cuda.memset_d32_async(dev, v, n // 4)          # legacy default stream
+        out = np.zeros(n // 4, np.uint32)
+        cuda.memcpy_dtoh(out, dev)
+        assert (out == v).all()
+        src = np.full(n // 4, v + 100, np.uint32)
+        cuda.memcpy_htod(dev, src)
+        cuda.memset_d32_async(int(dev) + 4, v + 7, 1)  # after the copy
+        cuda.memcpy_dtoh(out, dev)
+        assert out[0] == v + 100 and out[1] == v + 7 and (out[2:] == v + 100).all()
+
+
+def test_concurrent_large_copies_from_threads(ctx, rng, small_staging):
+    import threading
+    n = 6 << 20
+    srcs = [rand_bytes(rng, n) for _ in range(4)]
+    outs = [np.zeros(n, np.uint8) for _ in range(4)]
+    errors = []
+
+    def work(i):
+        try:
+            ctx.push()
+            d = cuda.mem_alloc(n)
+            for _ in range(3):
+                cuda.memcpy_htod(d, srcs[i])
+                cuda.memcpy_dtoh(outs[i], d)
+            cuda.Context.pop()
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert errors == []
+    for s, o in zip(srcs, outs):
+        np.testing.assert_array_equal(o, s)

@@ -161,6 +161,28 @@ def pagelocked_zeros_like(ary, mem_flags=0):
     return pagelocked_zeros(ary.shape, ary.dtype, _order_of(ary), mem_flags)
 
 
+# ---- managed memory ----
+
+def managed_empty(shape, dtype=_np.float64, order="C", mem_flags=mem_attach_flags.GLOBAL):
+    """An ndarray over managed memory, usable on the host and (its address
+    is int(a.base)) in kernels; .base is the owning DeviceAllocation.
+    Synchronize before touching it on the host after a kernel wrote it."""
+    return _driver._managed(shape, dtype, order, int(mem_flags), False)
+
+
+def managed_zeros(shape, dtype=_np.float64, order="C", mem_flags=mem_attach_flags.GLOBAL):
+    """A zeroed managed ndarray."""
+    return _driver._managed(shape, dtype, order, int(mem_flags), True)
+
+
+def managed_empty_like(ary, mem_flags=mem_attach_flags.GLOBAL):
+    return managed_empty(ary.shape, ary.dtype, _order_of(ary), mem_flags)
+
+
+def managed_zeros_like(ary, mem_flags=mem_attach_flags.GLOBAL):
+    return managed_zeros(ary.shape, ary.dtype, _order_of(ary), mem_flags)
+
+
 # ---- pitched copies ----
 
 class Memcpy2D:

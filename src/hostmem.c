@@ -168,6 +168,87 @@ error:
     return NULL;
 }
 
+/* _managed(shape, dtype, order, attach_flags, zero) -> ndarray over managed
+ * memory; its .base is the DeviceAllocation that owns it */
+PyObject *pygpu_managed_allocation(pygpu_state *st, size_t n, unsigned int flags);
+
+static PyObject *
+hostmem_managed(PyObject *module, PyObject *args)
+{
+    pygpu_state *st = PyModule_GetState(module);
+    PyObject *shape_obj, *dtype_obj, *arr, *alloc;
+    PyArray_Descr *descr = NULL;
+    PyArray_Dims dims = {NULL, 0};
+    const char *order;
+    unsigned int flags;
+    int zero, i;
+    size_t nbytes;
+    static char dummy[16] __attribute__((aligned(16)));
+    void *p;
+
+    if (!PyArg_ParseTuple(args, "OOsIp:_managed", &shape_obj, &dtype_obj, &order, &flags, &zero))
+        return NULL;
+    if (strcmp(order, "C") != 0 && strcmp(order, "F") != 0) {
+        PyErr_SetString(PyExc_ValueError, "order must be 'C' or 'F'");
+        return NULL;
+    }
+    if (!PyArray_DescrConverter(dtype_obj, &descr))
+        return NULL;
+    if (PyLong_Check(shape_obj)) {
+        PyObject *t = PyTuple_Pack(1, shape_obj);
+        int ok = t != NULL && PyArray_IntpConverter(t, &dims);
+        Py_XDECREF(t);
+        if (!ok) {
+            Py_DECREF(descr);
+            return NULL;
+        }
+    } else if (!PyArray_IntpConverter(shape_obj, &dims)) {
+        Py_DECREF(descr);
+        return NULL;
+    }
+    nbytes = (size_t)PyDataType_ELSIZE(descr);
+    for (i = 0; i < dims.len; i++) {
+        if (dims.ptr[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "negative dimension %zd in shape", (Py_ssize_t)dims.ptr[i]);
+            goto error;
+        }
+        nbytes *= (size_t)dims.ptr[i];
+    }
+    alloc = pygpu_managed_allocation(st, nbytes, flags);
+    if (alloc == NULL)
+        goto error;
+    p = (void *)(uintptr_t)((pygpu_DeviceAllocation *)alloc)->ptr;
+    if (zero && nbytes) {
+        CUresult rc = cu.cuMemsetD8(((pygpu_DeviceAllocation *)alloc)->ptr, 0, nbytes);
+        if (rc == CUDA_SUCCESS)
+            rc = cu.cuCtxSynchronize();
+        if (rc != CUDA_SUCCESS) {
+            Py_DECREF(alloc);
+            pygpu_cuda_error(st, rc, "cuMemsetD8");
+            goto error;
+        }
+    }
+    arr = PyArray_NewFromDescr(&PyArray_Type, descr, dims.len, dims.ptr, NULL,
+                               p ? p : (void *)dummy,
+                               NPY_ARRAY_WRITEABLE | NPY_ARRAY_ALIGNED |
+                               (order[0] == 'F' ? NPY_ARRAY_F_CONTIGUOUS : NPY_ARRAY_C_CONTIGUOUS),
+                               NULL);
+    PyDimMem_FREE(dims.ptr);
+    if (arr == NULL) {
+        Py_DECREF(alloc);
+        return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)arr, alloc) < 0) {
+        Py_DECREF(arr);
+        return NULL;
+    }
+    return arr;
+error:
+    Py_XDECREF(descr);
+    PyDimMem_FREE(dims.ptr);
+    return NULL;
+}
+
 /* register_host_memory(ary, flags=0) -> ndarray viewing ary's memory, whose
  * base keeps ary alive and unregisters on death */
 static PyObject *
@@ -325,6 +406,7 @@ static PyType_Spec hostalloc_spec = {
 #define CF(f) (PyCFunction)(void (*)(void))(f)
 static PyMethodDef hostmem_methods[] = {
     {"_pagelocked", hostmem_pagelocked, METH_VARARGS, NULL},
+    {"_managed", hostmem_managed, METH_VARARGS, NULL},
     {"register_host_memory", CF(hostmem_register), METH_VARARGS | METH_KEYWORDS,
      "register_host_memory($module, /, ary, flags=0)\n--\n\n"
      "Page-lock a contiguous array's memory; returns an array over the same "

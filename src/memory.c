@@ -436,6 +436,24 @@ mem_alloc_managed(PyObject *module, PyObject *args, PyObject *kwds)
     return new_allocation(st, ctx, p, n, 1);
 }
 
+/* A managed allocation of n bytes in the current context (n may be 0). */
+PyObject *
+pygpu_managed_allocation(pygpu_state *st, size_t n, unsigned int flags)
+{
+    pygpu_Context *ctx = pygpu_current_context(st);
+    CUdeviceptr p = 0;
+    CUresult rc;
+    PyObject *a;
+    if (ctx == NULL)
+        return NULL;
+    if (n > 0 && (rc = cu.cuMemAllocManaged(&p, n, flags)) != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuMemAllocManaged");
+    a = new_allocation(st, ctx, p, n, 1);
+    if (a == NULL && p)
+        cu.cuMemFree(p);
+    return a;
+}
+
 static PyObject *
 mem_alloc_pitch(PyObject *module, PyObject *args)
 {

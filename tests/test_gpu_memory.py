@@ -354,3 +354,51 @@ def test_concurrent_large_copies_from_threads(ctx, rng, small_staging):
     assert errors == []
     for s, o in zip(srcs, outs):
         np.testing.assert_array_equal(o, s)
+
+
+def test_managed_arrays(ctx, rng):
+    from pygpu.compiler import SourceModule
+    a = cuda.managed_empty((300, 7), np.float32)
+    assert isinstance(a.base, cuda.DeviceAllocation) and a.base.size == a.nbytes
+    x = rng.standard_normal((300, 7)).astype(np.float32)
+    a[:] = x                                        # written on the host
+    f = SourceModule("__global__ void inc(float *p, int n) { int i = blockIdx.x * blockDim.x"
+                     " + threadIdx.x; if (i < n) p[i] = 2 * p[i] + 1; }").get_function("inc")
+    cuda.mem_prefetch(a.base, a.nbytes, device=0)
+    f(a.base, a.size, block=(256, 1, 1), grid=(9, 1))
+    cuda.Context.synchronize()
+    np.testing.assert_array_equal(a, 2 * x + 1)     # read on the host
+    z = cuda.managed_zeros_like(a)
+    assert z.shape == a.shape and not z.any()
+    assert cuda.managed_empty(0, np.float64).size == 0
+
+
+def test_peer_copies(rng):
+    if cuda.Device.count() < 2:
+        pytest.skip("needs two GPUs")
+    c0 = cuda.Device(0).retain_primary_context()
+    c1 = cuda.Device(1).retain_primary_context()
+    n = (32 << 20) + 3
+    src = rand_bytes(rng, n)
+    with c0:
+        a = cuda.to_device(src)
+    with c1:
+        b = cuda.mem_alloc(n)
+    with c0:
+        cuda.memcpy_peer(b, a, n, dest_context=c1, src_context=c0)
+    with c1:
+        out = np.empty(n, np.uint8)
+        cuda.memcpy_dtoh(out, b)
+        np.testing.assert_array_equal(out, src)
+        s = cuda.Stream()
+        cuda.memset_d8(b, 0, n)
+        cuda.memcpy_peer_async(b, a, n, c1, c0, stream=s)
+        s.synchronize()
+        cuda.memcpy_dtoh(out, b)
+        np.testing.assert_array_equal(out, src)
+    if cuda.Device(0).can_access_peer(cuda.Device(1)):
+        with c0:
+            c0.enable_peer_access(c1)
+            cuda.memcpy_dtod(a, b, n)           # plain copy across devices
+            np.testing.assert_array_equal(cuda.from_device_like(a, src), src)
+            c0.disable_peer_access(c1)

@@ -147,16 +147,20 @@ def measure_pygpu():
     binary = compiler.compile(SAXPY)
     r["module_load_ms"] = median_ms(lambda: cuda.module_from_buffer(binary), reps=21)
 
-    # disk-cache hit in a new process, beyond the interpreter's own start
+    # disk-cache hit in a new process: the compile() call itself, timed in
+    # that process (after its interpreter and pygpu are up)
     env = dict(os.environ)
-    code = ("import pygpu.compiler as c; c.compile(%r, arch=%r)"
-            % (SAXPY, binary.arch))
-    subprocess.run([sys.executable, "-c", code], env=env, check=True)
-    base = median_ms(lambda: subprocess.run([sys.executable, "-c", "import pygpu.compiler"],
-                                            env=env, check=True), reps=5)
-    hit = median_ms(lambda: subprocess.run([sys.executable, "-c", code], env=env, check=True),
-                    reps=5)
-    r["disk_hit_extra_ms"] = hit - base
+    code = ("import time, pygpu.compiler as c; t = time.perf_counter(); "
+            "b = c.compile(%r, arch=%r); print((time.perf_counter() - t) * 1e3, "
+            "c.cache_info()['disk_hits'])" % (SAXPY, binary.arch))
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+    hits = []
+    for _ in range(7):
+        out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                             capture_output=True, text=True).stdout.split()
+        assert out[1] == "1", "expected a disk hit"
+        hits.append(float(out[0]))
+    r["disk_hit_ms"] = statistics.median(hits)
 
     n = 10_000_000
     add = SourceModule(ADD, no_extern_c=True).get_function("add")
@@ -295,7 +299,7 @@ ROWS = [
     ("compile_ms", "NVRTC compile saxpy -> cubin", "ms", "lower", "ratio"),
     ("module_load_ms", "module load from cubin", "ms", "lower", "ratio"),
     ("cache_hit_ms", "same kernel again (in-process)", "ms", "lower", "ratio"),
-    ("disk_hit_extra_ms", "disk-cache hit, new process (beyond start)", "ms", "lower", "ratio"),
+    ("disk_hit_ms", "disk-cache hit in a new process", "ms", "lower", "ratio"),
     ("add_10m_us", "x + y, 10M float32 (kernel time)", "us", "lower", "ratio"),
 ]
 

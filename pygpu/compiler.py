@@ -285,6 +285,12 @@ class Binary(bytes):
     .lowered_names (name expression -> mangled name)."""
     target = arch = log = ""
     lowered_names = {}
+    _digest = None      # SHA-256 of the image, computed once for the module cache
+
+    def digest(self):
+        if self._digest is None:
+            self._digest = hashlib.sha256(self).digest()
+        return self._digest
 
 
 def _make_binary(image, target, arch, log, lowered):
@@ -598,7 +604,7 @@ class SourceModule:
             self.module = driver.module_from_buffer(self.binary)
             ctx = self.module.context
         else:
-            mkey = (ctx, bytes(hashlib.sha256(self.binary).digest()))
+            mkey = (ctx, self.binary.digest())
             mod = _modules.get(mkey)
             if mod is None or ctx.detached:
                 mod = driver.module_from_buffer(self.binary)

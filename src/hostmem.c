@@ -68,18 +68,89 @@ hostalloc_new(pygpu_state *st, pygpu_Context *ctx)
     return self;
 }
 
+/* Parse an array's (shape, dtype, order): *descr is a new reference, dims
+ * must be freed with PyDimMem_FREE(dims->ptr).  Returns 0 or -1. */
+static int
+parse_array_spec(PyObject *shape_obj, PyObject *dtype_obj, const char *order,
+                 PyArray_Descr **descr, PyArray_Dims *dims, size_t *nbytes, int *fortran)
+{
+    int i;
+    *descr = NULL;
+    dims->ptr = NULL;
+    dims->len = 0;
+    if (strcmp(order, "C") != 0 && strcmp(order, "F") != 0) {
+        PyErr_Format(PyExc_ValueError, "order must be 'C' or 'F', not '%s'", order);
+        return -1;
+    }
+    *fortran = order[0] == 'F';
+    if (!PyArray_DescrConverter(dtype_obj, descr))
+        return -1;
+    if (PyLong_Check(shape_obj)) {
+        PyObject *t = PyTuple_Pack(1, shape_obj);
+        int ok = t != NULL && PyArray_IntpConverter(t, dims);
+        Py_XDECREF(t);
+        if (!ok)
+            goto error;
+    } else if (!PyArray_IntpConverter(shape_obj, dims)) {
+        goto error;
+    }
+    *nbytes = (size_t)PyDataType_ELSIZE(*descr);
+    for (i = 0; i < dims->len; i++) {
+        if (dims->ptr[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "negative dimension %zd in shape",
+                         (Py_ssize_t)dims->ptr[i]);
+            goto error;
+        }
+        if (dims->ptr[i] && *nbytes > ((size_t)-1 >> 1) / (size_t)dims->ptr[i]) {
+            PyErr_SetString(PyExc_ValueError, "array is too big");
+            goto error;
+        }
+        *nbytes *= (size_t)dims->ptr[i];
+    }
+    return 0;
+error:
+    Py_CLEAR(*descr);
+    PyDimMem_FREE(dims->ptr);
+    dims->ptr = NULL;
+    return -1;
+}
+
+/* An ndarray over p whose .base is owner.  Steals descr and owner; frees
+ * dims.  p may be NULL for an empty array. */
+static PyObject *
+wrap_array(PyArray_Descr *descr, PyArray_Dims *dims, void *p, int fortran, PyObject *owner)
+{
+    static char empty[16] __attribute__((aligned(16)));
+    PyObject *arr = PyArray_NewFromDescr(&PyArray_Type, descr, dims->len, dims->ptr, NULL,
+                                         p ? p : (void *)empty,
+                                         NPY_ARRAY_WRITEABLE | NPY_ARRAY_ALIGNED |
+                                         (fortran ? NPY_ARRAY_F_CONTIGUOUS : NPY_ARRAY_C_CONTIGUOUS),
+                                         NULL);
+    PyDimMem_FREE(dims->ptr);
+    dims->ptr = NULL;
+    if (arr == NULL) {
+        Py_DECREF(owner);
+        return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)arr, owner) < 0) {   /* steals owner */
+        Py_DECREF(arr);
+        return NULL;
+    }
+    return arr;
+}
+
 /* _pagelocked(shape, dtype, order, mem_flags, zero) -> ndarray */
 static PyObject *
 hostmem_pagelocked(PyObject *module, PyObject *args)
 {
     pygpu_state *st = PyModule_GetState(module);
-    PyObject *shape_obj, *dtype_obj, *arr;
-    PyArray_Descr *descr = NULL;
-    PyArray_Dims dims = {NULL, 0};
+    PyObject *shape_obj, *dtype_obj;
+    PyArray_Descr *descr;
+    PyArray_Dims dims;
     const char *order;
     unsigned int flags;
-    int zero, fortran, i;
-    size_t nbytes, itemsize;
+    int zero, fortran;
+    size_t nbytes;
     pygpu_Context *ctx;
     pygpu_HostAllocation *ha;
     CUresult rc;
@@ -88,40 +159,8 @@ hostmem_pagelocked(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOsIp:_pagelocked", &shape_obj, &dtype_obj, &order,
                           &flags, &zero))
         return NULL;
-    if (strcmp(order, "C") != 0 && strcmp(order, "F") != 0) {
-        PyErr_Format(PyExc_ValueError, "order must be 'C' or 'F', not %R",
-                     PyTuple_GET_ITEM(args, 2));
+    if (parse_array_spec(shape_obj, dtype_obj, order, &descr, &dims, &nbytes, &fortran) < 0)
         return NULL;
-    }
-    fortran = order[0] == 'F';
-    if (!PyArray_DescrConverter(dtype_obj, &descr))
-        return NULL;
-    if (PyLong_Check(shape_obj)) {
-        PyObject *t = PyTuple_Pack(1, shape_obj);
-        if (t == NULL || !PyArray_IntpConverter(t, &dims)) {
-            Py_XDECREF(t);
-            Py_DECREF(descr);
-            return NULL;
-        }
-        Py_DECREF(t);
-    } else if (!PyArray_IntpConverter(shape_obj, &dims)) {
-        Py_DECREF(descr);
-        return NULL;
-    }
-    itemsize = (size_t)PyDataType_ELSIZE(descr);
-    nbytes = itemsize;
-    for (i = 0; i < dims.len; i++) {
-        if (dims.ptr[i] < 0) {
-            PyErr_Format(PyExc_ValueError, "negative dimension %zd in shape",
-                         (Py_ssize_t)dims.ptr[i]);
-            goto error;
-        }
-        if (dims.ptr[i] && nbytes > ((size_t)-1 >> 1) / (size_t)dims.ptr[i]) {
-            PyErr_SetString(PyExc_ValueError, "array is too big");
-            goto error;
-        }
-        nbytes *= (size_t)dims.ptr[i];
-    }
     if ((ctx = pygpu_current_context(st)) == NULL)
         goto error;
     if (nbytes > 0) {
@@ -144,26 +183,9 @@ hostmem_pagelocked(PyObject *module, PyObject *args)
     ha->ptr = p;
     ha->size = nbytes;
     ha->flags = flags;
-    static char dummy[16] __attribute__((aligned(16)));
-    /* PyArray_NewFromDescr steals descr */
-    arr = PyArray_NewFromDescr(&PyArray_Type, descr, dims.len, dims.ptr, NULL,
-                               p ? p : (void *)dummy,
-                               NPY_ARRAY_WRITEABLE | NPY_ARRAY_ALIGNED |
-                               (fortran ? NPY_ARRAY_F_CONTIGUOUS : NPY_ARRAY_C_CONTIGUOUS),
-                               NULL);
-    descr = NULL;
-    PyDimMem_FREE(dims.ptr);
-    if (arr == NULL) {
-        Py_DECREF(ha);
-        return NULL;
-    }
-    if (PyArray_SetBaseObject((PyArrayObject *)arr, (PyObject *)ha) < 0) {  /* steals ha */
-        Py_DECREF(arr);
-        return NULL;
-    }
-    return arr;
+    return wrap_array(descr, &dims, p, fortran, (PyObject *)ha);
 error:
-    Py_XDECREF(descr);
+    Py_DECREF(descr);
     PyDimMem_FREE(dims.ptr);
     return NULL;
 }
@@ -176,50 +198,25 @@ static PyObject *
 hostmem_managed(PyObject *module, PyObject *args)
 {
     pygpu_state *st = PyModule_GetState(module);
-    PyObject *shape_obj, *dtype_obj, *arr, *alloc;
-    PyArray_Descr *descr = NULL;
-    PyArray_Dims dims = {NULL, 0};
+    PyObject *shape_obj, *dtype_obj, *alloc;
+    PyArray_Descr *descr;
+    PyArray_Dims dims;
     const char *order;
     unsigned int flags;
-    int zero, i;
+    int zero, fortran;
     size_t nbytes;
-    static char dummy[16] __attribute__((aligned(16)));
-    void *p;
+    CUdeviceptr p;
 
     if (!PyArg_ParseTuple(args, "OOsIp:_managed", &shape_obj, &dtype_obj, &order, &flags, &zero))
         return NULL;
-    if (strcmp(order, "C") != 0 && strcmp(order, "F") != 0) {
-        PyErr_SetString(PyExc_ValueError, "order must be 'C' or 'F'");
+    if (parse_array_spec(shape_obj, dtype_obj, order, &descr, &dims, &nbytes, &fortran) < 0)
         return NULL;
-    }
-    if (!PyArray_DescrConverter(dtype_obj, &descr))
-        return NULL;
-    if (PyLong_Check(shape_obj)) {
-        PyObject *t = PyTuple_Pack(1, shape_obj);
-        int ok = t != NULL && PyArray_IntpConverter(t, &dims);
-        Py_XDECREF(t);
-        if (!ok) {
-            Py_DECREF(descr);
-            return NULL;
-        }
-    } else if (!PyArray_IntpConverter(shape_obj, &dims)) {
-        Py_DECREF(descr);
-        return NULL;
-    }
-    nbytes = (size_t)PyDataType_ELSIZE(descr);
-    for (i = 0; i < dims.len; i++) {
-        if (dims.ptr[i] < 0) {
-            PyErr_Format(PyExc_ValueError, "negative dimension %zd in shape", (Py_ssize_t)dims.ptr[i]);
-            goto error;
-        }
-        nbytes *= (size_t)dims.ptr[i];
-    }
     alloc = pygpu_managed_allocation(st, nbytes, flags);
     if (alloc == NULL)
         goto error;
-    p = (void *)(uintptr_t)((pygpu_DeviceAllocation *)alloc)->ptr;
+    p = ((pygpu_DeviceAllocation *)alloc)->ptr;
     if (zero && nbytes) {
-        CUresult rc = cu.cuMemsetD8(((pygpu_DeviceAllocation *)alloc)->ptr, 0, nbytes);
+        CUresult rc = cu.cuMemsetD8(p, 0, nbytes);
         if (rc == CUDA_SUCCESS)
             rc = cu.cuCtxSynchronize();
         if (rc != CUDA_SUCCESS) {
@@ -228,23 +225,9 @@ hostmem_managed(PyObject *module, PyObject *args)
             goto error;
         }
     }
-    arr = PyArray_NewFromDescr(&PyArray_Type, descr, dims.len, dims.ptr, NULL,
-                               p ? p : (void *)dummy,
-                               NPY_ARRAY_WRITEABLE | NPY_ARRAY_ALIGNED |
-                               (order[0] == 'F' ? NPY_ARRAY_F_CONTIGUOUS : NPY_ARRAY_C_CONTIGUOUS),
-                               NULL);
-    PyDimMem_FREE(dims.ptr);
-    if (arr == NULL) {
-        Py_DECREF(alloc);
-        return NULL;
-    }
-    if (PyArray_SetBaseObject((PyArrayObject *)arr, alloc) < 0) {
-        Py_DECREF(arr);
-        return NULL;
-    }
-    return arr;
+    return wrap_array(descr, &dims, (void *)(uintptr_t)p, fortran, alloc);
 error:
-    Py_XDECREF(descr);
+    Py_DECREF(descr);
     PyDimMem_FREE(dims.ptr);
     return NULL;
 }

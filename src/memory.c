@@ -631,112 +631,70 @@ check_fits(size_t n, size_t cap, const char *what, const char *side)
     return 0;
 }
 
+/* memcpy_htod/dtoh[_async](dest, src[, stream]): one host buffer, one
+ * device pointer; htod says which is which. */
 static PyObject *
-do_htod(PyObject *module, PyObject *args, PyObject *kwds, int async)
+do_host_copy(PyObject *module, PyObject *args, PyObject *kwds, int htod, int async)
 {
     pygpu_state *st = PyModule_GetState(module);
     static char *kwlist[] = {"dest", "src", "stream", NULL};
-    const char *what = async ? "memcpy_htod_async()" : "memcpy_htod()";
+    static const char *names[2][2] = {{"memcpy_dtoh()", "memcpy_dtoh_async()"},
+                                      {"memcpy_htod()", "memcpy_htod_async()"}};
+    static const char *formats[2][2] = {{"OO|O:memcpy_dtoh", "OO|O:memcpy_dtoh_async"},
+                                        {"OO|O:memcpy_htod", "OO|O:memcpy_htod_async"}};
+    static const char *routines[2][2] = {{"cuMemcpyDtoH", "cuMemcpyDtoHAsync"},
+                                         {"cuMemcpyHtoD", "cuMemcpyHtoDAsync"}};
+    const char *what = names[htod][async];
     PyObject *dst, *src, *sobj = Py_None;
     CUdeviceptr d;
-    size_t cap;
+    size_t cap, n;
     CUstream s = NULL;
     Py_buffer view;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, async ? "OO|O:memcpy_htod_async"
-                                                        : "OO|O:memcpy_htod",
-                                     kwlist, &dst, &src, &sobj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, formats[htod][async], kwlist,
+                                     &dst, &src, &sobj))
         return NULL;
-    if (pygpu_get_device_ptr(st, dst, &d, &cap, 0) < 0
+    if (pygpu_get_device_ptr(st, htod ? dst : src, &d, &cap, 0) < 0
         || (async && pygpu_get_stream(st, sobj, &s) < 0))
         return NULL;
-    if (get_host_buffer(src, &view, 0, what) < 0)
+    if (get_host_buffer(htod ? src : dst, &view, !htod, what) < 0)
         return NULL;
-    if (check_fits((size_t)view.len, cap, what, "destination allocation") < 0
+    n = (size_t)view.len;
+    if (check_fits(n, cap, what, htod ? "destination allocation" : "source allocation") < 0
         || pygpu_current_context(st) == NULL) {
         PyBuffer_Release(&view);
         return NULL;
     }
-    if (view.len == 0) {
-        PyBuffer_Release(&view);
-        Py_RETURN_NONE;
-    }
-    if (!async) {
-        int r = pygpu_staged_copy(st, 1, view.buf, d, (size_t)view.len);
+    if (n > 0 && !async) {
+        int r = pygpu_staged_copy(st, htod, view.buf, d, n);
         if (r != 0) {
             PyBuffer_Release(&view);
-            if (r < 0)
-                return NULL;
-            Py_RETURN_NONE;
+            return r < 0 ? NULL : Py_NewRef(Py_None);
         }
     }
-    Py_BEGIN_ALLOW_THREADS
-    rc = async ? cu.cuMemcpyHtoDAsync(d, view.buf, (size_t)view.len, s)
-               : cu.cuMemcpyHtoD(d, view.buf, (size_t)view.len);
-    Py_END_ALLOW_THREADS
+    rc = CUDA_SUCCESS;
+    if (n > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        if (htod)
+            rc = async ? cu.cuMemcpyHtoDAsync(d, view.buf, n, s) : cu.cuMemcpyHtoD(d, view.buf, n);
+        else
+            rc = async ? cu.cuMemcpyDtoHAsync(view.buf, d, n, s) : cu.cuMemcpyDtoH(view.buf, d, n);
+        Py_END_ALLOW_THREADS
+    }
     PyBuffer_Release(&view);
     if (rc != CUDA_SUCCESS)
-        return pygpu_cuda_error(st, rc, async ? "cuMemcpyHtoDAsync" : "cuMemcpyHtoD");
+        return pygpu_cuda_error(st, rc, routines[htod][async]);
     Py_RETURN_NONE;
 }
 
 static PyObject *
-do_dtoh(PyObject *module, PyObject *args, PyObject *kwds, int async)
-{
-    pygpu_state *st = PyModule_GetState(module);
-    static char *kwlist[] = {"dest", "src", "stream", NULL};
-    const char *what = async ? "memcpy_dtoh_async()" : "memcpy_dtoh()";
-    PyObject *dst, *src, *sobj = Py_None;
-    CUdeviceptr sp;
-    size_t cap;
-    CUstream s = NULL;
-    Py_buffer view;
-    CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, async ? "OO|O:memcpy_dtoh_async"
-                                                        : "OO|O:memcpy_dtoh",
-                                     kwlist, &dst, &src, &sobj))
-        return NULL;
-    if (pygpu_get_device_ptr(st, src, &sp, &cap, 0) < 0
-        || (async && pygpu_get_stream(st, sobj, &s) < 0))
-        return NULL;
-    if (get_host_buffer(dst, &view, 1, what) < 0)
-        return NULL;
-    if (check_fits((size_t)view.len, cap, what, "source allocation") < 0
-        || pygpu_current_context(st) == NULL) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    if (view.len == 0) {
-        PyBuffer_Release(&view);
-        Py_RETURN_NONE;
-    }
-    if (!async) {
-        int r = pygpu_staged_copy(st, 0, view.buf, sp, (size_t)view.len);
-        if (r != 0) {
-            PyBuffer_Release(&view);
-            if (r < 0)
-                return NULL;
-            Py_RETURN_NONE;
-        }
-    }
-    Py_BEGIN_ALLOW_THREADS
-    rc = async ? cu.cuMemcpyDtoHAsync(view.buf, sp, (size_t)view.len, s)
-               : cu.cuMemcpyDtoH(view.buf, sp, (size_t)view.len);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
-    if (rc != CUDA_SUCCESS)
-        return pygpu_cuda_error(st, rc, async ? "cuMemcpyDtoHAsync" : "cuMemcpyDtoH");
-    Py_RETURN_NONE;
-}
-
+memcpy_htod(PyObject *m, PyObject *a, PyObject *k) { return do_host_copy(m, a, k, 1, 0); }
 static PyObject *
-memcpy_htod(PyObject *m, PyObject *a, PyObject *k) { return do_htod(m, a, k, 0); }
+memcpy_htod_async(PyObject *m, PyObject *a, PyObject *k) { return do_host_copy(m, a, k, 1, 1); }
 static PyObject *
-memcpy_htod_async(PyObject *m, PyObject *a, PyObject *k) { return do_htod(m, a, k, 1); }
+memcpy_dtoh(PyObject *m, PyObject *a, PyObject *k) { return do_host_copy(m, a, k, 0, 0); }
 static PyObject *
-memcpy_dtoh(PyObject *m, PyObject *a, PyObject *k) { return do_dtoh(m, a, k, 0); }
-static PyObject *
-memcpy_dtoh_async(PyObject *m, PyObject *a, PyObject *k) { return do_dtoh(m, a, k, 1); }
+memcpy_dtoh_async(PyObject *m, PyObject *a, PyObject *k) { return do_host_copy(m, a, k, 0, 1); }
 
 static PyObject *
 do_dtod(PyObject *module, PyObject *args, PyObject *kwds, int async)

@@ -16,6 +16,9 @@
 #include <nvrtc.h>
 #include "cuda_api.h"
 
+#if PY_VERSION_HEX < 0x030A0000
+static inline PyObject *Py_NewRef(PyObject *o) { Py_INCREF(o); return o; }
+#endif
 #ifndef Py_TPFLAGS_IMMUTABLETYPE
 #define Py_TPFLAGS_IMMUTABLETYPE 0   /* Python 3.9 */
 #endif

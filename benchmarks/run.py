@@ -162,6 +162,13 @@ def measure_pygpu():
         hits.append(float(out[0]))
     r["disk_hit_ms"] = statistics.median(hits)
 
+    # what `import pygpu` adds to a process that already imported NumPy
+    code = ("import time, numpy; t = time.perf_counter(); import pygpu, pygpu.driver; "
+            "print((time.perf_counter() - t) * 1e3)")
+    r["import_ms"] = statistics.median(
+        float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                             text=True).stdout) for _ in range(7))
+
     n = 10_000_000
     add = SourceModule(ADD, no_extern_c=True).get_function("add")
     x = cuda.to_device(np.random.default_rng().standard_normal(n).astype(np.float32))
@@ -301,6 +308,7 @@ ROWS = [
     ("cache_hit_ms", "same kernel again (in-process)", "ms", "lower", "ratio"),
     ("disk_hit_ms", "disk-cache hit in a new process", "ms", "lower", "ratio"),
     ("add_10m_us", "x + y, 10M float32 (kernel time)", "us", "lower", "ratio"),
+    ("import_ms", "import pygpu, beyond NumPy", "ms", "lower", "ratio"),
 ]
 
 

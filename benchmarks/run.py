@@ -50,6 +50,48 @@ def run_floor():
     return json.loads(out)
 
 
+def build_inproc_floor():
+    """floor_inproc.c as a shared library (ctypes), or None if it fails."""
+    import ctypes
+    root = cuda_include()
+    build = os.path.join(HERE, "build")
+    os.makedirs(build, exist_ok=True)
+    so = os.path.join(build, "floor_inproc.so")
+    libdirs = [os.path.join(root, "lib64"), os.path.join(root, "lib64", "stubs")]
+    cmd = ["cc", "-O2", "-shared", "-fPIC", "-o", so, os.path.join(HERE, "floor_inproc.c"),
+           "-I" + os.path.join(root, "include")] + ["-L" + d for d in libdirs] + ["-lcuda"]
+    subprocess.run(cmd, check=True)
+    lib = ctypes.CDLL(so)
+    lib.launch_burst.restype = ctypes.c_double
+    lib.launch_burst.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_int,
+                                 ctypes.c_float, ctypes.c_int]
+    return lib
+
+
+def interleaved(fns, n=BURST, reps=BURSTS, sync=None):
+    """Median us per call of each fn(count) -> seconds, bursts interleaved."""
+    times = {k: [] for k in fns}
+    for k, fn in fns.items():
+        fn(n)
+    if sync:
+        sync()
+    for _ in range(reps):
+        for k, fn in fns.items():
+            times[k].append(fn(n) / n * 1e6)
+            if sync:
+                sync()
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def timed_loop(call):
+    def run(count):
+        t = time.perf_counter()
+        for _ in range(count):
+            call()
+        return time.perf_counter() - t
+    return run
+
+
 def burst(fn, n=BURST, reps=BURSTS, sync=None):
     """Median over reps of (wall time of n calls) / n, in microseconds."""
     for _ in range(n):
@@ -100,11 +142,23 @@ def measure_pygpu():
     f, e = mod.get_function("args3"), mod.get_function("empty")
     d = cuda.mem_alloc(1 << 20)
     block, grid = (32, 1, 1), (1, 1)
-    r["launch_enqueue_us"] = burst(lambda: f(d, 1000, 2.0, block=block, grid=grid), sync=sync)
     bound = f.configure(grid, block)
-    r["launch_bound_us"] = burst(lambda: bound(d, 1000, 2.0), sync=sync)
-    f.prepare("Pif")
-    r["launch_prepared_us"] = burst(lambda: f.prepared_call(grid, block, d, 1000, 2.0), sync=sync)
+    fp = mod.get_function("args3")
+    lib = build_inproc_floor()
+    fns = {
+        "floor": lambda count: lib.launch_burst(f.handle, int(d), 1000, 2.0, count),
+        "launch_enqueue_us": timed_loop(lambda: f(d, 1000, 2.0, block=block, grid=grid)),
+        "launch_bound_us": timed_loop(lambda: bound(d, 1000, 2.0)),
+    }
+    m = interleaved(fns, sync=sync)
+    f.prepare("Pif")     # prepared_call packs by the prepared types from here on
+    m2 = interleaved({"floor": fns["floor"],
+                      "launch_prepared_us": timed_loop(lambda: fp.prepared_call(grid, block, d, 1000, 2.0))},
+                     sync=sync)
+    r["launch_enqueue_us"], r["launch_bound_us"] = m["launch_enqueue_us"], m["launch_bound_us"]
+    r["launch_prepared_us"] = m2["launch_prepared_us"]
+    r["floor_inproc_us"] = m["floor"]
+    r["floor_inproc_us_2"] = m2["floor"]
     r["launch_throughput_us"] = burst(lambda: e(block=block, grid=grid), n=20000, reps=5, sync=sync)
 
     def rt():
@@ -347,8 +401,10 @@ def main():
     rows = []
     for key, label, unit, better, cmp in ROWS:
         fl = results["floor"].get(key)
-        if key in ("launch_prepared_us", "launch_bound_us"):
-            fl = results["floor"]["launch_enqueue_us"]
+        if key in ("launch_enqueue_us", "launch_bound_us"):
+            fl = results["pygpu"]["floor_inproc_us"]     # same process, interleaved
+        elif key == "launch_prepared_us":
+            fl = results["pygpu"]["floor_inproc_us_2"]
         pg = results["pygpu"].get(key)
         if pg is None:
             continue
@@ -364,6 +420,8 @@ def main():
     m = results["meta"]
     print("\n%s, driver %d, Python %s, NumPy %s, %s" % (m["gpu"], m["driver"], m["python"],
                                                       m["numpy"], m["date"]))
+    print("(launch rows: the C loop runs in this process, its bursts interleaved with "
+          "pygpu's; floor.c's own figure was %.2f us)" % results["floor"]["launch_enqueue_us"])
     print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for r in rows:

@@ -16,6 +16,9 @@
 #include <nvrtc.h>
 #include "cuda_api.h"
 
+#if PY_VERSION_HEX < 0x030B0000
+#define PyFloat_Pack2(x, p, le) _PyFloat_Pack2((x), (unsigned char *)(p), (le))
+#endif
 #if PY_VERSION_HEX < 0x030A0000
 static inline PyObject *Py_NewRef(PyObject *o) { Py_INCREF(o); return o; }
 #endif

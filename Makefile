@@ -1,5 +1,8 @@
 # make demo: install pygpu, run examples/demo.py
-# make test: install pygpu with its test extras, run the whole suite
+# make test: install pygpu with its test extras, run the whole suite, then
+#            run the driver tests again against the driver stand-in
+#            (tests/standin/, loaded through PYGPU_LIBCUDA)
+# make sanitize: the CPU suite and the stand-in pass under AddressSanitizer
 # PYTHON=... picks the interpreter (default: the python3 on PATH).
 # Where NumPy, setuptools and pytest are already importable (a CUDA box's
 # venv, no network) the build uses --no-build-isolation and fetches nothing.
@@ -13,7 +16,10 @@ PIP_INSTALL = $(PYTHON) -m pip install -q -e .
 PIP_INSTALL_TEST = $(PYTHON) -m pip install -q -e ".[test]"
 endif
 
-.PHONY: demo test install install-test bench docs clean
+STANDIN = build/standin/libfakecuda.so
+STANDIN_RUN = PYGPU_LIBCUDA=$(CURDIR)/$(STANDIN) $(PYTHON) -m pytest -q -p no:cacheprovider -m "driver or standin"
+
+.PHONY: demo test install install-test bench docs clean standin sanitize
 
 install:
 	$(PIP_INSTALL)
@@ -24,8 +30,12 @@ install-test:
 demo: install
 	$(PYTHON) examples/demo.py
 
-test: install-test
+test: install-test standin
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+	$(STANDIN_RUN) $(PYTEST_ARGS)
+
+standin:
+	$(PYTHON) tests/fakecuda.py build
 
 bench: install
 	$(PYTHON) benchmarks/run.py

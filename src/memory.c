@@ -572,8 +572,13 @@ allocation_repr(pygpu_DeviceAllocation *self)
     if (self->freed)
         return PyUnicode_FromFormat("<pygpu.driver.DeviceAllocation (freed), %zu bytes>",
                                     self->size);
-    return PyUnicode_FromFormat("<pygpu.driver.DeviceAllocation at 0x%llx, %zu bytes>",
-                                (unsigned long long)self->ptr, self->size);
+    {
+        /* PyUnicode_FromFormat has no %llx */
+        char addr[32];
+        snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)self->ptr);
+        return PyUnicode_FromFormat("<pygpu.driver.DeviceAllocation at %s, %zu bytes>",
+                                    addr, self->size);
+    }
 }
 
 static PyMethodDef allocation_methods[] = {

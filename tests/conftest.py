@@ -1,8 +1,21 @@
-"""GPU tests carry @pytest.mark.gpu: they skip with a one-line reason where no
-GPU is usable, and fail instead when PYGPU_REQUIRE_GPU=1."""
+"""Markers (see docs/guarantees.md):
+
+gpu      needs a real GPU: a kernel runs, or real timing or placement matters.
+driver   needs a CUDA driver but runs no kernel: runs on a GPU, and against
+         the driver stand-in (tests/standin/) where there is none.
+standin  needs the stand-in itself (failure injection, recorded launches).
+
+Where what a test needs is missing it skips with a one-line reason; with
+PYGPU_REQUIRE_GPU=1 a gpu or driver test fails instead, unless the run is
+against the stand-in (make test's second pass), which runs no kernels.
+"""
 import os
 
 import pytest
+
+import fakecuda
+
+STANDIN = fakecuda.active()
 
 _gpu = None
 
@@ -22,7 +35,18 @@ def gpu_reason():
 
 
 def pytest_runtest_setup(item):
-    if item.get_closest_marker("gpu") is None:
+    # the closest of the three markers decides (a test's own over its module's)
+    kind = next((m.name for m in item.iter_markers() if m.name in ("gpu", "driver", "standin")),
+                None)
+    if kind is None:
+        return
+    if kind == "standin":
+        if not STANDIN:
+            pytest.skip("runs against the driver stand-in (make test's second pass)")
+        return
+    if STANDIN:
+        if kind == "gpu":
+            pytest.skip("needs a real GPU: the driver stand-in runs no kernels")
         return
     reason = gpu_reason()
     if reason is None:
@@ -62,3 +86,15 @@ def tmp_cache(tmp_path, monkeypatch):
     compiler.clear_cache(disk=False)
     yield d
     compiler.clear_cache(disk=False)
+
+
+@pytest.fixture
+def standin():
+    """The stand-in's control side; checks that the test used no dead handle
+    and left no failure injection pending."""
+    s = fakecuda.StandIn()
+    stale = s.stale()
+    yield s
+    s.cancel()
+    s.deinit(False)
+    assert s.stale() == stale, "a handle was used after it was destroyed"

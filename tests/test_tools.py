@@ -17,7 +17,7 @@ def test_bin_size():
     assert bin_size(1 << 20) == 1 << 20
 
 
-@pytest.mark.gpu
+@pytest.mark.driver
 def test_device_memory_pool(ctx, rng):
     pool = DeviceMemoryPool()
     a = pool.allocate(10000)
@@ -53,7 +53,7 @@ def test_pooled_allocation_as_kernel_argument(ctx, rng):
     np.testing.assert_array_equal(cuda.from_device_like(a, x), 2 * x)
 
 
-@pytest.mark.gpu
+@pytest.mark.driver
 def test_pagelocked_pool(ctx, rng):
     pool = PageLockedMemoryPool()
     a = pool.empty((30, 40), np.float64)

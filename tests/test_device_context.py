@@ -9,7 +9,7 @@ import pytest
 
 import pygpu.driver as cuda
 
-pytestmark = pytest.mark.gpu
+pytestmark = pytest.mark.driver
 
 
 def test_device_queries(ctx):

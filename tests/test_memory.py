@@ -6,7 +6,7 @@ import pytest
 
 import pygpu.driver as cuda
 
-pytestmark = pytest.mark.gpu
+pytestmark = pytest.mark.driver
 
 SIZES = [0, 1, 3, 4097, 65537, 1 << 20, (64 << 20) + 5]
 
@@ -356,6 +356,7 @@ def test_concurrent_large_copies_from_threads(ctx, rng, small_staging):
         np.testing.assert_array_equal(o, s)
 
 
+@pytest.mark.gpu
 def test_managed_arrays(ctx, rng):
     from pygpu.compiler import SourceModule
     a = cuda.managed_empty((300, 7), np.float32)

@@ -227,6 +227,7 @@ def test_cupy_and_torch_arrays_as_pointers(ctx, rng):
         pytest.skip("neither CuPy nor PyTorch is installed")
 
 
+@pytest.mark.driver
 def test_argument_errors(ctx):
     mod = SourceModule("""
     __global__ void k(float *p, int n, float a) { if (n < 0) p[0] = a; }
@@ -267,6 +268,7 @@ def test_argument_errors(ctx):
         k(d, 1, 1.0, block=b)
 
 
+@pytest.mark.driver
 def test_launch_configuration_errors(ctx):
     k = SourceModule("__global__ void k(int *p) { }").get_function("k")
     dev = cuda.Context.get_device()
@@ -449,6 +451,7 @@ def test_illegal_address_is_a_launch_error_in_a_subprocess():
     assert r.stderr == ""
 
 
+@pytest.mark.driver
 def test_sourcemodule_cache_returns_loaded_module(ctx, tmp_cache):
     a = SourceModule(VADD)
     b = SourceModule(VADD)

@@ -1,0 +1,2689 @@
+/* fakecuda: a CUDA driver stand-in for pygpu's tests.  A test tool only.
+ *
+ * Built as libfakecuda.so and loaded by pygpu through PYGPU_LIBCUDA.  It
+ * provides every driver entry point pygpu resolves (src/cuda_api.h is the
+ * list, so the two cannot drift apart), through cuGetProcAddress like the real
+ * driver, backed by host memory:
+ *   - allocations are malloc'd; copies and memsets are memcpy/memset, and the
+ *     device side of each is checked to lie inside one live allocation;
+ *   - PTX is parsed for its kernels (parameter offsets and sizes, .maxntid)
+ *     and its .global/.const variables; cubins are refused;
+ *   - a launch checks its configuration and copies each parameter's bytes
+ *     from kernelParams into a record the tests read back; no kernel runs;
+ *   - streams and events complete at once;
+ *   - contexts have per-thread stacks, primary contexts are reference counted.
+ * Handles are never freed, only marked dead, so a handle used after its
+ * destruction is detected (and counted) instead of being undefined behaviour.
+ *
+ * Fault injection: fakecuda_fail(name, nth, code) (or FAKECUDA_FAIL=name:nth:code
+ * at cuInit) makes the nth next call of entry point `name` ("*": any entry
+ * point) return `code`.  fakecuda_deinit(1) makes every call return
+ * CUDA_ERROR_DEINITIALIZED, as a driver does while the process shuts down.
+ *
+ * Environment, read at cuInit: FAKECUDA_DEVICES (2), FAKECUDA_MEMORY (bytes a
+ * device, 4 GiB), FAKECUDA_DRIVER_VERSION (13000), FAKECUDA_CC ("9.9": a
+ * capability NVRTC builds no cubin for, so pygpu hands the stand-in PTX),
+ * FAKECUDA_HIDE (comma-separated entry points cuGetProcAddress does not find),
+ * FAKECUDA_FAIL.
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <ctype.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../../src/cuda_api.h"
+#include "../../src/cuda_enums.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define MAXDEV 8
+#define MAXPARAMS 512
+#define STACK_DEPTH 64
+
+/* ---- entry point indices ---- */
+#define AS_INDEX(name, version) F_##name,
+enum { PYGPU_CUDA_API(AS_INDEX, AS_INDEX) F_COUNT };
+#undef AS_INDEX
+#define AS_NAME(name, version) #name,
+static const char *const fn_names[F_COUNT] = { PYGPU_CUDA_API(AS_NAME, AS_NAME) };
+#undef AS_NAME
+
+/* ---- objects ---- */
+enum { MAGIC_CTX = 0x43545831, MAGIC_STREAM = 0x53545231, MAGIC_EVENT = 0x45564e31,
+       MAGIC_MODULE = 0x4d4f4431, MAGIC_FUNC = 0x46554e31 };
+
+enum { K_DEVICE, K_MANAGED, K_ASYNC, K_HOST, K_REGISTERED, K_GLOBAL };
+
+typedef struct fake_ctx {
+    unsigned magic;
+    int alive;            /* 0 once destroyed (or an inactive primary) */
+    int dev;
+    int primary;
+    int retains;          /* primary: retain count */
+    unsigned flags;
+    size_t limits[CU_LIMIT_MAX];
+    CUfunc_cache cache;
+    int peer[MAXDEV];
+} fake_ctx;
+
+typedef struct fake_stream {
+    unsigned magic;
+    int alive;
+    fake_ctx *ctx;
+    unsigned flags;
+    int priority;
+} fake_stream;
+
+typedef struct fake_event {
+    unsigned magic;
+    int alive;
+    fake_ctx *ctx;
+    unsigned flags;
+    int recorded;
+    double t;
+} fake_event;
+
+typedef struct fake_alloc {
+    uintptr_t base;
+    size_t size;
+    int kind;
+    unsigned flags;
+    fake_ctx *ctx;
+    struct fake_module *module;   /* K_GLOBAL: owner */
+    struct fake_alloc *next;
+} fake_alloc;
+
+typedef struct fake_func {
+    unsigned magic;
+    int alive;
+    struct fake_module *module;
+    char name[256];
+    int nparams;
+    size_t offset[MAXPARAMS];
+    size_t size[MAXPARAMS];
+    size_t param_bytes;
+    int maxntid;
+    int max_dynamic_shared;
+    size_t static_shared;       /* .shared declared in the body */
+    CUfunc_cache cache;
+    struct fake_func *next;
+} fake_func;
+
+typedef struct fake_global {
+    char name[256];
+    fake_alloc *mem;
+    struct fake_global *next;
+} fake_global;
+
+typedef struct fake_module {
+    unsigned magic;
+    int alive;
+    fake_ctx *ctx;
+    fake_func *funcs;
+    fake_global *globals;
+    size_t static_shared;
+} fake_module;
+
+/* ---- state (one lock guards all of it) ---- */
+static pthread_mutex_t lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static int initialized;
+static int ndev = 2;
+static size_t dev_memory = (size_t)4 << 30;
+static size_t dev_used[MAXDEV];
+static int driver_version = 13000;
+static int cc_major = 9, cc_minor = 9;
+static char hidden[4096];
+static fake_ctx *primary_ctx[MAXDEV];
+static fake_alloc *allocs;
+
+static long calls_total;
+static long calls_by_fn[F_COUNT];
+static int inject_fn = -2;            /* -2 none, -1 any */
+static long inject_nth;
+static CUresult inject_code;
+static int inject_fired;
+static int deinitialized;
+static char *trace;
+static size_t trace_len, trace_cap;
+static int tracing;
+
+static long live_ctx, live_streams, live_events, live_modules, live_host, live_registered,
+    live_device, live_managed, stale_uses, launches;
+
+static struct {
+    char name[256];
+    unsigned grid[3], block[3], shared;
+    CUstream stream;
+    unsigned char params[4096];
+    size_t size;
+    int cooperative, pdl;
+    unsigned cluster[3];
+} last_launch;
+
+static __thread fake_ctx *ctx_stack[STACK_DEPTH];
+static __thread int ctx_depth;
+
+static void read_env(void);
+
+/* Called first by every entry point; returns nonzero to fail the call. */
+static CUresult
+enter(int fn)
+{
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&lock);
+    calls_total++;
+    calls_by_fn[fn]++;
+    if (tracing) {
+        size_t n = strlen(fn_names[fn]);
+        if (trace_len + n + 2 > trace_cap) {
+            size_t cap = trace_cap ? 2 * trace_cap : 65536;
+            char *t;
+            while (cap < trace_len + n + 2)
+                cap *= 2;
+            t = realloc(trace, cap);
+            if (t != NULL) {
+                trace = t;
+                trace_cap = cap;
+            }
+        }
+        if (trace_len + n + 2 <= trace_cap) {
+            memcpy(trace + trace_len, fn_names[fn], n);
+            trace_len += n;
+            trace[trace_len++] = '\n';
+            trace[trace_len] = '\0';
+        }
+    }
+    if (deinitialized)
+        rc = CUDA_ERROR_DEINITIALIZED;
+    else if (!initialized && fn != F_cuInit && fn != F_cuDriverGetVersion)
+        rc = CUDA_ERROR_NOT_INITIALIZED;
+    else if (inject_fn != -2 && (inject_fn == -1 || inject_fn == fn) && --inject_nth == 0) {
+        rc = inject_code;
+        inject_fn = -2;
+        inject_fired = 1;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static void
+unlock(void)
+{
+    pthread_mutex_unlock(&lock);
+}
+
+/* ---- helpers (lock held) ---- */
+static fake_ctx *
+current(void)
+{
+    return ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : NULL;
+}
+
+/* The calling thread's context, checked: NULL with *rc set when unusable. */
+static fake_ctx *
+need_ctx(CUresult *rc)
+{
+    fake_ctx *c = current();
+    if (c == NULL) {
+        *rc = CUDA_ERROR_INVALID_CONTEXT;
+        return NULL;
+    }
+    if (c->magic != MAGIC_CTX || !c->alive) {
+        stale_uses++;
+        *rc = c->primary ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_CONTEXT_IS_DESTROYED;
+        return NULL;
+    }
+    return c;
+}
+
+static int
+ctx_ok(fake_ctx *c)
+{
+    if (c == NULL || c->magic != MAGIC_CTX)
+        return 0;
+    if (!c->alive) {
+        stale_uses++;
+        return 0;
+    }
+    return 1;
+}
+
+static CUresult
+check_stream(CUstream s, fake_ctx *c)
+{
+    fake_stream *st = (fake_stream *)s;
+    if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+        return CUDA_SUCCESS;
+    if (st->magic != MAGIC_STREAM)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!st->alive) {
+        stale_uses++;
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (c != NULL && st->ctx != c)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return CUDA_SUCCESS;
+}
+
+static fake_alloc *
+find_alloc(uintptr_t p, size_t n)
+{
+    fake_alloc *a;
+    for (a = allocs; a != NULL; a = a->next)
+        if (p >= a->base && p - a->base <= a->size && n <= a->size - (p - a->base))
+            return a;
+    return NULL;
+}
+
+/* A device-side range [p, p+n) that must lie in one device-accessible
+ * allocation (device, managed, async, module global, mapped pinned). */
+static int
+device_range_ok(CUdeviceptr p, size_t n)
+{
+    fake_alloc *a;
+    if (n == 0)
+        return 1;
+    a = find_alloc((uintptr_t)p, n);
+    return a != NULL;
+}
+
+static fake_alloc *
+add_alloc(void *base, size_t size, int kind, unsigned flags, fake_ctx *c)
+{
+    fake_alloc *a = calloc(1, sizeof *a);
+    if (a == NULL)
+        return NULL;
+    a->base = (uintptr_t)base;
+    a->size = size;
+    a->kind = kind;
+    a->flags = flags;
+    a->ctx = c;
+    a->next = allocs;
+    allocs = a;
+    switch (kind) {
+    case K_DEVICE: case K_ASYNC: live_device++; break;
+    case K_MANAGED: live_managed++; break;
+    case K_HOST: live_host++; break;
+    case K_REGISTERED: live_registered++; break;
+    default: break;
+    }
+    if (c != NULL && kind != K_HOST && kind != K_REGISTERED)
+        dev_used[c->dev] += size;
+    return a;
+}
+
+/* Unlink and free the record (and the memory, except registered memory). */
+static void
+drop_alloc(fake_alloc *target)
+{
+    fake_alloc **p;
+    for (p = &allocs; *p != NULL; p = &(*p)->next) {
+        if (*p == target) {
+            *p = target->next;
+            break;
+        }
+    }
+    switch (target->kind) {
+    case K_DEVICE: case K_ASYNC: live_device--; break;
+    case K_MANAGED: live_managed--; break;
+    case K_HOST: live_host--; break;
+    case K_REGISTERED: live_registered--; break;
+    default: break;
+    }
+    if (target->ctx != NULL && target->kind != K_HOST && target->kind != K_REGISTERED)
+        dev_used[target->ctx->dev] -= target->size;
+    if (target->kind != K_REGISTERED)
+        free((void *)target->base);
+    free(target);
+}
+
+static fake_alloc *
+find_base(uintptr_t p)
+{
+    fake_alloc *a;
+    for (a = allocs; a != NULL; a = a->next)
+        if (a->base == p)
+            return a;
+    return NULL;
+}
+
+static void *
+fill_alloc(size_t n)
+{
+    /* never zero: code that forgets to initialise memory shows it */
+    void *p = NULL;
+    if (posix_memalign(&p, 256, n ? n : 1) != 0)
+        return NULL;
+    memset(p, 0xA5, n);
+    return p;
+}
+
+static double
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Everything a context owns dies with it (the real driver frees it too). */
+static void
+reap_context(fake_ctx *c)
+{
+    fake_alloc *a = allocs, *next;
+    for (; a != NULL; a = next) {
+        next = a->next;
+        if (a->ctx == c && a->kind != K_GLOBAL)
+            drop_alloc(a);
+    }
+}
+
+/* ---- initialization and errors ---- */
+EXPORT CUresult
+cuInit(unsigned int flags)
+{
+    CUresult rc;
+    pthread_mutex_lock(&lock);
+    if (!initialized)
+        read_env();
+    unlock();
+    if ((rc = enter(F_cuInit)) != CUDA_SUCCESS)
+        return rc;
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    initialized = 1;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static int
+lookup_fn(const char *name)
+{
+    int i;
+    if (strcmp(name, "*") == 0)
+        return -1;
+    for (i = 0; i < F_COUNT; i++)
+        if (strcmp(fn_names[i], name) == 0)
+            return i;
+    return -3;
+}
+
+static void
+read_env(void)
+{
+    const char *s;
+    static int done;
+    if (done)
+        return;
+    done = 1;
+    if ((s = getenv("FAKECUDA_DEVICES")) && *s) {
+        ndev = atoi(s);
+        if (ndev < 0) ndev = 0;
+        if (ndev > MAXDEV) ndev = MAXDEV;
+    }
+    if ((s = getenv("FAKECUDA_MEMORY")) && *s)
+        dev_memory = (size_t)strtoull(s, NULL, 0);
+    if ((s = getenv("FAKECUDA_DRIVER_VERSION")) && *s)
+        driver_version = atoi(s);
+    if ((s = getenv("FAKECUDA_CC")) && *s)
+        sscanf(s, "%d.%d", &cc_major, &cc_minor);
+    if ((s = getenv("FAKECUDA_HIDE")) && *s)
+        snprintf(hidden, sizeof hidden, ",%s,", s);
+    if ((s = getenv("FAKECUDA_FAIL")) && *s) {
+        char name[128];
+        long nth;
+        int code;
+        if (sscanf(s, "%127[^:]:%ld:%d", name, &nth, &code) == 3) {
+            inject_fn = lookup_fn(name);
+            inject_nth = nth;
+            inject_code = (CUresult)code;
+            if (inject_fn == -3)
+                inject_fn = -2;
+        }
+    }
+}
+
+static const char *
+error_text(CUresult rc)
+{
+    switch (rc) {
+    case CUDA_SUCCESS: return "no error";
+    case CUDA_ERROR_INVALID_VALUE: return "invalid argument";
+    case CUDA_ERROR_OUT_OF_MEMORY: return "out of memory";
+    case CUDA_ERROR_NOT_INITIALIZED: return "initialization error";
+    case CUDA_ERROR_DEINITIALIZED: return "driver shutting down";
+    case CUDA_ERROR_NO_DEVICE: return "no CUDA-capable device is detected";
+    case CUDA_ERROR_INVALID_DEVICE: return "invalid device ordinal";
+    case CUDA_ERROR_INVALID_IMAGE: return "device kernel image is invalid";
+    case CUDA_ERROR_INVALID_CONTEXT: return "invalid device context";
+    case CUDA_ERROR_NO_BINARY_FOR_GPU: return "no kernel image is available for execution on the device";
+    case CUDA_ERROR_INVALID_PTX: return "a PTX JIT compilation failed";
+    case CUDA_ERROR_INVALID_HANDLE: return "invalid resource handle";
+    case CUDA_ERROR_NOT_FOUND: return "named symbol not found";
+    case CUDA_ERROR_NOT_READY: return "device not ready";
+    case CUDA_ERROR_ILLEGAL_ADDRESS: return "an illegal memory access was encountered";
+    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: return "too many resources requested for launch";
+    case CUDA_ERROR_LAUNCH_FAILED: return "unspecified launch failure";
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED: return "context is destroyed";
+    case CUDA_ERROR_UNKNOWN: return "unknown error";
+    default: return "(the pygpu driver stand-in has no text for this code)";
+    }
+}
+
+EXPORT CUresult
+cuGetErrorName(CUresult rc, const char **out)
+{
+    const pygpu_enum_entry *e;
+    for (e = pygpu_enum_error_code; e->name != NULL; e++) {
+        if (e->value == (long long)rc) {
+            *out = e->name;
+            return CUDA_SUCCESS;
+        }
+    }
+    *out = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult
+cuGetErrorString(CUresult rc, const char **out)
+{
+    const char *name;
+    if (cuGetErrorName(rc, &name) != CUDA_SUCCESS) {
+        *out = NULL;
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *out = error_text(rc);
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuInit(unsigned int flags)
+{
+    return cuInit(flags);
+}
+
+static CUresult
+fake_cuGetErrorName(CUresult rc, const char **out)
+{
+    return cuGetErrorName(rc, out);
+}
+
+static CUresult
+fake_cuGetErrorString(CUresult rc, const char **out)
+{
+    return cuGetErrorString(rc, out);
+}
+
+static CUresult
+fake_cuDriverGetVersion(int *v)
+{
+    CUresult rc = enter(F_cuDriverGetVersion);
+    if (rc) return rc;
+    if (v == NULL) return CUDA_ERROR_INVALID_VALUE;
+    *v = driver_version;
+    return CUDA_SUCCESS;
+}
+
+/* ---- devices ---- */
+static int
+dev_ok(CUdevice d)
+{
+    return d >= 0 && d < ndev;
+}
+
+static CUresult
+fake_cuDeviceGet(CUdevice *d, int ordinal)
+{
+    CUresult rc = enter(F_cuDeviceGet);
+    if (rc) return rc;
+    if (d == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+    *d = ordinal;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuDeviceGetCount(int *n)
+{
+    CUresult rc = enter(F_cuDeviceGetCount);
+    if (rc) return rc;
+    if (n == NULL) return CUDA_ERROR_INVALID_VALUE;
+    *n = ndev;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuDeviceGetName(char *name, int len, CUdevice d)
+{
+    CUresult rc = enter(F_cuDeviceGetName);
+    if (rc) return rc;
+    if (name == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(d)) return CUDA_ERROR_INVALID_DEVICE;
+    snprintf(name, (size_t)len, "pygpu driver stand-in %d", (int)d);
+    return CUDA_SUCCESS;
+}
+
+static int
+attribute(CUdevice_attribute a, CUdevice d)
+{
+    switch (a) {
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: return 1024;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: return 1024;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: return 1024;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: return 64;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: return 2147483647;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: return 65535;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: return 65535;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: return 49152;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: return 232448;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: return 233472;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: return 65536;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: return 32;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: return 2147483647;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: return 65536;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: return 1980000;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: return 132;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: return cc_major;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: return cc_minor;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: return 2048;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: return 1;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: return 1;
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: return 1;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: return 1;
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: return 1;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: return 1;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: return 1;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: return 2;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return 0x10 + (int)d;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: return 0;
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: return 0;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: return 52428800;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: return 5120;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: return 32;
+    case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: return 1;
+    default: return 0;
+    }
+}
+
+static CUresult
+fake_cuDeviceGetAttribute(int *pi, CUdevice_attribute a, CUdevice d)
+{
+    CUresult rc = enter(F_cuDeviceGetAttribute);
+    if (rc) return rc;
+    if (pi == NULL || (int)a <= 0 || a >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(d)) return CUDA_ERROR_INVALID_DEVICE;
+    *pi = attribute(a, d);
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuDeviceTotalMem(size_t *bytes, CUdevice d)
+{
+    CUresult rc = enter(F_cuDeviceTotalMem);
+    if (rc) return rc;
+    if (bytes == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(d)) return CUDA_ERROR_INVALID_DEVICE;
+    *bytes = dev_memory;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuDeviceGetPCIBusId(char *out, int len, CUdevice d)
+{
+    CUresult rc = enter(F_cuDeviceGetPCIBusId);
+    if (rc) return rc;
+    if (out == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(d)) return CUDA_ERROR_INVALID_DEVICE;
+    snprintf(out, (size_t)len, "00000000:%02X:00.0", 0x10 + (int)d);
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuDeviceGetByPCIBusId(CUdevice *d, const char *bus)
+{
+    unsigned dom, b, dv, fn;
+    CUresult rc = enter(F_cuDeviceGetByPCIBusId);
+    if (rc) return rc;
+    if (d == NULL || bus == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (sscanf(bus, "%x:%x:%x.%x", &dom, &b, &dv, &fn) != 4
+        && (dom = 0, sscanf(bus, "%x:%x.%x", &b, &dv, &fn) != 3))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dom != 0 || dv != 0 || b < 0x10 || (int)(b - 0x10) >= ndev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *d = (CUdevice)(b - 0x10);
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuDeviceGetUuid(CUuuid *u, CUdevice d)
+{
+    int i;
+    CUresult rc = enter(F_cuDeviceGetUuid);
+    if (rc) return rc;
+    if (u == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(d)) return CUDA_ERROR_INVALID_DEVICE;
+    for (i = 0; i < 16; i++)
+        u->bytes[i] = (char)(0x40 + i + 16 * d);
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuDeviceCanAccessPeer(int *can, CUdevice d, CUdevice peer)
+{
+    CUresult rc = enter(F_cuDeviceCanAccessPeer);
+    if (rc) return rc;
+    if (can == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(d) || !dev_ok(peer)) return CUDA_ERROR_INVALID_DEVICE;
+    *can = d != peer;
+    return CUDA_SUCCESS;
+}
+
+/* ---- contexts ---- */
+static fake_ctx *
+new_ctx(int dev, int primary, unsigned flags)
+{
+    fake_ctx *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return NULL;
+    c->magic = MAGIC_CTX;
+    c->alive = 1;
+    c->dev = dev;
+    c->primary = primary;
+    c->flags = flags;
+    c->limits[CU_LIMIT_STACK_SIZE] = 1024;
+    c->limits[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20;
+    c->limits[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20;
+    c->limits[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2;
+    c->limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048;
+    c->limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64;
+    c->cache = CU_FUNC_CACHE_PREFER_NONE;
+    return c;
+}
+
+static CUresult
+fake_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice d)
+{
+    CUresult rc = enter(F_cuDevicePrimaryCtxRetain);
+    fake_ctx *c;
+    if (rc) return rc;
+    if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(d)) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    c = primary_ctx[d];
+    if (c == NULL) {
+        c = primary_ctx[d] = new_ctx(d, 1, 0);
+        if (c == NULL) {
+            unlock();
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        c->alive = 0;
+    }
+    if (c->retains++ == 0) {
+        c->alive = 1;
+        live_ctx++;
+    }
+    *pctx = (CUcontext)c;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuDevicePrimaryCtxRelease(CUdevice d)
+{
+    CUresult rc = enter(F_cuDevicePrimaryCtxRelease);
+    fake_ctx *c;
+    if (rc) return rc;
+    if (!dev_ok(d)) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    c = primary_ctx[d];
+    if (c == NULL || c->retains == 0) {
+        stale_uses++;                 /* released more often than retained */
+        unlock();
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if (--c->retains == 0) {
+        c->alive = 0;
+        live_ctx--;
+        reap_context(c);
+    }
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+push(fake_ctx *c)
+{
+    if (ctx_depth >= STACK_DEPTH)
+        return CUDA_ERROR_INVALID_VALUE;
+    ctx_stack[ctx_depth++] = c;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice d)
+{
+    CUresult rc = enter(F_cuCtxCreate);
+    fake_ctx *c;
+    if (rc) return rc;
+    if (pctx == NULL || (flags & ~0x3fu) != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(d)) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    c = new_ctx(d, 0, flags);
+    if (c == NULL || (rc = push(c)) != CUDA_SUCCESS) {
+        free(c);
+        unlock();
+        return rc ? rc : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    live_ctx++;
+    *pctx = (CUcontext)c;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuCtxDestroy(CUcontext h)
+{
+    CUresult rc = enter(F_cuCtxDestroy);
+    fake_ctx *c = (fake_ctx *)h;
+    int i;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if (!ctx_ok(c)) {
+        unlock();
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if (c->primary) {            /* a primary context is released, never destroyed */
+        unlock();
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    c->alive = 0;
+    live_ctx--;
+    reap_context(c);
+    for (i = ctx_depth - 1; i >= 0; i--) {
+        if (ctx_stack[i] == c) {
+            if (i == ctx_depth - 1)
+                ctx_depth--;
+            break;
+        }
+    }
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuCtxPushCurrent(CUcontext h)
+{
+    CUresult rc = enter(F_cuCtxPushCurrent);
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if (!ctx_ok((fake_ctx *)h)) {
+        unlock();
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    rc = push((fake_ctx *)h);
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuCtxPopCurrent(CUcontext *pctx)
+{
+    CUresult rc = enter(F_cuCtxPopCurrent);
+    if (rc) return rc;
+    if (ctx_depth == 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    ctx_depth--;
+    if (pctx != NULL)
+        *pctx = (CUcontext)ctx_stack[ctx_depth];
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuCtxGetCurrent(CUcontext *pctx)
+{
+    CUresult rc = enter(F_cuCtxGetCurrent);
+    if (rc) return rc;
+    if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
+    *pctx = (CUcontext)current();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuCtxSetCurrent(CUcontext h)
+{
+    CUresult rc = enter(F_cuCtxSetCurrent);
+    if (rc) return rc;
+    if (h == NULL) {
+        if (ctx_depth > 0)
+            ctx_depth--;
+        return CUDA_SUCCESS;
+    }
+    pthread_mutex_lock(&lock);
+    if (!ctx_ok((fake_ctx *)h)) {
+        unlock();
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if (ctx_depth == 0)
+        rc = push((fake_ctx *)h);
+    else
+        ctx_stack[ctx_depth - 1] = (fake_ctx *)h;
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuCtxGetDevice(CUdevice *d)
+{
+    CUresult rc = enter(F_cuCtxGetDevice);
+    fake_ctx *c;
+    if (rc) return rc;
+    if (d == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c) *d = c->dev;
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuCtxSynchronize(void)
+{
+    CUresult rc = enter(F_cuCtxSynchronize);
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    need_ctx(&rc);
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    CUresult rc = enter(F_cuCtxSetLimit);
+    fake_ctx *c;
+    if (rc) return rc;
+    if ((int)limit < 0 || limit >= CU_LIMIT_SHMEM_SIZE) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c) c->limits[limit] = value;
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuCtxGetLimit(size_t *v, CUlimit limit)
+{
+    CUresult rc = enter(F_cuCtxGetLimit);
+    fake_ctx *c;
+    if (rc) return rc;
+    if (v == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if ((int)limit < 0 || limit >= CU_LIMIT_MAX) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c) *v = c->limits[limit];
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuCtxSetCacheConfig(CUfunc_cache config)
+{
+    CUresult rc = enter(F_cuCtxSetCacheConfig);
+    fake_ctx *c;
+    if (rc) return rc;
+    if ((int)config < 0 || config > CU_FUNC_CACHE_PREFER_EQUAL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c) c->cache = config;
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuCtxGetCacheConfig(CUfunc_cache *config)
+{
+    CUresult rc = enter(F_cuCtxGetCacheConfig);
+    fake_ctx *c;
+    if (rc) return rc;
+    if (config == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c) *config = c->cache;
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
+{
+    CUresult rc = enter(F_cuCtxEnablePeerAccess);
+    fake_ctx *c, *p = (fake_ctx *)peer;
+    if (rc) return rc;
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c != NULL) {
+        if (!ctx_ok(p))
+            rc = CUDA_ERROR_INVALID_CONTEXT;
+        else if (p->dev == c->dev)
+            rc = CUDA_ERROR_INVALID_DEVICE;
+        else if (c->peer[p->dev])
+            rc = CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+        else
+            c->peer[p->dev] = 1;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuCtxDisablePeerAccess(CUcontext peer)
+{
+    CUresult rc = enter(F_cuCtxDisablePeerAccess);
+    fake_ctx *c, *p = (fake_ctx *)peer;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c != NULL) {
+        if (!ctx_ok(p))
+            rc = CUDA_ERROR_INVALID_CONTEXT;
+        else if (!c->peer[p->dev])
+            rc = CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+        else
+            c->peer[p->dev] = 0;
+    }
+    unlock();
+    return rc;
+}
+
+/* ---- memory ---- */
+static CUresult
+device_alloc(CUdeviceptr *dptr, size_t n, int kind, unsigned flags)
+{
+    CUresult rc = CUDA_SUCCESS;
+    fake_ctx *c;
+    void *p;
+    if (dptr == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c == NULL)
+        goto done;
+    if (n == 0) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    if (n > dev_memory - dev_used[c->dev]) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    if ((p = fill_alloc(n)) == NULL) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    if (add_alloc(p, n, kind, flags, c) == NULL) {
+        free(p);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+done:
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemAlloc(CUdeviceptr *dptr, size_t n)
+{
+    CUresult rc = enter(F_cuMemAlloc);
+    if (rc) return rc;
+    return device_alloc(dptr, n, K_DEVICE, 0);
+}
+
+static CUresult
+fake_cuMemAllocPitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                     unsigned int elem)
+{
+    CUresult rc = enter(F_cuMemAllocPitch);
+    size_t p;
+    if (rc) return rc;
+    if (pitch == NULL || (elem != 4 && elem != 8 && elem != 16) || width == 0 || height == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    p = (width + 511) / 512 * 512;
+    if (height > ((size_t)-1) / p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    rc = device_alloc(dptr, p * height, K_DEVICE, 0);
+    if (rc == CUDA_SUCCESS)
+        *pitch = p;
+    return rc;
+}
+
+static CUresult
+free_kind(CUdeviceptr d, int host_side)
+{
+    fake_alloc *a;
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&lock);
+    a = find_base((uintptr_t)d);
+    if (a == NULL
+        || (host_side && a->kind != K_HOST)
+        || (!host_side && a->kind != K_DEVICE && a->kind != K_MANAGED && a->kind != K_ASYNC)) {
+        stale_uses++;             /* freeing what is not (or no longer) allocated */
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        drop_alloc(a);
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemFree(CUdeviceptr d)
+{
+    CUresult rc = enter(F_cuMemFree);
+    if (rc) return rc;
+    if (d == 0) return CUDA_SUCCESS;
+    return free_kind(d, 0);
+}
+
+static CUresult
+fake_cuMemGetInfo(size_t *freeb, size_t *total)
+{
+    CUresult rc = enter(F_cuMemGetInfo);
+    fake_ctx *c;
+    if (rc) return rc;
+    if (freeb == NULL || total == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c) {
+        *total = dev_memory;
+        *freeb = dev_memory - dev_used[c->dev];
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemHostAlloc(void **pp, size_t n, unsigned int flags)
+{
+    CUresult rc = enter(F_cuMemHostAlloc);
+    void *p;
+    if (rc) return rc;
+    if (pp == NULL || (flags & ~0x7u) != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (n == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (n > ((size_t)1 << 40)) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    if (need_ctx(&rc) == NULL)
+        goto done;
+    if ((p = fill_alloc(n)) == NULL) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    if (add_alloc(p, n, K_HOST, flags, NULL) == NULL) {
+        free(p);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    *pp = p;
+done:
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemFreeHost(void *p)
+{
+    CUresult rc = enter(F_cuMemFreeHost);
+    if (rc) return rc;
+    return free_kind((CUdeviceptr)(uintptr_t)p, 1);
+}
+
+static CUresult
+fake_cuMemHostGetDevicePointer(CUdeviceptr *out, void *p, unsigned int flags)
+{
+    CUresult rc = enter(F_cuMemHostGetDevicePointer);
+    fake_alloc *a;
+    if (rc) return rc;
+    if (out == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    a = find_alloc((uintptr_t)p, 1);
+    if (a == NULL || (a->kind != K_HOST && a->kind != K_REGISTERED))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (!(a->flags & (a->kind == K_HOST ? CU_MEMHOSTALLOC_DEVICEMAP
+                                             : CU_MEMHOSTREGISTER_DEVICEMAP)))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *out = (CUdeviceptr)(uintptr_t)p;
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemHostRegister(void *p, size_t n, unsigned int flags)
+{
+    CUresult rc = enter(F_cuMemHostRegister);
+    fake_alloc *a;
+    if (rc) return rc;
+    if (p == NULL || n == 0 || (flags & ~0xfu) != 0) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if (need_ctx(&rc) == NULL)
+        goto done;
+    for (a = allocs; a != NULL; a = a->next) {
+        if (a->kind == K_REGISTERED && (uintptr_t)p < a->base + a->size
+            && a->base < (uintptr_t)p + n) {
+            rc = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+            goto done;
+        }
+    }
+    if (add_alloc(p, n, K_REGISTERED, flags, NULL) == NULL)
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+done:
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemHostUnregister(void *p)
+{
+    CUresult rc = enter(F_cuMemHostUnregister);
+    fake_alloc *a;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    a = find_base((uintptr_t)p);
+    if (a == NULL || a->kind != K_REGISTERED) {
+        stale_uses++;
+        rc = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    } else {
+        drop_alloc(a);
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemAllocManaged(CUdeviceptr *dptr, size_t n, unsigned int flags)
+{
+    CUresult rc = enter(F_cuMemAllocManaged);
+    if (rc) return rc;
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)
+        return CUDA_ERROR_INVALID_VALUE;
+    return device_alloc(dptr, n, K_MANAGED, flags);
+}
+
+static CUresult
+copy(void *dst, const void *src, size_t n, int dst_dev, int src_dev, CUstream s, int check_s)
+{
+    CUresult rc = CUDA_SUCCESS;
+    fake_ctx *c;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c == NULL)
+        goto done;
+    if (check_s && (rc = check_stream(s, c)) != CUDA_SUCCESS)
+        goto done;
+    if ((dst_dev && !device_range_ok((CUdeviceptr)(uintptr_t)dst, n))
+        || (src_dev && !device_range_ok((CUdeviceptr)(uintptr_t)src, n))) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    if ((!dst_dev && dst == NULL && n) || (!src_dev && src == NULL && n)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    unlock();
+    if (n)
+        memmove(dst, src, n);
+    return CUDA_SUCCESS;
+done:
+    unlock();
+    return rc;
+}
+
+#define DPTR(d) ((void *)(uintptr_t)(d))
+
+static CUresult
+fake_cuMemcpyHtoD(CUdeviceptr d, const void *h, size_t n)
+{
+    CUresult rc = enter(F_cuMemcpyHtoD);
+    if (rc) return rc;
+    return copy(DPTR(d), h, n, 1, 0, NULL, 0);
+}
+
+static CUresult
+fake_cuMemcpyDtoH(void *h, CUdeviceptr d, size_t n)
+{
+    CUresult rc = enter(F_cuMemcpyDtoH);
+    if (rc) return rc;
+    return copy(h, DPTR(d), n, 0, 1, NULL, 0);
+}
+
+static CUresult
+fake_cuMemcpyDtoD(CUdeviceptr d, CUdeviceptr s, size_t n)
+{
+    CUresult rc = enter(F_cuMemcpyDtoD);
+    if (rc) return rc;
+    return copy(DPTR(d), DPTR(s), n, 1, 1, NULL, 0);
+}
+
+static CUresult
+fake_cuMemcpyHtoDAsync(CUdeviceptr d, const void *h, size_t n, CUstream s)
+{
+    CUresult rc = enter(F_cuMemcpyHtoDAsync);
+    if (rc) return rc;
+    return copy(DPTR(d), h, n, 1, 0, s, 1);
+}
+
+static CUresult
+fake_cuMemcpyDtoHAsync(void *h, CUdeviceptr d, size_t n, CUstream s)
+{
+    CUresult rc = enter(F_cuMemcpyDtoHAsync);
+    if (rc) return rc;
+    return copy(h, DPTR(d), n, 0, 1, s, 1);
+}
+
+static CUresult
+fake_cuMemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st)
+{
+    CUresult rc = enter(F_cuMemcpyDtoDAsync);
+    if (rc) return rc;
+    return copy(DPTR(d), DPTR(s), n, 1, 1, st, 1);
+}
+
+static CUresult
+peer_copy(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st,
+          int check_s)
+{
+    int ok;
+    pthread_mutex_lock(&lock);
+    ok = ctx_ok((fake_ctx *)dc) && ctx_ok((fake_ctx *)sc);
+    unlock();
+    if (!ok)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return copy(DPTR(d), DPTR(s), n, 1, 1, st, check_s);
+}
+
+static CUresult
+fake_cuMemcpyPeer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n)
+{
+    CUresult rc = enter(F_cuMemcpyPeer);
+    if (rc) return rc;
+    return peer_copy(d, dc, s, sc, n, NULL, 0);
+}
+
+static CUresult
+fake_cuMemcpyPeerAsync(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n,
+                       CUstream st)
+{
+    CUresult rc = enter(F_cuMemcpyPeerAsync);
+    if (rc) return rc;
+    return peer_copy(d, dc, s, sc, n, st, 1);
+}
+
+static CUresult
+side(CUmemorytype t, const void *host, CUdeviceptr dev, size_t x, size_t y, size_t pitch,
+     size_t w, size_t h, unsigned char **out)
+{
+    uintptr_t base;
+    if (t == CU_MEMORYTYPE_HOST)
+        base = (uintptr_t)host;
+    else if (t == CU_MEMORYTYPE_DEVICE || t == CU_MEMORYTYPE_UNIFIED)
+        base = (uintptr_t)dev;
+    else
+        return CUDA_ERROR_INVALID_VALUE;     /* arrays: not in the stand-in */
+    if (base == 0 || (h > 1 && pitch < x + w))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (h > 0 && w > 0 && t != CU_MEMORYTYPE_HOST) {
+        size_t span = (h - 1) * pitch + x + w;
+        if (!device_range_ok((CUdeviceptr)(base + y * pitch), span))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    *out = (unsigned char *)(base + y * pitch + x);
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+copy2d(const CUDA_MEMCPY2D *p, CUstream s, int check_s)
+{
+    CUresult rc = CUDA_SUCCESS;
+    unsigned char *src, *dst;
+    size_t r;
+    fake_ctx *c;
+    if (p == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c != NULL && check_s)
+        rc = check_stream(s, c);
+    if (rc == CUDA_SUCCESS)
+        rc = side(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY,
+                  p->srcPitch, p->WidthInBytes, p->Height, &src);
+    if (rc == CUDA_SUCCESS)
+        rc = side(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY,
+                  p->dstPitch, p->WidthInBytes, p->Height, &dst);
+    unlock();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    for (r = 0; r < p->Height; r++)
+        memmove(dst + r * p->dstPitch, src + r * p->srcPitch, p->WidthInBytes);
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuMemcpy2D(const CUDA_MEMCPY2D *p)
+{
+    CUresult rc = enter(F_cuMemcpy2D);
+    if (rc) return rc;
+    return copy2d(p, NULL, 0);
+}
+
+static CUresult
+fake_cuMemcpy2DAsync(const CUDA_MEMCPY2D *p, CUstream s)
+{
+    CUresult rc = enter(F_cuMemcpy2DAsync);
+    if (rc) return rc;
+    return copy2d(p, s, 1);
+}
+
+static CUresult
+memset_n(CUdeviceptr d, unsigned value, size_t n, size_t width, CUstream s, int check_s)
+{
+    CUresult rc = CUDA_SUCCESS;
+    fake_ctx *c;
+    size_t i;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c != NULL && check_s)
+        rc = check_stream(s, c);
+    if (rc == CUDA_SUCCESS && ((uintptr_t)d % width != 0 || n > ((size_t)-1) / width
+                               || !device_range_ok(d, n * width)))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    unlock();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    for (i = 0; i < n; i++) {
+        unsigned char *p = (unsigned char *)(uintptr_t)d + i * width;
+        if (width == 1) *p = (unsigned char)value;
+        else if (width == 2) { unsigned short v = (unsigned short)value; memcpy(p, &v, 2); }
+        else memcpy(p, &value, 4);
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n)
+{
+    CUresult rc = enter(F_cuMemsetD8);
+    if (rc) return rc;
+    return memset_n(d, v, n, 1, NULL, 0);
+}
+
+static CUresult
+fake_cuMemsetD16(CUdeviceptr d, unsigned short v, size_t n)
+{
+    CUresult rc = enter(F_cuMemsetD16);
+    if (rc) return rc;
+    return memset_n(d, v, n, 2, NULL, 0);
+}
+
+static CUresult
+fake_cuMemsetD32(CUdeviceptr d, unsigned int v, size_t n)
+{
+    CUresult rc = enter(F_cuMemsetD32);
+    if (rc) return rc;
+    return memset_n(d, v, n, 4, NULL, 0);
+}
+
+static CUresult
+fake_cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s)
+{
+    CUresult rc = enter(F_cuMemsetD8Async);
+    if (rc) return rc;
+    return memset_n(d, v, n, 1, s, 1);
+}
+
+static CUresult
+fake_cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s)
+{
+    CUresult rc = enter(F_cuMemsetD16Async);
+    if (rc) return rc;
+    return memset_n(d, v, n, 2, s, 1);
+}
+
+static CUresult
+fake_cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s)
+{
+    CUresult rc = enter(F_cuMemsetD32Async);
+    if (rc) return rc;
+    return memset_n(d, v, n, 4, s, 1);
+}
+
+static CUresult
+fake_cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p)
+{
+    CUresult rc = enter(F_cuPointerGetAttribute);
+    fake_alloc *a;
+    if (rc) return rc;
+    if (data == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    a = find_alloc((uintptr_t)p, 1);
+    if (a == NULL) {
+        unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    switch (attr) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned int *)data = (a->kind == K_HOST || a->kind == K_REGISTERED)
+            ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        *(unsigned int *)data = a->kind == K_MANAGED;
+        break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        *(uintptr_t *)data = (uintptr_t)p;
+        break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *(uintptr_t *)data = a->base;
+        break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *(size_t *)data = a->size;
+        break;
+    default:
+        rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemAllocAsync(CUdeviceptr *dptr, size_t n, CUstream s)
+{
+    CUresult rc = enter(F_cuMemAllocAsync);
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    rc = check_stream(s, current());
+    unlock();
+    if (rc) return rc;
+    return device_alloc(dptr, n, K_ASYNC, 0);
+}
+
+static CUresult
+fake_cuMemFreeAsync(CUdeviceptr d, CUstream s)
+{
+    CUresult rc = enter(F_cuMemFreeAsync);
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    rc = check_stream(s, NULL);
+    unlock();
+    if (rc) return rc;
+    return free_kind(d, 0);
+}
+
+static CUresult
+fake_cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags,
+                        CUstream s)
+{
+    CUresult rc = enter(F_cuMemPrefetchAsync);
+    fake_alloc *a;
+    if (rc) return rc;
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    a = find_alloc((uintptr_t)p, n);
+    if (a == NULL || a->kind != K_MANAGED)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (loc.type == CU_MEM_LOCATION_TYPE_DEVICE && !dev_ok(loc.id))
+        rc = CUDA_ERROR_INVALID_DEVICE;
+    else if (loc.type != CU_MEM_LOCATION_TYPE_DEVICE && loc.type != CU_MEM_LOCATION_TYPE_HOST)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        rc = check_stream(s, NULL);
+    unlock();
+    return rc;
+}
+
+/* ---- modules: a small PTX reader ---- */
+static const char *
+skip_ws(const char *p)
+{
+    for (;;) {
+        while (*p && isspace((unsigned char)*p))
+            p++;
+        if (p[0] == '/' && p[1] == '/') {
+            while (*p && *p != '\n')
+                p++;
+        } else if (p[0] == '/' && p[1] == '*') {
+            const char *e = strstr(p + 2, "*/");
+            p = e ? e + 2 : p + strlen(p);
+        } else {
+            return p;
+        }
+    }
+}
+
+static size_t
+type_size(const char *t, size_t n)
+{
+    static const struct { const char *name; size_t size; } types[] = {
+        {".b8", 1}, {".u8", 1}, {".s8", 1}, {".b16", 2}, {".u16", 2}, {".s16", 2},
+        {".f16", 2}, {".bf16", 2}, {".b32", 4}, {".u32", 4}, {".s32", 4}, {".f32", 4},
+        {".b64", 8}, {".u64", 8}, {".s64", 8}, {".f64", 8}, {".f16x2", 4}, {".b128", 16},
+    };
+    size_t i;
+    for (i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strlen(types[i].name) == n && strncmp(t, types[i].name, n) == 0)
+            return types[i].size;
+    return 0;
+}
+
+/* One declaration: directives (.param/.global/.align N/.u64/.ptr ...), a
+ * name, optional [N][M]...  Sets size and alignment; returns the end or NULL. */
+static const char *
+parse_decl(const char *p, char *name, size_t namecap, size_t *size, size_t *align)
+{
+    size_t tsize = 0, al = 0, count = 1;
+    p = skip_ws(p);
+    while (*p == '.') {
+        const char *s = p;
+        while (*p && !isspace((unsigned char)*p) && *p != ',' && *p != ')' && *p != ';')
+            p++;
+        if ((size_t)(p - s) == 6 && strncmp(s, ".align", 6) == 0) {
+            p = skip_ws(p);
+            al = (size_t)strtoul(p, (char **)&p, 10);
+        } else {
+            size_t ts = type_size(s, (size_t)(p - s));
+            if (ts)
+                tsize = ts;
+        }
+        p = skip_ws(p);
+    }
+    if (tsize == 0)
+        return NULL;
+    {
+        size_t n = 0;
+        while (*p && (isalnum((unsigned char)*p) || *p == '_' || *p == '$' || *p == '%'))
+            if (n + 1 < namecap)
+                name[n++] = *p++;
+            else
+                p++;
+        name[n] = '\0';
+        if (n == 0)
+            return NULL;
+    }
+    while (*p == '[') {
+        unsigned long long k = strtoull(p + 1, (char **)&p, 10);
+        if (*p != ']')
+            return NULL;
+        p++;
+        count *= (size_t)(k ? k : 1);
+    }
+    *size = tsize * count;
+    *align = al ? al : tsize;
+    return p;
+}
+
+static void
+module_free(fake_module *m)
+{
+    fake_func *f;
+    fake_global *g, *gn;
+    for (f = m->funcs; f != NULL; f = f->next)
+        f->alive = 0;                    /* functions stay, dead, to catch reuse */
+    for (g = m->globals; g != NULL; g = gn) {
+        gn = g->next;
+        drop_alloc(g->mem);
+        free(g);
+    }
+    m->globals = NULL;
+}
+
+static CUresult
+parse_ptx(fake_module *m, const char *src, char *err, size_t errcap)
+{
+    const char *p = src;
+    if (strstr(src, ".version") == NULL || strstr(src, ".target") == NULL) {
+        snprintf(err, errcap, "stand-in: the image is neither PTX text (.version, .target) "
+                 "nor anything else the stand-in loads");
+        return CUDA_ERROR_INVALID_IMAGE;
+    }
+    while ((p = strchr(p, '.')) != NULL) {
+        if (strncmp(p, ".entry", 6) == 0 && isspace((unsigned char)p[6])) {
+            fake_func *f = calloc(1, sizeof *f);
+            size_t n = 0, off = 0;
+            if (f == NULL)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            f->magic = MAGIC_FUNC;
+            f->alive = 1;
+            f->module = m;
+            f->maxntid = 1024;
+            f->max_dynamic_shared = 49152;
+            f->next = m->funcs;
+            m->funcs = f;
+            p = skip_ws(p + 6);
+            while (*p && *p != '(' && *p != '{' && !isspace((unsigned char)*p))
+                if (n + 1 < sizeof f->name)
+                    f->name[n++] = *p++;
+                else
+                    p++;
+            f->name[n] = '\0';
+            p = skip_ws(p);
+            if (*p == '(') {
+                p = skip_ws(p + 1);
+                while (*p != ')') {
+                    char pname[256];
+                    size_t size, align;
+                    p = parse_decl(p, pname, sizeof pname, &size, &align);
+                    if (p == NULL || f->nparams >= MAXPARAMS) {
+                        snprintf(err, errcap, "stand-in: cannot read the parameters of %s",
+                                 f->name);
+                        return CUDA_ERROR_INVALID_PTX;
+                    }
+                    off = (off + align - 1) / align * align;
+                    f->offset[f->nparams] = off;
+                    f->size[f->nparams] = size;
+                    f->nparams++;
+                    off += size;
+                    p = skip_ws(p);
+                    if (*p == ',')
+                        p = skip_ws(p + 1);
+                    else if (*p != ')') {
+                        snprintf(err, errcap, "stand-in: bad parameter list in %s", f->name);
+                        return CUDA_ERROR_INVALID_PTX;
+                    }
+                }
+                p++;
+            }
+            f->param_bytes = off;
+            /* performance directives before the body */
+            for (;;) {
+                p = skip_ws(p);
+                if (strncmp(p, ".maxntid", 8) == 0 || strncmp(p, ".reqntid", 8) == 0) {
+                    long x = 1, y = 1, z = 1;
+                    const char *q = p + 8;
+                    x = strtol(q, (char **)&q, 10);
+                    q = skip_ws(q);
+                    if (*q == ',') { y = strtol(q + 1, (char **)&q, 10); q = skip_ws(q); }
+                    if (*q == ',') { z = strtol(q + 1, (char **)&q, 10); }
+                    if (x * y * z > 0 && x * y * z < f->maxntid)
+                        f->maxntid = (int)(x * y * z);
+                    p = q;
+                } else if (*p == '.') {
+                    while (*p && *p != '\n' && *p != '{')
+                        p++;
+                } else {
+                    break;
+                }
+            }
+            if (*p == '{') {           /* skip the body, adding up its .shared */
+                int depth = 0;
+                for (; *p; p++) {
+                    if (*p == '{') depth++;
+                    else if (*p == '}' && --depth == 0) { p++; break; }
+                    else if (strncmp(p, ".shared", 7) == 0 && isspace((unsigned char)p[7])) {
+                        char sname[256];
+                        size_t size, align;
+                        const char *q = parse_decl(p + 7, sname, sizeof sname, &size, &align);
+                        if (q != NULL) {
+                            f->static_shared += size;
+                            p = q - 1;
+                        }
+                    }
+                }
+            }
+            continue;
+        }
+        if ((strncmp(p, ".global", 7) == 0 || strncmp(p, ".const", 6) == 0
+             || strncmp(p, ".shared", 7) == 0)
+            && isspace((unsigned char)p[strncmp(p, ".const", 6) == 0 ? 6 : 7])) {
+            /* module scope only: the bodies are skipped above */
+            int shared = strncmp(p, ".shared", 7) == 0;
+            const char *line = p;
+            char gname[256];
+            size_t size, align;
+            int is_extern = 0;
+            /* ".extern" or ".weak" before the state space */
+            {
+                const char *b = p;
+                while (b > src && b[-1] != '\n')
+                    b--;
+                if (strstr(b, ".extern") != NULL && strstr(b, ".extern") < p)
+                    is_extern = 1;
+            }
+            p = parse_decl(p + (shared || strncmp(p, ".global", 7) == 0 ? 7 : 6), gname,
+                           sizeof gname, &size, &align);
+            if (p == NULL) {
+                p = line + 1;
+                continue;
+            }
+            if (shared) {
+                if (!is_extern)
+                    m->static_shared += size;
+            } else if (!is_extern) {
+                fake_global *g = calloc(1, sizeof *g);
+                void *mem = fill_alloc(size);
+                if (g == NULL || mem == NULL) {
+                    free(g);
+                    free(mem);
+                    return CUDA_ERROR_OUT_OF_MEMORY;
+                }
+                memset(mem, 0, size);
+                snprintf(g->name, sizeof g->name, "%s", gname);
+                g->mem = add_alloc(mem, size, K_GLOBAL, 0, NULL);
+                if (g->mem == NULL) {
+                    free(g);
+                    free(mem);
+                    return CUDA_ERROR_OUT_OF_MEMORY;
+                }
+                g->mem->module = m;
+                g->next = m->globals;
+                m->globals = g;
+            }
+            continue;
+        }
+        p++;
+    }
+    return CUDA_SUCCESS;
+}
+
+static void
+write_log(void *buf, size_t cap, const char *text)
+{
+    if (buf != NULL && cap > 0)
+        snprintf(buf, cap, "%s", text);
+}
+
+static CUresult
+fake_cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned int nopts,
+                        CUjit_option *opts, void **vals)
+{
+    CUresult rc = enter(F_cuModuleLoadDataEx);
+    void *info = NULL, *errbuf = NULL;
+    size_t info_cap = 0, err_cap = 0;
+    char err[512] = "";
+    fake_module *m;
+    fake_ctx *c;
+    unsigned i;
+    if (rc) return rc;
+    if (out == NULL || image == NULL || (nopts && (opts == NULL || vals == NULL)))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; i < nopts; i++) {
+        if ((int)opts[i] < 0 || opts[i] >= CU_JIT_NUM_OPTIONS)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (opts[i] == CU_JIT_INFO_LOG_BUFFER) info = vals[i];
+        if (opts[i] == CU_JIT_ERROR_LOG_BUFFER) errbuf = vals[i];
+        if (opts[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES) info_cap = (size_t)(uintptr_t)vals[i];
+        if (opts[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) err_cap = (size_t)(uintptr_t)vals[i];
+    }
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c == NULL) {
+        unlock();
+        return rc;
+    }
+    if (memcmp(image, "\x7f" "ELF", 4) == 0 || ((const unsigned char *)image)[0] == 0x50) {
+        unlock();
+        write_log(errbuf, err_cap, "stand-in: loads PTX only, not cubin or fatbin");
+        return CUDA_ERROR_NO_BINARY_FOR_GPU;
+    }
+    m = calloc(1, sizeof *m);
+    if (m == NULL) {
+        unlock();
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    m->magic = MAGIC_MODULE;
+    m->alive = 1;
+    m->ctx = c;
+    rc = parse_ptx(m, image, err, sizeof err);
+    if (rc != CUDA_SUCCESS) {
+        module_free(m);
+        m->alive = 0;                      /* kept (dead), with its dead functions */
+        unlock();
+        write_log(errbuf, err_cap, err);
+        return rc;
+    }
+    live_modules++;
+    *out = (CUmodule)m;
+    unlock();
+    write_log(info, info_cap, "stand-in: PTX read; nothing was compiled");
+    return CUDA_SUCCESS;
+}
+
+static int
+module_ok(fake_module *m)
+{
+    if (m == NULL || m->magic != MAGIC_MODULE)
+        return 0;
+    if (!m->alive || !m->ctx->alive) {
+        stale_uses++;
+        return 0;
+    }
+    return 1;
+}
+
+static CUresult
+fake_cuModuleUnload(CUmodule h)
+{
+    CUresult rc = enter(F_cuModuleUnload);
+    fake_module *m = (fake_module *)h;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if (!module_ok(m)) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    } else {
+        module_free(m);
+        m->alive = 0;
+        live_modules--;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuModuleGetFunction(CUfunction *out, CUmodule h, const char *name)
+{
+    CUresult rc = enter(F_cuModuleGetFunction);
+    fake_module *m = (fake_module *)h;
+    fake_func *f;
+    if (rc) return rc;
+    if (out == NULL || name == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if (!module_ok(m)) {
+        unlock();
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    rc = CUDA_ERROR_NOT_FOUND;
+    for (f = m->funcs; f != NULL; f = f->next) {
+        if (strcmp(f->name, name) == 0) {
+            *out = (CUfunction)f;
+            rc = CUDA_SUCCESS;
+            break;
+        }
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuModuleGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUmodule h, const char *name)
+{
+    CUresult rc = enter(F_cuModuleGetGlobal);
+    fake_module *m = (fake_module *)h;
+    fake_global *g;
+    if (rc) return rc;
+    if (name == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if (!module_ok(m)) {
+        unlock();
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    rc = CUDA_ERROR_NOT_FOUND;
+    for (g = m->globals; g != NULL; g = g->next) {
+        if (strcmp(g->name, name) == 0) {
+            if (dptr) *dptr = (CUdeviceptr)g->mem->base;
+            if (bytes) *bytes = g->mem->size;
+            rc = CUDA_SUCCESS;
+            break;
+        }
+    }
+    unlock();
+    return rc;
+}
+
+static fake_func *
+func_ok(CUfunction h)
+{
+    fake_func *f = (fake_func *)h;
+    if (f == NULL || f->magic != MAGIC_FUNC)
+        return NULL;
+    if (!f->alive || !module_ok(f->module)) {
+        stale_uses++;
+        return NULL;
+    }
+    return f;
+}
+
+/* Static shared memory: the body's, plus module-scope (demoted) variables,
+ * which the stand-in cannot attribute to one kernel. */
+static size_t
+static_shared(fake_func *f)
+{
+    return f->static_shared + f->module->static_shared;
+}
+
+static CUresult
+fake_cuFuncGetAttribute(int *pi, CUfunction_attribute a, CUfunction h)
+{
+    CUresult rc = enter(F_cuFuncGetAttribute);
+    fake_func *f;
+    if (rc) return rc;
+    if (pi == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((f = func_ok(h)) == NULL) {
+        unlock();
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    switch (a) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = f->maxntid; break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = (int)static_shared(f); break;
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = 0; break;
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = 0; break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = 32; break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = cc_major * 10 + cc_minor; break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = cc_major * 10 + cc_minor; break;
+    case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA: *pi = 0; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *pi = f->max_dynamic_shared; break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *pi = -1; break;
+    default:
+        if ((int)a < 0 || a >= CU_FUNC_ATTRIBUTE_MAX)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else
+            *pi = 0;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuFuncSetAttribute(CUfunction h, CUfunction_attribute a, int value)
+{
+    CUresult rc = enter(F_cuFuncSetAttribute);
+    fake_func *f;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if ((f = func_ok(h)) == NULL)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+        if (value < 0 || (size_t)value + static_shared(f)
+                             > (size_t)attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 0))
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else
+            f->max_dynamic_shared = value;
+    } else if (a == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) {
+        if (value < -1 || value > 100)
+            rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuFuncSetCacheConfig(CUfunction h, CUfunc_cache config)
+{
+    CUresult rc = enter(F_cuFuncSetCacheConfig);
+    fake_func *f;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if ((f = func_ok(h)) == NULL)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if ((int)config < 0 || config > CU_FUNC_CACHE_PREFER_EQUAL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        f->cache = config;
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuFuncGetParamInfo(CUfunction h, size_t index, size_t *off, size_t *size)
+{
+    CUresult rc = enter(F_cuFuncGetParamInfo);
+    fake_func *f;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if ((f = func_ok(h)) == NULL)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if (index >= (size_t)f->nparams)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else {
+        if (off) *off = f->offset[index];
+        if (size) *size = f->size[index];
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuFuncGetName(const char **name, CUfunction h)
+{
+    CUresult rc = enter(F_cuFuncGetName);
+    fake_func *f;
+    if (rc) return rc;
+    if (name == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((f = func_ok(h)) == NULL)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else
+        *name = f->name;
+    unlock();
+    return rc;
+}
+
+static int
+max_active(fake_func *f, int block, size_t smem)
+{
+    int warps = (block + 31) / 32, n;
+    if (block <= 0 || block > f->maxntid)
+        return 0;
+    n = 64 / warps;
+    if (n > 32) n = 32;
+    smem += static_shared(f);
+    if (smem > 0 && (size_t)n * smem > 233472)
+        n = (int)(233472 / smem);
+    return n;
+}
+
+/* Check and record a launch; lock held. */
+static CUresult
+do_launch(fake_func *f, const unsigned grid[3], const unsigned block[3], unsigned shared,
+          CUstream s, void **params, void **extra, int cooperative, int pdl,
+          const unsigned cluster[3])
+{
+    CUresult rc;
+    fake_ctx *c = need_ctx(&rc);
+    unsigned long long threads = (unsigned long long)block[0] * block[1] * block[2];
+    int i;
+    if (c == NULL)
+        return rc;
+    if (f->module->ctx != c)
+        return CUDA_ERROR_INVALID_HANDLE;    /* a function of another context */
+    if ((rc = check_stream(s, c)) != CUDA_SUCCESS)
+        return rc;
+    if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || block[0] == 0 || block[1] == 0
+        || block[2] == 0 || block[0] > 1024 || block[1] > 1024 || block[2] > 64
+        || grid[0] > 2147483647u || grid[1] > 65535 || grid[2] > 65535)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (threads > (unsigned long long)f->maxntid)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (shared > (unsigned)f->max_dynamic_shared
+        || shared + static_shared(f) > 232448)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (cluster[0] && (grid[0] % cluster[0] || grid[1] % cluster[1] || grid[2] % cluster[2]
+                       || (unsigned long long)cluster[0] * cluster[1] * cluster[2] > 8))
+        return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    if (cooperative && (unsigned long long)grid[0] * grid[1] * grid[2]
+                           > (unsigned long long)max_active(f, (int)threads, shared) * 132)
+        return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+    if ((params != NULL) == (extra != NULL) && f->nparams > 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (f->param_bytes > sizeof last_launch.params)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(last_launch.params, 0, sizeof last_launch.params);
+    if (params != NULL) {
+        for (i = 0; i < f->nparams; i++) {
+            if (params[i] == NULL)
+                return CUDA_ERROR_INVALID_VALUE;
+            memcpy(last_launch.params + f->offset[i], params[i], f->size[i]);
+        }
+    } else if (extra != NULL) {
+        void *buf = NULL;
+        size_t size = 0;
+        for (i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+            if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+                buf = extra[i + 1];
+            else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+                size = *(size_t *)extra[i + 1];
+            else
+                return CUDA_ERROR_INVALID_VALUE;
+        }
+        if (buf == NULL || size < f->param_bytes)
+            return CUDA_ERROR_INVALID_VALUE;
+        memcpy(last_launch.params, buf, f->param_bytes);
+    }
+    snprintf(last_launch.name, sizeof last_launch.name, "%s", f->name);
+    memcpy(last_launch.grid, grid, sizeof last_launch.grid);
+    memcpy(last_launch.block, block, sizeof last_launch.block);
+    memcpy(last_launch.cluster, cluster, sizeof last_launch.cluster);
+    last_launch.shared = shared;
+    last_launch.stream = s;
+    last_launch.size = f->param_bytes;
+    last_launch.cooperative = cooperative;
+    last_launch.pdl = pdl;
+    launches++;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuLaunchKernel(CUfunction h, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                    unsigned by, unsigned bz, unsigned shared, CUstream s, void **params,
+                    void **extra)
+{
+    CUresult rc = enter(F_cuLaunchKernel);
+    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz}, none[3] = {0, 0, 0};
+    fake_func *f;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if ((f = func_ok(h)) == NULL)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else
+        rc = do_launch(f, grid, block, shared, s, params, extra, 0, 0, none);
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuLaunchCooperativeKernel(CUfunction h, unsigned gx, unsigned gy, unsigned gz,
+                               unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                               CUstream s, void **params)
+{
+    CUresult rc = enter(F_cuLaunchCooperativeKernel);
+    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz}, none[3] = {0, 0, 0};
+    fake_func *f;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if ((f = func_ok(h)) == NULL)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else
+        rc = do_launch(f, grid, block, shared, s, params, NULL, 1, 0, none);
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction h, void **params, void **extra)
+{
+    CUresult rc = enter(F_cuLaunchKernelEx);
+    unsigned grid[3], block[3], cluster[3] = {0, 0, 0};
+    int cooperative = 0, pdl = 0;
+    unsigned i;
+    fake_func *f;
+    if (rc) return rc;
+    if (cfg == NULL || (cfg->numAttrs && cfg->attrs == NULL)) return CUDA_ERROR_INVALID_VALUE;
+    grid[0] = cfg->gridDimX; grid[1] = cfg->gridDimY; grid[2] = cfg->gridDimZ;
+    block[0] = cfg->blockDimX; block[1] = cfg->blockDimY; block[2] = cfg->blockDimZ;
+    for (i = 0; i < cfg->numAttrs; i++) {
+        const CUlaunchAttribute *a = &cfg->attrs[i];
+        switch (a->id) {
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+            cluster[0] = a->value.clusterDim.x;
+            cluster[1] = a->value.clusterDim.y;
+            cluster[2] = a->value.clusterDim.z;
+            if (!cluster[0] || !cluster[1] || !cluster[2])
+                return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+            cooperative = a->value.cooperative != 0;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+            pdl = a->value.programmaticStreamSerializationAllowed != 0;
+            break;
+        default:
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    pthread_mutex_lock(&lock);
+    if ((f = func_ok(h)) == NULL)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else
+        rc = do_launch(f, grid, block, cfg->sharedMemBytes, cfg->hStream, params, extra,
+                       cooperative, pdl, cluster);
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction h, int block, size_t smem)
+{
+    CUresult rc = enter(F_cuOccupancyMaxActiveBlocksPerMultiprocessor);
+    fake_func *f;
+    if (rc) return rc;
+    if (n == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((f = func_ok(h)) == NULL)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else
+        *n = max_active(f, block, smem);
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUfunction h,
+                                      CUoccupancyB2DSize smem_of, size_t smem, int limit)
+{
+    CUresult rc = enter(F_cuOccupancyMaxPotentialBlockSize);
+    fake_func *f;
+    int b;
+    if (rc) return rc;
+    if (min_grid == NULL || block == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((f = func_ok(h)) == NULL) {
+        unlock();
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    b = f->maxntid;
+    if (limit > 0 && limit < b)
+        b = limit;
+    b = b / 32 * 32;
+    if (b == 0)
+        b = 32;
+    *block = b;
+    *min_grid = max_active(f, b, smem_of ? smem_of(b) : smem) * 132;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+/* ---- streams and events ---- */
+static CUresult
+stream_new(CUstream *out, unsigned flags, int prio)
+{
+    CUresult rc = CUDA_SUCCESS;
+    fake_ctx *c;
+    fake_stream *s;
+    if (out == NULL || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c != NULL) {
+        s = calloc(1, sizeof *s);
+        if (s == NULL) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            s->magic = MAGIC_STREAM;
+            s->alive = 1;
+            s->ctx = c;
+            s->flags = flags;
+            s->priority = prio < -5 ? -5 : prio > 0 ? 0 : prio;
+            live_streams++;
+            *out = (CUstream)s;
+        }
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuStreamCreate(CUstream *out, unsigned int flags)
+{
+    CUresult rc = enter(F_cuStreamCreate);
+    if (rc) return rc;
+    return stream_new(out, flags, 0);
+}
+
+static CUresult
+fake_cuStreamCreateWithPriority(CUstream *out, unsigned int flags, int prio)
+{
+    CUresult rc = enter(F_cuStreamCreateWithPriority);
+    if (rc) return rc;
+    return stream_new(out, flags, prio);
+}
+
+static fake_stream *
+real_stream(CUstream h, CUresult *rc)
+{
+    pthread_mutex_lock(&lock);
+    *rc = check_stream(h, NULL);
+    unlock();
+    if (*rc != CUDA_SUCCESS || h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD)
+        return NULL;
+    return (fake_stream *)h;
+}
+
+static CUresult
+fake_cuStreamDestroy(CUstream h)
+{
+    CUresult rc = enter(F_cuStreamDestroy);
+    fake_stream *s;
+    if (rc) return rc;
+    s = real_stream(h, &rc);
+    if (rc) return rc;
+    if (s == NULL) return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&lock);
+    s->alive = 0;
+    live_streams--;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuStreamSynchronize(CUstream h)
+{
+    CUresult rc = enter(F_cuStreamSynchronize);
+    if (rc) return rc;
+    real_stream(h, &rc);
+    return rc;
+}
+
+static CUresult
+fake_cuStreamQuery(CUstream h)
+{
+    CUresult rc = enter(F_cuStreamQuery);
+    if (rc) return rc;
+    real_stream(h, &rc);
+    return rc;
+}
+
+static CUresult
+fake_cuStreamGetPriority(CUstream h, int *prio)
+{
+    CUresult rc = enter(F_cuStreamGetPriority);
+    fake_stream *s;
+    if (rc) return rc;
+    if (prio == NULL) return CUDA_ERROR_INVALID_VALUE;
+    s = real_stream(h, &rc);
+    if (rc) return rc;
+    *prio = s ? s->priority : 0;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuStreamGetFlags(CUstream h, unsigned int *flags)
+{
+    CUresult rc = enter(F_cuStreamGetFlags);
+    fake_stream *s;
+    if (rc) return rc;
+    if (flags == NULL) return CUDA_ERROR_INVALID_VALUE;
+    s = real_stream(h, &rc);
+    if (rc) return rc;
+    *flags = s ? s->flags : 0;
+    return CUDA_SUCCESS;
+}
+
+static fake_event *
+event_ok(CUevent h)
+{
+    fake_event *e = (fake_event *)h;
+    if (e == NULL || e->magic != MAGIC_EVENT)
+        return NULL;
+    if (!e->alive) {
+        stale_uses++;
+        return NULL;
+    }
+    return e;
+}
+
+static CUresult
+fake_cuStreamWaitEvent(CUstream h, CUevent ev, unsigned int flags)
+{
+    CUresult rc = enter(F_cuStreamWaitEvent);
+    if (rc) return rc;
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    real_stream(h, &rc);
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if (event_ok(ev) == NULL)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuEventCreate(CUevent *out, unsigned int flags)
+{
+    CUresult rc = enter(F_cuEventCreate);
+    fake_ctx *c;
+    fake_event *e;
+    if (rc) return rc;
+    if (out == NULL || (flags & ~0xfu) != 0) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c != NULL) {
+        e = calloc(1, sizeof *e);
+        if (e == NULL) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            e->magic = MAGIC_EVENT;
+            e->alive = 1;
+            e->ctx = c;
+            e->flags = flags;
+            live_events++;
+            *out = (CUevent)e;
+        }
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuEventDestroy(CUevent h)
+{
+    CUresult rc = enter(F_cuEventDestroy);
+    fake_event *e;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if ((e = event_ok(h)) == NULL) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    } else {
+        e->alive = 0;
+        live_events--;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuEventRecord(CUevent h, CUstream s)
+{
+    CUresult rc = enter(F_cuEventRecord);
+    fake_event *e;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if ((e = event_ok(h)) == NULL)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if ((rc = check_stream(s, e->ctx)) == CUDA_SUCCESS) {
+        e->recorded = 1;
+        e->t = now_ms();
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuEventSynchronize(CUevent h)
+{
+    CUresult rc = enter(F_cuEventSynchronize);
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if (event_ok(h) == NULL)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuEventQuery(CUevent h)
+{
+    CUresult rc = enter(F_cuEventQuery);
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if (event_ok(h) == NULL)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuEventElapsedTime(float *ms, CUevent a, CUevent b)
+{
+    CUresult rc = enter(F_cuEventElapsedTime);
+    fake_event *ea, *eb;
+    if (rc) return rc;
+    if (ms == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    ea = event_ok(a);
+    eb = event_ok(b);
+    if (ea == NULL || eb == NULL || !ea->recorded || !eb->recorded
+        || (ea->flags & CU_EVENT_DISABLE_TIMING) || (eb->flags & CU_EVENT_DISABLE_TIMING))
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else
+        *ms = (float)(eb->t - ea->t);
+    unlock();
+    return rc;
+}
+
+/* ---- cuGetProcAddress: the table, type-checked against cudaTypedefs.h ---- */
+#define CHECK_TYPE(name, version) \
+    static PFN_##name##_v##version const check_##name __attribute__((unused)) = fake_##name;
+PYGPU_CUDA_API(CHECK_TYPE, CHECK_TYPE)
+#undef CHECK_TYPE
+
+static const struct { const char *name; int version; void *fn; } table[] = {
+#define ENTRY(name, version) {#name, version, (void *)fake_##name},
+    PYGPU_CUDA_API(ENTRY, ENTRY)
+#undef ENTRY
+};
+
+static int
+is_hidden(const char *name)
+{
+    char key[160];
+    if (hidden[0] == '\0')
+        return 0;
+    snprintf(key, sizeof key, ",%s,", name);
+    return strstr(hidden, key) != NULL;
+}
+
+EXPORT CUresult
+cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                    CUdriverProcAddressQueryResult *status)
+{
+    size_t i;
+    if (symbol == NULL || pfn == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pfn = NULL;
+    (void)flags;
+    pthread_mutex_lock(&lock);
+    read_env();
+    unlock();
+    for (i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (strcmp(table[i].name, symbol) == 0 && !is_hidden(symbol)) {
+            if (version < table[i].version) {
+                if (status) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+                return CUDA_ERROR_NOT_FOUND;
+            }
+            *pfn = table[i].fn;
+            if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+            return CUDA_SUCCESS;
+        }
+    }
+    if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+/* ---- the tests' side ---- */
+
+/* Fail the nth next call of `name` ("*": any entry point) with `code`;
+ * code 0 cancels.  Returns 0, or -1 for an unknown name. */
+EXPORT int
+fakecuda_fail(const char *name, long nth, int code)
+{
+    int fn = lookup_fn(name);
+    if (fn == -3)
+        return -1;
+    pthread_mutex_lock(&lock);
+    inject_fn = code ? fn : -2;
+    inject_nth = nth;
+    inject_code = (CUresult)code;
+    inject_fired = 0;
+    unlock();
+    return 0;
+}
+
+/* 1 if the last injected failure happened, 0 if it is still pending. */
+EXPORT int
+fakecuda_fired(void)
+{
+    int r;
+    pthread_mutex_lock(&lock);
+    r = inject_fired;
+    unlock();
+    return r;
+}
+
+EXPORT void
+fakecuda_deinit(int on)
+{
+    pthread_mutex_lock(&lock);
+    deinitialized = on;
+    unlock();
+}
+
+/* Start (1) or stop (0) recording entry point names; starting clears. */
+EXPORT void
+fakecuda_trace(int on)
+{
+    pthread_mutex_lock(&lock);
+    tracing = on;
+    if (on) {
+        trace_len = 0;
+        if (trace) trace[0] = '\0';
+    }
+    unlock();
+}
+
+/* The names recorded, one a line; copies at most cap bytes, returns the length. */
+EXPORT size_t
+fakecuda_trace_get(char *buf, size_t cap)
+{
+    size_t n;
+    pthread_mutex_lock(&lock);
+    n = trace_len;
+    if (buf && cap) {
+        size_t k = n < cap - 1 ? n : cap - 1;
+        if (k) memcpy(buf, trace, k);
+        buf[k] = '\0';
+    }
+    unlock();
+    return n;
+}
+
+EXPORT long
+fakecuda_calls(const char *name)
+{
+    long n;
+    int fn = name ? lookup_fn(name) : -1;
+    pthread_mutex_lock(&lock);
+    n = fn >= 0 ? calls_by_fn[fn] : fn == -1 ? calls_total : -1;
+    unlock();
+    return n;
+}
+
+/* Live handles of a kind: contexts, streams, events, modules, device,
+ * managed, host, registered; stale (handles used after they died, and
+ * frees of what was not allocated); launches. */
+EXPORT long
+fakecuda_live(const char *kind)
+{
+    long n = -1;
+    pthread_mutex_lock(&lock);
+    if (!strcmp(kind, "contexts")) n = live_ctx;
+    else if (!strcmp(kind, "streams")) n = live_streams;
+    else if (!strcmp(kind, "events")) n = live_events;
+    else if (!strcmp(kind, "modules")) n = live_modules;
+    else if (!strcmp(kind, "device")) n = live_device;
+    else if (!strcmp(kind, "managed")) n = live_managed;
+    else if (!strcmp(kind, "host")) n = live_host;
+    else if (!strcmp(kind, "registered")) n = live_registered;
+    else if (!strcmp(kind, "stale")) n = stale_uses;
+    else if (!strcmp(kind, "launches")) n = launches;
+    unlock();
+    return n;
+}
+
+/* The last launch: copies its parameter bytes; returns their count. */
+EXPORT size_t
+fakecuda_last_launch(char *name, size_t namecap, unsigned *dims, unsigned *shared,
+                     void **stream, int *flags, unsigned char *params, size_t cap)
+{
+    size_t n;
+    pthread_mutex_lock(&lock);
+    if (name && namecap)
+        snprintf(name, namecap, "%s", last_launch.name);
+    if (dims) {
+        memcpy(dims, last_launch.grid, sizeof last_launch.grid);
+        memcpy(dims + 3, last_launch.block, sizeof last_launch.block);
+        memcpy(dims + 6, last_launch.cluster, sizeof last_launch.cluster);
+    }
+    if (shared) *shared = last_launch.shared;
+    if (stream) *stream = last_launch.stream;
+    if (flags) *flags = last_launch.cooperative | (last_launch.pdl << 1);
+    n = last_launch.size;
+    if (params)
+        memcpy(params, last_launch.params, n < cap ? n : cap);
+    unlock();
+    return n;
+}

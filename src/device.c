@@ -217,6 +217,12 @@ device_get_attributes(pygpu_Device *self, PyObject *unused)
         int value;
         long attr = PyLong_AsLong(member);
         CUresult rc = cu.cuDeviceGetAttribute(&value, (CUdevice_attribute)attr, self->handle);
+        if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_INVALID_VALUE) {
+            /* INVALID_VALUE: an attribute this driver does not know; skipped */
+            pygpu_cuda_error(PYGPU_STATE(self), rc, "cuDeviceGetAttribute");
+            Py_DECREF(member);
+            goto error;
+        }
         if (rc == CUDA_SUCCESS) {
             PyObject *v = PyLong_FromLong(value);
             if (v == NULL || PyDict_SetItem(result, member, v) < 0) {

@@ -452,6 +452,26 @@ check_config(pygpu_state *st, pygpu_Function *f, const unsigned int block[3],
             return -1;
         }
     }
+    if (f->max_threads == 0) {
+        /* __launch_bounds__ and register use can lower it below the device's */
+        int v = 0;
+        CUresult rc = cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                                            f->handle);
+        if (rc != CUDA_SUCCESS) {
+            pygpu_cuda_error(st, rc, "cuFuncGetAttribute");
+            return -1;
+        }
+        f->max_threads = v > 0 ? v : ctx->max_threads;
+    }
+    if ((unsigned long long)block[0] * block[1] * block[2] > (unsigned long long)f->max_threads
+        && f->max_threads < ctx->max_threads) {
+        PyErr_Format(PyExc_ValueError,
+                     "kernel '%s': block (%u, %u, %u) has %llu threads; this kernel's "
+                     "limit is %d a block (from __launch_bounds__ or its register use)",
+                     fname(f), block[0], block[1], block[2],
+                     (unsigned long long)block[0] * block[1] * block[2], f->max_threads);
+        return -1;
+    }
     if ((unsigned long long)block[0] * block[1] * block[2] > (unsigned long long)ctx->max_threads) {
         PyErr_Format(PyExc_ValueError,
                      "kernel '%s': block (%u, %u, %u) has %llu threads; the device's "
@@ -742,6 +762,7 @@ pygpu_function_new(pygpu_state *st, pygpu_Module *mod, CUfunction h, PyObject *n
     Py_INCREF(name);
     f->name = name;
     f->nparams = -1;
+    f->max_threads = 0;
     f->layout_known = 0;
     f->params = NULL;
     f->argbuf_size = 0;

@@ -182,13 +182,14 @@ allocation_release(pygpu_DeviceAllocation *self)
     self->freed = 1;
     if (self->ptr == 0 || self->kind == 3 || self->context == NULL || self->context->detached)
         return;
-    if (self->kind == 2 && cu.cuMemFreeAsync != NULL) {
-        cu.cuMemFreeAsync(self->ptr, self->free_stream);
-        return;
-    }
     if (pygpu_context_enter(self->context, &pushed) != CUDA_SUCCESS)
         return;
-    cu.cuMemFree(self->ptr);
+    /* an async allocation is freed in order on its stream, which `owner`
+     * keeps alive until then */
+    if (self->kind == 2 && cu.cuMemFreeAsync != NULL)
+        cu.cuMemFreeAsync(self->ptr, self->free_stream);
+    else
+        cu.cuMemFree(self->ptr);
     pygpu_context_exit(pushed);
 }
 
@@ -408,6 +409,11 @@ mem_alloc_async(PyObject *module, PyObject *args, PyObject *kwds)
         return NULL;
     }
     ((pygpu_DeviceAllocation *)res)->free_stream = s;
+    if (sobj != Py_None) {
+        /* strong ref: the stream outlives the allocation freed on it */
+        Py_INCREF(sobj);
+        ((pygpu_DeviceAllocation *)res)->owner = sobj;
+    }
     return res;
 }
 

@@ -120,7 +120,8 @@ typedef struct {
     size_t size;
     pygpu_Context *context;    /* strong ref */
     int kind;                  /* 0 cuMemAlloc, 1 managed, 2 async (pool), 3 not owned */
-    PyObject *owner;           /* strong ref for kind 3 (e.g. the Module of a global) */
+    PyObject *owner;           /* strong ref: kind 3, what owns the memory (e.g. the
+                                  Module of a global); kind 2, its stream */
     int freed;
     CUstream free_stream;      /* for kind 2: stream to free on */
     PyObject *weakreflist;
@@ -165,6 +166,7 @@ typedef struct {
     char *argbuf;              /* packed values */
     void **argptrs;            /* pointers into argbuf */
     char *prepared;            /* prepare() type chars, or NULL */
+    int max_threads;           /* the kernel's own block limit; 0 until read */
     /* last launch configuration, reused while the same tuples come back */
     PyObject *last_block, *last_grid;   /* strong refs */
     unsigned int block[3], grid[3];

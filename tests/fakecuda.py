@@ -105,6 +105,13 @@ class StandIn:
     def stale(self):
         return self.lib.fakecuda_live(b"stale")
 
+    def forget_registrations(self):
+        """Drop leaked host registrations (after a provoked failed unregister)."""
+        return self.lib.fakecuda_forget_registrations()
+
+    def reaped(self):
+        return self.lib.fakecuda_live(b"reaped")
+
     def launches(self):
         return self.lib.fakecuda_live(b"launches")
 

@@ -74,6 +74,7 @@ typedef struct fake_ctx {
 typedef struct fake_stream {
     unsigned magic;
     int alive;
+    struct fake_stream *next_all;
     fake_ctx *ctx;
     unsigned flags;
     int priority;
@@ -82,6 +83,7 @@ typedef struct fake_stream {
 typedef struct fake_event {
     unsigned magic;
     int alive;
+    struct fake_event *next_all;
     fake_ctx *ctx;
     unsigned flags;
     int recorded;
@@ -123,6 +125,7 @@ typedef struct fake_global {
 typedef struct fake_module {
     unsigned magic;
     int alive;
+    struct fake_module *next_all;
     fake_ctx *ctx;
     fake_func *funcs;
     fake_global *globals;
@@ -140,6 +143,9 @@ static int cc_major = 9, cc_minor = 9;
 static char hidden[4096];
 static fake_ctx *primary_ctx[MAXDEV];
 static fake_alloc *allocs;
+static struct fake_stream *all_streams;     /* every stream, event, module ever made */
+static struct fake_event *all_events;
+static struct fake_module *all_modules;
 
 static long calls_total;
 static long calls_by_fn[F_COUNT];
@@ -153,7 +159,7 @@ static size_t trace_len, trace_cap;
 static int tracing;
 
 static long live_ctx, live_streams, live_events, live_modules, live_host, live_registered,
-    live_device, live_managed, stale_uses, launches;
+    live_device, live_managed, stale_uses, launches, reaped;
 
 static struct {
     char name[256];
@@ -371,17 +377,7 @@ now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* Everything a context owns dies with it (the real driver frees it too). */
-static void
-reap_context(fake_ctx *c)
-{
-    fake_alloc *a = allocs, *next;
-    for (; a != NULL; a = next) {
-        next = a->next;
-        if (a->ctx == c && a->kind != K_GLOBAL)
-            drop_alloc(a);
-    }
-}
+static void reap_context(fake_ctx *c);
 
 /* ---- initialization and errors ---- */
 EXPORT CUresult
@@ -1124,7 +1120,7 @@ fake_cuMemHostAlloc(void **pp, size_t n, unsigned int flags)
         rc = CUDA_ERROR_OUT_OF_MEMORY;
         goto done;
     }
-    if (add_alloc(p, n, K_HOST, flags, NULL) == NULL) {
+    if (add_alloc(p, n, K_HOST, flags, current()) == NULL) {
         free(p);
         rc = CUDA_ERROR_OUT_OF_MEMORY;
         goto done;
@@ -1180,7 +1176,7 @@ fake_cuMemHostRegister(void *p, size_t n, unsigned int flags)
             goto done;
         }
     }
-    if (add_alloc(p, n, K_REGISTERED, flags, NULL) == NULL)
+    if (add_alloc(p, n, K_REGISTERED, flags, current()) == NULL)
         rc = CUDA_ERROR_OUT_OF_MEMORY;
 done:
     unlock();
@@ -1640,6 +1636,46 @@ module_free(fake_module *m)
     m->globals = NULL;
 }
 
+/* Everything a context owns dies with it, as in the real driver; counted as
+ * reaped (pygpu frees what it owns itself, except after Context.detach()). */
+static void
+reap_context(fake_ctx *c)
+{
+    fake_alloc *a = allocs, *next;
+    fake_stream *s;
+    fake_event *e;
+    fake_module *m;
+    for (m = all_modules; m != NULL; m = m->next_all) {
+        if (m->ctx == c && m->alive) {
+            module_free(m);
+            m->alive = 0;
+            live_modules--;
+            reaped++;
+        }
+    }
+    for (; a != NULL; a = next) {
+        next = a->next;
+        if (a->ctx == c && a->kind != K_GLOBAL) {
+            drop_alloc(a);
+            reaped++;
+        }
+    }
+    for (s = all_streams; s != NULL; s = s->next_all) {
+        if (s->ctx == c && s->alive) {
+            s->alive = 0;
+            live_streams--;
+            reaped++;
+        }
+    }
+    for (e = all_events; e != NULL; e = e->next_all) {
+        if (e->ctx == c && e->alive) {
+            e->alive = 0;
+            live_events--;
+            reaped++;
+        }
+    }
+}
+
 static CUresult
 parse_ptx(fake_module *m, const char *src, char *err, size_t errcap)
 {
@@ -1845,6 +1881,8 @@ fake_cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned int nopts,
         return rc;
     }
     live_modules++;
+    m->next_all = all_modules;
+    all_modules = m;
     *out = (CUmodule)m;
     unlock();
     write_log(info, info_cap, "stand-in: PTX read; nothing was compiled");
@@ -2288,6 +2326,8 @@ stream_new(CUstream *out, unsigned flags, int prio)
             s->ctx = c;
             s->flags = flags;
             s->priority = prio < -5 ? -5 : prio > 0 ? 0 : prio;
+            s->next_all = all_streams;
+            all_streams = s;
             live_streams++;
             *out = (CUstream)s;
         }
@@ -2430,6 +2470,8 @@ fake_cuEventCreate(CUevent *out, unsigned int flags)
             e->alive = 1;
             e->ctx = c;
             e->flags = flags;
+            e->next_all = all_events;
+            all_events = e;
             live_events++;
             *out = (CUevent)e;
         }
@@ -2578,7 +2620,8 @@ fakecuda_fail(const char *name, long nth, int code)
     inject_fn = code ? fn : -2;
     inject_nth = nth;
     inject_code = (CUresult)code;
-    inject_fired = 0;
+    if (code)
+        inject_fired = 0;
     unlock();
     return 0;
 }
@@ -2644,7 +2687,8 @@ fakecuda_calls(const char *name)
 
 /* Live handles of a kind: contexts, streams, events, modules, device,
  * managed, host, registered; stale (handles used after they died, and
- * frees of what was not allocated); launches. */
+ * frees of what was not allocated); launches; reaped (handles freed by the
+ * destruction of their context rather than one by one). */
 EXPORT long
 fakecuda_live(const char *kind)
 {
@@ -2660,6 +2704,26 @@ fakecuda_live(const char *kind)
     else if (!strcmp(kind, "registered")) n = live_registered;
     else if (!strcmp(kind, "stale")) n = stale_uses;
     else if (!strcmp(kind, "launches")) n = launches;
+    else if (!strcmp(kind, "reaped")) n = reaped;
+    unlock();
+    return n;
+}
+
+/* Drop the records of leaked host registrations (the test harness's cleanup
+ * after a failed cuMemHostUnregister it provoked); returns how many. */
+EXPORT long
+fakecuda_forget_registrations(void)
+{
+    long n = 0;
+    fake_alloc *a, *next;
+    pthread_mutex_lock(&lock);
+    for (a = allocs; a != NULL; a = next) {
+        next = a->next;
+        if (a->kind == K_REGISTERED) {
+            drop_alloc(a);
+            n++;
+        }
+    }
     unlock();
     return n;
 }

@@ -37,6 +37,9 @@ test: install-test standin
 standin:
 	$(PYTHON) tests/fakecuda.py build
 
+sanitize: install-test
+	PYTHON=$(PYTHON) tools/sanitize.sh $(PYTEST_ARGS)
+
 bench: install
 	$(PYTHON) benchmarks/run.py
 

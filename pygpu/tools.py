@@ -8,6 +8,7 @@ allocation is far slower still (pinning pages costs milliseconds per MB).
 For stream-ordered pooling by the driver itself, see
 pygpu.driver.mem_alloc_async.
 """
+import operator
 import threading
 import weakref
 
@@ -19,6 +20,7 @@ from pygpu import driver
 def bin_size(nbytes):
     """The block size a request of nbytes is served from: four size classes
     per power of two (so at most 25% is wasted), at least 256 bytes."""
+    nbytes = operator.index(nbytes)       # a Python int: NumPy ints would wrap
     if nbytes <= 256:
         return 256
     top = 1 << (int(nbytes - 1).bit_length() - 1)     # largest power of two < nbytes
@@ -80,6 +82,7 @@ class DeviceMemoryPool:
         return sum(len(v) for v in self._bins.values())
 
     def allocate(self, nbytes):
+        nbytes = operator.index(nbytes)
         if nbytes < 0:
             raise ValueError("nbytes must be >= 0, got %d" % nbytes)
         size = bin_size(nbytes)

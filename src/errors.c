@@ -116,7 +116,10 @@ pygpu_cuda_error_ex(pygpu_state *st, CUresult rc, const char *routine, const cha
     if (msg == NULL)
         return NULL;
     if (extra != NULL) {
-        PyObject *full = PyUnicode_FromFormat("%U; %s", msg, extra);
+        /* driver logs are not promised to be UTF-8 */
+        PyObject *text = PyUnicode_DecodeUTF8(extra, (Py_ssize_t)strlen(extra), "replace");
+        PyObject *full = text ? PyUnicode_FromFormat("%U; %U", msg, text) : NULL;
+        Py_XDECREF(text);
         Py_DECREF(msg);
         if ((msg = full) == NULL)
             return NULL;

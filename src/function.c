@@ -733,11 +733,15 @@ function_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
         return NULL;
     if (r > 0)
         return slow_path(st, callable, args, nargsf, kwnames);
-    if (time_kernel != NULL && PyObject_IsTrue(time_kernel))
-        return timed_launch(st, f, grd, blk, shared, stream);
     {
-        int want_coop = coop != NULL && PyObject_IsTrue(coop);
-        int want_pdl = pdl != NULL && PyObject_IsTrue(pdl);
+        /* truth tests can fail (a NumPy array is neither true nor false) */
+        int want_time = time_kernel != NULL ? PyObject_IsTrue(time_kernel) : 0;
+        int want_coop = coop != NULL ? PyObject_IsTrue(coop) : 0;
+        int want_pdl = pdl != NULL ? PyObject_IsTrue(pdl) : 0;
+        if (want_time < 0 || want_coop < 0 || want_pdl < 0)
+            return NULL;
+        if (want_time)
+            return timed_launch(st, f, grd, blk, shared, stream);
         if ((cluster != NULL && cluster != Py_None) || want_coop || want_pdl) {
             if (launch_ex(st, f, grd, blk, shared, stream, cluster, want_coop, want_pdl) < 0)
                 return NULL;

@@ -85,6 +85,14 @@ parse_array_spec(PyObject *shape_obj, PyObject *dtype_obj, const char *order,
     *fortran = order[0] == 'F';
     if (!PyArray_DescrConverter(dtype_obj, descr))
         return -1;
+    if (PyDataType_REFCHK(*descr)) {
+        /* the memory starts as garbage (or is written by the GPU): it must
+         * never be read as object pointers */
+        PyErr_Format(PyExc_TypeError, "dtype %R holds Python objects, which cannot live "
+                     "in page-locked or managed memory", (PyObject *)*descr);
+        Py_CLEAR(*descr);
+        return -1;
+    }
     if (PyLong_Check(shape_obj)) {
         PyObject *t = PyTuple_Pack(1, shape_obj);
         int ok = t != NULL && PyArray_IntpConverter(t, dims);

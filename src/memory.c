@@ -117,9 +117,20 @@ pygpu_get_stream(pygpu_state *st, PyObject *obj, CUstream *out)
         *out = ((pygpu_Stream *)obj)->handle;
         return 0;
     }
-    if (PyLong_Check(obj)) {
-        *out = (CUstream)PyLong_AsVoidPtr(obj);
-        return PyErr_Occurred() ? -1 : 0;
+    if (PyLong_Check(obj) && !PyBool_Check(obj)) {
+        /* only the driver's named handles: a raw handle from elsewhere comes
+         * in through Stream.from_handle(), where trusting it is explicit */
+        long v = PyLong_AsLong(obj);
+        if (v == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        if (v == 0 || v == 1 || v == 2) {
+            *out = v == 0 ? NULL : v == 1 ? CU_STREAM_LEGACY : CU_STREAM_PER_THREAD;
+            return 0;
+        }
+        PyErr_Format(PyExc_TypeError,
+                     "stream=%R: an int stream must be 0 (the default stream), 1 (legacy) "
+                     "or 2 (per-thread); wrap another handle with Stream.from_handle()", obj);
+        return -1;
     }
     if (pygpu_getattr_opt(obj, st->str_cuda_stream, &r) < 0)
         return -1;
@@ -138,18 +149,47 @@ pygpu_get_stream(pygpu_state *st, PyObject *obj, CUstream *out)
         return PyErr_Occurred() ? -1 : 0;
     }
     PyErr_Format(PyExc_TypeError,
-                 "stream must be a pygpu Stream, None, an int handle or an "
-                 "object with __cuda_stream__, not %.100s", Py_TYPE(obj)->tp_name);
+                 "stream must be a pygpu Stream, None, 0/1/2 or an object with "
+                 "__cuda_stream__, not %.100s", Py_TYPE(obj)->tp_name);
     return -1;
+}
+
+/* 1 if a struct-module format has an 'O' (a PyObject *) outside the
+ * :field names: of a NumPy structured type. */
+static int
+format_has_objects(const char *fmt)
+{
+    if (fmt == NULL)
+        return 0;
+    for (; *fmt; fmt++) {
+        if (*fmt == ':') {
+            const char *end = strchr(fmt + 1, ':');
+            if (end == NULL)
+                return 0;
+            fmt = end;
+        } else if (*fmt == 'O') {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* Host buffer in: contiguous, optionally writable, with a clear message. */
 static int
 get_host_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what)
 {
-    int flags = PyBUF_ANY_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) == 0)
+    int flags = PyBUF_ANY_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) == 0) {
+        if (format_has_objects(view->format)) {
+            PyBuffer_Release(view);
+            PyErr_Format(PyExc_TypeError,
+                         "%s: the host buffer holds Python objects (format '%s'), whose "
+                         "bytes are pointers that cannot go to or come from a GPU",
+                         what, view->format);
+            return -1;
+        }
         return 0;
+    }
     if (!PyObject_CheckBuffer(obj)) {
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError,

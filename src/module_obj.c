@@ -21,6 +21,49 @@ module_dealloc(pygpu_Module *self)
     Py_DECREF(tp);
 }
 
+static uint64_t
+read_le(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    while (n-- > 0)
+        v = (v << 8) | p[n];
+    return v;
+}
+
+/* 0: text (PTX), 1: ELF (cubin), 2: fatbin; -1/-2: an ELF/fatbin whose
+ * headers reach past the end of the buffer. */
+static int
+image_kind(const char *image, size_t len)
+{
+    const unsigned char *u = (const unsigned char *)image;
+    if (len >= 4 && memcmp(u, "\x7f" "ELF", 4) == 0) {
+        uint64_t shoff, phoff, shnum, phnum, shsize, phsize;
+        if (len < 64 || u[4] != 2)                 /* ELF64 only */
+            return -1;
+        phoff = read_le(u + 32, 8);
+        shoff = read_le(u + 40, 8);
+        phsize = read_le(u + 54, 2);
+        phnum = read_le(u + 56, 2);
+        shsize = read_le(u + 58, 2);
+        shnum = read_le(u + 60, 2);
+        if (phoff > len || phnum * phsize > len - phoff
+            || shoff > len || shnum * shsize > len - shoff)
+            return -1;
+        return 1;
+    }
+    if (len >= 4 && read_le(u, 4) == 0xBA55ED50u) {
+        uint64_t hsize, fsize;
+        if (len < 16)
+            return -2;
+        hsize = read_le(u + 6, 2);
+        fsize = read_le(u + 8, 8);
+        if (hsize > len || fsize > len - hsize)
+            return -2;
+        return 2;
+    }
+    return 0;
+}
+
 /* module_from_buffer(data, options=None, message_handler=None) */
 static PyObject *
 module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
@@ -39,6 +82,7 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
     pygpu_Module *self;
     CUmodule h;
     CUresult rc;
+    int kind;
 
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO:module_from_buffer", kwlist,
                                      &data, &options, &handler))
@@ -57,10 +101,19 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
         return NULL;
     }
     image = view.buf;
-    /* PTX is text and must end in NUL; binary images start with a magic */
-    if (!(view.len >= 4 && memcmp(image, "\x7f" "ELF", 4) == 0)
-        && !(view.len >= 4 && ((unsigned char)image[0] == 0x50 && (unsigned char)image[1] == 0xed))
-        && image[view.len - 1] != '\0') {
+    /* the driver takes no length: a binary image must hold all it claims */
+    kind = image_kind(image, (size_t)view.len);
+    if (kind < 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError,
+                        kind == -1 ? "module_from_buffer(): the cubin (ELF) image is truncated "
+                                     "or damaged: its headers point past its end"
+                                   : "module_from_buffer(): the fatbin image is truncated "
+                                     "or damaged: its header claims more bytes than given");
+        return NULL;
+    }
+    /* PTX is text and must end in NUL */
+    if (kind == 0 && image[view.len - 1] != '\0') {
         copy = PyMem_Malloc((size_t)view.len + 1);
         if (copy == NULL) {
             PyBuffer_Release(&view);
@@ -116,8 +169,14 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
     rc = cu.cuModuleLoadDataEx(&h, image, nopts, opts, vals);
     Py_END_ALLOW_THREADS
     if (handler != Py_None) {
-        PyObject *r = PyObject_CallFunction(handler, "Oss", rc == CUDA_SUCCESS ? Py_True : Py_False,
-                                            info, err);
+        PyObject *r = NULL;
+        PyObject *i_s = PyUnicode_DecodeUTF8(info, (Py_ssize_t)strlen(info), "replace");
+        PyObject *e_s = PyUnicode_DecodeUTF8(err, (Py_ssize_t)strlen(err), "replace");
+        if (i_s != NULL && e_s != NULL)
+            r = PyObject_CallFunction(handler, "OOO", rc == CUDA_SUCCESS ? Py_True : Py_False,
+                                      i_s, e_s);
+        Py_XDECREF(i_s);
+        Py_XDECREF(e_s);
         if (r == NULL) {
             if (rc == CUDA_SUCCESS)
                 cu.cuModuleUnload(h);

@@ -98,8 +98,13 @@ stream_from_handle(PyObject *cls, PyObject *args, PyObject *kwds)
     pygpu_Context *ctx;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:from_handle", kwlist, &hobj, &owner))
         return NULL;
-    if (pygpu_get_stream(st, hobj, &h) < 0)
+    if (PyLong_Check(hobj) && !PyBool_Check(hobj)) {
+        h = (CUstream)PyLong_AsVoidPtr(hobj);      /* trusted: the caller vouches */
+        if (h == NULL && PyErr_Occurred())
+            return NULL;
+    } else if (pygpu_get_stream(st, hobj, &h) < 0) {
         return NULL;
+    }
     if ((ctx = pygpu_current_context(st)) == NULL)
         return NULL;
     return (PyObject *)stream_alloc(st, h, ctx, 0, owner == Py_None ? NULL : owner);

@@ -1,6 +1,6 @@
 """Build and drive the CUDA driver stand-in (tests/standin/fakecuda.c).
 
-    python3 tests/fakecuda.py build     # prints the library's path
+    python3 tests/fakecuda.py build [PATH]    # prints the library's path
 
 The library is loaded by pygpu through PYGPU_LIBCUDA; this module reaches the
 same library through ctypes for what only a test needs: failure injection,
@@ -142,7 +142,7 @@ class StandIn:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["build"]:
-        print(build())
+    if sys.argv[1:2] == ["build"] and len(sys.argv) <= 3:
+        print(build(*sys.argv[2:3]))
     else:
-        sys.exit("usage: python3 tests/fakecuda.py build")
+        sys.exit("usage: python3 tests/fakecuda.py build [PATH]")

@@ -176,6 +176,58 @@ static __thread int ctx_depth;
 
 static void read_env(void);
 
+/* Every handle ever given out (they are never freed), so a handle from
+ * nowhere is refused without being dereferenced.  Lock held. */
+static uintptr_t *known_set;
+static size_t known_cap, known_count;
+
+static size_t
+known_slot(uintptr_t p, size_t cap)
+{
+    return (size_t)((p >> 4) * 0x9E3779B97F4A7C15ull) & (cap - 1);
+}
+
+static void
+remember(const void *h)
+{
+    uintptr_t p = (uintptr_t)h;
+    size_t i;
+    if (2 * (known_count + 1) > known_cap) {
+        size_t cap = known_cap ? 2 * known_cap : 1024, j;
+        uintptr_t *t = calloc(cap, sizeof *t);
+        if (t == NULL)
+            abort();
+        for (j = 0; j < known_cap; j++) {
+            if (known_set[j]) {
+                size_t k = known_slot(known_set[j], cap);
+                while (t[k]) k = (k + 1) & (cap - 1);
+                t[k] = known_set[j];
+            }
+        }
+        free(known_set);
+        known_set = t;
+        known_cap = cap;
+    }
+    for (i = known_slot(p, known_cap); known_set[i]; i = (i + 1) & (known_cap - 1))
+        if (known_set[i] == p)
+            return;
+    known_set[i] = p;
+    known_count++;
+}
+
+static int
+known(const void *h)
+{
+    uintptr_t p = (uintptr_t)h;
+    size_t i;
+    if (known_cap == 0 || p == 0)
+        return 0;
+    for (i = known_slot(p, known_cap); known_set[i]; i = (i + 1) & (known_cap - 1))
+        if (known_set[i] == p)
+            return 1;
+    return 0;
+}
+
 /* Called first by every entry point; returns nonzero to fail the call. */
 static CUresult
 enter(int fn)
@@ -250,7 +302,7 @@ need_ctx(CUresult *rc)
 static int
 ctx_ok(fake_ctx *c)
 {
-    if (c == NULL || c->magic != MAGIC_CTX)
+    if (!known(c) || c->magic != MAGIC_CTX)
         return 0;
     if (!c->alive) {
         stale_uses++;
@@ -265,7 +317,7 @@ check_stream(CUstream s, fake_ctx *c)
     fake_stream *st = (fake_stream *)s;
     if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
         return CUDA_SUCCESS;
-    if (st->magic != MAGIC_STREAM)
+    if (!known(st) || st->magic != MAGIC_STREAM)
         return CUDA_ERROR_INVALID_HANDLE;
     if (!st->alive) {
         stale_uses++;
@@ -689,6 +741,7 @@ new_ctx(int dev, int primary, unsigned flags)
         return NULL;
     c->magic = MAGIC_CTX;
     c->alive = 1;
+    remember(c);
     c->dev = dev;
     c->primary = primary;
     c->flags = flags;
@@ -1112,7 +1165,7 @@ fake_cuMemHostAlloc(void **pp, size_t n, unsigned int flags)
     if (rc) return rc;
     if (pp == NULL || (flags & ~0x7u) != 0) return CUDA_ERROR_INVALID_VALUE;
     if (n == 0) return CUDA_ERROR_INVALID_VALUE;
-    if (n > ((size_t)1 << 40)) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (n > dev_memory) return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&lock);
     if (need_ctx(&rc) == NULL)
         goto done;
@@ -1693,6 +1746,7 @@ parse_ptx(fake_module *m, const char *src, char *err, size_t errcap)
                 return CUDA_ERROR_OUT_OF_MEMORY;
             f->magic = MAGIC_FUNC;
             f->alive = 1;
+            remember(f);
             f->module = m;
             f->maxntid = 1024;
             f->max_dynamic_shared = 49152;
@@ -1859,7 +1913,7 @@ fake_cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned int nopts,
         unlock();
         return rc;
     }
-    if (memcmp(image, "\x7f" "ELF", 4) == 0 || ((const unsigned char *)image)[0] == 0x50) {
+    if (strncmp(image, "\x7f" "ELF", 4) == 0 || ((const unsigned char *)image)[0] == 0x50) {
         unlock();
         write_log(errbuf, err_cap, "stand-in: loads PTX only, not cubin or fatbin");
         return CUDA_ERROR_NO_BINARY_FOR_GPU;
@@ -1871,6 +1925,7 @@ fake_cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned int nopts,
     }
     m->magic = MAGIC_MODULE;
     m->alive = 1;
+    remember(m);
     m->ctx = c;
     rc = parse_ptx(m, image, err, sizeof err);
     if (rc != CUDA_SUCCESS) {
@@ -1892,7 +1947,7 @@ fake_cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned int nopts,
 static int
 module_ok(fake_module *m)
 {
-    if (m == NULL || m->magic != MAGIC_MODULE)
+    if (!known(m) || m->magic != MAGIC_MODULE)
         return 0;
     if (!m->alive || !m->ctx->alive) {
         stale_uses++;
@@ -1974,7 +2029,7 @@ static fake_func *
 func_ok(CUfunction h)
 {
     fake_func *f = (fake_func *)h;
-    if (f == NULL || f->magic != MAGIC_FUNC)
+    if (!known(f) || f->magic != MAGIC_FUNC)
         return NULL;
     if (!f->alive || !module_ok(f->module)) {
         stale_uses++;
@@ -2323,6 +2378,7 @@ stream_new(CUstream *out, unsigned flags, int prio)
         } else {
             s->magic = MAGIC_STREAM;
             s->alive = 1;
+            remember(s);
             s->ctx = c;
             s->flags = flags;
             s->priority = prio < -5 ? -5 : prio > 0 ? 0 : prio;
@@ -2427,7 +2483,7 @@ static fake_event *
 event_ok(CUevent h)
 {
     fake_event *e = (fake_event *)h;
-    if (e == NULL || e->magic != MAGIC_EVENT)
+    if (!known(e) || e->magic != MAGIC_EVENT)
         return NULL;
     if (!e->alive) {
         stale_uses++;
@@ -2468,6 +2524,7 @@ fake_cuEventCreate(CUevent *out, unsigned int flags)
         } else {
             e->magic = MAGIC_EVENT;
             e->alive = 1;
+            remember(e);
             e->ctx = c;
             e->flags = flags;
             e->next_all = all_events;

@@ -903,6 +903,10 @@ type_char(PyObject *item, char *out)
 {
     if (PyUnicode_Check(item) && PyUnicode_GET_LENGTH(item) == 1) {
         Py_UCS4 c = PyUnicode_READ_CHAR(item, 0);
+        if (c == 0 || c > 127) {
+            PyErr_Format(PyExc_ValueError, "prepare(): unknown type %R", item);
+            return -1;
+        }
         *out = (char)c;
         return 0;
     }
@@ -938,11 +942,7 @@ function_prepare(pygpu_Function *f, PyObject *args, PyObject *kwds)
         return NULL;
     if (f->nparams < 0 && read_layout(st, f) < 0)
         return NULL;
-    if (PyUnicode_Check(types)) {
-        seq = PySequence_List(types);
-    } else {
-        seq = PySequence_List(types);
-    }
+    seq = PySequence_List(types);    /* "PPif" or a sequence of dtypes */
     if (seq == NULL)
         return NULL;
     n = PyList_GET_SIZE(seq);
@@ -972,7 +972,8 @@ function_prepare(pygpu_Function *f, PyObject *args, PyObject *kwds)
             if (cs && cs != f->params[i].size) {
                 PyErr_Format(PyExc_TypeError,
                              "prepare(): kernel '%s' parameter %zd is %zu bytes but type "
-                             "'%c' is %zu bytes", fname(f), i, f->params[i].size, chars[i], cs);
+                             "'%c' is %zu bytes", fname(f), i, f->params[i].size,
+                             (int)(unsigned char)chars[i], cs);
                 goto error;
             }
         }

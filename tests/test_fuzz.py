@@ -71,7 +71,7 @@ def _pool(rng, live, freed, stream, event, module, func):
         rng.standard_normal((6, 6))[:, ::2], np.float32(2.5), np.int64(-5), np.int8(7),
         np.uint64(2 ** 64 - 1), np.bool_(True), np.zeros((), np.dtype([("a", "i4"), ("b", "f8")],
                                                                    align=True))[()],
-        np.array(["x"]), live, freed, int(live), BadCAI(), BogusCAI(12345, (3,)),
+        np.array([b"xy"]), live, freed, int(live), BadCAI(), BogusCAI(12345, (3,)),
         BogusCAI(int(live), (10 ** 12,)), BadDLPack(), stream, event, module, func,
         cuda.In(np.ones(4, np.float32)), cuda.Out(np.zeros(4)), cuda.InOut(np.ones(3)), cuda.In(ro),
         cuda.Stream.null, cuda.Context.get_current(), cuda.Device(0), np.float64,
@@ -173,6 +173,10 @@ def test_random_arguments_raise_only_python_exceptions(standin, ctx):
     rounds = int(os.environ.get("PYGPU_FUZZ_ROUNDS", "20000"))
     rng = np.random.default_rng(seed)
     MODULE_PTX[0] = bytes(compiler.compile(SOURCE, target="ptx", arch="compute_90"))
+    # the context's staging buffers live as long as it: make them first
+    big = np.zeros(16 << 20, np.uint8)
+    cuda.memcpy_dtoh(big, cuda.to_device(big))
+    del big
     gc.collect()
     base = standin.live()
     launches0, calls0 = standin.launches(), standin.calls()

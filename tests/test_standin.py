@@ -651,3 +651,51 @@ def test_cuinit_failure():
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("100 cuInit no CUDA device: cuInit failed with "
                                "CUDA_ERROR_NO_DEVICE"), r.stdout
+
+
+@pytest.mark.driver
+def test_module_images_are_checked(ctx):
+    """The driver takes no length: a cubin or fatbin that claims more than the
+    buffer holds is refused before it is handed over."""
+    elf = bytearray(64)
+    elf[0:5] = b"\x7fELF\x02"
+    elf[40:48] = (1 << 20).to_bytes(8, "little")        # section headers past the end
+    elf[58:60] = (64).to_bytes(2, "little")
+    elf[60:62] = (3).to_bytes(2, "little")
+    with pytest.raises(ValueError, match="cubin .* truncated or damaged"):
+        cuda.module_from_buffer(bytes(elf))
+    with pytest.raises(ValueError, match="cubin .* truncated or damaged"):
+        cuda.module_from_buffer(b"\x7fELF\x02\x01")
+    fat = (0xBA55ED50).to_bytes(4, "little") + (1).to_bytes(2, "little") \
+        + (16).to_bytes(2, "little") + (4096).to_bytes(8, "little") + bytes(100)
+    with pytest.raises(ValueError, match="fatbin .* truncated or damaged"):
+        cuda.module_from_buffer(fat)
+    with pytest.raises(ValueError, match="the image is empty"):
+        cuda.module_from_buffer(b"")
+
+
+@pytest.mark.driver
+def test_object_arrays_are_refused(ctx, rng):
+    d = cuda.mem_alloc(64)
+    objs = np.array([object()] * 8)
+    with pytest.raises(TypeError, match="holds Python objects"):
+        cuda.memcpy_dtoh(objs, d)
+    with pytest.raises(TypeError, match="holds Python objects"):
+        cuda.memcpy_htod(d, objs)
+    rec = np.zeros(2, np.dtype([("Order", "i8"), ("obj", "O")]))
+    with pytest.raises(TypeError, match="holds Python objects"):
+        cuda.memcpy_dtoh(rec, d)
+    # a field called "Order" is no object
+    ok = np.zeros(2, np.dtype([("Order", "i8"), ("x", "f8")]))
+    cuda.memcpy_htod(d, ok)
+    for make in (cuda.pagelocked_empty, cuda.managed_empty):
+        with pytest.raises(TypeError, match="holds Python objects"):
+            make(4, object)
+    with pytest.raises(TypeError, match="an int stream must be 0 .* Stream.from_handle"):
+        cuda.memcpy_htod_async(d, ok, 12345)
+    with pytest.raises(TypeError, match="stream must be a pygpu Stream, None, 0/1/2 .* not bool"):
+        cuda.memcpy_htod_async(d, ok, True)
+    x = rng.standard_normal(8)
+    cuda.memcpy_htod_async(d, x, 1)        # the legacy default stream
+    cuda.Context.synchronize()
+    np.testing.assert_array_equal(cuda.from_device(d, 8, np.float64), x)

@@ -1,0 +1,104 @@
+"""Stress on a real GPU: many threads launching and copying at once, and the
+suite's own kernels under compute-sanitizer."""
+import os
+import shutil
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import pygpu.driver as cuda
+from pygpu.compiler import SourceModule
+
+pytestmark = pytest.mark.gpu
+
+SAXPY = r"""
+extern "C" __global__ void saxpy(float *out, const float *x, const float *y, float a, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        out[i] = a * x[i] + y[i];
+}
+"""
+
+
+def test_eight_threads_launch_and_copy_at_once(ctx):
+    """8 threads, one stream each, each round: new random data up, a launch,
+    results down (pageable, pinned and staged sizes), every element checked."""
+    f = SourceModule(SAXPY).get_function("saxpy")
+    errors, barrier = [], threading.Barrier(8)
+    sizes = [1000, 1 << 16, 3 << 20, (1 << 18) + 7]
+
+    def work(tid):
+        try:
+            ctx.push()
+            rng = np.random.default_rng()
+            s = cuda.Stream()
+            barrier.wait()
+            for r in range(40):
+                n = sizes[(tid + r) % len(sizes)]
+                x = rng.standard_normal(n).astype(np.float32)
+                y = rng.standard_normal(n).astype(np.float32)
+                a = np.float32(rng.standard_normal())
+                if r % 2:
+                    hx = cuda.pagelocked_empty(n, np.float32)
+                    hx[:] = x
+                    dx = cuda.mem_alloc(x.nbytes)
+                    cuda.memcpy_htod_async(dx, hx, s)
+                else:
+                    dx = cuda.to_device(x)
+                dy, dout = cuda.to_device(y), cuda.mem_alloc(x.nbytes)
+                f(dout, dx, dy, a, n, block=(256, 1, 1), grid=(min(1024, (n + 255) // 256), 1),
+                  stream=s)
+                out = np.empty_like(x)
+                if r % 3 == 0:
+                    s.synchronize()
+                    cuda.memcpy_dtoh(out, dout)
+                else:
+                    cuda.memcpy_dtoh_async(out, dout, s)
+                    s.synchronize()
+                np.testing.assert_array_equal(out, a * x + y)
+        except BaseException as e:      # reported by the main thread
+            errors.append((tid, e))
+        finally:
+            cuda.Context.pop()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def _compute_sanitizer():
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and os.path.exists(os.path.join(root, "bin", "compute-sanitizer")):
+            return os.path.join(root, "bin", "compute-sanitizer")
+    return None
+
+
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
+def test_suite_kernels_are_clean_under_compute_sanitizer(tool):
+    """The launch tests (all but the one whose kernel faults on purpose) and
+    the stress test above, run under compute-sanitizer: no error reported."""
+    exe = _compute_sanitizer()
+    if exe is None:
+        pytest.fail("compute-sanitizer was not found (PATH, CUDA_HOME, /usr/local/cuda)")
+    here = os.path.dirname(os.path.abspath(__file__))
+    targets = [os.path.join(here, "test_launch.py")]
+    if tool == "memcheck":
+        targets.append(os.path.join(here, "test_gpu_stress.py") + "::test_eight_threads_launch_and_copy_at_once")
+    env = dict(os.environ, PYGPU_REQUIRE_GPU="1")
+    r = subprocess.run([exe, "--tool", tool, "--error-exitcode", "99", sys.executable, "-m",
+                        "pytest", "-q", "-p", "no:cacheprovider", "-k",
+                        "not illegal_address and not compute_sanitizer"] + targets,
+                       env=env, capture_output=True, text=True, timeout=900)
+    tail = (r.stdout + r.stderr)[-3000:]
+    assert r.returncode == 0, tail
+    assert "ERROR SUMMARY: 0 errors" in r.stdout + r.stderr, tail
+    assert " passed" in r.stdout and " failed" not in r.stdout, tail

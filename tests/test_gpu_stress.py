@@ -26,7 +26,8 @@ extern "C" __global__ void saxpy(float *out, const float *x, const float *y, flo
 def test_eight_threads_launch_and_copy_at_once(ctx):
     """8 threads, one stream each, each round: new random data up, a launch,
     results down (pageable, pinned and staged sizes), every element checked."""
-    f = SourceModule(SAXPY).get_function("saxpy")
+    # no fused multiply-add, so NumPy's a * x + y is the exact answer
+    f = SourceModule(SAXPY, options=["-fmad=false"]).get_function("saxpy")
     errors, barrier = [], threading.Barrier(8)
     sizes = [1000, 1 << 16, 3 << 20, (1 << 18) + 7]
 
@@ -94,11 +95,17 @@ def test_suite_kernels_are_clean_under_compute_sanitizer(tool):
     if tool == "memcheck":
         targets.append(os.path.join(here, "test_gpu_stress.py") + "::test_eight_threads_launch_and_copy_at_once")
     env = dict(os.environ, PYGPU_REQUIRE_GPU="1")
-    r = subprocess.run([exe, "--tool", tool, "--error-exitcode", "99", sys.executable, "-m",
+    # --report-api-errors no: the suite provokes driver errors on purpose, and
+    # pygpu probes cuFuncGetParamInfo past the last parameter; kernels are what
+    # is checked here
+    r = subprocess.run([exe, "--tool", tool, "--report-api-errors", "no", "--error-exitcode", "99",
+                        sys.executable, "-m",
                         "pytest", "-q", "-p", "no:cacheprovider", "-k",
                         "not illegal_address and not compute_sanitizer"] + targets,
                        env=env, capture_output=True, text=True, timeout=900)
     tail = (r.stdout + r.stderr)[-3000:]
     assert r.returncode == 0, tail
-    assert "ERROR SUMMARY: 0 errors" in r.stdout + r.stderr, tail
+    summary = ("ERROR SUMMARY: 0 errors" if tool == "memcheck"
+               else "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)")
+    assert summary in r.stdout + r.stderr, tail
     assert " passed" in r.stdout and " failed" not in r.stdout, tail

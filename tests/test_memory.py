@@ -275,6 +275,7 @@ def test_stream_and_events(ctx, rng):
         cuda.memcpy_htod_async(a, np.zeros(4, np.uint8), stream="x")
 
 
+@pytest.mark.gpu          # CuPy talks to the real driver, not the stand-in
 def test_cupy_interop(ctx, rng):
     cp = pytest.importorskip("cupy")
     x = rng.standard_normal(1000).astype(np.float32)

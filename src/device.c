@@ -67,7 +67,10 @@ device_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             return NULL;
         for (i = 0; i < count; i++) {
             CUdevice d;
-            if (cu.cuDeviceGet(&d, i) == CUDA_SUCCESS && d == dev)
+            rc = cu.cuDeviceGet(&d, i);
+            if (rc != CUDA_SUCCESS)
+                return pygpu_cuda_error(st, rc, "cuDeviceGet");
+            if (d == dev)
                 return pygpu_device_new(st, i);
         }
         PyErr_Format(PyExc_ValueError, "no CUDA device at PCI bus id %R", which);

@@ -209,6 +209,7 @@ def _scenarios(ptx):
                 d.pci_bus_id(), d.uuid, d.get_attributes(), d.can_access_peer(cuda.Device(0)),
                 d.get_attribute(cuda.device_attribute.WARP_SIZE), cuda.get_driver_version())
         assert info[7] is True and info[8] == 32
+        assert cuda.Device(d.pci_bus_id()).ordinal == 1          # by PCI bus id
         return info
 
     def contexts():
@@ -244,6 +245,24 @@ def _scenarios(ptx):
         f.max_active_blocks_per_multiprocessor(128)
         f.max_potential_block_size()
         return m, f, g
+
+    def function_queries():
+        f = cuda.module_from_buffer(ptx).get_function("mixed")
+        assert f.get_attribute(cuda.function_attribute.NUM_REGS) > 0
+        assert f.name == "mixed" and len(f.param_sizes) == 11
+        return f, f.num_regs, f.local_size_bytes, f.ptx_version
+
+    def foreign_streams():
+        s = cuda.Stream()
+        w = cuda.Stream.from_handle(s.handle)
+        w.synchronize()
+        assert w.is_done()
+        n, p = cuda.Stream.null(), cuda.Stream.per_thread()
+        d = cuda.mem_alloc(16)
+        cuda.memset_d8_async(d, 1, 16, n)
+        cuda.memset_d8_async(d, 2, 16, p)
+        p.synchronize()
+        return s, w, n, p, d
 
     def launches():
         m = cuda.module_from_buffer(ptx)

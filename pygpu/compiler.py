@@ -22,6 +22,7 @@ import warnings
 from pygpu import _driver, _loader, driver
 
 __all__ = ["compile", "SourceModule", "CompileError", "CompilerWarning", "nvrtc_version",
+           "kernel_source", "KERNEL_DIR",
            "supported_archs", "cache_info", "clear_cache", "default_cache_dir"]
 
 CACHE_SCHEMA = 1
@@ -44,6 +45,22 @@ class CompileError(driver.Error):
 
 class CompilerWarning(UserWarning):
     """NVRTC printed a warning while compiling."""
+
+
+KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+
+
+def kernel_source(name):
+    """The text of one of the CUDA C files shipped in pygpu/kernels/
+    (doublify.cu, elementwise.cu, matmul.cu, lombscargle.cu), for
+    SourceModule or compile()."""
+    path = os.path.join(KERNEL_DIR, name)
+    if os.path.basename(name) != name or not os.path.isfile(path):
+        raise ValueError("no kernel file %r in %s (there are: %s)"
+                         % (name, KERNEL_DIR, ", ".join(sorted(
+                             f for f in os.listdir(KERNEL_DIR) if f.endswith(".cu")))))
+    with open(path, encoding="utf-8") as f:
+        return f.read()
 
 
 def _ensure_nvrtc():

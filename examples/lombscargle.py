@@ -1,0 +1,83 @@
+"""The Lomb-Scargle periodogram on the GPU, checked against
+scipy.signal.lombscargle, following the optimisation steps of the CuPy/Numba
+walk-through: float64 and float32, -use_fast_math, __launch_bounds__, and the
+compile cache cold (a new cache directory), warm (this process) and on disk
+(a new process would hit it).
+
+    python3 examples/lombscargle.py [n_samples n_freqs]
+"""
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import _common
+from pygpu import compiler
+from pygpu.compiler import SourceModule, kernel_source
+
+VARIANTS = [  # name, dtype, options
+    ("float64", np.float64, []),
+    ("float64 + bounds", np.float64, ["-DLOMBSCARGLE_BOUNDS=128"]),
+    ("float32", np.float32, []),
+    ("float32 + bounds", np.float32, ["-DLOMBSCARGLE_BOUNDS=128"]),
+    ("float32 + fast math", np.float32, ["-DLOMBSCARGLE_BOUNDS=128", "-use_fast_math"]),
+]
+TOLERANCE = {np.float64: 1e-9, np.float32: 2e-3}   # max error / max |pgram|
+FAST_MATH_TOLERANCE = 2e-2
+
+
+def data(nx, nf, rng):
+    x = np.sort(rng.uniform(0, 20 * np.pi, nx))
+    y = 2 * np.sin(1.7 * x) + np.cos(0.3 * x) + 0.5 * rng.standard_normal(nx)
+    freqs = np.linspace(0.05, 5.0, nf)
+    return x, y, freqs
+
+
+def main():
+    nx, nf = (int(sys.argv[1]), int(sys.argv[2])) if len(sys.argv) == 3 else (4000, 20000)
+    src = kernel_source("lombscargle.cu")
+    with tempfile.TemporaryDirectory() as cold:
+        os.environ["PYGPU_CACHE_DIR"] = cold          # a cold cache for the timings below
+        compiler.clear_cache(disk=False)
+        for name, dtype, opts in VARIANTS:
+            t = time.perf_counter()
+            compiler.compile(src, options=opts, arch="compute_80", target="ptx")
+            print("compile %-20s cold %6.1f ms" % (name, (time.perf_counter() - t) * 1e3))
+        _common.gpu_or_exit("lombscargle")
+        import pygpu.driver as cuda
+        from scipy import signal
+
+        rng = np.random.default_rng()
+        x, y, freqs = data(nx, nf, rng)
+        t = time.perf_counter()
+        expect = signal.lombscargle(x, y, freqs)
+        scipy_ms = (time.perf_counter() - t) * 1e3
+        print("scipy.signal.lombscargle, %d samples x %d frequencies: %.1f ms" % (nx, nf, scipy_ms))
+        dev = cuda.Context.get_device()
+        sms = dev.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
+        for name, dtype, opts in VARIANTS:
+            compiler.clear_cache(disk=False)
+            t = time.perf_counter()
+            mod = SourceModule(src, options=opts, no_extern_c=True)   # disk hit or compile
+            first = (time.perf_counter() - t) * 1e3
+            t = time.perf_counter()
+            mod = SourceModule(src, options=opts, no_extern_c=True)   # warm: this process
+            warm = (time.perf_counter() - t) * 1e3
+            f = mod.get_function("lombscargle_" + np.dtype(dtype).name)
+            dx, dy, df = (cuda.to_device(v.astype(dtype)) for v in (x, y, freqs))
+            dp = cuda.mem_alloc(nf * np.dtype(dtype).itemsize)
+            launch = f.configure((sms * 20, 1), (128, 1, 1))
+            ms = _common.time_ms(lambda: launch(nx, nf, dx, dy, df, dp, dtype(0)), repeat=10)
+            got = cuda.from_device(dp, nf, dtype).astype(np.float64)
+            err = np.max(np.abs(got - expect)) / np.max(np.abs(expect))
+            tol = FAST_MATH_TOLERANCE if "-use_fast_math" in opts else TOLERANCE[dtype]
+            print("%-20s %8.3f ms (%5.0fx SciPy)  load %.2f ms, warm %.3f ms, "
+                  "registers %d, error %.1e"
+                  % (name, ms, scipy_ms / ms, first, warm, f.num_regs, err))
+            _common.check(err <= tol, "%s matches SciPy within %.0e" % (name, tol))
+
+
+if __name__ == "__main__":
+    main()

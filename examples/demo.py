@@ -30,7 +30,7 @@ def main():
         cuda.init()
         ndev = cuda.Device.count()
     except cuda.CudaUnavailableError as e:
-        print("no GPU found: %s" % e)
+        print("no GPU: %s" % e)
         print("(the kernel compiled; run this on a machine with a CUDA GPU to launch it)")
         return 0
     import pygpu.autoinit  # noqa: F401  (the primary context of device 0)

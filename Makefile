@@ -3,6 +3,8 @@
 #            run the driver tests again against the driver stand-in
 #            (tests/standin/, loaded through PYGPU_LIBCUDA)
 # make sanitize: the CPU suite and the stand-in pass under AddressSanitizer
+# make docs: the manual (Sphinx) in docs/_build/html; a warning is an error
+# make bench: benchmarks/run.py, pygpu against the C floor and the peers
 # PYTHON=... picks the interpreter (default: the python3 on PATH).
 # Where NumPy, setuptools and pytest are already importable (a CUDA box's
 # venv, no network) the build uses --no-build-isolation and fetches nothing.
@@ -14,6 +16,12 @@ PIP_INSTALL_TEST = $(PIP_INSTALL)
 else
 PIP_INSTALL = $(PYTHON) -m pip install -q -e .
 PIP_INSTALL_TEST = $(PYTHON) -m pip install -q -e ".[test]"
+endif
+DOCS_OFFLINE := $(shell $(PYTHON) -c "import sphinx, myst_parser" >/dev/null 2>&1 && echo yes)
+ifeq ($(DOCS_OFFLINE),yes)
+PIP_INSTALL_DOCS = $(PIP_INSTALL)
+else
+PIP_INSTALL_DOCS = $(PYTHON) -m pip install -q -e ".[docs]"
 endif
 
 STANDIN = build/standin/libfakecuda.so
@@ -43,5 +51,10 @@ sanitize: install-test
 bench: install
 	$(PYTHON) benchmarks/run.py
 
+docs:
+	$(PIP_INSTALL_DOCS)
+	$(PYTHON) -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
+	@echo "the manual: docs/_build/html/index.html"
+
 clean:
-	rm -rf build *.egg-info pygpu/*.so benchmarks/build
+	rm -rf build *.egg-info pygpu/*.so benchmarks/build docs/_build

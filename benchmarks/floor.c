@@ -1,6 +1,12 @@
 /* The plain-C floor: the same work as benchmarks/run.py, straight on the
  * driver API and NVRTC.  Prints one JSON object of figures.
- * Built and run by run.py:  cc floor.c -lcuda -lnvrtc */
+ * Built and run by run.py:  cc floor.c -lcuda -lnvrtc
+ *   floor [LS_SOURCE LS_DATA NX NF LS_OUT]
+ * With the Lomb-Scargle arguments it also compiles LS_SOURCE (the kernel of
+ * examples/lombscargle.py) as run.py does, runs it on the float64 data in
+ * LS_DATA (x[NX], y[NX], freqs[NF]) in float64 and float32, times it with
+ * events and writes both periodograms to LS_OUT (float64[NF], float32[NF])
+ * for run.py to check against SciPy. */
 #include <cuda.h>
 #include <nvrtc.h>
 #include <stdio.h>
@@ -38,12 +44,18 @@ static const char *SRC =
 const char *SAXPY = "extern \"C\" __global__ void saxpy(float a, const float *x, float *y, int n)\n"
     "{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }\n";
 
-static char *compile(const char *src, const char *arch, size_t *size)
+static char *compile_opts(const char *src, int nopts, const char **opts, size_t *size)
 {
     nvrtcProgram p;
-    const char *opts[1] = {arch};
     NK(nvrtcCreateProgram(&p, src, "k.cu", 0, NULL, NULL));
-    NK(nvrtcCompileProgram(p, 1, opts));
+    if (nvrtcCompileProgram(p, nopts, opts) != NVRTC_SUCCESS) {
+        size_t n;
+        nvrtcGetProgramLogSize(p, &n);
+        char *log = malloc(n + 1);
+        nvrtcGetProgramLog(p, log);
+        fprintf(stderr, "NVRTC: %s\n", log);
+        exit(1);
+    }
     NK(nvrtcGetCUBINSize(p, size));
     char *b = malloc(*size);
     NK(nvrtcGetCUBIN(p, b));
@@ -51,7 +63,96 @@ static char *compile(const char *src, const char *arch, size_t *size)
     return b;
 }
 
-int main(void)
+static char *compile(const char *src, const char *arch, size_t *size)
+{
+    const char *opts[1] = {arch};
+    return compile_opts(src, 1, opts, size);
+}
+
+static void *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        perror(path);
+        exit(1);
+    }
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc(*len + 1);
+    if (fread(b, 1, *len, f) != *len) {
+        perror(path);
+        exit(1);
+    }
+    b[*len] = 0;
+    fclose(f);
+    return b;
+}
+
+/* The Lomb-Scargle kernel in one precision: compile with the benchmark's
+ * options, upload, launch SMs x 20 blocks of 128, median of 15 event-timed
+ * runs; the periodogram is copied into out. */
+static double lombscargle(const char *src, const char *arch, int fast_math, int dbl,
+                          const double *data, int nx, int nf, void *out)
+{
+    const char *opts[3] = {arch, "-DLOMBSCARGLE_BOUNDS=128", "-use_fast_math"};
+    size_t size, es = dbl ? 8 : 4;
+    char *cubin = compile_opts(src, fast_math ? 3 : 2, opts, &size);
+    CUmodule m;
+    CUfunction f;
+    CUdevice dev;
+    CUevent e0, e1;
+    CUdeviceptr dx, dy, df, dp;
+    int sms, i;
+    double v[16];
+    CK(cuModuleLoadData(&m, cubin));
+    free(cubin);
+    CK(cuModuleGetFunction(&f, m, dbl ? "lombscargle_float64" : "lombscargle_float32"));
+    CK(cuCtxGetDevice(&dev));
+    CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    char *host = malloc((size_t)(2 * nx + nf) * es);
+    for (i = 0; i < 2 * nx + nf; i++) {
+        if (dbl)
+            ((double *)host)[i] = data[i];
+        else
+            ((float *)host)[i] = (float)data[i];
+    }
+    CK(cuMemAlloc(&dx, nx * es));
+    CK(cuMemAlloc(&dy, nx * es));
+    CK(cuMemAlloc(&df, nf * es));
+    CK(cuMemAlloc(&dp, nf * es));
+    CK(cuMemcpyHtoD(dx, host, nx * es));
+    CK(cuMemcpyHtoD(dy, host + nx * es, nx * es));
+    CK(cuMemcpyHtoD(df, host + 2 * nx * es, nf * es));
+    float y32 = 0;
+    double y64 = 0;
+    void *params[7] = {&nx, &nf, &dx, &dy, &df, &dp, dbl ? (void *)&y64 : (void *)&y32};
+    CK(cuEventCreate(&e0, 0));
+    CK(cuEventCreate(&e1, 0));
+    for (i = 0; i < 2; i++)
+        CK(cuLaunchKernel(f, sms * 20, 1, 1, 128, 1, 1, 0, NULL, params, NULL));
+    for (i = 0; i < 15; i++) {
+        float ms;
+        CK(cuEventRecord(e0, NULL));
+        CK(cuLaunchKernel(f, sms * 20, 1, 1, 128, 1, 1, 0, NULL, params, NULL));
+        CK(cuEventRecord(e1, NULL));
+        CK(cuEventSynchronize(e1));
+        CK(cuEventElapsedTime(&ms, e0, e1));
+        v[i] = ms;
+    }
+    CK(cuMemcpyDtoH(out, dp, nf * es));
+    CK(cuEventDestroy(e0));
+    CK(cuEventDestroy(e1));
+    CK(cuMemFree(dx));
+    CK(cuMemFree(dy));
+    CK(cuMemFree(df));
+    CK(cuMemFree(dp));
+    CK(cuModuleUnload(m));
+    free(host);
+    return median(v, 15);
+}
+
+int main(int argc, char **argv)
 {
     CUdevice dev;
     CUcontext ctx;
@@ -168,7 +269,32 @@ int main(void)
         v[r] = (now() - t) * 1e3;
         CK(cuModuleUnload(m));
     }
-    printf("  \"module_load_ms\": %.4f\n", median(v, 21));
-    printf("}\n");
+    printf("  \"module_load_ms\": %.4f", median(v, 21));
+
+    if (argc == 6) {
+        size_t len, dlen;
+        char *src = read_file(argv[1], &len);
+        double *data = read_file(argv[2], &dlen);
+        int nx = atoi(argv[3]), nf = atoi(argv[4]);
+        if (dlen != (size_t)(2 * nx + nf) * sizeof(double)) {
+            fprintf(stderr, "%s: %zu bytes, expected %zu\n", argv[2], dlen,
+                    (size_t)(2 * nx + nf) * sizeof(double));
+            return 1;
+        }
+        void *out = malloc((size_t)nf * 12);
+        printf(",\n  \"lombscargle64_ms\": %.4f", lombscargle(src, arch, 0, 1, data, nx, nf, out));
+        printf(",\n  \"lombscargle_ms\": %.4f",
+               lombscargle(src, arch, 1, 0, data, nx, nf, (char *)out + (size_t)nf * 8));
+        FILE *f = fopen(argv[5], "wb");
+        if (f == NULL || fwrite(out, 12, (size_t)nf, f) != (size_t)nf) {
+            perror(argv[5]);
+            return 1;
+        }
+        fclose(f);
+        free(out);
+        free(src);
+        free(data);
+    }
+    printf("\n}\n");
     return 0;
 }

@@ -63,8 +63,6 @@ from pygpu._driver import (  # noqa: F401  (re-exported API)
     stream_flags,
 )
 
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations",)]
-
 
 class host_alloc_flags(_enum.IntFlag):
     """Flags of pagelocked_empty(mem_flags=...) (cuMemHostAlloc)."""
@@ -298,3 +296,15 @@ def _launch_with_handlers(func, *args, **kwargs):
 
 
 _driver._set_handler_slow_path(_launch_with_handlers)
+
+
+__all__ = sorted(n for n in dir() if not n.startswith("_") and n not in ("annotations",))
+
+
+def __getattr__(name):
+    # PyCUDA has CompileError in pycuda.driver; pygpu's lives in
+    # pygpu.compiler, which imports this module, so it is fetched lazily.
+    if name == "CompileError":
+        from pygpu.compiler import CompileError
+        return CompileError
+    raise AttributeError("module 'pygpu.driver' has no attribute %r" % name)

@@ -1263,9 +1263,13 @@ static PyType_Slot function_slots[] = {
     {Py_tp_members, function_members},
     {Py_tp_call, PyVectorcall_Call},
     {Py_tp_repr, function_repr},
-    {Py_tp_doc, "A kernel. Call it as f(*args, block=(x, y, z), grid=(x, y, z), "
-                "shared=0, stream=None, time_kernel=False, cluster=None, "
-                "cooperative=False, pdl=False)."},
+    {Py_tp_doc, "A kernel, from Module.get_function() or SourceModule.get_function().\n\n"
+                "Call it as ``f(*args, block=(x, y, z), grid=(x, y, z), shared=0, "
+                "stream=None, time_kernel=False, cluster=None, cooperative=False, "
+                "pdl=False)``. The arguments are packed by the parameter sizes the "
+                "driver reports (``param_sizes``); In/Out/InOut wrap host arrays. "
+                "Returns None, or with time_kernel=True the kernel's time in seconds "
+                "(after waiting for it)."},
     {0, NULL}
 };
 

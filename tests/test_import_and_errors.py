@@ -160,6 +160,49 @@ def test_text_signatures():
     assert "message_handler=None" in str(inspect.signature(cuda.module_from_buffer))
 
 
+def test_every_public_callable_has_a_signature():
+    """The manual's API reference shows a signature for each function and
+    method, C ones included (from their __text_signature__)."""
+    import inspect
+    import pygpu.compiler
+    import pygpu.tools
+    missing, checked = [], 0
+    for mod in (cuda, pygpu.compiler, pygpu.tools):
+        for name in getattr(mod, "__all__", None) or dir(mod):
+            obj = getattr(mod, name)
+            if (name.startswith("_") or inspect.ismodule(obj) or hasattr(obj, "__members__")
+                    or (isinstance(obj, type) and issubclass(obj, (BaseException, bytes)))):
+                continue
+            targets = [(name, obj)] if callable(obj) else []
+            if isinstance(obj, type):
+                targets += [("%s.%s" % (name, m), getattr(obj, m)) for m, v in vars(obj).items()
+                            if not m.startswith("_") and (callable(v) or isinstance(v, classmethod))]
+            for what, f in targets:
+                checked += 1
+                try:
+                    inspect.signature(f)
+                except (ValueError, TypeError):
+                    missing.append("%s.%s" % (mod.__name__, what))
+    assert checked > 120
+    assert missing == []
+
+
+def test_compile_error_is_also_in_driver_as_in_pycuda():
+    import pygpu.compiler
+    assert cuda.CompileError is pygpu.compiler.CompileError
+    assert issubclass(cuda.CompileError, cuda.Error)
+    with pytest.raises(AttributeError, match="has no attribute 'gpuarray'"):
+        cuda.gpuarray
+
+
+def test_star_import_exports_the_python_helpers_too():
+    ns = {}
+    exec("from pygpu.driver import *", ns)
+    assert {"to_device", "from_device", "In", "Out", "InOut", "pagelocked_empty",
+            "Memcpy2D", "mem_alloc", "Stream", "host_alloc_flags"} <= set(ns)
+    assert not any(n.startswith("_") for n in ns if n != "__builtins__")
+
+
 def test_in_out_wrappers_check_their_arrays():
     import numpy as np
     a = np.arange(12.0).reshape(3, 4)

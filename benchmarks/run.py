@@ -599,9 +599,21 @@ def main():
             results[name] = None
     import pygpu.driver as cuda
     dev = cuda.Device(0)
-    results["meta"] = {"gpu": dev.name(), "driver": cuda.get_driver_version(),
+    from importlib import metadata
+    versions = {}
+    for p, dist in (("cupy", None), ("cuda.core", "cuda-core"), ("pycuda", "pycuda"),
+                    ("numba-cuda", "numba-cuda"), ("scipy", "scipy")):
+        names = [dist] if dist else [d for d in ("cupy-cuda13x", "cupy-cuda12x", "cupy")]
+        for n in names:
+            try:
+                versions[p] = metadata.version(n)
+                break
+            except metadata.PackageNotFoundError:
+                pass
+    v = cuda.get_driver_version()
+    results["meta"] = {"gpu": dev.name(), "driver": v, "driver_cuda": "%d.%d" % (v // 1000, v % 1000 // 10),
                        "python": platform.python_version(), "numpy": np.__version__,
-                       "date": time.strftime("%Y-%m-%d")}
+                       "versions": versions, "date": time.strftime("%Y-%m-%d")}
     peers = [p for p, _ in PEERS if results.get(p)]
     head = ["what", "unit", "C floor", "pygpu", "pygpu vs floor"] + peers
     rows = []
@@ -624,8 +636,9 @@ def main():
                     + [fmt((results[p] or {}).get(key)) for p in peers])
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
     m = results["meta"]
-    print("\n%s, driver %d, Python %s, NumPy %s, %s" % (m["gpu"], m["driver"], m["python"],
-                                                      m["numpy"], m["date"]))
+    print("\n%s, CUDA %s driver, Python %s, NumPy %s, %s" % (
+        m["gpu"], m["driver_cuda"], m["python"], m["numpy"], m["date"]))
+    print("(%s)" % ", ".join("%s %s" % kv for kv in sorted(m["versions"].items())))
     print("(launch rows: the C loop runs in this process, its bursts interleaved with "
           "pygpu's; floor.c's own figure was %.2f us)" % results["floor"]["launch_enqueue_us"])
     print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |")

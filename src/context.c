@@ -293,6 +293,32 @@ pygpu_context_enter(pygpu_Context *ctx, int *pushed)
     return rc;
 }
 
+int
+pygpu_scope_enter(pygpu_state *st, pygpu_Context *ctx, pygpu_scope *s)
+{
+    CUresult rc;
+    s->ctx = NULL;
+    s->pushed = 0;
+    if (pygpu_context_check(st, ctx) < 0)
+        return -1;
+    rc = pygpu_context_enter(ctx, &s->pushed);
+    if (rc != CUDA_SUCCESS) {
+        pygpu_cuda_error(st, rc, "cuCtxPushCurrent");
+        return -1;
+    }
+    Py_INCREF(ctx);
+    s->ctx = ctx;
+    return 0;
+}
+
+void
+pygpu_scope_exit(pygpu_scope *s)
+{
+    pygpu_context_exit(s->pushed);
+    s->pushed = 0;
+    Py_CLEAR(s->ctx);
+}
+
 void
 pygpu_context_exit(int pushed)
 {

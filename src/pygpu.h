@@ -216,6 +216,22 @@ int pygpu_loader_setup(PyObject *m);
 pygpu_Context *pygpu_current_context(pygpu_state *st); /* borrowed; ensures one */
 pygpu_Context *pygpu_context_for_handle(pygpu_state *st, CUcontext h); /* borrowed */
 int pygpu_context_check(pygpu_state *st, pygpu_Context *ctx);
+
+/* Scoped activation: the one way to run driver calls in an object's context.
+ *   pygpu_scope s;
+ *   if (pygpu_scope_enter(st, ctx, &s) < 0) return NULL;   // LogicError if detached
+ *   rc = cu.cuXxx(...);            // may release the GIL around it
+ *   pygpu_scope_exit(&s);          // pops if it pushed; drops the reference
+ * The scope holds a strong reference to ctx, so a context detached or dropped
+ * meanwhile (from a JIT handler, __index__, or another thread while the GIL is
+ * released) stays a valid object until the scope ends.  GIL held at enter and
+ * exit. */
+typedef struct {
+    pygpu_Context *ctx;        /* strong ref */
+    int pushed;
+} pygpu_scope;
+int pygpu_scope_enter(pygpu_state *st, pygpu_Context *ctx, pygpu_scope *s);
+void pygpu_scope_exit(pygpu_scope *s);
 /* push ctx if it is not current; *pushed says whether to pop.  No GIL needed. */
 CUresult pygpu_context_enter(pygpu_Context *ctx, int *pushed);
 void pygpu_context_exit(int pushed);

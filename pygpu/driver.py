@@ -262,14 +262,15 @@ def _alloc_for_handler(nbytes, stream):
         return mem_alloc(nbytes)
 
 
-def _launch_with_handlers(func, *args, **kwargs):
-    """Called by Function.__call__ when an argument is In/Out/InOut."""
-    stream = kwargs.get("stream")
-    new_args = []
+def _handlers_begin(args, stream):
+    """Function.__call__'s hook for In/Out/InOut arguments: returns the
+    arguments with each handler replaced by a device copy, and what
+    _handlers_end needs.  The launch configuration is parsed once, in C."""
+    new_args = list(args)
     outs = []
     allocs = []
     try:
-        for a in args:
+        for i, a in enumerate(args):
             if isinstance(a, ArgumentHandler):
                 dev = _alloc_for_handler(a.array.nbytes, stream)
                 allocs.append(dev)
@@ -277,25 +278,34 @@ def _launch_with_handlers(func, *args, **kwargs):
                     memcpy_htod_async(dev, a.array, stream)
                 if a.copy_out:
                     outs.append((a.array, dev))
-                new_args.append(dev)
+                new_args[i] = dev
+    except BaseException:
+        for dev in allocs:
+            dev.free()
+        raise
+    return tuple(new_args), (outs, allocs)
+
+
+def _handlers_end(state, stream, launched):
+    """After the launch (or its failure): copy Out/InOut arrays back, wait
+    for the stream, free the device copies."""
+    outs, allocs = state
+    try:
+        if launched:
+            for ary, dev in outs:
+                memcpy_dtoh_async(ary, dev, stream)
+            if isinstance(stream, Stream):
+                stream.synchronize()
+            elif stream is None:
+                Stream.null().synchronize()
             else:
-                new_args.append(a)
-        result = func(*new_args, **kwargs)
-        for ary, dev in outs:
-            memcpy_dtoh_async(ary, dev, stream)
-        if isinstance(stream, Stream):
-            stream.synchronize()
-        elif stream is None:
-            Stream.null().synchronize()
-        else:
-            Stream.from_handle(stream).synchronize()
-        return result
+                Stream.from_handle(stream).synchronize()
     finally:
         for dev in allocs:
             dev.free()
 
 
-_driver._set_handler_slow_path(_launch_with_handlers)
+_driver._set_handler_hooks(_handlers_begin, _handlers_end)
 
 
 __all__ = sorted(n for n in dir() if not n.startswith("_") and n not in ("annotations",))

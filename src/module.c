@@ -107,6 +107,8 @@ driver_exec(PyObject *m)
         || pygpu_memory_setup(m, st) < 0
         || pygpu_hostmem_setup(m, st) < 0
         || pygpu_module_setup(m, st) < 0
+        || pygpu_args_setup(m, st) < 0
+        || pygpu_launch_setup(m, st) < 0
         || pygpu_function_setup(m, st) < 0
         || pygpu_nvrtc_setup(m, st) < 0
         || pygpu_staging_setup(m, st) < 0)
@@ -141,7 +143,8 @@ driver_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->primary_contexts);
     Py_VISIT(st->foreign_contexts);
     Py_VISIT(st->gc_collect);
-    Py_VISIT(st->handler_slow_path);
+    Py_VISIT(st->handlers_begin);
+    Py_VISIT(st->handlers_end);
     return 0;
 }
 
@@ -157,7 +160,8 @@ driver_clear(PyObject *m)
     st->last_handle = NULL;
     Py_CLEAR(st->foreign_contexts);
     Py_CLEAR(st->primary_contexts);
-    Py_CLEAR(st->handler_slow_path);
+    Py_CLEAR(st->handlers_begin);
+    Py_CLEAR(st->handlers_end);
     Py_CLEAR(st->gc_collect);
     Py_CLEAR(st->str_cai);
     Py_CLEAR(st->str_dlpack);

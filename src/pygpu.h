@@ -79,7 +79,7 @@ typedef struct {
     PyObject *str_dlpack;                 /* interned "__dlpack__" */
     PyObject *str_cuda_stream;            /* interned "__cuda_stream__" */
     PyObject *str_block, *str_grid, *str_shared, *str_stream, *str_time_kernel;
-    PyObject *handler_slow_path;          /* strong: pygpu.driver._launch_with_handlers */
+    PyObject *handlers_begin, *handlers_end; /* strong: pygpu.driver's In/Out hooks */
     int warned_no_param_info;
 } pygpu_state;
 
@@ -149,9 +149,52 @@ typedef struct {
     int unloaded;
 } pygpu_Module;
 
+/* ---- the launch path: args.c (layouts, packing), launch.c (configuration,
+ * the one sink, BoundLaunch), function.c (the Function type) ---- */
+
 typedef struct {
     size_t offset, size;
 } pygpu_param;
+
+/* A kernel's parameter layout.  Immutable once published in a Function;
+ * shared by reference count (GIL-protected) with every call that uses it, so
+ * prepare() or a second thread replacing it never frees what a call reads. */
+typedef struct pygpu_layout {
+    Py_ssize_t refs;
+    int nparams;              /* -1: unknown (no cuFuncGetParamInfo, not prepared) */
+    int known;                /* 1: sizes from cuFuncGetParamInfo */
+    size_t total;             /* bytes the packed values span */
+    char *prepared;           /* owned: prepare() type codes, nparams of them, or NULL */
+    pygpu_param params[];     /* nparams entries when nparams > 0 */
+} pygpu_layout;
+
+#define PYGPU_PACK_INLINE_BYTES 4096
+#define PYGPU_PACK_INLINE_PARAMS 128
+
+/* The packed arguments of one launch.  Storage belongs to the call (inline,
+ * on the C stack, up to the sizes above; heap beyond), never to the Function,
+ * so concurrent and re-entrant launches cannot see each other's values. */
+typedef struct {
+    pygpu_layout *layout;     /* counted reference */
+    const pygpu_param *params;
+    int nparams;
+    char *buf;                /* the values */
+    void **ptrs;              /* kernelParams: ptrs[i] = buf + params[i].offset */
+    void *heap;               /* owned: buf/ptrs/params beyond the inline storage */
+    PyObject *handlers;       /* strong: In/Out/InOut bookkeeping, or NULL */
+    _Alignas(16) char inline_buf[PYGPU_PACK_INLINE_BYTES];
+    void *inline_ptrs[PYGPU_PACK_INLINE_PARAMS];
+} pygpu_argpack;
+
+/* One launch configuration, parsed by one parser (launch.c). */
+typedef struct {
+    unsigned int grid[3], block[3], cluster[3];
+    unsigned int shared;
+    CUstream stream;
+    PyObject *stream_obj;     /* borrowed for a call (the caller's argument);
+                                 strong in a BoundLaunch */
+    int has_cluster, cooperative, pdl, timed;
+} pygpu_launch_config;
 
 typedef struct {
     PyObject_HEAD
@@ -159,15 +202,10 @@ typedef struct {
     CUfunction handle;         /* owned by the module */
     pygpu_Module *module;      /* strong ref */
     PyObject *name;            /* str */
-    int nparams;               /* -1 until read */
-    int layout_known;          /* 1: from cuFuncGetParamInfo or prepare() */
-    pygpu_param *params;
-    size_t argbuf_size;
-    char *argbuf;              /* packed values */
-    void **argptrs;            /* pointers into argbuf */
-    char *prepared;            /* prepare() type chars, or NULL */
+    pygpu_layout *layout;      /* counted reference; NULL until first needed */
     int max_threads;           /* the kernel's own block limit; 0 until read */
-    /* last launch configuration, reused while the same tuples come back */
+    /* the last checked (block, grid) pair, reused while the same tuple
+     * objects come back (the common `block=(256, 1, 1)` literal) */
     PyObject *last_block, *last_grid;   /* strong refs */
     unsigned int block[3], grid[3];
     PyObject *weakreflist;
@@ -177,9 +215,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     pygpu_Function *function;  /* strong ref */
-    unsigned int block[3], grid[3], shared;
-    CUstream stream;
-    PyObject *stream_obj;      /* strong ref: keeps the stream alive */
+    pygpu_launch_config cfg;   /* cfg.stream_obj: strong ref, keeps the stream alive */
 } pygpu_BoundLaunch;
 
 typedef struct {
@@ -251,6 +287,54 @@ PyObject *pygpu_borrowed_allocation(pygpu_state *st, pygpu_Context *ctx, CUdevic
 /* resolve a stream argument (None, Stream, int handle, __cuda_stream__) */
 int pygpu_get_stream(pygpu_state *st, PyObject *obj, CUstream *out);
 
+/* args.c.  GIL held throughout. */
+/* The Function's layout (borrowed), read on first use; the caller has
+ * checked that the function's context is alive. */
+pygpu_layout *pygpu_layout_get(pygpu_state *st, pygpu_Function *f);
+void pygpu_layout_decref(pygpu_layout *l);
+/* prepare(arg_types): a new layout (one counted reference) */
+pygpu_layout *pygpu_layout_prepared(pygpu_state *st, pygpu_Function *f, PyObject *types);
+/* Pack args into pack (which the caller initialises with PYGPU_ARGPACK_INIT
+ * and always releases with pygpu_pack_finish).  Returns 0, or -1 with an
+ * exception.  With a configuration hcfg, In/Out/InOut arguments are replaced
+ * by device copies made on hcfg's stream (pack->handlers then holds what
+ * pygpu_pack_finish copies back); without, they are refused. */
+int pygpu_pack(pygpu_state *st, pygpu_Function *f, PyObject *const *args,
+               Py_ssize_t nargs, const pygpu_launch_config *hcfg, pygpu_argpack *pack);
+/* Copy Out/InOut arrays back (when launched) and free the handlers' device
+ * copies; releases pack's storage.  Returns 0 or -1 (an exception already
+ * set by the launch is kept). */
+int pygpu_pack_finish(pygpu_state *st, pygpu_argpack *pack, int launched,
+                      PyObject *stream_obj);
+#define PYGPU_ARGPACK_INIT(p) ((p)->layout = NULL, (p)->heap = NULL, (p)->handlers = NULL)
+
+/* launch.c.  GIL held. */
+#define PYGPU_LAUNCH_KEYWORDS "block, grid, shared, stream, time_kernel, cluster, " \
+                              "cooperative, pdl"
+int pygpu_parse_dims(PyObject *obj, unsigned int out[3], const char *what);
+/* the keyword launch options of Function.__call__ */
+int pygpu_config_from_kwargs(pygpu_state *st, pygpu_Function *f, PyObject *const *kwargs,
+                             PyObject *kwnames, pygpu_launch_config *cfg);
+/* prepared_call(grid, block, [stream,] *args, shared_size=0): returns the
+ * index of the first kernel argument, or -1 */
+Py_ssize_t pygpu_config_prepared(pygpu_state *st, pygpu_Function *f, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames, int with_stream,
+                                 int timed, pygpu_launch_config *cfg);
+/* Function.configure(grid, block, stream=None, shared=0) */
+PyObject *pygpu_configure(pygpu_state *st, pygpu_Function *f, PyObject *args, PyObject *kwds);
+/* the device's and kernel's limits; the context is alive */
+int pygpu_config_check(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config *cfg);
+/* The one sink: checks the context (after all Python code of the call has
+ * run), activates it once, and enqueues through cuLaunchKernel,
+ * cuLaunchKernelEx or the timed launch.  Returns None or, timed, the
+ * kernel's time in seconds. */
+PyObject *pygpu_launch(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config *cfg,
+                       pygpu_argpack *pack);
+PyObject *pygpu_bound_new(pygpu_state *st, pygpu_Function *f, pygpu_launch_config *cfg);
+/* LogicError when the function's context is gone */
+int pygpu_function_check(pygpu_state *st, pygpu_Function *f);
+const char *pygpu_function_name(pygpu_Function *f);
+
 /* setup functions, one per file */
 int pygpu_device_setup(PyObject *m, pygpu_state *st);
 int pygpu_context_setup(PyObject *m, pygpu_state *st);
@@ -258,6 +342,8 @@ int pygpu_memory_setup(PyObject *m, pygpu_state *st);
 int pygpu_hostmem_setup(PyObject *m, pygpu_state *st);
 int pygpu_module_setup(PyObject *m, pygpu_state *st);
 int pygpu_function_setup(PyObject *m, pygpu_state *st);
+int pygpu_args_setup(PyObject *m, pygpu_state *st);
+int pygpu_launch_setup(PyObject *m, pygpu_state *st);
 int pygpu_stream_setup(PyObject *m, pygpu_state *st);
 int pygpu_event_setup(PyObject *m, pygpu_state *st);
 int pygpu_nvrtc_setup(PyObject *m, pygpu_state *st);

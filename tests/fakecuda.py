@@ -76,6 +76,8 @@ class StandIn:
         lib.fakecuda_live.restype = ctypes.c_long
         lib.fakecuda_trace_get.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.fakecuda_trace_get.restype = ctypes.c_size_t
+        lib.fakecuda_thread_last_params.restype = ctypes.c_size_t
+        lib.fakecuda_thread_last_params.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.fakecuda_last_launch.restype = ctypes.c_size_t
         lib.fakecuda_last_launch.argtypes = [
             ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint),
@@ -126,6 +128,12 @@ class StandIn:
         buf = ctypes.create_string_buffer(n + 1)
         self.lib.fakecuda_trace_get(buf, n + 1)
         return result, buf.value.decode().split()
+
+    def thread_last_params(self):
+        """The parameter bytes of the calling thread's last launch."""
+        buf = ctypes.create_string_buffer(4096)
+        n = self.lib.fakecuda_thread_last_params(buf, 4096)
+        return buf.raw[:n]
 
     def last_launch(self):
         name = ctypes.create_string_buffer(256)

@@ -171,6 +171,12 @@ static struct {
     unsigned cluster[3];
 } last_launch;
 
+/* the parameter bytes of this thread's last launch (concurrent launch tests) */
+static __thread struct {
+    unsigned char params[4096];
+    size_t size;
+} thread_last;
+
 static __thread fake_ctx *ctx_stack[STACK_DEPTH];
 static __thread int ctx_depth;
 
@@ -2236,6 +2242,8 @@ do_launch(fake_func *f, const unsigned grid[3], const unsigned block[3], unsigne
     last_launch.size = f->param_bytes;
     last_launch.cooperative = cooperative;
     last_launch.pdl = pdl;
+    memcpy(thread_last.params, last_launch.params, f->param_bytes);
+    thread_last.size = f->param_bytes;
     launches++;
     return CUDA_SUCCESS;
 }
@@ -2782,6 +2790,17 @@ fakecuda_forget_registrations(void)
         }
     }
     unlock();
+    return n;
+}
+
+/* The calling thread's last launch: copies its parameter bytes; returns
+ * their count. */
+EXPORT size_t
+fakecuda_thread_last_params(unsigned char *params, size_t cap)
+{
+    size_t n = thread_last.size;
+    if (params)
+        memcpy(params, thread_last.params, n < cap ? n : cap);
     return n;
 }
 

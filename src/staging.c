@@ -684,7 +684,7 @@ get_count(PyObject *obj, const char *what, unsigned long long *out)
     long long v;
     if (PyBool_Check(obj) || (idx = PyNumber_Index(obj)) == NULL) {
         PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "_set_staging(): %s must be an int, not %.100s",
+        PyErr_Format(PyExc_TypeError, "set_staging(): %s must be an int, not %.100s",
                      what, Py_TYPE(obj)->tp_name);
         return -1;
     }
@@ -693,7 +693,7 @@ get_count(PyObject *obj, const char *what, unsigned long long *out)
         *out = PyLong_AsUnsignedLongLong(idx);
         Py_DECREF(idx);
         if (*out == (unsigned long long)-1 && PyErr_Occurred()) {
-            PyErr_Format(PyExc_ValueError, "_set_staging(): %s is too large", what);
+            PyErr_Format(PyExc_ValueError, "set_staging(): %s is too large", what);
             return -1;
         }
         return 0;
@@ -702,7 +702,7 @@ get_count(PyObject *obj, const char *what, unsigned long long *out)
     if (v == -1 && PyErr_Occurred())
         return -1;
     if (overflow < 0 || v < 0) {
-        PyErr_Format(PyExc_ValueError, "_set_staging(): %s must be >= 0", what);
+        PyErr_Format(PyExc_ValueError, "set_staging(): %s must be >= 0", what);
         return -1;
     }
     *out = (unsigned long long)v;
@@ -736,11 +736,11 @@ set_staging(PyObject *m, PyObject *args, PyObject *kwds)
         || (cobj != Py_None && get_count(cobj, "chunk", &chunk) < 0))
         return NULL;
     if (threshold > (unsigned long long)SIZE_MAX) {
-        PyErr_SetString(PyExc_ValueError, "_set_staging(): threshold is too large");
+        PyErr_SetString(PyExc_ValueError, "set_staging(): threshold is too large");
         return NULL;
     }
-    if (check_threads(threads, "_set_staging()") < 0
-        || check_chunk(chunk, "_set_staging()") < 0)
+    if (check_threads(threads, "set_staging()") < 0
+        || check_chunk(chunk, "set_staging()") < 0)
         return NULL;
     if ((old = settings_tuple()) == NULL)
         return NULL;

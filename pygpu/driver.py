@@ -126,6 +126,30 @@ def from_device_like(devptr, other_ary):
     return result
 
 
+# ---- pageable-copy staging (src/staging.c) ----
+
+_STAGING_KEYS = ("threshold", "threads", "chunk")
+
+staging_stats = _driver.staging_stats
+
+
+def staging_settings():
+    """The pageable-copy staging settings as a dict: ``threshold`` (bytes
+    from which a synchronous copy of pageable memory is staged; 0: staging
+    off), ``threads`` (copying threads, the caller's included) and ``chunk``
+    (bytes of each pinned buffer, the largest piece a thread moves at once)."""
+    return dict(zip(_STAGING_KEYS, _driver._get_staging()))
+
+
+def set_staging(threshold=None, threads=None, chunk=None):
+    """Change the pageable-copy staging settings (None keeps a setting) and
+    return the previous ones as a dict: ``set_staging(**old)`` restores them.
+    They start from PYGPU_STAGING_THRESHOLD, PYGPU_STAGING_THREADS and
+    PYGPU_STAGING_CHUNK; a copy already running keeps the settings it
+    started with."""
+    return dict(zip(_STAGING_KEYS, _driver._set_staging(threshold, threads, chunk)))
+
+
 def module_from_file(path, options=None, message_handler=None):
     """Load a .cubin, .ptx or .fatbin file into the current context."""
     with open(path, "rb") as f:
@@ -262,6 +286,41 @@ def _alloc_for_handler(nbytes, stream):
         return mem_alloc(nbytes)
 
 
+def _handler_sync(stream):
+    if isinstance(stream, Stream):
+        stream.synchronize()
+    elif stream is None:
+        Stream.null().synchronize()
+    else:
+        Stream.from_handle(stream).synchronize()
+
+
+def _handler_staged(nbytes):
+    threshold = _driver._get_staging()[0]
+    return threshold != 0 and nbytes >= threshold
+
+
+def _handler_copy_in(dev, ary, stream):
+    """In/InOut: an array of at least the staging threshold goes through
+    staging (a synchronous copy on staging's own streams, so `stream` is
+    synchronized first: the stream-ordered allocation and the work queued
+    there come before it); a smaller one is queued on `stream`."""
+    if _handler_staged(ary.nbytes):
+        _handler_sync(stream)
+        memcpy_htod(dev, ary)
+    else:
+        memcpy_htod_async(dev, ary, stream)
+
+
+def _handler_copy_out(ary, dev, stream):
+    """Out/InOut: as _handler_copy_in, the other way (after the kernel)."""
+    if _handler_staged(ary.nbytes):
+        _handler_sync(stream)
+        memcpy_dtoh(ary, dev)
+    else:
+        memcpy_dtoh_async(ary, dev, stream)
+
+
 def _handlers_begin(args, stream):
     """Function.__call__'s hook for In/Out/InOut arguments: returns the
     arguments with each handler replaced by a device copy, and what
@@ -275,7 +334,7 @@ def _handlers_begin(args, stream):
                 dev = _alloc_for_handler(a.array.nbytes, stream)
                 allocs.append(dev)
                 if a.copy_in:
-                    memcpy_htod_async(dev, a.array, stream)
+                    _handler_copy_in(dev, a.array, stream)
                 if a.copy_out:
                     outs.append((a.array, dev))
                 new_args[i] = dev
@@ -293,13 +352,8 @@ def _handlers_end(state, stream, launched):
     try:
         if launched:
             for ary, dev in outs:
-                memcpy_dtoh_async(ary, dev, stream)
-            if isinstance(stream, Stream):
-                stream.synchronize()
-            elif stream is None:
-                Stream.null().synchronize()
-            else:
-                Stream.from_handle(stream).synchronize()
+                _handler_copy_out(ary, dev, stream)
+            _handler_sync(stream)
     finally:
         for dev in allocs:
             dev.free()

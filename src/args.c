@@ -444,9 +444,35 @@ pygpu_get_device_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr,
 
 /* ---- packers ---- */
 
+static int
+alloc_check(pygpu_state *st, PyObject *fn, int i, pygpu_DeviceAllocation *a)
+{
+    if (a->freed || a->context->detached) {
+        PyErr_Format(st->LogicError, "kernel '%U': parameter %d is a freed "
+                     "DeviceAllocation%s", fn, i, a->freed ? ""
+                     : " (its context was detached)");
+        return -1;
+    }
+    return 0;
+}
+
+/* After user Python code ran during packing, the allocations packed before
+ * it may have been freed by it: check them again.  No Python code runs from
+ * here to the launch. */
+static int
+recheck_allocations(pygpu_state *st, PyObject *fn, PyObject *const *args, int n)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        if (Py_IS_TYPE(args[i], st->DeviceAllocationType)
+            && alloc_check(st, fn, i, (pygpu_DeviceAllocation *)args[i]) < 0)
+            return -1;
+    return 0;
+}
+
 /* pack a Python int into size bytes; the value must fit signed or unsigned */
 static int
-pack_int(const char *fn, int i, PyObject *obj, char *dst, size_t size)
+pack_int(PyObject *fn, int i, PyObject *obj, char *dst, size_t size)
 {
     int overflow = 0;
     long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
@@ -480,19 +506,19 @@ pack_int(const char *fn, int i, PyObject *obj, char *dst, size_t size)
         return 0;
     default:
         PyErr_Format(PyExc_TypeError,
-                     "kernel '%s': parameter %d is %zu bytes, which a Python int cannot "
+                     "kernel '%U': parameter %d is %zu bytes, which a Python int cannot "
                      "fill; pass a NumPy scalar or bytes of that size", fn, i, size);
         return -1;
     }
 too_big:
     PyErr_Clear();
     PyErr_Format(PyExc_OverflowError,
-                 "kernel '%s': parameter %d is %zu bytes; %R does not fit", fn, i, size, obj);
+                 "kernel '%U': parameter %d is %zu bytes; %R does not fit", fn, i, size, obj);
     return -1;
 }
 
 static int
-pack_float(const char *fn, int i, double d, char *dst, size_t size)
+pack_float(PyObject *fn, int i, double d, char *dst, size_t size)
 {
     if (size == 4) {
         float x = (float)d;
@@ -506,25 +532,25 @@ pack_float(const char *fn, int i, double d, char *dst, size_t size)
     if (size == 2)
         return PyFloat_Pack2(d, dst, 1);
     PyErr_Format(PyExc_TypeError,
-                 "kernel '%s': parameter %d is %zu bytes, which a Python float cannot fill",
+                 "kernel '%U': parameter %d is %zu bytes, which a Python float cannot fill",
                  fn, i, size);
     return -1;
 }
 
 static int
-need_pointer(const char *fn, int i, size_t size, PyObject *obj)
+need_pointer(PyObject *fn, int i, size_t size, PyObject *obj)
 {
     if (size == sizeof(CUdeviceptr))
         return 0;
     PyErr_Format(PyExc_TypeError,
-                 "kernel '%s': parameter %d is %zu bytes, not a pointer, but got a "
+                 "kernel '%U': parameter %d is %zu bytes, not a pointer, but got a "
                  "device pointer (%.100s)", fn, i, size, Py_TYPE(obj)->tp_name);
     return -1;
 }
 
 /* bytes-like values copied as they are: exactly size bytes */
 static int
-pack_buffer(const char *fn, int i, PyObject *obj, char *dst, size_t size, int numpy)
+pack_buffer(PyObject *fn, int i, PyObject *obj, char *dst, size_t size, int numpy)
 {
     Py_buffer view;
     if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
@@ -533,11 +559,11 @@ pack_buffer(const char *fn, int i, PyObject *obj, char *dst, size_t size, int nu
         if (numpy) {
             PyArray_Descr *d = PyArray_DescrFromScalar(obj);
             PyErr_Format(PyExc_TypeError,
-                         "kernel '%s': parameter %d is %zu bytes but got a NumPy %S "
+                         "kernel '%U': parameter %d is %zu bytes but got a NumPy %S "
                          "(%zd bytes)", fn, i, size, d ? (PyObject *)d : Py_None, view.len);
             Py_XDECREF(d);
         } else {
-            PyErr_Format(PyExc_TypeError, "kernel '%s': parameter %d is %zu bytes but got "
+            PyErr_Format(PyExc_TypeError, "kernel '%U': parameter %d is %zu bytes but got "
                          "%zd bytes", fn, i, size, view.len);
         }
         PyBuffer_Release(&view);
@@ -551,7 +577,7 @@ pack_buffer(const char *fn, int i, PyObject *obj, char *dst, size_t size, int nu
 /* a NumPy structured scalar holding Python objects has PyObject addresses
  * for bytes: never a kernel argument */
 static int
-refuse_object_fields(const char *fn, int i, PyObject *obj)
+refuse_object_fields(PyObject *fn, int i, PyObject *obj)
 {
     PyArray_Descr *d;
     int has_objects;
@@ -564,22 +590,28 @@ refuse_object_fields(const char *fn, int i, PyObject *obj)
     Py_DECREF(d);
     if (has_objects) {
         PyErr_Format(PyExc_TypeError,
-                     "kernel '%s': parameter %d is a NumPy structured scalar with Python "
+                     "kernel '%U': parameter %d is a NumPy structured scalar with Python "
                      "object fields, which have no device representation", fn, i);
         return -1;
     }
     return 0;
 }
 
-/* Pack one argument at dst.  DeviceAllocations are only checked here; their
- * pointers are written by pack_allocations() once every conversion has run. */
+/* Pack one argument at dst.  Returns 0, -1 with an exception, 1 when user
+ * Python code may have run (a foreign array's conversion), or 2 for an
+ * In/Out/InOut handler (nothing packed). */
 static int
-pack_one(pygpu_state *st, const char *fn, int i, PyObject *obj, char *dst, size_t size,
+pack_one(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, size_t size,
          char prep)
 {
     PyTypeObject *tp = Py_TYPE(obj);
-    if (tp == st->DeviceAllocationType)
-        return need_pointer(fn, i, size, obj);
+    if (tp == st->DeviceAllocationType) {
+        pygpu_DeviceAllocation *a = (pygpu_DeviceAllocation *)obj;
+        if (need_pointer(fn, i, size, obj) < 0 || alloc_check(st, fn, i, a) < 0)
+            return -1;
+        memcpy(dst, &a->ptr, sizeof a->ptr);
+        return 0;
+    }
     if (tp == &PyFloat_Type)
         return pack_float(fn, i, PyFloat_AS_DOUBLE(obj), dst, size);
     if (tp == &PyLong_Type) {
@@ -594,7 +626,7 @@ pack_one(pygpu_state *st, const char *fn, int i, PyObject *obj, char *dst, size_
     if (tp == &PyBool_Type) {
         long long v = obj == Py_True;
         if (size > 8 || size == 0 || (size & (size - 1))) {
-            PyErr_Format(PyExc_TypeError, "kernel '%s': parameter %d is %zu bytes; "
+            PyErr_Format(PyExc_TypeError, "kernel '%U': parameter %d is %zu bytes; "
                          "a bool cannot fill it", fn, i, size);
             return -1;
         }
@@ -602,9 +634,9 @@ pack_one(pygpu_state *st, const char *fn, int i, PyObject *obj, char *dst, size_
         return 0;
     }
     if (PyArray_IsScalar(obj, Generic)) {
-        if (refuse_object_fields(fn, i, obj) < 0)
+        if (refuse_object_fields(fn, i, obj) < 0 || pack_buffer(fn, i, obj, dst, size, 1) < 0)
             return -1;
-        return pack_buffer(fn, i, obj, dst, size, 1);
+        return tp->tp_flags & Py_TPFLAGS_HEAPTYPE ? 1 : 0;   /* a subclass's buffer */
     }
     if (obj == Py_None) {
         CUdeviceptr z = 0;
@@ -617,14 +649,11 @@ pack_one(pygpu_state *st, const char *fn, int i, PyObject *obj, char *dst, size_
         return pack_int(fn, i, obj, dst, size);
     if (PyFloat_Check(obj))
         return pack_float(fn, i, PyFloat_AS_DOUBLE(obj), dst, size);
-    if (PyObject_TypeCheck(obj, st->ArgumentHandlerType)) {
-        PyErr_Format(PyExc_TypeError, "kernel '%s': parameter %d: prepared and configured "
-                     "launches do not take In/Out/InOut", fn, i);
-        return -1;
-    }
+    if (PyObject_TypeCheck(obj, st->ArgumentHandlerType))
+        return 2;    /* the caller decides */
     if (PyArray_Check(obj)) {
         PyErr_Format(PyExc_TypeError,
-                     "kernel '%s': parameter %d got a NumPy array, which lives in host "
+                     "kernel '%U': parameter %d got a NumPy array, which lives in host "
                      "memory; wrap it in In(), Out() or InOut(), or copy it with "
                      "to_device()", fn, i);
         return -1;
@@ -644,12 +673,12 @@ pack_one(pygpu_state *st, const char *fn, int i, PyObject *obj, char *dst, size_
             return -1;
         if (r == 0) {
             memcpy(dst, &p, sizeof p);
-            return 0;
+            return 1;
         }
     }
 unknown:
     PyErr_Format(PyExc_TypeError,
-                 "kernel '%s': parameter %d (%zu bytes) cannot take a %.100s; pass a "
+                 "kernel '%U': parameter %d (%zu bytes) cannot take a %.100s; pass a "
                  "DeviceAllocation or GPU array, an int, a float, a NumPy scalar, "
                  "bytes, or In/Out/InOut", fn, i, size, tp->tp_name);
     return -1;
@@ -712,29 +741,7 @@ pack_storage(pygpu_argpack *pack, size_t total, int nparams, int own_params)
         if (own_params)
             pack->params = (pygpu_param *)(h + tot + need_ptrs);
     }
-    memset(pack->buf, 0, total);   /* padding bytes are deterministic */
-    return 0;
-}
-
-/* the last step of packing: no Python code runs from here to the launch */
-static int
-pack_allocations(pygpu_state *st, const char *fn, PyObject *const *args,
-                 pygpu_argpack *pack)
-{
-    int i;
-    for (i = 0; i < pack->nparams; i++) {
-        pygpu_DeviceAllocation *a = (pygpu_DeviceAllocation *)args[i];
-        if (!Py_IS_TYPE(args[i], st->DeviceAllocationType))
-            continue;
-        if (a->freed || a->context->detached) {
-            PyErr_Format(st->LogicError, "kernel '%s': parameter %d is a freed "
-                         "DeviceAllocation%s", fn, i, a->freed ? ""
-                         : " (its context was detached)");
-            return -1;
-        }
-        memcpy(pack->buf + pack->params[i].offset, &a->ptr, sizeof a->ptr);
-    }
-    return 0;
+    return 0;    /* padding bytes are never read: the driver copies each parameter */
 }
 
 /* In/Out/InOut: pygpu.driver's hook allocates and copies in; the call packs
@@ -778,47 +785,40 @@ int
 pygpu_pack(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ssize_t nargs,
            const pygpu_launch_config *hcfg, pygpu_argpack *pack)
 {
-    const char *fn = pygpu_function_name(f);
+    PyObject *fn = f->name;
     pygpu_layout *l = pygpu_layout_get(st, f);
     PyObject *owned = NULL;   /* the handlers' argument tuple */
     Py_ssize_t i;
-    int r = -1;
+    int r = -1, ran_python = 0;
     if (l == NULL)
         return -1;
     l->refs++;
     pack->layout = l;
     if (l->nparams >= 0 && nargs != l->nparams) {
         if (l->prepared && !l->known)
-            PyErr_Format(PyExc_TypeError, "kernel '%s' was prepared for %d argument%s but "
+            PyErr_Format(PyExc_TypeError, "kernel '%U' was prepared for %d argument%s but "
                          "%zd %s given", fn, l->nparams, l->nparams == 1 ? "" : "s", nargs,
                          nargs == 1 ? "was" : "were");
         else
-            PyErr_Format(PyExc_TypeError, "kernel '%s' takes %d argument%s but %zd %s given",
+            PyErr_Format(PyExc_TypeError, "kernel '%U' takes %d argument%s but %zd %s given",
                          fn, l->nparams, l->nparams == 1 ? "" : "s", nargs,
                          nargs == 1 ? "was" : "were");
         return -1;
     }
     if (nargs > MAX_PARAMS) {
-        PyErr_Format(PyExc_TypeError, "kernel '%s': %zd arguments; at most %d", fn, nargs,
+        PyErr_Format(PyExc_TypeError, "kernel '%U': %zd arguments; at most %d", fn, nargs,
                      MAX_PARAMS);
         return -1;
-    }
-    if (hcfg != NULL) {
-        for (i = 0; i < nargs; i++)
-            if (PyObject_TypeCheck(args[i], st->ArgumentHandlerType))
-                break;
-        if (i < nargs) {
-            owned = begin_handlers(st, args, nargs, hcfg->stream_obj, pack);
-            if (owned == NULL)
-                return -1;
-            args = &PyTuple_GET_ITEM(owned, 0);
-        }
     }
     pack->nparams = (int)nargs;
     if (l->known) {
         pack->params = l->params;
-        if (pack_storage(pack, l->total, (int)nargs, 0) < 0)
+        if (l->total <= PYGPU_PACK_INLINE_BYTES && nargs <= PYGPU_PACK_INLINE_PARAMS) {
+            pack->buf = pack->inline_buf;
+            pack->ptrs = pack->inline_ptrs;
+        } else if (pack_storage(pack, l->total, (int)nargs, 0) < 0) {
             goto done;
+        }
     } else {
         /* sizes from the arguments: compute them into a scratch table first */
         pygpu_param small[64], *tmp = small;
@@ -839,12 +839,30 @@ pygpu_pack(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ssize_t
     }
     for (i = 0; i < nargs; i++) {
         const pygpu_param *p = &pack->params[i];
+        int k = pack_one(st, fn, (int)i, args[i], pack->buf + p->offset, p->size,
+                         l->prepared ? l->prepared[i] : 0);
         pack->ptrs[i] = pack->buf + p->offset;
-        if (pack_one(st, fn, (int)i, args[i], pack->buf + p->offset, p->size,
-                     l->prepared ? l->prepared[i] : 0) < 0)
+        if (k < 0)
             goto done;
+        if (k == 1)
+            ran_python = 1;
+        if (k == 2) {
+            /* In/Out/InOut: the hook makes device copies (pointer-sized, as
+             * the handler was); pack its arguments from the start */
+            if (hcfg == NULL || owned != NULL) {
+                PyErr_Format(PyExc_TypeError, "kernel '%U': parameter %zd: prepared and "
+                             "configured launches do not take In/Out/InOut", fn, i);
+                goto done;
+            }
+            owned = begin_handlers(st, args, nargs, hcfg->stream_obj, pack);
+            if (owned == NULL)
+                goto done;
+            args = &PyTuple_GET_ITEM(owned, 0);
+            ran_python = 1;
+            i = -1;
+        }
     }
-    r = pack_allocations(st, fn, args, pack);
+    r = ran_python ? recheck_allocations(st, fn, args, (int)nargs) : 0;
 done:
     Py_XDECREF(owned);
     return r;
@@ -875,10 +893,14 @@ pygpu_pack_finish(pygpu_state *st, pygpu_argpack *pack, int launched, PyObject *
             PyErr_Restore(exc, val, tb);
         Py_CLEAR(pack->handlers);
     }
-    PyMem_Free(pack->heap);
-    pack->heap = NULL;
-    pygpu_layout_decref(pack->layout);
-    pack->layout = NULL;
+    if (pack->heap != NULL) {
+        PyMem_Free(pack->heap);
+        pack->heap = NULL;
+    }
+    if (pack->layout != NULL) {
+        pygpu_layout_decref(pack->layout);
+        pack->layout = NULL;
+    }
     return r;
 }
 

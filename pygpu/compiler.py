@@ -6,12 +6,11 @@ that is never stale.
     f = mod.get_function("name")
 
 compile() turns source into cubin or PTX bytes; it needs no GPU when arch is
-given.  Results are cached in memory and on disk, keyed by the source, the
-options, the target architecture, NVRTC's version, the cache schema and the
-contents of every user header the source includes.
+given.  Results are cached in memory and on disk (pygpu.store), keyed by the
+source, the options, the target architecture, NVRTC's version, the cache
+schema and the state of every file the source's #include lines can reach.
 """
 import hashlib
-import json
 import os
 import re
 import sys
@@ -19,28 +18,16 @@ import tempfile
 import threading
 import warnings
 
-from pygpu import _driver, _loader, driver
+from pygpu import _driver, _loader, driver, store
+from pygpu._errors import CompileError
+from pygpu.store import CACHE_SCHEMA, Binary, default_cache_dir  # noqa: F401  (API)
 
 __all__ = ["compile", "SourceModule", "CompileError", "CompilerWarning", "nvrtc_version",
-           "kernel_source", "KERNEL_DIR",
+           "kernel_source", "KERNEL_DIR", "Binary",
            "supported_archs", "cache_info", "clear_cache", "default_cache_dir"]
 
-CACHE_SCHEMA = 1
-_MAGIC = b"PYGPUC1\n"
 _lock = threading.RLock()
 _nvrtc_path = None
-
-
-class CompileError(driver.Error):
-    """NVRTC rejected the source.  .log is NVRTC's log, .source the source it
-    compiled, .options the options; the message shows the failing lines."""
-
-    def __init__(self, message, log="", source="", options=()):
-        super().__init__(message)
-        self.log = log
-        self.source = source
-        self.options = list(options)
-        self.routine = "nvrtcCompileProgram"
 
 
 class CompilerWarning(UserWarning):
@@ -123,28 +110,20 @@ def _nvrtc_version_for_key(cache_dir):
     if _key_version is not None:
         return _key_version
     if _nvrtc_path is None and cache_dir:
-        rec = os.path.join(cache_dir, "nvrtc-%s.json" % _nvrtc_fingerprint())
-        try:
-            with open(rec) as f:
-                meta = json.load(f)
-            if _file_sig(meta["file"]) == meta["sig"]:
-                _key_version = tuple(meta["version"])
-                return _key_version
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        version = nvrtc_version()
+        fp = _nvrtc_fingerprint()
+        found = store.read_version_record(cache_dir, fp, _file_sig)
+        if found is not None:
+            _key_version = found
+            return found
+        version = tuple(nvrtc_version())
         lib = _loaded_nvrtc_file()
         if lib:
             try:
-                os.makedirs(cache_dir, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-")
-                with os.fdopen(fd, "w") as f:
-                    json.dump({"file": lib, "sig": _file_sig(lib), "version": list(version)}, f)
-                os.replace(tmp, rec)
+                store.write_version_record(cache_dir, fp, lib, _file_sig(lib), version)
             except OSError:
                 pass
-        _key_version = tuple(version)
-        return _key_version
+        _key_version = version
+        return version
     _key_version = tuple(nvrtc_version())
     return _key_version
 
@@ -213,237 +192,6 @@ def _device_arch_and_target(target):
     return result
 
 
-# ---- headers ----
-
-_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.M)
-_scan_memo = {}
-
-
-def _includes(text):
-    found = _scan_memo.get(text)
-    if found is None:
-        found = tuple((m.group(1) == '"', m.group(2).strip()) for m in _INCLUDE_RE.finditer(text))
-        if len(_scan_memo) > 4096:
-            _scan_memo.clear()
-        _scan_memo[text] = found
-    return found
-
-
-def _option_include_dirs(options):
-    dirs = []
-    it = iter(options)
-    for o in it:
-        if o in ("-I", "--include-path"):
-            dirs.append(next(it, ""))
-        elif o.startswith("--include-path="):
-            dirs.append(o.split("=", 1)[1])
-        elif o.startswith("-I"):
-            dirs.append(o[2:])
-    return dirs
-
-
-def _resolve_headers(source, include_dirs):
-    """Every user header reachable from source through #include (in any
-    #if branch: over-approximating is safe), as [(path, bytes)], found in
-    include_dirs (and, for quoted includes, the including file's folder).
-    Headers found nowhere there (CUDA's, the C++ library's) are NVRTC's."""
-    seen = {}
-    stack = [(None, source)]
-    while stack:
-        here, text = stack.pop()
-        for quoted, name in _includes(text):
-            dirs = ([here] if (quoted and here) else []) + list(include_dirs)
-            for d in dirs:
-                path = os.path.normpath(os.path.join(d, name))
-                if path in seen:
-                    break
-                if os.path.isfile(path):
-                    with open(path, "rb") as f:
-                        data = f.read()
-                    seen[path] = data
-                    stack.append((os.path.dirname(path), data.decode("utf-8", "replace")))
-                    break
-    return sorted(seen.items())
-
-
-# ---- the cache ----
-
-def default_cache_dir():
-    """$PYGPU_CACHE_DIR, else $XDG_CACHE_HOME/pygpu, else ~/.cache/pygpu."""
-    d = os.environ.get("PYGPU_CACHE_DIR")
-    if d:
-        return d
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "pygpu")
-
-
-_memory = {}
-_stats = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "compiles": 0}
-
-
-def _debug(msg):
-    if os.environ.get("PYGPU_CACHE_DEBUG"):
-        print("pygpu cache: " + msg, file=sys.stderr)
-
-
-def _cache_disabled(cache_dir):
-    return cache_dir is False or os.environ.get("PYGPU_DISABLE_CACHE", "") not in ("", "0")
-
-
-def _cache_cap():
-    try:
-        return int(os.environ.get("PYGPU_CACHE_SIZE", str(1 << 30)))
-    except ValueError:
-        return 1 << 30
-
-
-class Binary(bytes):
-    """Compiled cubin or PTX: bytes with .target, .arch, .log and
-    .lowered_names (name expression -> mangled name)."""
-    target = arch = log = ""
-    lowered_names = {}
-    _digest = None      # SHA-256 of the image, computed once for the module cache
-
-    def digest(self):
-        if self._digest is None:
-            self._digest = hashlib.sha256(self).digest()
-        return self._digest
-
-
-def _make_binary(image, target, arch, log, lowered):
-    b = Binary(image)
-    b.target, b.arch, b.log, b.lowered_names = target, arch, log, dict(lowered)
-    return b
-
-
-def _entry_path(cache_dir, key):
-    return os.path.join(cache_dir, key[:2], key + ".bin")
-
-
-def _read_entry(cache_dir, key):
-    path = _entry_path(cache_dir, key)
-    try:
-        with open(path, "rb") as f:
-            blob = f.read()
-    except OSError:
-        _debug("miss %s: no entry at %s" % (key[:16], path))
-        return None
-    try:
-        if not blob.startswith(_MAGIC):
-            raise ValueError("bad magic")
-        digest, payload = blob[len(_MAGIC):len(_MAGIC) + 32], blob[len(_MAGIC) + 32:]
-        if hashlib.sha256(payload).digest() != digest:
-            raise ValueError("checksum mismatch")
-        hlen = int.from_bytes(payload[:4], "little")
-        meta = json.loads(payload[4:4 + hlen].decode("utf-8"))
-        image = payload[4 + hlen:]
-        if meta.get("key") != key or len(image) != meta.get("size"):
-            raise ValueError("entry does not match its key")
-    except (ValueError, UnicodeDecodeError) as e:
-        _debug("miss %s: damaged entry %s (%s): recompiling" % (key[:16], path, e))
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-        return None
-    try:
-        os.utime(path)   # least-recently-used order
-    except OSError:
-        pass
-    return _make_binary(image, meta["target"], meta["arch"], meta.get("log", ""),
-                        meta.get("lowered", {}))
-
-
-def _write_entry(cache_dir, key, b):
-    meta = json.dumps({"key": key, "size": len(b), "target": b.target, "arch": b.arch,
-                       "log": b.log, "lowered": b.lowered_names}).encode("utf-8")
-    payload = len(meta).to_bytes(4, "little") + meta + bytes(b)
-    blob = _MAGIC + hashlib.sha256(payload).digest() + payload
-    path = _entry_path(cache_dir, key)
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-            os.replace(tmp, path)   # atomic: readers see all or nothing
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-    except OSError as e:
-        _debug("could not write %s: %s" % (path, e))
-        return
-    _evict(cache_dir, keep=path)
-
-
-def _entries(cache_dir):
-    out = []
-    try:
-        subs = os.listdir(cache_dir)
-    except OSError:
-        return out
-    for sub in subs:
-        d = os.path.join(cache_dir, sub)
-        if len(sub) != 2 or not os.path.isdir(d):
-            continue
-        for name in os.listdir(d):
-            if name.endswith(".bin"):
-                p = os.path.join(d, name)
-                try:
-                    st = os.stat(p)
-                except OSError:
-                    continue
-                out.append((st.st_mtime, st.st_size, p))
-    return out
-
-
-def _evict(cache_dir, keep=None):
-    """Delete least-recently-used entries until the total is under the cap;
-    the entry just written (keep) stays."""
-    cap = _cache_cap()
-    entries = _entries(cache_dir)
-    total = sum(e[1] for e in entries)
-    if total <= cap:
-        return
-    for mtime, size, p in sorted(entries):
-        if p == keep:
-            continue
-        try:
-            os.unlink(p)
-            total -= size
-            _debug("evicted %s" % p)
-        except OSError:
-            pass
-        if total <= cap:
-            break
-
-
-def cache_info(cache_dir=None):
-    """Counts and sizes of the in-memory and on-disk caches."""
-    d = default_cache_dir() if cache_dir in (None, True) else cache_dir
-    entries = _entries(d) if d else []
-    return {"dir": d, "disk_entries": len(entries), "disk_bytes": sum(e[1] for e in entries),
-            "memory_entries": len(_memory), "size_cap": _cache_cap(), **_stats}
-
-
-def clear_cache(cache_dir=None, disk=True):
-    """Empty the in-memory cache and (disk=True) the on-disk one."""
-    with _lock:
-        _memory.clear()
-        _key_memo.clear()
-        _modules.clear()
-    if disk:
-        d = default_cache_dir() if cache_dir in (None, True) else cache_dir
-        for _, _, p in _entries(d):
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
-
-
 # ---- compile ----
 
 def _format_error(log, source, name):
@@ -463,24 +211,11 @@ def _format_error(log, source, name):
     return "\n".join(parts)
 
 
-_key_memo = {}
-
-
-def _stat_sig(paths):
-    sig = []
-    for p in paths:
-        try:
-            st = os.stat(p)
-            sig.append((st.st_mtime_ns, st.st_size))
-        except OSError:
-            sig.append(None)
-    return tuple(sig)
-
-
 def _build_options(options, arch_opt, include_dirs, defines, std, fast_math):
     opts = ["--gpu-architecture=" + arch_opt]
     if std:
-        opts.append("--std=" + (std if std.startswith("c++") else "c++" + str(std)))
+        std = str(std)
+        opts.append("--std=" + (std if std.startswith("c++") else "c++" + std))
     if fast_math:
         opts.append("--use_fast_math")
     for d in include_dirs:
@@ -490,27 +225,105 @@ def _build_options(options, arch_opt, include_dirs, defines, std, fast_math):
         for k, v in items:
             opts.append("-D%s" % k if v is None else "-D%s=%s" % (k, v))
     opts.extend(options)
+    for o in opts:
+        if "\0" in o:
+            raise ValueError("compiler option %r contains a NUL character (NVRTC would stop "
+                             "reading it there)" % (o,))
     return opts
 
 
-def compile(source, options=(), arch=None, target=None, include_dirs=(), defines=None,
-            name_expressions=(), std=None, fast_math=False, cache_dir=None, name="kernel.cu"):
-    """Compile CUDA C++ source to cubin or PTX bytes through NVRTC.
 
-    arch: 'sm_90', 'compute_90', 90 or (9, 0); None means the current
-    device's (which needs a GPU).  target: 'cubin' or 'ptx'; None picks cubin
-    for a real arch and PTX for a virtual one.  options are passed to NVRTC
-    unchanged, and nothing else is added but what the arguments ask for:
-    no hidden -ftz or fast math.  Returns a Binary (bytes) with
-    .lowered_names for the name_expressions.
-    """
+
+def _no_nul(value, what):
+    if "\0" in value:
+        raise ValueError("%s contains a NUL character at offset %d (NVRTC would stop "
+                         "reading it there): %r" % (what, value.index("\0"), value[:80]))
+    return value
+
+
+def _str_list(value, what, example):
+    """A list of str from a sequence; a lone str (or bytes) is refused rather
+    than taken letter by letter."""
+    if isinstance(value, (str, bytes, bytearray, os.PathLike)):
+        raise TypeError("%s must be a list, not a single %s: write %s=[%r]"
+                        % (what, type(value).__name__, what, example if example else value))
+    out = []
+    for v in value or ():
+        v = os.fspath(v) if isinstance(v, os.PathLike) else v
+        if not isinstance(v, str):
+            raise TypeError("%s must hold str, not %s" % (what, type(v).__name__))
+        out.append(_no_nul(v, "an entry of " + what))
+    return out
+
+
+def _check_defines(defines):
+    if defines is None:
+        return None
+    if isinstance(defines, (str, bytes, bytearray)):
+        raise TypeError("defines must be a dict {name: value} or a list of names, not a "
+                        "single %s" % type(defines).__name__)
+    items = defines.items() if isinstance(defines, dict) else [(d, None) for d in defines]
+    out = {}
+    for k, v in items:
+        if not isinstance(k, str) or not k:
+            raise TypeError("defines: a macro name must be a non-empty str, not %r" % (k,))
+        _no_nul(k, "defines")
+        if v is not None:
+            _no_nul(str(v), "defines[%r]" % k)
+        out[k] = v
+    return out
+
+
+_toolkit_dirs = {}
+
+
+def _trusted_dirs():
+    """The CUDA toolkit include directories (the headers of the compiler
+    itself), memoized per CUDA_HOME/CUDA_PATH."""
+    env = (store.env_raw("CUDA_HOME"), store.env_raw("CUDA_PATH"))
+    found = _toolkit_dirs.get(env)
+    if found is None:
+        found = tuple(_loader.cuda_include_dirs())
+        _toolkit_dirs[env] = found
+    return found
+
+
+# compile()'s in-process memo: exact arguments -> (key, Deps), never filled
+# with the cache off, emptied by clear_cache(), bounded.
+_key_memo = {}
+_MEMO_MAX = 4096
+
+
+def _nvrtc(source, name, opts, name_expressions, target, arch_opt):
+    _ensure_nvrtc()
+    ok, log, image, lowered = _driver._nvrtc_compile(source, name, opts, [], name_expressions,
+                                                     target)
+    store.stats["compiles"] += 1
+    if not ok:
+        raise CompileError(_format_error(log, source, name), log, source, opts)
+    if log.strip():
+        warnings.warn("NVRTC: " + log.strip(), CompilerWarning, stacklevel=3)
+    return store.make_binary(image, target, arch_opt, log, lowered)
+
+
+def _compile(source, options, arch, target, include_dirs, defines, name_expressions, std,
+             fast_math, cache_dir, name):
+    """compile() itself; returns (Binary, Deps or None when not cacheable)."""
     if not isinstance(source, str):
         raise TypeError("source must be a str, not %s" % type(source).__name__)
+    _no_nul(source, "source")
+    if not isinstance(name, str):
+        raise TypeError("name must be a str, not %s" % type(name).__name__)
+    _no_nul(name, "name")
     if isinstance(options, str):
         options = options.split()
     options = [str(o) for o in (options or ())]
     if target not in (None, "cubin", "ptx"):
         raise ValueError("target must be 'cubin' or 'ptx', not %r" % (target,))
+    include_dirs = _str_list(include_dirs, "include_dirs", None)
+    name_expressions = tuple(_str_list(name_expressions, "name_expressions", None))
+    defines = _check_defines(defines)
+    cache = store.resolve_dir(cache_dir)
     if arch is None:
         _ensure_nvrtc()
         arch_opt, target = _device_arch_and_target(target)
@@ -522,66 +335,122 @@ def compile(source, options=(), arch=None, target=None, include_dirs=(), defines
         elif target == "cubin" and kind == "compute":
             raise ValueError("target='cubin' needs a real architecture such as 'sm_%s', "
                              "not %r" % (num, arch_opt))
-    include_dirs = [str(d) for d in include_dirs]
-    name_expressions = tuple(name_expressions)
     opts = _build_options(options, arch_opt, include_dirs, defines, std, fast_math)
-    disabled = _cache_disabled(cache_dir)
+    if cache is None:
+        return _nvrtc(source, name, opts, name_expressions, target, arch_opt), None
+
     memo_key = (source, tuple(opts), target, name_expressions, name)
-    with _lock:
-        memo = _key_memo.get(memo_key)
-    if memo is not None and _stat_sig(memo[1]) == memo[2]:
-        key = memo[0]
+    memo = _key_memo.get(memo_key)
+    if memo is not None and memo[1].valid():
+        key, deps = memo
     else:
-        headers = _resolve_headers(source, include_dirs + _option_include_dirs(options))
-        nv = _nvrtc_version_for_key(None if disabled else
-                                    (default_cache_dir() if cache_dir in (None, True)
-                                     else str(cache_dir)))
-        h = hashlib.sha256()
-        for part in (str(CACHE_SCHEMA), "%d.%d" % nv, target, name, source,
-                     "\0".join(opts), "\0".join(name_expressions)):
-            h.update(part.encode("utf-8"))
-            h.update(b"\0\1")
-        for path, data in headers:
-            h.update(path.encode("utf-8"))
-            h.update(b"\0")
-            h.update(hashlib.sha256(data).digest())
-        key = h.hexdigest()
-        paths = [p for p, _ in headers]
+        try:
+            deps = store.scan(source, opts, name, _trusted_dirs())
+        except store.Uncacheable as e:
+            store.debug("not cached: %s" % e)
+            store.stats["uncacheable"] += 1
+            return _nvrtc(source, name, opts, name_expressions, target, arch_opt), None
+        nv = _nvrtc_version_for_key(cache)
+        key = store.make_key(["%d.%d" % nv, target, name, source, "%d" % len(opts)] + opts
+                             + ["%d" % len(name_expressions)] + list(name_expressions), deps)
+        if not deps.racy:
+            with _lock:
+                if len(_key_memo) >= _MEMO_MAX:
+                    _key_memo.clear()
+                _key_memo[memo_key] = (key, deps)
+    b = store.memory.get(key)
+    if b is not None:
+        store.stats["memory_hits"] += 1
+        return b, deps
+    store.debug("miss %s: not in memory" % key[:16])
+    b = store.read_entry(cache, key)
+    if b is not None:
+        store.stats["disk_hits"] += 1
+        store.memory[key] = b
+        return b, deps
+    store.stats["misses"] += 1
+    b = _nvrtc(source, name, opts, name_expressions, target, arch_opt)
+    if deps.racy or not deps.unchanged():
+        # a file changed while it was read or compiled: what NVRTC read is
+        # not known, so the result is not stored under either state
+        store.debug("not cached %s: a header changed during the compile" % key[:16])
+        store.stats["uncacheable"] += 1
         with _lock:
-            if len(_key_memo) > 4096:
-                _key_memo.clear()
-            _key_memo[memo_key] = (key, paths, _stat_sig(paths))
-    if not disabled:
-        b = _memory.get(key)
-        if b is not None:
-            _stats["memory_hits"] += 1
-            return b
-        _debug("miss %s: not in memory" % key[:16])
-        d = default_cache_dir() if cache_dir in (None, True) else str(cache_dir)
-        b = _read_entry(d, key)
-        if b is not None:
-            _stats["disk_hits"] += 1
-            _memory[key] = b
-            return b
-    _stats["misses"] += 1
-    _ensure_nvrtc()
-    ok, log, image, lowered = _driver._nvrtc_compile(source, name, opts, [], name_expressions,
-                                                     target)
-    _stats["compiles"] += 1
-    if not ok:
-        raise CompileError(_format_error(log, source, name), log, source, opts)
-    if log.strip():
-        warnings.warn("NVRTC: " + log.strip(), CompilerWarning, stacklevel=2)
-    b = _make_binary(image, target, arch_opt, log, lowered)
-    if not disabled:
-        _memory[key] = b
-        _write_entry(d, key, b)
-    return b
+            _key_memo.pop(memo_key, None)
+        return b, None
+    store.memory[key] = b
+    store.write_entry(cache, key, b)
+    return b, deps
+
+
+def compile(source, options=(), arch=None, target=None, include_dirs=(), defines=None,
+            name_expressions=(), std=None, fast_math=False, cache_dir=None, name="kernel.cu"):
+    """Compile CUDA C++ source to cubin or PTX bytes through NVRTC.
+
+    arch: 'sm_90', 'compute_90', 90 or (9, 0); None means the current
+    device's (which needs a GPU).  target: 'cubin' or 'ptx'; None picks cubin
+    for a real arch and PTX for a virtual one.  options are passed to NVRTC
+    unchanged, and nothing else is added but what the arguments ask for:
+    no hidden -ftz or fast math.  cache_dir: a directory, None for the
+    default, False for no cache.  Returns a Binary (bytes) with
+    .lowered_names for the name_expressions.
+    """
+    return _compile(source, options, arch, target, include_dirs, defines, name_expressions,
+                    std, fast_math, cache_dir, name)[0]
+
+
+def cache_info(cache_dir=None):
+    """Counts and sizes of the in-memory and on-disk caches."""
+    return store.cache_info(cache_dir)
+
+
+def clear_cache(cache_dir=None, disk=True):
+    """Empty the in-memory caches (binaries, keys, loaded modules) and
+    (disk=True) the on-disk one."""
+    with _lock:
+        _key_memo.clear()
+        _modules.clear()
+    store.clear(cache_dir, disk)
 
 
 # ---- SourceModule ----
 
+# SourceModule's memo: (exact arguments, current Context) -> _Loaded.  Only
+# primary contexts are remembered (pygpu keeps those for the process anyway,
+# so the memo extends no context's life); a module whose context was
+# detached is never served.  Never filled with the cache off; emptied by
+# clear_cache(); bounded.
 _modules = {}
+_get_current = driver.Context.get_current
+_environ, _DISABLE, _OFF = store.environ_data, store.DISABLE_KEY, store.OFF
+
+
+def _memo_key(args):
+    """SourceModule's arguments made hashable (lists as tuples, a dict of
+    defines as its items), or None."""
+    out = []
+    for a in args:
+        if isinstance(a, list):
+            a = ("list",) + tuple(a)
+        elif isinstance(a, dict):
+            a = ("dict",) + tuple(a.items())
+        out.append(a)
+    out = tuple(out)
+    try:
+        hash(out)
+    except TypeError:
+        return None
+    return out
+
+
+class _Loaded:
+    __slots__ = ("attrs", "module", "deps", "env")
+
+    def __init__(self, attrs, module, deps, env):
+        self.attrs = attrs      # the SourceModule's __dict__ to copy
+        self.module = module
+        self.deps = deps        # Deps or None (no file can change the result)
+        self.env = env          # CUDA_HOME/CUDA_PATH (they pick the include dirs), with deps
 
 
 class SourceModule:
@@ -596,38 +465,62 @@ class SourceModule:
     def __init__(self, source, options=None, no_extern_c=False, arch=None, code=None,
                  include_dirs=(), cache_dir=None, keep=False, name_expressions=(),
                  std=None, fast_math=False, defines=None, target=None):
+        # the warm path: the same arguments again, in the same live context
+        args = (source, options, no_extern_c, arch, code, include_dirs, cache_dir, keep,
+                name_expressions, std, fast_math, defines, target)
+        try:
+            memo_key = (args, _get_current())
+            hit = _modules.get(memo_key)
+        except TypeError:      # a list or dict argument
+            args = _memo_key(args)
+            memo_key = None if args is None else (args, _get_current())
+            hit = None if args is None else _modules.get(memo_key)
+        if (hit is not None and not hit.module.context.detached
+                and _environ.get(_DISABLE) in _OFF and (hit.deps is None or (hit.deps.valid() and hit.env == (
+                    store.env_raw("CUDA_HOME"), store.env_raw("CUDA_PATH"))))):
+            self.__dict__.update(hit.attrs)
+            return
+        self._build(source, options, no_extern_c, arch, code, include_dirs, cache_dir, keep,
+                    name_expressions, std, fast_math, defines, target, memo_key)
+
+    def _build(self, source, options, no_extern_c, arch, code, include_dirs, cache_dir, keep,
+               name_expressions, std, fast_math, defines, target, memo_key):
+        if not isinstance(source, str):
+            raise TypeError("source must be a str, not %s" % type(source).__name__)
         if not no_extern_c:
             source = 'extern "C" {\n%s\n}\n' % source
-        dirs = list(include_dirs) + _loader.cuda_include_dirs()
+        dirs = _str_list(include_dirs, "include_dirs", None) + list(_trusted_dirs())
+        if isinstance(options, str):
+            options = options.split()
         options = list(options or ())
         if arch is None and code is not None:
             arch = code
-        self.binary = compile(source, options=options, arch=arch, target=target,
-                              include_dirs=dirs, defines=defines,
-                              name_expressions=name_expressions, std=std,
-                              fast_math=fast_math, cache_dir=cache_dir)
+        binary, deps = _compile(source, options, arch, target, dirs, defines, name_expressions,
+                                std, fast_math, cache_dir, "kernel.cu")
+        self.binary = binary
         self.source = source
         if keep:
             d = tempfile.mkdtemp(prefix="pygpu-keep-")
             with open(os.path.join(d, "kernel.cu"), "w") as f:
                 f.write(source)
-            with open(os.path.join(d, "kernel." + self.binary.target), "wb") as f:
-                f.write(self.binary)
-            print("pygpu: kept the source and %s in %s" % (self.binary.target, d),
-                  file=sys.stderr)
-        ctx = driver.Context.get_current()
+            with open(os.path.join(d, "kernel." + binary.target), "wb") as f:
+                f.write(binary)
+            print("pygpu: kept the source and %s in %s" % (binary.target, d), file=sys.stderr)
+        ctx = _get_current()
         if ctx is None:
             driver.init()
-            self.module = driver.module_from_buffer(self.binary)
-            ctx = self.module.context
-        else:
-            mkey = (ctx, self.binary.digest())
-            mod = _modules.get(mkey)
-            if mod is None or ctx.detached:
-                mod = driver.module_from_buffer(self.binary)
-                _modules[mkey] = mod
-            self.module = mod
-        self._lowered = self.binary.lowered_names
+        self.module = driver.module_from_buffer(binary)
+        self._lowered = binary.lowered_names
+        ctx = self.module.context
+        if (memo_key is not None and not keep and ctx.is_primary and memo_key[1] == ctx
+                and (deps is not None and not deps.racy)):
+            with _lock:
+                if len(_modules) >= _MEMO_MAX:
+                    _modules.clear()
+                _modules[memo_key] = _Loaded(dict(self.__dict__), self.module,
+                                             deps if deps.records else None,
+                                             (store.env_raw("CUDA_HOME"),
+                                              store.env_raw("CUDA_PATH")))
 
     def get_function(self, name):
         """The kernel called name, or registered as name in name_expressions."""

@@ -62,6 +62,7 @@ from pygpu._driver import (  # noqa: F401  (re-exported API)
     register_host_memory,
     stream_flags,
 )
+from pygpu._errors import CompileError  # noqa: F401  (PyCUDA has it in pycuda.driver)
 
 
 class host_alloc_flags(_enum.IntFlag):
@@ -364,11 +365,3 @@ _driver._set_handler_hooks(_handlers_begin, _handlers_end)
 
 __all__ = sorted(n for n in dir() if not n.startswith("_") and n not in ("annotations",))
 
-
-def __getattr__(name):
-    # PyCUDA has CompileError in pycuda.driver; pygpu's lives in
-    # pygpu.compiler, which imports this module, so it is fetched lazily.
-    if name == "CompileError":
-        from pygpu.compiler import CompileError
-        return CompileError
-    raise AttributeError("module 'pygpu.driver' has no attribute %r" % name)

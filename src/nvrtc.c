@@ -61,6 +61,27 @@ nvrtc_supported_archs(PyObject *m, PyObject *unused)
     return res;
 }
 
+/* The UTF-8 of str o, or NULL with TypeError (not a str) or ValueError (a
+ * NUL inside: NVRTC would read only up to it).  Borrowed from o. */
+static const char *
+utf8_no_nul(PyObject *o, const char *what)
+{
+    Py_ssize_t n;
+    const char *s;
+    if (!PyUnicode_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be str, not %.100s", what, Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    if ((s = PyUnicode_AsUTF8AndSize(o, &n)) == NULL)
+        return NULL;
+    if ((size_t)n != strlen(s)) {
+        PyErr_Format(PyExc_ValueError, "%s %R contains a NUL character (NVRTC would stop "
+                     "reading it there)", what, o);
+        return NULL;
+    }
+    return s;
+}
+
 /* _nvrtc_compile(source, name, options, headers, name_expressions, target)
  *   headers: sequence of (include_name, text)
  *   target: "cubin" or "ptx"
@@ -106,23 +127,18 @@ nvrtc_compile(PyObject *m, PyObject *args)
         goto done;
     }
     for (i = 0; i < nopt; i++) {
-        PyObject *o = PySequence_Fast_GET_ITEM(opts, i);
-        if (!PyUnicode_Check(o) || (copts[i] = PyUnicode_AsUTF8(o)) == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_TypeError, "compiler options must be str, not %.100s",
-                             Py_TYPE(o)->tp_name);
+        if ((copts[i] = utf8_no_nul(PySequence_Fast_GET_ITEM(opts, i), "compiler option")) == NULL)
             goto done;
-        }
     }
     for (i = 0; i < nhdr; i++) {
         PyObject *o = PySequence_Fast_GET_ITEM(hdrs, i);
-        if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 2
-            || (hnames[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(o, 0))) == NULL
-            || (htexts[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(o, 1))) == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "headers must be (name, text) pairs");
+        if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 2) {
+            PyErr_SetString(PyExc_TypeError, "headers must be (name, text) pairs");
             goto done;
         }
+        if ((hnames[i] = utf8_no_nul(PyTuple_GET_ITEM(o, 0), "header name")) == NULL
+            || (htexts[i] = utf8_no_nul(PyTuple_GET_ITEM(o, 1), "header text")) == NULL)
+            goto done;
     }
     r = nv.nvrtcCreateProgram(&prog, source, name, (int)nhdr, htexts, hnames);
     if (r != NVRTC_SUCCESS) {
@@ -130,13 +146,9 @@ nvrtc_compile(PyObject *m, PyObject *args)
         goto done;
     }
     for (i = 0; i < nname; i++) {
-        PyObject *o = PySequence_Fast_GET_ITEM(names, i);
-        const char *e = PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : NULL;
-        if (e == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "name_expressions must be str");
+        const char *e = utf8_no_nul(PySequence_Fast_GET_ITEM(names, i), "name expression");
+        if (e == NULL)
             goto done;
-        }
         r = nv.nvrtcAddNameExpression(prog, e);
         if (r != NVRTC_SUCCESS) {
             nvrtc_error(st, r, "nvrtcAddNameExpression");

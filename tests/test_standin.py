@@ -318,6 +318,7 @@ def _scenarios(ptx):
     def source_module():
         counter[0] += 1     # a new source each time: the module cache would hide the load
         mod = compiler.SourceModule(KERNELS + "// %d\n" % counter[0], arch="compute_90")
+        compiler.clear_cache(disk=False)   # SourceModule's memo keeps loaded modules by design
         f = mod.get_function("scale")
         vals = rng.standard_normal(16).astype(np.float32)
         mod.set_constant("table", vals)

@@ -16,7 +16,8 @@
  * pygpu_staging_free() when the context is detached or dies (at interpreter
  * exit with the module's primary contexts): the helpers are told to quit and
  * joined; nothing is printed.  A forked child never touches its parent's
- * helpers (they do not exist there): it takes the plain driver path.
+ * helpers, locks or buffers (the threads do not exist there): it drops the
+ * inherited struct and starts its own on its first staged copy.
  *
  * Semantics are those of cuMemcpyHtoD/DtoH: work already queued on the
  * legacy default stream finishes first, and the copy is complete on return.
@@ -529,7 +530,8 @@ run_copy(pygpu_staging *s, int htod, char *host, CUdeviceptr dev, size_t n,
 
 /* A struct made in another process (before a fork) is left alone: its
  * threads do not exist here and its locks may be held.  Its memory is
- * dropped; its pinned buffers and handles are the parent's. */
+ * dropped (pygpu_staging_free); its pinned buffers and handles are the
+ * parent's, never freed here. */
 static int
 forked(pygpu_staging *s)
 {

@@ -598,3 +598,60 @@ def test_gpu_default_settings_copies(ctx, rng, mib):
     np.testing.assert_array_equal(out, x)
     staged = n >= cuda.staging_settings()["threshold"] > 0
     assert delta(before)["staged_htod"] == (1 if staged else 0)
+
+
+# ---- benchmarks/staging_sweep.py ----
+
+SWEEP = os.path.join(os.path.dirname(HERE), "benchmarks", "staging_sweep.py")
+
+
+def test_sweep_without_a_driver_says_so_and_exits_0():
+    r = subprocess.run([sys.executable, SWEEP], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYGPU_LIBCUDA="/nonexistent/libcuda.so.1"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("staging_sweep: no GPU (no CUDA driver: could not load "
+                               "/nonexistent/libcuda.so.1"), r.stdout
+    assert r.stdout.rstrip().endswith("nothing measured")
+
+
+@pytest.mark.driver
+def test_sweep_quick_run_prints_the_table_and_a_recommendation(tmp_path):
+    out = tmp_path / "sweep.json"
+    r = subprocess.run([sys.executable, SWEEP, "--quick", "--json", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "| MiB | H->D plain | H->D staged | D->H plain | D->H staged |" in r.stdout
+    assert "\nrecommended: " in r.stdout and "PYGPU_STAGING_THRESHOLD=" in r.stdout
+    import json
+    data = json.load(open(out))
+    assert data["sizes_mib"] == [1, 2] and set(data["plain"]) == {"1", "2"}
+    assert all(v > 0 for fig in data["staged"].values() for s in fig.values() for v in s)
+
+
+def test_sweep_recommendation_rule():
+    """The rule on made-up figures: the lowest threshold from which a
+    configuration wins everywhere above, scored over the whole sweep."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("staging_sweep", SWEEP)
+    sw = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sw)
+    sizes = [1, 2, 4, 8]
+    plain = {s: (10.0, 10.0) for s in sizes}
+    configs = {
+        "a": {1: (5, 5), 2: (12, 12), 4: (20, 20), 8: (30, 30)},      # wins from 2
+        "b": {1: (5, 5), 2: (9, 30), 4: (40, 40), 8: (50, 50)},       # from 4, faster there
+        "c": {1: (50, 50), 2: (50, 50), 4: (50, 50), 8: (9, 50)},     # loses at the top
+    }
+    score, threshold, key = sw.recommend(sizes, plain, configs, 0.03)
+    want_a = math_gmean([1, 1, 1.2, 1.2, 2, 2, 3, 3])
+    want_b = math_gmean([1, 1, 1, 1, 4, 4, 5, 5])
+    assert (threshold, key) == ((4, "b") if want_b > want_a else (2, "a"))
+    assert score == pytest.approx(max(want_a, want_b))
+    assert sw.recommend(sizes, plain, {"c": configs["c"]}, 0.03) == (1.0, 0, None)
+    # within the margin is not a win
+    assert sw.recommend([1], {1: (10.0, 10.0)}, {"d": {1: (10.2, 10.2)}}, 0.03)[2] is None
+
+
+def math_gmean(xs):
+    import math
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))

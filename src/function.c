@@ -38,8 +38,17 @@ function_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
     pygpu_launch_config cfg;
     pygpu_argpack pack;
     PyObject *res = NULL;
-    if (pygpu_config_from_kwargs(st, f, args + nargs, kwnames, &cfg) < 0)
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) == 2
+        && PyTuple_GET_ITEM(kwnames, 0) == st->str_block
+        && PyTuple_GET_ITEM(kwnames, 1) == st->str_grid
+        && args[nargs] == f->last_block && args[nargs + 1] == f->last_grid) {
+        /* the common call, f(*args, block=B, grid=G), with a pair checked before */
+        memset(&cfg, 0, sizeof cfg);
+        memcpy(cfg.block, f->block, sizeof cfg.block);
+        memcpy(cfg.grid, f->grid, sizeof cfg.grid);
+    } else if (pygpu_config_from_kwargs(st, f, args + nargs, kwnames, &cfg) < 0) {
         return NULL;
+    }
     PYGPU_ARGPACK_INIT(&pack);
     if (pygpu_function_check(st, f) == 0 && pygpu_pack(st, f, args, nargs, &cfg, &pack) == 0)
         res = pygpu_launch(st, f, &cfg, &pack);

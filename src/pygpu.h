@@ -168,8 +168,8 @@ typedef struct pygpu_layout {
     pygpu_param params[];     /* nparams entries when nparams > 0 */
 } pygpu_layout;
 
-#define PYGPU_PACK_INLINE_BYTES 4096
-#define PYGPU_PACK_INLINE_PARAMS 128
+#define PYGPU_PACK_INLINE_BYTES 512
+#define PYGPU_PACK_INLINE_PARAMS 48
 
 /* The packed arguments of one launch.  Storage belongs to the call (inline,
  * on the C stack, up to the sizes above; heap beyond), never to the Function,

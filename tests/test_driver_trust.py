@@ -143,12 +143,13 @@ def test_free_during_a_copy_waits_for_the_copy(standin, ctx, rng, direction):
     t.start()
     _wait_for_call(standin, routine, before)
     d.free()                                # returns at once ...
+    during = standin.live()["device"]
+    t.join()                                # (before any assert: under ASan the old
+    standin.delay(routine, 0)               # code's copy wrote to freed memory here)
     assert d.freed
     with pytest.raises(cuda.LogicError, match="was freed"):
         cuda.memset_d8(d, 0, 1)            # ... no new use starts ...
-    assert standin.live()["device"] == live  # ... but the memory outlives the copy
-    t.join()
-    standin.delay(routine, 0)
+    assert during == live                   # ... but the memory outlived the copy
     assert t.error is None, t.error
     assert standin.live()["device"] == live - 1
     if direction == "dtoh":

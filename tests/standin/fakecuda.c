@@ -1734,19 +1734,19 @@ module_free(fake_module *m)
 static void
 reap_context(fake_ctx *c)
 {
-    fake_alloc *a = allocs, *next;
+    fake_alloc *a, *next;
     fake_stream *s;
     fake_event *e;
     fake_module *m;
     for (m = all_modules; m != NULL; m = m->next_all) {
         if (m->ctx == c && m->alive) {
-            module_free(m);
+            module_free(m);              /* drops its globals' records */
             m->alive = 0;
             live_modules--;
             reaped++;
         }
     }
-    for (; a != NULL; a = next) {
+    for (a = allocs; a != NULL; a = next) {
         next = a->next;
         if (a->ctx == c && a->kind != K_GLOBAL) {
             drop_alloc(a);

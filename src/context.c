@@ -30,6 +30,7 @@ context_alloc(pygpu_state *st, CUcontext h, int ordinal, int is_primary, int own
     self->limits_read = 0;
     self->staging = NULL;
     self->weakreflist = NULL;
+    self->allocations = NULL;
     if (!is_primary) {
         self->next_other = st->other_contexts;
         st->other_contexts = self;
@@ -62,6 +63,7 @@ context_release(pygpu_Context *self)
     if (!self->owns || cu.cuCtxGetCurrent == NULL)
         return rc;
     if (self->staging != NULL) {
+        /* not a pygpu_scope: the context is already marked detached */
         int pushed = 0;
         if (pygpu_context_enter(self, &pushed) == CUDA_SUCCESS) {
             pygpu_staging_free(self);
@@ -311,6 +313,19 @@ pygpu_scope_enter(pygpu_state *st, pygpu_Context *ctx, pygpu_scope *s)
     return 0;
 }
 
+int
+pygpu_scope_enter_quiet(pygpu_Context *ctx, pygpu_scope *s)
+{
+    s->ctx = NULL;
+    s->pushed = 0;
+    if (ctx == NULL || ctx->detached || cu.cuCtxGetCurrent == NULL
+        || pygpu_context_enter(ctx, &s->pushed) != CUDA_SUCCESS)
+        return -1;
+    Py_INCREF(ctx);
+    s->ctx = ctx;
+    return 0;
+}
+
 void
 pygpu_scope_exit(pygpu_scope *s)
 {
@@ -378,11 +393,14 @@ pygpu_device_make_context(pygpu_Device *self, PyObject *args, PyObject *kwds)
 {
     pygpu_state *st = PYGPU_STATE(self);
     static char *kwlist[] = {"flags", NULL};
+    PyObject *fobj = NULL;
     unsigned int flags = 0;
     CUcontext h;
     CUresult rc;
     pygpu_Context *ctx;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|I:make_context", kwlist, &flags))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:make_context", kwlist, &fobj))
+        return NULL;
+    if (fobj != NULL && pygpu_parse_uint(fobj, &flags, "make_context(): flags") < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = cu.cuCtxCreate(&h, flags, self->handle);
@@ -486,6 +504,11 @@ context_detach(pygpu_Context *self, PyObject *unused)
     PyObject *key;
     if (self->detached)
         Py_RETURN_NONE;
+    /* the context's memory goes first, in the context (a primary context
+     * may outlive this release, retained by another library); refused while
+     * a copy into one of its allocations runs in another thread */
+    if (pygpu_allocations_detach(st, self) < 0)
+        return NULL;
     if (self->is_primary) {
         /* the next use of this device gets a fresh primary Context */
         key = PyLong_FromLong(self->ordinal);
@@ -504,6 +527,18 @@ context_detach(pygpu_Context *self, PyObject *unused)
     }
     const char *routine = self->is_primary ? "cuDevicePrimaryCtxRelease" : "cuCtxDestroy";
     context_forget(st, self);
+    if (self->is_primary && self->owns) {
+        /* releasing a primary context leaves it on this thread's stack: pop
+         * it (as cuCtxDestroy does for a created one), or every later call
+         * here would run in a dead context; the next use gets a fresh one */
+        CUcontext cur = NULL, dummy;
+        int guard;
+        for (guard = 0; guard < 64; guard++) {
+            if (cu.cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur != self->handle
+                || cu.cuCtxPopCurrent(&dummy) != CUDA_SUCCESS)
+                break;
+        }
+    }
     rc = context_release(self);   /* cuCtxDestroy also pops it if current */
     Py_DECREF(self);
     if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_DEINITIALIZED)
@@ -540,14 +575,27 @@ static PyObject *
 context_set_limit(PyObject *cls, PyObject *args)
 {
     pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
+    PyObject *wobj, *vobj;
     int which;
-    unsigned long long value;
+    size_t value;
     CUresult rc;
-    if (!PyArg_ParseTuple(args, "iK:set_limit", &which, &value))
+    if (!PyArg_ParseTuple(args, "OO:set_limit", &wobj, &vobj))
         return NULL;
+    if (pygpu_parse_int(wobj, &which, "set_limit(): limit") < 0)
+        return NULL;
+    if (!PyLong_Check(vobj) || PyBool_Check(vobj)) {
+        PyErr_Format(PyExc_TypeError, "set_limit(): value must be an int, not %.100s",
+                     Py_TYPE(vobj)->tp_name);
+        return NULL;
+    }
+    value = PyLong_AsSize_t(vobj);
+    if (value == (size_t)-1 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_OverflowError, "set_limit(): value=%R is out of range", vobj);
+        return NULL;
+    }
     if (pygpu_current_context(st) == NULL)
         return NULL;
-    rc = cu.cuCtxSetLimit((CUlimit)which, (size_t)value);
+    rc = cu.cuCtxSetLimit((CUlimit)which, value);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuCtxSetLimit");
     Py_RETURN_NONE;
@@ -559,8 +607,8 @@ context_get_limit(PyObject *cls, PyObject *arg)
     pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
     size_t value;
     CUresult rc;
-    long which = PyLong_AsLong(arg);
-    if (which == -1 && PyErr_Occurred())
+    int which;
+    if (pygpu_parse_int(arg, &which, "get_limit(): limit") < 0)
         return NULL;
     if (pygpu_current_context(st) == NULL)
         return NULL;
@@ -575,8 +623,8 @@ context_set_cache_config(PyObject *cls, PyObject *arg)
 {
     pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
     CUresult rc;
-    long which = PyLong_AsLong(arg);
-    if (which == -1 && PyErr_Occurred())
+    int which;
+    if (pygpu_parse_int(arg, &which, "set_cache_config(): config") < 0)
         return NULL;
     if (pygpu_current_context(st) == NULL)
         return NULL;
@@ -605,21 +653,20 @@ context_enable_peer_access(pygpu_Context *self, PyObject *args, PyObject *kwds)
 {
     pygpu_state *st = PYGPU_STATE(self);
     static char *kwlist[] = {"peer", "flags", NULL};
-    PyObject *peer;
+    PyObject *peer, *fobj = NULL;
     unsigned int flags = 0;
-    int pushed;
+    pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!|I:enable_peer_access", kwlist,
-                                     st->ContextType, &peer, &flags))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!|O:enable_peer_access", kwlist,
+                                     st->ContextType, &peer, &fobj))
         return NULL;
-    if (pygpu_context_check(st, self) < 0
-        || pygpu_context_check(st, (pygpu_Context *)peer) < 0)
+    if (fobj != NULL && pygpu_parse_uint(fobj, &flags, "enable_peer_access(): flags") < 0)
         return NULL;
-    rc = pygpu_context_enter(self, &pushed);
-    if (rc == CUDA_SUCCESS) {
-        rc = cu.cuCtxEnablePeerAccess(((pygpu_Context *)peer)->handle, flags);
-        pygpu_context_exit(pushed);
-    }
+    if (pygpu_context_check(st, (pygpu_Context *)peer) < 0
+        || pygpu_scope_enter(st, self, &s) < 0)
+        return NULL;
+    rc = cu.cuCtxEnablePeerAccess(((pygpu_Context *)peer)->handle, flags);
+    pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuCtxEnablePeerAccess");
     Py_RETURN_NONE;
@@ -629,17 +676,17 @@ static PyObject *
 context_disable_peer_access(pygpu_Context *self, PyObject *peer)
 {
     pygpu_state *st = PYGPU_STATE(self);
-    int pushed;
+    pygpu_scope s;
     CUresult rc;
     if (!PyObject_TypeCheck(peer, st->ContextType)) {
         PyErr_SetString(PyExc_TypeError, "disable_peer_access() takes a Context");
         return NULL;
     }
-    rc = pygpu_context_enter(self, &pushed);
-    if (rc == CUDA_SUCCESS) {
-        rc = cu.cuCtxDisablePeerAccess(((pygpu_Context *)peer)->handle);
-        pygpu_context_exit(pushed);
-    }
+    if (pygpu_context_check(st, (pygpu_Context *)peer) < 0
+        || pygpu_scope_enter(st, self, &s) < 0)
+        return NULL;
+    rc = cu.cuCtxDisablePeerAccess(((pygpu_Context *)peer)->handle);
+    pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuCtxDisablePeerAccess");
     Py_RETURN_NONE;

@@ -189,11 +189,10 @@ device_uuid(pygpu_Device *self, void *closure)
 static PyObject *
 device_get_attribute(pygpu_Device *self, PyObject *arg)
 {
-    int value;
-    long attr = PyLong_AsLong(arg);
-    if (attr == -1 && PyErr_Occurred())
+    int value, attr;
+    if (pygpu_parse_int(arg, &attr, "get_attribute(): attr") < 0)
         return NULL;
-    if (get_attr(self, (int)attr, &value) < 0)
+    if (get_attr(self, attr, &value) < 0)
         return NULL;
     return PyLong_FromLong(value);
 }

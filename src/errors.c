@@ -224,3 +224,54 @@ pygpu_errors_setup(PyObject *m, pygpu_state *st)
         return -1;
     return PyModule_AddFunctions(m, errors_methods);
 }
+
+/* ---- integer arguments, never truncated ---- */
+
+static int
+parse_long_long(PyObject *obj, long long *out, const char *what)
+{
+    int overflow = 0;
+    if (!PyIndex_Check(obj) || PyBool_Check(obj) || PyFloat_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    *out = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (*out == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow) {
+        PyErr_Format(PyExc_OverflowError, "%s=%R is out of range", what, obj);
+        return -1;
+    }
+    return 0;
+}
+
+int
+pygpu_parse_uint(PyObject *obj, unsigned int *out, const char *what)
+{
+    long long v;
+    if (parse_long_long(obj, &v, what) < 0)
+        return -1;
+    if (v < 0 || (unsigned long long)v > UINT_MAX) {
+        PyErr_Format(PyExc_OverflowError, "%s=%R is out of range (0 to %u)", what, obj,
+                     UINT_MAX);
+        return -1;
+    }
+    *out = (unsigned int)v;
+    return 0;
+}
+
+int
+pygpu_parse_int(PyObject *obj, int *out, const char *what)
+{
+    long long v;
+    if (parse_long_long(obj, &v, what) < 0)
+        return -1;
+    if (v < INT_MIN || v > INT_MAX) {
+        PyErr_Format(PyExc_OverflowError, "%s=%R is out of range (%d to %d)", what, obj,
+                     INT_MIN, INT_MAX);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}

@@ -5,16 +5,14 @@ static void
 event_release(pygpu_Event *self)
 {
     CUevent h = self->handle;
-    int pushed = 0;
+    pygpu_scope s;
     if (h == NULL)
         return;
     self->handle = NULL;
-    if (self->context == NULL || self->context->detached)
-        return;
-    if (pygpu_context_enter(self->context, &pushed) != CUDA_SUCCESS)
+    if (pygpu_scope_enter_quiet(self->context, &s) < 0)
         return;
     cu.cuEventDestroy(h);
-    pygpu_context_exit(pushed);
+    pygpu_scope_exit(&s);
 }
 
 static void
@@ -32,12 +30,15 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     pygpu_state *st = pygpu_state_from_type(type);
     static char *kwlist[] = {"flags", NULL};
+    PyObject *fobj = NULL;
     unsigned int flags = 0;
     pygpu_Context *ctx;
     pygpu_Event *self;
     CUevent h;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|I:Event", kwlist, &flags))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:Event", kwlist, &fobj))
+        return NULL;
+    if (fobj != NULL && pygpu_parse_uint(fobj, &flags, "Event(): flags") < 0)
         return NULL;
     if ((ctx = pygpu_current_context(st)) == NULL)
         return NULL;
@@ -60,6 +61,11 @@ check_alive(pygpu_Event *self)
 {
     if (self->handle == NULL) {
         PyErr_SetString(PYGPU_STATE(self)->LogicError, "the Event was destroyed");
+        return -1;
+    }
+    if (self->context != NULL && self->context->detached) {
+        PyErr_SetString(PYGPU_STATE(self)->LogicError,
+                        "the context this Event belongs to was detached");
         return -1;
     }
     return 0;

@@ -5,25 +5,26 @@
 #define PYGPU_IMPORT_ARRAY
 #include "pygpu_numpy.h"
 
+/* Free or unregister the memory once; the registered array's buffer is
+ * given back whether or not anything was registered (0 bytes, or a failed
+ * cuMemHostRegister), so the array is never kept alive by a dead wrapper.
+ * Never raises.  GIL held. */
 static void
 hostalloc_release(pygpu_HostAllocation *self)
 {
-    int pushed = 0;
+    pygpu_scope s;
     if (self->freed)
         return;
     self->freed = 1;
-    if (self->ptr == NULL)
-        return;
-    if (self->context && !self->context->detached
-        && pygpu_context_enter(self->context, &pushed) == CUDA_SUCCESS) {
+    if (self->ptr != NULL && pygpu_scope_enter_quiet(self->context, &s) == 0) {
         if (self->registered)
             cu.cuMemHostUnregister(self->ptr);
         else
             cu.cuMemFreeHost(self->ptr);
-        pygpu_context_exit(pushed);
+        pygpu_scope_exit(&s);
     }
     self->ptr = NULL;
-    if (self->registered && self->view.obj != NULL)
+    if (self->view.obj != NULL)
         PyBuffer_Release(&self->view);
 }
 
@@ -152,7 +153,7 @@ static PyObject *
 hostmem_pagelocked(PyObject *module, PyObject *args)
 {
     pygpu_state *st = PyModule_GetState(module);
-    PyObject *shape_obj, *dtype_obj;
+    PyObject *shape_obj, *dtype_obj, *fobj;
     PyArray_Descr *descr;
     PyArray_Dims dims;
     const char *order;
@@ -161,21 +162,34 @@ hostmem_pagelocked(PyObject *module, PyObject *args)
     size_t nbytes;
     pygpu_Context *ctx;
     pygpu_HostAllocation *ha;
+    pygpu_scope s;
     CUresult rc;
     void *p = NULL;
 
-    if (!PyArg_ParseTuple(args, "OOsIp:_pagelocked", &shape_obj, &dtype_obj, &order,
-                          &flags, &zero))
+    if (!PyArg_ParseTuple(args, "OOsOp:_pagelocked", &shape_obj, &dtype_obj, &order,
+                          &fobj, &zero))
+        return NULL;
+    if (pygpu_parse_uint(fobj, &flags, "pagelocked_empty(): mem_flags") < 0)
         return NULL;
     if (parse_array_spec(shape_obj, dtype_obj, order, &descr, &dims, &nbytes, &fortran) < 0)
         return NULL;
-    if ((ctx = pygpu_current_context(st)) == NULL)
+    /* the scope keeps ctx a valid object while the GIL is released: another
+     * thread may detach it meanwhile */
+    if ((ctx = pygpu_current_context(st)) == NULL || pygpu_scope_enter(st, ctx, &s) < 0)
         goto error;
     if (nbytes > 0) {
         Py_BEGIN_ALLOW_THREADS
         rc = cu.cuMemHostAlloc(&p, nbytes, flags);
         Py_END_ALLOW_THREADS
+        if (rc == CUDA_SUCCESS && ctx->detached) {
+            /* the memory died with the context: nothing to free */
+            pygpu_scope_exit(&s);
+            PyErr_SetString(st->LogicError, "pagelocked_empty(): the context was detached "
+                            "by another thread during the allocation");
+            goto error;
+        }
         if (rc != CUDA_SUCCESS) {
+            pygpu_scope_exit(&s);
             pygpu_cuda_error(st, rc, "cuMemHostAlloc");
             goto error;
         }
@@ -183,6 +197,7 @@ hostmem_pagelocked(PyObject *module, PyObject *args)
             memset(p, 0, nbytes);
     }
     ha = hostalloc_new(st, ctx);
+    pygpu_scope_exit(&s);
     if (ha == NULL) {
         if (p)
             cu.cuMemFreeHost(p);
@@ -206,7 +221,7 @@ static PyObject *
 hostmem_managed(PyObject *module, PyObject *args)
 {
     pygpu_state *st = PyModule_GetState(module);
-    PyObject *shape_obj, *dtype_obj, *alloc;
+    PyObject *shape_obj, *dtype_obj, *alloc, *fobj;
     PyArray_Descr *descr;
     PyArray_Dims dims;
     const char *order;
@@ -215,7 +230,9 @@ hostmem_managed(PyObject *module, PyObject *args)
     size_t nbytes;
     CUdeviceptr p;
 
-    if (!PyArg_ParseTuple(args, "OOsIp:_managed", &shape_obj, &dtype_obj, &order, &flags, &zero))
+    if (!PyArg_ParseTuple(args, "OOsOp:_managed", &shape_obj, &dtype_obj, &order, &fobj, &zero))
+        return NULL;
+    if (pygpu_parse_uint(fobj, &flags, "managed_empty(): mem_flags") < 0)
         return NULL;
     if (parse_array_spec(shape_obj, dtype_obj, order, &descr, &dims, &nbytes, &fortran) < 0)
         return NULL;
@@ -247,14 +264,16 @@ hostmem_register(PyObject *module, PyObject *args, PyObject *kwds)
 {
     pygpu_state *st = PyModule_GetState(module);
     static char *kwlist[] = {"ary", "flags", NULL};
-    PyObject *ary, *arr;
+    PyObject *ary, *arr, *fobj = NULL;
     unsigned int flags = 0;
     pygpu_Context *ctx;
     pygpu_HostAllocation *ha;
     PyArrayObject *src;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|I:register_host_memory", kwlist,
-                                     &ary, &flags))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:register_host_memory", kwlist,
+                                     &ary, &fobj))
+        return NULL;
+    if (fobj != NULL && pygpu_parse_uint(fobj, &flags, "register_host_memory(): flags") < 0)
         return NULL;
     if (!PyArray_Check(ary)) {
         PyErr_Format(PyExc_TypeError, "register_host_memory() takes a NumPy array, not %.100s",
@@ -311,16 +330,15 @@ hostalloc_get_device_pointer(pygpu_HostAllocation *self, PyObject *unused)
     pygpu_state *st = PYGPU_STATE(self);
     CUdeviceptr d;
     CUresult rc;
-    int pushed;
+    pygpu_scope s;
     if (self->freed || self->ptr == NULL) {
         PyErr_SetString(st->LogicError, "the HostAllocation holds no memory");
         return NULL;
     }
-    rc = pygpu_context_enter(self->context, &pushed);
-    if (rc == CUDA_SUCCESS) {
-        rc = cu.cuMemHostGetDevicePointer(&d, self->ptr, 0);
-        pygpu_context_exit(pushed);
-    }
+    if (pygpu_scope_enter(st, self->context, &s) < 0)
+        return NULL;
+    rc = cu.cuMemHostGetDevicePointer(&d, self->ptr, 0);
+    pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error_ex(st, rc, "cuMemHostGetDevicePointer",
                                    "was the memory allocated with host_alloc_flags.DEVICEMAP?");

@@ -146,14 +146,17 @@ pygpu_ensure_driver(pygpu_state *st)
     if (exc == NULL)
         return -1;
     if (driver_rc != CUDA_SUCCESS) {
-        PyObject *code = PyLong_FromLong((long)driver_rc);
-        if (code == NULL || PyObject_SetAttrString(exc, "code", code) < 0) {
+        PyObject *code = PyLong_FromLong((long)driver_rc), *routine = NULL;
+        if (code == NULL || PyObject_SetAttrString(exc, "code", code) < 0
+            || (routine = PyUnicode_FromString("cuInit")) == NULL
+            || PyObject_SetAttrString(exc, "routine", routine) < 0) {
             Py_XDECREF(code);
+            Py_XDECREF(routine);
             Py_DECREF(exc);
             return -1;
         }
         Py_DECREF(code);
-        PyObject_SetAttrString(exc, "routine", PyUnicode_FromString("cuInit"));
+        Py_DECREF(routine);
     }
     PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
     Py_DECREF(exc);

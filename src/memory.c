@@ -1,75 +1,43 @@
 /* DeviceAllocation, mem_alloc and friends, copies and fills. */
 #include "pygpu.h"
+#include "pygpu_numpy.h"
 
 /* pygpu_get_device_ptr and the DLPack reader live in args.c */
 
-int
-pygpu_get_stream(pygpu_state *st, PyObject *obj, CUstream *out)
-{
-    PyObject *r;
-    if (obj == NULL || obj == Py_None) {
-        *out = NULL;
-        return 0;
-    }
-    if (Py_IS_TYPE(obj, st->StreamType)) {
-        *out = ((pygpu_Stream *)obj)->handle;
-        return 0;
-    }
-    if (PyLong_Check(obj) && !PyBool_Check(obj)) {
-        /* only the driver's named handles: a raw handle from elsewhere comes
-         * in through Stream.from_handle(), where trusting it is explicit */
-        long v = PyLong_AsLong(obj);
-        if (v == -1 && PyErr_Occurred())
-            PyErr_Clear();
-        if (v == 0 || v == 1 || v == 2) {
-            *out = v == 0 ? NULL : v == 1 ? CU_STREAM_LEGACY : CU_STREAM_PER_THREAD;
-            return 0;
-        }
-        PyErr_Format(PyExc_TypeError,
-                     "stream=%R: an int stream must be 0 (the default stream), 1 (legacy) "
-                     "or 2 (per-thread); wrap another handle with Stream.from_handle()", obj);
-        return -1;
-    }
-    if (pygpu_getattr_opt(obj, st->str_cuda_stream, &r) < 0)
-        return -1;
-    if (r != NULL) {
-        PyObject *t = PyObject_CallNoArgs(r);
-        Py_DECREF(r);
-        if (t == NULL)
-            return -1;
-        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 2) {
-            Py_DECREF(t);
-            PyErr_SetString(PyExc_TypeError, "__cuda_stream__() must return (version, handle)");
-            return -1;
-        }
-        *out = (CUstream)PyLong_AsVoidPtr(PyTuple_GET_ITEM(t, 1));
-        Py_DECREF(t);
-        return PyErr_Occurred() ? -1 : 0;
-    }
-    PyErr_Format(PyExc_TypeError,
-                 "stream must be a pygpu Stream, None, 0/1/2 or an object with "
-                 "__cuda_stream__, not %.100s", Py_TYPE(obj)->tp_name);
-    return -1;
-}
-
-/* 1 if a struct-module format has an 'O' (a PyObject *) outside the
- * :field names: of a NumPy structured type. */
+/* 1 if the host buffer of obj (exported as view) may hold PyObject
+ * pointers, 0 if not, -1 with an exception set.  A NumPy array (or a
+ * memoryview of one) answers from its dtype; any other exporter from its
+ * format: one without an 'O' anywhere holds no object; one with an 'O' is
+ * parsed by NumPy (the PEP 3118 grammar, field names and all) and refused
+ * unless NumPy reads it as an object-free type of the buffer's item size.
+ * Scanning the format by hand is not enough: a field name may contain ':'
+ * (NumPy writes 'T{<d:a:b:<O:c:}' for fields "a:b" and "c"). */
 static int
-format_has_objects(const char *fmt)
+buffer_has_objects(PyObject *obj, Py_buffer *view)
 {
-    if (fmt == NULL)
+    PyObject *base = obj, *mv, *arr;
+    const char *fmt = view->format;
+    int r;
+    while (PyMemoryView_Check(base) && PyMemoryView_GET_BUFFER(base)->obj != NULL
+           && PyMemoryView_GET_BUFFER(base)->obj != base)
+        base = PyMemoryView_GET_BUFFER(base)->obj;
+    if (PyArray_Check(base))        /* (a memoryview cannot cast to 'O') */
+        return PyDataType_REFCHK(PyArray_DESCR((PyArrayObject *)base)) ? 1 : 0;
+    if (fmt == NULL || strchr(fmt, 'O') == NULL)
         return 0;
-    for (; *fmt; fmt++) {
-        if (*fmt == ':') {
-            const char *end = strchr(fmt + 1, ':');
-            if (end == NULL)
-                return 0;
-            fmt = end;
-        } else if (*fmt == 'O') {
-            return 1;
-        }
+    mv = PyMemoryView_FromBuffer(view);
+    if (mv == NULL)
+        return -1;
+    arr = PyArray_FromAny(mv, NULL, 0, 0, 0, NULL);
+    Py_DECREF(mv);
+    if (arr == NULL) {
+        PyErr_Clear();
+        return 1;                   /* not understood: not trusted */
     }
-    return 0;
+    r = PyDataType_REFCHK(PyArray_DESCR((PyArrayObject *)arr))
+        || (Py_ssize_t)PyArray_ITEMSIZE((PyArrayObject *)arr) != view->itemsize;
+    Py_DECREF(arr);
+    return r;
 }
 
 /* Host buffer in: contiguous, optionally writable, with a clear message. */
@@ -78,7 +46,12 @@ get_host_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what)
 {
     int flags = PyBUF_ANY_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, view, flags) == 0) {
-        if (format_has_objects(view->format)) {
+        int objects = buffer_has_objects(obj, view);
+        if (objects < 0) {
+            PyBuffer_Release(view);
+            return -1;
+        }
+        if (objects) {
             PyBuffer_Release(view);
             PyErr_Format(PyExc_TypeError,
                          "%s: the host buffer holds Python objects (format '%s'), whose "
@@ -110,17 +83,29 @@ get_host_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what)
 
 /* ---- DeviceAllocation ---- */
 
-/* Free the memory once, in its own context; never raises.  GIL held. */
+/* Take the allocation out of its context's list.  GIL held. */
 static void
-allocation_release(pygpu_DeviceAllocation *self)
+allocation_unlink(pygpu_DeviceAllocation *self)
 {
-    int pushed = 0;
-    if (self->freed)
+    if (self->ctx_prev != NULL)
+        self->ctx_prev->ctx_next = self->ctx_next;
+    else if (self->context != NULL && self->context->allocations == self)
+        self->context->allocations = self->ctx_next;
+    if (self->ctx_next != NULL)
+        self->ctx_next->ctx_prev = self->ctx_prev;
+    self->ctx_prev = self->ctx_next = NULL;
+}
+
+/* Give the memory back to the driver, in its own context; never raises.
+ * GIL held. */
+static void
+allocation_free_memory(pygpu_DeviceAllocation *self)
+{
+    pygpu_scope s;
+    allocation_unlink(self);
+    if (self->ptr == 0 || self->kind == 3)
         return;
-    self->freed = 1;
-    if (self->ptr == 0 || self->kind == 3 || self->context == NULL || self->context->detached)
-        return;
-    if (pygpu_context_enter(self->context, &pushed) != CUDA_SUCCESS)
+    if (pygpu_scope_enter_quiet(self->context, &s) < 0)
         return;
     /* an async allocation is freed in order on its stream, which `owner`
      * keeps alive until then */
@@ -128,7 +113,111 @@ allocation_release(pygpu_DeviceAllocation *self)
         cu.cuMemFreeAsync(self->ptr, self->free_stream);
     else
         cu.cuMemFree(self->ptr);
-    pygpu_context_exit(pushed);
+    pygpu_scope_exit(&s);
+}
+
+/* free(): mark freed at once (no new use starts), free the memory now, or,
+ * while a copy using it runs with the GIL released, when that copy ends
+ * (allocation_unhold).  Idempotent, never raises.  GIL held. */
+static void
+allocation_release(pygpu_DeviceAllocation *self)
+{
+    if (self->freed)
+        return;
+    self->freed = 1;
+    if (self->busy > 0) {
+        self->free_pending = 1;
+        return;
+    }
+    allocation_free_memory(self);
+}
+
+/* The check every use of an allocation makes: 0 or -1 with LogicError. */
+static int
+allocation_check(pygpu_state *st, pygpu_DeviceAllocation *a)
+{
+    if (a->freed == 2) {
+        PyErr_SetString(st->LogicError, "the DeviceAllocation's context was detached: "
+                        "its memory is gone");
+        return -1;
+    }
+    if (a->freed) {
+        PyErr_SetString(st->LogicError, "the DeviceAllocation was freed");
+        return -1;
+    }
+    return 0;
+}
+
+/* Hold obj's memory (when it is a DeviceAllocation) for a driver call made
+ * next: checks it is still alive (Python code run while the other arguments
+ * were read may have freed it), then counts the call as a user, so a free()
+ * from another thread while the GIL is released defers the cuMemFree until
+ * allocation_unhold.  *held is a strong reference or NULL.  Returns 0, or -1
+ * with LogicError.  GIL held; no Python code may run between this and the
+ * driver call. */
+static int
+allocation_hold(pygpu_state *st, PyObject *obj, pygpu_DeviceAllocation **held)
+{
+    pygpu_DeviceAllocation *a;
+    *held = NULL;
+    if (!Py_IS_TYPE(obj, st->DeviceAllocationType))
+        return 0;
+    a = (pygpu_DeviceAllocation *)obj;
+    if (allocation_check(st, a) < 0)
+        return -1;
+    a->busy++;
+    Py_INCREF(a);
+    *held = a;
+    return 0;
+}
+
+/* End a hold; the last user carries out a free() that came meanwhile.
+ * a may be NULL.  GIL held. */
+static void
+allocation_unhold(pygpu_DeviceAllocation *a)
+{
+    if (a == NULL)
+        return;
+    if (--a->busy == 0 && a->free_pending) {
+        a->free_pending = 0;
+        allocation_free_memory(a);
+    }
+    Py_DECREF(a);
+}
+
+int
+pygpu_allocations_detach(pygpu_state *st, pygpu_Context *ctx)
+{
+    pygpu_DeviceAllocation *a;
+    for (a = ctx->allocations; a != NULL; a = a->ctx_next) {
+        if (a->busy > 0) {
+            PyErr_SetString(st->LogicError,
+                            "detach(): a copy into memory of this context is running in "
+                            "another thread; detach after it ends");
+            return -1;
+        }
+    }
+    while ((a = ctx->allocations) != NULL) {
+        int was_freed = a->freed;
+        a->freed = 2;
+        a->free_pending = 0;
+        if (was_freed)
+            allocation_unlink(a);
+        else
+            allocation_free_memory(a);   /* unlinks it */
+    }
+    return 0;
+}
+
+/* A device pointer argument: a DeviceAllocation of a detached context says
+ * so (pygpu_get_device_ptr only knows "freed"). */
+static int
+get_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr, size_t *size)
+{
+    if (Py_IS_TYPE(obj, st->DeviceAllocationType)
+        && allocation_check(st, (pygpu_DeviceAllocation *)obj) < 0)
+        return -1;
+    return pygpu_get_device_ptr(st, obj, ptr, size, 0);
 }
 
 static void
@@ -137,7 +226,8 @@ allocation_dealloc(pygpu_DeviceAllocation *self)
     PyTypeObject *tp = Py_TYPE(self);
     if (self->weakreflist != NULL)
         PyObject_ClearWeakRefs((PyObject *)self);
-    allocation_release(self);
+    allocation_release(self);       /* nobody holds it: busy is 0 */
+    allocation_unlink(self);
     Py_CLEAR(self->owner);
     Py_CLEAR(self->context);
     PyObject_Free(self);
@@ -157,8 +247,20 @@ new_allocation(pygpu_state *st, pygpu_Context *ctx, CUdeviceptr ptr, size_t size
     self->free_stream = NULL;
     self->weakreflist = NULL;
     self->owner = NULL;
+    self->busy = 0;
+    self->free_pending = 0;
     Py_INCREF(ctx);
     self->context = ctx;
+    self->ctx_prev = NULL;
+    self->ctx_next = NULL;
+    if (ctx->detached) {
+        self->freed = 2;
+    } else {
+        self->ctx_next = ctx->allocations;
+        if (ctx->allocations != NULL)
+            ctx->allocations->ctx_prev = self;
+        ctx->allocations = self;
+    }
     return (PyObject *)self;
 }
 
@@ -207,6 +309,7 @@ mem_alloc(PyObject *module, PyObject *arg)
 {
     pygpu_state *st = PyModule_GetState(module);
     pygpu_Context *ctx;
+    pygpu_scope s;
     CUdeviceptr p = 0;
     CUresult rc;
     size_t n;
@@ -218,12 +321,26 @@ mem_alloc(PyObject *module, PyObject *arg)
         return new_allocation(st, ctx, 0, 0, 0);
     rc = cu.cuMemAlloc(&p, n);
     if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
-        /* dead allocations may be waiting in reference cycles */
-        PyObject *r = PyObject_CallNoArgs(st->gc_collect);
-        if (r == NULL)
+        /* dead allocations may be waiting in reference cycles; their
+         * finalizers are Python code, which may even detach ctx: the scope
+         * keeps it a valid object, and the retry runs in it or not at all */
+        PyObject *r;
+        if (pygpu_scope_enter(st, ctx, &s) < 0)
             return NULL;
+        r = PyObject_CallNoArgs(st->gc_collect);
+        if (r == NULL) {
+            pygpu_scope_exit(&s);
+            return NULL;
+        }
         Py_DECREF(r);
+        if (ctx->detached) {
+            pygpu_scope_exit(&s);
+            PyErr_SetString(st->LogicError, "mem_alloc(): the current context was detached "
+                            "by a finalizer during garbage collection");
+            return NULL;
+        }
         rc = cu.cuMemAlloc(&p, n);
+        pygpu_scope_exit(&s);
     }
     if (rc != CUDA_SUCCESS) {
         if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -291,15 +408,16 @@ mem_alloc_managed(PyObject *module, PyObject *args, PyObject *kwds)
 {
     pygpu_state *st = PyModule_GetState(module);
     static char *kwlist[] = {"nbytes", "flags", NULL};
-    PyObject *nobj;
+    PyObject *nobj, *fobj = NULL, *res;
     unsigned int flags = CU_MEM_ATTACH_GLOBAL;
     pygpu_Context *ctx;
     CUdeviceptr p;
     CUresult rc;
     size_t n;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|I:mem_alloc_managed", kwlist, &nobj, &flags))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:mem_alloc_managed", kwlist, &nobj, &fobj))
         return NULL;
-    if (parse_nbytes(nobj, &n, "mem_alloc_managed(): nbytes") < 0)
+    if (parse_nbytes(nobj, &n, "mem_alloc_managed(): nbytes") < 0
+        || (fobj != NULL && pygpu_parse_uint(fobj, &flags, "mem_alloc_managed(): flags") < 0))
         return NULL;
     if ((ctx = pygpu_current_context(st)) == NULL)
         return NULL;
@@ -308,7 +426,10 @@ mem_alloc_managed(PyObject *module, PyObject *args, PyObject *kwds)
     rc = cu.cuMemAllocManaged(&p, n, flags);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuMemAllocManaged");
-    return new_allocation(st, ctx, p, n, 1);
+    res = new_allocation(st, ctx, p, n, 1);
+    if (res == NULL)
+        cu.cuMemFree(p);
+    return res;
 }
 
 /* A managed allocation of n bytes in the current context (n may be 0). */
@@ -339,8 +460,10 @@ mem_alloc_pitch(PyObject *module, PyObject *args)
     size_t pitch;
     CUresult rc;
     pygpu_Context *ctx;
-    PyObject *a;
-    if (!PyArg_ParseTuple(args, "nnI:mem_alloc_pitch", &width, &height, &esize))
+    PyObject *a, *eobj;
+    if (!PyArg_ParseTuple(args, "nnO:mem_alloc_pitch", &width, &height, &eobj))
+        return NULL;
+    if (pygpu_parse_uint(eobj, &esize, "mem_alloc_pitch(): access_size") < 0)
         return NULL;
     if (width <= 0 || height <= 0) {
         PyErr_SetString(PyExc_ValueError, "mem_alloc_pitch(): width and height must be > 0");
@@ -511,8 +634,9 @@ check_fits(size_t n, size_t cap, const char *what, const char *side)
     return 0;
 }
 
-/* memcpy_htod/dtoh[_async](dest, src[, stream]): one host buffer, one
- * device pointer; htod says which is which. */
+/* memcpy_htod/dtoh[_async](dest, src, stream=None): one host buffer, one
+ * device pointer; htod says which is which.  The blocking forms given a
+ * stream queue the copy on it (after its earlier work) and wait for it. */
 static PyObject *
 do_host_copy(PyObject *module, PyObject *args, PyObject *kwds, int htod, int async)
 {
@@ -524,47 +648,59 @@ do_host_copy(PyObject *module, PyObject *args, PyObject *kwds, int htod, int asy
                                         {"OO|O:memcpy_htod", "OO|O:memcpy_htod_async"}};
     static const char *routines[2][2] = {{"cuMemcpyDtoH", "cuMemcpyDtoHAsync"},
                                          {"cuMemcpyHtoD", "cuMemcpyHtoDAsync"}};
-    const char *what = names[htod][async];
-    PyObject *dst, *src, *sobj = Py_None;
+    const char *what = names[htod][async], *routine;
+    PyObject *dst, *src, *sobj = Py_None, *res = NULL;
+    pygpu_DeviceAllocation *held = NULL;
     CUdeviceptr d;
     size_t cap, n;
     CUstream s = NULL;
     Py_buffer view;
     CUresult rc;
+    int on_stream;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, formats[htod][async], kwlist,
                                      &dst, &src, &sobj))
         return NULL;
-    if (pygpu_get_device_ptr(st, htod ? dst : src, &d, &cap, 0) < 0
-        || (async && pygpu_get_stream(st, sobj, &s) < 0))
+    on_stream = async || sobj != Py_None;
+    if (get_ptr(st, htod ? dst : src, &d, &cap) < 0
+        || (on_stream && pygpu_get_stream(st, sobj, &s) < 0))
         return NULL;
     if (get_host_buffer(htod ? src : dst, &view, !htod, what) < 0)
         return NULL;
     n = (size_t)view.len;
     if (check_fits(n, cap, what, htod ? "destination allocation" : "source allocation") < 0
-        || pygpu_current_context(st) == NULL) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    if (n > 0 && !async) {
+        || pygpu_current_context(st) == NULL
+        || allocation_hold(st, htod ? dst : src, &held) < 0)
+        goto done;
+    if (n > 0 && !on_stream) {
         int r = pygpu_staged_copy(st, htod, view.buf, d, n);
         if (r != 0) {
-            PyBuffer_Release(&view);
-            return r < 0 ? NULL : Py_NewRef(Py_None);
+            if (r > 0)
+                res = Py_NewRef(Py_None);
+            goto done;
         }
     }
     rc = CUDA_SUCCESS;
+    routine = routines[htod][on_stream];
     if (n > 0) {
         Py_BEGIN_ALLOW_THREADS
         if (htod)
-            rc = async ? cu.cuMemcpyHtoDAsync(d, view.buf, n, s) : cu.cuMemcpyHtoD(d, view.buf, n);
+            rc = on_stream ? cu.cuMemcpyHtoDAsync(d, view.buf, n, s) : cu.cuMemcpyHtoD(d, view.buf, n);
         else
-            rc = async ? cu.cuMemcpyDtoHAsync(view.buf, d, n, s) : cu.cuMemcpyDtoH(view.buf, d, n);
+            rc = on_stream ? cu.cuMemcpyDtoHAsync(view.buf, d, n, s) : cu.cuMemcpyDtoH(view.buf, d, n);
+        if (rc == CUDA_SUCCESS && on_stream && !async) {
+            routine = "cuStreamSynchronize";
+            rc = cu.cuStreamSynchronize(s);
+        }
         Py_END_ALLOW_THREADS
     }
-    PyBuffer_Release(&view);
     if (rc != CUDA_SUCCESS)
-        return pygpu_cuda_error(st, rc, routines[htod][async]);
-    Py_RETURN_NONE;
+        pygpu_cuda_error(st, rc, routine);
+    else
+        res = Py_NewRef(Py_None);
+done:
+    allocation_unhold(held);
+    PyBuffer_Release(&view);
+    return res;
 }
 
 static PyObject *
@@ -582,32 +718,48 @@ do_dtod(PyObject *module, PyObject *args, PyObject *kwds, int async)
     pygpu_state *st = PyModule_GetState(module);
     static char *kwlist[] = {"dest", "src", "size", "stream", NULL};
     const char *what = async ? "memcpy_dtod_async()" : "memcpy_dtod()";
+    const char *routine;
     PyObject *dst, *src, *nobj, *sobj = Py_None;
+    pygpu_DeviceAllocation *hd = NULL, *hs = NULL;
     CUdeviceptr d, sp;
     size_t dcap, scap, n;
     CUstream s = NULL;
     CUresult rc;
+    int on_stream;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, async ? "OOO|O:memcpy_dtod_async"
                                                         : "OOO|O:memcpy_dtod",
                                      kwlist, &dst, &src, &nobj, &sobj))
         return NULL;
-    if (pygpu_get_device_ptr(st, dst, &d, &dcap, 0) < 0
-        || pygpu_get_device_ptr(st, src, &sp, &scap, 0) < 0
+    on_stream = async || sobj != Py_None;
+    if (get_ptr(st, dst, &d, &dcap) < 0
+        || get_ptr(st, src, &sp, &scap) < 0
         || parse_nbytes(nobj, &n, "size") < 0
-        || (async && pygpu_get_stream(st, sobj, &s) < 0))
+        || (on_stream && pygpu_get_stream(st, sobj, &s) < 0))
         return NULL;
     if (check_fits(n, dcap, what, "destination allocation") < 0
         || check_fits(n, scap, what, "source allocation (reading past its end)") < 0)
         return NULL;
     if (pygpu_current_context(st) == NULL)
         return NULL;
-    if (n == 0)
-        Py_RETURN_NONE;
-    Py_BEGIN_ALLOW_THREADS
-    rc = async ? cu.cuMemcpyDtoDAsync(d, sp, n, s) : cu.cuMemcpyDtoD(d, sp, n);
-    Py_END_ALLOW_THREADS
+    if (allocation_hold(st, dst, &hd) < 0 || allocation_hold(st, src, &hs) < 0) {
+        allocation_unhold(hd);
+        return NULL;
+    }
+    rc = CUDA_SUCCESS;
+    routine = on_stream ? "cuMemcpyDtoDAsync" : "cuMemcpyDtoD";
+    if (n > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = on_stream ? cu.cuMemcpyDtoDAsync(d, sp, n, s) : cu.cuMemcpyDtoD(d, sp, n);
+        if (rc == CUDA_SUCCESS && on_stream && !async) {
+            routine = "cuStreamSynchronize";
+            rc = cu.cuStreamSynchronize(s);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    allocation_unhold(hs);
+    allocation_unhold(hd);
     if (rc != CUDA_SUCCESS)
-        return pygpu_cuda_error(st, rc, async ? "cuMemcpyDtoDAsync" : "cuMemcpyDtoD");
+        return pygpu_cuda_error(st, rc, routine);
     Py_RETURN_NONE;
 }
 
@@ -622,20 +774,24 @@ do_peer(PyObject *module, PyObject *args, PyObject *kwds, int async)
     pygpu_state *st = PyModule_GetState(module);
     static char *kwlist[] = {"dest", "src", "size", "dest_context", "src_context",
                              "stream", NULL};
+    const char *routine;
     PyObject *dst, *src, *nobj, *dctx, *sctx, *sobj = Py_None;
+    pygpu_DeviceAllocation *hd = NULL, *hs = NULL;
     CUdeviceptr d, sp;
     size_t dcap, scap, n;
     CUstream s = NULL;
     CUresult rc;
+    int on_stream;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, async ? "OOOO!O!|O:memcpy_peer_async"
                                                         : "OOOO!O!|O:memcpy_peer",
                                      kwlist, &dst, &src, &nobj, st->ContextType, &dctx,
                                      st->ContextType, &sctx, &sobj))
         return NULL;
-    if (pygpu_get_device_ptr(st, dst, &d, &dcap, 0) < 0
-        || pygpu_get_device_ptr(st, src, &sp, &scap, 0) < 0
+    on_stream = async || sobj != Py_None;
+    if (get_ptr(st, dst, &d, &dcap) < 0
+        || get_ptr(st, src, &sp, &scap) < 0
         || parse_nbytes(nobj, &n, "size") < 0
-        || (async && pygpu_get_stream(st, sobj, &s) < 0))
+        || (on_stream && pygpu_get_stream(st, sobj, &s) < 0))
         return NULL;
     if (check_fits(n, dcap, "memcpy_peer()", "destination allocation") < 0
         || check_fits(n, scap, "memcpy_peer()", "source allocation") < 0
@@ -644,14 +800,25 @@ do_peer(PyObject *module, PyObject *args, PyObject *kwds, int async)
         return NULL;
     if (n == 0)
         Py_RETURN_NONE;
+    if (allocation_hold(st, dst, &hd) < 0 || allocation_hold(st, src, &hs) < 0) {
+        allocation_unhold(hd);
+        return NULL;
+    }
+    routine = on_stream ? "cuMemcpyPeerAsync" : "cuMemcpyPeer";
     Py_BEGIN_ALLOW_THREADS
-    rc = async ? cu.cuMemcpyPeerAsync(d, ((pygpu_Context *)dctx)->handle, sp,
-                                      ((pygpu_Context *)sctx)->handle, n, s)
-               : cu.cuMemcpyPeer(d, ((pygpu_Context *)dctx)->handle, sp,
-                                 ((pygpu_Context *)sctx)->handle, n);
+    rc = on_stream ? cu.cuMemcpyPeerAsync(d, ((pygpu_Context *)dctx)->handle, sp,
+                                          ((pygpu_Context *)sctx)->handle, n, s)
+                   : cu.cuMemcpyPeer(d, ((pygpu_Context *)dctx)->handle, sp,
+                                     ((pygpu_Context *)sctx)->handle, n);
+    if (rc == CUDA_SUCCESS && on_stream && !async) {
+        routine = "cuStreamSynchronize";
+        rc = cu.cuStreamSynchronize(s);
+    }
     Py_END_ALLOW_THREADS
+    allocation_unhold(hs);
+    allocation_unhold(hd);
     if (rc != CUDA_SUCCESS)
-        return pygpu_cuda_error(st, rc, async ? "cuMemcpyPeerAsync" : "cuMemcpyPeer");
+        return pygpu_cuda_error(st, rc, routine);
     Py_RETURN_NONE;
 }
 
@@ -675,7 +842,7 @@ do_memset(PyObject *module, PyObject *args, int width, int async)
     snprintf(what, sizeof what, "memset_d%d%s()", width * 8, async ? "_async" : "");
     if (!PyArg_UnpackTuple(args, what, 3, async ? 4 : 3, &dst, &vobj, &nobj, &sobj))
         return NULL;
-    if (pygpu_get_device_ptr(st, dst, &d, &cap, 0) < 0
+    if (get_ptr(st, dst, &d, &cap) < 0
         || parse_nbytes(nobj, &n, "count") < 0
         || (async && pygpu_get_stream(st, sobj, &s) < 0))
         return NULL;
@@ -712,6 +879,10 @@ do_memset(PyObject *module, PyObject *args, int width, int async)
         return NULL;
     if (n == 0)
         Py_RETURN_NONE;
+    /* __index__ of count or __cuda_stream__ may have freed dest */
+    if (Py_IS_TYPE(dst, st->DeviceAllocationType)
+        && allocation_check(st, (pygpu_DeviceAllocation *)dst) < 0)
+        return NULL;
     if (width == 1)
         rc = async ? cu.cuMemsetD8Async(d, (unsigned char)v, n, s) : cu.cuMemsetD8(d, (unsigned char)v, n);
     else if (width == 2)
@@ -730,6 +901,25 @@ static PyObject *memset_d8_async(PyObject *m, PyObject *a) { return do_memset(m,
 static PyObject *memset_d16_async(PyObject *m, PyObject *a) { return do_memset(m, a, 2, 1); }
 static PyObject *memset_d32_async(PyObject *m, PyObject *a) { return do_memset(m, a, 4, 1); }
 
+/* The bytes a pitched copy touches, counted from the base: pitch * (y +
+ * height - 1) + x + width; -1 when that does not fit in a size_t. */
+static int
+extent_2d(size_t pitch, size_t x, size_t y, size_t width, size_t height, size_t *out)
+{
+    size_t rows, t;
+    if (height == 0) {
+        *out = 0;
+        return 0;
+    }
+    if (__builtin_add_overflow(y, height - 1, &rows)
+        || __builtin_mul_overflow(pitch, rows, &t)
+        || __builtin_add_overflow(t, x, &t)
+        || __builtin_add_overflow(t, width, &t))
+        return -1;
+    *out = t;
+    return 0;
+}
+
 /* _memcpy_2d(dst, dst_pitch, dst_is_host, src, src_pitch, src_is_host,
  *            width_bytes, height, src_x, src_y, dst_x, dst_y, stream) */
 static PyObject *
@@ -741,28 +931,41 @@ memcpy_2d(PyObject *module, PyObject *args)
     int dhost, shost;
     CUDA_MEMCPY2D p;
     Py_buffer dview = {0}, sview = {0};
+    pygpu_DeviceAllocation *hd = NULL, *hs = NULL;
     CUstream s = NULL;
     CUresult rc;
-    size_t cap;
+    size_t cap, sneed, dneed;
     if (!PyArg_ParseTuple(args, "OnpOnpnnnnnnO:_memcpy_2d", &dst, &dpitch, &dhost,
                           &src, &spitch, &shost, &width, &height, &sx, &sy, &dx, &dy, &sobj))
         return NULL;
     if (width < 0 || height < 0 || sx < 0 || sy < 0 || dx < 0 || dy < 0
-        || dpitch < width + dx || spitch < width + sx) {
+        || dpitch < 0 || spitch < 0
+        || (size_t)dpitch < (size_t)width + (size_t)dx
+        || (size_t)spitch < (size_t)width + (size_t)sx) {
         PyErr_SetString(PyExc_ValueError,
                         "Memcpy2D: width, height and offsets must be >= 0 and each "
                         "row must fit within its pitch");
         return NULL;
     }
-    if (pygpu_get_stream(st, sobj, &s) < 0)
+    if (extent_2d((size_t)spitch, (size_t)sx, (size_t)sy, (size_t)width, (size_t)height,
+                  &sneed) < 0) {
+        PyErr_Format(PyExc_ValueError, "Memcpy2D: the source's %zd rows of pitch %zd from "
+                     "row %zd reach past the end of the address space", height, spitch, sy);
+        return NULL;
+    }
+    if (extent_2d((size_t)dpitch, (size_t)dx, (size_t)dy, (size_t)width, (size_t)height,
+                  &dneed) < 0) {
+        PyErr_Format(PyExc_ValueError, "Memcpy2D: the destination's %zd rows of pitch %zd "
+                     "from row %zd reach past the end of the address space", height, dpitch, dy);
+        return NULL;
+    }
+    if (sobj != Py_None && pygpu_get_stream(st, sobj, &s) < 0)
         return NULL;
     memset(&p, 0, sizeof p);
     p.srcXInBytes = (size_t)sx; p.srcY = (size_t)sy;
     p.dstXInBytes = (size_t)dx; p.dstY = (size_t)dy;
     p.srcPitch = (size_t)spitch; p.dstPitch = (size_t)dpitch;
     p.WidthInBytes = (size_t)width; p.Height = (size_t)height;
-    size_t sneed = height ? (size_t)spitch * (size_t)(sy + height - 1) + (size_t)(sx + width) : 0;
-    size_t dneed = height ? (size_t)dpitch * (size_t)(dy + height - 1) + (size_t)(dx + width) : 0;
     if (shost) {
         if (get_host_buffer(src, &sview, 0, "Memcpy2D source") < 0)
             return NULL;
@@ -771,7 +974,7 @@ memcpy_2d(PyObject *module, PyObject *args)
         cap = (size_t)sview.len;
     } else {
         p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-        if (pygpu_get_device_ptr(st, src, &p.srcDevice, &cap, 0) < 0)
+        if (get_ptr(st, src, &p.srcDevice, &cap) < 0)
             return NULL;
     }
     if (check_fits(sneed, cap, "Memcpy2D", "source") < 0)
@@ -784,12 +987,15 @@ memcpy_2d(PyObject *module, PyObject *args)
         cap = (size_t)dview.len;
     } else {
         p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-        if (pygpu_get_device_ptr(st, dst, &p.dstDevice, &cap, 0) < 0)
+        if (get_ptr(st, dst, &p.dstDevice, &cap) < 0)
             goto error;
     }
     if (check_fits(dneed, cap, "Memcpy2D", "destination") < 0)
         goto error;
     if (pygpu_current_context(st) == NULL)
+        goto error;
+    if ((!dhost && allocation_hold(st, dst, &hd) < 0)
+        || (!shost && allocation_hold(st, src, &hs) < 0))
         goto error;
     if (width && height) {
         Py_BEGIN_ALLOW_THREADS
@@ -800,10 +1006,14 @@ memcpy_2d(PyObject *module, PyObject *args)
             goto error;
         }
     }
+    allocation_unhold(hs);
+    allocation_unhold(hd);
     if (sview.obj) PyBuffer_Release(&sview);
     if (dview.obj) PyBuffer_Release(&dview);
     Py_RETURN_NONE;
 error:
+    allocation_unhold(hs);
+    allocation_unhold(hd);
     if (sview.obj) PyBuffer_Release(&sview);
     if (dview.obj) PyBuffer_Release(&dview);
     return NULL;
@@ -824,7 +1034,7 @@ mem_prefetch(PyObject *module, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|iO:mem_prefetch", kwlist,
                                      &pobj, &nobj, &device, &sobj))
         return NULL;
-    if (pygpu_get_device_ptr(st, pobj, &p, &cap, 0) < 0
+    if (get_ptr(st, pobj, &p, &cap) < 0
         || parse_nbytes(nobj, &n, "size") < 0 || pygpu_get_stream(st, sobj, &s) < 0)
         return NULL;
     if (check_fits(n, cap, "mem_prefetch()", "allocation") < 0)
@@ -867,23 +1077,30 @@ static PyMethodDef memory_methods[] = {
      "mem_prefetch($module, /, ptr, size, device=-1, stream=None)\n--\n\n"
      "Prefetch managed memory to a device ordinal (-1: to the host)."},
     {"memcpy_htod", CF(memcpy_htod), KW,
-     "memcpy_htod($module, /, dest, src)\n--\n\nCopy a host buffer to device memory."},
+     "memcpy_htod($module, /, dest, src, stream=None)\n--\n\n"
+     "Copy a host buffer to device memory; complete on return. Given a stream, "
+     "the copy is queued on it (after its earlier work) and waited for."},
     {"memcpy_htod_async", CF(memcpy_htod_async), KW,
      "memcpy_htod_async($module, /, dest, src, stream=None)\n--\n\n"
      "Asynchronous host-to-device copy (host memory should be page-locked)."},
     {"memcpy_dtoh", CF(memcpy_dtoh), KW,
-     "memcpy_dtoh($module, /, dest, src)\n--\n\nCopy device memory into a writable host buffer."},
+     "memcpy_dtoh($module, /, dest, src, stream=None)\n--\n\n"
+     "Copy device memory into a writable host buffer; complete on return. Given a "
+     "stream, the copy is queued on it (after its earlier work) and waited for."},
     {"memcpy_dtoh_async", CF(memcpy_dtoh_async), KW,
      "memcpy_dtoh_async($module, /, dest, src, stream=None)\n--\n\n"
      "Asynchronous device-to-host copy (host memory should be page-locked)."},
     {"memcpy_dtod", CF(memcpy_dtod), KW,
-     "memcpy_dtod($module, /, dest, src, size)\n--\n\nDevice-to-device copy of size bytes."},
+     "memcpy_dtod($module, /, dest, src, size, stream=None)\n--\n\n"
+     "Device-to-device copy of size bytes. Given a stream, the copy is queued on "
+     "it (after its earlier work) and waited for."},
     {"memcpy_dtod_async", CF(memcpy_dtod_async), KW,
      "memcpy_dtod_async($module, /, dest, src, size, stream=None)\n--\n\n"
      "Asynchronous device-to-device copy."},
     {"memcpy_peer", CF(memcpy_peer), KW,
-     "memcpy_peer($module, /, dest, src, size, dest_context, src_context)\n--\n\n"
-     "Copy between the memory of two contexts (devices)."},
+     "memcpy_peer($module, /, dest, src, size, dest_context, src_context, stream=None)\n--\n\n"
+     "Copy between the memory of two contexts (devices). Given a stream, the copy "
+     "is queued on it (after its earlier work) and waited for."},
     {"memcpy_peer_async", CF(memcpy_peer_async), KW,
      "memcpy_peer_async($module, /, dest, src, size, dest_context, src_context, stream=None)\n--\n\n"
      "Asynchronous peer copy."},

@@ -1,5 +1,6 @@
 /* Module: a loaded cubin/PTX/fatbin image, with its functions and globals. */
 #include "pygpu.h"
+#include "cuda_enums.h"
 
 #define LOG_SIZE 16384
 
@@ -7,11 +8,10 @@ static void
 module_dealloc(pygpu_Module *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
-    int pushed = 0;
-    if (self->handle != NULL && self->context && !self->context->detached
-        && pygpu_context_enter(self->context, &pushed) == CUDA_SUCCESS) {
+    pygpu_scope s;
+    if (self->handle != NULL && pygpu_scope_enter_quiet(self->context, &s) == 0) {
         cu.cuModuleUnload(self->handle);
-        pygpu_context_exit(pushed);
+        pygpu_scope_exit(&s);
     }
     self->handle = NULL;
     Py_CLEAR(self->functions);
@@ -64,6 +64,49 @@ image_kind(const char *image, size_t len)
     return 0;
 }
 
+/* Whether a user's jit_option can be passed: 0, or -1 with ValueError.
+ * The log buffers are pygpu's own (a user's value would be taken as an
+ * address); the symbol and name tables are C pointer arrays, which a
+ * Python int cannot describe; an unknown number has no known value type. */
+static int
+check_jit_option(long key)
+{
+    const pygpu_enum_entry *e;
+    const char *name = NULL;
+    for (e = pygpu_enum_jit_option; e->name != NULL; e++)
+        if (e->value == (long long)key)
+            name = e->name;
+    if (name == NULL) {
+        PyErr_Format(PyExc_ValueError,
+                     "module_from_buffer(): %ld is not a jit_option pygpu knows", key);
+        return -1;
+    }
+    switch (key) {
+    case CU_JIT_INFO_LOG_BUFFER:
+    case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES:
+    case CU_JIT_ERROR_LOG_BUFFER:
+    case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES:
+        PyErr_Format(PyExc_ValueError,
+                     "module_from_buffer(): jit_option.%s belongs to pygpu, which passes "
+                     "its own log buffers; the logs come back through message_handler, "
+                     "Module.info_log and the exception of a failed load", name);
+        return -1;
+    case CU_JIT_GLOBAL_SYMBOL_NAMES:
+    case CU_JIT_GLOBAL_SYMBOL_ADDRESSES:
+    case CU_JIT_GLOBAL_SYMBOL_COUNT:
+    case CU_JIT_REFERENCED_KERNEL_NAMES:
+    case CU_JIT_REFERENCED_KERNEL_COUNT:
+    case CU_JIT_REFERENCED_VARIABLE_NAMES:
+    case CU_JIT_REFERENCED_VARIABLE_COUNT:
+        PyErr_Format(PyExc_ValueError,
+                     "module_from_buffer(): jit_option.%s describes a C array of "
+                     "pointers, which module_from_buffer cannot pass", name);
+        return -1;
+    default:
+        return 0;
+    }
+}
+
 /* module_from_buffer(data, options=None, message_handler=None) */
 static PyObject *
 module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
@@ -80,6 +123,7 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
     Py_ssize_t i, n;
     pygpu_Context *ctx;
     pygpu_Module *self;
+    pygpu_scope s = {NULL, 0};
     CUmodule h;
     CUresult rc;
     int kind;
@@ -146,7 +190,7 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
                 goto error;
             }
             key = PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
-            if (key == -1 && PyErr_Occurred())
+            if ((key == -1 && PyErr_Occurred()) || check_jit_option(key) < 0)
                 goto error;
             v = PyTuple_GET_ITEM(item, 1);
             opts[nopts] = (CUjit_option)key;
@@ -163,7 +207,9 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
             }
         }
     }
-    if ((ctx = pygpu_current_context(st)) == NULL)
+    /* the scope holds ctx across the GIL release and the handler, either of
+     * which may see it detached (another thread, or the handler itself) */
+    if ((ctx = pygpu_current_context(st)) == NULL || pygpu_scope_enter(st, ctx, &s) < 0)
         goto error;
     Py_BEGIN_ALLOW_THREADS
     rc = cu.cuModuleLoadDataEx(&h, image, nopts, opts, vals);
@@ -178,11 +224,17 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
         Py_XDECREF(i_s);
         Py_XDECREF(e_s);
         if (r == NULL) {
-            if (rc == CUDA_SUCCESS)
+            if (rc == CUDA_SUCCESS && !ctx->detached)
                 cu.cuModuleUnload(h);
             goto error;
         }
         Py_DECREF(r);
+    }
+    if (rc == CUDA_SUCCESS && ctx->detached) {
+        /* the module died with its context */
+        PyErr_SetString(st->LogicError, "module_from_buffer(): the context was detached "
+                        "while the module loaded (by message_handler or another thread)");
+        goto error;
     }
     if (rc != CUDA_SUCCESS) {
         char extra[LOG_SIZE + 64];
@@ -201,6 +253,7 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
     self->functions = PyDict_New();
     self->info_log = PyUnicode_DecodeUTF8(info, strlen(info), "replace");
     self->unloaded = 0;
+    pygpu_scope_exit(&s);
     Py_XDECREF(seq);
     PyMem_Free(copy);
     PyBuffer_Release(&view);
@@ -210,10 +263,26 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
     }
     return (PyObject *)self;
 error:
+    pygpu_scope_exit(&s);
     Py_XDECREF(seq);
     PyMem_Free(copy);
     PyBuffer_Release(&view);
     return NULL;
+}
+
+/* A symbol name as C text: ValueError for an embedded NUL, which the
+ * driver would take as the end of the name. */
+static const char *
+c_name(PyObject *name, const char *what)
+{
+    Py_ssize_t n;
+    const char *c = PyUnicode_AsUTF8AndSize(name, &n);
+    if (c != NULL && (size_t)n != strlen(c)) {
+        PyErr_Format(PyExc_ValueError, "%s(): the name %R contains a NUL character", what,
+                     name);
+        return NULL;
+    }
+    return c;
 }
 
 /* in function.c */
@@ -241,7 +310,7 @@ module_get_function(pygpu_Module *self, PyObject *name)
             return live;
         }
     }
-    if (PyErr_Occurred() || (cname = PyUnicode_AsUTF8(name)) == NULL)
+    if (PyErr_Occurred() || (cname = c_name(name, "get_function")) == NULL)
         return NULL;
     if (pygpu_context_check(st, self->context) < 0)
         return NULL;
@@ -277,11 +346,13 @@ module_get_global(pygpu_Module *self, PyObject *name)
     CUresult rc;
     const char *cname;
     PyObject *a;
-    if (!PyUnicode_Check(name) || (cname = PyUnicode_AsUTF8(name)) == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "get_global() takes a str");
+    if (!PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "get_global() takes a str, not %.100s",
+                     Py_TYPE(name)->tp_name);
         return NULL;
     }
+    if ((cname = c_name(name, "get_global")) == NULL)
+        return NULL;
     if (pygpu_context_check(st, self->context) < 0)
         return NULL;
     rc = cu.cuModuleGetGlobal(&p, &size, self->handle, cname);

@@ -112,9 +112,13 @@ struct pygpu_Context {
     int max_block[3], max_grid[3], max_threads, max_shared_optin;
     struct pygpu_staging *staging;  /* owned: pinned buffers for pageable copies */
     PyObject *weakreflist;
+    /* borrowed: the DeviceAllocations made in this context (each unlinks
+     * itself when its memory is freed or it dies); detach() frees them and
+     * marks them freed, so none reaches the driver afterwards */
+    struct pygpu_DeviceAllocation *allocations;
 };
 
-typedef struct {
+typedef struct pygpu_DeviceAllocation {
     PyObject_HEAD
     CUdeviceptr ptr;           /* owned: freed by allocation_release */
     size_t size;
@@ -122,9 +126,13 @@ typedef struct {
     int kind;                  /* 0 cuMemAlloc, 1 managed, 2 async (pool), 3 not owned */
     PyObject *owner;           /* strong ref: kind 3, what owns the memory (e.g. the
                                   Module of a global); kind 2, its stream */
-    int freed;
+    int freed;                 /* 1 free()d, 2 its context was detached */
     CUstream free_stream;      /* for kind 2: stream to free on */
     PyObject *weakreflist;
+    int busy;                  /* driver calls using the memory with the GIL released */
+    int free_pending;          /* free() came while busy: the last user frees */
+    /* borrowed links in context->allocations */
+    struct pygpu_DeviceAllocation *ctx_prev, *ctx_next;
 } pygpu_DeviceAllocation;
 
 typedef struct {
@@ -241,6 +249,11 @@ PyObject *pygpu_cuda_error(pygpu_state *st, CUresult rc, const char *routine);
 PyObject *pygpu_cuda_error_ex(pygpu_state *st, CUresult rc, const char *routine,
                               const char *extra);
 int pygpu_errors_setup(PyObject *m, pygpu_state *st);
+/* Parse a Python int argument into an unsigned int / int: TypeError,
+ * OverflowError naming `what` ("make_context(): flags") instead of
+ * truncating.  Returns 0 or -1. */
+int pygpu_parse_uint(PyObject *obj, unsigned int *out, const char *what);
+int pygpu_parse_int(PyObject *obj, int *out, const char *what);
 
 /* loader.c: pygpu_ensure_driver() loads libcuda and calls cuInit once per
  * process; returns 0, or -1 with CudaUnavailableError set.  GIL held. */
@@ -268,6 +281,9 @@ typedef struct {
 } pygpu_scope;
 int pygpu_scope_enter(pygpu_state *st, pygpu_Context *ctx, pygpu_scope *s);
 void pygpu_scope_exit(pygpu_scope *s);
+/* The same for release paths (dealloc, free()): returns -1 without raising
+ * when ctx is detached or cannot be pushed. */
+int pygpu_scope_enter_quiet(pygpu_Context *ctx, pygpu_scope *s);
 /* push ctx if it is not current; *pushed says whether to pop.  No GIL needed. */
 CUresult pygpu_context_enter(pygpu_Context *ctx, int *pushed);
 void pygpu_context_exit(int pushed);
@@ -284,7 +300,13 @@ int pygpu_get_dlpack_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr);
 /* a DeviceAllocation that does not own ptr; owner is kept alive with it */
 PyObject *pygpu_borrowed_allocation(pygpu_state *st, pygpu_Context *ctx, CUdeviceptr ptr,
                                     size_t size, PyObject *owner);
-/* resolve a stream argument (None, Stream, int handle, __cuda_stream__) */
+/* Free the memory of every allocation of ctx and mark them freed (detach).
+ * Returns 0, or -1 with LogicError set (nothing done) when one is in use by
+ * a copy running with the GIL released.  GIL held. */
+int pygpu_allocations_detach(pygpu_state *st, pygpu_Context *ctx);
+
+/* stream.c: resolve a stream argument (None, Stream, int 0/1/2,
+ * __cuda_stream__); a Stream whose context was detached is a LogicError. */
 int pygpu_get_stream(pygpu_state *st, PyObject *obj, CUstream *out);
 
 /* args.c.  GIL held throughout. */

@@ -5,18 +5,82 @@ static void
 stream_release(pygpu_Stream *self)
 {
     CUstream h = self->handle;
-    int pushed = 0;
+    pygpu_scope s;
     if (!self->owns || h == NULL)
         return;
     self->handle = NULL;
     self->owns = 0;
-    if (self->context == NULL || self->context->detached)
-        return;
-    if (pygpu_context_enter(self->context, &pushed) != CUDA_SUCCESS)
+    if (pygpu_scope_enter_quiet(self->context, &s) < 0)
         return;
     cu.cuStreamDestroy(h);
-    pygpu_context_exit(pushed);
+    pygpu_scope_exit(&s);
 }
+
+/* Before any driver call with the handle: LogicError once the stream's
+ * context was detached (the handle died with it). */
+static int
+stream_check(pygpu_Stream *self)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    if (self->context != NULL && self->context->detached) {
+        PyErr_SetString(st->LogicError,
+                        "the context this Stream belongs to was detached");
+        return -1;
+    }
+    return 0;
+}
+
+int
+pygpu_get_stream(pygpu_state *st, PyObject *obj, CUstream *out)
+{
+    PyObject *r;
+    if (obj == NULL || obj == Py_None) {
+        *out = NULL;
+        return 0;
+    }
+    if (Py_IS_TYPE(obj, st->StreamType)) {
+        if (stream_check((pygpu_Stream *)obj) < 0)
+            return -1;
+        *out = ((pygpu_Stream *)obj)->handle;
+        return 0;
+    }
+    if (PyLong_Check(obj) && !PyBool_Check(obj)) {
+        /* only the driver's named handles: a raw handle from elsewhere comes
+         * in through Stream.from_handle(), where trusting it is explicit */
+        long v = PyLong_AsLong(obj);
+        if (v == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        if (v == 0 || v == 1 || v == 2) {
+            *out = v == 0 ? NULL : v == 1 ? CU_STREAM_LEGACY : CU_STREAM_PER_THREAD;
+            return 0;
+        }
+        PyErr_Format(PyExc_TypeError,
+                     "stream=%R: an int stream must be 0 (the default stream), 1 (legacy) "
+                     "or 2 (per-thread); wrap another handle with Stream.from_handle()", obj);
+        return -1;
+    }
+    if (pygpu_getattr_opt(obj, st->str_cuda_stream, &r) < 0)
+        return -1;
+    if (r != NULL) {
+        PyObject *t = PyObject_CallNoArgs(r);
+        Py_DECREF(r);
+        if (t == NULL)
+            return -1;
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 2) {
+            Py_DECREF(t);
+            PyErr_SetString(PyExc_TypeError, "__cuda_stream__() must return (version, handle)");
+            return -1;
+        }
+        *out = (CUstream)PyLong_AsVoidPtr(PyTuple_GET_ITEM(t, 1));
+        Py_DECREF(t);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    PyErr_Format(PyExc_TypeError,
+                 "stream must be a pygpu Stream, None, 0/1/2 or an object with "
+                 "__cuda_stream__, not %.100s", Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
 
 static int
 stream_traverse(pygpu_Stream *self, visitproc visit, void *arg)
@@ -69,13 +133,17 @@ stream_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     pygpu_state *st = pygpu_state_from_type(type);
     static char *kwlist[] = {"flags", "priority", NULL};
+    PyObject *fobj = NULL, *pobj = NULL;
     unsigned int flags = 0;
     int priority = 0;
     pygpu_Context *ctx;
     CUstream h;
     CUresult rc;
     pygpu_Stream *self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|Ii:Stream", kwlist, &flags, &priority))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:Stream", kwlist, &fobj, &pobj))
+        return NULL;
+    if ((fobj != NULL && pygpu_parse_uint(fobj, &flags, "Stream(): flags") < 0)
+        || (pobj != NULL && pygpu_parse_int(pobj, &priority, "Stream(): priority") < 0))
         return NULL;
     if ((ctx = pygpu_current_context(st)) == NULL)
         return NULL;
@@ -137,16 +205,13 @@ stream_synchronize(pygpu_Stream *self, PyObject *unused)
 {
     pygpu_state *st = PYGPU_STATE(self);
     CUresult rc;
-    int pushed = 0;
-    if (self->context && pygpu_context_check(st, self->context) < 0)
+    pygpu_scope s = {NULL, 0};
+    if (self->context != NULL && pygpu_scope_enter(st, self->context, &s) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    rc = self->context ? pygpu_context_enter(self->context, &pushed) : CUDA_SUCCESS;
-    if (rc == CUDA_SUCCESS) {
-        rc = cu.cuStreamSynchronize(self->handle);
-        pygpu_context_exit(pushed);
-    }
+    rc = cu.cuStreamSynchronize(self->handle);
     Py_END_ALLOW_THREADS
+    pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuStreamSynchronize");
     Py_RETURN_NONE;
@@ -156,7 +221,10 @@ static PyObject *
 stream_is_done(pygpu_Stream *self, PyObject *unused)
 {
     pygpu_state *st = PYGPU_STATE(self);
-    CUresult rc = cu.cuStreamQuery(self->handle);
+    CUresult rc;
+    if (stream_check(self) < 0)
+        return NULL;
+    rc = cu.cuStreamQuery(self->handle);
     if (rc == CUDA_SUCCESS)
         Py_RETURN_TRUE;
     if (rc == CUDA_ERROR_NOT_READY)
@@ -172,6 +240,14 @@ stream_wait_for_event(pygpu_Stream *self, PyObject *event)
     if (!Py_IS_TYPE(event, st->EventType)) {
         PyErr_Format(PyExc_TypeError, "wait_for_event() takes an Event, not %.100s",
                      Py_TYPE(event)->tp_name);
+        return NULL;
+    }
+    if (stream_check(self) < 0)
+        return NULL;
+    if (((pygpu_Event *)event)->handle == NULL
+        || (((pygpu_Event *)event)->context != NULL
+            && ((pygpu_Event *)event)->context->detached)) {
+        PyErr_SetString(st->LogicError, "wait_for_event(): the Event's context was detached");
         return NULL;
     }
     rc = cu.cuStreamWaitEvent(self->handle, ((pygpu_Event *)event)->handle, 0);
@@ -196,7 +272,10 @@ static PyObject *
 stream_get_priority(pygpu_Stream *self, void *c)
 {
     int prio;
-    CUresult rc = cu.cuStreamGetPriority(self->handle, &prio);
+    CUresult rc;
+    if (stream_check(self) < 0)
+        return NULL;
+    rc = cu.cuStreamGetPriority(self->handle, &prio);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(PYGPU_STATE(self), rc, "cuStreamGetPriority");
     return PyLong_FromLong(prio);
@@ -206,7 +285,10 @@ static PyObject *
 stream_get_flags(pygpu_Stream *self, void *c)
 {
     unsigned int flags;
-    CUresult rc = cu.cuStreamGetFlags(self->handle, &flags);
+    CUresult rc;
+    if (stream_check(self) < 0)
+        return NULL;
+    rc = cu.cuStreamGetFlags(self->handle, &flags);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(PYGPU_STATE(self), rc, "cuStreamGetFlags");
     return PyLong_FromUnsignedLong(flags);

@@ -70,6 +70,7 @@ class StandIn:
         path = path or os.environ["PYGPU_LIBCUDA"]
         lib = self.lib = ctypes.CDLL(path)
         lib.fakecuda_fail.argtypes = [ctypes.c_char_p, ctypes.c_long, ctypes.c_int]
+        lib.fakecuda_delay.argtypes = [ctypes.c_char_p, ctypes.c_long]
         lib.fakecuda_calls.argtypes = [ctypes.c_char_p]
         lib.fakecuda_calls.restype = ctypes.c_long
         lib.fakecuda_live.argtypes = [ctypes.c_char_p]
@@ -91,6 +92,13 @@ class StandIn:
 
     def cancel(self):
         self.lib.fakecuda_fail(b"*", 0, 0)
+        self.lib.fakecuda_delay(b"*", 0)
+
+    def delay(self, name, ms):
+        """Make every later call of `name` sleep ms milliseconds where the
+        driver would be busy (0: no more)."""
+        if self.lib.fakecuda_delay(name.encode(), ms) != 0:
+            raise ValueError("the stand-in has no entry point %r" % name)
 
     def fired(self):
         return bool(self.lib.fakecuda_fired())

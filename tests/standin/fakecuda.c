@@ -20,6 +20,13 @@
  * point) return `code`.  fakecuda_deinit(1) makes every call return
  * CUDA_ERROR_DEINITIALIZED, as a driver does while the process shuts down.
  *
+ * Slow calls: fakecuda_delay(name, ms) makes every later call of `name`
+ * sleep ms milliseconds, without the lock, where a real driver would be busy:
+ * host<->device copies between checking their ranges and moving the bytes
+ * (and a copy whose device memory was freed meanwhile counts as a stale
+ * use), cuMemHostAlloc after allocating.  A test thread sees the call begin
+ * through fakecuda_calls(name).  fakecuda_delay("*", 0) clears all delays.
+ *
  * Environment, read at cuInit: FAKECUDA_DEVICES (2), FAKECUDA_MEMORY (bytes a
  * device, 4 GiB), FAKECUDA_DRIVER_VERSION (13000), FAKECUDA_CC ("9.9": a
  * capability NVRTC builds no cubin for, so pygpu hands the stand-in PTX),
@@ -149,6 +156,8 @@ static struct fake_module *all_modules;
 
 static long calls_total;
 static long calls_by_fn[F_COUNT];
+static long delay_ms[F_COUNT];
+static __thread int cur_fn = -1;      /* the entry point this thread is in */
 static int inject_fn = -2;            /* -2 none, -1 any */
 static long inject_nth;
 static CUresult inject_code;
@@ -240,6 +249,7 @@ enter(int fn)
 {
     CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
+    cur_fn = fn;
     calls_total++;
     calls_by_fn[fn]++;
     if (tracing) {
@@ -279,6 +289,26 @@ static void
 unlock(void)
 {
     pthread_mutex_unlock(&lock);
+}
+
+/* Sleep as long as fakecuda_delay asked for the current entry point.
+ * Lock not held. */
+static void
+pause_here(void)
+{
+    long ms;
+    struct timespec ts;
+    if (cur_fn < 0)
+        return;
+    pthread_mutex_lock(&lock);
+    ms = delay_ms[cur_fn];
+    unlock();
+    if (ms <= 0)
+        return;
+    ts.tv_sec = ms / 1000;
+    ts.tv_nsec = (ms % 1000) * 1000000L;
+    while (nanosleep(&ts, &ts) != 0)
+        ;
 }
 
 /* ---- helpers (lock held) ---- */
@@ -1185,6 +1215,9 @@ fake_cuMemHostAlloc(void **pp, size_t n, unsigned int flags)
         goto done;
     }
     *pp = p;
+    unlock();
+    pause_here();
+    return rc;
 done:
     unlock();
     return rc;
@@ -1291,8 +1324,15 @@ copy(void *dst, const void *src, size_t n, int dst_dev, int src_dev, CUstream s,
         goto done;
     }
     unlock();
+    pause_here();
     if (n)
         memmove(dst, src, n);
+    pthread_mutex_lock(&lock);
+    /* memory freed while the bytes moved: a use after free */
+    if ((dst_dev && !device_range_ok((CUdeviceptr)(uintptr_t)dst, n))
+        || (src_dev && !device_range_ok((CUdeviceptr)(uintptr_t)src, n)))
+        stale_uses++;
+    unlock();
     return CUDA_SUCCESS;
 done:
     unlock();
@@ -1700,19 +1740,19 @@ module_free(fake_module *m)
 static void
 reap_context(fake_ctx *c)
 {
-    fake_alloc *a = allocs, *next;
+    fake_alloc *a, *next;
     fake_stream *s;
     fake_event *e;
     fake_module *m;
     for (m = all_modules; m != NULL; m = m->next_all) {
         if (m->ctx == c && m->alive) {
-            module_free(m);
+            module_free(m);              /* drops its globals' records */
             m->alive = 0;
             live_modules--;
             reaped++;
         }
     }
-    for (; a != NULL; a = next) {
+    for (a = allocs; a != NULL; a = next) {
         next = a->next;
         if (a->ctx == c && a->kind != K_GLOBAL) {
             drop_alloc(a);
@@ -2687,6 +2727,22 @@ fakecuda_fail(const char *name, long nth, int code)
     inject_code = (CUresult)code;
     if (code)
         inject_fired = 0;
+    unlock();
+    return 0;
+}
+
+/* Every later call of `name` sleeps ms milliseconds where the driver would
+ * be busy ("*" with ms 0: no delays).  Returns 0, or -1 for an unknown name. */
+EXPORT int
+fakecuda_delay(const char *name, long ms)
+{
+    int fn = lookup_fn(name), i;
+    if (fn == -3 || (fn == -1 && ms != 0))
+        return -1;
+    pthread_mutex_lock(&lock);
+    for (i = 0; i < F_COUNT; i++)
+        if (fn == -1 || fn == i)
+            delay_ms[i] = ms;
     unlock();
     return 0;
 }

@@ -410,6 +410,7 @@ def clear_cache(cache_dir=None, disk=True):
     with _lock:
         _key_memo.clear()
         _modules.clear()
+        _images.clear()
     store.clear(cache_dir, disk)
 
 
@@ -421,6 +422,7 @@ def clear_cache(cache_dir=None, disk=True):
 # detached is never served.  Never filled with the cache off; emptied by
 # clear_cache(); bounded.
 _modules = {}
+_images = {}            # (primary Context, image digest) -> Module
 _get_current = driver.Context.get_current
 _environ, _DISABLE, _OFF = store.environ_data, store.DISABLE_KEY, store.OFF
 
@@ -444,11 +446,11 @@ def _memo_key(args):
 
 
 class _Loaded:
-    __slots__ = ("attrs", "module", "deps", "env")
+    __slots__ = ("attrs", "ctx", "deps", "env")
 
     def __init__(self, attrs, module, deps, env):
-        self.attrs = attrs      # the SourceModule's __dict__ to copy
-        self.module = module
+        self.attrs = attrs      # the SourceModule's __dict__ to copy (holds the module)
+        self.ctx = module.context
         self.deps = deps        # Deps or None (no file can change the result)
         self.env = env          # CUDA_HOME/CUDA_PATH (they pick the include dirs), with deps
 
@@ -466,17 +468,17 @@ class SourceModule:
                  include_dirs=(), cache_dir=None, keep=False, name_expressions=(),
                  std=None, fast_math=False, defines=None, target=None):
         # the warm path: the same arguments again, in the same live context
-        args = (source, options, no_extern_c, arch, code, include_dirs, cache_dir, keep,
-                name_expressions, std, fast_math, defines, target)
         try:
-            memo_key = (args, _get_current())
+            memo_key = (source, options, no_extern_c, arch, code, include_dirs, cache_dir, keep,
+                        name_expressions, std, fast_math, defines, target, _get_current())
             hit = _modules.get(memo_key)
         except TypeError:      # a list or dict argument
-            args = _memo_key(args)
-            memo_key = None if args is None else (args, _get_current())
-            hit = None if args is None else _modules.get(memo_key)
-        if (hit is not None and not hit.module.context.detached
-                and _environ.get(_DISABLE) in _OFF and (hit.deps is None or (hit.deps.valid() and hit.env == (
+            memo_key = _memo_key((source, options, no_extern_c, arch, code, include_dirs,
+                                  cache_dir, keep, name_expressions, std, fast_math, defines,
+                                  target, _get_current()))
+            hit = None if memo_key is None else _modules.get(memo_key)
+        if (hit is not None and not hit.ctx.detached and _environ.get(_DISABLE) in _OFF
+                and (hit.deps is None or (hit.deps.valid() and hit.env == (
                     store.env_raw("CUDA_HOME"), store.env_raw("CUDA_PATH"))))):
             self.__dict__.update(hit.attrs)
             return
@@ -509,10 +511,21 @@ class SourceModule:
         ctx = _get_current()
         if ctx is None:
             driver.init()
-        self.module = driver.module_from_buffer(binary)
+        # one loaded module per image and primary context, whichever
+        # arguments produced it (same memo rules as below)
+        image_key = (ctx, binary.digest()) if ctx is not None and ctx.is_primary else None
+        mod = _images.get(image_key) if image_key is not None and deps is not None else None
+        if mod is None or mod.context.detached:
+            mod = driver.module_from_buffer(binary)
+            if image_key is not None and deps is not None and mod.context == ctx:
+                with _lock:
+                    if len(_images) >= _MEMO_MAX:
+                        _images.clear()
+                    _images[image_key] = mod
+        self.module = mod
         self._lowered = binary.lowered_names
         ctx = self.module.context
-        if (memo_key is not None and not keep and ctx.is_primary and memo_key[1] == ctx
+        if (memo_key is not None and not keep and ctx.is_primary and memo_key[-1] == ctx
                 and (deps is not None and not deps.racy)):
             with _lock:
                 if len(_modules) >= _MEMO_MAX:

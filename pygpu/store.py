@@ -493,22 +493,38 @@ def write_entry(cache_dir, key, b):
     _account(cache_dir, len(blob), keep=path)
 
 
+_totals = {}    # cache dir -> (approximate total, total last written to <dir>/size)
+
+
 def _account(cache_dir, added, keep):
-    """Add added bytes to the approximate total kept in <dir>/size; past the
-    cap, list the entries and evict (a full listing only then, not on every
-    write)."""
+    """Add added bytes to the approximate total of cache_dir (read from
+    <dir>/size once per process, written back in steps of 1/64 of the cap);
+    past the cap, list the entries and evict.  So a write costs no listing
+    of the cache and, mostly, no extra file."""
+    cap = cache_cap()
     size_file = os.path.join(cache_dir, "size")
-    try:
-        with open(size_file) as f:
-            total = int(f.read()) + added
-    except (OSError, ValueError):
-        total = None
-    if total is None or total > cache_cap():
+    known = _totals.get(cache_dir)
+    if known is None:
+        try:
+            with open(size_file) as f:
+                total = int(f.read())
+        except (OSError, ValueError):
+            total = None
+        written = total
+    else:
+        total, written = known
+    if total is not None:
+        total += added
+    if total is None or total > cap:
         total = evict(cache_dir, keep=keep)
-    try:
-        _atomic_write(size_file, str(total).encode())
-    except OSError:
-        pass
+        written = None
+    if written is None or abs(total - written) >= max(cap // 64, 1):
+        try:
+            _atomic_write(size_file, str(total).encode())
+            written = total
+        except OSError:
+            pass
+    _totals[cache_dir] = (total, written)
 
 
 def entries(cache_dir):
@@ -582,6 +598,7 @@ def clear(cache_dir=None, disk=True):
                 os.unlink(os.path.join(d, "size"))
             except OSError:
                 pass
+            _totals.pop(d, None)
 
 
 # ---- NVRTC's version, recorded beside the entries ----

@@ -318,8 +318,12 @@ def test_a_running_copy_keeps_its_settings(standin, ctx, rng, staging):
         changed_at.append(standin.calls("cuMemcpyHtoDAsync"))
 
     t = threading.Thread(target=change_when_running)
+    standin.delay("cuMemcpyHtoDAsync", 1)    # the copy outlasts the change, even on a busy host
     t.start()
-    cuda.memcpy_htod(dev, x)
+    try:
+        cuda.memcpy_htod(dev, x)
+    finally:
+        standin.delay("cuMemcpyHtoDAsync", 0)
     t.join()
     pieces = -(-n // (64 * KIB))
     assert standin.calls("cuMemcpyHtoDAsync") == start + pieces

@@ -21,7 +21,8 @@ import warnings
 
 from pygpu import _driver, _loader, driver
 
-__all__ = ["compile", "SourceModule", "CompileError", "CompilerWarning", "nvrtc_version",
+# no "compile": `from pygpu.compiler import *` must not shadow the built-in
+__all__ = ["SourceModule", "CompileError", "CompilerWarning", "nvrtc_version", "Binary",
            "kernel_source", "KERNEL_DIR",
            "supported_archs", "cache_info", "clear_cache", "default_cache_dir"]
 
@@ -309,6 +310,17 @@ class Binary(bytes):
             self._digest = hashlib.sha256(self).digest()
         return self._digest
 
+    def __repr__(self):         # a summary: the image itself is thousands of bytes
+        from pygpu import _display
+        return _display.binary_summary(self)
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(repr(self))
+
+    def _repr_html_(self):
+        from pygpu import _display
+        return _display.binary_html(self)
+
 
 def _make_binary(image, target, arch, log, lowered):
     b = Binary(image)
@@ -447,20 +459,10 @@ def clear_cache(cache_dir=None, disk=True):
 # ---- compile ----
 
 def _format_error(log, source, name):
-    """The log, then each failing line of the source with its number."""
-    lines = source.splitlines()
-    shown = []
-    for m in re.finditer(r"%s\((\d+)\): (error|warning)" % re.escape(name), log):
-        n = int(m.group(1))
-        if m.group(2) == "error" and n not in shown:
-            shown.append(n)
-    parts = ["NVRTC compilation failed:", log.strip()]
-    for n in shown[:10]:
-        lo, hi = max(1, n - 2), min(len(lines), n + 2)
-        parts.append("")
-        for i in range(lo, hi + 1):
-            parts.append("%s%5d | %s" % ("->" if i == n else "  ", i, lines[i - 1]))
-    return "\n".join(parts)
+    """The log, then each failing line of the user's source with its number
+    (SourceModule's extern "C" wrapper mapped away: pygpu/_display.py)."""
+    from pygpu import _display
+    return _display.format_compile_error(log, source, name)
 
 
 _key_memo = {}

@@ -10,7 +10,9 @@
 
 Options of the magic (``%%cuda --help``): ``-o/--option`` an NVRTC option
 (repeat it), ``--arch``, ``--std``, ``-D NAME[=VALUE]``, ``-I DIR``,
-``--no-extern-c``, ``--name-expression EXPR``, ``--module NAME`` (bind the
+``--no-extern-c`` (needed when the cell includes C++ headers such as CUB's:
+then the kernels declared ``extern "C" __global__`` are bound),
+``--name-expression EXPR``, ``--module NAME`` (bind the
 SourceModule too), ``--no-pch`` (see below).  Without a GPU the cell is still
 compiled (give ``--arch``, or sm_90 is used): the names are bound to kernels
 that say, when called, that there is no GPU to run them on.
@@ -46,11 +48,14 @@ _GLOBAL_RE = re.compile(
     r"(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\(([^)]*)\)")
 
 
-def kernels_in(source):
+def kernels_in(source, extern_c_only=False):
     """[(name, [C parameter declarations])] of the non-template __global__
-    functions in source, in order."""
+    functions in source, in order (extern_c_only: those declared
+    extern "C", the ones with unmangled names under --no-extern-c)."""
     out = []
     for m in _GLOBAL_RE.finditer(source):
+        if extern_c_only and not re.search(r'extern\s+"C"\s*$', source[:m.start()]):
+            continue
         start = source.rfind("\n", 0, m.start()) + 1
         if source[max(0, start - 200):m.start()].rstrip().endswith(">"):
             continue        # template<...> __global__: needs a name expression
@@ -204,8 +209,8 @@ def cuda_cell(line, cell, namespace):
                                   defines=defines, name_expressions=args.name_expressions,
                                   std=args.std)
     bound = {}
-    if not args.no_extern_c:
-        for name, params in kernels_in(cell):
+    if True:
+        for name, params in kernels_in(cell, extern_c_only=args.no_extern_c):
             f = module.get_function(name) if module is not None else None
             bound[name] = Kernel(f, name, params, binary)
     namespace.update(bound)

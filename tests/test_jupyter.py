@@ -204,3 +204,11 @@ def test_notebook_runs_the_kernel_on_a_gpu(tmp_path, monkeypatch):
     assert "kernel.cu(4): error" in by[5]
     assert by[8] == "saxpy matches NumPy on 100003 elements\n"
     assert by[9] == "timed: 3 runs\n"
+
+
+def test_kernels_in_extern_c_only():
+    from pygpu.ipython import kernels_in
+    src = ('#include <cub/block/block_reduce.cuh>\n'
+           'extern "C" __global__ void bsum(const float *x) { }\n'
+           '__global__ void mangled(float *x) { }\n')
+    assert kernels_in(src, extern_c_only=True) == [("bsum", ["const float *x"])]

@@ -8,3 +8,15 @@ Importing pygpu loads no CUDA library and touches no GPU.
 __version__ = "0.1.0"
 
 from pygpu import driver  # noqa: E402,F401
+
+
+def load_ipython_extension(ipython):
+    """``%load_ext pygpu``: the %%cuda and %cuda_timeit magics and rich
+    displays (pygpu/ipython.py)."""
+    from pygpu import ipython as _ipython
+    _ipython.load_ipython_extension(ipython)
+
+
+def unload_ipython_extension(ipython):
+    from pygpu import ipython as _ipython
+    _ipython.unload_ipython_extension(ipython)

@@ -22,8 +22,9 @@ from pygpu import _driver, _loader, driver, store
 from pygpu._errors import CompileError
 from pygpu.store import CACHE_SCHEMA, Binary, default_cache_dir  # noqa: F401  (API)
 
-__all__ = ["compile", "SourceModule", "CompileError", "CompilerWarning", "nvrtc_version",
-           "kernel_source", "KERNEL_DIR", "Binary",
+# no "compile": `from pygpu.compiler import *` must not shadow the built-in
+__all__ = ["SourceModule", "CompileError", "CompilerWarning", "nvrtc_version", "Binary",
+           "kernel_source", "KERNEL_DIR",
            "supported_archs", "cache_info", "clear_cache", "default_cache_dir"]
 
 _lock = threading.RLock()
@@ -195,20 +196,10 @@ def _device_arch_and_target(target):
 # ---- compile ----
 
 def _format_error(log, source, name):
-    """The log, then each failing line of the source with its number."""
-    lines = source.splitlines()
-    shown = []
-    for m in re.finditer(r"%s\((\d+)\): (error|warning)" % re.escape(name), log):
-        n = int(m.group(1))
-        if m.group(2) == "error" and n not in shown:
-            shown.append(n)
-    parts = ["NVRTC compilation failed:", log.strip()]
-    for n in shown[:10]:
-        lo, hi = max(1, n - 2), min(len(lines), n + 2)
-        parts.append("")
-        for i in range(lo, hi + 1):
-            parts.append("%s%5d | %s" % ("->" if i == n else "  ", i, lines[i - 1]))
-    return "\n".join(parts)
+    """The log, then each failing line of the user's source with its number
+    (SourceModule's extern "C" wrapper mapped away: pygpu/_display.py)."""
+    from pygpu import _display
+    return _display.format_compile_error(log, source, name)
 
 
 def _build_options(options, arch_opt, include_dirs, defines, std, fast_math):
@@ -424,6 +415,16 @@ def clear_cache(cache_dir=None, disk=True):
 _modules = {}
 _images = {}            # (primary Context, image digest) -> Module
 _get_current = driver.Context.get_current
+
+
+def _current_or_none():
+    """The current context for SourceModule's memo key; without a driver,
+    None, so that the source is still compiled (and a CompileError comes
+    before the missing driver)."""
+    try:
+        return _get_current()
+    except driver.CudaUnavailableError:
+        return None
 _environ, _DISABLE, _OFF = store.environ_data, store.DISABLE_KEY, store.OFF
 
 
@@ -470,12 +471,12 @@ class SourceModule:
         # the warm path: the same arguments again, in the same live context
         try:
             memo_key = (source, options, no_extern_c, arch, code, include_dirs, cache_dir, keep,
-                        name_expressions, std, fast_math, defines, target, _get_current())
+                        name_expressions, std, fast_math, defines, target, _current_or_none())
             hit = _modules.get(memo_key)
         except TypeError:      # a list or dict argument
             memo_key = _memo_key((source, options, no_extern_c, arch, code, include_dirs,
                                   cache_dir, keep, name_expressions, std, fast_math, defines,
-                                  target, _get_current()))
+                                  target, _current_or_none()))
             hit = None if memo_key is None else _modules.get(memo_key)
         if (hit is not None and not hit.ctx.detached and _environ.get(_DISABLE) in _OFF
                 and (hit.deps is None or (hit.deps.valid() and hit.env == (

@@ -121,6 +121,17 @@ class Binary(bytes):
             self._digest = hashlib.sha256(self).digest()
         return self._digest
 
+    def __repr__(self):         # a summary: the image itself is thousands of bytes
+        from pygpu import _display
+        return _display.binary_summary(self)
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(repr(self))
+
+    def _repr_html_(self):
+        from pygpu import _display
+        return _display.binary_html(self)
+
 
 def make_binary(image, target, arch, log, lowered):
     b = Binary(image)

@@ -28,6 +28,12 @@ def bin_size(nbytes):
     return ((nbytes + step - 1) // step) * step
 
 
+def _pool_repr(pool):
+    return "<%s: %d active block(s), %d held (%d bytes)%s>" % (
+        type(pool).__name__, pool.active_blocks, pool.held_blocks, pool.held_bytes,
+        "" if pool._holding else ", not holding")
+
+
 class PooledDeviceAllocation(int):
     """A device pointer (an int, so it goes anywhere an address does) whose
     memory returns to its pool on free() or when it dies."""
@@ -80,6 +86,14 @@ class DeviceMemoryPool:
     def held_blocks(self):
         """Blocks kept for reuse."""
         return sum(len(v) for v in self._bins.values())
+
+    @property
+    def held_bytes(self):
+        """Bytes of device memory kept for reuse."""
+        return sum(size * len(v) for size, v in list(self._bins.items()))
+
+    def __repr__(self):
+        return _pool_repr(self)
 
     def allocate(self, nbytes):
         nbytes = operator.index(nbytes)
@@ -137,7 +151,16 @@ class PageLockedMemoryPool:
 
     @property
     def held_blocks(self):
+        """Blocks kept for reuse."""
         return sum(len(v) for v in self._bins.values())
+
+    @property
+    def held_bytes(self):
+        """Bytes of page-locked memory kept for reuse."""
+        return sum(size * len(v) for size, v in list(self._bins.items()))
+
+    def __repr__(self):
+        return _pool_repr(self)
 
     def empty(self, shape, dtype=np.float64, order="C"):
         dtype = np.dtype(dtype)

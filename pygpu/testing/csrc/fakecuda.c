@@ -44,8 +44,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../src/cuda_api.h"
-#include "../../src/cuda_enums.h"
+#include "cuda_api.h"        /* links to src/: the list pygpu resolves */
+#include "cuda_enums.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAXDEV 8
@@ -243,6 +243,28 @@ known(const void *h)
     return 0;
 }
 
+/* Sticky mode (fakecuda_fail_sticky, FAKECUDA_FAIL=name:nth:code:sticky):
+ * once the injected failure fires, every later call returns its code, as a
+ * real driver does after CUDA_ERROR_ILLEGAL_ADDRESS, except the calls that
+ * a broken context still answers (lookups, the context stack).  Lock held. */
+static int inject_sticky;
+static CUresult sticky_code;
+
+static int
+sticky_exempt(int fn)
+{
+    static const char *const keep[] = {"cuInit", "cuDriverGetVersion", "cuGetErrorName",
+        "cuGetErrorString", "cuGetProcAddress", "cuCtxGetCurrent", "cuCtxSetCurrent",
+        "cuCtxPushCurrent", "cuCtxPopCurrent", "cuCtxGetDevice", NULL};
+    const char *const *k;
+    if (strncmp(fn_names[fn], "cuDeviceGet", 11) == 0)
+        return 1;
+    for (k = keep; *k; k++)
+        if (strcmp(fn_names[fn], *k) == 0)
+            return 1;
+    return 0;
+}
+
 /* Called first by every entry point; returns nonzero to fail the call. */
 static CUresult
 enter(int fn)
@@ -276,10 +298,14 @@ enter(int fn)
         rc = CUDA_ERROR_DEINITIALIZED;
     else if (!initialized && fn != F_cuInit && fn != F_cuDriverGetVersion)
         rc = CUDA_ERROR_NOT_INITIALIZED;
+    else if (sticky_code != CUDA_SUCCESS && !sticky_exempt(fn))
+        rc = sticky_code;
     else if (inject_fn != -2 && (inject_fn == -1 || inject_fn == fn) && --inject_nth == 0) {
         rc = inject_code;
         inject_fn = -2;
         inject_fired = 1;
+        if (inject_sticky)
+            sticky_code = rc;
     }
     pthread_mutex_unlock(&lock);
     return rc;
@@ -523,6 +549,7 @@ read_env(void)
         char name[128];
         long nth;
         int code;
+        inject_sticky = strstr(s, ":sticky") != NULL;
         if (sscanf(s, "%127[^:]:%ld:%d", name, &nth, &code) == 3) {
             inject_fn = lookup_fn(name);
             inject_nth = nth;
@@ -2725,6 +2752,7 @@ fakecuda_fail(const char *name, long nth, int code)
     inject_fn = code ? fn : -2;
     inject_nth = nth;
     inject_code = (CUresult)code;
+    inject_sticky = 0;
     if (code)
         inject_fired = 0;
     unlock();
@@ -2882,4 +2910,34 @@ fakecuda_last_launch(char *name, size_t namecap, unsigned *dims, unsigned *share
         memcpy(params, last_launch.params, n < cap ? n : cap);
     unlock();
     return n;
+}
+
+/* fakecuda_fail, sticky: once it fires, every later call but the exempt ones
+ * (sticky_exempt) returns `code` for the rest of the process.  Returns 0, or
+ * -1 for an unknown name. */
+EXPORT int
+fakecuda_fail_sticky(const char *name, long nth, int code)
+{
+    int fn = lookup_fn(name);
+    if (fn == -3)
+        return -1;
+    pthread_mutex_lock(&lock);
+    inject_fn = code ? fn : -2;
+    inject_nth = nth;
+    inject_code = (CUresult)code;
+    inject_sticky = code != 0;
+    inject_fired = 0;
+    unlock();
+    return 0;
+}
+
+/* The sticky error in force (0: none). */
+EXPORT int
+fakecuda_sticky(void)
+{
+    int r;
+    pthread_mutex_lock(&lock);
+    r = (int)sticky_code;
+    unlock();
+    return r;
 }

@@ -1,0 +1,1 @@
+../../../src/cuda_enums.h

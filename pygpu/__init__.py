@@ -8,3 +8,5 @@ Importing pygpu loads no CUDA library and touches no GPU.
 __version__ = "0.1.0"
 
 from pygpu import driver  # noqa: E402,F401
+
+__all__ = ["driver", "__version__"]

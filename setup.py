@@ -1,47 +1,52 @@
 """Build of pygpu._driver, the C extension over the CUDA driver API and NVRTC.
 
-Only the CUDA toolkit's headers are needed to build (cuda.h, cudaTypedefs.h,
-nvrtc.h); nothing is linked against libcuda or NVRTC, which are opened at run
-time.  The headers are looked for in $CUDA_HOME/include, $CUDA_PATH/include,
-/usr/local/cuda/include and NVIDIA's pip wheels.
+Only three CUDA headers are needed to build (cuda.h, cudaTypedefs.h,
+nvrtc.h); nothing is linked against libcuda or NVRTC, which are opened at
+run time, so the extension needs only libc (a manylinux wheel: make wheel).
+The headers are looked for in $PYGPU_CUDA_INCLUDE, $CUDA_HOME/include,
+$CUDA_PATH/include, $CUDA_ROOT/include, /usr/local/cuda/include,
+/opt/cuda/include, /usr/include, then NVIDIA's wheels
+(site-packages/nvidia/cu13/include); when pip builds in an isolated
+environment and no toolkit is found, tools/pygpu_build_backend.py has pip
+install those wheels first.
+
+The CUDA sources in the top-level kernels/ ship inside the package as
+pygpu/kernels/.  Project metadata is in pyproject.toml.
 """
 import glob
 import os
 import sys
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "tools"))
+import pygpu_build_backend  # noqa: E402  (the header search, shared with the backend)
 
 
-def cuda_include_dir():
-    candidates = []
-    for var in ("PYGPU_CUDA_INCLUDE", "CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"):
-        v = os.environ.get(var)
-        if v:
-            candidates.append(v if var == "PYGPU_CUDA_INCLUDE" else os.path.join(v, "include"))
-    candidates += ["/usr/local/cuda/include", "/opt/cuda/include", "/usr/include"]
-    for p in sys.path:
-        candidates += glob.glob(os.path.join(p, "nvidia", "cu*", "include"))
-        candidates += glob.glob(os.path.join(p, "nvidia", "cuda_runtime", "include"))
-    for c in candidates:
-        if (os.path.exists(os.path.join(c, "cuda.h"))
-                and os.path.exists(os.path.join(c, "cudaTypedefs.h"))
-                and os.path.exists(os.path.join(c, "nvrtc.h"))):
-            return c
-    sys.exit("pygpu: the CUDA toolkit headers (cuda.h, cudaTypedefs.h, nvrtc.h) were "
-             "not found; install the CUDA toolkit or set CUDA_HOME. Tried:\n  "
-             + "\n  ".join(candidates))
+class BuildExt(build_ext):
+    """Finds the CUDA and NumPy headers only when the extension is built, so
+    an sdist or metadata needs neither."""
+
+    def build_extensions(self):
+        cuda = pygpu_build_backend.cuda_include_dirs()
+        if cuda is None:
+            sys.exit("pygpu: the CUDA headers (cuda.h, cudaTypedefs.h, nvrtc.h) were not "
+                     "found; install the CUDA toolkit, set CUDA_HOME, or pip install "
+                     "'nvidia-cuda-runtime==13.*' 'nvidia-cuda-nvrtc==13.*' (a build with "
+                     "pip's build isolation does that by itself). Tried:\n  "
+                     + "\n  ".join(pygpu_build_backend.tried()))
+        import numpy
+        for ext in self.extensions:
+            ext.include_dirs = list(ext.include_dirs) + cuda + [numpy.get_include()]
+        super().build_extensions()
 
 
-def numpy_include_dir():
-    import numpy
-    return numpy.get_include()
-
-
-sources = sorted(glob.glob(os.path.join("src", "*.c")))
 ext = Extension(
     "pygpu._driver",
-    sources=sources,
-    include_dirs=["src", cuda_include_dir(), numpy_include_dir()],
+    sources=sorted(glob.glob(os.path.join("src", "*.c"))),
+    include_dirs=["src"],
     depends=glob.glob(os.path.join("src", "*.h")),
     define_macros=[("NPY_TARGET_VERSION", "NPY_1_22_API_VERSION")],
     extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wno-missing-field-initializers",
@@ -49,4 +54,11 @@ ext = Extension(
     libraries=["dl"],
 )
 
-setup(ext_modules=[ext])
+setup(
+    packages=find_packages(include=["pygpu", "pygpu.*"]) + ["pygpu.kernels"],
+    package_dir={"pygpu.kernels": "kernels"},
+    package_data={"pygpu": ["py.typed", "*.pyi"], "pygpu.kernels": ["*.cu", "*.cuh"],
+                  "pygpu.testing": ["csrc/*.c", "csrc/*.h"]},
+    ext_modules=[ext],
+    cmdclass={"build_ext": BuildExt},
+)

@@ -30,7 +30,7 @@ def main():
         launch = f.configure((sms * blocks_per_sm, 1), (block, 1, 1))
         results[block] = _common.time_ms(lambda: launch(dout, dx, dy, a, N))
         print("block %4d: %d blocks/SM, %.1f us" % (block, blocks_per_sm, results[block] * 1e3))
-    best = min(results, key=results.get)
+    best = min(results, key=lambda b: results[b])
     min_grid, suggested = f.max_potential_block_size()
     print("fastest: %d threads a block; the occupancy calculator suggests %d (grid >= %d)"
           % (best, suggested, min_grid))

@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 
 from pygpu import driver  # noqa: E402,F401
 
+__all__ = ["driver", "__version__"]
 
 def load_ipython_extension(ipython):
     """``%load_ext pygpu``: the %%cuda and %cuda_timeit magics and rich

@@ -1,21 +1,71 @@
-"""Where pygpu looks for NVRTC, in order (the driver is libcuda.so.1, or
-$PYGPU_LIBCUDA; see src/loader.c).  Kept in Python so the order is testable
-on a machine without CUDA."""
+"""Where pygpu looks for NVRTC, the CUDA headers and its own kernel sources
+(the driver is libcuda.so.1, or $PYGPU_LIBCUDA; see src/loader.c).
+
+NVIDIA's ``cuda-pathfinder`` package (``cuda.pathfinder``) does the search
+when it is installed: it prefers the CUDA wheels of the running environment
+(``site-packages/nvidia/cu13``), then conda, then the system.  It is
+imported only when NVRTC or the headers are first needed, never by
+``import pygpu``.  Without it, the same order is followed by the plain search
+below, which is kept in Python so it is testable on a machine without CUDA.
+"""
 import glob
 import os
 import sys
 
+__all__ = ["nvrtc_candidates", "load_nvrtc", "cuda_include_dirs", "with_cuda_include_dirs",
+           "kernel_dir", "nvrtc_pip_requirement", "pathfinder"]
+
 _SONAMES = ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so")
+# NVIDIA's wheels: CUDA 13 puts every component in nvidia/cu13/; CUDA 12's
+# wheels have one folder per component.
+_WHEEL_LIB_DIRS = ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib")
+_WHEEL_INCLUDE_DIRS = ("nvidia/cu13/include", "nvidia/cuda_runtime/include")
+_WHEEL_CCCL_DIRS = ("nvidia/cu13/include/cccl", "nvidia/cuda_cccl/include")
+
+_UNSET = object()
+_pathfinder = _UNSET
+
+
+def pathfinder():
+    """The cuda.pathfinder module, imported on first call; None if it is not
+    installed (or $PYGPU_NO_PATHFINDER is set, to test the plain search)."""
+    global _pathfinder
+    if _pathfinder is _UNSET:
+        if os.environ.get("PYGPU_NO_PATHFINDER", "") not in ("", "0"):
+            _pathfinder = None
+        else:
+            try:
+                import cuda.pathfinder as pf
+            except ImportError:
+                pf = None
+            _pathfinder = pf
+    return _pathfinder
+
+
+def _site_dirs(path, rel):
+    out = []
+    for p in path:
+        d = os.path.join(p, rel)
+        if os.path.isdir(d):
+            out.append(d)
+    return out
 
 
 def nvrtc_candidates(environ=None, path=None):
-    """The NVRTC libraries to try, first match wins:
+    """The NVRTC libraries to try, first match wins (cuda-pathfinder's order,
+    so the answer is the same with and without it):
 
     1. $PYGPU_NVRTC (a file path),
-    2. $CUDA_HOME/lib64 and $CUDA_PATH/lib64 (and lib/),
-    3. the system loader path (bare sonames, as dlopen resolves them),
-    4. NVIDIA's pip wheels (site-packages/nvidia/cu13/lib, .../cuda_nvrtc/lib),
-    5. /usr/local/cuda/lib64.
+    2. NVIDIA's pip wheels on sys.path (nvidia/cu13/lib, nvidia/cuda_nvrtc/lib):
+       the environment's own NVRTC wins over a system one,
+    3. $CONDA_PREFIX/lib,
+    4. the system loader path (bare sonames, as dlopen resolves them:
+       LD_LIBRARY_PATH, then the loader's cache),
+    5. $CUDA_HOME and $CUDA_PATH (lib64/, lib/),
+    6. /usr/local/cuda/lib64.
+
+    Nothing is opened: the list is for load_nvrtc() and for the compile
+    cache's record of which library a process would load.
     """
     env = os.environ if environ is None else environ
     path = sys.path if path is None else path
@@ -23,42 +73,146 @@ def nvrtc_candidates(environ=None, path=None):
     explicit = env.get("PYGPU_NVRTC")
     if explicit:
         out.append(explicit)
+    for rel in _WHEEL_LIB_DIRS:
+        for d in _site_dirs(path, rel):
+            out.extend(sorted(x for x in glob.glob(os.path.join(d, "libnvrtc.so*"))
+                              if "alt" not in os.path.basename(x)))
+    conda = env.get("CONDA_PREFIX")
+    if conda:
+        out.extend(os.path.join(conda, "lib", so) for so in _SONAMES)
+    out.extend(_SONAMES)
     for var in ("CUDA_HOME", "CUDA_PATH"):
         root = env.get(var)
         if root:
             for sub in ("lib64", "lib"):
-                for so in _SONAMES:
-                    out.append(os.path.join(root, sub, so))
-    out.extend(_SONAMES)
-    for p in path:
-        if not os.path.isdir(os.path.join(p, "nvidia")):
-            continue
-        for pattern in ("nvidia/cu13/lib/libnvrtc.so*", "nvidia/cuda_nvrtc/lib/libnvrtc.so*",
-                        "nvidia/cu12/lib/libnvrtc.so*"):
-            out.extend(sorted(x for x in glob.glob(os.path.join(p, pattern))
-                              if "builtins" not in x and "alt" not in os.path.basename(x)))
-    for so in _SONAMES:
-        out.append(os.path.join("/usr/local/cuda/lib64", so))
+                out.extend(os.path.join(root, sub, so) for so in _SONAMES)
+    out.extend(os.path.join("/usr/local/cuda/lib64", so) for so in _SONAMES)
     seen = set()
-    unique = []
-    for c in out:
-        if c not in seen:
-            seen.add(c)
-            unique.append(c)
-    return unique
+    return [c for c in out if not (c in seen or seen.add(c))]
 
 
-def cuda_include_dirs(environ=None):
-    """The CUDA toolkit's include directories, if found (for SourceModule's
-    -I, as PyCUDA adds it): include/ and, from CUDA 13, include/cccl/ (where
-    cuda/std/..., used by cooperative_groups.h, lives); [] otherwise."""
+def load_nvrtc(loader=None):
+    """Open NVRTC and return its path: $PYGPU_NVRTC if set, else what
+    cuda-pathfinder finds (when installed), else the first of
+    nvrtc_candidates() that opens.  A failure lists every path tried."""
+    if loader is None:
+        from pygpu import _driver
+        loader = _driver._load_nvrtc
+    candidates = nvrtc_candidates()
+    pf = None if os.environ.get("PYGPU_NVRTC") else pathfinder()
+    if pf is not None:
+        try:
+            found = pf.load_nvidia_dynamic_lib("nvrtc").abs_path
+        except Exception:      # not found, or a pathfinder too old to know NVRTC
+            found = None
+        if found and found not in candidates:
+            candidates.insert(0, found)
+        elif found:
+            candidates.remove(found)
+            candidates.insert(0, found)
+    return loader(candidates)
+
+
+def _include_root_ok(d):
+    return bool(d) and os.path.isfile(os.path.join(d, "cuda_runtime.h"))
+
+
+def _cccl_ok(d):
+    return bool(d) and os.path.isfile(os.path.join(d, "cuda", "std", "version"))
+
+
+def _plain_include_dirs(env, path):
+    """The plain search for the headers, in cuda-pathfinder's order."""
+    roots = []
+    for rel in _WHEEL_INCLUDE_DIRS:
+        roots.extend(_site_dirs(path, rel))
+    cccl = []
+    for rel in _WHEEL_CCCL_DIRS:
+        cccl.extend(_site_dirs(path, rel))
+    tops = []
+    if env.get("CONDA_PREFIX"):
+        tops.append(os.path.join(env["CONDA_PREFIX"], "targets", "x86_64-linux"))
+        tops.append(env["CONDA_PREFIX"])
+    tops += [env.get("CUDA_PATH"), env.get("CUDA_HOME"), "/usr/local/cuda"]
+    for t in tops:
+        if t:
+            roots.append(os.path.join(t, "include"))
+            cccl.append(os.path.join(t, "include", "cccl"))
+    root = next((d for d in roots if _include_root_ok(d)), None)
+    cccl_dir = next((d for d in cccl if _cccl_ok(d)), None)
+    if cccl_dir is None and root and _cccl_ok(root):   # CUDA 12 toolkits: cuda/std in include/
+        cccl_dir = root
+    return root, cccl_dir
+
+
+_include_memo = {}
+
+
+def cuda_include_dirs(environ=None, path=None):
+    """The CUDA include directories NVRTC needs for the toolkit's headers
+    (<cuda_fp16.h>, <cooperative_groups.h>, <cuda/std/...>, <cub/...>): the
+    one with cuda_runtime.h and the CCCL one (include/cccl/ from CUDA 13),
+    each once, or [] if none is found.  Found by cuda-pathfinder when
+    installed (the environment's wheels first), else by the same order by
+    hand: NVIDIA's wheels on sys.path, $CONDA_PREFIX, $CUDA_PATH, $CUDA_HOME,
+    /usr/local/cuda.  Memoized per environment."""
     env = os.environ if environ is None else environ
-    roots = [env.get("CUDA_HOME"), env.get("CUDA_PATH"), "/usr/local/cuda"]
-    for r in roots:
-        inc = os.path.join(r, "include") if r else None
-        if inc and os.path.isfile(os.path.join(inc, "cuda.h")):
-            dirs = [inc]
-            if os.path.isdir(os.path.join(inc, "cccl")):
-                dirs.append(os.path.join(inc, "cccl"))
-            return dirs
-    return []
+    path = sys.path if path is None else path
+    pf = pathfinder() if environ is None else None
+    key = (pf is not None, tuple(path), tuple(env.get(v) for v in
+                                              ("CUDA_HOME", "CUDA_PATH", "CONDA_PREFIX")))
+    found = _include_memo.get(key)
+    if found is not None:
+        return list(found)
+    root = cccl_dir = None
+    if pf is not None:
+        root = _pf_header_dir(pf, "cudart")
+        cccl_dir = _pf_header_dir(pf, "cccl")
+    if root is None or cccl_dir is None:
+        plain_root, plain_cccl = _plain_include_dirs(env, path)
+        root = root or plain_root
+        cccl_dir = cccl_dir or plain_cccl
+    dirs = []
+    for d in (root, cccl_dir):
+        if d and d not in dirs:
+            dirs.append(d)
+    _include_memo[key] = tuple(dirs)
+    return dirs
+
+
+def _pf_header_dir(pf, name):
+    try:
+        d = pf.find_nvidia_header_directory(name)
+    except Exception:          # a pathfinder that does not know this name
+        return None
+    ok = _cccl_ok if name == "cccl" else _include_root_ok
+    return d if ok(d) else None
+
+
+def with_cuda_include_dirs(include_dirs):
+    """include_dirs (as str) followed by cuda_include_dirs() that are not
+    already among them: what compile() passes to NVRTC, so compile() and
+    SourceModule see the same headers."""
+    out = [str(d) for d in include_dirs]
+    out.extend(d for d in cuda_include_dirs() if d not in out)
+    return out
+
+
+def kernel_dir():
+    """The folder of the CUDA sources pygpu ships: pygpu/kernels/ in an
+    installed package (setup.py maps the project's top-level kernels/ there),
+    the top-level kernels/ itself in a source checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    installed = os.path.join(here, "kernels")
+    if os.path.isdir(installed):
+        return installed
+    return os.path.join(os.path.dirname(here), "kernels")
+
+
+def nvrtc_pip_requirement(cuda_major):
+    """The pip requirement that installs NVRTC of CUDA cuda_major: from
+    CUDA 13 the wheels dropped the -cuXX suffix (nvidia-cuda-nvrtc 13.x);
+    CUDA 12's is nvidia-cuda-nvrtc-cu12."""
+    if cuda_major >= 13:
+        return "'nvidia-cuda-nvrtc==%d.*'" % cuda_major
+    return "'nvidia-cuda-nvrtc-cu%d==%d.*'" % (cuda_major, cuda_major)

@@ -8,6 +8,8 @@ import os
 
 from pygpu import driver
 
+__all__ = ["device", "context"]
+
 driver.init()
 device = driver.Device(int(os.environ.get("PYGPU_DEVICE", "0")))
 context = device.retain_primary_context()

@@ -35,7 +35,7 @@ class CompilerWarning(UserWarning):
     """NVRTC printed a warning while compiling."""
 
 
-KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+KERNEL_DIR = _loader.kernel_dir()
 
 
 def kernel_source(name):
@@ -56,7 +56,7 @@ def _ensure_nvrtc():
     if _nvrtc_path is None:
         with _lock:
             if _nvrtc_path is None:
-                _nvrtc_path = _driver._load_nvrtc(_loader.nvrtc_candidates())
+                _nvrtc_path = _loader.load_nvrtc()
     return _nvrtc_path
 
 
@@ -173,8 +173,9 @@ def _device_arch_and_target(target):
         raise driver.CudaUnavailableError(
             "NVRTC %d.%d is newer than the CUDA driver, which supports CUDA %d.%d: its "
             "output cannot be loaded. Update the NVIDIA driver or use an NVRTC of CUDA "
-            "%d (PYGPU_NVRTC, or pip install nvidia-cuda-nvrtc for that version)"
-            % (nv_major, nv_minor, drv // 1000, (drv % 1000) // 10, drv // 1000))
+            "%d (PYGPU_NVRTC, or pip install %s)"
+            % (nv_major, nv_minor, drv // 1000, (drv % 1000) // 10, drv // 1000,
+               _loader.nvrtc_pip_requirement(drv // 1000)))
     archs = supported_archs()
     if cc in archs and target in (None, "cubin"):
         # same major: a cubin from a newer minor NVRTC loads (minor version compatibility)
@@ -326,6 +327,8 @@ def _compile(source, options, arch, target, include_dirs, defines, name_expressi
         elif target == "cubin" and kind == "compute":
             raise ValueError("target='cubin' needs a real architecture such as 'sm_%s', "
                              "not %r" % (num, arch_opt))
+    include_dirs = _loader.with_cuda_include_dirs(include_dirs)
+    name_expressions = tuple(name_expressions)
     opts = _build_options(options, arch_opt, include_dirs, defines, std, fast_math)
     if cache is None:
         return _nvrtc(source, name, opts, name_expressions, target, arch_opt), None

@@ -363,5 +363,24 @@ def _handlers_end(state, stream, launched):
 _driver._set_handler_hooks(_handlers_begin, _handlers_end)
 
 
-__all__ = sorted(n for n in dir() if not n.startswith("_") and n not in ("annotations",))
+# a literal list, so type checkers see the re-exports (tests/test_packaging.py
+# checks it names every public name)
+__all__ = [
+    "ArgumentHandler", "BoundLaunch", "CompileError", "set_staging", "staging_settings",
+    "staging_stats", "Context", "CudaUnavailableError", "Device",
+    "DeviceAllocation", "Error", "Event", "Function", "HostAllocation", "In", "InOut",
+    "LaunchError", "LogicError", "Memcpy2D", "MemoryError", "Module", "Out", "RuntimeError",
+    "Stream", "ctx_flags", "device_attribute", "error_code", "event_flags", "from_device",
+    "from_device_like", "func_cache", "function_attribute", "get_driver_version",
+    "get_version", "host_alloc_flags", "init", "jit_option", "limit", "managed_empty",
+    "managed_empty_like", "managed_zeros", "managed_zeros_like", "mem_alloc",
+    "mem_alloc_async", "mem_alloc_like", "mem_alloc_managed", "mem_alloc_pitch",
+    "mem_attach_flags", "mem_get_info", "mem_host_register_flags", "mem_prefetch",
+    "memcpy_dtod", "memcpy_dtod_async", "memcpy_dtoh", "memcpy_dtoh_async", "memcpy_htod",
+    "memcpy_htod_async", "memcpy_peer", "memcpy_peer_async", "memset_d16",
+    "memset_d16_async", "memset_d32", "memset_d32_async", "memset_d8", "memset_d8_async",
+    "module_from_buffer", "module_from_file", "pagelocked_empty", "pagelocked_empty_like",
+    "pagelocked_zeros", "pagelocked_zeros_like", "register_host_memory", "stream_flags",
+    "to_device",
+]
 

@@ -16,6 +16,8 @@ import numpy as np
 
 from pygpu import driver
 
+__all__ = ["bin_size", "PooledDeviceAllocation", "DeviceMemoryPool", "PageLockedMemoryPool"]
+
 
 def bin_size(nbytes):
     """The block size a request of nbytes is served from: four size classes

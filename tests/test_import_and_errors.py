@@ -101,21 +101,25 @@ def test_sticky_error_says_the_context_is_unusable():
 
 
 def test_nvrtc_candidates_order(tmp_path):
+    # cuda-pathfinder's order: the environment's wheels win over the system
+    # loader path (LD_LIBRARY_PATH) and over CUDA_HOME
     wheel = tmp_path / "site" / "nvidia" / "cu13" / "lib"
     wheel.mkdir(parents=True)
     (wheel / "libnvrtc.so.13").write_bytes(b"")
     (wheel / "libnvrtc-builtins.so.13.0").write_bytes(b"")
-    env = {"PYGPU_NVRTC": "/x/libnvrtc.so", "CUDA_HOME": "/opt/cuda13", "CUDA_PATH": "/opt/cp"}
+    (wheel / "libnvrtc.alt.so.13").write_bytes(b"")
+    env = {"PYGPU_NVRTC": "/x/libnvrtc.so", "CUDA_HOME": "/opt/cuda13", "CUDA_PATH": "/opt/cp",
+           "CONDA_PREFIX": "/opt/conda", "LD_LIBRARY_PATH": "/sys/lib"}
     c = _loader.nvrtc_candidates(env, [str(tmp_path / "site")])
     assert c[0] == "/x/libnvrtc.so"
-    assert c[1] == "/opt/cuda13/lib64/libnvrtc.so.13"
+    assert c[1] == str(wheel / "libnvrtc.so.13")
+    i_conda = c.index("/opt/conda/lib/libnvrtc.so.13")
+    i_soname = c.index("libnvrtc.so.13")
     i_home = c.index("/opt/cuda13/lib64/libnvrtc.so.13")
     i_path = c.index("/opt/cp/lib64/libnvrtc.so.13")
-    i_soname = c.index("libnvrtc.so.13")
-    i_wheel = c.index(str(wheel / "libnvrtc.so.13"))
     i_usr = c.index("/usr/local/cuda/lib64/libnvrtc.so.13")
-    assert i_home < i_path < i_soname < i_wheel < i_usr
-    assert not any("builtins" in x for x in c)
+    assert 1 < i_conda < i_soname < i_home < i_path < i_usr
+    assert not any("builtins" in x or ".alt." in x for x in c)
     assert len(c) == len(set(c))
 
 

@@ -68,7 +68,12 @@ test: install-test standin
 standin:
 	$(PYTHON) tests/fakecuda.py build
 
+# tools/sanitize.sh builds in place with the interpreter's own setuptools,
+# which must read pyproject.toml's SPDX license (setuptools >= 77)
 sanitize: install-test
+ifneq ($(OFFLINE),yes)
+	$(PYTHON) -m pip install -q "setuptools>=77" wheel
+endif
 	PYTHON=$(PYTHON) tools/sanitize.sh $(PYTEST_ARGS)
 
 bench: install

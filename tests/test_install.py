@@ -32,7 +32,13 @@ HIDDEN = sorted({os.path.realpath(p) for p in ["/usr/local/cuda"] + [
                                             else []) if d.startswith("cuda")]
     if os.path.isdir(p)})
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
+    # make sanitize preloads ASan into every process, pip and the compilers
+    # this test runs included: it is a packaging test, not a memory one
+    pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
+                       reason="not under make sanitize (ASan preloaded into pip and gcc)"),
+]
 
 KERNEL = r'''
 #include <cuda_fp16.h>

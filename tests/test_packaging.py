@@ -310,7 +310,7 @@ def test_sdist_is_complete(tmp_path):
                  "tools/pygpu_build_backend.py", "src/loader.c", "src/pygpu.h",
                  "kernels/matmul.cu", "pygpu/py.typed", "pygpu/_driver.pyi",
                  "pygpu/__main__.py", "tests/conftest.py", "tests/fakecuda.py",
-                 "tests/standin/fakecuda.c", "tests/test_packaging.py", "examples/demo.py",
+                 "pygpu/testing/csrc/fakecuda.c", "tests/test_packaging.py", "examples/demo.py",
                  "docs/install.md"):
         assert need in names, need
     assert not any(n.endswith(".so") or "__pycache__" in n for n in names)

@@ -771,8 +771,10 @@ static PyMethodDef context_methods[] = {
      "Let this context access memory of the peer context."},
     {"disable_peer_access", (PyCFunction)context_disable_peer_access, METH_O,
      "disable_peer_access($self, peer, /)\n--\n\nUndo enable_peer_access."},
-    {"__enter__", (PyCFunction)context_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)context_exit, METH_VARARGS, NULL},
+    {"__enter__", (PyCFunction)context_enter, METH_NOARGS,
+     "__enter__($self, /)\n--\n\nPush this context; returns it."},
+    {"__exit__", (PyCFunction)context_exit, METH_VARARGS,
+     "__exit__($self, /, *exc_info)\n--\n\nPop the current context."},
     {NULL}
 };
 

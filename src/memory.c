@@ -582,8 +582,10 @@ allocation_repr(pygpu_DeviceAllocation *self)
 static PyMethodDef allocation_methods[] = {
     {"free", (PyCFunction)allocation_free, METH_NOARGS,
      "free($self, /)\n--\n\nFree the memory now (idempotent)."},
-    {"__enter__", allocation_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)allocation_exit, METH_VARARGS, NULL},
+    {"__enter__", allocation_enter, METH_NOARGS, 
+     "__enter__($self, /)\n--\n\nReturns self."},
+    {"__exit__", (PyCFunction)allocation_exit, METH_VARARGS,
+     "__exit__($self, /, *exc_info)\n--\n\nFree the memory."},
     {NULL}
 };
 

@@ -23,6 +23,17 @@ buffer_has_objects(PyObject *obj, Py_buffer *view)
         base = PyMemoryView_GET_BUFFER(base)->obj;
     if (PyArray_Check(base))        /* (a memoryview cannot cast to 'O') */
         return PyDataType_REFCHK(PyArray_DESCR((PyArrayObject *)base)) ? 1 : 0;
+    if (base != obj) {              /* a cast ('B') hides the exporter's own format */
+        Py_buffer bview;
+        if (PyObject_GetBuffer(base, &bview, PyBUF_FULL_RO) < 0) {
+            PyErr_Clear();
+            return 1;               /* not understood: not trusted */
+        }
+        r = buffer_has_objects(base, &bview);
+        PyBuffer_Release(&bview);
+        if (r != 0)
+            return r;
+    }
     if (fmt == NULL || strchr(fmt, 'O') == NULL)
         return 0;
     mv = PyMemoryView_FromBuffer(view);

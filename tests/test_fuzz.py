@@ -3,11 +3,25 @@ memsets, allocation and module loading.  Each call must either work or raise
 an ordinary Python exception (never SystemError, never a crash), and when the
 run is over every handle it made is gone and no dead handle was ever used.
 
+The pool holds hostile objects too (issue 13): an __index__ that empties the
+list or dict it came from or frees a DeviceAllocation, a
+__cuda_array_interface__ that yields the GIL, launches the same kernel again
+or prepare()s it while it is read, buffers whose format lies (a ctypes
+structure with a ':' in a field name hiding an object field, memoryview
+casts, object arrays) and structured NumPy scalars with object fields.  A
+second phase has 8 threads launch with their own random arguments; every
+launch's parameter bytes are checked against what its thread passed.
+
 Against the driver stand-in, where a wild pointer is refused by the stand-in's
 range checks instead of corrupting a real GPU.  PYGPU_FUZZ_SEED and
 PYGPU_FUZZ_ROUNDS repeat or lengthen a run."""
+import ctypes
 import gc
 import os
+import struct
+import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -59,6 +73,142 @@ class Weird(int):
     pass
 
 
+class Fresh:
+    """A pool entry made anew at each pick (hostile objects with state)."""
+
+    def __init__(self, make):
+        self.make = make
+
+
+class YieldingCAI:
+    """A device array whose __cuda_array_interface__ runs a hook (relaunch
+    or prepare() the kernel being launched) and yields the GIL while read."""
+
+    def __init__(self, ptr, hook=None):
+        self.ptr, self.hook = ptr, hook
+
+    @property
+    def __cuda_array_interface__(self):
+        if self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook()
+        time.sleep(0)
+        return {"shape": (4,), "typestr": "<f4", "data": (self.ptr, False), "version": 3}
+
+
+class MutatingIndex:
+    """An __index__ that empties the list or dict it came from."""
+
+    def __init__(self, container, value):
+        self.container, self.value = container, value
+
+    def __index__(self):
+        self.container.clear()
+        return self.value
+
+
+class FreeingIndex:
+    """An __index__ that frees a DeviceAllocation (maybe one of the same
+    call's other arguments)."""
+
+    def __init__(self, alloc, value):
+        self.alloc, self.value = alloc, value
+
+    def __index__(self):
+        self.alloc.free()
+        return self.value
+
+
+class MutatingCAI:
+    def __init__(self, ptr, n):
+        self.ptr, self.n = ptr, n
+
+    @property
+    def __cuda_array_interface__(self):
+        d = {"typestr": "<f4", "data": (self.ptr, False), "version": 3}
+        d["shape"] = (MutatingIndex(d, self.n),)
+        return d
+
+
+def _emptying_dims(rng):
+    """block/grid as a list that its first entry's __index__ empties (only
+    for pygpu's own parsers: NumPy's shape parsing crashes on it)."""
+    b = [None, 1, 1]
+    b[0] = MutatingIndex(b, int(rng.integers(1, 64)))
+    return b
+
+
+class Lying(ctypes.Structure):
+    """Its buffer format is T{<d:a:b:<O:o:}: the ':' in a field name once
+    hid the object field from the check that refuses such host buffers."""
+    _fields_ = [("a:b", ctypes.c_double), ("o", ctypes.py_object)]
+
+
+SENTINEL = object()
+
+
+def _lying_buffers():
+    """Host buffers holding PyObject pointers behind formats that lie or
+    that a cast hides; checked intact at the end of the run."""
+    one = Lying(1.0, SENTINEL)
+    many = (Lying * 4)()
+    for x in many:
+        x.o = SENTINEL
+    objs = np.empty(8, object)
+    objs[:] = SENTINEL
+    rec = np.zeros(4, [("a", "f8"), ("o", "O")])
+    rec["o"] = SENTINEL
+    keep = [one, many, objs, rec]
+    views = [memoryview(one), memoryview(many), memoryview(objs), memoryview(rec),
+             memoryview(many).cast("B"), memoryview(np.zeros(16, np.float32)).cast("B"),
+             memoryview(bytearray(64)).cast("d"), memoryview(bytearray(64)).cast("B", (8, 8)),
+             memoryview(np.zeros((4, 4), np.float64))[::2]]
+    return keep, views
+
+
+def _check_lying(keep):
+    one, many, objs, rec = keep
+    assert one.o is SENTINEL and all(x.o is SENTINEL for x in many)
+    assert all(x is SENTINEL for x in objs) and all(x is SENTINEL for x in rec["o"])
+
+
+def _hostile(rng, live, funcs, current, pick, lying_views):
+    """Fresh hostile objects: made at each pick, bound to the kernel being
+    launched (current[0]) where they re-enter it."""
+    depth = [0]
+
+    def relaunch():
+        if depth[0] > 2:
+            return
+        depth[0] += 1
+        try:
+            current[0](*[pick() for _ in range(int(rng.integers(0, 4)))], block=(1, 1, 1))
+        finally:
+            depth[0] -= 1
+
+    def reprepare():
+        current[0].prepare(pick())
+
+    def freeing():
+        return FreeingIndex(cuda.mem_alloc(64), int(rng.integers(0, 64)))
+
+    def bad_struct():
+        v = np.zeros((), [("x", "O"), ("y", "f8")])
+        v["x"] = object()
+        return v[()]
+
+    return [
+        Fresh(lambda: YieldingCAI(int(live))),
+        Fresh(lambda: YieldingCAI(int(live), relaunch)),
+        Fresh(lambda: YieldingCAI(int(live), reprepare)),
+        Fresh(lambda: YieldingCAI(int(live), lambda: (cuda.Context.synchronize(),
+                                                      time.sleep(0)))),
+        Fresh(lambda: MutatingCAI(int(live), int(rng.integers(0, 128)))),
+        Fresh(lambda: MutatingIndex([1, 2, 3], int(rng.integers(0, 64)))),
+        Fresh(freeing), Fresh(bad_struct),
+    ] + lying_views
+
+
 def _pool(rng, live, freed, stream, event, module, func):
     ro = np.arange(6, dtype=np.float32)
     ro.flags.writeable = False
@@ -80,29 +230,34 @@ def _pool(rng, live, freed, stream, event, module, func):
     return values
 
 
-def _ops(rng, pick, module, funcs):
+def _ops(rng, pick, module, funcs, current):
     def args(lo, hi):
         return [pick() for _ in range(int(rng.integers(lo, hi + 1)))]
 
     def launch():
-        f = funcs[int(rng.integers(len(funcs)))]
+        f = current[0] = funcs[int(rng.integers(len(funcs)))]
         kw = {}
         for key in ("block", "grid", "shared", "stream", "time_kernel", "cluster",
                     "cooperative", "pdl"):
             if rng.random() < (0.9 if key == "block" else 0.25):
                 kw[key] = pick()
+                if key in ("block", "grid", "cluster") and rng.random() < 0.05:
+                    kw[key] = _emptying_dims(rng)
         return f(*args(0, 5), **kw)
 
     def prepared():
-        f = funcs[int(rng.integers(len(funcs)))]
+        f = current[0] = funcs[int(rng.integers(len(funcs)))]
         if rng.random() < 0.5:
             f.prepare(pick())
         return getattr(f, ["prepared_call", "prepared_async_call", "prepared_timed_call"][
             int(rng.integers(3))])(*args(0, 6))
 
     def configured():
-        f = funcs[int(rng.integers(len(funcs)))]
-        return f.configure(*args(0, 3))(*args(0, 4))
+        f = current[0] = funcs[int(rng.integers(len(funcs)))]
+        conf = args(0, 3)
+        if conf and rng.random() < 0.1:
+            conf[int(rng.integers(len(conf)))] = _emptying_dims(rng)
+        return f.configure(*conf)(*args(0, 4))
 
     def copy():
         fn = [cuda.memcpy_htod, cuda.memcpy_dtoh, cuda.memcpy_dtod, cuda.memcpy_htod_async,
@@ -160,9 +315,21 @@ def _ops(rng, pick, module, funcs):
         a = p.allocate(pick())
         return a, p
 
+    def freed_by_a_later_argument():
+        """An allocation freed while a later argument of the same call is
+        converted: refused, never used."""
+        a = cuda.mem_alloc(64)
+        f = current[0] = funcs[int(rng.integers(1, len(funcs)))]
+        rest = [FreeingIndex(a, int(rng.integers(0, 16)))] + args(0, 3)
+        if rng.random() < 0.5:
+            f(a, *rest, block=(1, 1, 1))
+            pytest.fail("a launch with an allocation freed during the call went through")
+        return [cuda.memcpy_dtod, cuda.memset_d8][int(rng.integers(2))](a, *rest[:2])
+
     module_ptx = MODULE_PTX[0]
     return [launch, launch, launch, prepared, configured, copy, copy, memset, alloc,
-            from_device, module_load, module_query, memcpy2d, pool_use]
+            from_device, module_load, module_query, memcpy2d, pool_use,
+            freed_by_a_later_argument]
 
 
 MODULE_PTX = [None]
@@ -187,6 +354,8 @@ def test_random_arguments_raise_only_python_exceptions(standin, ctx):
     freed.free()
     stream, event = cuda.Stream(), cuda.Event()
     values = _pool(rng, live, freed, stream, event, module, funcs[1])
+    lying, lying_views = _lying_buffers()
+    current = [funcs[1]]
 
     # half the time a value that passes the type checks, so calls reach the driver
     plausible = [live, int(live), 0, 1, 4, 16, 64, 255, np.zeros(4, np.float32),
@@ -195,9 +364,13 @@ def test_random_arguments_raise_only_python_exceptions(standin, ctx):
 
     def pick():
         pool = plausible if rng.random() < 0.5 else values
-        return pool[int(rng.integers(len(pool)))]
+        v = pool[int(rng.integers(len(pool)))]
+        return v.make() if isinstance(v, Fresh) else v
 
-    ops = _ops(rng, pick, module, funcs)
+    hostile = _hostile(rng, live, funcs, current, pick, lying_views)
+    values += hostile
+    plausible += hostile[:2] + lying_views[:4]
+    ops = _ops(rng, pick, module, funcs, current)
     outcomes = {}
     for i in range(rounds):
         op = ops[int(rng.integers(len(ops)))]
@@ -218,7 +391,9 @@ def test_random_arguments_raise_only_python_exceptions(standin, ctx):
         if cuda.Context.get_current() is None:
             ctx.push()
     cuda.Context.synchronize()
+    _check_lying(lying)
     del values, plausible, ops, op, pick, module, funcs, live, freed, stream, event
+    del hostile, lying_views, current
     gc.collect()
     leaked = {k: v - base[k] for k, v in standin.live().items() if v != base[k]}
     assert not leaked, "seed %d: leaked %s" % (seed, leaked)
@@ -226,3 +401,148 @@ def test_random_arguments_raise_only_python_exceptions(standin, ctx):
     names = {name for name, kind in outcomes if kind == "ok"}
     assert {"launch", "alloc", "module_query"} <= names, (seed, outcomes)
     assert standin.launches() > launches0 and standin.calls() > calls0 + rounds, (seed, outcomes)
+
+
+S_DTYPE = np.dtype([("a", "i4"), ("b", "f8")], align=True)
+
+
+def _thread_args(rng, f, own, inner, depth=0):
+    """Random arguments for k1/k3/ks and the parameter bytes they must
+    arrive as; expected is None where the call must be refused.  A pointer
+    may relaunch the same kernel while it is converted; inner gets that
+    launch's expected bytes."""
+    def relaunch():
+        while True:
+            a, e = _thread_args(rng, f, own, inner, depth + 1)
+            if e is not None:
+                break
+        f(*a, block=(1, 1, 1))
+        inner.append(e)
+
+    def pointer():
+        p = int(rng.integers(0, 2 ** 48))
+        r = rng.random()
+        if r < 0.3:
+            return p, p
+        if r < 0.5:
+            return own, int(own)
+        if r < 0.8:    # yields the GIL (and sometimes relaunches) while read
+            hook = relaunch if depth < 2 and rng.random() < 0.2 else None
+            return YieldingCAI(p, hook), p
+        return np.uint64(p), p
+
+    name = f.name
+    if name == "k1":
+        a, p = pointer()
+        args, expected = [a], struct.pack("<Q", p)
+    elif name == "k3":
+        a, p = pointer()
+        n = int(rng.integers(-2 ** 31, 2 ** 31))
+        d = float(rng.standard_normal())
+        args = [a, n if rng.random() < 0.5 else np.int32(n),
+                d if rng.random() < 0.5 else np.float64(d)]
+        expected = struct.pack("<Qi4xd", p, n, d)
+    else:
+        s = np.zeros((), S_DTYPE)
+        s["a"], s["b"] = int(rng.integers(-2 ** 31, 2 ** 31)), float(rng.standard_normal())
+        c = int(rng.integers(-128, 256))
+        a, p = pointer()
+        q = int(rng.integers(0, 2 ** 63)) * 2 + int(rng.integers(2))
+        args = [s[()], c, a, q]
+        expected = s.tobytes() + struct.pack("<B7xQQ", c & 0xFF, p, q)
+    r = rng.random()
+    if r < 0.05:       # a hostile argument: refused, nothing launched
+        args[int(rng.integers(len(args)))] = [BadIndex(), "x", object(), BadCAI()][
+            int(rng.integers(4))]
+        expected = None
+    return args, expected
+
+
+def test_cast_view_of_a_buffer_with_objects_is_refused(standin, ctx):
+    """Found by this fuzzer: memoryview(x).cast('B') of a ctypes array whose
+    structure holds a py_object reports format 'B'; the check looked only
+    at that format and memcpy_dtoh overwrote the PyObject pointers."""
+    many = (Lying * 4)()
+    for x in many:
+        x.o = SENTINEL
+    dev = cuda.mem_alloc(64)
+    cuda.memset_d8(dev, 0, 64)
+    for view in (memoryview(many).cast("B"), memoryview(memoryview(many).cast("B"))):
+        with pytest.raises(TypeError, match=r"memcpy_dtoh\(\): the host buffer holds Python "
+                                            r"objects \(format 'B'\)"):
+            cuda.memcpy_dtoh(view, dev)
+    assert all(x.o is SENTINEL for x in many)
+    plain = np.arange(16, dtype=np.float32)      # a cast of plain data still works
+    cuda.memcpy_htod(dev, memoryview(plain).cast("B"))
+    back = np.zeros(64, np.uint8)
+    cuda.memcpy_dtoh(memoryview(back).cast("B"), dev)
+    np.testing.assert_array_equal(back.view(np.float32), plain)
+
+
+def test_threads_launch_exactly_their_own_arguments(standin, ctx):
+    """8 threads launch k1/k3/ks with their own random arguments (pointers
+    that yield the GIL or relaunch while converted, NumPy scalars, hostile
+    values); every launch, checked one by one, carries exactly the bytes its
+    thread passed, and a refused one launches nothing."""
+    seed = int(os.environ.get("PYGPU_FUZZ_SEED", int.from_bytes(os.urandom(4), "little")))
+    rounds = int(os.environ.get("PYGPU_FUZZ_THREAD_ROUNDS", "250"))
+    if MODULE_PTX[0] is None:
+        MODULE_PTX[0] = bytes(compiler.compile(SOURCE, target="ptx", arch="compute_90"))
+    gc.collect()
+    base = standin.live()
+    module = cuda.module_from_buffer(MODULE_PTX[0])
+    funcs = [module.get_function(n) for n in ("k1", "k3", "ks")]
+    bad, errors = [], []
+    counts = [0] * 8
+
+    def worker(t):
+        rng = np.random.default_rng([seed, t])
+        own = cuda.mem_alloc(64)
+        ctx.push()
+        try:
+            last = standin.thread_last_params()
+            for i in range(rounds):
+                f = funcs[int(rng.integers(len(funcs)))]
+                inner = []
+                args, expected = _thread_args(rng, f, own, inner)
+                try:
+                    f(*args, block=(int(rng.integers(1, 64)), 1, 1))
+                except SystemError as e:
+                    errors.append((t, i, "SystemError", str(e)))
+                    continue
+                except Exception as e:
+                    if expected is not None:
+                        errors.append((t, i, type(e).__name__, str(e)))
+                    elif standin.thread_last_params() != (inner[-1] if inner else last):
+                        bad.append((t, i, f.name, "a refused call launched"))
+                    last = standin.thread_last_params()
+                    continue
+                got = standin.thread_last_params()
+                if expected is None:
+                    bad.append((t, i, f.name, "a hostile argument was launched"))
+                elif got != expected:
+                    bad.append((t, i, f.name, expected.hex(), got.hex()))
+                last = got
+                counts[t] += 1
+        finally:
+            cuda.Context.pop()
+            own.free()
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, "seed %d: %s" % (seed, errors[:5])
+    assert not bad, "seed %d: %s" % (seed, bad[:5])
+    assert min(counts) > rounds // 2, (seed, counts)
+    cuda.Context.synchronize()
+    del module, funcs
+    gc.collect()
+    leaked = {k: v - base[k] for k, v in standin.live().items() if v != base[k]}
+    assert not leaked, "seed %d: leaked %s" % (seed, leaked)

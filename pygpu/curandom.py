@@ -280,25 +280,30 @@ def generate_direction_vectors(count, direction=None):
     """A GPUArray of direction vectors for count generators: row i is
     dimension i % 20000 of cuRAND's set direction (default VECTOR_32):
     (count, 32) uint32, or (count, 64) uint64 for the 64-bit sets."""
-    from pygpu import gpuarray
     count = _count(count)
     if direction is None:
         direction = direction_vector_set.VECTOR_32
-    return gpuarray.to_gpu(_repeat_rows(host_direction_vectors(direction), count))
+    table = _repeat_rows(host_direction_vectors(direction), count)
+    from pygpu import gpuarray
+    return gpuarray.to_gpu(table)
 
 
 def generate_scramble_constants32(count):
     """A GPUArray of count uint32 scramble constants (cuRAND's, repeated
     every 20000)."""
+    count = _count(count)
+    table = _repeat_rows(host_scramble_constants(32), count)
     from pygpu import gpuarray
-    return gpuarray.to_gpu(_repeat_rows(host_scramble_constants(32), _count(count)))
+    return gpuarray.to_gpu(table)
 
 
 def generate_scramble_constants64(count):
     """A GPUArray of count uint64 scramble constants (cuRAND's, repeated
     every 20000)."""
+    count = _count(count)
+    table = _repeat_rows(host_scramble_constants(64), count)
     from pygpu import gpuarray
-    return gpuarray.to_gpu(_repeat_rows(host_scramble_constants(64), _count(count)))
+    return gpuarray.to_gpu(table)
 
 
 # ---- seed getters ----
@@ -565,9 +570,9 @@ class _RandomNumberGeneratorBase:
 
     def gen_poisson(self, shape, dtype, lambda_value, stream=None):
         """A new uint32 GPUArray filled by fill_poisson(lambda_value)."""
-        from pygpu import gpuarray
         if lambda_value is None:
             raise ValueError("gen_poisson needs a lambda_value")
+        from pygpu import gpuarray
         result = gpuarray.empty(shape, dtype)
         self.fill_poisson(result, lambda_value, stream)
         return result

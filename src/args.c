@@ -136,7 +136,8 @@ char_size(char c)
     case 'b': case 'B': case 'c': case '?': return 1;
     case 'h': case 'H': case 'e': return 2;
     case 'i': case 'I': case 'f': return 4;
-    case 'l': case 'L': case 'q': case 'Q': case 'd': case 'P': case 'p': return 8;
+    case 'l': case 'L': case 'q': case 'Q': case 'n': case 'N': case 'd': case 'P': case 'p':
+        return 8;
     default: return 0;
     }
 }

@@ -287,3 +287,16 @@ def test_launch_failure_after_handlers_frees_their_copies(standin, ctx, ptx, rng
         f(cuda.InOut(x), 2.0, 32, block=(32, 1, 1))
     cuda.Context.synchronize()
     assert standin.live()["device"] == before
+
+
+def test_prepare_takes_ssize_t_codes(standin, ctx, ptx):
+    """PyCUDA's own generators prepare with 'n'/'N' (ssize_t, size_t)."""
+    f = cuda.module_from_buffer(ptx).get_function("pair")
+    with pytest.raises(TypeError, match="parameter 1 is 8 bytes but type 'i' is 4 bytes"):
+        f.prepare("Pi")
+    f.prepare("Pn")
+    f.prepared_call((1, 1), (1, 1, 1), 0x1234, 2 ** 40 + 5)
+    assert _ptrs(standin.last_launch().params) == (0x1234, 2 ** 40 + 5)
+    f.prepare("PN")
+    f.prepared_call((1, 1), (1, 1, 1), 0x10, 7)
+    assert _ptrs(standin.last_launch().params) == (0x10, 7)

@@ -86,13 +86,19 @@ ${name}_stage1(pygpu_red_t *pygpu_partial, ${arguments}
     unsigned long long k = (unsigned long long)blockIdx.x * PYGPU_RED_BLOCK + threadIdx.x;
     // element i's value; the user's map expression sees i and the arguments
     auto pygpu_map = [&](const long long i) -> pygpu_red_t { return (${map_expr}); };
-    // four elements per trip: four loads in flight per thread
-    for (; k + 3 * stride < pygpu_count; k += 4 * stride) {
-        const pygpu_red_t v0 = pygpu_map(pygpu_start + (long long)k * pygpu_step);
+    // eight elements per trip: eight loads in flight per thread
+    for (; k + 7 * stride < pygpu_count; k += 8 * stride) {
+        pygpu_red_t v0 = pygpu_map(pygpu_start + (long long)k * pygpu_step);
         const pygpu_red_t v1 = pygpu_map(pygpu_start + (long long)(k + stride) * pygpu_step);
         const pygpu_red_t v2 = pygpu_map(pygpu_start + (long long)(k + 2 * stride) * pygpu_step);
         const pygpu_red_t v3 = pygpu_map(pygpu_start + (long long)(k + 3 * stride) * pygpu_step);
-        acc = pygpu_red_op(acc, pygpu_red_op(pygpu_red_op(v0, v1), pygpu_red_op(v2, v3)));
+        const pygpu_red_t v4 = pygpu_map(pygpu_start + (long long)(k + 4 * stride) * pygpu_step);
+        const pygpu_red_t v5 = pygpu_map(pygpu_start + (long long)(k + 5 * stride) * pygpu_step);
+        const pygpu_red_t v6 = pygpu_map(pygpu_start + (long long)(k + 6 * stride) * pygpu_step);
+        const pygpu_red_t v7 = pygpu_map(pygpu_start + (long long)(k + 7 * stride) * pygpu_step);
+        v0 = pygpu_red_op(pygpu_red_op(pygpu_red_op(v0, v1), pygpu_red_op(v2, v3)),
+                          pygpu_red_op(pygpu_red_op(v4, v5), pygpu_red_op(v6, v7)));
+        acc = pygpu_red_op(acc, v0);
     }
     for (; k < pygpu_count; k += stride)
         acc = pygpu_red_op(acc, pygpu_map(pygpu_start + (long long)k * pygpu_step));

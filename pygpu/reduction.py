@@ -136,12 +136,34 @@ def _max_blocks(func):
     return builtins.max(1, int(sms) * int(per_sm))
 
 
+def stream_alloc(nbytes, stream=None):
+    """Device memory from the driver's stream-ordered pool on stream (so its
+    free is ordered after the work queued there); cuMemAlloc where the
+    driver has no pools."""
+    try:
+        if stream is None:
+            return driver.mem_alloc_async(nbytes)
+        return driver.mem_alloc_async(nbytes, stream)
+    except driver.LogicError:
+        return driver.mem_alloc(nbytes)
+
+
 def _alloc(allocator, nbytes, stream):
     if allocator is not None:
         return allocator(nbytes)
-    if stream is None:
-        return driver.mem_alloc_async(nbytes)
-    return driver.mem_alloc_async(nbytes, stream)
+    return stream_alloc(nbytes, stream)
+
+
+def _array_allocator(ary):
+    """ary's allocator, or None where it is the array module's default (then
+    the stream-ordered pool on the launch's stream serves instead)."""
+    allocator = getattr(ary, "allocator", None)
+    if allocator is None:
+        return None
+    from pygpu import gpuarray
+    if allocator is getattr(gpuarray, "_default_allocator", None):
+        return None
+    return allocator
 
 
 class ReductionKernel:
@@ -242,7 +264,7 @@ class ReductionKernel:
         if allocator is None:
             allocator = self.allocator
             if allocator is None:
-                allocator = getattr(repr_vec, "allocator", None)
+                allocator = _array_allocator(repr_vec)
         item = self._item
         if out is not None:
             if getattr(out, "dtype", None) != self.dtype_out:
@@ -308,24 +330,24 @@ def get_subset_sum_kernel(dtype_out, dtype_subset, dtype_in):
 
 
 @context_dependent_memoize
-def get_dot_kernel(dtype_out, dtype_a, dtype_b):
-    """gpuarray.dot's kernel: sum(a[i]*b[i]) (no conjugation)."""
+def _dot_kernel(dtype_out, dtype_a, dtype_b, conjugate_first):
     if dtype_out is None:
         dtype_out = np.result_type(dtype_a, dtype_b)
-    return ReductionKernel(dtype_out, neutral="0", reduce_expr="a+b", map_expr="a[i]*b[i]",
-                           arguments="const %s *a, const %s *b"
-                           % (dtype_to_ctype(dtype_a), dtype_to_ctype(dtype_b)))
-
-
-@context_dependent_memoize
-def get_vdot_kernel(dtype_out, dtype_a, dtype_b):
-    """gpuarray.vdot's kernel: sum(conj(a[i])*b[i])."""
-    if dtype_out is None:
-        dtype_out = np.result_type(dtype_a, dtype_b)
-    a = "conj(a[i])" if np.dtype(dtype_a).kind == "c" else "a[i]"
+    a = "conj(a[i])" if conjugate_first and np.dtype(dtype_a).kind == "c" else "a[i]"
     return ReductionKernel(dtype_out, neutral="0", reduce_expr="a+b", map_expr=a + "*b[i]",
                            arguments="const %s *a, const %s *b"
                            % (dtype_to_ctype(dtype_a), dtype_to_ctype(dtype_b)))
+
+
+def get_dot_kernel(dtype_out, dtype_a, dtype_b, conjugate_first=False):
+    """gpuarray.dot's kernel: sum(a[i]*b[i]); with conjugate_first,
+    sum(conj(a[i])*b[i]) (vdot)."""
+    return _dot_kernel(dtype_out, np.dtype(dtype_a), np.dtype(dtype_b), bool(conjugate_first))
+
+
+def get_vdot_kernel(dtype_out, dtype_a, dtype_b):
+    """gpuarray.vdot's kernel: sum(conj(a[i])*b[i])."""
+    return get_dot_kernel(dtype_out, dtype_a, dtype_b, conjugate_first=True)
 
 
 @context_dependent_memoize

@@ -19,6 +19,7 @@ import numpy as np
 
 from pygpu import compiler, driver
 from pygpu._ctypes_util import complex_source, dtype_to_ctype, needs_complex
+from pygpu.reduction import stream_alloc
 
 __all__ = ["InclusiveScanKernel", "ExclusiveScanKernel", "scan_source", "tile_shape"]
 
@@ -118,8 +119,11 @@ class _ScanKernelBase:
                 raise ValueError("output_ary must be a GPUArray, None or 'new', not %r"
                                  % output_ary)
             from pygpu import gpuarray
-            output_ary = gpuarray.empty_like(input_ary, allocator=allocator) \
-                if allocator is not None else gpuarray.empty_like(input_ary)
+            if allocator is not None:
+                output_ary = gpuarray.GPUArray(input_ary.shape, input_ary.dtype,
+                                               allocator=allocator)
+            else:
+                output_ary = gpuarray.empty_like(input_ary)
         elif not hasattr(output_ary, "gpudata") or not hasattr(output_ary, "flags"):
             raise TypeError("output_ary must be a GPUArray, None or 'new', not %s"
                             % type(output_ary).__name__)
@@ -146,12 +150,7 @@ class _ScanKernelBase:
         head = -(-head // 16) * 16
         slots = tiles * self._slot * 4
         nbytes = head + 2 * slots
-        if allocator is not None:
-            buf = allocator(nbytes)
-        elif stream is None:
-            buf = driver.mem_alloc_async(nbytes)
-        else:
-            buf = driver.mem_alloc_async(nbytes, stream)
+        buf = allocator(nbytes) if allocator is not None else stream_alloc(nbytes, stream)
         base = int(buf)
         if stream is None:
             driver.memset_d32_async(buf, 0, 1 + tiles)

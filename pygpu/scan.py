@@ -23,6 +23,8 @@ from pygpu.reduction import stream_alloc
 
 __all__ = ["InclusiveScanKernel", "ExclusiveScanKernel", "scan_source", "tile_shape"]
 
+MAX_ITEMSIZE = 512        # a tile of 64 such elements still fits in 48 KiB of shared memory
+
 _template = None
 _template_lock = threading.Lock()
 
@@ -39,11 +41,14 @@ def tile_shape(dtype):
     """(threads per block, elements per thread) for a scan of dtype: about
     64 bytes per thread, at most 16 elements."""
     size = np.dtype(dtype).itemsize
+    if size > MAX_ITEMSIZE:
+        raise ValueError("a scan's elements can be at most %d bytes, not %d (%s)"
+                         % (MAX_ITEMSIZE, size, np.dtype(dtype)))
     if size <= 4:
         items = 16
     else:
         items = max(1, 64 // size)
-    threads = 256 if size <= 64 else 128
+    threads = 256 if size <= 64 else (128 if size <= 256 else 64)
     return threads, items
 
 

@@ -55,6 +55,36 @@ def test_tile_shape():
     assert scan.tile_shape(np.complex128) == (256, 4)
     assert scan.tile_shape(np.uint8) == (256, 16)
     assert scan.tile_shape(np.dtype((np.void, 128))) == (128, 1)
+    assert scan.tile_shape(np.dtype((np.void, 512))) == (64, 1)
+    with pytest.raises(ValueError, match="at most 512 bytes, not 513"):
+        scan.tile_shape(np.dtype((np.void, 513)))
+
+
+@pytest.mark.parametrize("size", [8, 200, 512])
+def test_struct_scan_source_compiles(monkeypatch, size):
+    """A struct with user copy constructors and only a volatile operator=
+    (as PyCUDA's tests write them), up to the largest element size."""
+    n = size // 4
+    preamble = """
+    struct vecsum {
+        int v[%d];
+        __device__ vecsum() { }
+        __device__ vecsum(vecsum const &s) { for (int k = 0; k < %d; ++k) v[k] = s.v[k]; }
+        __device__ vecsum volatile &operator=(vecsum const &s) volatile
+        { for (int k = 0; k < %d; ++k) v[k] = s.v[k]; return *this; }
+    };
+    __device__ vecsum add(vecsum a, vecsum b)
+    { vecsum r; for (int k = 0; k < %d; ++k) r.v[k] = a.v[k] + b.v[k]; return r; }
+    """ % (n, n, n, n)
+    dt = np.dtype((np.void, size))
+    real = scan.dtype_to_ctype
+    monkeypatch.setattr(scan, "dtype_to_ctype",
+                        lambda d: "vecsum" if np.dtype(d) == dt else real(d))
+    src = scan_source(dt, "add(a, b)", preamble=preamble)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ptx = bytes(compiler.compile(src, target="ptx", arch="compute_90", cache_dir=False))
+    assert b".entry scan_scan" in ptx
 
 
 @pytest.mark.parametrize("args, kwargs, exc, match", [

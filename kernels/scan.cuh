@@ -1,0 +1,344 @@
+// pygpu.scan's kernel template (InclusiveScanKernel, ExclusiveScanKernel):
+// a single-pass scan with decoupled look-back (Merrill & Garland, 2016).
+// pygpu/scan.py fills the dollar-brace fields with Python's string.Template:
+//   types       the complex type's definition when a complex type is used
+//   preamble    the user's preamble
+//   scan_type   the C type of the elements
+//   scan_expr   combines a (the earlier part) and b (the later part); it must be
+//               associative, it need not be commutative
+//   neutral     the exclusive scan's first value (exclusive only)
+//   exclusive   1 or 0
+//   threads     threads per block, items  elements per thread
+//   name        the kernel's name
+//
+// Each block takes the next tile (threads*items elements) from an atomic
+// counter, so a block only waits for blocks that already run.  It scans
+// its tile, publishes the tile's aggregate (flag 1), then one warp looks back
+// over the tiles before it, 32 at a time, combining aggregates until it
+// reaches a tile that has published its inclusive prefix (flag 2); the tile
+// then publishes its own inclusive prefix and writes its elements.
+// Values are combined strictly left to right, and no neutral element is
+// assumed: "no value yet" is tracked with a flag, never with an identity.
+// Out-of-range elements of the last tile are never combined with anything.
+//
+// Scratch (zeroed by the caller before each launch when there is more than
+// one tile): unsigned int counter; int flags[tiles]; value slots aggs[tiles],
+// incls[tiles] of SLOT 32-bit words each.
+${types}
+${preamble}
+
+typedef ${scan_type} pygpu_scan_t;
+
+#define PYGPU_SCAN_THREADS ${threads}
+#define PYGPU_SCAN_ITEMS ${items}
+#define PYGPU_SCAN_TILE (PYGPU_SCAN_THREADS * PYGPU_SCAN_ITEMS)
+#define PYGPU_SCAN_WARPS (PYGPU_SCAN_THREADS / 32)
+#define PYGPU_SCAN_EXCLUSIVE ${exclusive}
+// one padding element per 32: blocked reads of the tile hit distinct banks
+#define PYGPU_SCAN_PAD(j) ((j) + ((j) >> 5))
+
+static __device__ __forceinline__ pygpu_scan_t pygpu_scan_op(const pygpu_scan_t &a,
+                                                            const pygpu_scan_t &b)
+{
+    return (${scan_expr});
+}
+
+#if PYGPU_SCAN_EXCLUSIVE
+static __device__ __forceinline__ pygpu_scan_t pygpu_scan_neutral()
+{
+    return (${neutral});
+}
+#endif
+
+namespace pygpu_scan {
+
+constexpr int SLOT = (int)((sizeof(pygpu_scan_t) + 3) / 4);
+
+__device__ __forceinline__ pygpu_scan_t from_words(const int *w)
+{
+    alignas(pygpu_scan_t) unsigned char b[sizeof(pygpu_scan_t)];
+    memcpy(b, w, sizeof(pygpu_scan_t));
+    return *reinterpret_cast<pygpu_scan_t *>(b);
+}
+
+__device__ __forceinline__ void to_words(const pygpu_scan_t &v, int *w)
+{
+    w[SLOT - 1] = 0;
+    memcpy(w, &v, sizeof(pygpu_scan_t));
+}
+
+__device__ __forceinline__ pygpu_scan_t shfl_up(const pygpu_scan_t &v, unsigned int d)
+{
+    int w[SLOT];
+    to_words(v, w);
+#pragma unroll
+    for (int k = 0; k < SLOT; ++k)
+        w[k] = __shfl_up_sync(0xffffffffu, w[k], d);
+    return from_words(w);
+}
+
+__device__ __forceinline__ pygpu_scan_t shfl_down(const pygpu_scan_t &v, unsigned int d)
+{
+    int w[SLOT];
+    to_words(v, w);
+#pragma unroll
+    for (int k = 0; k < SLOT; ++k)
+        w[k] = __shfl_down_sync(0xffffffffu, w[k], d);
+    return from_words(w);
+}
+
+__device__ __forceinline__ void store_slot(int *slots, size_t idx, const pygpu_scan_t &v)
+{
+    int w[SLOT];
+    to_words(v, w);
+    volatile int *p = slots + idx * SLOT;
+#pragma unroll
+    for (int k = 0; k < SLOT; ++k)
+        p[k] = w[k];
+}
+
+__device__ __forceinline__ pygpu_scan_t load_slot(const int *slots, size_t idx)
+{
+    int w[SLOT];
+    const volatile int *p = slots + idx * SLOT;
+#pragma unroll
+    for (int k = 0; k < SLOT; ++k)
+        w[k] = p[k];
+    return from_words(w);
+}
+
+// (valid, value) pairs with "invalid" as an identity: associative, order kept
+__device__ __forceinline__ void combine(bool &va, pygpu_scan_t &a, bool vb, const pygpu_scan_t &b)
+{
+    if (vb) {
+        if (va)
+            a = pygpu_scan_op(a, b);
+        else
+            a = b;
+        va = true;
+    }
+}
+
+// The exclusive prefix of the tiles before `tile`, in lane 0 of the calling
+// warp (all 32 lanes call it).
+__device__ __forceinline__ pygpu_scan_t look_back(const int *flags, const int *aggs,
+                                                  const int *incls, unsigned int tile)
+{
+    const unsigned int lane = threadIdx.x & 31u;
+    const volatile int *vflags = flags;
+    pygpu_scan_t run;
+    bool have = false;
+    long long pos = (long long)tile - 1;
+    for (;;) {
+        const long long idx = pos - (long long)lane;
+        int f = 3;                               // before tile 0: never used
+        if (idx >= 0) {
+            do {
+                f = vflags[idx];
+            } while (f == 0);
+        }
+        __syncwarp();
+        __threadfence();
+        pygpu_scan_t v;
+        if (idx >= 0)
+            v = load_slot(f == 2 ? incls : aggs, (size_t)idx);
+        const unsigned int pm = __ballot_sync(0xffffffffu, f == 2);
+        const unsigned int p = pm ? (unsigned int)(__ffs(pm) - 1) : 31u;
+        // lane 0 gets v[p] op ... op v[1] op v[0] (lane k is tile pos - k)
+#pragma unroll
+        for (unsigned int d = 1; d < 32; d <<= 1) {
+            pygpu_scan_t other = shfl_down(v, d);
+            if ((lane & (2 * d - 1)) == 0 && lane + d <= p)
+                v = pygpu_scan_op(other, v);
+        }
+        if (lane == 0) {
+            if (have)
+                run = pygpu_scan_op(v, run);
+            else
+                run = v;
+        }
+        have = true;
+        if (pm)
+            break;
+        pos -= 32;
+    }
+    return run;
+}
+
+template <bool FULL>
+__device__ __forceinline__ void scan_tile(const pygpu_scan_t *in,
+                                          pygpu_scan_t *out,
+                                          size_t base, unsigned int remain, unsigned int tile,
+                                          bool multi, int *flags, int *aggs, int *incls,
+                                          pygpu_scan_t *buf, pygpu_scan_t *warp_tot,
+                                          bool *warp_ok, pygpu_scan_t *tile_prefix)
+{
+    const unsigned int t = threadIdx.x, lane = t & 31u, warp = t >> 5;
+
+    // striped, coalesced load into shared memory
+#pragma unroll
+    for (int k = 0; k < PYGPU_SCAN_ITEMS; ++k) {
+        const unsigned int j = k * PYGPU_SCAN_THREADS + t;
+        if (FULL || j < remain)
+            buf[PYGPU_SCAN_PAD(j)] = in[base + j];
+    }
+    __syncthreads();
+
+    // blocked: thread t owns elements t*ITEMS ...; scan them in registers
+    const unsigned int first = t * PYGPU_SCAN_ITEMS;
+    const int nvalid = FULL ? PYGPU_SCAN_ITEMS
+                            : (first >= remain ? 0
+                               : (remain - first < PYGPU_SCAN_ITEMS ? (int)(remain - first)
+                                                                   : PYGPU_SCAN_ITEMS));
+    pygpu_scan_t x[PYGPU_SCAN_ITEMS];
+#pragma unroll
+    for (int k = 0; k < PYGPU_SCAN_ITEMS; ++k)
+        if (FULL || k < nvalid)
+            x[k] = buf[PYGPU_SCAN_PAD(first + k)];
+#pragma unroll
+    for (int k = 1; k < PYGPU_SCAN_ITEMS; ++k)
+        if (FULL || k < nvalid)
+            x[k] = pygpu_scan_op(x[k - 1], x[k]);
+
+    // warp inclusive scan of the threads' totals
+    bool ok = FULL || nvalid > 0;
+    pygpu_scan_t v;
+    if (ok)
+        v = x[(FULL ? PYGPU_SCAN_ITEMS : (nvalid > 0 ? nvalid : 1)) - 1];
+#pragma unroll
+    for (unsigned int d = 1; d < 32; d <<= 1) {
+        pygpu_scan_t other = shfl_up(v, d);
+        bool other_ok = __shfl_up_sync(0xffffffffu, ok, d);
+        if (lane >= d && other_ok) {
+            if (ok)
+                v = pygpu_scan_op(other, v);
+            else
+                v = other;
+            ok = true;
+        }
+    }
+    // this thread's exclusive prefix within the warp
+    pygpu_scan_t pre = shfl_up(v, 1);
+    bool pre_ok = __shfl_up_sync(0xffffffffu, ok, 1) && lane > 0;
+    if (lane == 31) {
+        if (ok)
+            warp_tot[warp] = v;
+        warp_ok[warp] = ok;
+    }
+    __syncthreads();
+
+    // prefix of the warps before this one
+    pygpu_scan_t wpre;
+    bool wpre_ok = false;
+    for (unsigned int w = 0; w < warp; ++w)
+        if (warp_ok[w])
+            combine(wpre_ok, wpre, true, warp_tot[w]);
+
+    if (warp == 0) {
+        pygpu_scan_t prefix;
+        bool prefix_ok = false;
+        if (multi) {
+            // the tile's aggregate: all warps (tile 0 and every full tile have it)
+            pygpu_scan_t agg;
+            bool agg_ok = false;
+            for (unsigned int w = 0; w < PYGPU_SCAN_WARPS; ++w)
+                if (warp_ok[w])
+                    combine(agg_ok, agg, true, warp_tot[w]);
+            if (tile == 0) {
+                if (lane == 0) {
+                    store_slot(incls, 0, agg);
+                    __threadfence();
+                    ((volatile int *)flags)[0] = 2;
+                }
+            } else {
+                if (lane == 0) {
+                    store_slot(aggs, tile, agg);
+                    __threadfence();
+                    ((volatile int *)flags)[tile] = 1;
+                }
+                prefix = look_back(flags, aggs, incls, tile);
+                prefix_ok = true;
+                if (lane == 0) {
+                    store_slot(incls, tile, pygpu_scan_op(prefix, agg));
+                    __threadfence();
+                    ((volatile int *)flags)[tile] = 2;
+                }
+            }
+        }
+        if (lane == 0) {
+            if (prefix_ok)
+                *tile_prefix = prefix;
+            warp_ok[PYGPU_SCAN_WARPS] = prefix_ok;
+        }
+    }
+    __syncthreads();
+
+    // this thread's prefix: tile prefix, then earlier warps, then earlier lanes
+    bool p_ok = false;
+    pygpu_scan_t p;
+    if (warp_ok[PYGPU_SCAN_WARPS])
+        combine(p_ok, p, true, *tile_prefix);
+    combine(p_ok, p, wpre_ok, wpre);
+    combine(p_ok, p, pre_ok, pre);
+
+    if (p_ok) {
+#pragma unroll
+        for (int k = 0; k < PYGPU_SCAN_ITEMS; ++k)
+            if (FULL || k < nvalid)
+                x[k] = pygpu_scan_op(p, x[k]);
+    }
+#if PYGPU_SCAN_EXCLUSIVE
+    {
+        const pygpu_scan_t nt = pygpu_scan_neutral();
+#pragma unroll
+        for (int k = PYGPU_SCAN_ITEMS - 1; k > 0; --k)
+            if (FULL || k < nvalid)
+                x[k] = pygpu_scan_op(nt, x[k - 1]);
+        if (FULL || nvalid > 0)
+            x[0] = p_ok ? pygpu_scan_op(nt, p) : nt;
+    }
+#endif
+    // back through shared memory (the reads above are done: barriers since)
+#pragma unroll
+    for (int k = 0; k < PYGPU_SCAN_ITEMS; ++k)
+        if (FULL || k < nvalid)
+            buf[PYGPU_SCAN_PAD(first + k)] = x[k];
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < PYGPU_SCAN_ITEMS; ++k) {
+        const unsigned int j = k * PYGPU_SCAN_THREADS + t;
+        if (FULL || j < remain)
+            out[base + j] = buf[PYGPU_SCAN_PAD(j)];
+    }
+}
+
+}  // namespace pygpu_scan
+
+extern "C" __global__ void __launch_bounds__(PYGPU_SCAN_THREADS)
+${name}(const pygpu_scan_t *pygpu_in, pygpu_scan_t *pygpu_out, unsigned long long pygpu_n,
+        unsigned int *pygpu_counter, int *pygpu_flags, int *pygpu_aggs, int *pygpu_incls)
+{
+    __shared__ __align__(16) unsigned char buf_raw[PYGPU_SCAN_PAD(PYGPU_SCAN_TILE) *
+                                                   sizeof(pygpu_scan_t)];
+    __shared__ __align__(16) unsigned char tot_raw[(PYGPU_SCAN_WARPS + 1) * sizeof(pygpu_scan_t)];
+    __shared__ bool warp_ok[PYGPU_SCAN_WARPS + 1];
+    __shared__ unsigned int tile_id;
+    pygpu_scan_t *buf = reinterpret_cast<pygpu_scan_t *>(buf_raw);
+    pygpu_scan_t *warp_tot = reinterpret_cast<pygpu_scan_t *>(tot_raw);
+
+    const bool multi = pygpu_counter != 0;
+    if (threadIdx.x == 0)
+        tile_id = multi ? atomicAdd(pygpu_counter, 1u) : blockIdx.x;
+    __syncthreads();
+    const unsigned int tile = tile_id;
+    const size_t base = (size_t)tile * PYGPU_SCAN_TILE;
+    const unsigned long long left = pygpu_n - base;
+    if (left >= PYGPU_SCAN_TILE)
+        pygpu_scan::scan_tile<true>(pygpu_in, pygpu_out, base, PYGPU_SCAN_TILE, tile, multi,
+                                    pygpu_flags, pygpu_aggs, pygpu_incls, buf, warp_tot,
+                                    warp_ok, warp_tot + PYGPU_SCAN_WARPS);
+    else
+        pygpu_scan::scan_tile<false>(pygpu_in, pygpu_out, base, (unsigned int)left, tile, multi,
+                                     pygpu_flags, pygpu_aggs, pygpu_incls, buf, warp_tot,
+                                     warp_ok, warp_tot + PYGPU_SCAN_WARPS);
+}

@@ -1,0 +1,418 @@
+"""Reductions of vectors (PyCUDA's pycuda.reduction).
+
+    from pygpu.reduction import ReductionKernel
+    dot = ReductionKernel(np.float32, neutral="0", reduce_expr="a+b",
+                          map_expr="x[i]*y[i]", arguments="const float *x, const float *y")
+    d = dot(x_gpu, y_gpu)          # a 0-d GPUArray; d.get() is the value
+
+A reduction is one or two kernel launches (kernels/reduction.cuh): a
+grid-stride first stage sized to the GPU (SM count times the blocks that fit
+on one) and, when it used more than one block, a one-block second stage over
+the per-block results.  The result and the per-block results share one
+allocation, so an allocator= is called once per call.  reduce_expr must be
+associative and commutative: elements are combined in no particular order.
+"""
+import builtins
+import string
+import threading
+
+import numpy as np
+
+from pygpu import compiler, driver
+from pygpu._ctypes_util import (complex_source, context_dependent_memoize, dtype_to_ctype,
+                                is_vector, needs_complex, parse_arguments)
+
+__all__ = ["ReductionKernel", "get_sum_kernel", "get_any_kernel", "get_all_kernel",
+           "get_subset_sum_kernel", "get_dot_kernel", "get_vdot_kernel",
+           "get_subset_dot_kernel", "get_minmax_neutral", "get_minmax_kernel",
+           "get_subset_minmax_kernel", "reduction_source"]
+
+BLOCK = 256              # threads per block, both stages
+_PER_THREAD = 16         # below BLOCK * _PER_THREAD elements per block, use fewer blocks
+_SCALAR_CHARS = set("bBhHiIlLqQfde?")
+
+_template = None
+_template_lock = threading.Lock()
+
+
+def _get_template():
+    global _template
+    if _template is None:
+        with _template_lock:
+            _template = string.Template(compiler.kernel_source("reduction.cuh"))
+    return _template
+
+
+def _check_str(value, what):
+    if not isinstance(value, str):
+        raise TypeError("%s must be a str (a C expression), not %s"
+                        % (what, type(value).__name__))
+    if not value.strip():
+        raise ValueError("%s is empty" % what)
+    if "\0" in value:
+        raise ValueError("%s contains a NUL character" % what)
+    return value
+
+
+def _check_name(name):
+    if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
+        raise ValueError("name must be a C identifier, not %r" % (name,))
+    return name
+
+
+def _neutral_text(neutral):
+    if isinstance(neutral, str):
+        return _check_str(neutral, "neutral")
+    if isinstance(neutral, (bool, np.bool_)):
+        return "true" if neutral else "false"
+    if isinstance(neutral, (int, float, np.integer, np.floating)):
+        return repr(neutral.item() if isinstance(neutral, np.generic) else neutral)
+    raise TypeError("neutral must be a str (a C expression) or a number, not %s"
+                    % type(neutral).__name__)
+
+
+def reduction_source(dtype_out, neutral, reduce_expr, map_expr=None, arguments=None,
+                     name="reduce_kernel", preamble=""):
+    """The CUDA C source of a ReductionKernel and its parsed arguments:
+    (source, [argument, ...]).  Checks the arguments the way the constructor does."""
+    dtype_out = np.dtype(dtype_out)
+    if dtype_out.hasobject:
+        raise TypeError("ReductionKernel: dtype_out %s holds Python objects" % dtype_out)
+    out_type = dtype_to_ctype(dtype_out)
+    neutral = _neutral_text(neutral)
+    reduce_expr = _check_str(reduce_expr, "reduce_expr")
+    name = _check_name(name)
+    if not isinstance(preamble, str):
+        raise TypeError("preamble must be a str, not %s" % type(preamble).__name__)
+    if arguments is None:
+        raise TypeError("ReductionKernel needs arguments (e.g. 'const float *in')")
+    args, arg_text = parse_arguments(arguments)
+    if not builtins.any(is_vector(a) for a in args):
+        raise ValueError("ReductionKernel can only be used with functions that have at "
+                         "least one vector argument")
+    names = [a.name for a in args]
+    for n in names:
+        if n.startswith("pygpu_"):
+            raise ValueError("argument name %r: names starting with 'pygpu_' are reserved" % n)
+    if len(set(names)) != len(names):
+        raise ValueError("argument names repeat: %s" % ", ".join(names))
+    if map_expr is None:
+        vectors = [a.name for a in args if is_vector(a)]
+        if "in" in names:
+            map_expr = "in[i]"
+        elif len(vectors) == 1:
+            map_expr = "%s[i]" % vectors[0]
+        else:
+            raise ValueError("map_expr is needed: the arguments have no 'in' and "
+                             "more than one vector (%s)" % ", ".join(vectors))
+    else:
+        map_expr = _check_str(map_expr, "map_expr")
+    types = complex_source() if needs_complex(out_type, arg_text, preamble) else ""
+    src = _get_template().substitute(
+        types=types, preamble=preamble, out_type=out_type, neutral=neutral,
+        reduce_expr=reduce_expr, map_expr=map_expr, arguments=arg_text + ",",
+        name=name, block=BLOCK)
+    return src, args
+
+
+def _scalar_char(dtype):
+    c = dtype.char
+    return c if c in _SCALAR_CHARS else "V"
+
+
+def _max_blocks(func):
+    """Blocks of the first stage that fill the GPU: SMs times blocks per SM."""
+    try:
+        dev = driver.Context.get_device()
+        sms = dev.get_attribute(driver.device_attribute.MULTIPROCESSOR_COUNT)
+    except driver.Error:
+        sms = 1
+    try:
+        per_sm = func.max_active_blocks_per_multiprocessor(BLOCK)
+    except driver.Error:
+        per_sm = 0
+    if per_sm <= 0:
+        per_sm = 2048 // BLOCK
+    return builtins.max(1, int(sms) * int(per_sm))
+
+
+def stream_alloc(nbytes, stream=None):
+    """Device memory from the driver's stream-ordered pool on stream (so its
+    free is ordered after the work queued there); cuMemAlloc where the
+    driver has no pools."""
+    try:
+        if stream is None:
+            return driver.mem_alloc_async(nbytes)
+        return driver.mem_alloc_async(nbytes, stream)
+    except driver.LogicError:
+        return driver.mem_alloc(nbytes)
+
+
+def _alloc(allocator, nbytes, stream):
+    if allocator is not None:
+        return allocator(nbytes)
+    return stream_alloc(nbytes, stream)
+
+
+def _array_allocator(ary):
+    """ary's allocator, or None where it is the array module's default (then
+    the stream-ordered pool on the launch's stream serves instead)."""
+    allocator = getattr(ary, "allocator", None)
+    if allocator is None:
+        return None
+    from pygpu import gpuarray
+    if allocator is getattr(gpuarray, "_default_allocator", None):
+        return None
+    return allocator
+
+
+class ReductionKernel:
+    """PyCUDA's ReductionKernel: reduce map_expr(i) over i with reduce_expr.
+
+    dtype_out: the result's dtype; neutral: the neutral element (a C
+    expression or a number); reduce_expr: combines a and b (both dtype_out);
+    map_expr: element i's value (default 'in[i]', or the one vector's);
+    arguments: a C parameter list ('const float *x, float s').  Called with
+    the arguments (GPUArrays for pointers, numbers for scalars), returns a
+    0-d GPUArray.  Keywords: stream, allocator (called once), out (a GPUArray
+    of dtype_out that receives the value), range (a slice or range of
+    indices i) or slice (a slice of the first vector's indices).
+    """
+
+    def __init__(self, dtype_out, neutral, reduce_expr, map_expr=None, arguments=None,
+                 name="reduce_kernel", keep=False, options=None, preamble="",
+                 allocator=None):
+        self.dtype_out = np.dtype(dtype_out)
+        src, args = reduction_source(self.dtype_out, neutral, reduce_expr, map_expr,
+                                     arguments, name, preamble)
+        self.source = src
+        self.arguments = args
+        self.allocator = allocator
+        self._vector_flags = tuple(is_vector(a) for a in args)
+        self._first_vector = self._vector_flags.index(True)
+        self._scalar_dtypes = tuple(None if v else np.dtype(a.dtype)
+                                    for v, a in zip(self._vector_flags, args))
+        mod = compiler.SourceModule(src, options=options, keep=keep, no_extern_c=True)
+        self.module = mod
+        self.stage1 = mod.get_function(name + "_stage1")
+        self.stage2 = mod.get_function(name + "_stage2")
+        self.stage1.prepare("P" + "".join("P" if v else _scalar_char(d) for v, d in
+                                          zip(self._vector_flags, self._scalar_dtypes))
+                            + "qqQ")
+        self.stage2.prepare("PPI")
+        self._stage1 = self.stage1.prepared_async_call
+        self._stage2 = self.stage2.prepared_async_call
+        self.max_blocks = _max_blocks(self.stage1)
+        self._item = self.dtype_out.itemsize
+        self._offset = -(-builtins.max(self._item, 1) // 16) * 16   # partials' offset
+
+    def _convert(self, args):
+        if len(args) != len(self._vector_flags):
+            raise TypeError("%s takes %d arguments (%s) but %d were given"
+                            % (self.stage1.name[:-len("_stage1")], len(self._vector_flags),
+                               ", ".join(a.name for a in self.arguments), len(args)))
+        out = []
+        for a, vec, dt, spec in zip(args, self._vector_flags, self._scalar_dtypes,
+                                    self.arguments):
+            if vec:
+                flags = getattr(a, "flags", None)
+                if flags is None or not hasattr(a, "gpudata"):
+                    raise TypeError("argument %r must be a GPUArray, not %s"
+                                    % (spec.name, type(a).__name__))
+                if not flags.forc:
+                    raise RuntimeError("ReductionKernel cannot deal with non-contiguous "
+                                       "arrays (argument %r)" % spec.name)
+                out.append(a.gpudata)
+            else:
+                if dt.kind in "biufc":
+                    out.append(dt.type(a))
+                else:
+                    out.append(np.array(a, dtype=dt)[()])
+        return out
+
+    def __call__(self, *args, stream=None, allocator=None, out=None, range=None,
+                 slice=None):
+        inv = self._convert(args)
+        repr_vec = args[self._first_vector]
+        if range is not None and slice is not None:
+            raise TypeError("give range= or slice=, not both")
+        if range is not None:
+            if isinstance(range, builtins.range):
+                r = range
+            elif isinstance(range, builtins.slice):
+                if range.stop is None:
+                    raise ValueError("range= needs a stop")
+                r = builtins.range(0 if range.start is None else range.start, range.stop,
+                                   1 if range.step is None else range.step)
+            else:
+                raise TypeError("range= must be a slice or a range, not %s"
+                                % type(range).__name__)
+            start, step, count = r.start, r.step, len(r)
+        elif slice is not None:
+            if not isinstance(slice, builtins.slice):
+                raise TypeError("slice= must be a slice, not %s" % type(slice).__name__)
+            r = builtins.range(*slice.indices(repr_vec.size))
+            start, step, count = r.start, r.step, len(r)
+        else:
+            start, step, count = 0, 1, repr_vec.size
+
+        blocks = -(-count // (BLOCK * _PER_THREAD))
+        if blocks > self.max_blocks:
+            blocks = self.max_blocks
+        elif blocks < 1:
+            blocks = 1
+        if allocator is None:
+            allocator = self.allocator
+            if allocator is None:
+                allocator = _array_allocator(repr_vec)
+        item = self._item
+        if out is not None:
+            if getattr(out, "dtype", None) != self.dtype_out:
+                raise ValueError("out must have the same dtype as dtype_out")
+            if out.size == 0:
+                raise ValueError("out array is empty")
+            result = out
+            target = out.gpudata
+            partial = _alloc(allocator, blocks * item, stream) if blocks > 1 else target
+        else:
+            from pygpu import gpuarray
+            if blocks > 1:
+                buf = _alloc(allocator, self._offset + blocks * item, stream)
+                partial = int(buf) + self._offset
+            else:
+                buf = _alloc(allocator, builtins.max(item, 1), stream)
+                partial = buf
+            result = gpuarray.GPUArray((), self.dtype_out, allocator=allocator, gpudata=buf)
+            target = buf
+        self._stage1((blocks, 1), (BLOCK, 1, 1), stream, partial, *inv, start, step, count)
+        if blocks > 1:
+            self._stage2((1, 1), (BLOCK, 1, 1), stream, target, partial, blocks)
+        return result
+
+
+# ---- the kernels behind gpuarray.sum/dot/min/max/... ----
+
+@context_dependent_memoize
+def get_sum_kernel(dtype_out, dtype_in):
+    """gpuarray.sum's kernel: sum(in), in dtype_out (None: dtype_in)."""
+    if dtype_out is None:
+        dtype_out = dtype_in
+    return ReductionKernel(dtype_out, "0", "a+b",
+                           arguments="const %s *in" % dtype_to_ctype(dtype_in))
+
+
+@context_dependent_memoize
+def get_any_kernel(dtype_out, dtype_in):
+    """gpuarray.any's kernel."""
+    if dtype_out is None:
+        dtype_out = dtype_in
+    return ReductionKernel(dtype_out, "0", "(a != 0) || (b != 0)", map_expr="in[i] != 0",
+                           arguments="const %s *in" % dtype_to_ctype(dtype_in))
+
+
+@context_dependent_memoize
+def get_all_kernel(dtype_out, dtype_in):
+    """gpuarray.all's kernel."""
+    if dtype_out is None:
+        dtype_out = dtype_in
+    return ReductionKernel(dtype_out, "1", "(a != 0) && (b != 0)", map_expr="in[i] != 0",
+                           arguments="const %s *in" % dtype_to_ctype(dtype_in))
+
+
+@context_dependent_memoize
+def get_subset_sum_kernel(dtype_out, dtype_subset, dtype_in):
+    """gpuarray.subset_sum's kernel: sum(in[lookup_tbl[i]]) over lookup_tbl."""
+    if dtype_out is None:
+        dtype_out = dtype_in
+    return ReductionKernel(dtype_out, "0", "a+b", map_expr="in[lookup_tbl[i]]",
+                           arguments="const %s *lookup_tbl, const %s *in"
+                           % (dtype_to_ctype(dtype_subset), dtype_to_ctype(dtype_in)))
+
+
+@context_dependent_memoize
+def _dot_kernel(dtype_out, dtype_a, dtype_b, conjugate_first):
+    if dtype_out is None:
+        dtype_out = np.result_type(dtype_a, dtype_b)
+    a = "conj(a[i])" if conjugate_first and np.dtype(dtype_a).kind == "c" else "a[i]"
+    return ReductionKernel(dtype_out, neutral="0", reduce_expr="a+b", map_expr=a + "*b[i]",
+                           arguments="const %s *a, const %s *b"
+                           % (dtype_to_ctype(dtype_a), dtype_to_ctype(dtype_b)))
+
+
+def get_dot_kernel(dtype_out, dtype_a, dtype_b, conjugate_first=False):
+    """gpuarray.dot's kernel: sum(a[i]*b[i]); with conjugate_first,
+    sum(conj(a[i])*b[i]) (vdot)."""
+    return _dot_kernel(dtype_out, np.dtype(dtype_a), np.dtype(dtype_b), bool(conjugate_first))
+
+
+def get_vdot_kernel(dtype_out, dtype_a, dtype_b):
+    """gpuarray.vdot's kernel: sum(conj(a[i])*b[i])."""
+    return get_dot_kernel(dtype_out, dtype_a, dtype_b, conjugate_first=True)
+
+
+@context_dependent_memoize
+def get_subset_dot_kernel(dtype_out, dtype_subset, dtype_a=None, dtype_b=None):
+    """gpuarray.subset_dot's kernel: sum(a[t]*b[t]) for t in lookup_tbl."""
+    if dtype_out is None:
+        dtype_out = dtype_a
+    if dtype_b is None:
+        dtype_b = dtype_out if dtype_a is None else dtype_a
+    if dtype_a is None:
+        dtype_a = dtype_out
+    # lookup_tbl first: the first vector gives the length
+    return ReductionKernel(dtype_out, neutral="0", reduce_expr="a+b",
+                           map_expr="a[lookup_tbl[i]]*b[lookup_tbl[i]]",
+                           arguments="const %s *lookup_tbl, const %s *a, const %s *b"
+                           % (dtype_to_ctype(dtype_subset), dtype_to_ctype(dtype_a),
+                              dtype_to_ctype(dtype_b)))
+
+
+_INF = "__longlong_as_double(0x7ff0000000000000LL)"
+
+
+def get_minmax_neutral(what, dtype):
+    """The neutral element of min or max over dtype, as a C expression."""
+    dtype = np.dtype(dtype)
+    if what not in ("min", "max"):
+        raise ValueError("what is not min or max.")
+    if dtype.kind == "f":
+        return _INF if what == "min" else "(-%s)" % _INF
+    if dtype.kind == "b":
+        return "true" if what == "min" else "false"
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if dtype.kind == "u":
+            return "%dULL" % info.max if what == "min" else "0"
+        return "%dLL" % info.max if what == "min" else "(%dLL - 1)" % (info.min + 1)
+    raise TypeError("unsupported dtype specified")
+
+
+def _minmax_expr(what, dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "fiub":
+        raise TypeError("unsupported dtype specified")
+    op = "<" if what == "min" else ">"
+    if dtype.kind == "f":
+        # NaN wins, as in NumPy
+        return "(a %s b || a != a) ? a : b" % op
+    return "(a %s b) ? a : b" % op
+
+
+@context_dependent_memoize
+def get_minmax_kernel(what, dtype):
+    """gpuarray.min/max's kernel (NaN propagates, as in NumPy)."""
+    dtype = np.dtype(dtype)
+    neutral = get_minmax_neutral(what, dtype)
+    return ReductionKernel(dtype, neutral=neutral, reduce_expr=_minmax_expr(what, dtype),
+                           arguments="const %s *in" % dtype_to_ctype(dtype))
+
+
+@context_dependent_memoize
+def get_subset_minmax_kernel(what, dtype, dtype_subset):
+    """gpuarray.subset_min/subset_max's kernel."""
+    dtype = np.dtype(dtype)
+    neutral = get_minmax_neutral(what, dtype)
+    return ReductionKernel(dtype, neutral=neutral, reduce_expr=_minmax_expr(what, dtype),
+                           map_expr="in[lookup_tbl[i]]",
+                           arguments="const %s *lookup_tbl, const %s *in"
+                           % (dtype_to_ctype(dtype_subset), dtype_to_ctype(dtype)))

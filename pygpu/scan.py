@@ -1,0 +1,179 @@
+"""Prefix scans of vectors (PyCUDA's pycuda.scan).
+
+    from pygpu.scan import InclusiveScanKernel, ExclusiveScanKernel
+    cumsum = InclusiveScanKernel(np.float32, "a+b")
+    cumsum(x_gpu)                  # in place; returns x_gpu
+    y_gpu = cumsum(x_gpu, "new")   # into a new array
+
+One kernel launch (kernels/scan.cuh): a single-pass scan with decoupled
+look-back, so the data is read once and written once.  scan_expr must be
+associative; it need not be commutative (elements are combined in order:
+`a` is the earlier part, `b` the later).  No neutral element is assumed for
+an inclusive scan; an exclusive scan's first element is `neutral`, and
+element i is neutral op x[0] op ... op x[i-1].
+"""
+import string
+import threading
+
+import numpy as np
+
+from pygpu import compiler, driver
+from pygpu._ctypes_util import complex_source, dtype_to_ctype, needs_complex
+from pygpu.reduction import stream_alloc
+
+__all__ = ["InclusiveScanKernel", "ExclusiveScanKernel", "scan_source", "tile_shape"]
+
+MAX_ITEMSIZE = 512        # a tile of 64 such elements still fits in 48 KiB of shared memory
+
+_template = None
+_template_lock = threading.Lock()
+
+
+def _get_template():
+    global _template
+    if _template is None:
+        with _template_lock:
+            _template = string.Template(compiler.kernel_source("scan.cuh"))
+    return _template
+
+
+def tile_shape(dtype):
+    """(threads per block, elements per thread) for a scan of dtype: about
+    64 bytes per thread, at most 16 elements."""
+    size = np.dtype(dtype).itemsize
+    if size > MAX_ITEMSIZE:
+        raise ValueError("a scan's elements can be at most %d bytes, not %d (%s)"
+                         % (MAX_ITEMSIZE, size, np.dtype(dtype)))
+    if size <= 4:
+        items = 16
+    else:
+        items = max(1, 64 // size)
+    threads = 256 if size <= 64 else (128 if size <= 256 else 64)
+    return threads, items
+
+
+def _check_expr(value, what):
+    if not isinstance(value, str):
+        raise TypeError("%s must be a str (a C expression), not %s"
+                        % (what, type(value).__name__))
+    if not value.strip():
+        raise ValueError("%s is empty" % what)
+    if "\0" in value:
+        raise ValueError("%s contains a NUL character" % what)
+    return value
+
+
+def scan_source(dtype, scan_expr, neutral=None, exclusive=False, name="scan_scan", preamble=""):
+    """The CUDA C source of a scan kernel (what the constructors compile)."""
+    dtype = np.dtype(dtype)
+    if dtype.hasobject:
+        raise TypeError("scan: dtype %s holds Python objects" % dtype)
+    if dtype.itemsize == 0:
+        raise ValueError("scan: dtype %s has no size" % dtype)
+    scan_type = dtype_to_ctype(dtype)
+    scan_expr = _check_expr(scan_expr, "scan_expr")
+    if exclusive:
+        if neutral is None:
+            raise ValueError("neutral element is required for exclusive scan")
+    if neutral is not None:
+        if isinstance(neutral, (int, float, np.integer, np.floating)) and \
+                not isinstance(neutral, (bool, np.bool_)):
+            neutral = repr(neutral.item() if isinstance(neutral, np.generic) else neutral)
+        neutral = _check_expr(neutral, "neutral")
+    if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
+        raise ValueError("name_prefix must make a C identifier, not %r" % (name,))
+    if not isinstance(preamble, str):
+        raise TypeError("preamble must be a str, not %s" % type(preamble).__name__)
+    threads, items = tile_shape(dtype)
+    types = complex_source() if needs_complex(scan_type, preamble) else ""
+    return _get_template().substitute(
+        types=types, preamble=preamble, scan_type=scan_type, scan_expr=scan_expr,
+        neutral=neutral if neutral is not None else "", exclusive=int(bool(exclusive)),
+        threads=threads, items=items, name=name)
+
+
+class _ScanKernelBase:
+    _exclusive = False
+
+    def __init__(self, dtype, scan_expr, neutral=None, name_prefix="scan", options=None,
+                 preamble="", devices=None):
+        if self._exclusive and neutral is None:
+            raise ValueError("neutral element is required for exclusive scan")
+        self.dtype = np.dtype(dtype)
+        self.neutral = neutral
+        name = "%s_scan" % name_prefix if isinstance(name_prefix, str) else name_prefix
+        src = scan_source(self.dtype, scan_expr, neutral, self._exclusive, name, preamble)
+        self.source = src
+        self.threads, self.items = tile_shape(self.dtype)
+        self.tile = self.threads * self.items
+        self._slot = (self.dtype.itemsize + 3) // 4
+        self.module = compiler.SourceModule(src, options=options, no_extern_c=True)
+        self.function = self.module.get_function(name)
+        self.function.prepare("PPQPPPP")
+        self._launch = self.function.prepared_async_call
+
+    def __call__(self, input_ary, output_ary=None, allocator=None, stream=None):
+        """Scan input_ary into output_ary (default: in place; "new": a new
+        array), on stream; returns output_ary."""
+        if not hasattr(input_ary, "gpudata") or not hasattr(input_ary, "flags"):
+            raise TypeError("a scan takes a GPUArray, not %s" % type(input_ary).__name__)
+        if output_ary is None:
+            output_ary = input_ary
+        elif isinstance(output_ary, str):
+            if output_ary != "new":
+                raise ValueError("output_ary must be a GPUArray, None or 'new', not %r"
+                                 % output_ary)
+            from pygpu import gpuarray
+            if allocator is not None:
+                output_ary = gpuarray.GPUArray(input_ary.shape, input_ary.dtype,
+                                               allocator=allocator)
+            else:
+                output_ary = gpuarray.empty_like(input_ary)
+        elif not hasattr(output_ary, "gpudata") or not hasattr(output_ary, "flags"):
+            raise TypeError("output_ary must be a GPUArray, None or 'new', not %s"
+                            % type(output_ary).__name__)
+        if input_ary.shape != output_ary.shape:
+            raise ValueError("input and output must have the same shape")
+        if len(input_ary.shape) != 1:
+            raise ValueError("a scan needs a 1-dimensional array, not shape %s"
+                             % (input_ary.shape,))
+        for a, what in ((input_ary, "input"), (output_ary, "output")):
+            if a.dtype != self.dtype:
+                raise TypeError("the scan is of %s but the %s array is %s"
+                                % (self.dtype, what, a.dtype))
+            if not a.flags.forc:
+                raise RuntimeError("ScanKernel cannot deal with non-contiguous arrays")
+        n = input_ary.size
+        if not n:
+            return output_ary
+        tiles = -(-n // self.tile)
+        if tiles == 1:
+            self._launch((1, 1), (self.threads, 1, 1), stream, input_ary.gpudata,
+                         output_ary.gpudata, n, 0, 0, 0, 0)
+            return output_ary
+        head = 4 * (1 + tiles)                       # counter, then one flag per tile
+        head = -(-head // 16) * 16
+        slots = tiles * self._slot * 4
+        nbytes = head + 2 * slots
+        buf = allocator(nbytes) if allocator is not None else stream_alloc(nbytes, stream)
+        base = int(buf)
+        if stream is None:
+            driver.memset_d32_async(buf, 0, 1 + tiles)
+        else:
+            driver.memset_d32_async(buf, 0, 1 + tiles, stream)
+        self._launch((tiles, 1), (self.threads, 1, 1), stream, input_ary.gpudata,
+                     output_ary.gpudata, n, base, base + 4, base + head, base + head + slots)
+        # buf must outlive the launch: a stream-ordered free (mem_alloc_async)
+        # is ordered after it; a user's allocator follows PyCUDA's rules
+        del buf
+        return output_ary
+
+
+class InclusiveScanKernel(_ScanKernelBase):
+    """out[i] = x[0] op x[1] op ... op x[i] (op: scan_expr in a and b)."""
+    _exclusive = False
+
+
+class ExclusiveScanKernel(_ScanKernelBase):
+    """out[0] = neutral, out[i] = neutral op x[0] op ... op x[i-1]."""
+    _exclusive = True

@@ -1,0 +1,285 @@
+"""pygpu.scan: generated sources compile (no GPU needed), argument errors,
+and (gpu) every element of inclusive and exclusive scans against NumPy or a
+sequential reference on fresh random data."""
+import warnings
+
+import numpy as np
+import pytest
+
+from pygpu import compiler, scan
+from pygpu.compiler import CompileError
+from pygpu.scan import ExclusiveScanKernel, InclusiveScanKernel, scan_source
+
+CPLX_F = "pycuda::complex<float>"
+
+# (dtype, scan_expr, neutral, exclusive, preamble)
+AFFINE = """
+// x -> m*x + c mod 2^32, packed as m << 32 | c; compose(a, b) applies a, then b
+__device__ unsigned long long compose(unsigned long long a, unsigned long long b)
+{
+    unsigned int ma = (unsigned int)(a >> 32), ca = (unsigned int)a;
+    unsigned int mb = (unsigned int)(b >> 32), cb = (unsigned int)b;
+    return ((unsigned long long)(mb * ma) << 32) | (unsigned int)(mb * ca + cb);
+}
+"""
+SPECS = [
+    (np.float32, "a+b", None, False, ""),
+    (np.float32, "a+b", "0", True, ""),
+    (np.int32, "a+b", "0", True, ""),
+    (np.int64, "a > b ? a : b", None, False, ""),
+    (np.uint8, "(a+b) & 0b11111111", None, False, ""),
+    (np.float64, "a+b", 0, True, ""),
+    (np.complex64, "a+b", None, False, ""),
+    (np.complex64, "a*b", "%s(1, 0)" % CPLX_F, True, ""),
+    (np.complex128, "a+b", "0", True, ""),
+    (np.bool_, "a || b", "false", True, ""),
+    (np.int16, "b", None, False, ""),
+    (np.uint64, "compose(a, b)", "0x100000000ULL", True, AFFINE),
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: "%s-%s-%s" % (
+    np.dtype(s[0]).name, s[1], "ex" if s[3] else "in"))
+def test_sources_compile_to_ptx(spec):
+    src = scan_source(spec[0], spec[1], spec[2], spec[3], name="myscan", preamble=spec[4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ptx = bytes(compiler.compile(src, target="ptx", arch="compute_90", cache_dir=False))
+    assert b".entry myscan" in ptx
+    assert b"atom.global.add.u32" in ptx          # the dynamic tile counter
+
+
+def test_tile_shape():
+    assert scan.tile_shape(np.float32) == (256, 16)
+    assert scan.tile_shape(np.float64) == (256, 8)
+    assert scan.tile_shape(np.complex128) == (256, 4)
+    assert scan.tile_shape(np.uint8) == (256, 16)
+    assert scan.tile_shape(np.dtype((np.void, 128))) == (128, 1)
+    assert scan.tile_shape(np.dtype((np.void, 512))) == (64, 1)
+    with pytest.raises(ValueError, match="at most 512 bytes, not 513"):
+        scan.tile_shape(np.dtype((np.void, 513)))
+
+
+@pytest.mark.parametrize("size", [8, 200, 512])
+def test_struct_scan_source_compiles(monkeypatch, size):
+    """A struct with user copy constructors and only a volatile operator=
+    (as PyCUDA's tests write them), up to the largest element size."""
+    n = size // 4
+    preamble = """
+    struct vecsum {
+        int v[%d];
+        __device__ vecsum() { }
+        __device__ vecsum(vecsum const &s) { for (int k = 0; k < %d; ++k) v[k] = s.v[k]; }
+        __device__ vecsum volatile &operator=(vecsum const &s) volatile
+        { for (int k = 0; k < %d; ++k) v[k] = s.v[k]; return *this; }
+    };
+    __device__ vecsum add(vecsum a, vecsum b)
+    { vecsum r; for (int k = 0; k < %d; ++k) r.v[k] = a.v[k] + b.v[k]; return r; }
+    """ % (n, n, n, n)
+    dt = np.dtype((np.void, size))
+    real = scan.dtype_to_ctype
+    monkeypatch.setattr(scan, "dtype_to_ctype",
+                        lambda d: "vecsum" if np.dtype(d) == dt else real(d))
+    src = scan_source(dt, "add(a, b)", preamble=preamble)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ptx = bytes(compiler.compile(src, target="ptx", arch="compute_90", cache_dir=False))
+    assert b".entry scan_scan" in ptx
+
+
+@pytest.mark.parametrize("args, kwargs, exc, match", [
+    ((np.int32, "a+b"), {}, ValueError, "neutral element is required for exclusive scan"),
+    ((np.int32, 3, "0"), {}, TypeError, "scan_expr must be a str"),
+    ((np.int32, " ", "0"), {}, ValueError, "scan_expr is empty"),
+    ((np.int32, "a+b", "0"), dict(name_prefix="bad name"), ValueError,
+     "name_prefix must make a C identifier"),
+    ((np.int32, "a+b", "0"), dict(preamble=1), TypeError, "preamble must be a str"),
+    ((object, "a+b", "0"), {}, TypeError, "Python objects"),
+])
+def test_exclusive_argument_errors(args, kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        ExclusiveScanKernel(*args, **kwargs)
+
+
+def test_inclusive_argument_errors():
+    with pytest.raises(TypeError, match="scan_expr must be a str"):
+        InclusiveScanKernel(np.float32, None)
+    with pytest.raises(ValueError, match="neutral is empty"):
+        InclusiveScanKernel(np.float32, "a+b", "")
+
+
+def test_bad_expression_is_a_compile_error():
+    src = scan_source(np.float32, "no_such_op(a, b)")
+    with pytest.raises(CompileError, match="no_such_op"):
+        compiler.compile(src, target="ptx", arch="compute_90", cache_dir=False)
+
+
+@pytest.mark.driver
+def test_constructor_loads(ctx):
+    k = InclusiveScanKernel(np.float32, "a+b", name_prefix="cs")
+    assert k.function.name == "cs_scan" and k.tile == 4096
+    with pytest.raises(CompileError, match="no_such_op"):
+        ExclusiveScanKernel(np.float32, "no_such_op(a, b)", "0")
+
+
+# ---- on the GPU ----
+
+def _gpuarray():
+    return pytest.importorskip("pygpu.gpuarray")
+
+
+def _sizes(tile):
+    return sorted({1, 2, 31, 32, 33, tile - 1, tile, tile + 1, 2 * tile, 3 * tile + 5,
+                   33 * tile - 1, 33 * tile + 1, 1000 * tile + 17})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cls", [InclusiveScanKernel, ExclusiveScanKernel])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.uint16])
+def test_integer_sum_every_element(ctx, rng, cls, dtype):
+    ga = _gpuarray()
+    k = cls(dtype, "a+b", "0")
+    for n in _sizes(k.tile):
+        x = rng.integers(0, 100, n).astype(dtype)
+        d = ga.to_gpu(x)
+        assert k(d) is d
+        ref = np.cumsum(x, dtype=dtype)
+        if cls is ExclusiveScanKernel:
+            ref = np.concatenate([[0], ref[:-1]]).astype(dtype)
+        got = d.get()
+        bad = np.flatnonzero(got != ref)
+        assert bad.size == 0, (n, bad[:5], got[bad[:5]], ref[bad[:5]])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cls", [InclusiveScanKernel, ExclusiveScanKernel])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float_sum(ctx, rng, cls, dtype):
+    ga = _gpuarray()
+    k = cls(dtype, "a+b", "0")
+    for n in _sizes(k.tile) + [10_000_019]:
+        # small integers: every partial sum is exact in float32 below 2**24
+        x = rng.integers(0, 4, n).astype(dtype)
+        got = k(ga.to_gpu(x), "new").get()
+        ref = np.cumsum(x.astype(np.float64))
+        if cls is ExclusiveScanKernel:
+            ref = np.concatenate([[0], ref[:-1]])
+        if dtype == np.float32 and n > 4_000_000:
+            np.testing.assert_allclose(got, ref, rtol=1e-6, atol=0)
+        else:
+            np.testing.assert_array_equal(got, ref)
+    # random reals: stated tolerance against a float64 reference
+    n = 1_000_003
+    x = rng.uniform(-1, 1, n).astype(dtype)
+    got = k(ga.to_gpu(x), "new").get()
+    ref = np.cumsum(x.astype(np.float64))
+    if cls is ExclusiveScanKernel:
+        ref = np.concatenate([[0], ref[:-1]])
+    scale = np.cumsum(np.abs(x.astype(np.float64)))
+    eps = 1e-5 if dtype == np.float32 else 1e-13
+    assert np.all(np.abs(got - ref) <= eps * (scale + 1))
+
+
+@pytest.mark.gpu
+def test_complex(ctx, rng):
+    ga = _gpuarray()
+    for dtype, eps in ((np.complex64, 1e-5), (np.complex128, 1e-13)):
+        k = InclusiveScanKernel(dtype, "a+b")
+        for n in (1, k.tile + 1, 100 * k.tile + 3):
+            x = (rng.uniform(-1, 1, n) + 1j * rng.uniform(-1, 1, n)).astype(dtype)
+            got = k(ga.to_gpu(x), "new").get()
+            ref = np.cumsum(x.astype(np.complex128))
+            scale = np.cumsum(np.abs(x.astype(np.complex128)))
+            assert np.all(np.abs(got - ref) <= eps * (scale + 1))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cls", [InclusiveScanKernel, ExclusiveScanKernel])
+def test_non_commutative_affine_composition(ctx, rng, cls):
+    """compose(a, b) is associative but not commutative: any reordering
+    of the operands changes the result."""
+    ga = _gpuarray()
+    k = cls(np.uint64, "compose(a, b)", "0x100000000ULL", preamble=AFFINE)
+    for n in (1, 5, k.tile - 1, k.tile + 1, 7 * k.tile + 3, 40 * k.tile + 1):
+        m = rng.integers(0, 2**32, n, dtype=np.uint64) | np.uint64(1)
+        c = rng.integers(0, 2**32, n, dtype=np.uint64)
+        x = (m << np.uint64(32)) | c
+        got = k(ga.to_gpu(x), "new").get()
+        ref = np.empty(n, np.uint64)
+        am, ac = 1, 0
+        mask = 2**32 - 1
+        for i, (mi, ci) in enumerate(zip(m.tolist(), c.tolist())):
+            if cls is ExclusiveScanKernel:
+                ref[i] = (am << 32) | ac
+            am, ac = (mi * am) & mask, (mi * ac + ci) & mask
+            if cls is InclusiveScanKernel:
+                ref[i] = (am << 32) | ac
+        bad = np.flatnonzero(got != ref)
+        assert bad.size == 0, (n, bad[:5])
+
+
+@pytest.mark.gpu
+def test_right_projection_keeps_order(ctx, rng):
+    ga = _gpuarray()
+    for expr, pick in (("b", lambda x: x), ("a", lambda x: np.full_like(x, x[0]))):
+        k = InclusiveScanKernel(np.int16, expr)
+        x = rng.integers(-30000, 30000, 50 * k.tile + 9).astype(np.int16)
+        np.testing.assert_array_equal(k(ga.to_gpu(x), "new").get(), pick(x))
+
+
+@pytest.mark.gpu
+def test_max_scan_and_output_array(ctx, rng):
+    ga = _gpuarray()
+    k = InclusiveScanKernel(np.float32, "a > b ? a : b")
+    x = rng.standard_normal(123_457).astype(np.float32)
+    d = ga.to_gpu(x)
+    out = ga.empty_like(d)
+    assert k(d, out) is out
+    np.testing.assert_array_equal(out.get(), np.maximum.accumulate(x))
+    np.testing.assert_array_equal(d.get(), x)          # input untouched
+
+
+# ---- the Python side of a call (the stand-in runs it too; no results read) ----
+
+@pytest.mark.driver
+def test_empty_and_errors(ctx):
+    ga = _gpuarray()
+    k = InclusiveScanKernel(np.float32, "a+b")
+    e = ga.empty(0, np.float32)
+    assert k(e) is e
+    d = ga.zeros((6, 6), np.float32)
+    with pytest.raises(ValueError, match="needs a 1-dimensional array"):
+        k(d)
+    with pytest.raises(ValueError, match="input and output must have the same shape"):
+        k(d[0], ga.empty(5, np.float32))
+    with pytest.raises(TypeError, match="the scan is of float32 but the input array is float64"):
+        k(ga.empty(5, np.float64))
+    with pytest.raises(RuntimeError, match="cannot deal with non-contiguous arrays"):
+        k(d[:, 0])
+    with pytest.raises(TypeError, match="a scan takes a GPUArray"):
+        k(np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="output_ary must be a GPUArray, None or 'new'"):
+        k(d[0], "old")
+    with pytest.raises(TypeError, match="output_ary must be a GPUArray, None or 'new'"):
+        k(d[0], 5)
+
+
+@pytest.mark.driver
+@pytest.mark.parametrize("n, scratch", [(1, 0), (4096, 0), (4097, 1), (10_000_019, 1)])
+def test_scratch_allocations(ctx, n, scratch):
+    ga = _gpuarray()
+    from pygpu import tools
+    pool = tools.DeviceMemoryPool()
+    calls = []
+
+    def allocator(nbytes):
+        calls.append(nbytes)
+        return pool.allocate(nbytes)
+
+    k = InclusiveScanKernel(np.float32, "a+b")
+    d = ga.zeros(n, np.float32)
+    assert k(d, allocator=allocator) is d
+    assert len(calls) == scratch
+    out = k(d, "new", allocator=allocator)
+    assert out.shape == d.shape and out.dtype == d.dtype and out is not d
+    assert len(calls) == 1 + 2 * scratch

@@ -45,9 +45,9 @@ struct __align__(2 * sizeof(T)) complex {
     {
         // Smith's algorithm: no overflow for large |b|
         T ar = a._re, ai = a._im, br = b._re, bi = b._im;
-        if (fabs(br) >= fabs(bi)) {
+        if (::fabs(br) >= ::fabs(bi)) {
             if (br == T(0) && bi == T(0))
-                return complex(ar / fabs(br), ai / fabs(br));
+                return complex(ar / ::fabs(br), ai / ::fabs(br));
             T r = bi / br, d = br + bi * r;
             return complex((ar + ai * r) / d, (ai - ar * r) / d);
         }
@@ -75,11 +75,11 @@ struct __align__(2 * sizeof(T)) complex {
 template <typename T> __host__ __device__ inline T real(const complex<T> &z) { return z.real(); }
 template <typename T> __host__ __device__ inline T imag(const complex<T> &z) { return z.imag(); }
 template <typename T> __host__ __device__ inline complex<T> conj(const complex<T> &z) { return complex<T>(z.real(), -z.imag()); }
-template <typename T> __host__ __device__ inline T abs(const complex<T> &z) { return hypot(z.real(), z.imag()); }
-template <typename T> __host__ __device__ inline T arg(const complex<T> &z) { return atan2(z.imag(), z.real()); }
+template <typename T> __host__ __device__ inline T abs(const complex<T> &z) { return ::hypot(z.real(), z.imag()); }
+template <typename T> __host__ __device__ inline T arg(const complex<T> &z) { return ::atan2(z.imag(), z.real()); }
 template <typename T> __host__ __device__ inline T norm(const complex<T> &z) { return z.real() * z.real() + z.imag() * z.imag(); }
 template <typename T> __host__ __device__ inline complex<T> polar(const T &r, const T &theta = T())
-{ return complex<T>(r * cos(theta), r * sin(theta)); }
+{ return complex<T>(r * ::cos(theta), r * ::sin(theta)); }
 
 // real(x), imag(x) and conj(x) of real numbers, as NumPy has them
 __host__ __device__ inline float real(float x) { return x; }
@@ -91,22 +91,22 @@ __host__ __device__ inline double conj(double x) { return x; }
 
 template <typename T> __device__ inline complex<T> exp(const complex<T> &z)
 {
-    T e = exp(z.real());
-    return complex<T>(e * cos(z.imag()), e * sin(z.imag()));
+    T e = ::exp(z.real());
+    return complex<T>(e * ::cos(z.imag()), e * ::sin(z.imag()));
 }
 template <typename T> __device__ inline complex<T> log(const complex<T> &z)
-{ return complex<T>(log(abs(z)), arg(z)); }
+{ return complex<T>(::log(abs(z)), arg(z)); }
 template <typename T> __device__ inline complex<T> log10(const complex<T> &z)
-{ return log(z) / log(T(10)); }
+{ return log(z) / ::log(T(10)); }
 template <typename T> __device__ inline complex<T> sqrt(const complex<T> &z)
 {
     T re = z.real(), im = z.imag();
     if (re == T(0) && im == T(0))
         return complex<T>(T(0), im);
-    T t = sqrt((fabs(re) + abs(z)) / T(2));
+    T t = ::sqrt((::fabs(re) + abs(z)) / T(2));
     if (re >= T(0))
         return complex<T>(t, im / (T(2) * t));
-    return complex<T>(fabs(im) / (T(2) * t), copysign(t, im));
+    return complex<T>(::fabs(im) / (T(2) * t), ::copysign(t, im));
 }
 template <typename T> __device__ inline complex<T> pow(const complex<T> &z, const complex<T> &w)
 {
@@ -119,20 +119,20 @@ template <typename T> __device__ inline complex<T> pow(const complex<T> &z, cons
 template <typename T> __device__ inline complex<T> pow(const T &z, const complex<T> &w)
 { return pow(complex<T>(z), w); }
 template <typename T> __device__ inline complex<T> sin(const complex<T> &z)
-{ return complex<T>(sin(z.real()) * cosh(z.imag()), cos(z.real()) * sinh(z.imag())); }
+{ return complex<T>(::sin(z.real()) * ::cosh(z.imag()), ::cos(z.real()) * ::sinh(z.imag())); }
 template <typename T> __device__ inline complex<T> cos(const complex<T> &z)
-{ return complex<T>(cos(z.real()) * cosh(z.imag()), -sin(z.real()) * sinh(z.imag())); }
+{ return complex<T>(::cos(z.real()) * ::cosh(z.imag()), -::sin(z.real()) * ::sinh(z.imag())); }
 template <typename T> __device__ inline complex<T> sinh(const complex<T> &z)
-{ return complex<T>(sinh(z.real()) * cos(z.imag()), cosh(z.real()) * sin(z.imag())); }
+{ return complex<T>(::sinh(z.real()) * ::cos(z.imag()), ::cosh(z.real()) * ::sin(z.imag())); }
 template <typename T> __device__ inline complex<T> cosh(const complex<T> &z)
-{ return complex<T>(cosh(z.real()) * cos(z.imag()), sinh(z.real()) * sin(z.imag())); }
+{ return complex<T>(::cosh(z.real()) * ::cos(z.imag()), ::sinh(z.real()) * ::sin(z.imag())); }
 template <typename T> __device__ inline complex<T> tanh(const complex<T> &z)
 {
     T x = z.real(), y = z.imag();
-    if (fabs(x) > T(20))       // cosh(2x) overflows long before the result moves
-        return complex<T>(copysign(T(1), x), T(4) * sin(y) * cos(y) * exp(T(-2) * fabs(x)));
-    T d = cosh(T(2) * x) + cos(T(2) * y);
-    return complex<T>(sinh(T(2) * x) / d, sin(T(2) * y) / d);
+    if (::fabs(x) > T(20))       // cosh(2x) overflows long before the result moves
+        return complex<T>(::copysign(T(1), x), T(4) * ::sin(y) * ::cos(y) * ::exp(T(-2) * ::fabs(x)));
+    T d = ::cosh(T(2) * x) + ::cos(T(2) * y);
+    return complex<T>(::sinh(T(2) * x) / d, ::sin(T(2) * y) / d);
 }
 template <typename T> __device__ inline complex<T> tan(const complex<T> &z)
 {

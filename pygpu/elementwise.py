@@ -23,6 +23,7 @@ import threading
 import numpy as np
 
 from pygpu import driver
+from pygpu import tools
 from pygpu.tools import (ScalarArg, VectorArg, _parse_arguments, context_dependent_memoize,
                          dtype_to_ctype)
 
@@ -204,7 +205,7 @@ class ElementwiseKernel:
         self._funcs = {}
 
     def generate_stride_kernel_and_types(self, use_range):
-        key = (driver.Context.get_current(), bool(use_range))
+        key = (tools._current_context(), bool(use_range))
         found = self._funcs.get(key)
         if found is None:
             found = get_elwise_kernel_and_types(list(self.arguments), self.operation,
@@ -355,7 +356,7 @@ def get_map_kernel(name, expr, kinds, dtypes, cdtypes, out_dtype, ndim=0):
     arguments (z, inputs..., [d_0.., z strides.., each array input's
     strides..,] n); strides in elements.  ndim=0: all arrays contiguous
     and read at i.  Remembered per context."""
-    key = (driver.Context.get_current(), name, expr, kinds, dtypes, cdtypes, out_dtype, ndim)
+    key = (tools._current_context(), name, expr, kinds, dtypes, cdtypes, out_dtype, ndim)
     f = _map_cache.get(key)
     if f is None:
         src = _map_source("pygpu_" + name, expr, kinds, dtypes, cdtypes, out_dtype, ndim)

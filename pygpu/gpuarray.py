@@ -1069,19 +1069,21 @@ def _expr(op, cdt):
     if op == "floor_divide":
         if kind == "c":
             raise TypeError("floor_divide is not supported for complex numbers")
-        return ("pygpu::floordiv_int<%s>({0}, {1})" if kind in "iub"
+        if kind in "ub":
+            return "(({1}) == 0 ? (%s) 0 : ({0}) / ({1}))" % ct
+        return ("pygpu::floordiv_int<%s>({0}, {1})" if kind == "i"
                 else "pygpu::floordiv_float<%s>({0}, {1})") % ct
     if op == "remainder":
         if kind == "c":
             raise TypeError("remainder is not supported for complex numbers")
-        return ("pygpu::mod_int<%s>({0}, {1})" if kind in "iub"
+        if kind in "ub":
+            return "(({1}) == 0 ? (%s) 0 : ({0}) %% ({1}))" % ct
+        return ("pygpu::mod_int<%s>({0}, {1})" if kind == "i"
                 else "pygpu::mod_float<%s>({0}, {1})") % ct
-    if op in ("maximum", "minimum"):
+    if op in ("maximum", "minimum", "fmax", "fmin"):
         if kind == "c":
             raise TypeError("%s is not supported for complex numbers here" % op)
-        return "pygpu::%s<%s>({0}, {1})" % (op, ct)
-    if op in ("fmax", "fmin"):
-        return "pygpu::%s_<%s>({0}, {1})" % (op, ct)
+        return "pygpu::%s<%s>({0}, {1})" % (op + "_" if op in ("fmax", "fmin") else op, ct)
     if op in ("logical_and", "logical_or"):
         return "(({0}) != (%s) 0) %s (({1}) != (%s) 0)" % (ct, "&&" if op == "logical_and"
                                                           else "||", ct)

@@ -449,14 +449,19 @@ def _split_args(s):
 _context_caches = []
 
 
+def _current_context():
+    """The current context (None without one): the key of the per-context
+    caches."""
+    return driver.Context.get_current()
+
+
 def context_dependent_memoize(func):
     """Cache func's results per current context (kernels are per context)."""
     cache = {}
     _context_caches.append(cache)
-    get_current = driver.Context.get_current
 
     def wrapper(*args, **kwargs):
-        key = (get_current(), args, tuple(sorted(kwargs.items())) if kwargs else ())
+        key = (_current_context(), args, tuple(sorted(kwargs.items())) if kwargs else ())
         try:
             return cache[key]
         except KeyError:

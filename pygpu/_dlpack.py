@@ -180,6 +180,12 @@ class _Owner:
 
 def import_(obj):
     from pygpu import gpuarray
+    dev = getattr(obj, "__dlpack_device__", None)
+    if dev is not None:
+        dtype_, _ = dev()
+        if int(dtype_) not in (kDLCUDA, kDLCUDAManaged, kDLCUDAHost):
+            raise BufferError("the DLPack tensor is not in CUDA memory (device type %d)"
+                              % int(dtype_))
     try:
         capsule = obj.__dlpack__(stream=1, max_version=(1, 0))
     except TypeError:

@@ -233,6 +233,11 @@ class ElementwiseKernel:
         for arg, descr in zip(args, self.arguments):
             if isinstance(descr, VectorArg):
                 if not isinstance(arg, GPUArray):
+                    if isinstance(arg, np.ndarray):
+                        raise TypeError("kernel '%s': argument '%s' is an array (%s *) but got "
+                                        "a NumPy array, which is in host memory (copy it "
+                                        "with gpuarray.to_gpu)" % (self.name, descr.name,
+                                                                   dtype_to_ctype(descr.dtype)))
                     if arg is None or not (hasattr(arg, "__cuda_array_interface__")
                                            or hasattr(arg, "__dlpack__")):
                         raise TypeError("kernel '%s': argument '%s' is an array (%s *) but "

@@ -1290,7 +1290,7 @@ def _base_ptr(a):
 
 
 def _check_context(a, ctx):
-    g = a.gpudata
+    g = a.gpudata if not isinstance(a.base, GPUArray) else a.base.gpudata
     if type(g) is drv.DeviceAllocation:
         if g.freed:
             raise drv.LogicError("the array's memory was freed")
@@ -1771,12 +1771,12 @@ def asarray(obj, dtype=None):
         result = obj
     elif hasattr(obj, "__cuda_array_interface__"):
         result = _from_cai(obj)
-    elif hasattr(obj, "__dlpack__"):
-        from pygpu import _dlpack
-        result = _dlpack.import_(obj)
     elif isinstance(obj, np.ndarray):
         raise TypeError("asarray() wraps device arrays without copying; a NumPy array is "
                         "in host memory: use gpuarray.to_gpu()")
+    elif hasattr(obj, "__dlpack__"):
+        from pygpu import _dlpack
+        result = _dlpack.import_(obj)
     else:
         raise TypeError("asarray() takes an object with __cuda_array_interface__ or "
                         "__dlpack__, not %s" % type(obj).__name__)

@@ -284,7 +284,7 @@ def test_elementwise_call_checks(ctx):
     with pytest.raises(TypeError, match="argument 'x' is float \\* but the array is float64"):
         k(1.0, ga.zeros(10, np.float64))
     with pytest.raises(TypeError, match="argument 'x' is an array \\(float \\*\\) but got "
-                                        "ndarray"):
+                                        "a NumPy array, which is in host memory"):
         k(1.0, np.zeros(10, np.float32))
     with pytest.raises(RuntimeError, match="cannot deal with non-contiguous"):
         k(1.0, ga.zeros((4, 4), np.float32)[:, 1])

@@ -1,4 +1,4 @@
-"""Memory pools, as in pycuda.tools.
+"""Memory pools and the helpers of kernel generators, as in pycuda.tools.
 
 DeviceMemoryPool keeps freed device blocks and hands them out again, so a
 loop that allocates the same sizes over and over stops calling cuMemAlloc.
@@ -7,6 +7,11 @@ allocation is far slower still (pinning pages costs milliseconds per MB).
 
 For stream-ordered pooling by the driver itself, see
 pygpu.driver.mem_alloc_async.
+
+The kernel generators' helpers (below the pools): dtype_to_ctype,
+get_or_register_dtype/register_dtype, parse_c_arg, VectorArg, ScalarArg,
+context_dependent_memoize, clear_context_caches, and the test helpers
+mark_cuda_test and init_cuda_context_fixture.
 """
 import operator
 import threading
@@ -16,7 +21,11 @@ import numpy as np
 
 from pygpu import driver
 
-__all__ = ["bin_size", "PooledDeviceAllocation", "DeviceMemoryPool", "PageLockedMemoryPool"]
+__all__ = ["bin_size", "PooledDeviceAllocation", "DeviceMemoryPool", "PageLockedMemoryPool",
+           "dtype_to_ctype", "get_or_register_dtype", "register_dtype", "parse_c_arg",
+           "get_arg_type", "Argument", "VectorArg", "ScalarArg", "context_dependent_memoize",
+           "clear_context_caches", "make_default_context", "get_default_device",
+           "mark_cuda_test", "init_cuda_context_fixture"]
 
 
 def bin_size(nbytes):
@@ -200,3 +209,341 @@ class PageLockedMemoryPool:
     def stop_holding(self):
         self._holding = False
         self.free_held()
+
+
+# ---- C types of NumPy dtypes (kernel generators) ----
+
+class _DTypeRegistry:
+    """dtype <-> C type name, both ways; several names may map to one dtype
+    (the first registered is the one dtype_to_ctype gives)."""
+
+    def __init__(self):
+        self.dtype_to_name = {}
+        self.name_to_dtype = {}
+
+    def register(self, c_names, dtype):
+        dtype = np.dtype(dtype)
+        if isinstance(c_names, str):
+            c_names = [c_names]
+        for name in c_names:
+            if not isinstance(name, str) or not name.strip():
+                raise TypeError("a C type name must be a non-empty str, not %r" % (name,))
+            name = _norm_ctype(name)
+            old = self.name_to_dtype.get(name)
+            if old is not None and old != dtype:
+                raise RuntimeError("C type %r is already registered as %s, not %s"
+                                   % (name, old, dtype))
+            self.name_to_dtype[name] = dtype
+            self.dtype_to_name.setdefault(dtype, name)
+        return dtype
+
+
+def _norm_ctype(name):
+    return " ".join(name.replace("*", " * ").split()).replace(" *", "*")
+
+
+_registry = _DTypeRegistry()
+
+
+def _fill_registry():
+    r = _registry.register
+    r(["bool"], np.bool_)
+    r(["signed char", "char"], np.int8)
+    r(["unsigned char"], np.uint8)
+    r(["short", "signed short", "short int", "signed short int"], np.int16)
+    r(["unsigned short", "unsigned short int"], np.uint16)
+    r(["int", "signed int", "signed"], np.int32)
+    r(["unsigned int", "unsigned"], np.uint32)
+    # LP64 (Linux): long is 64 bits, like long long
+    r(["long", "long int", "signed long", "long long", "long long int", "signed long long",
+       "int64_t", "ptrdiff_t", "ssize_t"], np.int64)
+    r(["unsigned long", "unsigned long int", "unsigned long long", "unsigned long long int",
+       "uint64_t", "size_t"], np.uint64)
+    r(["int8_t"], np.int8)
+    r(["uint8_t"], np.uint8)
+    r(["int16_t"], np.int16)
+    r(["uint16_t"], np.uint16)
+    r(["int32_t"], np.int32)
+    r(["uint32_t"], np.uint32)
+    r(["float"], np.float32)
+    r(["double"], np.float64)
+    r(["pycuda::complex<float>", "pygpu::complex<float>"], np.complex64)
+    r(["pycuda::complex<double>", "pygpu::complex<double>"], np.complex128)
+
+
+_fill_registry()
+
+
+def register_dtype(dtype, c_names, alias_ok=False):
+    """Make dtype known to the kernel generators as the C type c_names (a
+    name or a list of names), e.g. a structured dtype and its struct."""
+    return _registry.register(c_names, dtype)
+
+
+def get_or_register_dtype(c_names, dtype=None):
+    """With a dtype: register it under c_names and return it.  Without: the
+    dtype registered as c_names (KeyError if none)."""
+    if dtype is None:
+        if not isinstance(c_names, str):
+            raise TypeError("get_or_register_dtype(): a single C type name is needed to "
+                            "look up a dtype, not %r" % (c_names,))
+        try:
+            return _registry.name_to_dtype[_norm_ctype(c_names)]
+        except KeyError:
+            raise KeyError("no dtype is registered as the C type %r" % c_names) from None
+    return _registry.register(c_names, dtype)
+
+
+def dtype_to_ctype(dtype, with_fp_tex_hack=False):
+    """The C type name of a NumPy dtype: float32 -> 'float', complex64 ->
+    'pycuda::complex<float>', a registered struct -> its name."""
+    if dtype is None:
+        raise ValueError("dtype_to_ctype(): dtype may not be None")
+    dtype = np.dtype(dtype)
+    if with_fp_tex_hack:
+        if dtype == np.float32:
+            return "fp_tex_float"
+        if dtype == np.float64:
+            return "fp_tex_double"
+        if dtype == np.complex64:
+            return "fp_tex_cfloat"
+        if dtype == np.complex128:
+            return "fp_tex_cdouble"
+    try:
+        return _registry.dtype_to_name[dtype]
+    except KeyError:
+        pass
+    if dtype.hasobject:
+        raise TypeError("dtype %s holds Python objects, which have no C type on the "
+                        "device" % dtype)
+    raise ValueError("unable to map dtype '%s' to a C type (register a struct dtype "
+                     "with pygpu.tools.register_dtype)" % dtype)
+
+
+# ---- kernel argument descriptions ----
+
+class Argument:
+    """A kernel argument: its dtype and its name."""
+
+    def __init__(self, dtype, name):
+        self.dtype = np.dtype(dtype)
+        self.name = name
+
+    def __repr__(self):
+        return "%s(%r, %s)" % (type(self).__name__, self.name, self.dtype)
+
+    def __eq__(self, other):
+        return (type(self) is type(other) and self.dtype == other.dtype
+                and self.name == other.name)
+
+    def __hash__(self):
+        return hash((type(self), self.dtype, self.name))
+
+
+class VectorArg(Argument):
+    """A pointer argument (an array)."""
+    struct_char = "P"
+
+    def declarator(self):
+        return "%s *%s" % (dtype_to_ctype(self.dtype), self.name)
+
+
+class ScalarArg(Argument):
+    """A by-value argument."""
+
+    def declarator(self):
+        return "%s %s" % (dtype_to_ctype(self.dtype), self.name)
+
+    @property
+    def struct_char(self):
+        c = self.dtype.char
+        # complex and struct values are packed by their size ('V'), a char
+        # prepare() knows; 'p'/'P' are pointer-sized ints
+        if self.dtype.kind in "cV" or c in "FDGg":
+            return "V"
+        if c == "?":
+            return "?"
+        return c
+
+
+_QUALIFIERS = {"const", "volatile", "__restrict__", "restrict", "__restrict"}
+_IDENT = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
+
+
+def parse_c_arg(c_arg):
+    """'float *x' -> VectorArg(float32, 'x'); 'double a' -> ScalarArg(float64, 'a')."""
+    if not isinstance(c_arg, str):
+        raise TypeError("parse_c_arg() takes a C declaration str, not %s"
+                        % type(c_arg).__name__)
+    decl = c_arg.strip()
+    if decl.endswith("]"):
+        raise ValueError("C argument %r: arrays are declared as pointers ('T *name')" % c_arg)
+    end = len(decl)
+    start = end
+    while start > 0 and decl[start - 1] in _IDENT:
+        start -= 1
+    name = decl[start:end]
+    tp = decl[:start]
+    if not name or name[0].isdigit() or not tp.strip():
+        raise ValueError("cannot parse C argument %r (expected 'type name' or 'type *name')"
+                         % c_arg)
+    stars = tp.count("*")
+    if stars > 1:
+        raise ValueError("C argument %r: pointers to pointers are not supported" % c_arg)
+    words = [w for w in tp.replace("*", " ").split() if w not in _QUALIFIERS]
+    tp_name = " ".join(words)
+    if not tp_name:
+        raise ValueError("C argument %r has no type" % c_arg)
+    try:
+        dtype = _registry.name_to_dtype[_norm_ctype(tp_name)]
+    except KeyError:
+        raise ValueError("C argument %r: unknown type %r (register it with "
+                         "pygpu.tools.get_or_register_dtype)" % (c_arg, tp_name)) from None
+    return VectorArg(dtype, name) if stars else ScalarArg(dtype, name)
+
+
+get_arg_type = parse_c_arg
+
+
+def _parse_arguments(arguments):
+    """A list of Argument from a comma-separated str or a list of
+    Argument/str."""
+    if isinstance(arguments, str):
+        parts = _split_args(arguments)
+        return [parse_c_arg(a) for a in parts]
+    out = []
+    for a in arguments:
+        if isinstance(a, Argument):
+            out.append(a)
+        elif isinstance(a, str):
+            out.append(parse_c_arg(a))
+        else:
+            raise TypeError("an argument must be a VectorArg, a ScalarArg or a C "
+                            "declaration str, not %s" % type(a).__name__)
+    return out
+
+
+def _split_args(s):
+    """Split at commas outside <...> (pycuda::complex<float> has none, but
+    templates with two parameters would)."""
+    parts, depth, cur = [], 0, []
+    for ch in s:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    parts = [p for p in parts if p.strip()]
+    if not parts:
+        raise ValueError("no arguments in %r" % s)
+    return parts
+
+
+# ---- per-context memoization ----
+
+_context_caches = []
+
+
+def _current_context():
+    """The current context (None without one): the key of the per-context
+    caches."""
+    return driver.Context.get_current()
+
+
+def context_dependent_memoize(func):
+    """Cache func's results per current context (kernels are per context)."""
+    cache = {}
+    _context_caches.append(cache)
+
+    def wrapper(*args, **kwargs):
+        key = (_current_context(), args, tuple(sorted(kwargs.items())) if kwargs else ())
+        try:
+            return cache[key]
+        except KeyError:
+            pass
+        except TypeError:
+            raise TypeError("%s(): the arguments must be hashable to be memoized"
+                            % func.__name__) from None
+        result = func(*args, **kwargs)
+        cache[key] = result
+        return result
+
+    import functools
+    functools.update_wrapper(wrapper, func)
+    wrapper.clear_cache = cache.clear
+    return wrapper
+
+
+def clear_context_caches():
+    """Forget everything context_dependent_memoize remembered."""
+    for c in _context_caches:
+        c.clear()
+
+
+# ---- contexts for tests (PyCUDA's names) ----
+
+def get_default_device(default=0):
+    """The device named by CUDA_DEVICE (or default)."""
+    import os
+    driver.init()
+    dev = os.environ.get("CUDA_DEVICE")
+    return driver.Device(int(dev) if dev is not None else default)
+
+
+def make_default_context(ctx_maker=None):
+    """The default device's primary context, pushed (pop() it when done),
+    or ctx_maker(device)'s context."""
+    dev = get_default_device()
+    if ctx_maker is not None:
+        return ctx_maker(dev)
+    ctx = dev.retain_primary_context()
+    ctx.push()
+    return ctx
+
+
+def init_cuda_context_fixture():
+    """A pytest fixture body (``yield from init_cuda_context_fixture()``):
+    a pushed context for the test, popped after, with the per-context
+    caches cleared."""
+    ctx = make_default_context()
+    try:
+        yield ctx
+    finally:
+        try:
+            ctx.synchronize()
+        finally:
+            driver.Context.pop()
+            clear_context_caches()
+            import gc
+            gc.collect()
+
+
+def mark_cuda_test(inner_f):
+    """Decorate a test to run in a pushed default context (PyCUDA's helper);
+    marked 'gpu' for pygpu's pytest plugin."""
+    import functools
+
+    @functools.wraps(inner_f)
+    def f(*args, **kwargs):
+        ctx = make_default_context()
+        try:
+            return inner_f(*args, **kwargs)
+        finally:
+            try:
+                ctx.synchronize()
+            finally:
+                driver.Context.pop()
+                clear_context_caches()
+                import gc
+                gc.collect()
+
+    try:
+        import pytest
+    except ImportError:
+        return f
+    return pytest.mark.gpu(f)

@@ -1,0 +1,1838 @@
+"""GPU arrays, as in pycuda.gpuarray: a NumPy-like n-dimensional array in
+device memory.
+
+    import pygpu.gpuarray as gpuarray
+    a = gpuarray.to_gpu(np.random.rand(1000).astype(np.float32))
+    b = 2 * a + 1                  # element-wise kernels, compiled once per dtype
+    print((a * b).get())           # back to a NumPy array
+
+Operators take arrays and scalars with NumPy's result dtypes, NumPy
+broadcasting and strided (sliced, transposed) operands; out= works where
+PyCUDA has it and on the module functions.  Kernels come from
+pygpu.elementwise and are remembered per context; the operator path is a
+few dict lookups and one prepared launch on the default (legacy) stream.
+
+Memory comes from the allocator given (any callable nbytes -> device
+pointer), by default the driver's stream-ordered pool
+(driver.mem_alloc_async): freed when the array dies, reused by the next
+allocation of the stream.
+
+A GPUArray is a kernel argument (pass a.gpudata, or the array itself: it
+exports __cuda_array_interface__ v3), exports DLPack (__dlpack__,
+__dlpack_device__), and asarray() wraps CuPy, PyTorch, Numba or any other
+CAI/DLPack producer's array without copying.
+
+Reductions (sum, dot, vdot, max, min, subset_*) come from pygpu.reduction.
+"""
+import builtins
+import numbers
+import threading
+
+import numpy as np
+
+from pygpu import driver as drv
+from pygpu import elementwise
+from pygpu.tools import dtype_to_ctype, get_or_register_dtype
+
+__all__ = ["GPUArray", "vec", "splay", "to_gpu", "to_gpu_async", "empty", "zeros", "ones",
+           "empty_like", "zeros_like", "ones_like", "arange", "take", "multi_take",
+           "multi_put", "multi_take_put", "if_positive", "where", "maximum", "minimum",
+           "concatenate", "stack", "transpose", "reshape", "sum", "subset_sum", "dot",
+           "subset_dot", "vdot", "max", "min", "subset_max", "subset_min", "any", "all",
+           "logical_and", "logical_or", "logical_not", "asarray", "ArrayFlags"]
+
+_builtin_min, _builtin_max, _builtin_sum = builtins.min, builtins.max, builtins.sum
+_builtin_any, _builtin_all = builtins.any, builtins.all
+_get_current = drv.Context.get_current
+
+
+# ---- CUDA vector types ----
+
+class vec:  # noqa: N801  (PyCUDA's name)
+    """The CUDA vector types as NumPy structured dtypes (vec.float3, ...)
+    and their makers (vec.make_float3(x, y, z) -> a 0-d array)."""
+
+
+def _make_maker(dtype, count):
+    names = "xyzw"[:count]
+
+    def make(*values):
+        if len(values) != count:
+            raise TypeError("make_%s() takes %d values (%s), got %d"
+                            % (dtype.name if hasattr(dtype, "name") else "vec", count,
+                               ", ".join(names), len(values)))
+        return np.array(tuple(values), dtype=dtype)
+    return make
+
+
+def _create_vector_types():
+    for base, tp, counts in [("char", np.int8, (1, 2, 3, 4)), ("uchar", np.uint8, (1, 2, 3, 4)),
+                             ("short", np.int16, (1, 2, 3, 4)),
+                             ("ushort", np.uint16, (1, 2, 3, 4)),
+                             ("int", np.int32, (1, 2, 3, 4)), ("uint", np.uint32, (1, 2, 3, 4)),
+                             ("long", np.int64, (1, 2, 3, 4)),
+                             ("ulong", np.uint64, (1, 2, 3, 4)),
+                             ("longlong", np.int64, (1, 2)), ("ulonglong", np.uint64, (1, 2)),
+                             ("float", np.float32, (1, 2, 3, 4)),
+                             ("double", np.float64, (1, 2))]:
+        for count in counts:
+            name = "%s%d" % (base, count)
+            dtype = np.dtype([(f, tp) for f in "xyzw"[:count]])
+            get_or_register_dtype(name, dtype)
+            setattr(vec, name, dtype)
+            maker = _make_maker(dtype, count)
+            maker.__name__ = "make_" + name
+            maker.__doc__ = "A 0-d array of vec.%s from its %d fields." % (name, count)
+            setattr(vec, "make_" + name, staticmethod(maker))
+
+
+_create_vector_types()
+
+
+# ---- launch configuration ----
+
+_BLOCK = 256
+_sm_count = None
+_splay_cache = {}
+
+
+def _sms():
+    global _sm_count
+    if _sm_count is None:
+        try:
+            _sm_count = drv.Context.get_device().get_attribute(
+                drv.device_attribute.MULTIPROCESSOR_COUNT)
+        except drv.Error:
+            _sm_count = 128
+    return _sm_count
+
+
+def splay(n, dev=None):
+    """(grid, block) for a grid-stride loop over n elements: 256 threads a
+    block, at most 32 blocks per multiprocessor (the loop covers the rest).
+    The multiprocessor count is read once per process: any grid is correct,
+    only the speed depends on it."""
+    n = int(n)
+    found = _splay_cache.get(n)
+    if found is None:
+        blocks = _builtin_max(1, _builtin_min((n + _BLOCK - 1) // _BLOCK, 32 * _sms()))
+        found = ((blocks, 1), (_BLOCK, 1, 1))
+        if len(_splay_cache) > 4096:
+            _splay_cache.clear()
+        _splay_cache[n] = found
+    return found
+
+
+# ---- shapes and strides ----
+
+def _c_strides(itemsize, shape):
+    strides, s = [], itemsize
+    for n in reversed(shape):
+        strides.append(s)
+        s *= _builtin_max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _f_strides(itemsize, shape):
+    strides, s = [], itemsize
+    for n in shape:
+        strides.append(s)
+        s *= _builtin_max(n, 1)
+    return tuple(strides)
+
+
+def _is_c(shape, strides, itemsize):
+    s = itemsize
+    for n, st in zip(reversed(shape), reversed(strides)):
+        if n == 0:
+            return True
+        if n != 1:
+            if st != s:
+                return False
+            s *= n
+    return True
+
+
+def _is_f(shape, strides, itemsize):
+    s = itemsize
+    for n, st in zip(shape, strides):
+        if n == 0:
+            return True
+        if n != 1:
+            if st != s:
+                return False
+            s *= n
+    return True
+
+
+def _is_dense(shape, strides, itemsize):
+    """No gaps, no overlap, positive strides: the elements fill
+    [ptr, ptr + nbytes) in some axis order."""
+    dims = sorted((st, n) for n, st in zip(shape, strides) if n != 1)
+    if _builtin_any(n == 0 for n in shape):
+        return True
+    s = itemsize
+    for st, n in dims:
+        if st != s:
+            return False
+        s *= n
+    return True
+
+
+def _compact_strides(shape, strides, itemsize):
+    """Dense strides in the axis order of the given ones (the layout a
+    copy of the array keeps)."""
+    order = sorted(range(len(shape)), key=lambda k: (abs(strides[k]), k))
+    out = [0] * len(shape)
+    s = itemsize
+    for k in order:
+        out[k] = s
+        s *= _builtin_max(shape[k], 1)
+    return tuple(out)
+
+
+def _normalize_shape(shape):
+    if isinstance(shape, np.ndarray):
+        shape = shape.tolist()
+    if isinstance(shape, (numbers.Integral, np.integer)):
+        shape = (shape,)
+    try:
+        shape = tuple(shape)
+    except TypeError:
+        raise TypeError("shape must be an int or a sequence of ints, not %s"
+                        % type(shape).__name__) from None
+    out = []
+    for n in shape:
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (numbers.Integral, np.integer)):
+            raise TypeError("shape entries must be ints, not %r" % (n,))
+        n = int(n)
+        if n < 0:
+            raise ValueError("negative dimensions are not allowed: %r" % (shape,))
+        out.append(n)
+    return tuple(out)
+
+
+def _check_dtype(dtype):
+    dtype = np.dtype(dtype)
+    if dtype.hasobject:
+        raise TypeError("GPUArray cannot hold dtype %s: Python objects have no device "
+                        "representation" % dtype)
+    if dtype.itemsize == 0:
+        raise TypeError("GPUArray cannot hold dtype %s (its items have no size)" % dtype)
+    return dtype
+
+
+class ArrayFlags:
+    """c_contiguous, f_contiguous and forc (either) of a GPUArray."""
+    __slots__ = ("c_contiguous", "f_contiguous", "forc")
+
+    def __init__(self, ary):
+        self.c_contiguous = ary._c
+        self.f_contiguous = ary._f
+        self.forc = ary._c or ary._f
+
+    def __repr__(self):
+        return "C_CONTIGUOUS : %s\nF_CONTIGUOUS : %s" % (self.c_contiguous, self.f_contiguous)
+
+
+def _default_allocator(nbytes):
+    """The driver's stream-ordered pool on the default stream (freed when
+    the array dies); plain cuMemAlloc where the driver has no pools."""
+    try:
+        return _alloc_async(nbytes)
+    except drv.LogicError:
+        return drv.mem_alloc(nbytes)
+
+
+_alloc_async = drv.mem_alloc_async
+
+
+def _new(cls, shape, dtype, strides, gpudata, base, allocator, size, c, f):
+    """A GPUArray from known parts (no checks: the operators' fast path)."""
+    self = object.__new__(cls)
+    self.__dict__ = {"shape": shape, "dtype": dtype, "strides": strides, "size": size,
+                     "mem_size": size, "nbytes": size * dtype.itemsize,
+                     "itemsize": dtype.itemsize, "allocator": allocator, "gpudata": gpudata,
+                     "base": base, "_c": c, "_f": f}
+    return self
+
+
+class GPUArray:
+    """An n-dimensional array in device memory (see the module docstring).
+
+    GPUArray(shape, dtype, allocator=None, base=None, gpudata=None,
+    strides=None, order="C") allocates shape x dtype (uninitialized), or
+    wraps gpudata (a device pointer, owned elsewhere: base keeps it alive).
+    """
+
+    __array_priority__ = 100
+    __array_ufunc__ = None       # NumPy defers to our reflected operators
+
+    def __init__(self, shape, dtype=np.float64, allocator=None, base=None, gpudata=None,
+                 strides=None, order="C"):
+        dtype = _check_dtype(dtype)
+        shape = _normalize_shape(shape)
+        size = 1
+        for n in shape:
+            size *= n
+        itemsize = dtype.itemsize
+        if strides is None:
+            if order == "C":
+                strides = _c_strides(itemsize, shape)
+            elif order == "F":
+                strides = _f_strides(itemsize, shape)
+            else:
+                raise ValueError("order must be 'C' or 'F', not %r" % (order,))
+        else:
+            strides = tuple(int(s) for s in strides)
+            if len(strides) != len(shape):
+                raise ValueError("strides %r do not match shape %r" % (strides, shape))
+        if allocator is None:
+            allocator = _default_allocator
+        if gpudata is None:
+            if base is not None:
+                raise ValueError("base= needs gpudata= (the memory it keeps alive)")
+            if not _is_dense(shape, strides, itemsize):
+                raise ValueError("strides %r leave gaps or overlap in an array of shape %r: "
+                                 "a new array needs dense strides" % (strides, shape))
+            gpudata = allocator(size * itemsize) if size else None
+        self.__dict__.update({
+            "shape": shape, "dtype": dtype, "strides": strides, "size": size,
+            "mem_size": size, "nbytes": size * itemsize, "itemsize": itemsize,
+            "allocator": allocator, "gpudata": gpudata, "base": base,
+            "_c": _is_c(shape, strides, itemsize), "_f": _is_f(shape, strides, itemsize)})
+
+    # ---- metadata ----
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def flags(self):
+        return ArrayFlags(self)
+
+    @property
+    def ptr(self):
+        """The device address of element 0 (an int)."""
+        return 0 if self.gpudata is None else int(self.gpudata)
+
+    @property
+    def _grid(self):
+        return splay(self.size)[0]
+
+    @property
+    def _block(self):
+        return splay(self.size)[1]
+
+    @property
+    def _dense(self):
+        return self._c or self._f or _is_dense(self.shape, self.strides, self.itemsize)
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __hash__(self):
+        raise TypeError("GPUArrays are not hashable")
+
+    def __bool__(self):
+        if self.size != 1:
+            raise ValueError("The truth value of an array with more than one element is "
+                             "ambiguous. Use a.any() or a.all()")
+        return bool(self.get().reshape(())[()])
+
+    def __str__(self):
+        return str(self.get())
+
+    def __repr__(self):
+        return "GPUArray(%s, dtype=%s)" % (np.array2string(self.get(), separator=", "),
+                                          self.dtype)
+
+    def __reduce__(self):
+        return (to_gpu, (self.get(),))
+
+    # ---- interop ----
+
+    @property
+    def __cuda_array_interface__(self):
+        cai = {"shape": self.shape, "typestr": self.dtype.str,
+                "data": (self.ptr, False),
+                "strides": None if self._c else self.strides,
+                "version": 3,
+                # pygpu's work is on the legacy default stream
+                "stream": 1 if self.size else None}
+        if self.dtype.fields:
+            cai["descr"] = self.dtype.descr
+        return cai
+
+    def __dlpack_device__(self):
+        return _dlpack_device(self)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        from pygpu import _dlpack
+        return _dlpack.export(self, stream, max_version, dl_device, copy)
+
+    # ---- transfers ----
+
+    def set(self, ary, async_=False, stream=None, **kwargs):
+        """Copy a NumPy array (same size and dtype) into this array."""
+        async_ = _async_kw(async_, kwargs)
+        if isinstance(ary, GPUArray):
+            _copy_d2d(self, ary, stream)
+            return
+        if not isinstance(ary, np.ndarray):
+            ary = np.asarray(ary)
+        if ary.size != self.size:
+            raise ValueError("ary and self must be the same size (%d != %d)"
+                             % (ary.size, self.size))
+        if ary.dtype != self.dtype:
+            raise ValueError("ary and self must have the same dtype (%s != %s)"
+                             % (ary.dtype, self.dtype))
+        if ary.shape != self.shape:
+            import warnings
+            warnings.warn("Setting array from one with different shape.", stacklevel=2)
+            ary = ary.reshape(self.shape)
+        if self.size:
+            _copy_h2d(self, ary, async_, stream)
+
+    def set_async(self, ary, stream=None):
+        return self.set(ary, async_=True, stream=stream)
+
+    def get(self, ary=None, pagelocked=False, async_=False, stream=None, **kwargs):
+        """This array's contents as a NumPy array (into ary if given)."""
+        async_ = _async_kw(async_, kwargs)
+        if ary is None:
+            strides = (_compact_strides(self.shape, self.strides, self.itemsize)
+                       if self._dense else _c_strides(self.itemsize, self.shape))
+            if pagelocked:
+                flat = drv.pagelocked_empty(self.size, self.dtype)
+            else:
+                flat = np.empty(self.size, self.dtype)
+            ary = np.lib.stride_tricks.as_strided(flat, self.shape, strides)
+        else:
+            if not isinstance(ary, np.ndarray):
+                raise TypeError("ary must be a NumPy array, not %s" % type(ary).__name__)
+            if ary.size != self.size:
+                raise ValueError("self and ary must be the same size (%d != %d)"
+                                 % (self.size, ary.size))
+            if ary.dtype != self.dtype:
+                raise TypeError("self and ary must have the same dtype (%s != %s)"
+                                % (self.dtype, ary.dtype))
+            if ary.shape != self.shape:
+                import warnings
+                warnings.warn("get() between arrays of different shape is deprecated",
+                              DeprecationWarning, stacklevel=2)
+                ary = ary.reshape(self.shape)
+        if self.size:
+            _copy_d2h(ary, self, async_, stream)
+        return ary
+
+    def get_async(self, stream=None, ary=None):
+        return self.get(ary=ary, async_=True, stream=stream)
+
+    def copy(self):
+        """A new array with the same contents (and layout, where dense)."""
+        strides = (_compact_strides(self.shape, self.strides, self.itemsize)
+                   if self._dense else None)
+        new = GPUArray(self.shape, self.dtype, self.allocator, strides=strides)
+        _copy_d2d(new, self, None)
+        return new
+
+    # ---- creation helpers ----
+
+    def _new_like_me(self, dtype=None, order="C"):
+        dtype = self.dtype if dtype is None else np.dtype(dtype)
+        strides = None
+        if dtype == self.dtype and self._dense:
+            strides = self.strides
+        elif self._f and not self._c:
+            order = "F"
+        return self.__class__(self.shape, dtype, allocator=self.allocator, strides=strides,
+                              order=order)
+
+    def _like_for_result(self, dtype):
+        """An uninitialized array of self's shape for an element-wise result
+        whose elements are in self's memory order (self dense)."""
+        size = self.size
+        if dtype is self.dtype or dtype == self.dtype:
+            strides = self.strides
+        elif self._c:
+            strides = _c_strides(dtype.itemsize, self.shape)
+        elif self._f:
+            strides = _f_strides(dtype.itemsize, self.shape)
+        else:
+            r = dtype.itemsize
+            strides = tuple(s // self.itemsize * r for s in self.strides)
+        c, f = self._c, self._f
+        gpudata = self.allocator(size * dtype.itemsize) if size else None
+        return _new(self.__class__, self.shape, dtype, strides, gpudata, None, self.allocator,
+                    size, c, f)
+
+    # ---- operators ----
+
+    def __add__(self, other):
+        return _binary("add", self, other)
+
+    def __radd__(self, other):
+        return _binary("add", other, self)
+
+    def __sub__(self, other):
+        return _binary("subtract", self, other)
+
+    def __rsub__(self, other):
+        return _binary("subtract", other, self)
+
+    def __mul__(self, other):
+        return _binary("multiply", self, other)
+
+    def __rmul__(self, other):
+        return _binary("multiply", other, self)
+
+    def __truediv__(self, other):
+        return _binary("true_divide", self, other)
+
+    def __rtruediv__(self, other):
+        return _binary("true_divide", other, self)
+
+    __div__, __rdiv__ = __truediv__, __rtruediv__
+
+    def __floordiv__(self, other):
+        return _binary("floor_divide", self, other)
+
+    def __rfloordiv__(self, other):
+        return _binary("floor_divide", other, self)
+
+    def __mod__(self, other):
+        return _binary("remainder", self, other)
+
+    def __rmod__(self, other):
+        return _binary("remainder", other, self)
+
+    def __pow__(self, other):
+        return _binary("power", self, other)
+
+    def __rpow__(self, other):
+        return _binary("power", other, self)
+
+    def __iadd__(self, other):
+        return _binary("add", self, other, out=self)
+
+    def __isub__(self, other):
+        return _binary("subtract", self, other, out=self)
+
+    def __imul__(self, other):
+        return _binary("multiply", self, other, out=self)
+
+    def __itruediv__(self, other):
+        return _binary("true_divide", self, other, out=self)
+
+    __idiv__ = __itruediv__
+
+    def __ifloordiv__(self, other):
+        return _binary("floor_divide", self, other, out=self)
+
+    def __imod__(self, other):
+        return _binary("remainder", self, other, out=self)
+
+    def __ipow__(self, other):
+        return _binary("power", self, other, out=self)
+
+    def __eq__(self, other):
+        return _binary("equal", self, other)
+
+    def __ne__(self, other):
+        return _binary("not_equal", self, other)
+
+    def __lt__(self, other):
+        return _binary("less", self, other)
+
+    def __le__(self, other):
+        return _binary("less_equal", self, other)
+
+    def __gt__(self, other):
+        return _binary("greater", self, other)
+
+    def __ge__(self, other):
+        return _binary("greater_equal", self, other)
+
+    def __neg__(self):
+        return _unary("negative", self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return _unary("absolute", self)
+
+    def __invert__(self):
+        return _unary("invert", self)
+
+    def __and__(self, other):
+        return _binary("bitwise_and", self, other)
+
+    __rand__ = __and__
+
+    def __or__(self, other):
+        return _binary("bitwise_or", self, other)
+
+    __ror__ = __or__
+
+    def __xor__(self, other):
+        return _binary("bitwise_xor", self, other)
+
+    __rxor__ = __xor__
+
+    def mul_add(self, selffac, other, otherfac, add_timer=None, stream=None, out=None):
+        """selffac * self + otherfac * other in one kernel."""
+        return _axpbyz(selffac, self, otherfac, other, out, stream)
+
+    def _axpbyz(self, selffac, other, otherfac, out, add_timer=None, stream=None):
+        return _axpbyz(selffac, self, otherfac, other, out, stream)
+
+    def _axpbz(self, selffac, other, out, stream=None):
+        return _map("axpbz", "{0} * {1} + {2}", [selffac, self, other], out, stream,
+                    _result_dtype("multiply", self, selffac) if out is None else out.dtype)
+
+    def fill(self, value, stream=None):
+        """Set every element to value; returns self."""
+        if self.size:
+            _map("fill", "{0}", [value], self, stream, self.dtype, scalar_dtypes=[self.dtype])
+        return self
+
+    def reverse(self, stream=None):
+        """The array reversed, taken as one-dimensional (contiguous only)."""
+        if not self.flags.forc:
+            raise RuntimeError("only contiguous arrays may be used as arguments to this "
+                               "operation")
+        result = self._new_like_me()
+        if self.size:
+            func = elementwise.get_reverse_kernel(self.dtype)
+            func.prepared_async_call(self._grid, self._block, stream, self.gpudata,
+                                     result.gpudata, self.size)
+        return result
+
+    def astype(self, dtype, stream=None):
+        """A copy converted to dtype."""
+        dtype = _check_dtype(dtype)
+        if dtype == self.dtype:
+            return self.copy()
+        if self.dtype.kind == "c" and dtype.kind != "c":
+            return _map("astype", "pygpu::real({0})", [self], None, stream, dtype,
+                        compute=self.dtype)
+        return _map("astype", "{0}", [self], None, stream, dtype)
+
+    def any(self, stream=None, allocator=None):
+        return any(self, stream=stream, allocator=allocator)
+
+    def all(self, stream=None, allocator=None):
+        return all(self, stream=stream, allocator=allocator)
+
+    def sum(self, dtype=None, stream=None, allocator=None):
+        return sum(self, dtype=dtype, stream=stream, allocator=allocator)
+
+    def max(self, stream=None):
+        return max(self, stream=stream)
+
+    def min(self, stream=None):
+        return min(self, stream=stream)
+
+    def dot(self, other, dtype=None, stream=None, allocator=None):
+        return dot(self, other, dtype=dtype, stream=stream, allocator=allocator)
+
+    # ---- views ----
+
+    def _view(self, shape, strides, offset=0, dtype=None):
+        dtype = self.dtype if dtype is None else dtype
+        ptr = self.ptr + offset if self.gpudata is not None else None
+        base = self if self.base is None else self.base
+        size = 1
+        for n in shape:
+            size *= n
+        if size == 0:
+            ptr = self.ptr if self.gpudata is not None else None
+        return _new(self.__class__, shape, dtype, strides, ptr, base, self.allocator, size,
+                    _is_c(shape, strides, dtype.itemsize), _is_f(shape, strides, dtype.itemsize))
+
+    def reshape(self, *shape, order="C"):
+        """The same elements in a new shape: a view where the layout allows,
+        else a copy (NumPy's semantics)."""
+        if len(shape) == 1 and not isinstance(shape[0], (numbers.Integral, np.integer)):
+            shape = shape[0]
+        if order not in ("C", "F", "A"):
+            raise ValueError("order must be 'C', 'F' or 'A', not %r" % (order,))
+        if isinstance(shape, np.ndarray):
+            shape = shape.tolist()
+        shape = tuple(shape) if not isinstance(shape, (numbers.Integral, np.integer)) \
+            else (shape,)
+        if builtins.sum(1 for n in shape if n == -1) > 1:
+            raise ValueError("can only specify one unknown dimension")
+        if -1 in shape:
+            known = 1
+            for n in shape:
+                if n != -1:
+                    known *= int(n)
+            if known == 0 or self.size % known:
+                raise ValueError("cannot reshape array of size %d into shape %r"
+                                 % (self.size, shape))
+            shape = tuple(self.size // known if n == -1 else n for n in shape)
+        shape = _normalize_shape(shape)
+        size = 1
+        for n in shape:
+            size *= n
+        if size != self.size:
+            raise ValueError("cannot reshape array of size %d into shape %r"
+                             % (self.size, shape))
+        if order == "A":
+            order = "F" if (self._f and not self._c) else "C"
+        src = self
+        if not (self._c if order == "C" else self._f):
+            src = GPUArray(self.shape, self.dtype, self.allocator, order=order)
+            _copy_d2d(src, self, None)
+        strides = (_c_strides if order == "C" else _f_strides)(self.itemsize, shape)
+        if shape == self.shape and strides == self.strides and src is self:
+            return self
+        return src._view(shape, strides)
+
+    def ravel(self, order="C"):
+        return self.reshape(self.size, order=order)
+
+    def view(self, dtype=None):
+        """The same memory seen as another dtype (the fastest-varying axis
+        rescaled when the item size changes)."""
+        if dtype is None:
+            return self._view(self.shape, self.strides)
+        dtype = _check_dtype(dtype)
+        old, new = self.itemsize, dtype.itemsize
+        if old == new:
+            return self._view(self.shape, self.strides, dtype=dtype)
+        if not self.shape:
+            raise ValueError("changing the dtype of a 0d array is only supported if the "
+                             "itemsize is unchanged")
+        axis = _builtin_min(range(self.ndim), key=lambda k: (abs(self.strides[k]), -k))
+        if self.strides[axis] != old and self.shape[axis] != 1:
+            raise ValueError("to change to a dtype of a different size, the fastest-varying "
+                             "axis must be contiguous")
+        if (self.shape[axis] * old) % new:
+            raise ValueError("new type not compatible with array: axis %d of %d bytes does "
+                             "not divide into items of %d bytes" % (axis, self.shape[axis] * old,
+                                                                   new))
+        shape = list(self.shape)
+        strides = list(self.strides)
+        shape[axis] = self.shape[axis] * old // new
+        strides[axis] = new
+        return self._view(tuple(shape), tuple(strides), dtype=dtype)
+
+    def squeeze(self):
+        keep = [k for k, n in enumerate(self.shape) if n != 1]
+        return self._view(tuple(self.shape[k] for k in keep),
+                          tuple(self.strides[k] for k in keep))
+
+    def transpose(self, axes=None):
+        """A view with the axes permuted (reversed by default)."""
+        if axes is None:
+            axes = tuple(range(self.ndim - 1, -1, -1))
+        axes = tuple(int(a) + (self.ndim if int(a) < 0 else 0) for a in axes)
+        if sorted(axes) != list(range(self.ndim)):
+            raise ValueError("axes don't match array: %r for %d dimensions" % (axes, self.ndim))
+        return self._view(tuple(self.shape[a] for a in axes),
+                          tuple(self.strides[a] for a in axes))
+
+    @property
+    def T(self):  # noqa: N802
+        return self.transpose()
+
+    def swapaxes(self, axis1, axis2):
+        axes = list(range(self.ndim))
+        axes[axis1], axes[axis2] = axes[axis2], axes[axis1]
+        return self.transpose(axes)
+
+    def __getitem__(self, index):
+        if not isinstance(index, tuple):
+            index = (index,)
+        for e in index:
+            if isinstance(e, (GPUArray, np.ndarray, list)) and not (
+                    isinstance(e, np.ndarray) and e.ndim == 0 and e.dtype.kind in "iu"):
+                raise IndexError("only integers, slices, newaxis and ellipsis are valid "
+                                 "indices of a GPUArray (use gpuarray.take for an index "
+                                 "array)")
+        n_real = builtins.sum(1 for e in index if e is not None and e is not Ellipsis)
+        if n_real > self.ndim:
+            raise IndexError("too many indices for array: array is %d-dimensional, but %d "
+                             "were indexed" % (self.ndim, n_real))
+        if builtins.sum(1 for e in index if e is Ellipsis) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        shape, strides, offset, axis = [], [], 0, 0
+        for e in index:
+            if e is Ellipsis:
+                for _ in range(self.ndim - n_real):
+                    shape.append(self.shape[axis])
+                    strides.append(self.strides[axis])
+                    axis += 1
+            elif e is None:
+                shape.append(1)
+                strides.append(0)
+            elif isinstance(e, slice):
+                start, stop, step = e.indices(self.shape[axis])
+                n = len(range(start, stop, step))
+                shape.append(n)
+                strides.append(step * self.strides[axis])
+                if n:
+                    offset += start * self.strides[axis]
+                axis += 1
+            elif isinstance(e, (numbers.Integral, np.integer, np.ndarray)) \
+                    and not isinstance(e, (bool, np.bool_)):
+                k = int(e)
+                n = self.shape[axis]
+                if k < 0:
+                    k += n
+                if not 0 <= k < n:
+                    raise IndexError("index %d is out of bounds for axis %d with size %d"
+                                     % (int(e), axis, n))
+                offset += k * self.strides[axis]
+                axis += 1
+            else:
+                raise IndexError("invalid index %r (only integers, slices, newaxis and "
+                                 "ellipsis are valid)" % (e,))
+        while axis < self.ndim:
+            shape.append(self.shape[axis])
+            strides.append(self.strides[axis])
+            axis += 1
+        return self._view(tuple(shape), tuple(strides), offset)
+
+    def __setitem__(self, index, value):
+        dest = self[index]
+        if isinstance(value, GPUArray) or hasattr(value, "__cuda_array_interface__"):
+            value = asarray(value)
+            if value.dtype != dest.dtype:
+                value = value.astype(dest.dtype)
+            _copy_d2d(dest, value, None)
+        elif isinstance(value, np.ndarray) and value.ndim:
+            if value.dtype != dest.dtype:
+                value = value.astype(dest.dtype)
+            value = np.broadcast_to(value, dest.shape)
+            if dest.size:
+                _copy_h2d(dest, value, False, None)
+        else:
+            dest.fill(value)
+
+    # ---- complex parts ----
+
+    @property
+    def real(self):
+        """The real part (a new array for complex dtypes, self otherwise)."""
+        if self.dtype.kind != "c":
+            return self
+        return _map("real", "pygpu::real({0})", [self], None, None,
+                    np.dtype(self.dtype.char.lower()), compute=self.dtype)
+
+    @property
+    def imag(self):
+        """The imaginary part (a new array; zeros for real dtypes)."""
+        if self.dtype.kind != "c":
+            return zeros_like(self)
+        return _map("imag", "pygpu::imag({0})", [self], None, None,
+                    np.dtype(self.dtype.char.lower()), compute=self.dtype)
+
+    def conj(self, out=None):
+        """The complex conjugate (self for real dtypes, unless out= is given)."""
+        if self.dtype.kind != "c":
+            if out is None:
+                return self
+            _copy_d2d(out, self if out.dtype == self.dtype else self.astype(out.dtype), None)
+            return out
+        return _map("conj", "pygpu::conj({0})", [self], out, None,
+                    self.dtype if out is None else out.dtype)
+
+    conjugate = conj
+
+    # PyCUDA's texture binding: texture references are gone since CUDA 12
+    def bind_to_texref(self, texref, allow_offset=False):
+        raise NotImplementedError("texture references were removed in CUDA 12; pass the "
+                                  "array as a pointer (or use a texture object)")
+
+    bind_to_texref_ext = bind_to_texref
+
+
+empty = GPUArray
+
+
+def _async_kw(async_, kwargs):
+    a = kwargs.pop("async", None)
+    if kwargs:
+        raise TypeError("extra keyword arguments specified: %s" % ", ".join(kwargs))
+    if a is not None:
+        async_ = a
+    return bool(async_)
+
+
+def _dlpack_device(a):
+    ctx = a.gpudata.context if isinstance(a.gpudata, drv.DeviceAllocation) else None
+    if ctx is None:
+        try:
+            dev = drv.Context.get_device()
+        except drv.Error:
+            return (2, 0)
+        return (2, dev.ordinal)
+    return (2, ctx.device.ordinal)
+
+
+# ---- copies ----
+
+def _elem_strides(a):
+    out = []
+    for s in a.strides:
+        if s % a.itemsize:
+            raise ValueError("an array whose strides %r are not multiples of its item size "
+                             "(%d) cannot be used in an element-wise kernel"
+                             % (a.strides, a.itemsize))
+        out.append(s // a.itemsize)
+    return out
+
+
+def _copy_d2d(dst, src, stream):
+    """dst[...] = src (same dtype; src broadcast to dst's shape)."""
+    if not isinstance(src, GPUArray):
+        raise TypeError("src must be a GPUArray, not %s" % type(src).__name__)
+    if src.dtype != dst.dtype:
+        raise TypeError("src and dst must have the same dtype (%s != %s)"
+                        % (src.dtype, dst.dtype))
+    if src.shape != dst.shape:
+        try:
+            np.broadcast_shapes(src.shape, dst.shape)
+        except ValueError:
+            raise ValueError("could not broadcast an array of shape %r into shape %r"
+                             % (src.shape, dst.shape)) from None
+    if dst.size == 0:
+        return
+    if src.shape == dst.shape and src.strides == dst.strides and src._dense:
+        if stream is None:
+            drv.memcpy_dtod(dst.ptr, src.ptr, src.nbytes)
+        else:
+            drv.memcpy_dtod_async(dst.ptr, src.ptr, src.nbytes, stream)
+        return
+    _map("copy", "{0}", [src], dst, stream, dst.dtype)
+
+
+def _host_dense_view(host, dev):
+    """host as a flat contiguous buffer in dev's element order, or None."""
+    if not dev._dense:
+        return None
+    if host.strides == dev.strides or (host.flags.c_contiguous and dev._c) or \
+            (host.flags.f_contiguous and dev._f):
+        if host.flags.c_contiguous or host.flags.f_contiguous or host.strides == dev.strides:
+            if _is_dense(host.shape, host.strides, host.itemsize):
+                return np.lib.stride_tricks.as_strided(host, (host.size,), (host.itemsize,)) \
+                    if host.ndim != 1 or host.strides != (host.itemsize,) else host
+    return None
+
+
+def _copy_h2d(dev, host, async_, stream):
+    flat = _host_dense_view(host, dev)
+    if flat is not None and (host.strides == dev.strides or dev.ndim <= 1
+                             or (host.flags.c_contiguous and dev._c)
+                             or (host.flags.f_contiguous and dev._f)):
+        if async_ or stream is not None:
+            drv.memcpy_htod_async(dev.ptr, flat, stream)
+        else:
+            drv.memcpy_htod(dev.ptr, flat)
+        return
+    # gather on the host into dev's dense order, or through a device temporary
+    if dev._dense:
+        order = _compact_strides(dev.shape, dev.strides, dev.itemsize)
+        tmp = np.lib.stride_tricks.as_strided(np.empty(host.size, host.dtype), host.shape, order)
+        tmp[...] = host
+        drv.memcpy_htod(dev.ptr, np.lib.stride_tricks.as_strided(tmp, (tmp.size,),
+                                                                (tmp.itemsize,)))
+        return
+    tmp = to_gpu(np.ascontiguousarray(host), allocator=dev.allocator)
+    _copy_d2d(dev, tmp, stream)
+
+
+def _copy_d2h(host, dev, async_, stream):
+    if not host.flags.writeable:
+        raise ValueError("the destination array is read-only")
+    src = dev
+    if not dev._dense:
+        src = GPUArray(dev.shape, dev.dtype, dev.allocator)
+        _copy_d2d(src, dev, stream)
+    if host.strides == src.strides and _is_dense(host.shape, host.strides, host.itemsize) \
+            and host.flags.writeable:
+        flat = np.lib.stride_tricks.as_strided(host, (host.size,), (host.itemsize,))
+        if async_:
+            drv.memcpy_dtoh_async(flat, src.ptr, stream)
+        else:
+            drv.memcpy_dtoh(flat, src.ptr, stream)
+        return
+    order = _compact_strides(src.shape, src.strides, src.itemsize)
+    buf = np.empty(src.size, src.dtype)
+    drv.memcpy_dtoh(buf, src.ptr, stream)
+    host[...] = np.lib.stride_tricks.as_strided(buf, src.shape, order)
+
+
+# ---- element-wise machinery ----
+
+_SAMPLE = {bool: True, int: 1, float: 1.0, complex: 1j}
+_UFUNCS = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+           "true_divide": np.true_divide, "floor_divide": np.floor_divide,
+           "remainder": np.remainder, "power": np.power, "equal": np.equal,
+           "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
+           "greater": np.greater, "greater_equal": np.greater_equal,
+           "maximum": np.maximum, "minimum": np.minimum, "fmax": np.fmax, "fmin": np.fmin,
+           "logical_and": np.logical_and, "logical_or": np.logical_or,
+           "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
+           "bitwise_xor": np.bitwise_xor}
+_COMPARISONS = {"equal": "==", "not_equal": "!=", "less": "<", "less_equal": "<=",
+                "greater": ">", "greater_equal": ">="}
+_types_cache = {}
+
+
+def _operand_key(x):
+    """What decides an operand's part in the result dtype: an array's dtype,
+    a NumPy scalar's dtype, or a Python scalar's type (weak, NEP 50)."""
+    if isinstance(x, GPUArray):
+        return x.dtype
+    tp = type(x)
+    if tp in _SAMPLE:
+        return tp
+    if isinstance(x, np.generic):
+        return x.dtype
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        return x.dtype
+    return None
+
+
+def _sample(key):
+    if isinstance(key, np.dtype):
+        return np.zeros(1, key)
+    return _SAMPLE[key]
+
+
+def _types(op, ka, kb):
+    """(result dtype, compute dtype) of op on operands ka, kb (NumPy's
+    rules, found by asking NumPy once per combination)."""
+    key = (op, ka, kb)
+    found = _types_cache.get(key)
+    if found is None:
+        sa, sb = _sample(ka), _sample(kb)
+        ufunc = _UFUNCS[op]
+        try:
+            import warnings
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                res = np.asarray(ufunc(sa, sb)).dtype
+        except TypeError as e:
+            raise TypeError("%s is not supported for %s and %s (%s)"
+                            % (op, _kname(ka), _kname(kb), e)) from None
+        if res.hasobject:
+            raise TypeError("%s of %s and %s gives Python objects" % (op, _kname(ka),
+                                                                      _kname(kb)))
+        if op in _COMPARISONS or op in ("logical_and", "logical_or"):
+            comp = np.result_type(sa, sb)
+        else:
+            comp = res
+        found = (res, comp)
+        _types_cache[key] = found
+    return found
+
+
+def _kname(k):
+    return str(k) if isinstance(k, np.dtype) else "Python %s" % k.__name__
+
+
+def _result_dtype(op, a, b):
+    return _types(op, _operand_key(a), _operand_key(b))[0]
+
+
+def _expr(op, cdt):
+    ct = dtype_to_ctype(cdt)
+    kind = cdt.kind
+    if op in _COMPARISONS:
+        if kind == "c" and op not in ("equal", "not_equal"):
+            return ("(pygpu::real({0}) %s pygpu::real({1}) || (pygpu::real({0}) == "
+                    "pygpu::real({1}) && pygpu::imag({0}) %s pygpu::imag({1})))"
+                    % (_COMPARISONS[op][0], _COMPARISONS[op]))
+        return "{0} %s {1}" % _COMPARISONS[op]
+    if op == "add":
+        return "{0} + {1}"
+    if op == "subtract":
+        return "{0} - {1}"
+    if op == "multiply":
+        return "{0} * {1}"
+    if op == "true_divide":
+        return "{0} / {1}"
+    if op == "power":
+        if kind in "iub":
+            return "pygpu::ipow<%s>({0}, {1})" % ct
+        return "pow({0}, {1})"
+    if op == "floor_divide":
+        if kind == "c":
+            raise TypeError("floor_divide is not supported for complex numbers")
+        if kind in "ub":
+            return "(({1}) == 0 ? (%s) 0 : ({0}) / ({1}))" % ct
+        return ("pygpu::floordiv_int<%s>({0}, {1})" if kind == "i"
+                else "pygpu::floordiv_float<%s>({0}, {1})") % ct
+    if op == "remainder":
+        if kind == "c":
+            raise TypeError("remainder is not supported for complex numbers")
+        if kind in "ub":
+            return "(({1}) == 0 ? (%s) 0 : ({0}) %% ({1}))" % ct
+        return ("pygpu::mod_int<%s>({0}, {1})" if kind == "i"
+                else "pygpu::mod_float<%s>({0}, {1})") % ct
+    if op in ("maximum", "minimum", "fmax", "fmin"):
+        if kind == "c":
+            raise TypeError("%s is not supported for complex numbers here" % op)
+        return "pygpu::%s<%s>({0}, {1})" % (op + "_" if op in ("fmax", "fmin") else op, ct)
+    if op in ("logical_and", "logical_or"):
+        return "(({0}) != (%s) 0) %s (({1}) != (%s) 0)" % (ct, "&&" if op == "logical_and"
+                                                          else "||", ct)
+    if op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+        if kind not in "iub":
+            raise TypeError("%s is only for integer and bool arrays, not %s" % (op, cdt))
+        return "{0} %s {1}" % {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}[op]
+    raise ValueError("unknown operation %r" % op)
+
+
+# the fast paths: (context, op, operand keys) -> (Function, result dtype, scalar dtype)
+_fast_aa = {}
+_fast_as = {}
+_fast_sa = {}
+
+
+def _binary(op, x, y, out=None, stream=None):
+    """x <op> y element-wise with NumPy's dtypes and broadcasting."""
+    tx, ty = type(x), type(y)
+    if out is None and tx is ty is GPUArray and x.shape == y.shape \
+            and x.strides == y.strides and (x._c or x._f):
+        key = (_get_current(), op, x.dtype, y.dtype)
+        ent = _fast_aa.get(key)
+        if ent is None:
+            res, comp = _types(op, x.dtype, y.dtype)
+            ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("a", "a"),
+                                              (x.dtype, y.dtype), (comp, comp), res), res)
+            _fast_aa[key] = ent
+        func, res = ent
+        z = x._like_for_result(res)
+        if z.size:
+            n = z.size
+            grid, block = _splay_cache.get(n) or splay(n)
+            func.prepared_async_call(grid, block, stream, z.gpudata, x.gpudata, y.gpudata, n)
+        return z
+    if out is None and tx is GPUArray and (x._c or x._f) and ty in _SAMPLE:
+        key = (_get_current(), op, x.dtype, ty)
+        ent = _fast_as.get(key)
+        if ent is None:
+            res, comp = _types(op, x.dtype, ty)
+            ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("a", "s"),
+                                              (x.dtype, comp), (comp, comp), res), res, comp)
+            _fast_as[key] = ent
+        func, res, comp = ent
+        _check_power_scalar(op, res, y)
+        z = x._like_for_result(res)
+        if z.size:
+            n = z.size
+            grid, block = _splay_cache.get(n) or splay(n)
+            func.prepared_async_call(grid, block, stream, z.gpudata, x.gpudata,
+                                     elementwise._scalar_value(y, comp, "the scalar operand"),
+                                     n)
+        return z
+    if out is None and ty is GPUArray and (y._c or y._f) and tx in _SAMPLE:
+        key = (_get_current(), op, tx, y.dtype)
+        ent = _fast_sa.get(key)
+        if ent is None:
+            res, comp = _types(op, tx, y.dtype)
+            ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("s", "a"),
+                                              (comp, y.dtype), (comp, comp), res), res, comp)
+            _fast_sa[key] = ent
+        func, res, comp = ent
+        z = y._like_for_result(res)
+        if z.size:
+            n = z.size
+            grid, block = _splay_cache.get(n) or splay(n)
+            func.prepared_async_call(grid, block, stream, z.gpudata,
+                                     elementwise._scalar_value(x, comp, "the scalar operand"),
+                                     y.gpudata, n)
+        return z
+    # the general path
+    kx, ky = _operand_key(x), _operand_key(y)
+    if kx is None or ky is None:
+        other = x if kx is None else y
+        if hasattr(other, "__cuda_array_interface__") or hasattr(other, "__dlpack__"):
+            if kx is None:
+                x = asarray(x)
+            else:
+                y = asarray(y)
+            return _binary(op, x, y, out, stream)
+        return NotImplemented
+    res, comp = _types(op, kx, ky)
+    if op == "power":
+        _check_power_scalar(op, res, y)
+    return _map(op, _expr(op, comp), [x, y], out, stream, res, compute=comp, op=op)
+
+
+def _check_power_scalar(op, res, y):
+    if op == "power" and res.kind in "iu" and isinstance(y, (int, np.integer)) and y < 0:
+        raise ValueError("Integers to negative integer powers are not allowed.")
+
+
+def _map(name, expr, operands, out, stream, res_dtype, compute=None, scalar_dtypes=None,
+         op=None, crit_raw=False):
+    """out = expr(operands) element-wise.  operands: GPUArrays (any strides,
+    broadcast against each other and out) and scalars.  compute: the dtype
+    every operand is cast to (default: res_dtype); scalar_dtypes: the
+    by-value parameter types (default: compute); crit_raw: the first
+    operand is read in its own dtype (a criterion)."""
+    res_dtype = np.dtype(res_dtype)
+    comp = res_dtype if compute is None else np.dtype(compute)
+    arrays = [o for o in operands if isinstance(o, GPUArray)]
+    if not arrays and out is None:
+        raise TypeError("%s needs at least one GPUArray operand" % name)
+    ctx = _get_current()
+    for a in arrays + ([out] if out is not None else []):
+        _check_context(a, ctx)
+    shapes = [a.shape for a in arrays]
+    try:
+        shape = np.broadcast_shapes(*shapes) if shapes else out.shape
+    except ValueError:
+        raise ValueError("operands could not be broadcast together with shapes %s"
+                         % " ".join(str(s) for s in shapes)) from None
+    if out is not None:
+        if not isinstance(out, GPUArray):
+            raise TypeError("out must be a GPUArray, not %s" % type(out).__name__)
+        if out.shape != shape:
+            try:
+                if np.broadcast_shapes(out.shape, shape) != out.shape:
+                    raise ValueError
+            except ValueError:
+                raise ValueError("out has shape %r but the result has shape %r"
+                                 % (out.shape, shape)) from None
+            shape = out.shape
+        if out.dtype != res_dtype and name not in ("fill", "copy", "astype") \
+                and not np.can_cast(res_dtype, out.dtype, "same_kind"):
+            raise TypeError("Cannot cast %s output from dtype('%s') to dtype('%s') with "
+                            "casting rule 'same_kind'" % (op or name, res_dtype, out.dtype))
+        res_dtype = out.dtype
+    else:
+        like = next((a for a in arrays if a.shape == shape and (a._c or a._f)), None)
+        order = "F" if like is not None and like._f and not like._c else "C"
+        alloc = arrays[0].allocator if arrays else None
+        out = GPUArray(shape, res_dtype, alloc, order=order)
+    if out.size == 0:
+        return out
+    kinds, dtypes, cdtypes, args = [], [], [], []
+    sdt = iter(scalar_dtypes or ())
+    for o in operands:
+        if isinstance(o, GPUArray):
+            kinds.append("a")
+            dtypes.append(o.dtype)
+            cdtypes.append(comp)
+            args.append(o)
+        else:
+            st = next(sdt, comp)
+            if isinstance(o, np.ndarray) and o.ndim:
+                raise TypeError("%s: a NumPy array operand lives in host memory; copy it "
+                                "with gpuarray.to_gpu first" % (op or name))
+            kinds.append("s")
+            dtypes.append(st)
+            cdtypes.append(comp)
+            args.append(elementwise._scalar_value(o, st, "%s: the scalar operand"
+                                                  % (op or name)))
+    if crit_raw:
+        cdtypes[0] = dtypes[0]
+    n = out.size
+    grid, block = splay(n)
+    plain = out._c or out._f
+    if plain:
+        for a in args:
+            if isinstance(a, GPUArray) and not (a.shape == out.shape and a.strides ==
+                                                _scaled(out, a)):
+                plain = False
+                break
+    if plain:
+        func = elementwise.get_map_kernel(name, expr, tuple(kinds), tuple(dtypes),
+                                          tuple(cdtypes), res_dtype, 0)
+        launch = [out.gpudata] + [a.gpudata if isinstance(a, GPUArray) else a for a in args]
+        func.prepared_async_call(grid, block, stream, *launch, n)
+        return out
+    # strided/broadcast: strides in elements, broadcast axes stride 0
+    nd = len(out.shape)
+    stride_lists = [_elem_strides(out)]
+    for a in args:
+        if isinstance(a, GPUArray):
+            es = _elem_strides(a)
+            pad = nd - a.ndim
+            st = [0] * pad + [0 if a.shape[k] == 1 and out.shape[pad + k] != 1 else es[k]
+                              for k in range(a.ndim)]
+            stride_lists.append(st)
+    cshape, cstrides = elementwise._collapse(out.shape, stride_lists)
+    ndim = len(cshape)
+    func = elementwise.get_map_kernel(name, expr, tuple(kinds), tuple(dtypes), tuple(cdtypes),
+                                      res_dtype, ndim)
+    launch = [_base_ptr(out)] + [_base_ptr(a) if isinstance(a, GPUArray) else a for a in args]
+    launch += list(cshape)
+    for st in cstrides:
+        launch += st
+    func.prepared_async_call(grid, block, stream, *launch, n)
+    return out
+
+
+def _scaled(out, a):
+    """The strides a dense operand needs to be read at the same flat index
+    as out's elements."""
+    if a.itemsize == out.itemsize:
+        return out.strides
+    return tuple(s // out.itemsize * a.itemsize for s in out.strides)
+
+
+def _base_ptr(a):
+    return a.gpudata if a.gpudata is not None else 0
+
+
+def _check_context(a, ctx):
+    g = a.gpudata if not isinstance(a.base, GPUArray) else a.base.gpudata
+    if type(g) is drv.DeviceAllocation:
+        if g.freed:
+            raise drv.LogicError("the array's memory was freed")
+        if ctx is not None and g.context != ctx:
+            raise ValueError("the array was allocated in another context (%r) than the "
+                             "current one (%r)" % (g.context, ctx))
+
+
+_unary_exprs = {"negative": "-{0}", "invert": "~{0}",
+                "logical_not": "!(({0}) != 0)"}
+
+
+def _unary(op, x, out=None, stream=None):
+    if not isinstance(x, GPUArray):
+        raise TypeError("%s takes a GPUArray, not %s" % (op, type(x).__name__))
+    dt = x.dtype
+    if op == "negative":
+        if dt.kind == "b":
+            raise TypeError("The numpy boolean negative, the `-` operator, is not supported, "
+                            "use the `~` operator or the logical_not function instead.")
+        return _map(op, "-{0}", [x], out, stream, dt)
+    if op == "invert":
+        if dt.kind not in "iub":
+            raise TypeError("ufunc 'invert' not supported for the input type %s" % dt)
+        return _map(op, "!{0}" if dt.kind == "b" else "~{0}", [x], out, stream, dt)
+    if op == "absolute":
+        if dt.kind == "c":
+            return _map(op, "pygpu::abs({0})", [x], out, stream, np.dtype(dt.char.lower()),
+                        compute=dt)
+        if dt.kind == "f":
+            return _map(op, "fabs({0})", [x], out, stream, dt)
+        if dt.kind in "ub":
+            return _map(op, "{0}", [x], out, stream, dt)
+        return _map(op, "({0} < 0 ? -{0} : {0})", [x], out, stream, dt)
+    if op == "logical_not":
+        return _map(op, "!(({0}) != (%s) 0)" % dtype_to_ctype(dt), [x], out, stream,
+                    np.dtype(bool), compute=dt)
+    raise ValueError("unknown unary operation %r" % op)
+
+
+def _axpbyz(a, x, b, y, out, stream):
+    """a*x + b*y in one kernel."""
+    if not isinstance(y, GPUArray):
+        raise TypeError("mul_add: other must be a GPUArray, not %s" % type(y).__name__)
+    res = np.result_type(_types("multiply", x.dtype, _operand_key(a))[0],
+                         _types("multiply", y.dtype, _operand_key(b))[0])
+    return _map("axpbyz", "{0} * {1} + {2} * {3}", [a, x, b, y], out, stream,
+                res if out is None else out.dtype, compute=res)
+
+
+# ---- creation ----
+
+def to_gpu(ary, allocator=None):
+    """A GPUArray with a copy of a NumPy array (its layout kept where dense)."""
+    ary = _host_array(ary)
+    result = GPUArray(ary.shape, ary.dtype, allocator,
+                      strides=_compact_strides(ary.shape, ary.strides, ary.itemsize))
+    result.set(ary)
+    return result
+
+
+def to_gpu_async(ary, allocator=None, stream=None):
+    """to_gpu() with the copy enqueued on stream (page-locked ary for overlap)."""
+    ary = _host_array(ary)
+    result = GPUArray(ary.shape, ary.dtype, allocator,
+                      strides=_compact_strides(ary.shape, ary.strides, ary.itemsize))
+    result.set_async(ary, stream)
+    return result
+
+
+def _host_array(ary):
+    if isinstance(ary, GPUArray):
+        raise TypeError("to_gpu() takes a host (NumPy) array, not a GPUArray; use .copy()")
+    if not isinstance(ary, np.ndarray):
+        ary = np.asarray(ary)
+    _check_dtype(ary.dtype)
+    if _builtin_any(s < 0 for s in ary.strides):
+        ary = np.ascontiguousarray(ary)
+    return ary
+
+
+def zeros(shape, dtype=np.float64, allocator=None, order="C"):
+    result = GPUArray(shape, dtype, allocator, order=order)
+    if result.nbytes:
+        drv.memset_d8(result.ptr, 0, result.nbytes)
+    return result
+
+
+def ones(shape, dtype=np.float64, allocator=None, order="C"):
+    result = GPUArray(shape, dtype, allocator, order=order)
+    return result.fill(np.ones((), result.dtype)[()])
+
+
+def _like(other, dtype, order):
+    strides = None
+    if order == "A":
+        order = "F" if other._f and not other._c else "C"
+    elif order == "K":
+        if other._c or other.ndim <= 1:
+            order = "C"
+        elif other._f:
+            order = "F"
+        else:
+            dt = np.dtype(dtype) if dtype is not None else other.dtype
+            strides = _compact_strides(other.shape, other.strides, dt.itemsize)
+            order = "C"
+    elif order not in ("C", "F"):
+        raise ValueError("order must be 'C', 'F', 'A' or 'K', not %r" % (order,))
+    return GPUArray(other.shape, other.dtype if dtype is None else dtype, other.allocator,
+                    order=order, strides=strides)
+
+
+def empty_like(other_ary, dtype=None, order="K"):
+    return _like(other_ary, dtype, order)
+
+
+def zeros_like(other_ary, dtype=None, order="K"):
+    result = _like(other_ary, dtype, order)
+    if result.nbytes:
+        drv.memset_d8(result.ptr, 0, result.nbytes)
+    return result
+
+
+def ones_like(other_ary, dtype=None, order="K"):
+    result = _like(other_ary, dtype, order)
+    return result.fill(np.ones((), result.dtype)[()])
+
+
+def arange(*args, **kwargs):
+    """Evenly spaced values in [start, stop) (numpy.arange's arguments)."""
+    dtype = kwargs.pop("dtype", None)
+    stream = kwargs.pop("stream", None)
+    allocator = kwargs.pop("allocator", None)
+    if args and isinstance(args[-1], np.dtype) and dtype is None:
+        dtype, args = args[-1], args[:-1]
+    start = kwargs.pop("start", None)
+    stop = kwargs.pop("stop", None)
+    step = kwargs.pop("step", None)
+    if kwargs:
+        raise TypeError("unexpected keyword argument(s): %s" % ", ".join(kwargs))
+    if len(args) > 3:
+        raise ValueError("too many arguments")
+    pos = list(args)
+    if len(pos) == 1:
+        if stop is not None:
+            start = pos[0]
+        else:
+            stop = pos[0]
+    elif len(pos) >= 2:
+        start, stop = pos[0], pos[1]
+        if len(pos) == 3:
+            step = pos[2]
+    if stop is None:
+        raise ValueError("stop argument required")
+    start = 0 if start is None else start
+    step = 1 if step is None else step
+    if step == 0:
+        raise ValueError("arange: step may not be 0")
+    dtype = _check_dtype(dtype) if dtype is not None else np.arange(start, stop, step)[:0].dtype
+    import math
+    size = _builtin_max(0, int(math.ceil((stop - start) / step)))
+    result = GPUArray((size,), dtype, allocator)
+    if size:
+        func = elementwise.get_arange_kernel(dtype)
+        grid, block = splay(size)
+        func.prepared_async_call(grid, block, stream, result.gpudata,
+                                 elementwise._scalar_value(start, dtype, "arange start"),
+                                 elementwise._scalar_value(step, dtype, "arange step"), size)
+    return result
+
+
+# ---- indexing helpers ----
+
+def take(a, indices, out=None, stream=None):
+    """a[indices] for a 1-D index array (indices are not bounds-checked)."""
+    if not isinstance(a, GPUArray) or not isinstance(indices, GPUArray):
+        raise TypeError("take() takes GPUArrays")
+    if indices.dtype.kind not in "iu":
+        raise TypeError("take(): indices must be integers, not %s" % indices.dtype)
+    if not (a.flags.forc and indices.flags.forc):
+        raise RuntimeError("take(): only contiguous arrays may be used")
+    if out is None:
+        out = GPUArray(indices.shape, a.dtype, a.allocator)
+    elif out.shape != indices.shape or out.dtype != a.dtype:
+        raise ValueError("take(): out must have the indices' shape and a's dtype")
+    if indices.size:
+        func = elementwise.get_take_kernel(a.dtype, indices.dtype)
+        func.prepared_async_call(out._grid, out._block, stream, indices.gpudata, a.gpudata,
+                                 out.gpudata, indices.size)
+    return out
+
+
+def multi_take(arrays, indices, out=None, stream=None):
+    """[take(a, indices) for a in arrays]."""
+    if out is None:
+        out = [None] * len(arrays)
+    elif len(out) != len(arrays):
+        raise ValueError("out and arrays must have the same length")
+    return [take(a, indices, o, stream) for a, o in zip(arrays, out)]
+
+
+def multi_put(arrays, dest_indices, dest_shape=None, out=None, stream=None):
+    """out[k][dest_indices] = arrays[k]."""
+    if not arrays:
+        return []
+    dtype = arrays[0].dtype
+    if _builtin_any(a.dtype != dtype for a in arrays):
+        raise TypeError("arrays must all have the same dtype")
+    if out is None:
+        out = [GPUArray(dest_shape, dtype, arrays[0].allocator) for _ in arrays]
+    elif len(out) != len(arrays):
+        raise ValueError("out and arrays must have the same length")
+    k = elementwise.ElementwiseKernel(
+        "%s *idx, %s *src, %s *dst" % (dtype_to_ctype(dest_indices.dtype),
+                                       dtype_to_ctype(dtype), dtype_to_ctype(dtype)),
+        "dst[idx[i]] = src[i]", "put")
+    for a, o in zip(arrays, out):
+        if o.dtype != dtype:
+            raise TypeError("arrays and out must have the same dtype")
+        k(dest_indices, a, o, stream=stream)
+    return out
+
+
+def multi_take_put(arrays, dest_indices, src_indices, dest_shape=None, out=None, stream=None,
+                   src_offsets=None):
+    """out[k][dest_indices] = arrays[k][src_indices + src_offsets[k]]."""
+    if not arrays:
+        return []
+    dtype = arrays[0].dtype
+    if _builtin_any(a.dtype != dtype for a in arrays):
+        raise TypeError("arrays must all have the same dtype")
+    if src_indices.dtype != dest_indices.dtype:
+        raise TypeError("src_indices and dest_indices must have the same dtype")
+    if src_indices.ndim != 1:
+        raise ValueError("src_indices must be 1D")
+    if src_indices.shape != dest_indices.shape:
+        raise ValueError("src_indices and dest_indices must have the same shape")
+    if src_offsets is not None and len(src_offsets) != len(arrays):
+        raise ValueError("src_indices and src_offsets must have the same length")
+    if out is None:
+        out = [GPUArray(dest_shape, dtype, arrays[0].allocator) for _ in arrays]
+    elif len(out) != len(arrays):
+        raise ValueError("out and arrays must have the same length")
+    it = dtype_to_ctype(src_indices.dtype)
+    k = elementwise.ElementwiseKernel(
+        "%s *didx, %s *sidx, %s *src, %s *dst, long offset" % (it, it, dtype_to_ctype(dtype),
+                                                              dtype_to_ctype(dtype)),
+        "dst[didx[i]] = src[sidx[i] + offset]", "take_put")
+    for j, (a, o) in enumerate(zip(arrays, out)):
+        k(dest_indices, src_indices, a, o, 0 if src_offsets is None else src_offsets[j],
+          stream=stream)
+    return out
+
+
+# ---- shape manipulation ----
+
+def concatenate(arrays, axis=0, allocator=None):
+    """Join arrays along an existing axis."""
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("need at least one array to concatenate")
+    nd = arrays[0].ndim
+    if nd == 0:
+        raise ValueError("zero-dimensional arrays cannot be concatenated")
+    ax = axis + nd if axis < 0 else axis
+    if not 0 <= ax < nd:
+        raise ValueError("axis %d is out of bounds for arrays of dimension %d" % (axis, nd))
+    shape = list(arrays[0].shape)
+    for i, a in enumerate(arrays[1:], 1):
+        if a.ndim != nd:
+            raise ValueError("%d'th array has different number of axes (should have %d, "
+                             "has %d)" % (i, nd, a.ndim))
+        if a.shape[:ax] + a.shape[ax + 1:] != arrays[0].shape[:ax] + arrays[0].shape[ax + 1:]:
+            raise ValueError("%d'th array has residual not matching other arrays" % i)
+        shape[ax] += a.shape[ax]
+    dtype = np.result_type(*(a.dtype for a in arrays))
+    result = empty(tuple(shape), dtype, allocator=allocator or arrays[0].allocator)
+    base = 0
+    full = (slice(None),) * nd
+    for a in arrays:
+        m = a.shape[ax]
+        result[full[:ax] + (slice(base, base + m),) + full[ax + 1:]] = a
+        base += m
+    return result
+
+
+def stack(arrays, axis=0, allocator=None):
+    """Join arrays along a new axis."""
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("need at least one array to stack")
+    shape0 = arrays[0].shape
+    if _builtin_any(a.shape != shape0 for a in arrays[1:]):
+        raise ValueError("all input arrays must have the same shape")
+    nd = len(shape0)
+    ax = axis + nd + 1 if axis < 0 else axis
+    if not 0 <= ax <= nd:
+        raise ValueError("axis %d is out of bounds for array of dimension %d" % (axis, nd + 1))
+    shape = shape0[:ax] + (len(arrays),) + shape0[ax:]
+    result = empty(shape, np.result_type(*(a.dtype for a in arrays)),
+                   allocator=allocator or arrays[0].allocator)
+    for i, a in enumerate(arrays):
+        result[(slice(None),) * ax + (i,)] = a
+    return result
+
+
+def transpose(a, axes=None):
+    return a.transpose(axes)
+
+
+def reshape(a, *shape, **kwargs):
+    return a.reshape(*shape, **kwargs)
+
+
+# ---- conditionals and binary functions ----
+
+def if_positive(criterion, then_, else_, out=None, stream=None):
+    """then_ where criterion > 0, else else_."""
+    return _select(">", criterion, then_, else_, out, stream, "if_positive")
+
+
+def where(criterion, then_, else_, out=None, stream=None):
+    """then_ where criterion != 0, else else_ (numpy.where with three
+    arguments; scalars and broadcasting allowed)."""
+    return _select("!=", criterion, then_, else_, out, stream, "where")
+
+
+def _select(cmp, crit, then_, else_, out, stream, name):
+    if not isinstance(crit, GPUArray):
+        raise TypeError("%s: the criterion must be a GPUArray" % name)
+    if name == "if_positive":
+        for v in (then_, else_):
+            if isinstance(v, GPUArray) and v.shape != crit.shape:
+                raise ValueError("shapes do not match")
+    kt, ke = _operand_key(then_), _operand_key(else_)
+    if kt is None or ke is None:
+        raise TypeError("%s: then_ and else_ must be GPUArrays or scalars" % name)
+    if name == "if_positive" and isinstance(then_, GPUArray) and isinstance(else_, GPUArray) \
+            and then_.dtype != else_.dtype:
+        raise ValueError("dtypes do not match")
+    res = np.result_type(_sample(kt), _sample(ke))
+    cdt = crit.dtype
+    zero = "(%s) 0" % dtype_to_ctype(cdt)
+    if cdt.kind == "c":
+        test = ("pygpu::real({0}) > 0" if cmp == ">" else "{0} != %s" % zero)
+    else:
+        test = "{0} %s %s" % (cmp, zero)
+    expr = "(%s) ? {1} : {2}" % test
+    return _map(name, expr, [crit, then_, else_], out, stream, res, compute=res,
+                scalar_dtypes=[res, res], crit_raw=True)
+
+
+def _make_minmax(which):
+    def f(a, b, out=None, stream=None):
+        if not isinstance(a, GPUArray) and not isinstance(b, GPUArray):
+            raise TypeError("%s needs at least one GPUArray" % which)
+        return _binary(which, a, b, out=out, stream=stream)
+    f.__name__ = which
+    f.__doc__ = "numpy.%s element-wise (NaN-propagating) of arrays and scalars." % which
+    return f
+
+
+maximum = _make_minmax("maximum")
+minimum = _make_minmax("minimum")
+
+
+def _logical(op, x1, x2, out, allocator):
+    if np.isscalar(x1) and np.isscalar(x2):
+        r = empty((), np.bool_, allocator=allocator) if out is None else out
+        r.fill(getattr(np, op)(x1, x2))
+        return r
+    if not isinstance(x1, GPUArray) and not isinstance(x2, GPUArray):
+        raise ValueError("%s can take either scalar or GPUArrays as inputs" % op)
+    return _binary(op, x1, x2, out=out)
+
+
+def logical_and(x1, x2, /, out=None, *, allocator=None):
+    return _logical("logical_and", x1, x2, out, allocator)
+
+
+def logical_or(x1, x2, /, out=None, *, allocator=None):
+    return _logical("logical_or", x1, x2, out, allocator)
+
+
+def logical_not(x, /, out=None, *, allocator=None):
+    if np.isscalar(x):
+        r = empty((), np.bool_, allocator=allocator) if out is None else out
+        r.fill(np.logical_not(x))
+        return r
+    return _unary("logical_not", x, out=out)
+
+
+# ---- reductions: pygpu.reduction (imported when first used) ----
+
+def sum(a, dtype=None, stream=None, allocator=None):
+    from pygpu.reduction import get_sum_kernel
+    krnl = get_sum_kernel(dtype, a.dtype)
+    return krnl(a, stream=stream, allocator=allocator)
+
+
+def any(a, stream=None, allocator=None):
+    from pygpu.reduction import get_any_kernel
+    krnl = get_any_kernel(np.dtype(bool), a.dtype)
+    return krnl(a, stream=stream, allocator=allocator)
+
+
+def all(a, stream=None, allocator=None):
+    from pygpu.reduction import get_all_kernel
+    krnl = get_all_kernel(np.dtype(bool), a.dtype)
+    return krnl(a, stream=stream, allocator=allocator)
+
+
+def subset_sum(subset, a, dtype=None, stream=None, allocator=None):
+    from pygpu.reduction import get_subset_sum_kernel
+    krnl = get_subset_sum_kernel(dtype, subset.dtype, a.dtype)
+    return krnl(subset, a, stream=stream, allocator=allocator)
+
+
+def dot(a, b, dtype=None, stream=None, allocator=None):
+    from pygpu.reduction import get_dot_kernel
+    if dtype is None:
+        dtype = np.result_type(a.dtype, b.dtype)
+    krnl = get_dot_kernel(dtype, a.dtype, b.dtype)
+    return krnl(a, b, stream=stream, allocator=allocator)
+
+
+def vdot(a, b, dtype=None, stream=None, allocator=None):
+    from pygpu.reduction import get_dot_kernel
+    if dtype is None:
+        dtype = np.result_type(a.dtype, b.dtype)
+    krnl = get_dot_kernel(dtype, a.dtype, b.dtype, conjugate_first=True)
+    return krnl(a, b, stream=stream, allocator=allocator)
+
+
+def subset_dot(subset, a, b, dtype=None, stream=None, allocator=None):
+    from pygpu.reduction import get_subset_dot_kernel
+    krnl = get_subset_dot_kernel(dtype, subset.dtype, a.dtype, b.dtype)
+    return krnl(subset, a, b, stream=stream, allocator=allocator)
+
+
+def _make_minmax_reduction(what):
+    def f(a, stream=None):
+        from pygpu.reduction import get_minmax_kernel
+        krnl = get_minmax_kernel(what, a.dtype)
+        return krnl(a, stream=stream)
+    f.__name__ = what
+    f.__doc__ = "The %simum of a's elements, as a 0-d GPUArray." % what
+    return f
+
+
+max = _make_minmax_reduction("max")
+min = _make_minmax_reduction("min")
+
+
+def _make_subset_minmax_reduction(what):
+    def f(subset, a, stream=None):
+        from pygpu.reduction import get_subset_minmax_kernel
+        krnl = get_subset_minmax_kernel(what, a.dtype, subset.dtype)
+        return krnl(subset, a, stream=stream)
+    f.__name__ = "subset_" + what
+    return f
+
+
+subset_max = _make_subset_minmax_reduction("max")
+subset_min = _make_subset_minmax_reduction("min")
+
+
+# ---- foreign arrays ----
+
+_CAI_STREAM_LEGACY, _CAI_STREAM_PER_THREAD = 1, 2
+
+
+def asarray(obj, dtype=None):
+    """A GPUArray over obj's device memory, without copying: obj is a
+    GPUArray, or has __cuda_array_interface__ (CuPy, PyTorch, Numba, ...)
+    or __dlpack__.  The GPUArray keeps obj alive (its .base)."""
+    if isinstance(obj, GPUArray):
+        result = obj
+    elif hasattr(obj, "__cuda_array_interface__"):
+        result = _from_cai(obj)
+    elif isinstance(obj, np.ndarray):
+        raise TypeError("asarray() wraps device arrays without copying; a NumPy array is "
+                        "in host memory: use gpuarray.to_gpu()")
+    elif hasattr(obj, "__dlpack__"):
+        from pygpu import _dlpack
+        result = _dlpack.import_(obj)
+    else:
+        raise TypeError("asarray() takes an object with __cuda_array_interface__ or "
+                        "__dlpack__, not %s" % type(obj).__name__)
+    if dtype is not None and np.dtype(dtype) != result.dtype:
+        raise TypeError("asarray() does not copy: the array is %s, not %s"
+                        % (result.dtype, np.dtype(dtype)))
+    return result
+
+
+def _from_cai(obj):
+    cai = obj.__cuda_array_interface__
+    if not isinstance(cai, dict):
+        raise TypeError("__cuda_array_interface__ is not a dict")
+    try:
+        shape = tuple(int(n) for n in cai["shape"])
+        typestr = cai["typestr"]
+        ptr, _readonly = cai["data"]
+    except (KeyError, TypeError, ValueError) as e:
+        raise TypeError("invalid __cuda_array_interface__ (%s)" % e) from None
+    descr = cai.get("descr")
+    if descr and len(descr) > 1 or (descr and descr[0][0]):
+        dtype = np.dtype([tuple(d) for d in descr])
+    else:
+        dtype = np.dtype(typestr)
+    dtype = _check_dtype(dtype)
+    if dtype.byteorder == ">":
+        raise TypeError("big-endian arrays (%s) cannot be used on the GPU" % typestr)
+    strides = cai.get("strides")
+    if strides is None:
+        strides = _c_strides(dtype.itemsize, shape)
+    if cai.get("mask") is not None:
+        raise TypeError("masked arrays (__cuda_array_interface__ 'mask') are not supported")
+    stream = cai.get("stream")
+    if stream is not None:
+        _sync_foreign_stream(stream)
+    size = 1
+    for n in shape:
+        size *= n
+    ptr = int(ptr or 0)
+    return _new(GPUArray, shape, dtype, tuple(int(s) for s in strides),
+                ptr if (ptr or size) else None, obj, _default_allocator, size,
+                _is_c(shape, strides, dtype.itemsize), _is_f(shape, strides, dtype.itemsize))
+
+
+def _sync_foreign_stream(stream):
+    """The producer's work on its stream is done before ours (on the legacy
+    stream) starts."""
+    stream = int(stream)
+    if stream == _CAI_STREAM_LEGACY:
+        return        # ordered with our default-stream work already
+    if stream == 0:
+        raise ValueError("__cuda_array_interface__ 'stream' 0 is disallowed by the "
+                         "protocol (use None, 1 or 2)")
+    if stream == _CAI_STREAM_PER_THREAD:
+        drv.Stream.per_thread().synchronize()
+        return
+    ev = drv.Event()
+    ev.record(drv.Stream.from_handle(stream))
+    drv.Stream.null().wait_for_event(ev)

@@ -436,3 +436,115 @@ def test_runner_baseline_fills_pycuda(fake, tmp_path):
     assert rep["gaps"] == [{"test": "test_fake.py::test_skip", "pygpu": "skipped",
                             "message": "Skipped: nothing to see"}]
     assert rep["meta"]["notes"] == ["PyCUDA's results are from %s (2026-11-22)" % bp]
+
+
+# ---- benchmarks/arrays.py's harness, against a NumPy-backed fake of
+# PyCUDA's array API (the figures mean nothing; what is tested is that every
+# row runs, checks its result and reports what it cannot do) ----
+
+FAKE_ARRAYS = {
+    "__init__.py": "",
+    "autoinit.py": "",
+    "driver.py": "class Context:\n    @staticmethod\n    def synchronize():\n        pass\n",
+    "gpuarray.py": textwrap.dedent('''
+        import numpy as np
+        class A:
+            def __init__(self, h):
+                self.h = h
+            def get(self):
+                return self.h.copy()
+            def __add__(self, o):
+                return A(self.h + o.h)
+        def to_gpu(h):
+            return A(np.array(h))
+        def empty_like(a):
+            return A(np.empty_like(a.h))
+        def sum(a):
+            return A(np.asarray(a.h.sum(dtype=np.float64)))
+    '''),
+    "scan.py": textwrap.dedent('''
+        import numpy as np
+        class InclusiveScanKernel:
+            def __init__(self, dtype, expr):
+                assert expr == "a+b"
+            def __call__(self, x, out):
+                out.h[:] = np.cumsum(x.h)
+                return out
+    '''),
+    "elementwise.py": textwrap.dedent('''
+        class ElementwiseKernel:
+            def __init__(self, args, op, name):
+                assert op == "z[i] = a * x[i] + y[i]"
+            def __call__(self, a, x, y, z):
+                z.h[:] = a * x.h + y.h
+    '''),
+    "curandom.py": textwrap.dedent('''
+        import numpy as np
+        from .gpuarray import A
+        class XORWOWRandomNumberGenerator:
+            def gen_normal(self, shape, dtype):
+                return A(np.random.default_rng().standard_normal(shape, dtype=dtype))
+    '''),
+    # no cumath: its row must say "not available"
+}
+
+
+def _load_bench():
+    spec = importlib.util.spec_from_file_location(
+        "bench_arrays", os.path.join(ROOT, "benchmarks", "arrays.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_arrays_harness_on_a_fake(tmp_path, monkeypatch):
+    pkg = tmp_path / "fakearrays"
+    pkg.mkdir()
+    for name, text in FAKE_ARRAYS.items():
+        (pkg / name).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    bench = _load_bench()
+    monkeypatch.setattr(bench, "N_ADD", 1000)
+    monkeypatch.setattr(bench, "N_BIG", 20000)
+    monkeypatch.setattr(bench, "TRANSFER_BYTES", 1 << 16)
+    res = bench.measure("fakearrays", reps=3, ops=10)
+    assert sorted(res) == sorted(k for k, *_ in bench.ROWS)
+    assert res["sin_us"] == ("not available: fakearrays.cumath: No module named "
+                             "'fakearrays.cumath'")
+    for k, v in res.items():
+        if k != "sin_us":
+            assert isinstance(v, float) and v > 0, (k, v)
+    text, notes = bench.table({"pygpu": res}, ["pygpu"])
+    assert "| cumath.sin, 10M float32" in text and "not available" in text
+    assert notes == ["pygpu, cumath.sin, 10M float32: " + res["sin_us"]]
+
+
+def test_bench_arrays_checks_results():
+    bench = _load_bench()
+    rng = __import__("numpy").random.default_rng()
+    np_ = __import__("numpy")
+    x = (rng.random(1000) < 0.1).astype(np_.float32)
+    bench.check_scan(np_.cumsum(x), x)
+    bad = np_.cumsum(x)
+    bad[500] += 1
+    with pytest.raises(bench.WrongResult, match=r"^inclusive scan: 1 elements differ; first at 500"):
+        bench.check_scan(bad, x)
+    with pytest.raises(bench.WrongResult, match=r"^gen_normal: standard deviation 2"):
+        bench.check_normal(2 * rng.standard_normal(100000), "gen_normal")
+    with pytest.raises(bench.WrongResult, match=r"^sum .* relative error over 1e-5$"):
+        bench.check_sum(np_.float32(1.0), x + 1)
+    with pytest.raises(bench.WrongResult, match=r"^sin: 1 elements off \(rtol"):
+        y = np_.sin(x)
+        z = y.copy()
+        z[3] += 0.5
+        bench.check_close(z, y, 1e-5, 2e-6, "sin")
+
+
+def test_bench_arrays_without_gpu_exits_0():
+    if compat.gpu_reason() is None:
+        pytest.skip("this machine has a GPU")
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "arrays.py")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0
+    assert p.stdout.startswith("benchmarks/arrays.py: nothing measured: this machine has no "
+                               "usable GPU (")

@@ -463,10 +463,11 @@ def markdown(report, meta):
             if impl in entry:
                 for k, v in entry[impl]["counts"].items():
                     tot[impl][k] += v
-    lines.append("| **all** | %s | %s | %d | %d |" % (
-        "%(passed)d / %(failed)d / %(skipped)d" % tot["pycuda"],
-        "%(passed)d / %(failed)d / %(skipped)d" % tot["pygpu"],
-        len(report["gaps"]), len(report["wins"])))
+    ran = {impl: any(impl in e for e in report["files"].values()) for impl in IMPLS}
+    both = ran["pycuda"] and ran["pygpu"]
+    lines.append("| **all** | %s | %s | %s | %s |" % tuple(
+        ["%(passed)d / %(failed)d / %(skipped)d" % tot[i] if ran[i] else "-" for i in IMPLS]
+        + [str(len(report[k])) if both else "-" for k in ("gaps", "wins")]))
     for name, entry in report["files"].items():
         for impl in IMPLS:
             if entry.get(impl, {}).get("collect_error"):

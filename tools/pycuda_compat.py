@@ -259,7 +259,7 @@ def _read_records(path):
 
 
 def run_file(impl, testdir, name, env, test_timeout=300, hang_grace=60, log=None,
-             python=sys.executable):
+             python=sys.executable, startup_grace=120):
     """Run one test file with pytest in fresh processes (`impl` "pygpu": under
     the alias; "pycuda": plain) and return its tests' outcomes.  A process
     that records nothing for test_timeout + hang_grace seconds is killed; the
@@ -291,14 +291,18 @@ def run_file(impl, testdir, name, env, test_timeout=300, hang_grace=60, log=None
         proc = subprocess.Popen(base + [name] + deselect, cwd=testdir, env=env,
                                 stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-        last, size = time.monotonic(), -1
+        start = os.path.getsize(record) if os.path.exists(record) else 0
+        last, size = time.monotonic(), start
         killed = False
         while proc.poll() is None:
             time.sleep(0.5)
             s = os.path.getsize(record) if os.path.exists(record) else 0
+            # pytest's start-up and collection (imports, a first compile)
+            # get startup_grace more before the first record
+            limit = test_timeout + hang_grace + (startup_grace if s == start else 0)
             if s != size:
                 size, last = s, time.monotonic()
-            elif time.monotonic() - last > test_timeout + hang_grace:
+            elif time.monotonic() - last > limit:
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -581,6 +585,7 @@ def main(argv=None):
                                                   log=log)
                 print("        %s in %.0f s" % (_fmt_counts(results["pygpu"][name]),
                                                  time.monotonic() - t0), flush=True)
+                write_report(results, files, meta, args.out)
         if "pycuda" in impls:
             site_dir = None
             penv = env
@@ -614,6 +619,7 @@ def main(argv=None):
                                                        args.test_timeout, log=log)
                     print("        %s in %.0f s" % (_fmt_counts(results["pycuda"][name]),
                                                     time.monotonic() - t0), flush=True)
+                    write_report(results, files, meta, args.out)
             else:
                 notes.append("PyCUDA itself was not run: not importable (%s)%s" % (
                     line, "" if args.wheel_dir else "; give PYCUDA_WHEEL_DIR=folder of "
@@ -635,13 +641,22 @@ def main(argv=None):
         shutil.rmtree(tmp, ignore_errors=True)
 
     meta["where"] = _where()
-    report = compare(results, files)
-    report["meta"] = meta
-    md = markdown(report, meta)
+    md = write_report(results, files, meta, args.out)
     print()
     print(md)
     if args.out:
-        jp, mp = out_paths(args.out)
+        print("wrote %s and %s" % out_paths(args.out))
+    return 0
+
+
+def write_report(results, files, meta, out):
+    """Build the report; write it to `out` (if given); return its markdown.
+    Also called after each file, so a run cut short leaves what it has."""
+    report = compare(results, files)
+    report["meta"] = meta
+    md = markdown(report, meta)
+    if out:
+        jp, mp = out_paths(out)
         for p in (jp, mp):
             if os.path.dirname(p):
                 os.makedirs(os.path.dirname(p), exist_ok=True)
@@ -649,8 +664,7 @@ def main(argv=None):
             json.dump(report, f, indent=1, sort_keys=True)
         with open(mp, "w") as f:
             f.write(md)
-        print("wrote %s and %s" % (jp, mp))
-    return 0
+    return md
 
 
 def _fmt_counts(tests):

@@ -317,6 +317,28 @@ def test_runner_kills_a_hung_test_and_goes_on(tmp_path):
     assert tests["test_hang.py::test_hang"]["message"] == "hung: killed after 3 s without progress"
 
 
+def test_runner_survives_a_crashing_test(tmp_path):
+    (tmp_path / "test_crash.py").write_text(textwrap.dedent('''
+        import os
+        def test_first():
+            pass
+        def test_crash():
+            os.abort()                      # as a segfault in a driver call would
+        def test_first_b():                 # not left out with test_first on the resume
+            pass
+        def test_last():
+            pass
+    '''))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    tests = compat.run_file("pycuda", str(tmp_path), "test_crash.py", _env(PYTHONPATH=""),
+                            test_timeout=10)
+    assert {k: v["outcome"] for k, v in tests.items()} == {
+        "test_crash.py::test_first": "passed", "test_crash.py::test_crash": "failed",
+        "test_crash.py::test_first_b": "passed", "test_crash.py::test_last": "passed"}
+    assert tests["test_crash.py::test_crash"]["message"] == (
+        "crashed: the test process died (exit status -6)")
+
+
 def test_runner_without_gpu_exits_0():
     if compat.gpu_reason() is None:
         pytest.skip("this machine has a GPU: the runner would run")

@@ -47,6 +47,7 @@ WORK = os.path.join(ROOT, "build", "pycuda-compat")
 IMPLS = ("pycuda", "pygpu")
 RECORD_ENV = "PYCUDA_COMPAT_RECORD"
 TIMEOUT_ENV = "PYCUDA_COMPAT_TEST_TIMEOUT"
+DONE_ENV = "PYCUDA_COMPAT_DONE"
 
 
 class CompatError(Exception):
@@ -99,6 +100,21 @@ def pytest_collectreport(report):
     if report.outcome == "failed":
         _record({"nodeid": report.nodeid, "when": "collect", "outcome": "failed",
                  "message": _message(report)})
+
+
+def pytest_collection_modifyitems(session, config, items):
+    # a resumed run leaves out the tests already recorded (exact node ids:
+    # pytest's --deselect matches prefixes, so test_log would take test_log10)
+    path = os.environ.get(DONE_ENV)
+    if not path:
+        return
+    with open(path) as f:
+        done = set(f.read().splitlines())
+    keep = [it for it in items if it.nodeid not in done]
+    gone = [it for it in items if it.nodeid in done]
+    if gone:
+        config.hook.pytest_deselected(items=gone)
+        items[:] = keep
 
 
 def _on_alarm(signum, frame):
@@ -269,6 +285,8 @@ def run_file(impl, testdir, name, env, test_timeout=300, hang_grace=60, log=None
         os.remove(record)
     env = dict(env)
     env[RECORD_ENV] = record
+    done_file = record[:-len(".jsonl")] + ".done"
+    env[DONE_ENV] = done_file
     env[TIMEOUT_ENV] = str(int(test_timeout))
     env["PYTHONPATH"] = os.pathsep.join([HERE] + [p for p in env.get("PYTHONPATH", "").split(
         os.pathsep) if p])
@@ -282,13 +300,11 @@ def run_file(impl, testdir, name, env, test_timeout=300, hang_grace=60, log=None
     status = None
     for _attempt in range(1000):
         done = outcomes(_read_records(record))
-        deselect = []
-        for nid in done:
-            if nid != "<collect>":
-                deselect += ["--deselect", nid]
         if "<collect>" in done:
             break
-        proc = subprocess.Popen(base + [name] + deselect, cwd=testdir, env=env,
+        with open(done_file, "w") as f:
+            f.write("".join(nid + "\n" for nid in done))
+        proc = subprocess.Popen(base + [name], cwd=testdir, env=env,
                                 stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         start = os.path.getsize(record) if os.path.exists(record) else 0
@@ -311,15 +327,19 @@ def run_file(impl, testdir, name, env, test_timeout=300, hang_grace=60, log=None
                 killed = True
         status = proc.returncode
         after = outcomes(_read_records(record))
-        if not killed or len(after) == len(done):
-            # finished (or a kill that made no progress: stop rather than loop)
+        unfinished = [nid for nid, t in after.items()
+                      if nid not in done and t["message"].startswith("did not finish")]
+        if not unfinished or len(after) == len(done):
+            # the file ran to its end (or no progress was made: stop rather than loop)
             break
-        for nid, t in after.items():
-            if nid not in done and t["message"].startswith("did not finish"):
-                t["message"] = "hung: killed after %d s without progress" % (
-                    test_timeout + hang_grace)
-                _record_to(record, {"nodeid": nid, "when": "call", "outcome": "failed",
-                                    "message": t["message"]})
+        # a test hung (killed) or crashed its process: it fails, the rest go on
+        for nid in unfinished:
+            if killed:
+                msg = "hung: killed after %d s without progress" % (test_timeout + hang_grace)
+            else:
+                msg = "crashed: the test process died (exit status %s)" % status
+            _record_to(record, {"nodeid": nid, "when": "call", "outcome": "failed",
+                                "message": msg})
     result = outcomes(_read_records(record))
     if not result:
         result["<collect>"] = {"outcome": "failed",
@@ -449,6 +469,9 @@ def markdown(report, meta):
     lines = ["# PyCUDA's tests on pygpu", ""]
     lines.append("PyCUDA %s test files, unmodified; pygpu through the alias pycuda -> pygpu. "
                  "%s." % (meta.get("pycuda_version", VERSION), meta.get("where", "")))
+    for impl, label in (("pycuda", "PyCUDA"), ("pygpu", "pygpu")):
+        if meta.get(impl):
+            lines += ["", "%s: %s" % (label, meta[impl])]
     for note in meta.get("notes", []):
         lines.append("")
         lines.append("- " + note)

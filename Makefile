@@ -86,3 +86,14 @@ docs: $(filter .venv/bin/python,$(PYTHON))
 
 clean:
 	rm -rf build dist *.egg-info pygpu/*.so benchmarks/build docs/_build
+
+# make pycuda-compat: PyCUDA's own test files (test_gpuarray.py, test_cumath.py,
+# test_driver.py from its sdist), unmodified, on pygpu through the import alias
+# pycuda -> pygpu, and on real PyCUDA where importable; a per-file table and the
+# porting gaps (tools/pycuda_compat.py; exits 0 without a GPU).
+# PYCUDA_SDIST=path (default: cached or downloaded), PYCUDA_WHEEL_DIR=wheels of
+# PyCUDA and its dependencies, COMPAT_OUT=report.json|.md|folder,
+# COMPAT_IMPL=both|pygpu|pycuda, COMPAT_BASELINE=earlier report.json
+.PHONY: pycuda-compat
+pycuda-compat: install
+	$(PYTHON) tools/pycuda_compat.py

@@ -22,7 +22,6 @@ import threading
 
 import numpy as np
 
-from pygpu import driver
 from pygpu import tools
 from pygpu.tools import (ScalarArg, VectorArg, _parse_arguments, context_dependent_memoize,
                          dtype_to_ctype)

@@ -26,7 +26,6 @@ Reductions (sum, dot, vdot, max, min, subset_*) come from pygpu.reduction.
 """
 import builtins
 import numbers
-import threading
 
 import numpy as np
 

@@ -204,8 +204,13 @@ def kernel_dir():
     the top-level kernels/ itself in a source checkout."""
     here = os.path.dirname(os.path.abspath(__file__))
     installed = os.path.join(here, "kernels")
-    if os.path.isdir(installed):
-        return installed
+    try:
+        # a folder with sources, not a leftover empty one (an editable
+        # install over an older layout)
+        if any(n.endswith((".cu", ".cuh")) for n in os.listdir(installed)):
+            return installed
+    except OSError:
+        pass
     return os.path.join(os.path.dirname(here), "kernels")
 
 

@@ -160,6 +160,48 @@ def module_from_file(path, options=None, message_handler=None):
 
 # ---- page-locked host memory ----
 
+class compute_mode(_enum.IntEnum):
+    """A device's compute mode (Device.compute_mode); EXCLUSIVE is the
+    exclusive-thread mode of drivers before CUDA 8, kept for PyCUDA code."""
+    DEFAULT = 0
+    EXCLUSIVE = 1
+    PROHIBITED = 2
+    EXCLUSIVE_PROCESS = 3
+
+
+class PointerHolderBase:
+    """Base for objects that own a device pointer elsewhere (PyCUDA's
+    PointerHolderBase): a subclass defines get_pointer(); its instances are
+    kernel arguments, copy endpoints and GPUArray gpudata like an int
+    address (int(), __index__, and a __cuda_array_interface__ of unknown
+    size)."""
+
+    def get_pointer(self):
+        raise NotImplementedError("%s must define get_pointer()" % type(self).__name__)
+
+    def __int__(self):
+        return int(self.get_pointer())
+
+    __index__ = __int__
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"data": (int(self.get_pointer()), False), "typestr": "|u1",
+                "shape": None, "version": 3}
+
+
+def aligned_empty(shape, dtype=_np.float64, order="C", alignment=4096):
+    """An uninitialised host array whose data starts at a multiple of
+    alignment bytes (for register_host_memory), as PyCUDA's."""
+    dtype = _np.dtype(dtype)
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise ValueError("alignment must be a positive power of two, got %r" % (alignment,))
+    count = int(_np.prod(shape, dtype=_np.int64)) if _np.ndim(shape) else int(shape)
+    raw = _np.empty(count * dtype.itemsize + alignment, _np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape, order=order)
+
+
 def pagelocked_empty(shape, dtype=_np.float64, order="C", mem_flags=0):
     """An uninitialized page-locked ndarray; .base is its HostAllocation."""
     return _driver._pagelocked(shape, dtype, order, int(mem_flags), False)
@@ -366,7 +408,7 @@ _driver._set_handler_hooks(_handlers_begin, _handlers_end)
 # a literal list, so type checkers see the re-exports (tests/test_packaging.py
 # checks it names every public name)
 __all__ = [
-    "ArgumentHandler", "BoundLaunch", "CompileError", "set_staging", "staging_settings",
+    "PointerHolderBase", "aligned_empty", "compute_mode", "ArgumentHandler", "BoundLaunch", "CompileError", "set_staging", "staging_settings",
     "staging_stats", "Context", "CudaUnavailableError", "Device",
     "DeviceAllocation", "Error", "Event", "Function", "HostAllocation", "In", "InOut",
     "LaunchError", "LogicError", "Memcpy2D", "MemoryError", "Module", "Out", "RuntimeError",

@@ -195,7 +195,16 @@ def with_cuda_include_dirs(include_dirs):
     SourceModule see the same headers."""
     out = [str(d) for d in include_dirs]
     out.extend(d for d in cuda_include_dirs() if d not in out)
+    libc = libc_shim_dir()
+    if libc not in out:
+        out.append(libc)
     return out
+
+
+def libc_shim_dir():
+    """kernels/libc: <stdio.h> and <stdlib.h> for NVRTC, which has none, so
+    that kernels written for nvcc compile unchanged; searched last."""
+    return os.path.join(kernel_dir(), "libc")
 
 
 def kernel_dir():

@@ -356,12 +356,14 @@ class GPUArray:
 
     @property
     def __cuda_array_interface__(self):
+        # as PyCUDA: explicit strides, and "stream": None (pygpu's own work is
+        # on the legacy default stream, which every blocking stream, CuPy's
+        # and PyTorch's defaults included, is ordered against)
         cai = {"shape": self.shape, "typestr": self.dtype.str,
-                "data": (self.ptr, False),
-                "strides": None if self._c else self.strides,
-                "version": 3,
-                # pygpu's work is on the legacy default stream
-                "stream": 1 if self.size else None}
+               "data": (self.ptr, False),
+               "strides": self.strides,
+               "version": 3,
+               "stream": None}
         if self.dtype.fields:
             cai["descr"] = self.dtype.descr
         return cai

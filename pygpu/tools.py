@@ -21,7 +21,7 @@ import numpy as np
 
 from pygpu import driver
 
-__all__ = ["bin_size", "PooledDeviceAllocation", "DeviceMemoryPool", "PageLockedMemoryPool",
+__all__ = ["bin_size", "bitlog2", "PooledDeviceAllocation", "DeviceMemoryPool", "PageLockedMemoryPool",
            "dtype_to_ctype", "get_or_register_dtype", "register_dtype", "parse_c_arg",
            "get_arg_type", "Argument", "VectorArg", "ScalarArg", "context_dependent_memoize",
            "clear_context_caches", "make_default_context", "get_default_device",
@@ -37,6 +37,36 @@ def bin_size(nbytes):
     top = 1 << (int(nbytes - 1).bit_length() - 1)     # largest power of two < nbytes
     step = top // 4
     return ((nbytes + step - 1) // step) * step
+
+
+def bitlog2(n):
+    """floor(log2(n)) for n >= 1 (PyCUDA's bitlog2)."""
+    n = operator.index(n)
+    if n < 1:
+        raise ValueError("bitlog2 needs n >= 1, got %d" % n)
+    return n.bit_length() - 1
+
+
+def _bin_number(nbytes):
+    """The number of bin_size(nbytes)'s size class: 0 for 256 bytes, then
+    four classes per power of two."""
+    nbytes = operator.index(nbytes)
+    if nbytes <= 256:
+        return 0
+    e = (nbytes - 1).bit_length() - 1
+    step = (1 << e) // 4
+    return (e - 8) * 4 + (nbytes + step - 1) // step - 5 + 1
+
+
+def _alloc_size(bin_nr):
+    """The block size of size class bin_nr (the inverse of _bin_number)."""
+    bin_nr = operator.index(bin_nr)
+    if bin_nr < 0:
+        raise ValueError("bin numbers are >= 0, got %d" % bin_nr)
+    if bin_nr == 0:
+        return 256
+    e, k = (bin_nr - 1) // 4 + 8, (bin_nr - 1) % 4 + 5
+    return k * ((1 << e) // 4)
 
 
 def _pool_repr(pool):
@@ -105,6 +135,16 @@ class DeviceMemoryPool:
 
     def __repr__(self):
         return _pool_repr(self)
+
+    @staticmethod
+    def bin_number(nbytes):
+        """The size class a request of nbytes is served from (PyCUDA's)."""
+        return _bin_number(nbytes)
+
+    @staticmethod
+    def alloc_size(bin_nr):
+        """The bytes a block of size class bin_nr holds (PyCUDA's)."""
+        return _alloc_size(bin_nr)
 
     def allocate(self, nbytes):
         nbytes = operator.index(nbytes)

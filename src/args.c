@@ -257,6 +257,42 @@ alloc_ptr(pygpu_state *st, pygpu_DeviceAllocation *a, CUdeviceptr *ptr)
     return 0;
 }
 
+/* see cai_read; (size_t)-1 when unknown */
+static size_t
+cai_extent(PyObject *shape, PyObject *typestr, PyObject *strides)
+{
+    Py_ssize_t i, n = PyTuple_GET_SIZE(shape);
+    const char *ts = PyUnicode_AsUTF8(typestr);
+    size_t item = ts && strlen(ts) > 2 ? (size_t)atoi(ts + 2) : 0, total = item, last = 0;
+    int strided = strides != NULL && strides != Py_None;
+    if (item == 0)
+        return (size_t)-1;            /* unknown item size: no bound check */
+    if (strided && (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != n))
+        return (size_t)-1;
+    for (i = 0; i < n; i++) {
+        long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        if (d < 0 || PyErr_Occurred())
+            return (size_t)-1;
+        if (d == 0)
+            return 0;                 /* no elements */
+        if (strided) {
+            long long st = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
+            if (st < 0 || PyErr_Occurred())
+                return (size_t)-1;
+            if ((unsigned long long)(d - 1) > 0 && (size_t)st > (SIZE_MAX - last) / (size_t)(d - 1))
+                return (size_t)-1;
+            last += (size_t)(d - 1) * (size_t)st;
+        } else {
+            if (total > SIZE_MAX / (size_t)d)
+                return (size_t)-1;
+            total *= (size_t)d;
+        }
+    }
+    if (strided)
+        return last > SIZE_MAX - item ? (size_t)-1 : last + item;
+    return total;
+}
+
 /* Read a __cuda_array_interface__ dict once: the data pointer and, for a
  * C-contiguous array with a known item size, its extent in bytes ((size_t)-1
  * when unknown).  Each entry is held by a strong reference while the
@@ -289,27 +325,11 @@ cai_read(PyObject *cai, CUdeviceptr *ptr, size_t *size)
         goto done;
     }
     *size = (size_t)-1;
-    if (shape && typestr && PyTuple_Check(shape) && PyUnicode_Check(typestr)
-        && (strides == NULL || strides == Py_None)) {
-        /* C-contiguous: the extent is the element count times the item size */
-        Py_ssize_t i, n = PyTuple_GET_SIZE(shape);
-        const char *ts = PyUnicode_AsUTF8(typestr);
-        size_t total = ts && strlen(ts) > 2 ? (size_t)atoi(ts + 2) : 0;
-        if (total == 0)
-            total = (size_t)-1;   /* unknown item size: no bound check */
-        for (i = 0; i < n && total != (size_t)-1; i++) {
-            long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
-            if (d < 0 || PyErr_Occurred()) {
-                total = (size_t)-1;
-                break;
-            }
-            if (d != 0 && total > SIZE_MAX / (size_t)d) {
-                total = (size_t)-1;
-                break;
-            }
-            total *= (size_t)d;
-        }
-        *size = total;
+    if (shape && typestr && PyTuple_Check(shape) && PyUnicode_Check(typestr)) {
+        /* the bytes the array spans from its pointer: C-contiguous without
+         * strides; with strides, the last element's end (unknown when a
+         * stride is negative) */
+        *size = cai_extent(shape, typestr, strides);
         PyErr_Clear();
     }
     r = 0;
@@ -652,6 +672,26 @@ pack_one(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, size_t 
         return pack_float(fn, i, PyFloat_AS_DOUBLE(obj), dst, size);
     if (PyObject_TypeCheck(obj, st->ArgumentHandlerType))
         return 2;    /* the caller decides */
+    if (PyArray_Check(obj) && PyArray_NDIM((PyArrayObject *)obj) == 0) {
+        /* a 0-d array is a value (PyCUDA's gpuarray.vec.make_float3 gives one) */
+        PyArrayObject *a = (PyArrayObject *)obj;
+        PyArray_Descr *d = PyArray_DESCR(a);
+        if (PyDataType_REFCHK(d)) {
+            PyErr_Format(PyExc_TypeError,
+                         "kernel '%U': parameter %d is a 0-d NumPy array of Python objects, "
+                         "which have no device representation", fn, i);
+            return -1;
+        }
+        if ((size_t)PyDataType_ELSIZE(d) != size) {
+            PyErr_Format(PyExc_TypeError,
+                         "kernel '%U': parameter %d is %zu bytes but got a 0-d NumPy %S "
+                         "array (%zd bytes)", fn, i, size, (PyObject *)d,
+                         (Py_ssize_t)PyDataType_ELSIZE(d));
+            return -1;
+        }
+        memcpy(dst, PyArray_DATA(a), size);
+        return 0;
+    }
     if (PyArray_Check(obj)) {
         PyErr_Format(PyExc_TypeError,
                      "kernel '%U': parameter %d got a NumPy array, which lives in host "
@@ -704,6 +744,8 @@ fallback_sizes(const pygpu_layout *l, PyObject *const *args, Py_ssize_t nargs,
                     return -1;
                 sz = (size_t)PyDataType_ELSIZE(d);
                 Py_DECREF(d);
+            } else if (PyArray_Check(o) && PyArray_NDIM((PyArrayObject *)o) == 0) {
+                sz = (size_t)PyDataType_ELSIZE(PyArray_DESCR((PyArrayObject *)o));
             } else if (PyBytes_Check(o)) {
                 sz = (size_t)PyBytes_GET_SIZE(o);
             }

@@ -50,3 +50,23 @@ def test_pointer_holder_base_is_a_device_pointer(ctx, rng):
     np.testing.assert_array_equal(back, x)
     ary = gpuarray.GPUArray((1024,), np.uint8, gpudata=w)   # GPUArray's memory
     np.testing.assert_array_equal(ary.get(), x)
+
+
+def test_bitlog2():
+    from pygpu.tools import bitlog2
+    for n in [1, 2, 3, 17, 0xAFFE, 0x3AFFE, 0xCC3AFFE, 2 ** 63 + 5]:
+        assert bitlog2(n) == int(np.floor(np.log2(float(n)))) if n < 2 ** 52 else 63
+    with pytest.raises(ValueError, match="bitlog2 needs n >= 1, got 0"):
+        bitlog2(0)
+
+
+def test_pool_bin_numbers_invert(rng):
+    from pygpu.tools import DeviceMemoryPool, bin_size
+    sizes = [0, 1, 255, 256, 257, 320, 321, 512, 513] + [
+        int(rng.integers(0, 1 << 31)) >> int(rng.integers(0, 32)) for _ in range(5000)]
+    for s in sizes:
+        b = DeviceMemoryPool.bin_number(s)
+        a = DeviceMemoryPool.alloc_size(b)
+        assert a == bin_size(s) >= s and DeviceMemoryPool.bin_number(a) == b, s
+    with pytest.raises(ValueError, match="bin numbers are >= 0, got -1"):
+        DeviceMemoryPool.alloc_size(-1)

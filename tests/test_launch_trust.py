@@ -300,3 +300,55 @@ def test_prepare_takes_ssize_t_codes(standin, ctx, ptx):
     f.prepare("PN")
     f.prepared_call((1, 1), (1, 1, 1), 0x10, 7)
     assert _ptrs(standin.last_launch().params) == (0x10, 7)
+
+
+def test_zero_d_arrays_are_values(standin, ctx, ptx):
+    """PyCUDA's gpuarray.vec.make_float3() gives a 0-d array: a by-value
+    struct argument, through __call__ and a prepared call with the dtype."""
+    from pygpu import gpuarray
+    f = cuda.module_from_buffer(ptx).get_function("blob")
+    v = np.zeros((), [("x", "f8"), ("y", "f8")])
+    v["x"], v["y"] = 3.25, -1.5
+    f(v, block=(1, 1, 1))
+    assert standin.last_launch().params == v.tobytes()
+    f.prepare([v.dtype])
+    f.prepared_call((1, 1), (1, 1, 1), v)
+    assert standin.last_launch().params == v.tobytes()
+    f3 = gpuarray.vec.make_float3(1, 2, 3)
+    assert f3.shape == () and f3.dtype.itemsize == 12
+    with pytest.raises(TypeError, match=r"parameter 0 is 16 bytes but got a 0-d NumPy .* array "
+                                        r"\(12 bytes\)"):
+        f(f3, block=(1, 1, 1))
+    with pytest.raises(TypeError, match="0-d NumPy array of Python objects"):
+        f(np.array(object()), block=(1, 1, 1))
+    with pytest.raises(TypeError, match="got a NumPy array, which lives in host memory"):
+        f(np.zeros(2), block=(1, 1, 1))
+
+
+class StridedCAI:
+    def __init__(self, ptr, shape, strides):
+        self.cai = {"shape": shape, "strides": strides, "typestr": "<f4",
+                    "data": (ptr, False), "version": 3}
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.cai
+
+
+def test_copies_bound_strided_interfaces(standin, ctx, rng):
+    """A copy into a __cuda_array_interface__ with explicit strides is bounded
+    by the bytes the array spans (its last element's end)."""
+    dev = cuda.mem_alloc(4096)
+    x = rng.standard_normal(64).astype(np.float32)
+    cuda.memcpy_htod(StridedCAI(int(dev), (8, 8), (32, 4)), x)        # C strides: 256 bytes
+    back = np.empty_like(x)
+    cuda.memcpy_dtoh(back, dev)
+    np.testing.assert_array_equal(back, x)
+    with pytest.raises(ValueError, match="which holds 256 bytes"):
+        cuda.memcpy_htod(StridedCAI(int(dev), (8, 8), (32, 4)), np.zeros(65, np.float32))
+    # (4, 8) rows 64 bytes apart: the last element ends at 3 * 64 + 7 * 4 + 4 = 224
+    with pytest.raises(ValueError, match="which holds 224 bytes"):
+        cuda.memcpy_htod(StridedCAI(int(dev), (4, 8), (64, 4)), np.zeros(57, np.float32))
+    cuda.memcpy_htod(StridedCAI(int(dev), (4, 8), (64, 4)), np.zeros(56, np.float32))
+    # a negative stride: the span is unknown, so nothing is bounded (as for an int)
+    cuda.memcpy_htod(StridedCAI(int(dev) + 1024, (4,), (-4,)), np.zeros(8, np.float32))

@@ -398,3 +398,14 @@ def test_driver_all_names_every_public_name():
     public = {n for n, v in vars(d).items() if not n.startswith("_")
               and not isinstance(v, types.ModuleType) and n != "annotations"}
     assert public - set(d.__all__) == set()
+
+
+def test_kernels_including_stdio_compile(tmp_path, monkeypatch):
+    """NVRTC has no C library headers; kernels written for nvcc include
+    <stdio.h> (PyCUDA's test_large_smem does): pygpu's kernels/libc has it."""
+    monkeypatch.setenv("PYGPU_CACHE_DIR", str(tmp_path))
+    from pygpu import compiler
+    src = ('#include <stdio.h>\n#include <stdlib.h>\nextern "C" __global__ void k(int *d)'
+           ' { int *p = (int *)malloc(4); printf("%d\\n", d[0]); free(p); }')
+    ptx = bytes(compiler.compile(src, target="ptx", arch="compute_90")).decode()
+    assert "vprintf" in ptx and "malloc" in ptx

@@ -56,7 +56,8 @@ def test_compile_finds_the_cuda_headers():
 
 
 def test_compile_and_sourcemodule_pass_the_same_include_dirs(tmp_path):
-    cuda = _loader.cuda_include_dirs()
+    # the CUDA headers, then pygpu's <stdio.h>/<stdlib.h> for NVRTC, last
+    cuda = _loader.cuda_include_dirs() + [_loader.libc_shim_dir()]
     mine = [str(tmp_path)]
     # what compile() builds from the user's dirs, and from SourceModule's
     # (which appends cuda_include_dirs() itself): the same list, once each
@@ -206,6 +207,9 @@ def test_kernel_dir_prefers_the_installed_copy(tmp_path, monkeypatch):
     pkg = tmp_path / "site" / "pygpu"
     (pkg / "kernels").mkdir(parents=True)
     monkeypatch.setattr(_loader, "__file__", str(pkg / "_loader.py"))
+    # an empty folder (left by an editable install over an older layout) is not it
+    assert _loader.kernel_dir() == str(tmp_path / "site" / "kernels")
+    (pkg / "kernels" / "elementwise.cuh").write_text("")
     assert _loader.kernel_dir() == str(pkg / "kernels")
     shutil.rmtree(pkg / "kernels")
     assert _loader.kernel_dir() == str(tmp_path / "site" / "kernels")

@@ -1,9 +1,13 @@
 // pygpu.curandom: cuRAND's device API behind PyCUDA's generator classes.
 //
 // pygpu/curandom.py appends, for one generator state type S, the lines
-//     PYGPU_CURAND_GENERATORS(S, VEC, BITS)   the fill kernels
+//     PYGPU_CURAND_GENERATORS(S, VEC)         the fill kernels
 //     PYGPU_CURAND_PSEUDO_INIT(S)             or PYGPU_CURAND_SOBOL_INIT(S, DIRS, OFF)
-//     PYGPU_CURAND_SKIPAHEAD(S, SKIP_T) ...   or PYGPU_CURAND_SCRAMBLED_SOBOL_INIT(...)
+//                                             or PYGPU_CURAND_SCRAMBLED_SOBOL_INIT(...)
+//     PYGPU_CURAND_SKIP_KERNELS(S, FN, NAME, SKIP_T) ...
+//
+// Every count and index is 64-bit (pygpu_size_t): one launch fills 2**32
+// and more elements (tests/test_curandom.py checks the PTX for it).
 //
 // One thread owns one generator state: s[thread] for thread =
 // blockIdx.x * blockDim.x + threadIdx.x, and every kernel is launched with
@@ -28,17 +32,38 @@ typedef unsigned long long pygpu_size_t;
 // ---- what one draw is, per distribution and output type ----
 // one(s): one number; pack(s): the W numbers of one 16-byte store.
 
+// 32-bit draws: curand() itself, but from a 64-bit Sobol state its top 32
+// bits.  A Sobol64 point is a 64-bit binary fraction; in cuRAND's plain
+// 64-bit set direction vector k has only its top k+1 bits, so the low 32
+// bits of the first 2**32 points are all 0 (a cast to unsigned int gave 0
+// for every element).  The top half is the point's leading 32 bits, as
+// curand_uniform and curand_normal read it, and equals the 32-bit
+// generator's number (the top halves of cuRAND's 64-bit direction vectors
+// and scramble constants are its 32-bit ones).
+template <class S> __device__ __forceinline__ unsigned int pg_curand32(S *s)
+{
+    return curand(s);
+}
+__device__ __forceinline__ unsigned int pg_curand32(curandStateSobol64_t *s)
+{
+    return (unsigned int)(curand(s) >> 32);
+}
+__device__ __forceinline__ unsigned int pg_curand32(curandStateScrambledSobol64_t *s)
+{
+    return (unsigned int)(curand(s) >> 32);
+}
+
 struct pg_uniform_u32 {
     typedef unsigned int T;
     typedef uint4 V;
-    template <class S> __device__ __forceinline__ T one(S *s) const { return (T)curand(s); }
+    template <class S> __device__ __forceinline__ T one(S *s) const { return pg_curand32(s); }
     template <class S> __device__ __forceinline__ V pack(S *s) const
     {
         V v;
-        v.x = (T)curand(s);
-        v.y = (T)curand(s);
-        v.z = (T)curand(s);
-        v.w = (T)curand(s);
+        v.x = pg_curand32(s);
+        v.y = pg_curand32(s);
+        v.z = pg_curand32(s);
+        v.w = pg_curand32(s);
         return v;
     }
 };

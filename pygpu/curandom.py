@@ -15,6 +15,10 @@ cuRAND state per GPU thread in device memory, initialised once, and a fill
 kernel draws many numbers per thread with the state in registers (16-byte
 stores and Box-Muller pairs for the pseudo-random generators).
 
+The 64-bit Sobol generators' int32/uint32 numbers are the top 32 bits of
+their 64-bit points (the same numbers as the 32-bit generators'; cuRAND's
+own curand_uniform/curand_normal read those bits too).
+
 Sobol direction vectors and scramble constants are cuRAND's own tables, read
 from the cuRAND host library (libcurand, opened on first use with ctypes;
 no GPU needed for that).

@@ -219,6 +219,177 @@ def test_table_argument_errors():
         curandom.generate_scramble_constants32(-1)
 
 
+# ---- CPU: 64-bit element counts (PyCUDA's test_curand_wrappers_16gb fills
+# 2**32 float32 and 2**31 float64 elements) ----
+
+def narrow_index_ops(ptx, entry, param=-1):
+    """PTX instructions of kernel `entry` that compute a 32-bit integer from the
+    element count n (its last parameter) or from an index compared with it."""
+    body = re.search(r"\.entry %s\((.*?)\)\s*\{(.*?)\n\}" % re.escape(entry), ptx, re.S)
+    params, code = body.group(1), body.group(2)
+    last = re.findall(r"\.param\s+\.(\w+)\s+(\w+)", params)[param]
+    assert last[0] in ("u64", "s64", "b64"), last
+    insns = []
+    for line in code.splitlines():
+        line = line.strip()
+        if not line or line.startswith((".", "//", "{", "}", "$")) or line.endswith(":"):
+            continue
+        line = re.sub(r"^@!?%p\d+\s+", "", line).rstrip(";")
+        parts = line.split(None, 1)
+        ops = [o.strip().strip("[]").split("+")[0] for o in parts[1].split(",")] \
+            if len(parts) > 1 else []
+        insns.append((parts[0], ops, line))
+    tainted = set()
+    for op, ops, _ in insns:
+        if op.startswith("ld.param") and ops[1] == last[1]:
+            tainted.add(ops[0])
+    seeds = set(tainted)
+    # (unsigned int)x and (unsigned int)(x >> 32): both words of a 64-bit
+    # number kept, as a counter split into two 32-bit words
+    splits = [ops for op, ops, line in insns
+              if op.startswith("shr.") and op.endswith("64") and ops[2] == "32"]
+    halves = {ops[1] for ops in splits} | {ops[0] for ops in splits}
+    bad = []
+    changed = True
+    while changed:
+        changed = False
+        bad = []
+        for op, ops, line in insns:
+            if op.startswith(("st.", "bra", "ret", "ld.param")) or not ops:
+                continue
+            srcs = ops[1:]
+            if not any(s in tainted for s in srcs):
+                continue
+            if op.startswith("ld."):
+                continue          # a value loaded through an index is no index
+            if op.startswith("setp."):
+                if not op.endswith(("64",)):
+                    bad.append(line)
+                for s in srcs:
+                    if s.startswith("%rd") and s not in tainted:
+                        tainted.add(s)
+                        changed = True
+                continue
+            dst = ops[0]
+            if op.startswith("and.") and srcs[-1] in ("4294967295", "0xffffffff"):
+                bad.append(line)          # (unsigned int) of an index, kept 64-bit
+            if re.match(r"%rs?\d+$", dst):
+                # the low word of a 64-bit counter whose high word is kept
+                if op == "cvt.u32.u64" and srcs[0] in halves:
+                    continue
+                bad.append(line)
+            elif dst.startswith("%rd") and dst not in tainted and not op.startswith("cvt.rn.f"):
+                tainted.add(dst)
+                changed = True
+    # an index compared with n (or a count computed from n) that is a
+    # widened 32-bit number
+    derived = set(seeds)
+    for op, ops, line in insns * 2:
+        if (ops and not op.startswith(("st.", "ld.", "setp.", "bra", "ret"))
+                and any(s in derived for s in ops[1:])):
+            derived.add(ops[0])
+    compared = {s for op, ops, line in insns if op.startswith("setp.")
+                and any(s in derived for s in ops[1:]) for s in ops[1:]}
+    for op, ops, line in insns:
+        if re.match(r"cvt\.[us]64\.[us]32$", op) and ops[0] in compared:
+            bad.append(line)
+    return bad
+
+
+def test_index_check_catches_32_bit_loops():
+    src = """
+    extern "C" __global__ void int_index(float *d, unsigned long long n)
+    { for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+          d[i] = 1.0f; }
+    extern "C" __global__ void narrowed_n(float *d, unsigned long long n)
+    { unsigned int m = n;
+      for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < m;
+           i += blockDim.x * gridDim.x) d[i] = 1.0f; }
+    extern "C" __global__ void narrow_start(float *d, unsigned long long n)
+    { for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+           i += blockDim.x * gridDim.x) d[i] = 1.0f; }
+    extern "C" __global__ void wide(float *d, unsigned long long n)
+    { for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+           i < n; i += (unsigned long long)blockDim.x * gridDim.x) d[i] = 1.0f; }
+    """
+    ptx = compiler.compile(src, arch="compute_90", target="ptx").decode()
+    for bad in ("int_index", "narrowed_n", "narrow_start"):
+        assert narrow_index_ops(ptx, bad), bad
+    assert narrow_index_ops(ptx, "wide") == []
+
+
+@pytest.mark.parametrize("state,kind", KINDS + [(None, "philox")])
+def test_kernels_count_elements_in_64_bits(state, kind):
+    """No kernel narrows the element count n, or an index compared with it,
+    to 32 bits (nor starts its index from a 32-bit product)."""
+    src = (compiler.kernel_source("curandom_philox.cuh") if state is None
+           else curandom.source(state, kind))
+    ptx = compiler.compile(src, arch="compute_90", target="ptx").decode()
+    entries = re.findall(r"\.entry (\w+)\(", ptx)
+    assert len(entries) >= 3
+    for name in entries:
+        # prepare(s, n, ...) and skip kernels take the state count second
+        param = 1 if name.startswith(("prepare", "skip")) else -1
+        assert narrow_index_ops(ptx, name, param) == [], name
+
+
+def test_fills_of_2_32_elements_are_one_launch_each():
+    """Every fill is one launch, whatever the size, with n as a 64-bit
+    argument."""
+    assert all(codes.endswith("Q") for codes in curandom._FILL_KERNELS.values())
+    calls = []
+
+    class Recorder:
+        def __init__(self, name):
+            self.name = name
+
+        def prepared_async_call(self, grid, block, stream, *args):
+            calls.append((self.name, args))
+
+    for cls_name in GENERATORS:
+        gen = _bare(cls_name)
+        gen.generators = {name: Recorder(name) for name in curandom._FILL_KERNELS}
+        gen._grid, gen._block, gen.state = (132, 1, 1), (128, 1, 1), 1234
+        for dtype, n in ((np.float32, 2 ** 32), (np.float64, 2 ** 31), (np.float32, 2 ** 32 + 1)):
+            del calls[:]
+            gen.fill_uniform(_fake(dtype, n))
+            gen.fill_normal(_fake(dtype, n))
+            gen.fill_log_normal(_fake(dtype, n), 10.0, 3.0)
+            gen.fill_poisson(_fake(dtype, n))
+            assert [(c[0], c[1][-1]) for c in calls] == [
+                ("uniform_" + ("float" if dtype == np.float32 else "double"), n),
+                ("normal_" + ("float" if dtype == np.float32 else "double"), n),
+                ("normal_log_" + ("float" if dtype == np.float32 else "double"), n),
+                ("poisson_inplace_" + ("float" if dtype == np.float32 else "double"), n)]
+            assert all(c[1][0] == 1234 for c in calls)
+        del calls[:]
+        gen.fill_uniform(_fake(np.uint32, 2 ** 32))
+        gen.fill_uniform(_fake(np.int32, 2 ** 32))
+        gen.fill_poisson(_fake(np.uint32, 2 ** 32), 13.0)
+        gen.fill_poisson(_fake(np.uint32, 2 ** 32))
+        assert [(c[0], c[1][2:]) for c in calls] == [
+            ("uniform_int", (2 ** 32,)), ("uniform_int", (2 ** 32,)),
+            ("poisson_int", (13.0, 2 ** 32)), ("poisson_inplace_int", (2 ** 32,))]
+
+
+@pytest.mark.parametrize("state,kind", KINDS[4:])
+def test_sobol64_32_bit_numbers_are_the_top_half(state, kind):
+    """uint32/int32 fills of a 64-bit Sobol generator store the top 32 bits
+    of its 64-bit number (a plain cast stored the low 32, all 0 for the first
+    2**32 points of the unscrambled sequence)."""
+    ptx = compiler.compile(curandom.source(state, kind), arch="compute_90",
+                           target="ptx").decode()
+    body = re.search(r"\.entry uniform_int\(.*?\n}", ptx, re.S).group(0)
+    stored = re.findall(r"st\.global(?:\.v4)?\.u32\s+\[[^\]]*\],\s*\{?([^;]*)", body)
+    assert stored
+    highs = set(re.findall(r"shr\.u64\s+(%rd\d+),\s*%rd\d+,\s*32;", body))
+    for regs in stored:
+        for reg in re.findall(r"%r\w*\d+", regs):
+            # the stored register is the shifted 64-bit number, or its cvt
+            cvt = re.search(r"cvt\.u32\.u64\s+%s,\s*(%%rd\d+);" % re.escape(reg), body)
+            assert reg in highs or (cvt and cvt.group(1) in highs), (reg, regs)
+
+
 # ---- CPU: argument errors that come before any GPU work ----
 
 def _fake(dtype=np.float32, n=8, contiguous=True):
@@ -472,8 +643,27 @@ def _sobol_reference(dirs, scramble, points):
     return out
 
 
+def _uniform_reference(words, dtype):
+    """cuRAND's _curand_uniform(_double) of Sobol words (curand_uniform.h):
+    float from the top 32 bits, x * 2**-32 + 2**-33; double from 32-bit
+    words x * 2**-32 + 2**-32, from 64-bit ones (x >> 11) * 2**-53 + 2**-54
+    (all exact but the float sum, rounded once, as the GPU's fma)."""
+    words = np.asarray(words)
+    wide = words.dtype == np.uint64
+    if np.dtype(dtype) == np.float32:
+        t = (words >> np.uint64(32)).astype(np.uint32) if wide else words
+        return t.astype(np.float32) * np.float32(2.0 ** -32) + np.float32(2.0 ** -33)
+    if wide:
+        return (words >> np.uint64(11)).astype(np.float64) * 2.0 ** -53 + 2.0 ** -54
+    return words.astype(np.float64) * 2.0 ** -32 + 2.0 ** -32
+
+
 def _icdf_reference(words, dtype):
-    """cuRAND's _curand_normal_icdf(_double) in NumPy (curand_normal_static.h)."""
+    """cuRAND's _curand_normal_icdf(_double) in NumPy (curand_normal_static.h):
+    s * erfcinv(2p) with s = CURAND_SQRT2, which curand_globals.h defines as
+    -1.4142135f (-sqrt(2)), and +sqrt(2) for the mirrored upper half: the
+    increasing map, Phi^-1(p) = -sqrt(2) erfcinv(2p), so point 0 (p = 2**-33)
+    is -6.34, not +6.34 (this reference had the sign backwards)."""
     from scipy.special import erfcinv
     words = np.asarray(words)
     if np.dtype(dtype) == np.float32:
@@ -482,7 +672,7 @@ def _icdf_reference(words, dtype):
         mirror = t > 0x80000000
         t = np.where(mirror, 0xFFFFFFFF - t, t)
         p = t.astype(np.float32) * np.float32(2.0 ** -32) + np.float32(2.0 ** -33)
-        s = np.where(mirror, -np.sqrt(2.0), np.sqrt(2.0))
+        s = np.where(mirror, np.sqrt(2.0), -np.sqrt(2.0))
         return (s * erfcinv(2.0 * p.astype(np.float64))).astype(np.float32)
     if words.dtype == np.uint64:
         x = words >> np.uint64(11)
@@ -494,7 +684,7 @@ def _icdf_reference(words, dtype):
         mirror = x > 0x80000000
         x = np.where(mirror, 0xFFFFFFFF - x, x)
         p = x.astype(np.float64) * 2.0 ** -32 + 2.0 ** -33
-    s = np.where(mirror, -np.sqrt(2.0), np.sqrt(2.0))
+    s = np.where(mirror, np.sqrt(2.0), -np.sqrt(2.0))
     return s * erfcinv(2.0 * p)
 
 
@@ -523,8 +713,21 @@ def test_sobol_points(ctx, generators, name):
             warnings.simplefilter("ignore")
             ref = qmc.Sobol(50, scramble=False, bits=32).random(points)
         np.testing.assert_array_equal(got[:, :50], (ref * 2.0 ** 32).astype(np.uint64))
+    # the same points as 32-bit integers (of a 64-bit generator: the top
+    # halves, equal to the 32-bit generator's) and as floats
+    ref = _sobol_reference(dirs, scr, points)
+    top = (ref >> np.uint64(32)).astype(np.uint32) if bits == 64 else ref
+    for dtype in (np.uint32, np.int32):
+        twin = getattr(curandom, name)()
+        np.testing.assert_array_equal(
+            twin.gen_uniform(points * t, dtype).get().reshape(points, t), top.view(dtype))
+    for dtype in (np.float32, np.float64):
+        twin = getattr(curandom, name)()
+        np.testing.assert_array_equal(
+            twin.gen_uniform(points * t, dtype).get().reshape(points, t),
+            _uniform_reference(ref, dtype))
     # normals by cuRAND's inverse CDF of the same points (sign included:
-    # z = s * sqrt(2) * erfcinv(2p), mirrored at 2**31)
+    # z = -sqrt(2) * erfcinv(2p), mirrored at 2**31)
     for dtype, rtol in ((np.float32, 1e-5), (np.float64, 1e-13)):
         twin = getattr(curandom, name)()
         z = twin.gen_normal(points * t, dtype).get().reshape(points, t)

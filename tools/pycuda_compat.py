@@ -352,13 +352,16 @@ def _record_to(path, entry):
         f.write(json.dumps(entry) + "\n")
 
 
-def install_wheels(wheel_dir, work=WORK, python=sys.executable, variant=None):
+def install_wheels(wheel_dir, work=WORK, python=sys.executable, variant=None,
+                   deps_only=False):
     """pip install --no-index --no-deps --target the wheels in wheel_dir
     (top level only); returns the target folder.  With `variant` (a
     subfolder of wheel_dir, e.g. "nocurand"), PyCUDA's wheel comes from
-    there instead."""
+    there instead.  With deps_only, everything but PyCUDA itself (its test
+    files import pytools, so pygpu's run needs that too)."""
     wheels = sorted(os.path.join(wheel_dir, f) for f in os.listdir(wheel_dir)
-                    if f.endswith(".whl"))
+                    if f.endswith(".whl")
+                    and not (deps_only and f.startswith("pycuda-")))
     if variant:
         alt = os.path.join(wheel_dir, variant)
         repl = sorted(os.path.join(alt, f) for f in os.listdir(alt)
@@ -368,7 +371,7 @@ def install_wheels(wheel_dir, work=WORK, python=sys.executable, variant=None):
         wheels = [w for w in wheels if not os.path.basename(w).startswith("pycuda-")] + repl
     if not wheels:
         raise CompatError("no wheels in %r" % wheel_dir)
-    target = os.path.join(work, "pycuda-site")
+    target = os.path.join(work, "pycuda-deps-site" if deps_only else "pycuda-site")
     stamp = os.path.join(target, ".wheels")
     want = "\n".join(wheels)
     if os.path.exists(stamp) and open(stamp).read() == want:
@@ -600,6 +603,10 @@ def main(argv=None):
                 print("pycuda-compat: pygpu is not importable: %s" % line, file=sys.stderr)
                 return 2
             meta["pygpu"] = line
+            if args.wheel_dir:
+                deps = install_wheels(args.wheel_dir, args.work, deps_only=True)
+                env["PYTHONPATH"] = os.pathsep.join(
+                    [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p] + [deps])
             results["pygpu"] = {}
             for name in files:
                 t0 = time.monotonic()

@@ -28,6 +28,7 @@ context_alloc(pygpu_state *st, CUcontext h, int ordinal, int is_primary, int own
     self->detached = 0;
     self->next_other = NULL;
     self->limits_read = 0;
+    self->pool_configured = 0;
     self->staging = NULL;
     self->weakreflist = NULL;
     self->allocations = NULL;

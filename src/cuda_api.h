@@ -91,6 +91,8 @@
     CU_REQUIRED(cuEventElapsedTime, 2000)                        \
     CU_OPTIONAL(cuMemAllocAsync, 11020)                          \
     CU_OPTIONAL(cuMemFreeAsync, 11020)                           \
+    CU_OPTIONAL(cuDeviceGetDefaultMemPool, 11020)                \
+    CU_OPTIONAL(cuMemPoolSetAttribute, 11020)                    \
     CU_OPTIONAL(cuMemPrefetchAsync, 12020)                       \
     CU_OPTIONAL(cuLaunchKernelEx, 11060)                         \
     CU_OPTIONAL(cuFuncGetParamInfo, 12040)                       \

@@ -109,6 +109,7 @@ struct pygpu_Context {
     pygpu_Context *next_other; /* link in state->other_contexts */
     /* launch limits, read once on first launch in this context */
     int limits_read;
+    int pool_configured;       /* the default mem pool's release threshold set */
     int max_block[3], max_grid[3], max_threads, max_shared_optin;
     struct pygpu_staging *staging;  /* owned: pinned buffers for pageable copies */
     PyObject *weakreflist;

@@ -70,3 +70,17 @@ def test_pool_bin_numbers_invert(rng):
         assert a == bin_size(s) >= s and DeviceMemoryPool.bin_number(a) == b, s
     with pytest.raises(ValueError, match="bin numbers are >= 0, got -1"):
         DeviceMemoryPool.alloc_size(-1)
+
+
+@pytest.mark.standin
+def test_async_pool_keeps_freed_memory(standin, ctx):
+    """The driver's default pool gives freed memory back at every
+    synchronize (release threshold 0), so each large stream-ordered
+    allocation after a sync mapped fresh pages; pygpu keeps it, as CuPy's
+    pool does."""
+    import ctypes
+    lib = standin.lib
+    lib.fakecuda_pool_release_threshold.restype = ctypes.c_ulonglong
+    a = cuda.mem_alloc_async(1 << 20)
+    assert lib.fakecuda_pool_release_threshold(0) == 2 ** 64 - 1
+    a.free()

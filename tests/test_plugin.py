@@ -35,11 +35,14 @@ def standin_dir():
 
 
 @pytest.fixture
-def project(pytester, monkeypatch, standin_dir):
-    """A user's project: the environment of a machine without a GPU."""
+def project(pytester, monkeypatch, standin_dir, tmp_path, request):
+    """A user's project: the environment of a machine without a GPU (also
+    on one: libcuda is pointed at nothing), except for gpu-marked tests."""
     monkeypatch.setenv("PYGPU_STANDIN_DIR", standin_dir)
     for var in ("PYGPU_LIBCUDA", "PYGPU_REQUIRE_GPU", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER"):
         monkeypatch.delenv(var, raising=False)
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setenv("PYGPU_LIBCUDA", str(tmp_path / "no-gpu" / "libcuda.so.1"))
     monkeypatch.setenv("PYGPU_CACHE_DIR", str(pytester.path / "cache"))
     return pytester
 

@@ -1645,6 +1645,43 @@ fake_cuMemFreeAsync(CUdeviceptr d, CUstream s)
     return free_kind(d, 0);
 }
 
+/* one pool per device, a distinct non-null handle; attributes are checked
+ * and the release threshold is kept */
+static unsigned long long pool_release_threshold[8];
+
+static CUresult
+fake_cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    CUresult rc = enter(F_cuDeviceGetDefaultMemPool);
+    if (rc) return rc;
+    if (pool == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(dev) || dev < 0 || dev >= 8) return CUDA_ERROR_INVALID_DEVICE;
+    *pool = (CUmemoryPool)(uintptr_t)(0x9000 + 16 * (uintptr_t)dev);
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    CUresult rc = enter(F_cuMemPoolSetAttribute);
+    uintptr_t h = (uintptr_t)pool;
+    if (rc) return rc;
+    if (value == NULL || h < 0x9000 || h >= 0x9000 + 16 * 8 || (h - 0x9000) % 16)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) {
+        pool_release_threshold[(h - 0x9000) / 16] = *(cuuint64_t *)value;
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* the release threshold of device dev's default pool */
+EXPORT unsigned long long
+fakecuda_pool_release_threshold(int dev)
+{
+    return dev >= 0 && dev < 8 ? pool_release_threshold[dev] : 0;
+}
+
 static CUresult
 fake_cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags,
                         CUstream s)

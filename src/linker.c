@@ -347,26 +347,28 @@ static PyObject *
 linker_add_file(pygpu_Linker *self, PyObject *args)
 {
     pygpu_state *st = PYGPU_STATE(self);
-    PyObject *path_obj = NULL, *type_obj;
+    PyObject *arg, *path_obj = NULL, *type_obj;
     CUjitInputType type;
     const char *path;
     struct stat sb;
     pygpu_scope s;
     CUresult rc;
 
-    if (!PyArg_ParseTuple(args, "O&O:add_file", PyUnicode_FSConverter, &path_obj, &type_obj))
+    if (!PyArg_ParseTuple(args, "OO:add_file", &arg, &type_obj))
+        return NULL;
+    if (!PyUnicode_FSConverter(arg, &path_obj))
         return NULL;
     path = PyBytes_AS_STRING(path_obj);
     if (parse_input_type(type_obj, &type, "Linker.add_file()") < 0
         || linker_check_open(st, self, "add_file") < 0)
         goto error;
     if (stat(path, &sb) != 0) {
-        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, arg);
         goto error;
     }
     if (!S_ISREG(sb.st_mode)) {
         errno = EISDIR;
-        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, arg);
         goto error;
     }
     if (pygpu_scope_enter(st, self->context, &s) < 0)

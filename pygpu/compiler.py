@@ -568,3 +568,18 @@ class SourceModule:
             raise ValueError("%s is %d bytes, not %d" % (name, nbytes, out.nbytes))
         driver.memcpy_dtoh(out, ptr)
         return out
+
+
+# ---- linking (pygpu/linking.py): PyCUDA's names, re-exported lazily so that
+# the layers stay compiler <- linking ----
+
+_LINKING_NAMES = ("DEFAULT_NVCC_FLAGS", "DynamicModule", "DynamicSourceModule",
+                  "jit_input_type")
+__all__ += list(_LINKING_NAMES)
+
+
+def __getattr__(name):
+    if name in _LINKING_NAMES:
+        from pygpu import linking
+        return getattr(linking, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -89,6 +89,11 @@
     CU_REQUIRED(cuEventSynchronize, 2000)                        \
     CU_REQUIRED(cuEventQuery, 2000)                              \
     CU_REQUIRED(cuEventElapsedTime, 2000)                        \
+    CU_REQUIRED(cuLinkCreate, 6050)                              \
+    CU_REQUIRED(cuLinkAddData, 6050)                             \
+    CU_REQUIRED(cuLinkAddFile, 6050)                             \
+    CU_REQUIRED(cuLinkComplete, 5050)                            \
+    CU_REQUIRED(cuLinkDestroy, 5050)                             \
     CU_OPTIONAL(cuMemAllocAsync, 11020)                          \
     CU_OPTIONAL(cuMemFreeAsync, 11020)                           \
     CU_OPTIONAL(cuDeviceGetDefaultMemPool, 11020)                \

@@ -371,6 +371,7 @@ int pygpu_stream_setup(PyObject *m, pygpu_state *st);
 int pygpu_event_setup(PyObject *m, pygpu_state *st);
 int pygpu_nvrtc_setup(PyObject *m, pygpu_state *st);
 int pygpu_staging_setup(PyObject *m, pygpu_state *st);
+int pygpu_linker_setup(PyObject *m, pygpu_state *st);
 
 /* staging.c: 1 copied, 0 not applicable, -1 error.  GIL held. */
 int pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t n);

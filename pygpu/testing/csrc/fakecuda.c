@@ -10,6 +10,10 @@
  *     and its .global/.const variables; cubins are refused;
  *   - a launch checks its configuration and copies each parameter's bytes
  *     from kernelParams into a record the tests read back; no kernel runs;
+ *   - the JIT linker (cuLink*) checks each input (PTX is text, a cubin an ELF,
+ *     a library an ar archive), resolves kernels declared .extern .entry and
+ *     the device runtime's functions (a LIBRARY input), and links the PTX
+ *     inputs into one PTX image, concatenated, which cuModuleLoadData loads;
  *   - streams and events complete at once;
  *   - contexts have per-thread stacks, primary contexts are reference counted.
  * Handles are never freed, only marked dead, so a handle used after its
@@ -62,7 +66,7 @@ static const char *const fn_names[F_COUNT] = { PYGPU_CUDA_API(AS_NAME, AS_NAME) 
 
 /* ---- objects ---- */
 enum { MAGIC_CTX = 0x43545831, MAGIC_STREAM = 0x53545231, MAGIC_EVENT = 0x45564e31,
-       MAGIC_MODULE = 0x4d4f4431, MAGIC_FUNC = 0x46554e31 };
+       MAGIC_MODULE = 0x4d4f4431, MAGIC_FUNC = 0x46554e31, MAGIC_LINK = 0x4c4e4b31 };
 
 enum { K_DEVICE, K_MANAGED, K_ASYNC, K_HOST, K_REGISTERED, K_GLOBAL };
 
@@ -1850,7 +1854,17 @@ parse_ptx(fake_module *m, const char *src, char *err, size_t errcap)
     }
     while ((p = strchr(p, '.')) != NULL) {
         if (strncmp(p, ".entry", 6) == 0 && isspace((unsigned char)p[6])) {
-            fake_func *f = calloc(1, sizeof *f);
+            fake_func *f;
+            {   /* ".extern .entry name ( ... );" declares a kernel of another input */
+                const char *b = p;
+                while (b > src && b[-1] != '\n')
+                    b--;
+                if (memmem(b, (size_t)(p - b), ".extern", 7) != NULL) {
+                    p += 6;
+                    continue;
+                }
+            }
+            f = calloc(1, sizeof *f);
             size_t n = 0, off = 0;
             if (f == NULL)
                 return CUDA_ERROR_OUT_OF_MEMORY;
@@ -2726,6 +2740,323 @@ fake_cuEventElapsedTime(float *ms, CUevent a, CUevent b)
     return rc;
 }
 
+/* ---- the JIT linker: PTX inputs are concatenated into one PTX image (the
+ * module loader parses PTX), binary inputs are checked by their magic and
+ * contribute nothing; cuLinkComplete resolves every .extern .entry against
+ * the .entry definitions of the inputs, and the device runtime's
+ * __cudaCDP2* functions against a LIBRARY input ---- */
+
+typedef struct fake_link {
+    unsigned magic;
+    int alive;
+    fake_ctx *ctx;
+    char *ptx;                 /* the PTX inputs, concatenated, NUL-terminated */
+    size_t ptx_len;
+    int ninputs, nlibraries;
+    char *image;               /* cuLinkComplete's output, owned by the state */
+    char *info, *err;          /* the log buffers given at cuLinkCreate */
+    size_t info_cap, err_cap;
+} fake_link;
+
+static long live_links;
+
+static fake_link *
+link_ok(CUlinkState h)
+{
+    fake_link *l = (fake_link *)h;
+    if (!known(l) || l->magic != MAGIC_LINK)
+        return NULL;
+    if (!l->alive) {
+        stale_uses++;
+        return NULL;
+    }
+    return l;
+}
+
+/* Read the log buffer options; CUDA_ERROR_INVALID_VALUE for a bad one. */
+static CUresult
+link_options(unsigned n, CUjit_option *opts, void **vals, char **info, size_t *info_cap,
+             char **err, size_t *err_cap)
+{
+    unsigned i;
+    if (n && (opts == NULL || vals == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; i < n; i++) {
+        if ((int)opts[i] < 0 || opts[i] >= CU_JIT_NUM_OPTIONS)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (opts[i] == CU_JIT_INFO_LOG_BUFFER && info) *info = vals[i];
+        if (opts[i] == CU_JIT_ERROR_LOG_BUFFER && err) *err = vals[i];
+        if (opts[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES && info_cap)
+            *info_cap = (size_t)(uintptr_t)vals[i];
+        if (opts[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES && err_cap)
+            *err_cap = (size_t)(uintptr_t)vals[i];
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuLinkCreate(unsigned int n, CUjit_option *opts, void **vals, CUlinkState *out)
+{
+    CUresult rc = enter(F_cuLinkCreate);
+    fake_link *l;
+    fake_ctx *c;
+    if (rc) return rc;
+    if (out == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    l = calloc(1, sizeof *l);
+    if (l == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    rc = link_options(n, opts, vals, &l->info, &l->info_cap, &l->err, &l->err_cap);
+    if (rc != CUDA_SUCCESS) {
+        free(l);
+        return rc;
+    }
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c == NULL) {
+        unlock();
+        free(l);
+        return rc;
+    }
+    l->magic = MAGIC_LINK;
+    l->alive = 1;
+    l->ctx = c;
+    remember(l);
+    live_links++;
+    *out = (CUlinkState)l;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+/* Add one input's bytes.  Lock held. */
+static CUresult
+link_add(fake_link *l, CUjitInputType type, const char *data, size_t size, const char *name)
+{
+    static const unsigned char fatbin_magic[4] = {0x50, 0xed, 0x55, 0xba};
+    const char *what = NULL;
+    if (data == NULL || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (type) {
+    case CU_JIT_INPUT_PTX: {
+        const char *nul = memchr(data, '\0', size);
+        size_t len = nul != NULL ? (size_t)(nul - data) : size;
+        char *grown;
+        if ((nul != NULL && len != size - 1) || memmem(data, len, ".version", 8) == NULL
+            || memmem(data, len, ".target", 7) == NULL) {
+            write_log(l->err, l->err_cap, "stand-in: a PTX input is not PTX text "
+                      "(.version and .target, no NUL before its end)");
+            return CUDA_ERROR_INVALID_PTX;
+        }
+        grown = realloc(l->ptx, l->ptx_len + len + 2);
+        if (grown == NULL)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        l->ptx = grown;
+        memcpy(l->ptx + l->ptx_len, data, len);
+        l->ptx_len += len;
+        l->ptx[l->ptx_len++] = '\n';
+        l->ptx[l->ptx_len] = '\0';
+        break;
+    }
+    case CU_JIT_INPUT_CUBIN:
+    case CU_JIT_INPUT_OBJECT:
+        if (size < 4 || memcmp(data, "\x7f" "ELF", 4) != 0)
+            what = "stand-in: a CUBIN/OBJECT input is not an ELF image";
+        break;
+    case CU_JIT_INPUT_FATBINARY:
+        if (size < 4 || memcmp(data, fatbin_magic, 4) != 0)
+            what = "stand-in: a FATBINARY input has no fatbin header";
+        break;
+    case CU_JIT_INPUT_LIBRARY:
+        if (size < 8 || memcmp(data, "!<arch>\n", 8) != 0)
+            what = "stand-in: a LIBRARY input is not an ar archive";
+        else
+            l->nlibraries++;
+        break;
+    default:
+        write_log(l->err, l->err_cap, "stand-in: NVVM input needs LTO, which the stand-in "
+                  "does not link");
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (what != NULL) {
+        write_log(l->err, l->err_cap, what);
+        return CUDA_ERROR_INVALID_IMAGE;
+    }
+    (void)name;
+    l->ninputs++;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuLinkAddData(CUlinkState h, CUjitInputType type, void *data, size_t size,
+                   const char *name, unsigned int n, CUjit_option *opts, void **vals)
+{
+    CUresult rc = enter(F_cuLinkAddData);
+    fake_link *l;
+    if (rc) return rc;
+    if ((rc = link_options(n, opts, vals, NULL, NULL, NULL, NULL)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&lock);
+    if ((l = link_ok(h)) == NULL)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if (l->image != NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        rc = link_add(l, type, data, size, name);
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuLinkAddFile(CUlinkState h, CUjitInputType type, const char *path, unsigned int n,
+                   CUjit_option *opts, void **vals)
+{
+    CUresult rc = enter(F_cuLinkAddFile);
+    fake_link *l;
+    FILE *f;
+    char *data = NULL;
+    long size;
+    if (rc) return rc;
+    if (path == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = link_options(n, opts, vals, NULL, NULL, NULL, NULL)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&lock);
+    if ((l = link_ok(h)) == NULL || l->image != NULL) {
+        unlock();
+        return l == NULL ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
+    }
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        write_log(l->err, l->err_cap, "stand-in: cannot open the input file");
+        unlock();
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    }
+    if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0
+        && (data = malloc((size_t)size)) != NULL
+        && fread(data, 1, (size_t)size, f) == (size_t)size)
+        rc = link_add(l, type, data, (size_t)size, path);
+    else
+        rc = data == NULL && size > 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+    fclose(f);
+    free(data);
+    unlock();
+    return rc;
+}
+
+/* Whether `name` (of length n) is defined as ".entry name" in the PTX. */
+static int
+ptx_defines_entry(const char *ptx, const char *name, size_t n)
+{
+    const char *p = ptx;
+    while ((p = strstr(p, ".entry")) != NULL) {
+        const char *b = p, *q = skip_ws(p + 6);
+        while (b > ptx && b[-1] != '\n')
+            b--;
+        p += 6;
+        if (memmem(b, (size_t)(q - b), ".extern", 7) != NULL)
+            continue;
+        if (strncmp(q, name, n) == 0 && (isspace((unsigned char)q[n]) || q[n] == '('))
+            return 1;
+    }
+    return 0;
+}
+
+/* The first unresolved reference of the concatenated PTX into buf (empty:
+ * none).  Lock held. */
+static void
+link_unresolved(fake_link *l, char *buf, size_t cap)
+{
+    const char *p = l->ptx;
+    buf[0] = '\0';
+    while (p != NULL && (p = strstr(p, ".extern")) != NULL) {
+        const char *q = skip_ws(p + 7);
+        char name[256];
+        size_t n = 0;
+        p += 7;
+        if (strncmp(q, ".entry", 6) == 0) {
+            q = skip_ws(q + 6);
+            while (q[n] && !isspace((unsigned char)q[n]) && q[n] != '(' && n + 1 < sizeof name)
+                n++;
+            memcpy(name, q, n);
+            name[n] = '\0';
+            if (!ptx_defines_entry(l->ptx, name, n)) {
+                snprintf(buf, cap, "stand-in: undefined reference to kernel '%s'", name);
+                return;
+            }
+        } else if (strncmp(q, ".func", 5) == 0 && l->nlibraries == 0) {
+            const char *cdp = strstr(q, "__cudaCDP");
+            const char *eol = strchr(q, '\n');
+            if (cdp != NULL && (eol == NULL || cdp < eol)) {
+                snprintf(buf, cap, "stand-in: undefined reference to the device runtime "
+                         "(__cudaCDP*): link libcudadevrt.a as a LIBRARY input");
+                return;
+            }
+        }
+    }
+}
+
+static CUresult
+fake_cuLinkComplete(CUlinkState h, void **cubin, size_t *size)
+{
+    CUresult rc = enter(F_cuLinkComplete);
+    fake_link *l;
+    char why[512];
+    if (rc) return rc;
+    if (cubin == NULL || size == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((l = link_ok(h)) == NULL) {
+        unlock();
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (l->image == NULL) {
+        if (l->ptx == NULL) {
+            write_log(l->err, l->err_cap, l->ninputs ? "stand-in: no PTX input; the "
+                      "stand-in links PTX only" : "stand-in: nothing to link");
+            unlock();
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        link_unresolved(l, why, sizeof why);
+        if (why[0] != '\0') {
+            write_log(l->err, l->err_cap, why);
+            unlock();
+            return CUDA_ERROR_INVALID_IMAGE;
+        }
+        l->image = malloc(l->ptx_len + 1);
+        if (l->image == NULL) {
+            unlock();
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        memcpy(l->image, l->ptx, l->ptx_len + 1);
+        write_log(l->info, l->info_cap, "stand-in: PTX inputs concatenated; nothing was "
+                  "compiled");
+    }
+    *cubin = l->image;
+    *size = l->ptx_len + 1;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuLinkDestroy(CUlinkState h)
+{
+    CUresult rc = enter(F_cuLinkDestroy);
+    fake_link *l;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if ((l = link_ok(h)) == NULL) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    } else {
+        free(l->ptx);
+        free(l->image);
+        l->ptx = l->image = NULL;
+        l->alive = 0;              /* kept, dead, to catch reuse */
+        live_links--;
+    }
+    unlock();
+    return rc;
+}
+
 /* ---- cuGetProcAddress: the table, type-checked against cudaTypedefs.h ---- */
 #define CHECK_TYPE(name, version) \
     static PFN_##name##_v##version const check_##name __attribute__((unused)) = fake_##name;
@@ -2874,7 +3205,8 @@ fakecuda_calls(const char *name)
 /* Live handles of a kind: contexts, streams, events, modules, device,
  * managed, host, registered; stale (handles used after they died, and
  * frees of what was not allocated); launches; reaped (handles freed by the
- * destruction of their context rather than one by one). */
+ * destruction of their context rather than one by one); links (JIT link states
+ * not destroyed). */
 EXPORT long
 fakecuda_live(const char *kind)
 {
@@ -2891,6 +3223,7 @@ fakecuda_live(const char *kind)
     else if (!strcmp(kind, "stale")) n = stale_uses;
     else if (!strcmp(kind, "launches")) n = launches;
     else if (!strcmp(kind, "reaped")) n = reaped;
+    else if (!strcmp(kind, "links")) n = live_links;
     unlock();
     return n;
 }

@@ -22,6 +22,7 @@ from pygpu._driver import (  # noqa: F401  (re-exported API)
     Function,
     HostAllocation,
     LaunchError,
+    Linker,
     LogicError,
     MemoryError,
     Module,
@@ -408,7 +409,7 @@ _driver._set_handler_hooks(_handlers_begin, _handlers_end)
 # a literal list, so type checkers see the re-exports (tests/test_packaging.py
 # checks it names every public name)
 __all__ = [
-    "PointerHolderBase", "aligned_empty", "compute_mode", "ArgumentHandler", "BoundLaunch", "CompileError", "set_staging", "staging_settings",
+    "Linker", "jit_input_type", "PointerHolderBase", "aligned_empty", "compute_mode", "ArgumentHandler", "BoundLaunch", "CompileError", "set_staging", "staging_settings",
     "staging_stats", "Context", "CudaUnavailableError", "Device",
     "DeviceAllocation", "Error", "Event", "Function", "HostAllocation", "In", "InOut",
     "LaunchError", "LogicError", "Memcpy2D", "MemoryError", "Module", "Out", "RuntimeError",
@@ -426,3 +427,11 @@ __all__ = [
     "to_device",
 ]
 
+
+def __getattr__(name):
+    # PyCUDA has jit_input_type in pycuda.driver; pygpu's lives with the
+    # linking helpers (pygpu.linking imports this module, so: lazily)
+    if name == "jit_input_type":
+        from pygpu.linking import jit_input_type
+        return jit_input_type
+    raise AttributeError("module 'pygpu.driver' has no attribute %r" % name)

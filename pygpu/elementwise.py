@@ -346,10 +346,22 @@ def _map_source(name, expr, kinds, dtypes, cdtypes, out_dtype, ndim):
                 index += "    q = r;\n"
             index += "    oz += q * sz%d;\n" % d
             index += "".join("    o%d += q * s%d_%d;\n" % (k, k, d) for k in arrays)
-    return ("%s\nextern \"C\" __global__ void %s(%s, unsigned long long n)\n{\n"
-            "  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
-            "       i += (size_t)gridDim.x * blockDim.x) {\n%s    %s\n  }\n}\n"
-            % (prelude(), name, ", ".join(params), index, body))
+    if ndim:
+        loop = ("  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+                "       i += (size_t)gridDim.x * blockDim.x) {\n%s    %s\n  }\n" % (index, body))
+    else:
+        # contiguous: four elements a thread per round, their loads issued
+        # together (the pointers are __restrict__: each element is read and
+        # written at its own index only), then the rest one at a time
+        loop = ("  const size_t stride = (size_t)gridDim.x * blockDim.x;\n"
+                "  size_t base = (size_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
+                "  for (; base + 3 * stride < n; base += 4 * stride) {\n"
+                "#pragma unroll\n"
+                "    for (int u = 0; u < 4; ++u) {\n"
+                "      const size_t i = base + u * stride;\n      %s\n    }\n  }\n"
+                "  for (size_t i = base; i < n; i += stride) {\n    %s\n  }\n" % (body, body))
+    return ("%s\nextern \"C\" __global__ void %s(%s, unsigned long long n)\n{\n%s}\n"
+            % (prelude(), name, ", ".join(params), loop))
 
 
 _map_cache = {}

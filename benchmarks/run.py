@@ -42,7 +42,7 @@ _ls_cache = {}
 
 
 def ls_source():
-    with open(os.path.join(HERE, "..", "pygpu", "kernels", "lombscargle.cu")) as f:
+    with open(os.path.join(HERE, "..", "kernels", "lombscargle.cu")) as f:
         return f.read()
 
 
@@ -98,7 +98,7 @@ def run_floor():
     with open(data, "wb") as f:
         for a in ls_data():
             f.write(np.ascontiguousarray(a, np.float64).tobytes())
-    src = os.path.join(HERE, "..", "pygpu", "kernels", "lombscargle.cu")
+    src = os.path.join(HERE, "..", "kernels", "lombscargle.cu")
     res = json.loads(subprocess.run([exe, src, data, str(LS_NX), str(LS_NF), out], check=True,
                                     capture_output=True, text=True).stdout)
     raw = np.fromfile(out, np.uint8)

@@ -18,6 +18,11 @@ typedef struct {
     PyObject *image;            /* bytes: the linked cubin once complete, or NULL */
     char *info_log, *error_log; /* owned (PyMem): the driver writes into them until
                                    the state is destroyed */
+    /* owned (PyMem): cuLinkCreate's option arrays, which the driver keeps
+     * using until the state is destroyed (on the stack, they crashed
+     * cuLinkAddFile on a real driver) */
+    CUjit_option *opts;
+    void **vals;
     int ninputs;                /* inputs added */
     int closed;                 /* 1: completed, failed to complete, or close()d */
 } pygpu_Linker;
@@ -61,6 +66,8 @@ linker_dealloc(pygpu_Linker *self)
     PyObject_GC_UnTrack(self);
     linker_clear(self);
     PyMem_Free(self->info_log);
+    PyMem_Free(self->opts);
+    PyMem_Free(self->vals);
     PyMem_Free(self->error_log);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
@@ -165,8 +172,8 @@ linker_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"message_handler", "options", NULL};
     pygpu_state *st = pygpu_state_from_type(tp);
     PyObject *handler = Py_None, *options = Py_None;
-    CUjit_option opts[LINK_MAX_OPTIONS + 4];
-    void *vals[LINK_MAX_OPTIONS + 4];
+    CUjit_option *opts;
+    void **vals;
     unsigned int nopts = 0;
     pygpu_Linker *self = NULL;
     pygpu_Context *ctx;
@@ -185,7 +192,9 @@ linker_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         return NULL;
     self->info_log = PyMem_Calloc(1, LINK_LOG_SIZE);
     self->error_log = PyMem_Calloc(1, LINK_LOG_SIZE);
-    if (self->info_log == NULL || self->error_log == NULL) {
+    opts = self->opts = PyMem_Calloc(LINK_MAX_OPTIONS + 4, sizeof *opts);
+    vals = self->vals = PyMem_Calloc(LINK_MAX_OPTIONS + 4, sizeof *vals);
+    if (self->info_log == NULL || self->error_log == NULL || opts == NULL || vals == NULL) {
         PyErr_NoMemory();
         goto error;
     }

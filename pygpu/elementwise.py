@@ -187,7 +187,7 @@ def _scalar_value(value, dtype, what):
 class ElementwiseKernel:
     """A kernel applying operation for every index i of its array
     arguments (see the module docstring).  Arguments: a C declaration list
-    ("float a, float *x") or a list of VectorArg/ScalarArg."""
+    (``"float a, float *x"``) or a list of VectorArg/ScalarArg."""
 
     def __init__(self, arguments, operation, name="kernel", keep=False, options=None,
                  preamble="", loop_prep="", after_loop=""):

@@ -172,7 +172,7 @@ class ReductionKernel:
     dtype_out: the result's dtype; neutral: the neutral element (a C
     expression or a number); reduce_expr: combines a and b (both dtype_out);
     map_expr: element i's value (default 'in[i]', or the one vector's);
-    arguments: a C parameter list ('const float *x, float s').  Called with
+    arguments: a C parameter list (``'const float *x, float s'``).  Called with
     the arguments (GPUArrays for pointers, numbers for scalars), returns a
     0-d GPUArray.  Keywords: stream, allocator (called once), out (a GPUArray
     of dtype_out that receives the value), range (a slice or range of

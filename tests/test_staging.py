@@ -406,6 +406,45 @@ def test_helpers_are_joined_at_detach_and_at_dealloc(ctx, rng, staging):
         assert cuda.staging_stats()["helper_threads"] == base, how
 
 
+@pytest.mark.standin
+def test_detach_from_another_thread_waits_for_the_running_copy(standin, ctx, rng, staging):
+    """detach() while a staged copy out of that context runs (GIL released):
+    the copy finishes whole before the helpers stop and the context goes."""
+    staging(threshold=MIB, threads=4, chunk=64 * KIB)
+    n = 64 * MIB + 5
+    x = rand_bytes(rng, n)
+    c = cuda.Device(0).make_context()
+    try:
+        d = cuda.mem_alloc(n)
+        cuda.memcpy_htod(d, x)
+        base = cuda.staging_stats()["helper_threads"]
+        start = standin.calls("cuMemcpyDtoHAsync")
+        detached_at = []
+
+        def detach_when_running():
+            give_up = time.monotonic() + 30
+            while standin.calls("cuMemcpyDtoHAsync") < start + 2 and time.monotonic() < give_up:
+                pass
+            c.detach()
+            detached_at.append(standin.calls("cuMemcpyDtoHAsync"))
+
+        t = threading.Thread(target=detach_when_running)
+        t.start()
+        out = np.zeros(n, np.uint8)
+        cuda.memcpy_dtoh(out, d)
+        t.join()
+    finally:
+        cuda.Context.pop()
+    pieces = -(-n // (64 * KIB))
+    assert detached_at and detached_at[0] == start + pieces   # after the last piece
+    np.testing.assert_array_equal(out, x)
+    assert c.detached
+    assert cuda.staging_stats()["helper_threads"] == base - 3
+    del d
+    import gc
+    gc.collect()
+
+
 @pytest.mark.driver
 def test_new_settings_remake_the_helpers(ctx, rng, staging):
     staging(threshold=MIB, threads=2, chunk=64 * KIB)

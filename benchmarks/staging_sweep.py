@@ -17,7 +17,9 @@ The recommendation: for each configuration and each candidate threshold
 the others the staged one; a candidate is allowed only if, from the
 threshold up, staged is at least (1 + --margin) times plain in both
 directions; the allowed candidate with the best geometric-mean speed-up
-over all sizes and both directions wins.  Without a GPU the script says so
+over all sizes and both directions wins.  The winner is then measured
+again with a 2 ms pause before each copy (the helper threads asleep, as
+after a kernel) and the threshold moves up if it does not hold there.  Without a GPU the script says so
 and exits 0.
 """
 import argparse
@@ -60,25 +62,27 @@ def gpu_or_reason(cuda):
         return None, str(e).splitlines()[0]
 
 
-def timed(fn, nbytes, repeat):
+def timed(fn, nbytes, repeat, pause=0.0):
     fn()
     fn()
     times = []
     for _ in range(repeat):
+        if pause:
+            time.sleep(pause)           # the helpers go to sleep between copies
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
     return nbytes / statistics.median(times) / 1e9
 
 
-def measure(cuda, dev, host, out, n, repeat, staged):
+def measure(cuda, dev, host, out, n, repeat, staged, pause=0.0):
     """(H->D GB/s, D->H GB/s) of n-byte copies; checks the bytes and the path."""
     before = cuda.staging_stats()
     src, dst = host[:n], out[:n]
     cuda.memset_d8(dev, 0, n)       # what the check below reads was written by these copies
     dst[:] = 0
-    htod = timed(lambda: cuda.memcpy_htod(dev, src), n, repeat)
-    dtoh = timed(lambda: cuda.memcpy_dtoh(dst, dev), n, repeat)
+    htod = timed(lambda: cuda.memcpy_htod(dev, src), n, repeat, pause)
+    dtoh = timed(lambda: cuda.memcpy_dtoh(dst, dev), n, repeat, pause)
     if not (dst == src).all():
         raise SystemExit("staging_sweep: a copy of %d bytes came back wrong (%s)"
                          % (n, "staged" if staged else "plain"))
@@ -90,6 +94,14 @@ def measure(cuda, dev, host, out, n, repeat, staged):
                          "%d/%d staged, expected %d/%d" % ("staged" if staged else "plain",
                                                            n, went[0], went[1], *want))
     return htod, dtoh
+
+
+def first_winning(sizes, plain, fig, margin):
+    """The smallest size from which fig beats plain at every size, or None."""
+    for i, t in enumerate(sizes):
+        if all(fig[s][d] >= plain[s][d] * (1 + margin) for s in sizes[i:] for d in (0, 1)):
+            return t
+    return None
 
 
 def recommend(sizes, plain, configs, margin):
@@ -182,17 +194,43 @@ def sweep(a, cuda, np, device, current):
         print("| %d | %.1f | %.1f | %.1f | %.1f |" % (s, plain[s][0], bh, plain[s][1], bd))
 
     score, threshold, key = recommend(sizes, plain, configs, a.margin)
+    cold = plain_cold = None
+    if key is not None:
+        # the same copies with a pause before each (the helpers asleep, as
+        # after a kernel or a computation): the threshold must hold there too
+        t, c = key.split(" thr, ")
+        c = float(c.split()[0])
+        pause = 0.002
+        cuda.set_staging(threshold=0)
+        plain_cold = {s: measure(cuda, dev, host, out, s * MIB, a.repeat, False, pause)
+                      for s in sizes}
+        cuda.set_staging(threshold=1, threads=int(t), chunk=int(c * MIB))
+        cold = {s: measure(cuda, dev, host, out, s * MIB, a.repeat, True, pause)
+                for s in sizes}
+        print("\nwith %g ms between copies (helpers asleep), %s" % (pause * 1e3, key))
+        print("| MiB | H->D plain | H->D staged | D->H plain | D->H staged |")
+        print("|-----|------------|-------------|------------|-------------|")
+        for s in sizes:
+            print("| %d | %.1f | %.1f | %.1f | %.1f |" % (s, plain_cold[s][0], cold[s][0],
+                                                      plain_cold[s][1], cold[s][1]))
+        t_cold = first_winning([s for s in sizes if s >= threshold], plain_cold, cold, a.margin)
+        if t_cold is None:
+            print("staging loses somewhere above %d MiB with the helpers asleep: "
+                  "recommending staging off" % threshold)
+            key = None
+        elif t_cold != threshold:
+            print("with the helpers asleep staging wins from %d MiB (not %d): "
+                  "the threshold moves up" % (t_cold, threshold))
+            threshold = t_cold
     print()
     if key is None:
         print("recommended: staging off (threshold 0): no configuration beat the plain call "
               "by %d%% at every size from some size up" % round(a.margin * 100))
         env = "PYGPU_STAGING_THRESHOLD=0"
     else:
-        t, c = key.split(" thr, ")
-        c = float(c.split()[0])
         print("recommended: threshold %d MiB, %s threads, chunk %g MiB (staged >= %.2fx plain "
-              "from %d MiB up in both directions; geometric-mean speed-up over the sweep %.2fx)"
-              % (threshold, t, c, 1 + a.margin, threshold, score))
+              "from %d MiB up in both directions, helpers awake or asleep; geometric-mean "
+              "speed-up over the sweep %.2fx)" % (threshold, t, c, 1 + a.margin, threshold, score))
         env = "PYGPU_STAGING_THRESHOLD=%dM PYGPU_STAGING_THREADS=%s PYGPU_STAGING_CHUNK=%d" % (
             threshold, t, int(c * MIB))
     print("  " + env)
@@ -200,6 +238,7 @@ def sweep(a, cuda, np, device, current):
         with open(a.json, "w") as f:
             json.dump({"device": device.name(), "sizes_mib": sizes, "repeat": a.repeat,
                        "plain": plain, "page_locked": ceiling, "staged": configs,
+                       "plain_paused": plain_cold, "staged_paused": cold,
                        "recommended": {"threshold_mib": threshold, "config": key,
                                        "score": score, "env": env}}, f, indent=1)
     return 0

@@ -339,17 +339,12 @@ def _handler_sync(stream):
         Stream.from_handle(stream).synchronize()
 
 
-def _handler_staged(nbytes):
-    threshold = _driver._get_staging()[0]
-    return threshold != 0 and nbytes >= threshold
-
-
 def _handler_copy_in(dev, ary, stream):
     """In/InOut: an array of at least the staging threshold goes through
     staging (a synchronous copy on staging's own streams, so `stream` is
     synchronized first: the stream-ordered allocation and the work queued
     there come before it); a smaller one is queued on `stream`."""
-    if _handler_staged(ary.nbytes):
+    if _driver._staging_applies(ary.nbytes):
         _handler_sync(stream)
         memcpy_htod(dev, ary)
     else:
@@ -358,7 +353,7 @@ def _handler_copy_in(dev, ary, stream):
 
 def _handler_copy_out(ary, dev, stream):
     """Out/InOut: as _handler_copy_in, the other way (after the kernel)."""
-    if _handler_staged(ary.nbytes):
+    if _driver._staging_applies(ary.nbytes):
         _handler_sync(stream)
         memcpy_dtoh(ary, dev)
     else:

@@ -375,7 +375,14 @@ int pygpu_linker_setup(PyObject *m, pygpu_state *st);
 
 /* staging.c: 1 copied, 0 not applicable, -1 error.  GIL held. */
 int pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t n);
+/* staging.c: stops the context's staging threads, frees its buffers; GIL
+ * held, the context current (or pushed); waits for a staged copy running
+ * in it; never raises. */
 void pygpu_staging_free(pygpu_Context *ctx);
+/* staging.c: 1 if a synchronous pageable copy of n bytes would be staged
+ * (by size), 0 if not, -1 with ValueError (bad PYGPU_STAGING_* variable).
+ * GIL held. */
+int pygpu_staging_applies(size_t n);
 
 extern PyModuleDef pygpu_moduledef;
 

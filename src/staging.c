@@ -595,6 +595,19 @@ pygpu_staging_free(pygpu_Context *ctx)
     free(s);
 }
 
+/* Would a synchronous pageable copy of n bytes be staged (the threshold
+ * alone: pinned memory, a busy context or a foreign one still take the
+ * plain call)?  1 yes, 0 no, -1 with ValueError for a bad environment
+ * variable.  GIL held.  The In/Out path asks it to decide whether to
+ * synchronize the launch's stream and make a synchronous copy. */
+int
+pygpu_staging_applies(size_t n)
+{
+    if (settings_load() < 0)
+        return -1;
+    return settings.threshold != 0 && n >= settings.threshold;
+}
+
 /* Copy n bytes between host and dev through staging if that pays.
  * Returns 1 (done), 0 (not applicable: the caller makes the plain call), or
  * -1 with an exception set.  GIL held on entry and exit. */
@@ -764,6 +777,26 @@ get_staging(PyObject *m, PyObject *unused)
     return settings_tuple();
 }
 
+PyDoc_STRVAR(staging_applies_doc,
+"_staging_applies(nbytes)\n--\n\n"
+"True if a synchronous pageable copy of nbytes would be staged (by size).");
+
+static PyObject *
+staging_applies(PyObject *m, PyObject *arg)
+{
+    Py_ssize_t n = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+    int r;
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "_staging_applies(): nbytes must be >= 0");
+        return NULL;
+    }
+    if ((r = pygpu_staging_applies((size_t)n)) < 0)
+        return NULL;
+    return PyBool_FromLong(r);
+}
+
 PyDoc_STRVAR(staging_stats_doc,
 "staging_stats(reset=False)\n--\n\n"
 "Counters of the synchronous pageable-copy paths, process-wide, as a dict:\n"
@@ -812,6 +845,7 @@ static PyMethodDef staging_methods[] = {
     {"_set_staging", (PyCFunction)(void (*)(void))set_staging, METH_VARARGS | METH_KEYWORDS,
      set_staging_doc},
     {"_get_staging", get_staging, METH_NOARGS, get_staging_doc},
+    {"_staging_applies", staging_applies, METH_O, staging_applies_doc},
     {"staging_stats", (PyCFunction)(void (*)(void))staging_stats, METH_VARARGS | METH_KEYWORDS,
      staging_stats_doc},
     {NULL}

@@ -152,18 +152,27 @@ def timed_loop(call):
     return run
 
 
-def burst(fn, n=BURST, reps=BURSTS, sync=None):
-    """Median over reps of (wall time of n calls) / n, in microseconds."""
-    for _ in range(n):
-        fn()
+def stmt_loop(stmt, **names):
+    """run(count) -> seconds for count executions of the statement, written
+    inline in the loop as a user writes it (no lambda between: timeit's way)."""
+    src = ("def run(count):\n    t = _pc()\n    for _ in range(count):\n        %s\n"
+           "    return _pc() - t\n" % stmt)
+    g = dict(names, _pc=time.perf_counter)
+    exec(src, g)
+    return g["run"]
+
+
+def burst(fn, n=BURST, reps=BURSTS, sync=None, ns=None):
+    """Median over reps of (wall time of n calls) / n, in microseconds.  fn is
+    a callable, or a statement (with its names in ns) written inline in the
+    timed loop, as the launch rows are for every binding."""
+    run = stmt_loop(fn, **ns) if isinstance(fn, str) else timed_loop(fn)
+    run(n)
     if sync:
         sync()
     v = []
     for _ in range(reps):
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        v.append((time.perf_counter() - t) / n * 1e6)
+        v.append(run(n) / n * 1e6)
         if sync:
             sync()
     return statistics.median(v)
@@ -205,21 +214,31 @@ def measure_pygpu():
     bound = f.configure(grid, block)
     fp = mod.get_function("args3")
     lib = build_inproc_floor()
+    null = cuda._driver._null_call
+    ns = dict(f=f, fp=fp, d=d, block=block, grid=grid, bound=bound, null=null)
     fns = {
         "floor": lambda count: lib.launch_burst(f.handle, int(d), 1000, 2.0, count),
-        "launch_enqueue_us": timed_loop(lambda: f(d, 1000, 2.0, block=block, grid=grid)),
-        "launch_bound_us": timed_loop(lambda: bound(d, 1000, 2.0)),
+        "launch_enqueue_us": stmt_loop("f(d, 1000, 2.0, block=block, grid=grid)", **ns),
+        "launch_bound_us": stmt_loop("bound(d, 1000, 2.0)", **ns),
+        # the interpreter's share: the same statements calling a C function
+        # that does nothing
+        "null_call_us": stmt_loop("null(d, 1000, 2.0, block=block, grid=grid)", **ns),
+        "null_bound_us": stmt_loop("null(d, 1000, 2.0)", **ns),
     }
     m = interleaved(fns, sync=sync)
     f.prepare("Pif")     # prepared_call packs by the prepared types from here on
     m2 = interleaved({"floor": fns["floor"],
-                      "launch_prepared_us": timed_loop(lambda: fp.prepared_call(grid, block, d, 1000, 2.0))},
+                      "launch_prepared_us": stmt_loop("fp.prepared_call(grid, block, d, 1000, 2.0)",
+                                                      **ns),
+                      "null_prepared_us": stmt_loop("null(grid, block, d, 1000, 2.0)", **ns)},
                      sync=sync)
     r["launch_enqueue_us"], r["launch_bound_us"] = m["launch_enqueue_us"], m["launch_bound_us"]
     r["launch_prepared_us"] = m2["launch_prepared_us"]
     r["floor_inproc_us"] = m["floor"]
     r["floor_inproc_us_2"] = m2["floor"]
-    r["launch_throughput_us"] = burst(lambda: e(block=block, grid=grid), n=20000, reps=5, sync=sync)
+    r["null_us"] = {"launch_enqueue_us": m["null_call_us"], "launch_bound_us": m["null_bound_us"],
+                    "launch_prepared_us": m2["null_prepared_us"]}
+    r["launch_throughput_us"] = burst("e(block=block, grid=grid)", n=20000, reps=5, sync=sync, ns=locals())
 
     def rt():
         f(d, 1000, 2.0, block=block, grid=grid)
@@ -347,8 +366,8 @@ def measure_cupy():
     d = cp.empty(1 << 18, cp.float32)
     sync = cp.cuda.Device().synchronize
     n, a = np.int32(1000), np.float32(2.0)
-    r["launch_enqueue_us"] = burst(lambda: f((1,), (32,), (d, n, a)), sync=sync)
-    r["launch_throughput_us"] = burst(lambda: e((1,), (32,), ()), n=20000, reps=5, sync=sync)
+    r["launch_enqueue_us"] = burst("f((1,), (32,), (d, n, a))", sync=sync, ns=locals())
+    r["launch_throughput_us"] = burst("e((1,), (32,), ())", n=20000, reps=5, sync=sync, ns=locals())
 
     def rt():
         f((1,), (32,), (d, n, a))
@@ -424,8 +443,8 @@ def measure_cuda_core():
     cfg = LaunchConfig(grid=1, block=32)
     n, a = np.int32(1000), np.float32(2.0)
     sync = stream.sync
-    r["launch_enqueue_us"] = burst(lambda: launch(stream, cfg, f, buf, n, a), sync=sync)
-    r["launch_throughput_us"] = burst(lambda: launch(stream, cfg, e), n=20000, reps=5, sync=sync)
+    r["launch_enqueue_us"] = burst("launch(stream, cfg, f, buf, n, a)", sync=sync, ns=locals())
+    r["launch_throughput_us"] = burst("launch(stream, cfg, e)", n=20000, reps=5, sync=sync, ns=locals())
 
     def rt():
         launch(stream, cfg, f, buf, n, a)
@@ -471,13 +490,13 @@ def measure_pycuda():
     d = drv.mem_alloc(1 << 20)
     n, a = np.int32(1000), np.float32(2.0)
     sync = drv.Context.synchronize
-    r["launch_enqueue_us"] = burst(lambda: f(d, n, a, block=(32, 1, 1), grid=(1, 1)), sync=sync)
+    r["launch_enqueue_us"] = burst("f(d, n, a, block=(32, 1, 1), grid=(1, 1))", sync=sync, ns=locals())
     fp = mod.get_function("args3")
     fp.prepare("Pif")
-    r["launch_prepared_us"] = burst(lambda: fp.prepared_call((1, 1), (32, 1, 1), d, n, a),
-                                    sync=sync)
-    r["launch_throughput_us"] = burst(lambda: e(block=(32, 1, 1), grid=(1, 1)), n=20000, reps=5,
-                                      sync=sync)
+    r["launch_prepared_us"] = burst("fp.prepared_call((1, 1), (32, 1, 1), d, n, a)",
+                                    sync=sync, ns=locals())
+    r["launch_throughput_us"] = burst("e(block=(32, 1, 1), grid=(1, 1))", n=20000, reps=5,
+                                      sync=sync, ns=locals())
 
     def rt():
         f(d, n, a, block=(32, 1, 1), grid=(1, 1))
@@ -533,7 +552,7 @@ def measure_numba():
     d = ncuda.device_array(1 << 18, np.float32)
     n, a = np.int32(1000), np.float32(2.0)
     sync = ncuda.synchronize
-    r["launch_enqueue_us"] = burst(lambda: args3[1, 32](d, n, a), sync=sync)
+    r["launch_enqueue_us"] = burst("args3[1, 32](d, n, a)", sync=sync, ns=locals())
 
     def rt():
         args3[1, 32](d, n, a)
@@ -628,6 +647,10 @@ def main():
             continue
         if fl is None:
             rel = "-"
+        elif cmp == "diff" and key in results["pygpu"].get("null_us", {}):
+            # the interpreter's own cost of the statement, apart
+            nu = results["pygpu"]["null_us"][key]
+            rel = "%+.2f us (interp. %.2f, pygpu %+.2f)" % (pg - fl, nu, pg - fl - nu)
         elif cmp == "diff":
             rel = "%+.2f us" % (pg - fl)
         else:

@@ -39,6 +39,8 @@ RETURNS = {
     "Module.get_function": "Function", "Module.get_global": "tuple[DeviceAllocation, int]",
     "Function.configure": "BoundLaunch", "Function.prepare": "Function",
     "Function.get_attribute": "int", "Function.prepared_timed_call": "Any",
+    "Linker.add_data": "None", "Linker.add_file": "None", "Linker.close": "None",
+    "Linker.complete": "bytes", "Linker.link_module": "Module",
 }
 ATTRS = {  # getset descriptors: Class.name -> annotation
     "Device.ordinal": "int", "Device.uuid": "bytes", "Context.device": "Device",
@@ -48,6 +50,8 @@ ATTRS = {  # getset descriptors: Class.name -> annotation
     "Module.handle": "int", "Module.context": "Context", "Function.handle": "int",
     "Function.name": "str", "Function.module": "Module", "Function.num_regs": "int",
     "HostAllocation.size": "int", "HostAllocation.address": "int",
+    "Linker.closed": "bool", "Linker.context": "Context | None", "Linker.error_log": "str",
+    "Linker.info_log": "str",
 }
 
 

@@ -145,6 +145,9 @@ class HostAllocation:
     @property
     def size(self) -> int: ...
 
+class KernelTime(builtins.float):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
 class LaunchError(Error):
     def __init__(self, *args: Any, **kwargs: Any) -> None: ...
 

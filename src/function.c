@@ -295,11 +295,19 @@ function_prepared_async_call(pygpu_Function *f, PyObject *const *args, Py_ssize_
     return prepared_common(f, args, nargs, kw, 1, 0);
 }
 
+/* PyCUDA's prepared_timed_call returns a callable giving the kernel's time in
+ * seconds; pygpu has waited already, so the result is that time as a float
+ * which, called, returns itself: both PyCUDA's t() and a plain float work. */
 static PyObject *
 function_prepared_timed_call(pygpu_Function *f, PyObject *const *args, Py_ssize_t nargs,
                              PyObject *kw)
 {
-    return prepared_common(f, args, nargs, kw, 0, 1);
+    PyObject *secs = prepared_common(f, args, nargs, kw, 0, 1), *res;
+    if (secs == NULL)
+        return NULL;
+    res = PyObject_CallOneArg((PyObject *)PYGPU_STATE(f)->KernelTimeType, secs);
+    Py_DECREF(secs);
+    return res;
 }
 
 static PyObject *
@@ -445,8 +453,38 @@ static PyType_Spec function_spec = {
     function_slots
 };
 
+static PyObject *
+kernel_time_call(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) != 0 || (kwds != NULL && PyDict_GET_SIZE(kwds) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "KernelTime() takes no arguments");
+        return NULL;
+    }
+    return PyFloat_FromDouble(PyFloat_AS_DOUBLE(self));
+}
+
+static PyType_Slot kernel_time_slots[] = {
+    {Py_tp_call, kernel_time_call},
+    {Py_tp_doc, "A kernel's time in seconds (a float), from prepared_timed_call(); "
+                "calling it returns the same float, as PyCUDA's callable does."},
+    {0, NULL}
+};
+
+static PyType_Spec kernel_time_spec = {
+    "pygpu.driver.KernelTime", 0, 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    kernel_time_slots
+};
+
 int
 pygpu_function_setup(PyObject *m, pygpu_state *st)
 {
-    return pygpu_add_type(m, &function_spec, &st->FunctionType);
+    PyObject *tp;
+    if (pygpu_add_type(m, &function_spec, &st->FunctionType) < 0)
+        return -1;
+    tp = PyType_FromModuleAndSpec(m, &kernel_time_spec, (PyObject *)&PyFloat_Type);
+    if (tp == NULL)
+        return -1;
+    st->KernelTimeType = (PyTypeObject *)tp;
+    return pygpu_module_add_ref(m, "KernelTime", tp);
 }

@@ -141,6 +141,7 @@ driver_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->StreamType);
     Py_VISIT(st->EventType);
     Py_VISIT(st->ArgumentHandlerType);
+    Py_VISIT(st->KernelTimeType);
     Py_VISIT(st->primary_contexts);
     Py_VISIT(st->foreign_contexts);
     Py_VISIT(st->gc_collect);
@@ -182,6 +183,7 @@ driver_clear(PyObject *m)
     Py_CLEAR(st->StreamType);
     Py_CLEAR(st->EventType);
     Py_CLEAR(st->ArgumentHandlerType);
+    Py_CLEAR(st->KernelTimeType);
     Py_CLEAR(st->Error);
     Py_CLEAR(st->LogicError);
     Py_CLEAR(st->LaunchError);

@@ -63,7 +63,7 @@ typedef struct {
     PyTypeObject *DeviceType, *ContextType, *DeviceAllocationType,
                  *HostAllocationType, *ModuleType, *FunctionType,
                  *BoundLaunchType, *StreamType, *EventType,
-                 *ArgumentHandlerType;
+                 *ArgumentHandlerType, *KernelTimeType;
     /* strong refs: one primary Context per device ordinal, created on first
      * use and kept until the module is torn down */
     PyObject *primary_contexts;           /* dict: ordinal -> Context */

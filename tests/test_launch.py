@@ -85,7 +85,7 @@ def test_prepared_and_configured(ctx, rng):
     s.synchronize()
     np.testing.assert_array_equal(cuda.from_device_like(dz, x), y + x)
     t = f.prepared_timed_call(grid, block, dz, dx, dx, n)
-    assert t > 0
+    assert t > 0 and t() == float(t)      # PyCUDA's form: a callable giving seconds
     np.testing.assert_array_equal(cuda.from_device_like(dz, x), 2 * x)
     launch = f.configure(grid, block, stream=s)
     assert "vadd" in repr(launch)

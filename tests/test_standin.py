@@ -287,7 +287,12 @@ def _scenarios(ptx):
         f.prepare("Pfi")
         f.prepared_call((3, 1), (128, 1, 1), d, 2.0, 300)
         f.prepared_async_call((3, 1), (128, 1, 1), s, d, 2.0, 300)
-        assert f.prepared_timed_call((3, 1), (128, 1, 1), d, 2.0, 300) >= 0
+        t = f.prepared_timed_call((3, 1), (128, 1, 1), d, 2.0, 300)
+        # PyCUDA returns a callable giving the time; pygpu's float is one
+        assert t >= 0 and callable(t) and t() == float(t) and type(t()) is float
+        assert isinstance(t, cuda.KernelTime) and isinstance(t, float)
+        with pytest.raises(TypeError, match=r"KernelTime\(\) takes no arguments"):
+            t(1)
         launch = f.configure((3, 1), (128, 1, 1), stream=s)
         launch(d, 2.0, 300)
         return f, d, s, launch

@@ -473,13 +473,17 @@ class SourceModule:
                  std=None, fast_math=False, defines=None, target=None):
         # the warm path: the same arguments again, in the same live context
         try:
+            ctx = _get_current()
+        except driver.CudaUnavailableError:
+            ctx = None
+        try:
             memo_key = (source, options, no_extern_c, arch, code, include_dirs, cache_dir, keep,
-                        name_expressions, std, fast_math, defines, target, _current_or_none())
+                        name_expressions, std, fast_math, defines, target, ctx)
             hit = _modules.get(memo_key)
         except TypeError:      # a list or dict argument
             memo_key = _memo_key((source, options, no_extern_c, arch, code, include_dirs,
                                   cache_dir, keep, name_expressions, std, fast_math, defines,
-                                  target, _current_or_none()))
+                                  target, ctx))
             hit = None if memo_key is None else _modules.get(memo_key)
         if (hit is not None and not hit.ctx.detached and _environ.get(_DISABLE) in _OFF
                 and (hit.deps is None or (hit.deps.valid() and hit.env == (

@@ -420,14 +420,6 @@ _images = {}            # (primary Context, image digest) -> Module
 _get_current = driver.Context.get_current
 
 
-def _current_or_none():
-    """The current context for SourceModule's memo key; without a driver,
-    None, so that the source is still compiled (and a CompileError comes
-    before the missing driver)."""
-    try:
-        return _get_current()
-    except driver.CudaUnavailableError:
-        return None
 _environ, _DISABLE, _OFF = store.environ_data, store.DISABLE_KEY, store.OFF
 
 

@@ -489,7 +489,12 @@ class _Loaded:
         self.env = env          # CUDA_HOME/CUDA_PATH (they pick the include dirs), with deps
 
 
-class SourceModule:
+class CudaModule:
+    """The base of SourceModule and DynamicModule, as pycuda.compiler.CudaModule
+    (isinstance checks in PyCUDA code)."""
+
+
+class SourceModule(CudaModule):
     """Compile CUDA C source and load it into the current context, as
     pycuda.compiler.SourceModule does (through NVRTC, with the cache).
 
@@ -599,6 +604,35 @@ class SourceModule:
             raise ValueError("%s is %d bytes, not %d" % (name, nbytes, out.nbytes))
         driver.memcpy_dtoh(out, ptr)
         return out
+
+
+# ---- PyCUDA's nvcc helpers, over NVRTC ----
+
+def get_nvcc_version(nvcc="nvcc"):
+    """PyCUDA asks nvcc --version; pygpu compiles with NVRTC in-process, so
+    this names NVRTC's version (nvcc is never run)."""
+    return "NVRTC %d.%d (pygpu compiles in-process with NVRTC; %s is not run)" % (
+        tuple(nvrtc_version()) + (nvcc,))
+
+
+def compile_plain(source, options, keep, nvcc, cache_dir, target="cubin"):
+    """pycuda.compiler.compile_plain: source compiled as it is (no extern "C"
+    wrapper) to target ('cubin' or 'ptx') for the current device, through
+    NVRTC and the cache; nvcc's host-side options are dropped
+    (pygpu.linking.translate_nvcc_options)."""
+    from pygpu import linking
+    t = linking.translate_nvcc_options(options)
+    if target not in ("cubin", "ptx"):
+        raise ValueError("compile_plain(): target must be 'cubin' or 'ptx', not %r"
+                         % (target,))
+    arch = t["arch"] or t["code"]
+    if arch is not None and target == "ptx" and arch.startswith("sm_"):
+        arch = "compute_" + arch[3:]
+    return bytes(compile(source, options=t["nvrtc"], arch=arch, target=target,
+                         cache_dir=None if cache_dir in (None, True) else cache_dir))
+
+
+__all__ += ["CudaModule", "get_nvcc_version", "compile_plain"]
 
 
 # ---- linking (pygpu/linking.py): PyCUDA's names, re-exported lazily so that

@@ -574,10 +574,9 @@ class Linker:
         cache = None if store.env_disabled() else self.cache_dir
         backend, version = self._choose(cache)
         if backend == "driver":
-            arch = self.arch or None
-            if cache is not None:
-                version = divmod(driver.get_driver_version(), 1000)
-                arch = _device_sm()
+            # the driver links in (and for) the current context: not cached,
+            # as a module load is not
+            arch, cache = None, None
         else:
             arch = self.arch or _device_sm()
         key = None
@@ -676,27 +675,33 @@ def link(inputs, arch=None, options=(), lto=False, target="cubin", backend=None,
 
 # ---- DynamicModule ----
 
-class DynamicModule:
+class DynamicModule(compiler.CudaModule):
     """Several sources, binaries and libraries linked into one Module, as
-    pycuda.compiler.DynamicModule (through NVRTC and the driver's linker).
+    pycuda.compiler.DynamicModule (through NVRTC and a Linker).
 
-    add_source() compiles CUDA C to PTX (wrapped in extern "C" { } unless
-    no_extern_c) and adds it; add_data()/add_file() add PTX, cubin, fatbin,
-    object or library inputs (jit_input_type); add_stdlib('cudadevrt') adds
-    a CUDA static library; link() links them and loads the result in the
-    current context.  Each add_* and link() returns self.  nvcc is accepted
-    for PyCUDA's sake and not used.  link_options: (jit_option, value)
-    pairs for the linker; message_handler(success, info_log, error_log) is
+    add_source() compiles CUDA C to relocatable PTX (wrapped in extern "C"
+    { } unless no_extern_c) and adds it; add_data()/add_file() add PTX,
+    cubin, fatbin, object or library inputs (jit_input_type, or a name such
+    as 'ltoir'); add_stdlib('cudadevrt') adds a CUDA static library; link()
+    links them (Linker: nvJitLink when found, else the driver's cuLink*;
+    backend= insists on one) and loads the result in the current context.
+    Each add_* and link() returns self.  nvcc is accepted for PyCUDA's sake
+    and not used.  link_options: (jit_option, value) pairs for the driver's
+    linker (they pick it); message_handler(success, info_log, error_log) is
     called when the link completes.
     """
 
     def __init__(self, nvcc="nvcc", link_options=None, keep=False, no_extern_c=False,
                  arch=None, code=None, cache_dir=None, include_dirs=(), message_handler=None,
-                 log_verbose=False, cuda_libdir=None):
+                 log_verbose=False, cuda_libdir=None, backend=None):
         options = list(link_options or ())
         if log_verbose:
             options.append((driver.jit_option.LOG_VERBOSE, 1))
-        self.linker = _driver.Linker(message_handler, options)
+        link_arch = arch or code
+        if link_arch is not None and str(link_arch).startswith("compute_"):
+            link_arch = "sm_" + str(link_arch)[8:]
+        self.linker = Linker(arch=link_arch, backend=backend, cache_dir=cache_dir,
+                             message_handler=message_handler, driver_options=options)
         self.nvcc = nvcc
         self.keep = keep
         self.no_extern_c = no_extern_c
@@ -749,18 +754,21 @@ class DynamicModule:
             self._keep(src_name, source)
             self._keep(name, bytes(ptx))
         self._library_dirs += [d for d in t["library_dirs"] if d not in self._library_dirs]
-        linker.add_data(bytes(ptx), jit_input_type.PTX, name)
+        linker.add_data(bytes(ptx), "ptx", name)
         for lib in t["libraries"]:
             self.add_stdlib(lib)
         return self
 
     def add_data(self, data, input_type, name="unknown"):
-        """Add bytes of input_type (a jit_input_type) under name."""
+        """Add bytes of input_type (a jit_input_type, or 'ltoir' ...) under name."""
+        if input_type is None or isinstance(input_type, bool):
+            raise TypeError("DynamicModule.add_data(): input_type must be a jit_input_type "
+                            "(or a name such as 'ltoir'), not %s" % type(input_type).__name__)
         self._open_linker("add_data").add_data(data, input_type, name)
         return self
 
     def add_file(self, filename, input_type):
-        """Add the file filename of input_type (a jit_input_type)."""
+        """Add the file filename of input_type (a jit_input_type, or 'ltoir' ...)."""
         self._open_linker("add_file").add_file(filename, input_type)
         return self
 
@@ -772,17 +780,17 @@ class DynamicModule:
         extra = ([self.cuda_libdir] if self.cuda_libdir else []) + self._library_dirs
         path = find_stdlib(libname, extra)
         if path not in self._stdlibs:
-            linker.add_file(path, jit_input_type.LIBRARY)
+            linker.add_file(path, "library")
             self._stdlibs.append(path)
         return self
 
     def link(self):
-        """Link the inputs and load the result into the linker's context."""
+        """Link the inputs and load the result into the current context."""
         linker = self._open_linker("link")
-        image = linker.complete()
+        image = linker.link()
         if self.keep:
-            self._keep("linked.cubin", image)
-        self.module = linker.link_module()
+            self._keep("linked.cubin", bytes(image))
+        self.module = driver.module_from_buffer(image)
         self.linker = None
         return self
 
@@ -811,10 +819,11 @@ class DynamicSourceModule(DynamicModule):
     kernels) and loaded: pycuda.compiler.DynamicSourceModule."""
 
     def __init__(self, source, nvcc="nvcc", options=None, keep=False, no_extern_c=False,
-                 arch=None, code=None, cache_dir=None, include_dirs=(), cuda_libdir=None):
+                 arch=None, code=None, cache_dir=None, include_dirs=(), cuda_libdir=None,
+                 backend=None):
         super().__init__(nvcc=nvcc, link_options=None, keep=keep, no_extern_c=no_extern_c,
                          arch=arch, code=code, cache_dir=cache_dir, include_dirs=include_dirs,
-                         cuda_libdir=cuda_libdir)
+                         cuda_libdir=cuda_libdir, backend=backend)
         if options is None:
             options = DEFAULT_NVCC_FLAGS
         options = options.split() if isinstance(options, str) else list(options)

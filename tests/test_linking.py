@@ -223,7 +223,8 @@ def devrt(tmp_path):
 def test_dynamic_module_links(standin, ctx, devrt):
     base_links = _links(standin)
     seen = []
-    mod = DynamicModule(message_handler=lambda *a: seen.append(a), cuda_libdir=devrt)
+    mod = DynamicModule(message_handler=lambda *a: seen.append(a), cuda_libdir=devrt,
+                        backend="driver")
     opts = ["-rdc=true", "-lcudadevrt", *DEFAULT_NVCC_FLAGS]
     assert mod.add_source(OUTER, nvcc_options=opts) is mod
     assert mod.add_source(INNER, nvcc_options=opts, name="inner.ptx") is mod
@@ -247,7 +248,7 @@ def test_dynamic_module_links(standin, ctx, devrt):
 
 @pytest.mark.standin
 def test_two_modules_link_with_globals(standin, ctx, rng):
-    mod = DynamicModule(arch="compute_90")
+    mod = DynamicModule(arch="compute_90", backend="driver")
     mod.add_source(LIB_A, nvcc_options=["-rdc=true"], name="a.ptx")
     mod.add_source(LIB_B, nvcc_options=["-rdc=true"], name="b.ptx")
     mod.link()
@@ -264,7 +265,7 @@ def test_two_modules_link_with_globals(standin, ctx, rng):
 
 @pytest.mark.standin
 def test_dynamic_source_module(standin, ctx, devrt, capsys):
-    mod = DynamicSourceModule(RECURSIVE, keep=True, cuda_libdir=devrt)
+    mod = DynamicSourceModule(RECURSIVE, keep=True, cuda_libdir=devrt, backend="driver")
     assert "pygpu: keeping the link's sources and inputs in" in capsys.readouterr().err
     f = mod.get_function("math")
     bufs = [cuda.mem_alloc(800) for _ in range(6)]
@@ -296,14 +297,14 @@ def test_linker_complete_gives_the_image(standin, ctx):
 @pytest.mark.standin
 def test_unresolved_references_fail_the_link(standin, ctx, devrt):
     base = _links(standin)
-    mod = DynamicModule(arch="compute_90", cuda_libdir=devrt)
+    mod = DynamicModule(arch="compute_90", cuda_libdir=devrt, backend="driver")
     mod.add_source(OUTER, nvcc_options=["-rdc=true"]).add_stdlib("cudadevrt")
     with pytest.raises(cuda.Error, match=r"cuLinkComplete failed: CUDA_ERROR_INVALID_IMAGE: "
                                          r".*JIT error log:\nstand-in: undefined reference "
                                          r"to kernel 'test_kernel_inner'") as e:
         mod.link()
     assert e.value.routine == "cuLinkComplete"
-    mod = DynamicModule(arch="compute_90")
+    mod = DynamicModule(arch="compute_90", backend="driver")
     mod.add_source(OUTER, nvcc_options=["-rdc=true"]).add_source(INNER, ["-rdc=true"])
     with pytest.raises(cuda.Error, match=r"undefined reference to the device runtime "
                                          r"\(__cudaCDP\*\): link libcudadevrt.a"):
@@ -425,7 +426,7 @@ def test_failure_at_every_call_site(standin, ctx, devrt):
     compiler.compile(_wrap(OUTER), options=["-rdc=true"], target="ptx")   # warm the cache
 
     def op():
-        mod = DynamicModule(cuda_libdir=devrt)
+        mod = DynamicModule(cuda_libdir=devrt, backend="driver")
         mod.add_source(OUTER, nvcc_options=["-rdc=true", "-lcudadevrt"])
         mod.add_source(INNER, nvcc_options=["-rdc=true"])
         mod.link()

@@ -27,8 +27,8 @@ class LinkError(Error):
     without nvJitLink.  .log is the linker's error log, .info_log its info
     log, .routine the call that failed (nvJitLinkComplete, cuLinkComplete,
     ...), .code its result code and .name that code's name (for nvJitLink,
-    NVJITLINK_ERROR_...), .input the name of the input it failed on or
-    None.  pygpu.linking.LinkError and pygpu.driver.LinkError are this class."""
+    ``NVJITLINK_ERROR_*``), .input the name of the input it failed on or
+    None.  pygpu.linking.LinkError is this class."""
 
     def __init__(self, message, log="", info_log="", routine="", code=None, name=None,
                  input=None):

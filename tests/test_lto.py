@@ -452,3 +452,29 @@ def test_gpu_failed_assert_is_a_launch_error(ctx):
                        timeout=120)
     assert "LAUNCH_ERROR CUDA_ERROR_ASSERT" in r.stdout, r.stdout + r.stderr
     assert "p[threadIdx.x] < 3" in r.stderr + r.stdout
+
+
+@pytest.mark.standin
+def test_source_module_hit_in_a_new_process_loads_no_nvrtc(standin, tmp_path):
+    """SourceModule for the current device (arch=None) from the disk cache
+    in a new process: NVRTC's version and architectures come from the
+    cache directory's record, the include directories too, so neither NVRTC
+    nor cuda-pathfinder is loaded (before: ~20-60 ms of dlopen and import)."""
+    code = textwrap.dedent("""
+        import sys
+        import pygpu.driver as cuda
+        from pygpu import compiler
+        cuda.init()
+        ctx = cuda.Device(0).retain_primary_context()
+        ctx.push()
+        m = compiler.SourceModule('__global__ void k(float *y) { y[0] *= 2; }')
+        print(compiler.cache_info()["disk_hits"], compiler._nvrtc_path,
+              "cuda.pathfinder" in sys.modules)
+        ctx.pop()
+    """)
+    env = dict(os.environ, PYGPU_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=env, timeout=120) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr + runs[1].stderr
+    assert runs[0].stdout.split()[0] == "0"
+    assert runs[1].stdout.split() == ["1", "None", "False"], runs[1].stdout

@@ -57,7 +57,7 @@ ext = Extension(
 setup(
     packages=find_packages(include=["pygpu", "pygpu.*"]) + ["pygpu.kernels"],
     package_dir={"pygpu.kernels": "kernels"},
-    package_data={"pygpu": ["py.typed", "*.pyi"], "pygpu.kernels": ["*.cu", "*.cuh", "libc/*.h", "libc/cstdio", "libc/cstdlib"],
+    package_data={"pygpu": ["py.typed", "*.pyi"], "pygpu.kernels": ["*.cu", "*.cuh", "libc/*"],
                   "pygpu.testing": ["csrc/*.c", "csrc/*.h"]},
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExt},

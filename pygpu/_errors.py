@@ -20,3 +20,26 @@ class CompileError(Error):
 
 
 CompileError.__module__ = "pygpu.compiler"
+
+
+class LinkError(Error):
+    """A link failed: an undefined symbol, an input the linker rejects, LTO-IR
+    without nvJitLink.  .log is the linker's error log, .info_log its info
+    log, .routine the call that failed (nvJitLinkComplete, cuLinkComplete,
+    ...), .code its result code and .name that code's name (for nvJitLink,
+    ``NVJITLINK_ERROR_*``), .input the name of the input it failed on or
+    None.  pygpu.linking.LinkError is this class."""
+
+    def __init__(self, message, log="", info_log="", routine="", code=None, name=None,
+                 input=None):
+        super().__init__(message)
+        self.log = log
+        self.info_log = info_log
+        self.routine = routine
+        self.code = code
+        self.name = name
+        self.input = input
+
+
+LinkError.__module__ = "pygpu.linking"
+__all__.append("LinkError")

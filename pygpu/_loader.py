@@ -12,7 +12,7 @@ import glob
 import os
 import sys
 
-__all__ = ["nvrtc_candidates", "load_nvrtc", "cuda_include_dirs", "with_cuda_include_dirs",
+__all__ = ["nvrtc_candidates", "load_nvrtc", "nvjitlink_candidates", "load_nvjitlink", "cuda_include_dirs", "with_cuda_include_dirs",
            "kernel_dir", "nvrtc_pip_requirement", "pathfinder"]
 
 _SONAMES = ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so")
@@ -113,6 +113,80 @@ def load_nvrtc(loader=None):
     return loader(candidates)
 
 
+_JL_SONAMES = ("libnvJitLink.so.13", "libnvJitLink.so.12", "libnvJitLink.so")
+_WHEEL_JL_DIRS = ("nvidia/cu13/lib", "nvidia/nvjitlink/lib")
+
+
+def nvjitlink_candidates(environ=None, path=None, with_nvrtc=True):
+    """The nvJitLink libraries to try, first match wins, in NVRTC's order
+    (nvrtc_candidates): $PYGPU_NVJITLINK, the folder of the NVRTC library
+    this process loaded (the same toolkit: LTO-IR must not be newer than
+    the linker), NVIDIA's wheels on sys.path (nvidia/cu13/lib,
+    nvidia/nvjitlink/lib), $CONDA_PREFIX/lib, the system loader path,
+    $CUDA_HOME and $CUDA_PATH, /usr/local/cuda/lib64."""
+    env = os.environ if environ is None else environ
+    path = sys.path if path is None else path
+    out = []
+    explicit = env.get("PYGPU_NVJITLINK")
+    if explicit:
+        out.append(explicit)
+    nvrtc = _loaded_library("libnvrtc.so") if with_nvrtc else None
+    if nvrtc:
+        d = os.path.dirname(nvrtc)
+        out.extend(os.path.join(d, so) for so in _JL_SONAMES)
+    for rel in _WHEEL_JL_DIRS:
+        for d in _site_dirs(path, rel):
+            out.extend(sorted(glob.glob(os.path.join(d, "libnvJitLink.so*"))))
+    conda = env.get("CONDA_PREFIX")
+    if conda:
+        out.extend(os.path.join(conda, "lib", so) for so in _JL_SONAMES)
+    out.extend(_JL_SONAMES)
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = env.get(var)
+        if root:
+            for sub in ("lib64", "lib"):
+                out.extend(os.path.join(root, sub, so) for so in _JL_SONAMES)
+    out.extend(os.path.join("/usr/local/cuda/lib64", so) for so in _JL_SONAMES)
+    seen = set()
+    return [c for c in out if not (c in seen or seen.add(c))]
+
+
+def _loaded_library(prefix):
+    """The file of a loaded library whose name starts with prefix (Linux's
+    /proc/self/maps), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                p = line.rstrip("\n").split(" ")[-1]
+                if os.path.basename(p).startswith(prefix):
+                    return p
+    except OSError:
+        pass
+    return None
+
+
+def load_nvjitlink(loader=None):
+    """Open nvJitLink and return its path: $PYGPU_NVJITLINK if set, else what
+    cuda-pathfinder finds (when installed), else the first of
+    nvjitlink_candidates() that opens.  A failure (CudaUnavailableError)
+    lists every path tried."""
+    if loader is None:
+        from pygpu import _driver
+        loader = _driver._load_nvjitlink
+    candidates = nvjitlink_candidates()
+    pf = None if os.environ.get("PYGPU_NVJITLINK") else pathfinder()
+    if pf is not None:
+        try:
+            found = pf.load_nvidia_dynamic_lib("nvJitLink").abs_path
+        except Exception:      # not found, or a pathfinder that does not know it
+            found = None
+        if found:
+            if found in candidates:
+                candidates.remove(found)
+            candidates.insert(0, found)
+    return loader(candidates)
+
+
 def _include_root_ok(d):
     return bool(d) and os.path.isfile(os.path.join(d, "cuda_runtime.h"))
 
@@ -148,22 +222,49 @@ def _plain_include_dirs(env, path):
 _include_memo = {}
 
 
-def cuda_include_dirs(environ=None, path=None):
+def _search_fingerprint(env, path):
+    """What decides where the header search ends (with or without
+    cuda-pathfinder): the variables it reads, sys.path, and which of NVIDIA's
+    wheel folders (and cuda.pathfinder itself) each sys.path entry holds.
+    Costs a few dozen stat calls, no import."""
+    import hashlib
+    h = hashlib.sha256(b"cuda-include-dirs\0")
+    for var in ("CUDA_HOME", "CUDA_PATH", "CONDA_PREFIX", "PYGPU_NO_PATHFINDER"):
+        h.update(("%s=%s\0" % (var, env.get(var, ""))).encode("utf-8", "surrogateescape"))
+    rels = _WHEEL_INCLUDE_DIRS + _WHEEL_CCCL_DIRS + ("cuda/pathfinder",)
+    for p in path:
+        h.update(("%s:%s\0" % (p, "".join("1" if os.path.isdir(os.path.join(p, r)) else "0"
+                                          for r in rels))).encode("utf-8", "surrogateescape"))
+    return h.hexdigest()[:32]
+
+
+def cuda_include_dirs(environ=None, path=None, record_dir=None):
     """The CUDA include directories NVRTC needs for the toolkit's headers
     (<cuda_fp16.h>, <cooperative_groups.h>, <cuda/std/...>, <cub/...>): the
     one with cuda_runtime.h and the CCCL one (include/cccl/ from CUDA 13),
     each once, or [] if none is found.  Found by cuda-pathfinder when
     installed (the environment's wheels first), else by the same order by
     hand: NVIDIA's wheels on sys.path, $CONDA_PREFIX, $CUDA_PATH, $CUDA_HOME,
-    /usr/local/cuda.  Memoized per environment."""
+    /usr/local/cuda.  Memoized per environment; with record_dir (the compile
+    cache's directory) the answer is also recorded there, so that a new
+    process with the same environment neither imports cuda-pathfinder
+    (~25 ms) nor searches again: the compile cache's hits stay cheap."""
     env = os.environ if environ is None else environ
     path = sys.path if path is None else path
-    pf = pathfinder() if environ is None else None
-    key = (pf is not None, tuple(path), tuple(env.get(v) for v in
-                                              ("CUDA_HOME", "CUDA_PATH", "CONDA_PREFIX")))
+    key = (environ is None, tuple(path), tuple(env.get(v) for v in
+                                               ("CUDA_HOME", "CUDA_PATH", "CONDA_PREFIX",
+                                                "PYGPU_NO_PATHFINDER")))
     found = _include_memo.get(key)
     if found is not None:
         return list(found)
+    rec = fp = None
+    if record_dir and environ is None:
+        fp = _search_fingerprint(env, path)
+        rec = _read_include_record(record_dir, fp)
+        if rec is not None:
+            _include_memo[key] = tuple(rec)
+            return list(rec)
+    pf = pathfinder() if environ is None else None
     root = cccl_dir = None
     if pf is not None:
         root = _pf_header_dir(pf, "cudart")
@@ -177,6 +278,24 @@ def cuda_include_dirs(environ=None, path=None):
         if d and d not in dirs:
             dirs.append(d)
     _include_memo[key] = tuple(dirs)
+    if fp is not None:
+        from pygpu import store
+        store.write_record(record_dir, "include-dirs-" + fp, {"dirs": dirs})
+    return dirs
+
+
+def _read_include_record(record_dir, fp):
+    """The recorded include directories, if each still is what it was found
+    to be (cuda_runtime.h in the first, cuda/std/version in a CCCL one)."""
+    from pygpu import store
+    meta = store.read_record(record_dir, "include-dirs-" + fp)
+    dirs = meta.get("dirs") if meta else None
+    if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+        return None
+    if dirs and not _include_root_ok(dirs[0]) and not _cccl_ok(dirs[0]):
+        return None
+    if len(dirs) > 1 and not _cccl_ok(dirs[1]):
+        return None
     return dirs
 
 
@@ -189,12 +308,12 @@ def _pf_header_dir(pf, name):
     return d if ok(d) else None
 
 
-def with_cuda_include_dirs(include_dirs):
+def with_cuda_include_dirs(include_dirs, record_dir=None):
     """include_dirs (as str) followed by cuda_include_dirs() that are not
     already among them: what compile() passes to NVRTC, so compile() and
     SourceModule see the same headers."""
     out = [str(d) for d in include_dirs]
-    out.extend(d for d in cuda_include_dirs() if d not in out)
+    out.extend(d for d in cuda_include_dirs(record_dir=record_dir) if d not in out)
     libc = libc_shim_dir()
     if libc not in out:
         out.append(libc)

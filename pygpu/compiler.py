@@ -101,32 +101,43 @@ def _nvrtc_fingerprint():
 
 
 _key_version = None
+_key_archs = None
 
 
-def _nvrtc_version_for_key(cache_dir):
-    """NVRTC's version for the cache key, without opening the library (a
-    cold dlopen costs milliseconds) when an earlier process recorded it in
-    the cache directory for this same environment and library file."""
-    global _key_version
-    if _key_version is not None:
-        return _key_version
+def _nvrtc_facts_for_key(cache_dir):
+    """(version, supported archs) of NVRTC, without opening the library (a
+    cold dlopen costs milliseconds, and cuda-pathfinder's import tens) when
+    an earlier process recorded them in the cache directory for this same
+    environment and library file."""
+    global _key_version, _key_archs
+    if _key_version is not None and _key_archs is not None:
+        return _key_version, _key_archs
     if _nvrtc_path is None and cache_dir:
         fp = _nvrtc_fingerprint()
+        meta = store.read_record(cache_dir, "nvrtc-" + fp)
         found = store.read_version_record(cache_dir, fp, _file_sig)
-        if found is not None:
-            _key_version = found
-            return found
-        version = tuple(nvrtc_version())
+        archs = meta.get("archs") if meta else None
+        if (found is not None and isinstance(archs, list)
+                and all(type(a) is int for a in archs)):
+            _key_version, _key_archs = found, tuple(archs)
+            return _key_version, _key_archs
+        version, archs = tuple(nvrtc_version()), tuple(supported_archs())
         lib = _loaded_nvrtc_file()
         if lib:
             try:
-                store.write_version_record(cache_dir, fp, lib, _file_sig(lib), version)
+                store.write_version_record(cache_dir, fp, lib, _file_sig(lib), version,
+                                           archs=list(archs))
             except OSError:
                 pass
-        _key_version = version
-        return version
-    _key_version = tuple(nvrtc_version())
-    return _key_version
+        _key_version, _key_archs = version, archs
+        return version, archs
+    _key_version, _key_archs = tuple(nvrtc_version()), tuple(supported_archs())
+    return _key_version, _key_archs
+
+
+def _nvrtc_version_for_key(cache_dir):
+    """NVRTC's version for the cache key (see _nvrtc_facts_for_key)."""
+    return _nvrtc_facts_for_key(cache_dir)[0]
 
 
 def supported_archs():
@@ -156,9 +167,11 @@ def _parse_arch(arch):
 _device_targets = {}
 
 
-def _device_arch_and_target(target):
+def _device_arch_and_target(target, cache_dir=None):
     """For the current device: the arch and target to build for (see the
-    manual's 'Target choice')."""
+    manual's 'Target choice').  NVRTC's version and architectures come from
+    the cache directory's record when there is one (NVRTC stays unloaded on
+    a cache hit)."""
     dev = driver.Context.get_device()
     key = (dev.ordinal, target)
     found = _device_targets.get(key)
@@ -167,7 +180,7 @@ def _device_arch_and_target(target):
     major, minor = dev.compute_capability()
     cc = major * 10 + minor
     drv = driver.get_driver_version()
-    nv_major, nv_minor = nvrtc_version()
+    (nv_major, nv_minor), archs = _nvrtc_facts_for_key(cache_dir)
     nv = nv_major * 1000 + nv_minor * 10
     if drv // 1000 < nv_major:
         raise driver.CudaUnavailableError(
@@ -176,7 +189,6 @@ def _device_arch_and_target(target):
             "%d (PYGPU_NVRTC, or pip install %s)"
             % (nv_major, nv_minor, drv // 1000, (drv % 1000) // 10, drv // 1000,
                _loader.nvrtc_pip_requirement(drv // 1000)))
-    archs = supported_archs()
     if cc in archs and target in (None, "cubin"):
         # same major: a cubin from a newer minor NVRTC loads (minor version compatibility)
         result = ("sm_%d" % cc, "cubin")
@@ -266,16 +278,19 @@ def _check_defines(defines):
     return out
 
 
+_RDC_SPELLINGS = ("-rdc=true", "--relocatable-device-code=true", "-dc")
+_DLTO_SPELLINGS = ("-dlto", "--dlink-time-opt")
+
 _toolkit_dirs = {}
 
 
-def _trusted_dirs():
+def _trusted_dirs(record_dir=None):
     """The CUDA toolkit include directories (the headers of the compiler
     itself), memoized per CUDA_HOME/CUDA_PATH."""
     env = (store.env_raw("CUDA_HOME"), store.env_raw("CUDA_PATH"))
     found = _toolkit_dirs.get(env)
     if found is None:
-        found = tuple(_loader.cuda_include_dirs())
+        found = tuple(_loader.cuda_include_dirs(record_dir=record_dir))
         _toolkit_dirs[env] = found
     return found
 
@@ -299,7 +314,7 @@ def _nvrtc(source, name, opts, name_expressions, target, arch_opt):
 
 
 def _compile(source, options, arch, target, include_dirs, defines, name_expressions, std,
-             fast_math, cache_dir, name):
+             fast_math, cache_dir, name, rdc=False):
     """compile() itself; returns (Binary, Deps or None when not cacheable)."""
     if not isinstance(source, str):
         raise TypeError("source must be a str, not %s" % type(source).__name__)
@@ -310,15 +325,25 @@ def _compile(source, options, arch, target, include_dirs, defines, name_expressi
     if isinstance(options, str):
         options = options.split()
     options = [str(o) for o in (options or ())]
-    if target not in (None, "cubin", "ptx"):
-        raise ValueError("target must be 'cubin' or 'ptx', not %r" % (target,))
+    if target not in (None, "cubin", "ptx", "ltoir"):
+        raise ValueError("target must be 'cubin', 'ptx' or 'ltoir', not %r" % (target,))
+    # relocatable device code: -rdc=true (once); LTO-IR is NVRTC's -dlto
+    # output, relocatable by nature
+    if (rdc or target == "ltoir") and not any(o in _RDC_SPELLINGS for o in options):
+        options.append("-rdc=true")
+    if target == "ltoir" and not any(o in _DLTO_SPELLINGS for o in options):
+        options.append("-dlto")
     include_dirs = _str_list(include_dirs, "include_dirs", None)
     name_expressions = tuple(_str_list(name_expressions, "name_expressions", None))
     defines = _check_defines(defines)
     cache = store.resolve_dir(cache_dir)
     if arch is None:
-        _ensure_nvrtc()
-        arch_opt, target = _device_arch_and_target(target)
+        if cache is None:
+            _ensure_nvrtc()
+        if target == "ltoir":
+            arch_opt = _device_arch_and_target(None, cache)[0]
+        else:
+            arch_opt, target = _device_arch_and_target(target, cache)
     else:
         kind, num = _parse_arch(arch)
         arch_opt = "%s_%s" % (kind, num)
@@ -327,7 +352,7 @@ def _compile(source, options, arch, target, include_dirs, defines, name_expressi
         elif target == "cubin" and kind == "compute":
             raise ValueError("target='cubin' needs a real architecture such as 'sm_%s', "
                              "not %r" % (num, arch_opt))
-    include_dirs = _loader.with_cuda_include_dirs(include_dirs)
+    include_dirs = _loader.with_cuda_include_dirs(include_dirs, cache)
     name_expressions = tuple(name_expressions)
     opts = _build_options(options, arch_opt, include_dirs, defines, std, fast_math)
     if cache is None:
@@ -339,7 +364,7 @@ def _compile(source, options, arch, target, include_dirs, defines, name_expressi
         key, deps = memo
     else:
         try:
-            deps = store.scan(source, opts, name, _trusted_dirs())
+            deps = store.scan(source, opts, name, _trusted_dirs(cache))
         except store.Uncacheable as e:
             store.debug("not cached: %s" % e)
             store.stats["uncacheable"] += 1
@@ -378,19 +403,24 @@ def _compile(source, options, arch, target, include_dirs, defines, name_expressi
 
 
 def compile(source, options=(), arch=None, target=None, include_dirs=(), defines=None,
-            name_expressions=(), std=None, fast_math=False, cache_dir=None, name="kernel.cu"):
-    """Compile CUDA C++ source to cubin or PTX bytes through NVRTC.
+            name_expressions=(), std=None, fast_math=False, cache_dir=None, name="kernel.cu",
+            rdc=False):
+    """Compile CUDA C++ source to cubin, PTX or LTO-IR bytes through NVRTC.
 
     arch: 'sm_90', 'compute_90', 90 or (9, 0); None means the current
-    device's (which needs a GPU).  target: 'cubin' or 'ptx'; None picks cubin
-    for a real arch and PTX for a virtual one.  options are passed to NVRTC
-    unchanged, and nothing else is added but what the arguments ask for:
-    no hidden -ftz or fast math.  cache_dir: a directory, None for the
-    default, False for no cache.  Returns a Binary (bytes) with
-    .lowered_names for the name_expressions.
+    device's (which needs a GPU).  target: 'cubin', 'ptx' or 'ltoir'; None
+    picks cubin for a real arch and PTX for a virtual one.  'ltoir' is
+    NVRTC's -dlto output (relocatable: -rdc=true), the input of link-time
+    optimization by pygpu.linking.Linker (nvJitLink).  rdc=True compiles
+    relocatable device code (-rdc=true): a kernel or __device__ function
+    may then use what another file defines, resolved by a Linker.
+    options are passed to NVRTC unchanged, and nothing else is added but
+    what the arguments ask for: no hidden -ftz or fast math.  cache_dir: a
+    directory, None for the default, False for no cache.  Returns a Binary
+    (bytes) with .lowered_names for the name_expressions.
     """
     return _compile(source, options, arch, target, include_dirs, defines, name_expressions,
-                    std, fast_math, cache_dir, name)[0]
+                    std, fast_math, cache_dir, name, rdc)[0]
 
 
 def cache_info(cache_dir=None):
@@ -451,7 +481,12 @@ class _Loaded:
         self.env = env          # CUDA_HOME/CUDA_PATH (they pick the include dirs), with deps
 
 
-class SourceModule:
+class CudaModule:
+    """The base of SourceModule and DynamicModule, as pycuda.compiler.CudaModule
+    (isinstance checks in PyCUDA code)."""
+
+
+class SourceModule(CudaModule):
     """Compile CUDA C source and load it into the current context, as
     pycuda.compiler.SourceModule does (through NVRTC, with the cache).
 
@@ -491,7 +526,8 @@ class SourceModule:
             raise TypeError("source must be a str, not %s" % type(source).__name__)
         if not no_extern_c:
             source = 'extern "C" {\n%s\n}\n' % source
-        dirs = _str_list(include_dirs, "include_dirs", None) + list(_trusted_dirs())
+        dirs = _str_list(include_dirs, "include_dirs", None) + list(
+            _trusted_dirs(store.resolve_dir(cache_dir)))
         if isinstance(options, str):
             options = options.split()
         options = list(options or ())
@@ -564,6 +600,35 @@ class SourceModule:
             raise ValueError("%s is %d bytes, not %d" % (name, nbytes, out.nbytes))
         driver.memcpy_dtoh(out, ptr)
         return out
+
+
+# ---- PyCUDA's nvcc helpers, over NVRTC ----
+
+def get_nvcc_version(nvcc="nvcc"):
+    """PyCUDA asks nvcc --version; pygpu compiles with NVRTC in-process, so
+    this names NVRTC's version (nvcc is never run)."""
+    return "NVRTC %d.%d (pygpu compiles in-process with NVRTC; %s is not run)" % (
+        tuple(nvrtc_version()) + (nvcc,))
+
+
+def compile_plain(source, options, keep, nvcc, cache_dir, target="cubin"):
+    """pycuda.compiler.compile_plain: source compiled as it is (no extern "C"
+    wrapper) to target ('cubin' or 'ptx') for the current device, through
+    NVRTC and the cache; nvcc's host-side options are dropped
+    (pygpu.linking.translate_nvcc_options)."""
+    from pygpu import linking
+    t = linking.translate_nvcc_options(options)
+    if target not in ("cubin", "ptx"):
+        raise ValueError("compile_plain(): target must be 'cubin' or 'ptx', not %r"
+                         % (target,))
+    arch = t["arch"] or t["code"]
+    if arch is not None and target == "ptx" and arch.startswith("sm_"):
+        arch = "compute_" + arch[3:]
+    return bytes(compile(source, options=t["nvrtc"], arch=arch, target=target,
+                         cache_dir=None if cache_dir in (None, True) else cache_dir))
+
+
+__all__ += ["CudaModule", "get_nvcc_version", "compile_plain"]
 
 
 # ---- linking (pygpu/linking.py): PyCUDA's names, re-exported lazily so that

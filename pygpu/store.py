@@ -614,10 +614,11 @@ def clear(cache_dir=None, disk=True):
 
 # ---- NVRTC's version, recorded beside the entries ----
 
-def read_version_record(cache_dir, fingerprint, file_sig):
+def read_version_record(cache_dir, fingerprint, file_sig, kind="nvrtc"):
     """The (major, minor) recorded for this fingerprint, if the record is
-    whole and its library file unchanged; else None."""
-    rec = os.path.join(cache_dir, "nvrtc-%s.json" % fingerprint)
+    whole and its library file unchanged; else None.  kind: which library
+    ('nvrtc', 'nvjitlink')."""
+    rec = os.path.join(cache_dir, "%s-%s.json" % (kind, fingerprint))
     try:
         with open(rec) as f:
             meta = json.load(f)
@@ -631,9 +632,29 @@ def read_version_record(cache_dir, fingerprint, file_sig):
     return None
 
 
-def write_version_record(cache_dir, fingerprint, lib, sig, version):
-    rec = os.path.join(cache_dir, "nvrtc-%s.json" % fingerprint)
+def write_version_record(cache_dir, fingerprint, lib, sig, version, kind="nvrtc", **extra):
+    rec = os.path.join(cache_dir, "%s-%s.json" % (kind, fingerprint))
     try:
-        _atomic_write(rec, json.dumps({"file": lib, "sig": sig, "version": list(version)}).encode())
+        _atomic_write(rec, json.dumps(dict(extra, file=lib, sig=sig,
+                                           version=list(version))).encode())
+    except OSError:
+        pass
+
+
+def read_record(cache_dir, name):
+    """The JSON object stored as <cache_dir>/<name>.json, or None."""
+    try:
+        with open(os.path.join(cache_dir, name + ".json")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def write_record(cache_dir, name, meta):
+    """Store the JSON object meta as <cache_dir>/<name>.json (atomic; a
+    failure to write is ignored: records only save time)."""
+    try:
+        _atomic_write(os.path.join(cache_dir, name + ".json"), json.dumps(meta).encode())
     except OSError:
         pass

@@ -587,3 +587,104 @@ def mark_cuda_test(inner_f):
     except ImportError:
         return f
     return pytest.mark.gpu(f)
+
+
+# ---- PyCUDA's occupancy helpers ----
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+class DeviceData:
+    """What a kernel generator sizes blocks by, for one device (the current
+    context's by default), as pycuda.tools.DeviceData: max_threads,
+    warp_size, warps_per_mp, thread_blocks_per_mp, registers (per block),
+    shared_memory (per block), smem_alloc_granularity, smem_granularity,
+    register_allocation_unit; the per-SM figures come from the device
+    (MAX_THREADS_PER_MULTIPROCESSOR, MAX_BLOCKS_PER_MULTIPROCESSOR)."""
+
+    def __init__(self, dev=None):
+        if dev is None:
+            dev = driver.Context.get_device()
+        a = driver.device_attribute
+        self.max_threads = dev.get_attribute(a.MAX_THREADS_PER_BLOCK)
+        self.warp_size = dev.get_attribute(a.WARP_SIZE)
+        self.warps_per_mp = dev.get_attribute(a.MAX_THREADS_PER_MULTIPROCESSOR) \
+            // self.warp_size
+        self.thread_blocks_per_mp = dev.get_attribute(a.MAX_BLOCKS_PER_MULTIPROCESSOR)
+        self.registers = dev.get_attribute(a.MAX_REGISTERS_PER_BLOCK)
+        self.shared_memory = dev.get_attribute(a.MAX_SHARED_MEMORY_PER_BLOCK)
+        self.smem_alloc_granularity = 128
+        self.smem_granularity = 32
+        self.register_allocation_unit = "warp"
+
+    def align_bytes(self, word_size=4):
+        """The alignment (bytes) that coalesces fetches of word_size bytes."""
+        if word_size == 4:
+            return 64
+        if word_size in (8, 16):
+            return 128
+        raise ValueError("no alignment possible for fetches of size %d" % word_size)
+
+    def align(self, nbytes, word_size=4):
+        """nbytes rounded up to align_bytes(word_size)."""
+        step = self.align_bytes(word_size)
+        return _ceil_div(nbytes, step) * step
+
+    def align_words(self, word_size):
+        """align_bytes(word_size) in words."""
+        return self.align_bytes(word_size) // word_size
+
+    def align_dtype(self, elements, dtype_size):
+        """elements rounded up to a whole aligned run of dtype_size words."""
+        step = self.align_words(dtype_size)
+        return _ceil_div(elements, step) * step
+
+    def coalesce(self, thread_count):
+        """thread_count rounded up to a multiple of 16."""
+        return _ceil_div(thread_count, 16) * 16
+
+    @staticmethod
+    def make_valid_tex_channel_count(size):
+        """The channel count (1, 2 or 4) a texture of size channels needs."""
+        for valid in (1, 2, 4):
+            if size <= valid:
+                return valid
+        raise ValueError("could not enlarge argument to valid channel count")
+
+
+class OccupancyRecord:
+    """The occupancy of a block of threads using shared_mem bytes and
+    registers registers per thread on devdata's device, as
+    pycuda.tools.OccupancyRecord: tb_per_mp (blocks per multiprocessor),
+    limited_by ('device', 'warps', 'regs' or 'smem'), warps_per_mp and
+    occupancy (a fraction of the warps a multiprocessor holds)."""
+
+    def __init__(self, devdata, threads, shared_mem=0, registers=0):
+        if threads > devdata.max_threads:
+            raise ValueError("too many threads: %d, the device takes at most %d a block"
+                             % (threads, devdata.max_threads))
+        if threads < 1:
+            raise ValueError("threads must be >= 1, got %d" % threads)
+        alloc_warps = _ceil_div(threads, devdata.warp_size)
+        alloc_smem = _ceil_div(shared_mem, devdata.smem_alloc_granularity) * \
+            devdata.smem_alloc_granularity
+        alloc_regs = alloc_warps * devdata.warp_size * registers
+        if alloc_regs > devdata.registers:
+            raise ValueError("too many registers: %d a block, the device has %d"
+                             % (alloc_regs, devdata.registers))
+        if alloc_smem > devdata.shared_memory:
+            raise ValueError("too much shared memory: %d bytes a block, the device has %d"
+                             % (alloc_smem, devdata.shared_memory))
+        self.tb_per_mp_limits = [(devdata.thread_blocks_per_mp, "device"),
+                                 (devdata.warps_per_mp // alloc_warps, "warps")]
+        if registers > 0:
+            self.tb_per_mp_limits.append((devdata.registers // alloc_regs, "regs"))
+        if shared_mem > 0:
+            self.tb_per_mp_limits.append((devdata.shared_memory // alloc_smem, "smem"))
+        self.tb_per_mp, self.limited_by = min(self.tb_per_mp_limits)
+        self.warps_per_mp = self.tb_per_mp * alloc_warps
+        self.occupancy = self.warps_per_mp / devdata.warps_per_mp
+
+
+__all__ += ["DeviceData", "OccupancyRecord"]

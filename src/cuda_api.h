@@ -121,4 +121,6 @@
     NV(nvrtcResult, nvrtcGetPTX, (nvrtcProgram, char *))                      \
     NV(nvrtcResult, nvrtcGetCUBINSize, (nvrtcProgram, size_t *))              \
     NV(nvrtcResult, nvrtcGetCUBIN, (nvrtcProgram, char *))                    \
-    NV(nvrtcResult, nvrtcGetLoweredName, (nvrtcProgram, const char *, const char **))
+    NV(nvrtcResult, nvrtcGetLoweredName, (nvrtcProgram, const char *, const char **)) \
+    NV(nvrtcResult, nvrtcGetLTOIRSize, (nvrtcProgram, size_t *))              \
+    NV(nvrtcResult, nvrtcGetLTOIR, (nvrtcProgram, char *))

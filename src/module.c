@@ -112,7 +112,8 @@ driver_exec(PyObject *m)
         || pygpu_function_setup(m, st) < 0
         || pygpu_nvrtc_setup(m, st) < 0
         || pygpu_staging_setup(m, st) < 0
-        || pygpu_linker_setup(m, st) < 0)
+        || pygpu_linker_setup(m, st) < 0
+        || pygpu_nvjitlink_setup(m, st) < 0)
         return -1;
     if (PyModule_AddIntConstant(m, "CUDA_HEADER_VERSION", CUDA_VERSION) < 0)
         return -1;

@@ -84,7 +84,7 @@ utf8_no_nul(PyObject *o, const char *what)
 
 /* _nvrtc_compile(source, name, options, headers, name_expressions, target)
  *   headers: sequence of (include_name, text)
- *   target: "cubin" or "ptx"
+ *   target: "cubin", "ptx" or "ltoir" (NVRTC's -dlto output, for nvJitLink)
  * -> (ok, log, image_or_None, {expression: lowered_name}) */
 static PyObject *
 nvrtc_compile(PyObject *m, PyObject *args)
@@ -99,7 +99,7 @@ nvrtc_compile(PyObject *m, PyObject *args)
     nvrtcResult r, cr;
     size_t logsize, size;
     char *log = NULL;
-    int want_cubin;
+    int want_cubin, want_ltoir;
 
     if (!PyArg_ParseTuple(args, "ssOOOs:_nvrtc_compile", &source, &name, &opts_o, &hdrs_o,
                           &names_o, &target))
@@ -107,8 +107,9 @@ nvrtc_compile(PyObject *m, PyObject *args)
     if (ensure_nvrtc(st) < 0)
         return NULL;
     want_cubin = strcmp(target, "cubin") == 0;
-    if (!want_cubin && strcmp(target, "ptx") != 0) {
-        PyErr_Format(PyExc_ValueError, "target must be 'cubin' or 'ptx', not %R",
+    want_ltoir = strcmp(target, "ltoir") == 0;
+    if (!want_cubin && !want_ltoir && strcmp(target, "ptx") != 0) {
+        PyErr_Format(PyExc_ValueError, "target must be 'cubin', 'ptx' or 'ltoir', not %R",
                      PyTuple_GET_ITEM(args, 5));
         return NULL;
     }
@@ -191,9 +192,16 @@ nvrtc_compile(PyObject *m, PyObject *args)
         res = Py_BuildValue("(OOOO)", Py_False, log_o, Py_None, lowered);
         goto done;
     }
-    r = want_cubin ? nv.nvrtcGetCUBINSize(prog, &size) : nv.nvrtcGetPTXSize(prog, &size);
+    r = want_cubin ? nv.nvrtcGetCUBINSize(prog, &size)
+        : want_ltoir ? nv.nvrtcGetLTOIRSize(prog, &size) : nv.nvrtcGetPTXSize(prog, &size);
     if (r != NVRTC_SUCCESS) {
-        nvrtc_error(st, r, want_cubin ? "nvrtcGetCUBINSize" : "nvrtcGetPTXSize");
+        nvrtc_error(st, r, want_cubin ? "nvrtcGetCUBINSize"
+                    : want_ltoir ? "nvrtcGetLTOIRSize" : "nvrtcGetPTXSize");
+        goto done;
+    }
+    if (want_ltoir && size == 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "NVRTC produced no LTO-IR: target='ltoir' needs the -dlto option");
         goto done;
     }
     if (want_cubin && size == 0) {
@@ -206,9 +214,11 @@ nvrtc_compile(PyObject *m, PyObject *args)
     if (image_o == NULL)
         goto done;
     r = want_cubin ? nv.nvrtcGetCUBIN(prog, PyBytes_AS_STRING(image_o))
-                   : nv.nvrtcGetPTX(prog, PyBytes_AS_STRING(image_o));
+        : want_ltoir ? nv.nvrtcGetLTOIR(prog, PyBytes_AS_STRING(image_o))
+                     : nv.nvrtcGetPTX(prog, PyBytes_AS_STRING(image_o));
     if (r != NVRTC_SUCCESS) {
-        nvrtc_error(st, r, want_cubin ? "nvrtcGetCUBIN" : "nvrtcGetPTX");
+        nvrtc_error(st, r, want_cubin ? "nvrtcGetCUBIN"
+                    : want_ltoir ? "nvrtcGetLTOIR" : "nvrtcGetPTX");
         goto done;
     }
     for (i = 0; i < nname; i++) {

@@ -370,6 +370,7 @@ int pygpu_launch_setup(PyObject *m, pygpu_state *st);
 int pygpu_stream_setup(PyObject *m, pygpu_state *st);
 int pygpu_event_setup(PyObject *m, pygpu_state *st);
 int pygpu_nvrtc_setup(PyObject *m, pygpu_state *st);
+int pygpu_nvjitlink_setup(PyObject *m, pygpu_state *st);
 int pygpu_staging_setup(PyObject *m, pygpu_state *st);
 int pygpu_linker_setup(PyObject *m, pygpu_state *st);
 

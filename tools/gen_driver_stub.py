@@ -19,6 +19,8 @@ RETURNS = {
     "init": "None", "get_driver_version": "int", "_driver_loaded": "bool",
     "_load_nvrtc": "str", "_nvrtc_version": "tuple[int, int]",
     "_nvrtc_supported_archs": "tuple[int, ...]",
+    "_load_nvjitlink": "str", "_nvjitlink_loaded": "bool",
+    "_nvjitlink_version": "tuple[int, int] | None", "_nvjitlink_result_name": "str",
     "mem_alloc": "DeviceAllocation", "mem_alloc_async": "DeviceAllocation",
     "mem_alloc_managed": "DeviceAllocation",
     "mem_alloc_pitch": "tuple[DeviceAllocation, int]", "mem_get_info": "tuple[int, int]",

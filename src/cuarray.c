@@ -68,28 +68,40 @@ typedef struct {
 } pygpu_ArrayDescriptor;
 
 static PyObject *
-descr_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+descr_make(PyTypeObject *type, Py_ssize_t w, Py_ssize_t h, Py_ssize_t d, int fmt, int nch,
+           int flags)
 {
-    static char *kwlist2[] = {"width", "height", "format", "num_channels", NULL};
-    static char *kwlist3[] = {"width", "height", "depth", "format", "num_channels", "flags",
-                              NULL};
-    pygpu_state *st = pygpu_state_from_type(type);
-    pygpu_ArrayDescriptor *self;
-    Py_ssize_t w = 0, h = 0, d = 0;
-    int fmt = CU_AD_FORMAT_FLOAT, nch = 1, flags = 0;
-    int ok = type == st->ArrayDescriptor3DType
-        ? PyArg_ParseTupleAndKeywords(args, kwds, "|nnniii:ArrayDescriptor3D", kwlist3,
-                                      &w, &h, &d, &fmt, &nch, &flags)
-        : PyArg_ParseTupleAndKeywords(args, kwds, "|nnii:ArrayDescriptor", kwlist2,
-                                      &w, &h, &fmt, &nch);
-    if (!ok)
-        return NULL;
-    self = PyObject_New(pygpu_ArrayDescriptor, type);
+    pygpu_ArrayDescriptor *self = PyObject_New(pygpu_ArrayDescriptor, type);
     if (self == NULL)
         return NULL;
     self->width = w; self->height = h; self->depth = d;
     self->format = fmt; self->num_channels = nch; self->flags = flags;
     return (PyObject *)self;
+}
+
+static PyObject *
+descr2_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"width", "height", "format", "num_channels", NULL};
+    Py_ssize_t w = 0, h = 0;
+    int fmt = CU_AD_FORMAT_FLOAT, nch = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|nnii:ArrayDescriptor", kwlist,
+                                     &w, &h, &fmt, &nch))
+        return NULL;
+    return descr_make(type, w, h, 0, fmt, nch, 0);
+}
+
+static PyObject *
+descr3_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"width", "height", "depth", "format", "num_channels", "flags",
+                             NULL};
+    Py_ssize_t w = 0, h = 0, d = 0;
+    int fmt = CU_AD_FORMAT_FLOAT, nch = 1, flags = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|nnniii:ArrayDescriptor3D", kwlist,
+                                     &w, &h, &d, &fmt, &nch, &flags))
+        return NULL;
+    return descr_make(type, w, h, d, fmt, nch, flags);
 }
 
 static void
@@ -134,7 +146,7 @@ static PyMemberDef descr3_members[] = {
 };
 
 static PyType_Slot descr2_slots[] = {
-    {Py_tp_new, descr_new},
+    {Py_tp_new, descr2_new},
     {Py_tp_dealloc, descr_dealloc},
     {Py_tp_repr, descr_repr},
     {Py_tp_members, descr2_members},
@@ -144,7 +156,7 @@ static PyType_Slot descr2_slots[] = {
     {0, NULL}
 };
 static PyType_Slot descr3_slots[] = {
-    {Py_tp_new, descr_new},
+    {Py_tp_new, descr3_new},
     {Py_tp_dealloc, descr_dealloc},
     {Py_tp_repr, descr_repr},
     {Py_tp_members, descr3_members},

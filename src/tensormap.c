@@ -384,7 +384,7 @@ tmap_finish(pygpu_state *st, pygpu_TensorMap *m, tmap_common *a, CUresult rc,
 }
 
 static PyObject *
-tmap_tiled_impl(PyTypeObject *type, PyObject *args, PyObject *kwds)
+tmap_tiled_impl(PyTypeObject *type, PyObject *args, PyObject *kwds, const char *format)
 {
     pygpu_state *st = pygpu_state_from_type(type);
     static char *kwlist[] = {"tensor", "box", "shape", "strides", "dtype", "data_type",
@@ -399,7 +399,7 @@ tmap_tiled_impl(PyTypeObject *type, PyObject *args, PyObject *kwds)
     CUresult rc;
     int n, i;
     size_t inner;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|$OOOOOOOOO:TensorMap", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, format, kwlist,
                                      &a.tensor, &box_obj, &a.shape, &a.strides, &a.dtype,
                                      &a.data_type, &a.element_strides, &il, &sw, &l2, &oob))
         return NULL;
@@ -463,13 +463,13 @@ error:
 static PyObject *
 tmap_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    return tmap_tiled_impl(type, args, kwds);
+    return tmap_tiled_impl(type, args, kwds, "OO|OOOOOOOOO:TensorMap");
 }
 
 static PyObject *
 tmap_tiled(PyObject *cls, PyObject *args, PyObject *kwds)
 {
-    return tmap_tiled_impl((PyTypeObject *)cls, args, kwds);
+    return tmap_tiled_impl((PyTypeObject *)cls, args, kwds, "OO|OOOOOOOOO:tiled");
 }
 
 static PyObject *
@@ -491,7 +491,7 @@ tmap_im2col(PyObject *cls, PyObject *args, PyObject *kwds)
     int lower[MAX_RANK], upper[MAX_RANK], nlo, nhi, i, r;
     CUtensorMap enc;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOII|$OOOOOOOOO:TensorMap.im2col", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOII|OOOOOOOOO:im2col", kwlist,
                                      &a.tensor, &lo_obj, &hi_obj, &cpp, &ppc, &a.shape,
                                      &a.strides, &a.dtype, &a.data_type, &a.element_strides,
                                      &il, &sw, &l2, &oob))
@@ -594,12 +594,12 @@ tmap_get_data_type(pygpu_TensorMap *self, void *c) { return PyLong_FromLong(self
 #define CF(f) (PyCFunction)(void (*)(void))(f)
 static PyMethodDef tmap_methods[] = {
     {"tiled", CF(tmap_tiled), METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "tiled($type, /, tensor, box, *, shape=None, strides=None, dtype=None, data_type=None, "
+     "tiled($type, /, tensor, box, shape=None, strides=None, dtype=None, data_type=None, "
      "element_strides=None, interleave=0, swizzle=0, l2_promotion=0, oob_fill=0)\n--\n\n"
      "The same as TensorMap(...): a tiled map (cuTensorMapEncodeTiled)."},
     {"im2col", CF(tmap_im2col), METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "im2col($type, /, tensor, lower_corner, upper_corner, channels_per_pixel, "
-     "pixels_per_column, *, shape=None, strides=None, dtype=None, data_type=None, "
+     "pixels_per_column, shape=None, strides=None, dtype=None, data_type=None, "
      "element_strides=None, interleave=0, swizzle=0, l2_promotion=0, oob_fill=0)\n--\n\n"
      "An im2col map (cuTensorMapEncodeIm2col) of a rank 3-5 tensor in NHWC-like order "
      "(outermost first); the corners give the spatial dimensions' bounding box offsets."},
@@ -624,7 +624,7 @@ static PyType_Slot tmap_slots[] = {
     {Py_tp_clear, tmap_clear},
     {Py_tp_methods, tmap_methods},
     {Py_tp_getset, tmap_getset},
-    {Py_tp_doc, "TensorMap(tensor, box, *, shape=None, strides=None, dtype=None, "
+    {Py_tp_doc, "TensorMap(tensor, box, shape=None, strides=None, dtype=None, "
                 "data_type=None, element_strides=None, interleave=0, swizzle=0, "
                 "l2_promotion=0, oob_fill=0)\n--\n\n"
                 "A tiled TMA descriptor (cuTensorMapEncodeTiled) of device memory: a "

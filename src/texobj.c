@@ -397,7 +397,7 @@ texobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     pygpu_scope s;
     CUtexObject h;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$OOOpOOOOO:TextureObject", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OOOpOOOOO:TextureObject", kwlist,
                                      &resource, &am_obj, &fm_obj, &rm_obj, &normalized,
                                      &border, &fmt_obj, &nch_obj, &shape_obj, &pitch_obj))
         return NULL;
@@ -649,6 +649,12 @@ static PyMethodDef texobj_methods[] = {
     {NULL}
 };
 
+static PyMethodDef surfobj_methods[] = {
+    {"free", (PyCFunction)texobj_free, METH_NOARGS,
+     "free($self, /)\n--\n\nDestroy the surface now (idempotent) and let go of its array."},
+    {NULL}
+};
+
 static PyGetSetDef texobj_getset[] = {
     {"handle", (getter)texobj_get_handle, NULL,
      "The 64-bit handle (cudaTextureObject_t / cudaSurfaceObject_t).", NULL},
@@ -685,7 +691,7 @@ static PyType_Slot tex_slots[] = {
     {Py_tp_methods, texobj_methods},
     {Py_tp_getset, tex_getset},
     {Py_tp_members, texobj_members},
-    {Py_tp_doc, "TextureObject(resource, *, address_mode=address_mode.CLAMP, "
+    {Py_tp_doc, "TextureObject(resource, address_mode=address_mode.CLAMP, "
                 "filter_mode=filter_mode.POINT, read_mode=read_mode.ELEMENT_TYPE, "
                 "normalized_coords=False, border_color=None, format=None, "
                 "num_channels=None, shape=None, pitch=None)\n--\n\n"
@@ -701,7 +707,7 @@ static PyType_Slot surf_slots[] = {
     {Py_tp_traverse, texobj_traverse},
     {Py_tp_clear, texobj_clear},
     {Py_tp_repr, texobj_repr},
-    {Py_tp_methods, texobj_methods},
+    {Py_tp_methods, surfobj_methods},
     {Py_tp_getset, texobj_getset},
     {Py_tp_members, texobj_members},
     {Py_tp_doc, "SurfaceObject(array)\n--\n\nA surface object (cuSurfObjectCreate) over an "

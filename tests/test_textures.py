@@ -717,14 +717,14 @@ def _launch2d(fn, w, h, *args, d=1):
     fn(*args, block=(64, 1, 1), grid=((w + 63) // 64, h, d))
 
 
-def _bilinear(a, u, v, clamp=True):
-    """CUDA's 2-D linear filtering of unnormalized coordinates (clamp
-    addressing), with the weights in 9-bit fixed point (1/256)."""
+def _bilinear(a, u, v):
+    """2-D linear filtering of unnormalized coordinates with clamp
+    addressing, in float64 with exact weights (the hardware's are 9-bit
+    fixed point: the caller's tolerance covers that)."""
     h, w = a.shape
     xb, yb = u - 0.5, v - 0.5
     x0, y0 = np.floor(xb).astype(int), np.floor(yb).astype(int)
-    ax = np.round((xb - x0) * 256) / 256
-    ay = np.round((yb - y0) * 256) / 256
+    ax, ay = xb - x0, yb - y0
 
     def at(y, x):
         return a[np.clip(y, 0, h - 1), np.clip(x, 0, w - 1)].astype(np.float64)
@@ -791,13 +791,15 @@ def test_gpu_2d_float_linear_filtering(ctx, rng, gpu_mod):
                                       block=(256, 1, 1), grid=(n // 256, 1))
     got = cuda.from_device(out, n, np.float32)
     want = _bilinear(a, u.astype(np.float64), v.astype(np.float64))
-    # 9-bit weights: each of the 2 interpolations is off by at most 1/512 of a difference
-    tol = 2 * (2 * np.abs(a).max()) / 512 + 1e-5
+    # 9-bit fixed-point weights (8 fractional bits): each weight is off by at most
+    # 1/256 (truncated or rounded), each of the 2 interpolations by 1/256 of a
+    # difference of two texels (at most 2 max|a|)
+    tol = 2 * (2 * np.abs(a).max()) / 256 + 1e-5
     np.testing.assert_allclose(got, want, rtol=0, atol=tol)
 
 
 @pytest.mark.gpu
-def test_gpu_pitched_texture_and_address_modes(ctx, rng, gpu_mod):
+def test_gpu_pitched_texture(ctx, rng, gpu_mod):
     h, w = 16, 48
     a = rng.standard_normal((h, w)).astype(np.float32)
     dev, pitch = cuda.mem_alloc_pitch(w * 4, h, 4)
@@ -806,6 +808,18 @@ def test_gpu_pitched_texture_and_address_modes(ctx, rng, gpu_mod):
     c.set_dst_device(dev)
     c.width_in_bytes, c.src_pitch, c.dst_pitch, c.height = w * 4, w * 4, pitch, h
     c()
+    t = cuda.TextureObject(dev, format=cuda.array_format.FLOAT, shape=(h, w), pitch=pitch)
+    assert t.resource_type == cuda.resource_type.PITCH2D
+    out = cuda.mem_alloc(a.nbytes)
+    _launch2d(gpu_mod.get_function("read2d"), w, h, t, out, np.int32(w), np.int32(h))
+    np.testing.assert_array_equal(cuda.from_device(out, a.shape, a.dtype), a)
+
+
+@pytest.mark.gpu
+def test_gpu_address_modes(ctx, rng, gpu_mod):
+    h, w = 16, 48
+    a = rng.standard_normal((h, w)).astype(np.float32)
+    ary = cuda.matrix_to_array(a, "C")
     n = 2048
     ix = rng.integers(-3 * w, 4 * w, n)
     iy = rng.integers(-3 * h, 4 * h, n)
@@ -816,8 +830,7 @@ def test_gpu_pitched_texture_and_address_modes(ctx, rng, gpu_mod):
             (cuda.address_mode.WRAP, True, ix % w, iy % h),
             (cuda.address_mode.MIRROR, True, None, None),
             (cuda.address_mode.BORDER, False, None, None)]:
-        t = cuda.TextureObject(dev, format=cuda.array_format.FLOAT, shape=(h, w), pitch=pitch,
-                               address_mode=mode, normalized_coords=norm)
+        t = cuda.TextureObject(ary, address_mode=mode, normalized_coords=norm)
         u, v = (ix + 0.5).astype(np.float32), (iy + 0.5).astype(np.float32)
         if norm:
             u, v = (u / w).astype(np.float32), (v / h).astype(np.float32)

@@ -8,6 +8,24 @@ from typing import Any
 class ArgumentHandler:
     ...
 
+class Array:
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    @property
+    def descriptor(self) -> Any: ...
+    def free(self, /) -> Any: ...
+    @property
+    def freed(self) -> Any: ...
+    def get_descriptor(self, /) -> Any: ...
+    def get_descriptor_3d(self, /) -> Any: ...
+    @property
+    def handle(self) -> Any: ...
+
+class ArrayDescriptor:
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+
+class ArrayDescriptor3D:
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+
 class BoundLaunch:
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
@@ -204,12 +222,56 @@ class Stream:
     def synchronize(self, /) -> None: ...
     def wait_for_event(self, event: Any, /) -> Any: ...
 
+class SurfaceObject:
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def free(self, /) -> Any: ...
+    @property
+    def handle(self) -> Any: ...
+    @property
+    def resource(self) -> Any: ...
+    @property
+    def resource_type(self) -> Any: ...
+
+class TensorMap:
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    @property
+    def box(self) -> Any: ...
+    @property
+    def data_type(self) -> Any: ...
+    @classmethod
+    def im2col(cls, tensor: Any, lower_corner: Any, upper_corner: Any, channels_per_pixel: Any, pixels_per_column: Any, shape: Any = ..., strides: Any = ..., dtype: Any = ..., data_type: Any = ..., element_strides: Any = ..., interleave: Any = ..., swizzle: Any = ..., l2_promotion: Any = ..., oob_fill: Any = ...) -> Any: ...
+    @property
+    def shape(self) -> Any: ...
+    @property
+    def strides(self) -> Any: ...
+    @property
+    def tensor(self) -> Any: ...
+    @classmethod
+    def tiled(cls, tensor: Any, box: Any, shape: Any = ..., strides: Any = ..., dtype: Any = ..., data_type: Any = ..., element_strides: Any = ..., interleave: Any = ..., swizzle: Any = ..., l2_promotion: Any = ..., oob_fill: Any = ...) -> Any: ...
+
+class TextureObject:
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    @property
+    def address_mode(self) -> Any: ...
+    @property
+    def filter_mode(self) -> Any: ...
+    @property
+    def flags(self) -> Any: ...
+    def free(self, /) -> Any: ...
+    @property
+    def handle(self) -> Any: ...
+    @property
+    def resource(self) -> Any: ...
+    @property
+    def resource_type(self) -> Any: ...
+
 def _driver_loaded() -> bool: ...
 def _get_staging() -> Any: ...
 def _load_nvjitlink(candidates: Any, /) -> str: ...
 def _load_nvrtc(candidates: Any, /) -> str: ...
 def _managed(*args: Any, **kwargs: Any) -> Any: ...
 def _memcpy_2d(*args: Any, **kwargs: Any) -> Any: ...
+def _memcpy_3d(what: Any, src: Any, dst: Any, width_in_bytes: Any, height: Any, depth: Any, stream: Any) -> Any: ...
 def _null_call(*args: Any, **kwargs: Any) -> Any: ...
 def _nvjitlink_link(options: Any, inputs: Any, target: Any, /) -> Any: ...
 def _nvjitlink_loaded() -> bool: ...
@@ -223,6 +285,65 @@ def _raise_for_code(code: Any, routine: Any, /) -> Any: ...
 def _set_handler_hooks(*args: Any, **kwargs: Any) -> Any: ...
 def _set_staging(threshold: Any = ..., threads: Any = ..., chunk: Any = ...) -> Any: ...
 def _staging_applies(nbytes: Any) -> Any: ...
+class address_mode(enum.IntEnum):
+    WRAP = 0
+    CLAMP = 1
+    MIRROR = 2
+    BORDER = 3
+
+class array_format(enum.IntEnum):
+    UNSIGNED_INT8 = 1
+    UNSIGNED_INT16 = 2
+    UNSIGNED_INT32 = 3
+    SIGNED_INT8 = 8
+    SIGNED_INT16 = 9
+    SIGNED_INT32 = 10
+    HALF = 16
+    FLOAT = 32
+    NV12 = 176
+    UNORM_INT8X1 = 192
+    UNORM_INT8X2 = 193
+    UNORM_INT8X4 = 194
+    UNORM_INT16X1 = 195
+    UNORM_INT16X2 = 196
+    UNORM_INT16X4 = 197
+    SNORM_INT8X1 = 198
+    SNORM_INT8X2 = 199
+    SNORM_INT8X4 = 200
+    SNORM_INT16X1 = 201
+    SNORM_INT16X2 = 202
+    SNORM_INT16X4 = 203
+    BC1_UNORM = 145
+    BC1_UNORM_SRGB = 146
+    BC2_UNORM = 147
+    BC2_UNORM_SRGB = 148
+    BC3_UNORM = 149
+    BC3_UNORM_SRGB = 150
+    BC4_UNORM = 151
+    BC4_SNORM = 152
+    BC5_UNORM = 153
+    BC5_SNORM = 154
+    BC6H_UF16 = 155
+    BC6H_SF16 = 156
+    BC7_UNORM = 157
+    BC7_UNORM_SRGB = 158
+    P010 = 159
+    P016 = 161
+    NV16 = 162
+    P210 = 163
+    P216 = 164
+    YUY2 = 165
+    Y210 = 166
+    Y216 = 167
+    AYUV = 168
+    Y410 = 169
+    Y416 = 177
+    Y444_PLANAR8 = 178
+    Y444_PLANAR10 = 179
+    YUV444_8bit_SemiPlanar = 180
+    YUV444_16bit_SemiPlanar = 181
+    UNORM_INT_101010_2 = 80
+
 class ctx_flags(enum.IntEnum):
     SCHED_AUTO = 0
     SCHED_SPIN = 1
@@ -500,6 +621,10 @@ class event_flags(enum.IntEnum):
     DISABLE_TIMING = 2
     INTERPROCESS = 4
 
+class filter_mode(enum.IntEnum):
+    POINT = 0
+    LINEAR = 1
+
 class func_cache(enum.IntEnum):
     PREFER_NONE = 0
     PREFER_SHARED = 1
@@ -602,7 +727,55 @@ def memset_d8(dest: Any, value: Any, count: Any, /) -> Any: ...
 def memset_d8_async(dest: Any, value: Any, count: Any, stream: Any = ..., /) -> Any: ...
 def module_from_buffer(data: Any, options: Any = ..., message_handler: Any = ...) -> Module: ...
 def register_host_memory(ary: Any, flags: Any = ...) -> HostAllocation: ...
+class resource_type(enum.IntEnum):
+    ARRAY = 0
+    MIPMAPPED_ARRAY = 1
+    LINEAR = 2
+    PITCH2D = 3
+
 def staging_stats(reset: Any = ...) -> Any: ...
 class stream_flags(enum.IntEnum):
     DEFAULT = 0
     NON_BLOCKING = 1
+
+class tensor_map_data_type(enum.IntEnum):
+    UINT8 = 0
+    UINT16 = 1
+    UINT32 = 2
+    INT32 = 3
+    UINT64 = 4
+    INT64 = 5
+    FLOAT16 = 6
+    FLOAT32 = 7
+    FLOAT64 = 8
+    BFLOAT16 = 9
+    FLOAT32_FTZ = 10
+    TFLOAT32 = 11
+    TFLOAT32_FTZ = 12
+    TYPE_16U4_ALIGN8B = 13
+    TYPE_16U4_ALIGN16B = 14
+    TYPE_16U6_ALIGN16B = 15
+
+class tensor_map_float_oob_fill(enum.IntEnum):
+    NONE = 0
+    NAN_REQUEST_ZERO_FMA = 1
+
+class tensor_map_interleave(enum.IntEnum):
+    NONE = 0
+    INTERLEAVE_16B = 1
+    INTERLEAVE_32B = 2
+
+class tensor_map_l2_promotion(enum.IntEnum):
+    NONE = 0
+    L2_64B = 1
+    L2_128B = 2
+    L2_256B = 3
+
+class tensor_map_swizzle(enum.IntEnum):
+    NONE = 0
+    SWIZZLE_32B = 1
+    SWIZZLE_64B = 2
+    SWIZZLE_128B = 3
+    SWIZZLE_128B_ATOM_32B = 4
+    SWIZZLE_128B_ATOM_32B_FLIP_8B = 5
+    SWIZZLE_128B_ATOM_64B = 6

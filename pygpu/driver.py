@@ -274,21 +274,52 @@ class Memcpy2D:
     def set_src_device(self, ptr):
         self._src, self._src_host = ptr, False
 
+    def set_src_array(self, ary):
+        """A CUDA Array as the source (its pitch is the array's own)."""
+        self._src, self._src_host = ary, "a"
+
     def set_dst_host(self, buf):
         self._dst, self._dst_host = buf, True
 
     def set_dst_device(self, ptr):
         self._dst, self._dst_host = ptr, False
 
+    def set_dst_array(self, ary):
+        """A CUDA Array as the destination."""
+        self._dst, self._dst_host = ary, "a"
+
     def __call__(self, stream_or_aligned=None, aligned=None):
         """c(aligned=True) copies now; c(stream) enqueues on a stream."""
         if self._src is None or self._dst is None:
             raise ValueError("Memcpy2D: set a source and a destination first")
         stream = None if isinstance(stream_or_aligned, bool) else stream_or_aligned
+        if "a" in (self._src_host, self._dst_host):
+            # an array side: the 3-D copy, one slice deep (src/cuarray.c)
+            kind = {True: "h", False: "d", "a": "a"}
+            _driver._memcpy_3d(
+                "Memcpy2D",
+                (kind[self._src_host], self._src, self.src_x_in_bytes, self.src_y, 0,
+                 self.src_pitch, 0),
+                (kind[self._dst_host], self._dst, self.dst_x_in_bytes, self.dst_y, 0,
+                 self.dst_pitch, 0),
+                self.width_in_bytes, self.height, 1, stream)
+            return
         _driver._memcpy_2d(self._dst, self.dst_pitch, self._dst_host,
                            self._src, self.src_pitch, self._src_host,
                            self.width_in_bytes, self.height, self.src_x_in_bytes,
                            self.src_y, self.dst_x_in_bytes, self.dst_y, stream)
+
+
+# ---- CUDA arrays, texture/surface objects, TMA tensor maps (pygpu/textures.py) ----
+
+from pygpu.textures import (  # noqa: E402,F401  (re-exported API)
+    Array, ArrayDescriptor, ArrayDescriptor3D, Memcpy3D, SurfaceObject, TensorMap,
+    TextureObject, address_mode, array3d_flags, array_format, array_format_to_dtype,
+    array_to_matrix, array_to_np, dtype_to_array_format, filter_mode, gpuarray_to_array,
+    make_multichannel_2d_array, matrix_to_array, memcpy_atoh, memcpy_htoa, np_to_array,
+    read_mode, resource_type, tensor_map_data_type, tensor_map_float_oob_fill,
+    tensor_map_interleave, tensor_map_l2_promotion, tensor_map_swizzle,
+)
 
 
 # ---- In / Out / InOut ----
@@ -405,6 +436,13 @@ _driver._set_handler_hooks(_handlers_begin, _handlers_end)
 # a literal list, so type checkers see the re-exports (tests/test_packaging.py
 # checks it names every public name)
 __all__ = [
+    "Array", "ArrayDescriptor", "ArrayDescriptor3D", "Memcpy3D", "SurfaceObject", "TensorMap",
+    "TextureObject", "address_mode", "array3d_flags", "array_format", "array_format_to_dtype",
+    "array_to_matrix", "array_to_np", "dtype_to_array_format", "filter_mode",
+    "gpuarray_to_array", "make_multichannel_2d_array", "matrix_to_array", "memcpy_atoh",
+    "memcpy_htoa", "np_to_array", "read_mode", "resource_type", "tensor_map_data_type",
+    "tensor_map_float_oob_fill", "tensor_map_interleave", "tensor_map_l2_promotion",
+    "tensor_map_swizzle",
     "Linker", "jit_input_type", "PointerHolderBase", "aligned_empty", "compute_mode", "ArgumentHandler", "BoundLaunch", "CompileError", "set_staging", "staging_settings",
     "staging_stats", "Context", "CudaUnavailableError", "Device",
     "DeviceAllocation", "Error", "Event", "Function", "HostAllocation", "In", "InOut",

@@ -618,6 +618,44 @@ refuse_object_fields(PyObject *fn, int i, PyObject *obj)
     return 0;
 }
 
+/* A TextureObject or SurfaceObject is its 64-bit handle; a TensorMap its 128
+ * encoded bytes (the kernel declares `const __grid_constant__ CUtensorMap`,
+ * which the driver places 64-byte aligned). */
+static int
+pack_resource(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, size_t size)
+{
+    unsigned long long h;
+    if (Py_IS_TYPE(obj, st->TensorMapType)) {
+        if (size != sizeof(CUtensorMap)) {
+            PyErr_Format(PyExc_TypeError, "kernel '%U': parameter %d is %zu bytes but a "
+                         "TensorMap is a %zu-byte CUtensorMap (declare the parameter "
+                         "`const __grid_constant__ CUtensorMap`)", fn, i, size,
+                         sizeof(CUtensorMap));
+            return -1;
+        }
+        memcpy(dst, pygpu_tensormap_bytes(obj), sizeof(CUtensorMap));
+        return 0;
+    }
+    if (size != sizeof h) {
+        PyErr_Format(PyExc_TypeError, "kernel '%U': parameter %d is %zu bytes but a %.100s "
+                     "is a 64-bit %s", fn, i, size, Py_TYPE(obj)->tp_name,
+                     Py_IS_TYPE(obj, st->SurfaceObjectType) ? "cudaSurfaceObject_t"
+                                                            : "cudaTextureObject_t");
+        return -1;
+    }
+    if (pygpu_texobj_handle(st, obj, &h) < 0) {
+        PyObject *exc, *val, *tb;
+        PyErr_Fetch(&exc, &val, &tb);
+        PyErr_Format(st->LogicError, "kernel '%U': parameter %d: %S", fn, i, val);
+        Py_XDECREF(exc);
+        Py_XDECREF(val);
+        Py_XDECREF(tb);
+        return -1;
+    }
+    memcpy(dst, &h, sizeof h);
+    return 0;
+}
+
 /* Pack one argument at dst.  Returns 0, -1 with an exception, 1 when user
  * Python code may have run (a foreign array's conversion), or 2 for an
  * In/Out/InOut handler (nothing packed). */
@@ -635,6 +673,8 @@ pack_one(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, size_t 
     }
     if (tp == &PyFloat_Type)
         return pack_float(fn, i, PyFloat_AS_DOUBLE(obj), dst, size);
+    if (tp == st->TextureObjectType || tp == st->SurfaceObjectType || tp == st->TensorMapType)
+        return pack_resource(st, fn, i, obj, dst, size);
     if (tp == &PyLong_Type) {
         if (prep == 'f' || prep == 'd' || prep == 'e') {
             double d = PyLong_AsDouble(obj);
@@ -728,7 +768,7 @@ unknown:
 /* Without a known layout: PyCUDA's rules, natural sizes and alignment (a
  * prepared type code fixes a parameter's size).  Fills params[0..nargs). */
 static int
-fallback_sizes(const pygpu_layout *l, PyObject *const *args, Py_ssize_t nargs,
+fallback_sizes(pygpu_state *st, const pygpu_layout *l, PyObject *const *args, Py_ssize_t nargs,
                pygpu_param *params, size_t *total)
 {
     size_t off = 0;
@@ -748,9 +788,13 @@ fallback_sizes(const pygpu_layout *l, PyObject *const *args, Py_ssize_t nargs,
                 sz = (size_t)PyDataType_ELSIZE(PyArray_DESCR((PyArrayObject *)o));
             } else if (PyBytes_Check(o)) {
                 sz = (size_t)PyBytes_GET_SIZE(o);
+            } else if (Py_IS_TYPE(o, st->TensorMapType)) {
+                sz = sizeof(CUtensorMap);
             }
         }
         align = sz >= 8 ? 8 : (sz >= 4 ? 4 : (sz >= 2 ? 2 : 1));
+        if (Py_IS_TYPE(o, st->TensorMapType))
+            align = 64;        /* a CUtensorMap parameter's alignment */
         off = (off + align - 1) & ~(align - 1);
         params[i].offset = off;
         params[i].size = sz;
@@ -870,7 +914,7 @@ pygpu_pack(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ssize_t
             PyErr_NoMemory();
             goto done;
         }
-        if (fallback_sizes(l, args, nargs, tmp, &total) < 0
+        if (fallback_sizes(st, l, args, nargs, tmp, &total) < 0
             || pack_storage(pack, total, (int)nargs, 1) < 0) {
             if (tmp != small)
                 PyMem_Free(tmp);

@@ -94,6 +94,17 @@
     CU_REQUIRED(cuLinkAddFile, 6050)                             \
     CU_REQUIRED(cuLinkComplete, 5050)                            \
     CU_REQUIRED(cuLinkDestroy, 5050)                             \
+    CU_REQUIRED(cuArrayCreate, 3020)                             \
+    CU_REQUIRED(cuArray3DCreate, 3020)                           \
+    CU_REQUIRED(cuArrayDestroy, 2000)                            \
+    CU_REQUIRED(cuArrayGetDescriptor, 3020)                      \
+    CU_REQUIRED(cuArray3DGetDescriptor, 3020)                    \
+    CU_REQUIRED(cuMemcpy3D, 3020)                                \
+    CU_REQUIRED(cuMemcpy3DAsync, 3020)                           \
+    CU_REQUIRED(cuTexObjectCreate, 5000)                         \
+    CU_REQUIRED(cuTexObjectDestroy, 5000)                        \
+    CU_REQUIRED(cuSurfObjectCreate, 5000)                        \
+    CU_REQUIRED(cuSurfObjectDestroy, 5000)                       \
     CU_OPTIONAL(cuMemAllocAsync, 11020)                          \
     CU_OPTIONAL(cuMemFreeAsync, 11020)                           \
     CU_OPTIONAL(cuDeviceGetDefaultMemPool, 11020)                \
@@ -101,7 +112,9 @@
     CU_OPTIONAL(cuMemPrefetchAsync, 12020)                       \
     CU_OPTIONAL(cuLaunchKernelEx, 11060)                         \
     CU_OPTIONAL(cuFuncGetParamInfo, 12040)                       \
-    CU_OPTIONAL(cuFuncGetName, 12030)
+    CU_OPTIONAL(cuFuncGetName, 12030)                            \
+    CU_OPTIONAL(cuTensorMapEncodeTiled, 12000)                   \
+    CU_OPTIONAL(cuTensorMapEncodeIm2col, 12000)
 
 /* NVRTC: every entry is required once the library is found. */
 #define PYGPU_NVRTC_API(NV)                                                   \

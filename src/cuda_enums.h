@@ -370,6 +370,126 @@ static const pygpu_enum_entry pygpu_enum_error_code[] = {
     {"CUDA_ERROR_UNKNOWN", 999},
     {NULL, 0}
 };
+static const pygpu_enum_entry pygpu_enum_array_format[] = {
+    {"UNSIGNED_INT8", 1},
+    {"UNSIGNED_INT16", 2},
+    {"UNSIGNED_INT32", 3},
+    {"SIGNED_INT8", 8},
+    {"SIGNED_INT16", 9},
+    {"SIGNED_INT32", 10},
+    {"HALF", 16},
+    {"FLOAT", 32},
+    {"NV12", 176},
+    {"UNORM_INT8X1", 192},
+    {"UNORM_INT8X2", 193},
+    {"UNORM_INT8X4", 194},
+    {"UNORM_INT16X1", 195},
+    {"UNORM_INT16X2", 196},
+    {"UNORM_INT16X4", 197},
+    {"SNORM_INT8X1", 198},
+    {"SNORM_INT8X2", 199},
+    {"SNORM_INT8X4", 200},
+    {"SNORM_INT16X1", 201},
+    {"SNORM_INT16X2", 202},
+    {"SNORM_INT16X4", 203},
+    {"BC1_UNORM", 145},
+    {"BC1_UNORM_SRGB", 146},
+    {"BC2_UNORM", 147},
+    {"BC2_UNORM_SRGB", 148},
+    {"BC3_UNORM", 149},
+    {"BC3_UNORM_SRGB", 150},
+    {"BC4_UNORM", 151},
+    {"BC4_SNORM", 152},
+    {"BC5_UNORM", 153},
+    {"BC5_SNORM", 154},
+    {"BC6H_UF16", 155},
+    {"BC6H_SF16", 156},
+    {"BC7_UNORM", 157},
+    {"BC7_UNORM_SRGB", 158},
+    {"P010", 159},
+    {"P016", 161},
+    {"NV16", 162},
+    {"P210", 163},
+    {"P216", 164},
+    {"YUY2", 165},
+    {"Y210", 166},
+    {"Y216", 167},
+    {"AYUV", 168},
+    {"Y410", 169},
+    {"Y416", 177},
+    {"Y444_PLANAR8", 178},
+    {"Y444_PLANAR10", 179},
+    {"YUV444_8bit_SemiPlanar", 180},
+    {"YUV444_16bit_SemiPlanar", 181},
+    {"UNORM_INT_101010_2", 80},
+    {NULL, 0}
+};
+static const pygpu_enum_entry pygpu_enum_address_mode[] = {
+    {"WRAP", 0},
+    {"CLAMP", 1},
+    {"MIRROR", 2},
+    {"BORDER", 3},
+    {NULL, 0}
+};
+static const pygpu_enum_entry pygpu_enum_filter_mode[] = {
+    {"POINT", 0},
+    {"LINEAR", 1},
+    {NULL, 0}
+};
+static const pygpu_enum_entry pygpu_enum_resource_type[] = {
+    {"ARRAY", 0},
+    {"MIPMAPPED_ARRAY", 1},
+    {"LINEAR", 2},
+    {"PITCH2D", 3},
+    {NULL, 0}
+};
+static const pygpu_enum_entry pygpu_enum_tensor_map_data_type[] = {
+    {"UINT8", 0},
+    {"UINT16", 1},
+    {"UINT32", 2},
+    {"INT32", 3},
+    {"UINT64", 4},
+    {"INT64", 5},
+    {"FLOAT16", 6},
+    {"FLOAT32", 7},
+    {"FLOAT64", 8},
+    {"BFLOAT16", 9},
+    {"FLOAT32_FTZ", 10},
+    {"TFLOAT32", 11},
+    {"TFLOAT32_FTZ", 12},
+    {"TYPE_16U4_ALIGN8B", 13},
+    {"TYPE_16U4_ALIGN16B", 14},
+    {"TYPE_16U6_ALIGN16B", 15},
+    {NULL, 0}
+};
+static const pygpu_enum_entry pygpu_enum_tensor_map_interleave[] = {
+    {"NONE", 0},
+    {"INTERLEAVE_16B", 1},
+    {"INTERLEAVE_32B", 2},
+    {NULL, 0}
+};
+static const pygpu_enum_entry pygpu_enum_tensor_map_swizzle[] = {
+    {"NONE", 0},
+    {"SWIZZLE_32B", 1},
+    {"SWIZZLE_64B", 2},
+    {"SWIZZLE_128B", 3},
+    {"SWIZZLE_128B_ATOM_32B", 4},
+    {"SWIZZLE_128B_ATOM_32B_FLIP_8B", 5},
+    {"SWIZZLE_128B_ATOM_64B", 6},
+    {NULL, 0}
+};
+static const pygpu_enum_entry pygpu_enum_tensor_map_l2_promotion[] = {
+    {"NONE", 0},
+    {"L2_64B", 1},
+    {"L2_128B", 2},
+    {"L2_256B", 3},
+    {NULL, 0}
+};
+static const pygpu_enum_entry pygpu_enum_tensor_map_float_oob_fill[] = {
+    {"NONE", 0},
+    {"NAN_REQUEST_ZERO_FMA", 1},
+    {NULL, 0}
+};
 static const struct { const char *name; const pygpu_enum_entry *entries; } pygpu_enums[] = {
     {"device_attribute", pygpu_enum_device_attribute},
     {"function_attribute", pygpu_enum_function_attribute},
@@ -381,5 +501,14 @@ static const struct { const char *name; const pygpu_enum_entry *entries; } pygpu
     {"mem_attach_flags", pygpu_enum_mem_attach_flags},
     {"jit_option", pygpu_enum_jit_option},
     {"error_code", pygpu_enum_error_code},
+    {"array_format", pygpu_enum_array_format},
+    {"address_mode", pygpu_enum_address_mode},
+    {"filter_mode", pygpu_enum_filter_mode},
+    {"resource_type", pygpu_enum_resource_type},
+    {"tensor_map_data_type", pygpu_enum_tensor_map_data_type},
+    {"tensor_map_interleave", pygpu_enum_tensor_map_interleave},
+    {"tensor_map_swizzle", pygpu_enum_tensor_map_swizzle},
+    {"tensor_map_l2_promotion", pygpu_enum_tensor_map_l2_promotion},
+    {"tensor_map_float_oob_fill", pygpu_enum_tensor_map_float_oob_fill},
     {NULL, NULL}
 };

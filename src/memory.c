@@ -197,6 +197,24 @@ allocation_unhold(pygpu_DeviceAllocation *a)
 }
 
 int
+pygpu_get_host_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what)
+{
+    return get_host_buffer(obj, view, writable, what);
+}
+
+int
+pygpu_allocation_hold(pygpu_state *st, PyObject *obj, pygpu_DeviceAllocation **held)
+{
+    return allocation_hold(st, obj, held);
+}
+
+void
+pygpu_allocation_unhold(pygpu_DeviceAllocation *a)
+{
+    allocation_unhold(a);
+}
+
+int
 pygpu_allocations_detach(pygpu_state *st, pygpu_Context *ctx)
 {
     pygpu_DeviceAllocation *a;

@@ -113,7 +113,9 @@ driver_exec(PyObject *m)
         || pygpu_nvrtc_setup(m, st) < 0
         || pygpu_staging_setup(m, st) < 0
         || pygpu_linker_setup(m, st) < 0
-        || pygpu_nvjitlink_setup(m, st) < 0)
+        || pygpu_nvjitlink_setup(m, st) < 0
+        || pygpu_cuarray_setup(m, st) < 0 || pygpu_texobj_setup(m, st) < 0
+        || pygpu_tensormap_setup(m, st) < 0)
         return -1;
     if (PyModule_AddIntConstant(m, "CUDA_HEADER_VERSION", CUDA_VERSION) < 0)
         return -1;
@@ -143,6 +145,12 @@ driver_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->EventType);
     Py_VISIT(st->ArgumentHandlerType);
     Py_VISIT(st->KernelTimeType);
+    Py_VISIT(st->ArrayType);
+    Py_VISIT(st->ArrayDescriptorType);
+    Py_VISIT(st->ArrayDescriptor3DType);
+    Py_VISIT(st->TextureObjectType);
+    Py_VISIT(st->SurfaceObjectType);
+    Py_VISIT(st->TensorMapType);
     Py_VISIT(st->primary_contexts);
     Py_VISIT(st->foreign_contexts);
     Py_VISIT(st->gc_collect);
@@ -185,6 +193,12 @@ driver_clear(PyObject *m)
     Py_CLEAR(st->EventType);
     Py_CLEAR(st->ArgumentHandlerType);
     Py_CLEAR(st->KernelTimeType);
+    Py_CLEAR(st->ArrayType);
+    Py_CLEAR(st->ArrayDescriptorType);
+    Py_CLEAR(st->ArrayDescriptor3DType);
+    Py_CLEAR(st->TextureObjectType);
+    Py_CLEAR(st->SurfaceObjectType);
+    Py_CLEAR(st->TensorMapType);
     Py_CLEAR(st->Error);
     Py_CLEAR(st->LogicError);
     Py_CLEAR(st->LaunchError);

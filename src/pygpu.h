@@ -64,6 +64,9 @@ typedef struct {
                  *HostAllocationType, *ModuleType, *FunctionType,
                  *BoundLaunchType, *StreamType, *EventType,
                  *ArgumentHandlerType, *KernelTimeType;
+    /* cuarray.c, texobj.c, tensormap.c */
+    PyTypeObject *ArrayType, *ArrayDescriptorType, *ArrayDescriptor3DType,
+                 *TextureObjectType, *SurfaceObjectType, *TensorMapType;
     /* strong refs: one primary Context per device ordinal, created on first
      * use and kept until the module is torn down */
     PyObject *primary_contexts;           /* dict: ordinal -> Context */
@@ -384,6 +387,46 @@ void pygpu_staging_free(pygpu_Context *ctx);
  * (by size), 0 if not, -1 with ValueError (bad PYGPU_STAGING_* variable).
  * GIL held. */
 int pygpu_staging_applies(size_t n);
+
+/* ---- CUDA arrays, texture and surface objects, tensor maps
+ * (cuarray.c, texobj.c, tensormap.c) ---- */
+
+typedef struct {
+    PyObject_HEAD
+    CUarray handle;            /* owned: cuArrayDestroy in array_release */
+    pygpu_Context *context;    /* strong ref */
+    CUDA_ARRAY3D_DESCRIPTOR desc;   /* as created (Depth 0 for cuArrayCreate) */
+    int is3d;                  /* made by cuArray3DCreate */
+    int freed;
+    Py_ssize_t users;          /* live texture/surface objects over it: free() waits */
+    PyObject *weakreflist;
+} pygpu_Array;
+
+/* The bytes one element of an array format takes (0: not a plain format). */
+size_t pygpu_array_format_size(unsigned int format);
+/* LogicError when the Array was freed or its context detached. */
+int pygpu_array_check(pygpu_state *st, pygpu_Array *a);
+/* NumPy dtype (any dtype-like) -> CUarray_format; -1 with TypeError naming
+ * what.  GIL held. */
+int pygpu_dtype_array_format(PyObject *dtype, unsigned int *format, const char *what);
+
+/* memory.c: a contiguous host buffer (no Python objects in it); TypeError
+ * naming what otherwise. */
+int pygpu_get_host_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what);
+/* memory.c: hold a DeviceAllocation (when obj is one) across a driver call
+ * made with the GIL released: a free() meanwhile is deferred to the unhold. */
+int pygpu_allocation_hold(pygpu_state *st, PyObject *obj, pygpu_DeviceAllocation **held);
+void pygpu_allocation_unhold(pygpu_DeviceAllocation *a);
+
+/* texobj.c: a TextureObject's or SurfaceObject's handle; LogicError when
+ * it was freed or its context detached. */
+int pygpu_texobj_handle(pygpu_state *st, PyObject *obj, unsigned long long *out);
+/* tensormap.c: the 128 encoded bytes of a TensorMap */
+const unsigned char *pygpu_tensormap_bytes(PyObject *obj);
+
+int pygpu_cuarray_setup(PyObject *m, pygpu_state *st);
+int pygpu_texobj_setup(PyObject *m, pygpu_state *st);
+int pygpu_tensormap_setup(PyObject *m, pygpu_state *st);
 
 extern PyModuleDef pygpu_moduledef;
 

@@ -326,6 +326,28 @@ def _values(cuda, ctx, ptx):
         ("memcpy_peer", "dest"): dev, ("memcpy_peer", "src"): other,
         ("memcpy_peer_async", "dest"): dev, ("memcpy_peer_async", "src"): other,
     }
+    # CUDA arrays, textures, surfaces, tensor maps (src/cuarray.c, texobj.c, tensormap.c)
+    from pygpu import gpuarray
+    g2 = gpuarray.to_gpu(np.zeros((8, 64), np.float32))
+    g3 = gpuarray.to_gpu(np.zeros((1, 8, 64), np.float32))
+    surf = cuda.Array(cuda.ArrayDescriptor3D(8, 4, 0, cuda.array_format.FLOAT, 1,
+                                             cuda.array3d_flags.SURFACE_LDST))
+    keep += [g2, g3, surf]
+    by_name.update({
+        "width": 8, "height": 4, "depth": 0, "format": cuda.array_format.FLOAT,
+        "num_channels": 1, "descriptor": cuda.ArrayDescriptor(8, 4, cuda.array_format.FLOAT, 1),
+        "array": surf, "resource": g2, "address_mode": cuda.address_mode.CLAMP,
+        "filter_mode": cuda.filter_mode.LINEAR, "read_mode": cuda.read_mode.ELEMENT_TYPE,
+        "normalized_coords": False, "border_color": (0.0, 0.0, 0.0, 0.0), "shape": (8, 64),
+        "pitch": 256, "tensor": g2, "box": (8, 8), "strides": (256, 4), "dtype": np.float32,
+        "data_type": cuda.tensor_map_data_type.FLOAT32, "element_strides": (1, 1),
+        "interleave": 0, "swizzle": 0, "l2_promotion": 0, "oob_fill": 0,
+        "lower_corner": (0,), "upper_corner": (0,), "channels_per_pixel": 4,
+        "pixels_per_column": 8,
+    })
+    special.update({("im2col", "tensor"): g3, ("im2col", "shape"): (1, 8, 64),
+                    ("im2col", "strides"): (2048, 256, 4),
+                    ("im2col", "element_strides"): (1, 1, 1)})
     return by_name, special, keep, function
 
 
@@ -336,6 +358,7 @@ def _keyword_calls(cuda, ctx, function):
     receivers = {
         _driver.Function: function, _driver.Event: cuda.Event(), _driver.Stream: cuda.Stream,
         _driver.Device: cuda.Device(0), _driver.Context: ctx,
+        _driver.TensorMap: _driver.TensorMap,
     }
     out = []
     for owner, name, _, _ in METHODS:

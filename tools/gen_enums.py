@@ -18,6 +18,16 @@ ENUMS = [
     ("CUmemAttach_flags", "mem_attach_flags", "CU_MEM_ATTACH_"),
     ("CUjit_option", "jit_option", "CU_JIT_"),
     ("CUresult", "error_code", ""),
+    # arrays, textures, surfaces, tensor maps (src/cuarray.c, texobj.c, tensormap.c)
+    ("CUarray_format", "array_format", "CU_AD_FORMAT_"),
+    ("CUaddress_mode", "address_mode", "CU_TR_ADDRESS_MODE_"),
+    ("CUfilter_mode", "filter_mode", "CU_TR_FILTER_MODE_"),
+    ("CUresourcetype", "resource_type", "CU_RESOURCE_TYPE_"),
+    ("CUtensorMapDataType", "tensor_map_data_type", "CU_TENSOR_MAP_DATA_TYPE_"),
+    ("CUtensorMapInterleave", "tensor_map_interleave", "CU_TENSOR_MAP_INTERLEAVE_"),
+    ("CUtensorMapSwizzle", "tensor_map_swizzle", "CU_TENSOR_MAP_SWIZZLE_"),
+    ("CUtensorMapL2promotion", "tensor_map_l2_promotion", "CU_TENSOR_MAP_L2_PROMOTION_"),
+    ("CUtensorMapFloatOOBfill", "tensor_map_float_oob_fill", "CU_TENSOR_MAP_FLOAT_OOB_FILL_"),
 ]
 
 
@@ -35,14 +45,21 @@ def main():
         body = re.sub(r"//[^\n]*", "", body)
         entries = []
         seen = set()
-        for name, value in re.findall(r"(\w+)\s*=\s*(0x[0-9a-fA-F]+|-?\d+)", body):
-            if "_DEPRECATED" in name or name.endswith("_MAX") or "FORCE_INT" in name:
+        # an entry without "= value" is the previous value + 1 (C's rule)
+        value = -1
+        for name, given in re.findall(r"(\w+)\s*(?:=\s*(0x[0-9a-fA-F]+|-?\d+))?\s*(?:,|$)",
+                                      body.strip()):
+            value = int(given, 0) if given else value + 1
+            if ("_DEPRECATED" in name or name.endswith(("_MAX", "NUM_OPTIONS"))
+                    or "FORCE_INT" in name):
                 continue
             short = name[len(prefix):] if name.startswith(prefix) else name
+            if short[:1].isdigit():   # not an identifier: keep the prefix's last word
+                short = prefix.rstrip("_").rsplit("_", 1)[-1] + "_" + short
             if short in seen:
                 continue
             seen.add(short)
-            entries.append((short, int(value, 0)))
+            entries.append((short, value))
         out.append("static const pygpu_enum_entry pygpu_enum_%s[] = {" % pyname)
         for short, value in entries:
             out.append('    {"%s", %d},' % (short, value))

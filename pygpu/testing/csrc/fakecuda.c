@@ -481,7 +481,7 @@ fill_alloc(size_t n)
 {
     /* never zero: code that forgets to initialise memory shows it */
     void *p = NULL;
-    if (posix_memalign(&p, 256, n ? n : 1) != 0)
+    if (posix_memalign(&p, 512, n ? n : 1) != 0)
         return NULL;
     memset(p, 0xA5, n);
     return p;
@@ -496,6 +496,7 @@ now_ms(void)
 }
 
 static void reap_context(fake_ctx *c);
+static void reap_arrays(fake_ctx *c);
 
 /* ---- initialization and errors ---- */
 EXPORT CUresult
@@ -722,6 +723,8 @@ attribute(CUdevice_attribute a, CUdevice d)
     case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: return 5120;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: return 32;
     case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: return 1;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: return 512;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: return 32;
     default: return 0;
     }
 }
@@ -1841,6 +1844,7 @@ reap_context(fake_ctx *c)
             reaped++;
         }
     }
+    reap_arrays(c);
 }
 
 static CUresult
@@ -3057,6 +3061,586 @@ fake_cuLinkDestroy(CUlinkState h)
     return rc;
 }
 
+/* ---- CUDA arrays (host buffers), texture and surface objects (records of
+ * their descriptors), tensor maps (a readable encoding, below) ---- */
+enum { MAGIC_ARRAY = 0x41525231, MAGIC_TEX = 0x54455831, MAGIC_SURF = 0x53524631 };
+
+typedef struct fake_array {
+    unsigned magic;
+    int alive;
+    fake_ctx *ctx;
+    CUDA_ARRAY3D_DESCRIPTOR desc;
+    size_t esize;               /* bytes an element (all channels) */
+    unsigned char *data;        /* Width * max(Height,1) * max(Depth,1) elements */
+    int users;                  /* live texture/surface objects over it */
+    struct fake_array *next_all;
+} fake_array;
+
+typedef struct fake_texobj {
+    unsigned magic;
+    int alive;
+    fake_ctx *ctx;
+    CUDA_RESOURCE_DESC res;
+    CUDA_TEXTURE_DESC tex;
+    fake_array *array;
+    struct fake_texobj *next_all;
+} fake_texobj;
+
+static long live_arrays, live_textures, live_surfaces;
+static fake_array *all_arrays;
+static fake_texobj *all_texobjs;
+
+static size_t
+array_bytes(const fake_array *a)
+{
+    return a->desc.Width * (a->desc.Height ? a->desc.Height : 1)
+           * (a->desc.Depth ? a->desc.Depth : 1) * a->esize;
+}
+
+/* the context's arrays and texture/surface objects go with it.  Lock held. */
+static void
+reap_arrays(fake_ctx *c)
+{
+    fake_texobj *o;
+    fake_array *a;
+    for (o = all_texobjs; o != NULL; o = o->next_all) {
+        if (o->ctx == c && o->alive) {
+            o->alive = 0;
+            if (o->magic == MAGIC_SURF) live_surfaces--; else live_textures--;
+            reaped++;
+        }
+    }
+    for (a = all_arrays; a != NULL; a = a->next_all) {
+        if (a->ctx == c && a->alive) {
+            a->alive = 0;
+            dev_used[c->dev] -= array_bytes(a);
+            free(a->data);
+            a->data = NULL;
+            live_arrays--;
+            reaped++;
+        }
+    }
+}
+
+static size_t
+format_size(CUarray_format f)
+{
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF: return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32: case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT: return 4;
+    default: return 0;
+    }
+}
+
+static fake_array *
+array_ok(CUarray h)
+{
+    fake_array *a = (fake_array *)h;
+    if (!known(a) || a->magic != MAGIC_ARRAY)
+        return NULL;
+    if (!a->alive) {
+        stale_uses++;
+        return NULL;
+    }
+    return a;
+}
+
+/* Lock held. */
+static CUresult
+array_create(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    CUresult rc = CUDA_SUCCESS;
+    fake_ctx *c = need_ctx(&rc);
+    fake_array *a;
+    size_t es, h, dd, n;
+    unsigned known_flags = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST
+                           | CUDA_ARRAY3D_CUBEMAP | CUDA_ARRAY3D_TEXTURE_GATHER;
+    if (c == NULL)
+        return rc;
+    if (out == NULL || d == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    es = format_size(d->Format) * d->NumChannels;
+    if (es == 0 || (d->NumChannels != 1 && d->NumChannels != 2 && d->NumChannels != 4)
+        || d->Width == 0 || (d->Flags & ~known_flags)
+        || ((d->Flags & CUDA_ARRAY3D_LAYERED) && d->Depth == 0)
+        || ((d->Flags & CUDA_ARRAY3D_CUBEMAP) && (d->Width != d->Height
+            || ((d->Flags & CUDA_ARRAY3D_LAYERED) ? d->Depth % 6 : d->Depth != 6))))
+        return CUDA_ERROR_INVALID_VALUE;
+    h = d->Height ? d->Height : 1;
+    dd = d->Depth ? d->Depth : 1;
+    if (d->Width > (1u << 20) || h > (1u << 20) || dd > (1u << 20))
+        return CUDA_ERROR_INVALID_VALUE;
+    n = d->Width * h * dd * es;
+    if (n > dev_memory - dev_used[c->dev])
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    a = calloc(1, sizeof *a);
+    if (a == NULL || (a->data = fill_alloc(n)) == NULL) {
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->magic = MAGIC_ARRAY;
+    a->alive = 1;
+    a->ctx = c;
+    a->desc = *d;
+    a->esize = es;
+    dev_used[c->dev] += n;
+    remember(a);
+    a->next_all = all_arrays;
+    all_arrays = a;
+    live_arrays++;
+    *out = (CUarray)a;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuArrayCreate(CUarray *out, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+    CUresult rc = enter(F_cuArrayCreate);
+    CUDA_ARRAY3D_DESCRIPTOR d3;
+    if (rc) return rc;
+    if (d == NULL) return CUDA_ERROR_INVALID_VALUE;
+    memset(&d3, 0, sizeof d3);
+    d3.Width = d->Width;
+    d3.Height = d->Height;
+    d3.Format = d->Format;
+    d3.NumChannels = d->NumChannels;
+    pthread_mutex_lock(&lock);
+    rc = array_create(out, &d3);
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuArray3DCreate(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    CUresult rc = enter(F_cuArray3DCreate);
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    rc = array_create(out, d);
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuArrayDestroy(CUarray h)
+{
+    CUresult rc = enter(F_cuArrayDestroy);
+    fake_array *a;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    a = array_ok(h);
+    if (a == NULL) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    } else {                     /* (a texture object left over it reads freed memory) */
+        a->alive = 0;
+        dev_used[a->ctx->dev] -= array_bytes(a);
+        free(a->data);
+        a->data = NULL;
+        live_arrays--;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuArrayGetDescriptor(CUDA_ARRAY_DESCRIPTOR *out, CUarray h)
+{
+    CUresult rc = enter(F_cuArrayGetDescriptor);
+    fake_array *a;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    a = array_ok(h);
+    if (a == NULL || out == NULL) {
+        rc = a == NULL ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
+    } else {
+        out->Width = a->desc.Width;
+        out->Height = a->desc.Height;
+        out->Format = a->desc.Format;
+        out->NumChannels = a->desc.NumChannels;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR *out, CUarray h)
+{
+    CUresult rc = enter(F_cuArray3DGetDescriptor);
+    fake_array *a;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    a = array_ok(h);
+    if (a == NULL || out == NULL)
+        rc = a == NULL ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
+    else
+        *out = a->desc;
+    unlock();
+    return rc;
+}
+
+/* One side of a 3-D copy: the address of each row comes from row(). Lock held. */
+typedef struct {
+    unsigned char *base;
+    size_t pitch, slice;         /* bytes between rows, between slices */
+} side3d;
+
+static CUresult
+side_3d(CUmemorytype t, const void *host, CUdeviceptr dev, CUarray arr, size_t x, size_t y,
+        size_t z, size_t pitch, size_t height, const CUDA_MEMCPY3D *p, side3d *out)
+{
+    size_t w = p->WidthInBytes, h = p->Height, d = p->Depth;
+    if (t == CU_MEMORYTYPE_ARRAY) {
+        fake_array *a = array_ok(arr);
+        size_t rowb, ah, ad;
+        if (a == NULL)
+            return CUDA_ERROR_INVALID_HANDLE;
+        rowb = a->desc.Width * a->esize;
+        ah = a->desc.Height ? a->desc.Height : 1;
+        ad = a->desc.Depth ? a->desc.Depth : 1;
+        if (x % a->esize || x + w > rowb || y + h > ah || z + d > ad)
+            return CUDA_ERROR_INVALID_VALUE;
+        out->pitch = rowb;
+        out->slice = rowb * ah;
+        out->base = a->data + z * out->slice + y * rowb + x;
+        return CUDA_SUCCESS;
+    }
+    if (pitch < x + w || (d > 1 && height < y + h))
+        return CUDA_ERROR_INVALID_VALUE;
+    out->pitch = pitch;
+    out->slice = pitch * height;
+    if (t == CU_MEMORYTYPE_HOST) {
+        if (host == NULL)
+            return CUDA_ERROR_INVALID_VALUE;
+        out->base = (unsigned char *)host + z * out->slice + y * pitch + x;
+        return CUDA_SUCCESS;
+    }
+    if (t != CU_MEMORYTYPE_DEVICE && t != CU_MEMORYTYPE_UNIFIED)
+        return CUDA_ERROR_INVALID_VALUE;
+    out->base = (unsigned char *)(uintptr_t)dev + z * out->slice + y * pitch + x;
+    if (!device_range_ok((CUdeviceptr)(uintptr_t)out->base,
+                         (d - 1) * out->slice + (h - 1) * pitch + w))
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+copy3d(const CUDA_MEMCPY3D *p, CUstream s, int check_s)
+{
+    CUresult rc = CUDA_SUCCESS;
+    side3d src, dst;
+    size_t i, j;
+    fake_ctx *c;
+    if (p == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (p->WidthInBytes == 0 || p->Height == 0 || p->Depth == 0 || p->srcLOD || p->dstLOD)
+        return p->srcLOD || p->dstLOD ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c != NULL && check_s)
+        rc = check_stream(s, c);
+    if (rc == CUDA_SUCCESS)
+        rc = side_3d(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcXInBytes,
+                     p->srcY, p->srcZ, p->srcPitch, p->srcHeight, p, &src);
+    if (rc == CUDA_SUCCESS)
+        rc = side_3d(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes,
+                     p->dstY, p->dstZ, p->dstPitch, p->dstHeight, p, &dst);
+    if (rc == CUDA_SUCCESS)        /* under the lock: an array cannot go meanwhile */
+        for (i = 0; i < p->Depth; i++)
+            for (j = 0; j < p->Height; j++)
+                memmove(dst.base + i * dst.slice + j * dst.pitch,
+                        src.base + i * src.slice + j * src.pitch, p->WidthInBytes);
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemcpy3D(const CUDA_MEMCPY3D *p)
+{
+    CUresult rc = enter(F_cuMemcpy3D);
+    if (rc) return rc;
+    return copy3d(p, NULL, 0);
+}
+
+static CUresult
+fake_cuMemcpy3DAsync(const CUDA_MEMCPY3D *p, CUstream s)
+{
+    CUresult rc = enter(F_cuMemcpy3DAsync);
+    if (rc) return rc;
+    return copy3d(p, s, 1);
+}
+
+/* Lock held.  Checks a resource as the driver documents it. */
+static CUresult
+resource_ok(const CUDA_RESOURCE_DESC *r, fake_array **arr)
+{
+    size_t es;
+    *arr = NULL;
+    if (r == NULL || r->flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (r->resType) {
+    case CU_RESOURCE_TYPE_ARRAY:
+        if ((*arr = array_ok(r->res.array.hArray)) == NULL)
+            return CUDA_ERROR_INVALID_HANDLE;
+        return CUDA_SUCCESS;
+    case CU_RESOURCE_TYPE_LINEAR:
+        es = format_size(r->res.linear.format) * r->res.linear.numChannels;
+        if (es == 0 || r->res.linear.devPtr % 512 || r->res.linear.sizeInBytes == 0
+            || !device_range_ok(r->res.linear.devPtr, r->res.linear.sizeInBytes))
+            return CUDA_ERROR_INVALID_VALUE;
+        return CUDA_SUCCESS;
+    case CU_RESOURCE_TYPE_PITCH2D:
+        es = format_size(r->res.pitch2D.format) * r->res.pitch2D.numChannels;
+        if (es == 0 || r->res.pitch2D.devPtr % 512 || r->res.pitch2D.pitchInBytes % 32
+            || r->res.pitch2D.width == 0 || r->res.pitch2D.height == 0
+            || r->res.pitch2D.pitchInBytes < r->res.pitch2D.width * es
+            || !device_range_ok(r->res.pitch2D.devPtr, (r->res.pitch2D.height - 1)
+                                * r->res.pitch2D.pitchInBytes + r->res.pitch2D.width * es))
+            return CUDA_ERROR_INVALID_VALUE;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+static CUresult
+texobj_create(unsigned long long *out, const CUDA_RESOURCE_DESC *r, const CUDA_TEXTURE_DESC *t,
+              int surface)
+{
+    CUresult rc = CUDA_SUCCESS;
+    fake_ctx *c;
+    fake_array *a;
+    fake_texobj *o;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c == NULL)
+        goto done;
+    if (out == NULL || (!surface && t == NULL)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    if ((rc = resource_ok(r, &a)) != CUDA_SUCCESS)
+        goto done;
+    if (surface && (a == NULL || !(a->desc.Flags & CUDA_ARRAY3D_SURFACE_LDST))) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    if (!surface) {
+        CUarray_format f = r->resType == CU_RESOURCE_TYPE_ARRAY ? a->desc.Format
+                         : r->resType == CU_RESOURCE_TYPE_LINEAR ? r->res.linear.format
+                         : r->res.pitch2D.format;
+        int i;
+        for (i = 0; i < 3; i++)
+            if ((unsigned)t->addressMode[i] > CU_TR_ADDRESS_MODE_BORDER) {
+                rc = CUDA_ERROR_INVALID_VALUE;
+                goto done;
+            }
+        /* linear filtering returns floats: not with integer reads */
+        if (t->filterMode == CU_TR_FILTER_MODE_LINEAR && (t->flags & CU_TRSF_READ_AS_INTEGER)
+            && f != CU_AD_FORMAT_FLOAT && f != CU_AD_FORMAT_HALF) {
+            rc = CUDA_ERROR_INVALID_VALUE;
+            goto done;
+        }
+    }
+    o = calloc(1, sizeof *o);
+    if (o == NULL) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    o->magic = surface ? MAGIC_SURF : MAGIC_TEX;
+    o->alive = 1;
+    o->ctx = c;
+    o->res = *r;
+    if (t)
+        o->tex = *t;
+    o->array = a;
+    if (a)
+        a->users++;
+    remember(o);
+    o->next_all = all_texobjs;
+    all_texobjs = o;
+    if (surface) live_surfaces++; else live_textures++;
+    *out = (unsigned long long)(uintptr_t)o;
+done:
+    unlock();
+    return rc;
+}
+
+static CUresult
+texobj_destroy(unsigned long long h, int surface)
+{
+    CUresult rc = CUDA_SUCCESS;
+    fake_texobj *o = (fake_texobj *)(uintptr_t)h;
+    pthread_mutex_lock(&lock);
+    if (!known(o) || o->magic != (surface ? MAGIC_SURF : MAGIC_TEX)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (!o->alive) {
+        stale_uses++;
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        o->alive = 0;
+        if (o->array)
+            o->array->users--;
+        if (surface) live_surfaces--; else live_textures--;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuTexObjectCreate(CUtexObject *out, const CUDA_RESOURCE_DESC *r,
+                       const CUDA_TEXTURE_DESC *t, const CUDA_RESOURCE_VIEW_DESC *v)
+{
+    CUresult rc = enter(F_cuTexObjectCreate);
+    if (rc) return rc;
+    if (v != NULL) return CUDA_ERROR_NOT_SUPPORTED;     /* views: not in the stand-in */
+    return texobj_create((unsigned long long *)out, r, t, 0);
+}
+
+static CUresult
+fake_cuTexObjectDestroy(CUtexObject h)
+{
+    CUresult rc = enter(F_cuTexObjectDestroy);
+    if (rc) return rc;
+    return texobj_destroy(h, 0);
+}
+
+static CUresult
+fake_cuSurfObjectCreate(CUsurfObject *out, const CUDA_RESOURCE_DESC *r)
+{
+    CUresult rc = enter(F_cuSurfObjectCreate);
+    if (rc) return rc;
+    return texobj_create((unsigned long long *)out, r, NULL, 1);
+}
+
+static CUresult
+fake_cuSurfObjectDestroy(CUsurfObject h)
+{
+    CUresult rc = enter(F_cuSurfObjectDestroy);
+    if (rc) return rc;
+    return texobj_destroy(h, 1);
+}
+
+/* The tests' view of a texture or surface object: its resource and texture
+ * descriptors; -1 for an unknown or dead handle. */
+EXPORT int
+fakecuda_texobj(unsigned long long h, CUDA_RESOURCE_DESC *r, CUDA_TEXTURE_DESC *t)
+{
+    fake_texobj *o = (fake_texobj *)(uintptr_t)h;
+    int ok;
+    pthread_mutex_lock(&lock);
+    ok = known(o) && (o->magic == MAGIC_TEX || o->magic == MAGIC_SURF) && o->alive;
+    if (ok) {
+        if (r) *r = o->res;
+        if (t) *t = o->tex;
+    }
+    unlock();
+    return ok ? 0 : -1;
+}
+
+/* Tensor maps.  The driver's encoding is opaque; the stand-in writes one the
+ * tests can read (little-endian 64-bit words):
+ *   [0] "FAKETMAP"   [1] global address
+ *   [2] data type | rank << 8 | interleave << 16 | swizzle << 24 | l2 << 32
+ *       | oob fill << 40 | im2col << 48
+ *   [3..7]  globalDim[0..4] (innermost first)   [8..11] globalStrides[0..3]
+ *   [12] boxDim[0..3], 16 bits each  [13] boxDim[4] | elementStrides[0..4] << 16 + 8*i
+ *   [14] im2col: channelsPerPixel | pixelsPerColumn << 16
+ *   [15] im2col: lower corner (int8 each, 3) << 0..23 | upper corner << 24..47
+ * after the checks the driver documents for cuTensorMapEncodeTiled. */
+static const size_t tmap_sizes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
+
+static CUresult
+tmap_check(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t rank, void *addr,
+           const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *es,
+           CUtensorMapInterleave il, CUtensorMapSwizzle sw, CUtensorMapL2promotion l2,
+           CUtensorMapFloatOOBfill oob, int min_rank)
+{
+    cuuint32_t i;
+    if (m == NULL || ((uintptr_t)m % 64) || (unsigned)t >= 13 || rank < (cuuint32_t)min_rank
+        || rank > 5 || dims == NULL || es == NULL || (rank > 1 && strides == NULL)
+        || (uintptr_t)addr % (il == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16)
+        || (unsigned)il > 2 || (unsigned)sw > 6 || (unsigned)l2 > 3 || (unsigned)oob > 1
+        || (il != CU_TENSOR_MAP_INTERLEAVE_NONE && rank < 3))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; i < rank; i++) {
+        if (dims[i] == 0 || dims[i] > (1ull << 32) || es[i] == 0 || es[i] > 8)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (i + 1 < rank && (strides[i] % (il == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16)
+                             || strides[i] >= (1ull << 40)))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    memset(m, 0, sizeof *m);
+    memcpy(&m->opaque[0], "FAKETMAP", 8);
+    m->opaque[1] = (cuuint64_t)(uintptr_t)addr;
+    m->opaque[2] = (cuuint64_t)t | (cuuint64_t)rank << 8 | (cuuint64_t)il << 16
+                   | (cuuint64_t)sw << 24 | (cuuint64_t)l2 << 32 | (cuuint64_t)oob << 40;
+    for (i = 0; i < rank; i++) {
+        m->opaque[3 + i] = dims[i];
+        if (i + 1 < rank)
+            m->opaque[8 + i] = strides[i];
+        m->opaque[13] |= (cuuint64_t)es[i] << (16 + 8 * i);
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t rank,
+                            void *addr, const cuuint64_t *dims, const cuuint64_t *strides,
+                            const cuuint32_t *box, const cuuint32_t *es,
+                            CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                            CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob)
+{
+    CUresult rc = enter(F_cuTensorMapEncodeTiled);
+    cuuint32_t i;
+    if (rc) return rc;
+    if (box == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; i < rank && i < 5; i++)
+        if (box[i] == 0 || box[i] > 256)
+            return CUDA_ERROR_INVALID_VALUE;
+    if ((unsigned)t < 13 && il == CU_TENSOR_MAP_INTERLEAVE_NONE && rank >= 1
+        && (box[0] * tmap_sizes[t]) % 16)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((unsigned)t < 13 && il == CU_TENSOR_MAP_INTERLEAVE_NONE && sw != CU_TENSOR_MAP_SWIZZLE_NONE
+        && rank >= 1 && box[0] * tmap_sizes[t] > (sw == CU_TENSOR_MAP_SWIZZLE_32B ? 32u
+                                                  : sw == CU_TENSOR_MAP_SWIZZLE_64B ? 64u : 128u))
+        return CUDA_ERROR_INVALID_VALUE;
+    rc = tmap_check(m, t, rank, addr, dims, strides, es, il, sw, l2, oob, 1);
+    if (rc) return rc;
+    for (i = 0; i < rank; i++) {
+        if (i < 4)
+            m->opaque[12] |= (cuuint64_t)box[i] << (16 * i);
+        else
+            m->opaque[13] |= box[i];
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuTensorMapEncodeIm2col(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t rank,
+                             void *addr, const cuuint64_t *dims, const cuuint64_t *strides,
+                             const int *lower, const int *upper, cuuint32_t cpp,
+                             cuuint32_t ppc, const cuuint32_t *es, CUtensorMapInterleave il,
+                             CUtensorMapSwizzle sw, CUtensorMapL2promotion l2,
+                             CUtensorMapFloatOOBfill oob)
+{
+    CUresult rc = enter(F_cuTensorMapEncodeIm2col);
+    cuuint32_t i;
+    if (rc) return rc;
+    if (lower == NULL || upper == NULL || cpp == 0 || cpp > 256 || ppc == 0 || ppc > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    rc = tmap_check(m, t, rank, addr, dims, strides, es, il, sw, l2, oob, 3);
+    if (rc) return rc;
+    m->opaque[2] |= (cuuint64_t)1 << 48;
+    m->opaque[14] = (cuuint64_t)cpp | (cuuint64_t)ppc << 16;
+    for (i = 0; i + 2 < rank; i++)
+        m->opaque[15] |= (cuuint64_t)(uint8_t)(int8_t)lower[i] << (8 * i)
+                         | (cuuint64_t)(uint8_t)(int8_t)upper[i] << (24 + 8 * i);
+    return CUDA_SUCCESS;
+}
+
 /* ---- cuGetProcAddress: the table, type-checked against cudaTypedefs.h ---- */
 #define CHECK_TYPE(name, version) \
     static PFN_##name##_v##version const check_##name __attribute__((unused)) = fake_##name;
@@ -3224,6 +3808,9 @@ fakecuda_live(const char *kind)
     else if (!strcmp(kind, "launches")) n = launches;
     else if (!strcmp(kind, "reaped")) n = reaped;
     else if (!strcmp(kind, "links")) n = live_links;
+    else if (!strcmp(kind, "arrays")) n = live_arrays;
+    else if (!strcmp(kind, "textures")) n = live_textures;
+    else if (!strcmp(kind, "surfaces")) n = live_surfaces;
     unlock();
     return n;
 }

@@ -1,0 +1,741 @@
+/* CUDA arrays: ArrayDescriptor, ArrayDescriptor3D, Array (cuArrayCreate,
+ * cuArray3DCreate), and _memcpy_3d, the one copy to, from and between
+ * arrays behind pygpu.driver's Memcpy2D/Memcpy3D (cuMemcpy3D[Async]).
+ *
+ * An Array lives in the context current when it was made and is destroyed
+ * there.  Texture and surface objects over it hold a strong reference and
+ * count themselves in `users`: free() is refused while any is alive, so a
+ * texture never reads a destroyed array.
+ */
+#include "pygpu.h"
+#include "pygpu_numpy.h"
+
+#define KNOWN_ARRAY3D_FLAGS (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST \
+                             | CUDA_ARRAY3D_CUBEMAP | CUDA_ARRAY3D_TEXTURE_GATHER)
+
+size_t
+pygpu_array_format_size(unsigned int format)
+{
+    switch (format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF: return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32: case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT: return 4;
+    default: return 0;
+    }
+}
+
+int
+pygpu_dtype_array_format(PyObject *dtype, unsigned int *format, const char *what)
+{
+    PyArray_Descr *d = NULL;
+    int r = 0;
+    if (!PyArray_DescrConverter(dtype, &d))
+        return -1;
+    switch (d->type_num) {
+    case NPY_UINT8: *format = CU_AD_FORMAT_UNSIGNED_INT8; break;
+    case NPY_INT8: *format = CU_AD_FORMAT_SIGNED_INT8; break;
+    case NPY_UINT16: *format = CU_AD_FORMAT_UNSIGNED_INT16; break;
+    case NPY_INT16: *format = CU_AD_FORMAT_SIGNED_INT16; break;
+    case NPY_HALF: *format = CU_AD_FORMAT_HALF; break;
+    case NPY_FLOAT32: *format = CU_AD_FORMAT_FLOAT; break;
+    default:
+        if (d->type_num == NPY_UINT32 || (d->type_num == NPY_ULONG && PyDataType_ELSIZE(d) == 4)
+            || (d->type_num == NPY_UINT && PyDataType_ELSIZE(d) == 4)) {
+            *format = CU_AD_FORMAT_UNSIGNED_INT32;
+        } else if (d->type_num == NPY_INT32 || (d->type_num == NPY_LONG && PyDataType_ELSIZE(d) == 4)
+                   || (d->type_num == NPY_INT && PyDataType_ELSIZE(d) == 4)) {
+            *format = CU_AD_FORMAT_SIGNED_INT32;
+        } else {
+            PyErr_Format(PyExc_TypeError, "%s: no array format holds dtype %S (formats: "
+                         "[u]int8/16/32, float16, float32; pass format= and "
+                         "num_channels= to read other data, e.g. float64 as two "
+                         "SIGNED_INT32 channels)", what, (PyObject *)d);
+            r = -1;
+        }
+    }
+    Py_DECREF(d);
+    return r;
+}
+
+/* ---- ArrayDescriptor, ArrayDescriptor3D: plain records, PyCUDA's names ---- */
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t width, height, depth;
+    int format, num_channels, flags;
+} pygpu_ArrayDescriptor;
+
+static PyObject *
+descr_make(PyTypeObject *type, Py_ssize_t w, Py_ssize_t h, Py_ssize_t d, int fmt, int nch,
+           int flags)
+{
+    pygpu_ArrayDescriptor *self = PyObject_New(pygpu_ArrayDescriptor, type);
+    if (self == NULL)
+        return NULL;
+    self->width = w; self->height = h; self->depth = d;
+    self->format = fmt; self->num_channels = nch; self->flags = flags;
+    return (PyObject *)self;
+}
+
+static PyObject *
+descr2_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"width", "height", "format", "num_channels", NULL};
+    Py_ssize_t w = 0, h = 0;
+    int fmt = CU_AD_FORMAT_FLOAT, nch = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|nnii:ArrayDescriptor", kwlist,
+                                     &w, &h, &fmt, &nch))
+        return NULL;
+    return descr_make(type, w, h, 0, fmt, nch, 0);
+}
+
+static PyObject *
+descr3_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"width", "height", "depth", "format", "num_channels", "flags",
+                             NULL};
+    Py_ssize_t w = 0, h = 0, d = 0;
+    int fmt = CU_AD_FORMAT_FLOAT, nch = 1, flags = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|nnniii:ArrayDescriptor3D", kwlist,
+                                     &w, &h, &d, &fmt, &nch, &flags))
+        return NULL;
+    return descr_make(type, w, h, d, fmt, nch, flags);
+}
+
+static void
+descr_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_Free(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+descr_repr(pygpu_ArrayDescriptor *self)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    if (Py_IS_TYPE(self, st->ArrayDescriptor3DType))
+        return PyUnicode_FromFormat("ArrayDescriptor3D(width=%zd, height=%zd, depth=%zd, "
+                                    "format=%d, num_channels=%d, flags=%d)", self->width,
+                                    self->height, self->depth, self->format,
+                                    self->num_channels, self->flags);
+    return PyUnicode_FromFormat("ArrayDescriptor(width=%zd, height=%zd, format=%d, "
+                                "num_channels=%d)", self->width, self->height, self->format,
+                                self->num_channels);
+}
+
+#define DMEMBER(name, type, field, doc) \
+    {name, type, offsetof(pygpu_ArrayDescriptor, field), 0, doc}
+static PyMemberDef descr2_members[] = {
+    DMEMBER("width", T_PYSSIZET, width, "Elements per row."),
+    DMEMBER("height", T_PYSSIZET, height, "Rows (0: a 1-D array)."),
+    DMEMBER("format", T_INT, format, "An array_format."),
+    DMEMBER("num_channels", T_INT, num_channels, "Channels per element: 1, 2 or 4."),
+    {NULL}
+};
+static PyMemberDef descr3_members[] = {
+    DMEMBER("width", T_PYSSIZET, width, "Elements per row."),
+    DMEMBER("height", T_PYSSIZET, height, "Rows (0: a 1-D array)."),
+    DMEMBER("depth", T_PYSSIZET, depth, "Slices, or layers of a layered array (0: 2-D)."),
+    DMEMBER("format", T_INT, format, "An array_format."),
+    DMEMBER("num_channels", T_INT, num_channels, "Channels per element: 1, 2 or 4."),
+    DMEMBER("flags", T_INT, flags, "array3d_flags."),
+    {NULL}
+};
+
+static PyType_Slot descr2_slots[] = {
+    {Py_tp_new, descr2_new},
+    {Py_tp_dealloc, descr_dealloc},
+    {Py_tp_repr, descr_repr},
+    {Py_tp_members, descr2_members},
+    {Py_tp_doc, "ArrayDescriptor(width=0, height=0, format=array_format.FLOAT, num_channels=1)\n"
+                "--\n\nThe shape and element type of a 1-D or 2-D CUDA array "
+                "(CUDA_ARRAY_DESCRIPTOR)."},
+    {0, NULL}
+};
+static PyType_Slot descr3_slots[] = {
+    {Py_tp_new, descr3_new},
+    {Py_tp_dealloc, descr_dealloc},
+    {Py_tp_repr, descr_repr},
+    {Py_tp_members, descr3_members},
+    {Py_tp_doc, "ArrayDescriptor3D(width=0, height=0, depth=0, format=array_format.FLOAT, "
+                "num_channels=1, flags=0)\n--\n\nThe shape, element type and flags of a "
+                "CUDA array of any kind (CUDA_ARRAY3D_DESCRIPTOR): 1-D, 2-D, 3-D, layered, "
+                "cubemap, surface-writable."},
+    {0, NULL}
+};
+static PyType_Spec descr2_spec = {
+    "pygpu.driver.ArrayDescriptor", sizeof(pygpu_ArrayDescriptor), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, descr2_slots
+};
+static PyType_Spec descr3_spec = {
+    "pygpu.driver.ArrayDescriptor3D", sizeof(pygpu_ArrayDescriptor), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, descr3_slots
+};
+
+static PyObject *
+descr_from(pygpu_state *st, const CUDA_ARRAY3D_DESCRIPTOR *d, int is3d)
+{
+    pygpu_ArrayDescriptor *o = PyObject_New(pygpu_ArrayDescriptor,
+                                            is3d ? st->ArrayDescriptor3DType
+                                                 : st->ArrayDescriptorType);
+    if (o == NULL)
+        return NULL;
+    o->width = (Py_ssize_t)d->Width;
+    o->height = (Py_ssize_t)d->Height;
+    o->depth = (Py_ssize_t)d->Depth;
+    o->format = (int)d->Format;
+    o->num_channels = (int)d->NumChannels;
+    o->flags = (int)d->Flags;
+    return (PyObject *)o;
+}
+
+/* Check a descriptor's fields before the driver sees them; ValueError
+ * naming the field. */
+static int
+descr_check(const pygpu_ArrayDescriptor *d, int is3d)
+{
+    const char *what = is3d ? "Array(): ArrayDescriptor3D" : "Array(): ArrayDescriptor";
+    if (d->width < 1) {
+        PyErr_Format(PyExc_ValueError, "%s.width must be >= 1, got %zd", what, d->width);
+        return -1;
+    }
+    if (d->height < 0) {
+        PyErr_Format(PyExc_ValueError, "%s.height must be >= 0 (0: a 1-D array), got %zd",
+                     what, d->height);
+        return -1;
+    }
+    if (is3d && d->depth < 0) {
+        PyErr_Format(PyExc_ValueError, "%s.depth must be >= 0 (0: a 1-D or 2-D array), got %zd",
+                     what, d->depth);
+        return -1;
+    }
+    if (d->format < 0 || pygpu_array_format_size((unsigned)d->format) == 0) {
+        PyErr_Format(PyExc_ValueError, "%s.format=%d is not one of array_format's "
+                     "UNSIGNED_INT8/16/32, SIGNED_INT8/16/32, HALF, FLOAT", what, d->format);
+        return -1;
+    }
+    if (d->num_channels != 1 && d->num_channels != 2 && d->num_channels != 4) {
+        PyErr_Format(PyExc_ValueError, "%s.num_channels must be 1, 2 or 4, got %d", what,
+                     d->num_channels);
+        return -1;
+    }
+    if (!is3d)
+        return 0;
+    if (d->flags & ~KNOWN_ARRAY3D_FLAGS) {
+        PyErr_Format(PyExc_ValueError, "%s.flags=%d has bits that are not array3d_flags "
+                     "LAYERED, SURFACE_LDST, CUBEMAP or TEXTURE_GATHER", what, d->flags);
+        return -1;
+    }
+    if (d->height == 0 && d->depth > 0 && !(d->flags & CUDA_ARRAY3D_LAYERED)) {
+        PyErr_Format(PyExc_ValueError, "%s: depth=%zd with height=0; a 3-D array needs a "
+                     "height", what, d->depth);
+        return -1;
+    }
+    if ((d->flags & CUDA_ARRAY3D_LAYERED) && d->depth < 1) {
+        PyErr_Format(PyExc_ValueError, "%s.depth is the number of layers of a LAYERED array "
+                     "and must be >= 1, got %zd", what, d->depth);
+        return -1;
+    }
+    if (d->flags & CUDA_ARRAY3D_CUBEMAP) {
+        if (d->width != d->height) {
+            PyErr_Format(PyExc_ValueError, "%s: a CUBEMAP array's faces are square; "
+                         "width=%zd and height=%zd differ", what, d->width, d->height);
+            return -1;
+        }
+        if ((d->flags & CUDA_ARRAY3D_LAYERED) ? (d->depth % 6 != 0) : (d->depth != 6)) {
+            PyErr_Format(PyExc_ValueError, "%s.depth of a CUBEMAP array must be 6 (a "
+                         "LAYERED cubemap: a multiple of 6), got %zd", what, d->depth);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- Array ---- */
+
+int
+pygpu_array_check(pygpu_state *st, pygpu_Array *a)
+{
+    if (a->freed || a->handle == NULL) {
+        PyErr_SetString(st->LogicError, "the Array was freed");
+        return -1;
+    }
+    if (a->context->detached) {
+        PyErr_SetString(st->LogicError, "the Array's context was detached");
+        return -1;
+    }
+    return 0;
+}
+
+/* Destroy the array in its context; idempotent, never raises. */
+static void
+array_release(pygpu_Array *self)
+{
+    CUarray h = self->handle;
+    pygpu_scope s;
+    if (h == NULL)
+        return;
+    self->handle = NULL;
+    self->freed = 1;
+    if (self->context->detached || pygpu_scope_enter_quiet(self->context, &s) < 0)
+        return;
+    cu.cuArrayDestroy(h);
+    pygpu_scope_exit(&s);
+}
+
+static void
+array_dealloc(pygpu_Array *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    array_release(self);
+    Py_CLEAR(self->context);
+    PyObject_Free(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+array_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    pygpu_state *st = pygpu_state_from_type(type);
+    static char *kwlist[] = {"descriptor", NULL};
+    PyObject *dobj;
+    pygpu_ArrayDescriptor *d;
+    pygpu_Context *ctx;
+    pygpu_Array *self;
+    CUDA_ARRAY3D_DESCRIPTOR desc;
+    CUarray h;
+    CUresult rc;
+    int is3d;
+    pygpu_scope s;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Array", kwlist, &dobj))
+        return NULL;
+    if (Py_IS_TYPE(dobj, st->ArrayDescriptor3DType)) {
+        is3d = 1;
+    } else if (Py_IS_TYPE(dobj, st->ArrayDescriptorType)) {
+        is3d = 0;
+    } else {
+        PyErr_Format(PyExc_TypeError, "Array() takes an ArrayDescriptor or "
+                     "ArrayDescriptor3D, not %.100s", Py_TYPE(dobj)->tp_name);
+        return NULL;
+    }
+    d = (pygpu_ArrayDescriptor *)dobj;
+    if (descr_check(d, is3d) < 0)
+        return NULL;
+    memset(&desc, 0, sizeof desc);
+    desc.Width = (size_t)d->width;
+    desc.Height = (size_t)d->height;
+    desc.Depth = is3d ? (size_t)d->depth : 0;
+    desc.Format = (CUarray_format)d->format;
+    desc.NumChannels = (unsigned)d->num_channels;
+    desc.Flags = is3d ? (unsigned)d->flags : 0;
+    if ((ctx = pygpu_current_context(st)) == NULL)
+        return NULL;
+    if (pygpu_scope_enter(st, ctx, &s) < 0)
+        return NULL;
+    if (is3d) {
+        rc = cu.cuArray3DCreate(&h, &desc);
+    } else {
+        CUDA_ARRAY_DESCRIPTOR d2;
+        d2.Width = desc.Width;
+        d2.Height = desc.Height;
+        d2.Format = desc.Format;
+        d2.NumChannels = desc.NumChannels;
+        rc = cu.cuArrayCreate(&h, &d2);
+    }
+    if (rc != CUDA_SUCCESS) {
+        pygpu_scope_exit(&s);
+        return pygpu_cuda_error(st, rc, is3d ? "cuArray3DCreate" : "cuArrayCreate");
+    }
+    self = PyObject_New(pygpu_Array, type);
+    if (self == NULL) {
+        cu.cuArrayDestroy(h);
+        pygpu_scope_exit(&s);
+        return NULL;
+    }
+    pygpu_scope_exit(&s);
+    self->handle = h;
+    Py_INCREF(ctx);
+    self->context = ctx;
+    self->desc = desc;
+    self->is3d = is3d;
+    self->freed = 0;
+    self->users = 0;
+    self->weakreflist = NULL;
+    return (PyObject *)self;
+}
+
+static PyObject *
+array_free(pygpu_Array *self, PyObject *unused)
+{
+    if (self->users > 0) {
+        PyErr_Format(PYGPU_STATE(self)->LogicError,
+                     "Array.free(): %zd texture or surface object%s still use%s the array; "
+                     "free or drop them first", self->users, self->users == 1 ? "" : "s",
+                     self->users == 1 ? "s" : "");
+        return NULL;
+    }
+    array_release(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+array_get_descriptor_impl(pygpu_Array *self, int want3d)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    CUDA_ARRAY3D_DESCRIPTOR d3;
+    CUresult rc;
+    pygpu_scope s;
+    if (pygpu_array_check(st, self) < 0 || pygpu_scope_enter(st, self->context, &s) < 0)
+        return NULL;
+    memset(&d3, 0, sizeof d3);
+    if (want3d) {
+        rc = cu.cuArray3DGetDescriptor(&d3, self->handle);
+    } else {
+        CUDA_ARRAY_DESCRIPTOR d2;
+        rc = cu.cuArrayGetDescriptor(&d2, self->handle);
+        d3.Width = d2.Width;
+        d3.Height = d2.Height;
+        d3.Format = d2.Format;
+        d3.NumChannels = d2.NumChannels;
+    }
+    pygpu_scope_exit(&s);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, want3d ? "cuArray3DGetDescriptor"
+                                               : "cuArrayGetDescriptor");
+    return descr_from(st, &d3, want3d);
+}
+
+static PyObject *
+array_get_descriptor(pygpu_Array *self, PyObject *unused)
+{
+    return array_get_descriptor_impl(self, 0);
+}
+
+static PyObject *
+array_get_descriptor_3d(pygpu_Array *self, PyObject *unused)
+{
+    return array_get_descriptor_impl(self, 1);
+}
+
+static PyObject *
+array_get_handle(pygpu_Array *self, void *c)
+{
+    if (pygpu_array_check(PYGPU_STATE(self), self) < 0)
+        return NULL;
+    return PyLong_FromVoidPtr(self->handle);
+}
+
+/* the descriptor it was made with, without a driver call */
+static PyObject *
+array_get_descriptor_attr(pygpu_Array *self, void *c)
+{
+    return descr_from(PYGPU_STATE(self), &self->desc, 1);
+}
+
+static PyObject *
+array_get_freed(pygpu_Array *self, void *c)
+{
+    return PyBool_FromLong(self->freed);
+}
+
+static PyObject *
+array_repr(pygpu_Array *self)
+{
+    const CUDA_ARRAY3D_DESCRIPTOR *d = &self->desc;
+    if (self->freed)
+        return PyUnicode_FromString("<pygpu.driver.Array (freed)>");
+    return PyUnicode_FromFormat("<pygpu.driver.Array %zux%zux%zu format=%d channels=%u "
+                                "flags=%u>", d->Width, d->Height, d->Depth, (int)d->Format,
+                                d->NumChannels, d->Flags);
+}
+
+#define CF(f) (PyCFunction)(void (*)(void))(f)
+static PyMethodDef array_methods[] = {
+    {"free", (PyCFunction)array_free, METH_NOARGS,
+     "free($self, /)\n--\n\nDestroy the array now (idempotent); a LogicError while a "
+     "texture or surface object over it is alive."},
+    {"get_descriptor", (PyCFunction)array_get_descriptor, METH_NOARGS,
+     "get_descriptor($self, /)\n--\n\nThe driver's ArrayDescriptor of the array "
+     "(cuArrayGetDescriptor)."},
+    {"get_descriptor_3d", (PyCFunction)array_get_descriptor_3d, METH_NOARGS,
+     "get_descriptor_3d($self, /)\n--\n\nThe driver's ArrayDescriptor3D of the array "
+     "(cuArray3DGetDescriptor)."},
+    {NULL}
+};
+
+static PyGetSetDef array_getset[] = {
+    {"handle", (getter)array_get_handle, NULL, "The CUarray as an int.", NULL},
+    {"descriptor", (getter)array_get_descriptor_attr, NULL,
+     "The ArrayDescriptor3D the array was made with (depth 0: 1-D or 2-D).", NULL},
+    {"freed", (getter)array_get_freed, NULL, "Whether free() ran.", NULL},
+    {NULL}
+};
+
+static PyMemberDef array_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Array, weakreflist), READONLY},
+    {NULL}
+};
+
+static PyType_Slot array_slots[] = {
+    {Py_tp_new, array_new},
+    {Py_tp_dealloc, array_dealloc},
+    {Py_tp_repr, array_repr},
+    {Py_tp_methods, array_methods},
+    {Py_tp_getset, array_getset},
+    {Py_tp_members, array_members},
+    {Py_tp_doc, "Array(descriptor)\n--\n\nA CUDA array in the current context, made from an "
+                "ArrayDescriptor (cuArrayCreate) or an ArrayDescriptor3D (cuArray3DCreate)."},
+    {0, NULL}
+};
+
+static PyType_Spec array_spec = {
+    "pygpu.driver.Array", sizeof(pygpu_Array), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, array_slots
+};
+
+/* ---- _memcpy_3d ---- */
+
+typedef struct {
+    int kind;                  /* 'h' host, 'd' device, 'a' array */
+    PyObject *obj;             /* borrowed from the argument tuple */
+    size_t x, y, z, pitch, height;
+    Py_buffer view;            /* host: held during the copy */
+    pygpu_DeviceAllocation *held;
+    pygpu_Array *array;        /* borrowed */
+} copy_side;
+
+static int
+extent_3d(const copy_side *c, size_t width, size_t height, size_t depth, size_t *out)
+{
+    size_t rows, slices, t;
+    if (width == 0 || height == 0 || depth == 0) {
+        *out = 0;
+        return 0;
+    }
+    if (__builtin_add_overflow(c->z, depth - 1, &slices)
+        || __builtin_mul_overflow(slices, c->height, &rows)
+        || __builtin_add_overflow(rows, c->y, &rows)
+        || __builtin_add_overflow(rows, height - 1, &rows)
+        || __builtin_mul_overflow(rows, c->pitch, &t)
+        || __builtin_add_overflow(t, c->x, &t)
+        || __builtin_add_overflow(t, width, &t))
+        return -1;
+    *out = t;
+    return 0;
+}
+
+static int
+parse_side(pygpu_state *st, PyObject *tup, copy_side *c, const char *what, const char *side,
+           size_t width, size_t height, size_t depth, int writable)
+{
+    const char *kind;
+    Py_ssize_t x, y, z, pitch, sheight;
+    size_t need, cap;
+    if (!PyArg_ParseTuple(tup, "sOnnnnn", &kind, &c->obj, &x, &y, &z, &pitch, &sheight))
+        return -1;
+    if (x < 0 || y < 0 || z < 0 || pitch < 0 || sheight < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: %s offsets, pitch and height must be >= 0",
+                     what, side);
+        return -1;
+    }
+    c->kind = kind[0];
+    c->x = (size_t)x; c->y = (size_t)y; c->z = (size_t)z;
+    c->pitch = (size_t)pitch; c->height = (size_t)sheight;
+    if (c->kind == 'a') {
+        pygpu_Array *a;
+        size_t esize, wbytes, h, d;
+        if (!PyObject_TypeCheck(c->obj, st->ArrayType)) {
+            PyErr_Format(PyExc_TypeError, "%s: set_%s_array() takes an Array, not %.100s",
+                         what, side, Py_TYPE(c->obj)->tp_name);
+            return -1;
+        }
+        a = c->array = (pygpu_Array *)c->obj;
+        if (pygpu_array_check(st, a) < 0)
+            return -1;
+        esize = pygpu_array_format_size(a->desc.Format) * a->desc.NumChannels;
+        wbytes = a->desc.Width * esize;
+        h = a->desc.Height ? a->desc.Height : 1;
+        d = a->desc.Depth ? a->desc.Depth : 1;
+        if (c->x % esize) {
+            PyErr_Format(PyExc_ValueError, "%s: %s_x_in_bytes=%zu is not a multiple of the "
+                         "array's %zu-byte elements", what, side, c->x, esize);
+            return -1;
+        }
+        if (width > wbytes || c->x > wbytes - width) {
+            PyErr_Format(PyExc_ValueError, "%s: %s_x_in_bytes + width_in_bytes = %zu + %zu "
+                         "exceeds the %s array's rows of %zu bytes", what, side, c->x, width,
+                         side, wbytes);
+            return -1;
+        }
+        if (height > h || c->y > h - height) {
+            PyErr_Format(PyExc_ValueError, "%s: %s_y + height = %zu + %zu exceeds the %s "
+                         "array's %zu rows", what, side, c->y, height, side, h);
+            return -1;
+        }
+        if (depth > d || c->z > d - depth) {
+            PyErr_Format(PyExc_ValueError, "%s: %s_z + depth = %zu + %zu exceeds the %s "
+                         "array's depth of %zu", what, side, c->z, depth, side, d);
+            return -1;
+        }
+        return 0;
+    }
+    if (c->kind != 'h' && c->kind != 'd') {
+        PyErr_Format(PyExc_ValueError, "%s: unknown %s kind '%s'", what, side, kind);
+        return -1;
+    }
+    if (width > 0 && c->pitch < c->x + width) {
+        PyErr_Format(PyExc_ValueError, "%s: %s_pitch=%zu is less than %s_x_in_bytes + "
+                     "width_in_bytes = %zu", what, side, c->pitch, side, c->x + width);
+        return -1;
+    }
+    if ((depth > 1 || c->z > 0) && c->height < c->y + height) {
+        PyErr_Format(PyExc_ValueError, "%s: %s_height=%zu (rows between slices) is less "
+                     "than %s_y + height = %zu", what, side, c->height, side, c->y + height);
+        return -1;
+    }
+    if (extent_3d(c, width, height, depth, &need) < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: the %s's extent overflows the address space",
+                     what, side);
+        return -1;
+    }
+    if (c->kind == 'h') {
+        char buf[64];
+        PyOS_snprintf(buf, sizeof buf, "%s %s", what, side);
+        if (pygpu_get_host_buffer(c->obj, &c->view, writable, buf) < 0)
+            return -1;
+        cap = (size_t)c->view.len;
+    } else {
+        CUdeviceptr p;
+        if (pygpu_get_device_ptr(st, c->obj, &p, &cap, 0) < 0)
+            return -1;
+    }
+    if (cap != (size_t)-1 && need > cap) {
+        PyErr_Format(PyExc_ValueError, "%s: the copy spans %zu bytes of the %s, which "
+                     "holds %zu bytes", what, need, side, cap);
+        return -1;
+    }
+    return 0;
+}
+
+static void
+fill_side(const copy_side *c, CUmemorytype *type, const void **host, CUdeviceptr *dev,
+          CUarray *arr, size_t *x, size_t *y, size_t *z, size_t *pitch, size_t *height,
+          CUdeviceptr devptr)
+{
+    *x = c->x; *y = c->y; *z = c->z;
+    if (c->kind == 'a') {
+        *type = CU_MEMORYTYPE_ARRAY;
+        *arr = c->array->handle;
+    } else if (c->kind == 'h') {
+        *type = CU_MEMORYTYPE_HOST;
+        *host = c->view.buf;
+        *pitch = c->pitch;
+        *height = c->height;
+    } else {
+        *type = CU_MEMORYTYPE_DEVICE;
+        *dev = devptr;
+        *pitch = c->pitch;
+        *height = c->height;
+    }
+}
+
+/* _memcpy_3d(what, src, dst, width_in_bytes, height, depth, stream); a side is
+ * (kind 'h'/'d'/'a', object, x_in_bytes, y, z, pitch, height). */
+static PyObject *
+memcpy_3d(PyObject *module, PyObject *args)
+{
+    pygpu_state *st = PyModule_GetState(module);
+    const char *what;
+    PyObject *stup, *dtup, *sobj;
+    Py_ssize_t w, h, d;
+    copy_side src, dst;
+    CUDA_MEMCPY3D p;
+    CUstream stream = NULL;
+    CUdeviceptr sp = 0, dp = 0;
+    size_t cap;
+    pygpu_Context *ctx;
+    pygpu_scope s;
+    CUresult rc;
+    PyObject *res = NULL;
+    memset(&src, 0, sizeof src);
+    memset(&dst, 0, sizeof dst);
+    if (!PyArg_ParseTuple(args, "sO!O!nnnO:_memcpy_3d", &what, &PyTuple_Type, &stup,
+                          &PyTuple_Type, &dtup, &w, &h, &d, &sobj))
+        return NULL;
+    if (w < 0 || h < 0 || d < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: width_in_bytes, height and depth must be >= 0",
+                     what);
+        return NULL;
+    }
+    if (parse_side(st, stup, &src, what, "src", (size_t)w, (size_t)h, (size_t)d, 0) < 0
+        || parse_side(st, dtup, &dst, what, "dst", (size_t)w, (size_t)h, (size_t)d, 1) < 0)
+        goto done;
+    if (sobj != Py_None && pygpu_get_stream(st, sobj, &stream) < 0)
+        goto done;
+    /* the device pointers last: the conversions above may run Python code */
+    if (src.kind == 'd' && pygpu_get_device_ptr(st, src.obj, &sp, &cap, 0) < 0)
+        goto done;
+    if (dst.kind == 'd' && pygpu_get_device_ptr(st, dst.obj, &dp, &cap, 0) < 0)
+        goto done;
+    if ((src.kind == 'a' && pygpu_array_check(st, src.array) < 0)
+        || (dst.kind == 'a' && pygpu_array_check(st, dst.array) < 0))
+        goto done;
+    ctx = src.kind == 'a' ? src.array->context
+        : dst.kind == 'a' ? dst.array->context : pygpu_current_context(st);
+    if (ctx == NULL)
+        goto done;
+    memset(&p, 0, sizeof p);
+    fill_side(&src, &p.srcMemoryType, &p.srcHost, &p.srcDevice, &p.srcArray, &p.srcXInBytes,
+              &p.srcY, &p.srcZ, &p.srcPitch, &p.srcHeight, sp);
+    fill_side(&dst, &p.dstMemoryType, (const void **)&p.dstHost, &p.dstDevice, &p.dstArray,
+              &p.dstXInBytes, &p.dstY, &p.dstZ, &p.dstPitch, &p.dstHeight, dp);
+    p.WidthInBytes = (size_t)w;
+    p.Height = (size_t)h;
+    p.Depth = (size_t)d;
+    if (w == 0 || h == 0 || d == 0) {
+        res = Py_NewRef(Py_None);
+        goto done;
+    }
+    if ((src.kind == 'd' && pygpu_allocation_hold(st, src.obj, &src.held) < 0)
+        || (dst.kind == 'd' && pygpu_allocation_hold(st, dst.obj, &dst.held) < 0))
+        goto done;
+    if (pygpu_scope_enter(st, ctx, &s) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sobj == Py_None ? cu.cuMemcpy3D(&p) : cu.cuMemcpy3DAsync(&p, stream);
+    Py_END_ALLOW_THREADS
+    pygpu_scope_exit(&s);
+    if (rc != CUDA_SUCCESS) {
+        pygpu_cuda_error(st, rc, sobj == Py_None ? "cuMemcpy3D" : "cuMemcpy3DAsync");
+        goto done;
+    }
+    res = Py_NewRef(Py_None);
+done:
+    pygpu_allocation_unhold(src.held);
+    pygpu_allocation_unhold(dst.held);
+    if (src.view.obj) PyBuffer_Release(&src.view);
+    if (dst.view.obj) PyBuffer_Release(&dst.view);
+    return res;
+}
+
+static PyMethodDef cuarray_functions[] = {
+    {"_memcpy_3d", memcpy_3d, METH_VARARGS,
+     "_memcpy_3d(what, src, dst, width_in_bytes, height, depth, stream)\n--\n\n"
+     "The copy behind Memcpy2D/Memcpy3D with an array side, and Memcpy3D."},
+    {NULL}
+};
+
+int
+pygpu_cuarray_setup(PyObject *m, pygpu_state *st)
+{
+    if (pygpu_add_type(m, &descr2_spec, &st->ArrayDescriptorType) < 0
+        || pygpu_add_type(m, &descr3_spec, &st->ArrayDescriptor3DType) < 0
+        || pygpu_add_type(m, &array_spec, &st->ArrayType) < 0)
+        return -1;
+    return PyModule_AddFunctions(m, cuarray_functions);
+}

@@ -94,6 +94,33 @@
     CU_REQUIRED(cuLinkAddFile, 6050)                             \
     CU_REQUIRED(cuLinkComplete, 5050)                            \
     CU_REQUIRED(cuLinkDestroy, 5050)                             \
+    CU_REQUIRED(cuStreamBeginCapture, 10010)                     \
+    CU_REQUIRED(cuStreamEndCapture, 10000)                       \
+    CU_REQUIRED(cuStreamIsCapturing, 10000)                      \
+    CU_REQUIRED(cuGraphCreate, 10000)                            \
+    CU_REQUIRED(cuGraphDestroy, 10000)                           \
+    CU_REQUIRED(cuGraphAddKernelNode, 10000)                     \
+    CU_REQUIRED(cuGraphAddMemcpyNode, 10000)                     \
+    CU_REQUIRED(cuGraphAddMemsetNode, 10000)                     \
+    CU_REQUIRED(cuGraphAddHostNode, 10000)                       \
+    CU_REQUIRED(cuGraphAddChildGraphNode, 10000)                 \
+    CU_REQUIRED(cuGraphAddEmptyNode, 10000)                      \
+    CU_REQUIRED(cuGraphAddEventRecordNode, 11010)                \
+    CU_REQUIRED(cuGraphAddEventWaitNode, 11010)                  \
+    CU_REQUIRED(cuGraphAddMemAllocNode, 11040)                   \
+    CU_REQUIRED(cuGraphAddMemFreeNode, 11040)                    \
+    CU_REQUIRED(cuGraphAddDependencies, 10000)                   \
+    CU_REQUIRED(cuGraphGetNodes, 10000)                          \
+    CU_REQUIRED(cuGraphNodeGetType, 10000)                       \
+    CU_REQUIRED(cuGraphNodeGetDependencies, 10000)               \
+    CU_REQUIRED(cuGraphKernelNodeGetParams, 10000)               \
+    CU_REQUIRED(cuGraphInstantiateWithFlags, 11040)              \
+    CU_REQUIRED(cuGraphExecDestroy, 10000)                       \
+    CU_REQUIRED(cuGraphLaunch, 10000)                            \
+    CU_REQUIRED(cuGraphUpload, 11010)                            \
+    CU_REQUIRED(cuGraphExecUpdate, 10020)                        \
+    CU_REQUIRED(cuGraphExecKernelNodeSetParams, 10010)           \
+    CU_REQUIRED(cuGraphDebugDotPrint, 11030)                     \
     CU_OPTIONAL(cuMemAllocAsync, 11020)                          \
     CU_OPTIONAL(cuMemFreeAsync, 11020)                           \
     CU_OPTIONAL(cuDeviceGetDefaultMemPool, 11020)                \
@@ -101,7 +128,9 @@
     CU_OPTIONAL(cuMemPrefetchAsync, 12020)                       \
     CU_OPTIONAL(cuLaunchKernelEx, 11060)                         \
     CU_OPTIONAL(cuFuncGetParamInfo, 12040)                       \
-    CU_OPTIONAL(cuFuncGetName, 12030)
+    CU_OPTIONAL(cuFuncGetName, 12030)                           \
+    CU_OPTIONAL(cuGraphAddNode, 12020)                           \
+    CU_OPTIONAL(cuGraphConditionalHandleCreate, 12030)
 
 /* NVRTC: every entry is required once the library is found. */
 #define PYGPU_NVRTC_API(NV)                                                   \

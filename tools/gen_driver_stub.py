@@ -39,6 +39,16 @@ RETURNS = {
     "Module.get_function": "Function", "Module.get_global": "tuple[DeviceAllocation, int]",
     "Function.configure": "BoundLaunch", "Function.prepare": "Function",
     "Function.get_attribute": "int", "Function.prepared_timed_call": "Any",
+    # graphs (src/graph.c)
+    "Stream.begin_capture": "None", "Stream.end_capture": "Graph",
+    "Stream.is_capturing": "bool", "Graph.instantiate": "GraphExec",
+    "Graph.nodes": "list[GraphNode]", "Graph.conditional_handle": "int",
+    "Graph.add_dependencies": "None", "Graph.debug_dot": "None",
+    **{"Graph.add_%s_node" % k: "GraphNode" for k in (
+        "kernel", "memcpy", "memset", "host", "event_record", "event_wait", "child_graph",
+        "empty", "mem_alloc", "mem_free", "conditional")},
+    "GraphExec.launch": "None", "GraphExec.upload": "None", "GraphExec.update": "None",
+    "GraphExec.synchronize": "None", "GraphExec.set_kernel_node_params": "None",
 }
 ATTRS = {  # getset descriptors: Class.name -> annotation
     "Device.ordinal": "int", "Device.uuid": "bytes", "Context.device": "Device",
@@ -48,6 +58,14 @@ ATTRS = {  # getset descriptors: Class.name -> annotation
     "Module.handle": "int", "Module.context": "Context", "Function.handle": "int",
     "Function.name": "str", "Function.module": "Module", "Function.num_regs": "int",
     "HostAllocation.size": "int", "HostAllocation.address": "int",
+    "Graph.handle": "int", "Graph.callback_errors": "list[BaseException]",
+    "Graph.parent": "Graph | None", "GraphExec.graph": "Graph", "GraphExec.handle": "int",
+    "GraphExec.callback_errors": "list[BaseException]",
+    "GraphNode.dependencies": "list[GraphNode]", "GraphNode.type": "int",
+    "GraphNode.kind": "str", "GraphNode.graph": "Graph", "GraphNode.index": "int",
+    "GraphNode.handle": "int", "GraphNode.function": "Function | None",
+    "GraphNode.dptr": "int", "GraphNode.bytesize": "int",
+    "GraphNode.bodies": "tuple[Graph, ...] | None",
 }
 
 

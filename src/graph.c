@@ -257,11 +257,10 @@ refuse_handlers(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ss
     return 0;
 }
 
-/* kwargs of a kernel node: block, grid, shared, dependencies (+ function for
- * updates).  Borrowed results. */
+/* add_kernel_node's keywords: block, grid, shared, dependencies (borrowed) */
 static int
-kernel_kwargs(PyObject *kwnames, PyObject *const *kwargs, PyObject **block, PyObject **grid,
-              PyObject **shared, PyObject **deps, PyObject **function, const char *what)
+node_kwargs(PyObject *kwnames, PyObject *const *kwargs, PyObject **block, PyObject **grid,
+            PyObject **shared, PyObject **deps)
 {
     Py_ssize_t i, nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (i = 0; i < nkw; i++) {
@@ -272,14 +271,36 @@ kernel_kwargs(PyObject *kwnames, PyObject *const *kwargs, PyObject **block, PyOb
             *grid = kwargs[i];
         else if (PyUnicode_CompareWithASCIIString(k, "shared") == 0)
             *shared = kwargs[i];
-        else if (deps != NULL && PyUnicode_CompareWithASCIIString(k, "dependencies") == 0)
+        else if (PyUnicode_CompareWithASCIIString(k, "dependencies") == 0)
             *deps = kwargs[i];
-        else if (function != NULL && PyUnicode_CompareWithASCIIString(k, "function") == 0)
+        else {
+            PyErr_Format(PyExc_TypeError, "add_kernel_node() got an unexpected keyword "
+                         "argument %R (options: block, grid, shared, dependencies)", k);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* set_kernel_node_params's keywords: block, grid, shared, function (borrowed) */
+static int
+update_kwargs(PyObject *kwnames, PyObject *const *kwargs, PyObject **block, PyObject **grid,
+              PyObject **shared, PyObject **function)
+{
+    Py_ssize_t i, nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (i = 0; i < nkw; i++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, i);
+        if (PyUnicode_CompareWithASCIIString(k, "block") == 0)
+            *block = kwargs[i];
+        else if (PyUnicode_CompareWithASCIIString(k, "grid") == 0)
+            *grid = kwargs[i];
+        else if (PyUnicode_CompareWithASCIIString(k, "shared") == 0)
+            *shared = kwargs[i];
+        else if (PyUnicode_CompareWithASCIIString(k, "function") == 0)
             *function = kwargs[i];
         else {
-            PyErr_Format(PyExc_TypeError, "%s got an unexpected keyword argument %R "
-                         "(options: block, grid, shared, %s)", what, k,
-                         deps != NULL ? "dependencies" : "function");
+            PyErr_Format(PyExc_TypeError, "set_kernel_node_params() got an unexpected "
+                         "keyword argument %R (options: block, grid, shared, function)", k);
             return -1;
         }
     }
@@ -400,16 +421,14 @@ static PyObject *
 graph_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     pygpu_state *st = pygpu_state_from_type(type);
+    static char *kwlist[] = {NULL};
     pygpu_Context *ctx;
     pygpu_Graph *g;
     pygpu_scope s;
     CUgraph h = NULL;
     CUresult rc;
-    if (!PyArg_ParseTuple(args, ":Graph") || (kwds != NULL && PyDict_GET_SIZE(kwds))) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "Graph() takes no arguments");
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, ":Graph", kwlist))
         return NULL;
-    }
     if ((ctx = pygpu_current_context(st)) == NULL
         || pygpu_scope_enter(st, ctx, &s) < 0)
         return NULL;
@@ -458,8 +477,7 @@ graph_add_kernel_node(pygpu_Graph *g, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     }
     f = (pygpu_Function *)args[0];
-    if (kernel_kwargs(kwnames, args + nargs, &block, &grid, &shared, &deps, NULL,
-                      "add_kernel_node()") < 0)
+    if (node_kwargs(kwnames, args + nargs, &block, &grid, &shared, &deps) < 0)
         return NULL;
     if (block == NULL || block == Py_None) {
         PyErr_Format(PyExc_TypeError, "graph node #%d: kernel '%s': add_kernel_node() needs "
@@ -587,7 +605,7 @@ graph_add_memcpy_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     size_t nd = 0;
     pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O$O:add_memcpy_node", kwlist, &dobj,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OO:add_memcpy_node", kwlist, &dobj,
                                      &sobj, &nobj, &deps))
         return NULL;
     if (graph_check(st, g) < 0)
@@ -659,7 +677,7 @@ graph_add_memset_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     size_t nd = 0;
     pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|I$O:add_memset_node", kwlist, &dobj,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|IO:add_memset_node", kwlist, &dobj,
                                      &vobj, &cobj, &esize, &deps))
         return NULL;
     if (esize != 1 && esize != 2 && esize != 4) {
@@ -748,7 +766,7 @@ graph_add_host_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     pygpu_hostfn *h;
     pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$O:add_host_node", kwlist, &fn, &deps))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:add_host_node", kwlist, &fn, &deps))
         return NULL;
     if (!PyCallable_Check(fn)) {
         PyErr_Format(PyExc_TypeError, "add_host_node(): callback must be callable, not "
@@ -797,8 +815,8 @@ add_event_node(pygpu_Graph *g, PyObject *args, PyObject *kwds, int record)
     size_t nd = 0;
     pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, record ? "O|$O:add_event_record_node"
-                                     : "O|$O:add_event_wait_node", kwlist, &ev, &deps))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, record ? "O|O:add_event_record_node"
+                                     : "O|O:add_event_wait_node", kwlist, &ev, &deps))
         return NULL;
     if (!Py_IS_TYPE(ev, st->EventType)) {
         PyErr_Format(PyExc_TypeError, "%s takes an Event, not %.100s", what,
@@ -853,7 +871,7 @@ graph_add_child_graph_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     size_t nd = 0;
     pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$O:add_child_graph_node", kwlist, &child,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:add_child_graph_node", kwlist, &child,
                                      &deps))
         return NULL;
     if (!Py_IS_TYPE(child, st->GraphType)) {
@@ -924,7 +942,7 @@ graph_add_mem_alloc_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     size_t nd = 0, n;
     pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$O:add_mem_alloc_node", kwlist, &nobj,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:add_mem_alloc_node", kwlist, &nobj,
                                      &deps))
         return NULL;
     n = PyLong_AsSize_t(nobj);
@@ -971,7 +989,7 @@ graph_add_mem_free_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     size_t nd = 0;
     pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$O:add_mem_free_node", kwlist, &pobj,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:add_mem_free_node", kwlist, &pobj,
                                      &deps))
         return NULL;
     if (Py_IS_TYPE(pobj, st->GraphNodeType)) {
@@ -1041,7 +1059,7 @@ graph_add_conditional_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     size_t nd = 0;
     pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|I$O:add_conditional_node", kwlist, &hobj,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|IO:add_conditional_node", kwlist, &hobj,
                                      &kobj, &size, &deps))
         return NULL;
     if (PyUnicode_Check(kobj)) {
@@ -1267,42 +1285,42 @@ static PyMethodDef graph_methods[] = {
      "function(*args, block=..., grid=...) would; the graph keeps the function "
      "and the arguments alive.  " DEPS_DOC},
     {"add_memcpy_node", CF(graph_add_memcpy_node), METH_VARARGS | METH_KEYWORDS,
-     "add_memcpy_node($self, dest, src, nbytes=None, *, dependencies=None)\n--\n\n"
+     "add_memcpy_node($self, dest, src, nbytes=None, dependencies=None)\n--\n\n"
      "A copy node: each side is device memory (DeviceAllocation, int address, "
      "__cuda_array_interface__) or a C-contiguous host buffer (kept alive and pinned "
      "in place by the graph).  nbytes defaults to the smaller known size."},
     {"add_memset_node", CF(graph_add_memset_node), METH_VARARGS | METH_KEYWORDS,
-     "add_memset_node($self, dest, value, count, element_size=1, *, "
+     "add_memset_node($self, dest, value, count, element_size=1, "
      "dependencies=None)\n--\n\nSet count elements of element_size (1, 2 or 4) bytes "
      "at dest to value."},
     {"add_host_node", CF(graph_add_host_node), METH_VARARGS | METH_KEYWORDS,
-     "add_host_node($self, callback, *, dependencies=None)\n--\n\n"
+     "add_host_node($self, callback, dependencies=None)\n--\n\n"
      "A node that calls callback() (with the GIL, on a driver thread).  An exception "
      "it raises is reported through sys.unraisablehook and appended to "
      "callback_errors."},
     {"add_event_record_node", CF(graph_add_event_record_node), METH_VARARGS | METH_KEYWORDS,
-     "add_event_record_node($self, event, *, dependencies=None)\n--\n\nRecord event."},
+     "add_event_record_node($self, event, dependencies=None)\n--\n\nRecord event."},
     {"add_event_wait_node", CF(graph_add_event_wait_node), METH_VARARGS | METH_KEYWORDS,
-     "add_event_wait_node($self, event, *, dependencies=None)\n--\n\nWait for event."},
+     "add_event_wait_node($self, event, dependencies=None)\n--\n\nWait for event."},
     {"add_child_graph_node", CF(graph_add_child_graph_node), METH_VARARGS | METH_KEYWORDS,
-     "add_child_graph_node($self, graph, *, dependencies=None)\n--\n\n"
+     "add_child_graph_node($self, graph, dependencies=None)\n--\n\n"
      "Embed a copy of graph (later changes to graph do not show)."},
     {"add_empty_node", CF(graph_add_empty_node), METH_VARARGS | METH_KEYWORDS,
      "add_empty_node($self, dependencies=None)\n--\n\nA node that does nothing (a "
      "join point)."},
     {"add_mem_alloc_node", CF(graph_add_mem_alloc_node), METH_VARARGS | METH_KEYWORDS,
-     "add_mem_alloc_node($self, nbytes, *, dependencies=None)\n--\n\n"
+     "add_mem_alloc_node($self, nbytes, dependencies=None)\n--\n\n"
      "Stream-ordered allocation; the node's dptr is the address, fixed when the node "
      "is added."},
     {"add_mem_free_node", CF(graph_add_mem_free_node), METH_VARARGS | METH_KEYWORDS,
-     "add_mem_free_node($self, ptr, *, dependencies=None)\n--\n\n"
+     "add_mem_free_node($self, ptr, dependencies=None)\n--\n\n"
      "Free a graph allocation (a mem_alloc node or its address)."},
     {"conditional_handle", CF(graph_conditional_handle), METH_VARARGS | METH_KEYWORDS,
      "conditional_handle($self, default=0, assign_default=True)\n--\n\n"
      "A conditional handle (an int; pass it to a kernel as an unsigned long long / "
      "cudaGraphConditionalHandle parameter, set with cudaGraphSetConditional)."},
     {"add_conditional_node", CF(graph_add_conditional_node), METH_VARARGS | METH_KEYWORDS,
-     "add_conditional_node($self, handle, kind, size=1, *, dependencies=None)\n--\n\n"
+     "add_conditional_node($self, handle, kind, size=1, dependencies=None)\n--\n\n"
      "kind 'if', 'while' or 'switch'; the node's bodies are Graphs to fill."},
     {"add_dependencies", CF(graph_add_dependencies), METH_VARARGS,
      "add_dependencies($self, src, dst, /)\n--\n\nAdd edges src[i] -> dst[i] (nodes or "
@@ -1844,8 +1862,7 @@ exec_set_kernel_node_params(pygpu_GraphExec *e, PyObject *const *args, Py_ssize_
         return NULL;
     }
     n = (pygpu_GraphNode *)args[0];
-    if (kernel_kwargs(kwnames, args + nargs, &block, &grid, &shared, NULL, &fobj,
-                      "set_kernel_node_params()") < 0)
+    if (update_kwargs(kwnames, args + nargs, &block, &grid, &shared, &fobj) < 0)
         return NULL;
     if (node_check(st, n) < 0 || exec_enter(st, e, &s) < 0)
         return NULL;

@@ -344,9 +344,10 @@ static PyMethodDef stream_methods[] = {
     {"per_thread", stream_per_thread, METH_NOARGS | METH_CLASS,
      "per_thread($cls, /)\n--\n\nThe per-thread default stream."},
     {"begin_capture", CF(pygpu_stream_begin_capture), METH_VARARGS | METH_KEYWORDS,
-     "begin_capture($self, /, mode=capture_mode.GLOBAL)\n--\n\n"
+     "begin_capture($self, /, mode=0)\n--\n\n"
      "Start recording the work queued on this stream into a graph (nothing runs); "
-     "end_capture() returns it."},
+     "end_capture() returns it.  mode: a capture_mode (0 GLOBAL, 1 THREAD_LOCAL, "
+     "2 RELAXED)."},
     {"end_capture", CF(pygpu_stream_end_capture), METH_NOARGS,
      "end_capture($self, /)\n--\n\nStop capturing; returns the Graph (it keeps the "
      "captured launches' functions and arguments alive)."},

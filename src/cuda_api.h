@@ -4,6 +4,8 @@
  *     a driver that lacks it is reported as too old.
  * CU_OPTIONAL(name, version): may be missing (older drivers); the pointer is
  *     then NULL and the caller falls back or raises a clear error.
+ * (The graph entry points are all optional: a driver without one loses
+ * graphs, with a clear error, not pygpu; graph.c checks them.)
  * The version selects the ABI: the pointer's type is PFN_<name>_v<version>
  * from cudaTypedefs.h, so the type and the ABI asked for cannot disagree.
  */
@@ -94,33 +96,6 @@
     CU_REQUIRED(cuLinkAddFile, 6050)                             \
     CU_REQUIRED(cuLinkComplete, 5050)                            \
     CU_REQUIRED(cuLinkDestroy, 5050)                             \
-    CU_REQUIRED(cuStreamBeginCapture, 10010)                     \
-    CU_REQUIRED(cuStreamEndCapture, 10000)                       \
-    CU_REQUIRED(cuStreamIsCapturing, 10000)                      \
-    CU_REQUIRED(cuGraphCreate, 10000)                            \
-    CU_REQUIRED(cuGraphDestroy, 10000)                           \
-    CU_REQUIRED(cuGraphAddKernelNode, 10000)                     \
-    CU_REQUIRED(cuGraphAddMemcpyNode, 10000)                     \
-    CU_REQUIRED(cuGraphAddMemsetNode, 10000)                     \
-    CU_REQUIRED(cuGraphAddHostNode, 10000)                       \
-    CU_REQUIRED(cuGraphAddChildGraphNode, 10000)                 \
-    CU_REQUIRED(cuGraphAddEmptyNode, 10000)                      \
-    CU_REQUIRED(cuGraphAddEventRecordNode, 11010)                \
-    CU_REQUIRED(cuGraphAddEventWaitNode, 11010)                  \
-    CU_REQUIRED(cuGraphAddMemAllocNode, 11040)                   \
-    CU_REQUIRED(cuGraphAddMemFreeNode, 11040)                    \
-    CU_REQUIRED(cuGraphAddDependencies, 10000)                   \
-    CU_REQUIRED(cuGraphGetNodes, 10000)                          \
-    CU_REQUIRED(cuGraphNodeGetType, 10000)                       \
-    CU_REQUIRED(cuGraphNodeGetDependencies, 10000)               \
-    CU_REQUIRED(cuGraphKernelNodeGetParams, 10000)               \
-    CU_REQUIRED(cuGraphInstantiateWithFlags, 11040)              \
-    CU_REQUIRED(cuGraphExecDestroy, 10000)                       \
-    CU_REQUIRED(cuGraphLaunch, 10000)                            \
-    CU_REQUIRED(cuGraphUpload, 11010)                            \
-    CU_REQUIRED(cuGraphExecUpdate, 10020)                        \
-    CU_REQUIRED(cuGraphExecKernelNodeSetParams, 10010)           \
-    CU_REQUIRED(cuGraphDebugDotPrint, 11030)                     \
     CU_OPTIONAL(cuMemAllocAsync, 11020)                          \
     CU_OPTIONAL(cuMemFreeAsync, 11020)                           \
     CU_OPTIONAL(cuDeviceGetDefaultMemPool, 11020)                \
@@ -129,6 +104,33 @@
     CU_OPTIONAL(cuLaunchKernelEx, 11060)                         \
     CU_OPTIONAL(cuFuncGetParamInfo, 12040)                       \
     CU_OPTIONAL(cuFuncGetName, 12030)                           \
+    CU_OPTIONAL(cuStreamBeginCapture, 10010)                     \
+    CU_OPTIONAL(cuStreamEndCapture, 10000)                       \
+    CU_OPTIONAL(cuStreamIsCapturing, 10000)                      \
+    CU_OPTIONAL(cuGraphCreate, 10000)                            \
+    CU_OPTIONAL(cuGraphDestroy, 10000)                           \
+    CU_OPTIONAL(cuGraphAddKernelNode, 10000)                     \
+    CU_OPTIONAL(cuGraphAddMemcpyNode, 10000)                     \
+    CU_OPTIONAL(cuGraphAddMemsetNode, 10000)                     \
+    CU_OPTIONAL(cuGraphAddHostNode, 10000)                       \
+    CU_OPTIONAL(cuGraphAddChildGraphNode, 10000)                 \
+    CU_OPTIONAL(cuGraphAddEmptyNode, 10000)                      \
+    CU_OPTIONAL(cuGraphAddEventRecordNode, 11010)                \
+    CU_OPTIONAL(cuGraphAddEventWaitNode, 11010)                  \
+    CU_OPTIONAL(cuGraphAddMemAllocNode, 11040)                   \
+    CU_OPTIONAL(cuGraphAddMemFreeNode, 11040)                    \
+    CU_OPTIONAL(cuGraphAddDependencies, 10000)                   \
+    CU_OPTIONAL(cuGraphGetNodes, 10000)                          \
+    CU_OPTIONAL(cuGraphNodeGetType, 10000)                       \
+    CU_OPTIONAL(cuGraphNodeGetDependencies, 10000)               \
+    CU_OPTIONAL(cuGraphKernelNodeGetParams, 10000)               \
+    CU_OPTIONAL(cuGraphInstantiateWithFlags, 11040)              \
+    CU_OPTIONAL(cuGraphExecDestroy, 10000)                       \
+    CU_OPTIONAL(cuGraphLaunch, 10000)                            \
+    CU_OPTIONAL(cuGraphUpload, 11010)                            \
+    CU_OPTIONAL(cuGraphExecUpdate, 10020)                        \
+    CU_OPTIONAL(cuGraphExecKernelNodeSetParams, 10010)           \
+    CU_OPTIONAL(cuGraphDebugDotPrint, 11030)                     \
     CU_OPTIONAL(cuGraphAddNode, 12020)                           \
     CU_OPTIONAL(cuGraphConditionalHandleCreate, 12030)
 

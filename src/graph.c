@@ -85,6 +85,53 @@ node_type_name(int t)
 
 /* ---- helpers ---- */
 
+/* The graph entry points are optional in cuda_api.h: a driver that lacks one
+ * loses graphs, not pygpu.  Checked where graphs begin (Graph(), capture);
+ * every later call has a Graph, so the check passed.  The driver is loaded. */
+static int
+graph_api_check(pygpu_state *st)
+{
+    const struct { const char *name; void *fn; } need[] = {
+        {"cuStreamBeginCapture", (void *)cu.cuStreamBeginCapture},
+        {"cuStreamEndCapture", (void *)cu.cuStreamEndCapture},
+        {"cuStreamIsCapturing", (void *)cu.cuStreamIsCapturing},
+        {"cuGraphCreate", (void *)cu.cuGraphCreate},
+        {"cuGraphDestroy", (void *)cu.cuGraphDestroy},
+        {"cuGraphAddKernelNode", (void *)cu.cuGraphAddKernelNode},
+        {"cuGraphAddMemcpyNode", (void *)cu.cuGraphAddMemcpyNode},
+        {"cuGraphAddMemsetNode", (void *)cu.cuGraphAddMemsetNode},
+        {"cuGraphAddHostNode", (void *)cu.cuGraphAddHostNode},
+        {"cuGraphAddChildGraphNode", (void *)cu.cuGraphAddChildGraphNode},
+        {"cuGraphAddEmptyNode", (void *)cu.cuGraphAddEmptyNode},
+        {"cuGraphAddEventRecordNode", (void *)cu.cuGraphAddEventRecordNode},
+        {"cuGraphAddEventWaitNode", (void *)cu.cuGraphAddEventWaitNode},
+        {"cuGraphAddMemAllocNode", (void *)cu.cuGraphAddMemAllocNode},
+        {"cuGraphAddMemFreeNode", (void *)cu.cuGraphAddMemFreeNode},
+        {"cuGraphAddDependencies", (void *)cu.cuGraphAddDependencies},
+        {"cuGraphGetNodes", (void *)cu.cuGraphGetNodes},
+        {"cuGraphNodeGetType", (void *)cu.cuGraphNodeGetType},
+        {"cuGraphNodeGetDependencies", (void *)cu.cuGraphNodeGetDependencies},
+        {"cuGraphKernelNodeGetParams", (void *)cu.cuGraphKernelNodeGetParams},
+        {"cuGraphInstantiateWithFlags", (void *)cu.cuGraphInstantiateWithFlags},
+        {"cuGraphExecDestroy", (void *)cu.cuGraphExecDestroy},
+        {"cuGraphLaunch", (void *)cu.cuGraphLaunch},
+        {"cuGraphUpload", (void *)cu.cuGraphUpload},
+        {"cuGraphExecUpdate", (void *)cu.cuGraphExecUpdate},
+        {"cuGraphExecKernelNodeSetParams", (void *)cu.cuGraphExecKernelNodeSetParams},
+        {"cuGraphDebugDotPrint", (void *)cu.cuGraphDebugDotPrint},
+    };
+    size_t i;
+    for (i = 0; i < sizeof need / sizeof need[0]; i++) {
+        if (need[i].fn == NULL) {
+            PyErr_Format(st->LogicError, "CUDA graphs need the driver entry point %s, which "
+                         "this driver does not provide (a CUDA 11.4 or newer driver has "
+                         "it)", need[i].name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int
 graph_check(pygpu_state *st, pygpu_Graph *g)
 {
@@ -429,7 +476,7 @@ graph_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     CUresult rc;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, ":Graph", kwlist))
         return NULL;
-    if ((ctx = pygpu_current_context(st)) == NULL
+    if ((ctx = pygpu_current_context(st)) == NULL || graph_api_check(st) < 0
         || pygpu_scope_enter(st, ctx, &s) < 0)
         return NULL;
     rc = cu.cuGraphCreate(&h, 0);
@@ -733,8 +780,14 @@ host_trampoline(void *data)
     pygpu_hostfn *h = data;
     PyGILState_STATE gs;
     PyObject *r;
-    if (!Py_IsInitialized())
+    /* no Python once the interpreter is going away (the GIL cannot be had) */
+#if PY_VERSION_HEX >= 0x030D0000
+    if (!Py_IsInitialized() || Py_IsFinalizing())
         return;
+#else
+    if (!Py_IsInitialized() || _Py_IsFinalizing())
+        return;
+#endif
     gs = PyGILState_Ensure();
     r = PyObject_CallNoArgs(h->callable);
     if (r == NULL) {
@@ -1282,7 +1335,7 @@ static PyMethodDef graph_methods[] = {
      "add_kernel_node($self, function, /, *args, block, grid=(1, 1, 1), shared=0, "
      "dependencies=None)\n--\n\n"
      "A kernel launch node.  The arguments are checked and packed exactly as "
-     "function(*args, block=..., grid=...) would; the graph keeps the function "
+     "``function(*args, block=..., grid=...)`` would; the graph keeps the function "
      "and the arguments alive.  " DEPS_DOC},
     {"add_memcpy_node", CF(graph_add_memcpy_node), METH_VARARGS | METH_KEYWORDS,
      "add_memcpy_node($self, dest, src, nbytes=None, dependencies=None)\n--\n\n"
@@ -2059,6 +2112,8 @@ pygpu_stream_begin_capture(pygpu_Stream *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(st->LogicError, "begin_capture(): this stream is already capturing");
         return NULL;
     }
+    if (graph_api_check(st) < 0)
+        return NULL;
     if ((list = PyList_New(0)) == NULL || pygpu_scope_enter(st, self->context, &s) < 0) {
         Py_XDECREF(list);
         return NULL;
@@ -2123,6 +2178,8 @@ pygpu_stream_is_capturing(pygpu_Stream *self, PyObject *unused)
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     pygpu_scope s = {NULL, 0};
     CUresult rc;
+    if (graph_api_check(st) < 0)
+        return NULL;
     if (self->context != NULL && pygpu_scope_enter(st, self->context, &s) < 0)
         return NULL;
     rc = cu.cuStreamIsCapturing(self->handle, &status);
@@ -2159,7 +2216,8 @@ pygpu_stream_capture_abort(pygpu_Stream *self)
     if (self->capture_keep == NULL)
         return;
     Py_CLEAR(self->capture_keep);
-    if (self->handle != NULL && cu.cuStreamEndCapture(self->handle, &h) == CUDA_SUCCESS
+    if (self->handle != NULL && cu.cuStreamEndCapture != NULL
+        && cu.cuStreamEndCapture(self->handle, &h) == CUDA_SUCCESS
         && h != NULL)
         cu.cuGraphDestroy(h);
 }

@@ -9,6 +9,7 @@ callbacks run).  `gpu`-marked tests check results against NumPy on a GPU.
 """
 import ctypes
 import gc
+import os
 import struct
 import sys
 import weakref
@@ -655,6 +656,53 @@ def test_mem_alloc_free_child_and_event_nodes(standin, ctx, rng):
     assert standin.live()["device"] == base
 
 
+def _run(code, **env):
+    import subprocess
+    import textwrap
+    e = dict(os.environ)
+    e.update(env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.standin
+def test_driver_without_graphs_keeps_the_rest(standin):
+    """A driver lacking a graph entry point loses graphs, with a clear
+    error, and nothing else; one lacking conditional nodes, only those."""
+    r = _run("""
+    import numpy as np
+    import pygpu.driver as cuda
+    cuda.init()
+    cuda.Device(0).retain_primary_context().push()
+    d = cuda.to_device(np.arange(4, dtype=np.float32))
+    print(cuda.from_device(d, 4, np.float32).sum())
+    for make in (cuda.Graph, lambda: cuda.Stream().begin_capture()):
+        try:
+            make()
+        except cuda.LogicError as e:
+            print(type(e).__name__, e)
+    """, FAKECUDA_HIDE="cuGraphExecUpdate")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "6.0"
+    want = ("LogicError CUDA graphs need the driver entry point cuGraphExecUpdate, which "
+            "this driver does not provide (a CUDA 11.4 or newer driver has it)")
+    assert lines[1:] == [want, want]
+    r = _run("""
+    import pygpu.driver as cuda
+    cuda.init()
+    cuda.Device(0).retain_primary_context().push()
+    g = cuda.Graph()
+    g.add_empty_node()
+    try:
+        g.conditional_handle()
+    except cuda.LogicError as e:
+        print(e)
+    """, FAKECUDA_HIDE="cuGraphConditionalHandleCreate")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "conditional graph nodes need a CUDA 12.3 or newer driver\n"
+
+
 def _scenarios(mod_src):
     rng = np.random.default_rng()
 
@@ -676,6 +724,7 @@ def _scenarios(mod_src):
         g.add_mem_free_node(al, dependencies=al)
         g.nodes()
         e.dependencies
+        g.debug_dot(os.devnull)
         exe = g.instantiate()
         exe.upload()
         exe.launch()
@@ -713,7 +762,16 @@ def _scenarios(mod_src):
         exe = gs[0][0].instantiate()
         exe.update(gs[1][0])
         exe.set_kernel_node_params(gs[0][1], d, 3.0, 16)
-        return exe
+        s = cuda.Stream()
+        s.begin_capture()
+        try:
+            f(d, 1.0, 16, block=(16, 1, 1), stream=s)
+        finally:
+            cg = s.end_capture()
+        ce = cg.instantiate()
+        ce.set_kernel_node_params(cg.nodes()[0], d, 2.0, 16, function=f)
+        ce.launch(s)
+        return exe, ce
 
     def conditional():
         g = cuda.Graph()
@@ -831,7 +889,7 @@ def test_gpu_captured_and_explicit_equal_eager(gmod, rng):
     eager = np.empty_like(y)
     cuda.memcpy_dtoh_async(eager, dy, s)
     s.synchronize()
-    np.testing.assert_allclose(eager, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(eager, want, rtol=1e-5, atol=1e-5)    # the GPU may fuse a*x+y
     # captured
     out = cuda.pagelocked_zeros(N, np.float32)
     hy = cuda.pagelocked_empty(N, np.float32)
@@ -849,10 +907,10 @@ def test_gpu_captured_and_explicit_equal_eager(gmod, rng):
         exe.launch(s)
         s.synchronize()
         np.testing.assert_array_equal(out, eager)
-    # explicit
-    out2 = np.zeros(N, np.float32)
+    # explicit (page-locked host buffers: copies the GPU can run asynchronously)
+    out2 = cuda.pagelocked_zeros(N, np.float32)
     g = cuda.Graph()
-    n1 = g.add_memcpy_node(dy, y)
+    n1 = g.add_memcpy_node(dy, hy)
     n2 = g.add_kernel_node(axpy, dy, dx, a, np.int32(N), block=blk, grid=grd, dependencies=n1)
     n3 = g.add_kernel_node(scale, dy, b, np.int32(N), block=blk, grid=grd, dependencies=n2)
     g.add_memcpy_node(out2, dy, dependencies=n3)
@@ -874,6 +932,7 @@ def test_gpu_capture_array_ops_and_async_alloc(gmod, rng):
     scale = gmod.get_function("scale")
     out = cuda.pagelocked_zeros(N, np.float32)
     gx.mul_add(2.0, gy, 3.0, out=gz, stream=s)      # compile outside the capture
+    cuda.mem_alloc_async(64, s).free()               # and set the memory pool up
     s.synchronize()
     with cuda.capture_graph(s) as cap:
         gx.mul_add(2.0, gy, 3.0, out=gz, stream=s)
@@ -888,15 +947,16 @@ def test_gpu_capture_array_ops_and_async_alloc(gmod, rng):
     exe = cap.graph.instantiate()
     exe.launch(s)
     s.synchronize()
-    np.testing.assert_allclose(out, (2 * x + 3 * y) * 0.5, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(out, (2 * x + 3 * y) * 0.5, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.gpu
 def test_gpu_every_node_kind(gmod, rng):
     scale = gmod.get_function("scale")
     n = 4096
-    x = rng.standard_normal(n).astype(np.float32)
-    out = np.zeros(n, np.float32)
+    x = cuda.pagelocked_empty(n, np.float32)
+    x[:] = rng.standard_normal(n)
+    out = cuda.pagelocked_zeros(n, np.float32)
     order = []
     ev = cuda.Event()
     s = cuda.Stream()
@@ -934,7 +994,7 @@ def test_gpu_host_callback_ordering(gmod, rng):
     x = rng.standard_normal(n).astype(np.float32)
     d = cuda.to_device(x)
     seen = []
-    buf = np.zeros(n, np.float32)
+    buf = cuda.pagelocked_zeros(n, np.float32)
     g = cuda.Graph()
     prev = None
     for k in range(4):
@@ -1010,7 +1070,10 @@ def test_gpu_conditional_while_runs_data_dependent_times(cmod, rng):
         exe = g.instantiate()
         exe.launch()
         exe.synchronize()
-        np.testing.assert_array_equal(cuda.from_device_like(d, x), x + np.float32(iters))
+        want = x.copy()
+        for _ in range(iters):          # float32 additions, one a loop iteration
+            want += np.float32(1)
+        np.testing.assert_array_equal(cuda.from_device_like(d, x), want)
         assert cuda.from_device(counter, 1, np.int32)[0] == 0
 
 

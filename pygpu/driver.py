@@ -65,6 +65,16 @@ from pygpu._driver import (  # noqa: F401  (re-exported API)
     stream_flags,
 )
 from pygpu._errors import CompileError  # noqa: F401  (PyCUDA has it in pycuda.driver)
+from pygpu.graphs import (  # noqa: F401  (re-exported API: CUDA graphs)
+    Graph,
+    GraphExec,
+    GraphNode,
+    capture_graph,
+    capture_mode,
+    graph_conditional_type,
+    graph_instantiate_flags,
+    graph_node_type,
+)
 
 
 class host_alloc_flags(_enum.IntFlag):
@@ -460,6 +470,8 @@ __all__ = [
     "module_from_buffer", "module_from_file", "pagelocked_empty", "pagelocked_empty_like",
     "pagelocked_zeros", "pagelocked_zeros_like", "register_host_memory", "stream_flags",
     "to_device",
+    "Graph", "GraphExec", "GraphNode", "capture_graph", "capture_mode",
+    "graph_conditional_type", "graph_instantiate_flags", "graph_node_type",
 ]
 
 

@@ -4,6 +4,8 @@
  *     a driver that lacks it is reported as too old.
  * CU_OPTIONAL(name, version): may be missing (older drivers); the pointer is
  *     then NULL and the caller falls back or raises a clear error.
+ * (The graph entry points are all optional: a driver without one loses
+ * graphs, with a clear error, not pygpu; graph.c checks them.)
  * The version selects the ABI: the pointer's type is PFN_<name>_v<version>
  * from cudaTypedefs.h, so the type and the ABI asked for cannot disagree.
  */
@@ -114,7 +116,36 @@
     CU_OPTIONAL(cuFuncGetParamInfo, 12040)                       \
     CU_OPTIONAL(cuFuncGetName, 12030)                            \
     CU_OPTIONAL(cuTensorMapEncodeTiled, 12000)                   \
-    CU_OPTIONAL(cuTensorMapEncodeIm2col, 12000)
+    CU_OPTIONAL(cuTensorMapEncodeIm2col, 12000)                  \
+    CU_OPTIONAL(cuStreamBeginCapture, 10010)                     \
+    CU_OPTIONAL(cuStreamEndCapture, 10000)                       \
+    CU_OPTIONAL(cuStreamIsCapturing, 10000)                      \
+    CU_OPTIONAL(cuGraphCreate, 10000)                            \
+    CU_OPTIONAL(cuGraphDestroy, 10000)                           \
+    CU_OPTIONAL(cuGraphAddKernelNode, 10000)                     \
+    CU_OPTIONAL(cuGraphAddMemcpyNode, 10000)                     \
+    CU_OPTIONAL(cuGraphAddMemsetNode, 10000)                     \
+    CU_OPTIONAL(cuGraphAddHostNode, 10000)                       \
+    CU_OPTIONAL(cuGraphAddChildGraphNode, 10000)                 \
+    CU_OPTIONAL(cuGraphAddEmptyNode, 10000)                      \
+    CU_OPTIONAL(cuGraphAddEventRecordNode, 11010)                \
+    CU_OPTIONAL(cuGraphAddEventWaitNode, 11010)                  \
+    CU_OPTIONAL(cuGraphAddMemAllocNode, 11040)                   \
+    CU_OPTIONAL(cuGraphAddMemFreeNode, 11040)                    \
+    CU_OPTIONAL(cuGraphAddDependencies, 10000)                   \
+    CU_OPTIONAL(cuGraphGetNodes, 10000)                          \
+    CU_OPTIONAL(cuGraphNodeGetType, 10000)                       \
+    CU_OPTIONAL(cuGraphNodeGetDependencies, 10000)               \
+    CU_OPTIONAL(cuGraphKernelNodeGetParams, 10000)               \
+    CU_OPTIONAL(cuGraphInstantiateWithFlags, 11040)              \
+    CU_OPTIONAL(cuGraphExecDestroy, 10000)                       \
+    CU_OPTIONAL(cuGraphLaunch, 10000)                            \
+    CU_OPTIONAL(cuGraphUpload, 11010)                            \
+    CU_OPTIONAL(cuGraphExecUpdate, 10020)                        \
+    CU_OPTIONAL(cuGraphExecKernelNodeSetParams, 10010)           \
+    CU_OPTIONAL(cuGraphDebugDotPrint, 11030)                     \
+    CU_OPTIONAL(cuGraphAddNode, 12020)                           \
+    CU_OPTIONAL(cuGraphConditionalHandleCreate, 12030)
 
 /* NVRTC: every entry is required once the library is found. */
 #define PYGPU_NVRTC_API(NV)                                                   \

@@ -266,6 +266,42 @@ static const pygpu_enum_entry pygpu_enum_jit_option[] = {
     {"SPLIT_COMPILE", 34},
     {NULL, 0}
 };
+static const pygpu_enum_entry pygpu_enum_capture_mode[] = {
+    {"GLOBAL", 0},
+    {"THREAD_LOCAL", 1},
+    {"RELAXED", 2},
+    {NULL, 0}
+};
+static const pygpu_enum_entry pygpu_enum_graph_node_type[] = {
+    {"KERNEL", 0},
+    {"MEMCPY", 1},
+    {"MEMSET", 2},
+    {"HOST", 3},
+    {"GRAPH", 4},
+    {"EMPTY", 5},
+    {"WAIT_EVENT", 6},
+    {"EVENT_RECORD", 7},
+    {"EXT_SEMAS_SIGNAL", 8},
+    {"EXT_SEMAS_WAIT", 9},
+    {"MEM_ALLOC", 10},
+    {"MEM_FREE", 11},
+    {"BATCH_MEM_OP", 12},
+    {"CONDITIONAL", 13},
+    {NULL, 0}
+};
+static const pygpu_enum_entry pygpu_enum_graph_instantiate_flags[] = {
+    {"AUTO_FREE_ON_LAUNCH", 1},
+    {"UPLOAD", 2},
+    {"DEVICE_LAUNCH", 4},
+    {"USE_NODE_PRIORITY", 8},
+    {NULL, 0}
+};
+static const pygpu_enum_entry pygpu_enum_graph_conditional_type[] = {
+    {"IF", 0},
+    {"WHILE", 1},
+    {"SWITCH", 2},
+    {NULL, 0}
+};
 static const pygpu_enum_entry pygpu_enum_error_code[] = {
     {"CUDA_SUCCESS", 0},
     {"CUDA_ERROR_INVALID_VALUE", 1},
@@ -500,6 +536,10 @@ static const struct { const char *name; const pygpu_enum_entry *entries; } pygpu
     {"stream_flags", pygpu_enum_stream_flags},
     {"mem_attach_flags", pygpu_enum_mem_attach_flags},
     {"jit_option", pygpu_enum_jit_option},
+    {"capture_mode", pygpu_enum_capture_mode},
+    {"graph_node_type", pygpu_enum_graph_node_type},
+    {"graph_instantiate_flags", pygpu_enum_graph_instantiate_flags},
+    {"graph_conditional_type", pygpu_enum_graph_conditional_type},
     {"error_code", pygpu_enum_error_code},
     {"array_format", pygpu_enum_array_format},
     {"address_mode", pygpu_enum_address_mode},

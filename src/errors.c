@@ -72,6 +72,16 @@ class_for(pygpu_state *st, CUresult rc)
     case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
     case CUDA_ERROR_NO_BINARY_FOR_GPU:
     case CUDA_ERROR_ILLEGAL_STATE:
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+    case CUDA_ERROR_STREAM_CAPTURE_MERGE:
+    case CUDA_ERROR_STREAM_CAPTURE_UNMATCHED:
+    case CUDA_ERROR_STREAM_CAPTURE_UNJOINED:
+    case CUDA_ERROR_STREAM_CAPTURE_ISOLATION:
+    case CUDA_ERROR_STREAM_CAPTURE_IMPLICIT:
+    case CUDA_ERROR_CAPTURED_EVENT:
+    case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD:
+    case CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE:
         return st->LogicError;
     default:
         return st->RuntimeError;
@@ -79,10 +89,43 @@ class_for(pygpu_state *st, CUresult rc)
 }
 
 /* Raise the exception for rc from routine; always returns NULL.  GIL held. */
+/* What a stream-capture error means for a pygpu program (graph.c) */
+static const char *
+capture_hint(CUresult rc)
+{
+    switch (rc) {
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+        return "this operation is not allowed while a stream is capturing a graph "
+               "(synchronizing, synchronous copies and memsets, allocating in global "
+               "mode); the capture is now invalid: call end_capture()";
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+        return "the stream's capture was invalidated by an earlier operation that is "
+               "illegal during capture; call end_capture() to end it";
+    case CUDA_ERROR_STREAM_CAPTURE_IMPLICIT:
+        return "a synchronous operation on the legacy default stream would wait for a "
+               "capturing stream; use a non-blocking Stream or async calls while "
+               "capturing (the capture is now invalid: call end_capture())";
+    case CUDA_ERROR_STREAM_CAPTURE_UNJOINED:
+        return "work forked from the capturing stream onto another stream was not joined "
+               "back before end_capture() (record an event there and wait for it)";
+    case CUDA_ERROR_STREAM_CAPTURE_ISOLATION:
+    case CUDA_ERROR_STREAM_CAPTURE_MERGE:
+    case CUDA_ERROR_STREAM_CAPTURE_UNMATCHED:
+        return "streams of different captures were mixed";
+    case CUDA_ERROR_CAPTURED_EVENT:
+        return "an event recorded during capture cannot be queried or synchronized";
+    case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD:
+        return "end_capture() must run on the thread that began a thread-local/global "
+               "capture";
+    default:
+        return NULL;
+    }
+}
+
 PyObject *
 pygpu_cuda_error(pygpu_state *st, CUresult rc, const char *routine)
 {
-    return pygpu_cuda_error_ex(st, rc, routine, NULL);
+    return pygpu_cuda_error_ex(st, rc, routine, capture_hint(rc));
 }
 
 PyObject *

@@ -52,6 +52,8 @@ function_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
     PYGPU_ARGPACK_INIT(&pack);
     if (pygpu_function_check(st, f) == 0 && pygpu_pack(st, f, args, nargs, &cfg, &pack) == 0)
         res = pygpu_launch(st, f, &cfg, &pack);
+    if (res != NULL && pygpu_capture_note(st, cfg.stream_obj, callable, args, nargs) < 0)
+        Py_CLEAR(res);
     if (pygpu_pack_finish(st, &pack, res != NULL, cfg.stream_obj) < 0)
         Py_CLEAR(res);
     return res;
@@ -278,6 +280,9 @@ prepared_common(pygpu_Function *f, PyObject *const *args, Py_ssize_t nargs,
     if (pygpu_function_check(st, f) == 0
         && pygpu_pack(st, f, args + first, nargs - first, NULL, &pack) == 0)
         res = pygpu_launch(st, f, &cfg, &pack);
+    if (res != NULL && pygpu_capture_note(st, cfg.stream_obj, (PyObject *)f, args + first,
+                                          nargs - first) < 0)
+        Py_CLEAR(res);
     pygpu_pack_finish(st, &pack, res != NULL, NULL);
     return res;
 }

@@ -501,6 +501,9 @@ bound_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObj
     PYGPU_ARGPACK_INIT(&pack);
     if (pygpu_pack(st, f, args, PyVectorcall_NARGS(nargsf), NULL, &pack) == 0)
         res = pygpu_launch(st, f, &b->cfg, &pack);
+    if (res != NULL && pygpu_capture_note(st, b->cfg.stream_obj, (PyObject *)f, args,
+                                          PyVectorcall_NARGS(nargsf)) < 0)
+        Py_CLEAR(res);
     pygpu_pack_finish(st, &pack, res != NULL, NULL);
     return res;
 }

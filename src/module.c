@@ -115,7 +115,8 @@ driver_exec(PyObject *m)
         || pygpu_linker_setup(m, st) < 0
         || pygpu_nvjitlink_setup(m, st) < 0
         || pygpu_cuarray_setup(m, st) < 0 || pygpu_texobj_setup(m, st) < 0
-        || pygpu_tensormap_setup(m, st) < 0)
+        || pygpu_tensormap_setup(m, st) < 0
+        || pygpu_graph_setup(m, st) < 0)
         return -1;
     if (PyModule_AddIntConstant(m, "CUDA_HEADER_VERSION", CUDA_VERSION) < 0)
         return -1;
@@ -151,6 +152,9 @@ driver_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->TextureObjectType);
     Py_VISIT(st->SurfaceObjectType);
     Py_VISIT(st->TensorMapType);
+    Py_VISIT(st->GraphType);
+    Py_VISIT(st->GraphNodeType);
+    Py_VISIT(st->GraphExecType);
     Py_VISIT(st->primary_contexts);
     Py_VISIT(st->foreign_contexts);
     Py_VISIT(st->gc_collect);
@@ -199,6 +203,9 @@ driver_clear(PyObject *m)
     Py_CLEAR(st->TextureObjectType);
     Py_CLEAR(st->SurfaceObjectType);
     Py_CLEAR(st->TensorMapType);
+    Py_CLEAR(st->GraphType);
+    Py_CLEAR(st->GraphNodeType);
+    Py_CLEAR(st->GraphExecType);
     Py_CLEAR(st->Error);
     Py_CLEAR(st->LogicError);
     Py_CLEAR(st->LaunchError);

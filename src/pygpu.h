@@ -67,6 +67,7 @@ typedef struct {
     /* cuarray.c, texobj.c, tensormap.c */
     PyTypeObject *ArrayType, *ArrayDescriptorType, *ArrayDescriptor3DType,
                  *TextureObjectType, *SurfaceObjectType, *TensorMapType;
+    PyTypeObject *GraphType, *GraphNodeType, *GraphExecType;   /* graph.c */
     /* strong refs: one primary Context per device ordinal, created on first
      * use and kept until the module is torn down */
     PyObject *primary_contexts;           /* dict: ordinal -> Context */
@@ -237,6 +238,7 @@ typedef struct {
     PyObject *owner;           /* strong ref to a foreign owner, or NULL */
     int owns;
     PyObject *weakreflist;
+    PyObject *capture_keep;    /* strong list while capturing (graph.c), else NULL */
 } pygpu_Stream;
 
 typedef struct {
@@ -376,6 +378,18 @@ int pygpu_nvrtc_setup(PyObject *m, pygpu_state *st);
 int pygpu_nvjitlink_setup(PyObject *m, pygpu_state *st);
 int pygpu_staging_setup(PyObject *m, pygpu_state *st);
 int pygpu_linker_setup(PyObject *m, pygpu_state *st);
+int pygpu_graph_setup(PyObject *m, pygpu_state *st);
+
+/* graph.c: stream capture.  The Stream methods begin_capture/end_capture/
+ * is_capturing; pygpu_capture_note keeps a captured launch's Function and
+ * arguments alive with the graph (0 or -1); pygpu_stream_capture_abort
+ * ends a capture at the stream's release (the context is current). */
+PyObject *pygpu_stream_begin_capture(pygpu_Stream *self, PyObject *args, PyObject *kwds);
+PyObject *pygpu_stream_end_capture(pygpu_Stream *self, PyObject *unused);
+PyObject *pygpu_stream_is_capturing(pygpu_Stream *self, PyObject *unused);
+int pygpu_capture_note(pygpu_state *st, PyObject *stream_obj, PyObject *f,
+                       PyObject *const *args, Py_ssize_t nargs);
+void pygpu_stream_capture_abort(pygpu_Stream *self);
 
 /* staging.c: 1 copied, 0 not applicable, -1 error.  GIL held. */
 int pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t n);

@@ -6,12 +6,19 @@ stream_release(pygpu_Stream *self)
 {
     CUstream h = self->handle;
     pygpu_scope s;
-    if (!self->owns || h == NULL)
+    if (!self->owns || h == NULL) {
+        Py_CLEAR(self->capture_keep);
         return;
+    }
+    if (pygpu_scope_enter_quiet(self->context, &s) < 0) {
+        self->handle = NULL;
+        self->owns = 0;
+        Py_CLEAR(self->capture_keep);
+        return;
+    }
+    pygpu_stream_capture_abort(self);
     self->handle = NULL;
     self->owns = 0;
-    if (pygpu_scope_enter_quiet(self->context, &s) < 0)
-        return;
     cu.cuStreamDestroy(h);
     pygpu_scope_exit(&s);
 }
@@ -87,6 +94,7 @@ stream_traverse(pygpu_Stream *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->owner);
+    Py_VISIT(self->capture_keep);
     return 0;
 }
 
@@ -120,6 +128,7 @@ stream_alloc(pygpu_state *st, CUstream h, pygpu_Context *ctx, int owns, PyObject
     self->handle = h;
     self->owns = owns;
     self->weakreflist = NULL;
+    self->capture_keep = NULL;
     Py_XINCREF(ctx);
     self->context = ctx;
     Py_XINCREF(owner);
@@ -334,6 +343,16 @@ static PyMethodDef stream_methods[] = {
      "null($cls, /)\n--\n\nThe legacy default (NULL) stream."},
     {"per_thread", stream_per_thread, METH_NOARGS | METH_CLASS,
      "per_thread($cls, /)\n--\n\nThe per-thread default stream."},
+    {"begin_capture", CF(pygpu_stream_begin_capture), METH_VARARGS | METH_KEYWORDS,
+     "begin_capture($self, /, mode=0)\n--\n\n"
+     "Start recording the work queued on this stream into a graph (nothing runs); "
+     "end_capture() returns it.  mode: a capture_mode (0 GLOBAL, 1 THREAD_LOCAL, "
+     "2 RELAXED)."},
+    {"end_capture", CF(pygpu_stream_end_capture), METH_NOARGS,
+     "end_capture($self, /)\n--\n\nStop capturing; returns the Graph (it keeps the "
+     "captured launches' functions and arguments alive)."},
+    {"is_capturing", CF(pygpu_stream_is_capturing), METH_NOARGS,
+     "is_capturing($self, /)\n--\n\nWhether the stream is capturing."},
     {"__cuda_stream__", (PyCFunction)stream_cuda_stream, METH_NOARGS,
      "__cuda_stream__($self, /)\n--\n\n(0, handle): the CUDA stream protocol."},
     {NULL}

@@ -314,6 +314,11 @@ def _values(cuda, ctx, ptx):
         "size": 64, "dest_context": ctx, "src_context": ctx, "data": ptx, "options": None,
         "message_handler": None, "reset": False, "handle": 0, "owner": None,
         "ary": np.zeros(16, np.float32), "ptr": managed,
+        # graphs
+        "value": 0, "count": 8, "element_size": 4, "dependencies": None,
+        "callback": lambda: None, "event": event, "graph": cuda.Graph(), "default": 0,
+        "assign_default": True, "kind": "if", "mode": 0, "function": function,
+        "path": os.devnull,
     }
     special = {
         ("mem_alloc_managed", "flags"): cuda.mem_attach_flags.GLOBAL,
@@ -325,6 +330,9 @@ def _values(cuda, ctx, ptx):
         ("memcpy_dtod_async", "dest"): dev, ("memcpy_dtod_async", "src"): other,
         ("memcpy_peer", "dest"): dev, ("memcpy_peer", "src"): other,
         ("memcpy_peer_async", "dest"): dev, ("memcpy_peer_async", "src"): other,
+        ("add_memcpy_node", "dest"): dev, ("add_memcpy_node", "src"): host,
+        ("add_memset_node", "dest"): dev, ("add_conditional_node", "size"): 1,
+        ("add_mem_free_node", "ptr"): cuda.mem_alloc_async(64, stream),
     }
     # CUDA arrays, textures, surfaces, tensor maps (src/cuarray.c, texobj.c, tensormap.c)
     from pygpu import gpuarray
@@ -348,6 +356,9 @@ def _values(cuda, ctx, ptx):
     special.update({("im2col", "tensor"): g3, ("im2col", "shape"): (1, 8, 64),
                     ("im2col", "strides"): (2048, 256, 4),
                     ("im2col", "element_strides"): (1, 1, 1)})
+    graph = by_name["graph"]
+    by_name["handle"] = 0
+    special[("add_conditional_node", "handle")] = graph.conditional_handle()
     return by_name, special, keep, function
 
 
@@ -355,10 +366,13 @@ def _keyword_calls(cuda, ctx, function):
     """(label, callable) for every public callable whose signature has a
     keyword-capable parameter, bound to a live receiver."""
     peer_ctx = cuda.Device(1).retain_primary_context()
+    graph = cuda.Graph()
+    node = graph.add_kernel_node(function, cuda.mem_alloc(64), 4, block=(32, 1, 1))
     receivers = {
-        _driver.Function: function, _driver.Event: cuda.Event(), _driver.Stream: cuda.Stream,
+        _driver.Function: function, _driver.Event: cuda.Event(), _driver.Stream: cuda.Stream(),
         _driver.Device: cuda.Device(0), _driver.Context: ctx,
         _driver.TensorMap: _driver.TensorMap,
+        _driver.Graph: graph, _driver.GraphExec: graph.instantiate(), "node": node,
     }
     out = []
     for owner, name, _, _ in METHODS:
@@ -371,7 +385,7 @@ def _keyword_calls(cuda, ctx, function):
         out.append((_label(owner, name), name, obj, params))
     for tp, _ in CONSTRUCTORS:
         out.append((tp.__name__, tp.__name__, tp, list(inspect.signature(tp).parameters.values())))
-    return out, peer_ctx
+    return out, peer_ctx, receivers
 
 
 KEYWORD_ERRORS = re.compile(r"unexpected keyword argument|is an invalid keyword argument|"
@@ -382,7 +396,7 @@ KEYWORD_ERRORS = re.compile(r"unexpected keyword argument|is an invalid keyword 
 def test_every_listed_keyword_is_accepted(standin, ctx, kernel_ptx):
     import pygpu.driver as cuda
     by_name, special, keep, function = _values(cuda, ctx, kernel_ptx)
-    calls, peer_ctx = _keyword_calls(cuda, ctx, function)
+    calls, peer_ctx, receivers = _keyword_calls(cuda, ctx, function)
     P = inspect.Parameter
     ok, checked = 0, 0
     for label, name, obj, params in calls:
@@ -398,6 +412,10 @@ def test_every_listed_keyword_is_accepted(standin, ctx, kernel_ptx):
         if label.startswith("Function.prepared"):
             pos_values = [(1, 1), (32, 1, 1)] + ([by_name["stream"]] if "async" in label else [])
             pos_values += [keep[0], 4]
+        if label == "Graph.add_kernel_node":       # *args: the kernel's
+            pos_values = [function, keep[0], 4]
+        if label == "GraphExec.set_kernel_node_params":
+            pos_values = [receivers["node"], keep[0], 4]
         for kw in keywords:
             assert kw.name in by_name_local or (name, kw.name) in special, \
                 "%s: no plausible value for %r; add one" % (label, kw.name)
@@ -420,6 +438,8 @@ def test_every_listed_keyword_is_accepted(standin, ctx, kernel_ptx):
                 ok += 1
                 if label == "Context.enable_peer_access":
                     ctx.disable_peer_access(peer_ctx)
+                if label == "Stream.begin_capture":
+                    obj.__self__.end_capture()
                 del result
     assert checked == ok and checked > 40
 

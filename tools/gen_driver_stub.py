@@ -43,6 +43,16 @@ RETURNS = {
     "Function.get_attribute": "int", "Function.prepared_timed_call": "Any",
     "Linker.add_data": "None", "Linker.add_file": "None", "Linker.close": "None",
     "Linker.complete": "bytes", "Linker.link_module": "Module",
+    # graphs (src/graph.c)
+    "Stream.begin_capture": "None", "Stream.end_capture": "Graph",
+    "Stream.is_capturing": "bool", "Graph.instantiate": "GraphExec",
+    "Graph.nodes": "list[GraphNode]", "Graph.conditional_handle": "int",
+    "Graph.add_dependencies": "None", "Graph.debug_dot": "None",
+    **{"Graph.add_%s_node" % k: "GraphNode" for k in (
+        "kernel", "memcpy", "memset", "host", "event_record", "event_wait", "child_graph",
+        "empty", "mem_alloc", "mem_free", "conditional")},
+    "GraphExec.launch": "None", "GraphExec.upload": "None", "GraphExec.update": "None",
+    "GraphExec.synchronize": "None", "GraphExec.set_kernel_node_params": "None",
 }
 ATTRS = {  # getset descriptors: Class.name -> annotation
     "Device.ordinal": "int", "Device.uuid": "bytes", "Context.device": "Device",
@@ -54,6 +64,14 @@ ATTRS = {  # getset descriptors: Class.name -> annotation
     "HostAllocation.size": "int", "HostAllocation.address": "int",
     "Linker.closed": "bool", "Linker.context": "Context | None", "Linker.error_log": "str",
     "Linker.info_log": "str",
+    "Graph.handle": "int", "Graph.callback_errors": "list[BaseException]",
+    "Graph.parent": "Graph | None", "GraphExec.graph": "Graph", "GraphExec.handle": "int",
+    "GraphExec.callback_errors": "list[BaseException]",
+    "GraphNode.dependencies": "list[GraphNode]", "GraphNode.type": "int",
+    "GraphNode.kind": "str", "GraphNode.graph": "Graph", "GraphNode.index": "int",
+    "GraphNode.handle": "int", "GraphNode.function": "Function | None",
+    "GraphNode.dptr": "int", "GraphNode.bytesize": "int",
+    "GraphNode.bodies": "tuple[Graph, ...] | None",
 }
 
 

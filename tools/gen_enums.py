@@ -17,6 +17,10 @@ ENUMS = [
     ("CUstream_flags", "stream_flags", "CU_STREAM_"),
     ("CUmemAttach_flags", "mem_attach_flags", "CU_MEM_ATTACH_"),
     ("CUjit_option", "jit_option", "CU_JIT_"),
+    ("CUstreamCaptureMode", "capture_mode", "CU_STREAM_CAPTURE_MODE_"),
+    ("CUgraphNodeType", "graph_node_type", "CU_GRAPH_NODE_TYPE_"),
+    ("CUgraphInstantiate_flags", "graph_instantiate_flags", "CUDA_GRAPH_INSTANTIATE_FLAG_"),
+    ("CUgraphConditionalNodeType", "graph_conditional_type", "CU_GRAPH_COND_TYPE_"),
     ("CUresult", "error_code", ""),
     # arrays, textures, surfaces, tensor maps (src/cuarray.c, texobj.c, tensormap.c)
     ("CUarray_format", "array_format", "CU_AD_FORMAT_"),

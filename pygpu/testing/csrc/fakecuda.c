@@ -89,6 +89,9 @@ typedef struct fake_stream {
     fake_ctx *ctx;
     unsigned flags;
     int priority;
+    struct fake_graph *cap;       /* the graph being captured, or NULL */
+    struct fake_node *cap_last;   /* the capture's last node */
+    int cap_mode, cap_invalid;
 } fake_stream;
 
 typedef struct fake_event {
@@ -194,6 +197,21 @@ static __thread fake_ctx *ctx_stack[STACK_DEPTH];
 static __thread int ctx_depth;
 
 static void read_env(void);
+/* graphs (defined with the graph entry points) */
+struct fake_node;
+static fake_stream *cap_stream(CUstream s);
+static struct fake_node *cap_node(fake_stream *st, int type, CUresult *rc);
+static CUresult cap_violation(fake_ctx *c, CUresult code);
+static void cap_memcpy(struct fake_node *n, void *dst, const void *src, size_t len, int dd,
+                       int sd);
+static void cap_memset(struct fake_node *n, CUdeviceptr d, unsigned v, size_t count,
+                       unsigned width);
+static CUresult cap_kernel(struct fake_node *n, struct fake_func *f, const unsigned grid[3],
+                           const unsigned block[3], unsigned shared, void **params, void **extra);
+static CUresult cap_alloc(struct fake_node *n, size_t bytes, CUdeviceptr *out);
+static void cap_dptr(struct fake_node *n, CUdeviceptr d);
+static void cap_event(struct fake_node *n, struct fake_event *e);
+static void cap_end_on_destroy(fake_stream *s);
 
 /* Every handle ever given out (they are never freed), so a handle from
  * nowhere is refused without being dereferenced.  Lock held. */
@@ -1014,9 +1032,11 @@ static CUresult
 fake_cuCtxSynchronize(void)
 {
     CUresult rc = enter(F_cuCtxSynchronize);
+    fake_ctx *c;
     if (rc) return rc;
     pthread_mutex_lock(&lock);
-    need_ctx(&rc);
+    if ((c = need_ctx(&rc)) != NULL)
+        rc = cap_violation(c, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     unlock();
     return rc;
 }
@@ -1357,6 +1377,14 @@ copy(void *dst, const void *src, size_t n, int dst_dev, int src_dev, CUstream s,
         rc = CUDA_ERROR_INVALID_VALUE;
         goto done;
     }
+    if (check_s && cap_stream(s) != NULL) {      /* captured: a node, nothing moves */
+        struct fake_node *node = cap_node(cap_stream(s), CU_GRAPH_NODE_TYPE_MEMCPY, &rc);
+        if (node != NULL)
+            cap_memcpy(node, dst, src, n, dst_dev, src_dev);
+        goto done;
+    }
+    if (!check_s && (rc = cap_violation(c, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)) != CUDA_SUCCESS)
+        goto done;
     unlock();
     pause_here();
     if (n)
@@ -1530,6 +1558,15 @@ memset_n(CUdeviceptr d, unsigned value, size_t n, size_t width, CUstream s, int 
     if (rc == CUDA_SUCCESS && ((uintptr_t)d % width != 0 || n > ((size_t)-1) / width
                                || !device_range_ok(d, n * width)))
         rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS && check_s && cap_stream(s) != NULL) {
+        struct fake_node *node = cap_node(cap_stream(s), CU_GRAPH_NODE_TYPE_MEMSET, &rc);
+        if (node != NULL)
+            cap_memset(node, d, value, n, (unsigned)width);
+        unlock();
+        return rc;
+    }
+    if (rc == CUDA_SUCCESS && !check_s)
+        rc = cap_violation(c, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
     unlock();
     if (rc != CUDA_SUCCESS)
         return rc;
@@ -1635,6 +1672,13 @@ fake_cuMemAllocAsync(CUdeviceptr *dptr, size_t n, CUstream s)
     if (rc) return rc;
     pthread_mutex_lock(&lock);
     rc = check_stream(s, current());
+    if (rc == CUDA_SUCCESS && dptr != NULL && cap_stream(s) != NULL) {
+        struct fake_node *node = cap_node(cap_stream(s), CU_GRAPH_NODE_TYPE_MEM_ALLOC, &rc);
+        if (node != NULL)
+            rc = cap_alloc(node, n, dptr);
+        unlock();
+        return rc;
+    }
     unlock();
     if (rc) return rc;
     return device_alloc(dptr, n, K_ASYNC, 0);
@@ -1647,6 +1691,13 @@ fake_cuMemFreeAsync(CUdeviceptr d, CUstream s)
     if (rc) return rc;
     pthread_mutex_lock(&lock);
     rc = check_stream(s, NULL);
+    if (rc == CUDA_SUCCESS && cap_stream(s) != NULL) {
+        struct fake_node *node = cap_node(cap_stream(s), CU_GRAPH_NODE_TYPE_MEM_FREE, &rc);
+        if (node != NULL)
+            cap_dptr(node, d);
+        unlock();
+        return rc;
+    }
     unlock();
     if (rc) return rc;
     return free_kind(d, 0);
@@ -2333,6 +2384,12 @@ do_launch(fake_func *f, const unsigned grid[3], const unsigned block[3], unsigne
         return CUDA_ERROR_INVALID_VALUE;
     if (f->param_bytes > sizeof last_launch.params)
         return CUDA_ERROR_INVALID_VALUE;
+    if (cap_stream(s) != NULL) {       /* captured: a kernel node */
+        struct fake_node *node = cap_node(cap_stream(s), CU_GRAPH_NODE_TYPE_KERNEL, &rc);
+        if (node == NULL)
+            return rc;
+        return cap_kernel(node, f, grid, block, shared, params, extra);
+    }
     memset(last_launch.params, 0, sizeof last_launch.params);
     if (params != NULL) {
         for (i = 0; i < f->nparams; i++) {
@@ -2559,6 +2616,7 @@ fake_cuStreamDestroy(CUstream h)
     if (rc) return rc;
     if (s == NULL) return CUDA_ERROR_INVALID_HANDLE;
     pthread_mutex_lock(&lock);
+    cap_end_on_destroy(s);
     s->alive = 0;
     live_streams--;
     unlock();
@@ -2569,8 +2627,17 @@ static CUresult
 fake_cuStreamSynchronize(CUstream h)
 {
     CUresult rc = enter(F_cuStreamSynchronize);
+    fake_stream *s;
     if (rc) return rc;
-    real_stream(h, &rc);
+    s = real_stream(h, &rc);
+    pthread_mutex_lock(&lock);
+    if (rc == CUDA_SUCCESS && s != NULL && s->cap != NULL) {
+        s->cap_invalid = 1;
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    } else if (rc == CUDA_SUCCESS && s == NULL) {
+        rc = cap_violation(current(), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    }
+    unlock();
     return rc;
 }
 
@@ -2631,8 +2698,13 @@ fake_cuStreamWaitEvent(CUstream h, CUevent ev, unsigned int flags)
     real_stream(h, &rc);
     if (rc) return rc;
     pthread_mutex_lock(&lock);
-    if (event_ok(ev) == NULL)
+    if (event_ok(ev) == NULL) {
         rc = CUDA_ERROR_INVALID_HANDLE;
+    } else if (cap_stream(h) != NULL) {
+        struct fake_node *node = cap_node(cap_stream(h), CU_GRAPH_NODE_TYPE_WAIT_EVENT, &rc);
+        if (node != NULL)
+            cap_event(node, event_ok(ev));
+    }
     unlock();
     return rc;
 }
@@ -2693,7 +2765,11 @@ fake_cuEventRecord(CUevent h, CUstream s)
     pthread_mutex_lock(&lock);
     if ((e = event_ok(h)) == NULL)
         rc = CUDA_ERROR_INVALID_HANDLE;
-    else if ((rc = check_stream(s, e->ctx)) == CUDA_SUCCESS) {
+    else if ((rc = check_stream(s, e->ctx)) == CUDA_SUCCESS && cap_stream(s) != NULL) {
+        struct fake_node *node = cap_node(cap_stream(s), CU_GRAPH_NODE_TYPE_EVENT_RECORD, &rc);
+        if (node != NULL)
+            cap_event(node, e);
+    } else if (rc == CUDA_SUCCESS) {
         e->recorded = 1;
         e->t = now_ms();
     }
@@ -3641,6 +3717,1319 @@ fake_cuTensorMapEncodeIm2col(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t r
     return CUDA_SUCCESS;
 }
 
+/* ---- graphs: host-side node lists; capture records a stream's work as
+ * nodes; launching a GraphExec replays them (copies and memsets move bytes,
+ * kernel nodes are recorded like launches and logged, host nodes run) ---- */
+enum { MAGIC_GRAPH = 0x47524131, MAGIC_NODE = 0x4e4f4431, MAGIC_EXEC = 0x47455831 };
+#define MAXCOND 4096
+
+typedef struct fake_graph fake_graph;
+typedef struct fake_node {
+    unsigned magic;
+    int alive;
+    fake_graph *graph;
+    int type, idx;
+    int ndeps;
+    struct fake_node **deps;        /* malloc'd */
+    struct fake_node *orig;         /* in an exec's copy: the node copied */
+    struct fake_node *next;         /* the graph's order */
+    /* kernel */
+    fake_func *func;
+    unsigned grid[3], block[3], shared;
+    unsigned char *params;
+    size_t psize;
+    /* memcpy */
+    void *dst;
+    const void *src;
+    size_t n;
+    int dst_dev, src_dev;
+    /* memset */
+    CUdeviceptr mdst;
+    unsigned value, esize;
+    size_t width, height, pitch;
+    /* host */
+    CUhostFn fn;
+    void *user;
+    /* event record / wait */
+    fake_event *event;
+    /* child graph (owned copy) */
+    fake_graph *child;
+    /* mem alloc / free */
+    CUdeviceptr dptr;
+    size_t bytes;
+    /* conditional */
+    CUgraphConditionalHandle cond;
+    int ctype;
+    unsigned csize;
+    fake_graph *bodies[16];
+} fake_node;
+
+struct fake_graph {
+    unsigned magic;
+    int alive;
+    fake_ctx *ctx;
+    fake_node *first, *last;
+    int count;
+    int sub;                /* a child copy or conditional body: dies with its node */
+};
+
+typedef struct {
+    unsigned magic;
+    int alive;
+    fake_graph *g;          /* the executable copy */
+    fake_graph *src;        /* the graph instantiated (its nodes are the update keys) */
+} fake_exec;
+
+static long live_graphs, live_execs;
+static unsigned cond_value[MAXCOND], cond_default[MAXCOND];
+static int cond_assign[MAXCOND], cond_count;
+static char *replay_log;
+static size_t replay_len, replay_cap;
+static int captures_active;
+
+static fake_graph *
+graph_ok(CUgraph h)
+{
+    fake_graph *g = (fake_graph *)h;
+    if (!known(g) || g->magic != MAGIC_GRAPH)
+        return NULL;
+    if (!g->alive) {
+        stale_uses++;
+        return NULL;
+    }
+    return g;
+}
+
+static fake_node *
+node_ok(CUgraphNode h)
+{
+    fake_node *n = (fake_node *)h;
+    if (!known(n) || n->magic != MAGIC_NODE)
+        return NULL;
+    if (!n->alive) {
+        stale_uses++;
+        return NULL;
+    }
+    return n;
+}
+
+static fake_exec *
+exec_ok(CUgraphExec h)
+{
+    fake_exec *e = (fake_exec *)h;
+    if (!known(e) || e->magic != MAGIC_EXEC)
+        return NULL;
+    if (!e->alive) {
+        stale_uses++;
+        return NULL;
+    }
+    return e;
+}
+
+static fake_graph *
+graph_new(fake_ctx *c, int sub)
+{
+    fake_graph *g = calloc(1, sizeof *g);
+    if (g == NULL)
+        return NULL;
+    g->magic = MAGIC_GRAPH;
+    g->alive = 1;
+    g->ctx = c;
+    g->sub = sub;
+    remember(g);
+    if (!sub)
+        live_graphs++;
+    return g;
+}
+
+/* a new node of g after deps (checked to be g's); lock held */
+static fake_node *
+node_add(fake_graph *g, int type, const CUgraphNode *deps, size_t ndeps, CUresult *rc)
+{
+    fake_node *n;
+    size_t i;
+    if (ndeps > 0 && deps == NULL) {
+        *rc = CUDA_ERROR_INVALID_VALUE;
+        return NULL;
+    }
+    for (i = 0; i < ndeps; i++) {
+        fake_node *d = node_ok(deps[i]);
+        if (d == NULL || d->graph != g) {
+            *rc = CUDA_ERROR_INVALID_VALUE;
+            return NULL;
+        }
+    }
+    n = calloc(1, sizeof *n);
+    if (n == NULL || (ndeps && (n->deps = calloc(ndeps, sizeof *n->deps)) == NULL)) {
+        free(n);
+        *rc = CUDA_ERROR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    n->magic = MAGIC_NODE;
+    n->alive = 1;
+    n->graph = g;
+    n->type = type;
+    n->idx = g->count++;
+    n->ndeps = (int)ndeps;
+    for (i = 0; i < ndeps; i++)
+        n->deps[i] = (fake_node *)deps[i];
+    if (g->last)
+        g->last->next = n;
+    else
+        g->first = n;
+    g->last = n;
+    remember(n);
+    *rc = CUDA_SUCCESS;
+    return n;
+}
+
+/* kernel parameters into a node; lock held */
+static CUresult
+node_params(fake_node *n, fake_func *f, void **params, void **extra)
+{
+    int i;
+    if (f->param_bytes > 4096)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (params == NULL && extra == NULL && f->nparams > 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    free(n->params);
+    n->params = calloc(1, f->param_bytes ? f->param_bytes : 1);
+    if (n->params == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    n->psize = f->param_bytes;
+    n->func = f;
+    if (params != NULL) {
+        for (i = 0; i < f->nparams; i++) {
+            if (params[i] == NULL)
+                return CUDA_ERROR_INVALID_VALUE;
+            memcpy(n->params + f->offset[i], params[i], f->size[i]);
+        }
+    } else if (extra != NULL) {
+        void *buf = NULL;
+        size_t size = 0;
+        for (i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+            if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+                buf = extra[i + 1];
+            else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+                size = *(size_t *)extra[i + 1];
+        }
+        if (buf == NULL || size < f->param_bytes)
+            return CUDA_ERROR_INVALID_VALUE;
+        memcpy(n->params, buf, f->param_bytes);
+    }
+    return CUDA_SUCCESS;
+}
+
+static void graph_kill(fake_graph *g);
+
+static void
+node_kill(fake_node *n)
+{
+    unsigned i;
+    n->alive = 0;
+    if (n->child)
+        graph_kill(n->child);
+    for (i = 0; i < n->csize && i < 16; i++)
+        if (n->bodies[i])
+            graph_kill(n->bodies[i]);
+}
+
+/* mark g and its nodes dead (handles are never freed); the memory of its
+ * own mem-alloc nodes is freed.  Lock held. */
+static void
+graph_kill(fake_graph *g)
+{
+    fake_node *n;
+    if (!g->alive)
+        return;
+    g->alive = 0;
+    if (!g->sub)
+        live_graphs--;
+    for (n = g->first; n != NULL; n = n->next) {
+        if (n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && n->orig == NULL && n->dptr) {
+            fake_alloc *a = find_base((uintptr_t)n->dptr);
+            if (a != NULL && a->kind == K_ASYNC)
+                drop_alloc(a);
+        }
+        node_kill(n);
+    }
+}
+
+static fake_graph *graph_copy(fake_graph *g, int sub);
+
+/* a copy of g: nodes with their parameters, dependencies by position,
+ * children and bodies copied too; each copy's orig is its original */
+static fake_graph *
+graph_copy(fake_graph *g, int sub)
+{
+    fake_graph *c = graph_new(g->ctx, sub);
+    fake_node *n, **map;
+    int i, k;
+    if (c == NULL)
+        return NULL;
+    map = calloc(g->count ? g->count : 1, sizeof *map);
+    if (map == NULL)
+        return NULL;
+    for (n = g->first; n != NULL; n = n->next) {
+        fake_node *m = calloc(1, sizeof *m);
+        if (m == NULL)
+            return NULL;
+        *m = *n;
+        m->graph = c;
+        m->next = NULL;
+        m->orig = n;
+        m->deps = calloc(n->ndeps ? n->ndeps : 1, sizeof *m->deps);
+        for (i = 0; i < n->ndeps; i++)
+            m->deps[i] = map[n->deps[i]->idx];
+        if (n->params) {
+            m->params = malloc(n->psize ? n->psize : 1);
+            memcpy(m->params, n->params, n->psize);
+        }
+        if (n->child)
+            m->child = graph_copy(n->child, 1);
+        for (k = 0; k < (int)n->csize && k < 16; k++)
+            m->bodies[k] = graph_copy(n->bodies[k], 1);
+        remember(m);
+        map[n->idx] = m;
+        if (c->last)
+            c->last->next = m;
+        else
+            c->first = m;
+        c->last = m;
+        c->count++;
+    }
+    free(map);
+    return c;
+}
+
+static void
+log_kernel(fake_node *n)
+{
+    size_t need = strlen(n->func->name) + 2 * n->psize + 3, i;
+    if (replay_len + need + 1 > replay_cap) {
+        size_t cap = replay_cap ? replay_cap * 2 : 65536;
+        char *t;
+        while (cap < replay_len + need + 1)
+            cap *= 2;
+        if ((t = realloc(replay_log, cap)) == NULL)
+            return;
+        replay_log = t;
+        replay_cap = cap;
+    }
+    replay_len += (size_t)sprintf(replay_log + replay_len, "%s:", n->func->name);
+    for (i = 0; i < n->psize; i++)
+        replay_len += (size_t)sprintf(replay_log + replay_len, "%02x", n->params[i]);
+    replay_log[replay_len++] = '\n';
+    replay_log[replay_len] = '\0';
+}
+
+/* record a replayed kernel as the last launch; lock held */
+static void
+replay_kernel(fake_node *n, CUstream s)
+{
+    if (!n->func->alive || !n->func->module->alive) {
+        stale_uses++;         /* the module was unloaded under the graph */
+        return;
+    }
+    memcpy(last_launch.params, n->params, n->psize);
+    snprintf(last_launch.name, sizeof last_launch.name, "%s", n->func->name);
+    memcpy(last_launch.grid, n->grid, sizeof last_launch.grid);
+    memcpy(last_launch.block, n->block, sizeof last_launch.block);
+    memset(last_launch.cluster, 0, sizeof last_launch.cluster);
+    last_launch.shared = n->shared;
+    last_launch.stream = s;
+    last_launch.size = n->psize;
+    last_launch.cooperative = last_launch.pdl = 0;
+    memcpy(thread_last.params, n->params, n->psize);
+    thread_last.size = n->psize;
+    launches++;
+    log_kernel(n);
+}
+
+/* Run g's nodes in order; lock held (released around host callbacks). */
+static CUresult
+replay(fake_graph *g, CUstream s, int depth)
+{
+    fake_node *n;
+    CUresult rc = CUDA_SUCCESS;
+    if (depth > 64)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (n = g->first; n != NULL && rc == CUDA_SUCCESS; n = n->next) {
+        switch (n->type) {
+        case CU_GRAPH_NODE_TYPE_KERNEL:
+            replay_kernel(n, s);
+            break;
+        case CU_GRAPH_NODE_TYPE_MEMCPY:
+            if ((n->dst_dev && !device_range_ok((CUdeviceptr)(uintptr_t)n->dst, n->n))
+                || (n->src_dev && !device_range_ok((CUdeviceptr)(uintptr_t)n->src, n->n)))
+                stale_uses++;         /* device memory freed under the graph */
+            else
+                memmove(n->dst, n->src, n->n);
+            break;
+        case CU_GRAPH_NODE_TYPE_MEMSET: {
+            size_t r, i;
+            if (!device_range_ok(n->mdst, n->pitch * (n->height - 1) + n->width * n->esize)) {
+                stale_uses++;
+                break;
+            }
+            for (r = 0; r < n->height; r++)
+                for (i = 0; i < n->width; i++) {
+                    unsigned char *p = (unsigned char *)(uintptr_t)n->mdst + r * n->pitch
+                                       + i * n->esize;
+                    if (n->esize == 1) *p = (unsigned char)n->value;
+                    else if (n->esize == 2) { unsigned short v = (unsigned short)n->value; memcpy(p, &v, 2); }
+                    else memcpy(p, &n->value, 4);
+                }
+            break;
+        }
+        case CU_GRAPH_NODE_TYPE_HOST:
+            unlock();
+            n->fn(n->user);
+            pthread_mutex_lock(&lock);
+            break;
+        case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+            n->event->recorded = 1;
+            n->event->t = now_ms();
+            break;
+        case CU_GRAPH_NODE_TYPE_GRAPH:
+            rc = replay(n->child, s, depth + 1);
+            break;
+        case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
+            unsigned h = (unsigned)n->cond - 1, v = cond_value[h];
+            long guard = 0;
+            if (n->ctype == CU_GRAPH_COND_TYPE_IF) {
+                if (v)
+                    rc = replay(n->bodies[0], s, depth + 1);
+                else if (n->csize == 2)
+                    rc = replay(n->bodies[1], s, depth + 1);
+            } else if (n->ctype == CU_GRAPH_COND_TYPE_SWITCH) {
+                if (v < n->csize)
+                    rc = replay(n->bodies[v], s, depth + 1);
+            } else {
+                while (rc == CUDA_SUCCESS && cond_value[h] && guard++ < 100000)
+                    rc = replay(n->bodies[0], s, depth + 1);
+            }
+            break;
+        }
+        default:    /* empty, wait, mem alloc/free: nothing to do on the host */
+            break;
+        }
+    }
+    return rc;
+}
+
+/* The capturing stream s (lock held), or NULL. */
+static fake_stream *
+cap_stream(CUstream s)
+{
+    fake_stream *st = (fake_stream *)s;
+    if (captures_active == 0 || s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD
+        || !known(st) || st->magic != MAGIC_STREAM || !st->alive)
+        return NULL;
+    return st->cap != NULL ? st : NULL;
+}
+
+/* a captured operation: the stream's next node, after its last one */
+static fake_node *
+cap_node(fake_stream *st, int type, CUresult *rc)
+{
+    fake_node *n;
+    CUgraphNode dep = (CUgraphNode)st->cap_last;
+    if (st->cap_invalid) {
+        *rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        return NULL;
+    }
+    n = node_add(st->cap, type, dep ? &dep : NULL, dep ? 1 : 0, rc);
+    if (n != NULL)
+        st->cap_last = n;
+    return n;
+}
+
+/* A synchronous operation while streams capture: every capture of the
+ * context is invalidated (the driver's implicit synchronization). */
+static CUresult
+cap_violation(fake_ctx *c, CUresult code)
+{
+    fake_stream *s;
+    if (captures_active == 0)
+        return CUDA_SUCCESS;
+    for (s = all_streams; s != NULL; s = s->next_all)
+        if (s->alive && s->cap != NULL && (c == NULL || s->ctx == c)
+            && !(s->flags & CU_STREAM_NON_BLOCKING))
+            break;
+    if (s == NULL)
+        return CUDA_SUCCESS;
+    for (s = all_streams; s != NULL; s = s->next_all)
+        if (s->alive && s->cap != NULL)
+            s->cap_invalid = 1;
+    return code;
+}
+
+static CUresult
+fake_cuStreamBeginCapture(CUstream h, CUstreamCaptureMode mode)
+{
+    CUresult rc = enter(F_cuStreamBeginCapture);
+    fake_stream *s;
+    if (rc) return rc;
+    if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        && mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    s = real_stream(h, &rc);
+    if (rc) return rc;
+    if (s == NULL) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    pthread_mutex_lock(&lock);
+    if (s->cap != NULL) {
+        rc = CUDA_ERROR_ILLEGAL_STATE;
+    } else if ((s->cap = graph_new(s->ctx, 0)) == NULL) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+        s->cap_mode = mode;
+        s->cap_invalid = 0;
+        s->cap_last = NULL;
+        captures_active++;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuStreamEndCapture(CUstream h, CUgraph *out)
+{
+    CUresult rc = enter(F_cuStreamEndCapture);
+    fake_stream *s;
+    if (rc) return rc;
+    if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+    s = real_stream(h, &rc);
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    *out = NULL;
+    if (s == NULL || s->cap == NULL) {
+        rc = CUDA_ERROR_ILLEGAL_STATE;
+    } else {
+        if (s->cap_invalid) {
+            graph_kill(s->cap);
+            rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        } else {
+            *out = (CUgraph)s->cap;
+        }
+        s->cap = NULL;
+        s->cap_last = NULL;
+        captures_active--;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *status)
+{
+    CUresult rc = enter(F_cuStreamIsCapturing);
+    fake_stream *s;
+    if (rc) return rc;
+    if (status == NULL) return CUDA_ERROR_INVALID_VALUE;
+    s = real_stream(h, &rc);
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    *status = s == NULL || s->cap == NULL ? CU_STREAM_CAPTURE_STATUS_NONE
+              : s->cap_invalid ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+              : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuGraphCreate(CUgraph *out, unsigned int flags)
+{
+    CUresult rc = enter(F_cuGraphCreate);
+    fake_ctx *c;
+    fake_graph *g;
+    if (rc) return rc;
+    if (out == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((c = need_ctx(&rc)) != NULL) {
+        if ((g = graph_new(c, 0)) == NULL)
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        else
+            *out = (CUgraph)g;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuGraphDestroy(CUgraph h)
+{
+    CUresult rc = enter(F_cuGraphDestroy);
+    fake_graph *g;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if ((g = graph_ok(h)) == NULL || g->sub)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        graph_kill(g);
+    unlock();
+    return rc;
+}
+
+/* the common start of cuGraphAdd*Node: checks, then a node; lock taken */
+static fake_node *
+add_start(int fn, CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t nd, int type,
+          CUresult *rc)
+{
+    fake_graph *g;
+    fake_node *n;
+    *rc = enter(fn);
+    if (*rc) return NULL;
+    if (out == NULL) {
+        *rc = CUDA_ERROR_INVALID_VALUE;
+        return NULL;
+    }
+    pthread_mutex_lock(&lock);
+    if ((g = graph_ok(h)) == NULL) {
+        *rc = CUDA_ERROR_INVALID_VALUE;
+        unlock();
+        return NULL;
+    }
+    n = node_add(g, type, deps, nd, rc);
+    if (n == NULL) {
+        unlock();
+        return NULL;
+    }
+    *out = (CUgraphNode)n;
+    return n;
+}
+
+/* undo a node whose parameters were refused; lock held, then released */
+static void
+add_undo(fake_node *n, CUgraphNode *out)
+{
+    fake_graph *g = n->graph;
+    fake_node *p;
+    n->alive = 0;
+    if (g->first == n) {
+        g->first = g->last = NULL;
+    } else {
+        for (p = g->first; p->next != n; p = p->next)
+            ;
+        p->next = NULL;
+        g->last = p;
+    }
+    g->count--;
+    *out = NULL;
+    unlock();
+}
+
+static CUresult
+fake_cuGraphAddKernelNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t nd,
+                          const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+    CUresult rc;
+    fake_node *n = add_start(F_cuGraphAddKernelNode, out, h, deps, nd,
+                             CU_GRAPH_NODE_TYPE_KERNEL, &rc);
+    fake_func *f;
+    if (n == NULL) return rc;
+    if (p == NULL || (f = func_ok(p->func)) == NULL || f->module->ctx != n->graph->ctx
+        || !p->gridDimX || !p->gridDimY || !p->gridDimZ || !p->blockDimX || !p->blockDimY
+        || !p->blockDimZ
+        || (unsigned long long)p->blockDimX * p->blockDimY * p->blockDimZ > (unsigned)f->maxntid
+        || (rc = node_params(n, f, p->kernelParams, p->extra)) != CUDA_SUCCESS) {
+        add_undo(n, out);
+        return rc ? rc : CUDA_ERROR_INVALID_VALUE;
+    }
+    n->grid[0] = p->gridDimX; n->grid[1] = p->gridDimY; n->grid[2] = p->gridDimZ;
+    n->block[0] = p->blockDimX; n->block[1] = p->blockDimY; n->block[2] = p->blockDimZ;
+    n->shared = p->sharedMemBytes;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuGraphAddMemcpyNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t nd,
+                          const CUDA_MEMCPY3D *p, CUcontext ctx)
+{
+    CUresult rc;
+    fake_node *n = add_start(F_cuGraphAddMemcpyNode, out, h, deps, nd,
+                             CU_GRAPH_NODE_TYPE_MEMCPY, &rc);
+    if (n == NULL) return rc;
+    if (p == NULL || p->Height != 1 || p->Depth != 1 || p->WidthInBytes == 0
+        || (p->dstMemoryType != CU_MEMORYTYPE_HOST && p->dstMemoryType != CU_MEMORYTYPE_DEVICE)
+        || (p->srcMemoryType != CU_MEMORYTYPE_HOST && p->srcMemoryType != CU_MEMORYTYPE_DEVICE)
+        || (p->dstMemoryType == CU_MEMORYTYPE_DEVICE
+            && !device_range_ok(p->dstDevice, p->WidthInBytes))
+        || (p->srcMemoryType == CU_MEMORYTYPE_DEVICE
+            && !device_range_ok(p->srcDevice, p->WidthInBytes))) {
+        add_undo(n, out);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    n->dst_dev = p->dstMemoryType == CU_MEMORYTYPE_DEVICE;
+    n->src_dev = p->srcMemoryType == CU_MEMORYTYPE_DEVICE;
+    n->dst = n->dst_dev ? (void *)(uintptr_t)p->dstDevice : p->dstHost;
+    n->src = n->src_dev ? (const void *)(uintptr_t)p->srcDevice : p->srcHost;
+    n->n = p->WidthInBytes;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuGraphAddMemsetNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t nd,
+                          const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
+{
+    CUresult rc;
+    fake_node *n = add_start(F_cuGraphAddMemsetNode, out, h, deps, nd,
+                             CU_GRAPH_NODE_TYPE_MEMSET, &rc);
+    if (n == NULL) return rc;
+    if (p == NULL || (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4)
+        || p->width == 0 || p->height == 0 || p->dst % p->elementSize
+        || !device_range_ok(p->dst, p->pitch * (p->height - 1) + p->width * p->elementSize)) {
+        add_undo(n, out);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    n->mdst = p->dst;
+    n->value = p->value;
+    n->esize = p->elementSize;
+    n->width = p->width;
+    n->height = p->height;
+    n->pitch = p->pitch;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuGraphAddHostNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t nd,
+                        const CUDA_HOST_NODE_PARAMS *p)
+{
+    CUresult rc;
+    fake_node *n = add_start(F_cuGraphAddHostNode, out, h, deps, nd, CU_GRAPH_NODE_TYPE_HOST,
+                             &rc);
+    if (n == NULL) return rc;
+    if (p == NULL || p->fn == NULL) {
+        add_undo(n, out);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    n->fn = p->fn;
+    n->user = p->userData;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuGraphAddChildGraphNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t nd,
+                              CUgraph child)
+{
+    CUresult rc;
+    fake_node *n = add_start(F_cuGraphAddChildGraphNode, out, h, deps, nd,
+                             CU_GRAPH_NODE_TYPE_GRAPH, &rc);
+    fake_graph *c;
+    if (n == NULL) return rc;
+    if ((c = graph_ok(child)) == NULL || c == n->graph || (n->child = graph_copy(c, 1)) == NULL) {
+        add_undo(n, out);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuGraphAddEmptyNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t nd)
+{
+    CUresult rc;
+    fake_node *n = add_start(F_cuGraphAddEmptyNode, out, h, deps, nd, CU_GRAPH_NODE_TYPE_EMPTY,
+                             &rc);
+    if (n == NULL) return rc;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+add_event(int fn, int type, CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t nd,
+          CUevent ev)
+{
+    CUresult rc;
+    fake_node *n = add_start(fn, out, h, deps, nd, type, &rc);
+    if (n == NULL) return rc;
+    if ((n->event = event_ok(ev)) == NULL) {
+        add_undo(n, out);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuGraphAddEventRecordNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t nd,
+                               CUevent ev)
+{
+    return add_event(F_cuGraphAddEventRecordNode, CU_GRAPH_NODE_TYPE_EVENT_RECORD, out, h, deps,
+                     nd, ev);
+}
+
+static CUresult
+fake_cuGraphAddEventWaitNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t nd,
+                             CUevent ev)
+{
+    return add_event(F_cuGraphAddEventWaitNode, CU_GRAPH_NODE_TYPE_WAIT_EVENT, out, h, deps, nd,
+                     ev);
+}
+
+/* memory of a mem-alloc node: real (host) memory from now on, freed with
+ * the graph; lock held */
+static CUresult
+node_alloc(fake_node *n, size_t bytes)
+{
+    void *p;
+    fake_ctx *c = n->graph->ctx;
+    if (bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (bytes > dev_memory - dev_used[c->dev] || (p = fill_alloc(bytes)) == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (add_alloc(p, bytes, K_ASYNC, 0, c) == NULL) {
+        free(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    n->dptr = (CUdeviceptr)(uintptr_t)p;
+    n->bytes = bytes;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuGraphAddMemAllocNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t nd,
+                            CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+    CUresult rc;
+    fake_node *n = add_start(F_cuGraphAddMemAllocNode, out, h, deps, nd,
+                             CU_GRAPH_NODE_TYPE_MEM_ALLOC, &rc);
+    if (n == NULL) return rc;
+    if (p == NULL || p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED
+        || p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE
+        || p->poolProps.location.id != n->graph->ctx->dev
+        || (rc = node_alloc(n, p->bytesize)) != CUDA_SUCCESS) {
+        add_undo(n, out);
+        return rc ? rc : CUDA_ERROR_INVALID_VALUE;
+    }
+    p->dptr = n->dptr;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuGraphAddMemFreeNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t nd,
+                           CUdeviceptr d)
+{
+    CUresult rc;
+    fake_node *n = add_start(F_cuGraphAddMemFreeNode, out, h, deps, nd,
+                             CU_GRAPH_NODE_TYPE_MEM_FREE, &rc);
+    fake_alloc *a;
+    if (n == NULL) return rc;
+    a = find_base((uintptr_t)d);
+    if (a == NULL || a->kind != K_ASYNC) {
+        add_undo(n, out);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    n->dptr = d;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuGraphAddDependencies(CUgraph h, const CUgraphNode *from, const CUgraphNode *to,
+                            size_t n)
+{
+    CUresult rc = enter(F_cuGraphAddDependencies);
+    fake_graph *g;
+    size_t i;
+    if (rc) return rc;
+    if (n > 0 && (from == NULL || to == NULL)) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((g = graph_ok(h)) == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; rc == CUDA_SUCCESS && i < n; i++) {
+        fake_node *a = node_ok(from[i]), *b = node_ok(to[i]);
+        fake_node **d;
+        if (a == NULL || b == NULL || a->graph != g || b->graph != g || a == b
+            || a->idx > b->idx) {   /* the stand-in keeps nodes in a topological order */
+            rc = CUDA_ERROR_INVALID_VALUE;
+            break;
+        }
+        if ((d = realloc(b->deps, (size_t)(b->ndeps + 1) * sizeof *d)) == NULL) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+            break;
+        }
+        b->deps = d;
+        b->deps[b->ndeps++] = a;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuGraphGetNodes(CUgraph h, CUgraphNode *nodes, size_t *n)
+{
+    CUresult rc = enter(F_cuGraphGetNodes);
+    fake_graph *g;
+    fake_node *x;
+    size_t i = 0;
+    if (rc) return rc;
+    if (n == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((g = graph_ok(h)) == NULL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (nodes == NULL) {
+        *n = (size_t)g->count;
+    } else {
+        for (x = g->first; x != NULL && i < *n; x = x->next)
+            nodes[i++] = (CUgraphNode)x;
+        *n = i;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuGraphNodeGetType(CUgraphNode h, CUgraphNodeType *t)
+{
+    CUresult rc = enter(F_cuGraphNodeGetType);
+    fake_node *n;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if (t == NULL || (n = node_ok(h)) == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *t = (CUgraphNodeType)n->type;
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuGraphNodeGetDependencies(CUgraphNode h, CUgraphNode *deps, size_t *nd)
+{
+    CUresult rc = enter(F_cuGraphNodeGetDependencies);
+    fake_node *n;
+    int i;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if (nd == NULL || (n = node_ok(h)) == NULL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (deps == NULL) {
+        *nd = (size_t)n->ndeps;
+    } else {
+        for (i = 0; i < n->ndeps && (size_t)i < *nd; i++)
+            deps[i] = (CUgraphNode)n->deps[i];
+        *nd = (size_t)i;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuGraphKernelNodeGetParams(CUgraphNode h, CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+    CUresult rc = enter(F_cuGraphKernelNodeGetParams);
+    fake_node *n;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if (p == NULL || (n = node_ok(h)) == NULL || n->type != CU_GRAPH_NODE_TYPE_KERNEL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        memset(p, 0, sizeof *p);
+        p->func = (CUfunction)n->func;
+        p->gridDimX = n->grid[0]; p->gridDimY = n->grid[1]; p->gridDimZ = n->grid[2];
+        p->blockDimX = n->block[0]; p->blockDimY = n->block[1]; p->blockDimZ = n->block[2];
+        p->sharedMemBytes = n->shared;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph h, unsigned long long flags)
+{
+    CUresult rc = enter(F_cuGraphInstantiateWithFlags);
+    fake_graph *g;
+    fake_exec *e;
+    if (rc) return rc;
+    if (out == NULL || (flags & ~0xfULL)) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((g = graph_ok(h)) == NULL || g->sub) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if ((e = calloc(1, sizeof *e)) == NULL || (e->g = graph_copy(g, 1)) == NULL) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+        e->magic = MAGIC_EXEC;
+        e->alive = 1;
+        e->src = g;
+        remember(e);
+        live_execs++;
+        *out = (CUgraphExec)e;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuGraphExecDestroy(CUgraphExec h)
+{
+    CUresult rc = enter(F_cuGraphExecDestroy);
+    fake_exec *e;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if ((e = exec_ok(h)) == NULL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        e->alive = 0;
+        graph_kill(e->g);
+        live_execs--;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuGraphLaunch(CUgraphExec h, CUstream s)
+{
+    CUresult rc = enter(F_cuGraphLaunch);
+    fake_exec *e;
+    fake_ctx *c;
+    int i;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if ((e = exec_ok(h)) == NULL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if ((c = need_ctx(&rc)) != NULL && (rc = check_stream(s, c)) == CUDA_SUCCESS) {
+        if (cap_stream(s) != NULL) {
+            rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;   /* not modelled */
+        } else {
+            replay_len = 0;
+            if (replay_log) replay_log[0] = '\0';
+            for (i = 0; i < cond_count; i++)
+                if (cond_assign[i])
+                    cond_value[i] = cond_default[i];
+            rc = replay(e->g, s, 0);
+        }
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuGraphUpload(CUgraphExec h, CUstream s)
+{
+    CUresult rc = enter(F_cuGraphUpload);
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if (exec_ok(h) == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        rc = check_stream(s, NULL);
+    unlock();
+    return rc;
+}
+
+/* exec's copy of node n (searching children and bodies); lock held */
+static fake_node *
+find_copy(fake_graph *g, fake_node *n)
+{
+    fake_node *x, *r;
+    unsigned k;
+    for (x = g->first; x != NULL; x = x->next) {
+        if (x->orig == n)
+            return x;
+        if (x->child && (r = find_copy(x->child, n)) != NULL)
+            return r;
+        for (k = 0; k < x->csize && k < 16; k++)
+            if (x->bodies[k] && (r = find_copy(x->bodies[k], n)) != NULL)
+                return r;
+    }
+    return NULL;
+}
+
+static CUresult
+fake_cuGraphExecKernelNodeSetParams(CUgraphExec h, CUgraphNode node,
+                                    const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+    CUresult rc = enter(F_cuGraphExecKernelNodeSetParams);
+    fake_exec *e;
+    fake_node *n, *c;
+    fake_func *f;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if (p == NULL || (e = exec_ok(h)) == NULL || (n = node_ok(node)) == NULL
+        || n->type != CU_GRAPH_NODE_TYPE_KERNEL || (c = find_copy(e->g, n)) == NULL
+        || (f = func_ok(p->func)) == NULL || f->module->ctx != c->func->module->ctx
+        || !p->gridDimX || !p->gridDimY || !p->gridDimZ || !p->blockDimX || !p->blockDimY
+        || !p->blockDimZ) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if ((rc = node_params(c, f, p->kernelParams, p->extra)) == CUDA_SUCCESS) {
+        c->grid[0] = p->gridDimX; c->grid[1] = p->gridDimY; c->grid[2] = p->gridDimZ;
+        c->block[0] = p->blockDimX; c->block[1] = p->blockDimY; c->block[2] = p->blockDimZ;
+        c->shared = p->sharedMemBytes;
+    }
+    unlock();
+    return rc;
+}
+
+/* same shape: node count, types and dependencies by position; kernels of
+ * one context.  Returns the first differing node of b (or NULL). */
+static fake_node *
+shape_differs(fake_graph *a, fake_graph *b, CUgraphExecUpdateResult *why)
+{
+    fake_node *x = a->first, *y = b->first;
+    int i;
+    for (; x != NULL && y != NULL; x = x->next, y = y->next) {
+        if (x->type != y->type) {
+            *why = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+            return y;
+        }
+        if (x->ndeps != y->ndeps) {
+            *why = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+            return y;
+        }
+        for (i = 0; i < x->ndeps; i++)
+            if (x->deps[i]->idx != y->deps[i]->idx) {
+                *why = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+                return y;
+            }
+        if (x->type == CU_GRAPH_NODE_TYPE_KERNEL && x->func->module->ctx != y->func->module->ctx) {
+            *why = CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED;
+            return y;
+        }
+    }
+    if (x != NULL || y != NULL) {
+        *why = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+        return y;
+    }
+    return NULL;
+}
+
+static void
+map_orig(fake_graph *copy, fake_graph *src)
+{
+    fake_node *x = copy->first, *y = src->first;
+    for (; x != NULL && y != NULL; x = x->next, y = y->next)
+        x->orig = y;
+}
+
+static CUresult
+fake_cuGraphExecUpdate(CUgraphExec h, CUgraph hg, CUgraphNode *bad,
+                       CUgraphExecUpdateResult *result)
+{
+    CUresult rc = enter(F_cuGraphExecUpdate);
+    fake_exec *e;
+    fake_graph *g, *copy;
+    fake_node *d;
+    CUgraphExecUpdateResult why = CU_GRAPH_EXEC_UPDATE_ERROR;
+    if (rc) return rc;
+    if (bad == NULL || result == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    *bad = NULL;
+    *result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+    if ((e = exec_ok(h)) == NULL || (g = graph_ok(hg)) == NULL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if ((d = shape_differs(e->src, g, &why)) != NULL || (d == NULL && why != CU_GRAPH_EXEC_UPDATE_ERROR)) {
+        *bad = (CUgraphNode)d;
+        *result = why;
+        rc = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    } else if ((copy = graph_copy(g, 1)) == NULL) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+        map_orig(copy, e->src);
+        graph_kill(e->g);
+        e->g = copy;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuGraphDebugDotPrint(CUgraph h, const char *path, unsigned int flags)
+{
+    CUresult rc = enter(F_cuGraphDebugDotPrint);
+    static const char *const names[] = {"kernel", "memcpy", "memset", "host", "graph", "empty",
+        "wait_event", "event_record", "ext_semas_signal", "ext_semas_wait", "mem_alloc",
+        "mem_free", "batch_mem_op", "conditional"};
+    fake_graph *g;
+    fake_node *n;
+    FILE *f;
+    int i;
+    if (rc) return rc;
+    if (path == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((g = graph_ok(h)) == NULL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if ((f = fopen(path, "w")) == NULL) {
+        rc = CUDA_ERROR_OPERATING_SYSTEM;
+    } else {
+        fprintf(f, "digraph dot {\n");
+        for (n = g->first; n != NULL; n = n->next) {
+            fprintf(f, "  node%d [label=\"%d %s%s%s\"];\n", n->idx, n->idx,
+                    n->type >= 0 && n->type < 14 ? names[n->type] : "?",
+                    n->func ? " " : "", n->func ? n->func->name : "");
+            for (i = 0; i < n->ndeps; i++)
+                fprintf(f, "  node%d -> node%d;\n", n->deps[i]->idx, n->idx);
+        }
+        fprintf(f, "}\n");
+        fclose(f);
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuGraphConditionalHandleCreate(CUgraphConditionalHandle *out, CUgraph h, CUcontext ctx,
+                                    unsigned int dflt, unsigned int flags)
+{
+    CUresult rc = enter(F_cuGraphConditionalHandleCreate);
+    fake_graph *g;
+    if (rc) return rc;
+    if (out == NULL || (flags & ~(unsigned)CU_GRAPH_COND_ASSIGN_DEFAULT)) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((g = graph_ok(h)) == NULL || (fake_ctx *)ctx != g->ctx) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (cond_count >= MAXCOND) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+        cond_default[cond_count] = cond_value[cond_count] = dflt;
+        cond_assign[cond_count] = (flags & CU_GRAPH_COND_ASSIGN_DEFAULT) != 0;
+        *out = (CUgraphConditionalHandle)(++cond_count);
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuGraphAddNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t nd,
+                    CUgraphNodeParams *p)
+{
+    CUresult rc;
+    fake_node *n;
+    unsigned k;
+    if (p == NULL || p->type != CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+        rc = enter(F_cuGraphAddNode);
+        return rc ? rc : CUDA_ERROR_NOT_SUPPORTED;   /* only conditionals are modelled */
+    }
+    n = add_start(F_cuGraphAddNode, out, h, deps, nd, CU_GRAPH_NODE_TYPE_CONDITIONAL, &rc);
+    if (n == NULL) return rc;
+    if (p->conditional.handle == 0 || p->conditional.handle > (CUgraphConditionalHandle)cond_count
+        || p->conditional.size < 1 || p->conditional.size > 16
+        || (p->conditional.type == CU_GRAPH_COND_TYPE_WHILE && p->conditional.size != 1)
+        || (p->conditional.type == CU_GRAPH_COND_TYPE_IF && p->conditional.size > 2)
+        || p->conditional.type > CU_GRAPH_COND_TYPE_SWITCH
+        || (fake_ctx *)p->conditional.ctx != n->graph->ctx) {
+        add_undo(n, out);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    n->cond = p->conditional.handle;
+    n->ctype = p->conditional.type;
+    n->csize = p->conditional.size;
+    for (k = 0; k < n->csize; k++) {
+        n->bodies[k] = graph_new(n->graph->ctx, 1);
+        if (n->bodies[k] == NULL) {
+            add_undo(n, out);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    /* the array belongs to the node, as the driver's does */
+    p->conditional.phGraph_out = (CUgraph *)n->bodies;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+/* tests: set a conditional handle's value (what cudaGraphSetConditional
+ * does on a GPU); returns 0, or -1 for an unknown handle */
+EXPORT int
+fakecuda_set_conditional(unsigned long long handle, unsigned value)
+{
+    int r = -1;
+    pthread_mutex_lock(&lock);
+    if (handle >= 1 && handle <= (unsigned long long)cond_count) {
+        cond_value[handle - 1] = value;
+        r = 0;
+    }
+    unlock();
+    return r;
+}
+
+/* tests: the kernels the last cuGraphLaunch replayed, one "name:hexbytes" a
+ * line; returns the length */
+EXPORT size_t
+fakecuda_replay_log(char *buf, size_t cap)
+{
+    size_t n;
+    pthread_mutex_lock(&lock);
+    n = replay_len;
+    if (buf && cap) {
+        size_t k = n < cap - 1 ? n : cap - 1;
+        if (replay_log)
+            memcpy(buf, replay_log, k);
+        buf[k] = '\0';
+    }
+    unlock();
+    return n;
+}
+
+/* ---- what capture records (the hooks in copy, memset_n, do_launch,
+ * cuMemAllocAsync/FreeAsync, cuEventRecord, cuStreamWaitEvent); lock held ---- */
+static void
+cap_memcpy(fake_node *n, void *dst, const void *src, size_t len, int dd, int sd)
+{
+    n->dst = dst;
+    n->src = src;
+    n->n = len;
+    n->dst_dev = dd;
+    n->src_dev = sd;
+}
+
+static void
+cap_memset(fake_node *n, CUdeviceptr d, unsigned v, size_t count, unsigned width)
+{
+    n->mdst = d;
+    n->value = v;
+    n->esize = width;
+    n->width = count;
+    n->height = 1;
+    n->pitch = count * width;
+}
+
+static CUresult
+cap_kernel(fake_node *n, fake_func *f, const unsigned grid[3], const unsigned block[3],
+           unsigned shared, void **params, void **extra)
+{
+    memcpy(n->grid, grid, sizeof n->grid);
+    memcpy(n->block, block, sizeof n->block);
+    n->shared = shared;
+    return node_params(n, f, params, extra);
+}
+
+static CUresult
+cap_alloc(fake_node *n, size_t bytes, CUdeviceptr *out)
+{
+    CUresult rc = node_alloc(n, bytes);
+    if (rc == CUDA_SUCCESS)
+        *out = n->dptr;
+    return rc;
+}
+
+static void
+cap_dptr(fake_node *n, CUdeviceptr d)
+{
+    n->dptr = d;
+}
+
+static void
+cap_event(fake_node *n, fake_event *e)
+{
+    n->event = e;
+}
+
+static void
+cap_end_on_destroy(fake_stream *s)
+{
+    if (s->cap == NULL)
+        return;
+    graph_kill(s->cap);
+    s->cap = NULL;
+    captures_active--;
+}
+
 /* ---- cuGetProcAddress: the table, type-checked against cudaTypedefs.h ---- */
 #define CHECK_TYPE(name, version) \
     static PFN_##name##_v##version const check_##name __attribute__((unused)) = fake_##name;
@@ -3808,6 +5197,8 @@ fakecuda_live(const char *kind)
     else if (!strcmp(kind, "launches")) n = launches;
     else if (!strcmp(kind, "reaped")) n = reaped;
     else if (!strcmp(kind, "links")) n = live_links;
+    else if (!strcmp(kind, "graphs")) n = live_graphs;
+    else if (!strcmp(kind, "graph_execs")) n = live_execs;
     else if (!strcmp(kind, "arrays")) n = live_arrays;
     else if (!strcmp(kind, "textures")) n = live_textures;
     else if (!strcmp(kind, "surfaces")) n = live_surfaces;

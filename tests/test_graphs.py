@@ -1,0 +1,1105 @@
+"""CUDA graphs: stream capture, explicit building, instantiation, updates,
+lifetimes.
+
+`standin`-marked tests run against the driver stand-in (make test's second
+pass): it keeps graphs as host-side node lists, capture records a stream's
+work as nodes, and a GraphExec's launch replays them (copies and memsets
+move bytes, kernel nodes are recorded with their parameter bytes, host
+callbacks run).  `gpu`-marked tests check results against NumPy on a GPU.
+"""
+import ctypes
+import gc
+import os
+import struct
+import sys
+import weakref
+
+import numpy as np
+import pytest
+
+import pygpu.driver as cuda
+from pygpu import compiler, graphs
+from pygpu.compiler import SourceModule
+
+KERNELS = r"""
+extern "C" __global__ void scale(float *x, float a, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= a;
+}
+extern "C" __global__ void other(float *x, float a, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += a;
+}
+extern "C" __global__ void axpy(float *y, const float *x, float a, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+extern "C" __global__ void mixed(char c, short h, int i, long long q, float f, double d,
+                                 const float *p) { }
+extern "C" __global__ void two(float *x, int n) { }
+"""
+
+# what a kernel needs to set a conditional node's value under NVRTC: the
+# driver resolves cudaGraphSetConditional when the module loads
+COND_KERNELS = graphs.CONDITIONAL_PREAMBLE + r"""
+// one step of a countdown: the while loop runs while it is > 0
+extern "C" __global__ void step(cudaGraphConditionalHandle h, int *counter)
+{
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        int c = --(*counter);
+        cudaGraphSetConditional(h, c > 0 ? 1u : 0u);
+    }
+}
+extern "C" __global__ void set_from(cudaGraphConditionalHandle h, const int *value)
+{
+    if (threadIdx.x == 0 && blockIdx.x == 0)
+        cudaGraphSetConditional(h, (unsigned int)*value);
+}
+extern "C" __global__ void add_const(float *x, float a, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += a;
+}
+"""
+
+
+@pytest.fixture
+def mod(ctx):
+    return SourceModule(KERNELS, no_extern_c=True)
+
+
+def _unraisable():
+    seen = []
+    old = sys.unraisablehook
+    sys.unraisablehook = seen.append
+    return seen, old
+
+
+# ---------------------------------------------------------------- no driver
+
+def test_conditional_preamble_compiles_with_nvrtc():
+    """The declaration pygpu ships compiles under NVRTC (no GPU needed); the
+    handle is a 64-bit parameter and the call an external the driver
+    resolves at load time."""
+    ptx = bytes(compiler.compile(COND_KERNELS, target="ptx", arch="compute_90")).decode()
+    assert ".extern .func cudaGraphSetConditional" in ptx
+    entry = ptx[ptx.index(".entry step"):]
+    assert ".param .u64 step_param_0" in entry
+
+
+def test_public_names():
+    for name in ("Graph", "GraphExec", "GraphNode", "capture_graph", "capture_mode",
+                 "graph_node_type", "graph_conditional_type", "graph_instantiate_flags"):
+        assert getattr(cuda, name) is getattr(graphs, name)
+        assert name in cuda.__all__
+    assert cuda.capture_mode.GLOBAL == 0 and cuda.capture_mode.RELAXED == 2
+    assert cuda.graph_node_type.KERNEL == 0 and cuda.graph_node_type.CONDITIONAL == 13
+    with pytest.raises(TypeError, match="cannot create 'pygpu.driver.GraphExec' instances"):
+        cuda.GraphExec()
+
+
+# ---------------------------------------------------------------- stand-in
+
+def _layout(values):
+    """Natural C layout of NumPy scalars."""
+    out = b""
+    for v in values:
+        a = np.asarray(v)
+        al = min(a.dtype.alignment, 8)
+        out += b"\0" * (-len(out) % al)
+        out += a.tobytes()
+    return out
+
+
+def _replayed(standin):
+    """[(kernel name, parameter bytes)] of the last graph launch."""
+    buf = ctypes.create_string_buffer(1 << 20)
+    lib = standin.lib
+    lib.fakecuda_replay_log.restype = ctypes.c_size_t
+    lib.fakecuda_replay_log(buf, len(buf))
+    out = []
+    for line in buf.value.decode().splitlines():
+        name, hexed = line.split(":")
+        out.append((name, bytes.fromhex(hexed)))
+    return out
+
+
+def _live_graphs(standin):
+    gc.collect()
+    return standin.lib.fakecuda_live(b"graphs"), standin.lib.fakecuda_live(b"graph_execs")
+
+
+@pytest.mark.standin
+def test_kernel_nodes_pack_exactly_as_launches(standin, mod, rng):
+    f = mod.get_function("mixed")
+    g = cuda.Graph()
+    want = []
+    nodes = []
+    for k in range(5):
+        c = int(rng.integers(-128, 128))
+        h = int(rng.integers(-2 ** 15, 2 ** 15))
+        i = int(rng.integers(-2 ** 31, 2 ** 31))
+        q = int(rng.integers(-2 ** 63, 2 ** 63 - 1, dtype=np.int64))
+        fl, d = float(rng.standard_normal()), float(rng.standard_normal())
+        ptr = cuda.mem_alloc(64)
+        f(c, h, i, q, fl, d, ptr, block=(3, 2, 1), grid=(4, 1, 1))
+        eager = standin.last_launch().params
+        nodes.append(g.add_kernel_node(f, c, h, i, q, fl, d, ptr, block=(3, 2, 1),
+                                       grid=(4, 1, 1), dependencies=nodes[-1:]))
+        want.append(_layout([np.int8(c), np.int16(h), np.int32(i), np.int64(q),
+                             np.float32(fl), np.float64(d), np.uint64(int(ptr))]))
+        assert eager == want[-1]
+    exe = g.instantiate()
+    before = standin.launches()
+    exe.launch()
+    assert standin.launches() == before + 5
+    assert _replayed(standin) == [("mixed", w) for w in want]
+    rec = standin.last_launch()
+    assert rec.grid == (4, 1, 1) and rec.block == (3, 2, 1)
+    assert [n.index for n in nodes] == [0, 1, 2, 3, 4]
+    assert all(n.kind == "kernel" and n.type == cuda.graph_node_type.KERNEL for n in nodes)
+    assert nodes[3].dependencies == [nodes[2]] and nodes[0].dependencies == []
+    assert nodes[1].function is f
+    assert repr(nodes[1]) == "<pygpu.driver.GraphNode #1 kernel 'mixed'>"
+
+
+@pytest.mark.standin
+def test_kernel_node_argument_errors_name_node_and_parameter(standin, mod):
+    f = mod.get_function("scale")
+    d = cuda.mem_alloc(64)
+    g = cuda.Graph()
+    first = g.add_kernel_node(f, d, 2.0, 16, block=(16, 1, 1))
+    with pytest.raises(TypeError, match=r"^graph node #1: kernel 'scale' takes 3 arguments "
+                                        r"but 2 were given$"):
+        g.add_kernel_node(f, d, 2.0, block=(16, 1, 1))
+    with pytest.raises(TypeError, match=r"^graph node #1: kernel 'scale': parameter 1 \(4 "
+                                        r"bytes\) cannot take a str"):
+        g.add_kernel_node(f, d, "2", 16, block=(16, 1, 1))
+    with pytest.raises(OverflowError, match=r"^graph node #1: kernel 'scale': parameter 2 is "
+                                            r"4 bytes; 4294967296 does not fit$"):
+        g.add_kernel_node(f, d, 2.0, 2 ** 32, block=(16, 1, 1))
+    with pytest.raises(TypeError, match=r"^graph node #1: kernel 'scale': parameter 0: graph "
+                                        r"nodes do not take In/Out/InOut"):
+        g.add_kernel_node(f, cuda.InOut(np.zeros(4, np.float32)), 2.0, 16, block=(4, 1, 1))
+    with pytest.raises(TypeError, match=r"^graph node #1: kernel 'scale': add_kernel_node\(\) "
+                                        r"needs block=\(x, y, z\)$"):
+        g.add_kernel_node(f, d, 2.0, 16)
+    with pytest.raises(ValueError, match=r"^graph node #1: block\[1\] must be positive, got 0"):
+        g.add_kernel_node(f, d, 2.0, 16, block=(16, 0, 1))
+    with pytest.raises(ValueError, match=r"^graph node #1: kernel 'scale': block x dimension "
+                                         r"2048 exceeds the device's limit of 1024$"):
+        g.add_kernel_node(f, d, 2.0, 16, block=(2048, 1, 1))
+    with pytest.raises(TypeError, match=r"add_kernel_node\(\) got an unexpected keyword "
+                                        r"argument 'stream'"):
+        g.add_kernel_node(f, d, 2.0, 16, block=(16, 1, 1), stream=None)
+    with pytest.raises(TypeError, match=r"add_kernel_node\(\) takes a Function first, not str"):
+        g.add_kernel_node("scale", d, 2.0, 16, block=(16, 1, 1))
+    with pytest.raises(TypeError, match=r"dependencies\[0\] must be a GraphNode, not int"):
+        g.add_kernel_node(f, d, 2.0, 16, block=(16, 1, 1), dependencies=[3])
+    other = cuda.Graph().add_empty_node()
+    with pytest.raises(ValueError, match=r"dependencies\[1\] \(node #0\) belongs to another "
+                                         r"graph"):
+        g.add_kernel_node(f, d, 2.0, 16, block=(16, 1, 1), dependencies=[first, other])
+    freed = cuda.mem_alloc(64)
+    freed.free()
+    with pytest.raises(cuda.LogicError, match=r"kernel 'scale': parameter 0 is a freed "
+                                              r"DeviceAllocation"):
+        g.add_kernel_node(f, freed, 2.0, 16, block=(16, 1, 1))
+    # nothing was added by the failures: the next node is #1
+    assert g.add_kernel_node(f, d, 2.0, 16, block=(16, 1, 1)).index == 1
+    assert len(g.nodes()) == 2
+
+
+@pytest.mark.standin
+def test_copies_and_memsets_move_bytes_on_replay(standin, ctx, rng):
+    n = 256
+    host_in = rng.standard_normal(n).astype(np.float32)
+    host_out = np.zeros(n, np.float32)
+    d = cuda.mem_alloc(host_in.nbytes)
+    d2 = cuda.mem_alloc(host_in.nbytes)
+    g = cuda.Graph()
+    up = g.add_memcpy_node(d, host_in)
+    ms = g.add_memset_node(int(d) + 16, 0x3F800000, 4, element_size=4, dependencies=up)
+    dd = g.add_memcpy_node(d2, d, dependencies=[ms])
+    down = g.add_memcpy_node(host_out, d2, dependencies=dd)
+    assert [x.kind for x in g.nodes()] == ["memcpy", "memset", "memcpy", "memcpy"]
+    assert down.dependencies == [dd]
+    exe = g.instantiate()
+    assert not host_out.any()       # instantiating runs nothing
+    for _ in range(2):
+        exe.launch()
+        want = host_in.copy()
+        want[4:8] = 1.0
+        np.testing.assert_array_equal(host_out, want)
+        host_in[:] = rng.standard_normal(n)     # the node reads the buffer at each replay
+    with pytest.raises(TypeError, match=r"dest and src are both host buffers"):
+        g.add_memcpy_node(host_out, host_in)
+    with pytest.raises(ValueError, match=r"2048 bytes do not fit \(dest has 1024, src 1024\)"):
+        g.add_memcpy_node(d, host_in, 2048)
+    with pytest.raises(TypeError, match=r"dest must be a C-contiguous writable host buffer"):
+        g.add_memcpy_node(b"readonly", d, 4)
+    with pytest.raises(ValueError, match=r"element_size must be 1, 2 or 4, not 3"):
+        g.add_memset_node(d, 1, 4, element_size=3)
+    with pytest.raises(ValueError, match=r"value 256 does not fit in 1 byte$"):
+        g.add_memset_node(d, 256, 4)
+    with pytest.raises(ValueError, match=r"2000 elements of 1 bytes do not fit in 1024 bytes"):
+        g.add_memset_node(d, 1, 2000)
+
+
+@pytest.mark.standin
+def test_dependencies_queries_and_dot(standin, ctx, tmp_path):
+    g = cuda.Graph()
+    a = g.add_empty_node()
+    b = g.add_empty_node()
+    c = g.add_empty_node(dependencies=(a,))
+    g.add_dependencies(b, c)
+    assert c.dependencies == [a, b]
+    e1, e2 = g.add_empty_node(), g.add_empty_node()
+    g.add_dependencies([a, b], [e1, e2])
+    assert e1.dependencies == [a] and e2.dependencies == [b]
+    with pytest.raises(ValueError, match=r"2 source and 1 destination nodes"):
+        g.add_dependencies([a, b], [c])
+    with pytest.raises(TypeError, match=r"dependencies must be a GraphNode or a sequence"):
+        g.add_empty_node(dependencies=5)
+    assert g.nodes() == [a, b, c, e1, e2]
+    assert c.graph is g and int(c) == c.handle != 0
+    path = tmp_path / "g.dot"
+    g.debug_dot(str(path))
+    text = path.read_text()
+    assert "node0 -> node2" in text and "node1 -> node2" in text
+    with pytest.raises(AttributeError, match=r"node #0 is a empty node; only mem_alloc"):
+        a.dptr
+
+
+@pytest.mark.standin
+def test_host_callbacks_run_in_order_and_errors_are_kept(standin, ctx):
+    order = []
+    g = cuda.Graph()
+    n0 = g.add_host_node(lambda: order.append("first"))
+    n1 = g.add_host_node(lambda: order.append("second"), dependencies=[n0])
+
+    def boom():
+        order.append("third")
+        raise ValueError("callback failed on purpose")
+    g.add_host_node(boom, dependencies=[n1])
+    exe = g.instantiate()
+    seen, old = _unraisable()
+    try:
+        exe.launch()
+        exe.synchronize()
+    finally:
+        sys.unraisablehook = old
+    assert order == ["first", "second", "third"]
+    assert len(seen) == 1 and isinstance(seen[0].exc_value, ValueError)
+    assert len(exe.callback_errors) == 1
+    assert str(exe.callback_errors[0]) == "callback failed on purpose"
+    assert exe.callback_errors is g.callback_errors
+    with pytest.raises(TypeError, match=r"callback must be callable, not int"):
+        g.add_host_node(3)
+
+
+@pytest.mark.standin
+def test_capture_records_instead_of_running(standin, mod, rng):
+    f = mod.get_function("scale")
+    s = cuda.Stream()
+    n = 64
+    x = cuda.pagelocked_empty(n, np.float32)
+    x[:] = rng.standard_normal(n)
+    out = cuda.pagelocked_zeros(n, np.float32)
+    d = cuda.mem_alloc(x.nbytes)
+    assert not s.is_capturing()
+    launches = standin.launches()
+    s.begin_capture()
+    assert s.is_capturing()
+    cuda.memcpy_htod_async(d, x, s)
+    f(d, np.float32(3), np.int32(n), block=(64, 1, 1), stream=s)
+    cuda.memset_d32_async(d, 0, 1, s)
+    cuda.memcpy_dtoh_async(out, d, s)
+    g = s.end_capture()
+    assert not s.is_capturing()
+    assert standin.launches() == launches and not out.any()    # nothing ran
+    nodes = g.nodes()
+    assert [k.kind for k in nodes] == ["memcpy", "kernel", "memset", "memcpy"]
+    assert nodes[2].dependencies == [nodes[1]]
+    exe = g.instantiate()
+    exe.launch(s)
+    s.synchronize()
+    want = x.copy()
+    want[0] = 0
+    np.testing.assert_array_equal(out, want)      # copies replayed; the kernel is recorded
+    assert _replayed(standin) == [("scale", _layout([np.uint64(int(d)), np.float32(3),
+                                                     np.int32(n)]))]
+    # the context manager
+    with cuda.capture_graph(s, mode=cuda.capture_mode.THREAD_LOCAL) as cap:
+        cuda.memcpy_htod_async(d, x, s)
+    assert [k.kind for k in cap.graph.nodes()] == ["memcpy"]
+
+
+@pytest.mark.standin
+def test_capture_errors_are_clear_and_end_cleanly(standin, ctx, rng):
+    s = cuda.Stream()
+    d = cuda.mem_alloc(64)
+    base = _live_graphs(standin)
+    host = np.zeros(16, np.float32)
+    with pytest.raises(cuda.LogicError, match=r"end_capture\(\): this stream is not capturing"):
+        s.end_capture()
+    with pytest.raises(cuda.LogicError, match=r"the default streams cannot be captured"):
+        cuda.Stream.null().begin_capture()
+    with pytest.raises(ValueError, match=r"mode must be a capture_mode"):
+        s.begin_capture(mode=7)
+    s.begin_capture()
+    with pytest.raises(cuda.LogicError, match=r"already capturing"):
+        s.begin_capture()
+    # a synchronous copy while capturing: clear error, the capture is invalidated
+    with pytest.raises(cuda.LogicError, match=r"cuMemcpyHtoD failed: "
+                                              r"CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: .*"
+                                              r"synchronous operation on the legacy default "
+                                              r"stream would wait for a capturing stream"):
+        cuda.memcpy_htod(d, host)
+    with pytest.raises(cuda.LogicError, match=r"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: .*"
+                                              r"no graph was made; the stream is no longer "
+                                              r"capturing"):
+        s.end_capture()
+    assert not s.is_capturing()
+    # synchronizing the capturing stream
+    s.begin_capture()
+    with pytest.raises(cuda.LogicError, match=r"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: .*not "
+                                              r"allowed while a stream is capturing"):
+        s.synchronize()
+    with pytest.raises(cuda.LogicError, match=r"INVALIDATED"):
+        s.end_capture()
+    # the context manager ends a capture whose block failed, keeping its error
+    with pytest.raises(KeyError, match="from the block"):
+        with cuda.capture_graph(s) as cap:
+            cuda.memcpy_htod_async(d, host, s)
+            raise KeyError("from the block")
+    assert not s.is_capturing() and cap.graph is None
+    with pytest.raises(cuda.LogicError, match=r"STREAM_CAPTURE_IMPLICIT"):
+        with cuda.capture_graph(s):
+            cuda.memcpy_dtoh(host, d)
+    assert not s.is_capturing()
+    # a stream dropped while capturing ends its capture
+    s2 = cuda.Stream()
+    s2.begin_capture()
+    cuda.memset_d8_async(d, 1, 8, s2)
+    del s2
+    gc.collect()
+    assert _live_graphs(standin) == base
+
+
+@pytest.mark.standin
+def test_capture_keeps_launch_arguments_alive(standin, mod, rng):
+    f = mod.get_function("scale")
+    s = cuda.Stream()
+    d = cuda.mem_alloc(256)
+    wd = weakref.ref(d)
+    s.begin_capture()
+    f(d, np.float32(2), np.int32(64), block=(64, 1, 1), stream=s)
+    bound = f.configure((1, 1), (64, 1, 1), stream=s)
+    bound(d, np.float32(5), np.int32(64))
+    g = s.end_capture()
+    live = standin.live()["device"]
+    del d, bound
+    gc.collect()
+    assert wd() is not None and standin.live()["device"] == live    # the graph holds it
+    exe = g.instantiate()
+    del g
+    gc.collect()
+    exe.launch(s)
+    assert [n for n, _ in _replayed(standin)] == ["scale", "scale"]
+    del exe
+    gc.collect()
+    assert wd() is None
+
+
+@pytest.mark.standin
+def test_whole_graph_update(standin, mod, rng):
+    f, o = mod.get_function("scale"), mod.get_function("other")
+    d = cuda.mem_alloc(256)
+
+    def build(a, extra=False, kind="kernel", fn=f):
+        g = cuda.Graph()
+        m = g.add_memset_node(d, 0, 64, element_size=4)
+        if kind == "kernel":
+            g.add_kernel_node(fn, d, np.float32(a), np.int32(64), block=(64, 1, 1),
+                              dependencies=m)
+        else:
+            g.add_empty_node(dependencies=m)
+        if extra:
+            g.add_empty_node()
+        return g
+    exe = build(1.5).instantiate()
+    exe.launch()
+    assert _replayed(standin)[0][1][8:12] == struct.pack("<f", 1.5)
+    exe.update(build(-4.25))
+    exe.launch()
+    assert _replayed(standin)[0][1][8:12] == struct.pack("<f", -4.25)
+    exe.update(build(7.0, fn=o))            # another kernel of the same context
+    exe.launch()
+    assert _replayed(standin)[0][0] == "other"
+    with pytest.raises(cuda.LogicError, match=r"cuGraphExecUpdate failed: "
+                                              r"CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE: .*update\(\): "
+                                              r"the topology differs .* \(at node #2, empty\)"):
+        exe.update(build(1.0, extra=True))
+    with pytest.raises(cuda.LogicError, match=r"update\(\): a node's type differs \(at node "
+                                              r"#1, empty\)"):
+        exe.update(build(1.0, kind="empty"))
+    with pytest.raises(TypeError, match=r"update\(\) takes a Graph, not int"):
+        exe.update(3)
+    exe.launch()                            # still the last good parameters
+    assert _replayed(standin)[0][0] == "other"
+
+
+@pytest.mark.standin
+def test_kernel_node_parameter_updates(standin, ctx, mod, rng):
+    f, o, two = mod.get_function("scale"), mod.get_function("other"), mod.get_function("two")
+    d, d2 = cuda.mem_alloc(256), cuda.mem_alloc(256)
+    g = cuda.Graph()
+    k = g.add_kernel_node(f, d, np.float32(2), np.int32(64), block=(64, 1, 1))
+    e = g.add_empty_node(dependencies=k)
+    exe = g.instantiate()
+    exe.set_kernel_node_params(k, d2, np.float32(-1), np.int32(32), block=(32, 1, 1),
+                               grid=(3, 2, 1), shared=128)
+    exe.launch()
+    rec = standin.last_launch()
+    assert rec.params == _layout([np.uint64(int(d2)), np.float32(-1), np.int32(32)])
+    assert rec.block == (32, 1, 1) and rec.grid == (3, 2, 1) and rec.shared == 128
+    # configuration kept when not given; a new kernel of the same context
+    exe.set_kernel_node_params(k, d, np.float32(5), np.int32(64), function=o)
+    exe.launch()
+    rec = standin.last_launch()
+    assert rec.name == "other" and rec.block == (32, 1, 1) and rec.grid == (3, 2, 1)
+    with pytest.raises(TypeError, match=r"^graph node #0: kernel 'two' takes 2 arguments but "
+                                        r"3 were given$"):
+        exe.set_kernel_node_params(k, d, np.float32(5), np.int32(64), function=two)
+    with pytest.raises(TypeError, match=r"^graph node #0: kernel 'scale': parameter 2 \(4 "
+                                        r"bytes\) cannot take a list"):
+        exe.set_kernel_node_params(k, d, 1.0, [1])
+    with pytest.raises(TypeError, match=r"node #1 is a empty node, not a kernel node"):
+        exe.set_kernel_node_params(e, d, 1.0, 1)
+    other = cuda.Graph()
+    on = other.add_kernel_node(f, d, 1.0, 1, block=(1, 1, 1))
+    with pytest.raises(ValueError, match=r"node #0 is not a node of the graph this GraphExec "
+                                         r"was instantiated from"):
+        exe.set_kernel_node_params(on, d, 1.0, 1)
+    with pytest.raises(TypeError, match=r"function must be a Function, not str"):
+        exe.set_kernel_node_params(k, d, 1.0, 1, function="scale")
+    # a kernel of another context cannot take a node's place
+    dev = cuda.Context.get_device()
+    other_ctx = dev.make_context()
+    try:
+        m2 = SourceModule(KERNELS, no_extern_c=True)
+        f2 = m2.get_function("scale")
+    finally:
+        cuda.Context.pop()
+    with pytest.raises(ValueError, match=r"node #0: kernel 'scale' belongs to another "
+                                         r"context than the graph"):
+        exe.set_kernel_node_params(k, d, 1.0, 1, function=f2)
+    del f2, m2
+    other_ctx.detach()
+    # captured nodes: the function must be named
+    s = cuda.Stream()
+    s.begin_capture()
+    f(d, np.float32(2), np.int32(64), block=(64, 1, 1), stream=s)
+    cg = s.end_capture()
+    cexe = cg.instantiate()
+    (cnode,) = cg.nodes()
+    with pytest.raises(TypeError, match=r"node #0 was captured; pass function="):
+        cexe.set_kernel_node_params(cnode, d, 3.0, 64)
+    cexe.set_kernel_node_params(cnode, d2, np.float32(3), np.int32(64), function=f)
+    cexe.launch()
+    assert standin.last_launch().params == _layout([np.uint64(int(d2)), np.float32(3),
+                                                    np.int32(64)])
+    assert standin.last_launch().block == (64, 1, 1)
+    # the driver refusing is explained, not a bare code
+    standin.fail("cuGraphExecKernelNodeSetParams", 1, 1)
+    with pytest.raises(cuda.LogicError, match=r"CUDA_ERROR_INVALID_VALUE: .*the driver refused "
+                                              r"kernel 'other' for node #0 \(it launched "
+                                              r"'scale'; the new kernel is not compatible"):
+        exe.set_kernel_node_params(k, d, 1.0, 1, function=o)
+
+
+@pytest.mark.standin
+def test_graph_exec_alone_keeps_everything_alive(standin, mod, rng):
+    """Everything but the GraphExec is deleted; its replay touches only live
+    memory (the stand-in counts a use of freed memory as stale, which the
+    fixture fails on) and the callback still runs."""
+    base = standin.live()
+    gbase = _live_graphs(standin)
+    n = 128
+    out = np.zeros(n, np.float32)
+    calls = []
+
+    def make():
+        f = mod.get_function("scale")
+        x = rng.standard_normal(n).astype(np.float32)
+        d = cuda.mem_alloc(x.nbytes)
+        g = cuda.Graph()
+        a = g.add_memcpy_node(d, x)
+        b = g.add_kernel_node(f, d, np.float32(2), np.int32(n), block=(128, 1, 1),
+                              dependencies=a)
+        c = g.add_memcpy_node(out, d, dependencies=b)
+        g.add_host_node(lambda: calls.append(len(calls)), dependencies=c)
+        return g.instantiate(), x.copy()
+    exe, x = make()
+    del mod
+    gc.collect()
+    exe.launch()
+    exe.synchronize()
+    np.testing.assert_array_equal(out, x)
+    assert calls == [0]
+    assert _replayed(standin)[0][0] == "scale"
+    assert standin.live()["device"] == base["device"] + 1
+    del exe
+    gc.collect()
+    assert standin.live()["device"] == base["device"]
+    assert _live_graphs(standin) == gbase
+
+
+@pytest.mark.standin
+def test_cycles_through_callbacks_are_collected(standin, ctx):
+    base = _live_graphs(standin)
+    g = cuda.Graph()
+    g.add_host_node(lambda: g)          # callback -> graph -> callback
+    exe = g.instantiate()
+    body_holder = cuda.Graph()
+    h = body_holder.conditional_handle(default=0)
+    node = body_holder.add_conditional_node(h, "if")
+    node.bodies[0].add_host_node(lambda: node)
+    wg, wb = weakref.ref(g), weakref.ref(body_holder)
+    del g, exe, body_holder, node
+    gc.collect()
+    assert wg() is None and wb() is None
+    assert _live_graphs(standin) == base
+
+
+@pytest.mark.standin
+def test_conditional_nodes_on_the_standin(standin, ctx):
+    lib = standin.lib
+    lib.fakecuda_set_conditional.argtypes = [ctypes.c_ulonglong, ctypes.c_uint]
+    g = cuda.Graph()
+    h = g.conditional_handle(default=5)
+    assert isinstance(h, int) and h != 0
+    loop = g.add_conditional_node(h, "while")
+    (body,) = loop.bodies
+    assert body.parent is g and loop.kind == "conditional"
+    runs, left = [], [5]
+
+    def step():
+        runs.append(1)
+        left[0] -= 1
+        lib.fakecuda_set_conditional(h, left[0])     # what a kernel would do
+    body.add_host_node(step)
+    hi = g.conditional_handle(default=0)
+    branch = g.add_conditional_node(hi, "if", 2, dependencies=loop)
+    taken = []
+    branch.bodies[0].add_host_node(lambda: taken.append("then"))
+    branch.bodies[1].add_host_node(lambda: taken.append("else"))
+    hs = g.conditional_handle(default=2)
+    sw = g.add_conditional_node(hs, cuda.graph_conditional_type.SWITCH, 3, dependencies=branch)
+    for i, b in enumerate(sw.bodies):
+        b.add_host_node(lambda i=i: taken.append("case%d" % i))
+    exe = g.instantiate()
+    exe.launch()
+    assert len(runs) == 5 and taken == ["else", "case2"]
+    left[0] = 5
+    exe.launch()               # default values are assigned at each launch
+    assert len(runs) == 10 and taken == ["else", "case2", "else", "case2"]
+    with pytest.raises(ValueError, match=r"kind must be 'if', 'while' or 'switch', not 'for'"):
+        g.add_conditional_node(h, "for")
+    with pytest.raises(ValueError, match=r"size 2 is not valid for 'while'"):
+        g.add_conditional_node(h, "while", 2)
+    with pytest.raises(TypeError, match=r"handle must be the int from conditional_handle\(\), "
+                                        r"not float"):
+        g.add_conditional_node(1.0, "if")
+    with pytest.raises(ValueError, match=r"this graph is the body of a conditional node"):
+        body.instantiate()
+
+
+@pytest.mark.standin
+def test_mem_alloc_free_child_and_event_nodes(standin, ctx, rng):
+    base = standin.live()["device"]
+    n = 32
+    x = rng.standard_normal(n).astype(np.float32)
+    out = np.zeros_like(x)
+    ev = cuda.Event()
+    child = cuda.Graph()
+    g = cuda.Graph()
+    alloc = g.add_mem_alloc_node(x.nbytes)
+    assert alloc.kind == "mem_alloc" and alloc.dptr != 0 and alloc.bytesize == x.nbytes
+    up = g.add_memcpy_node(alloc.dptr, x, x.nbytes, dependencies=alloc)
+    child.add_memcpy_node(out, alloc.dptr, x.nbytes)
+    ch = g.add_child_graph_node(child, dependencies=up)
+    rec = g.add_event_record_node(ev, dependencies=ch)
+    wait = g.add_event_wait_node(ev, dependencies=rec)
+    g.add_mem_free_node(alloc, dependencies=wait)
+    assert [k.kind for k in g.nodes()] == ["mem_alloc", "memcpy", "graph", "event_record",
+                                           "wait_event", "mem_free"]
+    exe = g.instantiate()
+    exe.upload()
+    exe.launch()
+    np.testing.assert_array_equal(out, x)
+    assert ev.query()
+    with pytest.raises(TypeError, match=r"node #1 is a memcpy node, not a mem_alloc node"):
+        g.add_mem_free_node(up)
+    with pytest.raises(ValueError, match=r"a graph cannot contain itself"):
+        g.add_child_graph_node(g)
+    with pytest.raises(TypeError, match=r"add_event_record_node\(\) takes an Event, not int"):
+        g.add_event_record_node(1)
+    with pytest.raises(ValueError, match=r"nbytes must be positive"):
+        g.add_mem_alloc_node(0)
+    del exe, g, alloc, up, ch, rec, wait
+    gc.collect()
+    assert standin.live()["device"] == base
+
+
+def _run(code, **env):
+    import subprocess
+    import textwrap
+    e = dict(os.environ)
+    e.update(env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.standin
+def test_driver_without_graphs_keeps_the_rest(standin):
+    """A driver lacking a graph entry point loses graphs, with a clear
+    error, and nothing else; one lacking conditional nodes, only those."""
+    r = _run("""
+    import numpy as np
+    import pygpu.driver as cuda
+    cuda.init()
+    cuda.Device(0).retain_primary_context().push()
+    d = cuda.to_device(np.arange(4, dtype=np.float32))
+    print(cuda.from_device(d, 4, np.float32).sum())
+    for make in (cuda.Graph, lambda: cuda.Stream().begin_capture()):
+        try:
+            make()
+        except cuda.LogicError as e:
+            print(type(e).__name__, e)
+    """, FAKECUDA_HIDE="cuGraphExecUpdate")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "6.0"
+    want = ("LogicError CUDA graphs need the driver entry point cuGraphExecUpdate, which "
+            "this driver does not provide (a CUDA 11.4 or newer driver has it)")
+    assert lines[1:] == [want, want]
+    r = _run("""
+    import pygpu.driver as cuda
+    cuda.init()
+    cuda.Device(0).retain_primary_context().push()
+    g = cuda.Graph()
+    g.add_empty_node()
+    try:
+        g.conditional_handle()
+    except cuda.LogicError as e:
+        print(e)
+    """, FAKECUDA_HIDE="cuGraphConditionalHandleCreate")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "conditional graph nodes need a CUDA 12.3 or newer driver\n"
+
+
+def _scenarios(mod_src):
+    rng = np.random.default_rng()
+
+    def explicit():
+        m = SourceModule(mod_src, no_extern_c=True)
+        f = m.get_function("scale")
+        x = rng.standard_normal(64).astype(np.float32)
+        out = np.zeros_like(x)
+        d = cuda.mem_alloc(x.nbytes)
+        g = cuda.Graph()
+        a = g.add_memcpy_node(d, x)
+        b = g.add_kernel_node(f, d, np.float32(2), np.int32(64), block=(64, 1, 1),
+                              dependencies=a)
+        c = g.add_memset_node(d, 0, 4, dependencies=b)
+        e = g.add_memcpy_node(out, d, dependencies=c)
+        g.add_host_node(lambda: None, dependencies=e)
+        g.add_dependencies(a, e)
+        al = g.add_mem_alloc_node(64)
+        g.add_mem_free_node(al, dependencies=al)
+        g.nodes()
+        e.dependencies
+        g.debug_dot(os.devnull)
+        exe = g.instantiate()
+        exe.upload()
+        exe.launch()
+        exe.synchronize()
+        want = x.copy()
+        want[0] = 0
+        np.testing.assert_array_equal(out, want)
+        return exe
+
+    def capture():
+        s = cuda.Stream()
+        x = rng.standard_normal(64).astype(np.float32)
+        out = np.zeros_like(x)
+        d = cuda.mem_alloc(x.nbytes)
+        s.begin_capture()
+        try:
+            cuda.memcpy_htod_async(d, x, s)
+            cuda.memcpy_dtoh_async(out, d, s)
+        finally:
+            g = s.end_capture()
+        s.is_capturing()
+        exe = g.instantiate()
+        exe.launch(s)
+        np.testing.assert_array_equal(out, x)
+        return exe
+
+    def update():
+        m = SourceModule(mod_src, no_extern_c=True)
+        f = m.get_function("scale")
+        d = cuda.mem_alloc(64)
+        gs = []
+        for a in (1.0, 2.0):
+            g = cuda.Graph()
+            gs.append((g, g.add_kernel_node(f, d, a, 16, block=(16, 1, 1))))
+        exe = gs[0][0].instantiate()
+        exe.update(gs[1][0])
+        exe.set_kernel_node_params(gs[0][1], d, 3.0, 16)
+        s = cuda.Stream()
+        s.begin_capture()
+        try:
+            f(d, 1.0, 16, block=(16, 1, 1), stream=s)
+        finally:
+            cg = s.end_capture()
+        ce = cg.instantiate()
+        ce.set_kernel_node_params(cg.nodes()[0], d, 2.0, 16, function=f)
+        ce.launch(s)
+        return exe, ce
+
+    def conditional():
+        g = cuda.Graph()
+        h = g.conditional_handle(default=0)
+        node = g.add_conditional_node(h, "if")
+        node.bodies[0].add_empty_node()
+        e = cuda.Event()
+        g.add_event_record_node(e, dependencies=node)
+        g.add_child_graph_node(cuda.Graph(), dependencies=node)
+        return g.instantiate()
+
+    return {"explicit": explicit, "capture": capture, "update": update,
+            "conditional": conditional}
+
+
+GRAPH_RELEASES = {"cuGraphDestroy", "cuGraphExecDestroy", "cuEventDestroy", "cuStreamDestroy",
+                  "cuMemFree", "cuModuleUnload", "cuEventSynchronize", "cuCtxPushCurrent",
+                  "cuCtxPopCurrent", "cuCtxGetCurrent"}
+
+
+@pytest.mark.standin
+@pytest.mark.parametrize("scenario", ["explicit", "capture", "update", "conditional"])
+def test_failure_injection_at_every_call(standin, ctx, scenario):
+    """Each driver call of the scenario fails once in turn: a cuda.Error with
+    that code, no unraisable error, and no graph, exec, stream or allocation
+    left behind."""
+    op = _scenarios(KERNELS)[scenario]
+
+    def run():
+        r = op()
+        del r
+        gc.collect()
+
+    def live():
+        d = standin.live()
+        d["graphs"], d["execs"] = _live_graphs(standin)
+        return d
+    run()
+    base = live()
+    _, trace = standin.trace(run)
+    assert live() == base
+    seen, sites = {}, []
+    for name in trace:
+        seen[name] = seen.get(name, 0) + 1
+        sites.append((name, seen[name]))
+    assert any(n.startswith("cuGraph") for n, _ in sites)
+    unraisable, old = _unraisable()
+    try:
+        for name, k in sites:
+            where = "%s: call %d of %s" % (scenario, k, name)
+            stale = standin.stale()
+            standin.fail(name, k, 999)
+            err = None
+            try:
+                run()
+            except cuda.Error as e:
+                err = (e.code, e.routine, str(e))
+            finally:
+                standin.cancel()
+                while cuda.Context.get_current() not in (None, ctx):
+                    cuda.Context.pop()
+                if cuda.Context.get_current() is None:
+                    ctx.push()
+            gc.collect()
+            assert standin.fired(), where + ": the call did not happen"
+            if err is None:
+                assert name in GRAPH_RELEASES, where + ": the failure was lost"
+            else:
+                assert err[0] == 999 and err[2].startswith(err[1]), where + ": %r" % (err,)
+            assert not unraisable, "%s: %r" % (where, unraisable[0].exc_value)
+            assert standin.stale() == stale, where + ": a dead handle was used"
+            now = live()
+            leaked = {x: now[x] - base[x] for x in now if now[x] != base[x]}
+            if name in GRAPH_RELEASES:
+                # a failed release (or the push before it) loses that handle, as a
+                # real driver would; a GraphExec's is two (the exec and its event), a
+                # Graph's takes its mem_alloc nodes' memory with it
+                assert (sum(leaked.values()) <= 1 or leaked == {"execs": 1, "events": 1}
+                        or leaked == {"graphs": 1, "device": 1}), where + ": %s" % leaked
+            else:
+                assert not leaked, where + ": leaked %s" % leaked
+            base = now
+    finally:
+        sys.unraisablehook = old
+
+
+# ---------------------------------------------------------------- GPU
+
+N = 1 << 14
+
+
+@pytest.fixture
+def gmod(ctx):
+    return SourceModule(KERNELS, no_extern_c=True)
+
+
+@pytest.fixture
+def cmod(ctx):
+    return SourceModule(COND_KERNELS, no_extern_c=True)
+
+
+@pytest.mark.gpu
+def test_gpu_captured_and_explicit_equal_eager(gmod, rng):
+    scale, axpy = gmod.get_function("scale"), gmod.get_function("axpy")
+    x = rng.standard_normal(N).astype(np.float32)
+    y = rng.standard_normal(N).astype(np.float32)
+    a, b = np.float32(rng.uniform(0.5, 2)), np.float32(rng.uniform(-2, -0.5))
+    want = (a * x + y) * b
+    blk, grd = (256, 1, 1), (N // 256, 1)
+    s = cuda.Stream()
+    dx, dy = cuda.to_device(x), cuda.to_device(y)
+    # eager
+    axpy(dy, dx, a, np.int32(N), block=blk, grid=grd, stream=s)
+    scale(dy, b, np.int32(N), block=blk, grid=grd, stream=s)
+    eager = np.empty_like(y)
+    cuda.memcpy_dtoh_async(eager, dy, s)
+    s.synchronize()
+    np.testing.assert_allclose(eager, want, rtol=1e-5, atol=1e-5)    # the GPU may fuse a*x+y
+    # captured
+    out = cuda.pagelocked_zeros(N, np.float32)
+    hy = cuda.pagelocked_empty(N, np.float32)
+    hy[:] = y
+    with cuda.capture_graph(s) as cap:
+        cuda.memcpy_htod_async(dy, hy, s)
+        axpy(dy, dx, a, np.int32(N), block=blk, grid=grd, stream=s)
+        scale(dy, b, np.int32(N), block=blk, grid=grd, stream=s)
+        cuda.memcpy_dtoh_async(out, dy, s)
+    s.synchronize()
+    assert not out.any()
+    exe = cap.graph.instantiate()
+    for _ in range(3):
+        out[:] = 0
+        exe.launch(s)
+        s.synchronize()
+        np.testing.assert_array_equal(out, eager)
+    # explicit (page-locked host buffers: copies the GPU can run asynchronously)
+    out2 = cuda.pagelocked_zeros(N, np.float32)
+    g = cuda.Graph()
+    n1 = g.add_memcpy_node(dy, hy)
+    n2 = g.add_kernel_node(axpy, dy, dx, a, np.int32(N), block=blk, grid=grd, dependencies=n1)
+    n3 = g.add_kernel_node(scale, dy, b, np.int32(N), block=blk, grid=grd, dependencies=n2)
+    g.add_memcpy_node(out2, dy, dependencies=n3)
+    e2 = g.instantiate()
+    e2.launch(s)
+    s.synchronize()
+    np.testing.assert_array_equal(out2, eager)
+
+
+@pytest.mark.gpu
+def test_gpu_capture_array_ops_and_async_alloc(gmod, rng):
+    """gpuarray operations and stream-ordered allocations, captured."""
+    from pygpu import gpuarray
+    s = cuda.Stream()
+    x = rng.standard_normal(N).astype(np.float32)
+    y = rng.standard_normal(N).astype(np.float32)
+    gx, gy = gpuarray.to_gpu(x), gpuarray.to_gpu(y)
+    gz = gpuarray.empty_like(gx)
+    scale = gmod.get_function("scale")
+    out = cuda.pagelocked_zeros(N, np.float32)
+    gx.mul_add(2.0, gy, 3.0, out=gz, stream=s)      # compile outside the capture
+    cuda.mem_alloc_async(64, s).free()               # and set the memory pool up
+    s.synchronize()
+    with cuda.capture_graph(s) as cap:
+        gx.mul_add(2.0, gy, 3.0, out=gz, stream=s)
+        tmp = cuda.mem_alloc_async(x.nbytes, s)
+        cuda.memcpy_dtod_async(tmp, gz.gpudata, x.nbytes, s)
+        scale(tmp, np.float32(0.5), np.int32(N), block=(256, 1, 1), grid=(N // 256, 1),
+              stream=s)
+        cuda.memcpy_dtoh_async(out, tmp, s)
+        tmp.free()
+    kinds = [n.kind for n in cap.graph.nodes()]
+    assert "mem_alloc" in kinds and "mem_free" in kinds and kinds.count("kernel") == 2
+    exe = cap.graph.instantiate()
+    exe.launch(s)
+    s.synchronize()
+    np.testing.assert_allclose(out, (2 * x + 3 * y) * 0.5, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_every_node_kind(gmod, rng):
+    scale = gmod.get_function("scale")
+    n = 4096
+    x = cuda.pagelocked_empty(n, np.float32)
+    x[:] = rng.standard_normal(n)
+    out = cuda.pagelocked_zeros(n, np.float32)
+    order = []
+    ev = cuda.Event()
+    s = cuda.Stream()
+    g = cuda.Graph()
+    alloc = g.add_mem_alloc_node(x.nbytes)
+    up = g.add_memcpy_node(alloc.dptr, x, x.nbytes, dependencies=alloc)
+    ms = g.add_memset_node(alloc.dptr, 0x40000000, 16, element_size=4, dependencies=up)  # 2.0
+    child = cuda.Graph()
+    child.add_kernel_node(scale, alloc.dptr, np.float32(3), np.int32(n), block=(256, 1, 1),
+                          grid=(n // 256, 1))
+    ch = g.add_child_graph_node(child, dependencies=ms)
+    emp = g.add_empty_node(dependencies=ch)
+    rec = g.add_event_record_node(ev, dependencies=emp)
+    wt = g.add_event_wait_node(ev, dependencies=rec)
+    down = g.add_memcpy_node(out, alloc.dptr, x.nbytes, dependencies=wt)
+    host = g.add_host_node(lambda: order.append(out.copy()), dependencies=down)
+    g.add_mem_free_node(alloc, dependencies=host)
+    exe = g.instantiate()
+    exe.upload(s)
+    exe.launch(s)
+    s.synchronize()
+    want = x.copy()
+    want[:16] = 2.0
+    want *= 3
+    np.testing.assert_array_equal(out, want)
+    assert len(order) == 1
+    np.testing.assert_array_equal(order[0], want)     # the callback ran after the copy
+    assert ev.query()
+
+
+@pytest.mark.gpu
+def test_gpu_host_callback_ordering(gmod, rng):
+    scale = gmod.get_function("scale")
+    n = 1024
+    x = rng.standard_normal(n).astype(np.float32)
+    d = cuda.to_device(x)
+    seen = []
+    buf = cuda.pagelocked_zeros(n, np.float32)
+    g = cuda.Graph()
+    prev = None
+    for k in range(4):
+        kn = g.add_kernel_node(scale, d, np.float32(2), np.int32(n), block=(256, 1, 1),
+                               grid=(n // 256, 1), dependencies=prev)
+        cp = g.add_memcpy_node(buf, d, dependencies=kn)
+        prev = g.add_host_node(lambda k=k: seen.append((k, buf.copy())), dependencies=cp)
+    exe = g.instantiate()
+    exe.launch()
+    exe.synchronize()
+    assert [k for k, _ in seen] == [0, 1, 2, 3]
+    for k, got in seen:
+        np.testing.assert_array_equal(got, x * np.float32(2) ** (k + 1))
+
+
+@pytest.mark.gpu
+def test_gpu_updates_change_arguments_and_configuration(gmod, rng):
+    scale, other = gmod.get_function("scale"), gmod.get_function("other")
+    n = 2048
+    x = rng.standard_normal(n).astype(np.float32)
+    d = cuda.to_device(x)
+    d2 = cuda.to_device(x)
+    g = cuda.Graph()
+    k = g.add_kernel_node(scale, d, np.float32(2), np.int32(n // 2), block=(128, 1, 1),
+                          grid=(n // 256, 1))
+    exe = g.instantiate()
+    exe.launch()
+    exe.synchronize()
+    want = x.copy()
+    want[: n // 2] *= 2
+    np.testing.assert_array_equal(cuda.from_device_like(d, x), want)
+    # new arguments and a grid covering everything
+    exe.set_kernel_node_params(k, d2, np.float32(-3), np.int32(n), block=(256, 1, 1),
+                               grid=(n // 256, 1))
+    exe.launch()
+    exe.synchronize()
+    np.testing.assert_array_equal(cuda.from_device_like(d2, x), x * np.float32(-3))
+    # another kernel
+    exe.set_kernel_node_params(k, d2, np.float32(1.5), np.int32(n), function=other)
+    exe.launch()
+    exe.synchronize()
+    np.testing.assert_array_equal(cuda.from_device_like(d2, x), x * np.float32(-3) + 1.5)
+    # whole-graph update
+    g2 = cuda.Graph()
+    g2.add_kernel_node(scale, d, np.float32(0.25), np.int32(n), block=(64, 1, 1),
+                       grid=(n // 64, 1))
+    exe.update(g2)
+    exe.launch()
+    exe.synchronize()
+    np.testing.assert_array_equal(cuda.from_device_like(d, x), want * np.float32(0.25))
+    g3 = cuda.Graph()
+    g3.add_empty_node()
+    g3.add_empty_node()
+    with pytest.raises(cuda.LogicError, match=r"update\(\): "):
+        exe.update(g3)
+
+
+@pytest.mark.gpu
+def test_gpu_conditional_while_runs_data_dependent_times(cmod, rng):
+    step, add = cmod.get_function("step"), cmod.get_function("add_const")
+    n = 512
+    x = rng.standard_normal(n).astype(np.float32)
+    for iters in rng.integers(1, 20, size=3):
+        d = cuda.to_device(x)
+        counter = cuda.to_device(np.array([iters], np.int32))
+        g = cuda.Graph()
+        h = g.conditional_handle(default=1)
+        loop = g.add_conditional_node(h, "while")
+        (body,) = loop.bodies
+        a = body.add_kernel_node(add, d, np.float32(1), np.int32(n), block=(256, 1, 1),
+                                 grid=(n // 256, 1))
+        body.add_kernel_node(step, h, counter, block=(1, 1, 1), dependencies=a)
+        exe = g.instantiate()
+        exe.launch()
+        exe.synchronize()
+        want = x.copy()
+        for _ in range(iters):          # float32 additions, one a loop iteration
+            want += np.float32(1)
+        np.testing.assert_array_equal(cuda.from_device_like(d, x), want)
+        assert cuda.from_device(counter, 1, np.int32)[0] == 0
+
+
+@pytest.mark.gpu
+def test_gpu_conditional_if_else_and_switch(cmod, rng):
+    set_from, add = cmod.get_function("set_from"), cmod.get_function("add_const")
+    n = 256
+    x = rng.standard_normal(n).astype(np.float32)
+    for value in (0, 1, 2, 3):
+        d = cuda.to_device(x)
+        v = cuda.to_device(np.array([value], np.int32))
+        g = cuda.Graph()
+        hi = g.conditional_handle()
+        hs = g.conditional_handle()
+        s1 = g.add_kernel_node(set_from, hi, v, block=(1, 1, 1))
+        s2 = g.add_kernel_node(set_from, hs, v, block=(1, 1, 1), dependencies=s1)
+        ifn = g.add_conditional_node(hi, "if", 2, dependencies=s2)
+        ifn.bodies[0].add_kernel_node(add, d, np.float32(100), np.int32(n), block=(256, 1, 1))
+        ifn.bodies[1].add_kernel_node(add, d, np.float32(-100), np.int32(n), block=(256, 1, 1))
+        sw = g.add_conditional_node(hs, "switch", 3, dependencies=ifn)
+        for i, b in enumerate(sw.bodies):
+            b.add_kernel_node(add, d, np.float32(i + 1), np.int32(n), block=(256, 1, 1))
+        exe = g.instantiate()
+        exe.launch()
+        exe.synchronize()
+        want = x + np.float32(100 if value else -100)
+        if value < 3:
+            want = want + np.float32(value + 1)
+        np.testing.assert_array_equal(cuda.from_device_like(d, x), want)

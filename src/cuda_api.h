@@ -101,7 +101,9 @@
     CU_OPTIONAL(cuMemPrefetchAsync, 12020)                       \
     CU_OPTIONAL(cuLaunchKernelEx, 11060)                         \
     CU_OPTIONAL(cuFuncGetParamInfo, 12040)                       \
-    CU_OPTIONAL(cuFuncGetName, 12030)
+    CU_OPTIONAL(cuFuncGetName, 12030)                            \
+    CU_OPTIONAL(cuProfilerStart, 4000)                           \
+    CU_OPTIONAL(cuProfilerStop, 4000)
 
 /* NVRTC: every entry is required once the library is found. */
 #define PYGPU_NVRTC_API(NV)                                                   \

@@ -112,7 +112,8 @@ driver_exec(PyObject *m)
         || pygpu_function_setup(m, st) < 0
         || pygpu_nvrtc_setup(m, st) < 0
         || pygpu_staging_setup(m, st) < 0
-        || pygpu_linker_setup(m, st) < 0)
+        || pygpu_linker_setup(m, st) < 0
+        || pygpu_nvtx_setup(m, st) < 0)
         return -1;
     if (PyModule_AddIntConstant(m, "CUDA_HEADER_VERSION", CUDA_VERSION) < 0)
         return -1;
@@ -146,6 +147,8 @@ driver_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->gc_collect);
     Py_VISIT(st->handlers_begin);
     Py_VISIT(st->handlers_end);
+    Py_VISIT(st->TimeRangeType);
+    Py_VISIT(st->range_wrapper);
     return 0;
 }
 
@@ -163,6 +166,8 @@ driver_clear(PyObject *m)
     Py_CLEAR(st->primary_contexts);
     Py_CLEAR(st->handlers_begin);
     Py_CLEAR(st->handlers_end);
+    Py_CLEAR(st->TimeRangeType);
+    Py_CLEAR(st->range_wrapper);
     Py_CLEAR(st->gc_collect);
     Py_CLEAR(st->str_cai);
     Py_CLEAR(st->str_dlpack);

@@ -13,6 +13,7 @@
 #include <structmember.h>
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#include <cudaProfilerTypedefs.h>
 #include <nvrtc.h>
 #include "cuda_api.h"
 
@@ -81,6 +82,9 @@ typedef struct {
     PyObject *str_block, *str_grid, *str_shared, *str_stream, *str_time_kernel;
     PyObject *handlers_begin, *handlers_end; /* strong: pygpu.driver's In/Out hooks */
     int warned_no_param_info;
+    /* nvtx.c */
+    PyTypeObject *TimeRangeType;
+    PyObject *range_wrapper;              /* strong: pygpu.profiler's decorator maker */
 } pygpu_state;
 
 static inline pygpu_state *
@@ -372,6 +376,7 @@ int pygpu_event_setup(PyObject *m, pygpu_state *st);
 int pygpu_nvrtc_setup(PyObject *m, pygpu_state *st);
 int pygpu_staging_setup(PyObject *m, pygpu_state *st);
 int pygpu_linker_setup(PyObject *m, pygpu_state *st);
+int pygpu_nvtx_setup(PyObject *m, pygpu_state *st);
 
 /* staging.c: 1 copied, 0 not applicable, -1 error.  GIL held. */
 int pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t n);

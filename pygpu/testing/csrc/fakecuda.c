@@ -40,6 +40,7 @@
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#include <cudaProfilerTypedefs.h>
 #include <ctype.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -2280,6 +2281,34 @@ fake_cuFuncGetName(const char **name, CUfunction h)
     return rc;
 }
 
+/* cuProfilerStart/Stop: need a current context; set the collecting flag
+ * (fakecuda_live("profiler") reads it).  Starting twice is no error. */
+static int profiler_on;
+
+static CUresult
+fake_cuProfilerStart(void)
+{
+    CUresult rc = enter(F_cuProfilerStart);
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if (need_ctx(&rc) != NULL)
+        profiler_on = 1;
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuProfilerStop(void)
+{
+    CUresult rc = enter(F_cuProfilerStop);
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if (need_ctx(&rc) != NULL)
+        profiler_on = 0;
+    unlock();
+    return rc;
+}
+
 static int
 max_active(fake_func *f, int block, size_t smem)
 {
@@ -3224,6 +3253,7 @@ fakecuda_live(const char *kind)
     else if (!strcmp(kind, "launches")) n = launches;
     else if (!strcmp(kind, "reaped")) n = reaped;
     else if (!strcmp(kind, "links")) n = live_links;
+    else if (!strcmp(kind, "profiler")) n = profiler_on;
     unlock();
     return n;
 }

@@ -1,5 +1,5 @@
 """Run-time tuning: "Forget heuristics. Benchmark at run time and use
-whatever works fastest" (PyCUDA's advice on metaprogramming).
+whatever works fastest" (PyCUDA's advice on metaprogramming)::
 
     from pygpu.tools import autotune
 
@@ -341,11 +341,13 @@ class Tuned:
         """The measurements as text, fastest first, then the skipped."""
         names = list(self.table[0]["choice"]) if self.table else []
         rows = sorted(self.table, key=lambda r: (r["ms"] is None, r["ms"] or 0.0))
-        lines = ["  ".join("%-12s" % n for n in names) + "  %10s  %s" % ("ms", "status")]
+        w = [max(8, len(n)) for n in names]
+        lines = ["  ".join("%-*s" % (k, n) for k, n in zip(w, names))
+                 + "  %10s  %s" % ("ms", "status")]
         for r in rows:
             mark = " <- chosen" if r["choice"] == self.choice and r["status"] == "ok" else ""
             ms = "%10.4f" % r["ms"] if r["ms"] is not None else "%10s" % "-"
-            lines.append("  ".join("%-12s" % (r["choice"][n],) for n in names)
+            lines.append("  ".join("%-*s" % (k, r["choice"][n]) for k, n in zip(w, names))
                          + "  %s  %s%s" % (ms, r["status"], mark))
         if not self.timed:
             lines.append("(chosen from the stored tuning; nothing was timed in this process)")

@@ -1,4 +1,4 @@
-"""Profiling: NVTX ranges and marks for Nsight Systems, and cuProfilerStart/Stop.
+"""Profiling: NVTX ranges and marks for Nsight Systems, and cuProfilerStart/Stop::
 
     from pygpu import profiler
 

@@ -7,6 +7,12 @@
  * The version selects the ABI: the pointer's type is PFN_<name>_v<version>
  * from cudaTypedefs.h, so the type and the ABI asked for cannot disagree.
  */
+/* cuProfilerStart/Stop's header (cudaProfiler.h) is not in NVIDIA's runtime
+ * wheels, which a build without a toolkit uses: their pointer types, as in
+ * the toolkit's cudaProfilerTypedefs.h, are declared here. */
+typedef CUresult (CUDAAPI *PFN_cuProfilerStart_v4000)(void);
+typedef CUresult (CUDAAPI *PFN_cuProfilerStop_v4000)(void);
+
 #define PYGPU_CUDA_API(CU_REQUIRED, CU_OPTIONAL)                 \
     CU_REQUIRED(cuInit, 2000)                                    \
     CU_REQUIRED(cuDriverGetVersion, 2020)                        \

@@ -160,7 +160,7 @@ range_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     const char *msg;
     uint32_t argb = 0;
     int has;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:time_range", kwlist, &name, &color))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:TimeRange", kwlist, &name, &color))
         return NULL;
     if ((msg = name_utf8(name)) == NULL)
         return NULL;
@@ -207,7 +207,7 @@ range_enter(pygpu_TimeRange *self, PyObject *unused)
 }
 
 static PyObject *
-range_exit(pygpu_TimeRange *self, PyObject *const *args, Py_ssize_t nargs)
+range_exit(pygpu_TimeRange *self, PyObject *exc_info)
 {
 #ifdef PYGPU_HAVE_NVTX
     nvtxDomainRangePop(domain());
@@ -267,13 +267,13 @@ static PyGetSetDef range_getset[] = {
 static PyMethodDef range_methods[] = {
     {"__enter__", (PyCFunction)range_enter, METH_NOARGS,
      "__enter__($self, /)\n--\n\nPush the range on this thread; returns the range."},
-    {"__exit__", (PyCFunction)(void (*)(void))range_exit, METH_FASTCALL,
+    {"__exit__", (PyCFunction)range_exit, METH_VARARGS,
      "__exit__($self, /, *exc_info)\n--\n\nPop the range (an exception passes on)."},
     {NULL}
 };
 
 static PyType_Slot range_slots[] = {
-    {Py_tp_doc, "time_range(name, color=None)\n--\n\n"
+    {Py_tp_doc, "TimeRange(name, color=None)\n--\n\n"
                 "An NVTX range named name in the \"pygpu\" domain: a context manager "
                 "(push on enter, pop on exit, also on an exception) and a decorator. "
                 "color: None, 0xRRGGBB, 0xAARRGGBB, '#rrggbb' or a name (green, blue, "
@@ -291,7 +291,7 @@ static PyType_Slot range_slots[] = {
 };
 
 static PyType_Spec range_spec = {
-    .name = "pygpu._driver.TimeRange",
+    .name = "pygpu.driver.TimeRange",
     .basicsize = sizeof(pygpu_TimeRange),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = range_slots,

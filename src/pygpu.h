@@ -13,7 +13,6 @@
 #include <structmember.h>
 #include <cuda.h>
 #include <cudaTypedefs.h>
-#include <cudaProfilerTypedefs.h>
 #include <nvrtc.h>
 #include "cuda_api.h"
 

@@ -40,7 +40,6 @@
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cudaTypedefs.h>
-#include <cudaProfilerTypedefs.h>
 #include <ctype.h>
 #include <pthread.h>
 #include <stdint.h>

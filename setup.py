@@ -1,7 +1,7 @@
 """Build of pygpu._driver, the C extension over the CUDA driver API and NVRTC.
 
 Only three CUDA headers are needed to build (cuda.h, cudaTypedefs.h,
-nvrtc.h); nothing is linked against libcuda or NVRTC, which are opened at
+nvrtc.h), plus NVTX's header-only nvtx3/ when found; nothing is linked against libcuda or NVRTC, which are opened at
 run time, so the extension needs only libc (a manylinux wheel: make wheel).
 The headers are looked for in $PYGPU_CUDA_INCLUDE, $CUDA_HOME/include,
 $CUDA_PATH/include, $CUDA_ROOT/include, /usr/local/cuda/include,
@@ -37,9 +37,18 @@ class BuildExt(build_ext):
                      "'nvidia-cuda-runtime==13.*' 'nvidia-cuda-nvrtc==13.*' (a build with "
                      "pip's build isolation does that by itself). Tried:\n  "
                      + "\n  ".join(pygpu_build_backend.tried()))
+        nvtx = pygpu_build_backend.nvtx_include_dir()
+        if nvtx is None:
+            print("pygpu: NVTX headers (nvtx3/nvToolsExt.h) not found: building without "
+                  "NVTX (pygpu.profiler's ranges do nothing); pip install nvidia-nvtx or "
+                  "use a CUDA toolkit to have them")
         import numpy
         for ext in self.extensions:
             ext.include_dirs = list(ext.include_dirs) + cuda + [numpy.get_include()]
+            if nvtx is not None:
+                if nvtx not in ext.include_dirs:
+                    ext.include_dirs.append(nvtx)
+                ext.define_macros = list(ext.define_macros) + [("PYGPU_HAVE_NVTX", "1")]
         super().build_extensions()
 
 

@@ -18,7 +18,7 @@ import tempfile
 import threading
 import warnings
 
-from pygpu import _driver, _loader, driver, store
+from pygpu import _driver, _loader, driver, profiler, store
 from pygpu._errors import CompileError
 from pygpu.store import CACHE_SCHEMA, Binary, default_cache_dir  # noqa: F401  (API)
 
@@ -303,8 +303,13 @@ _MEMO_MAX = 4096
 
 def _nvrtc(source, name, opts, name_expressions, target, arch_opt):
     _ensure_nvrtc()
-    ok, log, image, lowered = _driver._nvrtc_compile(source, name, opts, [], name_expressions,
-                                                     target)
+    if profiler._annotate:      # pygpu.profiler.annotate_all: a range names the compile
+        with profiler.time_range("compile " + name, "orange"):
+            ok, log, image, lowered = _driver._nvrtc_compile(source, name, opts, [],
+                                                             name_expressions, target)
+    else:
+        ok, log, image, lowered = _driver._nvrtc_compile(source, name, opts, [],
+                                                         name_expressions, target)
     store.stats["compiles"] += 1
     if not ok:
         raise CompileError(_format_error(log, source, name), log, source, opts)
@@ -552,7 +557,11 @@ class SourceModule(CudaModule):
         image_key = (ctx, binary.digest()) if ctx is not None and ctx.is_primary else None
         mod = _images.get(image_key) if image_key is not None and deps is not None else None
         if mod is None or mod.context.detached:
-            mod = driver.module_from_buffer(binary)
+            if profiler._annotate:
+                with profiler.time_range("load module", "orange"):
+                    mod = driver.module_from_buffer(binary)
+            else:
+                mod = driver.module_from_buffer(binary)
             if image_key is not None and deps is not None and mod.context == ctx:
                 with _lock:
                     if len(_images) >= _MEMO_MAX:

@@ -12,6 +12,9 @@ The kernel generators' helpers (below the pools): dtype_to_ctype,
 get_or_register_dtype/register_dtype, parse_c_arg, VectorArg, ScalarArg,
 context_dependent_memoize, clear_context_caches, and the test helpers
 mark_cuda_test and init_cuda_context_fixture.
+
+autotune (pygpu.autotune): compile, check and time the variants of a kernel
+on the caller's arguments and launch the fastest, remembered on disk.
 """
 import operator
 import threading
@@ -20,12 +23,13 @@ import weakref
 import numpy as np
 
 from pygpu import driver
+from pygpu.autotune import AutotuneError, Tuned, autotune  # noqa: F401  (run-time tuning)
 
 __all__ = ["bin_size", "bitlog2", "PooledDeviceAllocation", "DeviceMemoryPool", "PageLockedMemoryPool",
            "dtype_to_ctype", "get_or_register_dtype", "register_dtype", "parse_c_arg",
            "get_arg_type", "Argument", "VectorArg", "ScalarArg", "context_dependent_memoize",
            "clear_context_caches", "make_default_context", "get_default_device",
-           "mark_cuda_test", "init_cuda_context_fixture"]
+           "mark_cuda_test", "init_cuda_context_fixture", "autotune", "Tuned", "AutotuneError"]
 
 
 def bin_size(nbytes):

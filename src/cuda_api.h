@@ -9,6 +9,12 @@
  * The version selects the ABI: the pointer's type is PFN_<name>_v<version>
  * from cudaTypedefs.h, so the type and the ABI asked for cannot disagree.
  */
+/* cuProfilerStart/Stop's header (cudaProfiler.h) is not in NVIDIA's runtime
+ * wheels, which a build without a toolkit uses: their pointer types, as in
+ * the toolkit's cudaProfilerTypedefs.h, are declared here. */
+typedef CUresult (CUDAAPI *PFN_cuProfilerStart_v4000)(void);
+typedef CUresult (CUDAAPI *PFN_cuProfilerStop_v4000)(void);
+
 #define PYGPU_CUDA_API(CU_REQUIRED, CU_OPTIONAL)                 \
     CU_REQUIRED(cuInit, 2000)                                    \
     CU_REQUIRED(cuDriverGetVersion, 2020)                        \
@@ -145,7 +151,9 @@
     CU_OPTIONAL(cuGraphExecKernelNodeSetParams, 10010)           \
     CU_OPTIONAL(cuGraphDebugDotPrint, 11030)                     \
     CU_OPTIONAL(cuGraphAddNode, 12020)                           \
-    CU_OPTIONAL(cuGraphConditionalHandleCreate, 12030)
+    CU_OPTIONAL(cuGraphConditionalHandleCreate, 12030)           \
+    CU_OPTIONAL(cuProfilerStart, 4000)                           \
+    CU_OPTIONAL(cuProfilerStop, 4000)
 
 /* NVRTC: every entry is required once the library is found. */
 #define PYGPU_NVRTC_API(NV)                                                   \

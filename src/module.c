@@ -116,7 +116,8 @@ driver_exec(PyObject *m)
         || pygpu_nvjitlink_setup(m, st) < 0
         || pygpu_cuarray_setup(m, st) < 0 || pygpu_texobj_setup(m, st) < 0
         || pygpu_tensormap_setup(m, st) < 0
-        || pygpu_graph_setup(m, st) < 0)
+        || pygpu_graph_setup(m, st) < 0
+        || pygpu_nvtx_setup(m, st) < 0)
         return -1;
     if (PyModule_AddIntConstant(m, "CUDA_HEADER_VERSION", CUDA_VERSION) < 0)
         return -1;
@@ -160,6 +161,8 @@ driver_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->gc_collect);
     Py_VISIT(st->handlers_begin);
     Py_VISIT(st->handlers_end);
+    Py_VISIT(st->TimeRangeType);
+    Py_VISIT(st->range_wrapper);
     return 0;
 }
 
@@ -177,6 +180,8 @@ driver_clear(PyObject *m)
     Py_CLEAR(st->primary_contexts);
     Py_CLEAR(st->handlers_begin);
     Py_CLEAR(st->handlers_end);
+    Py_CLEAR(st->TimeRangeType);
+    Py_CLEAR(st->range_wrapper);
     Py_CLEAR(st->gc_collect);
     Py_CLEAR(st->str_cai);
     Py_CLEAR(st->str_dlpack);

@@ -85,6 +85,9 @@ typedef struct {
     PyObject *str_block, *str_grid, *str_shared, *str_stream, *str_time_kernel;
     PyObject *handlers_begin, *handlers_end; /* strong: pygpu.driver's In/Out hooks */
     int warned_no_param_info;
+    /* nvtx.c */
+    PyTypeObject *TimeRangeType;
+    PyObject *range_wrapper;              /* strong: pygpu.profiler's decorator maker */
 } pygpu_state;
 
 static inline pygpu_state *
@@ -390,6 +393,7 @@ PyObject *pygpu_stream_is_capturing(pygpu_Stream *self, PyObject *unused);
 int pygpu_capture_note(pygpu_state *st, PyObject *stream_obj, PyObject *f,
                        PyObject *const *args, Py_ssize_t nargs);
 void pygpu_stream_capture_abort(pygpu_Stream *self);
+int pygpu_nvtx_setup(PyObject *m, pygpu_state *st);
 
 /* staging.c: 1 copied, 0 not applicable, -1 error.  GIL held. */
 int pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t n);

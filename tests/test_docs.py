@@ -38,6 +38,11 @@ def test_python_blocks_parse_and_import_what_exists(code):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pygpu"):
             mod = importlib.import_module(node.module)
             for alias in node.names:
+                if not hasattr(mod, alias.name):     # a submodule not imported yet
+                    try:
+                        importlib.import_module("%s.%s" % (node.module, alias.name))
+                    except ImportError:
+                        pass
                 assert hasattr(mod, alias.name), "%s has no %s" % (node.module, alias.name)
         elif isinstance(node, ast.Import):
             for alias in node.names:

@@ -322,6 +322,7 @@ def _values(cuda, ctx, ptx):
     }
     special = {
         ("mem_alloc_managed", "flags"): cuda.mem_attach_flags.GLOBAL,
+        ("TimeRange", "name"): "range", ("TimeRange", "color"): "green",
         ("memcpy_htod", "dest"): dev, ("memcpy_htod", "src"): host,
         ("memcpy_htod_async", "dest"): dev, ("memcpy_htod_async", "src"): host,
         ("memcpy_dtoh", "dest"): host, ("memcpy_dtoh", "src"): dev,

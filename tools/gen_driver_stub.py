@@ -16,6 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # name or Class.name -> return annotation; the rest return Any
 RETURNS = {
+    "_nvtx_attached": "bool", "_nvtx_push": "int", "_nvtx_pop": "int", "_nvtx_mark": "None",
+    "_nvtx_set_wrapper": "None", "profiler_start": "None", "profiler_stop": "None",
     "init": "None", "get_driver_version": "int", "_driver_loaded": "bool",
     "_load_nvrtc": "str", "_nvrtc_version": "tuple[int, int]",
     "_nvrtc_supported_archs": "tuple[int, ...]",

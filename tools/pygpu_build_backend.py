@@ -67,14 +67,40 @@ def cuda_include_dirs(environ=None, path=None):
     return dirs
 
 
+# NVTX v3 (header-only): nvtx3/nvToolsExt.h in the toolkit, or in NVIDIA's
+# nvidia-nvtx wheel (CUDA 13: nvidia/cu13/include; CUDA 12's nvidia-nvtx-cu12:
+# nvidia/nvtx/include).  Optional: without it pygpu.profiler's ranges are
+# no-ops (pygpu._driver.NVTX_AVAILABLE is False).  PYGPU_BUILD_NVTX=0 builds
+# without it on purpose.
+NVTX_HEADER = os.path.join("nvtx3", "nvToolsExt.h")
+NVTX_WHEEL = "nvidia-nvtx>=13,<14"
+_NVTX_WHEEL_DIRS = ("nvidia/cu13/include", "nvidia/nvtx/include")
+
+
+def nvtx_include_dir(environ=None, path=None):
+    """The include directory holding nvtx3/nvToolsExt.h, or None (not
+    found, or PYGPU_BUILD_NVTX=0)."""
+    env = os.environ if environ is None else environ
+    if env.get("PYGPU_BUILD_NVTX", "") == "0":
+        return None
+    wheels = [os.path.join(p, rel) for p in (sys.path if path is None else path)
+              for rel in _NVTX_WHEEL_DIRS]
+    for d in local_candidates(env) + wheels:
+        if _has(d, NVTX_HEADER):
+            return d
+    return None
+
+
 def tried(environ=None, path=None):
     return local_candidates(environ) + wheel_candidates(path)
 
 
 def _header_requirements():
     if os.environ.get("PYGPU_CUDA_HEADERS_FROM_PIP", "") not in ("", "0"):
-        return list(HEADER_WHEELS)
-    return [] if cuda_include_dirs() else list(HEADER_WHEELS)
+        return list(HEADER_WHEELS) + [NVTX_WHEEL]
+    if cuda_include_dirs():
+        return []
+    return list(HEADER_WHEELS) + ([] if nvtx_include_dir() else [NVTX_WHEEL])
 
 
 def get_requires_for_build_wheel(config_settings=None):

@@ -2335,6 +2335,34 @@ fake_cuFuncGetName(const char **name, CUfunction h)
     return rc;
 }
 
+/* cuProfilerStart/Stop: need a current context; set the collecting flag
+ * (fakecuda_live("profiler") reads it).  Starting twice is no error. */
+static int profiler_on;
+
+static CUresult
+fake_cuProfilerStart(void)
+{
+    CUresult rc = enter(F_cuProfilerStart);
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if (need_ctx(&rc) != NULL)
+        profiler_on = 1;
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuProfilerStop(void)
+{
+    CUresult rc = enter(F_cuProfilerStop);
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if (need_ctx(&rc) != NULL)
+        profiler_on = 0;
+    unlock();
+    return rc;
+}
+
 static int
 max_active(fake_func *f, int block, size_t smem)
 {
@@ -3279,6 +3307,7 @@ fake_cuArrayCreate(CUarray *out, const CUDA_ARRAY_DESCRIPTOR *d)
     if (rc) return rc;
     if (d == NULL) return CUDA_ERROR_INVALID_VALUE;
     memset(&d3, 0, sizeof d3);
+    else if (!strcmp(kind, "profiler")) n = profiler_on;
     d3.Width = d->Width;
     d3.Height = d->Height;
     d3.Format = d->Format;

@@ -3307,7 +3307,6 @@ fake_cuArrayCreate(CUarray *out, const CUDA_ARRAY_DESCRIPTOR *d)
     if (rc) return rc;
     if (d == NULL) return CUDA_ERROR_INVALID_VALUE;
     memset(&d3, 0, sizeof d3);
-    else if (!strcmp(kind, "profiler")) n = profiler_on;
     d3.Width = d->Width;
     d3.Height = d->Height;
     d3.Format = d->Format;
@@ -5231,6 +5230,7 @@ fakecuda_live(const char *kind)
     else if (!strcmp(kind, "arrays")) n = live_arrays;
     else if (!strcmp(kind, "textures")) n = live_textures;
     else if (!strcmp(kind, "surfaces")) n = live_surfaces;
+    else if (!strcmp(kind, "profiler")) n = profiler_on;
     unlock();
     return n;
 }

@@ -3,7 +3,8 @@
 The stand-in (csrc/fakecuda.c, shipped inside the package) implements every
 driver entry point pygpu resolves, backed by host memory: allocations,
 copies, modules from PTX (their kernels' parameter layouts), streams, events
-and contexts behave; launches are checked and recorded but run no kernel.
+and contexts behave; launches are checked and recorded but run no kernel;
+CUDA graphs are node lists that capture records and a launch replays.
 It injects failures on demand, so error paths can be tested without a GPU.
 
     from pygpu.testing import standin

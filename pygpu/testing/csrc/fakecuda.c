@@ -14,6 +14,13 @@
  *     a library an ar archive), resolves kernels declared .extern .entry and
  *     the device runtime's functions (a LIBRARY input), and links the PTX
  *     inputs into one PTX image, concatenated, which cuModuleLoadData loads;
+ *   - graphs are host-side node lists; stream capture records the stream's
+ *     operations as nodes instead of running them (a synchronous call while
+ *     capturing fails with CUDA_ERROR_STREAM_CAPTURE_* and invalidates the
+ *     capture); launching a GraphExec replays its copy of the graph: copies
+ *     and memsets move bytes, kernel nodes are recorded like launches (and
+ *     logged, fakecuda_replay_log), host nodes run, conditional nodes follow
+ *     their handle's value (fakecuda_set_conditional);
  *   - streams and events complete at once;
  *   - contexts have per-thread stacks, primary contexts are reference counted.
  * Handles are never freed, only marked dead, so a handle used after its

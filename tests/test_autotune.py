@@ -359,11 +359,22 @@ extern "C" __global__ void stage_f64(double *out, const double *x, int n) { stag
 
 
 def _stage_expect(x, block, tile):
+    """The kernel's out[i] = s[j] * 3 + 1, j reversed in each block's tile.
+    On the GPU that is one fused multiply-add (one rounding): for float32 the
+    float64 product is exact and the sum rounded once matches it; float64
+    has no wider type here, so _assert_stage compares it to one ulp."""
     n = x.size
     per = block * tile
     pad = (-n) % per
     xp = np.concatenate([x, np.zeros(pad, x.dtype)]).reshape(-1, per)[:, ::-1].reshape(-1)
-    return (xp[:n] * 3 + 1).astype(x.dtype)
+    return (xp[:n].astype(np.float64) * 3 + 1).astype(x.dtype)
+
+
+def _assert_stage(got, want):
+    if want.dtype == np.float32:
+        np.testing.assert_array_equal(got, want)
+    else:   # float64: FMA against NumPy's two roundings, at most one ulp apart
+        np.testing.assert_array_max_ulp(got, want, maxulp=1)
 
 
 @pytest.mark.gpu
@@ -409,11 +420,11 @@ def test_gpu_picks_the_measured_fastest_per_dtype(ctx, tmp_cache):
                 stop.synchronize()
                 ts.append(stop.time_since(start))
             exhaustive[b] = float(np.median(ts))
-            np.testing.assert_array_equal(out.get(), _stage_expect(host, b, tile))
+            _assert_stage(out.get(), _stage_expect(host, b, tile))
         best = min(exhaustive, key=exhaustive.get)
         assert exhaustive[t.choice["block"]] <= exhaustive[best] * 1.2, (exhaustive, t.format_table())
         t(out, x, np.int32(n))
-        np.testing.assert_array_equal(out.get(), _stage_expect(host, t.choice["block"], tile))
+        _assert_stage(out.get(), _stage_expect(host, t.choice["block"], tile))
         picks[name] = (t.choice["block"], exhaustive)
     print(picks)
 

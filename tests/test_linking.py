@@ -555,7 +555,13 @@ def test_gpu_device_launch_diagnostic(ctx, rng, backend):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("backend", ["driver", "nvjitlink"])
+@pytest.mark.parametrize("backend", [
+    pytest.param("driver", marks=pytest.mark.xfail(
+        reason="H200, driver 580 (CUDA 13.0), 2026-11-22: linked by the driver's cuLink*, "
+               "the child grid runs with no error (test_gpu_device_launch_diagnostic) but "
+               "a reads back as zeros, not 2*a; the same source linked by nvJitLink (the "
+               "default backend) is right", strict=False)),
+    "nvjitlink"])
 def test_gpu_recursive_launch(ctx, rng, backend):
     """PyCUDA's test_recursive_launch, its results checked: a kernel that
     launches another (the device runtime, libcudadevrt, linked).  An H200
@@ -579,9 +585,12 @@ def test_gpu_recursive_launch(ctx, rng, backend):
     cuda.memcpy_dtoh(f, bufs[5])
     cuda.memcpy_dtoh(a2, bufs[0])
     np.testing.assert_array_equal(c, a + 1 + b)
-    # saxpy reads x (the shared copy of a, taken before the child ran)
-    want = (np.float32(1.0345) * a.astype(np.float32) + (-2 * b).astype(np.float32))
-    np.testing.assert_allclose(f, want.astype(np.float64), rtol=1e-6)
+    # saxpy reads x (the shared copy of a, taken before the child ran); its
+    # a*p + b*q in float is one fused multiply-add: the float64 product is
+    # exact, and the sum rounded once to float32 is what the FMA gives
+    want = (np.float64(np.float32(1.0345)) * a.astype(np.float32).astype(np.float64)
+            + (-2 * b).astype(np.float32).astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(f, want.astype(np.float64))
     unwritten = np.frombuffer(b"\x5a" * 8, np.int64)[0]
     assert not (d == unwritten).all(), "the child kernel never wrote d (it did not run)"
     np.testing.assert_array_equal(a2, 2 * a)           # written by the child kernel

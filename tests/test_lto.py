@@ -441,8 +441,8 @@ def test_gpu_failed_assert_is_a_launch_error(ctx):
     code = _GPU_CHILD + textwrap.dedent(r"""
         mod = SourceModule('#include <cassert>\n__global__ void k(int *p)'
                            '{ assert(p[threadIdx.x] < 3); }')
-        a = np.arange(8, dtype=np.int32)
-        mod.get_function("k")(cuda.In(a), block=(8, 1, 1))
+        d = cuda.to_device(np.arange(8, dtype=np.int32))
+        mod.get_function("k")(d, block=(8, 1, 1))   # asynchronous: no error yet
         try:
             cuda.Context.synchronize()
         except cuda.LaunchError as e:

@@ -63,6 +63,14 @@ from pygpu._driver import (  # noqa: F401  (re-exported API)
     register_host_memory,
     stream_flags,
 )
+from pygpu._driver import (  # noqa: F401  (processes and several GPUs: docs/multi.md)
+    IPCMemoryHandle,
+    MemoryPool,
+    VirtualBuffer,
+    forked_from,
+    ipc_mem_flags,
+    mem_get_ipc_handle,
+)
 from pygpu._errors import CompileError  # noqa: F401  (PyCUDA has it in pycuda.driver)
 
 
@@ -420,6 +428,8 @@ __all__ = [
     "module_from_buffer", "module_from_file", "pagelocked_empty", "pagelocked_empty_like",
     "pagelocked_zeros", "pagelocked_zeros_like", "register_host_memory", "stream_flags",
     "to_device",
+    "IPCMemoryHandle", "MemoryPool", "VirtualBuffer", "forked_from", "ipc_mem_flags",
+    "mem_get_ipc_handle",
 ]
 
 

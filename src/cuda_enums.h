@@ -370,6 +370,10 @@ static const pygpu_enum_entry pygpu_enum_error_code[] = {
     {"CUDA_ERROR_UNKNOWN", 999},
     {NULL, 0}
 };
+static const pygpu_enum_entry pygpu_enum_ipc_mem_flags[] = {
+    {"LAZY_ENABLE_PEER_ACCESS", 1},
+    {NULL, 0}
+};
 static const struct { const char *name; const pygpu_enum_entry *entries; } pygpu_enums[] = {
     {"device_attribute", pygpu_enum_device_attribute},
     {"function_attribute", pygpu_enum_function_attribute},
@@ -381,5 +385,6 @@ static const struct { const char *name; const pygpu_enum_entry *entries; } pygpu
     {"mem_attach_flags", pygpu_enum_mem_attach_flags},
     {"jit_option", pygpu_enum_jit_option},
     {"error_code", pygpu_enum_error_code},
+    {"ipc_mem_flags", pygpu_enum_ipc_mem_flags},
     {NULL, NULL}
 };

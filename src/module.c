@@ -112,7 +112,9 @@ driver_exec(PyObject *m)
         || pygpu_function_setup(m, st) < 0
         || pygpu_nvrtc_setup(m, st) < 0
         || pygpu_staging_setup(m, st) < 0
-        || pygpu_linker_setup(m, st) < 0)
+        || pygpu_linker_setup(m, st) < 0
+        || pygpu_ipc_setup(m, st) < 0 || pygpu_vmm_setup(m, st) < 0
+        || pygpu_mempool_setup(m, st) < 0 || pygpu_fork_setup(m, st) < 0)
         return -1;
     if (PyModule_AddIntConstant(m, "CUDA_HEADER_VERSION", CUDA_VERSION) < 0)
         return -1;
@@ -141,6 +143,9 @@ driver_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->StreamType);
     Py_VISIT(st->EventType);
     Py_VISIT(st->ArgumentHandlerType);
+    Py_VISIT(st->IPCMemoryHandleType);
+    Py_VISIT(st->VirtualBufferType);
+    Py_VISIT(st->MemoryPoolType);
     Py_VISIT(st->primary_contexts);
     Py_VISIT(st->foreign_contexts);
     Py_VISIT(st->gc_collect);
@@ -182,6 +187,9 @@ driver_clear(PyObject *m)
     Py_CLEAR(st->StreamType);
     Py_CLEAR(st->EventType);
     Py_CLEAR(st->ArgumentHandlerType);
+    Py_CLEAR(st->IPCMemoryHandleType);
+    Py_CLEAR(st->VirtualBufferType);
+    Py_CLEAR(st->MemoryPoolType);
     Py_CLEAR(st->Error);
     Py_CLEAR(st->LogicError);
     Py_CLEAR(st->LaunchError);

@@ -39,6 +39,12 @@ RETURNS = {
     "Module.get_function": "Function", "Module.get_global": "tuple[DeviceAllocation, int]",
     "Function.configure": "BoundLaunch", "Function.prepare": "Function",
     "Function.get_attribute": "int", "Function.prepared_timed_call": "Any",
+    "mem_get_ipc_handle": "bytearray", "forked_from": "int | None",
+    "Event.ipc_handle": "bytearray", "Event.from_ipc_handle": "Event",
+    "IPCMemoryHandle.close": "None", "VirtualBuffer.grow": "None",
+    "MemoryPool.allocate": "DeviceAllocation", "MemoryPool.export_pointer": "bytes",
+    "MemoryPool.import_pointer": "DeviceAllocation", "MemoryPool.set_access": "None",
+    "MemoryPool.destroy": "None",
 }
 ATTRS = {  # getset descriptors: Class.name -> annotation
     "Device.ordinal": "int", "Device.uuid": "bytes", "Context.device": "Device",
@@ -48,6 +54,11 @@ ATTRS = {  # getset descriptors: Class.name -> annotation
     "Module.handle": "int", "Module.context": "Context", "Function.handle": "int",
     "Function.name": "str", "Function.module": "Module", "Function.num_regs": "int",
     "HostAllocation.size": "int", "HostAllocation.address": "int",
+    "VirtualBuffer.mapped": "int", "VirtualBuffer.reserved": "int",
+    "VirtualBuffer.granularity": "int", "VirtualBuffer.shareable": "bool",
+    "VirtualBuffer.device": "int", "VirtualBuffer.nchunks": "int",
+    "MemoryPool.handle": "int", "MemoryPool.imported": "bool", "MemoryPool.ipc": "bool",
+    "MemoryPool.device": "int",
 }
 
 

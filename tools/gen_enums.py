@@ -18,6 +18,7 @@ ENUMS = [
     ("CUmemAttach_flags", "mem_attach_flags", "CU_MEM_ATTACH_"),
     ("CUjit_option", "jit_option", "CU_JIT_"),
     ("CUresult", "error_code", ""),
+    ("CUipcMem_flags", "ipc_mem_flags", "CU_IPC_MEM_"),
 ]
 
 

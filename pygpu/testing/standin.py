@@ -38,7 +38,8 @@ SOURCE = os.path.join(CSRC, "fakecuda.c")
 DEPENDS = [SOURCE, os.path.join(CSRC, "cuda_api.h"), os.path.join(CSRC, "cuda_enums.h")]
 LIBNAME = "libfakecuda.so"
 
-KINDS = ("contexts", "streams", "events", "modules", "device", "managed", "host", "registered")
+KINDS = ("contexts", "streams", "events", "modules", "device", "managed", "host", "registered",
+         "ipc", "pools", "vmm", "reservations")
 
 #: CUresult codes after which a real context is unusable (the fault is sticky).
 STICKY_CODES = {

@@ -16,7 +16,7 @@ like any other argument:
   file descriptor per physical chunk of a ``VirtualBuffer(shareable=True)``)
   that :func:`import_buffer` maps in another process.
 
-A file descriptor pickles through :mod:`multiprocessing.reduction`: while a
+A file descriptor pickles through ``multiprocessing.reduction``: while a
 ``spawn`` child is being started it is inherited by that child; otherwise
 (a ``multiprocessing`` queue or pipe, a ``concurrent.futures`` pool) it is
 handed over through a UNIX socket (``SCM_RIGHTS``) by multiprocessing's
@@ -38,7 +38,7 @@ def _rebuild_fd(dup):
 class SharedFd:
     """A POSIX file descriptor this object owns (closed by :meth:`close` or
     when it is collected) and that pickles to another process of this
-    machine through :mod:`multiprocessing.reduction`."""
+    machine through ``multiprocessing.reduction``."""
 
     def __init__(self, fd):
         self._fd = -1
@@ -79,7 +79,7 @@ class SharedFd:
 
 class PoolHandle:
     """A :class:`pygpu.driver.MemoryPool` exported for another process
-    (:func:`export_pool`); pickles; :meth:`open` (or :func:`import_pool`)
+    (:func:`export_pool`); pickles; ``open()`` (or :func:`import_pool`)
     imports it there."""
 
     def __init__(self, fd, device):
@@ -99,7 +99,7 @@ class PoolHandle:
 class BufferHandle:
     """A :class:`pygpu.driver.VirtualBuffer` exported for another process
     (:func:`export_buffer`): one file descriptor per physical chunk and the
-    buffer's size; pickles; :meth:`open` (or :func:`import_buffer`) maps it
+    buffer's size; pickles; ``open()`` (or :func:`import_buffer`) maps it
     there."""
 
     def __init__(self, chunks, nbytes, device):
@@ -148,7 +148,7 @@ def export_buffer(buf):
 
 
 def import_buffer(handle):
-    """Map another process's :class:`VirtualBuffer` (from its
+    """Map another process's :class:`pygpu.driver.VirtualBuffer` (from its
     :class:`BufferHandle`) in the current context: the same memory."""
     _check(handle, BufferHandle, "import_buffer()")
     return _driver.VirtualBuffer._import_fds([(fd.fileno(), size) for fd, size in handle.chunks],

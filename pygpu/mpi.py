@@ -95,7 +95,7 @@ class Staged:
     (see the module's doc).  ``comm`` is an mpi4py communicator;
     ``stage=None`` stages unless :func:`cuda_aware`, True always, False
     never (device buffers then go straight to a CUDA-aware MPI).  The
-    page-locked buffers are kept for reuse; :meth:`free` drops them.
+    page-locked buffers are kept for reuse; ``free()`` drops them.
     Attributes it does not define come from ``comm``."""
 
     def __init__(self, comm, stage=None, sync=True):

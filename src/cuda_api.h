@@ -116,6 +116,7 @@
     CU_OPTIONAL(cuMemPoolImportPointer, 11020)              \
     CU_OPTIONAL(cuMemAllocFromPoolAsync, 11020)             \
     CU_OPTIONAL(cuMemPoolSetAccess, 11020)                  \
+    CU_OPTIONAL(cuMemPoolGetAccess, 11020)                  \
     CU_OPTIONAL(cuMemAddressReserve, 10020)                 \
     CU_OPTIONAL(cuMemAddressFree, 10020)                    \
     CU_OPTIONAL(cuMemCreate, 10020)                         \

@@ -245,11 +245,37 @@ pool_import_fd(PyObject *cls, PyObject *arg)
         return NULL;
     rc = cu.cuMemPoolImportFromShareableHandle(&h, (void *)(intptr_t)fd,
                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    pygpu_scope_exit(&s);
-    if (rc != CUDA_SUCCESS)
+    if (rc != CUDA_SUCCESS) {
+        pygpu_scope_exit(&s);
         return pygpu_cuda_error_ex(st, rc, "cuMemPoolImportFromShareableHandle",
                                    "the descriptor must come from export_pool() of "
                                    "a live pool");
+    }
+    /* this device reads and writes the pool's memory (an imported pool may
+     * come without access for it) */
+    if (cu.cuMemPoolGetAccess != NULL && cu.cuMemPoolSetAccess != NULL) {
+        CUmemAccess_flags flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        CUmemLocation loc;
+        const char *routine = "cuMemPoolGetAccess";
+        memset(&loc, 0, sizeof loc);
+        loc.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        loc.id = ctx->ordinal;
+        rc = cu.cuMemPoolGetAccess(&flags, h, &loc);
+        if (rc == CUDA_SUCCESS && flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+            CUmemAccessDesc desc;
+            memset(&desc, 0, sizeof desc);
+            desc.location = loc;
+            desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+            routine = "cuMemPoolSetAccess";
+            rc = cu.cuMemPoolSetAccess(h, &desc, 1);
+        }
+        if (rc != CUDA_SUCCESS) {
+            cu.cuMemPoolDestroy(h);
+            pygpu_scope_exit(&s);
+            return pygpu_cuda_error(st, rc, routine);
+        }
+    }
+    pygpu_scope_exit(&s);
     self = pool_wrap(st, type, ctx, h);
     if (self == NULL) {
         cu.cuMemPoolDestroy(h);

@@ -3109,6 +3109,7 @@ typedef struct fake_pool {
     int imported;
     unsigned handle_types;
     size_t used;                  /* bump offset in the memfd */
+    unsigned access;              /* devices granted by cuMemPoolSetAccess */
     struct fake_pool *next_all;
 } fake_pool;
 
@@ -3553,6 +3554,34 @@ fake_cuMemPoolSetAccess(CUmemoryPool h, const CUmemAccessDesc *map, size_t count
     for (i = 0; rc == CUDA_SUCCESS && i < count; i++)
         if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !dev_ok(map[i].location.id))
             rc = CUDA_ERROR_INVALID_DEVICE;
+    for (i = 0; rc == CUDA_SUCCESS && i < count; i++) {
+        fake_pool *p = (fake_pool *)h;
+        if (map[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            p->access |= 1u << map[i].location.id;
+        else
+            p->access &= ~(1u << map[i].location.id);
+    }
+    unlock();
+    return rc;
+}
+
+/* access: the pool's own device reads and writes; an imported pool grants
+ * nothing until cuMemPoolSetAccess (which the stand-in remembers per device) */
+static CUresult
+fake_cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool h, CUmemLocation *loc)
+{
+    CUresult rc = enter(F_cuMemPoolGetAccess);
+    fake_pool *p;
+    if (rc) return rc;
+    if (flags == NULL || loc == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (loc->type != CU_MEM_LOCATION_TYPE_DEVICE || !dev_ok(loc->id))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    if ((p = pool_ok(h)) == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *flags = (!p->imported && loc->id == p->dev) || (p->access & (1u << loc->id))
+            ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
     unlock();
     return rc;
 }

@@ -64,6 +64,14 @@ from pygpu._driver import (  # noqa: F401  (re-exported API)
     register_host_memory,
     stream_flags,
 )
+from pygpu._driver import (  # noqa: F401  (processes and several GPUs: docs/multi.md)
+    IPCMemoryHandle,
+    MemoryPool,
+    VirtualBuffer,
+    forked_from,
+    ipc_mem_flags,
+    mem_get_ipc_handle,
+)
 from pygpu._errors import CompileError  # noqa: F401  (PyCUDA has it in pycuda.driver)
 from pygpu.graphs import (  # noqa: F401  (re-exported API: CUDA graphs)
     Graph,
@@ -472,6 +480,8 @@ __all__ = [
     "to_device",
     "Graph", "GraphExec", "GraphNode", "capture_graph", "capture_mode",
     "graph_conditional_type", "graph_instantiate_flags", "graph_node_type",
+    "IPCMemoryHandle", "MemoryPool", "VirtualBuffer", "forked_from", "ipc_mem_flags",
+    "mem_get_ipc_handle",
 ]
 
 

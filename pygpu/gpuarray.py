@@ -43,6 +43,7 @@ __all__ = ["GPUArray", "vec", "splay", "to_gpu", "to_gpu_async", "empty", "zeros
 _builtin_min, _builtin_max, _builtin_sum = builtins.min, builtins.max, builtins.sum
 _builtin_any, _builtin_all = builtins.any, builtins.all
 _get_current = drv.Context.get_current
+_DA = drv.DeviceAllocation
 
 
 # ---- CUDA vector types ----
@@ -1106,7 +1107,12 @@ def _binary(op, x, y, out=None, stream=None):
     tx, ty = type(x), type(y)
     if out is None and tx is ty is GPUArray and x.shape == y.shape \
             and x.strides == y.strides and (x._c or x._f):
-        key = (_get_current(), op, x.dtype, y.dtype)
+        ctx = _get_current()
+        gx, gy = x.gpudata, y.gpudata
+        if not (gx.__class__ is _DA and gy.__class__ is _DA and gx.context is ctx
+                and gy.context is ctx):
+            _check_devices((x, y), ctx)
+        key = (ctx, op, x.dtype, y.dtype)
         ent = _fast_aa.get(key)
         if ent is None:
             res, comp = _types(op, x.dtype, y.dtype)
@@ -1121,7 +1127,11 @@ def _binary(op, x, y, out=None, stream=None):
             func.prepared_async_call(grid, block, stream, z.gpudata, x.gpudata, y.gpudata, n)
         return z
     if out is None and tx is GPUArray and (x._c or x._f) and ty in _SAMPLE:
-        key = (_get_current(), op, x.dtype, ty)
+        ctx = _get_current()
+        gx = x.gpudata
+        if not (gx.__class__ is _DA and gx.context is ctx):
+            _check_devices((x,), ctx)
+        key = (ctx, op, x.dtype, ty)
         ent = _fast_as.get(key)
         if ent is None:
             res, comp = _types(op, x.dtype, ty)
@@ -1139,7 +1149,11 @@ def _binary(op, x, y, out=None, stream=None):
                                      n)
         return z
     if out is None and ty is GPUArray and (y._c or y._f) and tx in _SAMPLE:
-        key = (_get_current(), op, tx, y.dtype)
+        ctx = _get_current()
+        gy = y.gpudata
+        if not (gy.__class__ is _DA and gy.context is ctx):
+            _check_devices((y,), ctx)
+        key = (ctx, op, tx, y.dtype)
         ent = _fast_sa.get(key)
         if ent is None:
             res, comp = _types(op, tx, y.dtype)
@@ -1292,12 +1306,29 @@ def _base_ptr(a):
 
 def _check_context(a, ctx):
     g = a.gpudata if not isinstance(a.base, GPUArray) else a.base.gpudata
-    if type(g) is drv.DeviceAllocation:
+    if isinstance(g, drv.DeviceAllocation):
         if g.freed:
             raise drv.LogicError("the array's memory was freed")
         if ctx is not None and g.context != ctx:
-            raise ValueError("the array was allocated in another context (%r) than the "
-                             "current one (%r)" % (g.context, ctx))
+            raise ValueError(_elsewhere_message(g.context, ctx))
+
+
+def _check_devices(arrays, ctx):
+    """Each array's memory lives in ctx (the current context): else a
+    ValueError naming both devices (LogicError when freed)."""
+    for a in arrays:
+        _check_context(a, ctx)
+
+
+def _elsewhere_message(actx, ctx):
+    adev, cdev = actx.device.ordinal, ctx.device.ordinal
+    if adev != cdev:
+        return ("GPUArray operands on different devices: an operand lives on device %d "
+                "but the operation runs in the current context, on device %d; copy it to "
+                "device %d first (driver.memcpy_peer, or .get() and to_gpu() there), or "
+                "make device %d's context current" % (adev, cdev, cdev, adev))
+    return ("the array was allocated in another context (%r) than the current one (%r), "
+            "both on device %d" % (actx, ctx, adev))
 
 
 _unary_exprs = {"negative": "-{0}", "invert": "~{0}",

@@ -249,6 +249,8 @@ alloc_ptr(pygpu_state *st, pygpu_DeviceAllocation *a, CUdeviceptr *ptr)
         return -1;
     }
     if (a->context->detached) {
+        if (a->context->detached == 3)
+            return pygpu_ensure_driver(st);   /* forked: CudaUnavailableError */
         PyErr_SetString(st->LogicError,
                         "the DeviceAllocation's context was detached, which freed it");
         return -1;
@@ -429,7 +431,7 @@ pygpu_get_device_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr,
                      size_t *size, int allow_none)
 {
     int r;
-    if (Py_IS_TYPE(obj, st->DeviceAllocationType)) {
+    if (pygpu_is_allocation(st, obj)) {
         *size = ((pygpu_DeviceAllocation *)obj)->size;
         return alloc_ptr(st, (pygpu_DeviceAllocation *)obj, ptr);
     }
@@ -485,7 +487,7 @@ recheck_allocations(pygpu_state *st, PyObject *fn, PyObject *const *args, int n)
 {
     int i;
     for (i = 0; i < n; i++)
-        if (Py_IS_TYPE(args[i], st->DeviceAllocationType)
+        if (pygpu_is_allocation(st, args[i])
             && alloc_check(st, fn, i, (pygpu_DeviceAllocation *)args[i]) < 0)
             return -1;
     return 0;
@@ -664,7 +666,7 @@ pack_one(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, size_t 
          char prep)
 {
     PyTypeObject *tp = Py_TYPE(obj);
-    if (tp == st->DeviceAllocationType) {
+    if (tp == st->DeviceAllocationType || tp->tp_base == st->DeviceAllocationType) {
         pygpu_DeviceAllocation *a = (pygpu_DeviceAllocation *)obj;
         if (need_pointer(fn, i, size, obj) < 0 || alloc_check(st, fn, i, a) < 0)
             return -1;

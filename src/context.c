@@ -274,8 +274,11 @@ int
 pygpu_context_check(pygpu_state *st, pygpu_Context *ctx)
 {
     if (ctx->detached) {
-        PyErr_SetString(st->LogicError,
-                        "the context this object belongs to was detached");
+        if (ctx->detached == 3)
+            pygpu_ensure_driver(st);   /* CudaUnavailableError: forked */
+        else
+            PyErr_SetString(st->LogicError,
+                            "the context this object belongs to was detached");
         return -1;
     }
     return 0;

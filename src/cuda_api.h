@@ -153,7 +153,32 @@ typedef CUresult (CUDAAPI *PFN_cuProfilerStop_v4000)(void);
     CU_OPTIONAL(cuGraphAddNode, 12020)                           \
     CU_OPTIONAL(cuGraphConditionalHandleCreate, 12030)           \
     CU_OPTIONAL(cuProfilerStart, 4000)                           \
-    CU_OPTIONAL(cuProfilerStop, 4000)
+    CU_OPTIONAL(cuProfilerStop, 4000)                            \
+    CU_OPTIONAL(cuMemGetAddressRange, 3020)                 \
+    CU_OPTIONAL(cuIpcGetMemHandle, 4010)                    \
+    CU_OPTIONAL(cuIpcOpenMemHandle, 11000)                  \
+    CU_OPTIONAL(cuIpcCloseMemHandle, 4010)                  \
+    CU_OPTIONAL(cuIpcGetEventHandle, 4010)                  \
+    CU_OPTIONAL(cuIpcOpenEventHandle, 4010)                 \
+    CU_OPTIONAL(cuMemPoolCreate, 11020)                     \
+    CU_OPTIONAL(cuMemPoolDestroy, 11020)                    \
+    CU_OPTIONAL(cuMemPoolExportToShareableHandle, 11020)    \
+    CU_OPTIONAL(cuMemPoolImportFromShareableHandle, 11020)  \
+    CU_OPTIONAL(cuMemPoolExportPointer, 11020)              \
+    CU_OPTIONAL(cuMemPoolImportPointer, 11020)              \
+    CU_OPTIONAL(cuMemAllocFromPoolAsync, 11020)             \
+    CU_OPTIONAL(cuMemPoolSetAccess, 11020)                  \
+    CU_OPTIONAL(cuMemPoolGetAccess, 11020)                  \
+    CU_OPTIONAL(cuMemAddressReserve, 10020)                 \
+    CU_OPTIONAL(cuMemAddressFree, 10020)                    \
+    CU_OPTIONAL(cuMemCreate, 10020)                         \
+    CU_OPTIONAL(cuMemRelease, 10020)                        \
+    CU_OPTIONAL(cuMemMap, 10020)                            \
+    CU_OPTIONAL(cuMemUnmap, 10020)                          \
+    CU_OPTIONAL(cuMemSetAccess, 10020)                      \
+    CU_OPTIONAL(cuMemGetAllocationGranularity, 10020)       \
+    CU_OPTIONAL(cuMemExportToShareableHandle, 10020)        \
+    CU_OPTIONAL(cuMemImportFromShareableHandle, 10020)
 
 /* NVRTC: every entry is required once the library is found. */
 #define PYGPU_NVRTC_API(NV)                                                   \

@@ -526,6 +526,10 @@ static const pygpu_enum_entry pygpu_enum_tensor_map_float_oob_fill[] = {
     {"NAN_REQUEST_ZERO_FMA", 1},
     {NULL, 0}
 };
+static const pygpu_enum_entry pygpu_enum_ipc_mem_flags[] = {
+    {"LAZY_ENABLE_PEER_ACCESS", 1},
+    {NULL, 0}
+};
 static const struct { const char *name; const pygpu_enum_entry *entries; } pygpu_enums[] = {
     {"device_attribute", pygpu_enum_device_attribute},
     {"function_attribute", pygpu_enum_function_attribute},
@@ -550,5 +554,6 @@ static const struct { const char *name; const pygpu_enum_entry *entries; } pygpu
     {"tensor_map_swizzle", pygpu_enum_tensor_map_swizzle},
     {"tensor_map_l2_promotion", pygpu_enum_tensor_map_l2_promotion},
     {"tensor_map_float_oob_fill", pygpu_enum_tensor_map_float_oob_fill},
+    {"ipc_mem_flags", pygpu_enum_ipc_mem_flags},
     {NULL, NULL}
 };

@@ -161,8 +161,69 @@ event_get_handle(pygpu_Event *self, void *c)
     return PyLong_FromVoidPtr(self->handle);
 }
 
+/* ---- IPC (PyCUDA's names): the event must have been made with
+ * event_flags.INTERPROCESS | DISABLE_TIMING ---- */
+int pygpu_ipc_handle_bytes(PyObject *obj, void *out, size_t n, const char *what);
+
+static PyObject *
+event_ipc_handle(pygpu_Event *self, PyObject *unused)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    CUipcEventHandle h;
+    CUresult rc;
+    if (check_alive(self) < 0
+        || pygpu_need_entry(st, (void *)cu.cuIpcGetEventHandle, "cuIpcGetEventHandle",
+                            "Event.ipc_handle()") < 0)
+        return NULL;
+    rc = cu.cuIpcGetEventHandle(&h, self->handle);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error_ex(st, rc, "cuIpcGetEventHandle",
+                                   "an event shared between processes is made with "
+                                   "Event(flags=event_flags.INTERPROCESS | "
+                                   "event_flags.DISABLE_TIMING)");
+    return PyByteArray_FromStringAndSize((const char *)&h, sizeof h);
+}
+
+static PyObject *
+event_from_ipc_handle(PyObject *cls, PyObject *arg)
+{
+    PyTypeObject *type = (PyTypeObject *)cls;
+    pygpu_state *st = pygpu_state_from_type(type);
+    CUipcEventHandle h;
+    pygpu_Context *ctx;
+    pygpu_Event *self;
+    CUevent ev;
+    CUresult rc;
+    if (pygpu_ipc_handle_bytes(arg, &h, sizeof h, "Event.from_ipc_handle()") < 0
+        || (ctx = pygpu_current_context(st)) == NULL
+        || pygpu_need_entry(st, (void *)cu.cuIpcOpenEventHandle, "cuIpcOpenEventHandle",
+                            "Event.from_ipc_handle()") < 0)
+        return NULL;
+    rc = cu.cuIpcOpenEventHandle(&ev, h);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error_ex(st, rc, "cuIpcOpenEventHandle",
+                                   "the handle may be invalid or its event destroyed, "
+                                   "or the exporting process may have exited");
+    self = PyObject_New(pygpu_Event, st->EventType);
+    if (self == NULL) {
+        cu.cuEventDestroy(ev);
+        return NULL;
+    }
+    self->handle = ev;
+    Py_INCREF(ctx);
+    self->context = ctx;
+    return (PyObject *)self;
+}
+
 #define CF(f) (PyCFunction)(void (*)(void))(f)
 static PyMethodDef event_methods[] = {
+    {"ipc_handle", (PyCFunction)event_ipc_handle, METH_NOARGS,
+     "ipc_handle($self, /)\n--\n\nThe event's IPC handle: a bytearray of 64 bytes (it "
+     "pickles), opened in another process by Event.from_ipc_handle(). The event "
+     "must be made with flags=event_flags.INTERPROCESS | event_flags.DISABLE_TIMING."},
+    {"from_ipc_handle", (PyCFunction)event_from_ipc_handle, METH_O | METH_CLASS,
+     "from_ipc_handle($type, handle, /)\n--\n\nOpen another process's event from "
+     "the bytes of its ipc_handle(), in the current context."},
     {"record", CF(event_record), METH_VARARGS | METH_KEYWORDS,
      "record($self, /, stream=None)\n--\n\nRecord the event on a stream; returns self."},
     {"synchronize", (PyCFunction)event_synchronize, METH_NOARGS,

@@ -19,6 +19,8 @@ int
 pygpu_function_check(pygpu_state *st, pygpu_Function *f)
 {
     if (f->module->context->detached) {
+        if (f->module->context->detached == 3)
+            return pygpu_ensure_driver(st);   /* forked: CudaUnavailableError */
         PyErr_Format(st->LogicError, "kernel '%s': its context was detached",
                      pygpu_function_name(f));
         return -1;

@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 #include <stdio.h>
 
 pygpu_cuda_table pygpu_cu;
@@ -161,6 +162,25 @@ pygpu_ensure_driver(pygpu_state *st)
     PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
     Py_DECREF(exc);
     return -1;
+}
+
+int
+pygpu_driver_forked(void)
+{
+    if (!__atomic_load_n(&driver_ready, __ATOMIC_ACQUIRE))
+        return 0;
+    pygpu_forked_from = (int)getppid();
+    snprintf(driver_msg, sizeof driver_msg,
+             "this process was forked from one that had initialised CUDA (pid %d); "
+             "CUDA cannot be used in a forked child. Start worker processes with "
+             "multiprocessing's 'spawn' (or 'forkserver') method, e.g. "
+             "multiprocessing.get_context('spawn') or "
+             "ProcessPoolExecutor(mp_context=multiprocessing.get_context('spawn'))",
+             pygpu_forked_from);
+    driver_rc = CUDA_SUCCESS;
+    driver_status = -1;
+    __atomic_store_n(&driver_ready, 0, __ATOMIC_RELEASE);
+    return 1;
 }
 
 int

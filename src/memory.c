@@ -114,10 +114,18 @@ allocation_free_memory(pygpu_DeviceAllocation *self)
 {
     pygpu_scope s;
     allocation_unlink(self);
-    if (self->ptr == 0 || self->kind == 3)
+    if ((self->ptr == 0 && self->kind != 5) || self->kind == 3)
         return;
     if (pygpu_scope_enter_quiet(self->context, &s) < 0)
         return;
+    if (self->kind == 4 || self->kind == 5) {
+        if (self->kind == 4)
+            pygpu_ipc_close(self);
+        else
+            pygpu_vmm_release(self);
+        pygpu_scope_exit(&s);
+        return;
+    }
     /* an async allocation is freed in order on its stream, which `owner`
      * keeps alive until then */
     if (self->kind == 2 && cu.cuMemFreeAsync != NULL)
@@ -171,7 +179,7 @@ allocation_hold(pygpu_state *st, PyObject *obj, pygpu_DeviceAllocation **held)
 {
     pygpu_DeviceAllocation *a;
     *held = NULL;
-    if (!Py_IS_TYPE(obj, st->DeviceAllocationType))
+    if (!pygpu_is_allocation(st, obj))
         return 0;
     a = (pygpu_DeviceAllocation *)obj;
     if (allocation_check(st, a) < 0)
@@ -243,7 +251,7 @@ pygpu_allocations_detach(pygpu_state *st, pygpu_Context *ctx)
 static int
 get_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr, size_t *size)
 {
-    if (Py_IS_TYPE(obj, st->DeviceAllocationType)
+    if (pygpu_is_allocation(st, obj)
         && allocation_check(st, (pygpu_DeviceAllocation *)obj) < 0)
         return -1;
     return pygpu_get_device_ptr(st, obj, ptr, size, 0);
@@ -259,14 +267,21 @@ allocation_dealloc(pygpu_DeviceAllocation *self)
     allocation_unlink(self);
     Py_CLEAR(self->owner);
     Py_CLEAR(self->context);
-    PyObject_Free(self);
+    tp->tp_free(self);
     Py_DECREF(tp);
 }
 
 static PyObject *
 new_allocation(pygpu_state *st, pygpu_Context *ctx, CUdeviceptr ptr, size_t size, int kind)
 {
-    pygpu_DeviceAllocation *self = PyObject_New(pygpu_DeviceAllocation, st->DeviceAllocationType);
+    return pygpu_allocation_new(st, st->DeviceAllocationType, ctx, ptr, size, kind);
+}
+
+PyObject *
+pygpu_allocation_new(pygpu_state *st, PyTypeObject *tp, pygpu_Context *ctx,
+                     CUdeviceptr ptr, size_t size, int kind)
+{
+    pygpu_DeviceAllocation *self = (pygpu_DeviceAllocation *)tp->tp_alloc(tp, 0);
     if (self == NULL)
         return NULL;
     self->ptr = ptr;
@@ -668,7 +683,8 @@ static PyType_Slot allocation_slots[] = {
 
 static PyType_Spec allocation_spec = {
     "pygpu.driver.DeviceAllocation", sizeof(pygpu_DeviceAllocation), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION
+    | Py_TPFLAGS_BASETYPE,  /* for IPCMemoryHandle and VirtualBuffer (C subtypes) */
     allocation_slots
 };
 
@@ -820,6 +836,27 @@ memcpy_dtod(PyObject *m, PyObject *a, PyObject *k) { return do_dtod(m, a, k, 0);
 static PyObject *
 memcpy_dtod_async(PyObject *m, PyObject *a, PyObject *k) { return do_dtod(m, a, k, 1); }
 
+/* The context of one side of a peer copy: *ctx as given (a Context), or,
+ * when None, obj's own (a DeviceAllocation) or the current one.  Borrowed.
+ * 0 or -1 with TypeError. */
+static int
+peer_context(pygpu_state *st, PyObject *obj, PyObject **ctx, const char *what)
+{
+    if (*ctx == Py_None) {
+        if (pygpu_is_allocation(st, obj))
+            *ctx = (PyObject *)((pygpu_DeviceAllocation *)obj)->context;
+        else if ((*ctx = (PyObject *)pygpu_current_context(st)) == NULL)
+            return -1;
+        return 0;
+    }
+    if (!PyObject_TypeCheck(*ctx, st->ContextType)) {
+        PyErr_Format(PyExc_TypeError, "memcpy_peer(): %s must be a Context or None, not %.100s",
+                     what, Py_TYPE(*ctx)->tp_name);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *
 do_peer(PyObject *module, PyObject *args, PyObject *kwds, int async)
 {
@@ -827,17 +864,21 @@ do_peer(PyObject *module, PyObject *args, PyObject *kwds, int async)
     static char *kwlist[] = {"dest", "src", "size", "dest_context", "src_context",
                              "stream", NULL};
     const char *routine;
-    PyObject *dst, *src, *nobj, *dctx, *sctx, *sobj = Py_None;
+    PyObject *dst, *src, *nobj, *dctx = Py_None, *sctx = Py_None, *sobj = Py_None;
     pygpu_DeviceAllocation *hd = NULL, *hs = NULL;
     CUdeviceptr d, sp;
     size_t dcap, scap, n;
     CUstream s = NULL;
     CUresult rc;
     int on_stream;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, async ? "OOOO!O!|O:memcpy_peer_async"
-                                                        : "OOOO!O!|O:memcpy_peer",
-                                     kwlist, &dst, &src, &nobj, st->ContextType, &dctx,
-                                     st->ContextType, &sctx, &sobj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, async ? "OOO|OOO:memcpy_peer_async"
+                                                        : "OOO|OOO:memcpy_peer",
+                                     kwlist, &dst, &src, &nobj, &dctx, &sctx, &sobj))
+        return NULL;
+    /* PyCUDA's defaults: a context left out is the allocation's own (a
+     * DeviceAllocation knows it), else the current one */
+    if (peer_context(st, dst, &dctx, "dest_context") < 0
+        || peer_context(st, src, &sctx, "src_context") < 0)
         return NULL;
     on_stream = async || sobj != Py_None;
     if (get_ptr(st, dst, &d, &dcap) < 0
@@ -932,7 +973,7 @@ do_memset(PyObject *module, PyObject *args, int width, int async)
     if (n == 0)
         Py_RETURN_NONE;
     /* __index__ of count or __cuda_stream__ may have freed dest */
-    if (Py_IS_TYPE(dst, st->DeviceAllocationType)
+    if (pygpu_is_allocation(st, dst)
         && allocation_check(st, (pygpu_DeviceAllocation *)dst) < 0)
         return NULL;
     if (width == 1)
@@ -1150,11 +1191,12 @@ static PyMethodDef memory_methods[] = {
      "memcpy_dtod_async($module, /, dest, src, size, stream=None)\n--\n\n"
      "Asynchronous device-to-device copy."},
     {"memcpy_peer", CF(memcpy_peer), KW,
-     "memcpy_peer($module, /, dest, src, size, dest_context, src_context, stream=None)\n--\n\n"
-     "Copy between the memory of two contexts (devices). Given a stream, the copy "
+     "memcpy_peer($module, /, dest, src, size, dest_context=None, src_context=None, stream=None)\n--\n\n"
+     "Copy between the memory of two contexts (devices); a context left out is the "
+     "DeviceAllocation's own, else the current one. Given a stream, the copy "
      "is queued on it (after its earlier work) and waited for."},
     {"memcpy_peer_async", CF(memcpy_peer_async), KW,
-     "memcpy_peer_async($module, /, dest, src, size, dest_context, src_context, stream=None)\n--\n\n"
+     "memcpy_peer_async($module, /, dest, src, size, dest_context=None, src_context=None, stream=None)\n--\n\n"
      "Asynchronous peer copy."},
     {"memset_d8", memset_d8, METH_VARARGS,
      "memset_d8($module, dest, value, count, /)\n--\n\nSet count bytes."},

@@ -117,7 +117,9 @@ driver_exec(PyObject *m)
         || pygpu_cuarray_setup(m, st) < 0 || pygpu_texobj_setup(m, st) < 0
         || pygpu_tensormap_setup(m, st) < 0
         || pygpu_graph_setup(m, st) < 0
-        || pygpu_nvtx_setup(m, st) < 0)
+        || pygpu_nvtx_setup(m, st) < 0
+        || pygpu_ipc_setup(m, st) < 0 || pygpu_vmm_setup(m, st) < 0
+        || pygpu_mempool_setup(m, st) < 0 || pygpu_fork_setup(m, st) < 0)
         return -1;
     if (PyModule_AddIntConstant(m, "CUDA_HEADER_VERSION", CUDA_VERSION) < 0)
         return -1;
@@ -156,6 +158,9 @@ driver_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->GraphType);
     Py_VISIT(st->GraphNodeType);
     Py_VISIT(st->GraphExecType);
+    Py_VISIT(st->IPCMemoryHandleType);
+    Py_VISIT(st->VirtualBufferType);
+    Py_VISIT(st->MemoryPoolType);
     Py_VISIT(st->primary_contexts);
     Py_VISIT(st->foreign_contexts);
     Py_VISIT(st->gc_collect);
@@ -211,6 +216,9 @@ driver_clear(PyObject *m)
     Py_CLEAR(st->GraphType);
     Py_CLEAR(st->GraphNodeType);
     Py_CLEAR(st->GraphExecType);
+    Py_CLEAR(st->IPCMemoryHandleType);
+    Py_CLEAR(st->VirtualBufferType);
+    Py_CLEAR(st->MemoryPoolType);
     Py_CLEAR(st->Error);
     Py_CLEAR(st->LogicError);
     Py_CLEAR(st->LaunchError);

@@ -88,6 +88,8 @@ typedef struct {
     /* nvtx.c */
     PyTypeObject *TimeRangeType;
     PyObject *range_wrapper;              /* strong: pygpu.profiler's decorator maker */
+    /* multi.c / ipc.c / vmm.c / mempool.c (processes, several GPUs) */
+    PyTypeObject *IPCMemoryHandleType, *VirtualBufferType, *MemoryPoolType;
 } pygpu_state;
 
 static inline pygpu_state *
@@ -473,6 +475,38 @@ pygpu_getattr_opt(PyObject *obj, PyObject *name, PyObject **res)
     }
     return -1;
 }
+
+/* ---- processes and several GPUs: ipc.c, vmm.c, mempool.c, fork.c ---- */
+
+/* A DeviceAllocation or one of its C subtypes (IPCMemoryHandle,
+ * VirtualBuffer): one pointer compare more than the exact check. */
+static inline int
+pygpu_is_allocation(pygpu_state *st, PyObject *o)
+{
+    PyTypeObject *t = Py_TYPE(o);
+    return t == st->DeviceAllocationType || t->tp_base == st->DeviceAllocationType;
+}
+/* memory.c: a new allocation object of type tp (DeviceAllocationType or a
+ * subtype) owning ptr; kinds: 0 cuMemAlloc, 1 managed, 2 async (pool),
+ * 3 not owned, 4 opened IPC handle, 5 virtual buffer.  GIL held. */
+PyObject *pygpu_allocation_new(pygpu_state *st, PyTypeObject *tp, pygpu_Context *ctx,
+                               CUdeviceptr ptr, size_t size, int kind);
+/* ipc.c: frees kinds 4 (cuIpcCloseMemHandle); vmm.c: kind 5 (unmap,
+ * release, free the reservation).  The context is current; never raises. */
+void pygpu_ipc_close(pygpu_DeviceAllocation *a);
+void pygpu_vmm_release(pygpu_DeviceAllocation *a);
+/* the CU_OPTIONAL entry point is there, or a LogicError naming what needs it */
+int pygpu_need_entry(pygpu_state *st, const void *fn, const char *routine, const char *what);
+/* loader.c: after fork() in a child of a process that had initialised CUDA:
+ * every later driver entry raises CudaUnavailableError saying so.  Returns
+ * 1 if the driver had been initialised, else 0. */
+int pygpu_driver_forked(void);
+/* nonzero in such a child (for messages) */
+extern int pygpu_forked_from;
+int pygpu_ipc_setup(PyObject *m, pygpu_state *st);
+int pygpu_vmm_setup(PyObject *m, pygpu_state *st);
+int pygpu_mempool_setup(PyObject *m, pygpu_state *st);
+int pygpu_fork_setup(PyObject *m, pygpu_state *st);
 
 /* Add a heap type made from spec to the module and store it in *slot. */
 int pygpu_add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **slot);

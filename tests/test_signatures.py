@@ -247,6 +247,8 @@ def test_the_parser_scan_found_everything():
                 or issubclass(tp, BaseException) or hasattr(tp, "__members__"):
             continue
         for m, v in vars(tp).items():
+            if m.startswith("_") and not m.startswith("__"):
+                continue    # private helpers (pygpu.ipc's), as for module functions
             if type(v).__name__ in ("method_descriptor", "classmethod_descriptor"):
                 assert (tp, m) in seen, "%s.%s" % (n, m)
     assert len(METHODS) > 60 and len(CONSTRUCTORS) >= 3
@@ -360,7 +362,24 @@ def _values(cuda, ctx, ptx):
     graph = by_name["graph"]
     by_name["handle"] = 0
     special[("add_conditional_node", "handle")] = graph.conditional_handle()
+    # processes and several GPUs (test_multi.py): a pool, one imported from
+    # it, a pointer to share, a growable buffer
+    pool = cuda.MemoryPool()
+    pooled = pool.allocate(256)
+    from pygpu import ipc
+    handle = ipc.export_pool(pool)
+    _MULTI.update({_driver.MemoryPool: pool, (_driver.MemoryPool, "import_pointer"):
+                   ipc.import_pool(handle), _driver.VirtualBuffer: cuda.VirtualBuffer(64)})
+    keep += [pool, pooled, handle]
+    by_name.update({"reserve": 0, "shareable": False, "ipc": True, "max_size": 0,
+                    "readwrite": True})
+    special.update({("import_pointer", "data"): pool.export_pointer(pooled),
+                    ("IPCMemoryHandle", "handle"): cuda.mem_get_ipc_handle(other),
+                    ("grow", "nbytes"): 1 << 20})
     return by_name, special, keep, function
+
+
+_MULTI = {}
 
 
 def _keyword_calls(cuda, ctx, function):
@@ -375,6 +394,7 @@ def _keyword_calls(cuda, ctx, function):
         _driver.TensorMap: _driver.TensorMap,
         _driver.Graph: graph, _driver.GraphExec: graph.instantiate(), "node": node,
     }
+    receivers.update(_MULTI)
     out = []
     for owner, name, _, _ in METHODS:
         obj = getattr(owner, name)
@@ -382,7 +402,7 @@ def _keyword_calls(cuda, ctx, function):
         if not any(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params):
             continue
         if owner is not _driver:
-            obj = getattr(receivers[owner], name)
+            obj = getattr(receivers.get((owner, name), receivers.get(owner)), name)
         out.append((_label(owner, name), name, obj, params))
     for tp, _ in CONSTRUCTORS:
         out.append((tp.__name__, tp.__name__, tp, list(inspect.signature(tp).parameters.values())))

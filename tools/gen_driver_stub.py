@@ -55,6 +55,12 @@ RETURNS = {
         "empty", "mem_alloc", "mem_free", "conditional")},
     "GraphExec.launch": "None", "GraphExec.upload": "None", "GraphExec.update": "None",
     "GraphExec.synchronize": "None", "GraphExec.set_kernel_node_params": "None",
+    "mem_get_ipc_handle": "bytearray", "forked_from": "int | None",
+    "Event.ipc_handle": "bytearray", "Event.from_ipc_handle": "Event",
+    "IPCMemoryHandle.close": "None", "VirtualBuffer.grow": "None",
+    "MemoryPool.allocate": "DeviceAllocation", "MemoryPool.export_pointer": "bytes",
+    "MemoryPool.import_pointer": "DeviceAllocation", "MemoryPool.set_access": "None",
+    "MemoryPool.destroy": "None",
 }
 ATTRS = {  # getset descriptors: Class.name -> annotation
     "Device.ordinal": "int", "Device.uuid": "bytes", "Context.device": "Device",
@@ -74,6 +80,11 @@ ATTRS = {  # getset descriptors: Class.name -> annotation
     "GraphNode.handle": "int", "GraphNode.function": "Function | None",
     "GraphNode.dptr": "int", "GraphNode.bytesize": "int",
     "GraphNode.bodies": "tuple[Graph, ...] | None",
+    "VirtualBuffer.mapped": "int", "VirtualBuffer.reserved": "int",
+    "VirtualBuffer.granularity": "int", "VirtualBuffer.shareable": "bool",
+    "VirtualBuffer.device": "int", "VirtualBuffer.nchunks": "int",
+    "MemoryPool.handle": "int", "MemoryPool.imported": "bool", "MemoryPool.ipc": "bool",
+    "MemoryPool.device": "int",
 }
 
 

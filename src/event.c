@@ -64,6 +64,8 @@ check_alive(pygpu_Event *self)
         return -1;
     }
     if (self->context != NULL && self->context->detached) {
+        if (self->context->detached == 3)     /* forked: CudaUnavailableError */
+            return pygpu_ensure_driver(PYGPU_STATE(self));
         PyErr_SetString(PYGPU_STATE(self)->LogicError,
                         "the context this Event belongs to was detached");
         return -1;

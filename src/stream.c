@@ -30,10 +30,14 @@ stream_check(pygpu_Stream *self)
 {
     pygpu_state *st = PYGPU_STATE(self);
     if (self->context != NULL && self->context->detached) {
+        if (self->context->detached == 3)     /* forked: CudaUnavailableError */
+            return pygpu_ensure_driver(st);
         PyErr_SetString(st->LogicError,
                         "the context this Stream belongs to was detached");
         return -1;
     }
+    if (pygpu_forked_from != 0)               /* a null stream, forked */
+        return pygpu_ensure_driver(st);
     return 0;
 }
 
@@ -215,7 +219,8 @@ stream_synchronize(pygpu_Stream *self, PyObject *unused)
     pygpu_state *st = PYGPU_STATE(self);
     CUresult rc;
     pygpu_scope s = {NULL, 0};
-    if (self->context != NULL && pygpu_scope_enter(st, self->context, &s) < 0)
+    if ((self->context == NULL && stream_check(self) < 0)
+        || (self->context != NULL && pygpu_scope_enter(st, self->context, &s) < 0))
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = cu.cuStreamSynchronize(self->handle);

@@ -4,8 +4,9 @@ a new process.  Needs no GPU (nvJitLink links on the CPU).
 
     python benchmarks/linking.py [--reps N]
 
-The C floor is compiled at run time with cc against the CUDA toolkit
-($CUDA_HOME, else /usr/local/cuda): create, add two LTO-IR inputs, complete,
+The C floor is compiled at run time with cc, with the toolkit's header
+($CUDA_HOME, else /usr/local/cuda), against the nvJitLink library pygpu
+loaded (the same file, printed): create, add two LTO-IR inputs, complete,
 copy the cubin, destroy; the same as one Linker.link() with the cache off.
 Goals (issue 15): pygpu <= 1.1x the C floor; a cached link in a new process
 <= 1 ms.
@@ -135,9 +136,16 @@ def main():
         src, exe = os.path.join(d, "floor.c"), os.path.join(d, "floor")
         with open(src, "w") as f:
             f.write(C_FLOOR)
+        # the C floor links the very library pygpu loaded (on a machine with
+        # NVIDIA's pip wheels that is often not the toolkit's: another version)
+        linking._ensure_nvjitlink()
+        with open("/proc/self/maps") as f:
+            lib = next(ln.split()[-1] for ln in f if "libnvJitLink" in ln)
         subprocess.run(["cc", "-O2", "-o", exe, src, "-I" + os.path.join(cuda, "include"),
-                        "-L" + os.path.join(cuda, "lib64"), "-lnvJitLink",
-                        "-Wl,-rpath," + os.path.join(cuda, "lib64")], check=True)
+                        lib, "-Wl,-rpath," + os.path.dirname(lib)], check=True)
+        ldd = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
+        c_lib = next((ln.split("=>")[1].split("(")[0].strip() for ln in ldd.splitlines()
+                      if "nvJitLink" in ln and "=>" in ln), "?")
 
         # warm both (the first link pays nvJitLink's own start-up)
         linking.Linker(arch="sm_90", lto=True, cache_dir=False).add(a).add(b).link()
@@ -165,6 +173,8 @@ def main():
                 runs.append([float(x) for x in r.stdout.split()])
         imp, comp, link = (statistics.median(col) for col in zip(*runs))
 
+    print("nvJitLink %s: pygpu %s, C %s" % (".".join(map(str, linking.nvjitlink_version())),
+                                              lib, os.path.realpath(c_lib)))
     print("Linking two LTO-IR modules into a cubin (sm_90), median of %d:" % args.reps)
     print("  C (nvJitLink calls)        %9.1f us" % c_us)
     print("  pygpu Linker.link()        %9.1f us   %.3fx C  (goal <= 1.1x)"

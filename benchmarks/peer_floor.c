@@ -2,7 +2,7 @@
  * device 1 (primary contexts, peer access enabled both ways when the
  * devices allow it), as benchmarks/multi_gpu.py measures pygpu's
  * memcpy_peer.  Prints one JSON object: for each size, the median seconds
- * of a blocking cuMemcpyPeer and of REPEAT cuMemcpyPeerAsync on one stream
+ * of a cuMemcpyPeer followed by cuCtxSynchronize and of REPEAT cuMemcpyPeerAsync on one stream
  * between two events.
  * Built and run by multi_gpu.py:  cc peer_floor.c -lcuda
  *   peer_floor REPEAT SIZE...                                               */
@@ -67,9 +67,13 @@ int main(int argc, char **argv)
         double *t = malloc(sizeof(double) * repeat), blocking;
         float ms;
         CK(cuMemcpyPeer(b, c1, a, c0, n));            /* warm up */
+        CK(cuCtxSynchronize());
         for (k = 0; k < repeat; k++) {
+            /* cuMemcpyPeer may return before a device-to-device copy
+             * ends: the row times the copy to its end */
             double t0 = now();
             CK(cuMemcpyPeer(b, c1, a, c0, n));
+            CK(cuCtxSynchronize());
             t[k] = now() - t0;
         }
         qsort(t, repeat, sizeof *t, cmp);

@@ -28,6 +28,7 @@ ADD = ('extern "C" __global__ void add(const float4 *x, const float4 *y, float4 
        '  if (i < n4) { float4 a = x[i], b = y[i];\n'
        '    z[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); } }\n')
 BURST, BURSTS = 500, 20
+LAUNCH_ROUNDS = 60      # rounds of the interleaved launch rows (paired)
 # the Lomb-Scargle kernel of examples/lombscargle.py at the size
 # ../shared/PERFORMANCE.md measured (2^10 samples, 2^20 frequencies, blocks
 # of 128, SMs x 20 blocks), compiled with the same options by every peer and
@@ -128,8 +129,12 @@ def build_inproc_floor():
     return lib
 
 
-def interleaved(fns, n=BURST, reps=BURSTS, sync=None):
-    """Median us per call of each fn(count) -> seconds, bursts interleaved."""
+def interleaved(fns, n=BURST, reps=BURSTS, sync=None, paired=None):
+    """Median us per call of each fn(count) -> seconds, bursts interleaved.
+    With paired (a key of fns), also the median over rounds of each fn's
+    difference from that fn in the same round: the machine's drift from
+    round to round (it moved the C loop by 0.3 us within one run) then
+    cancels instead of adding noise."""
     times = {k: [] for k in fns}
     for k, fn in fns.items():
         fn(n)
@@ -140,7 +145,12 @@ def interleaved(fns, n=BURST, reps=BURSTS, sync=None):
             times[k].append(fn(n) / n * 1e6)
             if sync:
                 sync()
-    return {k: statistics.median(v) for k, v in times.items()}
+    med = {k: statistics.median(v) for k, v in times.items()}
+    if paired is None:
+        return med
+    diff = {k: statistics.median(a - b for a, b in zip(v, times[paired]))
+            for k, v in times.items()}
+    return med, diff
 
 
 def timed_loop(call):
@@ -225,15 +235,20 @@ def measure_pygpu():
         "null_call_us": stmt_loop("null(d, 1000, 2.0, block=block, grid=grid)", **ns),
         "null_bound_us": stmt_loop("null(d, 1000, 2.0)", **ns),
     }
-    m = interleaved(fns, sync=sync)
+    m, dm = interleaved(fns, reps=LAUNCH_ROUNDS, sync=sync, paired="floor")
     f.prepare("Pif")     # prepared_call packs by the prepared types from here on
-    m2 = interleaved({"floor": fns["floor"],
-                      "launch_prepared_us": stmt_loop("fp.prepared_call(grid, block, d, 1000, 2.0)",
-                                                      **ns),
-                      "null_prepared_us": stmt_loop("null(grid, block, d, 1000, 2.0)", **ns)},
-                     sync=sync)
-    r["launch_enqueue_us"], r["launch_bound_us"] = m["launch_enqueue_us"], m["launch_bound_us"]
-    r["launch_prepared_us"] = m2["launch_prepared_us"]
+    m2, dm2 = interleaved({"floor": fns["floor"],
+                           "launch_prepared_us": stmt_loop(
+                               "fp.prepared_call(grid, block, d, 1000, 2.0)", **ns),
+                           "null_prepared_us": stmt_loop("null(grid, block, d, 1000, 2.0)", **ns)},
+                          reps=LAUNCH_ROUNDS, sync=sync, paired="floor")
+    # each launch row: the floor's median plus the median of the per-round
+    # differences (its own median is kept beside it)
+    r["launch_enqueue_us"] = m["floor"] + dm["launch_enqueue_us"]
+    r["launch_bound_us"] = m["floor"] + dm["launch_bound_us"]
+    r["launch_prepared_us"] = m2["floor"] + dm2["launch_prepared_us"]
+    r["launch_unpaired_us"] = {k: m[k] for k in ("launch_enqueue_us", "launch_bound_us")}
+    r["launch_unpaired_us"]["launch_prepared_us"] = m2["launch_prepared_us"]
     r["floor_inproc_us"] = m["floor"]
     r["floor_inproc_us_2"] = m2["floor"]
     r["null_us"] = {"launch_enqueue_us": m["null_call_us"], "launch_bound_us": m["null_bound_us"],

@@ -318,3 +318,46 @@ pygpu_parse_int(PyObject *obj, int *out, const char *what)
     *out = (int)v;
     return 0;
 }
+
+/* ---- arguments of METH_FASTCALL | METH_KEYWORDS functions ---- */
+
+int
+pygpu_fast_args(const char *fname, PyObject *const *args, Py_ssize_t nargs,
+                PyObject *kwnames, const char *const *names, Py_ssize_t nreq,
+                PyObject **out)
+{
+    Py_ssize_t nnames = 0, i, j, nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    while (names[nnames] != NULL)
+        nnames++;
+    if (nargs > nnames) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %zd arguments (%zd given)", fname,
+                     nnames, nargs + nkw);
+        return -1;
+    }
+    for (i = 0; i < nnames; i++)
+        out[i] = i < nargs ? args[i] : NULL;
+    for (j = 0; j < nkw; j++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, j);
+        for (i = 0; i < nnames; i++)
+            if (PyUnicode_CompareWithASCIIString(k, names[i]) == 0)
+                break;
+        if (i == nnames) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument %R",
+                         fname, k);
+            return -1;
+        }
+        if (out[i] != NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'",
+                         fname, names[i]);
+            return -1;
+        }
+        out[i] = args[nargs + j];
+    }
+    for (i = 0; i < nreq; i++)
+        if (out[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %zd)",
+                         fname, names[i], i + 1);
+            return -1;
+        }
+    return 0;
+}

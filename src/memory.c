@@ -706,14 +706,16 @@ check_fits(size_t n, size_t cap, const char *what, const char *side)
  * device pointer; htod says which is which.  The blocking forms given a
  * stream queue the copy on it (after its earlier work) and wait for it. */
 static PyObject *
-do_host_copy(PyObject *module, PyObject *args, PyObject *kwds, int htod, int async)
+do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+             int htod, int async)
 {
     pygpu_state *st = PyModule_GetState(module);
-    static char *kwlist[] = {"dest", "src", "stream", NULL};
+    static const char *const argnames[] = {"dest", "src", "stream", NULL};
+    static const char *fnames[2][2] = {{"memcpy_dtoh", "memcpy_dtoh_async"},
+                                       {"memcpy_htod", "memcpy_htod_async"}};
+    PyObject *a[3];
     static const char *names[2][2] = {{"memcpy_dtoh()", "memcpy_dtoh_async()"},
                                       {"memcpy_htod()", "memcpy_htod_async()"}};
-    static const char *formats[2][2] = {{"OO|O:memcpy_dtoh", "OO|O:memcpy_dtoh_async"},
-                                        {"OO|O:memcpy_htod", "OO|O:memcpy_htod_async"}};
     static const char *routines[2][2] = {{"cuMemcpyDtoH", "cuMemcpyDtoHAsync"},
                                          {"cuMemcpyHtoD", "cuMemcpyHtoDAsync"}};
     const char *what = names[htod][async], *routine;
@@ -725,9 +727,11 @@ do_host_copy(PyObject *module, PyObject *args, PyObject *kwds, int htod, int asy
     Py_buffer view;
     CUresult rc;
     int on_stream;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, formats[htod][async], kwlist,
-                                     &dst, &src, &sobj))
+    if (pygpu_fast_args(fnames[htod][async], args, nargs, kwnames, argnames, 2, a) < 0)
         return NULL;
+    dst = a[0], src = a[1];
+    if (a[2] != NULL)
+        sobj = a[2];
     on_stream = async || sobj != Py_None;
     if (get_ptr(st, htod ? dst : src, &d, &cap) < 0
         || (on_stream && pygpu_get_stream(st, sobj, &s) < 0))
@@ -772,19 +776,33 @@ done:
 }
 
 static PyObject *
-memcpy_htod(PyObject *m, PyObject *a, PyObject *k) { return do_host_copy(m, a, k, 1, 0); }
+memcpy_htod(PyObject *m, PyObject *const *a, Py_ssize_t n, PyObject *k)
+{
+    return do_host_copy(m, a, n, k, 1, 0);
+}
 static PyObject *
-memcpy_htod_async(PyObject *m, PyObject *a, PyObject *k) { return do_host_copy(m, a, k, 1, 1); }
+memcpy_htod_async(PyObject *m, PyObject *const *a, Py_ssize_t n, PyObject *k)
+{
+    return do_host_copy(m, a, n, k, 1, 1);
+}
 static PyObject *
-memcpy_dtoh(PyObject *m, PyObject *a, PyObject *k) { return do_host_copy(m, a, k, 0, 0); }
+memcpy_dtoh(PyObject *m, PyObject *const *a, Py_ssize_t n, PyObject *k)
+{
+    return do_host_copy(m, a, n, k, 0, 0);
+}
 static PyObject *
-memcpy_dtoh_async(PyObject *m, PyObject *a, PyObject *k) { return do_host_copy(m, a, k, 0, 1); }
+memcpy_dtoh_async(PyObject *m, PyObject *const *a, Py_ssize_t n, PyObject *k)
+{
+    return do_host_copy(m, a, n, k, 0, 1);
+}
 
 static PyObject *
-do_dtod(PyObject *module, PyObject *args, PyObject *kwds, int async)
+do_dtod(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+        int async)
 {
     pygpu_state *st = PyModule_GetState(module);
-    static char *kwlist[] = {"dest", "src", "size", "stream", NULL};
+    static const char *const names[] = {"dest", "src", "size", "stream", NULL};
+    PyObject *a[4];
     const char *what = async ? "memcpy_dtod_async()" : "memcpy_dtod()";
     const char *routine;
     PyObject *dst, *src, *nobj, *sobj = Py_None;
@@ -794,10 +812,12 @@ do_dtod(PyObject *module, PyObject *args, PyObject *kwds, int async)
     CUstream s = NULL;
     CUresult rc;
     int on_stream;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, async ? "OOO|O:memcpy_dtod_async"
-                                                        : "OOO|O:memcpy_dtod",
-                                     kwlist, &dst, &src, &nobj, &sobj))
+    if (pygpu_fast_args(async ? "memcpy_dtod_async" : "memcpy_dtod", args, nargs, kwnames,
+                        names, 3, a) < 0)
         return NULL;
+    dst = a[0], src = a[1], nobj = a[2];
+    if (a[3] != NULL)
+        sobj = a[3];
     on_stream = async || sobj != Py_None;
     if (get_ptr(st, dst, &d, &dcap) < 0
         || get_ptr(st, src, &sp, &scap) < 0
@@ -832,9 +852,15 @@ do_dtod(PyObject *module, PyObject *args, PyObject *kwds, int async)
 }
 
 static PyObject *
-memcpy_dtod(PyObject *m, PyObject *a, PyObject *k) { return do_dtod(m, a, k, 0); }
+memcpy_dtod(PyObject *m, PyObject *const *a, Py_ssize_t n, PyObject *k)
+{
+    return do_dtod(m, a, n, k, 0);
+}
 static PyObject *
-memcpy_dtod_async(PyObject *m, PyObject *a, PyObject *k) { return do_dtod(m, a, k, 1); }
+memcpy_dtod_async(PyObject *m, PyObject *const *a, Py_ssize_t n, PyObject *k)
+{
+    return do_dtod(m, a, n, k, 1);
+}
 
 /* The context of one side of a peer copy: *ctx as given (a Context), or,
  * when None, obj's own (a DeviceAllocation) or the current one.  Borrowed.
@@ -858,11 +884,13 @@ peer_context(pygpu_state *st, PyObject *obj, PyObject **ctx, const char *what)
 }
 
 static PyObject *
-do_peer(PyObject *module, PyObject *args, PyObject *kwds, int async)
+do_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+        int async)
 {
     pygpu_state *st = PyModule_GetState(module);
-    static char *kwlist[] = {"dest", "src", "size", "dest_context", "src_context",
-                             "stream", NULL};
+    static const char *const names[] = {"dest", "src", "size", "dest_context",
+                                        "src_context", "stream", NULL};
+    PyObject *a[6];
     const char *routine;
     PyObject *dst, *src, *nobj, *dctx = Py_None, *sctx = Py_None, *sobj = Py_None;
     pygpu_DeviceAllocation *hd = NULL, *hs = NULL;
@@ -871,10 +899,16 @@ do_peer(PyObject *module, PyObject *args, PyObject *kwds, int async)
     CUstream s = NULL;
     CUresult rc;
     int on_stream;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, async ? "OOO|OOO:memcpy_peer_async"
-                                                        : "OOO|OOO:memcpy_peer",
-                                     kwlist, &dst, &src, &nobj, &dctx, &sctx, &sobj))
+    if (pygpu_fast_args(async ? "memcpy_peer_async" : "memcpy_peer", args, nargs, kwnames,
+                        names, 3, a) < 0)
         return NULL;
+    dst = a[0], src = a[1], nobj = a[2];
+    if (a[3] != NULL)
+        dctx = a[3];
+    if (a[4] != NULL)
+        sctx = a[4];
+    if (a[5] != NULL)
+        sobj = a[5];
     /* PyCUDA's defaults: a context left out is the allocation's own (a
      * DeviceAllocation knows it), else the current one */
     if (peer_context(st, dst, &dctx, "dest_context") < 0
@@ -916,9 +950,15 @@ do_peer(PyObject *module, PyObject *args, PyObject *kwds, int async)
 }
 
 static PyObject *
-memcpy_peer(PyObject *m, PyObject *a, PyObject *k) { return do_peer(m, a, k, 0); }
+memcpy_peer(PyObject *m, PyObject *const *a, Py_ssize_t n, PyObject *k)
+{
+    return do_peer(m, a, n, k, 0);
+}
 static PyObject *
-memcpy_peer_async(PyObject *m, PyObject *a, PyObject *k) { return do_peer(m, a, k, 1); }
+memcpy_peer_async(PyObject *m, PyObject *const *a, Py_ssize_t n, PyObject *k)
+{
+    return do_peer(m, a, n, k, 1);
+}
 
 /* memset_d8/d16/d32(dest, value, count[, stream]) */
 static PyObject *
@@ -1148,6 +1188,7 @@ mem_prefetch(PyObject *module, PyObject *args, PyObject *kwds)
 }
 
 #define KW (METH_VARARGS | METH_KEYWORDS)
+#define FKW (METH_FASTCALL | METH_KEYWORDS)
 #define CF(f) (PyCFunction)(void (*)(void))(f)
 static PyMethodDef memory_methods[] = {
     {"mem_alloc", mem_alloc, METH_O,
@@ -1169,33 +1210,33 @@ static PyMethodDef memory_methods[] = {
     {"mem_prefetch", CF(mem_prefetch), KW,
      "mem_prefetch($module, /, ptr, size, device=-1, stream=None)\n--\n\n"
      "Prefetch managed memory to a device ordinal (-1: to the host)."},
-    {"memcpy_htod", CF(memcpy_htod), KW,
+    {"memcpy_htod", CF(memcpy_htod), FKW,
      "memcpy_htod($module, /, dest, src, stream=None)\n--\n\n"
      "Copy a host buffer to device memory; complete on return. Given a stream, "
      "the copy is queued on it (after its earlier work) and waited for."},
-    {"memcpy_htod_async", CF(memcpy_htod_async), KW,
+    {"memcpy_htod_async", CF(memcpy_htod_async), FKW,
      "memcpy_htod_async($module, /, dest, src, stream=None)\n--\n\n"
      "Asynchronous host-to-device copy (host memory should be page-locked)."},
-    {"memcpy_dtoh", CF(memcpy_dtoh), KW,
+    {"memcpy_dtoh", CF(memcpy_dtoh), FKW,
      "memcpy_dtoh($module, /, dest, src, stream=None)\n--\n\n"
      "Copy device memory into a writable host buffer; complete on return. Given a "
      "stream, the copy is queued on it (after its earlier work) and waited for."},
-    {"memcpy_dtoh_async", CF(memcpy_dtoh_async), KW,
+    {"memcpy_dtoh_async", CF(memcpy_dtoh_async), FKW,
      "memcpy_dtoh_async($module, /, dest, src, stream=None)\n--\n\n"
      "Asynchronous device-to-host copy (host memory should be page-locked)."},
-    {"memcpy_dtod", CF(memcpy_dtod), KW,
+    {"memcpy_dtod", CF(memcpy_dtod), FKW,
      "memcpy_dtod($module, /, dest, src, size, stream=None)\n--\n\n"
      "Device-to-device copy of size bytes. Given a stream, the copy is queued on "
      "it (after its earlier work) and waited for."},
-    {"memcpy_dtod_async", CF(memcpy_dtod_async), KW,
+    {"memcpy_dtod_async", CF(memcpy_dtod_async), FKW,
      "memcpy_dtod_async($module, /, dest, src, size, stream=None)\n--\n\n"
      "Asynchronous device-to-device copy."},
-    {"memcpy_peer", CF(memcpy_peer), KW,
+    {"memcpy_peer", CF(memcpy_peer), FKW,
      "memcpy_peer($module, /, dest, src, size, dest_context=None, src_context=None, stream=None)\n--\n\n"
      "Copy between the memory of two contexts (devices); a context left out is the "
      "DeviceAllocation's own, else the current one. Given a stream, the copy "
      "is queued on it (after its earlier work) and waited for."},
-    {"memcpy_peer_async", CF(memcpy_peer_async), KW,
+    {"memcpy_peer_async", CF(memcpy_peer_async), FKW,
      "memcpy_peer_async($module, /, dest, src, size, dest_context=None, src_context=None, stream=None)\n--\n\n"
      "Asynchronous peer copy."},
     {"memset_d8", memset_d8, METH_VARARGS,

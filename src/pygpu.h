@@ -265,6 +265,14 @@ int pygpu_errors_setup(PyObject *m, pygpu_state *st);
  * truncating.  Returns 0 or -1. */
 int pygpu_parse_uint(PyObject *obj, unsigned int *out, const char *what);
 int pygpu_parse_int(PyObject *obj, int *out, const char *what);
+/* The arguments of a METH_FASTCALL | METH_KEYWORDS function by name
+ * (names ends with NULL; the first nreq are required), as
+ * PyArg_ParseTupleAndKeywords's "O" gives them but with no tuple or dict
+ * made: out[i] is borrowed, NULL where not given.  0, or -1 with the
+ * TypeError CPython's own parser would raise. */
+int pygpu_fast_args(const char *fname, PyObject *const *args, Py_ssize_t nargs,
+                    PyObject *kwnames, const char *const *names, Py_ssize_t nreq,
+                    PyObject **out);
 
 /* loader.c: pygpu_ensure_driver() loads libcuda and calls cuInit once per
  * process; returns 0, or -1 with CudaUnavailableError set.  GIL held. */

@@ -119,6 +119,14 @@ def _expected(name, func, flags):
         return Expected(positional=1, required=1)
     body = _strip_strings_concat(_closure(func))
     formats = [f for f, n in re.findall(r'"([^":]*):(\w+)"', body) if n == name]
+    fast = re.search(r"pygpu_fast_args\([^;]*?,\s*(\w+),\s*(\d+),\s*\w+\)", body)
+    if "METH_FASTCALL" in flags and fast:
+        # pygpu_fast_args(fname, args, nargs, kwnames, NAMES, NREQ, out)
+        arr = re.search(r"static const char \*const %s\[\] = \{(.*?)\};" % fast.group(1),
+                        body, re.S)
+        assert arr, "%s: the names of pygpu_fast_args not found in %s" % (name, func)
+        return Expected(keywords=re.findall(r'"(\w+)"', arr.group(1)),
+                        required=int(fast.group(2)), positional=0)
     if "METH_FASTCALL" in flags:
         keys = re.findall(r'PyUnicode_CompareWithASCIIString\(k, "(\w+)"\)', body)
         assert keys, "%s: no keyword parser found in %s" % (name, func)
@@ -485,3 +493,27 @@ def test_launch_keywords_are_accepted(standin, ctx, kernel_ptx):
                                         r"'blocks' \(launch options: block, grid, shared, "
                                         r"stream, time_kernel, cluster, cooperative, pdl\)"):
         f(d, 4, blocks=(32, 1, 1))
+
+
+@pytest.mark.parametrize("fn", ["memcpy_htod", "memcpy_dtoh_async", "memcpy_dtod",
+                                "memcpy_peer_async"])
+def test_fast_parser_errors_match_cpython(fn):
+    """The copies parse their arguments with pygpu_fast_args (no tuple or
+    dict per call); a wrong call gets the TypeError CPython's parser gives,
+    before anything else is looked at."""
+    f = getattr(_driver, fn)
+    with pytest.raises(TypeError, match=r"^%s\(\) got an unexpected keyword argument "
+                                        r"'strem'$" % fn):
+        f(1, 2, 3, strem=None)
+    with pytest.raises(TypeError, match=r"^%s\(\) got multiple values for argument 'src'$"
+                                        % fn):
+        f(1, 2, src=3)
+    with pytest.raises(TypeError, match=r"^%s\(\) missing required argument 'src' \(pos 2\)$"
+                                        % fn):
+        f(1)
+    with pytest.raises(TypeError, match=r"^%s\(\) missing required argument 'dest' "
+                                        r"\(pos 1\)$" % fn):
+        f(src=1)
+    with pytest.raises(TypeError, match=r"^%s\(\) takes at most \d arguments \(9 given\)$"
+                                        % fn):
+        f(*range(9))

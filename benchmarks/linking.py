@@ -4,10 +4,11 @@ a new process.  Needs no GPU (nvJitLink links on the CPU).
 
     python benchmarks/linking.py [--reps N]
 
-The C floor is compiled at run time with cc, with the toolkit's header
-($CUDA_HOME, else /usr/local/cuda), against the nvJitLink library pygpu
-loaded (the same file, printed): create, add two LTO-IR inputs, complete,
-copy the cubin, destroy; the same as one Linker.link() with the cache off.
+The C floor (floor_tools.c, built by inproc.py against the nvJitLink file
+pygpu loaded, and loaded into this process): create, add two LTO-IR
+inputs, complete, copy the cubin, destroy; the same as one Linker.link()
+with the cache off.  Rounds of C and of pygpu alternate; the pygpu figure
+is the C median plus the median per-round difference.
 Goals (issue 15): pygpu <= 1.1x the C floor; a cached link in a new process
 <= 1 ms.
 """
@@ -22,6 +23,9 @@ import time
 
 from pygpu import compiler, linking
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import inproc  # noqa: E402
+
 LIB = r"""
 __device__ float scale = 1.0f;
 __device__ float affine(float x, float a) { return a * x + scale; }
@@ -35,69 +39,6 @@ extern "C" __global__ void scale_add(float *y, const float *x, float a, int n)
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         y[i] = affine(x[i], a) + poly(y[i]);
-}
-"""
-
-C_FLOOR = r"""
-#include <nvJitLink.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    if (!f) { perror(path); exit(2); }
-    fseek(f, 0, SEEK_END); *n = (size_t)ftell(f); fseek(f, 0, SEEK_SET);
-    buf = malloc(*n);
-    if (fread(buf, 1, *n, f) != *n) exit(2);
-    fclose(f);
-    return buf;
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-int main(int argc, char **argv)
-{
-    size_t na, nb, size;
-    char *a = slurp(argv[1], &na), *b = slurp(argv[2], &nb);
-    int reps = atoi(argv[3]), i;
-    double *t = malloc(sizeof(double) * reps);
-    const char *opts[] = {"-arch=sm_90", "-lto"};
-    for (i = 0; i < reps; i++) {
-        nvJitLinkHandle h;
-        double t0 = now();
-        if (nvJitLinkCreate(&h, 2, opts) != NVJITLINK_SUCCESS
-            || nvJitLinkAddData(h, NVJITLINK_INPUT_LTOIR, a, na, "lib.ltoir") != NVJITLINK_SUCCESS
-            || nvJitLinkAddData(h, NVJITLINK_INPUT_LTOIR, b, nb, "app.ltoir") != NVJITLINK_SUCCESS
-            || nvJitLinkComplete(h) != NVJITLINK_SUCCESS
-            || nvJitLinkGetLinkedCubinSize(h, &size) != NVJITLINK_SUCCESS) {
-            fprintf(stderr, "link failed\n");
-            return 1;
-        }
-        {
-            char *cubin = malloc(size);
-            nvJitLinkGetLinkedCubin(h, cubin);
-            free(cubin);
-        }
-        nvJitLinkDestroy(&h);
-        t[i] = now() - t0;
-    }
-    qsort(t, reps, sizeof(double), cmp);
-    printf("%.1f\n", t[reps / 2] * 1e6);
-    return 0;
 }
 """
 
@@ -126,42 +67,27 @@ def main():
         return
     a = compiler.compile(LIB, arch="sm_90", target="ltoir", cache_dir=False)
     b = compiler.compile(APP, arch="sm_90", target="ltoir", cache_dir=False)
-    with tempfile.TemporaryDirectory() as d:
-        pa, pb = os.path.join(d, "lib.ltoir"), os.path.join(d, "app.ltoir")
-        with open(pa, "wb") as f:
-            f.write(a)
-        with open(pb, "wb") as f:
-            f.write(b)
-        cuda = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
-        src, exe = os.path.join(d, "floor.c"), os.path.join(d, "floor")
-        with open(src, "w") as f:
-            f.write(C_FLOOR)
-        # the C floor links the very library pygpu loaded (on a machine with
-        # NVIDIA's pip wheels that is often not the toolkit's: another version)
-        linking._ensure_nvjitlink()
-        with open("/proc/self/maps") as f:
-            lib = next(ln.split()[-1] for ln in f if "libnvJitLink" in ln)
-        subprocess.run(["cc", "-O2", "-o", exe, src, "-I" + os.path.join(cuda, "include"),
-                        lib, "-Wl,-rpath," + os.path.dirname(lib)], check=True)
-        ldd = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
-        c_lib = next((ln.split("=>")[1].split("(")[0].strip() for ln in ldd.splitlines()
-                      if "nvJitLink" in ln and "=>" in ln), "?")
+    cuda = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    # the C calls run in this process, from a library linked against the
+    # very nvJitLink file pygpu loaded, their rounds alternating with
+    # pygpu's (paired): a link's time drifts within a process (0.8 ms at
+    # its start, 0.5 ms a few seconds later on an H200 host)
+    lib, _, jl_path = inproc.build_tools(cuda)
+    ab, bb = bytes(a), bytes(b)
 
-        # warm both (the first link pays nvJitLink's own start-up)
+    def c_once():
+        t = lib.jl_lto_once(ab, len(ab), bb, len(bb), b"-arch=sm_90")
+        assert t > 0, "the C link failed"
+        return t
+
+    def py_once():
+        t0 = time.perf_counter()
         linking.Linker(arch="sm_90", lto=True, cache_dir=False).add(a).add(b).link()
-        # interleaved rounds (C, then pygpu), so a busy machine slows both alike
-        c_all, py_all = [], []
-        per = 5
-        for _ in range(max(1, args.reps // per)):
-            c_all.append(float(subprocess.run([exe, pa, pb, str(per)], capture_output=True,
-                                              text=True, check=True).stdout))
-            for _ in range(per):
-                t0 = time.perf_counter()
-                linking.Linker(arch="sm_90", lto=True, cache_dir=False).add(a).add(b).link()
-                py_all.append(time.perf_counter() - t0)
-        c_us = statistics.median(c_all)
-        py_us = statistics.median(py_all) * 1e6
+        return time.perf_counter() - t0
 
+    c_s, py_s = inproc.paired(c_once, py_once, rounds=args.reps)
+    c_us, py_us = c_s * 1e6, py_s * 1e6
+    with tempfile.TemporaryDirectory() as d:
         cache = os.path.join(d, "cache")
         env = dict(os.environ, PYGPU_CACHE_DIR=cache)
         runs = []
@@ -173,9 +99,10 @@ def main():
                 runs.append([float(x) for x in r.stdout.split()])
         imp, comp, link = (statistics.median(col) for col in zip(*runs))
 
-    print("nvJitLink %s: pygpu %s, C %s" % (".".join(map(str, linking.nvjitlink_version())),
-                                              lib, os.path.realpath(c_lib)))
-    print("Linking two LTO-IR modules into a cubin (sm_90), median of %d:" % args.reps)
+    print("nvJitLink %s (%s), for pygpu and C alike" % (
+        ".".join(map(str, linking.nvjitlink_version())), jl_path))
+    print("Linking two LTO-IR modules into a cubin (sm_90), %d paired rounds of 3 each:"
+          % args.reps)
     print("  C (nvJitLink calls)        %9.1f us" % c_us)
     print("  pygpu Linker.link()        %9.1f us   %.3fx C  (goal <= 1.1x)"
           % (py_us, py_us / c_us))

@@ -18,6 +18,8 @@ import time
 
 import numpy as np
 
+import inproc  # benchmarks/inproc.py: the C compile floor in this process
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ARGS3 = 'extern "C" __global__ void args3(float *p, int n, float a) { if (n < 0) p[0] = a; }\n'
 EMPTY = 'extern "C" __global__ void empty() { }\n'
@@ -289,7 +291,22 @@ def measure_pygpu():
     r["staging_sweep"] = sweep
     del db, db2, pinned, pageable
 
-    r["compile_ms"] = median_ms(lambda: compiler.compile(SAXPY, cache_dir=False))
+    # the C NVRTC call in this process, against the NVRTC file pygpu
+    # loaded, rounds alternating with pygpu's (paired, as the launch rows)
+    tools, _, _ = inproc.build_tools(cuda_include())
+    arch_opt = ("-arch=" + compiler.compile(SAXPY).arch).encode()
+
+    def c_once():
+        t = tools.nvrtc_cubin_once(SAXPY.encode(), arch_opt)
+        assert t > 0, "the C NVRTC compile failed"
+        return t
+
+    def py_once():
+        t = time.perf_counter()
+        compiler.compile(SAXPY, cache_dir=False)
+        return time.perf_counter() - t
+    c_s, py_s = inproc.paired(c_once, py_once, rounds=7)
+    r["compile_ms"], r["compile_floor_inproc_ms"] = py_s * 1e3, c_s * 1e3
     SourceModule(SAXPY, no_extern_c=True)
     r["cache_hit_ms"] = burst(lambda: SourceModule(SAXPY, no_extern_c=True), n=1000, reps=5) / 1e3
     binary = compiler.compile(SAXPY)
@@ -657,6 +674,8 @@ def main():
             fl = results["pygpu"]["floor_inproc_us"]     # same process, interleaved
         elif key == "launch_prepared_us":
             fl = results["pygpu"]["floor_inproc_us_2"]
+        elif key == "compile_ms" and "compile_floor_inproc_ms" in results["pygpu"]:
+            fl = results["pygpu"]["compile_floor_inproc_ms"]   # same process, paired
         pg = results["pygpu"].get(key)
         if pg is None:
             continue

@@ -1062,3 +1062,34 @@ def test_gpu_mpi_example_on_two_ranks(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "rank 0: device 0" in r.stdout and "rank 1: device 1" in r.stdout, r.stdout
     assert "ok: 65536 of 65536 frequencies match SciPy" in r.stdout, r.stdout
+
+
+@gpu
+@pytest.mark.parametrize("stage", [True, False], ids=["staged", "direct"])
+def test_gpu_mpi_device_buffers_on_two_ranks(tmp_path, stage):
+    """The same calls as the stand-in's staged test on real GPUs, one rank a
+    device: staged through pinned memory, and (where the MPI library says
+    it is CUDA-aware) device buffers handed straight to MPI."""
+    pytest.importorskip("mpi4py")
+    exe = _mpiexec()
+    if exe is None:
+        pytest.skip("no mpiexec on PATH or beside %s" % sys.executable)
+    _need_devices(2)
+    script = tmp_path / "mpi_gpu.py"
+    body = MPI_STAGED.replace(
+        "import pygpu.autoinit\n",
+        "cuda.init()\n_ctx = cuda.Device(MPI.COMM_WORLD.Get_rank()).retain_primary_context()\n"
+        "_ctx.push()\n")
+    body = body.replace("s = mpi.staged(comm, stage=True)",
+                        "if not %r and not mpi.cuda_aware():\n"
+                        "    print('not CUDA-aware')\n"
+                        "    sys.exit(0)\n"
+                        "s = mpi.staged(comm, stage=%r)" % (stage, stage))
+    assert body.count("_ctx.push()") == 1 and body.count("stage=%r" % stage) == 1
+    script.write_text(body)
+    r = subprocess.run([exe, "-n", "2", sys.executable, str(script)], capture_output=True,
+                       text=True, timeout=300, env=_mpi_env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    if "not CUDA-aware" in r.stdout:
+        pytest.skip("the MPI library here is not CUDA-aware (mpi.cuda_aware() is False)")
+    assert "rank 0 ok" in r.stdout and "rank 1 ok" in r.stdout, r.stdout + r.stderr

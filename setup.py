@@ -1,11 +1,13 @@
 """Build of pygpu._driver, the C extension over the CUDA driver API and NVRTC.
 
 Only three CUDA headers are needed to build (cuda.h, cudaTypedefs.h,
-nvrtc.h), plus NVTX's header-only nvtx3/ when found; nothing is linked against libcuda or NVRTC, which are opened at
-run time, so the extension needs only libc (a manylinux wheel: make wheel).
-The headers are looked for in $PYGPU_CUDA_INCLUDE, $CUDA_HOME/include,
-$CUDA_PATH/include, $CUDA_ROOT/include, /usr/local/cuda/include,
-/opt/cuda/include, /usr/include, then NVIDIA's wheels
+nvrtc.h), plus NVTX's header-only nvtx3/ when found (PYGPU_BUILD_NVTX=0
+builds without it even then, PYGPU_BUILD_NVTX=1 fails without it); nothing
+is linked against libcuda or NVRTC, which are opened at run time, so the
+extension needs only libc (a manylinux wheel: make wheel).  The headers are
+looked for in $PYGPU_CUDA_INCLUDE, $CUDA_HOME/include, $CUDA_PATH/include,
+$CUDA_ROOT/include, /usr/local/cuda/include, /opt/cuda/include,
+/usr/include, then NVIDIA's wheels
 (site-packages/nvidia/cu13/include); when pip builds in an isolated
 environment and no toolkit is found, tools/pygpu_build_backend.py has pip
 install those wheels first.
@@ -37,11 +39,12 @@ class BuildExt(build_ext):
                      "'nvidia-cuda-runtime==13.*' 'nvidia-cuda-nvrtc==13.*' (a build with "
                      "pip's build isolation does that by itself). Tried:\n  "
                      + "\n  ".join(pygpu_build_backend.tried()))
-        nvtx = pygpu_build_backend.nvtx_include_dir()
-        if nvtx is None:
-            print("pygpu: NVTX headers (nvtx3/nvToolsExt.h) not found: building without "
-                  "NVTX (pygpu.profiler's ranges do nothing); pip install nvidia-nvtx or "
-                  "use a CUDA toolkit to have them")
+        try:
+            nvtx, note = pygpu_build_backend.nvtx_for_build()
+        except ValueError as e:
+            sys.exit("pygpu: %s" % e)
+        if note:
+            print("pygpu: " + note)
         import numpy
         for ext in self.extensions:
             ext.include_dirs = list(ext.include_dirs) + cuda + [numpy.get_include()]

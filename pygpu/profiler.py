@@ -17,7 +17,9 @@ Ranges are pushed and popped on the calling thread, in the NVTX domain
 itself (``nsys profile --trace=cuda,nvtx python script.py``): with none
 attached a range costs about as much as an empty ``with`` (see
 benchmarks/profiler.py).  NVTX_AVAILABLE is False when pygpu was built
-without the NVTX headers; the API is then there and does nothing.
+without the NVTX headers (or with PYGPU_BUILD_NVTX=0); the API is then there,
+checks its arguments the same way and does nothing, as with NVTX and no
+profiler attached.
 
 start()/stop() are cuProfilerStart/cuProfilerStop: with
 ``nsys profile --capture-range=cudaProfilerApi`` only what runs between them
@@ -62,12 +64,14 @@ def mark(name, color=None):
 
 def range_push(name, color=None):
     """Push a range on this thread by hand (prefer time_range); returns the
-    nesting depth a profiler reports, negative with none attached."""
+    nesting depth a profiler reports, negative with none attached (-2, NVTX's
+    NVTX_NO_PUSH_POP_TRACKING; a build without NVTX returns the same)."""
     return _driver._nvtx_push(name, color)
 
 
 def range_pop():
-    """Pop this thread's innermost range pushed by range_push."""
+    """Pop this thread's innermost range pushed by range_push; returns the
+    depth as range_push does (-2 with no profiler attached)."""
     return _driver._nvtx_pop()
 
 

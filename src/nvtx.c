@@ -10,7 +10,11 @@
  *
  * Built without the NVTX headers (setup.py defines PYGPU_HAVE_NVTX when it
  * finds nvtx3/nvToolsExt.h in the toolkit or NVIDIA's nvidia-nvtx wheel),
- * the same API is here and does nothing; NVTX_AVAILABLE says which.
+ * the same API is here and does nothing; NVTX_AVAILABLE says which.  It
+ * checks its arguments as the NVTX build does (the same exceptions) and
+ * answers as the NVTX build does with no profiler attached: push and pop
+ * return NVTX_NO_PUSH_POP_TRACKING (-2), attached() False.  PYGPU_BUILD_NVTX=0
+ * builds that way where the headers are found (tests/test_nonvtx.py does).
  *
  * TimeRange: `with TimeRange(name, color):` pushes a range on the calling
  * thread in the "pygpu" domain and pops it on exit (also on an exception).
@@ -40,6 +44,10 @@ domain(void)
     }
     return nvtx_domain;
 }
+#else
+/* What NVTX's push and pop return with no tool attached, so that a build
+ * without NVTX answers as one with NVTX and no profiler does. */
+#define NVTX_NO_PUSH_POP_TRACKING (-2)
 #endif
 
 typedef struct {
@@ -330,7 +338,7 @@ nvtx_push(PyObject *module, PyObject *args, PyObject *kwds)
     PyObject *name, *color = Py_None;
     const char *msg;
     uint32_t argb = 0;
-    int has, depth = -1;
+    int has, depth = NVTX_NO_PUSH_POP_TRACKING;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:range_push", kwlist, &name, &color))
         return NULL;
     if ((msg = name_utf8(name)) == NULL || (has = parse_color(color, &argb)) < 0)
@@ -350,7 +358,7 @@ nvtx_push(PyObject *module, PyObject *args, PyObject *kwds)
 static PyObject *
 nvtx_pop(PyObject *module, PyObject *unused)
 {
-    int depth = -1;
+    int depth = NVTX_NO_PUSH_POP_TRACKING;
 #ifdef PYGPU_HAVE_NVTX
     depth = nvtxDomainRangePop(domain());
 #endif
@@ -426,7 +434,7 @@ static PyMethodDef nvtx_methods[] = {
      "An NVTX mark (an instant event) in the \"pygpu\" domain."},
     {"_nvtx_push", (PyCFunction)(void (*)(void))nvtx_push, METH_VARARGS | METH_KEYWORDS,
      "_nvtx_push($module, /, name, color=None)\n--\n\n"
-     "Push an NVTX range on this thread; the depth the tool reports (negative "
+     "Push an NVTX range on this thread; the depth the tool reports (-2 "
      "without one)."},
     {"_nvtx_pop", nvtx_pop, METH_NOARGS,
      "_nvtx_pop($module, /)\n--\n\nPop this thread's innermost NVTX range."},

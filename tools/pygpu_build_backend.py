@@ -70,25 +70,63 @@ def cuda_include_dirs(environ=None, path=None):
 # NVTX v3 (header-only): nvtx3/nvToolsExt.h in the toolkit, or in NVIDIA's
 # nvidia-nvtx wheel (CUDA 13: nvidia/cu13/include; CUDA 12's nvidia-nvtx-cu12:
 # nvidia/nvtx/include).  Optional: without it pygpu.profiler's ranges are
-# no-ops (pygpu._driver.NVTX_AVAILABLE is False).  PYGPU_BUILD_NVTX=0 builds
-# without it on purpose.
+# no-ops (pygpu._driver.NVTX_AVAILABLE is False).  PYGPU_BUILD_NVTX picks:
+# unset or empty, NVTX when its headers are found; 0, never (even where they
+# are found); 1, always (the build fails without them).
 NVTX_HEADER = os.path.join("nvtx3", "nvToolsExt.h")
 NVTX_WHEEL = "nvidia-nvtx>=13,<14"
 _NVTX_WHEEL_DIRS = ("nvidia/cu13/include", "nvidia/nvtx/include")
+
+
+def nvtx_switch(environ=None):
+    """PYGPU_BUILD_NVTX: None (unset or empty: NVTX when found), False (0)
+    or True (1); ValueError for any other value."""
+    env = os.environ if environ is None else environ
+    value = env.get("PYGPU_BUILD_NVTX", "").strip()
+    if value in ("", "0", "1"):
+        return None if value == "" else value == "1"
+    raise ValueError("PYGPU_BUILD_NVTX must be 0 (build without NVTX), 1 (require "
+                     "NVTX) or empty (NVTX when its headers are found), not %r"
+                     % env["PYGPU_BUILD_NVTX"])
 
 
 def nvtx_include_dir(environ=None, path=None):
     """The include directory holding nvtx3/nvToolsExt.h, or None (not
     found, or PYGPU_BUILD_NVTX=0)."""
     env = os.environ if environ is None else environ
-    if env.get("PYGPU_BUILD_NVTX", "") == "0":
+    if nvtx_switch(env) is False:
         return None
-    wheels = [os.path.join(p, rel) for p in (sys.path if path is None else path)
-              for rel in _NVTX_WHEEL_DIRS]
-    for d in local_candidates(env) + wheels:
+    for d in nvtx_candidates(env, path):
         if _has(d, NVTX_HEADER):
             return d
     return None
+
+
+def nvtx_candidates(environ=None, path=None):
+    """Where nvtx3/nvToolsExt.h is looked for, in order."""
+    return local_candidates(environ) + [
+        os.path.join(p, rel) for p in (sys.path if path is None else path)
+        for rel in _NVTX_WHEEL_DIRS]
+
+
+def nvtx_for_build(environ=None, path=None):
+    """What setup.py builds with: (the NVTX include directory or None, a
+    note to print or None).  ValueError (the message says why) for a bad
+    PYGPU_BUILD_NVTX, or for PYGPU_BUILD_NVTX=1 without the headers."""
+    switch = nvtx_switch(environ)
+    if switch is False:
+        return None, ("PYGPU_BUILD_NVTX=0: building without NVTX (pygpu.profiler's "
+                      "ranges do nothing, NVTX_AVAILABLE is False)")
+    found = nvtx_include_dir(environ, path)
+    if found is not None:
+        return found, None
+    if switch:
+        raise ValueError("PYGPU_BUILD_NVTX=1 but the NVTX headers (nvtx3/nvToolsExt.h) "
+                         "were not found; pip install nvidia-nvtx or use a CUDA toolkit. "
+                         "Tried:\n  " + "\n  ".join(nvtx_candidates(environ, path)))
+    return None, ("NVTX headers (nvtx3/nvToolsExt.h) not found: building without NVTX "
+                  "(pygpu.profiler's ranges do nothing); pip install nvidia-nvtx or use "
+                  "a CUDA toolkit to have them")
 
 
 def tried(environ=None, path=None):
@@ -96,11 +134,14 @@ def tried(environ=None, path=None):
 
 
 def _header_requirements():
+    # PYGPU_BUILD_NVTX=0 needs no NVTX wheel; the wheel is asked for when a
+    # build wants NVTX and no toolkit has it
+    nvtx = [] if nvtx_switch() is False else [NVTX_WHEEL]
     if os.environ.get("PYGPU_CUDA_HEADERS_FROM_PIP", "") not in ("", "0"):
-        return list(HEADER_WHEELS) + [NVTX_WHEEL]
+        return list(HEADER_WHEELS) + nvtx
     if cuda_include_dirs():
         return []
-    return list(HEADER_WHEELS) + ([] if nvtx_include_dir() else [NVTX_WHEEL])
+    return list(HEADER_WHEELS) + ([] if nvtx_include_dir() else nvtx)
 
 
 def get_requires_for_build_wheel(config_settings=None):

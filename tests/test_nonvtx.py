@@ -54,6 +54,7 @@ def run_setup(folder, switch, *args):
 def nonvtx(tmp_path_factory):
     """The copy of the sources with _driver built by PYGPU_BUILD_NVTX=0
     (every source compiled: about 5 s on two cores)."""
+    pytest.importorskip("setuptools")
     folder = str(tmp_path_factory.mktemp("nonvtx") / "pygpu-src")
     copy_sources(folder)
     r = run_setup(folder, "0", "build_ext", "--inplace", "-j", str(os.cpu_count() or 2))

@@ -12,8 +12,14 @@ import glob
 import os
 import sys
 
-from setuptools import build_meta as _setuptools
-from setuptools.build_meta import *  # noqa: F401,F403  (the PEP 517/660 hooks we do not change)
+try:
+    from setuptools import build_meta as _setuptools
+    from setuptools.build_meta import *  # noqa: F401,F403  (the PEP 517/660 hooks we do not change)
+except ImportError:
+    # only the header search is wanted (the tests load this file for it, in
+    # environments without setuptools); as a build backend pip has always
+    # installed setuptools first (pyproject.toml's build requirements)
+    _setuptools = None
 
 HEADERS = ("cuda.h", "cudaTypedefs.h", "nvrtc.h")
 # CUDA 13's wheels put every component's headers in site-packages/nvidia/cu13/include.

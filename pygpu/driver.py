@@ -335,6 +335,7 @@ from pygpu.textures import (  # noqa: E402,F401  (re-exported API)
     TextureObject, address_mode, array3d_flags, array_format, array_format_to_dtype,
     array_to_matrix, array_to_np, dtype_to_array_format, filter_mode, gpuarray_to_array,
     make_multichannel_2d_array, matrix_to_array, memcpy_atoh, memcpy_htoa, np_to_array,
+    Memcpy3DPeer, memcpy_atoa, memcpy_atod, memcpy_dtoa,
     read_mode, resource_type, tensor_map_data_type, tensor_map_float_oob_fill,
     tensor_map_interleave, tensor_map_l2_promotion, tensor_map_swizzle,
 )
@@ -460,7 +461,7 @@ __all__ = [
     "gpuarray_to_array", "make_multichannel_2d_array", "matrix_to_array", "memcpy_atoh",
     "memcpy_htoa", "np_to_array", "read_mode", "resource_type", "tensor_map_data_type",
     "tensor_map_float_oob_fill", "tensor_map_interleave", "tensor_map_l2_promotion",
-    "tensor_map_swizzle",
+    "tensor_map_swizzle", "Memcpy3DPeer", "memcpy_atoa", "memcpy_atod", "memcpy_dtoa",
     "Linker", "jit_input_type", "PointerHolderBase", "aligned_empty", "compute_mode", "ArgumentHandler", "BoundLaunch", "CompileError", "set_staging", "staging_settings",
     "staging_stats", "Context", "CudaUnavailableError", "Device",
     "DeviceAllocation", "Error", "Event", "Function", "HostAllocation", "In", "InOut",

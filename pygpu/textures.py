@@ -6,7 +6,8 @@ address_mode, filter_mode, resource_type, tensor_map_*) are C
 (src/cuarray.c, src/texobj.c, src/tensormap.c); this module adds PyCUDA's
 helpers around them (matrix_to_array, np_to_array, gpuarray_to_array,
 make_multichannel_2d_array), the read-backs (array_to_np, array_to_matrix),
-Memcpy3D, the memcpy_htoa/atoh copies and the flag enums that cuda.h
+Memcpy3D and Memcpy3DPeer, the memcpy_htoa/atoh copies (memcpy_dtoa/atod/atoa
+are C) and the flag enums that cuda.h
 defines as macros.  pygpu.driver re-exports all of it.
 """
 import enum as _enum
@@ -24,6 +25,9 @@ from pygpu._driver import (  # noqa: F401  (re-exported through pygpu.driver)
     address_mode,
     array_format,
     filter_mode,
+    memcpy_atoa,
+    memcpy_atod,
+    memcpy_dtoa,
     resource_type,
     tensor_map_data_type,
     tensor_map_float_oob_fill,
@@ -140,6 +144,39 @@ class Memcpy3D:
         src, dst = self._sides(None)
         _driver._memcpy_3d(self._what, src, dst, self.width_in_bytes, self.height,
                            self.depth, stream)
+
+
+class Memcpy3DPeer(Memcpy3D):
+    """A Memcpy3D between contexts (cuMemcpy3DPeer, cuMemcpy3DPeerAsync
+    given a stream), e.g. from device memory of one GPU into a CUDA array
+    of another:
+
+        c = Memcpy3DPeer()
+        c.set_src_device(d0); c.set_src_context(ctx0)
+        c.set_dst_array(ary1); c.set_dst_context(ctx1)
+        c.width_in_bytes = c.src_pitch = ...; c.height = ...; c()
+
+    A context left unset is the side's own (an Array's or a
+    DeviceAllocation's), else the current one; the driver ignores the
+    context of an array side.  Every extent is checked as Memcpy3D's."""
+
+    _what = "Memcpy3DPeer"
+
+    def __init__(self):
+        super().__init__()
+        self._src_context = self._dst_context = None
+
+    def set_src_context(self, ctx):
+        self._src_context = ctx
+
+    def set_dst_context(self, ctx):
+        self._dst_context = ctx
+
+    def __call__(self, stream=None):
+        """c() copies now; c(stream) enqueues on a stream."""
+        src, dst = self._sides(None)
+        _driver._memcpy_3d_peer(self._what, src, dst, self.width_in_bytes, self.height,
+                                self.depth, stream, self._src_context, self._dst_context)
 
 
 def _as_host(ary, what):
@@ -342,11 +379,11 @@ def memcpy_atoh(dest, ary, index):
 
 
 __all__ = [
-    "Array", "ArrayDescriptor", "ArrayDescriptor3D", "Memcpy3D", "SurfaceObject", "TensorMap",
-    "TextureObject", "address_mode", "array3d_flags", "array_format", "array_format_to_dtype",
-    "array_to_matrix", "array_to_np", "dtype_to_array_format", "filter_mode",
-    "gpuarray_to_array", "make_multichannel_2d_array", "matrix_to_array", "memcpy_atoh",
-    "memcpy_htoa", "np_to_array", "read_mode", "resource_type", "tensor_map_data_type",
+    "Array", "ArrayDescriptor", "ArrayDescriptor3D", "Memcpy3D", "Memcpy3DPeer", "SurfaceObject",
+    "TensorMap", "TextureObject", "address_mode", "array3d_flags", "array_format",
+    "array_format_to_dtype", "array_to_matrix", "array_to_np", "dtype_to_array_format",
+    "filter_mode", "gpuarray_to_array", "make_multichannel_2d_array", "matrix_to_array",
+    "memcpy_atoa", "memcpy_atod", "memcpy_atoh", "memcpy_dtoa", "memcpy_htoa", "np_to_array", "read_mode", "resource_type", "tensor_map_data_type",
     "tensor_map_float_oob_fill", "tensor_map_interleave", "tensor_map_l2_promotion",
     "tensor_map_swizzle",
 ]

@@ -1,9 +1,11 @@
 """Memory pools and the helpers of kernel generators, as in pycuda.tools.
 
 DeviceMemoryPool keeps freed device blocks and hands them out again, so a
-loop that allocates the same sizes over and over stops calling cuMemAlloc.
-PageLockedMemoryPool does the same for page-locked host arrays, whose
-allocation is far slower still (pinning pages costs milliseconds per MB).
+loop that allocates the same sizes over and over stops calling cuMemAlloc;
+DebugMemoryPool is one that also records where each live allocation was
+made.  PageLockedMemoryPool does the same for page-locked host arrays (made
+by a PageLockedAllocator), whose allocation is far slower still (pinning
+pages costs milliseconds per MB).
 
 For stream-ordered pooling by the driver itself, see
 pygpu.driver.mem_alloc_async.
@@ -26,6 +28,7 @@ from pygpu import driver
 from pygpu.autotune import AutotuneError, Tuned, autotune  # noqa: F401  (run-time tuning)
 
 __all__ = ["bin_size", "bitlog2", "PooledDeviceAllocation", "DeviceMemoryPool", "PageLockedMemoryPool",
+           "PageLockedAllocator", "DebugMemoryPool",
            "dtype_to_ctype", "get_or_register_dtype", "register_dtype", "parse_c_arg",
            "get_arg_type", "Argument", "VectorArg", "ScalarArg", "context_dependent_memoize",
            "clear_context_caches", "make_default_context", "get_default_device",
@@ -99,7 +102,7 @@ class PooledDeviceAllocation(int):
         """Give the block back to the pool (idempotent)."""
         alloc, self._alloc = self._alloc, None
         if alloc is not None:
-            self._pool._give_back(alloc)
+            self._pool._give_back(alloc, self.size)
 
     def __del__(self):
         try:
@@ -118,13 +121,22 @@ class DeviceMemoryPool:
         a = pool.allocate(n)        # PooledDeviceAllocation
         f(a, ..., block=...)        # anywhere a pointer goes
         a.free()                    # or let it die: back to the pool
+
+    allocator(nbytes) makes a new block (default pygpu.driver.mem_alloc;
+    e.g. mem_alloc_managed for a pool of managed memory): it returns an
+    object whose int() is the address and whose free() (or death) frees the
+    memory.
     """
 
     def __init__(self, allocator=None):
+        if allocator is not None and not callable(allocator):
+            raise TypeError("DeviceMemoryPool(): allocator must be callable (nbytes -> "
+                            "allocation), not %s" % type(allocator).__name__)
         self._allocator = allocator or driver.mem_alloc
         self._bins = {}
         self._lock = threading.Lock()
         self.active_blocks = 0
+        self._active_bytes = self._active_block_bytes = 0
         self._holding = True
 
     @property
@@ -136,6 +148,16 @@ class DeviceMemoryPool:
     def held_bytes(self):
         """Bytes of device memory kept for reuse."""
         return sum(size * len(v) for size, v in list(self._bins.items()))
+
+    @property
+    def active_bytes(self):
+        """Bytes the active allocations asked for (PyCUDA's active_bytes)."""
+        return self._active_bytes
+
+    @property
+    def managed_bytes(self):
+        """Bytes of the blocks in use and held (PyCUDA's managed_bytes)."""
+        return self._active_block_bytes + self.held_bytes
 
     def __repr__(self):
         return _pool_repr(self)
@@ -166,15 +188,20 @@ class DeviceMemoryPool:
                 alloc = self._allocator(size)
         with self._lock:
             self.active_blocks += 1
+            self._active_bytes += nbytes
+            self._active_block_bytes += size
         return PooledDeviceAllocation(self, alloc, nbytes)
 
-    def _give_back(self, alloc):
+    def _give_back(self, alloc, nbytes):
+        size = bin_size(nbytes)
         with self._lock:
             self.active_blocks -= 1
+            self._active_bytes -= nbytes
+            self._active_block_bytes -= size
             if self._holding:
-                self._bins.setdefault(alloc.size, []).append(alloc)
+                self._bins.setdefault(size, []).append(alloc)
                 return
-        alloc.free()
+        _free_block(alloc)
 
     def free_held(self):
         """Free every block kept for reuse."""
@@ -182,7 +209,7 @@ class DeviceMemoryPool:
             bins, self._bins = self._bins, {}
         for stack in bins.values():
             for a in stack:
-                a.free()
+                _free_block(a)
 
     def stop_holding(self):
         """Free the held blocks and stop keeping freed ones."""
@@ -190,15 +217,178 @@ class DeviceMemoryPool:
         self.free_held()
 
 
+def _free_block(alloc):
+    free = getattr(alloc, "free", None)
+    if free is not None:
+        free()
+
+
+class DebugMemoryPool(DeviceMemoryPool):
+    """A DeviceMemoryPool that remembers where each live allocation was
+    made, to find what holds device memory (PyCUDA's DebugMemoryPool)::
+
+        pool = DebugMemoryPool(logfile=open("alloc.log", "w"))
+        ...
+        pool.report()               # outstanding allocations, by size and call site
+        for rec in pool.outstanding():
+            print(rec.nbytes, rec.description); print("".join(rec.stack.format()))
+
+    Each allocate() writes PyCUDA's log entry to logfile (None:
+    sys.stdout; open(os.devnull, "w") silences it): its size,
+    free and total device memory, the pool's held and active blocks, the
+    call site, and a histogram of what is outstanding.  The call site is
+    the innermost stack_depth frames outside pygpu.tools, "file:line:function"
+    joined by "|".  interactive=True is PyCUDA's default behaviour: it asks
+    once per call site and size for a mnemonic to log instead (kept in
+    stacktrace_mnemonics, in memory) and waits for [Enter] after each
+    entry; pygpu's default is False, so a script never blocks on input.
+    """
+
+    class Outstanding(tuple):
+        """One live allocation: (nbytes, description, stack)."""
+        __slots__ = ()
+
+        def __new__(cls, nbytes, description, stack):
+            return tuple.__new__(cls, (nbytes, description, stack))
+
+        nbytes = property(lambda self: self[0], doc="Bytes asked for.")
+        description = property(lambda self: self[1], doc="The call site (or its mnemonic).")
+        stack = property(lambda self: self[2],
+                         doc="traceback.StackSummary of the allocating call.")
+
+    def __init__(self, interactive=False, logfile=None, allocator=None, stack_depth=6):
+        super().__init__(allocator)
+        stack_depth = operator.index(stack_depth)
+        if stack_depth < 1:
+            raise ValueError("DebugMemoryPool(): stack_depth must be >= 1, got %d" % stack_depth)
+        self.interactive = bool(interactive)
+        self.logfile = logfile
+        self.stack_depth = stack_depth
+        self.last_free = None
+        self.stacktrace_mnemonics = {}
+        self._records = {}          # id(block) -> Outstanding, while the block is active
+
+    def _log(self, text):
+        import sys
+        print(text, file=self.logfile if self.logfile is not None else sys.stdout)
+
+    def _stack(self):
+        import traceback
+        frames = [f for f in traceback.extract_stack()
+                  if f.filename != __file__]
+        return traceback.StackSummary.from_list(frames[-self.stack_depth:])
+
+    def describe(self, stack, size):
+        """The description logged for an allocation of size bytes made at
+        stack (a traceback.StackSummary)."""
+        import os
+        where = "|".join("%s:%d:%s" % (os.path.basename(f.filename), f.lineno, f.name)
+                         for f in stack)
+        if not self.interactive:
+            return where
+        # one mnemonic per call chain (functions, not lines) and size
+        key = (tuple((os.path.basename(f.filename), f.name) for f in stack), size)
+        if key not in self.stacktrace_mnemonics:
+            self._log("  new call site for %d bytes: %s" % (size, where))
+            while True:
+                mnemonic = input("Enter mnemonic or [Enter] for more info:")
+                if mnemonic:
+                    break
+                self._log("".join(stack.format()))
+            self.stacktrace_mnemonics[key] = mnemonic
+        return self.stacktrace_mnemonics[key]
+
+    def outstanding(self):
+        """The live allocations, largest first: Outstanding records."""
+        with self._lock:
+            recs = list(self._records.values())
+        return sorted(recs, key=lambda r: (-r.nbytes, r.description))
+
+    def _histogram(self):
+        hist = {}
+        for r in self.outstanding():
+            hist[r.nbytes, r.description] = hist.get((r.nbytes, r.description), 0) + 1
+        return sorted(hist.items(), key=lambda kv: (-kv[0][0], kv[0][1]))
+
+    def report(self, file=None):
+        """Write what is outstanding, grouped by size and call site, with
+        the pool's counts, to file (default: logfile)."""
+        import sys
+        out = file if file is not None else (
+            self.logfile if self.logfile is not None else sys.stdout)
+        print("%s: %d active block(s) (%d bytes asked for), %d held (%d bytes)"
+              % (type(self).__name__, self.active_blocks, self.active_bytes,
+                 self.held_blocks, self.held_bytes), file=out)
+        for (nbytes, descr), count in self._histogram():
+            print("  %s (%d bytes): %dx" % (descr, nbytes, count), file=out)
+
+    def allocate(self, nbytes):
+        nbytes = operator.index(nbytes)
+        stack = self._stack()
+        description = self.describe(stack, nbytes)
+        free, total = driver.mem_get_info()
+        self._log("\n  Allocation of size %d occurring (mem: last_free:%s, free: %d, total:%d) "
+                  "(pool: held:%d, active:%d):\n      at: %s"
+                  % (nbytes, "-" if self.last_free is None else "%d" % self.last_free, free,
+                     total, self.held_blocks, self.active_blocks, description))
+        for (size, descr), count in self._histogram():
+            self._log("  %s (%d bytes): %dx" % (descr, size, count))
+        if self.interactive:
+            input("  [Enter]")
+        result = DeviceMemoryPool.allocate(self, nbytes)
+        with self._lock:
+            self._records[id(result._alloc)] = self.Outstanding(nbytes, description, stack)
+        self.last_free = driver.mem_get_info()[0]
+        return result
+
+    def _give_back(self, alloc, nbytes):
+        with self._lock:
+            self._records.pop(id(alloc), None)
+        DeviceMemoryPool._give_back(self, alloc, nbytes)
+
+
+class PageLockedAllocator:
+    """Makes page-locked host blocks for a PageLockedMemoryPool (PyCUDA's
+    PageLockedAllocator): called with a byte count, it returns a 1-D uint8
+    page-locked NumPy array (its .base is the HostAllocation) allocated
+    with cuMemHostAlloc flags (pygpu.driver.host_alloc_flags)."""
+
+    def __init__(self, flags=0):
+        self.flags = operator.index(flags)
+        if self.flags < 0:
+            raise ValueError("PageLockedAllocator(): flags must be >= 0, got %d" % self.flags)
+
+    def __call__(self, nbytes):
+        nbytes = operator.index(nbytes)
+        if nbytes < 0:
+            raise ValueError("PageLockedAllocator: nbytes must be >= 0, got %d" % nbytes)
+        return driver.pagelocked_empty(nbytes, np.uint8, mem_flags=self.flags)
+
+    def __repr__(self):
+        return "PageLockedAllocator(flags=%d)" % self.flags
+
+
 class PageLockedMemoryPool:
     """Hands out page-locked NumPy arrays from blocks kept after use.
 
         pool = PageLockedMemoryPool()
         a = pool.empty((1000,), np.float32)   # pinned; back to the pool when a dies
+
+    allocator(nbytes) makes a new block (default PageLockedAllocator(mem_flags),
+    PyCUDA's PageLockedMemoryPool(allocator=PageLockedAllocator(flags))): any
+    writable C-contiguous buffer of at least nbytes bytes.  An int as the
+    first argument is taken as mem_flags (pygpu's earlier signature).
     """
 
-    def __init__(self, mem_flags=0):
-        self._flags = mem_flags
+    def __init__(self, allocator=None, mem_flags=0):
+        if allocator is not None and not callable(allocator):
+            try:                  # pygpu's earlier signature: PageLockedMemoryPool(mem_flags)
+                mem_flags, allocator = operator.index(allocator), None
+            except TypeError:
+                raise TypeError("PageLockedMemoryPool(): allocator must be callable (nbytes "
+                                "-> a writable buffer), e.g. PageLockedAllocator(flags), not "
+                                "%s" % type(allocator).__name__) from None
+        self._allocator = allocator if allocator is not None else PageLockedAllocator(mem_flags)
         self._bins = {}
         self._lock = threading.Lock()
         self.active_blocks = 0
@@ -226,12 +416,30 @@ class PageLockedMemoryPool:
             stack = self._bins.get(size)
             raw = stack.pop() if stack else None
         if raw is None:
-            raw = driver.pagelocked_empty(size, np.uint8, mem_flags=self._flags)
+            try:
+                raw = self._new_block(size)
+            except MemoryError:     # pygpu.driver.MemoryError is one too
+                self.free_held()
+                raw = self._new_block(size)
         with self._lock:
             self.active_blocks += 1
         ary = raw[:nbytes].view(dtype).reshape(shape, order=order)
         weakref.finalize(ary, self._give_back, raw)
         return ary
+
+    def _new_block(self, size):
+        block = self._allocator(size)
+        try:
+            raw = np.frombuffer(block, np.uint8)
+        except (TypeError, ValueError) as e:
+            raise TypeError("PageLockedMemoryPool: the allocator returned %s, not a "
+                            "C-contiguous buffer (%s)" % (type(block).__name__, e)) from None
+        if not raw.flags.writeable:
+            raise ValueError("PageLockedMemoryPool: the allocator returned a read-only buffer")
+        if raw.size < size:
+            raise ValueError("PageLockedMemoryPool: the allocator returned %d bytes for a "
+                             "block of %d" % (raw.size, size))
+        return raw[:size]
 
     allocate = empty
 

@@ -644,28 +644,60 @@ fill_side(const copy_side *c, CUmemorytype *type, const void **host, CUdeviceptr
     }
 }
 
-/* _memcpy_3d(what, src, dst, width_in_bytes, height, depth, stream); a side is
- * (kind 'h'/'d'/'a', object, x_in_bytes, y, z, pitch, height). */
-static PyObject *
-memcpy_3d(PyObject *module, PyObject *args)
+/* The context of one side of a peer copy: the Context given, else the
+ * side's own (an Array's, a DeviceAllocation's), else the current one.
+ * Borrowed; NULL with an exception (TypeError, LogicError if detached). */
+static pygpu_Context *
+peer_side_context(pygpu_state *st, PyObject *given, const copy_side *c, const char *what,
+                  const char *side)
 {
-    pygpu_state *st = PyModule_GetState(module);
+    pygpu_Context *ctx;
+    if (given != Py_None) {
+        if (!PyObject_TypeCheck(given, st->ContextType)) {
+            PyErr_Format(PyExc_TypeError, "%s: set_%s_context() takes a Context, not %.100s",
+                         what, side, Py_TYPE(given)->tp_name);
+            return NULL;
+        }
+        ctx = (pygpu_Context *)given;
+    } else if (c->kind == 'a') {
+        ctx = c->array->context;
+    } else if (c->kind == 'd' && pygpu_is_allocation(st, c->obj)) {
+        ctx = ((pygpu_DeviceAllocation *)c->obj)->context;
+    } else if ((ctx = pygpu_current_context(st)) == NULL) {
+        return NULL;
+    }
+    if (pygpu_context_check(st, ctx) < 0)
+        return NULL;
+    return ctx;
+}
+
+/* The copy behind _memcpy_3d and _memcpy_3d_peer; a side is (kind
+ * 'h'/'d'/'a', object, x_in_bytes, y, z, pitch, height).  peer: the
+ * contexts of the two sides (a Context or None each) go to cuMemcpy3DPeer. */
+static PyObject *
+memcpy_3d_impl(pygpu_state *st, PyObject *args, int peer)
+{
     const char *what;
-    PyObject *stup, *dtup, *sobj;
+    PyObject *stup, *dtup, *sobj, *sctx_obj = Py_None, *dctx_obj = Py_None;
     Py_ssize_t w, h, d;
     copy_side src, dst;
     CUDA_MEMCPY3D p;
+    CUDA_MEMCPY3D_PEER pp;
     CUstream stream = NULL;
     CUdeviceptr sp = 0, dp = 0;
     size_t cap;
-    pygpu_Context *ctx;
+    pygpu_Context *ctx, *sctx = NULL, *dctx = NULL;
     pygpu_scope s;
+    const char *routine;
     CUresult rc;
     PyObject *res = NULL;
     memset(&src, 0, sizeof src);
     memset(&dst, 0, sizeof dst);
-    if (!PyArg_ParseTuple(args, "sO!O!nnnO:_memcpy_3d", &what, &PyTuple_Type, &stup,
-                          &PyTuple_Type, &dtup, &w, &h, &d, &sobj))
+    if (peer ? !PyArg_ParseTuple(args, "sO!O!nnnOOO:_memcpy_3d_peer", &what, &PyTuple_Type,
+                                 &stup, &PyTuple_Type, &dtup, &w, &h, &d, &sobj, &sctx_obj,
+                                 &dctx_obj)
+             : !PyArg_ParseTuple(args, "sO!O!nnnO:_memcpy_3d", &what, &PyTuple_Type, &stup,
+                                 &PyTuple_Type, &dtup, &w, &h, &d, &sobj))
         return NULL;
     if (w < 0 || h < 0 || d < 0) {
         PyErr_Format(PyExc_ValueError, "%s: width_in_bytes, height and depth must be >= 0",
@@ -685,18 +717,40 @@ memcpy_3d(PyObject *module, PyObject *args)
     if ((src.kind == 'a' && pygpu_array_check(st, src.array) < 0)
         || (dst.kind == 'a' && pygpu_array_check(st, dst.array) < 0))
         goto done;
-    ctx = src.kind == 'a' ? src.array->context
-        : dst.kind == 'a' ? dst.array->context : pygpu_current_context(st);
-    if (ctx == NULL)
-        goto done;
+    if (peer) {
+        if ((sctx = peer_side_context(st, sctx_obj, &src, what, "src")) == NULL
+            || (dctx = peer_side_context(st, dctx_obj, &dst, what, "dst")) == NULL)
+            goto done;
+        ctx = dctx;
+    } else {
+        ctx = src.kind == 'a' ? src.array->context
+            : dst.kind == 'a' ? dst.array->context : pygpu_current_context(st);
+        if (ctx == NULL)
+            goto done;
+    }
     memset(&p, 0, sizeof p);
-    fill_side(&src, &p.srcMemoryType, &p.srcHost, &p.srcDevice, &p.srcArray, &p.srcXInBytes,
-              &p.srcY, &p.srcZ, &p.srcPitch, &p.srcHeight, sp);
-    fill_side(&dst, &p.dstMemoryType, (const void **)&p.dstHost, &p.dstDevice, &p.dstArray,
-              &p.dstXInBytes, &p.dstY, &p.dstZ, &p.dstPitch, &p.dstHeight, dp);
-    p.WidthInBytes = (size_t)w;
-    p.Height = (size_t)h;
-    p.Depth = (size_t)d;
+    memset(&pp, 0, sizeof pp);
+    if (peer) {
+        fill_side(&src, &pp.srcMemoryType, &pp.srcHost, &pp.srcDevice, &pp.srcArray,
+                  &pp.srcXInBytes, &pp.srcY, &pp.srcZ, &pp.srcPitch, &pp.srcHeight, sp);
+        fill_side(&dst, &pp.dstMemoryType, (const void **)&pp.dstHost, &pp.dstDevice,
+                  &pp.dstArray, &pp.dstXInBytes, &pp.dstY, &pp.dstZ, &pp.dstPitch,
+                  &pp.dstHeight, dp);
+        pp.srcContext = sctx->handle;
+        pp.dstContext = dctx->handle;
+        pp.WidthInBytes = (size_t)w;
+        pp.Height = (size_t)h;
+        pp.Depth = (size_t)d;
+    } else {
+        fill_side(&src, &p.srcMemoryType, &p.srcHost, &p.srcDevice, &p.srcArray,
+                  &p.srcXInBytes, &p.srcY, &p.srcZ, &p.srcPitch, &p.srcHeight, sp);
+        fill_side(&dst, &p.dstMemoryType, (const void **)&p.dstHost, &p.dstDevice,
+                  &p.dstArray, &p.dstXInBytes, &p.dstY, &p.dstZ, &p.dstPitch, &p.dstHeight,
+                  dp);
+        p.WidthInBytes = (size_t)w;
+        p.Height = (size_t)h;
+        p.Depth = (size_t)d;
+    }
     if (w == 0 || h == 0 || d == 0) {
         res = Py_NewRef(Py_None);
         goto done;
@@ -706,12 +760,19 @@ memcpy_3d(PyObject *module, PyObject *args)
         goto done;
     if (pygpu_scope_enter(st, ctx, &s) < 0)
         goto done;
+    if (peer)
+        routine = sobj == Py_None ? "cuMemcpy3DPeer" : "cuMemcpy3DPeerAsync";
+    else
+        routine = sobj == Py_None ? "cuMemcpy3D" : "cuMemcpy3DAsync";
     Py_BEGIN_ALLOW_THREADS
-    rc = sobj == Py_None ? cu.cuMemcpy3D(&p) : cu.cuMemcpy3DAsync(&p, stream);
+    if (peer)
+        rc = sobj == Py_None ? cu.cuMemcpy3DPeer(&pp) : cu.cuMemcpy3DPeerAsync(&pp, stream);
+    else
+        rc = sobj == Py_None ? cu.cuMemcpy3D(&p) : cu.cuMemcpy3DAsync(&p, stream);
     Py_END_ALLOW_THREADS
     pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS) {
-        pygpu_cuda_error(st, rc, sobj == Py_None ? "cuMemcpy3D" : "cuMemcpy3DAsync");
+        pygpu_cuda_error(st, rc, routine);
         goto done;
     }
     res = Py_NewRef(Py_None);
@@ -723,12 +784,232 @@ done:
     return res;
 }
 
+/* _memcpy_3d(what, src, dst, width_in_bytes, height, depth, stream) */
+static PyObject *
+memcpy_3d(PyObject *module, PyObject *args)
+{
+    return memcpy_3d_impl(PyModule_GetState(module), args, 0);
+}
+
+/* _memcpy_3d_peer(what, src, dst, width_in_bytes, height, depth, stream,
+ *                 src_context, dst_context) */
+static PyObject *
+memcpy_3d_peer(PyObject *module, PyObject *args)
+{
+    return memcpy_3d_impl(PyModule_GetState(module), args, 1);
+}
+
+/* ---- memcpy_dtoa / memcpy_atod / memcpy_atoa: 1-D arrays, byte offsets ---- */
+
+/* Check a 1-D array side of a linear array copy: an Array, alive, 1-D,
+ * index and len multiples of its element size, [index, index + len) inside
+ * it.  0, or -1 with TypeError/ValueError/LogicError naming `what`. */
+static int
+linear_array_side(pygpu_state *st, PyObject *obj, Py_ssize_t index, Py_ssize_t len,
+                  const char *what, const char *argname, const char *idxname)
+{
+    pygpu_Array *a;
+    size_t esize, total;
+    if (!PyObject_TypeCheck(obj, st->ArrayType)) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be an Array, not %.100s", what, argname,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    a = (pygpu_Array *)obj;
+    if (pygpu_array_check(st, a) < 0)
+        return -1;
+    if (a->desc.Height != 0 || a->desc.Depth != 0) {
+        PyErr_Format(PyExc_ValueError, "%s: %s is a %s array (%zu x %zu x %zu); it copies "
+                     "1-D arrays (height 0): use Memcpy2D or Memcpy3D", what, argname,
+                     a->desc.Depth ? "3-D or layered" : "2-D", a->desc.Width, a->desc.Height,
+                     a->desc.Depth);
+        return -1;
+    }
+    esize = pygpu_array_format_size(a->desc.Format) * a->desc.NumChannels;
+    total = a->desc.Width * esize;
+    if ((size_t)index % esize) {
+        PyErr_Format(PyExc_ValueError, "%s: %s=%zd is not a multiple of %s's %zu-byte "
+                     "elements", what, idxname, index, argname, esize);
+        return -1;
+    }
+    if ((size_t)len % esize) {
+        PyErr_Format(PyExc_ValueError, "%s: len=%zd is not a multiple of %s's %zu-byte "
+                     "elements", what, len, argname, esize);
+        return -1;
+    }
+    if ((size_t)len > total || (size_t)index > total - (size_t)len) {
+        PyErr_Format(PyExc_ValueError, "%s: %s + len = %zd + %zd bytes exceeds %s, an "
+                     "Array of %zu bytes (%zu elements of %zu bytes)", what, idxname, index,
+                     len, argname, total, a->desc.Width, esize);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+linear_nonneg(Py_ssize_t index, Py_ssize_t len, const char *what, const char *idxname)
+{
+    if (index < 0 || len < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: %s and len must be >= 0, got %zd and %zd", what,
+                     idxname, index, len);
+        return -1;
+    }
+    return 0;
+}
+
+/* The copy of memcpy_dtoa (to_array) and memcpy_atod, arguments parsed.
+ * The device pointer is resolved (and its allocation held) first, since
+ * resolving it may run Python code; the array is checked after. */
+static PyObject *
+linear_device_copy(pygpu_state *st, PyObject *ary, Py_ssize_t index, PyObject *dev,
+                   Py_ssize_t len, int to_array)
+{
+    const char *what = to_array ? "memcpy_dtoa()" : "memcpy_atod()";
+    const char *routine = to_array ? "cuMemcpyDtoA" : "cuMemcpyAtoD";
+    pygpu_DeviceAllocation *held = NULL;
+    CUdeviceptr ptr;
+    size_t cap;
+    pygpu_Array *a;
+    pygpu_scope s;
+    CUresult rc;
+    PyObject *res = NULL;
+    if (linear_nonneg(index, len, what, "index") < 0)
+        return NULL;
+    if (!PyObject_TypeCheck(ary, st->ArrayType)) {
+        PyErr_Format(PyExc_TypeError, "%s: ary must be an Array, not %.100s", what,
+                     Py_TYPE(ary)->tp_name);
+        return NULL;
+    }
+    if (pygpu_allocation_hold(st, dev, &held) < 0
+        || pygpu_get_device_ptr(st, dev, &ptr, &cap, 0) < 0)
+        goto done;
+    if (linear_array_side(st, ary, index, len, what, "ary", "index") < 0)
+        goto done;
+    if (cap != (size_t)-1 && (size_t)len > cap) {
+        PyErr_Format(PyExc_ValueError, "%s: len=%zd bytes do not fit in the %s allocation, "
+                     "which holds %zu bytes", what, len, to_array ? "source" : "destination",
+                     cap);
+        goto done;
+    }
+    if (len == 0) {
+        res = Py_NewRef(Py_None);
+        goto done;
+    }
+    a = (pygpu_Array *)ary;
+    if (pygpu_scope_enter(st, a->context, &s) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    rc = to_array ? cu.cuMemcpyDtoA(a->handle, (size_t)index, ptr, (size_t)len)
+                  : cu.cuMemcpyAtoD(ptr, a->handle, (size_t)index, (size_t)len);
+    Py_END_ALLOW_THREADS
+    pygpu_scope_exit(&s);
+    if (rc != CUDA_SUCCESS) {
+        pygpu_cuda_error(st, rc, routine);
+        goto done;
+    }
+    res = Py_NewRef(Py_None);
+done:
+    pygpu_allocation_unhold(held);
+    return res;
+}
+
+/* memcpy_dtoa(ary, index, src, len) */
+static PyObject *
+memcpy_dtoa(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"ary", "index", "src", "len", NULL};
+    PyObject *ary, *dev;
+    Py_ssize_t index, len;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnOn:memcpy_dtoa", kwlist, &ary, &index,
+                                     &dev, &len))
+        return NULL;
+    return linear_device_copy(PyModule_GetState(module), ary, index, dev, len, 1);
+}
+
+/* memcpy_atod(dest, ary, index, len) */
+static PyObject *
+memcpy_atod(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"dest", "ary", "index", "len", NULL};
+    PyObject *ary, *dev;
+    Py_ssize_t index, len;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOnn:memcpy_atod", kwlist, &dev, &ary,
+                                     &index, &len))
+        return NULL;
+    return linear_device_copy(PyModule_GetState(module), ary, index, dev, len, 0);
+}
+
+/* memcpy_atoa(dest, dest_index, src, src_index, len) */
+static PyObject *
+memcpy_atoa(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    pygpu_state *st = PyModule_GetState(module);
+    static char *kwlist[] = {"dest", "dest_index", "src", "src_index", "len", NULL};
+    const char *what = "memcpy_atoa()";
+    PyObject *dobj, *sobj;
+    Py_ssize_t di, si, len;
+    pygpu_Array *da, *sa;
+    pygpu_scope s;
+    CUresult rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnOnn:memcpy_atoa", kwlist, &dobj, &di,
+                                     &sobj, &si, &len))
+        return NULL;
+    if (linear_nonneg(di, len, what, "dest_index") < 0
+        || linear_nonneg(si, len, what, "src_index") < 0
+        || linear_array_side(st, dobj, di, len, what, "dest", "dest_index") < 0
+        || linear_array_side(st, sobj, si, len, what, "src", "src_index") < 0)
+        return NULL;
+    da = (pygpu_Array *)dobj;
+    sa = (pygpu_Array *)sobj;
+    if (pygpu_array_format_size(da->desc.Format) * da->desc.NumChannels
+        != pygpu_array_format_size(sa->desc.Format) * sa->desc.NumChannels) {
+        PyErr_Format(PyExc_ValueError, "%s: the arrays' elements differ in size (dest %zu "
+                     "bytes, src %zu bytes)", what,
+                     pygpu_array_format_size(da->desc.Format) * da->desc.NumChannels,
+                     pygpu_array_format_size(sa->desc.Format) * sa->desc.NumChannels);
+        return NULL;
+    }
+    if (da->context != sa->context) {
+        PyErr_Format(PyExc_ValueError, "%s: dest and src live in different contexts; "
+                     "copy between contexts with Memcpy3DPeer", what);
+        return NULL;
+    }
+    if (len == 0)
+        Py_RETURN_NONE;
+    if (pygpu_scope_enter(st, da->context, &s) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cu.cuMemcpyAtoA(da->handle, (size_t)di, sa->handle, (size_t)si, (size_t)len);
+    Py_END_ALLOW_THREADS
+    pygpu_scope_exit(&s);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuMemcpyAtoA");
+    Py_RETURN_NONE;
+}
+
+#define KW (METH_VARARGS | METH_KEYWORDS)
 static PyMethodDef cuarray_functions[] = {
     {"_memcpy_3d", memcpy_3d, METH_VARARGS,
      "_memcpy_3d(what, src, dst, width_in_bytes, height, depth, stream)\n--\n\n"
      "The copy behind Memcpy2D/Memcpy3D with an array side, and Memcpy3D."},
+    {"_memcpy_3d_peer", memcpy_3d_peer, METH_VARARGS,
+     "_memcpy_3d_peer(what, src, dst, width_in_bytes, height, depth, stream, src_context, "
+     "dst_context)\n--\n\nThe copy behind Memcpy3DPeer (cuMemcpy3DPeer[Async])."},
+    {"memcpy_dtoa", CF(memcpy_dtoa), KW,
+     "memcpy_dtoa($module, /, ary, index, src, len)\n--\n\n"
+     "Copy len bytes from device memory src into the 1-D Array ary at byte offset index "
+     "(cuMemcpyDtoA)."},
+    {"memcpy_atod", CF(memcpy_atod), KW,
+     "memcpy_atod($module, /, dest, ary, index, len)\n--\n\n"
+     "Copy len bytes from byte offset index of the 1-D Array ary into device memory dest "
+     "(cuMemcpyAtoD)."},
+    {"memcpy_atoa", CF(memcpy_atoa), KW,
+     "memcpy_atoa($module, /, dest, dest_index, src, src_index, len)\n--\n\n"
+     "Copy len bytes from byte offset src_index of the 1-D Array src to byte offset "
+     "dest_index of the 1-D Array dest (cuMemcpyAtoA)."},
     {NULL}
 };
+#undef KW
 
 int
 pygpu_cuarray_setup(PyObject *m, pygpu_state *st)

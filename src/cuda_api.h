@@ -109,6 +109,11 @@ typedef CUresult (CUDAAPI *PFN_cuProfilerStop_v4000)(void);
     CU_REQUIRED(cuArray3DGetDescriptor, 3020)                    \
     CU_REQUIRED(cuMemcpy3D, 3020)                                \
     CU_REQUIRED(cuMemcpy3DAsync, 3020)                           \
+    CU_REQUIRED(cuMemcpyDtoA, 3020)                              \
+    CU_REQUIRED(cuMemcpyAtoD, 3020)                              \
+    CU_REQUIRED(cuMemcpyAtoA, 3020)                              \
+    CU_REQUIRED(cuMemcpy3DPeer, 4000)                            \
+    CU_REQUIRED(cuMemcpy3DPeerAsync, 4000)                       \
     CU_REQUIRED(cuTexObjectCreate, 5000)                         \
     CU_REQUIRED(cuTexObjectDestroy, 5000)                        \
     CU_REQUIRED(cuSurfObjectCreate, 5000)                        \

@@ -364,6 +364,14 @@ def _values(cuda, ctx, ptx):
         "lower_corner": (0,), "upper_corner": (0,), "channels_per_pixel": 4,
         "pixels_per_column": 8,
     })
+    # the linear copies with a 1-D array side (memcpy_dtoa/atod/atoa)
+    lin = [cuda.Array(cuda.ArrayDescriptor(64, 0, cuda.array_format.FLOAT, 1)) for _ in "ab"]
+    keep += lin
+    for fn, args in (("memcpy_dtoa", dict(ary=lin[0], index=0, src=dev, len=64)),
+                     ("memcpy_atod", dict(dest=dev, ary=lin[0], index=0, len=64)),
+                     ("memcpy_atoa", dict(dest=lin[0], dest_index=0, src=lin[1], src_index=0,
+                                          len=64))):
+        special.update({(fn, k): v for k, v in args.items()})
     special.update({("im2col", "tensor"): g3, ("im2col", "shape"): (1, 8, 64),
                     ("im2col", "strides"): (2048, 256, 4),
                     ("im2col", "element_strides"): (1, 1, 1)})

@@ -55,6 +55,8 @@ RETURNS = {
         "empty", "mem_alloc", "mem_free", "conditional")},
     "GraphExec.launch": "None", "GraphExec.upload": "None", "GraphExec.update": "None",
     "GraphExec.synchronize": "None", "GraphExec.set_kernel_node_params": "None",
+    "memcpy_dtoa": "None", "memcpy_atod": "None", "memcpy_atoa": "None",
+    "_memcpy_3d": "None", "_memcpy_3d_peer": "None",
     "mem_get_ipc_handle": "bytearray", "forked_from": "int | None",
     "Event.ipc_handle": "bytearray", "Event.from_ipc_handle": "Event",
     "IPCMemoryHandle.close": "None", "VirtualBuffer.grow": "None",

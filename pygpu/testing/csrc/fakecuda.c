@@ -3505,6 +3505,132 @@ fake_cuMemcpy3DAsync(const CUDA_MEMCPY3D *p, CUstream s)
     return copy3d(p, s, 1);
 }
 
+/* cuMemcpy3DPeer[Async]: the contexts of the non-array sides must be alive
+ * (the driver ignores an array side's); then the copy of copy3d. */
+static CUresult
+copy3d_peer(const CUDA_MEMCPY3D_PEER *pp, CUstream s, int check_s)
+{
+    CUDA_MEMCPY3D p;
+    int ok;
+    if (pp == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    ok = (pp->srcMemoryType == CU_MEMORYTYPE_ARRAY || ctx_ok((fake_ctx *)pp->srcContext))
+         && (pp->dstMemoryType == CU_MEMORYTYPE_ARRAY || ctx_ok((fake_ctx *)pp->dstContext));
+    unlock();
+    if (!ok)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    memset(&p, 0, sizeof p);
+    p.srcXInBytes = pp->srcXInBytes; p.srcY = pp->srcY; p.srcZ = pp->srcZ;
+    p.srcLOD = pp->srcLOD; p.srcMemoryType = pp->srcMemoryType; p.srcHost = pp->srcHost;
+    p.srcDevice = pp->srcDevice; p.srcArray = pp->srcArray; p.srcPitch = pp->srcPitch;
+    p.srcHeight = pp->srcHeight;
+    p.dstXInBytes = pp->dstXInBytes; p.dstY = pp->dstY; p.dstZ = pp->dstZ;
+    p.dstLOD = pp->dstLOD; p.dstMemoryType = pp->dstMemoryType; p.dstHost = pp->dstHost;
+    p.dstDevice = pp->dstDevice; p.dstArray = pp->dstArray; p.dstPitch = pp->dstPitch;
+    p.dstHeight = pp->dstHeight;
+    p.WidthInBytes = pp->WidthInBytes; p.Height = pp->Height; p.Depth = pp->Depth;
+    return copy3d(&p, s, check_s);
+}
+
+static CUresult
+fake_cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *p)
+{
+    CUresult rc = enter(F_cuMemcpy3DPeer);
+    if (rc) return rc;
+    return copy3d_peer(p, NULL, 0);
+}
+
+static CUresult
+fake_cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *p, CUstream s)
+{
+    CUresult rc = enter(F_cuMemcpy3DPeerAsync);
+    if (rc) return rc;
+    return copy3d_peer(p, s, 1);
+}
+
+/* The byte range [off, off + n) of a live 1-D array (the driver documents
+ * cuMemcpyDtoA/AtoD/AtoA for 1-D arrays), offset and count whole
+ * elements.  Lock held. */
+static CUresult
+array_range(CUarray h, size_t off, size_t n, unsigned char **out)
+{
+    fake_array *a = array_ok(h);
+    size_t total;
+    if (a == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    total = array_bytes(a);
+    if (a->desc.Height || a->desc.Depth || off % a->esize || n % a->esize || n > total
+        || off > total - n)
+        return CUDA_ERROR_INVALID_VALUE;
+    *out = a->data + off;
+    return CUDA_SUCCESS;
+}
+
+/* One linear copy with an array side: dev/darr is the destination,
+ * sdev/sarr the source (an array handle, or a device pointer when the
+ * handle is NULL). */
+static CUresult
+array_linear_copy(CUarray darr, size_t doff, CUdeviceptr ddev, CUarray sarr, size_t soff,
+                  CUdeviceptr sdev, size_t n)
+{
+    CUresult rc = CUDA_SUCCESS;
+    unsigned char *dst = NULL, *src = NULL;
+    fake_ctx *c;
+    pthread_mutex_lock(&lock);
+    c = need_ctx(&rc);
+    if (c == NULL)
+        goto done;
+    if (darr != NULL) {
+        if ((rc = array_range(darr, doff, n, &dst)) != CUDA_SUCCESS)
+            goto done;
+    } else if (!device_range_ok(ddev, n)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    } else {
+        dst = DPTR(ddev);
+    }
+    if (sarr != NULL) {
+        if ((rc = array_range(sarr, soff, n, &src)) != CUDA_SUCCESS)
+            goto done;
+    } else if (!device_range_ok(sdev, n)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    } else {
+        src = DPTR(sdev);
+    }
+    if ((rc = cap_violation(c, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)) != CUDA_SUCCESS)
+        goto done;
+    if (n)                       /* under the lock: an array cannot go meanwhile */
+        memmove(dst, src, n);
+done:
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuMemcpyDtoA(CUarray dst, size_t off, CUdeviceptr src, size_t n)
+{
+    CUresult rc = enter(F_cuMemcpyDtoA);
+    if (rc) return rc;
+    return array_linear_copy(dst, off, 0, NULL, 0, src, n);
+}
+
+static CUresult
+fake_cuMemcpyAtoD(CUdeviceptr dst, CUarray src, size_t off, size_t n)
+{
+    CUresult rc = enter(F_cuMemcpyAtoD);
+    if (rc) return rc;
+    return array_linear_copy(NULL, 0, dst, src, off, 0, n);
+}
+
+static CUresult
+fake_cuMemcpyAtoA(CUarray dst, size_t doff, CUarray src, size_t soff, size_t n)
+{
+    CUresult rc = enter(F_cuMemcpyAtoA);
+    if (rc) return rc;
+    return array_linear_copy(dst, doff, 0, src, soff, 0, n);
+}
+
 /* Lock held.  Checks a resource as the driver documents it. */
 static CUresult
 resource_ok(const CUDA_RESOURCE_DESC *r, fake_array **arr)

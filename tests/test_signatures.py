@@ -127,6 +127,8 @@ def _expected(name, func, flags):
         assert arr, "%s: the names of pygpu_fast_args not found in %s" % (name, func)
         return Expected(keywords=re.findall(r'"(\w+)"', arr.group(1)),
                         required=int(fast.group(2)), positional=0)
+    if "METH_FASTCALL" in flags and "METH_KEYWORDS" not in flags:
+        return Expected(varargs=True, positional=None)     # positional only, as it likes
     if "METH_FASTCALL" in flags:
         keys = re.findall(r'PyUnicode_CompareWithASCIIString\(k, "(\w+)"\)', body)
         assert keys, "%s: no keyword parser found in %s" % (name, func)

@@ -775,6 +775,8 @@ memcpy_3d_impl(pygpu_state *st, PyObject *args, int peer)
         pygpu_cuda_error(st, rc, routine);
         goto done;
     }
+    if (sobj != Py_None && pygpu_capture_note(st, sobj, dst.obj, &src.obj, 1) < 0)
+        goto done;
     res = Py_NewRef(Py_None);
 done:
     pygpu_allocation_unhold(src.held);

@@ -88,6 +88,8 @@ event_record(pygpu_Event *self, PyObject *args, PyObject *kwds)
     rc = cu.cuEventRecord(self->handle, s);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuEventRecord");
+    if (pygpu_capture_note(st, sobj, (PyObject *)self, NULL, 0) < 0)
+        return NULL;
     Py_INCREF(self);
     return (PyObject *)self;
 }

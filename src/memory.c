@@ -767,6 +767,8 @@ do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
     }
     if (rc != CUDA_SUCCESS)
         pygpu_cuda_error(st, rc, routine);
+    else if (on_stream && pygpu_capture_note(st, sobj, dst, &src, 1) < 0)
+        ;   /* a captured copy's graph keeps both sides alive (the host buffer too) */
     else
         res = Py_NewRef(Py_None);
 done:
@@ -848,6 +850,8 @@ do_dtod(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     allocation_unhold(hd);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, routine);
+    if (on_stream && pygpu_capture_note(st, sobj, dst, &src, 1) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -946,6 +950,8 @@ do_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     allocation_unhold(hd);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, routine);
+    if (on_stream && pygpu_capture_note(st, sobj, dst, &src, 1) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1024,6 +1030,8 @@ do_memset(PyObject *module, PyObject *args, int width, int async)
         rc = async ? cu.cuMemsetD32Async(d, (unsigned int)v, n, s) : cu.cuMemsetD32(d, (unsigned int)v, n);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuMemset");
+    if (async && pygpu_capture_note(st, sobj, dst, NULL, 0) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1138,6 +1146,8 @@ memcpy_2d(PyObject *module, PyObject *args)
             pygpu_cuda_error(st, rc, sobj == Py_None ? "cuMemcpy2D" : "cuMemcpy2DAsync");
             goto error;
         }
+        if (sobj != Py_None && pygpu_capture_note(st, sobj, dst, &src, 1) < 0)
+            goto error;
     }
     allocation_unhold(hs);
     allocation_unhold(hd);

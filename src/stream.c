@@ -267,6 +267,8 @@ stream_wait_for_event(pygpu_Stream *self, PyObject *event)
     rc = cu.cuStreamWaitEvent(self->handle, ((pygpu_Event *)event)->handle, 0);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuStreamWaitEvent");
+    if (pygpu_capture_note(st, (PyObject *)self, event, NULL, 0) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 

@@ -416,6 +416,47 @@ def test_capture_keeps_launch_arguments_alive(standin, mod, rng):
 
 
 @pytest.mark.standin
+def test_capture_keeps_copy_and_memset_operands_alive(standin, ctx, rng):
+    """A captured async copy's graph holds both sides (the host buffer
+    too: the driver recorded only its address), a captured memset its
+    destination, an event recorded or waited for during the capture the
+    event; the caller may drop them all and replay."""
+    s = cuda.Stream()
+    n = 256
+    x = rng.standard_normal(n)
+    host_in = x.copy()
+    host_out = np.zeros(n)
+    a, b = cuda.mem_alloc(x.nbytes), cuda.mem_alloc(x.nbytes)
+    c = cuda.mem_alloc(x.nbytes)
+    ev = cuda.Event()
+    refs = [weakref.ref(o) for o in (host_in, host_out, a, b, c)]
+    ev_refs = sys.getrefcount(ev)              # an Event takes no weak reference
+    s.begin_capture()
+    cuda.memcpy_htod_async(a, host_in, s)
+    cuda.memcpy_dtod_async(b, a, x.nbytes, s)
+    cuda.memset_d8_async(c, 0x5a, x.nbytes, s)
+    ev.record(s)
+    s.wait_for_event(ev)
+    cuda.memcpy_dtoh_async(host_out, b, stream=s)
+    g = s.end_capture()
+    out_ref = refs[1]
+    del host_in, host_out, a, b, c
+    gc.collect()
+    assert all(r() is not None for r in refs), [r() is None for r in refs]
+    assert sys.getrefcount(ev) == ev_refs + 2          # recorded and waited for
+    exe = g.instantiate()
+    del g
+    gc.collect()
+    exe.launch(s)
+    s.synchronize()
+    np.testing.assert_array_equal(out_ref(), x)        # replayed from the kept buffers
+    del exe
+    gc.collect()
+    assert all(r() is None for r in refs)              # released with the graph
+    assert sys.getrefcount(ev) == ev_refs
+
+
+@pytest.mark.standin
 def test_whole_graph_update(standin, mod, rng):
     f, o = mod.get_function("scale"), mod.get_function("other")
     d = cuda.mem_alloc(256)
@@ -1103,3 +1144,31 @@ def test_gpu_conditional_if_else_and_switch(cmod, rng):
         if value < 3:
             want = want + np.float32(value + 1)
         np.testing.assert_array_equal(cuda.from_device_like(d, x), want)
+
+
+@pytest.mark.gpu
+def test_gpu_captured_copies_replay_after_the_caller_dropped_them(gmod, rng):
+    """The same on a GPU: the host buffers of captured copies are dropped by
+    the caller (and their memory would be reused), the replay still reads
+    and writes them."""
+    f = gmod.get_function("scale")
+    s = cuda.Stream()
+    n = 4096
+    x = rng.standard_normal(n).astype(np.float32)
+    host_in = cuda.pagelocked_empty(n, np.float32)
+    host_in[:] = x
+    host_out = cuda.pagelocked_zeros(n, np.float32)
+    d = cuda.mem_alloc(x.nbytes)
+    out_ref = weakref.ref(host_out)
+    with cuda.capture_graph(s) as cap:
+        cuda.memcpy_htod_async(d, host_in, s)
+        f(d, np.float32(3), np.int32(n), block=(256, 1, 1), grid=(n // 256, 1), stream=s)
+        cuda.memcpy_dtoh_async(host_out, d, stream=s)
+    exe = cap.graph.instantiate()
+    del host_in, host_out, d, cap
+    gc.collect()
+    junk = [np.full(n, 7, np.float32) for _ in range(64)]    # reuse freed memory, if any
+    exe.launch(s)
+    s.synchronize()
+    np.testing.assert_array_equal(out_ref(), 3 * x)
+    del junk

@@ -32,6 +32,7 @@ context_alloc(pygpu_state *st, CUcontext h, int ordinal, int is_primary, int own
     self->staging = NULL;
     self->weakreflist = NULL;
     self->allocations = NULL;
+    self->arrays_busy = 0;
     if (!is_primary) {
         self->next_other = st->other_contexts;
         st->other_contexts = self;
@@ -511,6 +512,12 @@ context_detach(pygpu_Context *self, PyObject *unused)
     /* the context's memory goes first, in the context (a primary context
      * may outlive this release, retained by another library); refused while
      * a copy into one of its allocations runs in another thread */
+    if (self->arrays_busy > 0) {
+        PyErr_SetString(st->LogicError,
+                        "detach(): a copy into memory of this context is running in "
+                        "another thread; detach after it ends");
+        return NULL;
+    }
     if (pygpu_allocations_detach(st, self) < 0)
         return NULL;
     if (self->is_primary) {

@@ -5,7 +5,11 @@
  * An Array lives in the context current when it was made and is destroyed
  * there.  Texture and surface objects over it hold a strong reference and
  * count themselves in `users`: free() is refused while any is alive, so a
- * texture never reads a destroyed array.
+ * texture never reads a destroyed array.  A copy that uses it with the GIL
+ * released holds it (pygpu_array_hold: `busy`, and the context's
+ * `arrays_busy`): a free() from another thread meanwhile marks it freed at
+ * once and the last holder calls cuArrayDestroy when its copy ends; the
+ * context's detach() is refused meanwhile.
  */
 #include "pygpu.h"
 #include "pygpu_numpy.h"
@@ -272,7 +276,7 @@ pygpu_array_check(pygpu_state *st, pygpu_Array *a)
 
 /* Destroy the array in its context; idempotent, never raises. */
 static void
-array_release(pygpu_Array *self)
+array_destroy(pygpu_Array *self)
 {
     CUarray h = self->handle;
     pygpu_scope s;
@@ -286,13 +290,55 @@ array_release(pygpu_Array *self)
     pygpu_scope_exit(&s);
 }
 
+/* free(): mark freed at once (no new use starts), destroy the array now,
+ * or, while a copy using it runs with the GIL released, when that copy
+ * ends (pygpu_array_unhold).  Idempotent, never raises.  GIL held. */
+static void
+array_release(pygpu_Array *self)
+{
+    if (self->handle == NULL)
+        return;
+    self->freed = 1;
+    if (self->busy > 0) {
+        self->free_pending = 1;
+        return;
+    }
+    array_destroy(self);
+}
+
+int
+pygpu_array_hold(pygpu_state *st, pygpu_Array *a, pygpu_Array **held)
+{
+    *held = NULL;
+    if (pygpu_array_check(st, a) < 0)
+        return -1;
+    a->busy++;
+    a->context->arrays_busy++;
+    Py_INCREF(a);
+    *held = a;
+    return 0;
+}
+
+void
+pygpu_array_unhold(pygpu_Array *a)
+{
+    if (a == NULL)
+        return;
+    a->context->arrays_busy--;
+    if (--a->busy == 0 && a->free_pending) {
+        a->free_pending = 0;
+        array_destroy(a);
+    }
+    Py_DECREF(a);
+}
+
 static void
 array_dealloc(pygpu_Array *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
     if (self->weakreflist != NULL)
         PyObject_ClearWeakRefs((PyObject *)self);
-    array_release(self);
+    array_release(self);            /* nobody holds it: busy is 0 */
     Py_CLEAR(self->context);
     PyObject_Free(self);
     Py_DECREF(tp);
@@ -366,6 +412,8 @@ array_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->freed = 0;
     self->users = 0;
     self->weakreflist = NULL;
+    self->busy = 0;
+    self->free_pending = 0;
     return (PyObject *)self;
 }
 
@@ -458,7 +506,8 @@ array_repr(pygpu_Array *self)
 static PyMethodDef array_methods[] = {
     {"free", (PyCFunction)array_free, METH_NOARGS,
      "free($self, /)\n--\n\nDestroy the array now (idempotent); a LogicError while a "
-     "texture or surface object over it is alive."},
+     "texture or surface object over it is alive.  While another thread's copy uses "
+     "it, the array reads as freed at once and is destroyed when that copy ends."},
     {"get_descriptor", (PyCFunction)array_get_descriptor, METH_NOARGS,
      "get_descriptor($self, /)\n--\n\nThe driver's ArrayDescriptor of the array "
      "(cuArrayGetDescriptor)."},
@@ -507,6 +556,7 @@ typedef struct {
     Py_buffer view;            /* host: held during the copy */
     pygpu_DeviceAllocation *held;
     pygpu_Array *array;        /* borrowed */
+    pygpu_Array *array_held;   /* strong ref: held for the copy (pygpu_array_hold) */
 } copy_side;
 
 static int
@@ -714,8 +764,10 @@ memcpy_3d_impl(pygpu_state *st, PyObject *args, int peer)
         goto done;
     if (dst.kind == 'd' && pygpu_get_device_ptr(st, dst.obj, &dp, &cap, 0) < 0)
         goto done;
-    if ((src.kind == 'a' && pygpu_array_check(st, src.array) < 0)
-        || (dst.kind == 'a' && pygpu_array_check(st, dst.array) < 0))
+    /* checked again and held from here to the end of the copy: a free()
+     * meanwhile defers cuArrayDestroy to pygpu_array_unhold */
+    if ((src.kind == 'a' && pygpu_array_hold(st, src.array, &src.array_held) < 0)
+        || (dst.kind == 'a' && pygpu_array_hold(st, dst.array, &dst.array_held) < 0))
         goto done;
     if (peer) {
         if ((sctx = peer_side_context(st, sctx_obj, &src, what, "src")) == NULL
@@ -781,6 +833,8 @@ memcpy_3d_impl(pygpu_state *st, PyObject *args, int peer)
 done:
     pygpu_allocation_unhold(src.held);
     pygpu_allocation_unhold(dst.held);
+    pygpu_array_unhold(src.array_held);
+    pygpu_array_unhold(dst.array_held);
     if (src.view.obj) PyBuffer_Release(&src.view);
     if (dst.view.obj) PyBuffer_Release(&dst.view);
     return res;
@@ -869,6 +923,7 @@ linear_device_copy(pygpu_state *st, PyObject *ary, Py_ssize_t index, PyObject *d
     const char *what = to_array ? "memcpy_dtoa()" : "memcpy_atod()";
     const char *routine = to_array ? "cuMemcpyDtoA" : "cuMemcpyAtoD";
     pygpu_DeviceAllocation *held = NULL;
+    pygpu_Array *aheld = NULL;
     CUdeviceptr ptr;
     size_t cap;
     pygpu_Array *a;
@@ -898,7 +953,7 @@ linear_device_copy(pygpu_state *st, PyObject *ary, Py_ssize_t index, PyObject *d
         goto done;
     }
     a = (pygpu_Array *)ary;
-    if (pygpu_scope_enter(st, a->context, &s) < 0)
+    if (pygpu_array_hold(st, a, &aheld) < 0 || pygpu_scope_enter(st, a->context, &s) < 0)
         goto done;
     Py_BEGIN_ALLOW_THREADS
     rc = to_array ? cu.cuMemcpyDtoA(a->handle, (size_t)index, ptr, (size_t)len)
@@ -911,6 +966,7 @@ linear_device_copy(pygpu_state *st, PyObject *ary, Py_ssize_t index, PyObject *d
     }
     res = Py_NewRef(Py_None);
 done:
+    pygpu_array_unhold(aheld);
     pygpu_allocation_unhold(held);
     return res;
 }
@@ -950,9 +1006,10 @@ memcpy_atoa(PyObject *module, PyObject *args, PyObject *kwds)
     const char *what = "memcpy_atoa()";
     PyObject *dobj, *sobj;
     Py_ssize_t di, si, len;
-    pygpu_Array *da, *sa;
+    pygpu_Array *da, *sa, *dheld = NULL, *sheld = NULL;
     pygpu_scope s;
     CUresult rc;
+    PyObject *res = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnOnn:memcpy_atoa", kwlist, &dobj, &di,
                                      &sobj, &si, &len))
         return NULL;
@@ -978,15 +1035,22 @@ memcpy_atoa(PyObject *module, PyObject *args, PyObject *kwds)
     }
     if (len == 0)
         Py_RETURN_NONE;
-    if (pygpu_scope_enter(st, da->context, &s) < 0)
-        return NULL;
+    if (pygpu_array_hold(st, da, &dheld) < 0 || pygpu_array_hold(st, sa, &sheld) < 0
+        || pygpu_scope_enter(st, da->context, &s) < 0)
+        goto done;
     Py_BEGIN_ALLOW_THREADS
     rc = cu.cuMemcpyAtoA(da->handle, (size_t)di, sa->handle, (size_t)si, (size_t)len);
     Py_END_ALLOW_THREADS
     pygpu_scope_exit(&s);
-    if (rc != CUDA_SUCCESS)
-        return pygpu_cuda_error(st, rc, "cuMemcpyAtoA");
-    Py_RETURN_NONE;
+    if (rc != CUDA_SUCCESS) {
+        pygpu_cuda_error(st, rc, "cuMemcpyAtoA");
+        goto done;
+    }
+    res = Py_NewRef(Py_None);
+done:
+    pygpu_array_unhold(sheld);
+    pygpu_array_unhold(dheld);
+    return res;
 }
 
 #define KW (METH_VARARGS | METH_KEYWORDS)

@@ -126,6 +126,9 @@ struct pygpu_Context {
      * itself when its memory is freed or it dies); detach() frees them and
      * marks them freed, so none reaches the driver afterwards */
     struct pygpu_DeviceAllocation *allocations;
+    /* copies using one of this context's Arrays running with the GIL
+     * released (pygpu_array_hold): detach() is refused meanwhile */
+    Py_ssize_t arrays_busy;
 };
 
 typedef struct pygpu_DeviceAllocation {
@@ -425,15 +428,25 @@ typedef struct {
     pygpu_Context *context;    /* strong ref */
     CUDA_ARRAY3D_DESCRIPTOR desc;   /* as created (Depth 0 for cuArrayCreate) */
     int is3d;                  /* made by cuArray3DCreate */
-    int freed;
+    int freed;                 /* free() ran: no new use starts (handle may wait) */
     Py_ssize_t users;          /* live texture/surface objects over it: free() waits */
     PyObject *weakreflist;
+    int busy;                  /* driver calls using the array with the GIL released */
+    int free_pending;          /* free() came while busy: the last holder destroys */
 } pygpu_Array;
 
 /* The bytes one element of an array format takes (0: not a plain format). */
 size_t pygpu_array_format_size(unsigned int format);
 /* LogicError when the Array was freed or its context detached. */
 int pygpu_array_check(pygpu_state *st, pygpu_Array *a);
+/* Hold an Array for a driver call made next with the GIL released: checks
+ * it (LogicError), counts the call in a->busy and its context's
+ * arrays_busy, *held a strong reference.  A free() meanwhile marks it freed
+ * at once and leaves cuArrayDestroy to pygpu_array_unhold.  GIL held; no
+ * Python code may run between this and the driver call. */
+int pygpu_array_hold(pygpu_state *st, pygpu_Array *a, pygpu_Array **held);
+/* End a hold (NULL: nothing); the last holder destroys a freed array. */
+void pygpu_array_unhold(pygpu_Array *a);
 /* NumPy dtype (any dtype-like) -> CUarray_format; -1 with TypeError naming
  * what.  GIL held. */
 int pygpu_dtype_array_format(PyObject *dtype, unsigned int *format, const char *what);

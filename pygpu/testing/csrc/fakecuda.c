@@ -35,7 +35,9 @@
  * sleep ms milliseconds, without the lock, where a real driver would be busy:
  * host<->device copies between checking their ranges and moving the bytes
  * (and a copy whose device memory was freed meanwhile counts as a stale
- * use), cuMemHostAlloc after allocating.  A test thread sees the call begin
+ * use), copies with a CUDA array side likewise (an array destroyed
+ * meanwhile counts as a stale use and nothing moves), cuMemHostAlloc after
+ * allocating.  A test thread sees the call begin
  * through fakecuda_calls(name).  fakecuda_delay("*", 0) clears all delays.
  *
  * Environment, read at cuInit: FAKECUDA_DEVICES (2), FAKECUDA_MEMORY (bytes a
@@ -3480,6 +3482,19 @@ copy3d(const CUDA_MEMCPY3D *p, CUstream s, int check_s)
     if (rc == CUDA_SUCCESS)
         rc = side_3d(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes,
                      p->dstY, p->dstZ, p->dstPitch, p->dstHeight, p, &dst);
+    if (rc == CUDA_SUCCESS && (p->srcMemoryType == CU_MEMORYTYPE_ARRAY
+                               || p->dstMemoryType == CU_MEMORYTYPE_ARRAY)) {
+        /* the driver is busy here (fakecuda_delay); an array destroyed
+         * meanwhile is a use after free: counted, nothing moves */
+        unlock();
+        pause_here();
+        pthread_mutex_lock(&lock);
+        if ((p->srcMemoryType == CU_MEMORYTYPE_ARRAY && array_ok(p->srcArray) == NULL)
+            || (p->dstMemoryType == CU_MEMORYTYPE_ARRAY && array_ok(p->dstArray) == NULL)) {
+            unlock();
+            return CUDA_SUCCESS;
+        }
+    }
     if (rc == CUDA_SUCCESS)        /* under the lock: an array cannot go meanwhile */
         for (i = 0; i < p->Depth; i++)
             for (j = 0; j < p->Height; j++)
@@ -3600,6 +3615,17 @@ array_linear_copy(CUarray darr, size_t doff, CUdeviceptr ddev, CUarray sarr, siz
     }
     if ((rc = cap_violation(c, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)) != CUDA_SUCCESS)
         goto done;
+    /* the driver is busy here (fakecuda_delay); an array destroyed (or
+     * memory freed) meanwhile is a use after free: counted, nothing moves */
+    unlock();
+    pause_here();
+    pthread_mutex_lock(&lock);
+    if ((darr != NULL && array_ok(darr) == NULL) || (sarr != NULL && array_ok(sarr) == NULL))
+        goto done;
+    if ((darr == NULL && !device_range_ok(ddev, n)) || (sarr == NULL && !device_range_ok(sdev, n))) {
+        stale_uses++;
+        goto done;
+    }
     if (n)                       /* under the lock: an array cannot go meanwhile */
         memmove(dst, src, n);
 done:

@@ -153,10 +153,19 @@ def _run_notebook():
 
 def _text(cell):
     parts = []
+    prev_stream = False
     for o in cell.outputs:
         if o.output_type == "stream":
-            parts.append(o.text)
-        elif o.output_type in ("execute_result", "display_data"):
+            # one print() may arrive as several stream messages when the
+            # machine is busy: they are one text
+            if prev_stream:
+                parts[-1] += o.text
+            else:
+                parts.append(o.text)
+            prev_stream = True
+            continue
+        prev_stream = False
+        if o.output_type in ("execute_result", "display_data"):
             parts.append(o.data.get("text/plain", ""))
         elif o.output_type == "error":
             parts.append("%s: %s" % (o.ename, o.evalue))

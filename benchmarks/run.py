@@ -131,6 +131,32 @@ def build_inproc_floor():
     return lib
 
 
+def build_least_binding():
+    """least_binding.c as an extension module of this interpreter, or None."""
+    import importlib.util
+    import sysconfig
+    root = cuda_include()
+    build = os.path.join(HERE, "build")
+    os.makedirs(build, exist_ok=True)
+    so = os.path.join(build, "least_binding" + sysconfig.get_config_var("EXT_SUFFIX"))
+    libdirs = [os.path.join(root, "lib64"), os.path.join(root, "lib64", "stubs")]
+    r = subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", so,
+                        os.path.join(HERE, "least_binding.c"),
+                        "-I" + sysconfig.get_paths()["include"], "-I" + os.path.join(root, "include")]
+                       + ["-L" + d for d in libdirs] + ["-lcuda"], capture_output=True, text=True)
+    if r.returncode != 0:
+        print("least_binding.c did not build:\n" + r.stderr, file=sys.stderr)
+        return None
+    spec = importlib.util.spec_from_file_location("least_binding", so)
+    try:
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    except ImportError as e:          # no libcuda.so.1 here
+        print("least_binding: %s" % e, file=sys.stderr)
+        return None
+    return mod
+
+
 def interleaved(fns, n=BURST, reps=BURSTS, sync=None, paired=None):
     """Median us per call of each fn(count) -> seconds, bursts interleaved.
     With paired (a key of fns), also the median over rounds of each fn's
@@ -237,6 +263,11 @@ def measure_pygpu():
         "null_call_us": stmt_loop("null(d, 1000, 2.0, block=block, grid=grid)", **ns),
         "null_bound_us": stmt_loop("null(d, 1000, 2.0)", **ns),
     }
+    least = build_least_binding()
+    if least is not None:
+        # the least any binding can do: no checks, four positional ints/floats
+        fns["launch_least_us"] = stmt_loop("least(h, p, 1000, 2.0)", least=least.raw,
+                                           h=f.handle, p=int(d))
     m, dm = interleaved(fns, reps=LAUNCH_ROUNDS, sync=sync, paired="floor")
     f.prepare("Pif")     # prepared_call packs by the prepared types from here on
     m2, dm2 = interleaved({"floor": fns["floor"],
@@ -248,6 +279,8 @@ def measure_pygpu():
     # differences (its own median is kept beside it)
     r["launch_enqueue_us"] = m["floor"] + dm["launch_enqueue_us"]
     r["launch_bound_us"] = m["floor"] + dm["launch_bound_us"]
+    if "launch_least_us" in dm:
+        r["launch_least_us"] = m["floor"] + dm["launch_least_us"]
     r["launch_prepared_us"] = m2["floor"] + dm2["launch_prepared_us"]
     r["launch_unpaired_us"] = {k: m[k] for k in ("launch_enqueue_us", "launch_bound_us")}
     r["launch_unpaired_us"]["launch_prepared_us"] = m2["launch_prepared_us"]
@@ -601,6 +634,7 @@ ROWS = [
     ("launch_enqueue_us", "launch enqueue, 3 args, __call__", "us", "lower", "diff"),
     ("launch_prepared_us", "launch enqueue, prepared_call", "us", "lower", "diff"),
     ("launch_bound_us", "launch enqueue, configure()d", "us", "lower", "diff"),
+    ("launch_least_us", "launch, least possible binding (no checks)", "us", "lower", "diff"),
     ("launch_throughput_us", "empty kernel, throughput", "us", "lower", "diff"),
     ("round_trip_us", "launch + synchronize", "us", "lower", "diff"),
     ("alloc_free_us", "mem_alloc + free, 1 MiB", "us", "lower", "diff"),
@@ -670,7 +704,7 @@ def main():
     rows = []
     for key, label, unit, better, cmp in ROWS:
         fl = results["floor"].get(key)
-        if key in ("launch_enqueue_us", "launch_bound_us"):
+        if key in ("launch_enqueue_us", "launch_bound_us", "launch_least_us"):
             fl = results["pygpu"]["floor_inproc_us"]     # same process, interleaved
         elif key == "launch_prepared_us":
             fl = results["pygpu"]["floor_inproc_us_2"]

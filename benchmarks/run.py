@@ -125,9 +125,10 @@ def build_inproc_floor():
            "-I" + os.path.join(root, "include")] + ["-L" + d for d in libdirs] + ["-lcuda"]
     subprocess.run(cmd, check=True)
     lib = ctypes.CDLL(so)
-    lib.launch_burst.restype = ctypes.c_double
-    lib.launch_burst.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_int,
-                                 ctypes.c_float, ctypes.c_int]
+    for fn in (lib.launch_burst, lib.launch_burst_ex):
+        fn.restype = ctypes.c_double
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_int, ctypes.c_float,
+                       ctypes.c_int]
     return lib
 
 
@@ -268,6 +269,11 @@ def measure_pygpu():
         # the least any binding can do: no checks, four positional ints/floats
         fns["launch_least_us"] = stmt_loop("least(h, p, 1000, 2.0)", least=least.raw,
                                            h=f.handle, p=int(d))
+        fns["launch_least_ex_us"] = stmt_loop("least(h, p, 1000, 2.0)", least=least.raw_ex,
+                                              h=f.handle, p=int(d))
+    # the C loop through cuLaunchKernelEx, pygpu's entry point (the floor
+    # stays the cuLaunchKernel loop; this shows what the entry point gives)
+    fns["floor_ex"] = lambda count: lib.launch_burst_ex(f.handle, int(d), 1000, 2.0, count)
     m, dm = interleaved(fns, reps=LAUNCH_ROUNDS, sync=sync, paired="floor")
     f.prepare("Pif")     # prepared_call packs by the prepared types from here on
     m2, dm2 = interleaved({"floor": fns["floor"],
@@ -279,8 +285,10 @@ def measure_pygpu():
     # differences (its own median is kept beside it)
     r["launch_enqueue_us"] = m["floor"] + dm["launch_enqueue_us"]
     r["launch_bound_us"] = m["floor"] + dm["launch_bound_us"]
-    if "launch_least_us" in dm:
-        r["launch_least_us"] = m["floor"] + dm["launch_least_us"]
+    for k in ("launch_least_us", "launch_least_ex_us"):
+        if k in dm:
+            r[k] = m["floor"] + dm[k]
+    r["floor_ex_us"] = m["floor"] + dm["floor_ex"]
     r["launch_prepared_us"] = m2["floor"] + dm2["launch_prepared_us"]
     r["launch_unpaired_us"] = {k: m[k] for k in ("launch_enqueue_us", "launch_bound_us")}
     r["launch_unpaired_us"]["launch_prepared_us"] = m2["launch_prepared_us"]
@@ -341,7 +349,8 @@ def measure_pygpu():
     c_s, py_s = inproc.paired(c_once, py_once, rounds=7)
     r["compile_ms"], r["compile_floor_inproc_ms"] = py_s * 1e3, c_s * 1e3
     SourceModule(SAXPY, no_extern_c=True)
-    r["cache_hit_ms"] = burst(lambda: SourceModule(SAXPY, no_extern_c=True), n=1000, reps=5) / 1e3
+    r["cache_hit_ms"] = burst("SourceModule(SAXPY, no_extern_c=True)", n=1000, reps=21,
+                              ns=dict(SourceModule=SourceModule, SAXPY=SAXPY)) / 1e3
     binary = compiler.compile(SAXPY)
     r["module_load_ms"] = median_ms(lambda: cuda.module_from_buffer(binary), reps=21)
 
@@ -441,8 +450,8 @@ def measure_cupy():
     r["compile_ms"] = median_ms(lambda: cp.RawModule(code=SAXPY + "// %f\n" % time.time())
                                 .get_function("saxpy"))
     cp.RawModule(code=SAXPY).get_function("saxpy")
-    r["cache_hit_ms"] = burst(lambda: cp.RawModule(code=SAXPY).get_function("saxpy"),
-                              n=1000, reps=5) / 1e3
+    r["cache_hit_ms"] = burst('cp.RawModule(code=SAXPY).get_function("saxpy")', n=1000,
+                              reps=21, ns=dict(cp=cp, SAXPY=SAXPY)) / 1e3
     big = 256 << 20
     pageable = np.ones(big, np.uint8)
     db = cp.empty(big, cp.uint8)
@@ -635,6 +644,7 @@ ROWS = [
     ("launch_prepared_us", "launch enqueue, prepared_call", "us", "lower", "diff"),
     ("launch_bound_us", "launch enqueue, configure()d", "us", "lower", "diff"),
     ("launch_least_us", "launch, least possible binding (no checks)", "us", "lower", "diff"),
+    ("launch_least_ex_us", "the same through cuLaunchKernelEx", "us", "lower", "diff"),
     ("launch_throughput_us", "empty kernel, throughput", "us", "lower", "diff"),
     ("round_trip_us", "launch + synchronize", "us", "lower", "diff"),
     ("alloc_free_us", "mem_alloc + free, 1 MiB", "us", "lower", "diff"),
@@ -704,7 +714,8 @@ def main():
     rows = []
     for key, label, unit, better, cmp in ROWS:
         fl = results["floor"].get(key)
-        if key in ("launch_enqueue_us", "launch_bound_us", "launch_least_us"):
+        if key in ("launch_enqueue_us", "launch_bound_us", "launch_least_us",
+                   "launch_least_ex_us"):
             fl = results["pygpu"]["floor_inproc_us"]     # same process, interleaved
         elif key == "launch_prepared_us":
             fl = results["pygpu"]["floor_inproc_us_2"]
@@ -731,7 +742,9 @@ def main():
         m["gpu"], m["driver_cuda"], m["python"], m["numpy"], m["date"]))
     print("(%s)" % ", ".join("%s %s" % kv for kv in sorted(m["versions"].items())))
     print("(launch rows: the C loop runs in this process, its bursts interleaved with "
-          "pygpu's; floor.c's own figure was %.2f us)" % results["floor"]["launch_enqueue_us"])
+          "pygpu's; floor.c's own figure was %.2f us; the same C loop through "
+          "cuLaunchKernelEx, pygpu's entry point, %.2f us, paired)"
+          % (results["floor"]["launch_enqueue_us"], results["pygpu"]["floor_ex_us"]))
     print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for r in rows:

@@ -477,11 +477,14 @@ def _memo_key(args):
 
 
 class _Loaded:
-    __slots__ = ("attrs", "ctx", "deps", "env")
+    __slots__ = ("binary", "source", "module", "lowered", "ctx", "deps", "env")
 
-    def __init__(self, attrs, module, deps, env):
-        self.attrs = attrs      # the SourceModule's __dict__ to copy (holds the module)
-        self.ctx = module.context
+    def __init__(self, sm, deps, env):
+        # a SourceModule's own four fields, set again on a hit (not its whole
+        # __dict__: a subclass's attributes are the new instance's)
+        self.binary, self.source, self.module, self.lowered = \
+            sm.binary, sm.source, sm.module, sm._lowered
+        self.ctx = sm.module.context
         self.deps = deps        # Deps or None (no file can change the result)
         self.env = env          # CUDA_HOME/CUDA_PATH (they pick the include dirs), with deps
 
@@ -520,7 +523,11 @@ class SourceModule(CudaModule):
         if (hit is not None and not hit.ctx.detached and _environ.get(_DISABLE) in _OFF
                 and (hit.deps is None or (hit.deps.valid() and hit.env == (
                     store.env_raw("CUDA_HOME"), store.env_raw("CUDA_PATH"))))):
-            self.__dict__.update(hit.attrs)
+            # four plain stores: cheaper than filling a dict (this path is timed)
+            self.binary = hit.binary
+            self.source = hit.source
+            self.module = hit.module
+            self._lowered = hit.lowered
             return
         self._build(source, options, no_extern_c, arch, code, include_dirs, cache_dir, keep,
                     name_expressions, std, fast_math, defines, target, memo_key)
@@ -575,7 +582,7 @@ class SourceModule(CudaModule):
             with _lock:
                 if len(_modules) >= _MEMO_MAX:
                     _modules.clear()
-                _modules[memo_key] = _Loaded(dict(self.__dict__), self.module,
+                _modules[memo_key] = _Loaded(self,
                                              deps if deps.records else None,
                                              (store.env_raw("CUDA_HOME"),
                                               store.env_raw("CUDA_PATH")))

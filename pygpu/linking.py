@@ -409,11 +409,22 @@ def _device_sm():
     return "sm_%d%d" % (major, minor)
 
 
+_arch_memo = {}
+_IMMUTABLE = (bytes, store.Binary)
+
+
 def _norm_arch(arch):
     if arch is None:
         return None
+    try:
+        return _arch_memo[arch]
+    except (KeyError, TypeError):
+        pass
     kind, num = compiler._parse_arch(arch)
-    return "sm_" + num       # nvJitLink links for a real architecture
+    out = "sm_" + num        # nvJitLink links for a real architecture
+    if isinstance(arch, (str, int, tuple)) and len(_arch_memo) < 64:
+        _arch_memo[arch] = out
+    return out
 
 
 class Linker:
@@ -452,8 +463,8 @@ class Linker:
                             % type(message_handler).__name__)
         if isinstance(options, str):
             options = options.split()
-        self.options = compiler._str_list(options, "options", "-O3")
-        self.driver_options = list(driver_options or ())
+        self.options = compiler._str_list(options, "options", "-O3") if options else []
+        self.driver_options = list(driver_options) if driver_options else []
         self.arch = _norm_arch(arch)
         self.lto = bool(lto)
         self.target = target
@@ -462,6 +473,7 @@ class Linker:
         self.message_handler = message_handler
         self.inputs = []        # (kind, bytes or path, name)
         self._files = []        # is_file, parallel to inputs
+        self._jl_inputs = []    # the inputs as _nvjitlink_link takes them
         self.info_log = self.error_log = ""
         self.used_backend = None
         self.from_cache = False
@@ -476,8 +488,13 @@ class Linker:
         'library', or a jit_input_type)."""
         if isinstance(data, str):
             raise TypeError("Linker.add_data() takes bytes; encode PTX text first")
-        kind = _input_kind(input_type, data, False, "Linker.add_data()")
-        raw = data if type(data) is bytes else bytes(memoryview(data).cast("B"))
+        if input_type is None and type(data) is store.Binary and data.target in INPUT_KINDS:
+            kind = data.target      # the common case, the fewest steps: links are timed
+        else:
+            kind = _input_kind(input_type, data, False, "Linker.add_data()")
+        # bytes and Binary cannot change; anything else (a subclass may define
+        # __buffer__) is copied once, so the key and the link see the same bytes
+        raw = data if type(data) in _IMMUTABLE else bytes(memoryview(data).cast("B"))
         if not raw:
             raise ValueError("Linker.add_data(): the %s input %s is empty"
                              % (kind, name or "(unnamed)"))
@@ -493,6 +510,7 @@ class Linker:
             raise TypeError("name must be a str, not %s" % type(name).__name__)
         self.inputs.append((kind, raw, name))
         self._files.append(False)
+        self._jl_inputs.append((_JL_KIND[kind], raw, name, False))
         return self
 
     add = add_data
@@ -508,8 +526,10 @@ class Linker:
             raise FileNotFoundError(2, "No such file or directory", p)
         if not os.path.isfile(p):
             raise IsADirectoryError(21, "Is a directory", p)
-        self.inputs.append((kind, os.path.abspath(p), os.path.basename(p)))
+        path = os.path.abspath(p)
+        self.inputs.append((kind, path, os.path.basename(p)))
         self._files.append(True)
+        self._jl_inputs.append((_JL_KIND[kind], path, os.path.basename(p), True))
         return self
 
     def add_stdlib(self, libname, extra_dirs=()):
@@ -571,7 +591,20 @@ class Linker:
         failed link raises LinkError with the linker's error log."""
         if not self.inputs:
             raise driver.LogicError("Linker.link(): nothing to link; add inputs first")
-        cache = None if store.env_disabled() else self.cache_dir
+        cache = self.cache_dir
+        if cache is None and _jl_loaded is not None and (
+                self.backend == "nvjitlink" or (self.backend is None and not self.driver_options)):
+            # no cache, nvJitLink loaded: the link and nothing else.  This code
+            # runs with the caches cold (the link before evicted them), where
+            # each Python step costs a memory access: 50 us a link on an H200
+            # host before this path was made short
+            arch = self.arch or _device_sm()
+            self.used_backend = "nvjitlink"
+            b = store.Binary(self._link_jl(arch))
+            b.target, b.arch, b.log, b.lowered_names = self.target, arch, self.info_log, {}
+            return b
+        if cache is not None and store.env_disabled():
+            cache = None
         backend, version = self._choose(cache)
         if backend == "driver":
             # the driver links in (and for) the current context: not cached,
@@ -600,7 +633,8 @@ class Linker:
                 return b
             store.stats["misses"] += 1
         image = self._link_jl(arch) if backend == "nvjitlink" else self._link_driver()
-        b = store.make_binary(image, self.target, arch or "", self.info_log, {})
+        b = store.Binary(image)
+        b.target, b.arch, b.log, b.lowered_names = self.target, arch or "", self.info_log, {}
         if key is not None:
             store.memory[key] = b
             store.write_entry(cache, key, b)
@@ -611,14 +645,21 @@ class Linker:
             self.message_handler(ok, self.info_log, self.error_log)
 
     def _link_jl(self, arch):
-        _ensure_nvjitlink()
-        opts = ["-arch=" + arch] + (["-lto"] if self.lto else []) + \
-            (["-ptx"] if self.target == "ptx" else []) + self.options
-        inputs = [(_JL_KIND[k], p, n, f) for (k, p, n), f in zip(self.inputs, self._files)]
+        if _jl_loaded is None:
+            _ensure_nvjitlink()
+        opts = ["-arch=" + arch]
+        if self.lto:
+            opts.append("-lto")
+        if self.target == "ptx":
+            opts.append("-ptx")
+        if self.options:
+            opts += self.options
+        inputs = self._jl_inputs
         ok, image, info, err, routine, code, failed = _driver._nvjitlink_link(
             opts, inputs, self.target)
         self.info_log, self.error_log = info, err
-        self._report(ok)
+        if self.message_handler is not None:
+            self.message_handler(ok, info, err)
         if not ok:
             name = _driver._nvjitlink_result_name(code)
             where = "; input %s" % inputs[failed][2] if failed >= 0 else ""

@@ -870,12 +870,83 @@ begin_handlers(pygpu_state *st, PyObject *const *args, Py_ssize_t nargs,
     return newargs;
 }
 
+/* The common launch in the fewest steps: a known layout that fits the
+ * inline storage, every argument a live DeviceAllocation (exact type) for a
+ * pointer, a Python int or a Python float (exact types) of a size it fills.
+ * The values and the conversions are pack_one's for the same argument; this
+ * runs no Python code and raises nothing.  1: packed into the inline storage;
+ * 0: some argument needs pack_one (which then decides, and words any error),
+ * nothing kept. */
+static int
+pack_fast(pygpu_state *st, const pygpu_layout *l, PyObject *const *args, Py_ssize_t nargs,
+          pygpu_argpack *pack)
+{
+    Py_ssize_t i;
+    char *buf = pack->inline_buf;
+    void **ptrs = pack->inline_ptrs;
+    const char *prep = l->prepared;
+    if (!l->known || nargs != l->nparams || nargs > PYGPU_PACK_INLINE_PARAMS
+        || l->total > PYGPU_PACK_INLINE_BYTES)
+        return 0;
+    for (i = 0; i < nargs; i++) {
+        PyObject *o = args[i];
+        PyTypeObject *tp = Py_TYPE(o);
+        size_t size = l->params[i].size;
+        char *dst = buf + l->params[i].offset;
+        if (tp == st->DeviceAllocationType) {
+            pygpu_DeviceAllocation *a = (pygpu_DeviceAllocation *)o;
+            if (size != sizeof(CUdeviceptr) || a->freed || a->context->detached)
+                return 0;
+            memcpy(dst, &a->ptr, sizeof a->ptr);
+        } else if (tp == &PyLong_Type) {
+            int overflow;
+            long long v;
+            if (prep != NULL && (prep[i] == 'f' || prep[i] == 'd' || prep[i] == 'e'))
+                return 0;
+#if PY_VERSION_HEX >= 0x030C0000
+            if (PyUnstable_Long_IsCompact((PyLongObject *)o)) {
+                v = (long long)PyUnstable_Long_CompactValue((PyLongObject *)o);
+            } else
+#endif
+            {
+                v = PyLong_AsLongLongAndOverflow(o, &overflow);   /* an exact int: no error */
+                if (overflow)
+                    return 0;
+            }
+            if (size == 8) {
+                memcpy(dst, &v, 8);
+            } else if (size == 4 && v >= INT32_MIN && v <= (long long)UINT32_MAX) {
+                int32_t x = (int32_t)(uint32_t)v;
+                memcpy(dst, &x, 4);
+            } else {
+                return 0;
+            }
+        } else if (tp == &PyFloat_Type) {
+            double d = PyFloat_AS_DOUBLE(o);
+            if (size == 4) {
+                float x = (float)d;
+                memcpy(dst, &x, 4);
+            } else if (size == 8) {
+                memcpy(dst, &d, 8);
+            } else {
+                return 0;
+            }
+        } else {
+            return 0;
+        }
+        ptrs[i] = dst;
+    }
+    pack->buf = buf;
+    pack->ptrs = ptrs;
+    return 1;
+}
+
 int
 pygpu_pack(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ssize_t nargs,
            const pygpu_launch_config *hcfg, pygpu_argpack *pack)
 {
     PyObject *fn = f->name;
-    pygpu_layout *l = pygpu_layout_get(st, f);
+    pygpu_layout *l = f->layout != NULL ? f->layout : pygpu_layout_get(st, f);
     PyObject *owned = NULL;   /* the handlers' argument tuple */
     Py_ssize_t i;
     int r = -1, ran_python = 0;
@@ -883,6 +954,11 @@ pygpu_pack(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ssize_t
         return -1;
     l->refs++;
     pack->layout = l;
+    if (pack_fast(st, l, args, nargs, pack)) {
+        pack->params = l->params;
+        pack->nparams = (int)nargs;
+        return 0;
+    }
     if (l->nparams >= 0 && nargs != l->nparams) {
         if (l->prepared && !l->known)
             PyErr_Format(PyExc_TypeError, "kernel '%U' was prepared for %d argument%s but "

@@ -363,7 +363,11 @@ pygpu_config_check(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config
 /* ---- the sink ---- */
 
 /* Enqueue one launch; the context is current.  Returns the CUresult and
- * names the routine. */
+ * names the routine.  Every launch goes through cuLaunchKernelEx where the
+ * driver has it: with no attributes it is the same launch as
+ * cuLaunchKernel's, and on an H200 with driver 580 it was 0.04-0.06 us
+ * quicker a launch (C loops of both, interleaved bursts; run.py shows both);
+ * cuLaunchKernel serves drivers before CUDA 12. */
 static CUresult
 enqueue(pygpu_Function *f, const pygpu_launch_config *cfg, void **params,
         const char **routine)
@@ -371,13 +375,24 @@ enqueue(pygpu_Function *f, const pygpu_launch_config *cfg, void **params,
     CUlaunchConfig lc;
     CUlaunchAttribute attrs[3];
     unsigned int n = 0;
-    if (!cfg->has_cluster && !cfg->cooperative && !cfg->pdl) {
+    if (cu.cuLaunchKernelEx == NULL) {
+        /* pygpu_launch refused cluster/cooperative/pdl already */
         *routine = "cuLaunchKernel";
         return cu.cuLaunchKernel(f->handle, cfg->grid[0], cfg->grid[1], cfg->grid[2],
                                  cfg->block[0], cfg->block[1], cfg->block[2], cfg->shared,
                                  cfg->stream, params, NULL);
     }
     *routine = "cuLaunchKernelEx";
+    if (!cfg->has_cluster && !cfg->cooperative && !cfg->pdl) {
+        lc.gridDimX = cfg->grid[0]; lc.gridDimY = cfg->grid[1]; lc.gridDimZ = cfg->grid[2];
+        lc.blockDimX = cfg->block[0]; lc.blockDimY = cfg->block[1];
+        lc.blockDimZ = cfg->block[2];
+        lc.sharedMemBytes = cfg->shared;
+        lc.hStream = cfg->stream;
+        lc.attrs = NULL;
+        lc.numAttrs = 0;
+        return cu.cuLaunchKernelEx(&lc, f->handle, params, NULL);
+    }
     memset(&lc, 0, sizeof lc);
     memset(attrs, 0, sizeof attrs);
     if (cfg->has_cluster) {

@@ -366,6 +366,33 @@ def test_source_module_memo_checks_the_modules_context(tmp_cache):
 
 
 @needs_driver
+def test_source_module_memo_hit_copies_only_the_modules_own_fields(tmp_cache):
+    # a subclass that sets its own attributes before SourceModule.__init__:
+    # a memo hit used to copy the first instance's whole __dict__ over them
+    import pygpu.driver as cuda
+
+    class Tagged(compiler.SourceModule):
+        def __init__(self, src, tag):
+            self.tag = tag
+            super().__init__(src, arch="compute_80")
+
+    cuda.init()
+    src = KERNEL.replace("V", "1.0f")
+    p = cuda.Device(0).retain_primary_context()
+    p.push()
+    try:
+        first, second = Tagged(src, "first"), Tagged(src, "second")
+        assert second.module is first.module                       # a memo hit
+        assert (first.tag, second.tag) == ("first", "second")
+        assert second.binary is first.binary and second.source == first.source
+        assert second.get_function("k").handle == first.get_function("k").handle
+        plain = compiler.SourceModule(src, arch="compute_80")
+        assert not hasattr(plain, "tag") and plain.module is first.module
+    finally:
+        cuda.Context.pop()
+
+
+@needs_driver
 def test_source_module_memo_sees_header_edits_and_clear_cache(tmp_path, tmp_cache):
     import pygpu.driver as cuda
     cuda.init()

@@ -282,8 +282,8 @@ def test_launch_failure_after_handlers_frees_their_copies(standin, ctx, ptx, rng
     f = cuda.module_from_buffer(ptx).get_function("scale")
     x = rng.standard_normal(32).astype(np.float32)
     before = standin.live()["device"]
-    standin.fail("cuLaunchKernel", 1, 700)
-    with pytest.raises(cuda.Error, match="cuLaunchKernel failed"):
+    standin.fail("cuLaunchKernelEx", 1, 700)
+    with pytest.raises(cuda.Error, match="cuLaunchKernelEx failed"):
         f(cuda.InOut(x), 2.0, 32, block=(32, 1, 1))
     cuda.Context.synchronize()
     assert standin.live()["device"] == before
@@ -352,3 +352,63 @@ def test_copies_bound_strided_interfaces(standin, ctx, rng):
     cuda.memcpy_htod(StridedCAI(int(dev), (4, 8), (64, 4)), np.zeros(56, np.float32))
     # a negative stride: the span is unknown, so nothing is bounded (as for an int)
     cuda.memcpy_htod(StridedCAI(int(dev) + 1024, (4,), (-4,)), np.zeros(8, np.float32))
+
+
+MIXED = r"""
+extern "C" __global__ void mixed(float *p, int i, unsigned u, float f, double d,
+                                 long long q, unsigned long long w, short s) { }
+"""
+
+
+class SubInt(int):
+    pass
+
+
+class SubFloat(float):
+    pass
+
+
+def test_the_quick_packer_packs_as_the_full_one(standin, ctx, rng):
+    """Exact ints, floats and live allocations take a shorter packing path;
+    the same values as int/float subclasses take the full one.  Both give
+    the bytes struct.pack gives, launch by launch, on fresh random values
+    and at the edges of each size; what the quick path declines (too big,
+    a float for a short, a pointer for an int, a freed allocation) gets the
+    full path's result or error."""
+    import struct
+    ptx = bytes(compiler.compile(MIXED, target="ptx", arch="compute_90"))
+    f = cuda.module_from_buffer(ptx).get_function("mixed")
+    d = cuda.mem_alloc(64)
+    edges = [(-(2 ** 31), 0, -(2 ** 63), 0), (2 ** 31 - 1, 2 ** 32 - 1, 2 ** 63 - 1, 2 ** 64 - 1),
+             (-1, 2 ** 31, -(2 ** 30) - 1, 2 ** 63), (2 ** 30, 2 ** 30, 2 ** 30, 2 ** 30)]
+    cases = [(int(rng.integers(-2 ** 31, 2 ** 31)), int(rng.integers(0, 2 ** 32)),
+              int(rng.integers(-2 ** 63, 2 ** 63)), int(rng.integers(0, 2 ** 63)) * 2 + 1)
+             for _ in range(40)] + edges
+    for i, u, q, w in cases:
+        x, y = float(rng.standard_normal()), float(rng.standard_normal()) * 1e200
+        s = int(rng.integers(-2 ** 15, 2 ** 15))
+        # p 0, i 8, u 12, f 16, (4 bytes of padding), d 24, q 32, w 40, s 48
+        want = struct.pack("<QiIf", int(d), i, u, x) + b"...." + struct.pack("<dqQh", y, q, w, s)
+        quick = (d, i, u, x, y, q, w, s)
+        full = (d, SubInt(i), SubInt(u), SubFloat(x), SubFloat(y), SubInt(q), SubInt(w),
+                SubInt(s))
+        for args in (quick, full):
+            f(*args, block=(1, 1, 1))
+            got = standin.last_launch().params
+            assert got[:20] == want[:20] and got[24:50] == want[24:], (args, got, want)
+    # u as a negative int fills the unsigned parameter with its 32-bit pattern
+    f(d, 0, -1, 0.0, 0.0, 0, 0, 0, block=(1, 1, 1))
+    assert standin.last_launch().params[12:16] == b"\xff\xff\xff\xff"
+    with pytest.raises(OverflowError, match=r"parameter 1 is 4 bytes; 2147483648\d* does not fit"
+                                            r"|parameter 1 is 4 bytes; 4294967296 does not fit"):
+        f(d, 2 ** 32, 0, 0.0, 0.0, 0, 0, 0, block=(1, 1, 1))
+    with pytest.raises(OverflowError, match="parameter 6 is 8 bytes; 18446744073709551616 "
+                                            "does not fit"):
+        f(d, 0, 0, 0.0, 0.0, 0, 2 ** 64, 0, block=(1, 1, 1))
+    f(d, 0, 0, 0.0, 0.0, 0, 0, 1.5, block=(1, 1, 1))       # declined: a half, the full way
+    assert standin.last_launch().params[48:50] == struct.pack("<e", 1.5)
+    with pytest.raises(TypeError, match="parameter 1 is 4 bytes, not a pointer"):
+        f(d, d, 0, 0.0, 0.0, 0, 0, 0, block=(1, 1, 1))
+    d.free()
+    with pytest.raises(cuda.LogicError, match="parameter 0 is a freed DeviceAllocation"):
+        f(d, 0, 0, 0.0, 0.0, 0, 0, 0, block=(1, 1, 1))

@@ -224,6 +224,27 @@ def test_nvjitlink_candidates(tmp_path):
 # ---- the cache of linked results ----
 
 @needs_jl
+def test_a_link_with_the_cache_off_is_the_same_link(tmp_path):
+    # Linker.link() takes a short path when there is no cache: the same
+    # cubin, the same attributes, the handler called, inputs copied at add()
+    a, b = _ltoir(LIB), _ltoir(APP)
+    seen = []
+    off = Linker(arch=(9, 0), lto=True, cache_dir=False, message_handler=lambda *m: seen.append(m))
+    mutable = bytearray(a)
+    off.add(mutable, "ltoir").add(b)
+    mutable[:] = b"\0" * len(mutable)          # changed after add(): not what links
+    image = off.link()
+    on = Linker(arch="sm_90", lto=True, cache_dir=tmp_path).add(a).add(b)
+    cached = on.link()
+    assert image == cached and not on.from_cache and not off.from_cache
+    assert (image.target, image.arch, image.lowered_names) == ("cubin", "sm_90", {})
+    assert off.used_backend == on.used_backend == "nvjitlink"
+    assert seen == [(True, off.info_log, off.error_log)] and image.log == off.info_log
+    with pytest.raises(LinkError, match="nvJitLinkComplete failed"):
+        Linker(arch="sm_90", lto=True, cache_dir=False).add(b).link()
+
+
+@needs_jl
 def test_linked_results_are_cached(tmp_path):
     a, b = _ltoir(LIB), _ltoir(APP)
     first = Linker(arch="sm_90", lto=True, cache_dir=tmp_path).add(a).add(b)

@@ -641,13 +641,39 @@ def test_driver_without_launch_ex():
                                  arch="compute_90"))
     f = cuda.module_from_buffer(ptx).get_function("k")
     f(block=(1, 1, 1))
+    f.configure((1,), (1, 1, 1))()
+    from pygpu.testing.standin import StandIn
+    print("plain launches:", StandIn().calls("cuLaunchKernel"))
     try:
         f(block=(1, 1, 1), pdl=True)
     except cuda.Error as e:
         print(type(e).__name__, e)
     """, FAKECUDA_HIDE="cuLaunchKernelEx")
     assert r.returncode == 0, r.stderr
+    assert "plain launches: 2\n" in r.stdout, r.stdout      # the fallback launched both
     assert "need a CUDA 12 driver" in r.stdout, r.stdout
+
+
+def test_launches_go_through_cuLaunchKernelEx(standin, ctx):
+    # with no cluster, cooperative or pdl, a launch is cuLaunchKernelEx with
+    # no attributes (quicker a launch than cuLaunchKernel on an H200), by
+    # every route: __call__, prepared_call, configure(), In/Out, timed
+    from pygpu import compiler
+    ptx = bytes(compiler.compile('extern "C" __global__ void k(float *p) {}', target="ptx",
+                                 arch="compute_90"))
+    f = cuda.module_from_buffer(ptx).get_function("k")
+    d = cuda.mem_alloc(64)
+    ex, plain = standin.calls("cuLaunchKernelEx"), standin.calls("cuLaunchKernel")
+    f(d, block=(32, 1, 1), grid=(3, 1))
+    f.prepare("P")
+    f.prepared_call((3, 1), (32, 1, 1), d)
+    f.configure((3,), (32, 1, 1))(d)
+    f(cuda.InOut(np.ones(16, np.float32)), block=(32, 1, 1))
+    f(d, block=(32, 1, 1), time_kernel=True)
+    assert standin.calls("cuLaunchKernelEx") - ex == 5
+    assert standin.calls("cuLaunchKernel") == plain
+    rec = standin.last_launch()
+    assert rec.block == (32, 1, 1) and rec.grid == (1, 1, 1) and rec.cluster == (0, 0, 0)
 
 
 def test_driver_lacking_a_required_entry_point():

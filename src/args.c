@@ -870,20 +870,14 @@ begin_handlers(pygpu_state *st, PyObject *const *args, Py_ssize_t nargs,
     return newargs;
 }
 
-/* The common launch in the fewest steps: a known layout that fits the
- * inline storage, every argument a live DeviceAllocation (exact type) for a
- * pointer, a Python int or a Python float (exact types) of a size it fills.
- * The values and the conversions are pack_one's for the same argument; this
- * runs no Python code and raises nothing.  1: packed into the inline storage;
- * 0: some argument needs pack_one (which then decides, and words any error),
- * nothing kept. */
-static int
-pack_fast(pygpu_state *st, const pygpu_layout *l, PyObject *const *args, Py_ssize_t nargs,
-          pygpu_argpack *pack)
+/* The common launch in the fewest steps (pygpu.h): the values and the
+ * conversions are pack_one's for the same argument; anything else makes
+ * pack_one decide (and word any error). */
+int
+pygpu_pack_fast(pygpu_state *st, const pygpu_layout *l, PyObject *const *args,
+                Py_ssize_t nargs, char *buf, void **ptrs)
 {
     Py_ssize_t i;
-    char *buf = pack->inline_buf;
-    void **ptrs = pack->inline_ptrs;
     const char *prep = l->prepared;
     if (!l->known || nargs != l->nparams || nargs > PYGPU_PACK_INLINE_PARAMS
         || l->total > PYGPU_PACK_INLINE_BYTES)
@@ -936,8 +930,6 @@ pack_fast(pygpu_state *st, const pygpu_layout *l, PyObject *const *args, Py_ssiz
         }
         ptrs[i] = dst;
     }
-    pack->buf = buf;
-    pack->ptrs = ptrs;
     return 1;
 }
 
@@ -954,7 +946,9 @@ pygpu_pack(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ssize_t
         return -1;
     l->refs++;
     pack->layout = l;
-    if (pack_fast(st, l, args, nargs, pack)) {
+    if (pygpu_pack_fast(st, l, args, nargs, pack->inline_buf, pack->inline_ptrs)) {
+        pack->buf = pack->inline_buf;
+        pack->ptrs = pack->inline_ptrs;
         pack->params = l->params;
         pack->nparams = (int)nargs;
         return 0;

@@ -51,6 +51,8 @@ function_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
     } else if (pygpu_config_from_kwargs(st, f, args + nargs, kwnames, &cfg) < 0) {
         return NULL;
     }
+    if (pygpu_launch_quick(st, f, &cfg, args, nargs, &res))
+        return res;
     PYGPU_ARGPACK_INIT(&pack);
     if (pygpu_function_check(st, f) == 0 && pygpu_pack(st, f, args, nargs, &cfg, &pack) == 0)
         res = pygpu_launch(st, f, &cfg, &pack);
@@ -278,6 +280,8 @@ prepared_common(pygpu_Function *f, PyObject *const *args, Py_ssize_t nargs,
                                              &cfg);
     if (first < 0)
         return NULL;
+    if (pygpu_launch_quick(st, f, &cfg, args + first, nargs - first, &res))
+        return res;
     PYGPU_ARGPACK_INIT(&pack);
     if (pygpu_function_check(st, f) == 0
         && pygpu_pack(st, f, args + first, nargs - first, NULL, &pack) == 0)

@@ -237,6 +237,9 @@ typedef struct {
     vectorcallfunc vectorcall;
     pygpu_Function *function;  /* strong ref */
     pygpu_launch_config cfg;   /* cfg.stream_obj: strong ref, keeps the stream alive */
+    pygpu_state *st;           /* the module state (the type keeps the module alive) */
+    int quick;                 /* 1: a plain launch that cuLaunchKernelEx takes as lc */
+    CUlaunchConfig lc;         /* cfg as cuLaunchKernelEx takes it, no attributes */
 } pygpu_BoundLaunch;
 
 typedef struct {
@@ -351,6 +354,22 @@ int pygpu_pack(pygpu_state *st, pygpu_Function *f, PyObject *const *args,
 int pygpu_pack_finish(pygpu_state *st, pygpu_argpack *pack, int launched,
                       PyObject *stream_obj);
 #define PYGPU_ARGPACK_INIT(p) ((p)->layout = NULL, (p)->heap = NULL, (p)->handlers = NULL)
+
+/* The common arguments packed in the fewest steps (args.c): a known layout
+ * of at most PYGPU_PACK_INLINE_PARAMS parameters in PYGPU_PACK_INLINE_BYTES,
+ * every argument an exact DeviceAllocation (live), int or float of a size it
+ * fills.  Runs no Python code, raises nothing: 1 with buf and ptrs filled,
+ * or 0 (nothing kept) when pygpu_pack must decide. */
+int pygpu_pack_fast(pygpu_state *st, const pygpu_layout *l, PyObject *const *args,
+                    Py_ssize_t nargs, char *buf, void **ptrs);
+
+/* launch.c: the launch in the fewest steps when cfg is a plain launch on the
+ * default stream and pygpu_pack_fast takes the arguments and the kernel's
+ * context is current: 1 (launched; *res None, or NULL with the launch's
+ * error), else 0 (nothing done: take the full path). */
+int pygpu_launch_quick(pygpu_state *st, pygpu_Function *f,
+                       const pygpu_launch_config *cfg, PyObject *const *args,
+                       Py_ssize_t nargs, PyObject **res);
 
 /* launch.c.  GIL held. */
 #define PYGPU_LAUNCH_KEYWORDS "block, grid, shared, stream, time_kernel, cluster, " \

@@ -412,3 +412,59 @@ def test_the_quick_packer_packs_as_the_full_one(standin, ctx, rng):
     d.free()
     with pytest.raises(cuda.LogicError, match="parameter 0 is a freed DeviceAllocation"):
         f(d, 0, 0, 0.0, 0.0, 0, 0, 0, block=(1, 1, 1))
+
+
+def test_a_configured_launch_takes_the_quick_path_only_when_it_may(standin, ctx, ptx, rng):
+    """A configured launcher on the default stream with exact arguments
+    launches in the fewest steps; a freed argument, another current
+    context, a detached context and a stream each take the full path, with
+    its errors, its context switch and its stream."""
+    import struct
+    f = cuda.module_from_buffer(ptx).get_function("scale")
+    d = cuda.mem_alloc(64)
+    k = f.configure((3, 1), (32, 1, 1))
+    for _ in range(5):
+        s, n = float(rng.standard_normal()), int(rng.integers(-2 ** 31, 2 ** 31))
+        k(d, s, n)
+        rec = standin.last_launch()
+        assert rec.params[:16] == struct.pack("<Qfi", int(d), s, n)
+        assert rec.grid == (3, 1, 1) and rec.block == (32, 1, 1) and rec.stream == 0
+    # another context current: the full path makes the kernel's current for the launch
+    other = cuda.Device(0).make_context()
+    try:
+        k(d, 1.5, 7)
+        assert standin.last_launch().params[:16] == struct.pack("<Qfi", int(d), 1.5, 7)
+        assert cuda.Context.get_current() == other
+    finally:
+        cuda.Context.pop()
+        other.detach()
+    # on a stream: the full path (a stream may be captured into a graph)
+    st = cuda.Stream()
+    f.configure((1,), (32, 1, 1), stream=st)(d, 2.5, 3)
+    assert standin.last_launch().stream == st.handle
+    e = cuda.mem_alloc(64)
+    e.free()
+    with pytest.raises(cuda.LogicError, match="parameter 0 is a freed DeviceAllocation"):
+        k(e, 1.0, 1)
+    with pytest.raises(OverflowError, match="parameter 2 is 4 bytes"):
+        k(d, 1.0, 2 ** 40)
+    with pytest.raises(TypeError, match="a configured launch takes only the kernel's arguments"):
+        k(d, 1.0, 1, block=(1, 1, 1))
+
+
+def test_a_configured_launch_after_its_context_was_detached(standin):
+    cuda.init()
+    c = cuda.Device(0).make_context()
+    ptx = bytes(compiler.compile(KERNELS, target="ptx", arch="compute_90"))
+    f = cuda.module_from_buffer(ptx).get_function("scale")
+    d = cuda.mem_alloc(64)
+    k = f.configure((1,), (32, 1, 1))
+    k(d, 1.0, 1)
+    cuda.Context.pop()
+    c.detach()
+    stale = standin.stale()
+    with pytest.raises(cuda.LogicError, match="freed DeviceAllocation"):
+        k(d, 1.0, 1)
+    with pytest.raises(cuda.LogicError, match="the context this object belongs to was detached"):
+        k(0, 1.0, 1)            # a plain pointer: the context check itself
+    assert standin.stale() == stale, "a dead handle reached the driver"

@@ -600,9 +600,7 @@ class Linker:
             # host before this path was made short
             arch = self.arch or _device_sm()
             self.used_backend = "nvjitlink"
-            b = store.Binary(self._link_jl(arch))
-            b.target, b.arch, b.log, b.lowered_names = self.target, arch, self.info_log, {}
-            return b
+            return store.make_binary(self._link_jl(arch), self.target, arch, self.info_log, {})
         if cache is not None and store.env_disabled():
             cache = None
         backend, version = self._choose(cache)
@@ -633,8 +631,7 @@ class Linker:
                 return b
             store.stats["misses"] += 1
         image = self._link_jl(arch) if backend == "nvjitlink" else self._link_driver()
-        b = store.Binary(image)
-        b.target, b.arch, b.log, b.lowered_names = self.target, arch or "", self.info_log, {}
+        b = store.make_binary(image, self.target, arch or "", self.info_log, {})
         if key is not None:
             store.memory[key] = b
             store.write_entry(cache, key, b)
@@ -658,8 +655,7 @@ class Linker:
         ok, image, info, err, routine, code, failed = _driver._nvjitlink_link(
             opts, inputs, self.target)
         self.info_log, self.error_log = info, err
-        if self.message_handler is not None:
-            self.message_handler(ok, info, err)
+        self._report(ok)
         if not ok:
             name = _driver._nvjitlink_result_name(code)
             where = "; input %s" % inputs[failed][2] if failed >= 0 else ""

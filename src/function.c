@@ -35,7 +35,7 @@ function_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
                     PyObject *kwnames)
 {
     pygpu_Function *f = (pygpu_Function *)callable;
-    pygpu_state *st = PYGPU_STATE(f);
+    pygpu_state *st = f->st;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     pygpu_launch_config cfg;
     pygpu_argpack pack;
@@ -79,6 +79,7 @@ pygpu_function_new(pygpu_state *st, pygpu_Module *mod, CUfunction h, PyObject *n
     f->max_threads = 0;
     f->last_block = f->last_grid = NULL;
     f->weakreflist = NULL;
+    f->st = st;
     return (PyObject *)f;
 }
 
@@ -272,14 +273,24 @@ static PyObject *
 prepared_common(pygpu_Function *f, PyObject *const *args, Py_ssize_t nargs,
                 PyObject *kwnames, int with_stream, int timed)
 {
-    pygpu_state *st = PYGPU_STATE(f);
+    pygpu_state *st = f->st;
     pygpu_launch_config cfg;
     pygpu_argpack pack;
     PyObject *res = NULL;
-    Py_ssize_t first = pygpu_config_prepared(st, f, args, nargs, kwnames, with_stream, timed,
-                                             &cfg);
-    if (first < 0)
-        return NULL;
+    Py_ssize_t first;
+    if (!with_stream && !timed && kwnames == NULL && nargs >= 2
+        && args[1] == f->last_block && args[0] == f->last_grid && args[1] != NULL) {
+        /* the common prepared_call(grid, block, *args) with a pair checked
+         * before (as __call__'s): no shared_size, the default stream */
+        memset(&cfg, 0, sizeof cfg);
+        memcpy(cfg.block, f->block, sizeof cfg.block);
+        memcpy(cfg.grid, f->grid, sizeof cfg.grid);
+        first = 2;
+    } else {
+        first = pygpu_config_prepared(st, f, args, nargs, kwnames, with_stream, timed, &cfg);
+        if (first < 0)
+            return NULL;
+    }
     if (pygpu_launch_quick(st, f, &cfg, args + first, nargs - first, &res))
         return res;
     PYGPU_ARGPACK_INIT(&pack);

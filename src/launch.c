@@ -500,22 +500,28 @@ pygpu_launch(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config *cfg,
 
 /* ---- the quick launch ---- */
 
-/* A plain launch on the default stream in the fewest steps, touching the
- * least memory (the driver's launch is slower when the binding used the
- * cache between two launches): arguments pygpu_pack_fast takes, the
- * kernel's context live and current.  The layout is read without a
- * reference: nothing here runs Python code.  1: launched, *res None or NULL
- * with the launch's error; 0: not taken (the caller takes the full path,
- * which decides everything again). */
+/* A plain launch in the fewest steps, touching the least memory (the
+ * driver's launch is slower when the binding used the cache between two
+ * launches): arguments pygpu_pack_fast takes, the kernel's context live and
+ * current, the default stream or a pygpu Stream that is not capturing (a
+ * capture keeps the arguments: the full path) and whose context is live.
+ * The layout is read without a reference: nothing here runs Python code.
+ * 1: launched, *res None or NULL with the launch's error; 0: not taken (the
+ * caller takes the full path, which decides everything again). */
 static int
-quick_run(pygpu_state *st, pygpu_Function *f, const CUlaunchConfig *lc, PyObject *const *args,
-          Py_ssize_t nargs, PyObject **res)
+quick_run(pygpu_state *st, pygpu_Function *f, const CUlaunchConfig *lc, PyObject *stream_obj,
+          PyObject *const *args, Py_ssize_t nargs, PyObject **res)
 {
     _Alignas(16) char buf[PYGPU_PACK_INLINE_BYTES];
     void *ptrs[PYGPU_PACK_INLINE_PARAMS];
     pygpu_Context *ctx = f->module->context;
     CUcontext cur;
     CUresult rc;
+    if (stream_obj != NULL) {
+        pygpu_Stream *s = (pygpu_Stream *)stream_obj;   /* a Stream: quick_config */
+        if (s->capture_keep != NULL || (s->context != NULL && s->context->detached))
+            return 0;
+    }
     if (f->layout == NULL || ctx->detached
         || !pygpu_pack_fast(st, f->layout, args, nargs, buf, ptrs)
         || cu.cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur != ctx->handle)
@@ -526,17 +532,19 @@ quick_run(pygpu_state *st, pygpu_Function *f, const CUlaunchConfig *lc, PyObject
 }
 
 /* A plain launch's configuration as cuLaunchKernelEx takes it; 0 when cfg
- * is not one the quick launch takes (a stream, attributes, timing). */
+ * is not one the quick launch takes (attributes, timing, a stream that is
+ * not a pygpu Stream). */
 static int
-quick_config(const pygpu_launch_config *cfg, CUlaunchConfig *lc)
+quick_config(pygpu_state *st, const pygpu_launch_config *cfg, CUlaunchConfig *lc)
 {
-    if (cfg->stream_obj != NULL || cfg->stream != NULL || cfg->has_cluster || cfg->cooperative
-        || cfg->pdl || cfg->timed || cu.cuLaunchKernelEx == NULL)
+    if ((cfg->stream_obj != NULL && !Py_IS_TYPE(cfg->stream_obj, st->StreamType))
+        || (cfg->stream_obj == NULL && cfg->stream != NULL) || cfg->has_cluster
+        || cfg->cooperative || cfg->pdl || cfg->timed || cu.cuLaunchKernelEx == NULL)
         return 0;
     lc->gridDimX = cfg->grid[0]; lc->gridDimY = cfg->grid[1]; lc->gridDimZ = cfg->grid[2];
     lc->blockDimX = cfg->block[0]; lc->blockDimY = cfg->block[1]; lc->blockDimZ = cfg->block[2];
     lc->sharedMemBytes = cfg->shared;
-    lc->hStream = NULL;
+    lc->hStream = cfg->stream;
     lc->attrs = NULL;
     lc->numAttrs = 0;
     return 1;
@@ -547,7 +555,7 @@ pygpu_launch_quick(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config
                    PyObject *const *args, Py_ssize_t nargs, PyObject **res)
 {
     CUlaunchConfig lc;
-    return quick_config(cfg, &lc) && quick_run(st, f, &lc, args, nargs, res);
+    return quick_config(st, cfg, &lc) && quick_run(st, f, &lc, cfg->stream_obj, args, nargs, res);
 }
 
 /* ---- BoundLaunch: configure(grid, block, stream=None, shared=0) ---- */
@@ -557,11 +565,11 @@ bound_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObj
 {
     pygpu_BoundLaunch *b = (pygpu_BoundLaunch *)callable;
     pygpu_Function *f = b->function;
-    pygpu_state *st = b->st;
+    pygpu_state *st = f->st;
     pygpu_argpack pack;
     PyObject *res = NULL;
     if (b->quick && kwnames == NULL
-        && quick_run(st, f, &b->lc, args, PyVectorcall_NARGS(nargsf), &res))
+        && quick_run(st, f, &b->lc, b->cfg.stream_obj, args, PyVectorcall_NARGS(nargsf), &res))
         return res;
     if (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) {
         PyErr_Format(PyExc_TypeError, "kernel '%s': a configured launch takes only the "
@@ -589,11 +597,8 @@ pygpu_bound_new(pygpu_state *st, pygpu_Function *f, pygpu_launch_config *cfg)
     b->function = f;
     b->cfg = *cfg;
     Py_XINCREF(b->cfg.stream_obj);
-    b->st = st;
-    /* the quick launch takes the default stream only (a Stream may be
-     * captured into a graph, which then keeps the arguments) */
     memset(&b->lc, 0, sizeof b->lc);
-    b->quick = quick_config(cfg, &b->lc);
+    b->quick = quick_config(st, cfg, &b->lc);
     return (PyObject *)b;
 }
 

@@ -230,6 +230,7 @@ typedef struct {
     PyObject *last_block, *last_grid;   /* strong refs */
     unsigned int block[3], grid[3];
     PyObject *weakreflist;
+    pygpu_state *st;           /* the module state (the type keeps the module alive) */
 } pygpu_Function;
 
 typedef struct {
@@ -237,7 +238,6 @@ typedef struct {
     vectorcallfunc vectorcall;
     pygpu_Function *function;  /* strong ref */
     pygpu_launch_config cfg;   /* cfg.stream_obj: strong ref, keeps the stream alive */
-    pygpu_state *st;           /* the module state (the type keeps the module alive) */
     int quick;                 /* 1: a plain launch that cuLaunchKernelEx takes as lc */
     CUlaunchConfig lc;         /* cfg as cuLaunchKernelEx takes it, no attributes */
 } pygpu_BoundLaunch;

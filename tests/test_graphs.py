@@ -415,6 +415,36 @@ def test_capture_keeps_launch_arguments_alive(standin, mod, rng):
     assert wd() is None
 
 
+def test_capture_keeps_quick_launch_arguments_alive(standin, mod):
+    # exact DeviceAllocation/int/float arguments take the quick launch, but
+    # not on a capturing stream: a launcher configured before the capture,
+    # __call__ and prepared_async_call all keep their allocation in the graph
+    f = mod.get_function("scale")
+    s = cuda.Stream()
+    d = cuda.mem_alloc(256)
+    wd = weakref.ref(d)
+    bound = f.configure((1, 1), (64, 1, 1), stream=s)
+    bound(d, 3.0, 64)                                   # not capturing: launched now
+    assert standin.last_launch().stream == s.handle
+    f.prepare("Pfi")
+    s.begin_capture()
+    bound(d, 2.0, 64)
+    f(d, 2.0, 64, block=(64, 1, 1), stream=s)
+    f.prepared_async_call((1, 1), (64, 1, 1), s, d, 2.0, 64)
+    g = s.end_capture()
+    del d, bound
+    gc.collect()
+    assert wd() is not None, "a captured launch's allocation was not kept"
+    exe = g.instantiate()
+    del g
+    gc.collect()
+    exe.launch(s)
+    assert [n for n, _ in _replayed(standin)] == ["scale", "scale", "scale"]
+    del exe
+    gc.collect()
+    assert wd() is None
+
+
 @pytest.mark.standin
 def test_capture_keeps_copy_and_memset_operands_alive(standin, ctx, rng):
     """A captured async copy's graph holds both sides (the host buffer

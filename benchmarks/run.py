@@ -254,10 +254,13 @@ def measure_pygpu():
     fp = mod.get_function("args3")
     lib = build_inproc_floor()
     null = cuda._driver._null_call
-    ns = dict(f=f, fp=fp, d=d, block=block, grid=grid, bound=bound, null=null)
+    ns = dict(f=f, fp=fp, d=d, block=block, grid=grid, bound=bound, null=null,
+              n=np.int32(1000), a=np.float32(2.0))
     fns = {
         "floor": lambda count: lib.launch_burst(f.handle, int(d), 1000, 2.0, count),
         "launch_enqueue_us": stmt_loop("f(d, 1000, 2.0, block=block, grid=grid)", **ns),
+        # the peers' statement: NumPy scalars, as CuPy, cuda.core and PyCUDA need
+        "launch_numpy_us": stmt_loop("f(d, n, a, block=block, grid=grid)", **ns),
         "launch_bound_us": stmt_loop("bound(d, 1000, 2.0)", **ns),
         # the interpreter's share: the same statements calling a C function
         # that does nothing
@@ -284,6 +287,7 @@ def measure_pygpu():
     # each launch row: the floor's median plus the median of the per-round
     # differences (its own median is kept beside it)
     r["launch_enqueue_us"] = m["floor"] + dm["launch_enqueue_us"]
+    r["launch_numpy_us"] = m["floor"] + dm["launch_numpy_us"]
     r["launch_bound_us"] = m["floor"] + dm["launch_bound_us"]
     for k in ("launch_least_us", "launch_least_ex_us"):
         if k in dm:
@@ -641,6 +645,7 @@ PEERS = [("cupy", measure_cupy), ("cuda.core", measure_cuda_core),
 ROWS = [
     # key, label, unit, better ("lower"/"higher"), compare ("diff"/"ratio")
     ("launch_enqueue_us", "launch enqueue, 3 args, __call__", "us", "lower", "diff"),
+    ("launch_numpy_us", "the same, NumPy scalar arguments", "us", "lower", "diff"),
     ("launch_prepared_us", "launch enqueue, prepared_call", "us", "lower", "diff"),
     ("launch_bound_us", "launch enqueue, configure()d", "us", "lower", "diff"),
     ("launch_least_us", "launch, least possible binding (no checks)", "us", "lower", "diff"),
@@ -714,7 +719,7 @@ def main():
     rows = []
     for key, label, unit, better, cmp in ROWS:
         fl = results["floor"].get(key)
-        if key in ("launch_enqueue_us", "launch_bound_us", "launch_least_us",
+        if key in ("launch_enqueue_us", "launch_numpy_us", "launch_bound_us", "launch_least_us",
                    "launch_least_ex_us"):
             fl = results["pygpu"]["floor_inproc_us"]     # same process, interleaved
         elif key == "launch_prepared_us":

@@ -870,6 +870,28 @@ begin_handlers(pygpu_state *st, PyObject *const *args, Py_ssize_t nargs,
     return newargs;
 }
 
+/* A NumPy scalar of one of the fixed-size numeric types (the exact type, not
+ * a subclass): its value's address and size, as its buffer gives them to
+ * pack_buffer.  0 for anything else. */
+static int
+numpy_number(PyTypeObject *tp, PyObject *o, const void **data, size_t *n)
+{
+#define PYGPU_NS(T, C)                                  \
+    if (tp == &Py##T##ArrType_Type) {                    \
+        *data = &PyArrayScalar_VAL(o, T);                \
+        *n = sizeof(C);                                  \
+        return 1;                                        \
+    }
+    PYGPU_NS(Float, npy_float) PYGPU_NS(Int, npy_int) PYGPU_NS(Double, npy_double)
+    PYGPU_NS(LongLong, npy_longlong) PYGPU_NS(Long, npy_long) PYGPU_NS(UInt, npy_uint)
+    PYGPU_NS(ULongLong, npy_ulonglong) PYGPU_NS(ULong, npy_ulong)
+    PYGPU_NS(Short, npy_short) PYGPU_NS(UShort, npy_ushort) PYGPU_NS(Byte, npy_byte)
+    PYGPU_NS(UByte, npy_ubyte) PYGPU_NS(Half, npy_half) PYGPU_NS(CFloat, npy_cfloat)
+    PYGPU_NS(CDouble, npy_cdouble)
+#undef PYGPU_NS
+    return 0;
+}
+
 /* The common launch in the fewest steps (pygpu.h): the values and the
  * conversions are pack_one's for the same argument; anything else makes
  * pack_one decide (and word any error). */
@@ -926,7 +948,11 @@ pygpu_pack_fast(pygpu_state *st, const pygpu_layout *l, PyObject *const *args,
                 return 0;
             }
         } else {
-            return 0;
+            const void *data;
+            size_t n;
+            if (!numpy_number(tp, o, &data, &n) || n != size)
+                return 0;
+            memcpy(dst, data, n);
         }
         ptrs[i] = dst;
     }

@@ -358,7 +358,7 @@ int pygpu_pack_finish(pygpu_state *st, pygpu_argpack *pack, int launched,
 /* The common arguments packed in the fewest steps (args.c): a known layout
  * of at most PYGPU_PACK_INLINE_PARAMS parameters in PYGPU_PACK_INLINE_BYTES,
  * every argument an exact DeviceAllocation (live), int or float of a size it
- * fills.  Runs no Python code, raises nothing: 1 with buf and ptrs filled,
+ * fills, or a NumPy number scalar (exact type) of the parameter's size.  Runs no Python code, raises nothing: 1 with buf and ptrs filled,
  * or 0 (nothing kept) when pygpu_pack must decide. */
 int pygpu_pack_fast(pygpu_state *st, const pygpu_layout *l, PyObject *const *args,
                     Py_ssize_t nargs, char *buf, void **ptrs);

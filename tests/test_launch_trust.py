@@ -468,3 +468,48 @@ def test_a_configured_launch_after_its_context_was_detached(standin):
     with pytest.raises(cuda.LogicError, match="the context this object belongs to was detached"):
         k(0, 1.0, 1)            # a plain pointer: the context check itself
     assert standin.stale() == stale, "a dead handle reached the driver"
+
+
+NUMBERS = r"""
+extern "C" __global__ void numbers(float f, int i, double d, long long q, unsigned u,
+                                   unsigned long long w, short s, unsigned short us,
+                                   signed char c, unsigned char uc, __half h, float2 z,
+                                   double2 zz) { }
+"""
+
+
+def test_numpy_scalars_take_the_quick_packer_with_the_full_ones_bytes(standin, ctx, rng):
+    """NumPy number scalars of the parameter's size are packed by the quick
+    path; the same values as scalar subclasses take the full one (the
+    buffer).  Both give the scalars' own bytes, on fresh random values; a
+    scalar of another size gets the full path's error."""
+    src = "#include <cuda_fp16.h>\n" + NUMBERS
+    ptx = bytes(compiler.compile(src, target="ptx", arch="compute_90"))
+    f = cuda.module_from_buffer(ptx).get_function("numbers")
+    offsets = [0, 4, 8, 16, 24, 32, 40, 42, 44, 45, 46, 48, 64]
+    kinds = [np.float32, np.int32, np.float64, np.int64, np.uint32, np.uint64, np.int16,
+             np.uint16, np.int8, np.uint8, np.float16, np.complex64, np.complex128]
+    subs = [type("Sub" + k.__name__, (k,), {}) for k in kinds]
+
+    def draw(k):
+        if np.issubdtype(k, np.integer):
+            info = np.iinfo(k)
+            return rng.integers(info.min, info.max, endpoint=True, dtype=k)[()]
+        if np.issubdtype(k, np.complexfloating):
+            return k(complex(rng.standard_normal(), rng.standard_normal()))
+        return k(rng.standard_normal())
+
+    for _ in range(20):
+        vals = [draw(k) for k in kinds]
+        for args in (vals, [s(v) for s, v in zip(subs, vals)]):
+            f(*args, block=(1, 1, 1))
+            got = standin.last_launch().params
+            for off, v in zip(offsets, vals):
+                want = v.tobytes()
+                assert got[off:off + len(want)] == want, (type(args[0]), v.dtype, off)
+    with pytest.raises(TypeError, match=r"parameter 0 is 4 bytes but got a NumPy float64 "
+                                        r"\(8 bytes\)"):
+        f(np.float64(1), *vals[1:], block=(1, 1, 1))
+    with pytest.raises(TypeError, match=r"parameter 1 is 4 bytes but got a NumPy int64 "
+                                        r"\(8 bytes\)"):
+        f(vals[0], np.int64(1), *vals[2:], block=(1, 1, 1))

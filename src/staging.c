@@ -45,7 +45,10 @@
 #define PIECE_ALIGN ((size_t)64 << 10)         /* a multiple of this, at most chunk */
 #define SPIN_NS 100000L                        /* poll this long before sleeping */
 
-#define DEFAULT_THRESHOLD ((size_t)2 << 20)   /* from benchmarks/staging_sweep.py on an H200 */
+/* from benchmarks/staging_sweep.py on an H200 (docs/memory.md): with the
+ * helpers asleep (a copy after a pause) a staged copy pays ~0.3-0.4 ms to
+ * wake them, which loses to the plain call below 8 MiB */
+#define DEFAULT_THRESHOLD ((size_t)8 << 20)
 #define DEFAULT_THREADS 6
 #define DEFAULT_CHUNK ((size_t)2 << 20)
 

@@ -362,6 +362,18 @@ pygpu_config_check(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config
 
 /* ---- the sink ---- */
 
+/* cfg as cuLaunchKernelEx takes it, with no attributes */
+static void
+launch_config_ex(const pygpu_launch_config *cfg, CUlaunchConfig *lc)
+{
+    lc->gridDimX = cfg->grid[0]; lc->gridDimY = cfg->grid[1]; lc->gridDimZ = cfg->grid[2];
+    lc->blockDimX = cfg->block[0]; lc->blockDimY = cfg->block[1]; lc->blockDimZ = cfg->block[2];
+    lc->sharedMemBytes = cfg->shared;
+    lc->hStream = cfg->stream;
+    lc->attrs = NULL;
+    lc->numAttrs = 0;
+}
+
 /* Enqueue one launch; the context is current.  Returns the CUresult and
  * names the routine.  Every launch goes through cuLaunchKernelEx where the
  * driver has it: with no attributes it is the same launch as
@@ -383,17 +395,9 @@ enqueue(pygpu_Function *f, const pygpu_launch_config *cfg, void **params,
                                  cfg->stream, params, NULL);
     }
     *routine = "cuLaunchKernelEx";
-    if (!cfg->has_cluster && !cfg->cooperative && !cfg->pdl) {
-        lc.gridDimX = cfg->grid[0]; lc.gridDimY = cfg->grid[1]; lc.gridDimZ = cfg->grid[2];
-        lc.blockDimX = cfg->block[0]; lc.blockDimY = cfg->block[1];
-        lc.blockDimZ = cfg->block[2];
-        lc.sharedMemBytes = cfg->shared;
-        lc.hStream = cfg->stream;
-        lc.attrs = NULL;
-        lc.numAttrs = 0;
+    launch_config_ex(cfg, &lc);
+    if (!cfg->has_cluster && !cfg->cooperative && !cfg->pdl)
         return cu.cuLaunchKernelEx(&lc, f->handle, params, NULL);
-    }
-    memset(&lc, 0, sizeof lc);
     memset(attrs, 0, sizeof attrs);
     if (cfg->has_cluster) {
         attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
@@ -414,10 +418,6 @@ enqueue(pygpu_Function *f, const pygpu_launch_config *cfg, void **params,
         attrs[n].value.programmaticStreamSerializationAllowed = 1;
         n++;
     }
-    lc.gridDimX = cfg->grid[0]; lc.gridDimY = cfg->grid[1]; lc.gridDimZ = cfg->grid[2];
-    lc.blockDimX = cfg->block[0]; lc.blockDimY = cfg->block[1]; lc.blockDimZ = cfg->block[2];
-    lc.sharedMemBytes = cfg->shared;
-    lc.hStream = cfg->stream;
     lc.attrs = attrs;
     lc.numAttrs = n;
     return cu.cuLaunchKernelEx(&lc, f->handle, params, NULL);
@@ -541,12 +541,7 @@ quick_config(pygpu_state *st, const pygpu_launch_config *cfg, CUlaunchConfig *lc
         || (cfg->stream_obj == NULL && cfg->stream != NULL) || cfg->has_cluster
         || cfg->cooperative || cfg->pdl || cfg->timed || cu.cuLaunchKernelEx == NULL)
         return 0;
-    lc->gridDimX = cfg->grid[0]; lc->gridDimY = cfg->grid[1]; lc->gridDimZ = cfg->grid[2];
-    lc->blockDimX = cfg->block[0]; lc->blockDimY = cfg->block[1]; lc->blockDimZ = cfg->block[2];
-    lc->sharedMemBytes = cfg->shared;
-    lc->hStream = cfg->stream;
-    lc->attrs = NULL;
-    lc->numAttrs = 0;
+    launch_config_ex(cfg, lc);
     return 1;
 }
 

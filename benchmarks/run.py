@@ -8,6 +8,7 @@ cuda.core, PyCUDA) in this process, and prints one table of figures and
 ratios.  The method is in docs/benchmarks.md.
 """
 import argparse
+import functools
 import json
 import os
 import platform
@@ -30,7 +31,7 @@ ADD = ('extern "C" __global__ void add(const float4 *x, const float4 *y, float4 
        '  if (i < n4) { float4 a = x[i], b = y[i];\n'
        '    z[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); } }\n')
 BURST, BURSTS = 500, 20
-LAUNCH_ROUNDS = 60      # rounds of the interleaved launch rows (paired)
+LAUNCH_ROUNDS = 300     # rounds of the interleaved launch rows (paired; ~8 s)
 # the Lomb-Scargle kernel of examples/lombscargle.py at the size
 # ../shared/PERFORMANCE.md measured (2^10 samples, 2^20 frequencies, blocks
 # of 128, SMs x 20 blocks), compiled with the same options by every peer and
@@ -113,6 +114,7 @@ def run_floor():
     return res
 
 
+@functools.lru_cache(maxsize=None)
 def build_inproc_floor():
     """floor_inproc.c as a shared library (ctypes), or None if it fails."""
     import ctypes
@@ -132,6 +134,7 @@ def build_inproc_floor():
     return lib
 
 
+@functools.lru_cache(maxsize=None)
 def build_least_binding():
     """least_binding.c as an extension module of this interpreter, or None."""
     import importlib.util
@@ -165,13 +168,15 @@ def interleaved(fns, n=BURST, reps=BURSTS, sync=None, paired=None):
     round to round (it moved the C loop by 0.3 us within one run) then
     cancels instead of adding noise."""
     times = {k: [] for k in fns}
+    order = list(fns)
     for k, fn in fns.items():
         fn(n)
     if sync:
         sync()
-    for _ in range(reps):
-        for k, fn in fns.items():
-            times[k].append(fn(n) / n * 1e6)
+    for r in range(reps):
+        # each round starts at another row: no row always follows the same one
+        for k in order[r % len(order):] + order[:r % len(order)]:
+            times[k].append(fns[k](n) / n * 1e6)
             if sync:
                 sync()
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -238,6 +243,60 @@ def median_ms(fn, reps=7):
     return statistics.median(v)
 
 
+def launch_rows(cuda, f, fp, d, bound):
+    """pygpu's launch rows, each paired with the C loop burst for burst in
+    one interleaved group: f.__call__, NumPy-scalar arguments, configure()d,
+    prepared_call (fp: prepared "Pif"), the least possible binding, and the
+    interpreter's own share of each statement."""
+    r = {}
+    sync = cuda.Context.synchronize
+    block, grid = (32, 1, 1), (1, 1)
+    lib = build_inproc_floor()
+    null = cuda._driver._null_call
+    ns = dict(f=f, fp=fp, d=d, block=block, grid=grid, bound=bound, null=null,
+              n=np.int32(1000), a=np.float32(2.0))
+    fns = {
+        "floor": lambda count: lib.launch_burst(f.handle, int(d), 1000, 2.0, count),
+        "launch_enqueue_us": stmt_loop("f(d, 1000, 2.0, block=block, grid=grid)", **ns),
+        # the peers' statement: NumPy scalars, as CuPy, cuda.core and PyCUDA need
+        "launch_numpy_us": stmt_loop("f(d, n, a, block=block, grid=grid)", **ns),
+        "launch_bound_us": stmt_loop("bound(d, 1000, 2.0)", **ns),
+        "launch_prepared_us": stmt_loop("fp.prepared_call(grid, block, d, 1000, 2.0)", **ns),
+        # the interpreter's share: the same statements calling a C function
+        # that does nothing
+        "null_call_us": stmt_loop("null(d, 1000, 2.0, block=block, grid=grid)", **ns),
+        "null_bound_us": stmt_loop("null(d, 1000, 2.0)", **ns),
+        "null_prepared_us": stmt_loop("null(grid, block, d, 1000, 2.0)", **ns),
+    }
+    least = build_least_binding()
+    if least is not None:
+        # the least any binding can do: no checks, four positional ints/floats
+        fns["launch_least_us"] = stmt_loop("least(h, p, 1000, 2.0)", least=least.raw,
+                                           h=f.handle, p=int(d))
+        fns["launch_least_ex_us"] = stmt_loop("least(h, p, 1000, 2.0)", least=least.raw_ex,
+                                              h=f.handle, p=int(d))
+    # the C loop through cuLaunchKernelEx, pygpu's entry point (the floor
+    # stays the cuLaunchKernel loop; this shows what the entry point gives)
+    fns["floor_ex"] = lambda count: lib.launch_burst_ex(f.handle, int(d), 1000, 2.0, count)
+    m, dm = interleaved(fns, reps=LAUNCH_ROUNDS, sync=sync, paired="floor")
+    # each launch row: the floor's median plus the median of the per-round
+    # differences (its own median is kept beside it)
+    r["launch_enqueue_us"] = m["floor"] + dm["launch_enqueue_us"]
+    r["launch_numpy_us"] = m["floor"] + dm["launch_numpy_us"]
+    r["launch_bound_us"] = m["floor"] + dm["launch_bound_us"]
+    for k in ("launch_least_us", "launch_least_ex_us"):
+        if k in dm:
+            r[k] = m["floor"] + dm[k]
+    r["floor_ex_us"] = m["floor"] + dm["floor_ex"]
+    r["launch_prepared_us"] = m["floor"] + dm["launch_prepared_us"]
+    r["launch_unpaired_us"] = {k: m[k] for k in ("launch_enqueue_us", "launch_bound_us",
+                                                 "launch_prepared_us")}
+    r["floor_inproc_us"] = m["floor"]
+    r["null_us"] = {"launch_enqueue_us": m["null_call_us"], "launch_bound_us": m["null_bound_us"],
+                    "launch_prepared_us": m["null_prepared_us"]}
+    return r
+
+
 def measure_pygpu():
     import pygpu.autoinit  # noqa: F401
     import pygpu.driver as cuda
@@ -251,55 +310,12 @@ def measure_pygpu():
     d = cuda.mem_alloc(1 << 20)
     block, grid = (32, 1, 1), (1, 1)
     bound = f.configure(grid, block)
-    fp = mod.get_function("args3")
-    lib = build_inproc_floor()
-    null = cuda._driver._null_call
-    ns = dict(f=f, fp=fp, d=d, block=block, grid=grid, bound=bound, null=null,
-              n=np.int32(1000), a=np.float32(2.0))
-    fns = {
-        "floor": lambda count: lib.launch_burst(f.handle, int(d), 1000, 2.0, count),
-        "launch_enqueue_us": stmt_loop("f(d, 1000, 2.0, block=block, grid=grid)", **ns),
-        # the peers' statement: NumPy scalars, as CuPy, cuda.core and PyCUDA need
-        "launch_numpy_us": stmt_loop("f(d, n, a, block=block, grid=grid)", **ns),
-        "launch_bound_us": stmt_loop("bound(d, 1000, 2.0)", **ns),
-        # the interpreter's share: the same statements calling a C function
-        # that does nothing
-        "null_call_us": stmt_loop("null(d, 1000, 2.0, block=block, grid=grid)", **ns),
-        "null_bound_us": stmt_loop("null(d, 1000, 2.0)", **ns),
-    }
-    least = build_least_binding()
-    if least is not None:
-        # the least any binding can do: no checks, four positional ints/floats
-        fns["launch_least_us"] = stmt_loop("least(h, p, 1000, 2.0)", least=least.raw,
-                                           h=f.handle, p=int(d))
-        fns["launch_least_ex_us"] = stmt_loop("least(h, p, 1000, 2.0)", least=least.raw_ex,
-                                              h=f.handle, p=int(d))
-    # the C loop through cuLaunchKernelEx, pygpu's entry point (the floor
-    # stays the cuLaunchKernel loop; this shows what the entry point gives)
-    fns["floor_ex"] = lambda count: lib.launch_burst_ex(f.handle, int(d), 1000, 2.0, count)
-    m, dm = interleaved(fns, reps=LAUNCH_ROUNDS, sync=sync, paired="floor")
-    f.prepare("Pif")     # prepared_call packs by the prepared types from here on
-    m2, dm2 = interleaved({"floor": fns["floor"],
-                           "launch_prepared_us": stmt_loop(
-                               "fp.prepared_call(grid, block, d, 1000, 2.0)", **ns),
-                           "null_prepared_us": stmt_loop("null(grid, block, d, 1000, 2.0)", **ns)},
-                          reps=LAUNCH_ROUNDS, sync=sync, paired="floor")
-    # each launch row: the floor's median plus the median of the per-round
-    # differences (its own median is kept beside it)
-    r["launch_enqueue_us"] = m["floor"] + dm["launch_enqueue_us"]
-    r["launch_numpy_us"] = m["floor"] + dm["launch_numpy_us"]
-    r["launch_bound_us"] = m["floor"] + dm["launch_bound_us"]
-    for k in ("launch_least_us", "launch_least_ex_us"):
-        if k in dm:
-            r[k] = m["floor"] + dm[k]
-    r["floor_ex_us"] = m["floor"] + dm["floor_ex"]
-    r["launch_prepared_us"] = m2["floor"] + dm2["launch_prepared_us"]
-    r["launch_unpaired_us"] = {k: m[k] for k in ("launch_enqueue_us", "launch_bound_us")}
-    r["launch_unpaired_us"]["launch_prepared_us"] = m2["launch_prepared_us"]
-    r["floor_inproc_us"] = m["floor"]
-    r["floor_inproc_us_2"] = m2["floor"]
-    r["null_us"] = {"launch_enqueue_us": m["null_call_us"], "launch_bound_us": m["null_bound_us"],
-                    "launch_prepared_us": m2["null_prepared_us"]}
+    # prepared_call's kernel: the same code in a module of its own (prepare()
+    # changes how its Function packs, and get_function returns one Function
+    # a name), so every launch row is timed in one interleaved group
+    fp = SourceModule(ARGS3 + EMPTY + "// prepared\n", no_extern_c=True).get_function("args3")
+    fp.prepare("Pif")
+    r.update(launch_rows(cuda, f, fp, d, bound))
     r["launch_throughput_us"] = burst("e(block=block, grid=grid)", n=20000, reps=5, sync=sync, ns=locals())
 
     def rt():
@@ -569,7 +585,11 @@ def measure_pycuda():
     n, a = np.int32(1000), np.float32(2.0)
     sync = drv.Context.synchronize
     r["launch_enqueue_us"] = burst("f(d, n, a, block=(32, 1, 1), grid=(1, 1))", sync=sync, ns=locals())
-    fp = mod.get_function("args3")
+    # prepared_call's kernel: the same code in a module of its own (prepare()
+    # changes how its Function packs, and get_function returns one Function
+    # a name), so every launch row is timed in one interleaved group
+    fp = SourceModule(ARGS3 + EMPTY + "// prepared\n", no_extern_c=True).get_function("args3")
+    fp.prepare("Pif")
     fp.prepare("Pif")
     r["launch_prepared_us"] = burst("fp.prepared_call((1, 1), (32, 1, 1), d, n, a)",
                                     sync=sync, ns=locals())
@@ -681,10 +701,51 @@ def fmt(v):
     return "%.4f" % v
 
 
+def launch_only(times, json_path):
+    """The launch rows alone, measured again and again in one process: how
+    much they move from one measurement to the next."""
+    import pygpu.autoinit  # noqa: F401
+    import pygpu.driver as cuda
+    from pygpu.compiler import SourceModule
+    mod = SourceModule(ARGS3 + EMPTY, no_extern_c=True)
+    f = mod.get_function("args3")
+    fp = SourceModule(ARGS3 + EMPTY + "// prepared\n", no_extern_c=True).get_function("args3")
+    fp.prepare("Pif")
+    d = cuda.mem_alloc(1 << 20)
+    bound = f.configure((1, 1), (32, 1, 1))
+    keys = [("launch_enqueue_us", "__call__"), ("launch_numpy_us", "NumPy scalars"),
+            ("launch_prepared_us", "prepared_call"), ("launch_bound_us", "configure()d"),
+            ("launch_least_us", "least binding"), ("launch_least_ex_us", "least via Ex"),
+            ("floor_ex_us", "C loop via Ex")]
+    runs = []
+    print("us over the C cuLaunchKernel loop, %d rounds each (%s)"
+          % (LAUNCH_ROUNDS, cuda.Device(0).name()))
+    print("| run | floor us | " + " | ".join(k[1] for k in keys) + " |")
+    print("|---|---|" + "---|" * len(keys))
+    for i in range(times):
+        r = launch_rows(cuda, f, fp, d, bound)
+        runs.append(r)
+        fl = r["floor_inproc_us"]
+        print("| %d | %.3f | " % (i + 1, fl)
+              + " | ".join("%+.3f" % (r[k] - fl) if k in r else "-" for k, _ in keys) + " |",
+              flush=True)
+    med = {k: statistics.median(r[k] - r["floor_inproc_us"] for r in runs)
+           for k, _ in keys if k in runs[0]}
+    print("| median | %.3f | " % statistics.median(r["floor_inproc_us"] for r in runs)
+          + " | ".join("%+.3f" % med[k] if k in med else "-" for k, _ in keys) + " |")
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump({"runs": runs, "median_over_floor": med}, fh, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", help="write all figures here")
+    ap.add_argument("--launch-only", type=int, metavar="N",
+                    help="only the launch rows, measured N times in this process")
     args = ap.parse_args()
+    if args.launch_only:
+        return launch_only(args.launch_only, args.json)
     results = {"floor": run_floor()}
     results["pygpu"] = measure_pygpu()
     notes = []
@@ -719,11 +780,9 @@ def main():
     rows = []
     for key, label, unit, better, cmp in ROWS:
         fl = results["floor"].get(key)
-        if key in ("launch_enqueue_us", "launch_numpy_us", "launch_bound_us", "launch_least_us",
-                   "launch_least_ex_us"):
+        if key in ("launch_enqueue_us", "launch_numpy_us", "launch_bound_us",
+                   "launch_prepared_us", "launch_least_us", "launch_least_ex_us"):
             fl = results["pygpu"]["floor_inproc_us"]     # same process, interleaved
-        elif key == "launch_prepared_us":
-            fl = results["pygpu"]["floor_inproc_us_2"]
         elif key == "compile_ms" and "compile_floor_inproc_ms" in results["pygpu"]:
             fl = results["pygpu"]["compile_floor_inproc_ms"]   # same process, paired
         pg = results["pygpu"].get(key)

@@ -45,14 +45,15 @@ function_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
         && PyTuple_GET_ITEM(kwnames, 1) == st->str_grid
         && args[nargs] == f->last_block && args[nargs + 1] == f->last_grid) {
         /* the common call, f(*args, block=B, grid=G), with a pair checked before */
-        memset(&cfg, 0, sizeof cfg);
-        memcpy(cfg.block, f->block, sizeof cfg.block);
-        memcpy(cfg.grid, f->grid, sizeof cfg.grid);
-    } else if (pygpu_config_from_kwargs(st, f, args + nargs, kwnames, &cfg) < 0) {
-        return NULL;
+        if (pygpu_launch_cached(st, f, args, nargs, &res))
+            return res;
+        pygpu_config_cached(f, &cfg);
+    } else {
+        if (pygpu_config_from_kwargs(st, f, args + nargs, kwnames, &cfg) < 0)
+            return NULL;
+        if (pygpu_launch_quick(st, f, &cfg, args, nargs, &res))
+            return res;
     }
-    if (pygpu_launch_quick(st, f, &cfg, args, nargs, &res))
-        return res;
     PYGPU_ARGPACK_INIT(&pack);
     if (pygpu_function_check(st, f) == 0 && pygpu_pack(st, f, args, nargs, &cfg, &pack) == 0)
         res = pygpu_launch(st, f, &cfg, &pack);
@@ -282,17 +283,17 @@ prepared_common(pygpu_Function *f, PyObject *const *args, Py_ssize_t nargs,
         && args[1] == f->last_block && args[0] == f->last_grid && args[1] != NULL) {
         /* the common prepared_call(grid, block, *args) with a pair checked
          * before (as __call__'s): no shared_size, the default stream */
-        memset(&cfg, 0, sizeof cfg);
-        memcpy(cfg.block, f->block, sizeof cfg.block);
-        memcpy(cfg.grid, f->grid, sizeof cfg.grid);
+        if (pygpu_launch_cached(st, f, args + 2, nargs - 2, &res))
+            return res;
+        pygpu_config_cached(f, &cfg);
         first = 2;
     } else {
         first = pygpu_config_prepared(st, f, args, nargs, kwnames, with_stream, timed, &cfg);
         if (first < 0)
             return NULL;
+        if (pygpu_launch_quick(st, f, &cfg, args + first, nargs - first, &res))
+            return res;
     }
-    if (pygpu_launch_quick(st, f, &cfg, args + first, nargs - first, &res))
-        return res;
     PYGPU_ARGPACK_INIT(&pack);
     if (pygpu_function_check(st, f) == 0
         && pygpu_pack(st, f, args + first, nargs - first, NULL, &pack) == 0)

@@ -166,8 +166,9 @@ config_dims(pygpu_state *st, pygpu_Function *f, PyObject *block, PyObject *grid,
 {
     static const unsigned int one[3] = {1, 1, 1};
     if (block == f->last_block && grid == f->last_grid && block != NULL) {
-        memcpy(cfg->block, f->block, sizeof cfg->block);
-        memcpy(cfg->grid, f->grid, sizeof cfg->grid);
+        const CUlaunchConfig *lc = &f->last_lc;
+        cfg->block[0] = lc->blockDimX; cfg->block[1] = lc->blockDimY; cfg->block[2] = lc->blockDimZ;
+        cfg->grid[0] = lc->gridDimX; cfg->grid[1] = lc->gridDimY; cfg->grid[2] = lc->gridDimZ;
         return 1;    /* checked before */
     }
     if (block == NULL) {
@@ -203,8 +204,11 @@ config_remember(pygpu_Function *f, PyObject *block, PyObject *grid,
     Py_XSETREF(f->last_block, block);
     Py_INCREF(grid);
     Py_XSETREF(f->last_grid, grid);
-    memcpy(f->block, cfg->block, sizeof f->block);
-    memcpy(f->grid, cfg->grid, sizeof f->grid);
+    memset(&f->last_lc, 0, sizeof f->last_lc);
+    f->last_lc.gridDimX = cfg->grid[0]; f->last_lc.gridDimY = cfg->grid[1];
+    f->last_lc.gridDimZ = cfg->grid[2];
+    f->last_lc.blockDimX = cfg->block[0]; f->last_lc.blockDimY = cfg->block[1];
+    f->last_lc.blockDimZ = cfg->block[2];
 }
 
 /* parse block/grid and the rest, then check the limits once per new pair */
@@ -543,6 +547,21 @@ quick_config(pygpu_state *st, const pygpu_launch_config *cfg, CUlaunchConfig *lc
         return 0;
     launch_config_ex(cfg, lc);
     return 1;
+}
+
+/* the cached pair's launch: f->last_lc is a plain launch's configuration */
+int
+pygpu_launch_cached(pygpu_state *st, pygpu_Function *f, PyObject *const *args,
+                    Py_ssize_t nargs, PyObject **res)
+{
+    return cu.cuLaunchKernelEx != NULL && quick_run(st, f, &f->last_lc, NULL, args, nargs, res);
+}
+
+void
+pygpu_config_cached(const pygpu_Function *f, pygpu_launch_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    config_dims(NULL, (pygpu_Function *)f, f->last_block, f->last_grid, cfg);
 }
 
 int

@@ -228,7 +228,8 @@ typedef struct {
     /* the last checked (block, grid) pair, reused while the same tuple
      * objects come back (the common `block=(256, 1, 1)` literal) */
     PyObject *last_block, *last_grid;   /* strong refs */
-    unsigned int block[3], grid[3];
+    CUlaunchConfig last_lc;    /* the pair as a plain launch on the default
+                                  stream: grid, block, nothing else */
     PyObject *weakreflist;
     pygpu_state *st;           /* the module state (the type keeps the module alive) */
 } pygpu_Function;
@@ -366,7 +367,13 @@ int pygpu_pack_fast(pygpu_state *st, const pygpu_layout *l, PyObject *const *arg
 /* launch.c: the launch in the fewest steps when cfg is a plain launch on the
  * default stream and pygpu_pack_fast takes the arguments and the kernel's
  * context is current: 1 (launched; *res None, or NULL with the launch's
- * error), else 0 (nothing done: take the full path). */
+ * error), else 0 (nothing done: take the full path).  pygpu_launch_cached
+ * is the same for the Function's cached (block, grid) pair, with no
+ * configuration to build; pygpu_config_cached fills cfg with that pair for
+ * the full path. */
+void pygpu_config_cached(const pygpu_Function *f, pygpu_launch_config *cfg);
+int pygpu_launch_cached(pygpu_state *st, pygpu_Function *f, PyObject *const *args,
+                        Py_ssize_t nargs, PyObject **res);
 int pygpu_launch_quick(pygpu_state *st, pygpu_Function *f,
                        const pygpu_launch_config *cfg, PyObject *const *args,
                        Py_ssize_t nargs, PyObject **res);

@@ -44,7 +44,17 @@ def write(path, value):
         old = os.stat(path)
     except FileNotFoundError:
         old = None
-    path.write_text("#define V %sf\n" % value)
+    text = ("#define V %sf\n" % value).encode()
+    if old is not None and old.st_size == len(text):
+        # in place with one write and no truncation: a compile that reads the
+        # file meanwhile sees the old text or the new one, never an empty file
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, text)
+        finally:
+            os.close(fd)
+    else:
+        path.write_bytes(text)
     if old is not None:
         os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))
 

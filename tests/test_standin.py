@@ -676,6 +676,42 @@ def test_launches_go_through_cuLaunchKernelEx(standin, ctx):
     assert rec.block == (32, 1, 1) and rec.grid == (1, 1, 1) and rec.cluster == (0, 0, 0)
 
 
+def test_a_cached_block_grid_pair_launches_with_its_own_dims(standin, ctx, rng):
+    # __call__ and prepared_call keep the last checked (block, grid) pair with
+    # its launch configuration ready; every launch must reach the driver with
+    # the dims of the tuples it was given: new pairs, the cached pair on the
+    # quick path, the cached pair on the full path (an argument the quick
+    # packer declines), and pairs that replace one another
+    ptx = bytes(compiler.compile('extern "C" __global__ void k(float *p, int n) {}',
+                                 target="ptx", arch="compute_90"))
+    f = cuda.module_from_buffer(ptx).get_function("k")
+    g = cuda.module_from_buffer(ptx).get_function("k")
+    g.prepare("Pi")
+    d = cuda.mem_alloc(64)
+
+    class Int(int):
+        pass
+
+    def pair():
+        b = tuple(int(x) for x in rng.integers(1, [33, 9, 5]))
+        gr = tuple(int(x) for x in rng.integers(1, 2000, 3))
+        return b, gr
+
+    pairs = [pair() for _ in range(3)]
+    for b, gr in pairs + pairs[:1] + pairs[::-1]:
+        for n in (int(rng.integers(1, 1000)), Int(rng.integers(1, 1000))):
+            for launch in (lambda: f(d, n, block=b, grid=gr),
+                           lambda: g.prepared_call(gr, b, d, n)):
+                for _ in range(2):      # the second: the pair is the cached one
+                    before = standin.launches()
+                    launch()
+                    assert standin.launches() == before + 1
+                    rec = standin.last_launch()
+                    assert (rec.block, rec.grid) == (b, gr)
+                    assert rec.shared == 0 and rec.stream == 0
+                    assert rec.params[8:12] == np.int32(n).tobytes()
+
+
 def test_driver_lacking_a_required_entry_point():
     r = _run("""
     import pygpu.driver as cuda

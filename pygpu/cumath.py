@@ -18,6 +18,7 @@ import warnings
 import numpy as np
 
 from pygpu import driver as _drv
+from pygpu.gpuarray import GPUArray as _GPUArray, empty_like as _empty_like
 
 __all__ = ["fabs", "ceil", "floor", "trunc", "rint", "exp", "exp2", "expm1", "log", "log2",
            "log10", "log1p", "sqrt", "cbrt", "sin", "cos", "tan", "asin", "acos", "atan",
@@ -48,6 +49,7 @@ _EXPONENT_CTYPES = {
 }
 
 _BLOCK = 256
+_get_current = _drv.Context.get_current
 _ONLY_CONTIGUOUS = "only contiguous arrays may be used as arguments to this operation"
 
 
@@ -171,7 +173,30 @@ def _make_unary(name, takes_complex):
     doc_kinds = "float32, float64, complex64, complex128" if takes_complex \
         else "float32, float64"
 
+    fast = {}    # (context, dtype) -> (Function, launch configuration per size)
+
     def f(array, stream_or_out=None, *, out=None, stream=None):
+        if stream_or_out is None and array.__class__ is _GPUArray and (array._c or array._f) \
+                and (out is None or (out.__class__ is _GPUArray and out.dtype == array.dtype
+                                     and out.shape == array.shape
+                                     and out.strides == array.strides)):
+            # the common call, f(x) or f(x, out=y) on dense arrays of one
+            # layout: the kernel for this context and dtype found once
+            ent = fast.get((_get_current(), array.dtype))
+            if ent is not None:
+                if out is None:
+                    out = _empty_like(array)
+                n = array.size
+                if n:
+                    func, k, width, configs = ent
+                    cfg = configs.get(n)
+                    if cfg is None:
+                        if len(configs) >= 256:
+                            configs.clear()
+                        cfg = configs[n] = _launch_config(k, n, width)
+                    func.prepared_async_call(cfg[0], cfg[1], stream, array.gpudata,
+                                             out.gpudata, n)
+                return out
         if stream_or_out is not None:
             warnings.warn("please use 'out' or 'stream' keyword arguments",
                           DeprecationWarning, stacklevel=2)
@@ -199,6 +224,9 @@ def _make_unary(name, takes_complex):
                 func = k.get(kernel_name(name, dtype), "PPQ")
             grid, block = _launch_config(k, n, max(1, 16 // dtype.itemsize))
             func.prepared_async_call(grid, block, stream, array.ptr, out.ptr, n)
+            ctx = k.module.module.context
+            if (ctx, dtype) not in fast and ctx is _get_current():
+                fast[(ctx, dtype)] = (func, k, max(1, 16 // dtype.itemsize), {})
         return out
 
     f.__name__ = f.__qualname__ = name

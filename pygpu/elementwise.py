@@ -73,14 +73,32 @@ def _check_code(value, what):
     return value
 
 
-def _source(arguments, operation, name, preamble, loop_prep, after_loop, use_range):
+def _source(arguments, operation, name, preamble, loop_prep, after_loop, use_range,
+            restrict=False):
     _check_code(operation, "operation")
     _check_code(loop_prep, "loop_prep")
     _check_code(after_loop, "after_loop")
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError("the kernel name must be a C identifier, not %r" % (name,))
-    params = ", ".join(a.declarator() for a in arguments)
-    if use_range:
+    if restrict:
+        # the arrays do not overlap (ElementwiseKernel checks at each call):
+        # four elements a thread per round, whose loads the compiler may then
+        # issue together ahead of the stores
+        params = ", ".join("%s *__restrict__ %s" % (dtype_to_ctype(a.dtype), a.name)
+                           if isinstance(a, VectorArg) else a.declarator() for a in arguments)
+    else:
+        params = ", ".join(a.declarator() for a in arguments)
+    if restrict and not use_range:
+        loop = ("  size_t pygpu_base = cta_start + tid;\n"
+                "  for (; pygpu_base + 3 * total_threads < n; pygpu_base += 4 * total_threads) {\n"
+                "#pragma unroll\n"
+                "    for (int pygpu_u = 0; pygpu_u < 4; ++pygpu_u) {\n"
+                "      i = pygpu_base + pygpu_u * total_threads;\n"
+                "      %s;\n    }\n  }\n"
+                "  for (i = pygpu_base; i < n; i += total_threads) {\n"
+                "    %s;\n  }\n" % (operation, operation))
+        ivar = "size_t i;"
+    elif use_range:
         loop = ("  if (step < 0) {\n"
                 "    for (i = start + ((long)cta_start + (long)tid) * step; i > stop;"
                 " i += (long)total_threads * step) {\n      %s;\n    }\n"
@@ -110,25 +128,27 @@ def _module(source, options, keep):
 
 
 def get_elwise_module(arguments, operation, name="kernel", keep=False, options=None,
-                      preamble="", loop_prep="", after_loop=""):
+                      preamble="", loop_prep="", after_loop="", restrict=False):
     """The SourceModule of an element-wise kernel over i in [0, n); the
-    arguments must end with the size n (PyCUDA's layout)."""
+    arguments must end with the size n (PyCUDA's layout).  restrict=True
+    declares the pointers __restrict__ (the arrays must not overlap) and
+    takes four elements a thread per round."""
     arguments = _parse_arguments(arguments)
-    return _module(_source(arguments, operation, name, preamble, loop_prep, after_loop, False),
-                   options, keep)
+    return _module(_source(arguments, operation, name, preamble, loop_prep, after_loop, False,
+                           restrict), options, keep)
 
 
 def get_elwise_range_module(arguments, operation, name="kernel", keep=False, options=None,
-                            preamble="", loop_prep="", after_loop=""):
+                            preamble="", loop_prep="", after_loop="", restrict=False):
     """The SourceModule of an element-wise kernel over i in range(start,
     stop, step); the arguments must end with start, stop, step."""
     arguments = _parse_arguments(arguments)
-    return _module(_source(arguments, operation, name, preamble, loop_prep, after_loop, True),
-                   options, keep)
+    return _module(_source(arguments, operation, name, preamble, loop_prep, after_loop, True,
+                           restrict), options, keep)
 
 
 def get_elwise_kernel_and_types(arguments, operation, name="kernel", keep=False, options=None,
-                                use_range=False, **kwargs):
+                                use_range=False, restrict=False, **kwargs):
     """(module, prepared Function, arguments with n or start/stop/step
     appended)."""
     arguments = list(_parse_arguments(arguments))
@@ -141,7 +161,7 @@ def get_elwise_kernel_and_types(arguments, operation, name="kernel", keep=False,
     if unknown:
         raise TypeError("unexpected keyword argument(s): %s" % ", ".join(sorted(unknown)))
     builder = get_elwise_range_module if use_range else get_elwise_module
-    mod = builder(arguments, operation, name, keep, options, **kwargs)
+    mod = builder(arguments, operation, name, keep, options, restrict=restrict, **kwargs)
     func = mod.get_function(name)
     func.prepare("".join(a.struct_char for a in arguments))
     return mod, func, arguments
@@ -184,6 +204,30 @@ def _scalar_value(value, dtype, what):
         raise TypeError("%s: cannot convert %r to %s (%s)" % (what, value, dtype, e)) from None
 
 
+def _disjoint(spans):
+    """True when no two of the (start, end) byte ranges overlap: the kernel
+    may then declare its pointers __restrict__.  An array passed twice, or
+    two views of one buffer that share bytes, take the plain kernel."""
+    n = len(spans)
+    if n < 2:
+        return True
+    if n <= 4:      # the common few: pairwise
+        for j in range(1, n):
+            s, e = spans[j]
+            for k in range(j):
+                s2, e2 = spans[k]
+                if s < e2 and s2 < e:
+                    return False
+        return True
+    spans = sorted(spans)
+    end = spans[0][1]
+    for s, e in spans[1:]:
+        if s < end:
+            return False
+        end = e
+    return True
+
+
 class ElementwiseKernel:
     """A kernel applying operation for every index i of its array
     arguments (see the module docstring).  Arguments: a C declaration list
@@ -202,14 +246,20 @@ class ElementwiseKernel:
         self.keep = keep
         self.options = tuple(options) if isinstance(options, list) else options
         self._funcs = {}
+        self._plan = None
+        self._config = (-1, None, None)     # (n, grid, block) of the last call
 
     def generate_stride_kernel_and_types(self, use_range):
-        key = (tools._current_context(), bool(use_range))
+        return self._kernel_and_types(use_range, False)
+
+    def _kernel_and_types(self, use_range, restrict):
+        key = (tools._current_context(), bool(use_range), restrict)
         found = self._funcs.get(key)
         if found is None:
             found = get_elwise_kernel_and_types(list(self.arguments), self.operation,
                                                 self.name, self.keep, self.options,
-                                                use_range=use_range, **self.gen_kwargs)
+                                                use_range=use_range, restrict=restrict,
+                                                **self.gen_kwargs)
             self._funcs[key] = found
         return found
 
@@ -217,7 +267,53 @@ class ElementwiseKernel:
         """The prepared Function (compiled on first use)."""
         return self.generate_stride_kernel_and_types(use_range)[1]
 
+    def _fast_call(self, args, stream):
+        """The common call: every array an exact, dense GPUArray of its
+        argument's dtype, every scalar a NumPy scalar of its dtype (or a
+        Python float/int for a float/integer argument).  Launches and returns
+        True; False (nothing done) sends the call through the checks."""
+        plan = self._plan
+        if plan is None:
+            from pygpu.gpuarray import GPUArray
+            plan = self._plan = ([(isinstance(a, VectorArg), a.dtype, a.dtype.type, a.dtype.kind)
+                                  for a in self.arguments], GPUArray)
+        plan, GPUArray = plan
+        if len(args) != len(plan):
+            return False
+        inv = []
+        spans = []
+        first = None
+        for arg, (vec, dt, stype, kind) in zip(args, plan):
+            tp = arg.__class__
+            if vec:
+                if tp is not GPUArray or not (arg._c or arg._f) \
+                        or (arg.dtype is not dt and arg.dtype != dt):
+                    return False
+                if first is None:
+                    first = arg
+                if arg.size:
+                    g = arg.gpudata
+                    ptr = g if g.__class__ is int else int(g)
+                    spans.append((ptr, ptr + arg.nbytes))
+                    inv.append(g)
+                else:
+                    inv.append(0)
+            elif tp is stype or (tp is float and kind == "f") or (tp is int and kind in "iu"):
+                inv.append(arg)
+            else:
+                return False
+        n = first.size
+        if n:
+            func = self._kernel_and_types(False, _disjoint(spans))[1]
+            cfg = self._config
+            if cfg[0] != n:
+                cfg = self._config = (n, first._grid, first._block)
+            func.prepared_async_call(cfg[1], cfg[2], stream, *inv, n)
+        return True
+
     def __call__(self, *args, range=None, slice=None, stream=None):
+        if range is None and slice is None and self._fast_call(args, stream):
+            return
         from pygpu.gpuarray import GPUArray, asarray, splay
         if len(args) != len(self.arguments):
             raise TypeError("kernel '%s' takes %d arguments (%s), got %d"
@@ -226,8 +322,8 @@ class ElementwiseKernel:
         if range is not None and slice is not None:
             raise TypeError("may not specify both range and slice keyword arguments")
         use_range = range is not None or slice is not None
-        func = self.generate_stride_kernel_and_types(use_range)[1]
         inv = []
+        spans = []      # (start, end) of each array argument's bytes
         first = None
         for arg, descr in zip(args, self.arguments):
             if isinstance(descr, VectorArg):
@@ -255,11 +351,17 @@ class ElementwiseKernel:
                                        arg.dtype))
                 if first is None:
                     first = arg
-                inv.append(arg.gpudata if arg.size else 0)
+                if arg.size:
+                    ptr = arg.ptr
+                    spans.append((ptr, ptr + arg.nbytes))
+                    inv.append(arg.gpudata)
+                else:
+                    inv.append(0)
             else:
                 inv.append(_scalar_value(arg, descr.dtype,
                                          "kernel '%s': argument '%s'" % (self.name,
                                                                          descr.name)))
+        func = self._kernel_and_types(use_range, not use_range and _disjoint(spans))[1]
         if use_range:
             if slice is not None:
                 start, stop, step = slice.indices(first.size)

@@ -235,6 +235,9 @@ class ArrayFlags:
         return "C_CONTIGUOUS : %s\nF_CONTIGUOUS : %s" % (self.c_contiguous, self.f_contiguous)
 
 
+_layouts = {}     # (shape, dtype, order) -> GPUArray._layout(...) of new arrays
+
+
 def _default_allocator(nbytes):
     """The driver's stream-ordered pool on the default stream (freed when
     the array dies); plain cuMemAlloc where the driver has no pools."""
@@ -270,6 +273,52 @@ class GPUArray:
 
     def __init__(self, shape, dtype=np.float64, allocator=None, base=None, gpudata=None,
                  strides=None, order="C"):
+        if strides is None and gpudata is None and base is None:
+            # a new array of a shape (exact ints) and dtype seen before
+            tp = shape.__class__
+            if tp is int or (tp is tuple and _builtin_all(n.__class__ is int for n in shape)):
+                key = (shape, dtype, order)
+                try:
+                    lay = _layouts.get(key)
+                except TypeError:       # an unhashable dtype description
+                    key = lay = None
+                if lay is None:
+                    lay = self._layout(shape, dtype, order)
+                    if key is not None:
+                        if len(_layouts) >= 1024:
+                            _layouts.clear()
+                        _layouts[key] = lay
+                shape, dtype, strides, size, c, f = lay
+                if allocator is None:
+                    allocator = _default_allocator
+                nbytes = size * dtype.itemsize
+                self.__dict__.update({
+                    "shape": shape, "dtype": dtype, "strides": strides, "size": size,
+                    "mem_size": size, "nbytes": nbytes, "itemsize": dtype.itemsize,
+                    "allocator": allocator, "gpudata": allocator(nbytes) if size else None,
+                    "base": None, "_c": c, "_f": f})
+                return
+        self._init(shape, dtype, allocator, base, gpudata, strides, order)
+
+    @staticmethod
+    def _layout(shape, dtype, order):
+        """(shape, dtype, strides, size, c, f) of a new dense array; raises
+        as the constructor does for a bad shape, dtype or order."""
+        dtype = _check_dtype(dtype)
+        shape = _normalize_shape(shape)
+        size = 1
+        for n in shape:
+            size *= n
+        if order == "C":
+            strides = _c_strides(dtype.itemsize, shape)
+        elif order == "F":
+            strides = _f_strides(dtype.itemsize, shape)
+        else:
+            raise ValueError("order must be 'C' or 'F', not %r" % (order,))
+        return (shape, dtype, strides, size, _is_c(shape, strides, dtype.itemsize),
+                _is_f(shape, strides, dtype.itemsize))
+
+    def _init(self, shape, dtype, allocator, base, gpudata, strides, order):
         dtype = _check_dtype(dtype)
         shape = _normalize_shape(shape)
         size = 1
@@ -1436,6 +1485,11 @@ def _like(other, dtype, order):
 
 
 def empty_like(other_ary, dtype=None, order="K"):
+    if dtype is None and order == "K" and (other_ary._c or other_ary._f):
+        # the common call: a dense array's shape, dtype, order (C where it is
+        # C-contiguous, as NumPy's) and allocator, the layout remembered
+        return GPUArray(other_ary.shape, other_ary.dtype, other_ary.allocator,
+                        order="C" if other_ary._c or len(other_ary.shape) <= 1 else "F")
     return _like(other_ary, dtype, order)
 
 

@@ -38,14 +38,18 @@ def _get_template():
 
 
 def tile_shape(dtype):
-    """(threads per block, elements per thread) for a scan of dtype: about
-    64 bytes per thread, at most 16 elements."""
+    """(threads per block, elements per thread) for a scan of dtype: 32
+    elements a thread for elements of up to 4 bytes, else about 64 bytes a
+    thread."""
     size = np.dtype(dtype).itemsize
     if size > MAX_ITEMSIZE:
         raise ValueError("a scan's elements can be at most %d bytes, not %d (%s)"
                          % (MAX_ITEMSIZE, size, np.dtype(dtype)))
     if size <= 4:
-        items = 16
+        # with three blocks an SM (__launch_bounds__ below): a 100M-element
+        # float32 scan took 318 us on an H200, against 353-543 us for tiles
+        # of 8-24 elements at 3-8 blocks an SM (benchmarks, docs/arrays.md)
+        items = 32
     else:
         items = max(1, 64 // size)
     threads = 256 if size <= 64 else (128 if size <= 256 else 64)
@@ -63,8 +67,23 @@ def _check_expr(value, what):
     return value
 
 
-def scan_source(dtype, scan_expr, neutral=None, exclusive=False, name="scan_scan", preamble=""):
-    """The CUDA C source of a scan kernel (what the constructors compile)."""
+def _packed(dtype):
+    """Whether a tile's flag and value share one 64-bit word (elements of
+    at most 4 bytes)."""
+    return np.dtype(dtype).itemsize <= 4
+
+
+def _default_min_blocks(dtype):
+    """The blocks an SM the kernel's registers must allow
+    (__launch_bounds__): three for the 32-element tiles of small types."""
+    return 3 if np.dtype(dtype).itemsize <= 4 else 1
+
+
+def scan_source(dtype, scan_expr, neutral=None, exclusive=False, name="scan_scan", preamble="",
+                _tile=None, _min_blocks=None, _packed_words=None):
+    """The CUDA C source of a scan kernel (what the constructors compile).
+    _tile (threads, items), _min_blocks and _packed_words override the
+    defaults (for tests and tuning)."""
     dtype = np.dtype(dtype)
     if dtype.hasobject:
         raise TypeError("scan: dtype %s holds Python objects" % dtype)
@@ -84,27 +103,31 @@ def scan_source(dtype, scan_expr, neutral=None, exclusive=False, name="scan_scan
         raise ValueError("name_prefix must make a C identifier, not %r" % (name,))
     if not isinstance(preamble, str):
         raise TypeError("preamble must be a str, not %s" % type(preamble).__name__)
-    threads, items = tile_shape(dtype)
+    threads, items = _tile or tile_shape(dtype)
+    packed = _packed(dtype) if _packed_words is None else _packed_words
     types = complex_source() if needs_complex(scan_type, preamble) else ""
     return _get_template().substitute(
         types=types, preamble=preamble, scan_type=scan_type, scan_expr=scan_expr,
         neutral=neutral if neutral is not None else "", exclusive=int(bool(exclusive)),
-        threads=threads, items=items, name=name)
+        threads=threads, items=items, name=name, packed=int(bool(packed)),
+        min_blocks=_default_min_blocks(dtype) if _min_blocks is None else int(_min_blocks))
 
 
 class _ScanKernelBase:
     _exclusive = False
 
     def __init__(self, dtype, scan_expr, neutral=None, name_prefix="scan", options=None,
-                 preamble="", devices=None):
+                 preamble="", devices=None, _tile=None, _min_blocks=None, _packed_words=None):
         if self._exclusive and neutral is None:
             raise ValueError("neutral element is required for exclusive scan")
         self.dtype = np.dtype(dtype)
         self.neutral = neutral
         name = "%s_scan" % name_prefix if isinstance(name_prefix, str) else name_prefix
-        src = scan_source(self.dtype, scan_expr, neutral, self._exclusive, name, preamble)
+        src = scan_source(self.dtype, scan_expr, neutral, self._exclusive, name, preamble,
+                          _tile, _min_blocks, _packed_words)
         self.source = src
-        self.threads, self.items = tile_shape(self.dtype)
+        self._packed = _packed(self.dtype) if _packed_words is None else bool(_packed_words)
+        self.threads, self.items = _tile or tile_shape(self.dtype)
         self.tile = self.threads * self.items
         self._slot = (self.dtype.itemsize + 3) // 4
         self.module = compiler.SourceModule(src, options=options, no_extern_c=True)
@@ -151,18 +174,29 @@ class _ScanKernelBase:
             self._launch((1, 1), (self.threads, 1, 1), stream, input_ary.gpudata,
                          output_ary.gpudata, n, 0, 0, 0, 0)
             return output_ary
-        head = 4 * (1 + tiles)                       # counter, then one flag per tile
-        head = -(-head // 16) * 16
-        slots = tiles * self._slot * 4
-        nbytes = head + 2 * slots
+        if self._packed:
+            # the counter, then one (flag, value) word per tile
+            nbytes = 16 + 8 * tiles
+            words = nbytes // 4
+        else:
+            head = 4 * (1 + tiles)                   # counter, then one flag per tile
+            head = -(-head // 16) * 16
+            slots = tiles * self._slot * 4
+            nbytes = head + 2 * slots
+            words = 1 + tiles
         buf = allocator(nbytes) if allocator is not None else stream_alloc(nbytes, stream)
         base = int(buf)
         if stream is None:
-            driver.memset_d32_async(buf, 0, 1 + tiles)
+            driver.memset_d32_async(buf, 0, words)
         else:
-            driver.memset_d32_async(buf, 0, 1 + tiles, stream)
-        self._launch((tiles, 1), (self.threads, 1, 1), stream, input_ary.gpudata,
-                     output_ary.gpudata, n, base, base + 4, base + head, base + head + slots)
+            driver.memset_d32_async(buf, 0, words, stream)
+        if self._packed:
+            self._launch((tiles, 1), (self.threads, 1, 1), stream, input_ary.gpudata,
+                         output_ary.gpudata, n, base, base + 16, 0, 0)
+        else:
+            self._launch((tiles, 1), (self.threads, 1, 1), stream, input_ary.gpudata,
+                         output_ary.gpudata, n, base, base + 4, base + head,
+                         base + head + slots)
         # buf must outlive the launch: a stream-ordered free (mem_alloc_async)
         # is ordered after it; a user's allocator follows PyCUDA's rules
         del buf

@@ -194,12 +194,53 @@ def test_unary_against_numpy(ctx, rng, name, dtype):
     x = _data(rng, name, dtype)
     x_gpu = gpuarray.to_gpu(x)
     _check(name, getattr(cumath, name)(x_gpu).get(), x)
+    # again: the kernel known for this context and dtype (the quick path)
+    again = getattr(cumath, name)(x_gpu)
+    assert again.shape == x_gpu.shape and again.dtype == x_gpu.dtype
+    _check(name, again.get(), x)
     # into out=, which is returned
     out = gpuarray.empty_like(x_gpu)
     assert getattr(cumath, name)(x_gpu, out=out) is out
     _check(name, out.get(), x)
     # the argument is untouched
     np.testing.assert_array_equal(x_gpu.get(), x)
+
+
+@pytest.mark.standin
+def test_quick_path_launches_what_the_checked_path_launches(standin, ctx, rng):
+    # the first call of a function for a dtype takes the checked path and
+    # makes the kernel known; later calls with dense arrays of one layout
+    # skip the checks: they must launch the same kernel, pointers and size,
+    # and leave everything else to the checked path
+    from pygpu import gpuarray
+    for order in ("C", "F"):
+        for dtype in (np.float32, np.complex128):
+            shape = tuple(int(v) for v in rng.integers(2, 40, 2))
+            x = gpuarray.to_gpu(np.asarray(_data(rng, "tanh", dtype, shape[0] * shape[1])
+                                           .reshape(shape), order=order))
+            out = gpuarray.empty_like(x)
+            launches = []
+            for _ in range(3):
+                r = cumath.tanh(x)
+                rec = standin.last_launch()
+                assert r.shape == x.shape and r.strides == x.strides and r.dtype == x.dtype
+                want = (np.uint64(x.ptr).tobytes() + np.uint64(r.ptr).tobytes()
+                        + np.uint64(x.size).tobytes())
+                assert rec.params == want
+                launches.append((rec.name, rec.grid, rec.block))
+                assert cumath.tanh(x, out=out) is out
+                rec = standin.last_launch()
+                assert rec.params[8:16] == np.uint64(out.ptr).tobytes()
+                launches.append((rec.name, rec.grid, rec.block))
+            assert len(set(launches)) == 1, launches
+            # what the quick path must not take: the checks still speak
+            with pytest.raises(ValueError, match="out has shape"):
+                cumath.tanh(x, out=gpuarray.empty((3,), dtype))
+            with pytest.raises(TypeError, match="out has dtype"):
+                cumath.tanh(x, out=gpuarray.empty(shape, np.float64 if dtype == np.float32
+                                                  else np.complex64))
+            with pytest.raises(RuntimeError, match="only contiguous"):
+                cumath.tanh(gpuarray.to_gpu(np.zeros((6, 6), dtype))[:, ::2])
 
 
 @pytest.mark.gpu

@@ -263,6 +263,57 @@ def test_collapse():
     assert elementwise._collapse((1, 1), [[1, 1]]) == ((1,), [[0]])
 
 
+def test_disjoint_against_every_pair(rng):
+    # ElementwiseKernel declares its pointers __restrict__ only when no two
+    # array arguments share a byte
+    for _ in range(3000):
+        k = int(rng.integers(0, 7))
+        starts = rng.integers(0, 200, k)
+        spans = [(int(s), int(s + rng.integers(1, 40))) for s in starts]
+        want = all(a[1] <= b[0] or b[1] <= a[0]
+                   for i, a in enumerate(spans) for b in spans[:i])
+        assert elementwise._disjoint(spans) == want, spans
+
+
+@needs_nvrtc
+def test_restrict_variant_source(ptx_modules):
+    args = "float a, float *x, double *y, float *z"
+    plain = elementwise.get_elwise_module(args + ", unsigned long n", "z[i] = a * x[i] + y[i]",
+                                          "axpy")
+    src = ptx_modules.sources[-1]
+    assert "__restrict__" not in src and "pygpu_u" not in src
+    elementwise.get_elwise_module(args + ", unsigned long n", "z[i] = a * x[i] + y[i]", "axpy",
+                                  restrict=True)
+    src = ptx_modules.sources[-1]
+    assert ("float a, float *__restrict__ x, double *__restrict__ y, "
+            "float *__restrict__ z, unsigned long n)") in src
+    # four elements a thread per round, then the rest one at a time
+    assert "pygpu_base + 3 * total_threads < n" in src and src.count("z[i] = a * x[i] + y[i]") == 2
+    assert plain is not None
+
+
+@pytest.mark.driver
+def test_elementwise_takes_restrict_only_for_disjoint_arrays(ctx):
+    import pygpu.gpuarray as ga
+    x, y, z = (ga.zeros(4000, np.float32) for _ in range(3))
+    calls = [((x, y, z), True), ((x, z, z), False), ((x, y, y), False),
+             ((x[:-1], x[1:], z[:-1]), False), ((x[:2000], x[2000:], z[:2000]), True),
+             ((y[:0], y[:0], z[:0]), True)]
+    for arrays, restrict in calls:
+        k = elementwise.ElementwiseKernel("float a, float *x, float *y, float *z",
+                                          "z[i] = a * x[i] + y[i]", "axpy")
+        k(np.float32(2), *arrays)
+        want = [(False, restrict)] if arrays[0].size else []     # nothing to launch
+        assert [key[1:] for key in k._funcs] == want, (arrays, k._funcs)
+    # the checked path (a float64 scalar for a float argument) decides alike
+    k = elementwise.ElementwiseKernel("float a, float *x, float *y, float *z",
+                                      "z[i] = a * x[i] + y[i]", "axpy")
+    k(np.float64(2.0), x, z, z)
+    k(np.float64(2.0), x, y, z)
+    assert sorted(key[1:] for key in k._funcs) == [(False, False), (False, True)]
+
+
+
 def test_elementwise_kernel_errors():
     with pytest.raises(ValueError, match="at least one array"):
         elementwise.ElementwiseKernel("float a", "a = 1")
@@ -313,6 +364,32 @@ def test_elementwise_linear_combination(ctx, rng):
     k(5, ga.to_gpu(x), 6.5, ga.to_gpu(y), z)
     np.testing.assert_allclose(z.get(), np.float32(5) * x + np.float32(6.5) * y, rtol=1e-6,
                                atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1, 1000, 100003, 5_000_003])
+def test_elementwise_restrict_and_aliased_calls(ctx, rng, n):
+    # disjoint arrays take the __restrict__ kernel (four elements a thread
+    # per round from about 4.3M elements on an H200, then the rest); an
+    # array passed twice or overlapping views take the plain one
+    import pygpu.gpuarray as ga
+    k = elementwise.ElementwiseKernel("float a, float *x, float *y, float *z",
+                                      "z[i] = a * x[i] + y[i]", "axpy")
+    a = np.float32(rng.uniform(-3, 3))
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    x_gpu, y_gpu = ga.to_gpu(x), ga.to_gpu(y)
+    z_gpu = ga.empty_like(x_gpu)
+    k(a, x_gpu, y_gpu, z_gpu)
+    np.testing.assert_allclose(z_gpu.get(), a * x + y, rtol=1e-6, atol=1e-6)
+    k(a, x_gpu, y_gpu, y_gpu)               # y = a*x + y in place
+    np.testing.assert_allclose(y_gpu.get(), a * x + y, rtol=1e-6, atol=1e-6)
+    if n > 1:
+        # overlapping views of one buffer as the inputs: z[i] = a*x[i] + x[i+1]
+        w = ga.to_gpu(x)
+        k(a, w[:-1], w[1:], z_gpu[:-1])
+        np.testing.assert_allclose(z_gpu.get()[:-1], a * x[:-1] + x[1:], rtol=1e-6, atol=1e-6)
+    assert sorted(key[1:] for key in k._funcs) == [(False, False), (False, True)]
 
 
 @pytest.mark.gpu

@@ -68,6 +68,41 @@ def test_metadata(ctx):
 
 
 @pytest.mark.driver
+def test_remembered_layouts_and_empty_like_match_the_checked_path(ctx, rng):
+    # a new array of an (exact int) shape and dtype seen before takes its
+    # layout from a table, and empty_like of a dense array copies its
+    # layout: both must equal what the checked constructor makes
+    def meta(a):
+        return (a.shape, a.dtype, a.strides, a.size, a.nbytes, a.itemsize, a._c, a._f,
+                a.allocator, a.base)
+    for _ in range(60):
+        ndim = int(rng.integers(0, 4))
+        shape = tuple(int(v) for v in rng.integers(0, 6, ndim))
+        dtype = np.dtype(rng.choice(["f4", "f8", "c8", "i2", "u1", "?"]))
+        order = str(rng.choice(["C", "F"]))
+        checked = ga.GPUArray(list(shape), dtype, order=order)    # a list: not remembered
+        for _ in range(2):      # the second from the table
+            a = ga.GPUArray(shape, dtype, order=order)
+            assert meta(a) == meta(checked)
+            assert (a.gpudata is None) == (a.size == 0)
+            assert a.gpudata is None or a.gpudata is not checked.gpudata
+        e = ga.empty_like(a)
+        ref = ga._like(a, None, "K")
+        assert meta(e) == meta(ref) and e.__class__ is ga.GPUArray
+        assert e.gpudata is None or e.gpudata is not a.gpudata
+    # a bad shape is refused every time (nothing is remembered for it)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="negative dimensions"):
+            ga.GPUArray((3, -1), np.float32)
+        with pytest.raises(ValueError, match="order must be 'C' or 'F'"):
+            ga.GPUArray((3,), np.float32, order="K")
+    # an unhashable dtype description still works
+    st = ga.GPUArray((2,), [("a", "f4"), ("b", "i8")])
+    want = np.dtype([("a", "f4"), ("b", "i8")])
+    assert st.dtype == want and st.strides == (want.itemsize,)
+
+
+@pytest.mark.driver
 def test_bad_construction(ctx):
     with pytest.raises(TypeError, match="Python objects have no device representation"):
         ga.empty(3, object)

@@ -22,6 +22,14 @@ __device__ unsigned long long compose(unsigned long long a, unsigned long long b
     return ((unsigned long long)(mb * ma) << 32) | (unsigned int)(mb * ca + cb);
 }
 """
+AFFINE16 = """
+// the same in 16 bits, packed in 4 bytes (one 64-bit flag-and-value word a tile)
+__device__ unsigned int compose16(unsigned int a, unsigned int b)
+{
+    unsigned int ma = a >> 16, ca = a & 0xffffu, mb = b >> 16, cb = b & 0xffffu;
+    return (((mb * ma) & 0xffffu) << 16) | ((mb * ca + cb) & 0xffffu);
+}
+"""
 SPECS = [
     (np.float32, "a+b", None, False, ""),
     (np.float32, "a+b", "0", True, ""),
@@ -50,10 +58,10 @@ def test_sources_compile_to_ptx(spec):
 
 
 def test_tile_shape():
-    assert scan.tile_shape(np.float32) == (256, 16)
+    assert scan.tile_shape(np.float32) == (256, 32)
     assert scan.tile_shape(np.float64) == (256, 8)
     assert scan.tile_shape(np.complex128) == (256, 4)
-    assert scan.tile_shape(np.uint8) == (256, 16)
+    assert scan.tile_shape(np.uint8) == (256, 32)
     assert scan.tile_shape(np.dtype((np.void, 128))) == (128, 1)
     assert scan.tile_shape(np.dtype((np.void, 512))) == (64, 1)
     with pytest.raises(ValueError, match="at most 512 bytes, not 513"):
@@ -117,7 +125,7 @@ def test_bad_expression_is_a_compile_error():
 @pytest.mark.driver
 def test_constructor_loads(ctx):
     k = InclusiveScanKernel(np.float32, "a+b", name_prefix="cs")
-    assert k.function.name == "cs_scan" and k.tile == 4096
+    assert k.function.name == "cs_scan" and k.tile == 8192
     with pytest.raises(CompileError, match="no_such_op"):
         ExclusiveScanKernel(np.float32, "no_such_op(a, b)", "0")
 
@@ -219,6 +227,31 @@ def test_non_commutative_affine_composition(ctx, rng, cls):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("cls", [InclusiveScanKernel, ExclusiveScanKernel])
+def test_non_commutative_composition_in_four_bytes(ctx, rng, cls):
+    """The packed look-back (elements of at most 4 bytes) keeps the order too."""
+    ga = _gpuarray()
+    k = cls(np.uint32, "compose16(a, b)", "0x10000u", preamble=AFFINE16)
+    assert k._packed
+    for n in (1, 5, k.tile - 1, k.tile + 1, 7 * k.tile + 3, 100 * k.tile + 1):
+        m = rng.integers(0, 2**16, n, dtype=np.uint32) | np.uint32(1)
+        c = rng.integers(0, 2**16, n, dtype=np.uint32)
+        x = (m << np.uint32(16)) | c
+        got = k(ga.to_gpu(x), "new").get()
+        ref = np.empty(n, np.uint32)
+        acc_m, acc_c = 1, 0
+        mm, cc = m.tolist(), c.tolist()
+        for i in range(n):
+            if cls is ExclusiveScanKernel:
+                ref[i] = (acc_m << 16) | acc_c
+            acc_m, acc_c = (mm[i] * acc_m) & 0xffff, (mm[i] * acc_c + cc[i]) & 0xffff
+            if cls is InclusiveScanKernel:
+                ref[i] = (acc_m << 16) | acc_c
+        bad = np.flatnonzero(got != ref)
+        assert bad.size == 0, (n, bad[:5])
+
+
+@pytest.mark.gpu
 def test_right_projection_keeps_order(ctx, rng):
     ga = _gpuarray()
     for expr, pick in (("b", lambda x: x), ("a", lambda x: np.full_like(x, x[0]))):
@@ -265,7 +298,7 @@ def test_empty_and_errors(ctx):
 
 
 @pytest.mark.driver
-@pytest.mark.parametrize("n, scratch", [(1, 0), (4096, 0), (4097, 1), (10_000_019, 1)])
+@pytest.mark.parametrize("n, scratch", [(1, 0), (8192, 0), (8193, 1), (10_000_019, 1)])
 def test_scratch_allocations(ctx, n, scratch):
     ga = _gpuarray()
     from pygpu import tools
@@ -280,6 +313,8 @@ def test_scratch_allocations(ctx, n, scratch):
     d = ga.zeros(n, np.float32)
     assert k(d, allocator=allocator) is d
     assert len(calls) == scratch
+    if scratch:     # the counter, then one 64-bit flag-and-value word a tile
+        assert calls[0] == 16 + 8 * -(-n // k.tile)
     out = k(d, "new", allocator=allocator)
     assert out.shape == d.shape and out.dtype == d.dtype and out is not d
     assert len(calls) == 1 + 2 * scratch

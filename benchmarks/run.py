@@ -585,11 +585,7 @@ def measure_pycuda():
     n, a = np.int32(1000), np.float32(2.0)
     sync = drv.Context.synchronize
     r["launch_enqueue_us"] = burst("f(d, n, a, block=(32, 1, 1), grid=(1, 1))", sync=sync, ns=locals())
-    # prepared_call's kernel: the same code in a module of its own (prepare()
-    # changes how its Function packs, and get_function returns one Function
-    # a name), so every launch row is timed in one interleaved group
-    fp = SourceModule(ARGS3 + EMPTY + "// prepared\n", no_extern_c=True).get_function("args3")
-    fp.prepare("Pif")
+    fp = mod.get_function("args3")
     fp.prepare("Pif")
     r["launch_prepared_us"] = burst("fp.prepared_call((1, 1), (32, 1, 1), d, n, a)",
                                     sync=sync, ns=locals())

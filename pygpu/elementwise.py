@@ -18,11 +18,13 @@ PyCUDA's names and argument orders), and get_map_kernel, the generic
 builder behind pygpu.gpuarray's operators (contiguous, strided and
 broadcast operands).
 """
+import re
 import threading
 
 import numpy as np
 
 from pygpu import tools
+from pygpu._errors import CompileError
 from pygpu.tools import (ScalarArg, VectorArg, _parse_arguments, context_dependent_memoize,
                          dtype_to_ctype)
 
@@ -204,11 +206,40 @@ def _scalar_value(value, dtype, what):
         raise TypeError("%s: cannot convert %r to %s (%s)" % (what, value, dtype, e)) from None
 
 
+def _span(arg):
+    """(start, end) of a dense array's bytes, or None where its address
+    can't be read (a freed allocation: the launch names it)."""
+    g = arg.gpudata
+    try:
+        ptr = g if g.__class__ is int else int(g)
+    except Exception:
+        return None
+    return ptr, ptr + arg.nbytes
+
+
+# what in an operation the four-a-round loop would change: break leaves
+# the round only (not the thread's loop), goto labels and inline assembly
+# are pasted several times, and an assignment to i is undone by the next
+# element (continue goes on to the next element in both forms)
+_NO_RESTRICT = re.compile(r"\b(break|goto|asm|__asm__|__asm)\b"
+                          r"|(?<![\w.>])i\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)"
+                          r"|(?<![\w.>])i\s*(?:\+\+|--)|(?:\+\+|--)\s*i\b")
+
+
+def _restrict_allowed(operation):
+    """Whether operation may run in the __restrict__ form (four elements a
+    thread per round): no break, goto, inline assembly or assignment to i."""
+    return _NO_RESTRICT.search(operation) is None
+
+
 def _disjoint(spans):
     """True when no two of the (start, end) byte ranges overlap: the kernel
     may then declare its pointers __restrict__.  An array passed twice, or
-    two views of one buffer that share bytes, take the plain kernel."""
+    two views of one buffer that share bytes, take the plain kernel (so
+    does an array whose address can't be read: None)."""
     n = len(spans)
+    if None in spans:
+        return False
     if n < 2:
         return True
     if n <= 4:      # the common few: pairwise
@@ -234,7 +265,7 @@ class ElementwiseKernel:
     (``"float a, float *x"``) or a list of VectorArg/ScalarArg."""
 
     def __init__(self, arguments, operation, name="kernel", keep=False, options=None,
-                 preamble="", loop_prep="", after_loop=""):
+                 preamble="", loop_prep="", after_loop="", *, restrict=True):
         self.arguments = _parse_arguments(arguments)
         if not any(isinstance(a, VectorArg) for a in self.arguments):
             raise ValueError("ElementwiseKernel needs at least one array (pointer) argument")
@@ -248,6 +279,9 @@ class ElementwiseKernel:
         self._funcs = {}
         self._plan = None
         self._config = (-1, None, None)     # (n, grid, block) of the last call
+        # restrict=False: always the plain kernel (for memory the operation
+        # reaches other than through its array arguments)
+        self._restrict_ok = bool(restrict) and _restrict_allowed(operation)
 
     def generate_stride_kernel_and_types(self, use_range):
         return self._kernel_and_types(use_range, False)
@@ -256,10 +290,20 @@ class ElementwiseKernel:
         key = (tools._current_context(), bool(use_range), restrict)
         found = self._funcs.get(key)
         if found is None:
-            found = get_elwise_kernel_and_types(list(self.arguments), self.operation,
-                                                self.name, self.keep, self.options,
-                                                use_range=use_range, restrict=restrict,
-                                                **self.gen_kwargs)
+            if restrict and not self._restrict_ok:
+                return self._kernel_and_types(use_range, False)
+            try:
+                found = get_elwise_kernel_and_types(list(self.arguments), self.operation,
+                                                    self.name, self.keep, self.options,
+                                                    use_range=use_range, restrict=restrict,
+                                                    **self.gen_kwargs)
+            except CompileError:
+                if not restrict:
+                    raise
+                # what compiles plainly but not four times over (a label in
+                # the preamble's macros, say): the plain kernel from now on
+                self._restrict_ok = False
+                return self._kernel_and_types(use_range, False)
             self._funcs[key] = found
         return found
 
@@ -292,13 +336,15 @@ class ElementwiseKernel:
                 if first is None:
                     first = arg
                 if arg.size:
-                    g = arg.gpudata
-                    ptr = g if g.__class__ is int else int(g)
-                    spans.append((ptr, ptr + arg.nbytes))
-                    inv.append(g)
+                    span = _span(arg)
+                    if span is None:
+                        return False
+                    spans.append(span)
+                    inv.append(arg.gpudata)
                 else:
                     inv.append(0)
-            elif tp is stype or (tp is float and kind == "f") or (tp is int and kind in "iu"):
+            elif (tp is stype and (kind != "V" or arg.dtype == dt)) \
+                    or (tp is float and kind == "f") or (tp is int and kind in "iu"):
                 inv.append(arg)
             else:
                 return False
@@ -352,8 +398,7 @@ class ElementwiseKernel:
                 if first is None:
                     first = arg
                 if arg.size:
-                    ptr = arg.ptr
-                    spans.append((ptr, ptr + arg.nbytes))
+                    spans.append(_span(arg))
                     inv.append(arg.gpudata)
                 else:
                     inv.append(0)

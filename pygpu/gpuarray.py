@@ -274,14 +274,21 @@ class GPUArray:
     def __init__(self, shape, dtype=np.float64, allocator=None, base=None, gpudata=None,
                  strides=None, order="C"):
         if strides is None and gpudata is None and base is None:
-            # a new array of a shape (exact ints) and dtype seen before
-            tp = shape.__class__
-            if tp is int or (tp is tuple and _builtin_all(n.__class__ is int for n in shape)):
+            # a new array of a shape (exact ints) and dtype seen before; the
+            # dtype given as a type, a string or a dtype object (equal dtypes
+            # can differ in their char, metadata or alignment flag: a dtype
+            # object must be the one remembered)
+            tp, dc = shape.__class__, dtype.__class__
+            if (tp is int or (tp is tuple and _builtin_all(n.__class__ is int for n in shape))) \
+                    and (dc is type or dc is str or isinstance(dtype, np.dtype)):
                 key = (shape, dtype, order)
                 try:
                     lay = _layouts.get(key)
-                except TypeError:       # an unhashable dtype description
+                except TypeError:       # an unhashable order
                     key = lay = None
+                if lay is not None and dc is not type and dc is not str \
+                        and lay[1] is not dtype:
+                    lay = None
                 if lay is None:
                     lay = self._layout(shape, dtype, order)
                     if key is not None:

@@ -48,7 +48,7 @@ def tile_shape(dtype):
     if size <= 4:
         # with three blocks an SM (__launch_bounds__ below): a 100M-element
         # float32 scan took 318 us on an H200, against 353-543 us for tiles
-        # of 8-24 elements at 3-8 blocks an SM (benchmarks, docs/arrays.md)
+        # of 8-24 elements at 3-8 blocks an SM (docs/benchmarks.md, the array layer)
         items = 32
     else:
         items = max(1, 64 // size)
@@ -105,6 +105,9 @@ def scan_source(dtype, scan_expr, neutral=None, exclusive=False, name="scan_scan
         raise TypeError("preamble must be a str, not %s" % type(preamble).__name__)
     threads, items = _tile or tile_shape(dtype)
     packed = _packed(dtype) if _packed_words is None else _packed_words
+    if packed and not _packed(dtype):
+        raise ValueError("a scan of %s (%d bytes) cannot keep its values in the 32 bits of a "
+                         "packed word" % (dtype, dtype.itemsize))
     types = complex_source() if needs_complex(scan_type, preamble) else ""
     return _get_template().substitute(
         types=types, preamble=preamble, scan_type=scan_type, scan_expr=scan_expr,
@@ -175,8 +178,10 @@ class _ScanKernelBase:
                          output_ary.gpudata, n, 0, 0, 0, 0)
             return output_ary
         if self._packed:
-            # the counter, then one (flag, value) word per tile
-            nbytes = 16 + 8 * tiles
+            # the counter, then one (flag, value) word per tile at an
+            # 8-byte boundary (8 bytes spare for an allocator that only
+            # aligns to 4)
+            nbytes = 24 + 8 * tiles
             words = nbytes // 4
         else:
             head = 4 * (1 + tiles)                   # counter, then one flag per tile
@@ -192,7 +197,7 @@ class _ScanKernelBase:
             driver.memset_d32_async(buf, 0, words, stream)
         if self._packed:
             self._launch((tiles, 1), (self.threads, 1, 1), stream, input_ary.gpudata,
-                         output_ary.gpudata, n, base, base + 16, 0, 0)
+                         output_ary.gpudata, n, base, (base + 16 + 7) & ~7, 0, 0)
         else:
             self._launch((tiles, 1), (self.threads, 1, 1), stream, input_ary.gpudata,
                          output_ary.gpudata, n, base, base + 4, base + head,

@@ -8,6 +8,7 @@ kernels' results against NumPy on fresh random data.
 import numpy as np
 import pytest
 
+import pygpu.driver as drv
 from pygpu import compiler, elementwise, tools
 from pygpu.tools import ScalarArg, VectorArg, dtype_to_ctype, parse_c_arg
 
@@ -312,6 +313,66 @@ def test_elementwise_takes_restrict_only_for_disjoint_arrays(ctx):
     k(np.float64(2.0), x, y, z)
     assert sorted(key[1:] for key in k._funcs) == [(False, False), (False, True)]
 
+
+
+def test_restrict_form_is_refused_where_it_would_change_the_operation():
+    ok = elementwise._restrict_allowed
+    for op in ("z[i] = a*x[i] + y[i]", "if (x[i] < 0) continue; z[i] = 1",
+               "z[i] = (i == 3) + (i <= n) + (i >= 2) + (i != 4)", "p->i = 3; z[i] = s.i",
+               "z[i] <<= 1", "breaks[i] = 1"):
+        assert ok(op), op
+    for op in ("if (x[i] < 0) break; z[i] = 1", "goto done; done: z[i] = 1",
+               'asm("mov.u32 %0, 1;" : "=r"(z[i]))', "i += 1; z[i] = 0", "i++", "--i",
+               "int i = 3", "i <<= 1"):
+        assert not ok(op), op
+
+
+@pytest.mark.driver
+def test_elementwise_kernel_operations_the_restrict_form_would_change(ctx):
+    import pygpu.gpuarray as ga
+    x, z = ga.zeros(4000, np.float32), ga.zeros(4000, np.float32)
+    # break: the plain kernel, whatever the arrays
+    k = elementwise.ElementwiseKernel("float *x, float *z",
+                                      "if (x[i] < 0) break; z[i] = x[i]", "until_negative")
+    k(x, z)
+    assert [key[1:] for key in k._funcs] == [(False, False)]
+    # compiles plainly but not with __restrict__ pointers: the plain kernel
+    # from then on
+    k = elementwise.ElementwiseKernel("float *x, float *z",
+                                      "float **pp = &x; z[i] = (*pp)[i]", "through_pp")
+    k(x, z)
+    k(x, z)
+    assert [key[1:] for key in k._funcs] == [(False, False)] and not k._restrict_ok
+    # restrict=False: the plain kernel always
+    k = elementwise.ElementwiseKernel("float *x, float *z", "z[i] = x[i]", "plain_copy",
+                                      restrict=False)
+    k(x, z)
+    assert [key[1:] for key in k._funcs] == [(False, False)]
+
+
+@pytest.mark.standin
+def test_elementwise_quick_call_packs_struct_scalars_as_the_checked_call(standin, ctx):
+    # a struct scalar of another struct dtype of the same size is converted
+    # field by field (float3 from int3), never passed as its bytes
+    import pygpu.gpuarray as ga
+    from pygpu.gpuarray import vec
+    k = elementwise.ElementwiseKernel("float3 p, float *out", "out[i] = p.x", "take_x")
+    out = ga.zeros(10, np.float32)
+    for value in (vec.make_int3(1, 2, 3), vec.make_float3(1, 2, 3)):
+        k(value[()] if isinstance(value, np.ndarray) else value, out)
+        assert standin.last_launch().params[:12] == np.array([1, 2, 3], np.float32).tobytes()
+    with pytest.raises(TypeError):
+        k(np.zeros((), [("x", "f8"), ("y", "f4")])[()], out)
+
+
+@pytest.mark.driver
+def test_elementwise_freed_array_is_named(ctx):
+    import pygpu.gpuarray as ga
+    k = elementwise.ElementwiseKernel("float *x, float *z", "z[i] = x[i]", "copy_freed")
+    x, z = ga.zeros(100, np.float32), ga.zeros(100, np.float32)
+    x.gpudata.free()
+    with pytest.raises(drv.LogicError, match="copy_freed.*freed|freed.*copy_freed"):
+        k(x, z)
 
 
 def test_elementwise_kernel_errors():

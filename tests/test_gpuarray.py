@@ -96,6 +96,21 @@ def test_remembered_layouts_and_empty_like_match_the_checked_path(ctx, rng):
             ga.GPUArray((3, -1), np.float32)
         with pytest.raises(ValueError, match="order must be 'C' or 'F'"):
             ga.GPUArray((3,), np.float32, order="K")
+    # equal dtypes that differ in char, metadata or alignment: each array
+    # has the one it asked for
+    for first, second in ((np.dtype("l"), np.dtype("q")),
+                          (np.dtype(np.float32, metadata={"unit": "m"}), np.dtype(np.float32)),
+                          (np.dtype([("a", "f4"), ("b", "f8")]),
+                           np.dtype([("a", "f4"), ("b", "f8")], align=True))):
+        for dt in (first, second, first):
+            got = ga.GPUArray((3,), dt).dtype
+            assert got is dt or (got == dt and got.char == dt.char
+                                 and got.metadata == dt.metadata
+                                 and got.isalignedstruct == dt.isalignedstruct)
+            assert got.itemsize == dt.itemsize
+    # a NumPy scalar as the dtype: its own dtype, never a remembered equal one
+    assert ga.GPUArray(3, np.float32(1.0)).dtype == np.float32
+    assert ga.GPUArray(3, np.float64(1.0)).dtype == np.float64
     # an unhashable dtype description still works
     st = ga.GPUArray((2,), [("a", "f4"), ("b", "i8")])
     want = np.dtype([("a", "f4"), ("b", "i8")])

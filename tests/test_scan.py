@@ -297,6 +297,36 @@ def test_empty_and_errors(ctx):
         k(d[0], 5)
 
 
+def test_packed_words_only_for_four_bytes():
+    scan.scan_source(np.float32, "a+b", _packed_words=True)
+    with pytest.raises(ValueError, match="cannot keep its values in the 32 bits"):
+        scan.scan_source(np.float64, "a+b", _packed_words=True)
+
+
+@pytest.mark.standin
+def test_packed_words_are_8_byte_aligned_from_any_allocator(standin, ctx):
+    # an allocator that aligns only to 4 bytes: the tile words still start
+    # at an 8-byte boundary inside the scratch it gave
+    ga = _gpuarray()
+    keep = []
+
+    def allocator(nbytes):
+        from pygpu import driver
+        a = driver.mem_alloc(nbytes + 4)
+        keep.append(a)
+        return int(a) + 4
+
+    k = InclusiveScanKernel(np.float32, "a+b")
+    d = ga.zeros(3 * k.tile + 5, np.float32)
+    k(d, allocator=allocator)
+    p = standin.last_launch().params
+    counter, words = (int.from_bytes(p[o:o + 8], "little") for o in (24, 32))
+    start = int(keep[-1]) + 4
+    assert counter == start and words % 8 == 0 and start + 16 <= words <= start + 24
+    tiles = -(-d.size // k.tile)
+    assert words + 8 * tiles <= start + 24 + 8 * tiles      # every tile's word fits
+
+
 @pytest.mark.driver
 @pytest.mark.parametrize("n, scratch", [(1, 0), (8192, 0), (8193, 1), (10_000_019, 1)])
 def test_scratch_allocations(ctx, n, scratch):
@@ -314,7 +344,7 @@ def test_scratch_allocations(ctx, n, scratch):
     assert k(d, allocator=allocator) is d
     assert len(calls) == scratch
     if scratch:     # the counter, then one 64-bit flag-and-value word a tile
-        assert calls[0] == 16 + 8 * -(-n // k.tile)
+        assert calls[0] == 24 + 8 * -(-n // k.tile)
     out = k(d, "new", allocator=allocator)
     assert out.shape == d.shape and out.dtype == d.dtype and out is not d
     assert len(calls) == 1 + 2 * scratch

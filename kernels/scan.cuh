@@ -182,7 +182,7 @@ __device__ __forceinline__ void publish(int *flags, unsigned int tile, unsigned 
 
 // look_back with the packed words: one load a tile, no fence.  (Reading
 // 2, 4 or 8 tiles a lane per round trip, or sleeping between polls, did
-// not make a 100M-element float32 scan quicker on an H200: 317-327 us.)
+// not make a 100M-element float32 scan quicker on an H200: 317-361 us.)
 __device__ __forceinline__ pygpu_scan_t look_back_packed(const int *flags, unsigned int tile)
 {
     const unsigned int lane = threadIdx.x & 31u;

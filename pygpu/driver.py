@@ -493,3 +493,32 @@ def __getattr__(name):
         from pygpu.linking import jit_input_type
         return jit_input_type
     raise AttributeError("module 'pygpu.driver' has no attribute %r" % name)
+
+
+# ---- OpenGL interop (src/graphics.c; PyCUDA's names, pygpu.gl wraps them) ----
+
+from pygpu._driver import (  # noqa: E402,F401  (re-exported API)
+    RegisteredBuffer, RegisteredImage, RegisteredMapping, RegisteredObject,
+)
+
+
+class graphics_register_flags(_enum.IntEnum):
+    """CUgraphicsRegisterFlags: how CUDA will use a registered GL object."""
+    NONE = 0
+    READ_ONLY = 1
+    WRITE_DISCARD = 2
+    SURFACE_LDST = 4
+    TEXTURE_GATHER = 8
+
+    def __str__(self):
+        return self.name
+
+
+def have_gl_ext():
+    """Whether OpenGL interop is built in: always True for pygpu (it needs no
+    GL library to build; pygpu.gl loads libEGL/libGL only when asked)."""
+    return True
+
+
+__all__ += ["RegisteredBuffer", "RegisteredImage", "RegisteredMapping", "RegisteredObject",
+            "graphics_register_flags", "have_gl_ext"]

@@ -183,7 +183,14 @@ typedef CUresult (CUDAAPI *PFN_cuProfilerStop_v4000)(void);
     CU_OPTIONAL(cuMemSetAccess, 10020)                      \
     CU_OPTIONAL(cuMemGetAllocationGranularity, 10020)       \
     CU_OPTIONAL(cuMemExportToShareableHandle, 10020)        \
-    CU_OPTIONAL(cuMemImportFromShareableHandle, 10020)
+    CU_OPTIONAL(cuMemImportFromShareableHandle, 10020)      \
+    CU_OPTIONAL(cuGraphicsGLRegisterBuffer, 3000)           \
+    CU_OPTIONAL(cuGraphicsGLRegisterImage, 3000)            \
+    CU_OPTIONAL(cuGraphicsMapResources, 3000)               \
+    CU_OPTIONAL(cuGraphicsUnmapResources, 3000)             \
+    CU_OPTIONAL(cuGraphicsResourceGetMappedPointer, 3020)   \
+    CU_OPTIONAL(cuGraphicsSubResourceGetMappedArray, 3000)  \
+    CU_OPTIONAL(cuGraphicsUnregisterResource, 3000)
 
 /* NVRTC: every entry is required once the library is found. */
 #define PYGPU_NVRTC_API(NV)                                                   \
@@ -206,3 +213,15 @@ typedef CUresult (CUDAAPI *PFN_cuProfilerStop_v4000)(void);
     NV(nvrtcResult, nvrtcGetLoweredName, (nvrtcProgram, const char *, const char **)) \
     NV(nvrtcResult, nvrtcGetLTOIRSize, (nvrtcProgram, size_t *))              \
     NV(nvrtcResult, nvrtcGetLTOIR, (nvrtcProgram, char *))
+
+/* OpenGL interop (graphics.c): the two GL registration entry points' pointer
+ * types, as in the toolkit's cudaGLTypedefs.h, whose header needs GL/gl.h
+ * (not on every build machine, nor in NVIDIA's wheels); GLuint and GLenum
+ * are unsigned int. */
+typedef CUresult (CUDAAPI *PFN_cuGraphicsGLRegisterBuffer_v3000)(CUgraphicsResource *pCudaResource,
+                                                                 unsigned int buffer,
+                                                                 unsigned int Flags);
+typedef CUresult (CUDAAPI *PFN_cuGraphicsGLRegisterImage_v3000)(CUgraphicsResource *pCudaResource,
+                                                                unsigned int image,
+                                                                unsigned int target,
+                                                                unsigned int Flags);

@@ -5409,6 +5409,210 @@ fake_cuIpcCloseMemHandle(CUdeviceptr p)
     return rc;
 }
 
+/* ---- OpenGL interop (graphics.c): there is no GL here.  A GL buffer name
+ * n (1..1024) registers as a resource backed by n*256 bytes of device
+ * memory; a texture name n (1..1024, target GL_TEXTURE_2D 0x0DE1 or
+ * GL_RENDERBUFFER 0x8D41) as an n x 4 array of float.  Names above 1024 are
+ * "not GL objects" (CUDA_ERROR_INVALID_VALUE).  Mapping checks the mapped
+ * state as a driver does; unregistering frees the backing. */
+enum { MAGIC_GFX = 0x47465831 };
+typedef struct {
+    int magic, alive, mapped, is_image;
+    CUdeviceptr ptr;
+    size_t size;
+    CUarray arr;
+} fake_gfx;
+
+/* Lock held. */
+static fake_gfx *
+gfx_ok(CUgraphicsResource h)
+{
+    fake_gfx *g = (fake_gfx *)h;
+    if (!known(g) || g->magic != MAGIC_GFX)
+        return NULL;
+    if (!g->alive) {
+        stale_uses++;
+        return NULL;
+    }
+    return g;
+}
+
+static CUresult
+gfx_new(CUgraphicsResource *out, CUdeviceptr p, size_t n, CUarray arr)
+{
+    fake_gfx *g = calloc(1, sizeof *g);
+    if (g == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    g->magic = MAGIC_GFX;
+    g->alive = 1;
+    g->ptr = p;
+    g->size = n;
+    g->arr = arr;
+    g->is_image = arr != NULL;
+    pthread_mutex_lock(&lock);
+    remember(g);
+    unlock();
+    *out = (CUgraphicsResource)g;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuGraphicsGLRegisterBuffer(CUgraphicsResource *out, unsigned int buffer, unsigned int flags)
+{
+    CUresult rc = enter(F_cuGraphicsGLRegisterBuffer);
+    CUdeviceptr p;
+    if (rc) return rc;
+    if (out == NULL || buffer == 0 || buffer > 1024 || (flags & ~0xFu))
+        return CUDA_ERROR_INVALID_VALUE;
+    rc = device_alloc(&p, (size_t)buffer * 256, K_DEVICE, 0);
+    if (rc) return rc;
+    rc = gfx_new(out, p, (size_t)buffer * 256, NULL);
+    if (rc) free_kind(p, 0);
+    return rc;
+}
+
+static CUresult
+fake_cuGraphicsGLRegisterImage(CUgraphicsResource *out, unsigned int image, unsigned int target,
+                               unsigned int flags)
+{
+    CUresult rc = enter(F_cuGraphicsGLRegisterImage);
+    CUDA_ARRAY3D_DESCRIPTOR d;
+    CUarray arr;
+    if (rc) return rc;
+    if (out == NULL || image == 0 || image > 1024 || (flags & ~0xFu)
+        || (target != 0x0DE1 && target != 0x8D41))
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(&d, 0, sizeof d);
+    d.Width = image;
+    d.Height = 4;
+    d.Format = CU_AD_FORMAT_FLOAT;
+    d.NumChannels = 1;
+    pthread_mutex_lock(&lock);
+    rc = array_create(&arr, &d);
+    unlock();
+    if (rc) return rc;
+    return gfx_new(out, 0, 0, arr);
+}
+
+static CUresult
+gfx_map(unsigned int count, CUgraphicsResource *res, int map)
+{
+    CUresult rc = CUDA_SUCCESS;
+    unsigned int i;
+    if (count == 0 || res == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if (need_ctx(&rc) == NULL)
+        goto done;
+    for (i = 0; i < count; i++) {
+        fake_gfx *g = gfx_ok(res[i]);
+        if (g == NULL) {
+            rc = CUDA_ERROR_INVALID_HANDLE;
+            goto done;
+        }
+        if (g->mapped == map) {
+            rc = map ? CUDA_ERROR_ALREADY_MAPPED : CUDA_ERROR_NOT_MAPPED;
+            goto done;
+        }
+    }
+    for (i = 0; i < count; i++)
+        ((fake_gfx *)res[i])->mapped = map;
+done:
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuGraphicsMapResources(unsigned int count, CUgraphicsResource *res, CUstream s)
+{
+    CUresult rc = enter(F_cuGraphicsMapResources);
+    (void)s;
+    if (rc) return rc;
+    return gfx_map(count, res, 1);
+}
+
+static CUresult
+fake_cuGraphicsUnmapResources(unsigned int count, CUgraphicsResource *res, CUstream s)
+{
+    CUresult rc = enter(F_cuGraphicsUnmapResources);
+    (void)s;
+    if (rc) return rc;
+    return gfx_map(count, res, 0);
+}
+
+static CUresult
+fake_cuGraphicsResourceGetMappedPointer(CUdeviceptr *p, size_t *n, CUgraphicsResource h)
+{
+    CUresult rc = enter(F_cuGraphicsResourceGetMappedPointer);
+    fake_gfx *g;
+    if (rc) return rc;
+    if (p == NULL || n == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((g = gfx_ok(h)) == NULL)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if (!g->mapped)
+        rc = CUDA_ERROR_NOT_MAPPED;
+    else if (g->is_image)
+        rc = CUDA_ERROR_NOT_MAPPED_AS_POINTER;
+    else {
+        *p = g->ptr;
+        *n = g->size;
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuGraphicsSubResourceGetMappedArray(CUarray *out, CUgraphicsResource h, unsigned int index,
+                                         unsigned int level)
+{
+    CUresult rc = enter(F_cuGraphicsSubResourceGetMappedArray);
+    fake_gfx *g;
+    if (rc) return rc;
+    if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((g = gfx_ok(h)) == NULL)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if (!g->mapped)
+        rc = CUDA_ERROR_NOT_MAPPED;
+    else if (!g->is_image)
+        rc = CUDA_ERROR_NOT_MAPPED_AS_ARRAY;
+    else if (index != 0 || level != 0)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *out = g->arr;
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuGraphicsUnregisterResource(CUgraphicsResource h)
+{
+    CUresult rc = enter(F_cuGraphicsUnregisterResource);
+    fake_gfx *g;
+    CUdeviceptr p = 0;
+    if (rc) return rc;
+    pthread_mutex_lock(&lock);
+    if ((g = gfx_ok(h)) == NULL) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    } else {
+        g->alive = 0;
+        p = g->ptr;
+        if (g->is_image) {
+            fake_array *a = (fake_array *)g->arr;
+            a->alive = 0;
+            dev_used[a->ctx->dev] -= array_bytes(a);
+            free(a->data);
+            a->data = NULL;
+            live_arrays--;
+        }
+    }
+    unlock();
+    if (p != 0)
+        free_kind(p, 0);
+    return rc;
+}
+
 static fake_event *event_ok(CUevent h);
 
 static CUresult

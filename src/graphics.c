@@ -160,6 +160,7 @@ static int
 mapping_unmap_impl(pygpu_state *st, pygpu_RegisteredMapping *self, CUstream s, int raise)
 {
     pygpu_Registered *r = self->robj;
+    CUgraphicsResource h;
     pygpu_scope sc;
     CUresult rc;
     if (!self->mapped)
@@ -178,8 +179,9 @@ mapping_unmap_impl(pygpu_state *st, pygpu_RegisteredMapping *self, CUstream s, i
     } else if (pygpu_scope_enter_quiet(r->context, &sc) < 0) {
         return 0;
     }
+    h = r->handle;            /* a copy: another thread may run while the GIL is out */
     Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuGraphicsUnmapResources(1, &r->handle, s);
+    rc = cu.cuGraphicsUnmapResources(1, &h, s);
     Py_END_ALLOW_THREADS
     pygpu_scope_exit(&sc);
     if (rc != CUDA_SUCCESS && raise) {
@@ -645,6 +647,7 @@ registered_map(pygpu_Registered *self, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"stream", NULL};
     pygpu_state *st = graphics_state(Py_TYPE(self));
     PyObject *sobj = Py_None, *m, *tp;
+    CUgraphicsResource h;
     CUstream s = NULL;
     CUresult rc;
     pygpu_scope sc;
@@ -685,8 +688,9 @@ registered_map(pygpu_Registered *self, PyObject *args, PyObject *kwds)
         Py_DECREF(mp);
         return NULL;
     }
+    h = self->handle;         /* a copy: another thread may run while the GIL is out */
     Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuGraphicsMapResources(1, &self->handle, s);
+    rc = cu.cuGraphicsMapResources(1, &h, s);
     Py_END_ALLOW_THREADS
     pygpu_scope_exit(&sc);
     if (rc != CUDA_SUCCESS) {

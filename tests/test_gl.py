@@ -299,20 +299,36 @@ def test_pycuda_deprecated_names_on_the_standin(standin, ctx):
         c.detach()
 
 
+@pytest.mark.standin
+def test_gl_autoinit_on_the_standin(standin):
+    """pygpu.gl.autoinit, as pycuda.gl.autoinit: a new context on the default
+    device, current after import, popped at exit (the process exits 0 and
+    prints nothing else)."""
+    code = ("import pygpu.driver as cuda, pygpu.gl.autoinit as a\n"
+            "assert cuda.Context.get_current() == a.context\n"
+            "assert a.device == cuda.Device(0) and a.context.get_device() == a.device\n"
+            "print('OK')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "OK\n" and r.stderr == ""
+
+
 # ---- gpu: a kernel writes GL objects, OpenGL reads them back ----
 
-def _gl_context_for_gpu(device_ordinal):
+def _gl_context_for_gpu(request):
     """A headless EGL context on the GPU, or a skip.  A missing GL library is
     always a skip (the GPU machine needs the .gl packages unpacked); EGL
-    failing to make a context is a skip only without PYGPU_REQUIRE_GPU=1."""
+    failing to make a context is a skip only without PYGPU_REQUIRE_GPU=1
+    (or --require-gpu)."""
+    from pygpu.testing.plugin import require_gpu
     try:
-        return egl.HeadlessContext(device=device_ordinal)
+        return egl.HeadlessContext(device=int(os.environ.get("PYGPU_DEVICE", "0")))
     except egl.GLUnavailableError as e:
         pytest.skip("GL library missing (skipped even with PYGPU_REQUIRE_GPU=1): %s; unpack "
                     "libegl1 libglvnd0 libopengl0 libgl1 (the device README's .gl recipe)"
                     % e)
     except egl.EGLError as e:
-        if os.environ.get("PYGPU_REQUIRE_GPU", "") not in ("", "0"):
+        if require_gpu(request.config):
             raise
         pytest.skip("EGL could not make a context on the GPU: %s (set "
                     "__EGL_VENDOR_LIBRARY_FILENAMES to NVIDIA's 10_nvidia.json)" % e)
@@ -333,10 +349,10 @@ extern "C" __global__ void surf_write(cudaSurfaceObject_t s, const float *src, i
 
 
 @pytest.mark.gpu
-def test_kernel_writes_gl_buffer_and_texture(ctx, rng):
+def test_kernel_writes_gl_buffer_and_texture(request, ctx, rng):
     from pygpu.compiler import SourceModule
     import pygpu.gpuarray as gpuarray
-    with _gl_context_for_gpu(int(os.environ.get("PYGPU_DEVICE", "0"))) as glctx:
+    with _gl_context_for_gpu(request) as glctx:
         gl = glctx.gl
         mod = SourceModule(WRITE_SRC, no_extern_c=True)
         scale_into = mod.get_function("scale_into")
@@ -351,11 +367,12 @@ def test_kernel_writes_gl_buffer_and_texture(ctx, rng):
         m = rb.map()
         ptr, size = m.device_ptr_and_size()
         assert size == initial.nbytes
-        scale_into(ptr, src_gpu, np.float32(3.0), np.int32(n), block=(256, 1, 1),
+        scale_into(ptr, src_gpu, np.float32(2.0), np.int32(n), block=(256, 1, 1),
                    grid=((n + 255) // 256, 1))
         seen = np.empty(n, dtype=np.float32)
         cuda.memcpy_dtoh(seen, m.device_allocation())
-        want = 3.0 * src + 1.0
+        # exact products, one rounding: the same with or without a fused multiply-add
+        want = np.float32(2) * src + np.float32(1)
         np.testing.assert_array_equal(seen, want)
         m.unmap()
         got = np.zeros(n, dtype=np.float32)
@@ -388,16 +405,17 @@ def test_kernel_writes_gl_buffer_and_texture(ctx, rng):
         assert arr.freed
         texels = np.zeros((h, w), dtype=np.float32)
         gl.read_texture_2d(tex, texels)
-        np.testing.assert_array_equal(texels, (-0.5 * src2 + 1.0).reshape(h, w))
+        np.testing.assert_array_equal(texels, (np.float32(-0.5) * src2
+                                              + np.float32(1)).reshape(h, w))
         del ri
         gl.delete_texture(tex)
 
 
 @pytest.mark.gpu
-def test_kernel_writes_gl_texture_through_a_surface(ctx, rng):
+def test_kernel_writes_gl_texture_through_a_surface(request, ctx, rng):
     from pygpu.compiler import SourceModule
     import pygpu.gpuarray as gpuarray
-    with _gl_context_for_gpu(int(os.environ.get("PYGPU_DEVICE", "0"))) as glctx:
+    with _gl_context_for_gpu(request) as glctx:
         gl = glctx.gl
         surf_write = SourceModule(WRITE_SRC, no_extern_c=True).get_function("surf_write")
         w, h = 64, 19
@@ -418,7 +436,8 @@ def test_kernel_writes_gl_texture_through_a_surface(ctx, rng):
             del s
         texels = np.zeros((h, w), dtype=np.float32)
         gl.read_texture_2d(tex, texels)
-        np.testing.assert_array_equal(texels, (2.0 * src - 3.0).reshape(h, w))
+        np.testing.assert_array_equal(texels, (np.float32(2) * src
+                                              - np.float32(3)).reshape(h, w))
         ri.unregister()
         gl.delete_texture(tex)
 

@@ -195,6 +195,24 @@ def test_kernels_compile_to_ptx(dtype):
         assert b".entry " + entry in ptx
 
 
+def test_pycuda_module_names():
+    import importlib
+    for name, attrs in {
+            "packeted": ["PacketedSpMV", "PKT_KERNEL_TEMPLATE"],
+            "coordinate": ["CoordinateSpMV", "COO_FLAT_KERNEL_TEMPLATE",
+                           "COO_SERIAL_KERNEL_TEMPLATE"],
+            "operator": ["OperatorBase", "IdentityOperator", "DiagonalPreconditioner"],
+            "cg": ["ConvergenceError", "CGStateContainer", "solve_pkt_with_cg"],
+            "inner": ["AsyncInnerProduct", "STREAM_POOL", "get_stream"],
+            "pkt_build": ["build_pkt_data_structure"],
+            "pkt_build_cython": ["build_pkt_data_structure"]}.items():
+        mod = importlib.import_module("pygpu.sparse." + name)
+        for a in attrs:
+            assert hasattr(mod, a), (name, a)
+    from pygpu.sparse import pkt_build_cython
+    assert pkt_build_cython.build_pkt_data_structure is pkt_build.build_pkt_data_structure
+
+
 def test_operators():
     ident = IdentityOperator(np.float32, 7)
     assert ident.shape == (7, 7) and ident.dtype == np.float32

@@ -11,7 +11,8 @@ solver on the GPU, shaped like pycuda.sparse.
   ``ConvergenceError``.
 - :mod:`pygpu.sparse.inner`: ``AsyncInnerProduct``.
 - :mod:`pygpu.sparse.pkt_build`: the host-side packeting (partition, thread
-  assignment, the packed arrays), in NumPy.
+  assignment, the packed arrays), in NumPy (``pkt_build_cython``, PyCUDA's
+  Cython build of it, gives the same function).
 
 Partitioning uses pymetis where it is installed (as PyCUDA does); without
 it, a reverse Cuthill-McKee ordering (SciPy) cut into contiguous packets.
@@ -19,4 +20,5 @@ SciPy is needed (the matrices come in as scipy.sparse or anything
 ``scipy.sparse.csr_matrix`` takes).  Unlike PyCUDA, importing it warns of no
 deprecation.
 """
-__all__ = ["cg", "coordinate", "inner", "operator", "packeted", "pkt_build"]
+__all__ = ["cg", "coordinate", "inner", "operator", "packeted", "pkt_build",
+           "pkt_build_cython"]

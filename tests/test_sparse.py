@@ -303,6 +303,23 @@ def test_argument_errors(standin, ctx, rng):
         solve_pkt_with_cg(spmv, gpuarray.zeros(40, np.float32))
 
 
+@pytest.mark.standin
+def test_cg_search_direction_is_not_the_residual(standin, ctx, rng):
+    """With the identity preconditioner, d = M r is r itself: the solver must
+    copy it, or updating r in place would change d (steepest descent)."""
+    import pygpu.gpuarray as gpuarray
+    from pygpu.sparse.cg import CGStateContainer
+    from pygpu.sparse.packeted import PacketedSpMV
+    a = spd_matrix(rng, 50, 0.1, np.float64)
+    spmv = PacketedSpMV(a, True, np.float64, threads_per_packet=16, rows_per_packet=20)
+    cg = CGStateContainer(spmv)
+    cg.reset(gpuarray.to_gpu(rng.standard_normal(50)))
+    assert cg.d is not cg.residual
+    assert int(cg.d.gpudata) != int(cg.residual.gpudata)
+    cg.one_iteration()
+    assert int(cg.d.gpudata) != int(cg.residual.gpudata)
+
+
 # ---- gpu: against SciPy ----
 
 TOL = {np.float32: dict(rtol=2e-4, atol=2e-4), np.float64: dict(rtol=1e-11, atol=1e-11)}

@@ -111,6 +111,8 @@ class CGStateContainer:
         self.x = x
         self.residual = rhs - self.operator(x)
         self.d = self.precon(self.residual)
+        if self.d is self.residual:      # the identity: d is updated in place, r too
+            self.d = self.d.copy()
         delta = AsyncInnerProduct(self.residual, self.d, self.pagelocked_allocator)
         self.real_delta_queue = [delta]
         self.delta = delta.gpu_result

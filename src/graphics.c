@@ -808,8 +808,13 @@ static PyType_Spec image_spec = {
 static int
 add_subtype(PyObject *m, PyType_Spec *spec, PyObject *base)
 {
-    PyObject *tp = PyType_FromModuleAndSpec(m, spec, base);
+    /* bases as a tuple: Python 3.9 takes no bare type there */
+    PyObject *bases = base != NULL ? PyTuple_Pack(1, base) : NULL, *tp;
     int rc;
+    if (base != NULL && bases == NULL)
+        return -1;
+    tp = PyType_FromModuleAndSpec(m, spec, bases);
+    Py_XDECREF(bases);
     if (tp == NULL)
         return -1;
 #if PY_VERSION_HEX < 0x030A0000

@@ -378,6 +378,7 @@ class VirtualBuffer(DeviceAllocation):
     def shareable(self) -> bool: ...
 
 def _after_fork_child(*args: Any, **kwargs: Any) -> Any: ...
+def _allocation_kind(obj: Any, /) -> Any: ...
 def _driver_loaded() -> bool: ...
 def _get_staging() -> Any: ...
 def _load_nvjitlink(candidates: Any, /) -> str: ...
@@ -409,6 +410,14 @@ class address_mode(enum.IntEnum):
     CLAMP = 1
     MIRROR = 2
     BORDER = 3
+
+class array_cubemap_face(enum.IntEnum):
+    POSITIVE_X = 0
+    NEGATIVE_X = 1
+    POSITIVE_Y = 2
+    NEGATIVE_Y = 3
+    POSITIVE_Z = 4
+    NEGATIVE_Z = 5
 
 class array_format(enum.IntEnum):
     UNSIGNED_INT8 = 1
@@ -803,8 +812,13 @@ class graph_node_type(enum.IntEnum):
     CONDITIONAL = 13
 
 def init() -> None: ...
+def initialize_profiler(config_file: Any, output_file: Any, output_mode: Any) -> Any: ...
 class ipc_mem_flags(enum.IntEnum):
     LAZY_ENABLE_PEER_ACCESS = 1
+
+class jit_fallback(enum.IntEnum):
+    PREFER_PTX = 0
+    PREFER_BINARY = 1
 
 class jit_option(enum.IntEnum):
     MAX_REGISTERS = 0
@@ -843,6 +857,42 @@ class jit_option(enum.IntEnum):
     OVERRIDE_DIRECTIVE_VALUES = 33
     SPLIT_COMPILE = 34
 
+class jit_target(enum.IntEnum):
+    COMPUTE_30 = 30
+    COMPUTE_32 = 32
+    COMPUTE_35 = 35
+    COMPUTE_37 = 37
+    COMPUTE_50 = 50
+    COMPUTE_52 = 52
+    COMPUTE_53 = 53
+    COMPUTE_60 = 60
+    COMPUTE_61 = 61
+    COMPUTE_62 = 62
+    COMPUTE_70 = 70
+    COMPUTE_72 = 72
+    COMPUTE_75 = 75
+    COMPUTE_80 = 80
+    COMPUTE_86 = 86
+    COMPUTE_87 = 87
+    COMPUTE_89 = 89
+    COMPUTE_90 = 90
+    COMPUTE_100 = 100
+    COMPUTE_110 = 110
+    COMPUTE_103 = 103
+    COMPUTE_120 = 120
+    COMPUTE_121 = 121
+    COMPUTE_90A = 65626
+    COMPUTE_100A = 65636
+    COMPUTE_110A = 65646
+    COMPUTE_103A = 65639
+    COMPUTE_120A = 65656
+    COMPUTE_121A = 65657
+    COMPUTE_100F = 131172
+    COMPUTE_110F = 131182
+    COMPUTE_103F = 131175
+    COMPUTE_120F = 131192
+    COMPUTE_121F = 131193
+
 class limit(enum.IntEnum):
     STACK_SIZE = 0
     PRINTF_FIFO_SIZE = 1
@@ -864,6 +914,7 @@ class mem_attach_flags(enum.IntEnum):
     HOST = 2
     SINGLE = 4
 
+def mem_get_address_range(ptr: Any, /) -> Any: ...
 def mem_get_info() -> tuple[int, int]: ...
 def mem_get_ipc_handle(alloc: Any, /) -> bytearray: ...
 def mem_prefetch(ptr: Any, size: Any, device: Any = ..., stream: Any = ...) -> Any: ...
@@ -878,13 +929,52 @@ def memcpy_htod(dest: Any, src: Any, stream: Any = ...) -> Any: ...
 def memcpy_htod_async(dest: Any, src: Any, stream: Any = ...) -> Any: ...
 def memcpy_peer(dest: Any, src: Any, size: Any, dest_context: Any = ..., src_context: Any = ..., stream: Any = ...) -> Any: ...
 def memcpy_peer_async(dest: Any, src: Any, size: Any, dest_context: Any = ..., src_context: Any = ..., stream: Any = ...) -> Any: ...
+class memory_type(enum.IntEnum):
+    HOST = 1
+    DEVICE = 2
+    ARRAY = 3
+    UNIFIED = 4
+
 def memset_d16(dest: Any, value: Any, count: Any, /) -> Any: ...
 def memset_d16_async(dest: Any, value: Any, count: Any, stream: Any = ..., /) -> Any: ...
+def memset_d2d16(dest: Any, pitch: Any, data: Any, width: Any, height: Any) -> Any: ...
+def memset_d2d16_async(dest: Any, pitch: Any, data: Any, width: Any, height: Any, stream: Any = ...) -> Any: ...
+def memset_d2d32(dest: Any, pitch: Any, data: Any, width: Any, height: Any) -> Any: ...
+def memset_d2d32_async(dest: Any, pitch: Any, data: Any, width: Any, height: Any, stream: Any = ...) -> Any: ...
+def memset_d2d8(dest: Any, pitch: Any, data: Any, width: Any, height: Any) -> Any: ...
+def memset_d2d8_async(dest: Any, pitch: Any, data: Any, width: Any, height: Any, stream: Any = ...) -> Any: ...
 def memset_d32(dest: Any, value: Any, count: Any, /) -> Any: ...
 def memset_d32_async(dest: Any, value: Any, count: Any, stream: Any = ..., /) -> Any: ...
 def memset_d8(dest: Any, value: Any, count: Any, /) -> Any: ...
 def memset_d8_async(dest: Any, value: Any, count: Any, stream: Any = ..., /) -> Any: ...
 def module_from_buffer(data: Any, options: Any = ..., message_handler: Any = ...) -> Module: ...
+class pointer_attribute(enum.IntEnum):
+    CONTEXT = 1
+    MEMORY_TYPE = 2
+    DEVICE_POINTER = 3
+    HOST_POINTER = 4
+    P2P_TOKENS = 5
+    SYNC_MEMOPS = 6
+    BUFFER_ID = 7
+    IS_MANAGED = 8
+    DEVICE_ORDINAL = 9
+    IS_LEGACY_CUDA_IPC_CAPABLE = 10
+    RANGE_START_ADDR = 11
+    RANGE_SIZE = 12
+    MAPPED = 13
+    ALLOWED_HANDLE_TYPES = 14
+    IS_GPU_DIRECT_RDMA_CAPABLE = 15
+    ACCESS_FLAGS = 16
+    MEMPOOL_HANDLE = 17
+    MAPPING_SIZE = 18
+    MAPPING_BASE_ADDR = 19
+    MEMORY_BLOCK_ID = 20
+    IS_HW_DECOMPRESS_CAPABLE = 21
+
+class profiler_output_mode(enum.IntEnum):
+    KEY_VALUE_PAIR = 0
+    CSV = 1
+
 def profiler_start() -> None: ...
 def profiler_stop() -> None: ...
 def register_host_memory(ary: Any, flags: Any = ...) -> HostAllocation: ...
@@ -893,6 +983,11 @@ class resource_type(enum.IntEnum):
     MIPMAPPED_ARRAY = 1
     LINEAR = 2
     PITCH2D = 3
+
+class shared_config(enum.IntEnum):
+    DEFAULT_BANK_SIZE = 0
+    FOUR_BYTE_BANK_SIZE = 1
+    EIGHT_BYTE_BANK_SIZE = 2
 
 def staging_stats(reset: Any = ...) -> Any: ...
 class stream_flags(enum.IntEnum):

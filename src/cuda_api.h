@@ -14,6 +14,8 @@
  * the toolkit's cudaProfilerTypedefs.h, are declared here. */
 typedef CUresult (CUDAAPI *PFN_cuProfilerStart_v4000)(void);
 typedef CUresult (CUDAAPI *PFN_cuProfilerStop_v4000)(void);
+/* cuProfilerInitialize's output mode is cudaProfiler.h's CUoutput_mode, an int */
+typedef CUresult (CUDAAPI *PFN_cuProfilerInitialize_v4000)(const char *, const char *, int);
 
 #define PYGPU_CUDA_API(CU_REQUIRED, CU_OPTIONAL)                 \
     CU_REQUIRED(cuInit, 2000)                                    \
@@ -183,7 +185,14 @@ typedef CUresult (CUDAAPI *PFN_cuProfilerStop_v4000)(void);
     CU_OPTIONAL(cuMemSetAccess, 10020)                      \
     CU_OPTIONAL(cuMemGetAllocationGranularity, 10020)       \
     CU_OPTIONAL(cuMemExportToShareableHandle, 10020)        \
-    CU_OPTIONAL(cuMemImportFromShareableHandle, 10020)
+    CU_OPTIONAL(cuMemImportFromShareableHandle, 10020)     \
+    CU_REQUIRED(cuMemsetD2D8, 3020)                         \
+    CU_REQUIRED(cuMemsetD2D16, 3020)                        \
+    CU_REQUIRED(cuMemsetD2D32, 3020)                        \
+    CU_REQUIRED(cuMemsetD2D8Async, 3020)                    \
+    CU_REQUIRED(cuMemsetD2D16Async, 3020)                   \
+    CU_REQUIRED(cuMemsetD2D32Async, 3020)                   \
+    CU_OPTIONAL(cuProfilerInitialize, 4000)
 
 /* NVRTC: every entry is required once the library is found. */
 #define PYGPU_NVRTC_API(NV)                                                   \

@@ -123,6 +123,8 @@ driver_exec(PyObject *m)
         return -1;
     if (PyModule_AddIntConstant(m, "CUDA_HEADER_VERSION", CUDA_VERSION) < 0)
         return -1;
+    if (pygpu_memextra_setup(m, st) < 0)
+        return -1;
     return 0;
 }
 

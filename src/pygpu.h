@@ -558,4 +558,7 @@ int pygpu_fork_setup(PyObject *m, pygpu_state *st);
 /* Add a heap type made from spec to the module and store it in *slot. */
 int pygpu_add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **slot);
 
+/* memextra.c: memset_d2d*, mem_get_address_range, initialize_profiler */
+int pygpu_memextra_setup(PyObject *m, pygpu_state *st);
+
 #endif

@@ -80,26 +80,21 @@ parse_value(PyObject *obj, int width, unsigned int *out, const char *fname)
     return 0;
 }
 
+/* o: dest, pitch, data, width, height, stream (Py_None: the default) */
 static PyObject *
-do_memset2d(PyObject *module, PyObject *args, PyObject *kwds, int width, int async)
+do_memset2d(PyObject *module, PyObject *const *o, int width, int async)
 {
-    static char *kwlist_async[] = {"dest", "pitch", "data", "width", "height", "stream", NULL};
-    static char *kwlist[] = {"dest", "pitch", "data", "width", "height", NULL};
     pygpu_state *st = PyModule_GetState(module);
-    PyObject *dobj, *pobj, *vobj, *wobj, *hobj, *sobj = Py_None;
+    PyObject *dobj = o[0], *pobj = o[1], *vobj = o[2], *wobj = o[3], *hobj = o[4];
+    PyObject *sobj = o[5];
     pygpu_DeviceAllocation *held = NULL;
     CUdeviceptr d;
     CUstream s = NULL;
     size_t cap, pitch, w, h, row, extent;
     unsigned int v;
     CUresult rc;
-    char fname[40], format[48];
+    char fname[40];
     memset2d_name(fname, sizeof fname, width, async);
-    snprintf(format, sizeof format, "%s:%.*s", async ? "OOOOO|O" : "OOOOO",
-             (int)strlen(fname) - 2, fname);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, format, async ? kwlist_async : kwlist,
-                                     &dobj, &pobj, &vobj, &wobj, &hobj, &sobj))
-        return NULL;
     if (parse_size(pobj, &pitch, fname, "pitch") < 0
         || parse_value(vobj, width, &v, fname) < 0
         || parse_size(wobj, &w, fname, "width") < 0
@@ -169,34 +164,69 @@ error:
 }
 
 static PyObject *
-memset_d2d8(PyObject *m, PyObject *a, PyObject *k)
+memset_d2d8(PyObject *m, PyObject *args, PyObject *kwds)
 {
-    return do_memset2d(m, a, k, 1, 0);
+    static char *kwlist[] = {"dest", "pitch", "data", "width", "height", NULL};
+    PyObject *o[6] = {NULL, NULL, NULL, NULL, NULL, Py_None};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:memset_d2d8", kwlist,
+                                     &o[0], &o[1], &o[2], &o[3], &o[4]))
+        return NULL;
+    return do_memset2d(m, o, 1, 0);
 }
+
 static PyObject *
-memset_d2d16(PyObject *m, PyObject *a, PyObject *k)
+memset_d2d8_async(PyObject *m, PyObject *args, PyObject *kwds)
 {
-    return do_memset2d(m, a, k, 2, 0);
+    static char *kwlist[] = {"dest", "pitch", "data", "width", "height", "stream", NULL};
+    PyObject *o[6] = {NULL, NULL, NULL, NULL, NULL, Py_None};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|O:memset_d2d8_async", kwlist,
+                                     &o[0], &o[1], &o[2], &o[3], &o[4], &o[5]))
+        return NULL;
+    return do_memset2d(m, o, 1, 1);
 }
+
 static PyObject *
-memset_d2d32(PyObject *m, PyObject *a, PyObject *k)
+memset_d2d16(PyObject *m, PyObject *args, PyObject *kwds)
 {
-    return do_memset2d(m, a, k, 4, 0);
+    static char *kwlist[] = {"dest", "pitch", "data", "width", "height", NULL};
+    PyObject *o[6] = {NULL, NULL, NULL, NULL, NULL, Py_None};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:memset_d2d16", kwlist,
+                                     &o[0], &o[1], &o[2], &o[3], &o[4]))
+        return NULL;
+    return do_memset2d(m, o, 2, 0);
 }
+
 static PyObject *
-memset_d2d8_async(PyObject *m, PyObject *a, PyObject *k)
+memset_d2d16_async(PyObject *m, PyObject *args, PyObject *kwds)
 {
-    return do_memset2d(m, a, k, 1, 1);
+    static char *kwlist[] = {"dest", "pitch", "data", "width", "height", "stream", NULL};
+    PyObject *o[6] = {NULL, NULL, NULL, NULL, NULL, Py_None};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|O:memset_d2d16_async", kwlist,
+                                     &o[0], &o[1], &o[2], &o[3], &o[4], &o[5]))
+        return NULL;
+    return do_memset2d(m, o, 2, 1);
 }
+
 static PyObject *
-memset_d2d16_async(PyObject *m, PyObject *a, PyObject *k)
+memset_d2d32(PyObject *m, PyObject *args, PyObject *kwds)
 {
-    return do_memset2d(m, a, k, 2, 1);
+    static char *kwlist[] = {"dest", "pitch", "data", "width", "height", NULL};
+    PyObject *o[6] = {NULL, NULL, NULL, NULL, NULL, Py_None};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:memset_d2d32", kwlist,
+                                     &o[0], &o[1], &o[2], &o[3], &o[4]))
+        return NULL;
+    return do_memset2d(m, o, 4, 0);
 }
+
 static PyObject *
-memset_d2d32_async(PyObject *m, PyObject *a, PyObject *k)
+memset_d2d32_async(PyObject *m, PyObject *args, PyObject *kwds)
 {
-    return do_memset2d(m, a, k, 4, 1);
+    static char *kwlist[] = {"dest", "pitch", "data", "width", "height", "stream", NULL};
+    PyObject *o[6] = {NULL, NULL, NULL, NULL, NULL, Py_None};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|O:memset_d2d32_async", kwlist,
+                                     &o[0], &o[1], &o[2], &o[3], &o[4], &o[5]))
+        return NULL;
+    return do_memset2d(m, o, 4, 1);
 }
 
 /* mem_get_address_range(ptr) -> (base, size) */

@@ -437,3 +437,71 @@ def test_get_put_kernel(ctx, rng):
         np.testing.assert_array_equal(d.get(), want)
     with pytest.raises(ValueError, match=r"get_put_kernel\(\): vec_count must be >= 1, got 0"):
         get_put_kernel(np.float32, np.int32, vec_count=0)
+
+
+# ---- reduction.get_reduction_module / get_reduction_kernel_and_types ----
+
+def test_reduction_stage_builder_refuses_bad_input():
+    from pygpu.reduction import get_reduction_kernel_and_types, get_reduction_module
+    with pytest.raises(ValueError, match=r"get_reduction_module\(\): block_size must be a power "
+                                         r"of two from 1 to 1024, got 384"):
+        get_reduction_module("float", 384, "0", "a+b", "in[i]", "const float *in")
+    with pytest.raises(ValueError, match=r"get_reduction_kernel_and_types\(\): stage must be 1 "
+                                         r"or 2, got 3"):
+        get_reduction_kernel_and_types(3, "float", 256, "0", "a+b")
+    with pytest.raises(TypeError, match=r"stage 1 needs arguments"):
+        get_reduction_kernel_and_types(1, "float", 256, "0", "a+b")
+    with pytest.raises(TypeError, match="reduce_expr must be a str"):
+        get_reduction_module("float", 256, "0", None, "in[i]", "const float *in")
+
+
+@pytest.mark.driver
+def test_reduction_stage_builder_types(ctx):
+    from pygpu.reduction import get_reduction_kernel_and_types
+    f, types = get_reduction_kernel_and_types(1, "float", 256, "0", "a+b", "x[i]*y[i]",
+                                              "const float *x, const float *y, int k")
+    assert types == ["P", "P", "i"]
+    f2, types2 = get_reduction_kernel_and_types(2, "float", 256, "0", "a+b",
+                                                arguments="const float *x, const float *y, "
+                                                          "int k")
+    assert types2 == ["P", "P", "P", "i"]
+    assert f.get_attribute(cuda.function_attribute.MAX_THREADS_PER_BLOCK) >= 256
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,ctype", [(np.float64, "double"), (np.int32, "int")])
+def test_reduction_two_stages_against_numpy(ctx, rng, dtype, ctype):
+    from pygpu import gpuarray
+    from pygpu.reduction import get_reduction_kernel_and_types
+    n, bs, seq = 1000003, 256, 8
+    if dtype == np.int32:
+        # |sum| stays far below 2**31: no wrap-around to account for
+        x = rng.integers(-100, 100, n).astype(dtype)
+        y = rng.integers(-100, 100, n).astype(dtype)
+    else:
+        x, y = rng.standard_normal(n), rng.standard_normal(n)
+    dx, dy = gpuarray.to_gpu(x), gpuarray.to_gpu(y)
+    s1, _ = get_reduction_kernel_and_types(1, ctype, bs, "0", "a+b", "x[i]*y[i] + k",
+                                           "const %s *x, const %s *y, %s k"
+                                           % (ctype, ctype, ctype))
+    s2, _ = get_reduction_kernel_and_types(2, ctype, bs, "0", "a+b",
+                                           arguments="const %s *x, const %s *y, %s k"
+                                           % (ctype, ctype, ctype))
+    k = dtype(3)
+    blocks = (n + bs * seq - 1) // (bs * seq)
+    partial = gpuarray.empty(blocks, dtype)
+    itemsize = np.dtype(dtype).itemsize
+    s1.prepared_call((blocks, 1), (bs, 1, 1), partial.gpudata, dx.gpudata, dy.gpudata, k,
+                     seq, n, shared_size=bs * itemsize)
+    want_partial = [(x[b * bs * seq:(b + 1) * bs * seq].astype(np.float64)
+                     * y[b * bs * seq:(b + 1) * bs * seq] + k).sum() for b in range(blocks)]
+    np.testing.assert_allclose(partial.get(), want_partial, rtol=1e-9, atol=1e-9)
+    out = gpuarray.empty(1, dtype)
+    seq2 = (blocks + bs - 1) // bs
+    s2.prepared_call((1, 1), (bs, 1, 1), out.gpudata, partial.gpudata, dx.gpudata,
+                     dy.gpudata, k, seq2, blocks, shared_size=bs * itemsize)
+    want = (x.astype(np.float64) * y + k).sum()
+    if dtype == np.int32:
+        assert int(out.get()[0]) == int(want)
+    else:
+        np.testing.assert_allclose(out.get()[0], want, rtol=1e-9)

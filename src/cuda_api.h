@@ -73,6 +73,12 @@ typedef CUresult (CUDAAPI *PFN_cuProfilerInitialize_v4000)(const char *, const c
     CU_REQUIRED(cuMemsetD8Async, 3020)                           \
     CU_REQUIRED(cuMemsetD16Async, 3020)                          \
     CU_REQUIRED(cuMemsetD32Async, 3020)                          \
+    CU_REQUIRED(cuMemsetD2D8, 3020)                              \
+    CU_REQUIRED(cuMemsetD2D16, 3020)                             \
+    CU_REQUIRED(cuMemsetD2D32, 3020)                             \
+    CU_REQUIRED(cuMemsetD2D8Async, 3020)                         \
+    CU_REQUIRED(cuMemsetD2D16Async, 3020)                        \
+    CU_REQUIRED(cuMemsetD2D32Async, 3020)                        \
     CU_REQUIRED(cuPointerGetAttribute, 4000)                     \
     CU_REQUIRED(cuModuleLoadDataEx, 2010)                        \
     CU_REQUIRED(cuModuleUnload, 2000)                            \
@@ -161,6 +167,7 @@ typedef CUresult (CUDAAPI *PFN_cuProfilerInitialize_v4000)(const char *, const c
     CU_OPTIONAL(cuGraphConditionalHandleCreate, 12030)           \
     CU_OPTIONAL(cuProfilerStart, 4000)                           \
     CU_OPTIONAL(cuProfilerStop, 4000)                            \
+    CU_OPTIONAL(cuProfilerInitialize, 4000)                      \
     CU_OPTIONAL(cuMemGetAddressRange, 3020)                 \
     CU_OPTIONAL(cuIpcGetMemHandle, 4010)                    \
     CU_OPTIONAL(cuIpcOpenMemHandle, 11000)                  \
@@ -185,14 +192,7 @@ typedef CUresult (CUDAAPI *PFN_cuProfilerInitialize_v4000)(const char *, const c
     CU_OPTIONAL(cuMemSetAccess, 10020)                      \
     CU_OPTIONAL(cuMemGetAllocationGranularity, 10020)       \
     CU_OPTIONAL(cuMemExportToShareableHandle, 10020)        \
-    CU_OPTIONAL(cuMemImportFromShareableHandle, 10020)     \
-    CU_REQUIRED(cuMemsetD2D8, 3020)                         \
-    CU_REQUIRED(cuMemsetD2D16, 3020)                        \
-    CU_REQUIRED(cuMemsetD2D32, 3020)                        \
-    CU_REQUIRED(cuMemsetD2D8Async, 3020)                    \
-    CU_REQUIRED(cuMemsetD2D16Async, 3020)                   \
-    CU_REQUIRED(cuMemsetD2D32Async, 3020)                   \
-    CU_OPTIONAL(cuProfilerInitialize, 4000)
+    CU_OPTIONAL(cuMemImportFromShareableHandle, 10020)
 
 /* NVRTC: every entry is required once the library is found. */
 #define PYGPU_NVRTC_API(NV)                                                   \

@@ -185,3 +185,22 @@ def test_autoprimaryctx_pushes_the_primary_context(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True", "True", "pygpu.tools"]
     assert r.stderr == ""
+
+
+def test_the_committed_list_is_what_the_generator_gives():
+    """Regenerate the static part (and the C-level names from the wrapper
+    sources) from PyCUDA's sdist where it is at hand: the committed list
+    has the same module names, and the driver's C-level names read from
+    the sources are the ones dir(pycuda.driver) gave."""
+    import gen_pycuda_names as gen
+    sdist = os.environ.get("PYCUDA_SDIST", gen.DEFAULT_SDIST)
+    if not os.path.exists(sdist):
+        pytest.skip("PyCUDA's sdist is not here (PYCUDA_SDIST=path/to/pycuda-2026.1.tar.gz)")
+    committed = set(pycuda_names())
+    static = {"%s:%s" % (mod, n) for mod, src in gen.sdist_modules(sdist).items()
+              for n in gen.module_names(src)}
+    assert static <= committed
+    driver_static = {e for e in static if e.startswith("pycuda.driver:")}
+    c_level = {"pycuda.driver:" + n for n in gen.driver_from_cpp(sdist)}
+    # everything else in the list is dir(pycuda.driver)'s C-level part
+    assert committed - static == c_level - driver_static

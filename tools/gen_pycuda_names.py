@@ -4,6 +4,10 @@
     python3 tools/gen_pycuda_names.py [--sdist PATH] [--wheel PATH]
         [--python PY312] [--pythonpath DIR] [-o OUT]
 
+PyCUDA's files come from --sdist/--wheel, else $PYCUDA_SDIST and
+$PYCUDA_WHEEL_DIR, else a checkout's ignored .whl/pycuda/, else
+build/pycuda-compat/ (make pycuda-compat's cache).
+
 What counts as a public name:
 
 * every module of the sdist's ``pycuda/`` package (``.py`` files; a module
@@ -40,11 +44,21 @@ import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-WHL_DIR = os.path.join(ROOT, ".whl", "pycuda")
-if not os.path.isdir(WHL_DIR):
-    WHL_DIR = "/work/main/.whl/pycuda"
-DEFAULT_SDIST = os.path.join(WHL_DIR, "pycuda-2026.1.tar.gz")
-DEFAULT_WHEEL = os.path.join(WHL_DIR, "pycuda-2026.1-cp312-cp312-linux_x86_64.whl")
+# PyCUDA's files are never committed: $PYCUDA_SDIST / $PYCUDA_WHEEL_DIR, else
+# the ignored .whl/pycuda/ of a checkout, else make pycuda-compat's cache
+_WHL_DIRS = [os.environ.get("PYCUDA_WHEEL_DIR") or "", os.path.join(ROOT, ".whl", "pycuda"),
+             os.path.join(ROOT, "build", "pycuda-compat")]
+
+
+def _first(name):
+    for d in _WHL_DIRS:
+        if d and os.path.exists(os.path.join(d, name)):
+            return os.path.join(d, name)
+    return os.path.join(_WHL_DIRS[1], name)
+
+
+DEFAULT_SDIST = os.environ.get("PYCUDA_SDIST") or _first("pycuda-2026.1.tar.gz")
+DEFAULT_WHEEL = _first("pycuda-2026.1-cp312-cp312-linux_x86_64.whl")
 DEFAULT_OUT = os.path.join(ROOT, "tests", "data", "pycuda_names.txt")
 CUDA_HOME = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
 

@@ -147,11 +147,9 @@ def test_mem_get_address_range(ctx):
 
 @pytest.mark.driver
 def test_mem_get_address_range_of_no_allocation_is_the_drivers_error(ctx):
-    a = cuda.mem_alloc(64 << 20)       # its own mapping, not a piece of a shared one
-    addr = int(a) + 4096
-    a.free()
+    host = np.zeros(1024, np.uint8)     # ordinary host memory: no device allocation
     with pytest.raises(cuda.Error, match=r"cuMemGetAddressRange failed: CUDA_ERROR_"):
-        cuda.mem_get_address_range(addr)
+        cuda.mem_get_address_range(host.ctypes.data + 64)
 
 
 # ---- the profiler ----
@@ -505,3 +503,31 @@ def test_reduction_two_stages_against_numpy(ctx, rng, dtype, ctype):
         assert int(out.get()[0]) == int(want)
     else:
         np.testing.assert_allclose(out.get()[0], want, rtol=1e-9)
+
+
+@pytest.mark.standin
+def test_reduction_stage_and_put_kernel_launch_layout(ctx, standin):
+    import struct
+    from pygpu import gpuarray
+    from pygpu.elementwise import get_put_kernel
+    from pygpu.reduction import get_reduction_kernel_and_types
+    x, y = gpuarray.zeros(1000, np.float64), gpuarray.zeros(1000, np.float64)
+    part = gpuarray.empty(4, np.float64)
+    s1, types = get_reduction_kernel_and_types(1, "double", 256, "0", "a+b", "x[i]*y[i] + k",
+                                               "const double *x, const double *y, double k")
+    assert types == ["P", "P", "d"]
+    s1.prepared_call((4, 1), (256, 1, 1), part.gpudata, x.gpudata, y.gpudata, np.float64(2.5),
+                     8, 1000, shared_size=256 * 8)
+    launch = standin.last_launch()
+    assert launch.name == "reduce_kernel" and launch.shared == 2048
+    assert launch.grid == (4, 1, 1) and launch.block == (256, 1, 1)
+    assert struct.unpack("<QQQdIxxxxQ", launch.params) == (
+        int(part.gpudata), int(x.gpudata), int(y.gpudata), 2.5, 8, 1000)
+    idx = gpuarray.zeros(10, np.int32)
+    d = [gpuarray.zeros(10, np.float32) for _ in range(2)]
+    put = get_put_kernel(np.float32, np.int32)
+    put.prepared_call((1, 1), (32, 1, 1), idx.gpudata, d[0].gpudata, d[1].gpudata, 10)
+    launch = standin.last_launch()
+    assert launch.name == "put"
+    assert struct.unpack("<QQQQ", launch.params) == (int(idx.gpudata), int(d[0].gpudata),
+                                                     int(d[1].gpudata), 10)

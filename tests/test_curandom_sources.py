@@ -4,7 +4,6 @@ MD5 fragment of PyCUDA's rand() computes MD5 (checked against hashlib by
 compiling it as host C), and on a GPU a generator built from the templates
 runs."""
 import hashlib
-import os
 import shutil
 import struct
 import subprocess

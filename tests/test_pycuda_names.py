@@ -204,3 +204,17 @@ def test_the_committed_list_is_what_the_generator_gives():
     c_level = {"pycuda.driver:" + n for n in gen.driver_from_cpp(sdist)}
     # everything else in the list is dir(pycuda.driver)'s C-level part
     assert committed - static == c_level - driver_static
+
+
+@pytest.mark.gpu
+def test_autoprimaryctx_on_the_gpu(tmp_path):
+    code = ("import pygpu.autoprimaryctx as a, pygpu.driver as d\n"
+            "ctx = d.Context.get_current()\n"
+            "print(ctx == a.context, d.Context.get_device() == a.device,\n"
+            "      a.context == a.device.retain_primary_context())\n"
+            "x = d.to_device(b'0123456789abcdef')\n"
+            "print(d.from_device(x, 16, 'u1').tobytes() == b'0123456789abcdef')\n")
+    r = _run(["-c", code], cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True"] * 4
+    assert r.stderr == ""

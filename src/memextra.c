@@ -234,9 +234,14 @@ static PyObject *
 mem_get_address_range(PyObject *module, PyObject *obj)
 {
     pygpu_state *st = PyModule_GetState(module);
+    pygpu_DeviceAllocation *held;
     CUdeviceptr p, base = 0;
     size_t cap, size = 0;
     CUresult rc;
+    /* a freed allocation is a LogicError, not a query of a stale address */
+    if (pygpu_allocation_hold(st, obj, &held) < 0)
+        return NULL;
+    pygpu_allocation_unhold(held);
     if (pygpu_get_device_ptr(st, obj, &p, &cap, 0) < 0
         || pygpu_ensure_driver(st) < 0
         || pygpu_need_entry(st, (const void *)cu.cuMemGetAddressRange, "cuMemGetAddressRange",

@@ -143,6 +143,9 @@ def test_mem_get_address_range(ctx):
     assert base_b == int(b) and size_b >= pitch * 7
     with pytest.raises(TypeError, match="pointer"):
         cuda.mem_get_address_range("x")
+    a.free()
+    with pytest.raises(cuda.LogicError, match="freed"):
+        cuda.mem_get_address_range(a)
 
 
 @pytest.mark.driver

@@ -11,6 +11,12 @@ from pygpu import driver  # noqa: E402,F401
 
 __all__ = ["driver", "__version__"]
 
+# PyCUDA's version names (pycuda.VERSION), for pygpu's own version
+VERSION = tuple(int(p) for p in __version__.split(".")[:3] if p.isdigit())
+VERSION_STATUS = ""
+VERSION_TEXT = ".".join(str(x) for x in VERSION) + VERSION_STATUS
+__all__ += ["VERSION", "VERSION_STATUS", "VERSION_TEXT"]
+
 def load_ipython_extension(ipython):
     """``%load_ext pygpu``: the %%cuda and %cuda_timeit magics and rich
     displays (pygpu/ipython.py)."""

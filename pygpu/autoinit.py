@@ -14,3 +14,5 @@ driver.init()
 device = driver.Device(int(os.environ.get("PYGPU_DEVICE", "0")))
 context = device.retain_primary_context()
 context.push()
+
+from pygpu.tools import make_default_context  # noqa: E402,F401  (PyCUDA's autoinit has it)

@@ -56,3 +56,5 @@ def sizeof_source(type_name, preamble=""):
     """The source sizeof() compiles."""
     return ('%s\nextern "C" __device__ unsigned long long pygpu_sizeof = sizeof(%s);\n'
             % (preamble, type_name))
+
+from pygpu.tools import context_dependent_memoize  # noqa: E402,F401  (PyCUDA's characterize has it)

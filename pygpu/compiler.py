@@ -229,6 +229,8 @@ def _build_options(options, arch_opt, include_dirs, defines, std, fast_math):
         for k, v in items:
             opts.append("-D%s" % k if v is None else "-D%s=%s" % (k, v))
     opts.extend(options)
+    if driver.CUDA_DEBUGGING and not {"-G", "--device-debug"} & set(opts):
+        opts.append("--device-debug")    # set_debugging() / pygpu.debug: PyCUDA's -g -G
     for o in opts:
         if "\0" in o:
             raise ValueError("compiler option %r contains a NUL character (NVRTC would stop "
@@ -660,3 +662,40 @@ def __getattr__(name):
         from pygpu import linking
         return getattr(linking, name)
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
+def preprocess_source(source, options, nvcc):
+    """The source after nvcc's preprocessor (``nvcc --preprocess``, as
+    PyCUDA's preprocess_source; pygpu itself never needs it).  options:
+    nvcc's options (-I, -D, ...); nvcc: the nvcc to run (a path or a name
+    on PATH).  A failure is a CompileError with PyCUDA's command_line and
+    stderr attributes."""
+    import subprocess
+    fd, path = tempfile.mkstemp(suffix=".cu")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(str(source))
+        cmdline = [nvcc, "--preprocess", *[str(o) for o in (options or ())], path,
+                   "--compiler-options", "-EP" if sys.platform == "win32" else "-P"]
+        try:
+            r = subprocess.run(cmdline, capture_output=True)
+        except OSError as e:
+            err = CompileError("nvcc preprocessing of %s failed: cannot run %s (%s)"
+                               % (path, nvcc, e))
+            err.command_line, err.stdout, err.stderr = cmdline, None, str(e)
+            raise err from None
+        if r.returncode != 0:
+            stderr = r.stderr.decode("utf-8", "replace")
+            err = CompileError("nvcc preprocessing of %s failed\n%s" % (path, stderr))
+            err.command_line, err.stdout, err.stderr = cmdline, r.stdout, stderr
+            raise err
+        out = r.stdout.decode("utf-8")
+        if len(out) < 0.5 * len(str(source)):
+            raise RuntimeError("nvcc preprocessing of %s returned less than half the "
+                               "source: %d characters of %d" % (path, len(out), len(source)))
+        return out
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass

@@ -310,3 +310,5 @@ def modf(arg, stream=None):
         func.prepared_async_call(grid, block, stream, arg.ptr, intpart.ptr, fracpart.ptr,
                                  arg.size)
     return fracpart, intpart
+
+from pygpu.driver import Stream  # noqa: E402,F401  (PyCUDA's cumath has it)

@@ -780,3 +780,148 @@ class ScrambledSobol64RandomNumberGenerator(_SobolBase):
     _bits = 64
     _direction = direction_vector_set.SCRAMBLED_VECTOR_64
     _scrambled = True
+
+
+# ---- PyCUDA's kernel source templates (pycuda.curandom's names) ----
+#
+# The %-templates PyCUDA builds its generator modules from, over cuRAND's
+# device API, with PyCUDA's keys and kernel signatures, for code that builds
+# its own generator kernels from them:
+#
+#     src = (random_source + xorwow_random_source + random_skip_ahead64_source) % {
+#         "state_type": "curandStateXORWOW", "vector_type": "unsigned long long",
+#         "generators": gen_template % {"name": "gen_uniform_float",
+#                                       "state_type": "curandStateXORWOW",
+#                                       "out_type": "float", "suffix": "_uniform"}}
+#     mod = SourceModule(src, no_extern_c=True)
+#
+# pygpu's own generator classes compile kernels/curandom.cuh instead.
+
+def _grid_stride(head, body):
+    return ("\n__global__ void %s\n{\n"
+            "  const size_t tidx = blockIdx.x*blockDim.x+threadIdx.x;\n"
+            "  const size_t delta = blockDim.x*gridDim.x;\n"
+            "  for (size_t idx = tidx; idx < n; idx += delta)\n"
+            "    %s\n}\n" % (head, body))
+
+
+# one kernel filling d[0:n] from state s[tidx] (grid-stride); keys: name,
+# state_type, out_type, suffix (_uniform, _normal, _uniform_double, ...)
+gen_template = _grid_stride("%(name)s(%(state_type)s *s, %(out_type)s *d, const size_t n)",
+                            "d[idx] = curand%(suffix)s(&s[tidx]);")
+# log-normal values; keys as gen_template and in_type (the parameters' type)
+gen_log_template = _grid_stride(
+    "%(name)s(%(state_type)s *s, %(out_type)s *d, %(in_type)s mean, %(in_type)s stddev, "
+    "const size_t n)",
+    "d[idx] = curand_log%(suffix)s(&s[tidx], mean, stddev);")
+# Poisson values of one lambda
+gen_poisson_template = _grid_stride(
+    "%(name)s(%(state_type)s *s, %(out_type)s *d, double lambda, const size_t n)",
+    "d[idx] = curand_poisson%(suffix)s(&s[tidx], lambda);")
+# Poisson values whose lambdas are d's values, written over them; key inout_type
+gen_poisson_inplace_template = _grid_stride(
+    "%(name)s(%(state_type)s *s, %(inout_type)s *d, const size_t n)",
+    "d[idx] = (%(inout_type)s)(curand_poisson%(suffix)s(&s[tidx], double(d[idx])));")
+
+# the module around the generator kernels (key: generators)
+random_source = """
+// C++ (cuRAND's device API is templates): not wrapped in extern "C" as a whole
+#include <curand_kernel.h>
+
+extern "C"
+{
+%(generators)s
+}
+"""
+
+
+def _per_state(name, skip_type, call):
+    return ("\n__global__ void %s(%%(state_type)s *s, const size_t n, const %s skip)\n{\n"
+            "  const size_t idx = blockIdx.x*blockDim.x+threadIdx.x;\n"
+            "  if (idx < n)\n    %s(skip, &s[idx]);\n}\n"
+            "\n__global__ void %s_array(%%(state_type)s *s, const size_t n, const %s *skip)\n"
+            "{\n  const size_t idx = blockIdx.x*blockDim.x+threadIdx.x;\n"
+            "  if (idx < n)\n    %s(skip[idx], &s[idx]);\n}\n"
+            % (name, skip_type, call, name, skip_type, call))
+
+
+def _extern_c(body):
+    return '\nextern "C" {' + body + "}\n"
+
+
+# skip_ahead / skip_ahead_array: skipahead() on states s[0:n]
+random_skip_ahead32_source = _extern_c(_per_state("skip_ahead", "unsigned int", "skipahead"))
+random_skip_ahead64_source = _extern_c(_per_state("skip_ahead", "unsigned long long",
+                                                  "skipahead"))
+
+# prepare(s, n, v, o): curand_init(seed v[id], subsequence id, offset o, &s[id])
+_prepare_seeded = _extern_c(
+    "\n__global__ void prepare(%(state_type)s *s, const size_t n,\n"
+    "    %(vector_type)s *v, const size_t o)\n{\n"
+    "  const size_t id = blockIdx.x*blockDim.x+threadIdx.x;\n"
+    "  if (id < n)\n    curand_init(v[id], id, o, &s[id]);\n}\n")
+xorwow_random_source = _prepare_seeded
+mrg32k3a_random_source = _prepare_seeded
+
+_skip_sequence = _per_state("skip_ahead_sequence", "unsigned long long", "skipahead_sequence")
+xorwow_skip_ahead_sequence_source = _extern_c(_skip_sequence)
+mrg32k3a_skip_ahead_sequence_source = _extern_c(
+    _skip_sequence + _per_state("skip_ahead_subsequence", "unsigned long long",
+                                "skipahead_subsequence"))
+
+# prepare(s, n, v, o): curand_init(direction vectors v[id], offset o, &s[id])
+sobol_random_source = _extern_c(
+    "\n__global__ void prepare(%(state_type)s *s, const size_t n,\n"
+    "    %(vector_type)s *v, const size_t o)\n{\n"
+    "  const size_t id = blockIdx.x*blockDim.x+threadIdx.x;\n"
+    "  if (id < n)\n    curand_init(v[id], o, &s[id]);\n}\n")
+# prepare(s, n, v, scramble, o): with scramble constants (key scramble_type)
+scrambledsobol_random_source = _extern_c(
+    "\n__global__ void prepare(%(state_type)s *s, const size_t n,\n"
+    "    %(vector_type)s *v, %(scramble_type)s *scramble, const size_t o)\n{\n"
+    "  const size_t id = blockIdx.x*blockDim.x+threadIdx.x;\n"
+    "  if (id < n)\n    curand_init(v[id], scramble[id], o, &s[id]);\n}\n")
+
+
+def _md5_code():
+    """The code fragment of PyCUDA's MD5 rand(): inside an element-wise
+    kernel's loop it declares unsigned ints a, b, c, d, the MD5 compression
+    (RFC 1321, one block, no padding) of the 16 words threadIdx.x/y/z,
+    blockIdx.x/y/z, seed, i, n, blockDim.x/y/z, gridDim.x/y/z, 0."""
+    import math
+    k = [int(abs(math.sin(j + 1)) * 2 ** 32) & 0xFFFFFFFF for j in range(64)]
+    shifts = [7, 12, 17, 22] * 4 + [5, 9, 14, 20] * 4 + [4, 11, 16, 23] * 4 + \
+        [6, 10, 15, 21] * 4
+    words = ("threadIdx.x threadIdx.y threadIdx.z blockIdx.x blockIdx.y blockIdx.z seed i n "
+             "blockDim.x blockDim.y blockDim.z gridDim.x gridDim.y gridDim.z 0").split()
+    return ("\n  unsigned int a, b, c, d;\n  {\n"
+            "    const unsigned int pygpu_md5_x[16] = {%s};\n"
+            "    const unsigned int pygpu_md5_k[64] = {%s};\n"
+            "    const unsigned char pygpu_md5_s[64] = {%s};\n"
+            "    unsigned int pa = 0x67452301u, pb = 0xefcdab89u, pc = 0x98badcfeu,"
+            " pd = 0x10325476u;\n"
+            "    for (int pj = 0; pj < 64; ++pj) {\n"
+            "      unsigned int pf, pg;\n"
+            "      if (pj < 16) { pf = (pb & pc) | (~pb & pd); pg = pj; }\n"
+            "      else if (pj < 32) { pf = (pd & pb) | (~pd & pc); pg = (5 * pj + 1) & 15; }\n"
+            "      else if (pj < 48) { pf = pb ^ pc ^ pd; pg = (3 * pj + 5) & 15; }\n"
+            "      else { pf = pc ^ (pb | ~pd); pg = (7 * pj) & 15; }\n"
+            "      const unsigned int pt = pd, px = pa + pf + pygpu_md5_k[pj] + pygpu_md5_x[pg];\n"
+            "      pd = pc; pc = pb;\n"
+            "      pb = pb + ((px << pygpu_md5_s[pj]) | (px >> (32 - pygpu_md5_s[pj])));\n"
+            "      pa = pt;\n"
+            "    }\n"
+            "    a = pa + 0x67452301u; b = pb + 0xefcdab89u;\n"
+            "    c = pc + 0x98badcfeu; d = pd + 0x10325476u;\n"
+            "  }\n" % (", ".join("(unsigned int)(%s)" % w for w in words),
+                       ", ".join("0x%08xu" % v for v in k), ", ".join(map(str, shifts))))
+
+
+md5_code = _md5_code()
+
+__all__ += ["md5_code", "gen_template", "gen_log_template", "gen_poisson_template",
+            "gen_poisson_inplace_template", "random_source", "random_skip_ahead32_source",
+            "random_skip_ahead64_source", "xorwow_random_source",
+            "xorwow_skip_ahead_sequence_source", "mrg32k3a_random_source",
+            "mrg32k3a_skip_ahead_sequence_source", "sobol_random_source",
+            "scrambledsobol_random_source"]

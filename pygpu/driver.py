@@ -212,14 +212,19 @@ class PointerHolderBase:
 
 def aligned_empty(shape, dtype=_np.float64, order="C", alignment=4096):
     """An uninitialised host array whose data starts at a multiple of
-    alignment bytes (for register_host_memory), as PyCUDA's."""
+    alignment bytes (for register_host_memory), as PyCUDA's: its .base is
+    the AlignedHostAllocation that owns the memory."""
     dtype = _np.dtype(dtype)
-    if alignment <= 0 or alignment & (alignment - 1):
+    if isinstance(alignment, bool) or not isinstance(alignment, int) \
+            or alignment <= 0 or alignment & (alignment - 1):
         raise ValueError("alignment must be a positive power of two, got %r" % (alignment,))
+    if order not in ("C", "F"):
+        raise ValueError("order must be 'C' or 'F', got %r" % (order,))
     count = int(_np.prod(shape, dtype=_np.int64)) if _np.ndim(shape) else int(shape)
-    raw = _np.empty(count * dtype.itemsize + alignment, _np.uint8)
+    nbytes = count * dtype.itemsize
+    raw = AlignedHostAllocation((nbytes + alignment,), _np.uint8)
     start = (-raw.ctypes.data) % alignment
-    return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape, order=order)
+    return _np.ndarray(shape, dtype, buffer=raw, offset=start, order=order)
 
 
 def pagelocked_empty(shape, dtype=_np.float64, order="C", mem_flags=0):
@@ -522,3 +527,193 @@ def have_gl_ext():
 
 __all__ += ["RegisteredBuffer", "RegisteredImage", "RegisteredMapping", "RegisteredObject",
             "graphics_register_flags", "have_gl_ext"]
+# ---- the rest of PyCUDA's pycuda.driver (tests/test_pycuda_names.py) ----
+
+from pygpu._driver import (  # noqa: E402,F401  (src/memextra.c, src/cuda_enums.h)
+    array_cubemap_face,
+    initialize_profiler,
+    jit_fallback,
+    jit_target,
+    mem_get_address_range,
+    memory_type,
+    memset_d2d8,
+    memset_d2d8_async,
+    memset_d2d16,
+    memset_d2d16_async,
+    memset_d2d32,
+    memset_d2d32_async,
+    pointer_attribute,
+    profiler_output_mode,
+    shared_config,
+)
+
+start_profiler = _driver.profiler_start
+stop_profiler = _driver.profiler_stop
+# PyCUDA's names of the CUDA array copies with a host side
+py_memcpy_htoa = memcpy_htoa
+py_memcpy_atoh = memcpy_atoh
+
+CUDA_DEBUGGING = False
+
+
+def set_debugging(flag=True):
+    """Compile later kernels for the debugger (NVRTC's --device-debug, as
+    PyCUDA adds nvcc's -g -G); ``python -m pygpu.debug script.py`` sets it."""
+    global CUDA_DEBUGGING
+    CUDA_DEBUGGING = bool(flag)
+
+
+class _TypeTest(type):
+    """The metaclass of PyCUDA's host and managed allocation classes, which
+    in pygpu are kinds of one C type (HostAllocation, DeviceAllocation):
+    isinstance() asks the object which kind it is; the classes make no
+    objects themselves (PyCUDA's cannot be instantiated from Python
+    either)."""
+
+    def __instancecheck__(cls, obj):
+        return cls._test(obj)
+
+    def __subclasscheck__(cls, sub):
+        return type.__subclasscheck__(cls, sub) or any(
+            issubclass(sub, b) for b in cls._kinds_of())
+
+    def __call__(cls, *args, **kwargs):
+        raise TypeError("%s objects come from %s; they cannot be made directly"
+                        % (cls.__name__, cls._made_by))
+
+
+class HostPointer(metaclass=_TypeTest):
+    """Host memory the device can reach: page-locked (pagelocked_empty),
+    registered (register_host_memory) or aligned (aligned_empty)."""
+    _made_by = "pagelocked_empty(), register_host_memory() and aligned_empty()"
+
+    @staticmethod
+    def _test(obj):
+        return isinstance(obj, (HostAllocation, AlignedHostAllocation))
+
+    @staticmethod
+    def _kinds_of():
+        return (HostAllocation, AlignedHostAllocation)
+
+
+class PagelockedHostAllocation(HostPointer):
+    """The .base of pagelocked_empty()'s arrays (cuMemHostAlloc)."""
+    _made_by = "pagelocked_empty()"
+
+    @staticmethod
+    def _test(obj):
+        return isinstance(obj, HostAllocation) and not obj.registered
+
+    @staticmethod
+    def _kinds_of():
+        return ()
+
+
+class RegisteredHostMemory(HostPointer):
+    """register_host_memory()'s result (cuMemHostRegister); .base of the
+    arrays it returns."""
+    _made_by = "register_host_memory()"
+
+    @staticmethod
+    def _test(obj):
+        return isinstance(obj, HostAllocation) and obj.registered
+
+    @staticmethod
+    def _kinds_of():
+        return ()
+
+
+class ManagedAllocation(metaclass=_TypeTest):
+    """Managed (unified) memory: mem_alloc_managed()'s result and the
+    .base of managed_empty()'s arrays, a DeviceAllocation."""
+    _made_by = "mem_alloc_managed() and managed_empty()"
+
+    @staticmethod
+    def _test(obj):
+        return _driver._allocation_kind(obj) == 1
+
+    @staticmethod
+    def _kinds_of():
+        return ()
+
+
+ManagedAllocationOrStub = ManagedAllocation
+
+
+class AlignedHostAllocation(_np.ndarray):
+    """The bytes behind aligned_empty()'s arrays (their .base): ordinary
+    host memory, freed when the last array over it dies."""
+
+    def free(self):
+        """Accepted for PyCUDA's sake; the memory goes with the last array
+        that uses it."""
+
+    def get_device_pointer(self):
+        raise LogicError("AlignedHostAllocation.get_device_pointer(): the memory is not "
+                         "page-locked; register it (register_host_memory) and use the "
+                         "registered array's base")
+
+
+def aligned_zeros(shape, dtype=_np.float64, order="C", alignment=4096):
+    """A zeroed aligned_empty()."""
+    result = aligned_empty(shape, dtype, order, alignment)
+    result.fill(0)
+    return result
+
+
+def _order_or_raise(ary):
+    if ary.flags.c_contiguous:
+        return "C"
+    if ary.flags.f_contiguous:
+        return "F"
+    raise ValueError("could not detect array order (the array is not contiguous)")
+
+
+def aligned_empty_like(ary, alignment=4096):
+    """aligned_empty() with ary's shape, dtype and order."""
+    return aligned_empty(ary.shape, ary.dtype, _order_or_raise(ary), alignment)
+
+
+def aligned_zeros_like(ary, alignment=4096):
+    """aligned_zeros() with ary's shape, dtype and order."""
+    return aligned_zeros(ary.shape, ary.dtype, _order_or_raise(ary), alignment)
+
+
+# PyCUDA's C-level names of things pygpu keeps in Python modules that import
+# this one: resolved on first use
+_ELSEWHERE = {
+    "bitlog2": "pygpu.tools",
+    "DeviceMemoryPool": "pygpu.tools",
+    "PageLockedMemoryPool": "pygpu.tools",
+    "PageLockedAllocator": "pygpu.tools",
+    "PooledDeviceAllocation": "pygpu.tools",
+    "get_curand_version": "pygpu.curandom",
+    "direction_vector_set": "pygpu.curandom",
+}
+_getattr_before_elsewhere = __getattr__
+
+
+def __getattr__(name):  # noqa: F811  (extends the one above)
+    where = _ELSEWHERE.get(name)
+    if where is not None:
+        import importlib
+        value = getattr(importlib.import_module(where), name)
+        globals()[name] = value
+        return value
+    return _getattr_before_elsewhere(name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_ELSEWHERE) | {"jit_input_type"})
+
+
+__all__ += [
+    "array_cubemap_face", "initialize_profiler", "jit_fallback", "jit_target",
+    "mem_get_address_range", "memory_type", "memset_d2d8", "memset_d2d8_async",
+    "memset_d2d16", "memset_d2d16_async", "memset_d2d32", "memset_d2d32_async",
+    "pointer_attribute", "profiler_output_mode", "shared_config", "start_profiler",
+    "stop_profiler", "py_memcpy_htoa", "py_memcpy_atoh", "CUDA_DEBUGGING", "set_debugging",
+    "HostPointer", "PagelockedHostAllocation", "RegisteredHostMemory", "ManagedAllocation",
+    "ManagedAllocationOrStub", "AlignedHostAllocation", "aligned_zeros", "aligned_empty_like",
+    "aligned_zeros_like",
+] + sorted(_ELSEWHERE)

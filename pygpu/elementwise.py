@@ -796,3 +796,23 @@ def get_linear_combination_kernel(summand_descriptors, dtype_z):
     args.append(VectorArg(dtype_z, "z"))
     func = get_elwise_kernel(args, "z[i] = " + " + ".join(summands), "linear_combination")
     return func, []
+
+
+@context_dependent_memoize
+def get_put_kernel(dtype, idx_dtype, vec_count=1):
+    """PyCUDA's put kernel: for i < n, dest_k[gmem_dest_idx[i]] = src_k[i]
+    for each of vec_count (dest_k, src_k) pairs.  A prepared Function of
+    (gmem_dest_idx, dest0.., src0.., n)."""
+    vec_count = int(vec_count)
+    if vec_count < 1:
+        raise ValueError("get_put_kernel(): vec_count must be >= 1, got %d" % vec_count)
+    idx_tp = tools.dtype_to_ctype(idx_dtype)
+    args = ([VectorArg(np.dtype(idx_dtype), "gmem_dest_idx")]
+            + [VectorArg(np.dtype(dtype), "dest%d" % k) for k in range(vec_count)]
+            + [VectorArg(np.dtype(dtype), "src%d" % k) for k in range(vec_count)]
+            + [ScalarArg(np.dtype(np.uintp), "n")])
+    body = "%s dest_idx = gmem_dest_idx[i];\n" % idx_tp + "\n".join(
+        "dest%d[dest_idx] = src%d[i];" % (k, k) for k in range(vec_count))
+    func = get_elwise_module(args, body, "put").get_function("put")
+    func.prepare("P" + 2 * vec_count * "P" + np.dtype(np.uintp).char)
+    return func

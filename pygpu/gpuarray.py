@@ -1929,3 +1929,5 @@ def _sync_foreign_stream(stream):
     ev = drv.Event()
     ev.record(drv.Stream.from_handle(stream))
     drv.Stream.null().wait_for_event(ev)
+
+from pygpu.characterize import has_double_support  # noqa: E402,F401  (PyCUDA's gpuarray has it)

@@ -416,3 +416,104 @@ def get_subset_minmax_kernel(what, dtype, dtype_subset):
                            map_expr="in[lookup_tbl[i]]",
                            arguments="const %s *lookup_tbl, const %s *in"
                            % (dtype_to_ctype(dtype_subset), dtype_to_ctype(dtype)))
+
+
+# ---- PyCUDA's two-stage reduction kernel builder (pycuda.reduction's
+# get_reduction_module and get_reduction_kernel_and_types) ----
+
+_PYCUDA_STAGE_SOURCE = """
+%(types)s
+#define BLOCK_SIZE %(block_size)d
+#define READ_AND_MAP(i) (%(map_expr)s)
+#define REDUCE(a, b) (%(reduce_expr)s)
+
+%(preamble)s
+
+typedef %(out_type)s out_type;
+
+// out[b] = REDUCE over the elements i = b*BLOCK_SIZE*seq_count + t + s*BLOCK_SIZE
+// (t < BLOCK_SIZE, s < seq_count, i < n) of READ_AND_MAP(i); launched with
+// BLOCK_SIZE threads a block and BLOCK_SIZE*sizeof(out_type) bytes of
+// dynamic shared memory
+extern "C" __global__ void %(name)s(out_type *out, %(arguments)s,
+                                    unsigned int seq_count, size_t n)
+{
+    extern __shared__ __align__(16) unsigned char pygpu_reduction_smem[];
+    out_type *sdata = (out_type *)pygpu_reduction_smem;
+    const unsigned int tid = threadIdx.x;
+    size_t i = (size_t)blockIdx.x * BLOCK_SIZE * seq_count + tid;
+    out_type acc = %(neutral)s;
+    for (unsigned int s = 0; s < seq_count && i < n; ++s, i += BLOCK_SIZE)
+        acc = REDUCE(acc, READ_AND_MAP(i));
+    sdata[tid] = acc;
+    __syncthreads();
+    for (unsigned int half = BLOCK_SIZE / 2; half > 0; half >>= 1) {
+        if (tid < half)
+            sdata[tid] = REDUCE(sdata[tid], sdata[tid + half]);
+        __syncthreads();
+    }
+    if (tid == 0)
+        out[blockIdx.x] = sdata[0];
+}
+"""
+
+
+def get_reduction_module(out_type, block_size, neutral, reduce_expr, map_expr, arguments,
+                         name="reduce_kernel", keep=False, options=None, preamble=""):
+    """PyCUDA's one-stage reduction kernel as a SourceModule: ``name(out_type
+    *out, arguments..., unsigned int seq_count, size_t n)`` reduces, in
+    each block of block_size threads, seq_count * block_size consecutive
+    values of map_expr (a C expression in i) with reduce_expr (in a and b)
+    into out[blockIdx.x].  Launch it with block=(block_size, 1, 1) and
+    shared=block_size * sizeof(out_type).  out_type and arguments are C
+    text, as in PyCUDA."""
+    block_size = int(block_size)
+    if block_size < 1 or block_size & (block_size - 1) or block_size > 1024:
+        raise ValueError("get_reduction_module(): block_size must be a power of two from 1 "
+                         "to 1024, got %d" % block_size)
+    for value, what in ((out_type, "out_type"), (reduce_expr, "reduce_expr"),
+                        (map_expr, "map_expr"), (arguments, "arguments")):
+        _check_str(value, what)
+    neutral = _neutral_text(neutral)
+    name = _check_name(name)
+    types = complex_source() if needs_complex(out_type, arguments, preamble) else ""
+    src = _PYCUDA_STAGE_SOURCE % dict(types=types, block_size=block_size, map_expr=map_expr,
+                                      reduce_expr=reduce_expr, preamble=preamble,
+                                      out_type=out_type, name=name, arguments=arguments,
+                                      neutral=neutral)
+    return compiler.SourceModule(src, options=options, keep=keep, no_extern_c=True)
+
+
+def get_reduction_kernel_and_types(stage, out_type, block_size, neutral, reduce_expr,
+                                   map_expr=None, arguments=None, name="reduce_kernel",
+                                   keep=False, options=None, preamble=""):
+    """(prepared Function, argument type chars) of a stage of PyCUDA's
+    two-stage reduction: stage 1 maps the arguments (map_expr, default
+    ``in[i]``); stage 2 reduces stage 1's per-block results, given as its
+    first argument ``pycuda_reduction_inp`` (default map_expr
+    ``pycuda_reduction_inp[i]``).  The Function is prepared as ``P``, the
+    arguments' chars, ``I`` (seq_count), ``N`` (n)."""
+    from pygpu.tools import parse_c_arg
+    if stage == 1:
+        if map_expr is None:
+            map_expr = "in[i]"
+    elif stage == 2:
+        if map_expr is None:
+            map_expr = "pycuda_reduction_inp[i]"
+        in_arg = "const %s *pycuda_reduction_inp" % out_type
+        arguments = in_arg + ", " + arguments if arguments else in_arg
+    else:
+        raise ValueError("get_reduction_kernel_and_types(): stage must be 1 or 2, got %r"
+                         % (stage,))
+    if arguments is None:
+        raise TypeError("get_reduction_kernel_and_types(): stage 1 needs arguments "
+                        "(e.g. 'const float *in')")
+    mod = get_reduction_module(out_type, block_size, neutral, reduce_expr, map_expr, arguments,
+                               name, keep, options, preamble)
+    func = mod.get_function(name)
+    arg_types = [parse_c_arg(a).struct_char for a in arguments.split(",")]
+    func.prepare("P%sIN" % "".join(arg_types))
+    return func, arg_types
+
+
+__all__ += ["get_reduction_module", "get_reduction_kernel_and_types"]

@@ -216,3 +216,5 @@ class InclusiveScanKernel(_ScanKernelBase):
 class ExclusiveScanKernel(_ScanKernelBase):
     """out[0] = neutral, out[i] = neutral op x[0] op ... op x[i-1]."""
     _exclusive = True
+
+from pygpu.compiler import SourceModule  # noqa: E402,F401  (PyCUDA's scan has it)

@@ -900,3 +900,8 @@ class OccupancyRecord:
 
 
 __all__ += ["DeviceData", "OccupancyRecord"]
+
+
+# PyCUDA's name for the registry's own lookup (dtype_to_ctype without the
+# texture hack)
+base_dtype_to_ctype = dtype_to_ctype

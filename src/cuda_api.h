@@ -14,6 +14,8 @@
  * the toolkit's cudaProfilerTypedefs.h, are declared here. */
 typedef CUresult (CUDAAPI *PFN_cuProfilerStart_v4000)(void);
 typedef CUresult (CUDAAPI *PFN_cuProfilerStop_v4000)(void);
+/* cuProfilerInitialize's output mode is cudaProfiler.h's CUoutput_mode, an int */
+typedef CUresult (CUDAAPI *PFN_cuProfilerInitialize_v4000)(const char *, const char *, int);
 
 #define PYGPU_CUDA_API(CU_REQUIRED, CU_OPTIONAL)                 \
     CU_REQUIRED(cuInit, 2000)                                    \
@@ -71,6 +73,12 @@ typedef CUresult (CUDAAPI *PFN_cuProfilerStop_v4000)(void);
     CU_REQUIRED(cuMemsetD8Async, 3020)                           \
     CU_REQUIRED(cuMemsetD16Async, 3020)                          \
     CU_REQUIRED(cuMemsetD32Async, 3020)                          \
+    CU_REQUIRED(cuMemsetD2D8, 3020)                              \
+    CU_REQUIRED(cuMemsetD2D16, 3020)                             \
+    CU_REQUIRED(cuMemsetD2D32, 3020)                             \
+    CU_REQUIRED(cuMemsetD2D8Async, 3020)                         \
+    CU_REQUIRED(cuMemsetD2D16Async, 3020)                        \
+    CU_REQUIRED(cuMemsetD2D32Async, 3020)                        \
     CU_REQUIRED(cuPointerGetAttribute, 4000)                     \
     CU_REQUIRED(cuModuleLoadDataEx, 2010)                        \
     CU_REQUIRED(cuModuleUnload, 2000)                            \
@@ -159,6 +167,7 @@ typedef CUresult (CUDAAPI *PFN_cuProfilerStop_v4000)(void);
     CU_OPTIONAL(cuGraphConditionalHandleCreate, 12030)           \
     CU_OPTIONAL(cuProfilerStart, 4000)                           \
     CU_OPTIONAL(cuProfilerStop, 4000)                            \
+    CU_OPTIONAL(cuProfilerInitialize, 4000)                      \
     CU_OPTIONAL(cuMemGetAddressRange, 3020)                 \
     CU_OPTIONAL(cuIpcGetMemHandle, 4010)                    \
     CU_OPTIONAL(cuIpcOpenMemHandle, 11000)                  \

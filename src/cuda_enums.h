@@ -530,6 +530,99 @@ static const pygpu_enum_entry pygpu_enum_ipc_mem_flags[] = {
     {"LAZY_ENABLE_PEER_ACCESS", 1},
     {NULL, 0}
 };
+static const pygpu_enum_entry pygpu_enum_pointer_attribute[] = {
+    {"CONTEXT", 1},
+    {"MEMORY_TYPE", 2},
+    {"DEVICE_POINTER", 3},
+    {"HOST_POINTER", 4},
+    {"P2P_TOKENS", 5},
+    {"SYNC_MEMOPS", 6},
+    {"BUFFER_ID", 7},
+    {"IS_MANAGED", 8},
+    {"DEVICE_ORDINAL", 9},
+    {"IS_LEGACY_CUDA_IPC_CAPABLE", 10},
+    {"RANGE_START_ADDR", 11},
+    {"RANGE_SIZE", 12},
+    {"MAPPED", 13},
+    {"ALLOWED_HANDLE_TYPES", 14},
+    {"IS_GPU_DIRECT_RDMA_CAPABLE", 15},
+    {"ACCESS_FLAGS", 16},
+    {"MEMPOOL_HANDLE", 17},
+    {"MAPPING_SIZE", 18},
+    {"MAPPING_BASE_ADDR", 19},
+    {"MEMORY_BLOCK_ID", 20},
+    {"IS_HW_DECOMPRESS_CAPABLE", 21},
+    {NULL, 0}
+};
+static const pygpu_enum_entry pygpu_enum_memory_type[] = {
+    {"HOST", 1},
+    {"DEVICE", 2},
+    {"ARRAY", 3},
+    {"UNIFIED", 4},
+    {NULL, 0}
+};
+static const pygpu_enum_entry pygpu_enum_shared_config[] = {
+    {"DEFAULT_BANK_SIZE", 0},
+    {"FOUR_BYTE_BANK_SIZE", 1},
+    {"EIGHT_BYTE_BANK_SIZE", 2},
+    {NULL, 0}
+};
+static const pygpu_enum_entry pygpu_enum_jit_target[] = {
+    {"COMPUTE_30", 30},
+    {"COMPUTE_32", 32},
+    {"COMPUTE_35", 35},
+    {"COMPUTE_37", 37},
+    {"COMPUTE_50", 50},
+    {"COMPUTE_52", 52},
+    {"COMPUTE_53", 53},
+    {"COMPUTE_60", 60},
+    {"COMPUTE_61", 61},
+    {"COMPUTE_62", 62},
+    {"COMPUTE_70", 70},
+    {"COMPUTE_72", 72},
+    {"COMPUTE_75", 75},
+    {"COMPUTE_80", 80},
+    {"COMPUTE_86", 86},
+    {"COMPUTE_87", 87},
+    {"COMPUTE_89", 89},
+    {"COMPUTE_90", 90},
+    {"COMPUTE_100", 100},
+    {"COMPUTE_110", 110},
+    {"COMPUTE_103", 103},
+    {"COMPUTE_120", 120},
+    {"COMPUTE_121", 121},
+    {"COMPUTE_90A", 65626},
+    {"COMPUTE_100A", 65636},
+    {"COMPUTE_110A", 65646},
+    {"COMPUTE_103A", 65639},
+    {"COMPUTE_120A", 65656},
+    {"COMPUTE_121A", 65657},
+    {"COMPUTE_100F", 131172},
+    {"COMPUTE_110F", 131182},
+    {"COMPUTE_103F", 131175},
+    {"COMPUTE_120F", 131192},
+    {"COMPUTE_121F", 131193},
+    {NULL, 0}
+};
+static const pygpu_enum_entry pygpu_enum_jit_fallback[] = {
+    {"PREFER_PTX", 0},
+    {"PREFER_BINARY", 1},
+    {NULL, 0}
+};
+static const pygpu_enum_entry pygpu_enum_array_cubemap_face[] = {
+    {"POSITIVE_X", 0},
+    {"NEGATIVE_X", 1},
+    {"POSITIVE_Y", 2},
+    {"NEGATIVE_Y", 3},
+    {"POSITIVE_Z", 4},
+    {"NEGATIVE_Z", 5},
+    {NULL, 0}
+};
+static const pygpu_enum_entry pygpu_enum_profiler_output_mode[] = {
+    {"KEY_VALUE_PAIR", 0},
+    {"CSV", 1},
+    {NULL, 0}
+};
 static const struct { const char *name; const pygpu_enum_entry *entries; } pygpu_enums[] = {
     {"device_attribute", pygpu_enum_device_attribute},
     {"function_attribute", pygpu_enum_function_attribute},
@@ -555,5 +648,12 @@ static const struct { const char *name; const pygpu_enum_entry *entries; } pygpu
     {"tensor_map_l2_promotion", pygpu_enum_tensor_map_l2_promotion},
     {"tensor_map_float_oob_fill", pygpu_enum_tensor_map_float_oob_fill},
     {"ipc_mem_flags", pygpu_enum_ipc_mem_flags},
+    {"pointer_attribute", pygpu_enum_pointer_attribute},
+    {"memory_type", pygpu_enum_memory_type},
+    {"shared_config", pygpu_enum_shared_config},
+    {"jit_target", pygpu_enum_jit_target},
+    {"jit_fallback", pygpu_enum_jit_fallback},
+    {"array_cubemap_face", pygpu_enum_array_cubemap_face},
+    {"profiler_output_mode", pygpu_enum_profiler_output_mode},
     {NULL, NULL}
 };

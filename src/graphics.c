@@ -418,8 +418,10 @@ static PyMethodDef mapping_methods[] = {
      "array($self, /, index, level)\n--\n\nThe mapped image's sub-resource (array index or "
      "cube face, mipmap level) as a pygpu Array, for memcpy_htoa/atoh and texture "
      "objects; marked freed when the mapping unmaps."},
-    {"__enter__", (PyCFunction)mapping_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)mapping_exit, METH_VARARGS, NULL},
+    {"__enter__", (PyCFunction)mapping_enter, METH_NOARGS,
+     "__enter__($self, /)\n--\n\nThe mapping itself, unmapped at the block's end."},
+    {"__exit__", (PyCFunction)mapping_exit, METH_VARARGS,
+     "__exit__($self, /, *exc_info)\n--\n\nUnmap."},
     {NULL}
 };
 

@@ -125,6 +125,8 @@ driver_exec(PyObject *m)
         return -1;
     if (pygpu_graphics_setup(m, st) < 0)     /* graphics.c: OpenGL interop */
         return -1;
+    if (pygpu_memextra_setup(m, st) < 0)
+        return -1;
     return 0;
 }
 

@@ -560,5 +560,7 @@ int pygpu_add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **slot);
 
 /* graphics.c: OpenGL interop (RegisteredBuffer, RegisteredImage, RegisteredMapping) */
 int pygpu_graphics_setup(PyObject *m, pygpu_state *st);
+/* memextra.c: memset_d2d*, mem_get_address_range, initialize_profiler */
+int pygpu_memextra_setup(PyObject *m, pygpu_state *st);
 
 #endif

@@ -394,6 +394,14 @@ def _values(cuda, ctx, ptx):
     special.update({("import_pointer", "data"): pool.export_pointer(pooled),
                     ("IPCMemoryHandle", "handle"): cuda.mem_get_ipc_handle(other),
                     ("grow", "nbytes"): 1 << 20})
+    # memset_d2d* and initialize_profiler (src/memextra.c)
+    for bits in (8, 16, 32):
+        for fn in ("memset_d2d%d" % bits, "memset_d2d%d_async" % bits):
+            special.update({(fn, "dest"): dev, (fn, "pitch"): 64, (fn, "data"): 0,
+                            (fn, "width"): 4, (fn, "height"): 2})
+    special.update({("initialize_profiler", "config_file"): os.devnull,
+                    ("initialize_profiler", "output_file"): os.devnull,
+                    ("initialize_profiler", "output_mode"): 0})
     return by_name, special, keep, function
 
 

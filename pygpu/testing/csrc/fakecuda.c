@@ -1659,6 +1659,73 @@ fake_cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s)
     return memset_n(d, v, n, 4, s, 1);
 }
 
+/* cuMemsetD2D*: each of the h rows, pitch bytes apart, is one memset_n
+ * (its range checked inside one allocation; a capture records one memset
+ * node a row). */
+static CUresult
+memset_2d(CUdeviceptr d, size_t pitch, unsigned value, size_t w, size_t h, size_t width,
+          CUstream s, int check_s)
+{
+    CUresult rc = CUDA_SUCCESS;
+    size_t r;
+    if (h > 1 && pitch < w * width)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (r = 0; r < h && rc == CUDA_SUCCESS; r++)
+        rc = memset_n(d + r * pitch, value, w, width, s, check_s);
+    return rc;
+}
+
+static CUresult
+fake_cuMemsetD2D8(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h)
+{
+    CUresult rc = enter(F_cuMemsetD2D8);
+    if (rc) return rc;
+    return memset_2d(d, p, v, w, h, 1, NULL, 0);
+}
+
+static CUresult
+fake_cuMemsetD2D16(CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h)
+{
+    CUresult rc = enter(F_cuMemsetD2D16);
+    if (rc) return rc;
+    return memset_2d(d, p, v, w, h, 2, NULL, 0);
+}
+
+static CUresult
+fake_cuMemsetD2D32(CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h)
+{
+    CUresult rc = enter(F_cuMemsetD2D32);
+    if (rc) return rc;
+    return memset_2d(d, p, v, w, h, 4, NULL, 0);
+}
+
+static CUresult
+fake_cuMemsetD2D8Async(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h,
+                       CUstream s)
+{
+    CUresult rc = enter(F_cuMemsetD2D8Async);
+    if (rc) return rc;
+    return memset_2d(d, p, v, w, h, 1, s, 1);
+}
+
+static CUresult
+fake_cuMemsetD2D16Async(CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h,
+                        CUstream s)
+{
+    CUresult rc = enter(F_cuMemsetD2D16Async);
+    if (rc) return rc;
+    return memset_2d(d, p, v, w, h, 2, s, 1);
+}
+
+static CUresult
+fake_cuMemsetD2D32Async(CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h,
+                        CUstream s)
+{
+    CUresult rc = enter(F_cuMemsetD2D32Async);
+    if (rc) return rc;
+    return memset_2d(d, p, v, w, h, 4, s, 1);
+}
+
 static CUresult
 fake_cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p)
 {
@@ -2391,6 +2458,21 @@ fake_cuProfilerStop(void)
     pthread_mutex_lock(&lock);
     if (need_ctx(&rc) != NULL)
         profiler_on = 0;
+    unlock();
+    return rc;
+}
+
+/* cuProfilerInitialize: needs a current context, both paths and an output
+ * mode of 0 (key-value pairs) or 1 (CSV); records nothing. */
+static CUresult
+fake_cuProfilerInitialize(const char *config, const char *output, int mode)
+{
+    CUresult rc = enter(F_cuProfilerInitialize);
+    if (rc) return rc;
+    if (config == NULL || output == NULL || (mode != 0 && mode != 1))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    need_ctx(&rc);
     unlock();
     return rc;
 }

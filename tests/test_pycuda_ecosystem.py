@@ -107,6 +107,29 @@ def test_run_suite_survives_crash_hang_and_collection_error(suite, tmp_path):
     assert eco.suite_counts(tests) == {"passed": 3, "failed": 4, "skipped": 1}
 
 
+def test_run_suite_with_xdist_workers(suite, tmp_path):
+    """pytest-xdist's processes (ECOSYSTEM_WORKERS): xdist reports the crash,
+    the runner the hang and the collection error."""
+    pytest.importorskip("xdist")
+    tests, complete = eco.run_suite("pycuda", str(suite), ["test",
+                                                           "--continue-on-collection-errors"],
+                                    _env(PYTHONPATH=""), str(tmp_path / "rec.jsonl"),
+                                    test_timeout=1, hang_grace=2, workers=2,
+                                    done_file=str(tmp_path / "done"))
+    assert complete
+    got = {k: v["outcome"] for k, v in tests.items()}
+    assert got == {"test/test_a.py::test_pass": "passed", "test/test_a.py::test_fail": "failed",
+                   "test/test_a.py::test_skip": "skipped",
+                   "test/test_a.py::test_crash": "failed",
+                   "test/test_a.py::test_after_crash": "passed",
+                   "test/test_a.py::test_hang": "failed", "test/test_a.py::test_last": "passed",
+                   "test/test_broken.py": "failed"}
+    assert "crashed while running 'test/test_a.py::test_crash'" in \
+        tests["test/test_a.py::test_crash"]["message"]
+    assert tests["test/test_a.py::test_hang"]["message"] == (
+        "hung: killed after 3 s without progress")
+
+
 def test_run_suite_stops_at_the_budget_and_resumes(tmp_path):
     d = tmp_path / "s"
     d.mkdir()
@@ -198,6 +221,8 @@ def test_compare_output_ignores_what_varies_between_pycudas_runs():
     assert eco.compare_output(r1, r2, mine) is None
     assert eco.compare_output(r1, r2, "took 0.9 s at 0x55\n[0.77 0.6 0.2]\nerror 0.0\n") == (
         "line 2: 0.6 where PyCUDA prints 0.5 ('[0.12 0.5 0.9]')")
+    # close is not the same: 1.00001 and 1.00002 vary between PyCUDA's runs
+    assert eco.compare_output("x 1.00001\n", "x 1.00002\n", "x 7\n") is None
     # PyCUDA's own runs differ in their text: nothing can be compared
     assert eco.compare_output("a\n", "b\n", "c\nd\n") is None
 

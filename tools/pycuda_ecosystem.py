@@ -23,7 +23,8 @@ The clients:
   when it exits 0 and prints what PyCUDA printed (see compare_output: PyCUDA
   runs twice, and the numbers that differ between its own two runs, such as
   timings, random data and addresses, are not compared; the rest of the text
-  must be equal and every other number equal to 5 significant digits).
+  must be equal, and every number PyCUDA printed the same twice equal to 5
+  significant digits).
 
 Where things come from (nothing is kept in this repository):
   reikna's sdist: --reikna-sdist / $REIKNA_SDIST, else the cached copy in
@@ -238,17 +239,20 @@ def _signal_name(status):
 
 
 def run_suite(impl, cwd, args, env, record, test_timeout=300, hang_grace=60,
-              startup_grace=300, log=None, python=sys.executable, deadline=None):
+              startup_grace=300, log=None, python=sys.executable, deadline=None,
+              done_file=None, workers=0):
     """Run pytest `args` in `cwd` (impl "pygpu": under the alias; "pycuda":
     plain), recording into `record` (JSON lines, kept: a later call resumes
     from it).  A process that records nothing for test_timeout + hang_grace
     seconds is killed and its test counts as hung; a process that dies counts
     its test as crashed; either way the rest run in a new process.  At
     `deadline` (time.monotonic()) the process is killed and its test left for
-    the next call.  Returns (tests, complete)."""
+    the next call.  With `workers` > 0, pytest-xdist runs that many test
+    processes (a crash is then xdist's to report, and a hang kills every
+    test in flight).  Returns (tests, complete)."""
     env = dict(env)
     env[compat.RECORD_ENV] = record
-    done_file = record + ".done"
+    done_file = done_file or record + ".done"
     env[compat.DONE_ENV] = done_file
     env[compat.TIMEOUT_ENV] = str(int(test_timeout))
     env["PYTHONPATH"] = os.pathsep.join([HERE] + [p for p in env.get("PYTHONPATH", "").split(
@@ -257,6 +261,8 @@ def run_suite(impl, cwd, args, env, record, test_timeout=300, hang_grace=60,
     base = [python, "-m", "pytest", "-q", "-rN", "-p", "no:cacheprovider", "-p",
             "pycuda_compat"]
     base += ["-p", "pygpu.pycuda_alias"] if impl == "pygpu" else ["-p", "no:pygpu"]
+    if workers:
+        base += ["-n", str(int(workers))]
     status = None
     for _attempt in range(10000):
         before = suite_outcomes(compat._read_records(record))
@@ -467,9 +473,9 @@ def compare_output(ref1, ref2, mine):
     """Whether `mine` prints what PyCUDA printed: None if so, else the first
     difference (one line).  ref1 and ref2 are PyCUDA's two runs: lines
     are compared one to one with their numbers masked (the text must be
-    equal); a number that is the same in both of PyCUDA's runs (to 5
-    significant digits) must be the same in mine, one that differs between
-    them (timings, random data, addresses) is not compared.  Where PyCUDA's
+    equal); a number that PyCUDA prints the same in both runs must be the
+    same in mine to 5 significant digits, one that differs between them
+    (timings, random data, addresses) is not compared.  Where PyCUDA's
     two runs do not even agree on the text, nothing is compared."""
     r1, r2, m = (s.rstrip("\n").splitlines() for s in (ref1, ref2, mine))
     s1, s2 = [_split(x) for x in r1], [_split(x) for x in r2]
@@ -484,7 +490,7 @@ def compare_output(ref1, ref2, mine):
             return "line %d: %r where PyCUDA prints %r" % (i + 1, line.strip()[:120],
                                                            r1[i].strip()[:120])
         for a, b, c in zip(n1, n2, n):
-            if _close(a, b) and not _close(a, c):
+            if a == b and not _close(a, c):
                 return "line %d: %s where PyCUDA prints %s (%r)" % (i + 1, c, a,
                                                                    r1[i].strip()[:120])
     return None
@@ -735,6 +741,12 @@ def main(argv=None):
     ap.add_argument("--time-budget", type=float, default=float(env_("ECOSYSTEM_BUDGET") or 0),
                     help="stop cleanly after this many seconds (0: no limit); --resume "
                          "goes on")
+    ap.add_argument("--records", default=env_("ECOSYSTEM_RECORDS") or None,
+                    help="where the records live (default build/pycuda-ecosystem/records); "
+                         "a folder under $OUT brings them back from a device run")
+    ap.add_argument("--workers", type=int, default=int(env_("ECOSYSTEM_WORKERS") or 0),
+                    help="run reikna's tests in this many processes (pytest-xdist; PyCUDA's "
+                         "nvcc compiles are the slow part)")
     ap.add_argument("--resume", action="store_true",
                     default=env_("ECOSYSTEM_RESUME", "") not in ("", "0"),
                     help="keep the records of an earlier (budget-stopped) run and go on")
@@ -767,10 +779,11 @@ def main(argv=None):
         return 2
     impls = IMPLS if args.impl == "both" else (args.impl,)
     work = args.work
-    records = os.path.join(work, "records")
+    records = args.records or os.path.join(work, "records")
     if not args.resume:
         shutil.rmtree(records, ignore_errors=True)
     os.makedirs(records, exist_ok=True)
+    os.makedirs(work, exist_ok=True)
     out = args.out
     if out:
         os.makedirs(out, exist_ok=True)
@@ -826,7 +839,8 @@ def main(argv=None):
             log.flush()
             tests, complete = run_suite(
                 impl, rdir, pargs, envs[impl], os.path.join(records, "reikna-%s.jsonl" % impl),
-                args.test_timeout, log=log, deadline=deadline)
+                args.test_timeout, log=log, deadline=deadline,
+                done_file=os.path.join(work, "reikna-%s.done" % impl), workers=args.workers)
             suite[impl], suite[impl + "_complete"] = tests, complete
             c = suite_counts(tests)
             print("        %d passed, %d failed, %d skipped in %.0f s%s" % (

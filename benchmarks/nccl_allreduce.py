@@ -13,7 +13,8 @@ NCCL group, on one stream per GPU:
 - nccl4py on GPUArrays: nccl4py's Communicator.allreduce given the same
   GPUArrays and pygpu Streams directly (DLPack, __cuda_stream__);
 - nccl4py's own: nccl4py's Communicator.allreduce on buffers from
-  nccl4py's own allocator (nccl.mem_alloc) and cuda.core streams.
+  nccl4py's own allocator (nccl.mem_alloc, seen as the same dtype) and
+  cuda.core streams.
 
 Each figure: the mean wall-clock time of --iters rounds after warm-up
 rounds, all streams synchronized at the end (as nccl-tests time it);
@@ -48,6 +49,18 @@ def fmt_size(n):
         if n >= m and n % m == 0:
             return "%d %siB" % (n // m, unit)
     return "%d B" % n
+
+
+class Typed:
+    """nccl4py's own allocation (a cuda.core Buffer, which DLPack describes
+    as bytes) seen as `n` elements of `dtype` (CUDA Array Interface v3), so
+    NCCL reduces the same type as in the other two columns."""
+
+    def __init__(self, buf, n, dtype):
+        self.buf = buf
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": dtype.str, "strides": None,
+                                         "data": (int(buf.handle), False), "version": 3,
+                                         "stream": None}
 
 
 def not_run(why):
@@ -155,10 +168,11 @@ def main(argv=None):
                     r.allreduce(a, a, nccl.SUM, stream=s)
 
         bufs = [nccl.mem_alloc(nbytes, k) for k in range(ndev)]
+        typed = [Typed(b, n, dtype) for b in bufs]
 
         def own_round():
             with nccl.group():
-                for r, b, s in zip(raw, bufs, core_streams):
+                for r, b, s in zip(raw, typed, core_streams):
                     r.allreduce(b, b, nccl.SUM, stream=s)
 
         iters = args.iters if nbytes >= (1 << 20) else max(args.iters, 200)
@@ -171,6 +185,7 @@ def main(argv=None):
             row[key] = {"us": t * 1e6, "algbw_GBs": nbytes / t / 1e9,
                         "busbw_GBs": nbytes / t / 1e9 * factor}
         rows.append(row)
+        del typed
         for b in bufs:
             nccl.mem_free(b)
         del arrays

@@ -139,6 +139,93 @@ def test_nccl4py_takes_gpuarrays_and_streams_as_they_are(ctx, rng):
     assert get_stream_ptr(s) == s.handle != 0
 
 
+class FakeNccl:
+    """nccl4py's names that pygpu.nccl uses, and a communicator that records
+    its calls (with the current context's handle at each)."""
+    import enum
+
+    class NcclRedOp(enum.IntEnum):
+        SUM, PROD, MAX, MIN, AVG = range(5)
+
+    class NcclDataType:
+        @staticmethod
+        def from_numpy_dtype(dt):
+            if dt.fields is not None or dt.kind == "c":
+                raise ValueError("no NCCL type for %s" % dt)
+            return dt
+
+    NcclInvalid = ValueError
+
+    def __init__(self):
+        self.log = []
+
+    def group_start(self):
+        self.log.append("group_start")
+
+    def group_end(self):
+        self.log.append("group_end")
+
+    def comm(self, rank=0, nranks=2):
+        fake = self
+
+        class Comm:
+            def __getattr__(self, name):
+                def call(*args, **kw):
+                    from pygpu import driver
+                    fake.log.append((name, args, kw, driver.Context.get_current().handle))
+                return call
+        c = Comm()
+        c.__dict__.update(rank=rank, nranks=nranks)
+        return c
+
+
+@standin
+def test_wrapper_hands_nccl4py_the_arrays_themselves(ctx, rng, monkeypatch):
+    from pygpu import driver, gpuarray
+    fake = FakeNccl()
+    monkeypatch.setattr(pnccl, "_nccl", lambda: fake)
+    c1 = driver.Device(1).retain_primary_context()
+    comm = pnccl.Communicator(fake.comm(rank=1), c1)
+    assert comm.device == 1
+    with c1:
+        a = gpuarray.to_gpu(rng.standard_normal(6))
+        b = gpuarray.empty(6, np.float64)
+        z = gpuarray.to_gpu(np.zeros(4, np.complex64))
+        st = gpuarray.to_gpu(np.zeros(3, [("i", np.int32), ("x", np.float64)]))
+    s = driver.Stream()
+    assert comm.allreduce(a) is a                         # in place, a sum
+    assert comm.allreduce(a, b, op="max", stream=s) is b
+    comm.broadcast(st, root=1)
+    comm.reduce(z, root=0)
+    comm.send(a, peer=0)
+    with pnccl.group([comm]):
+        comm.recv(b, peer=0)
+    # every call ran with device 1's primary context current, and after them
+    # this thread's context is the one it had
+    assert driver.Context.get_current().handle == ctx.handle
+    calls = [e for e in fake.log if isinstance(e, tuple)]
+    assert all(e[3] == c1.handle for e in calls)
+    (n1, a1, k1, _), (n2, a2, k2, _), (n3, a3, k3, _), (n4, a4, k4, _), \
+        (n5, a5, k5, _), (n6, a6, k6, _) = calls
+    assert (n1, a1[0], a1[1], a1[2], k1) == ("allreduce", a, a, FakeNccl.NcclRedOp.SUM,
+                                            {"stream": None})
+    assert (n2, a2[0], a2[1], a2[2], k2) == ("allreduce", a, b, FakeNccl.NcclRedOp.MAX,
+                                            {"stream": s})
+    # a structured dtype goes as bytes, complex as pairs of reals: views, same memory
+    assert n3 == "broadcast" and a3[0] is a3[1] and a3[0].dtype == np.uint8
+    assert a3[0].ptr == st.ptr and a3[0].nbytes == st.nbytes and a3[2] == 1
+    assert n4 == "reduce" and a4[0].dtype == np.float32 and a4[0].size == 8
+    assert a4[0].ptr == z.ptr and k4 == {"root": 0, "stream": None}
+    assert (n5, a5[0], a5[1]) == ("send", a, 0)
+    assert (n6, a6[0], a6[1]) == ("recv", b, 0)
+    assert fake.log[-3] == "group_start" and fake.log[-1] == "group_end"
+    comm.stream = s                                       # the communicator's own stream
+    comm.allgather(a, b)
+    assert fake.log[-1][2] == {"stream": s}
+    with pytest.raises(ValueError, match="pygpu.nccl: recvbuf is not contiguous"):
+        comm.allreduce(a, gpuarray.empty(12, np.float64)[::2])
+
+
 @standin
 def test_communicator_needs_the_primary_context(ctx):
     from pygpu import driver

@@ -177,6 +177,26 @@ def test_run_suite_records_a_crash_at_collection(tmp_path):
                                               "(signal SIGSEGV)"}}
 
 
+def test_run_suite_says_why_pytest_ran_nothing(tmp_path):
+    """An INTERNALERROR (reikna's conftest meets pygpu's Device in
+    pytest_report_header where pytest is not quiet): its exception becomes
+    the message."""
+    d = tmp_path / "s"
+    d.mkdir()
+    (d / "pytest.ini").write_text("[pytest]\n")
+    (d / "conftest.py").write_text(textwrap.dedent('''
+        def pytest_sessionstart(session):      # an INTERNALERROR
+            raise TypeError("type 'pygpu.driver.Device' is not an acceptable base type")
+    '''))
+    (d / "test_c.py").write_text("def test_1():\n    pass\n")
+    tests, complete = eco.run_suite("pycuda", str(d), ["test_c.py"], _env(PYTHONPATH=""),
+                                    str(tmp_path / "rec.jsonl"), test_timeout=10)
+    msg = tests["<collect>"]["message"]
+    assert msg.startswith("collection error: ")
+    assert msg.endswith("TypeError: type 'pygpu.driver.Device' is not an acceptable base "
+                        "type"), msg
+
+
 def test_suite_outcomes_and_gaps():
     entries = [
         {"nodeid": "t.py::a", "when": "start"},

@@ -59,6 +59,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -271,8 +272,9 @@ def run_suite(impl, cwd, args, env, record, test_timeout=300, hang_grace=60,
             f.write("".join(nid + "\n" for nid in finished))
         if deadline is not None and time.monotonic() >= deadline:
             return before, False
+        output = tempfile.TemporaryFile()
         proc = subprocess.Popen(base + list(args), cwd=cwd, env=env,
-                                stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                                stdout=output, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         start = os.path.getsize(record) if os.path.exists(record) else 0
         last, size = time.monotonic(), start
@@ -295,6 +297,12 @@ def run_suite(impl, cwd, args, env, record, test_timeout=300, hang_grace=60,
                     pass
                 proc.wait()
         status = proc.returncode
+        output.seek(0)
+        text = output.read().decode("utf-8", "replace")
+        output.close()
+        if log:
+            log.write(text)
+            log.flush()
         after = suite_outcomes(compat._read_records(record))
         unfinished = [nid for nid, t in after.items()
                       if nid not in before and t["message"].startswith("did not finish")]
@@ -306,8 +314,10 @@ def run_suite(impl, cwd, args, env, record, test_timeout=300, hang_grace=60,
         if not unfinished:
             if not after or (not new and status not in (0, 1, 5)):
                 # nothing ran at all: the process died before its first test
+                err = _error_line(text)
                 _append(record, {"nodeid": "<collect>", "when": "collect", "outcome": "failed",
-                                 "message": "pytest ran no test (%s)" % _signal_name(status)})
+                                 "message": "pytest ran no test (%s)%s" % (
+                                     _signal_name(status), ": " + err if err else "")})
             break
         for nid in unfinished:
             if why == "hung":
@@ -317,6 +327,16 @@ def run_suite(impl, cwd, args, env, record, test_timeout=300, hang_grace=60,
             _append(record, {"nodeid": nid, "when": "call", "outcome": "failed",
                              "message": msg})
     return suite_outcomes(compat._read_records(record)), True
+
+
+def _error_line(text):
+    """The last line of pytest's output that names an exception (an
+    INTERNALERROR's, a conftest's), without its prefixes."""
+    for line in reversed(text.splitlines()):
+        line = re.sub(r"^(INTERNALERROR>|E)\s+", "", line.strip())
+        if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b.*:", line):
+            return line[:300]
+    return ""
 
 
 def suite_counts(tests):

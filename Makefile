@@ -106,7 +106,7 @@ pycuda-compat: install
 # PYCUDA_WHEEL_DIR as for pycuda-compat, ECOSYSTEM_OUT=folder,
 # ECOSYSTEM_IMPL=both|pygpu|pycuda, ECOSYSTEM_CLIENTS=reikna,examples,
 # ECOSYSTEM_BUDGET=seconds (stop cleanly), ECOSYSTEM_RESUME=1 (go on),
-# ECOSYSTEM_RECORDS=folder, ECOSYSTEM_WORKERS=n (pytest-xdist),
+# ECOSYSTEM_RECORDS=folder, ECOSYSTEM_WORKERS=n (pytest-xdist), ECOSYSTEM_LOG=file,
 # ECOSYSTEM_BASELINE=earlier pycuda-ecosystem.json
 .PHONY: pycuda-ecosystem
 pycuda-ecosystem: install

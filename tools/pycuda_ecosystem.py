@@ -750,7 +750,7 @@ def main(argv=None):
     ap.add_argument("--examples", default=None,
                     help="only these examples (comma-separated paths under examples/)")
     ap.add_argument("--out", default=env_("ECOSYSTEM_OUT") or None,
-                    help="folder for pycuda-ecosystem.json/.md and the logs")
+                    help="folder for pycuda-ecosystem.json and .md")
     ap.add_argument("--baseline", default=env_("ECOSYSTEM_BASELINE") or None,
                     help="an earlier pycuda-ecosystem.json: its results stand in for an "
                          "implementation or client not run now")
@@ -770,6 +770,9 @@ def main(argv=None):
     ap.add_argument("--resume", action="store_true",
                     default=env_("ECOSYSTEM_RESUME", "") not in ("", "0"),
                     help="keep the records of an earlier (budget-stopped) run and go on")
+    ap.add_argument("--log", default=env_("ECOSYSTEM_LOG") or None,
+                    help="pytest's and the programs' output (default "
+                         "build/pycuda-ecosystem/pycuda-ecosystem.log)")
     ap.add_argument("--work", default=WORK, help=argparse.SUPPRESS)
     ap.add_argument("--reikna-dir", default=None, help=argparse.SUPPRESS)    # tests: no sdist
     ap.add_argument("--examples-dir", default=None, help=argparse.SUPPRESS)  # tests: no sdist
@@ -807,7 +810,7 @@ def main(argv=None):
     out = args.out
     if out:
         os.makedirs(out, exist_ok=True)
-    log = open(os.path.join(out or work, "pycuda-ecosystem.log"), "a")
+    log = open(args.log or os.path.join(work, "pycuda-ecosystem.log"), "a")
     notes = []
     meta = {"reikna_version": args.reikna_version, "pycuda_version": compat.VERSION,
             "notes": notes, "python": sys.version.split()[0],

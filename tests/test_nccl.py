@@ -274,6 +274,49 @@ def test_the_current_context_comes_back_after_nccl(ctx):
     assert driver.Context.get_current().handle == ctx.handle
 
 
+@standin
+def test_from_mpi_shares_rank_0s_id_and_picks_the_node_local_device(ctx, monkeypatch):
+    made = []
+    monkeypatch.setattr(pnccl, "unique_id", lambda: "uid-of-rank-0")
+    monkeypatch.setattr(pnccl.Communicator, "init", classmethod(
+        lambda cls, nranks, rank, uid, device=None, stream=None:
+        made.append((nranks, rank, uid, device, stream)) or "comm"))
+    MPI = types.SimpleNamespace(COMM_TYPE_SHARED=1)
+    mod = types.ModuleType("mpi4py")
+    mod.MPI = MPI
+    monkeypatch.setitem(sys.modules, "mpi4py", mod)
+
+    class Local:
+        def Get_rank(self):
+            return 3                              # 4th rank on its node
+
+        def Free(self):
+            pass
+
+    class World:
+        def __init__(self, rank):
+            self.rank = rank
+
+        def Get_rank(self):
+            return self.rank
+
+        def Get_size(self):
+            return 8
+
+        def bcast(self, obj, root=0):
+            assert root == 0
+            return obj if self.rank == 0 else "uid-of-rank-0"
+
+        def Split_type(self, kind):
+            assert kind == MPI.COMM_TYPE_SHARED
+            return Local()
+
+    assert pnccl.from_mpi(World(5)) == "comm"
+    assert pnccl.from_mpi(World(0), device=0) == "comm"
+    # the stand-in has 2 devices: node rank 3 takes device 1
+    assert made == [(8, 5, "uid-of-rank-0", 1, None), (8, 0, "uid-of-rank-0", 0, None)]
+
+
 def test_spawn_checks_its_arguments():
     with pytest.raises(ValueError, match="pygpu.nccl.spawn: nranks must be at least 1, not 0"):
         pnccl.spawn(print, 0)

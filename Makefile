@@ -97,3 +97,17 @@ clean:
 .PHONY: pycuda-compat
 pycuda-compat: install
 	$(PYTHON) tools/pycuda_compat.py
+
+# make pycuda-ecosystem: PyCUDA's clients, unmodified: reikna's test suite on its
+# CUDA backend and PyCUDA's examples/ as programs, on real PyCUDA and on pygpu
+# through the alias; one table (tools/pycuda_ecosystem.py; exits 0 without a GPU).
+# REIKNA_SDIST=path, ECOSYSTEM_WHEEL_DIR=wheels of reikna's and the examples'
+# dependencies (`tools/pycuda_ecosystem.py --fetch DIR` fills one), PYCUDA_SDIST and
+# PYCUDA_WHEEL_DIR as for pycuda-compat, ECOSYSTEM_OUT=folder,
+# ECOSYSTEM_IMPL=both|pygpu|pycuda, ECOSYSTEM_CLIENTS=reikna,examples,
+# ECOSYSTEM_BUDGET=seconds (stop cleanly), ECOSYSTEM_RESUME=1 (go on),
+# ECOSYSTEM_RECORDS=folder, ECOSYSTEM_WORKERS=n (pytest-xdist), ECOSYSTEM_LOG=file,
+# ECOSYSTEM_BASELINE=earlier pycuda-ecosystem.json
+.PHONY: pycuda-ecosystem
+pycuda-ecosystem: install
+	$(PYTHON) tools/pycuda_ecosystem.py

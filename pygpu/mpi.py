@@ -18,6 +18,12 @@ while host buffers (NumPy arrays) go straight through::
     comm.Allreduce(a_gpu, b_gpu, op=MPI.SUM)
     comm.Sendrecv(x_gpu, dest=1, recvbuf=y_gpu, source=1)
 
+Where MPI is CUDA-aware, the wrapper passes device buffers straight through
+(no staging).  It says which path it takes: ``comm.path`` is "direct" or
+"staged", ``comm.why`` how that was decided (``PYGPU_MPI_CUDA_AWARE``, or
+the library's own answer), ``comm.last_path`` what the last call did
+("host" for host buffers only) and ``comm.calls`` counts each.
+
 Kernels run asynchronously: a device buffer is complete only once the work
 that writes it is.  The wrapper synchronizes the current context before a
 call reads device memory (``sync=False`` leaves that to you).
@@ -27,7 +33,7 @@ import os
 
 import numpy as np
 
-__all__ = ["cuda_aware", "staged", "Staged", "device_buffer"]
+__all__ = ["cuda_aware", "cuda_aware_why", "staged", "Staged", "device_buffer"]
 
 
 def _mpi():
@@ -44,25 +50,33 @@ def cuda_aware():
     """Whether the MPI library takes device memory: $PYGPU_MPI_CUDA_AWARE
     (0 or 1) when set, else the library's own answer (Open MPI's
     MPIX_Query_cuda_support, MPICH's MPIX_GPU_query_support), else False."""
+    return cuda_aware_why()[0]
+
+
+def cuda_aware_why():
+    """(:func:`cuda_aware`'s answer, how it was known: one line)."""
     env = os.environ.get("PYGPU_MPI_CUDA_AWARE")
     if env is not None and env.strip() != "":
         if env.strip() not in ("0", "1"):
             raise ValueError("PYGPU_MPI_CUDA_AWARE must be 0 or 1, not %r" % env)
-        return env.strip() == "1"
+        return env.strip() == "1", "PYGPU_MPI_CUDA_AWARE=%s" % env.strip()
     _mpi()
     lib = ctypes.CDLL(None)
     query = getattr(lib, "MPIX_Query_cuda_support", None)
     if query is not None:
         query.restype = ctypes.c_int
-        return bool(query())
+        got = int(query())
+        return bool(got), "MPIX_Query_cuda_support() returned %d" % got
     gpu_query = getattr(lib, "MPIX_GPU_query_support", None)
     if gpu_query is not None:
         supported = ctypes.c_int(0)
         gpu_query.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
         # MPIX_GPU_SUPPORT_CUDA is 0 in MPICH's mpi.h
         if gpu_query(0, ctypes.byref(supported)) == 0:
-            return bool(supported.value)
-    return False
+            return bool(supported.value), ("MPIX_GPU_query_support(CUDA) returned %d"
+                                           % supported.value)
+    return False, ("the MPI library does not say (it has neither MPIX_Query_cuda_support nor "
+                   "MPIX_GPU_query_support)")
 
 
 def device_buffer(obj):
@@ -100,9 +114,37 @@ class Staged:
 
     def __init__(self, comm, stage=None, sync=True):
         self.comm = comm
-        self.stage = (not cuda_aware()) if stage is None else bool(stage)
+        if stage is None:
+            aware, how = cuda_aware_why()
+            self.stage = not aware
+            self.why = ("the MPI library is CUDA-aware (%s)" if aware else
+                        "the MPI library is not known to be CUDA-aware (%s)") % how
+        else:
+            self.stage = bool(stage)
+            self.why = "stage=%s was given" % self.stage
         self.sync = sync
         self._pinned = {}
+        self.last_path = None
+        self.calls = {"direct": 0, "staged": 0, "host": 0}
+
+    @property
+    def path(self):
+        """How device buffers go to MPI: "direct" (the device pointer, to a
+        CUDA-aware MPI) or "staged" (through page-locked host memory); `why`
+        says how that was decided, `last_path` what the last call did
+        ("host" where it had no device buffer) and `calls` counts them."""
+        return "staged" if self.stage else "direct"
+
+    def __repr__(self):
+        return "<pygpu.mpi.Staged: device buffers %s; %s>" % (
+            "staged through page-locked host memory" if self.stage else
+            "passed directly", self.why)
+
+    def _took(self, *bufs):
+        dev = any(device_buffer(b) is not None for b in bufs
+                  if b is not None and not _special(b))
+        self.last_path = self.path if dev else "host"
+        self.calls[self.last_path] += 1
 
     def __getattr__(self, name):
         return getattr(self.comm, name)
@@ -170,11 +212,13 @@ class Staged:
     # ---- point to point ----
 
     def Send(self, buf, dest, tag=0):
+        self._took(buf)
         self._synchronize(buf)
         self.comm.Send(self._in(buf, "send"), dest, tag)
 
     def Recv(self, buf, source=None, tag=None, status=None):
         MPI = _mpi()
+        self._took(buf)
         out, back = self._out(buf, "recv")
         self.comm.Recv(out, MPI.ANY_SOURCE if source is None else source,
                        MPI.ANY_TAG if tag is None else tag, status)
@@ -186,6 +230,7 @@ class Staged:
         MPI = _mpi()
         if recvbuf is None:
             raise TypeError("Sendrecv(): recvbuf is required")
+        self._took(sendbuf, recvbuf)
         self._synchronize(sendbuf)
         out, back = self._out(recvbuf, "recv")
         self.comm.Sendrecv(self._in(sendbuf, "send"), dest, sendtag, out,
@@ -197,6 +242,7 @@ class Staged:
     # ---- collectives ----
 
     def Bcast(self, buf, root=0):
+        self._took(buf)
         self._synchronize(buf)
         if self.comm.Get_rank() == root:
             self.comm.Bcast(self._in(buf, "send"), root)
@@ -208,6 +254,7 @@ class Staged:
 
     def _reduce_like(self, call, sendbuf, recvbuf, *args, receives=True):
         MPI = _mpi()
+        self._took(sendbuf, recvbuf)
         self._synchronize(sendbuf, recvbuf)
         if sendbuf is MPI.IN_PLACE:
             out, back = self._inout(recvbuf, "recv")
@@ -238,6 +285,7 @@ class Staged:
 
     def Scatter(self, sendbuf, recvbuf, root=0):
         mine = self.comm.Get_rank() == root
+        self._took(sendbuf, recvbuf)
         self._synchronize(sendbuf)
         send = self._in(sendbuf, "send") if mine else sendbuf
         out, back = self._out(recvbuf, "recv")

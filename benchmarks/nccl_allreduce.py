@@ -1,0 +1,213 @@
+"""All-reduce bus bandwidth through pygpu next to nccl4py's own figure, for
+the same buffer sizes, on every GPU of the machine from one process.
+
+    python3 benchmarks/nccl_allreduce.py [--sizes 4K,1M,64M,1G] [--iters N]
+                                         [--dtype float32] [--json out.json]
+
+Three ways to drive the same NCCL all-reduce (sum, in place), one
+communicator per GPU (ncclCommInitAll), each call of the round issued in one
+NCCL group, on one stream per GPU:
+
+- pygpu: GPUArrays and pygpu Streams through pygpu.nccl's Communicator
+  (its checks, its context switch, nccl4py underneath);
+- nccl4py on GPUArrays: nccl4py's Communicator.allreduce given the same
+  GPUArrays and pygpu Streams directly (DLPack, __cuda_stream__);
+- nccl4py's own: nccl4py's Communicator.allreduce on buffers from
+  nccl4py's own allocator (nccl.mem_alloc, seen as the same dtype) and
+  cuda.core streams.
+
+Each figure: the mean wall-clock time of --iters rounds after warm-up
+rounds, all streams synchronized at the end (as nccl-tests time it);
+algorithm bandwidth = bytes / time, bus bandwidth = algorithm bandwidth x
+2 (n - 1) / n (nccl-tests' definition for all-reduce, comparable across n).
+The first size's result is checked against NumPy (random data, every GPU's
+copy).  Needs 2 GPUs or more and nccl4py (pip install 'pygpu[nccl]'); says
+why and exits 0 otherwise.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")     # NVLink multicast stays off
+
+UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+DEFAULT_SIZES = "8K,256K,4M,64M,256M,1G"
+
+
+def parse_size(s):
+    s = s.strip().upper().rstrip("B")
+    mult = UNITS.get(s[-1:], 1)
+    return int(float(s[:-1] if s[-1:] in UNITS else s) * mult)
+
+
+def fmt_size(n):
+    for unit, m in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= m and n % m == 0:
+            return "%d %siB" % (n // m, unit)
+    return "%d B" % n
+
+
+class Typed:
+    """nccl4py's own allocation (a cuda.core Buffer, which DLPack describes
+    as bytes) seen as `n` elements of `dtype` (CUDA Array Interface v3), so
+    NCCL reduces the same type as in the other two columns."""
+
+    def __init__(self, buf, n, dtype):
+        self.buf = buf
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": dtype.str, "strides": None,
+                                         "data": (int(buf.handle), False), "version": 3,
+                                         "stream": None}
+
+
+def not_run(why):
+    print("nccl_allreduce: not run: %s" % why)
+    sys.exit(0)
+
+
+def timed(rounds, sync, iters, warmup):
+    for _ in range(warmup):
+        rounds()
+    sync()
+    t = time.perf_counter()
+    for _ in range(iters):
+        rounds()
+    sync()
+    return (time.perf_counter() - t) / iters
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default=DEFAULT_SIZES, help="bytes per GPU (default %(default)s)")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args(argv)
+    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    dtype = np.dtype(args.dtype)
+
+    import pygpu.driver as cuda
+    try:
+        cuda.init()
+        ndev = cuda.Device.count()
+    except cuda.CudaUnavailableError as e:
+        not_run("no GPU (%s)" % str(e).splitlines()[0])
+    if ndev < 2:
+        not_run("needs 2 GPUs or more, %d visible" % ndev)
+    from pygpu import gpuarray, nccl as pnccl
+    if not pnccl.available():
+        not_run("nccl4py is not importable (pip install 'pygpu[nccl]')")
+    import nccl.core as nccl
+    from cuda.core import Device as CoreDevice
+
+    comms = pnccl.Communicator.init_all(list(range(ndev)))
+    raw = [c.nccl for c in comms]
+    streams, core_streams = [], []
+    for k, c in enumerate(comms):
+        with c.context:
+            streams.append(cuda.Stream())
+            CoreDevice(k).set_current()          # the same primary context
+            core_streams.append(CoreDevice(k).create_stream())
+        c.stream = streams[-1]
+    names = [cuda.Device(k).name() for k in range(ndev)]
+    info = nccl.get_version()
+    print("%d GPUs: %s; NCCL %s, nccl4py %s" % (ndev, ", ".join(names), info.libnccl,
+                                               info.nccl4py))
+
+    def sync_pygpu():
+        for c, s in zip(comms, streams):
+            with c.context:
+                s.synchronize()
+
+    def sync_core():
+        for s in core_streams:
+            s.sync()
+
+    rng = np.random.default_rng()
+    rows = []
+    for i, nbytes in enumerate(sizes):
+        n = max(1, nbytes // dtype.itemsize)
+        nbytes = n * dtype.itemsize
+        arrays = []
+        hosts = []
+        for c in comms:
+            h = rng.standard_normal(n).astype(dtype) if i == 0 else None
+            with c.context:
+                arrays.append(gpuarray.to_gpu(h) if h is not None else
+                              gpuarray.zeros(n, dtype))
+            hosts.append(h)
+        if i == 0:
+            with pnccl.group(comms):
+                for c, a in zip(comms, arrays):
+                    c.allreduce(a)
+            sync_pygpu()
+            want = np.sum(np.stack(hosts).astype(np.float64), axis=0)
+            for c, a in zip(comms, arrays):
+                with c.context:
+                    got = a.get()
+                err = float(np.max(np.abs(got - want)) / max(1.0, np.max(np.abs(want))))
+                if err > (1e-5 if dtype.itemsize == 4 else 1e-12):
+                    print("FAILED: the all-reduce of %s on device %d is off by %.1e"
+                          % (fmt_size(nbytes), c.device, err))
+                    sys.exit(1)
+            print("ok: the all-reduce of %s of random %s on %d GPUs equals NumPy's sum"
+                  % (fmt_size(nbytes), dtype, ndev))
+
+        def pygpu_round():
+            with pnccl.group(comms):
+                for c, a in zip(comms, arrays):
+                    c.allreduce(a)
+
+        def direct_round():
+            with nccl.group():
+                for r, a, s in zip(raw, arrays, streams):
+                    r.allreduce(a, a, nccl.SUM, stream=s)
+
+        bufs = [nccl.mem_alloc(nbytes, k) for k in range(ndev)]
+        typed = [Typed(b, n, dtype) for b in bufs]
+
+        def own_round():
+            with nccl.group():
+                for r, b, s in zip(raw, typed, core_streams):
+                    r.allreduce(b, b, nccl.SUM, stream=s)
+
+        iters = args.iters if nbytes >= (1 << 20) else max(args.iters, 200)
+        t_pg = timed(pygpu_round, sync_pygpu, iters, args.warmup)
+        t_dir = timed(direct_round, sync_pygpu, iters, args.warmup)
+        t_own = timed(own_round, sync_core, iters, args.warmup)
+        factor = 2.0 * (ndev - 1) / ndev
+        row = {"bytes": nbytes, "iters": iters}
+        for key, t in (("pygpu", t_pg), ("nccl4py_gpuarray", t_dir), ("nccl4py_own", t_own)):
+            row[key] = {"us": t * 1e6, "algbw_GBs": nbytes / t / 1e9,
+                        "busbw_GBs": nbytes / t / 1e9 * factor}
+        rows.append(row)
+        del typed
+        for b in bufs:
+            nccl.mem_free(b)
+        del arrays
+
+    head = ("| size per GPU | pygpu: us / bus GB/s | nccl4py on GPUArrays: us / bus GB/s "
+            "| nccl4py's own: us / bus GB/s | pygpu / nccl4py's own |")
+    print()
+    print(head)
+    print("|---|---|---|---|---|")
+    for r in rows:
+        cells = ["%.1f / %.1f" % (r[k]["us"], r[k]["busbw_GBs"])
+                 for k in ("pygpu", "nccl4py_gpuarray", "nccl4py_own")]
+        print("| %s | %s | %s | %s | %.2f |" % (fmt_size(r["bytes"]), cells[0], cells[1],
+                                               cells[2], r["pygpu"]["busbw_GBs"]
+                                               / r["nccl4py_own"]["busbw_GBs"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"gpus": names, "nccl": str(info.libnccl), "dtype": str(dtype),
+                       "rows": rows}, f, indent=1)
+    for c in comms:
+        c.destroy()
+
+
+if __name__ == "__main__":
+    main()

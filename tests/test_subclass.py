@@ -310,6 +310,48 @@ def test_device_allocation_subclasses_in_launches_and_copies(standin, ctx, ptx, 
 
 
 @pytest.mark.standin
+def test_pycuda_style_argument_handler_subclasses(standin, ctx, ptx):
+    """PyCUDA's ArgumentHandler protocol for a subclass of one's own (reikna's
+    Buffer): get_device_alloc() is the kernel's pointer, pre_call(stream)
+    runs before the launch and post_call(stream) after it."""
+    class Buffer(cuda.ArgumentHandler):
+        def __init__(self, size):
+            self._buffer = cuda.mem_alloc(size)
+            self.size = size
+
+        def __int__(self):
+            return int(self._buffer)
+
+        def get_device_alloc(self):
+            return self._buffer
+
+    class Hooked(Buffer):
+        def pre_call(self, stream):
+            self.events = [("pre", stream, standin.launches())]
+
+        def post_call(self, stream):
+            self.events.append(("post", stream, standin.launches()))
+
+    class Bare(cuda.ArgumentHandler):
+        pass
+
+    f = cuda.module_from_buffer(ptx).get_function("scale")
+    buf = Buffer(1200)
+    f(buf, 2.0, 300, block=(128, 1, 1), grid=(3, 1))
+    assert standin.last_launch().params == _scale_params(int(buf), 2.0, 300)
+    h = Hooked(1200)
+    s = cuda.Stream()
+    before = standin.launches()
+    f(h, 0.5, 300, block=(128, 1, 1), grid=(3, 1), stream=s)
+    assert standin.last_launch().params == _scale_params(int(h), 0.5, 300)
+    assert h.events == [("pre", s, before), ("post", s, before + 1)]
+    with pytest.raises(TypeError, match="Bare is an ArgumentHandler without "
+                                        "get_device_alloc\\(\\)"):
+        f(Bare(), 1.0, 1, block=(1, 1, 1))
+    assert standin.launches() == before + 1
+
+
+@pytest.mark.standin
 def test_stream_and_event_subclasses(standin, ctx, ptx, rng):
     class MyStream(cuda.Stream):
         def __init__(self, flags=0, priority=0):

@@ -130,6 +130,7 @@ typedef CUresult (CUDAAPI *PFN_cuProfilerStop_v4000)(void);
     CU_OPTIONAL(cuTensorMapEncodeIm2col, 12000)                  \
     CU_OPTIONAL(cuStreamBeginCapture, 10010)                     \
     CU_OPTIONAL(cuStreamEndCapture, 10000)                       \
+    CU_OPTIONAL(cuThreadExchangeStreamCaptureMode, 10010)        \
     CU_OPTIONAL(cuStreamIsCapturing, 10000)                      \
     CU_OPTIONAL(cuGraphCreate, 10000)                            \
     CU_OPTIONAL(cuGraphDestroy, 10000)                           \

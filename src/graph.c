@@ -85,6 +85,11 @@ node_type_name(int t)
 
 /* ---- helpers ---- */
 
+/* Streams that pygpu is capturing, in every thread: while there is none,
+ * pygpu_capture_relax() costs no driver call.  Process-wide, as the
+ * driver's capture state is; changed with the GIL held. */
+static Py_ssize_t captures_active;
+
 /* The graph entry points are optional in cuda_api.h: a driver that lacks one
  * loses graphs, not pygpu.  Checked where graphs begin (Graph(), capture);
  * every later call has a Graph, so the check passed.  The driver is loaded. */
@@ -249,22 +254,71 @@ error:
     return -1;
 }
 
-/* Re-raise a packing/configuration error with the node named first (only
- * the built-in classes are re-made; pygpu's own keep their attributes). */
+/* Re-raise a packing/configuration error with the node named first: the
+ * built-in classes are re-made; pygpu's own (LogicError: a freed
+ * allocation) keep their class and attributes and get the prefixed message
+ * as their args. */
 static void
-prefix_error(int index)
+prefix_error_as(const char *prefix)
 {
-    PyObject *exc, *val, *tb;
+    PyObject *exc, *val, *tb, *args;
     PyErr_Fetch(&exc, &val, &tb);
     PyErr_NormalizeException(&exc, &val, &tb);
     if (exc == PyExc_TypeError || exc == PyExc_ValueError || exc == PyExc_OverflowError) {
-        PyErr_Format(exc, "graph node #%d: %S", index, val);
+        PyErr_Format(exc, "%s: %S", prefix, val);
         Py_XDECREF(exc);
         Py_XDECREF(val);
         Py_XDECREF(tb);
         return;
     }
+    /* a driver error keeps its message, which starts with the routine */
+    if (val != NULL && PyObject_HasAttrString(val, "routine")) {
+        PyObject *r = PyObject_GetAttrString(val, "routine");
+        int driver = r != NULL && r != Py_None;
+        Py_XDECREF(r);
+        PyErr_Clear();
+        if (driver) {
+            PyErr_Restore(exc, val, tb);
+            return;
+        }
+    }
+    if (val != NULL && (args = PyObject_GetAttrString(val, "args")) != NULL) {
+        if (PyTuple_Check(args) && PyTuple_GET_SIZE(args) == 1
+            && PyUnicode_Check(PyTuple_GET_ITEM(args, 0))) {
+            PyObject *msg = PyUnicode_FromFormat("%s: %U", prefix, PyTuple_GET_ITEM(args, 0));
+            PyObject *t = msg != NULL ? PyTuple_Pack(1, msg) : NULL;
+            if (t == NULL || PyObject_SetAttrString(val, "args", t) < 0)
+                PyErr_Clear();
+            Py_XDECREF(t);
+            Py_XDECREF(msg);
+        }
+        Py_DECREF(args);
+    } else {
+        PyErr_Clear();
+    }
     PyErr_Restore(exc, val, tb);
+}
+
+static void
+prefix_error(int index)
+{
+    char prefix[48];
+    PyOS_snprintf(prefix, sizeof prefix, "graph node #%d", index);
+    prefix_error_as(prefix);
+}
+
+/* The holds a node's arguments take (hold.c), kept with the graph: a list
+ * of tokens, or NULL with an exception. */
+static PyObject *
+node_holds(pygpu_state *st, PyObject *const *args, Py_ssize_t n, int index, const char *kind,
+           const char *name)
+{
+    char what[112];
+    if (name != NULL)
+        PyOS_snprintf(what, sizeof what, "graph node #%d (%s '%.60s')", index, kind, name);
+    else
+        PyOS_snprintf(what, sizeof what, "graph node #%d (%s)", index, kind);
+    return pygpu_hold_args(st, args, n, what);
 }
 
 /* block/grid/shared of a kernel node; NULL keeps the value in out */
@@ -507,7 +561,7 @@ graph_add_kernel_node(pygpu_Graph *g, PyObject *const *args, Py_ssize_t nargs,
 {
     pygpu_state *st = PYGPU_STATE(g);
     PyObject *block = NULL, *grid = NULL, *shared = NULL, *deps = NULL, *kept = NULL;
-    PyObject *res = NULL;
+    PyObject *res = NULL, *holds = NULL;
     pygpu_Function *f;
     pygpu_launch_config cfg;
     pygpu_argpack pack;
@@ -549,8 +603,12 @@ graph_add_kernel_node(pygpu_Graph *g, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     if (pack_node(st, f, args + 1, nargs - 1, index, &pack) < 0)
         goto done;
-    if ((kept = args_tuple((PyObject *)f, args + 1, nargs - 1)) == NULL)
+    if ((kept = args_tuple((PyObject *)f, args + 1, nargs - 1)) == NULL
+        || (holds = node_holds(st, args + 1, nargs - 1, index, "kernel",
+                               pygpu_function_name(f))) == NULL) {
+        prefix_error(index);
         goto done;
+    }
     memset(&p, 0, sizeof p);
     p.func = f->handle;
     p.gridDimX = cfg.grid[0]; p.gridDimY = cfg.grid[1]; p.gridDimZ = cfg.grid[2];
@@ -565,7 +623,7 @@ graph_add_kernel_node(pygpu_Graph *g, PyObject *const *args, Py_ssize_t nargs,
         pygpu_cuda_error(st, rc, "cuGraphAddKernelNode");
         goto done;
     }
-    if (keep(g, kept) < 0)
+    if (keep(g, kept) < 0 || keep(g, holds) < 0)
         goto done;
     res = node_wrap(st, g, node, CU_GRAPH_NODE_TYPE_KERNEL);
     if (res != NULL) {
@@ -579,6 +637,7 @@ graph_add_kernel_node(pygpu_Graph *g, PyObject *const *args, Py_ssize_t nargs,
 done:
     pygpu_pack_finish(st, &pack, 0, NULL);
     Py_XDECREF(kept);
+    Py_XDECREF(holds);
     PyMem_Free(dv);
     return res;
 }
@@ -594,7 +653,8 @@ typedef struct {
 } endpoint;
 
 static int
-parse_endpoint(pygpu_state *st, PyObject *obj, int writable, endpoint *e, const char *what)
+parse_endpoint(pygpu_state *st, PyObject *obj, int writable, endpoint *e, const char *what,
+               int index)
 {
     e->kept = NULL;
     e->host = 0;
@@ -619,8 +679,12 @@ parse_endpoint(pygpu_state *st, PyObject *obj, int writable, endpoint *e, const 
         e->kept = mv;
         return 0;
     }
-    if (pygpu_get_device_ptr(st, obj, &e->dptr, &e->size, 0) < 0)
+    if (pygpu_get_device_ptr(st, obj, &e->dptr, &e->size, 0) < 0) {
+        char prefix[64];
+        PyOS_snprintf(prefix, sizeof prefix, "graph node #%d (memcpy): %s", index, what);
+        prefix_error_as(prefix);
         return -1;
+    }
     e->kept = Py_NewRef(obj);
     return 0;
 }
@@ -645,6 +709,7 @@ graph_add_memcpy_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     pygpu_state *st = PYGPU_STATE(g);
     static char *kwlist[] = {"dest", "src", "nbytes", "dependencies", NULL};
     PyObject *dobj, *sobj, *nobj = Py_None, *deps = NULL, *res = NULL, *pair = NULL;
+    PyObject *holds = NULL;
     endpoint d = {0}, sr = {0};
     size_t n;
     CUDA_MEMCPY3D c;
@@ -657,8 +722,8 @@ graph_add_memcpy_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
         return NULL;
     if (graph_check(st, g) < 0)
         return NULL;
-    if (parse_endpoint(st, dobj, 1, &d, "dest") < 0
-        || parse_endpoint(st, sobj, 0, &sr, "src") < 0)
+    if (parse_endpoint(st, dobj, 1, &d, "dest", g->count) < 0
+        || parse_endpoint(st, sobj, 0, &sr, "src", g->count) < 0)
         goto done;
     if (d.host && sr.host) {
         PyErr_SetString(PyExc_TypeError, "add_memcpy_node(): dest and src are both host "
@@ -692,6 +757,18 @@ graph_add_memcpy_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     c.Depth = 1;
     c.srcPitch = c.dstPitch = n;
     c.srcHeight = c.dstHeight = 1;
+    {
+        PyObject *sides[2];
+        int k = 0;
+        if (!d.host)
+            sides[k++] = dobj;
+        if (!sr.host)
+            sides[k++] = sobj;
+        if ((holds = node_holds(st, sides, k, g->count, "memcpy", NULL)) == NULL) {
+            prefix_error(g->count);
+            goto done;
+        }
+    }
     if ((pair = PyTuple_Pack(2, d.kept, sr.kept)) == NULL || graph_enter(st, g, &s) < 0)
         goto done;
     rc = cu.cuGraphAddMemcpyNode(&node, g->handle, dv, nd, &c, g->context->handle);
@@ -700,9 +777,10 @@ graph_add_memcpy_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
         pygpu_cuda_error(st, rc, "cuGraphAddMemcpyNode");
         goto done;
     }
-    if (keep(g, pair) == 0)
+    if (keep(g, pair) == 0 && keep(g, holds) == 0)
         res = node_wrap(st, g, node, CU_GRAPH_NODE_TYPE_MEMCPY);
 done:
+    Py_XDECREF(holds);
     Py_XDECREF(pair);
     Py_XDECREF(d.kept);
     Py_XDECREF(sr.kept);
@@ -715,7 +793,7 @@ graph_add_memset_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
 {
     pygpu_state *st = PYGPU_STATE(g);
     static char *kwlist[] = {"dest", "value", "count", "element_size", "dependencies", NULL};
-    PyObject *dobj, *vobj, *cobj, *deps = NULL, *res = NULL;
+    PyObject *dobj, *vobj, *cobj, *deps = NULL, *res = NULL, *holds = NULL;
     unsigned int value, esize = 1;
     size_t count, cap;
     CUdeviceptr ptr;
@@ -742,8 +820,14 @@ graph_add_memset_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     count = PyLong_AsSize_t(cobj);
     if (count == (size_t)-1 && PyErr_Occurred())
         return NULL;
-    if (graph_check(st, g) < 0 || pygpu_get_device_ptr(st, dobj, &ptr, &cap, 0) < 0)
+    if (graph_check(st, g) < 0)
         return NULL;
+    if (pygpu_get_device_ptr(st, dobj, &ptr, &cap, 0) < 0) {
+        char prefix[64];
+        PyOS_snprintf(prefix, sizeof prefix, "graph node #%d (memset): dest", g->count);
+        prefix_error_as(prefix);
+        return NULL;
+    }
     if (count == 0 || (cap != (size_t)-1 && count > cap / esize)) {
         PyErr_Format(PyExc_ValueError, "add_memset_node(): %zu elements of %u bytes do not "
                      "fit in %zd bytes", count, esize, (Py_ssize_t)cap);
@@ -758,6 +842,10 @@ graph_add_memset_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     p.width = count;
     p.height = 1;
     p.pitch = count * esize;
+    if ((holds = node_holds(st, &dobj, 1, g->count, "memset", NULL)) == NULL) {
+        prefix_error(g->count);
+        goto done;
+    }
     if (graph_enter(st, g, &s) < 0)
         goto done;
     rc = cu.cuGraphAddMemsetNode(&node, g->handle, dv, nd, &p, g->context->handle);
@@ -766,9 +854,10 @@ graph_add_memset_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
         pygpu_cuda_error(st, rc, "cuGraphAddMemsetNode");
         goto done;
     }
-    if (keep(g, dobj) == 0)
+    if (keep(g, dobj) == 0 && keep(g, holds) == 0)
         res = node_wrap(st, g, node, CU_GRAPH_NODE_TYPE_MEMSET);
 done:
+    Py_XDECREF(holds);
     PyMem_Free(dv);
     return res;
 }
@@ -936,6 +1025,19 @@ graph_add_child_graph_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "add_child_graph_node(): a graph cannot contain "
                         "itself");
         return NULL;
+    }
+    {
+        /* nor a graph that encloses it: this graph is a conditional body
+         * (of a body ...) of child, which would then contain itself */
+        PyObject *up;
+        for (up = g->parent; up != NULL; up = ((pygpu_Graph *)up)->parent) {
+            if (up == child) {
+                PyErr_SetString(PyExc_ValueError, "add_child_graph_node(): a graph cannot "
+                                "contain itself: this graph is a conditional body inside "
+                                "the child graph");
+                return NULL;
+            }
+        }
     }
     if (graph_check(st, g) < 0 || graph_check(st, (pygpu_Graph *)child) < 0
         || parse_deps(st, g, deps, &dv, &nd, "add_child_graph_node()") < 0)
@@ -1982,8 +2084,19 @@ exec_set_kernel_node_params(pygpu_GraphExec *e, PyObject *const *args, Py_ssize_
     }
     if (pack_node(st, f, args + 1, nargs - 1, n->index, &pack) < 0)
         goto done;
-    if ((kept = args_tuple((PyObject *)f, args + 1, nargs - 1)) == NULL)
-        goto done;
+    {
+        PyObject *t = args_tuple((PyObject *)f, args + 1, nargs - 1), *h = NULL;
+        if (t != NULL
+            && (h = node_holds(st, args + 1, nargs - 1, n->index, "kernel",
+                               pygpu_function_name(f))) == NULL)
+            prefix_error(n->index);
+        if (h != NULL)
+            kept = PyTuple_Pack(2, t, h);
+        Py_XDECREF(t);
+        Py_XDECREF(h);
+        if (kept == NULL)
+            goto done;
+    }
     memset(&p, 0, sizeof p);
     p.func = f->handle;
     p.gridDimX = cfg.grid[0]; p.gridDimY = cfg.grid[1]; p.gridDimZ = cfg.grid[2];
@@ -2118,6 +2231,10 @@ pygpu_stream_begin_capture(pygpu_Stream *self, PyObject *args, PyObject *kwds)
         Py_XDECREF(list);
         return NULL;
     }
+    /* what mem_alloc_async does once per context, done before the capture
+     * rather than inside it */
+    if (!self->context->pool_configured)
+        pygpu_keep_pool_memory(self->context);
     rc = cu.cuStreamBeginCapture(self->handle, (CUstreamCaptureMode)mode);
     pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS) {
@@ -2125,6 +2242,7 @@ pygpu_stream_begin_capture(pygpu_Stream *self, PyObject *args, PyObject *kwds)
         return pygpu_cuda_error(st, rc, "cuStreamBeginCapture");
     }
     self->capture_keep = list;
+    captures_active++;
     Py_RETURN_NONE;
 }
 
@@ -2143,6 +2261,7 @@ pygpu_stream_end_capture(pygpu_Stream *self, PyObject *unused)
         return NULL;
     }
     self->capture_keep = NULL;     /* ended, whatever the driver says */
+    captures_active--;
     if (pygpu_scope_enter(st, self->context, &s) < 0) {
         Py_DECREF(list);
         return NULL;
@@ -2196,16 +2315,57 @@ int
 pygpu_capture_note(pygpu_state *st, PyObject *stream_obj, PyObject *f, PyObject *const *args,
                    Py_ssize_t nargs)
 {
-    PyObject *t;
+    PyObject *t, *h, *keep_list;
     int r;
     if (stream_obj == NULL || !Py_IS_TYPE(stream_obj, st->StreamType)
         || ((pygpu_Stream *)stream_obj)->capture_keep == NULL)
         return 0;
+    keep_list = ((pygpu_Stream *)stream_obj)->capture_keep;
     if ((t = args_tuple(f, args, nargs)) == NULL)
         return -1;
-    r = PyList_Append(((pygpu_Stream *)stream_obj)->capture_keep, t);
+    /* hold the memory the captured work uses (hold.c): f is a copy's
+     * destination, or the Function or Event (which hold none) */
+    h = pygpu_hold_args(st, ((PyTupleObject *)t)->ob_item, nargs + 1, "a captured graph");
+    r = h == NULL ? -1 : PyList_Append(keep_list, t);
+    if (r == 0 && PyList_GET_SIZE(h) > 0)
+        r = PyList_Append(keep_list, h);
+    Py_XDECREF(h);
     Py_DECREF(t);
     return r;
+}
+
+int
+pygpu_stream_capturing(pygpu_state *st, PyObject *stream_obj)
+{
+    return stream_obj != NULL && Py_IS_TYPE(stream_obj, st->StreamType)
+           && ((pygpu_Stream *)stream_obj)->capture_keep != NULL;
+}
+
+CUstreamCaptureMode
+pygpu_capture_relax(void)
+{
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (captures_active == 0 || cu.cuThreadExchangeStreamCaptureMode == NULL
+        || cu.cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
+        return CU_STREAM_CAPTURE_MODE_RELAXED;     /* nothing to restore */
+    return mode;
+}
+
+void
+pygpu_capture_restore(CUstreamCaptureMode mode)
+{
+    if (mode != CU_STREAM_CAPTURE_MODE_RELAXED && cu.cuThreadExchangeStreamCaptureMode != NULL)
+        (void)cu.cuThreadExchangeStreamCaptureMode(&mode);
+}
+
+/* Forget a capture without ending it (the handle is not ours, or gone). */
+void
+pygpu_stream_capture_drop(pygpu_Stream *self)
+{
+    if (self->capture_keep == NULL)
+        return;
+    Py_CLEAR(self->capture_keep);
+    captures_active--;
 }
 
 /* Stream dealloc while capturing: end the capture and drop its graph. */
@@ -2216,6 +2376,7 @@ pygpu_stream_capture_abort(pygpu_Stream *self)
     if (self->capture_keep == NULL)
         return;
     Py_CLEAR(self->capture_keep);
+    captures_active--;
     if (self->handle != NULL && cu.cuStreamEndCapture != NULL
         && cu.cuStreamEndCapture(self->handle, &h) == CUDA_SUCCESS
         && h != NULL)

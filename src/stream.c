@@ -7,13 +7,13 @@ stream_release(pygpu_Stream *self)
     CUstream h = self->handle;
     pygpu_scope s;
     if (!self->owns || h == NULL) {
-        Py_CLEAR(self->capture_keep);
+        pygpu_stream_capture_drop(self);
         return;
     }
     if (pygpu_scope_enter_quiet(self->context, &s) < 0) {
         self->handle = NULL;
         self->owns = 0;
-        Py_CLEAR(self->capture_keep);
+        pygpu_stream_capture_drop(self);
         return;
     }
     pygpu_stream_capture_abort(self);

@@ -533,3 +533,119 @@ def test_detaching_the_current_primary_context_pops_it(standin, ctx):
     t.start()
     t.join()
     assert t.error is None and t.result is True, t.error
+
+
+# ==== issue 25: one hold protocol (hold.c), the driver side ====
+#
+# Everything that keeps a device address for later use holds the allocation;
+# free() of held memory is deferred until the last holder goes.  Each test
+# failed before: the memory went back to the driver at free() while its
+# holder still used it.
+
+@pytest.mark.standin
+def test_free_under_a_texture_waits_for_the_texture(standin, ctx, rng):
+    """Defect 6: DeviceAllocation.free() succeeded while a TextureObject read
+    the memory (Array.free() refused the same case; both now defer)."""
+    x = rng.standard_normal(64).astype(np.float32)
+    d = cuda.to_device(x)
+    t = cuda.TextureObject(d, format=cuda.array_format.FLOAT)
+    gc.collect()
+    base = standin.live()["device"]
+    d.free()
+    assert standin.live()["device"] == base          # kept for the texture
+    assert d.freed and d.holders == ("a TextureObject",)
+    with pytest.raises(cuda.LogicError, match="the DeviceAllocation was freed"):
+        cuda.TextureObject(d, format=cuda.array_format.FLOAT)
+    t.free()                                          # the last holder: freed now
+    assert standin.live()["device"] == base - 1 and d.holders == ()
+    del t
+    # a GPU array's memory is held through its allocation
+    from pygpu import gpuarray
+    a = gpuarray.to_gpu(x)
+    t = cuda.TextureObject(a)
+    assert a.gpudata.holders == ("a TextureObject",)
+    gc.collect()
+    base = standin.live()["device"]
+    a.gpudata.free()
+    assert standin.live()["device"] == base
+    del t
+    gc.collect()
+    assert standin.live()["device"] == base - 1
+
+
+@pytest.mark.standin
+def test_free_under_a_tensor_map_waits_for_the_map(standin, ctx):
+    """Defect 6: DeviceAllocation.free() succeeded while a TensorMap
+    described the memory."""
+    d = cuda.mem_alloc(64 * 64 * 4)
+    m = cuda.TensorMap(d, (8, 8), shape=(64, 64), dtype=np.float32)
+    gc.collect()
+    base = standin.live()["device"]
+    d.free()
+    assert standin.live()["device"] == base and d.holders == ("a TensorMap",)
+    del m
+    gc.collect()
+    assert standin.live()["device"] == base - 1
+
+
+@pytest.mark.standin
+def test_virtual_buffer_grow_keeps_a_held_range_mapped(standin, ctx, rng):
+    """Defect 5: grow() moved the buffer and unmapped the old range while a
+    graph still held its address; the next replay used unmapped memory.  The
+    old range now stays mapped to the same memory until the holder goes."""
+    vb = cuda.VirtualBuffer(4096)
+    x = rng.standard_normal(1024).astype(np.float32)
+    out = np.zeros(1024, np.float32)
+    g = cuda.Graph()
+    up = g.add_memcpy_node(vb, x)
+    g.add_memcpy_node(out, vb, dependencies=up)
+    exe = g.instantiate()
+    old = int(vb)
+    reservations = standin.live()["reservations"]
+    standin.fail("cuMemAddressReserve", 1, 2)        # no room after it: grow() moves it
+    vb.grow(vb.mapped * 4)
+    assert int(vb) != old
+    exe.launch()
+    np.testing.assert_array_equal(out, x)
+    assert standin.live()["reservations"] == reservations + 1    # the old one is kept
+    assert vb.holders == ("graph node #0 (memcpy)", "graph node #1 (memcpy)")
+    got = np.empty(1024, np.float32)
+    cuda.memcpy_dtoh(got, vb)                        # the same memory at the new address
+    np.testing.assert_array_equal(got, x)
+    del exe, g, up
+    gc.collect()
+    assert standin.live()["reservations"] == reservations        # released with the holds
+    vb.free()
+
+
+@pytest.mark.standin
+def test_ipc_export_holds_the_memory(standin, ctx):
+    d = cuda.mem_alloc(256)
+    cuda.mem_get_ipc_handle(d)
+    cuda.mem_get_ipc_handle(d)                        # one hold, however many exports
+    assert d.holders == ("an IPC export (mem_get_ipc_handle)",)
+    gc.collect()
+    base = standin.live()["device"]
+    d.free()
+    assert standin.live()["device"] == base
+    del d
+    gc.collect()
+    assert standin.live()["device"] == base - 1
+
+
+@pytest.mark.standin
+def test_get_function_of_a_detached_contexts_module(standin, ptx):
+    """Issue 16: Module.get_function() on a detached context's module gave
+    the cached Function (docs/contexts.md promises LogicError)."""
+    c = cuda.Device(0).make_context()
+    try:
+        m = cuda.module_from_buffer(ptx)
+        f = m.get_function("k")
+        assert m.get_function("k") is f
+    finally:
+        cuda.Context.pop()
+    c.detach()
+    with pytest.raises(cuda.LogicError, match="detached"):
+        m.get_function("k")
+    with pytest.raises(cuda.LogicError, match="detached"):
+        m.get_function("never_looked_up")

@@ -721,7 +721,10 @@ allocation_repr(pygpu_DeviceAllocation *self)
 
 static PyMethodDef allocation_methods[] = {
     {"free", (PyCFunction)allocation_free, METH_NOARGS,
-     "free($self, /)\n--\n\nFree the memory now (idempotent)."},
+     "free($self, /)\n--\n\nFree the memory now (idempotent).  While something holds "
+     "the address for later use (a graph, a texture, a tensor map, an IPC export: see "
+     "holders), the allocation reads as freed at once and the memory goes back when the "
+     "last holder goes."},
     {"__enter__", allocation_enter, METH_NOARGS, 
      "__enter__($self, /)\n--\n\nReturns self."},
     {"__exit__", (PyCFunction)allocation_exit, METH_VARARGS,

@@ -375,13 +375,21 @@ def test_capture_errors_are_clear_and_end_cleanly(standin, ctx, rng):
                                               r"capturing"):
         s.end_capture()
     assert not s.is_capturing()
-    # synchronizing the capturing stream
+    # synchronizing or querying the capturing stream: refused before the
+    # driver (which would invalidate the capture), and the capture goes on
     s.begin_capture()
-    with pytest.raises(cuda.LogicError, match=r"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: .*not "
-                                              r"allowed while a stream is capturing"):
+    calls = standin.calls("cuStreamSynchronize"), standin.calls("cuStreamQuery")
+    with pytest.raises(cuda.LogicError, match=r"^Stream.synchronize\(\): this Stream is "
+                                              r"capturing a graph \(its work is recorded, not "
+                                              r"run\); end_capture\(\) first, then launch "
+                                              r"the graph$"):
         s.synchronize()
-    with pytest.raises(cuda.LogicError, match=r"INVALIDATED"):
-        s.end_capture()
+    with pytest.raises(cuda.LogicError, match=r"^Stream.is_done\(\): this Stream is "
+                                              r"capturing a graph"):
+        s.is_done()
+    assert (standin.calls("cuStreamSynchronize"), standin.calls("cuStreamQuery")) == calls
+    cuda.memset_d8_async(d, 1, 8, s)
+    assert [n.kind for n in s.end_capture().nodes()] == ["memset"]
     # the context manager ends a capture whose block failed, keeping its error
     with pytest.raises(KeyError, match="from the block"):
         with cuda.capture_graph(s) as cap:
@@ -1437,3 +1445,70 @@ def test_gpu_captured_copies_replay_after_the_caller_dropped_them(gmod, rng):
     s.synchronize()
     np.testing.assert_array_equal(out_ref(), 3 * x)
     del junk
+
+
+@pytest.mark.gpu
+def test_gpu_graph_replays_after_its_allocations_are_freed(gmod, rng):
+    """Issue 25, defect 6 on a GPU: free the allocation that a kernel node and
+    two memcpy nodes use, then launch: the replay uses live memory (it used
+    to die with CUDA_ERROR_ILLEGAL_ADDRESS)."""
+    axpy = gmod.get_function("axpy")
+    x = cuda.pagelocked_empty(N, np.float32)
+    y = cuda.pagelocked_empty(N, np.float32)
+    out = cuda.pagelocked_zeros(N, np.float32)
+    dx, dy = cuda.mem_alloc(x.nbytes), cuda.mem_alloc(x.nbytes)
+    g = cuda.Graph()
+    ux = g.add_memcpy_node(dx, x)
+    uy = g.add_memcpy_node(dy, y)
+    k = g.add_kernel_node(axpy, dy, dx, np.float32(2.0), np.int32(N), block=(256, 1, 1),
+                          grid=(N // 256, 1, 1), dependencies=[ux, uy])
+    g.add_memcpy_node(out, dy, dependencies=k)
+    exe = g.instantiate()
+    dx.free()
+    dy.free()
+    assert dx.freed and len(dy.holders) == 3
+    s = cuda.Stream()
+    for _ in range(3):
+        x[:] = rng.standard_normal(N)
+        y[:] = rng.standard_normal(N)
+        exe.launch(s)
+        s.synchronize()
+        np.testing.assert_allclose(out, 2 * x + y, rtol=1e-6, atol=1e-6)
+    del exe, g, ux, uy, k
+    gc.collect()
+    assert dx.holders == () and dy.holders == ()
+
+
+@pytest.mark.gpu
+def test_gpu_capture_async_alloc_kernel_and_free_in_a_fresh_context(rng):
+    """Issue 25, defect 10 on a GPU: in a context whose memory pool was never
+    used, the first mem_alloc_async inside capture_graph() invalidated the
+    capture.  Captured: an allocation, a copy up, a kernel, a copy down and
+    the free; replayed on fresh random data."""
+    c = cuda.Device(0).make_context()
+    try:
+        scale = SourceModule(KERNELS, no_extern_c=True).get_function("scale")
+        s = cuda.Stream()
+        x = cuda.pagelocked_empty(N, np.float32)
+        out = cuda.pagelocked_zeros(N, np.float32)
+        with graphs.capture_graph(s) as cap:
+            tmp = cuda.mem_alloc_async(x.nbytes, s)
+            cuda.memcpy_htod_async(tmp, x, s)
+            scale(tmp, np.float32(0.5), np.int32(N), block=(256, 1, 1), grid=(N // 256, 1),
+                  stream=s)
+            cuda.memcpy_dtoh_async(out, tmp, s)
+            tmp.free()
+            junk = cuda.mem_alloc(256)       # allocated now, relaxed: not part of the graph
+            del junk
+        kinds = [n.kind for n in cap.graph.nodes()]
+        assert kinds.count("mem_alloc") == 1 and kinds.count("mem_free") == 1
+        exe = cap.graph.instantiate()
+        for _ in range(3):
+            x[:] = rng.standard_normal(N)
+            exe.launch(s)
+            s.synchronize()
+            np.testing.assert_array_equal(out, x * np.float32(0.5))
+        del exe, cap
+    finally:
+        cuda.Context.pop()
+        c.detach()

@@ -85,10 +85,32 @@ node_type_name(int t)
 
 /* ---- helpers ---- */
 
-/* Streams that pygpu is capturing, in every thread: while there is none,
- * pygpu_capture_relax() costs no driver call.  Process-wide, as the
- * driver's capture state is; changed with the GIL held. */
+/* The streams that pygpu is capturing, in every thread: while there is
+ * none, pygpu_capture_relax() and pygpu_capture_check() cost no driver
+ * call.  Process-wide, as the driver's capture state is; changed with the
+ * GIL held.  A record is added by begin_capture() and removed when the
+ * capture ends (end_capture, abort, drop). */
+typedef struct capturing {
+    pygpu_Stream *stream;       /* borrowed: removes itself before it dies */
+    int blocking;               /* not CU_STREAM_NON_BLOCKING: the legacy stream waits for it */
+    struct capturing *next;
+} capturing;
+static capturing *captures;
 static Py_ssize_t captures_active;
+
+static void
+capture_forget(pygpu_Stream *self)
+{
+    capturing **p, *c;
+    for (p = &captures; (c = *p) != NULL; p = &c->next) {
+        if (c->stream == self) {
+            *p = c->next;
+            PyMem_Free(c);
+            captures_active--;
+            return;
+        }
+    }
+}
 
 /* The graph entry points are optional in cuda_api.h: a driver that lacks one
  * loses graphs, not pygpu.  Checked where graphs begin (Graph(), capture);
@@ -2205,6 +2227,7 @@ pygpu_stream_begin_capture(pygpu_Stream *self, PyObject *args, PyObject *kwds)
     pygpu_state *st = PYGPU_STATE(self);
     static char *kwlist[] = {"mode", NULL};
     int mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+    unsigned int flags = 0;
     pygpu_scope s;
     CUresult rc;
     PyObject *list;
@@ -2235,6 +2258,14 @@ pygpu_stream_begin_capture(pygpu_Stream *self, PyObject *args, PyObject *kwds)
      * rather than inside it */
     if (!self->context->pool_configured)
         pygpu_keep_pool_memory(self->context);
+    /* a blocking stream makes work on the legacy stream wait for it
+     * (pygpu_capture_check) */
+    rc = cu.cuStreamGetFlags(self->handle, &flags);
+    if (rc != CUDA_SUCCESS) {
+        pygpu_scope_exit(&s);
+        Py_DECREF(list);
+        return pygpu_cuda_error(st, rc, "cuStreamGetFlags");
+    }
     rc = cu.cuStreamBeginCapture(self->handle, (CUstreamCaptureMode)mode);
     pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS) {
@@ -2242,7 +2273,18 @@ pygpu_stream_begin_capture(pygpu_Stream *self, PyObject *args, PyObject *kwds)
         return pygpu_cuda_error(st, rc, "cuStreamBeginCapture");
     }
     self->capture_keep = list;
-    captures_active++;
+    {
+        capturing *c = PyMem_Malloc(sizeof *c);
+        if (c == NULL) {
+            pygpu_stream_capture_abort(self);   /* ends it: no record, no capture */
+            return PyErr_NoMemory();
+        }
+        c->stream = self;
+        c->blocking = !(flags & CU_STREAM_NON_BLOCKING);
+        c->next = captures;
+        captures = c;
+        captures_active++;
+    }
     Py_RETURN_NONE;
 }
 
@@ -2261,7 +2303,7 @@ pygpu_stream_end_capture(pygpu_Stream *self, PyObject *unused)
         return NULL;
     }
     self->capture_keep = NULL;     /* ended, whatever the driver says */
-    captures_active--;
+    capture_forget(self);
     if (pygpu_scope_enter(st, self->context, &s) < 0) {
         Py_DECREF(list);
         return NULL;
@@ -2365,7 +2407,49 @@ pygpu_stream_capture_drop(pygpu_Stream *self)
     if (self->capture_keep == NULL)
         return;
     Py_CLEAR(self->capture_keep);
-    captures_active--;
+    capture_forget(self);
+}
+
+int
+pygpu_capture_check(pygpu_state *st, PyObject *sobj, int blocking, const char *what)
+{
+    capturing *c;
+    pygpu_Context *ctx;
+    if (captures_active == 0)
+        return 0;
+    if (sobj != NULL && Py_IS_TYPE(sobj, st->StreamType)) {
+        pygpu_Stream *ps = (pygpu_Stream *)sobj;
+        if (blocking && ps->capture_keep != NULL) {
+            PyErr_Format(st->LogicError, "%s: the stream is capturing a graph, whose work "
+                         "is recorded, not run: a blocking call cannot wait for it; use "
+                         "the _async form (it is captured), or call it after "
+                         "end_capture()", what);
+            return -1;
+        }
+        if (ps->handle != NULL && ps->handle != CU_STREAM_LEGACY)
+            return 0;
+    } else if (sobj != NULL && sobj != Py_None
+               && !(PyLong_Check(sobj) && (PyLong_AsLong(sobj) == 0
+                                           || PyLong_AsLong(sobj) == 1))) {
+        PyErr_Clear();
+        return 0;           /* the per-thread stream, or another library's */
+    }
+    /* the legacy default stream waits for every blocking stream of its
+     * context: one of them capturing, that is CUDA_ERROR_STREAM_CAPTURE_
+     * IMPLICIT, and the driver invalidates the capture */
+    if ((ctx = pygpu_current_context(st)) == NULL)
+        return -1;
+    for (c = captures; c != NULL; c = c->next) {
+        if (c->blocking && c->stream->context == ctx) {
+            PyErr_Format(st->LogicError, "%s: a stream of this context is capturing a "
+                         "graph, and work on the legacy default stream would wait for it "
+                         "(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, which would invalidate the "
+                         "capture); pass the capturing stream to the _async form, or call "
+                         "it before or after the capture", what);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* Stream dealloc while capturing: end the capture and drop its graph. */
@@ -2376,7 +2460,7 @@ pygpu_stream_capture_abort(pygpu_Stream *self)
     if (self->capture_keep == NULL)
         return;
     Py_CLEAR(self->capture_keep);
-    captures_active--;
+    capture_forget(self);
     if (self->handle != NULL && cu.cuStreamEndCapture != NULL
         && cu.cuStreamEndCapture(self->handle, &h) == CUDA_SUCCESS
         && h != NULL)

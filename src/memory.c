@@ -816,7 +816,8 @@ do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
         sobj = a[2];
     on_stream = async || sobj != Py_None;
     if (get_ptr(st, htod ? dst : src, &d, &cap) < 0
-        || (on_stream && pygpu_get_stream(st, sobj, &s) < 0))
+        || (on_stream && pygpu_get_stream(st, sobj, &s) < 0)
+        || pygpu_capture_check(st, sobj, !async, what) < 0)
         return NULL;
     if (get_host_buffer(htod ? src : dst, &view, !htod, what) < 0)
         return NULL;
@@ -906,7 +907,8 @@ do_dtod(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     if (get_ptr(st, dst, &d, &dcap) < 0
         || get_ptr(st, src, &sp, &scap) < 0
         || parse_nbytes(nobj, &n, "size") < 0
-        || (on_stream && pygpu_get_stream(st, sobj, &s) < 0))
+        || (on_stream && pygpu_get_stream(st, sobj, &s) < 0)
+        || pygpu_capture_check(st, sobj, !async, what) < 0)
         return NULL;
     if (check_fits(n, dcap, what, "destination allocation") < 0
         || check_fits(n, scap, what, "source allocation (reading past its end)") < 0)
@@ -1004,7 +1006,9 @@ do_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     if (get_ptr(st, dst, &d, &dcap) < 0
         || get_ptr(st, src, &sp, &scap) < 0
         || parse_nbytes(nobj, &n, "size") < 0
-        || (on_stream && pygpu_get_stream(st, sobj, &s) < 0))
+        || (on_stream && pygpu_get_stream(st, sobj, &s) < 0)
+        || pygpu_capture_check(st, sobj, !async,
+                               async ? "memcpy_peer_async()" : "memcpy_peer()") < 0)
         return NULL;
     if (check_fits(n, dcap, "memcpy_peer()", "destination allocation") < 0
         || check_fits(n, scap, "memcpy_peer()", "source allocation") < 0
@@ -1065,7 +1069,8 @@ do_memset(PyObject *module, PyObject *args, int width, int async)
         return NULL;
     if (get_ptr(st, dst, &d, &cap) < 0
         || parse_nbytes(nobj, &n, "count") < 0
-        || (async && pygpu_get_stream(st, sobj, &s) < 0))
+        || (async && pygpu_get_stream(st, sobj, &s) < 0)
+        || pygpu_capture_check(st, sobj, !async, what) < 0)
         return NULL;
     if (!PyLong_Check(vobj)) {
         PyErr_Format(PyExc_TypeError, "%s: value must be an int, not %.100s", what,

@@ -609,5 +609,11 @@ void pygpu_capture_restore(CUstreamCaptureMode mode);
 void pygpu_keep_pool_memory(pygpu_Context *ctx);
 /* graph.c: 1 when stream_obj is a pygpu Stream that pygpu is capturing */
 int pygpu_stream_capturing(pygpu_state *st, PyObject *stream_obj);
+/* graph.c, capture safety: before a call that would break a capture pygpu
+ * runs, a LogicError naming `what` (0 or -1): a blocking call (blocking)
+ * on a capturing stream, or work on the legacy default stream (sobj None,
+ * 0 or 1, or NULL) while a blocking stream of the current context
+ * captures.  No driver call while nothing captures.  GIL held. */
+int pygpu_capture_check(pygpu_state *st, PyObject *sobj, int blocking, const char *what);
 
 #endif

@@ -364,12 +364,42 @@ def test_capture_errors_are_clear_and_end_cleanly(standin, ctx, rng):
     s.begin_capture()
     with pytest.raises(cuda.LogicError, match=r"already capturing"):
         s.begin_capture()
-    # a synchronous copy while capturing: clear error, the capture is invalidated
-    with pytest.raises(cuda.LogicError, match=r"cuMemcpyHtoD failed: "
-                                              r"CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: .*"
-                                              r"synchronous operation on the legacy default "
-                                              r"stream would wait for a capturing stream"):
+    # a synchronous copy or memset while capturing: refused before the driver
+    # (which would invalidate the capture), and the capture goes on
+    calls = standin.calls("cuMemcpyHtoD"), standin.calls("cuMemsetD8")
+    with pytest.raises(cuda.LogicError, match=r"^memcpy_htod\(\): a stream of this context is "
+                                              r"capturing a graph, and work on the legacy "
+                                              r"default stream would wait for it \(CUDA_ERROR_"
+                                              r"STREAM_CAPTURE_IMPLICIT, which would invalidate "
+                                              r"the capture\); pass the capturing stream to the "
+                                              r"_async form, or call it before or after the "
+                                              r"capture$"):
         cuda.memcpy_htod(d, host)
+    with pytest.raises(cuda.LogicError, match=r"^memset_d8\(\): a stream of this context is "
+                                              r"capturing"):
+        cuda.memset_d8(d, 1, 8)
+    with pytest.raises(cuda.LogicError, match=r"^memcpy_dtod_async\(\): a stream of this "
+                                              r"context is capturing"):
+        cuda.memcpy_dtod_async(d, d, 8)          # async, but on the legacy stream
+    with pytest.raises(cuda.LogicError, match=r"^memcpy_dtoh\(\): the stream is capturing a "
+                                              r"graph, whose work is recorded, not run: a "
+                                              r"blocking call cannot wait for it; use the "
+                                              r"_async form \(it is captured\), or call it "
+                                              r"after end_capture\(\)$"):
+        cuda.memcpy_dtoh(host, d, stream=s)
+    assert (standin.calls("cuMemcpyHtoD"), standin.calls("cuMemsetD8")) == calls
+    cuda.memcpy_htod_async(d, host, s)
+    assert [n.kind for n in s.end_capture().nodes()] == ["memcpy"]
+    # the legacy stream does not wait for a non-blocking stream: allowed
+    nb = cuda.Stream(flags=cuda.stream_flags.NON_BLOCKING)
+    nb.begin_capture()
+    cuda.memcpy_htod(d, host)
+    cuda.memset_d8_async(d, 1, 8, nb)
+    assert [n.kind for n in nb.end_capture().nodes()] == ["memset"]
+    # an illegal call that reaches the driver: the capture is invalidated
+    s.begin_capture()
+    with pytest.raises(cuda.LogicError, match=r"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"):
+        ctx.synchronize()
     with pytest.raises(cuda.LogicError, match=r"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: .*"
                                               r"no graph was made; the stream is no longer "
                                               r"capturing"):

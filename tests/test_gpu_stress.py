@@ -180,3 +180,35 @@ def test_frees_race_graph_replays_and_texture_reads(ctx):
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_texture_and_graph_read_memory_freed_under_them(ctx):
+    """Issue 25, defect 6 on a GPU, one thread: free the allocation under a
+    TextureObject and under a graph's kernel node, then read through both:
+    every element is what was written (the free waits for the holders)."""
+    mod = SourceModule(HOLD_KERNELS, no_extern_c=True)
+    twice, fetch = mod.get_function("twice"), mod.get_function("fetch")
+    rng = np.random.default_rng()
+    n = (1 << 18) + 5
+    x = rng.standard_normal(n).astype(np.float32)
+    d = cuda.to_device(x)
+    tex = cuda.TextureObject(d, format=cuda.array_format.FLOAT)
+    out = cuda.mem_alloc(x.nbytes)
+    g = cuda.Graph()
+    g.add_kernel_node(twice, out, d, np.int32(n), block=(256, 1, 1), grid=(512, 1, 1))
+    exe = g.instantiate()
+    d.free()
+    assert d.holders == ("a TextureObject", "graph node #0 (kernel 'twice')")
+    tout = cuda.mem_alloc(x.nbytes)
+    fetch(tout, tex, np.int32(n), block=(256, 1, 1), grid=(512, 1))
+    got = np.empty_like(x)
+    cuda.memcpy_dtoh(got, tout)
+    np.testing.assert_array_equal(got, x)
+    exe.launch()
+    exe.synchronize()
+    cuda.memcpy_dtoh(got, out)
+    np.testing.assert_array_equal(got, 2 * x)
+    del exe, g, tex
+    import gc
+    gc.collect()
+    assert d.holders == ()

@@ -470,6 +470,9 @@ class _RandomNumberGeneratorBase:
                 _drv.Context.set_limit(_drv.limit.STACK_SIZE, prev)
 
     def _launch(self, name, stream, data, *args):
+        from pygpu import gpuarray
+        # the operand gate, against the context the generators' state lives in
+        gpuarray._check_operands("curandom (%s)" % name, (data,), ctx=self.module.module.context)
         self.generators[name].prepared_async_call(self._grid, self._block, stream,
                                                   self.state, data.ptr, *args)
 

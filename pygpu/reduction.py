@@ -212,6 +212,7 @@ class ReductionKernel:
                             % (self.stage1.name[:-len("_stage1")], len(self._vector_flags),
                                ", ".join(a.name for a in self.arguments), len(args)))
         out = []
+        arrays = []
         for a, vec, dt, spec in zip(args, self._vector_flags, self._scalar_dtypes,
                                     self.arguments):
             if vec:
@@ -222,12 +223,17 @@ class ReductionKernel:
                 if not flags.forc:
                     raise RuntimeError("ReductionKernel cannot deal with non-contiguous "
                                        "arrays (argument %r)" % spec.name)
+                arrays.append(a)
                 out.append(a.gpudata)
             else:
                 if dt.kind in "biufc":
                     out.append(dt.type(a))
                 else:
                     out.append(np.array(a, dtype=dt)[()])
+        from pygpu import gpuarray
+        # the operand gate: context, freed memory, extent, one memory order
+        gpuarray._check_operands("ReductionKernel '%s'" % self.stage1.name[:-len("_stage1")],
+                                 arrays, same_layout=True)
         return out
 
     def __call__(self, *args, stream=None, allocator=None, out=None, range=None,
@@ -271,6 +277,8 @@ class ReductionKernel:
                 raise ValueError("out must have the same dtype as dtype_out")
             if out.size == 0:
                 raise ValueError("out array is empty")
+            from pygpu import gpuarray
+            gpuarray._check_operands("ReductionKernel out", (out,))
             result = out
             target = out.gpudata
             partial = _alloc(allocator, blocks * item, stream) if blocks > 1 else target

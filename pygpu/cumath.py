@@ -188,12 +188,15 @@ def _make_unary(name, takes_complex):
             ctx = _get_current()
             ent = fast.get((ctx, array.dtype))
             # proved here: both arrays' memory is a DeviceAllocation of this
-            # context (bounds-checked when the array was made; a freed one is
-            # refused by the launch); anything else goes through the gate
+            # context that holds them (dense, from the allocation's start:
+            # nbytes <= size); a freed one is refused by the launch; anything
+            # else goes through the gate
             g = array.gpudata
-            if ent is not None and g.__class__ is _DA and g.context is ctx and (
-                    out is None or (out.gpudata.__class__ is _DA
-                                    and out.gpudata.context is ctx)):
+            if ent is not None and g.__class__ is _DA and g.context is ctx \
+                    and array.nbytes <= g.size and (
+                        out is None or (out.gpudata.__class__ is _DA
+                                        and out.gpudata.context is ctx
+                                        and out.nbytes <= out.gpudata.size)):
                 if out is None:
                     out = _empty_like(array)
                 n = array.size

@@ -609,6 +609,8 @@ class _RandomNumberGeneratorBase:
         if size != self.generator_count or not forc:
             raise ValueError("%s_array: the counts must be a contiguous array of %d (one per "
                              "generator), not %d" % (name, self.generator_count, size))
+        from pygpu import gpuarray
+        gpuarray._check_operands("%s_array" % name, (i,), ctx=self.module.module.context)
         array.prepared_async_call(self._grid, self._block, stream, self.state,
                                   self.generator_count, i.ptr)
 

@@ -336,11 +336,12 @@ class ElementwiseKernel:
                 if tp is not GPUArray or not (arg._c or arg._f) \
                         or (arg.dtype is not dt and arg.dtype != dt):
                     return False
-                # proved: a DeviceAllocation of this context (bounds-checked
-                # when the array was made; the launch refuses a freed one);
-                # a view, a pooled block or foreign memory: the gate
+                # proved here: a DeviceAllocation of this context that holds
+                # the array (a dense array whose data starts at the
+                # allocation: nbytes <= size); the launch refuses a freed
+                # one.  A view, a pooled block or foreign memory: the gate
                 g = arg.gpudata
-                if g.__class__ is not DA or g.context is not ctx:
+                if g.__class__ is not DA or g.context is not ctx or arg.nbytes > g.size:
                     if arg.size:
                         return False
                 elif first is not None and arg.shape == first.shape and not (

@@ -420,7 +420,13 @@ class GPUArray:
     def __cuda_array_interface__(self):
         # as PyCUDA: explicit strides, and "stream": None (pygpu's own work is
         # on the legacy default stream, which every blocking stream, CuPy's
-        # and PyTorch's defaults included, is ordered against)
+        # and PyTorch's defaults included, is ordered against).  A view of
+        # freed memory, or one past its allocation, is not handed out (a
+        # DeviceAllocation's own address refuses to be read once freed)
+        g = self.gpudata
+        if g is not None and (g.__class__ is not _DA or self.nbytes > g.size
+                              or not (self._c or self._f)):
+            _check_one(self, None, "__cuda_array_interface__")
         cai = {"shape": self.shape, "typestr": self.dtype.str,
                "data": (self.ptr, False),
                "strides": self.strides,
@@ -669,6 +675,8 @@ class GPUArray:
         """Set every element to value; returns self."""
         if self.size:
             _map("fill", "{0}", [value], self, stream, self.dtype, scalar_dtypes=[self.dtype])
+        else:       # nothing to write, but the value is checked all the same
+            elementwise._scalar_value(value, self.dtype, "fill: the value")
         return self
 
     def reverse(self, stream=None):
@@ -1182,7 +1190,7 @@ def _binary(op, x, y, out=None, stream=None):
         ctx = _get_current()
         gx, gy = x.gpudata, y.gpudata
         if not (gx.__class__ is _DA and gy.__class__ is _DA and gx.context is ctx
-                and gy.context is ctx):
+                and gy.context is ctx and x.nbytes <= gx.size and y.nbytes <= gy.size):
             _check_devices((x, y), ctx)
         key = (ctx, op, x.dtype, y.dtype)
         ent = _fast_aa.get(key)
@@ -1201,7 +1209,7 @@ def _binary(op, x, y, out=None, stream=None):
     if out is None and tx is GPUArray and (x._c or x._f) and ty in _SAMPLE:
         ctx = _get_current()
         gx = x.gpudata
-        if not (gx.__class__ is _DA and gx.context is ctx):
+        if not (gx.__class__ is _DA and gx.context is ctx and x.nbytes <= gx.size):
             _check_devices((x,), ctx)
         key = (ctx, op, x.dtype, ty)
         ent = _fast_as.get(key)
@@ -1223,7 +1231,7 @@ def _binary(op, x, y, out=None, stream=None):
     if out is None and ty is GPUArray and (y._c or y._f) and tx in _SAMPLE:
         ctx = _get_current()
         gy = y.gpudata
-        if not (gy.__class__ is _DA and gy.context is ctx):
+        if not (gy.__class__ is _DA and gy.context is ctx and y.nbytes <= gy.size):
             _check_devices((y,), ctx)
         key = (ctx, op, tx, y.dtype)
         ent = _fast_sa.get(key)
@@ -1379,11 +1387,12 @@ def _base_ptr(a):
 # Every array entry point (operators, module functions, methods, the
 # generators' calls, cumath, curandom, reductions, scans, copies, DLPack
 # export) checks its GPUArray operands here before anything reaches the
-# driver.  The fast paths skip only what they have proved: an exact
-# GPUArray whose gpudata is a DeviceAllocation of the current context was
-# bounds-checked when it was made, and a freed DeviceAllocation is refused
-# by the launch itself; anything else (a view, a pooled block, a subclass)
-# comes here.
+# driver.  The fast paths skip only what they prove themselves: an exact,
+# dense GPUArray whose gpudata is a DeviceAllocation of the current context
+# with nbytes <= its size (its data starts at the allocation, so it lies
+# within it), and a freed DeviceAllocation is refused by the launch itself;
+# anything else (a view, a pooled block, a subclass, foreign memory) comes
+# here.
 
 def _allocation(a):
     """The allocation a's elements lie in (a DeviceAllocation or a pooled
@@ -1901,7 +1910,7 @@ def _make_minmax(which):
     def f(a, b, out=None, stream=None):
         if not isinstance(a, GPUArray) and not isinstance(b, GPUArray):
             raise TypeError("%s needs at least one GPUArray" % which)
-        return _binary(which, a, b, out=out, stream=stream)
+        return _function_result(which, _binary(which, a, b, out=out, stream=stream), a, b)
     f.__name__ = which
     f.__doc__ = "numpy.%s element-wise (NaN-propagating) of arrays and scalars." % which
     return f
@@ -1918,7 +1927,16 @@ def _logical(op, x1, x2, out, allocator):
         return r
     if not isinstance(x1, GPUArray) and not isinstance(x2, GPUArray):
         raise ValueError("%s can take either scalar or GPUArrays as inputs" % op)
-    return _binary(op, x1, x2, out=out)
+    return _function_result(op, _binary(op, x1, x2, out=out), x1, x2)
+
+
+def _function_result(op, result, a, b):
+    """A module function's result: NotImplemented (an operand _binary does
+    not take) becomes the TypeError an operator would raise."""
+    if result is NotImplemented:
+        raise TypeError("%s takes GPUArrays and scalars, not %s and %s"
+                        % (op, type(a).__name__, type(b).__name__))
+    return result
 
 
 def logical_and(x1, x2, /, out=None, *, allocator=None):

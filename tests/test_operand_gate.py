@@ -527,3 +527,32 @@ def test_gpu_entry_points_on_views_still_work(ctx, rng):
     scan = InclusiveScanKernel(np.float32, "a+b")
     np.testing.assert_allclose(scan(v, "new").get(), np.cumsum(host[8:40]), rtol=1e-5,
                                atol=1e-4)
+
+
+@standin
+def test_cai_export_of_freed_memory_is_refused(standin, ctx):
+    a = ga.zeros(8, np.float32)
+    v = a[2:]
+    from pygpu.compiler import SourceModule
+    k = SourceModule("__global__ void touch(float *x) { x[0] = 1; }").get_function("touch")
+    k(v, block=(1, 1, 1))
+    a.gpudata.free()
+    before = standin.launches()
+    for x in (a, v):
+        with pytest.raises(drv.LogicError, match="freed"):
+            x.__cuda_array_interface__
+        with pytest.raises(drv.LogicError, match="freed"):
+            k(x, block=(1, 1, 1))           # a raw launch reads the interface
+    assert standin.launches() == before
+
+
+@standin
+def test_skip_ahead_array_is_gated(standin, ctx):
+    gen = curandom.XORWOWRandomNumberGenerator()
+    counts = ga.zeros(gen.generator_count + 8, np.uint64)[8:]
+    gen.call_skip_ahead_array(counts)
+    counts.base.gpudata.free()
+    before = standin.launches()
+    with pytest.raises(drv.LogicError, match="skip_ahead_array: the array's memory was freed"):
+        gen.call_skip_ahead_array(counts)
+    assert standin.launches() == before

@@ -177,6 +177,7 @@ def _make_unary(name, takes_complex):
         else "float32, float64"
 
     fast = {}    # (context, dtype) -> (Function, launch configuration per size)
+    what = "cumath." + name
 
     def f(array, stream_or_out=None, *, out=None, stream=None):
         if stream_or_out is None and array.__class__ is _GPUArray and (array._c or array._f) \
@@ -191,12 +192,13 @@ def _make_unary(name, takes_complex):
             # context that holds them (dense, from the allocation's start:
             # nbytes <= size); a freed one is refused by the launch; anything
             # else goes through the gate
-            g = array.gpudata
-            if ent is not None and g.__class__ is _DA and g.context is ctx \
-                    and array.nbytes <= g.size and (
-                        out is None or (out.gpudata.__class__ is _DA
-                                        and out.gpudata.context is ctx
-                                        and out.nbytes <= out.gpudata.size)):
+            if ent is not None:
+                g = array.gpudata
+                if not (g.__class__ is _DA and g.context is ctx and array.nbytes <= g.size
+                        and (out is None or (out.gpudata.__class__ is _DA
+                                             and out.gpudata.context is ctx
+                                             and out.nbytes <= out.gpudata.size))):
+                    _gate(what, (array, out), ctx)
                 if out is None:
                     out = _empty_like(array)
                 n = array.size

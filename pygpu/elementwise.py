@@ -318,12 +318,12 @@ class ElementwiseKernel:
         True; False (nothing done) sends the call through the checks."""
         plan = self._plan
         if plan is None:
-            from pygpu.gpuarray import GPUArray
+            from pygpu.gpuarray import GPUArray, _check_one
             from pygpu.driver import Context, DeviceAllocation
             plan = self._plan = ([(isinstance(a, VectorArg), a.dtype, a.dtype.type, a.dtype.kind)
                                   for a in self.arguments], GPUArray, DeviceAllocation,
-                                 Context.get_current)
-        plan, GPUArray, DA, get_current = plan
+                                 Context.get_current, _check_one, "kernel '%s'" % self.name)
+        plan, GPUArray, DA, get_current, check_one, what = plan
         if len(args) != len(plan):
             return False
         inv = []
@@ -343,8 +343,8 @@ class ElementwiseKernel:
                 g = arg.gpudata
                 if g.__class__ is not DA or g.context is not ctx or arg.nbytes > g.size:
                     if arg.size:
-                        return False
-                elif first is not None and arg.shape == first.shape and not (
+                        check_one(arg, ctx, what)       # the gate: raises, or it is fine
+                if first is not None and arg.shape == first.shape and not (
                         (arg._c and first._c) or (arg._f and first._f)):
                     return False         # two memory orders: the gate names them
                 if first is None:

@@ -357,11 +357,12 @@ class GPUArray:
             "mem_size": size, "nbytes": size * itemsize, "itemsize": itemsize,
             "allocator": allocator, "gpudata": gpudata, "base": base,
             "_c": _is_c(shape, strides, itemsize), "_f": _is_f(shape, strides, itemsize)})
-        g = _allocation(self)
-        if g is not None and size:
-            if isinstance(g, _DA) and g.freed:
-                raise drv.LogicError("GPUArray(): the memory given (gpudata=) was freed")
-            _check_extent(self.ptr, shape, strides, itemsize, g, "GPUArray()")
+        if size and gpudata is not None:
+            g = _allocation(self)
+            if g is not None:
+                if isinstance(g, _DA) and g.freed:
+                    raise drv.LogicError("GPUArray(): the memory given (gpudata=) was freed")
+                _check_one(self, None, "GPUArray()")     # within its allocation
 
     # ---- metadata ----
 
@@ -1443,25 +1444,33 @@ def _check_extent(ptr, shape, strides, itemsize, g, what):
 
 
 def _check_one(a, ctx, what):
-    if not isinstance(a, GPUArray):
+    """The gate for one operand (see _check_operands)."""
+    if a.__class__ is not GPUArray and not isinstance(a, GPUArray):
         raise TypeError("%s: expected a GPUArray, not %s" % (what, type(a).__name__))
-    g = _allocation(a)
-    if g is None:
-        return
-    if g.__class__ is not _DA and not isinstance(g, _DA):
-        if g._alloc is None:             # a pooled block given back
+    g = a.gpudata
+    cls = g.__class__
+    if cls is _DA:
+        alloc = g
+    else:
+        alloc = _allocation(a)
+        if alloc is None:
+            return
+    if alloc.__class__ is _DA or isinstance(alloc, _DA):
+        if alloc.freed:
             raise drv.LogicError("%s: the array's memory was freed" % what)
-        if a.size:
-            _check_extent(a.ptr, a.shape, a.strides, a.itemsize, g, what)
-        return
-    if g.freed:
+        if ctx is not None:
+            gctx = alloc.context
+            if gctx is not ctx and gctx != ctx:
+                raise ValueError("%s: %s" % (what, _elsewhere_message(gctx, ctx)))
+    elif alloc._alloc is None:             # a pooled block given back
         raise drv.LogicError("%s: the array's memory was freed" % what)
-    if ctx is not None:
-        gctx = g.context
-        if gctx is not ctx and gctx != ctx:
-            raise ValueError("%s: %s" % (what, _elsewhere_message(gctx, ctx)))
     if a.size:
-        _check_extent(a.ptr, a.shape, a.strides, a.itemsize, g, what)
+        if a._c or a._f:        # dense, positive strides: [ptr, ptr + nbytes)
+            start = int(alloc)
+            p = g if cls is int else int(g)
+            if start <= p and p + a.nbytes <= start + alloc.size:
+                return
+        _check_extent(a.ptr, a.shape, a.strides, a.itemsize, alloc, what)
 
 
 _NO_CTX = object()
@@ -1997,7 +2006,11 @@ def _dot_operands(what, a, b, allocator):
     for x in (a, b):
         if not isinstance(x, GPUArray):
             raise TypeError("%s takes GPUArrays, not %s" % (what, type(x).__name__))
-    _check_operands(what, (a, b), contiguous=True, same_size=True)
+    if a.size != b.size:
+        raise ValueError("%s: the arrays have %d and %d elements (shapes %r and %r); they "
+                         "must have as many" % (what, a.size, b.size, a.shape, b.shape))
+    # the rest of the gate: in the copy below if there is one, and in the
+    # reduction's call
     if a.shape != b.shape:
         return _as_c(a, allocator), _as_c(b, allocator)
     return a, _in_order_of(b, a, allocator)

@@ -206,6 +206,8 @@ class ReductionKernel:
         self._item = self.dtype_out.itemsize
         self._offset = -(-builtins.max(self._item, 1) // 16) * 16   # partials' offset
 
+    _gate = None
+
     def _convert(self, args):
         if len(args) != len(self._vector_flags):
             raise TypeError("%s takes %d arguments (%s) but %d were given"
@@ -230,10 +232,13 @@ class ReductionKernel:
                     out.append(dt.type(a))
                 else:
                     out.append(np.array(a, dtype=dt)[()])
-        from pygpu import gpuarray
         # the operand gate: context, freed memory, extent, one memory order
-        gpuarray._check_operands("ReductionKernel '%s'" % self.stage1.name[:-len("_stage1")],
-                                 arrays, same_layout=True)
+        gate = self._gate
+        if gate is None:
+            from pygpu.gpuarray import _check_operands as gate
+            self._gate = gate
+            self._what = "ReductionKernel '%s'" % self.stage1.name[:-len("_stage1")]
+        gate(self._what, arrays, same_layout=True)
         return out
 
     def __call__(self, *args, stream=None, allocator=None, out=None, range=None,
@@ -277,8 +282,8 @@ class ReductionKernel:
                 raise ValueError("out must have the same dtype as dtype_out")
             if out.size == 0:
                 raise ValueError("out array is empty")
-            from pygpu import gpuarray
-            gpuarray._check_operands("ReductionKernel out", (out,))
+            from pygpu.gpuarray import _check_operands
+            _check_operands("ReductionKernel out", (out,))
             result = out
             target = out.gpudata
             partial = _alloc(allocator, blocks * item, stream) if blocks > 1 else target

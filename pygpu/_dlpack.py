@@ -244,6 +244,14 @@ def import_(obj):
     if t.device.device_type not in (kDLCUDA, kDLCUDAManaged, kDLCUDAHost):
         raise BufferError("the DLPack tensor is not in CUDA memory (device type %d)"
                           % t.device.device_type)
+    if t.device.device_type == kDLCUDA:
+        from pygpu import driver as drv
+        ctx = drv.Context.get_current()
+        if ctx is not None and ctx.device.ordinal != t.device.device_id:
+            raise BufferError("the DLPack tensor is on CUDA device %d but the current context "
+                              "is on device %d: make device %d's context current to use it "
+                              "there, or copy it" % (t.device.device_id, ctx.device.ordinal,
+                                                     t.device.device_id))
     if t.dtype.lanes != 1 or t.dtype.code not in _KINDS:
         raise BufferError("DLPack dtype (code %d, %d bits, %d lanes) has no NumPy dtype"
                           % (t.dtype.code, t.dtype.bits, t.dtype.lanes))

@@ -357,13 +357,14 @@ class LyingDLPack:
     'dltensor' capsule over a DLManagedTensor it keeps alive)."""
 
     def __init__(self, ptr, shape, strides=None, code=2, bits=32, lanes=1, ndim=None,
-                 device_type=2, null_shape=False):
+                 device_type=2, null_shape=False, device_id=0):
         from pygpu import _dlpack as d
         nd = len(shape) if ndim is None else ndim
         self._shape = (ctypes.c_int64 * max(len(shape), 1))(*shape)
         self._strides = None if strides is None else (ctypes.c_int64 * max(len(strides), 1))(
             *strides)
-        t = d.DLTensor(ptr or None, d.DLDevice(device_type, 0), nd, d.DLDataType(code, bits, lanes),
+        t = d.DLTensor(ptr or None, d.DLDevice(device_type, device_id), nd,
+                       d.DLDataType(code, bits, lanes),
                        None if null_shape else ctypes.cast(self._shape,
                                                            ctypes.POINTER(ctypes.c_int64)),
                        None if self._strides is None else ctypes.cast(
@@ -379,7 +380,7 @@ class LyingDLPack:
         return api.PyCapsule_New(ctypes.addressof(self._m), b"dltensor", None)
 
     def __dlpack_device__(self):
-        return (self.device_type, 0)
+        return (self.device_type, self._m.dl_tensor.device.device_id)
 
 
 @standin
@@ -396,6 +397,8 @@ class LyingDLPack:
     (dict(shape=(4,), null_shape=True), "has no shape \\(a NULL pointer\\)"),
     (dict(shape=(4,), ptr=0), r"shape \(4,\) has a NULL data pointer"),
     (dict(shape=(4,), device_type=1), "not in CUDA memory \\(device type 1\\)"),
+    (dict(shape=(4,), device_id=1), "the DLPack tensor is on CUDA device 1 but the current "
+                                    "context is on device 0"),
 ])
 def test_lying_dlpack_producers_are_refused(standin, ctx, kw, match):
     buf = ga.zeros(64, np.float32)

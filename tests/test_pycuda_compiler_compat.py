@@ -481,3 +481,67 @@ def test_reikna_declarations_of_numpy_dtypes(dtype, tmp_cache):
     rdtypes = pytest.importorskip("reikna.cluda.dtypes")
     _sm_compile(_reikna_source(rdtypes.align(dtype) if dtype.names[0] in ("a", "p")
                                else dtype), no_extern_c=True)
+
+
+# ---- the driver's exceptions: PyCUDA's names and relations ----
+
+# PyCUDA 2026.1: pycuda._driver's exceptions (src/wrapper/wrap_cudadrv.cpp's
+# DECLARE_EXC: every one a subclass of Error, Error of Exception) and
+# pycuda.driver.CompileError(Error)
+PYCUDA_EXCEPTIONS = {"Error": "Exception", "MemoryError": "Error", "LogicError": "Error",
+                     "LaunchError": "Error", "RuntimeError": "Error", "CompileError": "Error"}
+
+
+@pytest.mark.parametrize("name, base", sorted(PYCUDA_EXCEPTIONS.items()))
+def test_exception_hierarchy_is_pycudas(name, base):
+    cls = getattr(cuda, name)
+    parent = Exception if base == "Exception" else getattr(cuda, base)
+    assert issubclass(cls, parent) and issubclass(cls, Exception)
+    # no PyCUDA exception is a subclass of another but Error
+    for other, other_base in PYCUDA_EXCEPTIONS.items():
+        if other not in (name, "Error") and other_base == "Error" and name != "Error":
+            assert not issubclass(cls, getattr(cuda, other)), (name, other)
+    # pygpu's additions: MemoryError and RuntimeError are the built-ins too
+    import builtins
+    if name in ("MemoryError", "RuntimeError"):
+        assert issubclass(cls, getattr(builtins, name))
+
+
+def test_driver_errors_are_caught_as_pycuda_code_catches_them():
+    from pygpu import _driver
+    for code, cls in [(2, cuda.MemoryError), (719, cuda.LaunchError), (1, cuda.LogicError)]:
+        with pytest.raises(cuda.Error) as ei:
+            _driver._raise_for_code(code, "cuTest")
+        assert type(ei.value) is cls and ei.value.code == code
+
+
+# ---- enum members print their names ----
+
+def test_enum_members_print_their_names():
+    m = cuda.device_attribute.MAX_THREADS_PER_BLOCK
+    assert str(m) == "MAX_THREADS_PER_BLOCK" and "%s" % m == "MAX_THREADS_PER_BLOCK"
+    assert f"{m}" == "MAX_THREADS_PER_BLOCK" and f"{m:d}" == "%d" % m == str(int(m))
+    assert m == int(m) and hash(m) == hash(int(m)) and {int(m): 1}[m] == 1
+    assert "%s: %s" % (m, 1024) == "MAX_THREADS_PER_BLOCK: 1024"
+    assert str(cuda.ctx_flags.SCHED_AUTO) == "SCHED_AUTO"
+    assert str(cuda.compute_mode.DEFAULT) == "DEFAULT" and f"{cuda.compute_mode.DEFAULT:d}" == "0"
+    assert str(cuda.host_alloc_flags.PORTABLE) == "PORTABLE"
+
+
+@pytest.mark.standin
+def test_get_attributes_is_keyed_by_named_members(standin):
+    cuda.init()
+    attrs = cuda.Device(0).get_attributes()
+    key = next(k for k in attrs if int(k) == int(cuda.device_attribute.MAX_THREADS_PER_BLOCK))
+    assert type(key) is cuda.device_attribute and str(key) == "MAX_THREADS_PER_BLOCK"
+    assert attrs[cuda.device_attribute.MAX_THREADS_PER_BLOCK] == attrs[int(key)]
+    assert "MAX_THREADS_PER_BLOCK: %d" % attrs[key] in ["%s: %s" % kv for kv in attrs.items()]
+
+
+@pytest.mark.gpu
+def test_get_attributes_on_a_gpu_print_names(ctx):
+    attrs = ctx.get_device().get_attributes()
+    lines = ["%s: %s" % kv for kv in attrs.items()]
+    mt = cuda.Context.get_device().max_threads_per_block
+    assert "MAX_THREADS_PER_BLOCK: %d" % mt in lines
+    assert all(not line.split(":")[0].isdigit() for line in lines)

@@ -545,3 +545,23 @@ def test_get_attributes_on_a_gpu_print_names(ctx):
     mt = cuda.Context.get_device().max_threads_per_block
     assert "MAX_THREADS_PER_BLOCK: %d" % mt in lines
     assert all(not line.split(":")[0].isdigit() for line in lines)
+
+
+def test_pycuda_cache_environment(tmp_path, monkeypatch):
+    from pygpu import store
+    monkeypatch.delenv("PYGPU_CACHE_DIR", raising=False)
+    monkeypatch.setenv("PYCUDA_CACHE_DIR", str(tmp_path / "pc"))
+    assert store.default_cache_dir() == str(tmp_path / "pc")
+    monkeypatch.setenv("PYGPU_CACHE_DIR", str(tmp_path / "pg"))
+    assert store.default_cache_dir() == str(tmp_path / "pg")     # pygpu's own wins
+    compiler.clear_cache(disk=False)
+    src = "__global__ void k(int *o) { o[0] = 11; }"
+    compiler.compile(src, arch="sm_90")
+    assert os.listdir(str(tmp_path / "pg"))
+    # PyCUDA's rule: PYCUDA_DISABLE_CACHE set at all (even "0") turns the cache off
+    monkeypatch.setenv("PYCUDA_DISABLE_CACHE", "0")
+    monkeypatch.setenv("PYGPU_CACHE_DIR", str(tmp_path / "off"))
+    assert store.resolve_dir(None) is None
+    compiler.compile(src.replace("11", "12"), arch="sm_90")
+    assert not os.path.exists(str(tmp_path / "off"))
+    compiler.clear_cache(disk=False)

@@ -25,9 +25,12 @@ import threading
 
 from pygpu import _loader
 
-__all__ = ["prelude", "gnu_attributes", "PRELUDE_HEADER"]
+__all__ = ["prelude", "gnu_attributes", "PRELUDE_HEADER", "ATTRIBUTES_VERSION"]
 
 PRELUDE_HEADER = "pygpu_nvcc.h"
+# in the cache key of every nvcc_compat compile: change it when
+# gnu_attributes() changes what it makes of a source
+ATTRIBUTES_VERSION = "gnu-attributes-1"
 
 _lock = threading.Lock()
 _prelude = None
@@ -78,6 +81,8 @@ _TOKEN = re.compile(r'''
 ''', re.S | re.X | re.M)
 _DEFINE = re.compile(r'#\s*define\s+([A-Za-z_]\w*)(\([^)]*\))?\s*(.*)', re.S)
 _ATTRIBUTE_WORDS = ("__attribute__", "__align__", "__builtin_align__")
+_QUICK_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M)
+_QUICK_AFTER_BRACE = re.compile(r"\}(?:\s|/\*.*?\*/|//[^\n]*\n)*([A-Za-z_]\w*)", re.S)
 _CLASS_KEYS = ("struct", "union", "class", "enum")
 
 
@@ -193,8 +198,14 @@ def gnu_attributes(text):
     for a type attribute; NVRTC honours only the second).  Line numbers are
     kept: the attribute's old place is blanked, newlines kept.  Sources with
     no such attribute come back unchanged (the same object)."""
-    if "}" not in text or not any(w in text for w in ("__attribute__", "__align__",
-                                                      "__builtin_align__")):
+    if "}" not in text or not any(w in text for w in _ATTRIBUTE_WORDS):
+        return text
+    # quick look first: a '}' followed by an attribute or a macro that may
+    # be one; most sources have none and are not tokenized
+    names = set(_ATTRIBUTE_WORDS)
+    for m in _QUICK_DEFINE.finditer(text):
+        names.add(m.group(1))
+    if not any(m.group(1) in names for m in _QUICK_AFTER_BRACE.finditer(text)):
         return text
     toks = _tokens(text)
     attrs = _attribute_macros(toks)

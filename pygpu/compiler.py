@@ -237,7 +237,7 @@ def _uses_pch(opts):
     return any(o.startswith(_PCH_OPTIONS) for o in opts)
 
 
-def _prepare(source, nvcc_compat, wrap, pch):
+def _prepare(source, nvcc_compat, wrap, pch, move_attributes=True):
     """The text NVRTC compiles for the user's source: with nvcc_compat, the
     struct attributes GCC reads after a closing brace moved where NVRTC reads
     them, and the names nvcc's host headers give put ahead (pygpu/_nvcc_compat.py);
@@ -246,7 +246,7 @@ def _prepare(source, nvcc_compat, wrap, pch):
     With precompiled headers (pch), which a #line turns off, the prelude is
     given as --pre-include instead (_compile) and the wrapper's line is
     mapped away afterwards."""
-    if nvcc_compat:
+    if nvcc_compat and move_attributes:
         source = _nvcc_compat.gnu_attributes(source)
     if wrap:
         source = _WRAP_OPEN + ("" if pch else "#line 1\n") + source + _WRAP_CLOSE
@@ -444,18 +444,22 @@ def _compile(source, options, arch, target, include_dirs, defines, name_expressi
     if memo is not None and memo[1].valid():
         key, deps = memo
     else:
-        text = _prepare(source, nvcc_compat, wrap, pch)
+        # the key covers the prelude and wrapper as text, and the attribute
+        # move by its version (a pure function of the source: done on a miss)
+        key_text = _prepare(source, nvcc_compat, wrap, pch, move_attributes=False)
         try:
-            deps = store.scan(text, opts, name, _trusted_dirs(cache))
+            deps = store.scan(key_text, opts, name, _trusted_dirs(cache))
         except store.Uncacheable as e:
             store.debug("not cached: %s" % e)
             store.stats["uncacheable"] += 1
-            return _nvrtc(text, name, opts, name_expressions, target, arch_opt,
-                          user_source, offset), None
+            return _nvrtc(_prepare(source, nvcc_compat, wrap, pch), name, opts,
+                          name_expressions, target, arch_opt, user_source, offset), None
         nv = _nvrtc_version_for_key(cache)
-        # the prepared text: the prelude and the moved attributes are in the key
-        key = store.make_key(["%d.%d" % nv, target, name, text, "%d" % len(opts)] + opts
-                             + ["%d" % len(name_expressions)] + list(name_expressions), deps)
+        parts = ["%d.%d" % nv, target, name, key_text, "%d" % len(opts)] + opts \
+            + ["%d" % len(name_expressions)] + list(name_expressions)
+        if nvcc_compat:
+            parts.append(_nvcc_compat.ATTRIBUTES_VERSION)
+        key = store.make_key(parts, deps)
         if not deps.racy:
             with _lock:
                 if len(_key_memo) >= _MEMO_MAX:

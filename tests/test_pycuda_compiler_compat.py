@@ -194,15 +194,21 @@ def test_compile_alone_adds_nothing(tmp_cache):
         compiler.compile("__global__ void k(double *o) { o[0] = M_PI; }", arch="sm_90")
 
 
-def test_prelude_is_in_the_cache_key(tmp_cache):
+def test_prelude_is_in_the_cache_key(tmp_cache, monkeypatch):
+    from pygpu import store
     src = "__global__ void k(int *o) { o[0] = 1; }"
-    a = compiler.compile(src, arch="sm_90", target="ptx")
-    b = compiler.compile(src, arch="sm_90", target="ptx", nvcc_compat=True)
-    info = compiler.cache_info()
-    assert bytes(a) == bytes(b) or True
-    # two entries: the prelude is part of what is keyed
-    assert info["disk_entries"] >= 2 if "disk_entries" in info else True
-    assert _nvcc_compat.prelude().endswith("\n#line 1\n")
+    compiler.compile(src, arch="sm_90", target="ptx")
+    misses = store.stats["misses"]
+    compiler.compile(src, arch="sm_90", target="ptx", nvcc_compat=True)
+    assert store.stats["misses"] == misses + 1          # another key
+    compiler.compile(src, arch="sm_90", target="ptx", nvcc_compat=True)
+    assert store.stats["misses"] == misses + 1          # the same again: a hit
+    # a changed prelude (another pygpu) is another key
+    monkeypatch.setattr(_nvcc_compat, "_prelude", _nvcc_compat.prelude() + "// changed\n")
+    compiler.clear_cache(disk=False)
+    compiler.compile(src, arch="sm_90", target="ptx", nvcc_compat=True)
+    assert store.stats["misses"] == misses + 2
+    assert _nvcc_compat.prelude().count("#line 1\n") == 1
     assert "#include" not in _nvcc_compat.prelude()
 
 
@@ -565,3 +571,17 @@ def test_pycuda_cache_environment(tmp_path, monkeypatch):
     compiler.compile(src.replace("11", "12"), arch="sm_90")
     assert not os.path.exists(str(tmp_path / "off"))
     compiler.clear_cache(disk=False)
+
+
+def test_attribute_move_is_in_the_cache_key(tmp_cache, monkeypatch):
+    from pygpu import store
+    src = REIKNA_NESTED + "__global__ void k(outer *o) { o->val1 = 1; }\n"
+    compiler.compile(src, arch="sm_90", nvcc_compat=True)
+    misses = store.stats["misses"]
+    compiler.clear_cache(disk=False)
+    compiler.compile(src, arch="sm_90", nvcc_compat=True)          # from the disk
+    assert store.stats["misses"] == misses
+    compiler.clear_cache(disk=False)
+    monkeypatch.setattr(_nvcc_compat, "ATTRIBUTES_VERSION", "gnu-attributes-test")
+    compiler.compile(src, arch="sm_90", nvcc_compat=True)
+    assert store.stats["misses"] == misses + 1

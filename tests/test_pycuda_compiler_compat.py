@@ -585,3 +585,64 @@ def test_attribute_move_is_in_the_cache_key(tmp_cache, monkeypatch):
     monkeypatch.setattr(_nvcc_compat, "ATTRIBUTES_VERSION", "gnu-attributes-test")
     compiler.compile(src, arch="sm_90", nvcc_compat=True)
     assert store.stats["misses"] == misses + 1
+
+
+def _reikna_cuda_prelude():
+    kernel = pytest.importorskip("reikna.cluda.kernel")
+
+    class _Api:
+        def get_id(self):
+            return "cuda"
+
+    class _Thread:
+        api = _Api()
+    return kernel.render_prelude(_Thread())
+
+
+REIKNA_FILL = """
+KERNEL void test(GLOBAL_MEM ${struct} *dest)
+{
+  const SIZE_T i = get_global_id(0);
+  ${struct} res;
+  %for i, field_info in enumerate(dtypes.flatten_dtype(dtype)):
+  res.${".".join(field_info[0])} = ${i} + i;
+  %endfor
+  dest[i] = res;
+}
+static_assert(sizeof(${struct}) == ${dtype.itemsize}, "sizeof");
+"""
+
+
+def _reikna_fill_source(dtype):
+    rdtypes = pytest.importorskip("reikna.cluda.dtypes")
+    kernel = pytest.importorskip("reikna.cluda.kernel")
+    return _reikna_cuda_prelude() + kernel.render_template_source(
+        REIKNA_FILL, render_kwds=dict(struct=rdtypes.ctype_module(dtype), dtype=dtype))
+
+
+def test_reikna_whole_kernel_source(tmp_cache):
+    # reikna's own CUDA prelude and struct module (its test_hardcoded_offsets)
+    _, outer = _reikna_dtypes()
+    src = _reikna_fill_source(outer)
+    with pytest.raises(CompileError, match=r'static assertion failed with "sizeof"'):
+        compiler.compile(src, arch="sm_90", target="ptx")
+    assert ".entry test(" in _sm_compile(src, no_extern_c=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("which", ["hardcoded", "inner32", "inner64"])
+def test_reikna_struct_fill_on_the_gpu(which, ctx):
+    # reikna's check_struct_fill: every field of every element, from the device
+    rdtypes = pytest.importorskip("reikna.cluda.dtypes")
+    if which == "hardcoded":
+        dtype = _reikna_dtypes()[1]
+    else:
+        dtype = list(_numpy_nested_dtypes())[0 if which == "inner32" else 1]
+    n = 128
+    mod = compiler.SourceModule(_reikna_fill_source(dtype), no_extern_c=True)
+    out = np.zeros(n, dtype)
+    mod.get_function("test")(cuda.Out(out), block=(n, 1, 1), grid=(1, 1))
+    idx = np.arange(n)
+    for i, (path, _) in enumerate(rdtypes.flatten_dtype(dtype)):
+        got = rdtypes.extract_field(out, path)
+        np.testing.assert_array_equal(got, (i + idx).astype(got.dtype))

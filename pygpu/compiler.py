@@ -638,13 +638,16 @@ class SourceModule(CudaModule):
     INT_MAX, M_PI, ...) and struct attributes read where GCC reads them.
     keep=True keeps the source, the options and the binaries in a new
     directory and prints "*** compiler output in DIR", as PyCUDA does.
+    nvcc= (PyCUDA's path to nvcc) is accepted and not used.
     get_function() also takes a template expression listed in
     name_expressions ("scale<float>").
     """
 
     def __init__(self, source, options=None, no_extern_c=False, arch=None, code=None,
                  include_dirs=(), cache_dir=None, keep=False, name_expressions=(),
-                 std=None, fast_math=False, defines=None, target=None, nvcc_compat=True):
+                 std=None, fast_math=False, defines=None, target=None, nvcc_compat=True,
+                 nvcc=None):
+        # nvcc: PyCUDA's path to nvcc, accepted and unused (NVRTC compiles)
         if type(source) is not str:
             # a code generator's object: its text now (it may change later)
             source = _source_text(source)
@@ -766,8 +769,10 @@ def get_nvcc_version(nvcc="nvcc"):
 def compile_plain(source, options, keep, nvcc, cache_dir, target="cubin"):
     """pycuda.compiler.compile_plain: source compiled as it is (no extern "C"
     wrapper) to target ('cubin' or 'ptx') for the current device, through
-    NVRTC and the cache; nvcc's host-side options are dropped
-    (pygpu.linking.translate_nvcc_options)."""
+    NVRTC and the cache, with what nvcc gives a kernel implicitly
+    (nvcc_compat); nvcc's host-side options are dropped
+    (pygpu.linking.translate_nvcc_options).  keep=True keeps the source and
+    binaries as SourceModule's does; nvcc is not run."""
     from pygpu import linking
     t = linking.translate_nvcc_options(options)
     if target not in ("cubin", "ptx"):
@@ -776,9 +781,12 @@ def compile_plain(source, options, keep, nvcc, cache_dir, target="cubin"):
     arch = t["arch"] or t["code"]
     if arch is not None and target == "ptx" and arch.startswith("sm_"):
         arch = "compute_" + arch[3:]
+    cache_dir = None if cache_dir in (None, True) else cache_dir
+    if keep:
+        return bytes(_compile_kept((source, t["nvrtc"], arch, target, (), None, (), None, False,
+                                    cache_dir, "kernel.cu", False, True, False))[0])
     return bytes(compile(source, options=t["nvrtc"], arch=arch, target=target,
-                         cache_dir=None if cache_dir in (None, True) else cache_dir,
-                         nvcc_compat=True))
+                         cache_dir=cache_dir, nvcc_compat=True))
 
 
 __all__ += ["CudaModule", "get_nvcc_version", "compile_plain"]

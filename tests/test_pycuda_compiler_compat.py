@@ -646,3 +646,42 @@ def test_reikna_struct_fill_on_the_gpu(which, ctx):
     for i, (path, _) in enumerate(rdtypes.flatten_dtype(dtype)):
         got = rdtypes.extract_field(out, path)
         np.testing.assert_array_equal(got, (i + idx).astype(got.dtype))
+
+
+@pytest.mark.gpu
+def test_pycuda_kernel_with_nvcc_names_runs(ctx, rng, capsys):
+    # a kernel as written for nvcc: uint, ushort, M_PI, INT_MAX, std::sqrt,
+    # no #include; given as a code generator's object, kept on disk
+    gen = _Generated([
+        "__global__ void k(float *out, const float *x, uint n, ushort scale)",
+        "{",
+        "    uint i = blockIdx.x * blockDim.x + threadIdx.x;",
+        "    if (i >= n) return;",
+        "    int32_t big = INT_MAX;",
+        "    out[i] = (float)(M_PI * std::sqrt(x[i])) * scale + (big == 2147483647 ? 1.0f : -1.0f);",
+        "}"])
+    mod = compiler.SourceModule(gen, keep=True)
+    d = re.search(r"\*\*\* compiler output in (\S+)", capsys.readouterr().out).group(1)
+    assert {"kernel.cu", "kernel.options"} <= set(os.listdir(d))
+    n = 1000
+    x = rng.random(n).astype(np.float32) * 100
+    out = np.empty_like(x)
+    mod.get_function("k")(cuda.Out(out), cuda.In(x), np.uint32(n), np.uint16(3),
+                          block=(256, 1, 1), grid=((n + 255) // 256, 1))
+    np.testing.assert_allclose(out, (np.pi * np.sqrt(x)).astype(np.float32) * 3 + 1,
+                               rtol=1e-5)
+
+
+def test_compile_plain_keeps_and_has_the_prelude(tmp_cache, capsys):
+    b = compiler.compile_plain('extern "C" __global__ void k(uint *x) { x[0] = INT_MAX; }',
+                               ["-arch=sm_90", "--compiler-options", "-Wall"], True, "nvcc",
+                               None, target="ptx")
+    d = re.fullmatch(r"\*\*\* compiler output in (\S+)\n", capsys.readouterr().out).group(1)
+    assert sorted(os.listdir(d)) == ["kernel.cu", "kernel.options", "kernel.ptx"]
+    assert b".entry k(" in b
+
+
+@pytest.mark.standin
+def test_sourcemodule_takes_pycudas_nvcc_keyword(standin, tmp_cache):
+    mod = compiler.SourceModule("__global__ void k(uint *x) { x[0] = 1; }", nvcc="/opt/nvcc")
+    assert mod.get_function("k") is not None

@@ -685,3 +685,23 @@ def test_compile_plain_keeps_and_has_the_prelude(tmp_cache, capsys):
 def test_sourcemodule_takes_pycudas_nvcc_keyword(standin, tmp_cache):
     mod = compiler.SourceModule("__global__ void k(uint *x) { x[0] = 1; }", nvcc="/opt/nvcc")
     assert mod.get_function("k") is not None
+
+
+@pytest.mark.parametrize("include, use", [
+    ("<cuda/std/cstdint>", "cuda::std::int64_t a = INT64_MAX; int64_t b = a; o[0] = b + n;"),
+    ("<cuda/std/type_traits>", "o[0] = cuda::std::is_same<int32_t, int>::value + n;"),
+    ("<cuda/std/limits>", "o[0] = cuda::std::numeric_limits<int>::max() + sizeof(max_align_t);"),
+    ("<stdint.h>\n#include <cuda/std/cstdint>\n#include <cstdint>",
+     "int_fast16_t f = INT_FAST16_MAX; o[0] = INT64_C(5) + f + std::uint32_t(n);"),
+    ("<cub/block/block_reduce.cuh>",
+     "typedef cub::BlockReduce<int, 128> R; __shared__ R::TempStorage t; "
+     "o[0] = R(t).Sum((int)n);"),
+])
+def test_cccl_headers_after_the_prelude(include, use, tmp_cache):
+    # CCCL declares the integer types and <limits.h>'s macros itself under
+    # NVRTC: the prelude's agree with them, and no warning is shown
+    src = "#include %s\n__global__ void k(long long *o, uint n) { %s (void)M_PI; }\n" % (
+        include, use)
+    ptx = _sm_compile(src, no_extern_c=True,
+                      include_dirs=[d for d in compiler._trusted_dirs()])
+    assert ".entry" in ptx

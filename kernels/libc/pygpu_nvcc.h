@@ -13,6 +13,10 @@
  * under nvcc, and need it here too. */
 #ifndef PYGPU_NVCC_H
 #define PYGPU_NVCC_H
+/* CCCL's headers (<cuda/std/...>, CUB) define the <limits.h> macros again
+ * under NVRTC, in other spellings of the same values: no warning for that
+ * ("incompatible redefinition of macro") */
+#pragma nv_diag_suppress 47
 #include <limits.h>
 #include <math.h>
 #include <cmath>
@@ -26,15 +30,18 @@ typedef unsigned long int u_long;
 typedef unsigned short int ushort;
 typedef unsigned int uint;
 typedef unsigned long int ulong;
+/* the exact-width types as pygpu's <stdint.h> and CCCL's <cuda/std/cstdint>
+ * declare them under NVRTC (64 bits: long long; glibc's long has the same
+ * size), so that either can be included after this */
 typedef signed char int8_t;
 typedef short int int16_t;
 typedef int int32_t;
+typedef long long int int64_t;
 typedef unsigned char u_int8_t;
 typedef unsigned short int u_int16_t;
 typedef unsigned int u_int32_t;
+typedef unsigned long long int u_int64_t;
 #if defined(__LP64__)
-typedef long int int64_t;
-typedef unsigned long int u_int64_t;
 typedef long int quad_t;
 typedef unsigned long int u_quad_t;
 typedef long int ssize_t;
@@ -42,8 +49,6 @@ typedef long int off_t;
 typedef long int time_t;
 typedef long int register_t;
 #else
-typedef long long int int64_t;
-typedef unsigned long long int u_int64_t;
 typedef long long int quad_t;
 typedef unsigned long long int u_quad_t;
 typedef int ssize_t;

@@ -280,12 +280,12 @@ def cuda_cell(line, cell, namespace):
     except driver.CudaUnavailableError:
         # no driver or GPU: compile only (the same arguments as SourceModule's,
         # so the cache serves what it just compiled)
-        source = cell if args.no_extern_c else 'extern "C" {\n%s\n}\n' % cell
-        binary = compiler.compile(source, options=options, arch=args.arch or "sm_90",
+        binary = compiler.compile(cell, options=options, arch=args.arch or "sm_90",
                                   include_dirs=list(args.include_dirs)
                                   + _loader.cuda_include_dirs(),
                                   defines=defines, name_expressions=args.name_expressions,
-                                  std=args.std)
+                                  std=args.std, nvcc_compat=True,
+                                  extern_c=not args.no_extern_c)
     # the kernels are the binary's (what the driver loads), in the cell's
     # order where the text declares them; mangled C++ names (templates,
     # kernels outside extern "C" under --no-extern-c) are not bound

@@ -645,11 +645,15 @@ class SourceModule(CudaModule):
     name_expressions ("scale<float>").
     """
 
-    def __init__(self, source, options=None, no_extern_c=False, arch=None, code=None,
-                 include_dirs=(), cache_dir=None, keep=False, name_expressions=(),
-                 std=None, fast_math=False, defines=None, target=None, nvcc_compat=True,
-                 nvcc=None):
-        # nvcc: PyCUDA's path to nvcc, accepted and unused (NVRTC compiles)
+    def __init__(self, source, nvcc="nvcc", options=None, keep=False, no_extern_c=False,
+                 arch=None, code=None, cache_dir=None, include_dirs=(), *,
+                 name_expressions=(), std=None, fast_math=False, defines=None, target=None,
+                 nvcc_compat=True):
+        # PyCUDA's positional order (source, nvcc, options, keep, no_extern_c,
+        # arch, code, cache_dir, include_dirs); nvcc: PyCUDA's path to nvcc,
+        # accepted and unused (NVRTC compiles)
+        if include_dirs is None:
+            include_dirs = ()
         if type(source) is not str:
             # a code generator's object: its text now (it may change later)
             source = _source_text(source)

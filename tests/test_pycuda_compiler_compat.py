@@ -705,3 +705,16 @@ def test_cccl_headers_after_the_prelude(include, use, tmp_cache):
     ptx = _sm_compile(src, no_extern_c=True,
                       include_dirs=[d for d in compiler._trusted_dirs()])
     assert ".entry" in ptx
+
+
+def test_source_module_takes_pycudas_positional_order():
+    """PyCUDA's SourceModule(source, nvcc, options, keep, no_extern_c, arch,
+    code, cache_dir, include_dirs): a positional call means the same here."""
+    import inspect
+    from pygpu.compiler import SourceModule
+    params = list(inspect.signature(SourceModule.__init__).parameters)[1:10]
+    assert params == ["source", "nvcc", "options", "keep", "no_extern_c", "arch", "code",
+                      "cache_dir", "include_dirs"]
+    kw_only = [p for p in inspect.signature(SourceModule.__init__).parameters.values()
+               if p.kind is p.KEYWORD_ONLY]
+    assert {p.name for p in kw_only} >= {"name_expressions", "std", "defines", "target"}

@@ -13,6 +13,7 @@ schema and the state of every file the source's #include lines can reach.
 import hashlib
 import os
 import re
+import sys
 import tempfile
 import threading
 import warnings

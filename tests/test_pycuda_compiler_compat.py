@@ -718,3 +718,17 @@ def test_source_module_takes_pycudas_positional_order():
     kw_only = [p for p in inspect.signature(SourceModule.__init__).parameters.values()
                if p.kind is p.KEYWORD_ONLY]
     assert {p.name for p in kw_only} >= {"name_expressions", "std", "defines", "target"}
+
+
+@pytest.mark.parametrize("header", [
+    "cooperative_groups.h", "cuda/std/ctime", "cuda/std/chrono", "cuda/std/cstdlib",
+    "cuda/std/cstdint", "cuda/std/climits", "cuda/std/cmath", "cuda/std/complex",
+    "cub/block/block_reduce.cuh", "cuda/barrier", "cuda_fp16.h", "curand_kernel.h"])
+def test_nvcc_prelude_compiles_beside_the_cuda_headers(header):
+    """The prelude's host types agree with what CUDA's headers declare under
+    NVRTC (time_t is CCCL's long long: <cooperative_groups.h> reaches
+    <cuda/std/ctime>, and failed with the prelude's long)."""
+    from pygpu.compiler import compile as nvrtc_compile
+    src = ('#include <%s>\nextern "C" __global__ void k(int *o, time_t t)'
+           '{ uint u = 1; o[0] = (int)u + (int)M_PI + INT_MAX + (int)t; }' % header)
+    assert nvrtc_compile(src, arch="sm_90", nvcc_compat=True)

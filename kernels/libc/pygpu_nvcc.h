@@ -46,14 +46,14 @@ typedef long int quad_t;
 typedef unsigned long int u_quad_t;
 typedef long int ssize_t;
 typedef long int off_t;
-typedef long int time_t;
+typedef long long int time_t;   /* as CCCL declares it under NVRTC (<cuda/std/ctime>) */
 typedef long int register_t;
 #else
 typedef long long int quad_t;
 typedef unsigned long long int u_quad_t;
 typedef int ssize_t;
 typedef long int off_t;
-typedef long int time_t;
+typedef long long int time_t;   /* as CCCL declares it under NVRTC (<cuda/std/ctime>) */
 typedef int register_t;
 #endif
 typedef char *caddr_t;

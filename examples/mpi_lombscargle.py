@@ -31,7 +31,7 @@ def main():
     except (ImportError, RuntimeError, OSError) as e:    # no mpi4py, or no MPI library
         print("compile lombscargle.cu to PTX: %d bytes (no GPU needed)"
               % _common.compile_only("lombscargle.cu", OPTIONS))
-        print("no GPU: mpi4py is not importable (%s); pip install 'pygpu[mpi]'" % e)
+        print("no GPU: mpi4py is not importable (%s); pip install mpi4py" % e)
         return
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -103,7 +103,7 @@ def work(cuda, MPI, comm, rank, size, nx, nf, nchecked):
         best = min(best, time.perf_counter() - t)
     gathered = gpuarray.empty(share * size, np.float64) if rank == 0 else None
     scomm.Gather(out, gathered, root=0)
-    if rank != 0:
+    if rank != 0 or gathered is None:          # only rank 0 gathers
         return
     got = gathered.get()[:nf]
     print("%d samples x %d frequencies on %d rank%s: %.2f ms"

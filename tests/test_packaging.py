@@ -257,7 +257,9 @@ def test_python_m_pygpu_lists_devices_and_nvrtc(tmp_path):
     assert "NVRTC: %d.%d, /" % (major, minor) in out and "libnvrtc" in out
     for d in _loader.cuda_include_dirs():
         assert d in out
-    assert "<cuda_fp16.h> ok" in out
+    for h in ("cuda_fp16.h", "cooperative_groups.h", "cuda/std/complex",
+              "cub/block/block_reduce.cuh"):
+        assert "<%s> compiles" % h in out, out
     assert "compile cache: %s, 1 entries" % cache in out
     assert "everything pygpu needs was found." in out
 
@@ -271,7 +273,66 @@ def test_python_m_pygpu_says_what_to_do_without_nvrtc(tmp_path):
     assert r.returncode == 0, r.stderr
     if "NVRTC: not found" not in r.stdout:
         pytest.skip("an NVRTC is on the system loader path here")
-    assert "pip install 'pygpu[nvrtc]'" in r.stdout
+    # a command that works wherever pygpu came from: NVIDIA's wheels, as
+    # pygpu's [nvrtc] extra names them (no index has pygpu itself)
+    assert "pip install 'cuda-toolkit[nvrtc,cudart,cccl]>=13.0,<14'" in r.stdout, r.stdout
+    assert "pygpu[" not in r.stdout
+    assert "(no NVRTC: the headers were not compiled)" in r.stdout
+
+
+def test_python_m_pygpu_without_nvrtc_names_nvidias_wheels(tmp_path, monkeypatch):
+    # the same, in-process where a system NVRTC cannot be hidden
+    import io
+    from pygpu import __main__ as diag
+    from pygpu.driver import CudaUnavailableError
+
+    def missing():
+        raise CudaUnavailableError("NVRTC was not found (test)")
+    monkeypatch.setattr(compiler, "_ensure_nvrtc", missing)
+    monkeypatch.setenv("PYGPU_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PYGPU_LIBCUDA", str(tmp_path / "none.so"))
+    out = io.StringIO()
+    todo = diag.report(out)
+    assert "NVRTC: not found (CudaUnavailableError: NVRTC was not found (test))" in out.getvalue()
+    assert "(no NVRTC: the headers were not compiled)" in out.getvalue()
+    msg = [t for t in todo if t.startswith("no NVRTC")]
+    assert msg == ["no NVRTC, so no compiling: pip install 'cuda-toolkit[nvrtc,cudart,cccl]"
+                   ">=13.0,<14' (NVIDIA's wheels: pygpu's [nvrtc] extra), or install the CUDA "
+                   "toolkit, or set PYGPU_NVRTC to libnvrtc.so"], todo
+
+
+def test_python_m_pygpu_compiles_each_header_it_reports(tmp_path, monkeypatch):
+    # issue 26: without CCCL's folder <cooperative_groups.h> does not compile
+    # (it needs <nv/target>), though the file is there: the report says so
+    nvrtc_or_skip()
+    import io
+    from pygpu import __main__ as diag
+    dirs = _loader.cuda_include_dirs()
+    root = [d for d in dirs if os.path.isfile(os.path.join(d, "cuda_runtime.h"))]
+    if not root:
+        pytest.skip("no CUDA headers here")
+    # NVIDIA's wheels' layout: the toolkit's headers without nv/ (and CCCL),
+    # which come from the CCCL wheel (a toolkit has a copy in include/ too)
+    farm = tmp_path / "include"
+    farm.mkdir()
+    for name in os.listdir(root[0]):
+        if name not in ("nv", "cccl", "cuda", "cub", "thrust"):
+            os.symlink(os.path.join(root[0], name), farm / name)
+    root = [str(farm)]
+    assert os.path.isfile(os.path.join(root[0], "cooperative_groups.h"))
+    # no cache: its scan would walk the whole farm as user headers
+    monkeypatch.setenv("PYGPU_DISABLE_CACHE", "1")
+    monkeypatch.setenv("PYGPU_LIBCUDA", str(tmp_path / "none.so"))
+    monkeypatch.setattr(_loader, "cuda_include_dirs", lambda *a, **k: list(root))
+    out = io.StringIO()
+    todo = diag.report(out)
+    text = out.getvalue()
+    assert "<cuda_fp16.h> compiles" in text, text
+    assert "<cooperative_groups.h> does not compile: " in text and "nv/target" in text, text
+    assert "<cub/block/block_reduce.cuh> does not compile: " in text, text
+    msg = [t for t in todo if t.startswith("kernels that #include")]
+    assert msg and "<cooperative_groups.h>" in msg[0] and "<cuda_fp16.h>" not in msg[0], todo
+    assert "pip install 'cuda-toolkit[nvrtc,cudart,cccl]>=13.0,<14'" in msg[0], msg
 
 
 # ---- metadata, sdist, __all__, types
@@ -294,8 +355,26 @@ def test_license_metadata():
         assert f.readline().strip() == "MIT License"
     assert set(p["project"]["urls"]) >= {"Homepage", "Source", "Issues", "Documentation"}
     extras = p["project"]["optional-dependencies"]
-    assert any(r.startswith("cuda-toolkit[nvrtc") for r in extras["nvrtc"])
-    assert any("cccl" in r for r in extras["cccl"])
+    # python -m pygpu's advice is the [nvrtc] extra itself; [cccl] its alias
+    from pygpu.__main__ import NVRTC_REQUIREMENTS
+    assert extras["nvrtc"] == list(NVRTC_REQUIREMENTS) == extras["cccl"]
+    assert "cuda-pathfinder>=1.3" in p["project"]["dependencies"]
+
+
+def test_metadata_is_ready_to_publish():
+    import pygpu
+    p = _pyproject()
+    # the version is written once, in pygpu/__init__.py
+    assert "version" not in p["project"] and p["project"]["dynamic"] == ["version"]
+    assert p["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "pygpu.__version__"}
+    # classifiers for exactly the Pythons tested (make test on each), as
+    # requires-python says
+    assert p["project"]["requires-python"] == ">=3.9"
+    versions = sorted(c.rsplit(" ", 1)[1] for c in p["project"]["classifiers"]
+                      if c.startswith("Programming Language :: Python :: 3.")
+                      and c.count("::") == 2)
+    assert versions == ["3.10", "3.11", "3.12", "3.13", "3.9"], versions
+    assert pygpu.__version__ == "0.1.0"
 
 
 def test_sdist_is_complete(tmp_path):
@@ -325,6 +404,39 @@ def test_sdist_is_complete(tmp_path):
                  "docs/install.md"):
         assert need in names, need
     assert not any(n.endswith(".so") or "__pycache__" in n for n in names)
+    # ready to publish: the metadata and its long description (the README)
+    # render on the index
+    try:
+        import twine  # noqa: F401
+    except ImportError:
+        return
+    r = subprocess.run([sys.executable, "-m", "twine", "check", "--strict",
+                        str(tmp_path / "dist" / name)], capture_output=True, text=True)
+    assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout + r.stderr
+
+
+def test_make_sdist_after_a_build(tmp_path):
+    # issue 26: after make test or make wheel, build/ (setuptools' and the
+    # stand-in's folder) was imported as the package `build`
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", "build", "dist", ".venv", "*.egg-info", "*.so", "__pycache__", "_build"))
+    (src / "build" / "standin").mkdir(parents=True)      # what make test leaves
+    (src / "build" / "temp.linux-x86_64").mkdir()
+    # a fresh venv without `build`, which make sdist installs (an installed
+    # `build` would win over the folder; a missing one did not); then
+    # python -m build's isolated environment: setuptools and NumPy from
+    # pip's cache or the index
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "v")], check=True)
+    r = subprocess.run(["make", "sdist", "PYTHON=" + str(tmp_path / "v" / "bin" / "python")],
+                       cwd=src, capture_output=True, text=True)
+    out = r.stdout + r.stderr
+    if r.returncode != 0 and "No matching distribution found for" in out:
+        pytest.skip("the package index is not reachable")
+    assert r.returncode == 0, out[-3000:]
+    assert [n for n in os.listdir(src / "dist")] == ["pygpu-0.1.0.tar.gz"]
 
 
 PUBLIC = ["pygpu.driver", "pygpu.compiler", "pygpu.tools", "pygpu.autoinit", "pygpu._loader",

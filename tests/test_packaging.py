@@ -532,3 +532,33 @@ def test_kernels_including_stdio_compile(tmp_path, monkeypatch):
            ' { int *p = (int *)malloc(4); printf("%d\\n", d[0]); free(p); }')
     ptx = bytes(compiler.compile(src, target="ptx", arch="compute_90")).decode()
     assert "vprintf" in ptx and "malloc" in ptx
+
+
+def test_the_build_uses_the_loaders_search(tmp_path):
+    # issue 26, item 9: one search (pygpu/_loader.py) for the loader, the
+    # compiler and the build backend, which loads it by path
+    spec = importlib.util.spec_from_file_location(
+        "_backend_for_test", os.path.join(ROOT, "tools", "pygpu_build_backend.py"))
+    b = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(b)
+    assert os.path.samefile(b._search.__file__, os.path.join(ROOT, "pygpu", "_loader.py"))
+    wheel = tmp_path / "site" / "nvidia" / "cu13" / "include"
+    wheel.mkdir(parents=True)
+    for h in ("cuda.h", "cudaTypedefs.h", "nvrtc.h"):
+        (wheel / h).write_text("")
+    toolkit = tmp_path / "toolkit" / "include"
+    toolkit.mkdir(parents=True)
+    site = [str(tmp_path / "site")]
+    # no toolkit: the wheels on the path (pip's isolated build environment)
+    nowhere = {"PYGPU_CUDA_INCLUDE": str(tmp_path / "none")}
+    found = b.cuda_include_dirs(nowhere, site)
+    if found != [str(wheel)]:
+        assert found and found[0].startswith(("/usr/local/cuda", "/opt/cuda", "/usr/include"))
+    # a toolkit with the three headers wins, $PYGPU_CUDA_INCLUDE first
+    for h in ("cuda.h", "cudaTypedefs.h", "nvrtc.h"):
+        (toolkit / h).write_text("")
+    assert b.cuda_include_dirs({"CUDA_HOME": str(tmp_path / "toolkit")}, site) == [str(toolkit)]
+    assert b.cuda_include_dirs({"PYGPU_CUDA_INCLUDE": str(toolkit)}, []) == [str(toolkit)]
+    assert b.tried({"CUDA_HOME": "/x"}, site)[:2] == ["/x/include", "/usr/local/cuda/include"]
+    assert _loader.build_include_dirs({"CUDA_HOME": str(tmp_path / "toolkit")}, site) == \
+        [str(toolkit)]

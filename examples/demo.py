@@ -21,7 +21,7 @@ __global__ void axpb(float *out, const float *x, float a, float b, int n)
 """
 
 
-def main():
+def main() -> int:
     t = time.perf_counter()
     ptx = compile('extern "C" {' + SOURCE + '}', arch="compute_80")
     print("compiled axpb to %d bytes of PTX in %.1f ms (no GPU needed)"

@@ -10,7 +10,7 @@ import _common
 from pygpu.compiler import SourceModule, kernel_source
 
 
-def main():
+def main() -> None:
     t = time.perf_counter()
     n = _common.compile_only("doublify.cu")
     print("compiled doublify.cu to %d bytes of PTX in %.1f ms" % (n, (time.perf_counter() - t) * 1e3))

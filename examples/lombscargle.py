@@ -15,6 +15,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 
@@ -27,18 +28,19 @@ OPTION_SETS = [  # the walk-through's steps; each module has a float32 and a flo
     ("__launch_bounds__(128)", ["-DLOMBSCARGLE_BOUNDS=128"]),
     ("bounds + -use_fast_math", ["-DLOMBSCARGLE_BOUNDS=128", "-use_fast_math"]),
 ]
+Array = np.ndarray[Any, np.dtype[Any]]
 TOLERANCE = {np.float64: 1e-9, np.float32: 2e-3}   # max error / max |pgram|
 FAST_MATH_TOLERANCE = 2e-2
 
 
-def data(nx, nf, rng):
+def data(nx: int, nf: int, rng: np.random.Generator) -> tuple[Array, Array, Array]:
     x = np.sort(rng.uniform(0, 20 * np.pi, nx))
     y = 2 * np.sin(1.7 * x) + np.cos(0.3 * x) + 0.5 * rng.standard_normal(nx)
     freqs = np.linspace(0.05, 5.0, nf)
     return x, y, freqs
 
 
-def main():
+def main() -> None:
     nx, nf = (int(sys.argv[1]), int(sys.argv[2])) if len(sys.argv) == 3 else (4000, 20000)
     src = kernel_source("lombscargle.cu")
     for name, opts in OPTION_SETS:
@@ -93,7 +95,7 @@ def main():
     tune(src, x, y, freqs, expect, sms)
 
 
-def tune(src, x, y, freqs, expect, sms):
+def tune(src: str, x: Array, y: Array, freqs: Array, expect: Array, sms: int) -> None:
     """The block size and its __launch_bounds__ chosen by timing, per dtype."""
     from pygpu import gpuarray
     from pygpu.tools import autotune

@@ -10,7 +10,7 @@ from pygpu.compiler import SourceModule, kernel_source
 M, K, N = 1000, 777, 513        # not multiples of the tile, on purpose
 
 
-def main():
+def main() -> None:
     _common.compile_only("matmul.cu")
     print("compiled matmul.cu")
     _common.gpu_or_exit("matmul_tiled")

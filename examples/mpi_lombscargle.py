@@ -12,6 +12,8 @@ to 2**17).
 """
 import sys
 import time
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +24,7 @@ OPTIONS = ["-DLOMBSCARGLE_BOUNDS=128"]
 TOLERANCE = 1e-9
 
 
-def main():
+def main() -> None:
     args = [int(a) for a in sys.argv[1:]]
     nx, nf = (args[0], args[1]) if len(args) >= 2 else (1024, 1 << 20)
     nchecked = args[2] if len(args) >= 3 else min(nf, 1 << 17)
@@ -31,7 +33,7 @@ def main():
     except (ImportError, RuntimeError, OSError) as e:    # no mpi4py, or no MPI library
         print("compile lombscargle.cu to PTX: %d bytes (no GPU needed)"
               % _common.compile_only("lombscargle.cu", OPTIONS))
-        print("no GPU: mpi4py is not importable (%s); pip install 'pygpu[mpi]'" % e)
+        print("no GPU: mpi4py is not importable (%s); pip install mpi4py" % e)
         return
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -56,7 +58,8 @@ def main():
         cuda.Context.pop()
 
 
-def work(cuda, MPI, comm, rank, size, nx, nf, nchecked):
+def work(cuda: ModuleType, MPI: Any, comm: Any, rank: int, size: int, nx: int, nf: int,
+         nchecked: int) -> None:
     from pygpu import gpuarray, mpi
     from pygpu.compiler import SourceModule
     scomm = mpi.staged(comm)
@@ -88,7 +91,7 @@ def work(cuda, MPI, comm, rank, size, nx, nf, nchecked):
     func = mod.get_function("lombscargle_float64")
     sms = cuda.Context.get_device().get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
 
-    def step():
+    def step() -> None:
         func(np.int32(nx), np.int32(share), x, y, mine, out, np.float64(0),
              block=(128, 1, 1), grid=(sms * 20, 1))
         cuda.Context.synchronize()
@@ -103,7 +106,7 @@ def work(cuda, MPI, comm, rank, size, nx, nf, nchecked):
         best = min(best, time.perf_counter() - t)
     gathered = gpuarray.empty(share * size, np.float64) if rank == 0 else None
     scomm.Gather(out, gathered, root=0)
-    if rank != 0:
+    if rank != 0 or gathered is None:          # only rank 0 gathers
         return
     got = gathered.get()[:nf]
     print("%d samples x %d frequencies on %d rank%s: %.2f ms"

@@ -10,24 +10,27 @@ of them up to 2**17, else 2**17), so a large run stays quick to check.
 """
 import sys
 import time
+from types import ModuleType
+from typing import Any, Sequence
 
 import numpy as np
 
 import _common
 from pygpu.compiler import kernel_source
 
+Array = np.ndarray[Any, np.dtype[Any]]
 OPTIONS = ["-DLOMBSCARGLE_BOUNDS=128"]
 TOLERANCE = 1e-9          # float64: max error / max |pgram|
 
 
-def data(nx, nf, rng):
+def data(nx: int, nf: int, rng: np.random.Generator) -> tuple[Array, Array, Array]:
     x = np.sort(rng.uniform(0, 20 * np.pi, nx))
     y = 2 * np.sin(1.7 * x) + np.cos(0.3 * x) + 0.5 * rng.standard_normal(nx)
     freqs = np.linspace(0.05, 5.0, nf)
     return x, y, freqs
 
 
-def shares(n, parts):
+def shares(n: int, parts: int) -> list[tuple[int, int]]:
     """Contiguous [start, stop) ranges splitting n items into parts."""
     bounds = [n * k // parts for k in range(parts + 1)]
     return list(zip(bounds[:-1], bounds[1:]))
@@ -37,7 +40,8 @@ class Worker:
     """One device: its primary context, the kernel loaded there, the inputs
     and its share of the output."""
 
-    def __init__(self, cuda, ordinal, x, y, freqs):
+    def __init__(self, cuda: ModuleType, ordinal: int, x: Array, y: Array,
+                 freqs: Array) -> None:
         from pygpu.compiler import SourceModule
         self.cuda = cuda
         self.ordinal = ordinal
@@ -55,7 +59,7 @@ class Worker:
             self.stream = cuda.Stream()
             self.start, self.stop = cuda.Event(), cuda.Event()
 
-    def launch(self, nx):
+    def launch(self, nx: int) -> None:
         """Queue the kernel (returns at once)."""
         if self.n == 0:
             return
@@ -66,22 +70,24 @@ class Worker:
                       stream=self.stream)
             self.stop.record(self.stream)
 
-    def wait(self):
+    def wait(self) -> float:
         with self.ctx:
             self.stream.synchronize()
             return self.stop.time_since(self.start) if self.n else 0.0
 
-    def result(self):
+    def result(self) -> Array:
         with self.ctx:
-            return self.cuda.from_device(self.dp, self.n, np.float64)
+            out: Array = self.cuda.from_device(self.dp, self.n, np.float64)
+            return out
 
 
-def run(cuda, ordinals, x, y, freqs, repeat=3):
+def run(cuda: ModuleType, ordinals: Sequence[int], x: Array, y: Array, freqs: Array,
+        repeat: int = 3) -> tuple[Array, float, list[float]]:
     """The periodogram over the devices `ordinals`: (pgram, best wall-clock
     seconds of launch-all-then-wait-all, each device's kernel ms)."""
     workers = [Worker(cuda, o, x, y, freqs[a:b])
                for o, (a, b) in zip(ordinals, shares(len(freqs), len(ordinals)))]
-    best, kernel_ms = float("inf"), None
+    best, kernel_ms = float("inf"), [0.0] * len(workers)
     for _ in range(repeat + 1):           # the first round warms up
         t = time.perf_counter()
         for w in workers:
@@ -93,7 +99,7 @@ def run(cuda, ordinals, x, y, freqs, repeat=3):
     return np.concatenate([w.result() for w in workers]), best, kernel_ms
 
 
-def main():
+def main() -> None:
     args = [int(a) for a in sys.argv[1:]]
     nx, nf = (args[0], args[1]) if len(args) >= 2 else (1024, 1 << 20)
     nchecked = args[2] if len(args) >= 3 else min(nf, 1 << 17)

@@ -11,7 +11,7 @@ from pygpu.compiler import SourceModule, kernel_source
 N = 10_000_000
 
 
-def main():
+def main() -> None:
     for opts in ([], ["-use_fast_math"]):
         _common.compile_only("elementwise.cu", opts)
     print("compiled elementwise.cu, with and without -use_fast_math")

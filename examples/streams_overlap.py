@@ -14,7 +14,7 @@ CHUNKS = 16
 STREAMS = 4
 
 
-def main():
+def main() -> None:
     _common.compile_only("elementwise.cu")
     print("compiled elementwise.cu")
     dev = _common.gpu_or_exit("streams_overlap")
@@ -31,14 +31,14 @@ def main():
     chunk = N // CHUNKS
     nbytes = chunk * 4
 
-    def serial():
+    def serial() -> None:
         cuda.memcpy_htod(d_in, host_in)
         f(d_out, d_in, N, block=(256, 1, 1), grid=(sms * 8, 1))
         cuda.memcpy_dtoh(host_out, d_out)
 
     streams = [cuda.Stream() for _ in range(STREAMS)]
 
-    def overlapped():
+    def overlapped() -> None:
         for i in range(CHUNKS):
             s = streams[i % STREAMS]
             off = i * nbytes

@@ -72,12 +72,12 @@ tma_scale(const __grid_constant__ TensorMap src, const __grid_constant__ TensorM
 """ % {"tile": TILE}
 
 
-def build(arch="sm_90"):
+def build(arch: str = "sm_90") -> bytes:
     """The kernel's cubin for arch (NVRTC; no GPU needed)."""
     return compile(SOURCE, arch=arch, target="cubin")
 
 
-def main(rows=200, cols=328):
+def main(rows: int = 200, cols: int = 328) -> None:
     cubin = build()
     print("compiled tma_scale for sm_90 (%d bytes of cubin)" % len(cubin))
     dev = _common.gpu_or_exit("tma_copy")

@@ -10,7 +10,7 @@ from pygpu.compiler import SourceModule, kernel_source
 N = 10_000_000
 
 
-def main():
+def main() -> None:
     _common.compile_only("elementwise.cu")
     print("compiled elementwise.cu")
     dev = _common.gpu_or_exit("vector_add")

@@ -3,17 +3,23 @@ anything missing.
 
 Prints the versions, the CUDA driver (found or not, and where), each
 device's name, compute capability and memory, the NVRTC library and its
-version, the CUDA header directories, the compile cache's directory and
-size.  Works, and exits 0, on a machine without a driver or GPU: what is
+version, the CUDA header directories and whether each header the manual
+promises compiles (NVRTC, for the lowest architecture it supports), the
+compile cache's directory and size.  Works, and exits 0, on a machine without a driver or GPU: what is
 missing is reported with the command that fixes it.
 """
 import os
 import platform
 import sys
 
-__all__ = ["report", "main"]
+__all__ = ["report", "main", "HEADERS", "NVRTC_REQUIREMENTS", "probe_header",
+           "nvidia_requirements"]
 
-_HEADERS = ("cuda_fp16.h", "cooperative_groups.h", "cuda/std/complex", "cub/cub.cuh")
+# The headers docs/install.md promises with the [nvrtc] extra: each is
+# compiled (NVRTC, no GPU needed), not looked for.  CUB is included by its
+# device headers: CCCL refuses <cub/cub.cuh> as a whole under NVRTC.
+HEADERS = ("cuda_fp16.h", "cooperative_groups.h", "cuda/std/complex",
+           "cub/block/block_reduce.cuh")
 
 
 def _version(dist):
@@ -22,6 +28,35 @@ def _version(dist):
         return version(dist)
     except Exception:
         return None
+
+
+# What pyproject.toml's [nvrtc] extra installs (tests/test_packaging.py
+# checks they agree): the command python -m pygpu gives works wherever pygpu
+# itself came from (a clone, a wheel, an sdist; no index has pygpu).
+NVRTC_REQUIREMENTS = ("cuda-toolkit[nvrtc,cudart,cccl]>=13.0,<14",)
+
+
+def nvidia_requirements():
+    """NVRTC_REQUIREMENTS as a pip command line's quoted arguments."""
+    return " ".join("'%s'" % r for r in NVRTC_REQUIREMENTS)
+
+
+def probe_header(header, arch):
+    """None if a kernel that includes <header> (a str, or a tuple of them)
+    compiles (NVRTC, for arch, through the compile cache), else the
+    compiler's first error line."""
+    from pygpu import compiler
+    headers = (header,) if isinstance(header, str) else tuple(header)
+    source = "".join("#include <%s>\n" % h for h in headers)
+    source += "extern \"C\" __global__ void pygpu_probe() {}\n"
+    try:
+        compiler.compile(source, arch=arch)
+    except compiler.CompileError as e:
+        lines = [ln.strip() for ln in str(e).splitlines() if "error" in ln]
+        return (lines or [_first_line(e)])[0]
+    except Exception as e:
+        return _first_line(e)
+    return None
 
 
 def _loaded_file(prefixes):
@@ -107,6 +142,7 @@ def report(out=None):
     # ---- NVRTC
     say()
     nvrtc_major = None
+    archs = []
     try:
         from pygpu import compiler
         path = compiler._ensure_nvrtc()
@@ -117,14 +153,22 @@ def report(out=None):
         say("  compiles for sm_%d ... sm_%d" % (min(archs), max(archs)))
     except Exception as e:
         say("NVRTC: not found (%s)" % _first_line(e))
-        todo.append("no NVRTC, so no compiling: pip install 'pygpu[nvrtc]' (NVIDIA's "
-                    "wheels), or install the CUDA toolkit, or set PYGPU_NVRTC to libnvrtc.so")
+        todo.append("no NVRTC, so no compiling: pip install %s (NVIDIA's wheels: pygpu's "
+                    "[nvrtc] extra), or install the CUDA toolkit, or set PYGPU_NVRTC to "
+                    "libnvrtc.so" % nvidia_requirements())
     if driver_ok and nvrtc_major is not None:
         dv = _driver.get_driver_version()
         if dv // 1000 < nvrtc_major:
             todo.append("NVRTC %d is newer than the driver's CUDA %d: its output will not load; "
                         "update the driver or pip install %s"
                         % (nvrtc_major, dv // 1000, _loader.nvrtc_pip_requirement(dv // 1000)))
+
+    # the compile cache as found (the header probes below may add entries)
+    try:
+        from pygpu import compiler
+        cache = compiler.cache_info()
+    except Exception as e:
+        cache = e
 
     # ---- headers
     say()
@@ -135,18 +179,30 @@ def report(out=None):
             say("              %s" % d)
     else:
         say("CUDA headers: not found")
-    missing = [h for h in _HEADERS if not any(os.path.isfile(os.path.join(d, h)) for d in dirs)]
-    say("  " + ", ".join("<%s> %s" % (h, "missing" if h in missing else "ok") for h in _HEADERS))
-    if missing:
-        todo.append("kernels that #include %s will not compile: pip install 'pygpu[cccl]' "
-                    "(NVIDIA's header wheels), or install the CUDA toolkit, or set CUDA_HOME"
-                    % ", ".join("<%s>" % h for h in missing))
+    if archs:
+        arch = "sm_%d" % min(archs)
+        failed = []
+        # one compile for all of them; one each only when that fails
+        together = probe_header(HEADERS, arch) is None
+        for h in HEADERS:
+            why = None if together else probe_header(h, arch)
+            say("  <%s> %s" % (h, "compiles" if why is None else "does not compile: " + why))
+            if why is not None:
+                failed.append(h)
+        if failed:
+            todo.append("kernels that #include %s will not compile: pip install %s (NVIDIA's "
+                        "NVRTC, CUDA header and CCCL wheels: pygpu's [nvrtc] extra), or install "
+                        "the CUDA toolkit, or set CUDA_HOME"
+                        % (", ".join("<%s>" % h for h in failed), nvidia_requirements()))
+    else:
+        say("  (no NVRTC: the headers were not compiled)")
 
     # ---- the compile cache
     say()
     try:
-        from pygpu import compiler
-        info = compiler.cache_info()
+        if isinstance(cache, Exception):
+            raise cache
+        info = cache
         if os.environ.get("PYGPU_DISABLE_CACHE", "") not in ("", "0"):
             say("compile cache: disabled (PYGPU_DISABLE_CACHE)")
         else:

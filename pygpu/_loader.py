@@ -349,3 +349,86 @@ def nvrtc_pip_requirement(cuda_major):
     if cuda_major >= 13:
         return "'nvidia-cuda-nvrtc==%d.*'" % cuda_major
     return "'nvidia-cuda-nvrtc-cu%d==%d.*'" % (cuda_major, cuda_major)
+
+
+# ---- the build's search: tools/pygpu_build_backend.py and setup.py load
+# this file by path (no `import pygpu` while pygpu is being built), so the
+# loader, the compiler (cuda_include_dirs above) and the build share one
+# search and one list of NVIDIA's wheel layouts.
+
+BUILD_HEADERS = ("cuda.h", "cudaTypedefs.h", "nvrtc.h")
+# CUDA 13's wheels put every component's headers in nvidia/cu13/include;
+# CUDA 12's have one folder per component.
+_WHEEL_BUILD_DIRS = ("nvidia/cu13/include", "nvidia/cuda_runtime/include",
+                     "nvidia/cuda_nvrtc/include")
+
+
+def toolkit_include_candidates(environ=None):
+    """A toolkit's include directories, in the order the build tries them:
+    $PYGPU_CUDA_INCLUDE, $CUDA_HOME, $CUDA_PATH, $CUDA_ROOT (each /include),
+    /usr/local/cuda/include, /opt/cuda/include, /usr/include."""
+    env = os.environ if environ is None else environ
+    out = []
+    if env.get("PYGPU_CUDA_INCLUDE"):
+        out.append(env["PYGPU_CUDA_INCLUDE"])
+    for var in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"):
+        if env.get(var):
+            out.append(os.path.join(env[var], "include"))
+    out += ["/usr/local/cuda/include", "/opt/cuda/include", "/usr/include"]
+    return out
+
+
+def wheel_include_candidates(path=None, rels=_WHEEL_BUILD_DIRS):
+    """The include directories of NVIDIA's wheels on path (default
+    sys.path: pip's isolated build environment is on sys.path, not among
+    site.getsitepackages() where cuda-pathfinder looks)."""
+    out = []
+    for p in (sys.path if path is None else path):
+        for rel in rels:
+            d = os.path.join(p, rel)
+            if os.path.isdir(d):
+                out.append(d)
+    return out
+
+
+def _pf_build_dirs():
+    """cuda-pathfinder's header directories for the build (cudart's, which
+    holds cuda.h and cudaTypedefs.h, and nvrtc's), [] without it."""
+    pf = pathfinder()
+    if pf is None:
+        return []
+    out = []
+    for name in ("cudart", "nvrtc"):
+        try:
+            d = pf.find_nvidia_header_directory(name)
+        except Exception:        # a pathfinder that does not know the name
+            d = None
+        if d and d not in out:
+            out.append(d)
+    return out
+
+
+def build_include_dirs(environ=None, path=None):
+    """The include directories that hold BUILD_HEADERS: one toolkit
+    directory with all of them (toolkit_include_candidates), else what
+    cuda-pathfinder finds (environ None only: the process's own
+    environment), else NVIDIA's wheels on path; None if they are not all
+    found."""
+    for d in toolkit_include_candidates(environ):
+        if all(os.path.isfile(os.path.join(d, h)) for h in BUILD_HEADERS):
+            return [d]
+    found = (_pf_build_dirs() if environ is None else []) + wheel_include_candidates(path)
+    dirs = []
+    for h in BUILD_HEADERS:
+        d = next((w for w in found if os.path.isfile(os.path.join(w, h))), None)
+        if d is None:
+            return None
+        if d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
+def build_tried(environ=None, path=None):
+    """Where build_include_dirs() looked, for its failure message."""
+    return (toolkit_include_candidates(environ) + (_pf_build_dirs() if environ is None else [])
+            + wheel_include_candidates(path))

@@ -355,11 +355,11 @@ class Tuned:
         self.timed = timed
         self.key = key
 
-    def __call__(self, *args, stream=None, grid=None):
+    def __call__(self, *args: "object", stream: "object" = None, grid: "object" = None) -> "object":
         return self.function(*args, block=self.block, grid=self.grid if grid is None else grid,
                              shared=self.shared, stream=stream)
 
-    def format_table(self):
+    def format_table(self) -> str:
         """The measurements as text, fastest first, then the skipped."""
         names = list(self.table[0]["choice"]) if self.table else []
         rows = sorted(self.table, key=lambda r: (r["ms"] is None, r["ms"] or 0.0))
@@ -394,10 +394,13 @@ def _first_line(e):
     return text[0] if text else type(e).__name__
 
 
-def autotune(source, kernel, args, space, grid=None, block=None, shared=None, options=(),
-             outputs=(), inplace=(), reference=None, check=True, rtol=1e-5, atol=1e-8,
-             warmup=2, repeat=10, stream=None, no_extern_c=False, arch=None, include_dirs=(),
-             cache_dir=None, key=None, timer=None):
+def autotune(source: str, kernel: str, args: "object", space: "object", grid: "object" = None,
+             block: "object" = None, shared: "object" = None, options: "object" = (),
+             outputs: "object" = (), inplace: "object" = (), reference: "object" = None,
+             check: bool = True, rtol: float = 1e-5, atol: float = 1e-8, warmup: int = 2,
+             repeat: int = 10, stream: "object" = None, no_extern_c: bool = False,
+             arch: "object" = None, include_dirs: "object" = (), cache_dir: "object" = None,
+             key: "object" = None, timer: "object" = None) -> "Tuned":
     """Compile, check and time every variant of space on args; return the
     fastest as a Tuned launcher (see the module's docstring).
 

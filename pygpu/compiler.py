@@ -38,7 +38,7 @@ class CompilerWarning(UserWarning):
 KERNEL_DIR = _loader.kernel_dir()
 
 
-def kernel_source(name):
+def kernel_source(name: str) -> str:
     """The text of one of the CUDA C files shipped in pygpu/kernels/
     (doublify.cu, elementwise.cu, matmul.cu, lombscargle.cu), for
     SourceModule or compile()."""
@@ -495,9 +495,11 @@ def _compile(source, options, arch, target, include_dirs, defines, name_expressi
     return b, deps
 
 
-def compile(source, options=(), arch=None, target=None, include_dirs=(), defines=None,
-            name_expressions=(), std=None, fast_math=False, cache_dir=None, name="kernel.cu",
-            rdc=False, nvcc_compat=False, extern_c=False):
+def compile(source: object, options: "object" = (), arch: "object" = None,
+            target: "str | None" = None, include_dirs: "object" = (), defines: "object" = None,
+            name_expressions: "object" = (), std: "str | None" = None, fast_math: bool = False,
+            cache_dir: "object" = None, name: str = "kernel.cu", rdc: bool = False,
+            nvcc_compat: bool = False, extern_c: bool = False) -> Binary:
     """Compile CUDA C++ source to cubin, PTX or LTO-IR bytes through NVRTC.
 
     arch: 'sm_90', 'compute_90', 90 or (9, 0); None means the current
@@ -527,7 +529,7 @@ def cache_info(cache_dir=None):
     return store.cache_info(cache_dir)
 
 
-def clear_cache(cache_dir=None, disk=True):
+def clear_cache(cache_dir: "object" = None, disk: bool = True) -> None:
     """Empty the in-memory caches (binaries, keys, loaded modules) and
     (disk=True) the on-disk one."""
     with _lock:
@@ -646,10 +648,12 @@ class SourceModule(CudaModule):
     name_expressions ("scale<float>").
     """
 
-    def __init__(self, source, nvcc="nvcc", options=None, keep=False, no_extern_c=False,
-                 arch=None, code=None, cache_dir=None, include_dirs=(), *,
-                 name_expressions=(), std=None, fast_math=False, defines=None, target=None,
-                 nvcc_compat=True):
+    def __init__(self, source: object, nvcc: "str | None" = "nvcc", options: "object" = None,
+                 keep: bool = False, no_extern_c: bool = False, arch: "object" = None,
+                 code: "object" = None, cache_dir: "object" = None, include_dirs: "object" = (), *,
+                 name_expressions: "object" = (), std: "str | None" = None, fast_math: bool = False,
+                 defines: "object" = None, target: "str | None" = None,
+                 nvcc_compat: bool = True) -> None:
         # PyCUDA's positional order (source, nvcc, options, keep, no_extern_c,
         # arch, code, cache_dir, include_dirs); nvcc: PyCUDA's path to nvcc,
         # accepted and unused (NVRTC compiles)
@@ -733,7 +737,7 @@ class SourceModule(CudaModule):
                                              (store.env_raw("CUDA_HOME"),
                                               store.env_raw("CUDA_PATH")))
 
-    def get_function(self, name):
+    def get_function(self, name: str) -> "driver.Function":
         """The kernel called name, or registered as name in name_expressions."""
         return self.module.get_function(self._lowered.get(name, name))
 

@@ -129,7 +129,7 @@ def mem_alloc_like(ary):
     return mem_alloc(_as_array(ary, "mem_alloc_like()").nbytes)
 
 
-def to_device(ary, stream=None):
+def to_device(ary: "object", stream: "Stream | None" = None) -> DeviceAllocation:
     """Copy a NumPy array (or any contiguous buffer) to new device memory."""
     mv = memoryview(ary)
     if not mv.contiguous:
@@ -143,14 +143,15 @@ def to_device(ary, stream=None):
     return dev
 
 
-def from_device(devptr, shape, dtype, order="C"):
+def from_device(devptr: "object", shape: "int | tuple[int, ...]", dtype: "_np.typing.DTypeLike",
+                order: str = "C") -> "_np.ndarray":
     """A new NumPy array with the contents of device memory."""
     result = _np.empty(shape, dtype, order=order)
     memcpy_dtoh(result, devptr)
     return result
 
 
-def from_device_like(devptr, other_ary):
+def from_device_like(devptr: "object", other_ary: "_np.ndarray") -> "_np.ndarray":
     """A new array shaped like other_ary, filled from device memory."""
     result = _np.empty_like(other_ary)
     memcpy_dtoh(result, devptr)
@@ -238,12 +239,14 @@ def aligned_empty(shape, dtype=_np.float64, order="C", alignment=4096):
     return _np.ndarray(shape, dtype, buffer=raw, offset=start, order=order)
 
 
-def pagelocked_empty(shape, dtype=_np.float64, order="C", mem_flags=0):
+def pagelocked_empty(shape: "int | tuple[int, ...]", dtype: "_np.typing.DTypeLike" = _np.float64,
+                     order: str = "C", mem_flags: int = 0) -> "_np.ndarray":
     """An uninitialized page-locked ndarray; .base is its HostAllocation."""
     return _driver._pagelocked(shape, dtype, order, int(mem_flags), False)
 
 
-def pagelocked_zeros(shape, dtype=_np.float64, order="C", mem_flags=0):
+def pagelocked_zeros(shape: "int | tuple[int, ...]", dtype: "_np.typing.DTypeLike" = _np.float64,
+                     order: str = "C", mem_flags: int = 0) -> "_np.ndarray":
     """A zeroed page-locked ndarray."""
     return _driver._pagelocked(shape, dtype, order, int(mem_flags), True)
 
@@ -252,12 +255,12 @@ def _order_of(ary):
     return "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
 
 
-def pagelocked_empty_like(ary, mem_flags=0):
+def pagelocked_empty_like(ary: "_np.ndarray", mem_flags: int = 0) -> "_np.ndarray":
     """A page-locked ndarray with ary's shape, dtype and order."""
     return pagelocked_empty(ary.shape, ary.dtype, _order_of(ary), mem_flags)
 
 
-def pagelocked_zeros_like(ary, mem_flags=0):
+def pagelocked_zeros_like(ary: "_np.ndarray", mem_flags: int = 0) -> "_np.ndarray":
     """A zeroed page-locked ndarray with ary's shape, dtype and order."""
     return pagelocked_zeros(ary.shape, ary.dtype, _order_of(ary), mem_flags)
 
@@ -364,7 +367,7 @@ class In(ArgumentHandler):
     a pointer to the copy."""
     copy_in, copy_out = True, False
 
-    def __init__(self, array):
+    def __init__(self, array: "_np.ndarray") -> None:
         if not isinstance(array, _np.ndarray):
             raise TypeError("%s() takes a NumPy array, not %s"
                             % (type(self).__name__, type(array).__name__))

@@ -271,8 +271,9 @@ class GPUArray:
     __array_priority__ = 100
     __array_ufunc__ = None       # NumPy defers to our reflected operators
 
-    def __init__(self, shape, dtype=np.float64, allocator=None, base=None, gpudata=None,
-                 strides=None, order="C"):
+    def __init__(self, shape: "int | tuple[int, ...]", dtype: "np.typing.DTypeLike" = np.float64,
+                 allocator: "object" = None, base: "object" = None, gpudata: "object" = None,
+                 strides: "object" = None, order: str = "C") -> None:
         if strides is None and gpudata is None and base is None:
             # a new array of a shape (exact ints) and dtype seen before; the
             # dtype given as a type, a string or a dtype object (equal dtypes
@@ -446,7 +447,8 @@ class GPUArray:
 
     # ---- transfers ----
 
-    def set(self, ary, async_=False, stream=None, **kwargs):
+    def set(self, ary: "object", async_: bool = False, stream: "object" = None,
+            **kwargs: "object") -> None:
         """Copy a NumPy array (same size and dtype) into this array."""
         async_ = _async_kw(async_, kwargs)
         if isinstance(ary, GPUArray):
@@ -470,7 +472,8 @@ class GPUArray:
     def set_async(self, ary, stream=None):
         return self.set(ary, async_=True, stream=stream)
 
-    def get(self, ary=None, pagelocked=False, async_=False, stream=None, **kwargs):
+    def get(self, ary: "np.ndarray | None" = None, pagelocked: bool = False, async_: bool = False,
+            stream: "object" = None, **kwargs: "object") -> "np.ndarray":
         """This array's contents as a NumPy array (into ary if given)."""
         async_ = _async_kw(async_, kwargs)
         if ary is None:
@@ -1604,7 +1607,7 @@ def _axpbyz(a, x, b, y, out, stream):
 
 # ---- creation ----
 
-def to_gpu(ary, allocator=None):
+def to_gpu(ary: "object", allocator: "object" = None) -> "GPUArray":
     """A GPUArray with a copy of a NumPy array (its layout kept where dense)."""
     ary = _host_array(ary)
     result = GPUArray(ary.shape, ary.dtype, allocator,
@@ -1633,7 +1636,8 @@ def _host_array(ary):
     return ary
 
 
-def zeros(shape, dtype=np.float64, allocator=None, order="C"):
+def zeros(shape: "int | tuple[int, ...]", dtype: "np.typing.DTypeLike" = np.float64,
+          allocator: "object" = None, order: str = "C") -> "GPUArray":
     result = GPUArray(shape, dtype, allocator, order=order)
     if result.nbytes:
         drv.memset_d8(result.ptr, 0, result.nbytes)
@@ -1664,7 +1668,8 @@ def _like(other, dtype, order):
                     order=order, strides=strides)
 
 
-def empty_like(other_ary, dtype=None, order="K"):
+def empty_like(other_ary: "GPUArray", dtype: "np.typing.DTypeLike | None" = None,
+               order: str = "K") -> "GPUArray":
     if dtype is None and order == "K" and (other_ary._c or other_ary._f):
         # the common call: a dense array's shape, dtype, order (C where it is
         # C-contiguous, as NumPy's) and allocator, the layout remembered
@@ -1673,7 +1678,8 @@ def empty_like(other_ary, dtype=None, order="K"):
     return _like(other_ary, dtype, order)
 
 
-def zeros_like(other_ary, dtype=None, order="K"):
+def zeros_like(other_ary: "GPUArray", dtype: "np.typing.DTypeLike | None" = None,
+               order: str = "K") -> "GPUArray":
     result = _like(other_ary, dtype, order)
     if result.nbytes:
         drv.memset_d8(result.ptr, 0, result.nbytes)

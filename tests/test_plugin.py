@@ -349,3 +349,38 @@ def test_fault_isolation_keeps_the_whole_session_in_junitxml_with_xdist(project)
     cases, totals = _junit_cases(report)
     assert sorted(cases) == ["test_1_before", "test_2_fault", "test_3_after", "test_4_after"]
     assert totals["tests"] == 4 and totals["failures"] == 1
+# ---- the plugin is lazy (issue 26, item 8) ----
+
+TRIVIAL = """
+import sys
+
+def test_trivial():
+    assert 1 + 1 == 2
+
+def test_report():
+    loaded = [m for m in ("pygpu._driver", "pygpu.driver", "numpy") if m in sys.modules]
+    print("PLUGIN=%s LOADED=%s" % ("pygpu.testing.plugin" in sys.modules, ",".join(loaded)))
+"""
+
+
+def _loaded(out):
+    import re
+    m = re.search(r"PLUGIN=(\w+) LOADED=([\w.,]*)", out)
+    return m.groups() if m else None
+
+
+def test_a_plain_pytest_run_loads_neither_the_extension_nor_numpy(project):
+    project.makepyfile(test_trivial=TRIVIAL)
+    r, out = run(project, "-s")
+    r.assert_outcomes(passed=2)
+    # the plugin is loaded (its entry point), yet nothing heavy came with it
+    assert _loaded(out) == ("True", ""), out
+
+
+def test_a_marker_or_fixture_loads_pygpu_on_first_use(project):
+    project.makepyfile(test_uses=TRIVIAL.replace("def test_trivial():",
+                                                  "import pytest\n\n@pytest.mark.gpu\n"
+                                                  "def test_trivial():"))
+    r, out = run(project, "-s")
+    r.assert_outcomes(passed=1, skipped=1)
+    assert _loaded(out) == ("True", "pygpu._driver,pygpu.driver,numpy"), out

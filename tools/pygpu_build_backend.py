@@ -6,9 +6,12 @@ already importable) has them, the build uses those.  When none is found, the
 build asks pip for NVIDIA's header-carrying wheels (HEADER_WHEELS), so
 `pip install pygpu` from the sdist works in pip's isolated build environment
 on a machine that has only a driver.  setup.py uses cuda_include_dirs() to
-find the headers again at build time, in the same order.
+find the headers again at build time, in the same order.  The search itself
+is pygpu/_loader.py's (loaded by path), which the loader and the compiler use
+at run time: cuda-pathfinder when installed (a build requirement), the
+toolkit's folders, NVIDIA's wheels on sys.path.
 """
-import glob
+import importlib.util
 import os
 import sys
 
@@ -21,34 +24,33 @@ except ImportError:
     # installed setuptools first (pyproject.toml's build requirements)
     _setuptools = None
 
-HEADERS = ("cuda.h", "cudaTypedefs.h", "nvrtc.h")
+
+def _load_search():
+    """pygpu/_loader.py, the one search for NVRTC and the CUDA headers (the
+    loader's and the compiler's too), loaded by path: pygpu is not
+    importable while it is being built."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location(
+        "_pygpu_build_search", os.path.join(os.path.dirname(here), "pygpu", "_loader.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_search = _load_search()
+HEADERS = _search.BUILD_HEADERS
 # CUDA 13's wheels put every component's headers in site-packages/nvidia/cu13/include.
 HEADER_WHEELS = ["nvidia-cuda-runtime>=13,<14", "nvidia-cuda-nvrtc>=13,<14"]
-_WHEEL_DIRS = ("nvidia/cu13/include", "nvidia/cuda_runtime/include", "nvidia/cuda_nvrtc/include")
 
 
 def local_candidates(environ=None):
     """Toolkit include directories, in the order they are tried."""
-    env = os.environ if environ is None else environ
-    out = []
-    if env.get("PYGPU_CUDA_INCLUDE"):
-        out.append(env["PYGPU_CUDA_INCLUDE"])
-    for var in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"):
-        if env.get(var):
-            out.append(os.path.join(env[var], "include"))
-    out += ["/usr/local/cuda/include", "/opt/cuda/include", "/usr/include"]
-    return out
+    return _search.toolkit_include_candidates(environ)
 
 
 def wheel_candidates(path=None):
     """Include directories of NVIDIA's wheels on path (default sys.path)."""
-    out = []
-    for p in (sys.path if path is None else path):
-        for rel in _WHEEL_DIRS:
-            d = os.path.join(p, rel)
-            if os.path.isdir(d):
-                out.append(d)
-    return out
+    return _search.wheel_include_candidates(path)
 
 
 def _has(d, header):
@@ -57,20 +59,10 @@ def _has(d, header):
 
 def cuda_include_dirs(environ=None, path=None):
     """The include directories that hold the three headers: one toolkit
-    directory with all of them, else NVIDIA's wheels (CUDA 12's spread them
-    over two folders); None if they are not all found."""
-    for d in local_candidates(environ):
-        if all(_has(d, h) for h in HEADERS):
-            return [d]
-    wheels = wheel_candidates(path)
-    dirs = []
-    for h in HEADERS:
-        d = next((w for w in wheels if _has(w, h)), None)
-        if d is None:
-            return None
-        if d not in dirs:
-            dirs.append(d)
-    return dirs
+    directory with all of them, else cuda-pathfinder's, else NVIDIA's
+    wheels on path (CUDA 12's spread them over two folders); None if they
+    are not all found (pygpu._loader.build_include_dirs)."""
+    return _search.build_include_dirs(environ, path)
 
 
 # NVTX v3 (header-only): nvtx3/nvToolsExt.h in the toolkit, or in NVIDIA's
@@ -136,7 +128,7 @@ def nvtx_for_build(environ=None, path=None):
 
 
 def tried(environ=None, path=None):
-    return local_candidates(environ) + wheel_candidates(path)
+    return _search.build_tried(environ, path)
 
 
 def _header_requirements():

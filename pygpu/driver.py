@@ -423,9 +423,23 @@ def _handlers_begin(args, stream):
     new_args = list(args)
     outs = []
     allocs = []
+    posts = []
     try:
         for i, a in enumerate(args):
-            if isinstance(a, ArgumentHandler):
+            if isinstance(a, ArgumentHandler) and not isinstance(a, In):
+                # PyCUDA's protocol, for an ArgumentHandler subclass of its own
+                # (reikna's Buffer): get_device_alloc() is the pointer,
+                # pre_call(stream) runs before the launch, post_call(stream) after
+                get = getattr(a, "get_device_alloc", None)
+                if get is None:
+                    raise TypeError("%s is an ArgumentHandler without get_device_alloc()"
+                                    % type(a).__name__)
+                new_args[i] = get()
+                if hasattr(a, "pre_call"):
+                    a.pre_call(stream)
+                if hasattr(a, "post_call"):
+                    posts.append(a.post_call)
+            elif isinstance(a, ArgumentHandler):
                 dev = _alloc_for_handler(a.array.nbytes, stream)
                 allocs.append(dev)
                 if a.copy_in:
@@ -437,18 +451,21 @@ def _handlers_begin(args, stream):
         for dev in allocs:
             dev.free()
         raise
-    return tuple(new_args), (outs, allocs)
+    return tuple(new_args), (outs, allocs, posts)
 
 
 def _handlers_end(state, stream, launched):
     """After the launch (or its failure): copy Out/InOut arrays back, wait
-    for the stream, free the device copies."""
-    outs, allocs = state
+    for the stream, run PyCUDA-style handlers' post_call, free the device
+    copies."""
+    outs, allocs, posts = state
     try:
         if launched:
             for ary, dev in outs:
                 _handler_copy_out(ary, dev, stream)
             _handler_sync(stream)
+            for post in posts:
+                post(stream)
     finally:
         for dev in allocs:
             dev.free()

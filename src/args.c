@@ -452,7 +452,7 @@ pygpu_get_device_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr,
     r = foreign_ptr(st, obj, ptr, size);
     if (r <= 0)
         return r;
-    if (Py_IS_TYPE(obj, st->HostAllocationType)) {
+    if (PyObject_TypeCheck(obj, st->HostAllocationType)) {
         PyErr_SetString(PyExc_TypeError,
                         "a HostAllocation is host memory: use "
                         "get_device_pointer() for mapped memory");
@@ -627,7 +627,7 @@ static int
 pack_resource(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, size_t size)
 {
     unsigned long long h;
-    if (Py_IS_TYPE(obj, st->TensorMapType)) {
+    if (PyObject_TypeCheck(obj, st->TensorMapType)) {
         if (size != sizeof(CUtensorMap)) {
             PyErr_Format(PyExc_TypeError, "kernel '%U': parameter %d is %zu bytes but a "
                          "TensorMap is a %zu-byte CUtensorMap (declare the parameter "
@@ -641,7 +641,7 @@ pack_resource(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, si
     if (size != sizeof h) {
         PyErr_Format(PyExc_TypeError, "kernel '%U': parameter %d is %zu bytes but a %.100s "
                      "is a 64-bit %s", fn, i, size, Py_TYPE(obj)->tp_name,
-                     Py_IS_TYPE(obj, st->SurfaceObjectType) ? "cudaSurfaceObject_t"
+                     PyObject_TypeCheck(obj, st->SurfaceObjectType) ? "cudaSurfaceObject_t"
                                                             : "cudaTextureObject_t");
         return -1;
     }
@@ -666,7 +666,7 @@ pack_one(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, size_t 
          char prep)
 {
     PyTypeObject *tp = Py_TYPE(obj);
-    if (tp == st->DeviceAllocationType || tp->tp_base == st->DeviceAllocationType) {
+    if (pygpu_is_allocation(st, obj)) {     /* a subclass's too */
         pygpu_DeviceAllocation *a = (pygpu_DeviceAllocation *)obj;
         if (need_pointer(fn, i, size, obj) < 0 || alloc_check(st, fn, i, a) < 0)
             return -1;
@@ -712,6 +712,11 @@ pack_one(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, size_t 
         return pack_int(fn, i, obj, dst, size);
     if (PyFloat_Check(obj))
         return pack_float(fn, i, PyFloat_AS_DOUBLE(obj), dst, size);
+    if ((tp->tp_flags & Py_TPFLAGS_HEAPTYPE)      /* a subclass of one (a Python class) */
+        && (PyObject_TypeCheck(obj, st->TextureObjectType)
+            || PyObject_TypeCheck(obj, st->SurfaceObjectType)
+            || PyObject_TypeCheck(obj, st->TensorMapType)))
+        return pack_resource(st, fn, i, obj, dst, size);
     if (PyObject_TypeCheck(obj, st->ArgumentHandlerType))
         return 2;    /* the caller decides */
     if (PyArray_Check(obj) && PyArray_NDIM((PyArrayObject *)obj) == 0) {
@@ -790,12 +795,12 @@ fallback_sizes(pygpu_state *st, const pygpu_layout *l, PyObject *const *args, Py
                 sz = (size_t)PyDataType_ELSIZE(PyArray_DESCR((PyArrayObject *)o));
             } else if (PyBytes_Check(o)) {
                 sz = (size_t)PyBytes_GET_SIZE(o);
-            } else if (Py_IS_TYPE(o, st->TensorMapType)) {
+            } else if (PyObject_TypeCheck(o, st->TensorMapType)) {
                 sz = sizeof(CUtensorMap);
             }
         }
         align = sz >= 8 ? 8 : (sz >= 4 ? 4 : (sz >= 2 ? 2 : 1));
-        if (Py_IS_TYPE(o, st->TensorMapType))
+        if (PyObject_TypeCheck(o, st->TensorMapType))
             align = 64;        /* a CUtensorMap parameter's alignment */
         off = (off + align - 1) & ~(align - 1);
         params[i].offset = off;

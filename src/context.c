@@ -105,7 +105,7 @@ context_dealloc(pygpu_Context *self)
     context_forget(st, self);
     (void)context_release(self);
     Py_CLEAR(self->device);
-    PyObject_Free(self);
+    tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
@@ -817,8 +817,8 @@ static PyType_Slot context_slots[] = {
 
 static PyType_Spec context_spec = {
     "pygpu.driver.Context", sizeof(pygpu_Context), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
-    context_slots
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION
+    | Py_TPFLAGS_BASETYPE, context_slots
 };
 
 int

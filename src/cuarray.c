@@ -75,7 +75,7 @@ static PyObject *
 descr_make(PyTypeObject *type, Py_ssize_t w, Py_ssize_t h, Py_ssize_t d, int fmt, int nch,
            int flags)
 {
-    pygpu_ArrayDescriptor *self = PyObject_New(pygpu_ArrayDescriptor, type);
+    pygpu_ArrayDescriptor *self = (pygpu_ArrayDescriptor *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
     self->width = w; self->height = h; self->depth = d;
@@ -112,7 +112,7 @@ static void
 descr_dealloc(PyObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
-    PyObject_Free(self);
+    tp->tp_free(self);
     Py_DECREF(tp);
 }
 
@@ -120,7 +120,7 @@ static PyObject *
 descr_repr(pygpu_ArrayDescriptor *self)
 {
     pygpu_state *st = PYGPU_STATE(self);
-    if (Py_IS_TYPE(self, st->ArrayDescriptor3DType))
+    if (PyObject_TypeCheck(self, st->ArrayDescriptor3DType))
         return PyUnicode_FromFormat("ArrayDescriptor3D(width=%zd, height=%zd, depth=%zd, "
                                     "format=%d, num_channels=%d, flags=%d)", self->width,
                                     self->height, self->depth, self->format,
@@ -151,6 +151,7 @@ static PyMemberDef descr3_members[] = {
 
 static PyType_Slot descr2_slots[] = {
     {Py_tp_new, descr2_new},
+    {Py_tp_init, pygpu_init_made},
     {Py_tp_dealloc, descr_dealloc},
     {Py_tp_repr, descr_repr},
     {Py_tp_members, descr2_members},
@@ -161,6 +162,7 @@ static PyType_Slot descr2_slots[] = {
 };
 static PyType_Slot descr3_slots[] = {
     {Py_tp_new, descr3_new},
+    {Py_tp_init, pygpu_init_made},
     {Py_tp_dealloc, descr_dealloc},
     {Py_tp_repr, descr_repr},
     {Py_tp_members, descr3_members},
@@ -172,11 +174,11 @@ static PyType_Slot descr3_slots[] = {
 };
 static PyType_Spec descr2_spec = {
     "pygpu.driver.ArrayDescriptor", sizeof(pygpu_ArrayDescriptor), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, descr2_slots
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, descr2_slots
 };
 static PyType_Spec descr3_spec = {
     "pygpu.driver.ArrayDescriptor3D", sizeof(pygpu_ArrayDescriptor), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, descr3_slots
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, descr3_slots
 };
 
 static PyObject *
@@ -340,7 +342,7 @@ array_dealloc(pygpu_Array *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     array_release(self);            /* nobody holds it: busy is 0 */
     Py_CLEAR(self->context);
-    PyObject_Free(self);
+    tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
@@ -360,9 +362,9 @@ array_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     pygpu_scope s;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Array", kwlist, &dobj))
         return NULL;
-    if (Py_IS_TYPE(dobj, st->ArrayDescriptor3DType)) {
+    if (PyObject_TypeCheck(dobj, st->ArrayDescriptor3DType)) {
         is3d = 1;
-    } else if (Py_IS_TYPE(dobj, st->ArrayDescriptorType)) {
+    } else if (PyObject_TypeCheck(dobj, st->ArrayDescriptorType)) {
         is3d = 0;
     } else {
         PyErr_Format(PyExc_TypeError, "Array() takes an ArrayDescriptor or "
@@ -397,7 +399,7 @@ array_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         pygpu_scope_exit(&s);
         return pygpu_cuda_error(st, rc, is3d ? "cuArray3DCreate" : "cuArrayCreate");
     }
-    self = PyObject_New(pygpu_Array, type);
+    self = (pygpu_Array *)type->tp_alloc(type, 0);
     if (self == NULL) {
         cu.cuArrayDestroy(h);
         pygpu_scope_exit(&s);
@@ -532,6 +534,7 @@ static PyMemberDef array_members[] = {
 
 static PyType_Slot array_slots[] = {
     {Py_tp_new, array_new},
+    {Py_tp_init, pygpu_init_made},
     {Py_tp_dealloc, array_dealloc},
     {Py_tp_repr, array_repr},
     {Py_tp_methods, array_methods},
@@ -544,7 +547,7 @@ static PyType_Slot array_slots[] = {
 
 static PyType_Spec array_spec = {
     "pygpu.driver.Array", sizeof(pygpu_Array), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, array_slots
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, array_slots
 };
 
 /* ---- _memcpy_3d ---- */

@@ -12,8 +12,9 @@ ordinal_count(pygpu_state *st, int *count)
     return 0;
 }
 
-PyObject *
-pygpu_device_new(pygpu_state *st, int ordinal)
+/* A Device of type tp (DeviceType or a subclass: Device.__new__'s type). */
+static PyObject *
+device_of_type(pygpu_state *st, PyTypeObject *tp, int ordinal)
 {
     pygpu_Device *self;
     CUdevice dev;
@@ -31,12 +32,18 @@ pygpu_device_new(pygpu_state *st, int ordinal)
     rc = cu.cuDeviceGet(&dev, ordinal);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuDeviceGet");
-    self = PyObject_New(pygpu_Device, st->DeviceType);
+    self = (pygpu_Device *)tp->tp_alloc(tp, 0);
     if (self == NULL)
         return NULL;
     self->handle = dev;
     self->ordinal = ordinal;
     return (PyObject *)self;
+}
+
+PyObject *
+pygpu_device_new(pygpu_state *st, int ordinal)
+{
+    return device_of_type(st, st->DeviceType, ordinal);
 }
 
 static PyObject *
@@ -71,7 +78,7 @@ device_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             if (rc != CUDA_SUCCESS)
                 return pygpu_cuda_error(st, rc, "cuDeviceGet");
             if (d == dev)
-                return pygpu_device_new(st, i);
+                return device_of_type(st, type, i);
         }
         PyErr_Format(PyExc_ValueError, "no CUDA device at PCI bus id %R", which);
         return NULL;
@@ -84,7 +91,7 @@ device_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             PyErr_Format(PyExc_ValueError, "no CUDA device with ordinal %ld", n);
             return NULL;
         }
-        return pygpu_device_new(st, (int)n);
+        return device_of_type(st, type, (int)n);
     }
     PyErr_Format(PyExc_TypeError,
                  "Device() takes an ordinal (int) or a PCI bus id (str), not %.100s",
@@ -96,7 +103,7 @@ static void
 device_dealloc(pygpu_Device *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
-    PyObject_Free(self);
+    tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
@@ -225,7 +232,7 @@ device_get_attribute(pygpu_Device *self, PyObject *arg)
 static PyObject *
 lookup_enum(PyObject *obj, const char *enum_name)
 {
-    PyObject *mod = PyType_GetModule(Py_TYPE(obj));
+    PyObject *mod = pygpu_module_from_type(Py_TYPE(obj));
     return mod ? PyObject_GetAttrString(mod, enum_name) : NULL;
 }
 
@@ -282,8 +289,11 @@ device_getattro(pygpu_Device *self, PyObject *name)
     PyObject *res = PyObject_GenericGetAttr((PyObject *)self, name), *enum_cls, *upper, *member;
     if (res != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError))
         return res;
-    if (!PyUnicode_Check(name) || PyUnicode_READ_CHAR(name, 0) == '_')
+    if (!PyUnicode_Check(name) || PyUnicode_GET_LENGTH(name) == 0
+        || PyUnicode_READ_CHAR(name, 0) == '_')
         return NULL;
+    /* the lookups below run Python code: never with an exception set */
+    PyErr_Clear();
     enum_cls = lookup_enum((PyObject *)self, "device_attribute");
     if (enum_cls == NULL)
         return NULL;
@@ -292,9 +302,13 @@ device_getattro(pygpu_Device *self, PyObject *name)
     Py_XDECREF(upper);
     Py_DECREF(enum_cls);
     if (member == NULL) {
-        PyErr_Format(PyExc_AttributeError,
-                     "'Device' object has no attribute %R (nor is it a "
-                     "device_attribute name)", name);
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            const char *tn = Py_TYPE(self)->tp_name, *dot = strrchr(tn, '.');
+            PyErr_Format(PyExc_AttributeError,
+                         "'%.100s' object has no attribute %R (nor is it a "
+                         "device_attribute name)", dot ? dot + 1 : tn, name);
+        }
         return NULL;
     }
     res = device_get_attribute(self, member);
@@ -403,6 +417,7 @@ static PyGetSetDef device_getset[] = {
 
 static PyType_Slot device_slots[] = {
     {Py_tp_new, device_new},
+    {Py_tp_init, pygpu_init_made},
     {Py_tp_dealloc, device_dealloc},
     {Py_tp_methods, device_methods},
     {Py_tp_getset, device_getset},
@@ -419,7 +434,7 @@ static PyType_Slot device_slots[] = {
 
 static PyType_Spec device_spec = {
     "pygpu.driver.Device", sizeof(pygpu_Device), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, device_slots
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, device_slots
 };
 
 int

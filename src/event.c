@@ -21,7 +21,7 @@ event_dealloc(pygpu_Event *self)
     PyTypeObject *tp = Py_TYPE(self);
     event_release(self);
     Py_CLEAR(self->context);
-    PyObject_Free(self);
+    tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
@@ -45,7 +45,7 @@ event_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     rc = cu.cuEventCreate(&h, flags);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuEventCreate");
-    self = PyObject_New(pygpu_Event, type);
+    self = (pygpu_Event *)type->tp_alloc(type, 0);
     if (self == NULL) {
         cu.cuEventDestroy(h);
         return NULL;
@@ -142,7 +142,7 @@ elapsed(pygpu_Event *start, PyObject *end_obj, pygpu_Event *self)
 static PyObject *
 event_time_since(pygpu_Event *self, PyObject *other)
 {
-    if (!Py_IS_TYPE(other, Py_TYPE(self))) {
+    if (!PyObject_TypeCheck(other, PYGPU_STATE(self)->EventType)) {
         PyErr_SetString(PyExc_TypeError, "time_since() takes an Event");
         return NULL;
     }
@@ -152,7 +152,7 @@ event_time_since(pygpu_Event *self, PyObject *other)
 static PyObject *
 event_time_till(pygpu_Event *self, PyObject *other)
 {
-    if (!Py_IS_TYPE(other, Py_TYPE(self))) {
+    if (!PyObject_TypeCheck(other, PYGPU_STATE(self)->EventType)) {
         PyErr_SetString(PyExc_TypeError, "time_till() takes an Event");
         return NULL;
     }
@@ -208,7 +208,7 @@ event_from_ipc_handle(PyObject *cls, PyObject *arg)
         return pygpu_cuda_error_ex(st, rc, "cuIpcOpenEventHandle",
                                    "the handle may be invalid or its event destroyed, "
                                    "or the exporting process may have exited");
-    self = PyObject_New(pygpu_Event, st->EventType);
+    self = (pygpu_Event *)type->tp_alloc(type, 0);   /* cls: a subclass gives its own */
     if (self == NULL) {
         cu.cuEventDestroy(ev);
         return NULL;
@@ -248,6 +248,7 @@ static PyGetSetDef event_getset[] = {
 
 static PyType_Slot event_slots[] = {
     {Py_tp_new, event_new},
+    {Py_tp_init, pygpu_init_made},
     {Py_tp_dealloc, event_dealloc},
     {Py_tp_methods, event_methods},
     {Py_tp_getset, event_getset},
@@ -257,7 +258,7 @@ static PyType_Slot event_slots[] = {
 
 static PyType_Spec event_spec = {
     "pygpu.driver.Event", sizeof(pygpu_Event), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, event_slots
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, event_slots
 };
 
 int

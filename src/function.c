@@ -95,7 +95,7 @@ function_dealloc(pygpu_Function *f)
     Py_CLEAR(f->last_grid);
     Py_CLEAR(f->name);
     Py_CLEAR(f->module);
-    PyObject_Free(f);
+    tp->tp_free((PyObject *)f);
     Py_DECREF(tp);
 }
 
@@ -472,7 +472,7 @@ static PyType_Slot function_slots[] = {
 static PyType_Spec function_spec = {
     "pygpu.driver.Function", sizeof(pygpu_Function), 0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION |
-    Py_TPFLAGS_HAVE_VECTORCALL,
+    Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_BASETYPE,
     function_slots
 };
 
@@ -495,17 +495,21 @@ static PyType_Slot kernel_time_slots[] = {
 
 static PyType_Spec kernel_time_spec = {
     "pygpu.driver.KernelTime", 0, 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE,
     kernel_time_slots
 };
 
 int
 pygpu_function_setup(PyObject *m, pygpu_state *st)
 {
-    PyObject *tp;
+    PyObject *tp, *bases;
     if (pygpu_add_type(m, &function_spec, &st->FunctionType) < 0)
         return -1;
-    tp = PyType_FromModuleAndSpec(m, &kernel_time_spec, (PyObject *)&PyFloat_Type);
+    bases = PyTuple_Pack(1, (PyObject *)&PyFloat_Type);   /* 3.9 takes only a tuple */
+    if (bases == NULL)
+        return -1;
+    tp = PyType_FromModuleAndSpec(m, &kernel_time_spec, bases);
+    Py_DECREF(bases);
     if (tp == NULL)
         return -1;
     st->KernelTimeType = (PyTypeObject *)tp;

@@ -210,7 +210,7 @@ parse_deps(pygpu_state *st, pygpu_Graph *g, PyObject *deps, CUgraphNode **out, s
     *n = 0;
     if (deps == NULL || deps == Py_None)
         return 0;
-    if (Py_IS_TYPE(deps, st->GraphNodeType))
+    if (PyObject_TypeCheck(deps, st->GraphNodeType))
         seq = PyTuple_Pack(1, deps);
     else
         seq = PySequence_Tuple(deps);
@@ -227,7 +227,7 @@ parse_deps(pygpu_state *st, pygpu_Graph *g, PyObject *deps, CUgraphNode **out, s
     }
     for (i = 0; i < len; i++) {
         PyObject *d = PyTuple_GET_ITEM(seq, i);
-        if (!Py_IS_TYPE(d, st->GraphNodeType)) {
+        if (!PyObject_TypeCheck(d, st->GraphNodeType)) {
             PyErr_Format(PyExc_TypeError, "%s: dependencies[%zd] must be a GraphNode, not "
                          "%.100s", what, i, Py_TYPE(d)->tp_name);
             goto error;
@@ -381,10 +381,11 @@ args_tuple(PyObject *f, PyObject *const *args, Py_ssize_t n)
 
 /* ---- Graph ---- */
 
+/* a Graph of type tp (GraphType or a subclass: Graph.__new__'s type) */
 static pygpu_Graph *
-graph_alloc(pygpu_state *st, CUgraph h, pygpu_Context *ctx, int owns, PyObject *parent)
+graph_alloc_type(PyTypeObject *tp, CUgraph h, pygpu_Context *ctx, int owns, PyObject *parent)
 {
-    pygpu_Graph *g = PyObject_GC_New(pygpu_Graph, st->GraphType);
+    pygpu_Graph *g = (pygpu_Graph *)tp->tp_alloc(tp, 0);   /* zeroed, tracked */
     if (g == NULL)
         return NULL;
     g->handle = h;
@@ -397,12 +398,17 @@ graph_alloc(pygpu_state *st, CUgraph h, pygpu_Context *ctx, int owns, PyObject *
     g->keep = PyList_New(0);
     g->nodes = PyDict_New();
     g->errors = parent != NULL ? Py_NewRef(((pygpu_Graph *)parent)->errors) : PyList_New(0);
-    PyObject_GC_Track(g);
     if (g->keep == NULL || g->nodes == NULL || g->errors == NULL) {
         Py_DECREF(g);
         return NULL;
     }
     return g;
+}
+
+static pygpu_Graph *
+graph_alloc(pygpu_state *st, CUgraph h, pygpu_Context *ctx, int owns, PyObject *parent)
+{
+    return graph_alloc_type(st->GraphType, h, ctx, owns, parent);
 }
 
 static void
@@ -460,7 +466,7 @@ graph_dealloc(pygpu_Graph *g)
     Py_CLEAR(g->keep);
     Py_CLEAR(g->errors);
     Py_CLEAR(g->context);
-    PyObject_GC_Del(g);
+    tp->tp_free((PyObject *)g);
     Py_DECREF(tp);
 }
 
@@ -483,7 +489,7 @@ graph_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuGraphCreate");
-    g = graph_alloc(st, h, ctx, 1, NULL);
+    g = graph_alloc_type(type, h, ctx, 1, NULL);
     if (g == NULL) {
         cu.cuGraphDestroy(h);
         return NULL;
@@ -518,7 +524,7 @@ graph_add_kernel_node(pygpu_Graph *g, PyObject *const *args, Py_ssize_t nargs,
     CUresult rc;
     int index = g->count;
     PYGPU_ARGPACK_INIT(&pack);
-    if (nargs < 1 || !Py_IS_TYPE(args[0], st->FunctionType)) {
+    if (nargs < 1 || !PyObject_TypeCheck(args[0], st->FunctionType)) {
         PyErr_Format(PyExc_TypeError, "add_kernel_node() takes a Function first, not %.100s",
                      nargs < 1 ? "nothing" : Py_TYPE(args[0])->tp_name);
         return NULL;
@@ -598,7 +604,7 @@ parse_endpoint(pygpu_state *st, PyObject *obj, int writable, endpoint *e, const 
 {
     e->kept = NULL;
     e->host = 0;
-    if (!Py_IS_TYPE(obj, st->DeviceAllocationType) && !PyLong_Check(obj)
+    if (!pygpu_is_allocation(st, obj) && !PyLong_Check(obj)
         && PyObject_CheckBuffer(obj)) {
         Py_buffer v;
         PyObject *mv = PyMemoryView_FromObject(obj);
@@ -871,7 +877,7 @@ add_event_node(pygpu_Graph *g, PyObject *args, PyObject *kwds, int record)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, record ? "O|O:add_event_record_node"
                                      : "O|O:add_event_wait_node", kwlist, &ev, &deps))
         return NULL;
-    if (!Py_IS_TYPE(ev, st->EventType)) {
+    if (!PyObject_TypeCheck(ev, st->EventType)) {
         PyErr_Format(PyExc_TypeError, "%s takes an Event, not %.100s", what,
                      Py_TYPE(ev)->tp_name);
         return NULL;
@@ -927,7 +933,7 @@ graph_add_child_graph_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:add_child_graph_node", kwlist, &child,
                                      &deps))
         return NULL;
-    if (!Py_IS_TYPE(child, st->GraphType)) {
+    if (!PyObject_TypeCheck(child, st->GraphType)) {
         PyErr_Format(PyExc_TypeError, "add_child_graph_node() takes a Graph, not %.100s",
                      Py_TYPE(child)->tp_name);
         return NULL;
@@ -1045,7 +1051,7 @@ graph_add_mem_free_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:add_mem_free_node", kwlist, &pobj,
                                      &deps))
         return NULL;
-    if (Py_IS_TYPE(pobj, st->GraphNodeType)) {
+    if (PyObject_TypeCheck(pobj, st->GraphNodeType)) {
         pygpu_GraphNode *an = (pygpu_GraphNode *)pobj;
         if (an->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
             PyErr_Format(PyExc_TypeError, "add_mem_free_node(): node #%d is a %s node, not a "
@@ -1403,6 +1409,7 @@ static PyMemberDef graph_members[] = {
 
 static PyType_Slot graph_slots[] = {
     {Py_tp_new, graph_new},
+    {Py_tp_init, pygpu_init_made},
     {Py_tp_dealloc, graph_dealloc},
     {Py_tp_traverse, graph_traverse},
     {Py_tp_clear, graph_clear},
@@ -1417,7 +1424,8 @@ static PyType_Slot graph_slots[] = {
 
 static PyType_Spec graph_spec = {
     "pygpu.driver.Graph", sizeof(pygpu_Graph), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC, graph_slots
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    graph_slots
 };
 
 /* ---- GraphNode ---- */
@@ -1447,7 +1455,7 @@ node_dealloc(pygpu_GraphNode *n)
     PyTypeObject *tp = Py_TYPE(n);
     PyObject_GC_UnTrack(n);
     node_clear(n);
-    PyObject_GC_Del(n);
+    tp->tp_free((PyObject *)n);
     Py_DECREF(tp);
 }
 
@@ -1606,7 +1614,7 @@ static PyType_Slot node_slots[] = {
 static PyType_Spec node_spec = {
     "pygpu.driver.GraphNode", sizeof(pygpu_GraphNode), 0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC |
-    Py_TPFLAGS_DISALLOW_INSTANTIATION, node_slots
+    Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_BASETYPE, node_slots
 };
 
 /* ---- GraphExec ---- */
@@ -1728,7 +1736,7 @@ exec_dealloc(pygpu_GraphExec *e)
     PyTypeObject *tp = Py_TYPE(e);
     PyObject_GC_UnTrack(e);
     exec_clear(e);
-    PyObject_GC_Del(e);
+    tp->tp_free((PyObject *)e);
     Py_DECREF(tp);
 }
 
@@ -1835,7 +1843,7 @@ exec_update(pygpu_GraphExec *e, PyObject *graph)
     CUgraphExecUpdateResult result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
     pygpu_scope s;
     CUresult rc;
-    if (!Py_IS_TYPE(graph, st->GraphType)) {
+    if (!PyObject_TypeCheck(graph, st->GraphType)) {
         PyErr_Format(PyExc_TypeError, "update() takes a Graph, not %.100s",
                      Py_TYPE(graph)->tp_name);
         return NULL;
@@ -1909,7 +1917,7 @@ exec_set_kernel_node_params(pygpu_GraphExec *e, PyObject *const *args, Py_ssize_
     pygpu_scope s;
     CUresult rc;
     PYGPU_ARGPACK_INIT(&pack);
-    if (nargs < 1 || !Py_IS_TYPE(args[0], st->GraphNodeType)) {
+    if (nargs < 1 || !PyObject_TypeCheck(args[0], st->GraphNodeType)) {
         PyErr_Format(PyExc_TypeError, "set_kernel_node_params() takes a GraphNode first, "
                      "not %.100s", nargs < 1 ? "nothing" : Py_TYPE(args[0])->tp_name);
         return NULL;
@@ -1932,7 +1940,7 @@ exec_set_kernel_node_params(pygpu_GraphExec *e, PyObject *const *args, Py_ssize_
                      "a kernel node", n->index, node_type_name(n->type));
         return NULL;
     }
-    if (fobj != NULL && fobj != Py_None && !Py_IS_TYPE(fobj, st->FunctionType)) {
+    if (fobj != NULL && fobj != Py_None && !PyObject_TypeCheck(fobj, st->FunctionType)) {
         PyErr_Format(PyExc_TypeError, "set_kernel_node_params(): function must be a "
                      "Function, not %.100s", Py_TYPE(fobj)->tp_name);
         return NULL;
@@ -2081,7 +2089,7 @@ static PyType_Slot exec_slots[] = {
 static PyType_Spec exec_spec = {
     "pygpu.driver.GraphExec", sizeof(pygpu_GraphExec), 0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC |
-    Py_TPFLAGS_DISALLOW_INSTANTIATION, exec_slots
+    Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_BASETYPE, exec_slots
 };
 
 /* ---- stream capture (the Stream methods call these) ---- */
@@ -2198,7 +2206,7 @@ pygpu_capture_note(pygpu_state *st, PyObject *stream_obj, PyObject *f, PyObject 
 {
     PyObject *t;
     int r;
-    if (stream_obj == NULL || !Py_IS_TYPE(stream_obj, st->StreamType)
+    if (stream_obj == NULL || !PyObject_TypeCheck(stream_obj, st->StreamType)
         || ((pygpu_Stream *)stream_obj)->capture_keep == NULL)
         return 0;
     if ((t = args_tuple(f, args, nargs)) == NULL)

@@ -45,7 +45,7 @@ hostalloc_dealloc(pygpu_HostAllocation *self)
     hostalloc_release(self);
     Py_CLEAR(self->owner);
     Py_CLEAR(self->context);
-    PyObject_GC_Del(self);
+    tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
@@ -408,7 +408,7 @@ static PyType_Slot hostalloc_slots[] = {
 static PyType_Spec hostalloc_spec = {
     "pygpu.driver.HostAllocation", sizeof(pygpu_HostAllocation), 0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC |
-    Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_BASETYPE,
     hostalloc_slots
 };
 

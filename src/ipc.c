@@ -181,6 +181,7 @@ static PyMethodDef ipchandle_methods[] = {
 
 static PyType_Slot ipchandle_slots[] = {
     {Py_tp_new, ipchandle_new},
+    {Py_tp_init, pygpu_init_made},
     {Py_tp_methods, ipchandle_methods},
     {Py_tp_repr, ipchandle_repr},
     {Py_tp_doc, "IPCMemoryHandle(handle, flags=ipc_mem_flags.LAZY_ENABLE_PEER_ACCESS)\n--\n\n"
@@ -194,7 +195,7 @@ static PyType_Slot ipchandle_slots[] = {
 
 static PyType_Spec ipchandle_spec = {
     "pygpu.driver.IPCMemoryHandle", sizeof(pygpu_DeviceAllocation), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, ipchandle_slots
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, ipchandle_slots
 };
 
 static PyMethodDef ipc_methods[] = {
@@ -213,10 +214,16 @@ int
 pygpu_add_allocation_subtype(PyObject *m, pygpu_state *st, PyType_Spec *spec,
                              PyTypeObject **slot)
 {
-    PyObject *tp = PyType_FromModuleAndSpec(m, spec, (PyObject *)st->DeviceAllocationType);
+    PyObject *tp, *bases = PyTuple_Pack(1, (PyObject *)st->DeviceAllocationType);
+    if (bases == NULL)   /* a tuple: Python 3.9 takes no single class */
+        return -1;
+    tp = PyType_FromModuleAndSpec(m, spec, bases);
+    Py_DECREF(bases);
     if (tp == NULL)
         return -1;
     *slot = (PyTypeObject *)tp;
+    if (pygpu_keep_text_signature((PyTypeObject *)tp, spec) < 0)
+        return -1;
     return pygpu_module_add_ref(m, strrchr(spec->name, '.') + 1, tp);
 }
 

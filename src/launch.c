@@ -482,7 +482,7 @@ pygpu_launch(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config *cfg,
                         "cluster, cooperative and pdl launches need a CUDA 12 driver");
         return NULL;
     }
-    if (cfg->stream_obj != NULL && Py_IS_TYPE(cfg->stream_obj, st->StreamType)) {
+    if (cfg->stream_obj != NULL && PyObject_TypeCheck(cfg->stream_obj, st->StreamType)) {
         pygpu_Context *sc = ((pygpu_Stream *)cfg->stream_obj)->context;
         if (sc != NULL && sc->detached) {
             PyErr_Format(st->LogicError, "kernel '%s': the stream's context was detached",
@@ -640,7 +640,7 @@ bound_dealloc(pygpu_BoundLaunch *b)
     PyTypeObject *tp = Py_TYPE(b);
     Py_CLEAR(b->function);
     Py_CLEAR(b->cfg.stream_obj);
-    PyObject_Free(b);
+    tp->tp_free((PyObject *)b);
     Py_DECREF(tp);
 }
 
@@ -672,7 +672,7 @@ static PyType_Slot bound_slots[] = {
 static PyType_Spec bound_spec = {
     "pygpu.driver.BoundLaunch", sizeof(pygpu_BoundLaunch), 0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION |
-    Py_TPFLAGS_HAVE_VECTORCALL,
+    Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_BASETYPE,
     bound_slots
 };
 

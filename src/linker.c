@@ -476,7 +476,7 @@ linker_link_module(pygpu_Linker *self, PyObject *unused)
     image = linker_complete(self, NULL);
     if (image == NULL)
         return NULL;
-    mod = PyType_GetModule(Py_TYPE(self));      /* borrowed: pygpu._driver */
+    mod = pygpu_module_from_type(Py_TYPE(self));      /* borrowed: pygpu._driver */
     r = mod == NULL ? NULL : PyObject_CallMethod(mod, "module_from_buffer", "O", image);
     Py_DECREF(image);
     return r;
@@ -548,6 +548,7 @@ static PyGetSetDef linker_getset[] = {
 
 static PyType_Slot linker_slots[] = {
     {Py_tp_new, linker_new},
+    {Py_tp_init, pygpu_init_made},
     {Py_tp_dealloc, linker_dealloc},
     {Py_tp_traverse, linker_traverse},
     {Py_tp_clear, linker_clear},
@@ -565,7 +566,7 @@ static PyType_Slot linker_slots[] = {
 
 static PyType_Spec linker_spec = {
     "pygpu.driver.Linker", sizeof(pygpu_Linker), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE,
     linker_slots
 };
 

@@ -45,7 +45,7 @@ pool_dealloc(pygpu_MemoryPool *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     pool_release(self);
     Py_CLEAR(self->context);
-    PyObject_Free(self);
+    tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
@@ -74,7 +74,7 @@ need_pools(pygpu_state *st, const char *what)
 static pygpu_MemoryPool *
 pool_wrap(pygpu_state *st, PyTypeObject *type, pygpu_Context *ctx, CUmemoryPool h)
 {
-    pygpu_MemoryPool *self = PyObject_New(pygpu_MemoryPool, type);
+    pygpu_MemoryPool *self = (pygpu_MemoryPool *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
     self->handle = h;
@@ -478,6 +478,7 @@ static PyMemberDef pool_members[] = {
 
 static PyType_Slot pool_slots[] = {
     {Py_tp_new, pool_new},
+    {Py_tp_init, pygpu_init_made},
     {Py_tp_dealloc, pool_dealloc},
     {Py_tp_methods, pool_methods},
     {Py_tp_getset, pool_getset},
@@ -492,7 +493,7 @@ static PyType_Slot pool_slots[] = {
 
 static PyType_Spec pool_spec = {
     "pygpu.driver.MemoryPool", sizeof(pygpu_MemoryPool), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, pool_slots
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, pool_slots
 };
 
 int

@@ -10,6 +10,8 @@ pygpu_add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **slot)
     if (tp == NULL)
         return -1;
     *slot = (PyTypeObject *)tp;
+    if (pygpu_keep_text_signature((PyTypeObject *)tp, spec) < 0)
+        return -1;
 #if PY_VERSION_HEX < 0x030A0000
     {   /* no Py_TPFLAGS_DISALLOW_INSTANTIATION before 3.10 */
         PyType_Slot *s;

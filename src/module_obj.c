@@ -17,7 +17,7 @@ module_dealloc(pygpu_Module *self)
     Py_CLEAR(self->functions);
     Py_CLEAR(self->info_log);
     Py_CLEAR(self->context);
-    PyObject_Free(self);
+    tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
@@ -304,11 +304,19 @@ module_get_function(pygpu_Module *self, PyObject *name)
     /* the cache holds weak references: a Function holds its Module */
     f = PyDict_GetItemWithError(self->functions, name);
     if (f != NULL) {
+#if PY_VERSION_HEX >= 0x030D0000
+        PyObject *live;          /* PyWeakref_GetObject is deprecated from 3.13 */
+        if (PyWeakref_GetRef(f, &live) < 0)
+            return NULL;
+        if (live != NULL)
+            return live;
+#else
         PyObject *live = PyWeakref_GetObject(f);
         if (live != NULL && live != Py_None) {
             Py_INCREF(live);
             return live;
         }
+#endif
     }
     if (PyErr_Occurred() || (cname = c_name(name, "get_function")) == NULL)
         return NULL;
@@ -415,7 +423,8 @@ static PyType_Slot module_slots[] = {
 
 static PyType_Spec module_spec = {
     "pygpu.driver.Module", sizeof(pygpu_Module), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION
+    | Py_TPFLAGS_BASETYPE,
     module_slots
 };
 

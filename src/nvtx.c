@@ -285,6 +285,7 @@ static PyType_Slot range_slots[] = {
                 "yellow, purple, cyan, red, white, orange, gray, black, pink, brown). "
                 "Costs a load and a branch unless a profiler is attached."},
     {Py_tp_new, range_new},
+    {Py_tp_init, pygpu_init_made},
     {Py_tp_dealloc, range_dealloc},
     {Py_tp_call, range_call},
     {Py_tp_repr, range_repr},
@@ -297,7 +298,7 @@ static PyType_Slot range_slots[] = {
 static PyType_Spec range_spec = {
     .name = "pygpu.driver.TimeRange",
     .basicsize = sizeof(pygpu_TimeRange),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE,
     .slots = range_slots,
 };
 

@@ -92,12 +92,94 @@ typedef struct {
     PyTypeObject *IPCMemoryHandleType, *VirtualBufferType, *MemoryPoolType;
 } pygpu_state;
 
+extern PyModuleDef pygpu_moduledef;
+
+/* pygpu._driver (borrowed) from one of its types or a subclass of one: a
+ * Python class (ht_module NULL) or another module's type.  The exact type
+ * first, then its layout bases (tp_base, which a type keeps until it is
+ * freed: a subclass instance's dealloc may run after the GC cleared the
+ * dying subclass's tp_mro), then the MRO (a pygpu type without fields of its
+ * own, ArgumentHandler, is not on the tp_base chain of class C(Mixin,
+ * ArgumentHandler)): PyType_GetModuleByDef from 3.11, by hand on 3.9 and
+ * 3.10.  NULL with a TypeError when no base is pygpu's. */
+static inline PyObject *
+pygpu_module_def_match(PyTypeObject *b)
+{
+    PyObject *m = (b->tp_flags & Py_TPFLAGS_HEAPTYPE) ? ((PyHeapTypeObject *)b)->ht_module
+                                                     : NULL;
+    return m != NULL && PyModule_GetDef(m) == &pygpu_moduledef ? m : NULL;
+}
+
+static inline PyObject *
+pygpu_module_from_type(PyTypeObject *tp)
+{
+    PyTypeObject *b;
+    PyObject *m;
+    for (b = tp; b != NULL; b = b->tp_base) {
+        if ((m = pygpu_module_def_match(b)) != NULL)
+            return m;
+    }
+    if (tp->tp_mro != NULL) {
+#if PY_VERSION_HEX >= 0x030B0000
+        return PyType_GetModuleByDef(tp, &pygpu_moduledef);
+#else
+        Py_ssize_t i;
+        for (i = 1; i < PyTuple_GET_SIZE(tp->tp_mro); i++) {
+            if ((m = pygpu_module_def_match(
+                     (PyTypeObject *)PyTuple_GET_ITEM(tp->tp_mro, i))) != NULL)
+                return m;
+        }
+#endif
+    }
+    PyErr_Format(PyExc_TypeError, "'%s' is not a type of pygpu._driver nor a subclass "
+                 "of one", tp->tp_name);
+    return NULL;
+}
+
 static inline pygpu_state *
 pygpu_state_from_type(PyTypeObject *tp)
 {
-    return (pygpu_state *)PyType_GetModuleState(tp);
+    PyObject *m = pygpu_module_from_type(tp);
+    return m != NULL ? (pygpu_state *)PyModule_GetState(m) : NULL;
 }
 #define PYGPU_STATE(self) pygpu_state_from_type(Py_TYPE(self))
+
+/* Python 3.9's PyType_FromSpec drops the "Name(args)\n--\n\n" signature
+ * from tp_doc, so such a type had no __text_signature__ (inspect.signature
+ * failed): give it back the spec's whole doc.  0, or -1 with an exception. */
+static inline int
+pygpu_keep_text_signature(PyTypeObject *tp, const PyType_Spec *spec)
+{
+#if PY_VERSION_HEX < 0x030A0000
+    const PyType_Slot *s;
+    for (s = spec->slots; s->slot; s++) {
+        if (s->slot == Py_tp_doc && s->pfunc != NULL) {
+            size_t n = strlen((const char *)s->pfunc) + 1;
+            char *doc = PyObject_Malloc(n);      /* type_dealloc frees it */
+            if (doc == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            memcpy(doc, s->pfunc, n);
+            PyObject_Free((void *)tp->tp_doc);
+            tp->tp_doc = doc;
+        }
+    }
+#else
+    (void)tp; (void)spec;
+#endif
+    return 0;
+}
+
+/* tp_init of the types made whole by tp_new: takes the constructor's
+ * arguments and does nothing, so that a Python subclass's __init__ may call
+ * Base.__init__(self, *args), as PyCUDA's (Boost.Python) classes let it. */
+static inline int
+pygpu_init_made(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    (void)self; (void)args; (void)kwds;
+    return 0;
+}
 
 /* ---- objects ---- */
 
@@ -525,13 +607,14 @@ pygpu_getattr_opt(PyObject *obj, PyObject *name, PyObject **res)
 
 /* ---- processes and several GPUs: ipc.c, vmm.c, mempool.c, fork.c ---- */
 
-/* A DeviceAllocation or one of its C subtypes (IPCMemoryHandle,
- * VirtualBuffer): one pointer compare more than the exact check. */
+/* A DeviceAllocation or one of its subtypes (IPCMemoryHandle, VirtualBuffer,
+ * a Python subclass of any): the C types in two pointer compares. */
 static inline int
 pygpu_is_allocation(pygpu_state *st, PyObject *o)
 {
     PyTypeObject *t = Py_TYPE(o);
-    return t == st->DeviceAllocationType || t->tp_base == st->DeviceAllocationType;
+    return t == st->DeviceAllocationType || t->tp_base == st->DeviceAllocationType
+           || PyType_IsSubtype(t, st->DeviceAllocationType);   /* a Python subclass */
 }
 /* memory.c: a new allocation object of type tp (DeviceAllocationType or a
  * subtype) owning ptr; kinds: 0 cuMemAlloc, 1 managed, 2 async (pool),

@@ -49,7 +49,7 @@ pygpu_get_stream(pygpu_state *st, PyObject *obj, CUstream *out)
         *out = NULL;
         return 0;
     }
-    if (Py_IS_TYPE(obj, st->StreamType)) {
+    if (PyObject_TypeCheck(obj, st->StreamType)) {
         if (stream_check((pygpu_Stream *)obj) < 0)
             return -1;
         *out = ((pygpu_Stream *)obj)->handle;
@@ -119,14 +119,15 @@ stream_dealloc(pygpu_Stream *self)
     stream_release(self);
     Py_CLEAR(self->owner);
     Py_CLEAR(self->context);
-    PyObject_GC_Del(self);
+    tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
 static pygpu_Stream *
-stream_alloc(pygpu_state *st, CUstream h, pygpu_Context *ctx, int owns, PyObject *owner)
+stream_alloc(PyTypeObject *tp, CUstream h, pygpu_Context *ctx, int owns, PyObject *owner)
 {
-    pygpu_Stream *self = PyObject_GC_New(pygpu_Stream, st->StreamType);
+    /* tp: StreamType or a subclass; tp_alloc zeroes and tracks */
+    pygpu_Stream *self = (pygpu_Stream *)tp->tp_alloc(tp, 0);
     if (self == NULL)
         return NULL;
     self->handle = h;
@@ -137,7 +138,6 @@ stream_alloc(pygpu_state *st, CUstream h, pygpu_Context *ctx, int owns, PyObject
     self->context = ctx;
     Py_XINCREF(owner);
     self->owner = owner;
-    PyObject_GC_Track(self);
     return self;
 }
 
@@ -163,7 +163,7 @@ stream_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     rc = cu.cuStreamCreateWithPriority(&h, flags, priority);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuStreamCreateWithPriority");
-    self = stream_alloc(st, h, ctx, 1, NULL);
+    self = stream_alloc(type, h, ctx, 1, NULL);
     if (self == NULL)
         cu.cuStreamDestroy(h);
     return (PyObject *)self;
@@ -188,7 +188,8 @@ stream_from_handle(PyObject *cls, PyObject *args, PyObject *kwds)
     }
     if ((ctx = pygpu_current_context(st)) == NULL)
         return NULL;
-    return (PyObject *)stream_alloc(st, h, ctx, 0, owner == Py_None ? NULL : owner);
+    return (PyObject *)stream_alloc((PyTypeObject *)cls, h, ctx, 0,
+                                    owner == Py_None ? NULL : owner);
 }
 
 static PyObject *
@@ -198,7 +199,7 @@ special_stream(PyObject *cls, CUstream h)
     pygpu_Context *ctx = pygpu_current_context(st);
     if (ctx == NULL)
         return NULL;
-    return (PyObject *)stream_alloc(st, h, ctx, 0, NULL);
+    return (PyObject *)stream_alloc((PyTypeObject *)cls, h, ctx, 0, NULL);
 }
 
 static PyObject *
@@ -251,7 +252,7 @@ stream_wait_for_event(pygpu_Stream *self, PyObject *event)
 {
     pygpu_state *st = PYGPU_STATE(self);
     CUresult rc;
-    if (!Py_IS_TYPE(event, st->EventType)) {
+    if (!PyObject_TypeCheck(event, st->EventType)) {
         PyErr_Format(PyExc_TypeError, "wait_for_event() takes an Event, not %.100s",
                      Py_TYPE(event)->tp_name);
         return NULL;
@@ -379,6 +380,7 @@ static PyMemberDef stream_members[] = {
 
 static PyType_Slot stream_slots[] = {
     {Py_tp_new, stream_new},
+    {Py_tp_init, pygpu_init_made},
     {Py_tp_dealloc, stream_dealloc},
     {Py_tp_traverse, stream_traverse},
     {Py_tp_clear, stream_clear},
@@ -395,7 +397,8 @@ static PyType_Slot stream_slots[] = {
 
 static PyType_Spec stream_spec = {
     "pygpu.driver.Stream", sizeof(pygpu_Stream), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC, stream_slots
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    stream_slots
 };
 
 int

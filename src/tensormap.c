@@ -50,7 +50,7 @@ tmap_dealloc(pygpu_TensorMap *self)
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     Py_CLEAR(self->tensor);
-    PyObject_GC_Del(self);
+    tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
@@ -355,7 +355,7 @@ driver_dims(const pygpu_TensorMap *m, cuuint64_t *dims, cuuint64_t *strides)
 static pygpu_TensorMap *
 tmap_alloc(PyTypeObject *type)
 {
-    pygpu_TensorMap *m = PyObject_GC_New(pygpu_TensorMap, type);
+    pygpu_TensorMap *m = (pygpu_TensorMap *)type->tp_alloc(type, 0);   /* tracked */
     if (m == NULL)
         return NULL;
     memset(m->bytes, 0, sizeof m->bytes);
@@ -365,7 +365,6 @@ tmap_alloc(PyTypeObject *type)
     memset(m->shape, 0, sizeof m->shape);
     memset(m->strides, 0, sizeof m->strides);
     memset(m->box, 0, sizeof m->box);
-    PyObject_GC_Track(m);
     return m;
 }
 
@@ -619,6 +618,7 @@ static PyGetSetDef tmap_getset[] = {
 
 static PyType_Slot tmap_slots[] = {
     {Py_tp_new, tmap_new},
+    {Py_tp_init, pygpu_init_made},
     {Py_tp_dealloc, tmap_dealloc},
     {Py_tp_traverse, tmap_traverse},
     {Py_tp_clear, tmap_clear},
@@ -636,7 +636,8 @@ static PyType_Slot tmap_slots[] = {
 
 static PyType_Spec tmap_spec = {
     "pygpu.driver.TensorMap", sizeof(pygpu_TensorMap), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC, tmap_slots
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    tmap_slots
 };
 
 int

@@ -73,7 +73,7 @@ texobj_dealloc(pygpu_TexObject *self)
     texobj_release(self);
     Py_CLEAR(self->resource);
     Py_CLEAR(self->context);
-    PyObject_GC_Del(self);
+    tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
@@ -359,7 +359,7 @@ check_alignment(pygpu_state *st, pygpu_Context *ctx, const CUDA_RESOURCE_DESC *r
 static pygpu_TexObject *
 texobj_alloc(PyTypeObject *type, int surface)
 {
-    pygpu_TexObject *self = PyObject_GC_New(pygpu_TexObject, type);
+    pygpu_TexObject *self = (pygpu_TexObject *)type->tp_alloc(type, 0);   /* tracked */
     if (self == NULL)
         return NULL;
     self->handle = 0;
@@ -370,7 +370,6 @@ texobj_alloc(PyTypeObject *type, int surface)
     self->weakreflist = NULL;
     memset(&self->res, 0, sizeof self->res);
     memset(&self->tex, 0, sizeof self->tex);
-    PyObject_GC_Track(self);
     return self;
 }
 
@@ -684,6 +683,7 @@ static PyMemberDef texobj_members[] = {
 
 static PyType_Slot tex_slots[] = {
     {Py_tp_new, texobj_new},
+    {Py_tp_init, pygpu_init_made},
     {Py_tp_dealloc, texobj_dealloc},
     {Py_tp_traverse, texobj_traverse},
     {Py_tp_clear, texobj_clear},
@@ -703,6 +703,7 @@ static PyType_Slot tex_slots[] = {
 
 static PyType_Slot surf_slots[] = {
     {Py_tp_new, surfobj_new},
+    {Py_tp_init, pygpu_init_made},
     {Py_tp_dealloc, texobj_dealloc},
     {Py_tp_traverse, texobj_traverse},
     {Py_tp_clear, texobj_clear},
@@ -718,12 +719,14 @@ static PyType_Slot surf_slots[] = {
 
 static PyType_Spec tex_spec = {
     "pygpu.driver.TextureObject", sizeof(pygpu_TexObject), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC, tex_slots
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    tex_slots
 };
 
 static PyType_Spec surf_spec = {
     "pygpu.driver.SurfaceObject", sizeof(pygpu_TexObject), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC, surf_slots
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    surf_slots
 };
 
 int

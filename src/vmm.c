@@ -634,6 +634,7 @@ static PyGetSetDef vmm_getset[] = {
 
 static PyType_Slot vmm_slots[] = {
     {Py_tp_new, vmm_new},
+    {Py_tp_init, pygpu_init_made},
     {Py_tp_dealloc, vmm_dealloc},
     {Py_tp_methods, vmm_methods},
     {Py_tp_getset, vmm_getset},
@@ -650,7 +651,7 @@ static PyType_Slot vmm_slots[] = {
 
 static PyType_Spec vmm_spec = {
     "pygpu.driver.VirtualBuffer", sizeof(pygpu_VirtualBuffer), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, vmm_slots
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, vmm_slots
 };
 
 int pygpu_add_allocation_subtype(PyObject *m, pygpu_state *st, PyType_Spec *spec,

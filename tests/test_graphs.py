@@ -598,6 +598,7 @@ def test_graph_exec_alone_keeps_everything_alive(standin, mod, rng):
     """Everything but the GraphExec is deleted; its replay touches only live
     memory (the stand-in counts a use of freed memory as stale, which the
     fixture fails on) and the callback still runs."""
+    gc.collect()     # earlier tests' garbage (cycles holding memory) is not this test's
     base = standin.live()
     gbase = _live_graphs(standin)
     n = 128

@@ -576,3 +576,62 @@ def test_gap_binop_result_keeps_the_subclass(standin, ctx):
 
     a = Mine((8,), np.float32)
     assert type(a + a) is Mine
+
+
+# ---- gaps PyCUDA's examples/ met through the alias on the stand-in ----
+
+COMPLEX_KERNEL = r"""
+#include <pycuda-complex.hpp>
+typedef pycuda::complex<double> cd;
+typedef pycuda::complex<float> cf;
+__global__ void k(const cd *z, cd *out, cf *outf, int power)
+{
+    int i = threadIdx.x + blockIdx.x * blockDim.x;
+    cd w = z[i];
+    cf v(float(w.real()), float(w.imag()));
+    // mandelbrot_interactive's z = pow(z, power) + c: an int exponent
+    out[4 * i] = pow(w, power) + w;
+    out[4 * i + 1] = pow(2, w);
+    out[4 * i + 2] = exp(w) * conj(w) / 3;
+    out[4 * i + 3] = cd(norm(w), abs(w));
+    outf[2 * i] = pow(v, 3) * 2;
+    outf[2 * i + 1] = sqrt(v) - 1;
+}
+"""
+
+
+def test_pycuda_complex_header_compiles():
+    # PyCUDA puts its include folder on every SourceModule's path:
+    # #include <pycuda-complex.hpp> inside SourceModule's extern "C" block
+    # (C++ linkage in the header), pow() with an int operand (PyCUDA's plain
+    # float/double overloads); to PTX, no GPU needed
+    from pygpu import compiler
+    ptx = compiler.compile('extern "C" {\n%s\n}\n' % COMPLEX_KERNEL, target="ptx",
+                           arch="compute_80")
+    assert ptx.target == "ptx" and b".entry k(" in bytes(ptx)
+
+
+@pytest.mark.driver
+def test_pycuda_complex_header_in_source_module(ctx):
+    from pygpu.compiler import SourceModule
+    f = SourceModule(COMPLEX_KERNEL).get_function("k")
+    assert len(f.param_sizes) == 4
+
+
+@pytest.mark.gpu
+def test_gpu_pycuda_complex_header_against_numpy(ctx, rng):
+    import pygpu.driver as drv
+    from pygpu.compiler import SourceModule
+    n = 256
+    z = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex128)
+    out = np.empty(4 * n, np.complex128)
+    outf = np.empty(2 * n, np.complex64)
+    f = SourceModule(COMPLEX_KERNEL).get_function("k")
+    f(drv.In(z), drv.Out(out), drv.Out(outf), np.int32(5), block=(128, 1, 1), grid=(2, 1))
+    np.testing.assert_allclose(out[0::4], z ** 5 + z, rtol=1e-10)
+    np.testing.assert_allclose(out[1::4], 2 ** z, rtol=1e-10)
+    np.testing.assert_allclose(out[2::4], np.exp(z) * np.conj(z) / 3, rtol=1e-10)
+    np.testing.assert_allclose(out[3::4], np.abs(z) ** 2 + 1j * np.abs(z), rtol=1e-10)
+    v = z.astype(np.complex64)
+    np.testing.assert_allclose(outf[0::2], v ** 3 * 2, rtol=2e-5, atol=1e-5)
+    np.testing.assert_allclose(outf[1::2], np.sqrt(v) - 1, rtol=2e-5, atol=1e-5)

@@ -635,3 +635,23 @@ def test_gpu_pycuda_complex_header_against_numpy(ctx, rng):
     v = z.astype(np.complex64)
     np.testing.assert_allclose(outf[0::2], v ** 3 * 2, rtol=2e-5, atol=1e-5)
     np.testing.assert_allclose(outf[1::2], np.sqrt(v) - 1, rtol=2e-5, atol=1e-5)
+
+
+@pytest.mark.driver
+def test_float_grid_and_block_are_refused_as_pycuda_refuses_them(ctx):
+    # from-wiki/arithmetic_example.py passes grid=(N / 1024 + 1, 1, 1), a
+    # float: PyCUDA's launch converts each entry with Boost.Python's
+    # extract<unsigned>, whose converter takes Python ints only (a float
+    # raises TypeError there too), so pygpu refuses it as well, naming it
+    import pygpu.driver as drv
+    from pygpu.compiler import SourceModule
+    f = SourceModule("__global__ void k(float *p) {}").get_function("k")
+    a = drv.mem_alloc(64)
+    with pytest.raises(TypeError, match=r"grid\[0\] must be an int, not float"):
+        f(a, block=(32, 1, 1), grid=(4096 / 1024 + 1, 1, 1))
+    with pytest.raises(TypeError, match=r"block\[1\] must be an int, not float"):
+        f(a, block=(32, 2.0, 1), grid=(1, 1))
+    f.prepare("P")
+    with pytest.raises(TypeError, match=r"grid\[1\] must be an int, not float"):
+        f.prepared_call((1, 1.0), (32, 1, 1), a)
+    f(a, block=(32, 1, 1), grid=(np.int64(5), 1))      # pygpu takes NumPy ints (__index__)

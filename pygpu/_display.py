@@ -2,9 +2,12 @@
 numbers, binaries as a summary, as text (repr, IPython's pretty printer) and
 as HTML (Jupyter).  No GPU, no driver: everything here is plain Python.
 
-SourceModule compiles ``extern "C" {\\n`` + the user's source + ``\\n}\\n``;
-NVRTC's log and the failing lines are mapped back to the user's text, so
-line 1 is the user's first line and the wrapper's lines are never shown.
+SourceModule compiles ``extern "C" {\\n#line 1\\n`` + the user's source +
+``\\n}\\n``, so NVRTC's log already numbers the user's lines; a CompileError
+holds the user's own source.  For a log and source of another origin (the
+wrapper still on the source, NVRTC's numbers one off), offset=None maps
+them back, so line 1 is the user's first line and the wrapper's lines are
+never shown.
 """
 import html
 import re
@@ -25,8 +28,11 @@ def user_source(source):
     return source, 0
 
 
-def _mapper(source, name):
-    text, offset = user_source(source)
+def _mapper(source, name, offset=None):
+    if offset is None:
+        text, offset = user_source(source)
+    else:
+        text = source
     nlines = max(1, len(text.splitlines()))
 
     def user_line(n):
@@ -35,11 +41,12 @@ def _mapper(source, name):
     return text, user_line, pat
 
 
-def parse_log(log, source, name="kernel.cu"):
+def parse_log(log, source, name="kernel.cu", offset=None):
     """[(user line, 'error'|'warning'|..., message)] from NVRTC's log,
     for the diagnostics in the compiled file itself (headers' are kept in
-    the log text)."""
-    text, user_line, _ = _mapper(source, name)
+    the log text).  offset: the lines before the user's first in the log's
+    numbering (None: 1 when source has SourceModule's wrapper on)."""
+    text, user_line, _ = _mapper(source, name, offset)
     out = []
     for m in re.finditer(r"(?m)^%s\((\d+)\): (catastrophic error|error|warning|remark)"
                          r"(?: #\S+-D)?: (.*)$" % re.escape(name), log):
@@ -47,22 +54,22 @@ def parse_log(log, source, name="kernel.cu"):
     return out
 
 
-def map_log(log, source, name="kernel.cu"):
+def map_log(log, source, name="kernel.cu", offset=None):
     """NVRTC's log with the compiled file's line numbers in the user's."""
-    text, user_line, pat = _mapper(source, name)
+    text, user_line, pat = _mapper(source, name, offset)
     return pat.sub(lambda m: "%s(%d)" % (name, user_line(int(m.group(1)))), log)
 
 
-def format_compile_error(log, source, name="kernel.cu"):
+def format_compile_error(log, source, name="kernel.cu", offset=None):
     """The message of a CompileError: NVRTC's log, then each failing line of
     the user's source with its number and two lines around it."""
-    text, _, _ = _mapper(source, name)
+    text, _, _ = _mapper(source, name, offset)
     lines = text.splitlines()
     shown = []
-    for n, kind, _msg in parse_log(log, source, name):
+    for n, kind, _msg in parse_log(log, source, name, offset):
         if kind in ("error", "catastrophic error") and n not in shown:
             shown.append(n)
-    parts = ["NVRTC compilation failed:", map_log(log, source, name).strip()]
+    parts = ["NVRTC compilation failed:", map_log(log, source, name, offset).strip()]
     for n in shown[:10]:
         lo, hi = max(1, n - 2), min(len(lines), n + 2)
         parts.append("")
@@ -81,9 +88,11 @@ def compile_error_html(err, name="kernel.cu"):
     marked and NVRTC's messages under them, then the full log."""
     log = getattr(err, "log", "") or ""
     source = getattr(err, "source", "") or ""
-    text, _ = user_source(source)
+    # pygpu's CompileError: the user's source, the log in its numbers
+    offset = 0 if getattr(err, "command_line", None) is not None else None
+    text = source if offset == 0 else user_source(source)[0]
     diags = {}
-    for n, kind, msg in parse_log(log, source, name):
+    for n, kind, msg in parse_log(log, source, name, offset):
         diags.setdefault(n, []).append((kind, msg))
     rows = []
     for i, line in enumerate(text.splitlines(), 1):
@@ -100,7 +109,7 @@ def compile_error_html(err, name="kernel.cu"):
             'source (%d error(s))<table style="font-family:monospace">%s</table>'
             '<details><summary>NVRTC log</summary><pre>%s</pre></details></div>'
             % (sum(1 for v in diags.values() for k, _ in v if k != "warning"),
-               "".join(rows), html.escape(map_log(log, source, name))))
+               "".join(rows), html.escape(map_log(log, source, name, offset))))
 
 
 def _size(n):

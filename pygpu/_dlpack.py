@@ -18,6 +18,10 @@ import numpy as np
 kDLCUDA, kDLCUDAHost, kDLCUDAManaged = 2, 3, 13
 _CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 _KINDS = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
+_BITS = {"i": (8, 16, 32, 64), "u": (8, 16, 32, 64), "f": (16, 32, 64), "c": (64, 128),
+         "b": (8,)}
+_KIND_NAMES = {"i": "int", "u": "uint", "f": "float", "c": "complex", "b": "bool"}
+_MAX_NDIM = 64
 
 
 class DLDevice(ctypes.Structure):
@@ -119,8 +123,37 @@ def _dl_dtype(dtype):
     return DLDataType(code, dtype.itemsize * 8, 1)
 
 
+def _element_strides(a):
+    """a's strides in elements: DLPack has no byte strides, so a view whose
+    byte strides are not multiples of its item size cannot be said."""
+    out = []
+    for s in a.strides:
+        if s % a.itemsize:
+            raise BufferError("DLPack strides count elements: an array of %d-byte items with "
+                              "byte strides %r (not multiples of the item size) cannot be "
+                              "exported; copy it first (a.copy())" % (a.itemsize, a.strides))
+        out.append(s // a.itemsize)
+    return out
+
+
 def export(a, stream=None, max_version=None, dl_device=None, copy=None):
     from pygpu import driver as drv
+    from pygpu import gpuarray
+    try:
+        # freed memory and extent (any context: the device id says where)
+        gpuarray._check_operands("__dlpack__", (a,), ctx=None)
+    except (drv.LogicError, ValueError) as e:
+        raise BufferError(str(e)) from e
+    elements = _element_strides(a)
+    _dl_dtype(a.dtype)
+    if max_version is not None:
+        try:
+            max_version = tuple(int(v) for v in max_version)
+            if len(max_version) != 2:
+                raise ValueError
+        except (TypeError, ValueError):
+            raise TypeError("__dlpack__: max_version must be a (major, minor) tuple of ints, "
+                            "not %r" % (max_version,)) from None
     dev = a.__dlpack_device__()
     if dl_device is not None and tuple(dl_device) != dev:
         raise BufferError("the array is on device %r; it cannot be exported to %r without "
@@ -135,10 +168,10 @@ def export(a, stream=None, max_version=None, dl_device=None, copy=None):
         ev.record(drv.Stream.null())
         s = drv.Stream.per_thread() if stream == 2 else drv.Stream.from_handle(stream)
         s.wait_for_event(ev)
-    versioned = max_version is not None and tuple(max_version)[0] >= 1
+    versioned = max_version is not None and max_version[0] >= 1
     nd = a.ndim
     shape = (ctypes.c_int64 * _max1(nd))(*a.shape)
-    strides = (ctypes.c_int64 * _max1(nd))(*[s // a.itemsize for s in a.strides])
+    strides = (ctypes.c_int64 * _max1(nd))(*elements)
     t = DLTensor(a.ptr or None, DLDevice(*dev), nd, _dl_dtype(a.dtype),
                  ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)),
                  ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64)), 0)
@@ -211,24 +244,46 @@ def import_(obj):
     if t.device.device_type not in (kDLCUDA, kDLCUDAManaged, kDLCUDAHost):
         raise BufferError("the DLPack tensor is not in CUDA memory (device type %d)"
                           % t.device.device_type)
+    if t.device.device_type == kDLCUDA:
+        from pygpu import driver as drv
+        ctx = drv.Context.get_current()
+        if ctx is not None and ctx.device.ordinal != t.device.device_id:
+            raise BufferError("the DLPack tensor is on CUDA device %d but the current context "
+                              "is on device %d: make device %d's context current to use it "
+                              "there, or copy it" % (t.device.device_id, ctx.device.ordinal,
+                                                     t.device.device_id))
     if t.dtype.lanes != 1 or t.dtype.code not in _KINDS:
         raise BufferError("DLPack dtype (code %d, %d bits, %d lanes) has no NumPy dtype"
                           % (t.dtype.code, t.dtype.bits, t.dtype.lanes))
     kind = _KINDS[t.dtype.code]
-    dtype = np.dtype("?" if kind == "b" else "%s%d" % (kind, t.dtype.bits // 8))
+    bits = t.dtype.bits
+    if bits not in _BITS[kind]:
+        raise BufferError("DLPack dtype (code %d, %d bits) is not one pygpu has: %s takes %s "
+                          "bits" % (t.dtype.code, bits, _KIND_NAMES[kind],
+                                    ", ".join(str(b) for b in _BITS[kind])))
+    dtype = np.dtype("?" if kind == "b" else "%s%d" % (kind, bits // 8))
     nd = t.ndim
+    if not 0 <= nd <= _MAX_NDIM:
+        raise BufferError("DLPack tensor has %d dimensions (pygpu takes 0 to %d)"
+                          % (nd, _MAX_NDIM))
+    if nd and not t.shape:
+        raise BufferError("DLPack tensor of %d dimensions has no shape (a NULL pointer)" % nd)
     shape = tuple(t.shape[k] for k in range(nd))
+    if any(n < 0 for n in shape):
+        raise BufferError("DLPack tensor has a negative dimension: shape %r" % (shape,))
     if t.strides:
         strides = tuple(t.strides[k] * dtype.itemsize for k in range(nd))
     else:
         strides = gpuarray._c_strides(dtype.itemsize, shape)
     data = (t.data or 0) + t.byte_offset
-    _api.PyCapsule_SetName(capsule, used)
-    deleter = m.deleter
-    owner = _Owner(obj, ptr, deleter if ctypes.cast(deleter, ctypes.c_void_p).value else None)
     size = 1
     for n in shape:
         size *= n
+    if size and not data:
+        raise BufferError("DLPack tensor of shape %r has a NULL data pointer" % (shape,))
+    _api.PyCapsule_SetName(capsule, used)
+    deleter = m.deleter
+    owner = _Owner(obj, ptr, deleter if ctypes.cast(deleter, ctypes.c_void_p).value else None)
     return gpuarray._new(gpuarray.GPUArray, shape, dtype, strides, data if (data or size)
                          else None, owner, gpuarray._default_allocator, size,
                          gpuarray._is_c(shape, strides, dtype.itemsize),

@@ -187,9 +187,28 @@ def _device_key():
     return "%s|%d.%d|%s" % ((dev.name(),) + tuple(dev.compute_capability()) + (uuid,))
 
 
-def _tune_key(device_key, specs, space, shapes, key):
+def _check_mode(check, outputs, reference, rtol, atol):
+    """What a tuning checked, part of its key: a winner found without
+    checking (check=False, or no outputs) is never served to a call that asks
+    for checking, nor one checked against another reference or tolerance."""
+    if not (check and outputs):
+        return ("unchecked",)
+    if reference is None:
+        ref = "first variant"
+    else:
+        h = hashlib.sha256()
+        for r in reference:
+            r = np.ascontiguousarray(r)
+            h.update(repr((r.dtype.str, r.shape)).encode())
+            h.update(r.tobytes())
+        ref = h.hexdigest()
+    return ("checked", tuple(outputs), float(rtol), float(atol), ref)
+
+
+def _tune_key(device_key, specs, space, shapes, key, mode=("unchecked",)):
     h = hashlib.sha256()
-    for part in ("pygpu-autotune", SCHEMA, device_key, repr(space), repr(shapes), repr(key)):
+    for part in ("pygpu-autotune", SCHEMA, device_key, repr(space), repr(shapes), repr(key),
+                 repr(mode)):
         h.update(repr(part).encode() + b"\0")
     for src, opts, name, exprs, b, g, sh in specs:
         h.update(hashlib.sha256(src.encode()).digest())
@@ -201,12 +220,15 @@ def _path(cache_dir, key):
     return os.path.join(cache_dir, "autotune", key[:2], key + ".json")
 
 
-def _load(cache_dir, key, n):
-    """(index, table) stored under key, or None (a damaged file is ignored)."""
+def _load(cache_dir, key, n, checked=False):
+    """(index, table) stored under key, or None (a damaged file is ignored,
+    and so is an unchecked winner where checked=True asks for a checked one)."""
     try:
         with open(_path(cache_dir, key)) as f:
             rec = json.load(f)
         if rec.get("key") != key or rec.get("schema") != SCHEMA:
+            return None
+        if checked and rec.get("checked") is not True:
             return None
         index = rec["index"]
         if not isinstance(index, int) or not 0 <= index < n:
@@ -216,9 +238,9 @@ def _load(cache_dir, key, n):
         return None
 
 
-def _save(cache_dir, key, index, table):
-    data = json.dumps({"key": key, "schema": SCHEMA, "index": index, "table": table},
-                      default=repr, indent=1).encode()
+def _save(cache_dir, key, index, table, checked=False):
+    data = json.dumps({"key": key, "schema": SCHEMA, "index": index, "table": table,
+                       "checked": bool(checked)}, default=repr, indent=1).encode()
     try:
         store._atomic_write(_path(cache_dir, key), data)
     except OSError as e:
@@ -398,12 +420,14 @@ def autotune(source, kernel, args, space, grid=None, block=None, shared=None, op
         raise ValueError("reference has %d arrays for %d outputs" % (len(reference), len(outputs)))
     specs = [_build_spec(c, source, kernel, options, block, grid, shared) for c in variants]
     disk = store.resolve_dir(cache_dir)
-    k = _tune_key(_device_key(), specs, space, shape_class(args), key)
+    mode = _check_mode(check, outputs, reference, rtol, atol)
+    checked = mode[0] == "checked"
+    k = _tune_key(_device_key(), specs, space, shape_class(args), key, mode)
 
     with _lock:
         hit = _memory.get(k)
     if hit is None and disk is not None:
-        hit = _load(disk, k, len(variants))
+        hit = _load(disk, k, len(variants), checked)
         if hit is not None:
             with _lock:
                 _memory[k] = hit
@@ -473,7 +497,7 @@ def autotune(source, kernel, args, space, grid=None, block=None, shared=None, op
     with _lock:
         _memory[k] = (best, table)
     if disk is not None:
-        _save(disk, k, best, table)
+        _save(disk, k, best, table, checked)
     mod, f = built[best]
     s = specs[best]
     return Tuned(mod, f, variants[best], s[4], s[5], s[6], table, True, k)

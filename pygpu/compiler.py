@@ -13,12 +13,11 @@ schema and the state of every file the source's #include lines can reach.
 import hashlib
 import os
 import re
-import sys
 import tempfile
 import threading
 import warnings
 
-from pygpu import _driver, _loader, driver, profiler, store
+from pygpu import _driver, _loader, _nvcc_compat, driver, profiler, store
 from pygpu._errors import CompileError
 from pygpu.store import CACHE_SCHEMA, Binary, default_cache_dir  # noqa: F401  (API)
 
@@ -208,11 +207,67 @@ def _device_arch_and_target(target, cache_dir=None):
 
 # ---- compile ----
 
-def _format_error(log, source, name):
+def _source_text(source):
+    """The text of a source: a str, or any object whose str() is the source
+    (cgen's and codepy's objects, as PyCUDA takes them)."""
+    if type(source) is str:
+        return source
+    if isinstance(source, str):
+        return str.__str__(source)
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        raise TypeError("source must be a str, not %s: decode it first (source.decode())"
+                        % type(source).__name__)
+    if type(source).__str__ is object.__str__:
+        raise TypeError("source must be a str or an object whose str() is the source "
+                        "(such as a cgen or codepy object), not %s" % type(source).__name__)
+    text = str(source)
+    if not isinstance(text, str):       # pragma: no cover (str() always gives a str)
+        raise TypeError("str(source) did not give a str")
+    return text
+
+
+_WRAP_OPEN = 'extern "C" {\n'
+_WRAP_CLOSE = '\n}\n'
+
+
+_PCH_OPTIONS = ("-pch", "--pch", "--create-pch", "--use-pch", "--create_pch", "--use_pch")
+
+
+def _uses_pch(opts):
+    return any(o.startswith(_PCH_OPTIONS) for o in opts)
+
+
+def _prepare(source, nvcc_compat, wrap, pch, move_attributes=True):
+    """The text NVRTC compiles for the user's source: with nvcc_compat, the
+    struct attributes GCC reads after a closing brace moved where NVRTC reads
+    them, and the names nvcc's host headers give put ahead (pygpu/_nvcc_compat.py);
+    with wrap, SourceModule's extern "C" { } around it.  Each addition ends
+    with ``#line 1``, so NVRTC numbers the user's lines as the user does.
+    With precompiled headers (pch), which a #line turns off, the prelude is
+    given as --pre-include instead (_compile) and the wrapper's line is
+    mapped away afterwards."""
+    if nvcc_compat and move_attributes:
+        source = _nvcc_compat.gnu_attributes(source)
+    if wrap:
+        source = _WRAP_OPEN + ("" if pch else "#line 1\n") + source + _WRAP_CLOSE
+    if nvcc_compat and not pch:
+        source = _nvcc_compat.prelude() + source
+    return source
+
+
+def _format_error(log, source, name, offset=0):
     """The log, then each failing line of the user's source with its number
-    (SourceModule's extern "C" wrapper mapped away: pygpu/_display.py)."""
+    (pygpu/_display.py).  offset: lines NVRTC counted before the user's first."""
     from pygpu import _display
-    return _display.format_compile_error(log, source, name)
+    return _display.format_compile_error(log, source, name, offset=offset)
+
+
+def _user_log(log, source, name, offset):
+    """NVRTC's log in the user's line numbers."""
+    if not offset:
+        return log
+    from pygpu import _display
+    return _display.map_log(log, source, name, offset=offset)
 
 
 def _build_options(options, arch_opt, include_dirs, defines, std, fast_math):
@@ -303,7 +358,10 @@ _key_memo = {}
 _MEMO_MAX = 4096
 
 
-def _nvrtc(source, name, opts, name_expressions, target, arch_opt):
+def _nvrtc(source, name, opts, name_expressions, target, arch_opt, user_source=None, offset=0):
+    """NVRTC on source (the prepared text); a rejection is a CompileError
+    about user_source (the user's own text, by default source), NVRTC's
+    line numbers less offset."""
     _ensure_nvrtc()
     if profiler._annotate:      # pygpu.profiler.annotate_all: a range names the compile
         with profiler.time_range("compile " + name, "orange"):
@@ -314,17 +372,24 @@ def _nvrtc(source, name, opts, name_expressions, target, arch_opt):
                                                          name_expressions, target)
     store.stats["compiles"] += 1
     if not ok:
-        raise CompileError(_format_error(log, source, name), log, source, opts)
+        if user_source is None:
+            user_source = source
+        raise CompileError(_format_error(log, user_source, name, offset), list(opts), None,
+                           _user_log(log, user_source, name, offset), source=user_source,
+                           show_stderr=False)
     if log.strip():
+        if user_source is not None:
+            log = _user_log(log, user_source, name, offset)
         warnings.warn("NVRTC: " + log.strip(), CompilerWarning, stacklevel=3)
     return store.make_binary(image, target, arch_opt, log, lowered)
 
 
 def _compile(source, options, arch, target, include_dirs, defines, name_expressions, std,
-             fast_math, cache_dir, name, rdc=False):
-    """compile() itself; returns (Binary, Deps or None when not cacheable)."""
-    if not isinstance(source, str):
-        raise TypeError("source must be a str, not %s" % type(source).__name__)
+             fast_math, cache_dir, name, rdc=False, nvcc_compat=False, wrap=False, info=None):
+    """compile() itself; returns (Binary, Deps or None when not cacheable).
+    wrap: SourceModule's extern "C" { }.  info: a dict, filled with the text
+    and options given to NVRTC (keep=True)."""
+    source = _source_text(source)
     _no_nul(source, "source")
     if not isinstance(name, str):
         raise TypeError("name must be a str, not %s" % type(name).__name__)
@@ -362,23 +427,41 @@ def _compile(source, options, arch, target, include_dirs, defines, name_expressi
     include_dirs = _loader.with_cuda_include_dirs(include_dirs, cache)
     name_expressions = tuple(name_expressions)
     opts = _build_options(options, arch_opt, include_dirs, defines, std, fast_math)
+    user_source = source
+    pch = (nvcc_compat or wrap) and _uses_pch(opts)
+    if nvcc_compat and pch:
+        opts.append("--pre-include=" + os.path.join(_loader.libc_shim_dir(),
+                                                    _nvcc_compat.PRELUDE_HEADER))
+    offset = 1 if wrap and pch else 0
+    if info is not None:
+        info["text"] = _prepare(source, nvcc_compat, wrap, pch)
+        info["options"] = list(opts)
     if cache is None:
-        return _nvrtc(source, name, opts, name_expressions, target, arch_opt), None
+        return _nvrtc(_prepare(source, nvcc_compat, wrap, pch), name, opts, name_expressions,
+                      target, arch_opt, user_source, offset), None
 
-    memo_key = (source, tuple(opts), target, name_expressions, name)
+    memo_key = (source, tuple(opts), target, name_expressions, name, nvcc_compat, wrap)
     memo = _key_memo.get(memo_key)
+    text = None
     if memo is not None and memo[1].valid():
         key, deps = memo
     else:
+        # the key covers the prelude and wrapper as text, and the attribute
+        # move by its version (a pure function of the source: done on a miss)
+        key_text = _prepare(source, nvcc_compat, wrap, pch, move_attributes=False)
         try:
-            deps = store.scan(source, opts, name, _trusted_dirs(cache))
+            deps = store.scan(key_text, opts, name, _trusted_dirs(cache))
         except store.Uncacheable as e:
             store.debug("not cached: %s" % e)
             store.stats["uncacheable"] += 1
-            return _nvrtc(source, name, opts, name_expressions, target, arch_opt), None
+            return _nvrtc(_prepare(source, nvcc_compat, wrap, pch), name, opts,
+                          name_expressions, target, arch_opt, user_source, offset), None
         nv = _nvrtc_version_for_key(cache)
-        key = store.make_key(["%d.%d" % nv, target, name, source, "%d" % len(opts)] + opts
-                             + ["%d" % len(name_expressions)] + list(name_expressions), deps)
+        parts = ["%d.%d" % nv, target, name, key_text, "%d" % len(opts)] + opts \
+            + ["%d" % len(name_expressions)] + list(name_expressions)
+        if nvcc_compat:
+            parts.append(_nvcc_compat.ATTRIBUTES_VERSION)
+        key = store.make_key(parts, deps)
         if not deps.racy:
             with _lock:
                 if len(_key_memo) >= _MEMO_MAX:
@@ -395,7 +478,9 @@ def _compile(source, options, arch, target, include_dirs, defines, name_expressi
         store.memory[key] = b
         return b, deps
     store.stats["misses"] += 1
-    b = _nvrtc(source, name, opts, name_expressions, target, arch_opt)
+    if text is None:
+        text = _prepare(source, nvcc_compat, wrap, pch)
+    b = _nvrtc(text, name, opts, name_expressions, target, arch_opt, user_source, offset)
     if deps.racy or not deps.unchanged():
         # a file changed while it was read or compiled: what NVRTC read is
         # not known, so the result is not stored under either state
@@ -411,7 +496,7 @@ def _compile(source, options, arch, target, include_dirs, defines, name_expressi
 
 def compile(source, options=(), arch=None, target=None, include_dirs=(), defines=None,
             name_expressions=(), std=None, fast_math=False, cache_dir=None, name="kernel.cu",
-            rdc=False):
+            rdc=False, nvcc_compat=False, extern_c=False):
     """Compile CUDA C++ source to cubin, PTX or LTO-IR bytes through NVRTC.
 
     arch: 'sm_90', 'compute_90', 90 or (9, 0); None means the current
@@ -423,11 +508,17 @@ def compile(source, options=(), arch=None, target=None, include_dirs=(), defines
     may then use what another file defines, resolved by a Linker.
     options are passed to NVRTC unchanged, and nothing else is added but
     what the arguments ask for: no hidden -ftz or fast math.  cache_dir: a
-    directory, None for the default, False for no cache.  Returns a Binary
-    (bytes) with .lowered_names for the name_expressions.
+    directory, None for the default, False for no cache.  name: the file
+    name NVRTC's messages use.  nvcc_compat=True compiles the source as
+    SourceModule does: with the names nvcc's host headers give implicitly
+    (uint, INT_MAX, M_PI, ...) and struct attributes read where GCC reads
+    them.  extern_c=True wraps the source in extern "C" { } as SourceModule
+    does (the messages keep the source's own line numbers).  source: a str,
+    or an object whose str() is the source.  Returns a Binary (bytes) with
+    .lowered_names for the name_expressions.
     """
     return _compile(source, options, arch, target, include_dirs, defines, name_expressions,
-                    std, fast_math, cache_dir, name, rdc)[0]
+                    std, fast_math, cache_dir, name, rdc, nvcc_compat, extern_c)[0]
 
 
 def cache_info(cache_dir=None):
@@ -491,6 +582,48 @@ class _Loaded:
         self.env = env          # CUDA_HOME/CUDA_PATH (they pick the include dirs), with deps
 
 
+def _compile_kept(args):
+    """_compile(*args) for keep=True: the text NVRTC compiles (kernel.cu),
+    its options (kernel.options, one a line), the binary (kernel.cubin or
+    kernel.ptx) and, for a cubin, the PTX of the same source (kernel.ptx) are
+    kept in a new directory, named on stdout as PyCUDA names its own
+    ("*** compiler output in DIR"); a rejected source leaves NVRTC's log
+    there (kernel.log)."""
+    d = tempfile.mkdtemp(prefix="pygpu-keep-")
+    print("*** compiler output in %s" % d)
+    info = {}
+    try:
+        binary, deps = _compile(*args, info=info)
+    except CompileError as e:
+        _keep_write(d, info, None)
+        with open(os.path.join(d, "kernel.log"), "w", encoding="utf-8") as f:
+            f.write(e.log or "")
+        raise
+    _keep_write(d, info, binary)
+    if binary.target == "cubin" and binary.arch.startswith("sm_"):
+        ptx_args = list(args)
+        ptx_args[2], ptx_args[3] = "compute_" + binary.arch[3:], "ptx"
+        try:
+            ptx = _compile(*ptx_args)[0]
+        except CompileError:        # pragma: no cover (the cubin compiled)
+            ptx = None
+        if ptx is not None:
+            with open(os.path.join(d, "kernel.ptx"), "wb") as f:
+                f.write(ptx)
+    return binary, deps
+
+
+def _keep_write(d, info, binary):
+    if "text" in info:
+        with open(os.path.join(d, "kernel.cu"), "w", encoding="utf-8") as f:
+            f.write(info["text"])
+        with open(os.path.join(d, "kernel.options"), "w", encoding="utf-8") as f:
+            f.write("".join(o + "\n" for o in info["options"]))
+    if binary is not None:
+        with open(os.path.join(d, "kernel." + binary.target), "wb") as f:
+            f.write(binary)
+
+
 class CudaModule:
     """The base of SourceModule and DynamicModule, as pycuda.compiler.CudaModule
     (isinstance checks in PyCUDA code)."""
@@ -500,14 +633,30 @@ class SourceModule(CudaModule):
     """Compile CUDA C source and load it into the current context, as
     pycuda.compiler.SourceModule does (through NVRTC, with the cache).
 
-    The source is wrapped in extern "C" { } unless no_extern_c=True; the
-    CUDA include directory is added when found.  get_function() also takes a
-    template expression listed in name_expressions ("scale<float>").
+    The source (a str, or any object whose str() is the source, such as
+    cgen's) is wrapped in extern "C" { } unless no_extern_c=True; the CUDA
+    include directory is added when found.  nvcc_compat (default True) gives
+    the kernel what nvcc would: the names its host headers declare (uint,
+    INT_MAX, M_PI, ...) and struct attributes read where GCC reads them.
+    keep=True keeps the source, the options and the binaries in a new
+    directory and prints "*** compiler output in DIR", as PyCUDA does.
+    nvcc= (PyCUDA's path to nvcc) is accepted and not used.
+    get_function() also takes a template expression listed in
+    name_expressions ("scale<float>").
     """
 
-    def __init__(self, source, options=None, no_extern_c=False, arch=None, code=None,
-                 include_dirs=(), cache_dir=None, keep=False, name_expressions=(),
-                 std=None, fast_math=False, defines=None, target=None):
+    def __init__(self, source, nvcc="nvcc", options=None, keep=False, no_extern_c=False,
+                 arch=None, code=None, cache_dir=None, include_dirs=(), *,
+                 name_expressions=(), std=None, fast_math=False, defines=None, target=None,
+                 nvcc_compat=True):
+        # PyCUDA's positional order (source, nvcc, options, keep, no_extern_c,
+        # arch, code, cache_dir, include_dirs); nvcc: PyCUDA's path to nvcc,
+        # accepted and unused (NVRTC compiles)
+        if include_dirs is None:
+            include_dirs = ()
+        if type(source) is not str:
+            # a code generator's object: its text now (it may change later)
+            source = _source_text(source)
         # the warm path: the same arguments again, in the same live context
         try:
             ctx = _get_current()
@@ -515,12 +664,12 @@ class SourceModule(CudaModule):
             ctx = None
         try:
             memo_key = (source, options, no_extern_c, arch, code, include_dirs, cache_dir, keep,
-                        name_expressions, std, fast_math, defines, target, ctx)
+                        name_expressions, std, fast_math, defines, target, nvcc_compat, ctx)
             hit = _modules.get(memo_key)
         except TypeError:      # a list or dict argument
             memo_key = _memo_key((source, options, no_extern_c, arch, code, include_dirs,
                                   cache_dir, keep, name_expressions, std, fast_math, defines,
-                                  target, ctx))
+                                  target, nvcc_compat, ctx))
             hit = None if memo_key is None else _modules.get(memo_key)
         if (hit is not None and not hit.ctx.detached and _environ.get(_DISABLE) in _OFF
                 and (hit.deps is None or (hit.deps.valid() and hit.env == (
@@ -532,14 +681,11 @@ class SourceModule(CudaModule):
             self._lowered = hit.lowered
             return
         self._build(source, options, no_extern_c, arch, code, include_dirs, cache_dir, keep,
-                    name_expressions, std, fast_math, defines, target, memo_key)
+                    name_expressions, std, fast_math, defines, target, nvcc_compat, memo_key)
 
     def _build(self, source, options, no_extern_c, arch, code, include_dirs, cache_dir, keep,
-               name_expressions, std, fast_math, defines, target, memo_key):
-        if not isinstance(source, str):
-            raise TypeError("source must be a str, not %s" % type(source).__name__)
-        if not no_extern_c:
-            source = 'extern "C" {\n%s\n}\n' % source
+               name_expressions, std, fast_math, defines, target, nvcc_compat, memo_key):
+        source = _source_text(source)
         dirs = _str_list(include_dirs, "include_dirs", None) + list(
             _trusted_dirs(store.resolve_dir(cache_dir)))
         if isinstance(options, str):
@@ -547,17 +693,14 @@ class SourceModule(CudaModule):
         options = list(options or ())
         if arch is None and code is not None:
             arch = code
-        binary, deps = _compile(source, options, arch, target, dirs, defines, name_expressions,
-                                std, fast_math, cache_dir, "kernel.cu")
-        self.binary = binary
-        self.source = source
+        args = (source, options, arch, target, dirs, defines, name_expressions, std, fast_math,
+                cache_dir, "kernel.cu", False, nvcc_compat, not no_extern_c)
         if keep:
-            d = tempfile.mkdtemp(prefix="pygpu-keep-")
-            with open(os.path.join(d, "kernel.cu"), "w") as f:
-                f.write(source)
-            with open(os.path.join(d, "kernel." + binary.target), "wb") as f:
-                f.write(binary)
-            print("pygpu: kept the source and %s in %s" % (binary.target, d), file=sys.stderr)
+            binary, deps = _compile_kept(args)
+        else:
+            binary, deps = _compile(*args)
+        self.binary = binary
+        self.source = source if no_extern_c else _WRAP_OPEN + source + _WRAP_CLOSE
         ctx = _get_current()
         if ctx is None:
             driver.init()
@@ -632,8 +775,10 @@ def get_nvcc_version(nvcc="nvcc"):
 def compile_plain(source, options, keep, nvcc, cache_dir, target="cubin"):
     """pycuda.compiler.compile_plain: source compiled as it is (no extern "C"
     wrapper) to target ('cubin' or 'ptx') for the current device, through
-    NVRTC and the cache; nvcc's host-side options are dropped
-    (pygpu.linking.translate_nvcc_options)."""
+    NVRTC and the cache, with what nvcc gives a kernel implicitly
+    (nvcc_compat); nvcc's host-side options are dropped
+    (pygpu.linking.translate_nvcc_options).  keep=True keeps the source and
+    binaries as SourceModule's does; nvcc is not run."""
     from pygpu import linking
     t = linking.translate_nvcc_options(options)
     if target not in ("cubin", "ptx"):
@@ -642,8 +787,12 @@ def compile_plain(source, options, keep, nvcc, cache_dir, target="cubin"):
     arch = t["arch"] or t["code"]
     if arch is not None and target == "ptx" and arch.startswith("sm_"):
         arch = "compute_" + arch[3:]
+    cache_dir = None if cache_dir in (None, True) else cache_dir
+    if keep:
+        return bytes(_compile_kept((source, t["nvrtc"], arch, target, (), None, (), None, False,
+                                    cache_dir, "kernel.cu", False, True, False))[0])
     return bytes(compile(source, options=t["nvrtc"], arch=arch, target=target,
-                         cache_dir=None if cache_dir in (None, True) else cache_dir))
+                         cache_dir=cache_dir, nvcc_compat=True))
 
 
 __all__ += ["CudaModule", "get_nvcc_version", "compile_plain"]

@@ -18,6 +18,7 @@ import warnings
 import numpy as np
 
 from pygpu import driver as _drv
+from pygpu import gpuarray as _ga
 from pygpu.gpuarray import GPUArray as _GPUArray, empty_like as _empty_like
 
 __all__ = ["fabs", "ceil", "floor", "trunc", "rint", "exp", "exp2", "expm1", "log", "log2",
@@ -50,6 +51,8 @@ _EXPONENT_CTYPES = {
 
 _BLOCK = 256
 _get_current = _drv.Context.get_current
+_DA = _drv.DeviceAllocation
+_gate = _ga._check_operands
 _ONLY_CONTIGUOUS = "only contiguous arrays may be used as arguments to this operation"
 
 
@@ -174,6 +177,7 @@ def _make_unary(name, takes_complex):
         else "float32, float64"
 
     fast = {}    # (context, dtype) -> (Function, launch configuration per size)
+    what = "cumath." + name
 
     def f(array, stream_or_out=None, *, out=None, stream=None):
         if stream_or_out is None and array.__class__ is _GPUArray and (array._c or array._f) \
@@ -182,8 +186,19 @@ def _make_unary(name, takes_complex):
                                      and out.strides == array.strides)):
             # the common call, f(x) or f(x, out=y) on dense arrays of one
             # layout: the kernel for this context and dtype found once
-            ent = fast.get((_get_current(), array.dtype))
+            ctx = _get_current()
+            ent = fast.get((ctx, array.dtype))
+            # proved here: both arrays' memory is a DeviceAllocation of this
+            # context that holds them (dense, from the allocation's start:
+            # nbytes <= size); a freed one is refused by the launch; anything
+            # else goes through the gate
             if ent is not None:
+                g = array.gpudata
+                if not (g.__class__ is _DA and g.context is ctx and array.nbytes <= g.size
+                        and (out is None or (out.gpudata.__class__ is _DA
+                                             and out.gpudata.context is ctx
+                                             and out.nbytes <= out.gpudata.size))):
+                    _gate(what, (array, out), ctx)
                 if out is None:
                     out = _empty_like(array)
                 n = array.size
@@ -212,6 +227,7 @@ def _make_unary(name, takes_complex):
             raise TypeError("cumath.%s does not take complex arguments (%s)" % (name, dtype))
         if out is not None:
             _check_out(out, array, dtype)
+        _gate("cumath.%s" % name, (array, out))
         k = _kernels.get((_drv.Context.get_current(), dtype))
         if k is None:
             k = _module(dtype)
@@ -262,6 +278,8 @@ def fmod(arg, mod, stream=None):
         raise TypeError("fmod: arg is %s but mod is %s" % (dtype, mdtype))
     _check_same(arg, mod, "arg", "mod")
     k = _real_module("fmod", dtype)
+    _gate("cumath.fmod", (arg, mod))
+    mod = _ga._in_order_of(mod, arg)        # elements paired by index
     result = _new_like(arg)
     if arg.size:
         func = k.get(kernel_name("fmod", dtype), "PPPQ")
@@ -275,6 +293,7 @@ def frexp(arg, stream=None):
     0.5 <= |significand| < 1; both arrays have arg's dtype."""
     dtype = _check_array(arg, "arg")
     k = _real_module("frexp", dtype)
+    _gate("cumath.frexp", (arg,))
     sig = _new_like(arg)
     expt = _new_like(arg)
     if arg.size:
@@ -294,6 +313,8 @@ def ldexp(significand, exponent, stream=None):
                         % edtype)
     _check_same(significand, exponent, "significand", "exponent")
     k = _real_module("ldexp", dtype)
+    _gate("cumath.ldexp", (significand, exponent))
+    exponent = _ga._in_order_of(exponent, significand)     # elements paired by index
     result = _new_like(significand)
     if significand.size:
         func = k.get(kernel_name("ldexp", dtype, edtype), "PPPQ")
@@ -307,6 +328,7 @@ def modf(arg, stream=None):
     """(fracpart, intpart) of arg, both with arg's sign and dtype."""
     dtype = _check_array(arg, "arg")
     k = _real_module("modf", dtype)
+    _gate("cumath.modf", (arg,))
     intpart = _new_like(arg)
     fracpart = _new_like(arg)
     if arg.size:

@@ -470,6 +470,9 @@ class _RandomNumberGeneratorBase:
                 _drv.Context.set_limit(_drv.limit.STACK_SIZE, prev)
 
     def _launch(self, name, stream, data, *args):
+        from pygpu import gpuarray
+        # the operand gate, against the context the generators' state lives in
+        gpuarray._check_operands("curandom (%s)" % name, (data,), ctx=self.module.module.context)
         self.generators[name].prepared_async_call(self._grid, self._block, stream,
                                                   self.state, data.ptr, *args)
 
@@ -606,6 +609,8 @@ class _RandomNumberGeneratorBase:
         if size != self.generator_count or not forc:
             raise ValueError("%s_array: the counts must be a contiguous array of %d (one per "
                              "generator), not %d" % (name, self.generator_count, size))
+        from pygpu import gpuarray
+        gpuarray._check_operands("%s_array" % name, (i,), ctx=self.module.module.context)
         array.prepared_async_call(self._grid, self._block, stream, self.state,
                                   self.generator_count, i.ptr)
 

@@ -85,6 +85,15 @@ from pygpu.graphs import (  # noqa: F401  (re-exported API: CUDA graphs)
 )
 
 
+def _named(cls):
+    """str(member) is its name, as PyCUDA's enum members print (the C-built
+    enums do the same: src/module.c); a format spec formats the value."""
+    cls.__str__ = lambda self: self._name_ if self._name_ is not None else str(int(self))
+    cls.__format__ = lambda self, spec: format(int(self), spec) if spec else str(self)
+    return cls
+
+
+@_named
 class host_alloc_flags(_enum.IntFlag):
     """Flags of pagelocked_empty(mem_flags=...) (cuMemHostAlloc)."""
     PORTABLE = 0x01
@@ -92,6 +101,7 @@ class host_alloc_flags(_enum.IntFlag):
     WRITECOMBINED = 0x04
 
 
+@_named
 class mem_host_register_flags(_enum.IntFlag):
     """Flags of register_host_memory(flags=...) (cuMemHostRegister)."""
     PORTABLE = 0x01
@@ -180,6 +190,7 @@ def module_from_file(path, options=None, message_handler=None):
 
 # ---- page-locked host memory ----
 
+@_named
 class compute_mode(_enum.IntEnum):
     """A device's compute mode (Device.compute_mode); EXCLUSIVE is the
     exclusive-thread mode of drivers before CUDA 8, kept for PyCUDA code."""

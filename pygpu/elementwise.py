@@ -318,21 +318,35 @@ class ElementwiseKernel:
         True; False (nothing done) sends the call through the checks."""
         plan = self._plan
         if plan is None:
-            from pygpu.gpuarray import GPUArray
+            from pygpu.gpuarray import GPUArray, _check_one
+            from pygpu.driver import Context, DeviceAllocation
             plan = self._plan = ([(isinstance(a, VectorArg), a.dtype, a.dtype.type, a.dtype.kind)
-                                  for a in self.arguments], GPUArray)
-        plan, GPUArray = plan
+                                  for a in self.arguments], GPUArray, DeviceAllocation,
+                                 Context.get_current, _check_one, "kernel '%s'" % self.name)
+        plan, GPUArray, DA, get_current, check_one, what = plan
         if len(args) != len(plan):
             return False
         inv = []
         spans = []
         first = None
+        ctx = get_current()
         for arg, (vec, dt, stype, kind) in zip(args, plan):
             tp = arg.__class__
             if vec:
                 if tp is not GPUArray or not (arg._c or arg._f) \
                         or (arg.dtype is not dt and arg.dtype != dt):
                     return False
+                # proved here: a DeviceAllocation of this context that holds
+                # the array (a dense array whose data starts at the
+                # allocation: nbytes <= size); the launch refuses a freed
+                # one.  A view, a pooled block or foreign memory: the gate
+                g = arg.gpudata
+                if g.__class__ is not DA or g.context is not ctx or arg.nbytes > g.size:
+                    if arg.size:
+                        check_one(arg, ctx, what)       # the gate: raises, or it is fine
+                if first is not None and arg.shape == first.shape and not (
+                        (arg._c and first._c) or (arg._f and first._f)):
+                    return False         # two memory orders: the gate names them
                 if first is None:
                     first = arg
                 if arg.size:
@@ -368,9 +382,11 @@ class ElementwiseKernel:
         if range is not None and slice is not None:
             raise TypeError("may not specify both range and slice keyword arguments")
         use_range = range is not None or slice is not None
+        from pygpu.gpuarray import _check_operands
         inv = []
         spans = []      # (start, end) of each array argument's bytes
         first = None
+        arrays = []
         for arg, descr in zip(args, self.arguments):
             if isinstance(descr, VectorArg):
                 if not isinstance(arg, GPUArray):
@@ -397,6 +413,7 @@ class ElementwiseKernel:
                                        arg.dtype))
                 if first is None:
                     first = arg
+                arrays.append(arg)
                 if arg.size:
                     spans.append(_span(arg))
                     inv.append(arg.gpudata)
@@ -406,6 +423,8 @@ class ElementwiseKernel:
                 inv.append(_scalar_value(arg, descr.dtype,
                                          "kernel '%s': argument '%s'" % (self.name,
                                                                          descr.name)))
+        # the operand gate: context, freed memory, extent, one memory order
+        _check_operands("kernel '%s'" % self.name, arrays, same_layout=True)
         func = self._kernel_and_types(use_range, not use_range and _disjoint(spans))[1]
         if use_range:
             if slice is not None:

@@ -31,7 +31,7 @@ import numpy as np
 
 from pygpu import driver as drv
 from pygpu import elementwise
-from pygpu.tools import dtype_to_ctype, get_or_register_dtype
+from pygpu.tools import PooledDeviceAllocation, dtype_to_ctype, get_or_register_dtype
 
 __all__ = ["GPUArray", "vec", "splay", "to_gpu", "to_gpu_async", "empty", "zeros", "ones",
            "empty_like", "zeros_like", "ones_like", "arange", "take", "multi_take",
@@ -357,6 +357,12 @@ class GPUArray:
             "mem_size": size, "nbytes": size * itemsize, "itemsize": itemsize,
             "allocator": allocator, "gpudata": gpudata, "base": base,
             "_c": _is_c(shape, strides, itemsize), "_f": _is_f(shape, strides, itemsize)})
+        if size and gpudata is not None:
+            g = _allocation(self)
+            if g is not None:
+                if isinstance(g, _DA) and g.freed:
+                    raise drv.LogicError("GPUArray(): the memory given (gpudata=) was freed")
+                _check_one(self, None, "GPUArray()")     # within its allocation
 
     # ---- metadata ----
 
@@ -415,7 +421,13 @@ class GPUArray:
     def __cuda_array_interface__(self):
         # as PyCUDA: explicit strides, and "stream": None (pygpu's own work is
         # on the legacy default stream, which every blocking stream, CuPy's
-        # and PyTorch's defaults included, is ordered against)
+        # and PyTorch's defaults included, is ordered against).  A view of
+        # freed memory, or one past its allocation, is not handed out (a
+        # DeviceAllocation's own address refuses to be read once freed)
+        g = self.gpudata
+        if g is not None and (g.__class__ is not _DA or self.nbytes > g.size
+                              or not (self._c or self._f)):
+            _check_one(self, None, "__cuda_array_interface__")
         cai = {"shape": self.shape, "typestr": self.dtype.str,
                "data": (self.ptr, False),
                "strides": self.strides,
@@ -479,10 +491,17 @@ class GPUArray:
                 raise TypeError("self and ary must have the same dtype (%s != %s)"
                                 % (self.dtype, ary.dtype))
             if ary.shape != self.shape:
+                view = ary.reshape(self.shape)
+                if ary.size and not np.shares_memory(view, ary):
+                    # reshape() copied: filling the copy would leave ary unfilled
+                    raise ValueError("get(ary=...): ary has shape %r and strides %r, which "
+                                     "cannot be seen as this array's shape %r without a "
+                                     "copy; pass an array of shape %r (or a contiguous one)"
+                                     % (ary.shape, ary.strides, self.shape, self.shape))
                 import warnings
                 warnings.warn("get() between arrays of different shape is deprecated",
                               DeprecationWarning, stacklevel=2)
-                ary = ary.reshape(self.shape)
+                ary = view
         if self.size:
             _copy_d2h(ary, self, async_, stream)
         return ary
@@ -657,6 +676,8 @@ class GPUArray:
         """Set every element to value; returns self."""
         if self.size:
             _map("fill", "{0}", [value], self, stream, self.dtype, scalar_dtypes=[self.dtype])
+        else:       # nothing to write, but the value is checked all the same
+            elementwise._scalar_value(value, self.dtype, "fill: the value")
         return self
 
     def reverse(self, stream=None):
@@ -664,6 +685,7 @@ class GPUArray:
         if not self.flags.forc:
             raise RuntimeError("only contiguous arrays may be used as arguments to this "
                                "operation")
+        _check_operands("reverse()", (self,))
         result = self._new_like_me()
         if self.size:
             func = elementwise.get_reverse_kernel(self.dtype)
@@ -965,6 +987,7 @@ def _copy_d2d(dst, src, stream):
     if src.dtype != dst.dtype:
         raise TypeError("src and dst must have the same dtype (%s != %s)"
                         % (src.dtype, dst.dtype))
+    _check_operands("copy", (dst, src))
     if src.shape != dst.shape:
         try:
             np.broadcast_shapes(src.shape, dst.shape)
@@ -996,6 +1019,7 @@ def _host_dense_view(host, dev):
 
 
 def _copy_h2d(dev, host, async_, stream):
+    _check_operands("copy to the device", (dev,))
     flat = _host_dense_view(host, dev)
     if flat is not None and (host.strides == dev.strides or dev.ndim <= 1
                              or (host.flags.c_contiguous and dev._c)
@@ -1018,6 +1042,7 @@ def _copy_h2d(dev, host, async_, stream):
 
 
 def _copy_d2h(host, dev, async_, stream):
+    _check_operands("copy from the device", (dev,))
     if not host.flags.writeable:
         raise ValueError("the destination array is read-only")
     src = dev
@@ -1334,7 +1359,7 @@ def _binary(op, x, y, out=None, stream=None):
         ctx = _get_current()
         gx, gy = x.gpudata, y.gpudata
         if not (gx.__class__ is _DA and gy.__class__ is _DA and gx.context is ctx
-                and gy.context is ctx):
+                and gy.context is ctx and x.nbytes <= gx.size and y.nbytes <= gy.size):
             _check_devices((x, y), ctx)
         key = (ctx, op, x.dtype, y.dtype)
         ent = _fast_aa.get(key)
@@ -1353,7 +1378,7 @@ def _binary(op, x, y, out=None, stream=None):
     if out is None and tx is GPUArray and (x._c or x._f) and ty in _SAMPLE:
         ctx = _get_current()
         gx = x.gpudata
-        if not (gx.__class__ is _DA and gx.context is ctx):
+        if not (gx.__class__ is _DA and gx.context is ctx and x.nbytes <= gx.size):
             _check_devices((x,), ctx)
         key = (ctx, op, x.dtype, ty)
         ent = _fast_as.get(key)
@@ -1375,7 +1400,7 @@ def _binary(op, x, y, out=None, stream=None):
     if out is None and ty is GPUArray and (y._c or y._f) and tx in _SAMPLE:
         ctx = _get_current()
         gy = y.gpudata
-        if not (gy.__class__ is _DA and gy.context is ctx):
+        if not (gy.__class__ is _DA and gy.context is ctx and y.nbytes <= gy.size):
             _check_devices((y,), ctx)
         key = (ctx, op, tx, y.dtype)
         ent = _fast_sa.get(key)
@@ -1429,9 +1454,7 @@ def _map(name, expr, operands, out, stream, res_dtype, compute=None, scalar_dtyp
     arrays = [o for o in operands if isinstance(o, GPUArray)]
     if not arrays and out is None:
         raise TypeError("%s needs at least one GPUArray operand" % name)
-    ctx = _get_current()
-    for a in arrays + ([out] if out is not None else []):
-        _check_context(a, ctx)
+    _check_operands(op or name, arrays + ([out] if isinstance(out, GPUArray) else []))
     shapes = [a.shape for a in arrays]
     try:
         shape = np.broadcast_shapes(*shapes) if shapes else out.shape
@@ -1530,20 +1553,170 @@ def _base_ptr(a):
     return a.gpudata if a.gpudata is not None else 0
 
 
+# ---- the operand gate ----
+#
+# Every array entry point (operators, module functions, methods, the
+# generators' calls, cumath, curandom, reductions, scans, copies, DLPack
+# export) checks its GPUArray operands here before anything reaches the
+# driver.  The fast paths skip only what they prove themselves: an exact,
+# dense GPUArray whose gpudata is a DeviceAllocation of the current context
+# with nbytes <= its size (its data starts at the allocation, so it lies
+# within it), and a freed DeviceAllocation is refused by the launch itself;
+# anything else (a view, a pooled block, a subclass, foreign memory) comes
+# here.
+
+def _allocation(a):
+    """The allocation a's elements lie in (a DeviceAllocation or a pooled
+    block), or None where pygpu cannot know it (foreign memory, a raw
+    pointer)."""
+    g = a.gpudata
+    if isinstance(g, (_DA, PooledDeviceAllocation)):
+        return g
+    b = a.base
+    if isinstance(b, GPUArray):
+        g = b.gpudata
+        if isinstance(g, (_DA, PooledDeviceAllocation)):
+            return g
+        b = b.base
+    if isinstance(b, (_DA, PooledDeviceAllocation)):
+        return b
+    return None
+
+
+def _extent(shape, strides, itemsize):
+    """(lo, hi): the bytes an array's elements occupy, relative to element
+    0, as [lo, hi); None for an empty array."""
+    lo = hi = 0
+    for n, s in zip(shape, strides):
+        if n == 0:
+            return None
+        d = (n - 1) * s
+        if d < 0:
+            lo += d
+        else:
+            hi += d
+    return lo, hi + itemsize
+
+
+def _check_extent(ptr, shape, strides, itemsize, g, what):
+    """The elements at ptr lie within allocation g, else ValueError naming
+    both sizes."""
+    ext = _extent(shape, strides, itemsize)
+    if ext is None:
+        return
+    start = int(g)
+    size = g.size
+    lo, hi = ptr + ext[0] - start, ptr + ext[1] - start
+    if lo < 0 or hi > size:
+        raise ValueError("%s: the array's elements span bytes [%d, %d) of an allocation of "
+                         "%d bytes (shape %r, strides %r, %d-byte items): they lie outside "
+                         "its memory" % (what, lo, hi, size, shape, strides, itemsize))
+
+
+def _check_one(a, ctx, what):
+    """The gate for one operand (see _check_operands)."""
+    if a.__class__ is not GPUArray and not isinstance(a, GPUArray):
+        raise TypeError("%s: expected a GPUArray, not %s" % (what, type(a).__name__))
+    g = a.gpudata
+    cls = g.__class__
+    if cls is _DA:
+        alloc = g
+    else:
+        alloc = _allocation(a)
+        if alloc is None:
+            return
+    if alloc.__class__ is _DA or isinstance(alloc, _DA):
+        if alloc.freed:
+            raise drv.LogicError("%s: the array's memory was freed" % what)
+        if ctx is not None:
+            gctx = alloc.context
+            if gctx is not ctx and gctx != ctx:
+                raise ValueError("%s: %s" % (what, _elsewhere_message(gctx, ctx)))
+    elif alloc._alloc is None:             # a pooled block given back
+        raise drv.LogicError("%s: the array's memory was freed" % what)
+    if a.size:
+        if a._c or a._f:        # dense, positive strides: [ptr, ptr + nbytes)
+            start = int(alloc)
+            p = g if cls is int else int(g)
+            if start <= p and p + a.nbytes <= start + alloc.size:
+                return
+        _check_extent(a.ptr, a.shape, a.strides, a.itemsize, alloc, what)
+
+
+_NO_CTX = object()
+
+
+def _check_operands(what, arrays, ctx=_NO_CTX, contiguous=False, same_size=False,
+                    same_layout=False, dtype=None):
+    """The operand gate (see above).  arrays: the GPUArray operands (None
+    entries are skipped).  Each one's memory must not be freed (LogicError),
+    must live in ctx, the current context by default (ValueError naming
+    both devices), and its elements must lie within its allocation
+    (ValueError naming the sizes); with dtype, be of that dtype (TypeError);
+    with contiguous, be C- or F-contiguous (RuntimeError, PyCUDA's class).
+    same_size: all hold as many elements (ValueError naming the sizes);
+    same_layout: arrays of one shape have one memory order, as a kernel that
+    pairs elements by memory position needs (ValueError).  Returns ctx."""
+    if ctx is _NO_CTX:
+        ctx = _get_current()
+    first = None
+    for a in arrays:
+        if a is None:
+            continue
+        _check_one(a, ctx, what)
+        if dtype is not None and a.dtype != dtype:
+            raise TypeError("%s: the array is %s, not %s" % (what, a.dtype, dtype))
+        if contiguous and not (a._c or a._f):
+            raise RuntimeError("%s: only contiguous arrays may be used (strides %r for "
+                               "shape %r)" % (what, a.strides, a.shape))
+        if first is None:
+            first = a
+            continue
+        if same_size and a.size != first.size:
+            raise ValueError("%s: the arrays have %d and %d elements (shapes %r and %r); "
+                             "they must have as many" % (what, first.size, a.size,
+                                                         first.shape, a.shape))
+        if same_layout and a.shape == first.shape and a.size > 1 \
+                and not _same_order(first, a):
+            raise ValueError("%s: arrays of shape %r in different memory orders (strides %r "
+                             "and %r) would be paired by memory position, not by index; "
+                             "copy one into the other's order first"
+                             % (what, a.shape, first.strides, a.strides))
+    return ctx
+
+
+def _same_order(a, b):
+    """Element k of a and of b (same shape) sit at the same position in
+    memory order."""
+    if a.strides == b.strides and a.itemsize == b.itemsize:
+        return True
+    if (a._c and b._c) or (a._f and b._f):
+        return True
+    sa, sb = a.itemsize, b.itemsize
+    return _builtin_all(n == 1 or x * sb == y * sa
+                        for n, x, y in zip(a.shape, a.strides, b.strides))
+
+
+def _in_order_of(b, a, allocator=None):
+    """b (a's shape) in a's memory order (a: C- or F-contiguous): b itself
+    when it is already, else a copy (pairs elements by index)."""
+    if _same_order(a, b) and (b._c or b._f):
+        return b
+    order = "F" if a._f and not a._c else "C"
+    out = GPUArray(b.shape, b.dtype, allocator or b.allocator, order=order)
+    _copy_d2d(out, b, None)
+    return out
+
+
 def _check_context(a, ctx):
-    g = a.gpudata if not isinstance(a.base, GPUArray) else a.base.gpudata
-    if isinstance(g, drv.DeviceAllocation):
-        if g.freed:
-            raise drv.LogicError("the array's memory was freed")
-        if ctx is not None and g.context != ctx:
-            raise ValueError(_elsewhere_message(g.context, ctx))
+    _check_one(a, ctx, "the operation")
 
 
 def _check_devices(arrays, ctx):
     """Each array's memory lives in ctx (the current context): else a
     ValueError naming both devices (LogicError when freed)."""
     for a in arrays:
-        _check_context(a, ctx)
+        _check_one(a, ctx, "the operation")
 
 
 def _elsewhere_message(actx, ctx):
@@ -1746,10 +1919,16 @@ def take(a, indices, out=None, stream=None):
         raise TypeError("take(): indices must be integers, not %s" % indices.dtype)
     if not (a.flags.forc and indices.flags.forc):
         raise RuntimeError("take(): only contiguous arrays may be used")
+    if out is not None and not isinstance(out, GPUArray):
+        raise TypeError("take(): out must be a GPUArray, not %s" % type(out).__name__)
+    _check_operands("take()", (a, indices, out), contiguous=True)
     if out is None:
         out = GPUArray(indices.shape, a.dtype, a.allocator)
     elif out.shape != indices.shape or out.dtype != a.dtype:
         raise ValueError("take(): out must have the indices' shape and a's dtype")
+    elif indices.ndim > 1 and not _same_order(indices, out):
+        raise ValueError("take(): out (strides %r) must have the indices' memory order "
+                         "(strides %r)" % (out.strides, indices.strides))
     if indices.size:
         func = elementwise.get_take_kernel(a.dtype, indices.dtype)
         func.prepared_async_call(out._grid, out._block, stream, indices.gpudata, a.gpudata,
@@ -1921,7 +2100,7 @@ def _make_minmax(which):
     def f(a, b, out=None, stream=None):
         if not isinstance(a, GPUArray) and not isinstance(b, GPUArray):
             raise TypeError("%s needs at least one GPUArray" % which)
-        return _binary(which, a, b, out=out, stream=stream)
+        return _function_result(which, _binary(which, a, b, out=out, stream=stream), a, b)
     f.__name__ = which
     f.__doc__ = "numpy.%s element-wise (NaN-propagating) of arrays and scalars." % which
     return f
@@ -1938,7 +2117,16 @@ def _logical(op, x1, x2, out, allocator):
         return r
     if not isinstance(x1, GPUArray) and not isinstance(x2, GPUArray):
         raise ValueError("%s can take either scalar or GPUArrays as inputs" % op)
-    return _binary(op, x1, x2, out=out)
+    return _function_result(op, _binary(op, x1, x2, out=out), x1, x2)
+
+
+def _function_result(op, result, a, b):
+    """A module function's result: NotImplemented (an operand _binary does
+    not take) becomes the TypeError an operator would raise."""
+    if result is NotImplemented:
+        raise TypeError("%s takes GPUArrays and scalars, not %s and %s"
+                        % (op, type(a).__name__, type(b).__name__))
+    return result
 
 
 def logical_and(x1, x2, /, out=None, *, allocator=None):
@@ -1983,8 +2171,35 @@ def subset_sum(subset, a, dtype=None, stream=None, allocator=None):
     return krnl(subset, a, stream=stream, allocator=allocator)
 
 
+def _as_c(x, allocator):
+    """x, or a C-ordered copy of it."""
+    if x._c:
+        return x
+    out = GPUArray(x.shape, x.dtype, allocator or x.allocator)
+    _copy_d2d(out, x, None)
+    return out
+
+
+def _dot_operands(what, a, b, allocator):
+    """a and b for a dot product: gated, as many elements, b in a's memory
+    order (elements paired by index, as NumPy pairs them; of two shapes,
+    each one's elements in C order)."""
+    for x in (a, b):
+        if not isinstance(x, GPUArray):
+            raise TypeError("%s takes GPUArrays, not %s" % (what, type(x).__name__))
+    if a.size != b.size:
+        raise ValueError("%s: the arrays have %d and %d elements (shapes %r and %r); they "
+                         "must have as many" % (what, a.size, b.size, a.shape, b.shape))
+    # the rest of the gate: in the copy below if there is one, and in the
+    # reduction's call
+    if a.shape != b.shape:
+        return _as_c(a, allocator), _as_c(b, allocator)
+    return a, _in_order_of(b, a, allocator)
+
+
 def dot(a, b, dtype=None, stream=None, allocator=None):
     from pygpu.reduction import get_dot_kernel
+    a, b = _dot_operands("dot()", a, b, allocator)
     if dtype is None:
         dtype = np.result_type(a.dtype, b.dtype)
     krnl = get_dot_kernel(dtype, a.dtype, b.dtype)
@@ -1993,6 +2208,7 @@ def dot(a, b, dtype=None, stream=None, allocator=None):
 
 def vdot(a, b, dtype=None, stream=None, allocator=None):
     from pygpu.reduction import get_dot_kernel
+    a, b = _dot_operands("vdot()", a, b, allocator)
     if dtype is None:
         dtype = np.result_type(a.dtype, b.dtype)
     krnl = get_dot_kernel(dtype, a.dtype, b.dtype, conjugate_first=True)
@@ -2060,39 +2276,98 @@ def asarray(obj, dtype=None):
     return result
 
 
+def _cai_ints(value, what, nonneg):
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise TypeError("invalid __cuda_array_interface__: '%s' must be a tuple of ints, "
+                        "not %r" % (what, value)) from None
+    out = []
+    for n in items:
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (numbers.Integral, np.integer)):
+            raise TypeError("invalid __cuda_array_interface__: '%s' must hold ints, not %r"
+                            % (what, n))
+        n = int(n)
+        if nonneg and n < 0:
+            raise ValueError("invalid __cuda_array_interface__: negative dimension in '%s' %r"
+                             % (what, items))
+        out.append(n)
+    return tuple(out)
+
+
 def _from_cai(obj):
+    """A GPUArray over a __cuda_array_interface__ (v0-v3), every field
+    checked: shape (non-negative ints), typestr (a dtype the GPU can hold),
+    data ((pointer, read-only), no NULL pointer for elements), strides (None
+    or one int per dimension), version (at most 3), mask (none), stream."""
     cai = obj.__cuda_array_interface__
     if not isinstance(cai, dict):
         raise TypeError("__cuda_array_interface__ is not a dict")
-    try:
-        shape = tuple(int(n) for n in cai["shape"])
-        typestr = cai["typestr"]
-        ptr, _readonly = cai["data"]
-    except (KeyError, TypeError, ValueError) as e:
-        raise TypeError("invalid __cuda_array_interface__ (%s)" % e) from None
+    for key in ("shape", "typestr", "data"):
+        if key not in cai:
+            raise TypeError("invalid __cuda_array_interface__ (no %r)" % key)
+    version = cai.get("version")
+    if version is not None:
+        if isinstance(version, bool) or not isinstance(version, (numbers.Integral, np.integer)):
+            raise TypeError("invalid __cuda_array_interface__: 'version' must be an int, not %r"
+                            % (version,))
+        if not 0 <= version <= 3:
+            raise ValueError("__cuda_array_interface__ version %d is not one pygpu reads "
+                             "(0 to 3)" % version)
+    shape = _cai_ints(cai["shape"], "shape", True)
+    typestr = cai["typestr"]
+    if not isinstance(typestr, str):
+        raise TypeError("invalid __cuda_array_interface__: 'typestr' must be a str, not %r"
+                        % (typestr,))
+    data = cai["data"]
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise TypeError("invalid __cuda_array_interface__: 'data' must be a (pointer, "
+                        "read_only) pair, not %r" % (data,))
+    ptr = data[0]
+    if ptr is None:
+        ptr = 0
+    if isinstance(ptr, bool) or not isinstance(ptr, (numbers.Integral, np.integer)):
+        raise TypeError("invalid __cuda_array_interface__: the data pointer must be an int, "
+                        "not %r" % (ptr,))
+    ptr = int(ptr)
+    if not 0 <= ptr < 1 << 64:
+        raise ValueError("invalid __cuda_array_interface__: data pointer %d is not an address"
+                         % ptr)
     descr = cai.get("descr")
-    if descr and len(descr) > 1 or (descr and descr[0][0]):
-        dtype = np.dtype([tuple(d) for d in descr])
-    else:
-        dtype = np.dtype(typestr)
+    try:
+        if descr and len(descr) > 1 or (descr and descr[0][0]):
+            dtype = np.dtype([tuple(d) for d in descr])
+        else:
+            dtype = np.dtype(typestr)
+    except (TypeError, ValueError) as e:
+        raise TypeError("invalid __cuda_array_interface__: typestr %r / descr give no dtype "
+                        "(%s)" % (typestr, e)) from None
     dtype = _check_dtype(dtype)
     if dtype.byteorder == ">":
         raise TypeError("big-endian arrays (%s) cannot be used on the GPU" % typestr)
     strides = cai.get("strides")
     if strides is None:
         strides = _c_strides(dtype.itemsize, shape)
+    else:
+        strides = _cai_ints(strides, "strides", False)
+        if len(strides) != len(shape):
+            raise ValueError("invalid __cuda_array_interface__: %d strides %r for %d "
+                             "dimensions (shape %r)" % (len(strides), strides, len(shape),
+                                                       shape))
     if cai.get("mask") is not None:
         raise TypeError("masked arrays (__cuda_array_interface__ 'mask') are not supported")
-    stream = cai.get("stream")
-    if stream is not None:
-        _sync_foreign_stream(stream)
     size = 1
     for n in shape:
         size *= n
-    ptr = int(ptr or 0)
-    return _new(GPUArray, shape, dtype, tuple(int(s) for s in strides),
-                ptr if (ptr or size) else None, obj, _default_allocator, size,
-                _is_c(shape, strides, dtype.itemsize), _is_f(shape, strides, dtype.itemsize))
+    if size and not ptr:
+        raise ValueError("invalid __cuda_array_interface__: a NULL data pointer for %d "
+                         "elements (shape %r)" % (size, shape))
+    stream = cai.get("stream")
+    if stream is not None:
+        _sync_foreign_stream(stream)
+    return _new(GPUArray, shape, dtype, strides, ptr if (ptr or size) else None, obj,
+                _default_allocator, size, _is_c(shape, strides, dtype.itemsize),
+                _is_f(shape, strides, dtype.itemsize))
 
 
 def _sync_foreign_stream(stream):

@@ -41,28 +41,97 @@ import shlex
 import statistics
 
 __all__ = ["load_ipython_extension", "unload_ipython_extension", "Kernel", "kernels_in",
-           "pch_options", "CudaMagics"]
+           "kernels_of", "pch_options", "CudaMagics"]
 
 _GLOBAL_RE = re.compile(
     r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
     r"(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\(([^)]*)\)")
 
 
+_COMMENT_RE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.S)
+_DIRECTIVE_RE = re.compile(r"^[ \t]*#[^\n]*(?:\\\n[^\n]*)*", re.M)
+
+
+def _code_only(source):
+    """source with comments and preprocessor lines blanked (string literals
+    kept), every character's offset unchanged."""
+    def blank(m):
+        t = m.group(0)
+        if t.startswith('"'):
+            return t
+        return "".join(c if c == "\n" else " " for c in t)
+    return _DIRECTIVE_RE.sub(blank, _COMMENT_RE.sub(blank, source))
+
+
 def kernels_in(source, extern_c_only=False):
     """[(name, [C parameter declarations])] of the non-template __global__
-    functions in source, in order (extern_c_only: those declared
-    extern "C", the ones with unmangled names under --no-extern-c)."""
+    functions declared in source, in order (extern_c_only: those declared
+    extern "C", the ones with unmangled names under --no-extern-c).  A
+    reading of the text, for the kernels' signatures: comments and
+    preprocessor lines are skipped; which kernels exist is the compiled
+    binary's to say (kernels_of)."""
+    source = _code_only(source)
     out = []
     for m in _GLOBAL_RE.finditer(source):
         if extern_c_only and not re.search(r'extern\s+"C"\s*$', source[:m.start()]):
             continue
-        start = source.rfind("\n", 0, m.start()) + 1
-        if source[max(0, start - 200):m.start()].rstrip().endswith(">"):
+        if source[max(0, m.start() - 200):m.start()].rstrip().endswith(">"):
             continue        # template<...> __global__: needs a name expression
         params = [p.strip() for p in m.group(2).split(",") if p.strip() and p.strip() != "void"]
         if m.group(1) not in [n for n, _ in out]:
             out.append((m.group(1), params))
     return out
+
+
+def _elf_entries(data):
+    """The kernel (entry) names of a cubin: ELF symbols of type FUNC marked
+    STO_CUDA_ENTRY, in symbol-table order."""
+    import struct
+    if data[4:5] != b"\x02" or data[5:6] != b"\x01":
+        raise ValueError("not a 64-bit little-endian ELF image")
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    secs = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+            for i in range(shnum)]
+    names = []
+    for _, typ, _, _, off, size, link, _, _, entsize in secs:
+        if typ != 2 or not entsize:         # SHT_SYMTAB
+            continue
+        stroff = secs[link][4]
+        for k in range(size // entsize):
+            st_name, st_info, st_other = struct.unpack_from("<IBB", data, off + k * entsize)
+            if st_info & 0xF == 2 and st_other & 0x10:      # STT_FUNC, STO_CUDA_ENTRY
+                end = data.index(b"\0", stroff + st_name)
+                names.append(data[stroff + st_name:end].decode("utf-8", "replace"))
+    return names
+
+
+_PTX_ENTRY_RE = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)*\.entry\s+([\w$.]+)", re.M)
+
+
+def kernels_of(binary):
+    """The kernel names a compiled binary holds (a cubin's entry symbols, a
+    PTX module's .entry directives), as the driver will find them: what
+    %%cuda binds.  Mangled (C++) names are included; a kernel that was
+    commented out or removed by the preprocessor is not."""
+    data = bytes(binary)
+    if data[:4] == b"\x7fELF":
+        return _elf_entries(data)
+    return _PTX_ENTRY_RE.findall(data.decode("utf-8", "replace"))
+
+
+# names a namespace's own machinery uses (Python's and IPython's): a kernel
+# bound over one of them breaks the notebook
+_RESERVED = frozenset(("In", "Out", "get_ipython", "exit", "quit", "_", "__", "___", "_i",
+                       "_ii", "_iii", "_ih", "_oh", "_dh", "_sh"))
+_RESERVED_RE = re.compile(r"__\w*__|_i?\d+")
+
+
+def _check_bindable(name, what):
+    if name in _RESERVED or _RESERVED_RE.fullmatch(name):
+        raise ValueError("%%%%cuda: %s %r would replace a name the notebook's namespace itself "
+                         "uses (dunder names, IPython's In/Out/_/_i/_N history, get_ipython, "
+                         "exit, quit); rename it" % (what, name))
 
 
 def _param_name(decl, i):
@@ -99,13 +168,19 @@ class Kernel:
     def __init__(self, function, name, params, binary=None):
         self.function = function
         self.name = name
-        self.params = list(params)
+        # params None: the declaration was not found in the text (a macro made it)
+        self.params = None if params is None else list(params)
         self.binary = binary
-        sig = "__global__ void %s(%s)" % (name, ", ".join(self.params))
+        shown = ", ".join(self.params) if self.params is not None else "..."
+        sig = "__global__ void %s(%s)" % (name, shown)
         self.__doc__ = sig + "\n" + _CALL_DOC.format(
-            name=name, args=", ".join(_param_name(p, i) for i, p in enumerate(self.params)))
-        pos = [inspect.Parameter(_param_name(p, i), inspect.Parameter.POSITIONAL_ONLY)
-               for i, p in enumerate(self.params)]
+            name=name, args=", ".join(_param_name(p, i) for i, p in enumerate(self.params))
+            if self.params is not None else "*args")
+        if self.params is None:
+            pos = [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL)]
+        else:
+            pos = [inspect.Parameter(_param_name(p, i), inspect.Parameter.POSITIONAL_ONLY)
+                   for i, p in enumerate(self.params)]
         kw = [inspect.Parameter("block", inspect.Parameter.KEYWORD_ONLY),
               inspect.Parameter("grid", inspect.Parameter.KEYWORD_ONLY, default=(1, 1, 1)),
               inspect.Parameter("shared", inspect.Parameter.KEYWORD_ONLY, default=0),
@@ -126,7 +201,8 @@ class Kernel:
 
     def __repr__(self):
         where = "loaded" if self.function is not None else "compiled only, no GPU"
-        return "<pygpu kernel %s(%s), %s>" % (self.name, ", ".join(self.params), where)
+        return "<pygpu kernel %s(%s), %s>" % (
+            self.name, ", ".join(self.params) if self.params is not None else "...", where)
 
     def _repr_pretty_(self, p, cycle):
         p.text(repr(self))
@@ -188,6 +264,8 @@ def cuda_cell(line, cell, namespace):
     if args.help:
         print(__doc__)
         return {}
+    if args.module:
+        _check_bindable(args.module, "--module")
     options = list(args.options)
     if not args.no_pch and not any(o.startswith(("-pch", "--pch")) for o in options):
         options += pch_options()
@@ -202,17 +280,27 @@ def cuda_cell(line, cell, namespace):
     except driver.CudaUnavailableError:
         # no driver or GPU: compile only (the same arguments as SourceModule's,
         # so the cache serves what it just compiled)
-        source = cell if args.no_extern_c else 'extern "C" {\n%s\n}\n' % cell
-        binary = compiler.compile(source, options=options, arch=args.arch or "sm_90",
+        binary = compiler.compile(cell, options=options, arch=args.arch or "sm_90",
                                   include_dirs=list(args.include_dirs)
                                   + _loader.cuda_include_dirs(),
                                   defines=defines, name_expressions=args.name_expressions,
-                                  std=args.std)
+                                  std=args.std, nvcc_compat=True,
+                                  extern_c=not args.no_extern_c)
+    # the kernels are the binary's (what the driver loads), in the cell's
+    # order where the text declares them; mangled C++ names (templates,
+    # kernels outside extern "C" under --no-extern-c) are not bound
+    declared = kernels_in(cell)
+    order = {n: k for k, (n, _) in enumerate(declared)}
+    params = dict(declared)
+    names = [n for n in dict.fromkeys(kernels_of(binary))
+             if n.isidentifier() and not n.startswith("_Z")]
+    names.sort(key=lambda n: order.get(n, len(order)))
+    for name in names:
+        _check_bindable(name, "a kernel named")
     bound = {}
-    if True:
-        for name, params in kernels_in(cell, extern_c_only=args.no_extern_c):
-            f = module.get_function(name) if module is not None else None
-            bound[name] = Kernel(f, name, params, binary)
+    for name in names:
+        f = module.get_function(name) if module is not None else None
+        bound[name] = Kernel(f, name, params.get(name), binary)
     namespace.update(bound)
     if args.module:
         namespace[args.module] = module

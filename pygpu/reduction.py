@@ -206,12 +206,15 @@ class ReductionKernel:
         self._item = self.dtype_out.itemsize
         self._offset = -(-builtins.max(self._item, 1) // 16) * 16   # partials' offset
 
+    _gate = None
+
     def _convert(self, args):
         if len(args) != len(self._vector_flags):
             raise TypeError("%s takes %d arguments (%s) but %d were given"
                             % (self.stage1.name[:-len("_stage1")], len(self._vector_flags),
                                ", ".join(a.name for a in self.arguments), len(args)))
         out = []
+        arrays = []
         for a, vec, dt, spec in zip(args, self._vector_flags, self._scalar_dtypes,
                                     self.arguments):
             if vec:
@@ -222,12 +225,20 @@ class ReductionKernel:
                 if not flags.forc:
                     raise RuntimeError("ReductionKernel cannot deal with non-contiguous "
                                        "arrays (argument %r)" % spec.name)
+                arrays.append(a)
                 out.append(a.gpudata)
             else:
                 if dt.kind in "biufc":
                     out.append(dt.type(a))
                 else:
                     out.append(np.array(a, dtype=dt)[()])
+        # the operand gate: context, freed memory, extent, one memory order
+        gate = self._gate
+        if gate is None:
+            from pygpu.gpuarray import _check_operands as gate
+            self._gate = gate
+            self._what = "ReductionKernel '%s'" % self.stage1.name[:-len("_stage1")]
+        gate(self._what, arrays, same_layout=True)
         return out
 
     def __call__(self, *args, stream=None, allocator=None, out=None, range=None,
@@ -271,6 +282,8 @@ class ReductionKernel:
                 raise ValueError("out must have the same dtype as dtype_out")
             if out.size == 0:
                 raise ValueError("out array is empty")
+            from pygpu.gpuarray import _check_operands
+            _check_operands("ReductionKernel out", (out,))
             result = out
             target = out.gpudata
             partial = _alloc(allocator, blocks * item, stream) if blocks > 1 else target

@@ -169,6 +169,8 @@ class _ScanKernelBase:
                                 % (self.dtype, what, a.dtype))
             if not a.flags.forc:
                 raise RuntimeError("ScanKernel cannot deal with non-contiguous arrays")
+        from pygpu import gpuarray
+        gpuarray._check_operands("scan", (input_ary, output_ary))
         n = input_ary.size
         if not n:
             return output_ary

@@ -51,16 +51,22 @@ OFF = (None, b"", b"0", "", "0")
 DISABLE_KEY = env_key("PYGPU_DISABLE_CACHE")
 
 
+PYCUDA_DISABLE_KEY = env_key("PYCUDA_DISABLE_CACHE")
+
+
 def env_disabled():
-    """PYGPU_DISABLE_CACHE is set to something other than '' or '0'."""
-    return environ_data.get(DISABLE_KEY) not in OFF
+    """PYGPU_DISABLE_CACHE is set to something other than '' or '0', or
+    PyCUDA's PYCUDA_DISABLE_CACHE is set at all (PyCUDA's rule)."""
+    return (environ_data.get(DISABLE_KEY) not in OFF
+            or PYCUDA_DISABLE_KEY in environ_data)
 
 
 # ---- where ----
 
 def default_cache_dir():
-    """$PYGPU_CACHE_DIR, else $XDG_CACHE_HOME/pygpu, else ~/.cache/pygpu."""
-    d = os.environ.get("PYGPU_CACHE_DIR")
+    """$PYGPU_CACHE_DIR, else PyCUDA's $PYCUDA_CACHE_DIR, else
+    $XDG_CACHE_HOME/pygpu, else ~/.cache/pygpu."""
+    d = os.environ.get("PYGPU_CACHE_DIR") or os.environ.get("PYCUDA_CACHE_DIR")
     if d:
         return d
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

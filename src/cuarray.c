@@ -3,9 +3,10 @@
  * arrays behind pygpu.driver's Memcpy2D/Memcpy3D (cuMemcpy3D[Async]).
  *
  * An Array lives in the context current when it was made and is destroyed
- * there.  Texture and surface objects over it hold a strong reference and
- * count themselves in `users`: free() is refused while any is alive, so a
- * texture never reads a destroyed array.  A copy that uses it with the GIL
+ * there.  Texture and surface objects over it hold it (hold.c, the one hold
+ * protocol): free() while any is alive marks it freed at once and leaves
+ * cuArrayDestroy to the last holder, so a texture never reads a destroyed
+ * array.  A copy that uses it with the GIL
  * released holds it (pygpu_array_hold: `busy`, and the context's
  * `arrays_busy`): a free() from another thread meanwhile marks it freed at
  * once and the last holder calls cuArrayDestroy when its copy ends; the
@@ -301,11 +302,20 @@ array_release(pygpu_Array *self)
     if (self->handle == NULL)
         return;
     self->freed = 1;
-    if (self->busy > 0) {
+    if (self->busy > 0 || self->holds != NULL) {
         self->free_pending = 1;
         return;
     }
     array_destroy(self);
+}
+
+void
+pygpu_array_holds_gone(pygpu_Array *a)
+{
+    if (a->busy == 0 && a->free_pending) {
+        a->free_pending = 0;
+        array_destroy(a);
+    }
 }
 
 int
@@ -327,7 +337,7 @@ pygpu_array_unhold(pygpu_Array *a)
     if (a == NULL)
         return;
     a->context->arrays_busy--;
-    if (--a->busy == 0 && a->free_pending) {
+    if (--a->busy == 0 && a->free_pending && a->holds == NULL) {
         a->free_pending = 0;
         array_destroy(a);
     }
@@ -412,7 +422,7 @@ array_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->desc = desc;
     self->is3d = is3d;
     self->freed = 0;
-    self->users = 0;
+    self->holds = NULL;
     self->weakreflist = NULL;
     self->busy = 0;
     self->free_pending = 0;
@@ -422,15 +432,14 @@ array_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static PyObject *
 array_free(pygpu_Array *self, PyObject *unused)
 {
-    if (self->users > 0) {
-        PyErr_Format(PYGPU_STATE(self)->LogicError,
-                     "Array.free(): %zd texture or surface object%s still use%s the array; "
-                     "free or drop them first", self->users, self->users == 1 ? "" : "s",
-                     self->users == 1 ? "s" : "");
-        return NULL;
-    }
     array_release(self);
     Py_RETURN_NONE;
+}
+
+static PyObject *
+array_get_holders(pygpu_Array *self, void *c)
+{
+    return pygpu_holders(self->holds);
 }
 
 static PyObject *
@@ -507,9 +516,9 @@ array_repr(pygpu_Array *self)
 #define CF(f) (PyCFunction)(void (*)(void))(f)
 static PyMethodDef array_methods[] = {
     {"free", (PyCFunction)array_free, METH_NOARGS,
-     "free($self, /)\n--\n\nDestroy the array now (idempotent); a LogicError while a "
-     "texture or surface object over it is alive.  While another thread's copy uses "
-     "it, the array reads as freed at once and is destroyed when that copy ends."},
+     "free($self, /)\n--\n\nDestroy the array now (idempotent).  While a texture or "
+     "surface object over it is alive, or another thread's copy uses it, the array reads "
+     "as freed at once and is destroyed when the last of them goes (see holders)."},
     {"get_descriptor", (PyCFunction)array_get_descriptor, METH_NOARGS,
      "get_descriptor($self, /)\n--\n\nThe driver's ArrayDescriptor of the array "
      "(cuArrayGetDescriptor)."},
@@ -524,6 +533,9 @@ static PyGetSetDef array_getset[] = {
     {"descriptor", (getter)array_get_descriptor_attr, NULL,
      "The ArrayDescriptor3D the array was made with (depth 0: 1-D or 2-D).", NULL},
     {"freed", (getter)array_get_freed, NULL, "Whether free() ran.", NULL},
+    {"holders", (getter)array_get_holders, NULL,
+     "The texture and surface objects over the array, by name: free() is deferred "
+     "until the last one goes.", NULL},
     {NULL}
 };
 

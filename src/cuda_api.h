@@ -138,6 +138,7 @@ typedef CUresult (CUDAAPI *PFN_cuProfilerInitialize_v4000)(const char *, const c
     CU_OPTIONAL(cuTensorMapEncodeIm2col, 12000)                  \
     CU_OPTIONAL(cuStreamBeginCapture, 10010)                     \
     CU_OPTIONAL(cuStreamEndCapture, 10000)                       \
+    CU_OPTIONAL(cuThreadExchangeStreamCaptureMode, 10010)        \
     CU_OPTIONAL(cuStreamIsCapturing, 10000)                      \
     CU_OPTIONAL(cuGraphCreate, 10000)                            \
     CU_OPTIONAL(cuGraphDestroy, 10000)                           \

@@ -85,6 +85,33 @@ node_type_name(int t)
 
 /* ---- helpers ---- */
 
+/* The streams that pygpu is capturing, in every thread: while there is
+ * none, pygpu_capture_relax() and pygpu_capture_check() cost no driver
+ * call.  Process-wide, as the driver's capture state is; changed with the
+ * GIL held.  A record is added by begin_capture() and removed when the
+ * capture ends (end_capture, abort, drop). */
+typedef struct capturing {
+    pygpu_Stream *stream;       /* borrowed: removes itself before it dies */
+    int blocking;               /* not CU_STREAM_NON_BLOCKING: the legacy stream waits for it */
+    struct capturing *next;
+} capturing;
+static capturing *captures;
+static Py_ssize_t captures_active;
+
+static void
+capture_forget(pygpu_Stream *self)
+{
+    capturing **p, *c;
+    for (p = &captures; (c = *p) != NULL; p = &c->next) {
+        if (c->stream == self) {
+            *p = c->next;
+            PyMem_Free(c);
+            captures_active--;
+            return;
+        }
+    }
+}
+
 /* The graph entry points are optional in cuda_api.h: a driver that lacks one
  * loses graphs, not pygpu.  Checked where graphs begin (Graph(), capture);
  * every later call has a Graph, so the check passed.  The driver is loaded. */
@@ -249,22 +276,71 @@ error:
     return -1;
 }
 
-/* Re-raise a packing/configuration error with the node named first (only
- * the built-in classes are re-made; pygpu's own keep their attributes). */
+/* Re-raise a packing/configuration error with the node named first: the
+ * built-in classes are re-made; pygpu's own (LogicError: a freed
+ * allocation) keep their class and attributes and get the prefixed message
+ * as their args. */
 static void
-prefix_error(int index)
+prefix_error_as(const char *prefix)
 {
-    PyObject *exc, *val, *tb;
+    PyObject *exc, *val, *tb, *args;
     PyErr_Fetch(&exc, &val, &tb);
     PyErr_NormalizeException(&exc, &val, &tb);
     if (exc == PyExc_TypeError || exc == PyExc_ValueError || exc == PyExc_OverflowError) {
-        PyErr_Format(exc, "graph node #%d: %S", index, val);
+        PyErr_Format(exc, "%s: %S", prefix, val);
         Py_XDECREF(exc);
         Py_XDECREF(val);
         Py_XDECREF(tb);
         return;
     }
+    /* a driver error keeps its message, which starts with the routine */
+    if (val != NULL && PyObject_HasAttrString(val, "routine")) {
+        PyObject *r = PyObject_GetAttrString(val, "routine");
+        int driver = r != NULL && r != Py_None;
+        Py_XDECREF(r);
+        PyErr_Clear();
+        if (driver) {
+            PyErr_Restore(exc, val, tb);
+            return;
+        }
+    }
+    if (val != NULL && (args = PyObject_GetAttrString(val, "args")) != NULL) {
+        if (PyTuple_Check(args) && PyTuple_GET_SIZE(args) == 1
+            && PyUnicode_Check(PyTuple_GET_ITEM(args, 0))) {
+            PyObject *msg = PyUnicode_FromFormat("%s: %U", prefix, PyTuple_GET_ITEM(args, 0));
+            PyObject *t = msg != NULL ? PyTuple_Pack(1, msg) : NULL;
+            if (t == NULL || PyObject_SetAttrString(val, "args", t) < 0)
+                PyErr_Clear();
+            Py_XDECREF(t);
+            Py_XDECREF(msg);
+        }
+        Py_DECREF(args);
+    } else {
+        PyErr_Clear();
+    }
     PyErr_Restore(exc, val, tb);
+}
+
+static void
+prefix_error(int index)
+{
+    char prefix[48];
+    PyOS_snprintf(prefix, sizeof prefix, "graph node #%d", index);
+    prefix_error_as(prefix);
+}
+
+/* The holds a node's arguments take (hold.c), kept with the graph: a list
+ * of tokens, or NULL with an exception. */
+static PyObject *
+node_holds(pygpu_state *st, PyObject *const *args, Py_ssize_t n, int index, const char *kind,
+           const char *name)
+{
+    char what[112];
+    if (name != NULL)
+        PyOS_snprintf(what, sizeof what, "graph node #%d (%s '%.60s')", index, kind, name);
+    else
+        PyOS_snprintf(what, sizeof what, "graph node #%d (%s)", index, kind);
+    return pygpu_hold_args(st, args, n, what);
 }
 
 /* block/grid/shared of a kernel node; NULL keeps the value in out */
@@ -513,7 +589,7 @@ graph_add_kernel_node(pygpu_Graph *g, PyObject *const *args, Py_ssize_t nargs,
 {
     pygpu_state *st = PYGPU_STATE(g);
     PyObject *block = NULL, *grid = NULL, *shared = NULL, *deps = NULL, *kept = NULL;
-    PyObject *res = NULL;
+    PyObject *res = NULL, *holds = NULL;
     pygpu_Function *f;
     pygpu_launch_config cfg;
     pygpu_argpack pack;
@@ -555,8 +631,12 @@ graph_add_kernel_node(pygpu_Graph *g, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     if (pack_node(st, f, args + 1, nargs - 1, index, &pack) < 0)
         goto done;
-    if ((kept = args_tuple((PyObject *)f, args + 1, nargs - 1)) == NULL)
+    if ((kept = args_tuple((PyObject *)f, args + 1, nargs - 1)) == NULL
+        || (holds = node_holds(st, args + 1, nargs - 1, index, "kernel",
+                               pygpu_function_name(f))) == NULL) {
+        prefix_error(index);
         goto done;
+    }
     memset(&p, 0, sizeof p);
     p.func = f->handle;
     p.gridDimX = cfg.grid[0]; p.gridDimY = cfg.grid[1]; p.gridDimZ = cfg.grid[2];
@@ -571,7 +651,7 @@ graph_add_kernel_node(pygpu_Graph *g, PyObject *const *args, Py_ssize_t nargs,
         pygpu_cuda_error(st, rc, "cuGraphAddKernelNode");
         goto done;
     }
-    if (keep(g, kept) < 0)
+    if (keep(g, kept) < 0 || keep(g, holds) < 0)
         goto done;
     res = node_wrap(st, g, node, CU_GRAPH_NODE_TYPE_KERNEL);
     if (res != NULL) {
@@ -585,6 +665,7 @@ graph_add_kernel_node(pygpu_Graph *g, PyObject *const *args, Py_ssize_t nargs,
 done:
     pygpu_pack_finish(st, &pack, 0, NULL);
     Py_XDECREF(kept);
+    Py_XDECREF(holds);
     PyMem_Free(dv);
     return res;
 }
@@ -600,7 +681,8 @@ typedef struct {
 } endpoint;
 
 static int
-parse_endpoint(pygpu_state *st, PyObject *obj, int writable, endpoint *e, const char *what)
+parse_endpoint(pygpu_state *st, PyObject *obj, int writable, endpoint *e, const char *what,
+               int index)
 {
     e->kept = NULL;
     e->host = 0;
@@ -625,8 +707,12 @@ parse_endpoint(pygpu_state *st, PyObject *obj, int writable, endpoint *e, const 
         e->kept = mv;
         return 0;
     }
-    if (pygpu_get_device_ptr(st, obj, &e->dptr, &e->size, 0) < 0)
+    if (pygpu_get_device_ptr(st, obj, &e->dptr, &e->size, 0) < 0) {
+        char prefix[64];
+        PyOS_snprintf(prefix, sizeof prefix, "graph node #%d (memcpy): %s", index, what);
+        prefix_error_as(prefix);
         return -1;
+    }
     e->kept = Py_NewRef(obj);
     return 0;
 }
@@ -651,6 +737,7 @@ graph_add_memcpy_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     pygpu_state *st = PYGPU_STATE(g);
     static char *kwlist[] = {"dest", "src", "nbytes", "dependencies", NULL};
     PyObject *dobj, *sobj, *nobj = Py_None, *deps = NULL, *res = NULL, *pair = NULL;
+    PyObject *holds = NULL;
     endpoint d = {0}, sr = {0};
     size_t n;
     CUDA_MEMCPY3D c;
@@ -663,8 +750,8 @@ graph_add_memcpy_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
         return NULL;
     if (graph_check(st, g) < 0)
         return NULL;
-    if (parse_endpoint(st, dobj, 1, &d, "dest") < 0
-        || parse_endpoint(st, sobj, 0, &sr, "src") < 0)
+    if (parse_endpoint(st, dobj, 1, &d, "dest", g->count) < 0
+        || parse_endpoint(st, sobj, 0, &sr, "src", g->count) < 0)
         goto done;
     if (d.host && sr.host) {
         PyErr_SetString(PyExc_TypeError, "add_memcpy_node(): dest and src are both host "
@@ -698,6 +785,18 @@ graph_add_memcpy_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     c.Depth = 1;
     c.srcPitch = c.dstPitch = n;
     c.srcHeight = c.dstHeight = 1;
+    {
+        PyObject *sides[2];
+        int k = 0;
+        if (!d.host)
+            sides[k++] = dobj;
+        if (!sr.host)
+            sides[k++] = sobj;
+        if ((holds = node_holds(st, sides, k, g->count, "memcpy", NULL)) == NULL) {
+            prefix_error(g->count);
+            goto done;
+        }
+    }
     if ((pair = PyTuple_Pack(2, d.kept, sr.kept)) == NULL || graph_enter(st, g, &s) < 0)
         goto done;
     rc = cu.cuGraphAddMemcpyNode(&node, g->handle, dv, nd, &c, g->context->handle);
@@ -706,9 +805,10 @@ graph_add_memcpy_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
         pygpu_cuda_error(st, rc, "cuGraphAddMemcpyNode");
         goto done;
     }
-    if (keep(g, pair) == 0)
+    if (keep(g, pair) == 0 && keep(g, holds) == 0)
         res = node_wrap(st, g, node, CU_GRAPH_NODE_TYPE_MEMCPY);
 done:
+    Py_XDECREF(holds);
     Py_XDECREF(pair);
     Py_XDECREF(d.kept);
     Py_XDECREF(sr.kept);
@@ -721,7 +821,7 @@ graph_add_memset_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
 {
     pygpu_state *st = PYGPU_STATE(g);
     static char *kwlist[] = {"dest", "value", "count", "element_size", "dependencies", NULL};
-    PyObject *dobj, *vobj, *cobj, *deps = NULL, *res = NULL;
+    PyObject *dobj, *vobj, *cobj, *deps = NULL, *res = NULL, *holds = NULL;
     unsigned int value, esize = 1;
     size_t count, cap;
     CUdeviceptr ptr;
@@ -748,8 +848,14 @@ graph_add_memset_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     count = PyLong_AsSize_t(cobj);
     if (count == (size_t)-1 && PyErr_Occurred())
         return NULL;
-    if (graph_check(st, g) < 0 || pygpu_get_device_ptr(st, dobj, &ptr, &cap, 0) < 0)
+    if (graph_check(st, g) < 0)
         return NULL;
+    if (pygpu_get_device_ptr(st, dobj, &ptr, &cap, 0) < 0) {
+        char prefix[64];
+        PyOS_snprintf(prefix, sizeof prefix, "graph node #%d (memset): dest", g->count);
+        prefix_error_as(prefix);
+        return NULL;
+    }
     if (count == 0 || (cap != (size_t)-1 && count > cap / esize)) {
         PyErr_Format(PyExc_ValueError, "add_memset_node(): %zu elements of %u bytes do not "
                      "fit in %zd bytes", count, esize, (Py_ssize_t)cap);
@@ -764,6 +870,10 @@ graph_add_memset_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     p.width = count;
     p.height = 1;
     p.pitch = count * esize;
+    if ((holds = node_holds(st, &dobj, 1, g->count, "memset", NULL)) == NULL) {
+        prefix_error(g->count);
+        goto done;
+    }
     if (graph_enter(st, g, &s) < 0)
         goto done;
     rc = cu.cuGraphAddMemsetNode(&node, g->handle, dv, nd, &p, g->context->handle);
@@ -772,9 +882,10 @@ graph_add_memset_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
         pygpu_cuda_error(st, rc, "cuGraphAddMemsetNode");
         goto done;
     }
-    if (keep(g, dobj) == 0)
+    if (keep(g, dobj) == 0 && keep(g, holds) == 0)
         res = node_wrap(st, g, node, CU_GRAPH_NODE_TYPE_MEMSET);
 done:
+    Py_XDECREF(holds);
     PyMem_Free(dv);
     return res;
 }
@@ -942,6 +1053,19 @@ graph_add_child_graph_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "add_child_graph_node(): a graph cannot contain "
                         "itself");
         return NULL;
+    }
+    {
+        /* nor a graph that encloses it: this graph is a conditional body
+         * (of a body ...) of child, which would then contain itself */
+        PyObject *up;
+        for (up = g->parent; up != NULL; up = ((pygpu_Graph *)up)->parent) {
+            if (up == child) {
+                PyErr_SetString(PyExc_ValueError, "add_child_graph_node(): a graph cannot "
+                                "contain itself: this graph is a conditional body inside "
+                                "the child graph");
+                return NULL;
+            }
+        }
     }
     if (graph_check(st, g) < 0 || graph_check(st, (pygpu_Graph *)child) < 0
         || parse_deps(st, g, deps, &dv, &nd, "add_child_graph_node()") < 0)
@@ -1990,8 +2114,19 @@ exec_set_kernel_node_params(pygpu_GraphExec *e, PyObject *const *args, Py_ssize_
     }
     if (pack_node(st, f, args + 1, nargs - 1, n->index, &pack) < 0)
         goto done;
-    if ((kept = args_tuple((PyObject *)f, args + 1, nargs - 1)) == NULL)
-        goto done;
+    {
+        PyObject *t = args_tuple((PyObject *)f, args + 1, nargs - 1), *h = NULL;
+        if (t != NULL
+            && (h = node_holds(st, args + 1, nargs - 1, n->index, "kernel",
+                               pygpu_function_name(f))) == NULL)
+            prefix_error(n->index);
+        if (h != NULL)
+            kept = PyTuple_Pack(2, t, h);
+        Py_XDECREF(t);
+        Py_XDECREF(h);
+        if (kept == NULL)
+            goto done;
+    }
     memset(&p, 0, sizeof p);
     p.func = f->handle;
     p.gridDimX = cfg.grid[0]; p.gridDimY = cfg.grid[1]; p.gridDimZ = cfg.grid[2];
@@ -2100,6 +2235,7 @@ pygpu_stream_begin_capture(pygpu_Stream *self, PyObject *args, PyObject *kwds)
     pygpu_state *st = PYGPU_STATE(self);
     static char *kwlist[] = {"mode", NULL};
     int mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+    unsigned int flags = 0;
     pygpu_scope s;
     CUresult rc;
     PyObject *list;
@@ -2126,6 +2262,18 @@ pygpu_stream_begin_capture(pygpu_Stream *self, PyObject *args, PyObject *kwds)
         Py_XDECREF(list);
         return NULL;
     }
+    /* what mem_alloc_async does once per context, done before the capture
+     * rather than inside it */
+    if (!self->context->pool_configured)
+        pygpu_keep_pool_memory(self->context);
+    /* a blocking stream makes work on the legacy stream wait for it
+     * (pygpu_capture_check) */
+    rc = cu.cuStreamGetFlags(self->handle, &flags);
+    if (rc != CUDA_SUCCESS) {
+        pygpu_scope_exit(&s);
+        Py_DECREF(list);
+        return pygpu_cuda_error(st, rc, "cuStreamGetFlags");
+    }
     rc = cu.cuStreamBeginCapture(self->handle, (CUstreamCaptureMode)mode);
     pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS) {
@@ -2133,6 +2281,18 @@ pygpu_stream_begin_capture(pygpu_Stream *self, PyObject *args, PyObject *kwds)
         return pygpu_cuda_error(st, rc, "cuStreamBeginCapture");
     }
     self->capture_keep = list;
+    {
+        capturing *c = PyMem_Malloc(sizeof *c);
+        if (c == NULL) {
+            pygpu_stream_capture_abort(self);   /* ends it: no record, no capture */
+            return PyErr_NoMemory();
+        }
+        c->stream = self;
+        c->blocking = !(flags & CU_STREAM_NON_BLOCKING);
+        c->next = captures;
+        captures = c;
+        captures_active++;
+    }
     Py_RETURN_NONE;
 }
 
@@ -2151,6 +2311,7 @@ pygpu_stream_end_capture(pygpu_Stream *self, PyObject *unused)
         return NULL;
     }
     self->capture_keep = NULL;     /* ended, whatever the driver says */
+    capture_forget(self);
     if (pygpu_scope_enter(st, self->context, &s) < 0) {
         Py_DECREF(list);
         return NULL;
@@ -2204,16 +2365,99 @@ int
 pygpu_capture_note(pygpu_state *st, PyObject *stream_obj, PyObject *f, PyObject *const *args,
                    Py_ssize_t nargs)
 {
-    PyObject *t;
+    PyObject *t, *h, *keep_list;
     int r;
     if (stream_obj == NULL || !PyObject_TypeCheck(stream_obj, st->StreamType)
         || ((pygpu_Stream *)stream_obj)->capture_keep == NULL)
         return 0;
+    keep_list = ((pygpu_Stream *)stream_obj)->capture_keep;
     if ((t = args_tuple(f, args, nargs)) == NULL)
         return -1;
-    r = PyList_Append(((pygpu_Stream *)stream_obj)->capture_keep, t);
+    /* hold the memory the captured work uses (hold.c): f is a copy's
+     * destination, or the Function or Event (which hold none) */
+    h = pygpu_hold_args(st, ((PyTupleObject *)t)->ob_item, nargs + 1, "a captured graph");
+    r = h == NULL ? -1 : PyList_Append(keep_list, t);
+    if (r == 0 && PyList_GET_SIZE(h) > 0)
+        r = PyList_Append(keep_list, h);
+    Py_XDECREF(h);
     Py_DECREF(t);
     return r;
+}
+
+int
+pygpu_stream_capturing(pygpu_state *st, PyObject *stream_obj)
+{
+    return stream_obj != NULL && Py_IS_TYPE(stream_obj, st->StreamType)
+           && ((pygpu_Stream *)stream_obj)->capture_keep != NULL;
+}
+
+CUstreamCaptureMode
+pygpu_capture_relax(void)
+{
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (captures_active == 0 || cu.cuThreadExchangeStreamCaptureMode == NULL
+        || cu.cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
+        return CU_STREAM_CAPTURE_MODE_RELAXED;     /* nothing to restore */
+    return mode;
+}
+
+void
+pygpu_capture_restore(CUstreamCaptureMode mode)
+{
+    if (mode != CU_STREAM_CAPTURE_MODE_RELAXED && cu.cuThreadExchangeStreamCaptureMode != NULL)
+        (void)cu.cuThreadExchangeStreamCaptureMode(&mode);
+}
+
+/* Forget a capture without ending it (the handle is not ours, or gone). */
+void
+pygpu_stream_capture_drop(pygpu_Stream *self)
+{
+    if (self->capture_keep == NULL)
+        return;
+    Py_CLEAR(self->capture_keep);
+    capture_forget(self);
+}
+
+int
+pygpu_capture_check(pygpu_state *st, PyObject *sobj, int blocking, const char *what)
+{
+    capturing *c;
+    pygpu_Context *ctx;
+    if (captures_active == 0)
+        return 0;
+    if (sobj != NULL && Py_IS_TYPE(sobj, st->StreamType)) {
+        pygpu_Stream *ps = (pygpu_Stream *)sobj;
+        if (blocking && ps->capture_keep != NULL) {
+            PyErr_Format(st->LogicError, "%s: the stream is capturing a graph, whose work "
+                         "is recorded, not run: a blocking call cannot wait for it; use "
+                         "the _async form (it is captured), or call it after "
+                         "end_capture()", what);
+            return -1;
+        }
+        if (ps->handle != NULL && ps->handle != CU_STREAM_LEGACY)
+            return 0;
+    } else if (sobj != NULL && sobj != Py_None
+               && !(PyLong_Check(sobj) && (PyLong_AsLong(sobj) == 0
+                                           || PyLong_AsLong(sobj) == 1))) {
+        PyErr_Clear();
+        return 0;           /* the per-thread stream, or another library's */
+    }
+    /* the legacy default stream waits for every blocking stream of its
+     * context: one of them capturing, that is CUDA_ERROR_STREAM_CAPTURE_
+     * IMPLICIT, and the driver invalidates the capture */
+    if ((ctx = pygpu_current_context(st)) == NULL)
+        return -1;
+    for (c = captures; c != NULL; c = c->next) {
+        if (c->blocking && c->stream->context == ctx) {
+            PyErr_Format(st->LogicError, "%s: a stream of this context is capturing a "
+                         "graph, and work on the legacy default stream would wait for it "
+                         "(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, which would invalidate the "
+                         "capture); pass the capturing stream to the _async form, or call "
+                         "it before or after the capture", what);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* Stream dealloc while capturing: end the capture and drop its graph. */
@@ -2224,6 +2468,7 @@ pygpu_stream_capture_abort(pygpu_Stream *self)
     if (self->capture_keep == NULL)
         return;
     Py_CLEAR(self->capture_keep);
+    capture_forget(self);
     if (self->handle != NULL && cu.cuStreamEndCapture != NULL
         && cu.cuStreamEndCapture(self->handle, &h) == CUDA_SUCCESS
         && h != NULL)

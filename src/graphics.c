@@ -107,7 +107,7 @@ mapping_check_views(pygpu_state *st, pygpu_RegisteredMapping *self)
     Py_ssize_t i;
     for (i = 0; self->arrays != NULL && i < PyList_GET_SIZE(self->arrays); i++) {
         pygpu_Array *a = (pygpu_Array *)PyList_GET_ITEM(self->arrays, i);
-        if (a->busy > 0 || a->users > 0) {
+        if (a->busy > 0 || a->holds != NULL) {
             PyErr_SetString(st->LogicError, a->busy > 0
                             ? "RegisteredMapping.unmap(): a copy using the mapped array "
                               "is still running in another thread"
@@ -353,7 +353,7 @@ mapping_array(pygpu_RegisteredMapping *self, PyObject *args, PyObject *kwds)
     a->desc = desc;
     a->is3d = desc.Depth != 0;
     a->freed = 0;
-    a->users = 0;
+    a->holds = NULL;
     a->weakreflist = NULL;
     a->busy = 0;
     a->free_pending = 0;

@@ -103,6 +103,11 @@ mem_get_ipc_handle(PyObject *module, PyObject *arg)
         return pygpu_cuda_error_ex(st, rc, "cuIpcGetMemHandle",
                                    "only memory from mem_alloc() (cuMemAlloc) has a legacy "
                                    "IPC handle; use MemoryPool(ipc=True) for pool memory");
+    /* another process may map the memory until this one lets it go: a
+     * free() of the allocation waits for the object's death (hold.c) */
+    if (pygpu_is_allocation(st, arg)
+        && pygpu_hold_forever(st, arg, "an IPC export (mem_get_ipc_handle)") < 0)
+        return NULL;
     return PyByteArray_FromStringAndSize((const char *)&h, sizeof h);
 }
 

@@ -127,17 +127,29 @@ allocation_free_memory(pygpu_DeviceAllocation *self)
         return;
     }
     /* an async allocation is freed in order on its stream, which `owner`
-     * keeps alive until then */
-    if (self->kind == 2 && cu.cuMemFreeAsync != NULL)
+     * keeps alive until then (a capturing stream records it as a node) */
+    if (self->kind == 2 && cu.cuMemFreeAsync != NULL) {
         cu.cuMemFreeAsync(self->ptr, self->free_stream);
-    else
+    } else {
+        /* cuMemFree is unsafe during a stream capture: relaxed, a free that
+         * comes while the user captures (a dying object) never invalidates
+         * the capture */
+        CUstreamCaptureMode m = pygpu_capture_relax();
         cu.cuMemFree(self->ptr);
+        pygpu_capture_restore(m);
+    }
     pygpu_scope_exit(&s);
 }
 
 /* free(): mark freed at once (no new use starts), free the memory now, or,
  * while a copy using it runs with the GIL released, when that copy ends
- * (allocation_unhold).  Idempotent, never raises.  GIL held. */
+ * (allocation_unhold), or, while something holds the address for later use
+ * (hold.c: a graph, a texture, a tensor map, an IPC export), when the last
+ * holder goes (pygpu_allocation_holds_gone).  One exception: a stream-ordered
+ * allocation made while its stream was capturing, freed while that capture
+ * runs, is freed now, in stream order: the free becomes a node of the graph,
+ * after the captured work that uses it.  Idempotent, never raises.  GIL
+ * held. */
 static void
 allocation_release(pygpu_DeviceAllocation *self)
 {
@@ -148,7 +160,27 @@ allocation_release(pygpu_DeviceAllocation *self)
         self->free_pending = 1;
         return;
     }
+    if (self->holds != NULL && !(self->kind == 2 && self->in_capture && self->owner != NULL
+                                 && pygpu_stream_capturing(PYGPU_STATE(self), self->owner))) {
+        self->free_pending = 1;
+        return;
+    }
     allocation_free_memory(self);
+}
+
+void
+pygpu_allocation_holds_gone(pygpu_DeviceAllocation *a)
+{
+    if (a->busy == 0 && a->free_pending) {
+        a->free_pending = 0;
+        allocation_free_memory(a);
+    } else if (a->kind == 5 && !a->freed) {
+        pygpu_scope s;
+        if (pygpu_scope_enter_quiet(a->context, &s) == 0) {
+            pygpu_vmm_release_retired(a);
+            pygpu_scope_exit(&s);
+        }
+    }
 }
 
 /* The check every use of an allocation makes: 0 or -1 with LogicError. */
@@ -197,7 +229,7 @@ allocation_unhold(pygpu_DeviceAllocation *a)
 {
     if (a == NULL)
         return;
-    if (--a->busy == 0 && a->free_pending) {
+    if (--a->busy == 0 && a->free_pending && a->holds == NULL) {
         a->free_pending = 0;
         allocation_free_memory(a);
     }
@@ -235,7 +267,8 @@ pygpu_allocations_detach(pygpu_state *st, pygpu_Context *ctx)
         }
     }
     while ((a = ctx->allocations) != NULL) {
-        int was_freed = a->freed;
+        /* a free() deferred for holders: the memory is still there */
+        int was_freed = a->freed && !a->free_pending;
         a->freed = 2;
         a->free_pending = 0;
         if (was_freed)
@@ -263,7 +296,14 @@ allocation_dealloc(pygpu_DeviceAllocation *self)
     PyTypeObject *tp = Py_TYPE(self);
     if (self->weakreflist != NULL)
         PyObject_ClearWeakRefs((PyObject *)self);
-    allocation_release(self);       /* nobody holds it: busy is 0 */
+    /* nobody uses it: busy is 0, and the holds left are its own (an IPC
+     * export), which end with it */
+    pygpu_holds_drop(&self->holds);
+    if (self->free_pending) {
+        self->free_pending = 0;
+        allocation_free_memory(self);
+    }
+    allocation_release(self);
     allocation_unlink(self);
     Py_CLEAR(self->owner);
     Py_CLEAR(self->context);
@@ -293,6 +333,8 @@ pygpu_allocation_new(pygpu_state *st, PyTypeObject *tp, pygpu_Context *ctx,
     self->owner = NULL;
     self->busy = 0;
     self->free_pending = 0;
+    self->holds = NULL;
+    self->in_capture = 0;
     Py_INCREF(ctx);
     self->context = ctx;
     self->ctx_prev = NULL;
@@ -356,6 +398,7 @@ mem_alloc(PyObject *module, PyObject *arg)
     pygpu_scope s;
     CUdeviceptr p = 0;
     CUresult rc;
+    CUstreamCaptureMode mode;
     size_t n;
     if (parse_nbytes(arg, &n, "mem_alloc(): nbytes") < 0)
         return NULL;
@@ -363,7 +406,9 @@ mem_alloc(PyObject *module, PyObject *arg)
         return NULL;
     if (n == 0)
         return new_allocation(st, ctx, 0, 0, 0);
+    mode = pygpu_capture_relax();
     rc = cu.cuMemAlloc(&p, n);
+    pygpu_capture_restore(mode);
     if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
         /* dead allocations may be waiting in reference cycles; their
          * finalizers are Python code, which may even detach ctx: the scope
@@ -383,13 +428,17 @@ mem_alloc(PyObject *module, PyObject *arg)
                             "by a finalizer during garbage collection");
             return NULL;
         }
+        mode = pygpu_capture_relax();
         rc = cu.cuMemAlloc(&p, n);
+        pygpu_capture_restore(mode);
         pygpu_scope_exit(&s);
     }
     if (rc != CUDA_SUCCESS) {
         if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
             size_t free_b = 0, total_b = 0;
+            mode = pygpu_capture_relax();
             cu.cuMemGetInfo(&free_b, &total_b);
+            pygpu_capture_restore(mode);
             char note[160];
             snprintf(note, sizeof note,
                      "asked for %zu bytes; %zu of %zu bytes free on the device",
@@ -400,8 +449,11 @@ mem_alloc(PyObject *module, PyObject *arg)
         return pygpu_cuda_error(st, rc, "cuMemAlloc");
     }
     PyObject *res = new_allocation(st, ctx, p, n, 0);
-    if (res == NULL)
+    if (res == NULL) {
+        mode = pygpu_capture_relax();
         cu.cuMemFree(p);
+        pygpu_capture_restore(mode);
+    }
     return res;
 }
 
@@ -409,19 +461,26 @@ mem_alloc(PyObject *module, PyObject *arg)
  * synchronize unless its release threshold says otherwise (it is 0); the
  * next allocation then maps fresh pages, ~100 us for 40 MB.  pygpu keeps
  * it, as CuPy's pool does.  Best effort: a driver without pools or an
- * error leaves the driver's default.  GIL held, ctx current. */
-static void
-keep_pool_memory(pygpu_Context *ctx)
+ * error leaves the driver's default.  Setting a pool attribute is unsafe
+ * while a stream captures (the capture is invalidated, issue 25's defect
+ * 10: the first mem_alloc_async inside capture_graph failed), so it runs
+ * with this thread's capture mode relaxed, and Stream.begin_capture() does
+ * it before the capture begins.  GIL held, ctx current. */
+void
+pygpu_keep_pool_memory(pygpu_Context *ctx)
 {
     CUdevice dev;
     CUmemoryPool pool;
+    CUstreamCaptureMode mode;
     cuuint64_t keep = ~(cuuint64_t)0;
     ctx->pool_configured = 1;
     if (cu.cuDeviceGetDefaultMemPool == NULL || cu.cuMemPoolSetAttribute == NULL
         || cu.cuDeviceGet(&dev, ctx->ordinal) != CUDA_SUCCESS
         || cu.cuDeviceGetDefaultMemPool(&pool, dev) != CUDA_SUCCESS)
         return;
+    mode = pygpu_capture_relax();
     (void)cu.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+    pygpu_capture_restore(mode);
 }
 
 static PyObject *
@@ -450,16 +509,20 @@ mem_alloc_async(PyObject *module, PyObject *args, PyObject *kwds)
     if (n == 0)
         return new_allocation(st, ctx, 0, 0, 0);
     if (!ctx->pool_configured)
-        keep_pool_memory(ctx);
+        pygpu_keep_pool_memory(ctx);
     rc = cu.cuMemAllocAsync(&p, n, s);
     if (rc != CUDA_SUCCESS)
-        return pygpu_cuda_error(st, rc, "cuMemAllocAsync");
+        return pygpu_cuda_error_ex(st, rc, "cuMemAllocAsync",
+                                   rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                                   ? "the stream's capture was invalidated by an earlier "
+                                     "operation that is illegal during capture" : NULL);
     res = new_allocation(st, ctx, p, n, 2);
     if (res == NULL) {
         cu.cuMemFreeAsync(p, s);
         return NULL;
     }
     ((pygpu_DeviceAllocation *)res)->free_stream = s;
+    ((pygpu_DeviceAllocation *)res)->in_capture = pygpu_stream_capturing(st, sobj);
     if (sobj != Py_None) {
         /* strong ref: the stream outlives the allocation freed on it */
         Py_INCREF(sobj);
@@ -609,6 +672,12 @@ allocation_get_freed(pygpu_DeviceAllocation *self, void *c)
 }
 
 static PyObject *
+allocation_get_holders(pygpu_DeviceAllocation *self, void *c)
+{
+    return pygpu_holders(self->holds);
+}
+
+static PyObject *
 allocation_get_context(pygpu_DeviceAllocation *self, void *c)
 {
     Py_INCREF(self->context);
@@ -632,6 +701,12 @@ allocation_exit(pygpu_DeviceAllocation *self, PyObject *args)
 static PyObject *
 allocation_repr(pygpu_DeviceAllocation *self)
 {
+    if (self->freed && self->free_pending)
+        return PyUnicode_FromFormat("<pygpu.driver.DeviceAllocation (freed; the memory "
+                                    "waits for %zd holder%s), %zu bytes>",
+                                    pygpu_holds_count(self->holds),
+                                    pygpu_holds_count(self->holds) == 1 ? "" : "s",
+                                    self->size);
     if (self->freed)
         return PyUnicode_FromFormat("<pygpu.driver.DeviceAllocation (freed), %zu bytes>",
                                     self->size);
@@ -646,7 +721,10 @@ allocation_repr(pygpu_DeviceAllocation *self)
 
 static PyMethodDef allocation_methods[] = {
     {"free", (PyCFunction)allocation_free, METH_NOARGS,
-     "free($self, /)\n--\n\nFree the memory now (idempotent)."},
+     "free($self, /)\n--\n\nFree the memory now (idempotent).  While something holds "
+     "the address for later use (a graph, a texture, a tensor map, an IPC export: see "
+     "holders), the allocation reads as freed at once and the memory goes back when the "
+     "last holder goes."},
     {"__enter__", allocation_enter, METH_NOARGS, 
      "__enter__($self, /)\n--\n\nReturns self."},
     {"__exit__", (PyCFunction)allocation_exit, METH_VARARGS,
@@ -659,6 +737,10 @@ static PyGetSetDef allocation_getset[] = {
      "CUDA Array Interface v3: the allocation as a 1-D array of bytes.", NULL},
     {"size", (getter)allocation_get_size, NULL, "Size in bytes.", NULL},
     {"freed", (getter)allocation_get_freed, NULL, "Whether free() was called.", NULL},
+    {"holders", (getter)allocation_get_holders, NULL,
+     "Who keeps the address for later use (graph nodes, textures, tensor maps, IPC "
+     "exports), a tuple of names; free() of held memory is deferred until the last "
+     "holder goes.", NULL},
     {"context", (getter)allocation_get_context, NULL, "The owning Context.", NULL},
     {NULL}
 };
@@ -734,7 +816,8 @@ do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
         sobj = a[2];
     on_stream = async || sobj != Py_None;
     if (get_ptr(st, htod ? dst : src, &d, &cap) < 0
-        || (on_stream && pygpu_get_stream(st, sobj, &s) < 0))
+        || (on_stream && pygpu_get_stream(st, sobj, &s) < 0)
+        || pygpu_capture_check(st, sobj, !async, what) < 0)
         return NULL;
     if (get_host_buffer(htod ? src : dst, &view, !htod, what) < 0)
         return NULL;
@@ -824,7 +907,8 @@ do_dtod(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     if (get_ptr(st, dst, &d, &dcap) < 0
         || get_ptr(st, src, &sp, &scap) < 0
         || parse_nbytes(nobj, &n, "size") < 0
-        || (on_stream && pygpu_get_stream(st, sobj, &s) < 0))
+        || (on_stream && pygpu_get_stream(st, sobj, &s) < 0)
+        || pygpu_capture_check(st, sobj, !async, what) < 0)
         return NULL;
     if (check_fits(n, dcap, what, "destination allocation") < 0
         || check_fits(n, scap, what, "source allocation (reading past its end)") < 0)
@@ -922,7 +1006,9 @@ do_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     if (get_ptr(st, dst, &d, &dcap) < 0
         || get_ptr(st, src, &sp, &scap) < 0
         || parse_nbytes(nobj, &n, "size") < 0
-        || (on_stream && pygpu_get_stream(st, sobj, &s) < 0))
+        || (on_stream && pygpu_get_stream(st, sobj, &s) < 0)
+        || pygpu_capture_check(st, sobj, !async,
+                               async ? "memcpy_peer_async()" : "memcpy_peer()") < 0)
         return NULL;
     if (check_fits(n, dcap, "memcpy_peer()", "destination allocation") < 0
         || check_fits(n, scap, "memcpy_peer()", "source allocation") < 0
@@ -983,7 +1069,8 @@ do_memset(PyObject *module, PyObject *args, int width, int async)
         return NULL;
     if (get_ptr(st, dst, &d, &cap) < 0
         || parse_nbytes(nobj, &n, "count") < 0
-        || (async && pygpu_get_stream(st, sobj, &s) < 0))
+        || (async && pygpu_get_stream(st, sobj, &s) < 0)
+        || pygpu_capture_check(st, sobj, !async, what) < 0)
         return NULL;
     if (!PyLong_Check(vobj)) {
         PyErr_Format(PyExc_TypeError, "%s: value must be an int, not %.100s", what,

@@ -310,6 +310,11 @@ pool_export_pointer(pygpu_MemoryPool *self, PyObject *arg)
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error_ex(st, rc, "cuMemPoolExportPointer",
                                    "only memory from this pool's allocate() can be exported");
+    /* another process may import the pointer until this one lets it go: a
+     * free() of the allocation waits for the object's death (hold.c) */
+    if (pygpu_is_allocation(st, arg)
+        && pygpu_hold_forever(st, arg, "an IPC export (MemoryPool.export_pointer)") < 0)
+        return NULL;
     return PyBytes_FromStringAndSize((const char *)&data, sizeof data);
 }
 

@@ -26,7 +26,60 @@ pygpu_add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **slot)
     return pygpu_module_add_ref(m, shortname, tp);
 }
 
-/* Build each enum as an IntEnum in pygpu.driver's namespace. */
+/* str(member) is its name, as PyCUDA's enum members print
+ * (str(device_attribute.MAX_THREADS_PER_BLOCK) == "MAX_THREADS_PER_BLOCK");
+ * int(), comparisons and hashing stay the int's. */
+static PyObject *
+enum_member_str(PyObject *unused, PyObject *self)
+{
+    return PyObject_GetAttrString(self, "_name_");
+}
+
+/* format(member, "") is str(member), as for PyCUDA's int subclasses;
+ * a format spec ("d", "04x") formats the value. */
+static PyObject *
+enum_member_format(PyObject *unused, PyObject *args)
+{
+    PyObject *self, *spec, *value, *res;
+    if (!PyArg_ParseTuple(args, "OU:__format__", &self, &spec))
+        return NULL;
+    if (PyUnicode_GET_LENGTH(spec) == 0)
+        return PyObject_Str(self);
+    value = PyNumber_Index(self);
+    if (value == NULL)
+        return NULL;
+    res = PyObject_Format(value, spec);
+    Py_DECREF(value);
+    return res;
+}
+
+static PyMethodDef enum_member_str_def = {
+    "__str__", enum_member_str, METH_O, "The member's name, as PyCUDA's enums print."};
+static PyMethodDef enum_member_format_def = {
+    "__format__", enum_member_format, METH_VARARGS,
+    "The member's name for an empty spec, else its value formatted."};
+
+/* cls.<name> = an instance method calling def (self first). */
+static int
+set_enum_method(PyObject *cls, PyMethodDef *def)
+{
+    PyObject *f = PyCFunction_New(def, NULL), *meth;
+    if (f == NULL)
+        return -1;
+    meth = PyInstanceMethod_New(f);
+    Py_DECREF(f);
+    if (meth == NULL)
+        return -1;
+    if (PyObject_SetAttrString(cls, def->ml_name, meth) < 0) {
+        Py_DECREF(meth);
+        return -1;
+    }
+    Py_DECREF(meth);
+    return 0;
+}
+
+/* Build each enum as an IntEnum in pygpu.driver's namespace; its members
+ * print their names. */
 static int
 add_enums(PyObject *m)
 {
@@ -60,6 +113,11 @@ add_enums(PyObject *m)
         Py_XDECREF(kwargs);
         if (cls == NULL)
             goto done;
+        if (set_enum_method(cls, &enum_member_str_def) < 0
+            || set_enum_method(cls, &enum_member_format_def) < 0) {
+            Py_DECREF(cls);
+            goto done;
+        }
         if (PyModule_AddObject(m, pygpu_enums[i].name, cls) < 0) {
             Py_DECREF(cls);
             goto done;

@@ -301,6 +301,10 @@ module_get_function(pygpu_Module *self, PyObject *name)
                      Py_TYPE(name)->tp_name);
         return NULL;
     }
+    /* a detached context's module has no kernels, cached or not (the
+     * cached Function would only fail later, at its launch) */
+    if (pygpu_context_check(st, self->context) < 0)
+        return NULL;
     /* the cache holds weak references: a Function holds its Module */
     f = PyDict_GetItemWithError(self->functions, name);
     if (f != NULL) {

@@ -225,7 +225,9 @@ typedef struct pygpu_DeviceAllocation {
     CUstream free_stream;      /* for kind 2: stream to free on */
     PyObject *weakreflist;
     int busy;                  /* driver calls using the memory with the GIL released */
-    int free_pending;          /* free() came while busy: the last user frees */
+    int free_pending;          /* free() came while busy or held: the last user frees */
+    struct pygpu_hold *holds;  /* owned list (hold.c): who keeps the address for later */
+    int in_capture;            /* kind 2 made on a stream while pygpu captured it */
     /* borrowed links in context->allocations */
     struct pygpu_DeviceAllocation *ctx_prev, *ctx_next;
 } pygpu_DeviceAllocation;
@@ -514,6 +516,8 @@ PyObject *pygpu_stream_is_capturing(pygpu_Stream *self, PyObject *unused);
 int pygpu_capture_note(pygpu_state *st, PyObject *stream_obj, PyObject *f,
                        PyObject *const *args, Py_ssize_t nargs);
 void pygpu_stream_capture_abort(pygpu_Stream *self);
+/* the same without ending it (not our handle, or the context is gone) */
+void pygpu_stream_capture_drop(pygpu_Stream *self);
 int pygpu_nvtx_setup(PyObject *m, pygpu_state *st);
 
 /* staging.c: 1 copied, 0 not applicable, -1 error.  GIL held. */
@@ -537,7 +541,8 @@ typedef struct {
     CUDA_ARRAY3D_DESCRIPTOR desc;   /* as created (Depth 0 for cuArrayCreate) */
     int is3d;                  /* made by cuArray3DCreate */
     int freed;                 /* free() ran: no new use starts (handle may wait) */
-    Py_ssize_t users;          /* live texture/surface objects over it: free() waits */
+    struct pygpu_hold *holds;  /* owned list (hold.c): texture/surface objects over it;
+                                  free() is deferred until the last one goes */
     PyObject *weakreflist;
     int busy;                  /* driver calls using the array with the GIL released */
     int free_pending;          /* free() came while busy: the last holder destroys */
@@ -645,5 +650,57 @@ int pygpu_add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **slot);
 int pygpu_graphics_setup(PyObject *m, pygpu_state *st);
 /* memextra.c: memset_d2d*, mem_get_address_range, initialize_profiler */
 int pygpu_memextra_setup(PyObject *m, pygpu_state *st);
+/* ---- hold.c: the one hold protocol ----
+ * Anything that keeps a device address for later use (graph nodes, captured
+ * graphs, texture and surface objects, tensor maps, IPC exports) holds the
+ * allocation (a DeviceAllocation, a subtype, or an Array) that owns it.
+ * The rule: free() of held memory is deferred.  The object is marked freed
+ * at once (no new use starts), and the memory goes back to the driver when
+ * the last holder goes.  VirtualBuffer.grow() keeps a held range mapped.
+ * All GIL held. */
+typedef struct pygpu_hold pygpu_hold;
+/* A token (a capsule) holding target while it lives; `what` names the
+ * holder ("graph node #3 (kernel 'axpy')").  LogicError when target was
+ * freed or its context detached; TypeError when it holds no memory. */
+PyObject *pygpu_hold_new(pygpu_state *st, PyObject *target, const char *what);
+/* The same for a device pointer argument: a DeviceAllocation directly; an
+ * object with __cuda_array_interface__ through the live pygpu allocation
+ * that contains its address.  Py_None (a new reference) when obj is no
+ * pygpu memory (an int address, a scalar, foreign memory). */
+PyObject *pygpu_hold_arg(pygpu_state *st, PyObject *obj, const char *what);
+/* Tokens for each argument of a launch: a list (maybe empty), or NULL. */
+PyObject *pygpu_hold_args(pygpu_state *st, PyObject *const *args, Py_ssize_t n,
+                          const char *what);
+/* A hold owned by target itself (an IPC export: another process may use
+ * the memory until target dies).  0 or -1. */
+int pygpu_hold_forever(pygpu_state *st, PyObject *target, const char *what);
+/* Drop the holds target owns (its dealloc); the list is then empty. */
+void pygpu_holds_drop(pygpu_hold **list);
+/* The holders' names, a tuple of str. */
+PyObject *pygpu_holders(pygpu_hold *list);
+Py_ssize_t pygpu_holds_count(pygpu_hold *list);
+/* memory.c, cuarray.c: the last hold of a went; a free() deferred meanwhile
+ * is carried out now. */
+void pygpu_allocation_holds_gone(pygpu_DeviceAllocation *a);
+void pygpu_array_holds_gone(pygpu_Array *a);
+/* vmm.c: the address ranges a grow() kept mapped for holders are released
+ * (no hold remains).  The context is current. */
+void pygpu_vmm_release_retired(pygpu_DeviceAllocation *a);
+/* graph.c: run a driver call that is unsafe during stream capture (cuMemFree,
+ * cuMemAlloc, a pool attribute) with this thread's capture mode relaxed, so
+ * that nothing pygpu does implicitly invalidates a user's capture. */
+CUstreamCaptureMode pygpu_capture_relax(void);
+void pygpu_capture_restore(CUstreamCaptureMode mode);
+/* memory.c: set the default pool's release threshold once per context
+ * (capture-safe); ctx current. */
+void pygpu_keep_pool_memory(pygpu_Context *ctx);
+/* graph.c: 1 when stream_obj is a pygpu Stream that pygpu is capturing */
+int pygpu_stream_capturing(pygpu_state *st, PyObject *stream_obj);
+/* graph.c, capture safety: before a call that would break a capture pygpu
+ * runs, a LogicError naming `what` (0 or -1): a blocking call (blocking)
+ * on a capturing stream, or work on the legacy default stream (sobj None,
+ * 0 or 1, or NULL) while a blocking stream of the current context
+ * captures.  No driver call while nothing captures.  GIL held. */
+int pygpu_capture_check(pygpu_state *st, PyObject *sobj, int blocking, const char *what);
 
 #endif

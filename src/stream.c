@@ -7,13 +7,13 @@ stream_release(pygpu_Stream *self)
     CUstream h = self->handle;
     pygpu_scope s;
     if (!self->owns || h == NULL) {
-        Py_CLEAR(self->capture_keep);
+        pygpu_stream_capture_drop(self);
         return;
     }
     if (pygpu_scope_enter_quiet(self->context, &s) < 0) {
         self->handle = NULL;
         self->owns = 0;
-        Py_CLEAR(self->capture_keep);
+        pygpu_stream_capture_drop(self);
         return;
     }
     pygpu_stream_capture_abort(self);
@@ -214,12 +214,27 @@ stream_per_thread(PyObject *cls, PyObject *unused)
     return special_stream(cls, CU_STREAM_PER_THREAD);
 }
 
+/* Capture safety: waiting for or querying a stream that pygpu captures
+ * would invalidate the capture (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED): a
+ * LogicError before the driver is called, and the capture goes on. */
+static int
+refuse_while_capturing(pygpu_state *st, pygpu_Stream *self, const char *what)
+{
+    if (self->capture_keep == NULL)
+        return 0;
+    PyErr_Format(st->LogicError, "%s: this Stream is capturing a graph (its work is "
+                 "recorded, not run); end_capture() first, then launch the graph", what);
+    return -1;
+}
+
 static PyObject *
 stream_synchronize(pygpu_Stream *self, PyObject *unused)
 {
     pygpu_state *st = PYGPU_STATE(self);
     CUresult rc;
     pygpu_scope s = {NULL, 0};
+    if (refuse_while_capturing(st, self, "Stream.synchronize()") < 0)
+        return NULL;
     if ((self->context == NULL && stream_check(self) < 0)
         || (self->context != NULL && pygpu_scope_enter(st, self->context, &s) < 0))
         return NULL;
@@ -237,7 +252,7 @@ stream_is_done(pygpu_Stream *self, PyObject *unused)
 {
     pygpu_state *st = PYGPU_STATE(self);
     CUresult rc;
-    if (stream_check(self) < 0)
+    if (stream_check(self) < 0 || refuse_while_capturing(st, self, "Stream.is_done()") < 0)
         return NULL;
     rc = cu.cuStreamQuery(self->handle);
     if (rc == CUDA_SUCCESS)

@@ -5,7 +5,8 @@
  * dimension first, strides in bytes) and reversed for the driver, whose
  * dimension 0 is the innermost.  Encoding needs the driver loaded but no
  * context.  The map holds a strong reference to the tensor whose memory it
- * describes; args.c copies its 128 bytes into a `const __grid_constant__
+ * describes and a hold on that memory (hold.c): a free() of the allocation
+ * while the map lives is deferred until it goes; args.c copies its 128 bytes into a `const __grid_constant__
  * CUtensorMap` kernel parameter.
  */
 #include "pygpu.h"
@@ -17,6 +18,7 @@ typedef struct {
     PyObject_HEAD
     unsigned char bytes[sizeof(CUtensorMap)];   /* the encoded descriptor */
     PyObject *tensor;          /* strong ref: the memory it describes */
+    PyObject *hold;            /* strong: the hold on that memory (hold.c), or None */
     int rank, im2col;
     int data_type;
     CUdeviceptr address;
@@ -40,6 +42,7 @@ tmap_traverse(pygpu_TensorMap *self, visitproc visit, void *arg)
 static int
 tmap_clear(pygpu_TensorMap *self)
 {
+    Py_CLEAR(self->hold);
     Py_CLEAR(self->tensor);
     return 0;
 }
@@ -49,6 +52,7 @@ tmap_dealloc(pygpu_TensorMap *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->hold);
     Py_CLEAR(self->tensor);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
@@ -360,6 +364,7 @@ tmap_alloc(PyTypeObject *type)
         return NULL;
     memset(m->bytes, 0, sizeof m->bytes);
     m->tensor = NULL;
+    m->hold = NULL;
     m->rank = m->im2col = m->data_type = 0;
     m->address = 0;
     memset(m->shape, 0, sizeof m->shape);
@@ -379,6 +384,10 @@ tmap_finish(pygpu_state *st, pygpu_TensorMap *m, tmap_common *a, CUresult rc,
     }
     memcpy(m->bytes, enc, sizeof m->bytes);
     m->tensor = Py_NewRef(a->tensor);
+    if ((m->hold = pygpu_hold_arg(st, a->tensor, "a TensorMap")) == NULL) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return (PyObject *)m;
 }
 

@@ -2,8 +2,8 @@
  *
  * Each object owns its 64-bit handle and holds a strong reference to the
  * resource it reads (an Array, a DeviceAllocation, a GPU array), so the
- * resource outlives it; over an Array it also counts itself in the array's
- * `users`, and Array.free() is refused while it lives.  Both are kernel
+ * resource outlives it, and a hold on its memory (hold.c): a free() of the
+ * Array or allocation while the object lives is deferred until it goes.  Both are kernel
  * arguments as they are (args.c packs the handle into a
  * cudaTextureObject_t / cudaSurfaceObject_t parameter).
  */
@@ -15,8 +15,9 @@ typedef struct {
     int surface;                   /* 1: a SurfaceObject */
     pygpu_Context *context;        /* strong ref: where it was made and is destroyed */
     PyObject *resource;            /* strong ref: what it reads */
-    pygpu_Array *array;            /* strong ref when the resource is an Array (counted
-                                      in array->users until released) */
+    pygpu_Array *array;            /* strong ref when the resource is an Array */
+    PyObject *hold;                /* strong: the hold on the memory read (hold.c), or
+                                      None (an int address: the caller's to keep) */
     CUDA_RESOURCE_DESC res;
     CUDA_TEXTURE_DESC tex;
     PyObject *weakreflist;
@@ -29,21 +30,20 @@ texobj_release(pygpu_TexObject *self)
 {
     unsigned long long h = self->handle;
     pygpu_scope s;
-    if (self->array != NULL) {
-        self->array->users--;
-        Py_CLEAR(self->array);
+    if (h != 0) {
+        self->handle = 0;
+        if (self->context != NULL && !self->context->detached
+            && pygpu_scope_enter_quiet(self->context, &s) == 0) {
+            if (self->surface)
+                cu.cuSurfObjectDestroy((CUsurfObject)h);
+            else
+                cu.cuTexObjectDestroy((CUtexObject)h);
+            pygpu_scope_exit(&s);
+        }
     }
-    if (h == 0)
-        return;
-    self->handle = 0;
-    if (self->context == NULL || self->context->detached
-        || pygpu_scope_enter_quiet(self->context, &s) < 0)
-        return;
-    if (self->surface)
-        cu.cuSurfObjectDestroy((CUsurfObject)h);
-    else
-        cu.cuTexObjectDestroy((CUtexObject)h);
-    pygpu_scope_exit(&s);
+    /* after the handle: a deferred free of the memory happens here */
+    Py_CLEAR(self->hold);
+    Py_CLEAR(self->array);
 }
 
 static int
@@ -367,6 +367,7 @@ texobj_alloc(PyTypeObject *type, int surface)
     self->context = NULL;
     self->resource = NULL;
     self->array = NULL;
+    self->hold = NULL;
     self->weakreflist = NULL;
     memset(&self->res, 0, sizeof self->res);
     memset(&self->tex, 0, sizeof self->tex);
@@ -528,10 +529,10 @@ texobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->handle = (unsigned long long)h;
     self->context = (pygpu_Context *)Py_NewRef((PyObject *)ctx);
     self->resource = Py_NewRef(resource);
-    if (self->res.resType == CU_RESOURCE_TYPE_ARRAY) {
+    if (self->res.resType == CU_RESOURCE_TYPE_ARRAY)
         self->array = (pygpu_Array *)Py_NewRef(resource);
-        self->array->users++;
-    }
+    if ((self->hold = pygpu_hold_arg(st, resource, "a TextureObject")) == NULL)
+        goto error;
     return (PyObject *)self;
 error:
     Py_DECREF(self);
@@ -583,7 +584,10 @@ surfobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->context = (pygpu_Context *)Py_NewRef((PyObject *)a->context);
     self->resource = Py_NewRef(resource);
     self->array = (pygpu_Array *)Py_NewRef(resource);
-    a->users++;
+    if ((self->hold = pygpu_hold_new(st, resource, "a SurfaceObject")) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
 }
 

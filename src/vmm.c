@@ -10,6 +10,12 @@
  * larger reservation (ptr changes; the contents stay: the chunks are the
  * same memory).  shareable=True makes chunks exportable as POSIX file
  * descriptors (pygpu.ipc.export_buffer / import_buffer).
+ *
+ * A grow() that moves the buffer while something holds its address (hold.c:
+ * a graph node, a texture, a tensor map) keeps the old range mapped to the
+ * same chunks ("retired"), so a replay through the old address still reads
+ * and writes the buffer's memory; retired ranges are unmapped when no hold
+ * remains, or with the buffer.
  */
 #include "pygpu.h"
 #include <unistd.h>
@@ -18,6 +24,16 @@ typedef struct {
     CUdeviceptr addr;
     size_t size;
 } vmm_range;
+
+/* An address range a moving grow() kept mapped for holders. */
+typedef struct vmm_retired {
+    CUdeviceptr at;                /* where the chunks are mapped */
+    size_t *sizes;                 /* owned: the mapped chunks' sizes, in order */
+    int n;
+    vmm_range *res;                /* owned: the reservations under it */
+    int nres;
+    struct vmm_retired *next;
+} vmm_retired;
 
 typedef struct {
     pygpu_DeviceAllocation base;   /* ptr: start of the mapped range */
@@ -30,6 +46,7 @@ typedef struct {
     CUmemGenericAllocationHandle *chunks;  /* owned: each released at the end */
     size_t *chunk_size;                    /* owned */
     int nchunks;
+    vmm_retired *retired;          /* owned: old ranges kept mapped for holders */
 } pygpu_VirtualBuffer;
 
 static void
@@ -73,11 +90,43 @@ unmap_from(pygpu_VirtualBuffer *v, CUdeviceptr at, int n)
     }
 }
 
+/* Unmap and free the retired ranges (driver calls only with unmap set:
+ * the context is current). */
+static void
+retired_free(pygpu_VirtualBuffer *v, int unmap)
+{
+    vmm_retired *r = v->retired, *next;
+    int i;
+    for (; r != NULL; r = next) {
+        next = r->next;
+        if (unmap) {
+            CUdeviceptr at = r->at;
+            for (i = 0; i < r->n; i++) {
+                (void)cu.cuMemUnmap(at, r->sizes[i]);
+                at += r->sizes[i];
+            }
+            for (i = 0; i < r->nres; i++)
+                (void)cu.cuMemAddressFree(r->res[i].addr, r->res[i].size);
+        }
+        PyMem_Free(r->sizes);
+        PyMem_Free(r->res);
+        PyMem_Free(r);
+    }
+    v->retired = NULL;
+}
+
+void
+pygpu_vmm_release_retired(pygpu_DeviceAllocation *a)
+{
+    retired_free((pygpu_VirtualBuffer *)a, 1);
+}
+
 void
 pygpu_vmm_release(pygpu_DeviceAllocation *a)
 {
     pygpu_VirtualBuffer *v = (pygpu_VirtualBuffer *)a;
     int i;
+    retired_free(v, 1);
     if (v->nchunks > 0)
         unmap_from(v, a->ptr, v->nchunks);
     for (i = 0; i < v->nchunks; i++)
@@ -98,6 +147,7 @@ vmm_dealloc(pygpu_VirtualBuffer *v)
     vmm_range *res = v->res;
     CUmemGenericAllocationHandle *chunks = v->chunks;
     size_t *sizes = v->chunk_size;
+    retired_free(v, 0);     /* left only when the context went first */
     base->tp_dealloc((PyObject *)v);
     PyMem_Free(res);
     PyMem_Free(chunks);
@@ -217,6 +267,19 @@ append_chunk(pygpu_state *st, pygpu_VirtualBuffer *v, CUmemGenericAllocationHand
     }
     {
         vmm_range *one = PyMem_Malloc(sizeof *one);
+        vmm_retired *old = NULL;
+        if (one != NULL && v->base.holds != NULL && v->nchunks > 0) {
+            /* held: the old range stays mapped (the module comment) */
+            old = PyMem_Calloc(1, sizeof *old);
+            if (old != NULL && (old->sizes = PyMem_Malloc(v->nchunks * sizeof(size_t))) == NULL) {
+                PyMem_Free(old);
+                old = NULL;
+            }
+            if (old == NULL) {
+                PyMem_Free(one);
+                one = NULL;
+            }
+        }
         if (one == NULL) {
             unmap_from(v, p, v->nchunks);
             (void)cu.cuMemUnmap(p + v->mapped, size);
@@ -224,11 +287,21 @@ append_chunk(pygpu_state *st, pygpu_VirtualBuffer *v, CUmemGenericAllocationHand
             PyErr_NoMemory();
             return -1;
         }
-        if (v->nchunks > 0)
-            unmap_from(v, v->base.ptr, v->nchunks);
-        for (i = 0; i < v->nres; i++)
-            (void)cu.cuMemAddressFree(v->res[i].addr, v->res[i].size);
-        PyMem_Free(v->res);
+        if (old != NULL) {
+            old->at = v->base.ptr;
+            memcpy(old->sizes, v->chunk_size, v->nchunks * sizeof(size_t));
+            old->n = v->nchunks;
+            old->res = v->res;
+            old->nres = v->nres;
+            old->next = v->retired;
+            v->retired = old;
+        } else {
+            if (v->nchunks > 0)
+                unmap_from(v, v->base.ptr, v->nchunks);
+            for (i = 0; i < v->nres; i++)
+                (void)cu.cuMemAddressFree(v->res[i].addr, v->res[i].size);
+            PyMem_Free(v->res);
+        }
         one->addr = p;
         one->size = newres;
         v->res = one;

@@ -518,3 +518,40 @@ def test_gpu_new_process_reuses_the_choice_without_timing(ctx, tmp_cache):
         assert r.returncode == 0, r.stderr
         outs.append(r.stdout)
     assert outs == ["64 True 3\n", "64 False 0\n"]
+
+
+@pytest.mark.standin
+def test_an_unchecked_winner_is_not_served_to_a_checked_call(standin, ctx, tmp_cache,
+                                                              monkeypatch):
+    """Issue 25 defect 9: a winner stored by check=False (the fastest, whose
+    output is wrong) must not be served, from memory or disk, to a later
+    call that asks for checking; that call checks and picks a right one."""
+    x, out, host = _data()
+
+    def played(args, outputs):
+        res = 2 * host
+        if standin.last_launch().block[0] == 256:
+            res = res.copy()
+            res[0] += 1
+        return [res]
+    monkeypatch.setattr(at, "_read_outputs", played)
+    times = {(64,): 3.0, (128,): 2.0, (256,): 0.5, (512,): 4.0}
+    t = _tune(x, out, 1000, fake_timer(times, []), check=False)
+    assert t.choice == {"block": 256} and t.timed
+    for where in ("memory", "disk"):
+        if where == "disk":
+            at.clear(disk=False)
+        seen = []
+        checked = _tune(x, out, 1000, fake_timer(times, seen))
+        assert checked.choice == {"block": 128}, where
+        assert checked.timed and len(seen) == 3          # 256 failed its check
+        at.clear(disk=False)
+        # and checked against a reference: not the winner checked against the first variant
+        seen = []
+        ref = _tune(x, out, 1000, fake_timer(times, seen), reference=[2 * host])
+        assert ref.timed and ref.choice == {"block": 128}
+        at.clear(disk=True)
+        assert _tune(x, out, 1000, fake_timer(times, []), check=False).choice == {"block": 256}
+    # the record says what was checked
+    rec = json.loads(next((tmp_cache / "autotune").rglob("*.json")).read_text())
+    assert rec["checked"] is False

@@ -393,8 +393,13 @@ def test_sobol64_32_bit_numbers_are_the_top_half(state, kind):
 # ---- CPU: argument errors that come before any GPU work ----
 
 def _fake(dtype=np.float32, n=8, contiguous=True):
-    return types.SimpleNamespace(dtype=np.dtype(dtype), size=n, shape=(n,), ptr=0,
-                                 flags=types.SimpleNamespace(forc=contiguous))
+    """A GPUArray over a raw address (no allocation: the operand gate checks
+    what it can know, nothing reaches a driver)."""
+    from pygpu import gpuarray as ga
+    dtype = np.dtype(dtype)
+    st = dtype.itemsize * (1 if contiguous else 2)
+    return ga._new(ga.GPUArray, (n,), dtype, (st,), 0x10000, None, None, n,
+                   contiguous or n <= 1, contiguous or n <= 1)
 
 
 def _bare(cls_name):
@@ -402,6 +407,7 @@ def _bare(cls_name):
     that come before a launch."""
     gen = object.__new__(getattr(curandom, cls_name))
     gen.generator_count = 1024
+    gen.module = types.SimpleNamespace(module=types.SimpleNamespace(context=None))
     return gen
 
 

@@ -533,3 +533,170 @@ def test_detaching_the_current_primary_context_pops_it(standin, ctx):
     t.start()
     t.join()
     assert t.error is None and t.result is True, t.error
+
+
+# ==== issue 25: one hold protocol (hold.c), the driver side ====
+#
+# Everything that keeps a device address for later use holds the allocation;
+# free() of held memory is deferred until the last holder goes.  Each test
+# failed before: the memory went back to the driver at free() while its
+# holder still used it.
+
+@pytest.mark.standin
+def test_free_under_a_texture_waits_for_the_texture(standin, ctx, rng):
+    """Defect 6: DeviceAllocation.free() succeeded while a TextureObject read
+    the memory (Array.free() refused the same case; both now defer)."""
+    x = rng.standard_normal(64).astype(np.float32)
+    d = cuda.to_device(x)
+    t = cuda.TextureObject(d, format=cuda.array_format.FLOAT)
+    gc.collect()
+    base = standin.live()["device"]
+    d.free()
+    assert standin.live()["device"] == base          # kept for the texture
+    assert d.freed and d.holders == ("a TextureObject",)
+    with pytest.raises(cuda.LogicError, match="the DeviceAllocation was freed"):
+        cuda.TextureObject(d, format=cuda.array_format.FLOAT)
+    t.free()                                          # the last holder: freed now
+    assert standin.live()["device"] == base - 1 and d.holders == ()
+    del t
+    # a GPU array's memory is held through its allocation
+    from pygpu import gpuarray
+    a = gpuarray.to_gpu(x)
+    t = cuda.TextureObject(a)
+    assert a.gpudata.holders == ("a TextureObject",)
+    gc.collect()
+    base = standin.live()["device"]
+    a.gpudata.free()
+    assert standin.live()["device"] == base
+    del t
+    gc.collect()
+    assert standin.live()["device"] == base - 1
+
+
+@pytest.mark.standin
+def test_free_under_a_tensor_map_waits_for_the_map(standin, ctx):
+    """Defect 6: DeviceAllocation.free() succeeded while a TensorMap
+    described the memory."""
+    d = cuda.mem_alloc(64 * 64 * 4)
+    m = cuda.TensorMap(d, (8, 8), shape=(64, 64), dtype=np.float32)
+    gc.collect()
+    base = standin.live()["device"]
+    d.free()
+    assert standin.live()["device"] == base and d.holders == ("a TensorMap",)
+    del m
+    gc.collect()
+    assert standin.live()["device"] == base - 1
+
+
+@pytest.mark.standin
+def test_virtual_buffer_grow_keeps_a_held_range_mapped(standin, ctx, rng):
+    """Defect 5: grow() moved the buffer and unmapped the old range while a
+    graph still held its address; the next replay used unmapped memory.  The
+    old range now stays mapped to the same memory until the holder goes."""
+    vb = cuda.VirtualBuffer(4096)
+    x = rng.standard_normal(1024).astype(np.float32)
+    out = np.zeros(1024, np.float32)
+    g = cuda.Graph()
+    up = g.add_memcpy_node(vb, x)
+    g.add_memcpy_node(out, vb, dependencies=up)
+    exe = g.instantiate()
+    old = int(vb)
+    reservations = standin.live()["reservations"]
+    standin.fail("cuMemAddressReserve", 1, 2)        # no room after it: grow() moves it
+    vb.grow(vb.mapped * 4)
+    assert int(vb) != old
+    exe.launch()
+    np.testing.assert_array_equal(out, x)
+    assert standin.live()["reservations"] == reservations + 1    # the old one is kept
+    assert vb.holders == ("graph node #0 (memcpy)", "graph node #1 (memcpy)")
+    got = np.empty(1024, np.float32)
+    cuda.memcpy_dtoh(got, vb)                        # the same memory at the new address
+    np.testing.assert_array_equal(got, x)
+    del exe, g, up
+    gc.collect()
+    assert standin.live()["reservations"] == reservations        # released with the holds
+    vb.free()
+
+
+@pytest.mark.standin
+def test_ipc_export_holds_the_memory(standin, ctx):
+    d = cuda.mem_alloc(256)
+    cuda.mem_get_ipc_handle(d)
+    cuda.mem_get_ipc_handle(d)                        # one hold, however many exports
+    assert d.holders == ("an IPC export (mem_get_ipc_handle)",)
+    gc.collect()
+    base = standin.live()["device"]
+    d.free()
+    assert standin.live()["device"] == base
+    del d
+    gc.collect()
+    assert standin.live()["device"] == base - 1
+
+
+@pytest.mark.standin
+def test_get_function_of_a_detached_contexts_module(standin, ptx):
+    """Issue 16: Module.get_function() on a detached context's module gave
+    the cached Function (docs/contexts.md promises LogicError)."""
+    c = cuda.Device(0).make_context()
+    try:
+        m = cuda.module_from_buffer(ptx)
+        f = m.get_function("k")
+        assert m.get_function("k") is f
+    finally:
+        cuda.Context.pop()
+    c.detach()
+    with pytest.raises(cuda.LogicError, match="detached"):
+        m.get_function("k")
+    with pytest.raises(cuda.LogicError, match="detached"):
+        m.get_function("never_looked_up")
+
+
+@pytest.mark.standin
+def test_frees_racing_graph_replays_use_no_freed_memory(standin, ctx):
+    """The thread hammer's shape on the stand-in (where ASan watches): 4
+    threads replay graphs of copies while other threads free the memory the
+    graphs use and read it through textures; the stand-in counts any use of
+    freed memory (the fixture fails on one) and every replay is checked."""
+    errors, barrier = [], threading.Barrier(4)
+    n = 4096
+
+    def work(tid):
+        try:
+            ctx.push()
+            rng = np.random.default_rng()
+            s = cuda.Stream()
+            barrier.wait()
+            for r in range(30):
+                x = rng.standard_normal(n).astype(np.float32)
+                out = np.zeros(n, np.float32)
+                d1, d2 = cuda.mem_alloc(x.nbytes), cuda.mem_alloc(x.nbytes)
+                g = cuda.Graph()
+                a = g.add_memcpy_node(d1, x)
+                b = g.add_memcpy_node(d2, d1, dependencies=a)
+                g.add_memcpy_node(out, d2, dependencies=b)
+                exe = g.instantiate()
+                tex = cuda.TextureObject(d2, format=cuda.array_format.FLOAT)
+                racer = _Thread(lambda: (d1.free(), d2.free()))
+                racer.start()
+                for _ in range(3):
+                    exe.launch(s)
+                    s.synchronize()
+                    np.testing.assert_array_equal(out, x)
+                racer.join()
+                assert racer.error is None and d1.freed and d2.freed
+                del exe, g, a, b
+                gc.collect()
+                assert d1.holders == () and d2.holders == ("a TextureObject",)
+                del tex
+        except BaseException as e:      # reported by the main thread
+            errors.append((tid, e))
+        finally:
+            cuda.Context.pop()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert standin.stale() == 0

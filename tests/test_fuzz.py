@@ -17,6 +17,7 @@ range checks instead of corrupting a real GPU.  PYGPU_FUZZ_SEED and
 PYGPU_FUZZ_ROUNDS repeat or lengthen a run."""
 import ctypes
 import gc
+import operator
 import os
 import struct
 import sys
@@ -546,3 +547,235 @@ def test_threads_launch_exactly_their_own_arguments(standin, ctx):
     gc.collect()
     leaked = {k: v - base[k] for k, v in standin.live().items() if v != base[k]}
     assert not leaked, "seed %d: leaked %s" % (seed, leaked)
+
+
+# ---- the array layer: every entry point with hostile operands (issue 25) ----
+
+class _LyingCAI:
+    def __init__(self, **cai):
+        self.__cuda_array_interface__ = cai
+
+
+class _LyingDLPack:
+    """A DLPack producer whose tensor says what it is told (a plain
+    'dltensor' capsule, no deleter, over a struct it keeps alive)."""
+
+    def __init__(self, ptr, shape, strides=None, code=2, bits=32, lanes=1, ndim=None):
+        from pygpu import _dlpack as d
+        nd = len(shape) if ndim is None else ndim
+        self._shape = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        self._strides = None if strides is None else \
+            (ctypes.c_int64 * max(len(strides), 1))(*strides)
+        t = d.DLTensor(ptr or None, d.DLDevice(2, 0), nd, d.DLDataType(code, bits, lanes),
+                       ctypes.cast(self._shape, ctypes.POINTER(ctypes.c_int64)),
+                       None if self._strides is None else
+                       ctypes.cast(self._strides, ctypes.POINTER(ctypes.c_int64)), 0)
+        self._m = d.DLManagedTensor(t, None, ctypes.cast(None, d._Deleter))
+
+    def __dlpack__(self, stream=None, max_version=None):
+        api = ctypes.pythonapi
+        new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p,
+                                ctypes.c_void_p)(("PyCapsule_New", api))
+        return new(ctypes.addressof(self._m), b"dltensor", None)
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+def _array_operands(rng, keep):
+    """(good, hostile): operands for the array entry points.  hostile[k] is
+    (operand, bad): bad is "freed", "elsewhere" (another device's or
+    context's memory), "short" (past its allocation), "lie" (a CAI or DLPack
+    object that lies or breaks) or "" (refused, if at all, for its type or
+    values)."""
+    from pygpu import gpuarray as ga
+    f32 = lambda *shape: ga.to_gpu(rng.standard_normal(shape).astype(np.float32))  # noqa: E731
+    good = [f32(16), f32(16), f32(4, 4), ga.to_gpu(np.asfortranarray(
+        rng.standard_normal((4, 4)).astype(np.float32))), f32(64)[::2][:16], f32(1000),
+        f32(10), ga.to_gpu(rng.integers(0, 16, 16).astype(np.int32)),
+        ga.to_gpu(rng.standard_normal(16)), ga.zeros(0, np.float32), f32(4, 4).T, f32(1)]
+    hostile = []
+    for shape in ((16,), (4, 4)):
+        root = f32(*shape)
+        view = root[1:] if len(shape) == 1 else root[1:, :]
+        whole = root.reshape(root.size)[:]
+        root.gpudata.free()
+        hostile += [(root, "freed"), (view, "freed"), (whole, "freed")]
+    c1 = cuda.Device(1).retain_primary_context()
+    with c1:
+        far = f32(32)
+    hostile += [(far, "elsewhere"), (far[4:20], "elsewhere")]
+    other = cuda.Device(0).make_context()
+    try:
+        elsewhere = f32(16)
+    finally:
+        cuda.Context.pop()
+    keep.append((other, elsewhere))
+    hostile += [(elsewhere, "elsewhere"), (elsewhere[2:], "elsewhere")]
+    small = cuda.mem_alloc(16)
+    keep.append(small)
+    short = ga._new(ga.GPUArray, (1000,), np.dtype(np.float32), (4,), small, None,
+                    ga._default_allocator, 1000, True, True)
+    short2 = ga._new(ga.GPUArray, (4, 4), np.dtype(np.float32), (16, 4), int(small) + 8,
+                     short, ga._default_allocator, 16, True, False)
+    hostile += [(short, "short"), (short2, "short")]
+    raw = ga.zeros(64, np.uint8)
+    odd = ga.GPUArray((3, 1), np.int32, gpudata=raw.ptr, base=raw, strides=(6, 4))
+    buf = ga.zeros(64, np.float32)
+    keep.append(buf)
+    hostile += [(odd, ""), (np.zeros(16, np.float32), ""), (None, ""), (3.5, ""),
+                (7, ""), ("x", ""), (cuda.mem_alloc(64), ""),
+                (_LyingCAI(shape=(-4,), typestr="<f4", data=(buf.ptr, False), version=3), "lie"),
+                (_LyingCAI(shape=(16,), typestr="<f4", data=(buf.ptr, False), version=3,
+                           strides=(4, 4)), "lie"),
+                (_LyingCAI(shape=(16,), typestr="<f4", data=(0, False), version=3), "lie"),
+                (_LyingCAI(shape=(16,), typestr="<q9", data=(buf.ptr, False)), "lie"),
+                (_LyingCAI(shape=(16,), typestr="<f4", data=buf.ptr, version=3), "lie"),
+                (_LyingCAI(shape=(16,), typestr="<f4", data=(buf.ptr, False), version=9), "lie"),
+                (_LyingDLPack(buf.ptr, (-2,)), "lie"), (_LyingDLPack(buf.ptr, (4,), bits=12), "lie"),
+                (_LyingDLPack(0, (4,)), "lie"), (_LyingDLPack(buf.ptr, (4,), lanes=2), "lie"),
+                (_LyingDLPack(buf.ptr, (4,), ndim=-3), "lie"),
+                (BadCAI(), "lie"), (BadDLPack(), "lie")]
+    return good, hostile
+
+
+def _array_entry_points():
+    """(name, arity, refuses, call): refuses, the kinds of bad operand the
+    entry point must refuse ("fsel": freed, short, elsewhere, lie)."""
+    from pygpu import cumath, curandom
+    from pygpu import gpuarray as ga
+    from pygpu.elementwise import ElementwiseKernel
+    from pygpu.reduction import ReductionKernel
+    from pygpu.scan import ExclusiveScanKernel, InclusiveScanKernel
+    ewk = ElementwiseKernel("float *x, float *y", "y[i] = x[i] + 1", "fuzz_inc")
+    red = ReductionKernel(np.float32, "0", "a+b", "x[i]*y[i]", "const float *x, const float *y")
+    inc = InclusiveScanKernel(np.float32, "a+b")
+    exc = ExclusiveScanKernel(np.float32, "a+b", "0")
+    gen = curandom.XORWOWRandomNumberGenerator()
+    host = np.zeros(16, np.float32)
+    return [
+        ("take", 2, "fsel", lambda a, b: ga.take(a, b)),
+        ("sum", 1, "fsel", lambda a: ga.sum(a)),
+        ("dot", 2, "fsel", lambda a, b: ga.dot(a, b)),
+        ("vdot", 2, "fsel", lambda a, b: ga.vdot(a, b)),
+        ("subset_dot", 3, "fsel", lambda a, b, c: ga.subset_dot(a, b, c)),
+        ("max", 1, "fsel", lambda a: ga.max(a)),
+        ("min", 1, "fsel", lambda a: ga.min(a)),
+        ("all", 1, "fsel", lambda a: ga.all(a)),
+        ("subset_sum", 2, "fsel", lambda a, b: ga.subset_sum(a, b)),
+        ("reverse", 1, "fsel", lambda a: a.reverse()),
+        ("fill", 1, "fsel", lambda a: a.fill(2.0)),
+        ("astype", 1, "fsel", lambda a: a.astype(np.float64)),
+        ("copy", 1, "fsel", lambda a: a.copy()),
+        ("get", 1, "fsel", lambda a: a.get()),
+        ("get_out", 1, "fsel", lambda a: a.get(ary=np.empty(a.shape, a.dtype))),
+        ("set", 1, "fsel", lambda a: a.set(host)),
+        ("setitem", 2, "fsel", lambda a, b: a.__setitem__(Ellipsis, b)),
+        ("where", 3, "fsel", lambda a, b, c: ga.where(a, b, c)),
+        ("if_positive", 3, "fsel", lambda a, b, c: ga.if_positive(a, b, c)),
+        ("maximum", 2, "fsel", lambda a, b: ga.maximum(a, b)),
+        ("logical_and", 2, "fsel", lambda a, b: ga.logical_and(a, b)),
+        ("concatenate", 2, "fsel", lambda a, b: ga.concatenate([a, b])),
+        ("stack", 2, "fsel", lambda a, b: ga.stack([a, b])),
+        ("add", 2, "fsel", lambda a, b: a + b),
+        ("mul_scalar", 1, "fsel", lambda a: a * 3.0),
+        ("iadd", 2, "fsel", lambda a, b: operator.iadd(a, b)),
+        ("eq", 2, "fsel", lambda a, b: a == b),
+        ("neg", 1, "fsel", lambda a: -a),
+        ("mul_add", 2, "fsel", lambda a, b: a.mul_add(2.0, b, 3.0)),
+        ("sin", 1, "fsel", lambda a: cumath.sin(a)),
+        ("sin_out", 2, "fsel", lambda a, b: cumath.sin(a, out=b)),
+        ("fmod", 2, "fsel", lambda a, b: cumath.fmod(a, b)),
+        ("ldexp", 2, "fsel", lambda a, b: cumath.ldexp(a, b)),
+        ("frexp", 1, "fsel", lambda a: cumath.frexp(a)),
+        ("modf", 1, "fsel", lambda a: cumath.modf(a)),
+        ("ElementwiseKernel", 2, "fsel", lambda a, b: ewk(a, b)),
+        ("ElementwiseKernel_range", 2, "fsel", lambda a, b: ewk(a, b, range=slice(0, 3))),
+        ("ReductionKernel", 2, "fsel", lambda a, b: red(a, b)),
+        ("inclusive_scan", 1, "fsel", lambda a: inc(a)),
+        ("exclusive_scan", 2, "fsel", lambda a, b: exc(a, b)),
+        ("fill_uniform", 1, "fsel", lambda a: gen.fill_uniform(a)),
+        ("fill_normal", 1, "fsel", lambda a: gen.fill_normal(a)),
+        ("dlpack", 1, "fsl", lambda a: a.__dlpack__()),
+        ("cai", 1, "fsl", lambda a: a.__cuda_array_interface__),
+        ("asarray", 1, "l", lambda a: ga.asarray(a)),
+        ("transpose", 1, "l", lambda a: a.T),
+        ("reshape", 1, "l", lambda a: a.reshape(-1)),
+    ]
+
+
+METHODS = {"reverse", "fill", "astype", "copy", "get", "get_out", "set", "setitem", "add",
+           "mul_scalar", "iadd", "eq", "neg", "mul_add", "dlpack", "cai", "transpose", "reshape"}
+ALLOWED = (TypeError, ValueError, RuntimeError, IndexError, BufferError, AttributeError,
+           OverflowError, NotImplementedError, ZeroDivisionError, cuda.Error)
+
+
+def test_array_entry_points_refuse_hostile_operands(standin, ctx):
+    """Every array entry point, called with random mixes of good and
+    hostile operands (freed views, other devices' and contexts' memory,
+    arrays past their allocations, lying CAI and DLPack objects, mixed
+    layouts, wrong dtypes and shapes): a clear Python exception or a result,
+    never a crash, and never a result from memory that is not there."""
+    import warnings
+    from pygpu.gpuarray import GPUArray
+    seed = int(os.environ.get("PYGPU_FUZZ_SEED", int.from_bytes(os.urandom(4), "little")))
+    rounds = int(os.environ.get("PYGPU_FUZZ_ROUNDS", "20000")) // 5
+    rng = np.random.default_rng(seed)
+    keep = []
+    good, hostile = _array_operands(rng, keep)
+    points = _array_entry_points()
+    outcomes = {}
+    try:
+        for i in range(rounds):
+            name, arity, refuses, call = points[int(rng.integers(len(points)))]
+            ops, bad = [], ""
+            for _ in range(arity):
+                if rng.random() < 0.5:
+                    ops.append(good[int(rng.integers(len(good)))])
+                else:
+                    op, kind = hostile[int(rng.integers(len(hostile)))]
+                    ops.append(op)
+                    if kind and kind[0] in refuses:
+                        bad = bad or kind
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    result = call(*ops)
+                kind = "ok"
+            except SystemError as e:
+                pytest.fail("seed %d round %d %s: SystemError %s" % (seed, i, name, e))
+            except ALLOWED as e:
+                kind = type(e).__name__
+                assert str(e), "seed %d round %d %s: %s with no message" % (seed, i, name, kind)
+            except Exception as e:      # noqa: BLE001 (named in the failure)
+                pytest.fail("seed %d round %d %s(%s): unexpected %s: %s"
+                            % (seed, i, name, ", ".join(type(o).__name__ for o in ops),
+                               type(e).__name__, e))
+            else:
+                if name in METHODS and not isinstance(ops[0], GPUArray):
+                    bad = ""        # the operand's own method or operator, not pygpu's
+                if name == "eq" and isinstance(result, bool):
+                    bad = ""        # NotImplemented both ways: Python's identity test
+                del result
+                if bad:
+                    pytest.fail("seed %d round %d: %s accepted an operand whose memory is "
+                                "%s: %r" % (seed, i, name, bad,
+                                            [getattr(o, "shape", o) for o in ops]))
+            outcomes[(name, kind)] = outcomes.get((name, kind), 0) + 1
+            while cuda.Context.get_current() not in (None, ctx):
+                cuda.Context.pop()
+            if cuda.Context.get_current() is None:
+                ctx.push()
+        cuda.Context.synchronize()
+    finally:
+        for k in keep:
+            if isinstance(k, tuple):
+                k[1].gpudata.free()
+                k[0].detach()
+    assert standin.sticky() == 0
+    # every entry point was reached both ways
+    names = {n for n, kind in outcomes if kind == "ok"}
+    refused = {n for n, kind in outcomes if kind != "ok"}
+    if rounds >= 2000:
+        assert len(names) >= len(points) - 3, (seed, sorted(set(p[0] for p in points) - names))
+        assert len(refused) >= len(points) - 6, (seed, outcomes)

@@ -109,3 +109,106 @@ def test_suite_kernels_are_clean_under_compute_sanitizer(tool):
                else "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)")
     assert summary in r.stdout + r.stderr, tail
     assert " passed" in r.stdout and " failed" not in r.stdout, tail
+
+
+HOLD_KERNELS = r"""
+extern "C" __global__ void twice(float *out, const float *in, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        out[i] = 2.0f * in[i];
+}
+extern "C" __global__ void fetch(float *out, cudaTextureObject_t t, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        out[i] = tex1Dfetch<float>(t, i);
+}
+"""
+
+
+def test_frees_race_graph_replays_and_texture_reads(ctx):
+    """Issue 25's hammer: 6 threads, each replaying a graph and reading a
+    texture while another thread frees the memory both use.  The hold
+    protocol defers every such free to the last holder: every replay and
+    every read sees the data it was given, and nothing faults."""
+    mod = SourceModule(HOLD_KERNELS, no_extern_c=True)
+    twice, fetch = mod.get_function("twice"), mod.get_function("fetch")
+    errors, barrier = [], threading.Barrier(6)
+    n = 1 << 16
+
+    def work(tid):
+        try:
+            ctx.push()
+            rng = np.random.default_rng()
+            s = cuda.Stream()
+            barrier.wait()
+            for r in range(15):
+                x = cuda.pagelocked_empty(n, np.float32)
+                x[:] = rng.standard_normal(n)
+                out = cuda.pagelocked_zeros(n, np.float32)
+                din, dout = cuda.mem_alloc(x.nbytes), cuda.mem_alloc(x.nbytes)
+                g = cuda.Graph()
+                up = g.add_memcpy_node(din, x)
+                k = g.add_kernel_node(twice, dout, din, np.int32(n), block=(256, 1, 1),
+                                      grid=(n // 256, 1, 1), dependencies=up)
+                g.add_memcpy_node(out, dout, dependencies=k)
+                exe = g.instantiate()
+                dtex = cuda.to_device(x)
+                tex = cuda.TextureObject(dtex, format=cuda.array_format.FLOAT)
+                tout = cuda.mem_alloc(x.nbytes)
+                racer = threading.Thread(target=lambda: (din.free(), dout.free(), dtex.free()))
+                racer.start()
+                for _ in range(4):
+                    exe.launch(s)
+                    fetch(tout, tex, np.int32(n), block=(256, 1, 1), grid=(n // 256, 1),
+                          stream=s)
+                racer.join()
+                s.synchronize()
+                np.testing.assert_array_equal(out, 2 * x)
+                got = np.empty_like(x)
+                cuda.memcpy_dtoh(got, tout)
+                np.testing.assert_array_equal(got, x)
+                assert din.freed and dout.freed and dtex.freed
+                del exe, g, up, k, tex
+        except BaseException as e:      # reported by the main thread
+            errors.append((tid, e))
+        finally:
+            cuda.Context.pop()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_texture_and_graph_read_memory_freed_under_them(ctx):
+    """Issue 25, defect 6 on a GPU, one thread: free the allocation under a
+    TextureObject and under a graph's kernel node, then read through both:
+    every element is what was written (the free waits for the holders)."""
+    mod = SourceModule(HOLD_KERNELS, no_extern_c=True)
+    twice, fetch = mod.get_function("twice"), mod.get_function("fetch")
+    rng = np.random.default_rng()
+    n = (1 << 18) + 5
+    x = rng.standard_normal(n).astype(np.float32)
+    d = cuda.to_device(x)
+    tex = cuda.TextureObject(d, format=cuda.array_format.FLOAT)
+    out = cuda.mem_alloc(x.nbytes)
+    g = cuda.Graph()
+    g.add_kernel_node(twice, out, d, np.int32(n), block=(256, 1, 1), grid=(512, 1, 1))
+    exe = g.instantiate()
+    d.free()
+    assert d.holders == ("a TextureObject", "graph node #0 (kernel 'twice')")
+    tout = cuda.mem_alloc(x.nbytes)
+    fetch(tout, tex, np.int32(n), block=(256, 1, 1), grid=(512, 1))
+    got = np.empty_like(x)
+    cuda.memcpy_dtoh(got, tout)
+    np.testing.assert_array_equal(got, x)
+    exe.launch()
+    exe.synchronize()
+    cuda.memcpy_dtoh(got, out)
+    np.testing.assert_array_equal(got, 2 * x)
+    del exe, g, tex
+    import gc
+    gc.collect()
+    assert d.holders == ()

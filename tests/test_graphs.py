@@ -11,7 +11,9 @@ import ctypes
 import gc
 import os
 import struct
+import subprocess
 import sys
+import threading
 import weakref
 
 import numpy as np
@@ -205,9 +207,19 @@ def test_kernel_node_argument_errors_name_node_and_parameter(standin, mod):
         g.add_kernel_node(f, d, 2.0, 16, block=(16, 1, 1), dependencies=[first, other])
     freed = cuda.mem_alloc(64)
     freed.free()
-    with pytest.raises(cuda.LogicError, match=r"kernel 'scale': parameter 0 is a freed "
-                                              r"DeviceAllocation"):
+    # issue 16: the node named first, as for every other mistake
+    with pytest.raises(cuda.LogicError, match=r"^graph node #1: kernel 'scale': parameter 0 is "
+                                              r"a freed DeviceAllocation$"):
         g.add_kernel_node(f, freed, 2.0, 16, block=(16, 1, 1))
+    with pytest.raises(cuda.LogicError, match=r"^graph node #1 \(memcpy\): src: the "
+                                              r"DeviceAllocation was freed$"):
+        g.add_memcpy_node(d, freed)
+    with pytest.raises(cuda.LogicError, match=r"^graph node #1 \(memcpy\): dest: the "
+                                              r"DeviceAllocation was freed$"):
+        g.add_memcpy_node(freed, np.zeros(4, np.float32))
+    with pytest.raises(cuda.LogicError, match=r"^graph node #1 \(memset\): dest: the "
+                                              r"DeviceAllocation was freed$"):
+        g.add_memset_node(freed, 0, 4)
     # nothing was added by the failures: the next node is #1
     assert g.add_kernel_node(f, d, 2.0, 16, block=(16, 1, 1)).index == 1
     assert len(g.nodes()) == 2
@@ -353,24 +365,62 @@ def test_capture_errors_are_clear_and_end_cleanly(standin, ctx, rng):
     s.begin_capture()
     with pytest.raises(cuda.LogicError, match=r"already capturing"):
         s.begin_capture()
-    # a synchronous copy while capturing: clear error, the capture is invalidated
-    with pytest.raises(cuda.LogicError, match=r"cuMemcpyHtoD failed: "
-                                              r"CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: .*"
-                                              r"synchronous operation on the legacy default "
-                                              r"stream would wait for a capturing stream"):
+    # a synchronous copy or memset while capturing: refused before the driver
+    # (which would invalidate the capture), and the capture goes on
+    calls = standin.calls("cuMemcpyHtoD"), standin.calls("cuMemsetD8")
+    with pytest.raises(cuda.LogicError, match=r"^memcpy_htod\(\): a stream of this context is "
+                                              r"capturing a graph, and work on the legacy "
+                                              r"default stream would wait for it \(CUDA_ERROR_"
+                                              r"STREAM_CAPTURE_IMPLICIT, which would invalidate "
+                                              r"the capture\); pass the capturing stream to the "
+                                              r"_async form, or call it before or after the "
+                                              r"capture$"):
         cuda.memcpy_htod(d, host)
+    with pytest.raises(cuda.LogicError, match=r"^memset_d8\(\): a stream of this context is "
+                                              r"capturing"):
+        cuda.memset_d8(d, 1, 8)
+    with pytest.raises(cuda.LogicError, match=r"^memcpy_dtod_async\(\): a stream of this "
+                                              r"context is capturing"):
+        cuda.memcpy_dtod_async(d, d, 8)          # async, but on the legacy stream
+    with pytest.raises(cuda.LogicError, match=r"^memcpy_dtoh\(\): the stream is capturing a "
+                                              r"graph, whose work is recorded, not run: a "
+                                              r"blocking call cannot wait for it; use the "
+                                              r"_async form \(it is captured\), or call it "
+                                              r"after end_capture\(\)$"):
+        cuda.memcpy_dtoh(host, d, stream=s)
+    assert (standin.calls("cuMemcpyHtoD"), standin.calls("cuMemsetD8")) == calls
+    cuda.memcpy_htod_async(d, host, s)
+    assert [n.kind for n in s.end_capture().nodes()] == ["memcpy"]
+    # the legacy stream does not wait for a non-blocking stream: allowed
+    nb = cuda.Stream(flags=cuda.stream_flags.NON_BLOCKING)
+    nb.begin_capture()
+    cuda.memcpy_htod(d, host)
+    cuda.memset_d8_async(d, 1, 8, nb)
+    assert [n.kind for n in nb.end_capture().nodes()] == ["memset"]
+    # an illegal call that reaches the driver: the capture is invalidated
+    s.begin_capture()
+    with pytest.raises(cuda.LogicError, match=r"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"):
+        ctx.synchronize()
     with pytest.raises(cuda.LogicError, match=r"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: .*"
                                               r"no graph was made; the stream is no longer "
                                               r"capturing"):
         s.end_capture()
     assert not s.is_capturing()
-    # synchronizing the capturing stream
+    # synchronizing or querying the capturing stream: refused before the
+    # driver (which would invalidate the capture), and the capture goes on
     s.begin_capture()
-    with pytest.raises(cuda.LogicError, match=r"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: .*not "
-                                              r"allowed while a stream is capturing"):
+    calls = standin.calls("cuStreamSynchronize"), standin.calls("cuStreamQuery")
+    with pytest.raises(cuda.LogicError, match=r"^Stream.synchronize\(\): this Stream is "
+                                              r"capturing a graph \(its work is recorded, not "
+                                              r"run\); end_capture\(\) first, then launch "
+                                              r"the graph$"):
         s.synchronize()
-    with pytest.raises(cuda.LogicError, match=r"INVALIDATED"):
-        s.end_capture()
+    with pytest.raises(cuda.LogicError, match=r"^Stream.is_done\(\): this Stream is "
+                                              r"capturing a graph"):
+        s.is_done()
+    assert (standin.calls("cuStreamSynchronize"), standin.calls("cuStreamQuery")) == calls
+    cuda.memset_d8_async(d, 1, 8, s)
+    assert [n.kind for n in s.end_capture().nodes()] == ["memset"]
     # the context manager ends a capture whose block failed, keeping its error
     with pytest.raises(KeyError, match="from the block"):
         with cuda.capture_graph(s) as cap:
@@ -861,7 +911,10 @@ def _scenarios(mod_src):
 
 GRAPH_RELEASES = {"cuGraphDestroy", "cuGraphExecDestroy", "cuEventDestroy", "cuStreamDestroy",
                   "cuMemFree", "cuModuleUnload", "cuEventSynchronize", "cuCtxPushCurrent",
-                  "cuCtxPopCurrent", "cuCtxGetCurrent"}
+                  "cuCtxPopCurrent", "cuCtxGetCurrent",
+                  # best effort around the calls that are unsafe during a capture
+                  # (a free relaxes this thread's capture mode, then restores it)
+                  "cuThreadExchangeStreamCaptureMode"}
 
 
 @pytest.mark.standin
@@ -929,6 +982,269 @@ def test_failure_injection_at_every_call(standin, ctx, scenario):
     finally:
         sys.unraisablehook = old
 
+
+
+# ---------------------------------------------------------------- issue 25
+
+@pytest.mark.standin
+def test_free_of_memory_a_graph_holds_is_deferred(standin, mod, rng):
+    """Defect 6: free() of an allocation that a kernel node, a memcpy node and
+    a memset node use freed it at once, and the replay then used freed memory
+    (on an H100: CUDA_ERROR_ILLEGAL_ADDRESS).  Now the free waits for the
+    graph: the replay reads and writes live memory."""
+    n = 256
+    x = rng.standard_normal(n).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    d = cuda.mem_alloc(x.nbytes)
+    base = standin.live()["device"]
+    g = cuda.Graph()
+    up = g.add_memcpy_node(d, x)
+    k = g.add_kernel_node(mod.get_function("scale"), d, 2.0, n, block=(256, 1, 1),
+                          dependencies=up)
+    ms = g.add_memset_node(int(d) + 8, 0x3F800000, 2, element_size=4, dependencies=k)
+    g.add_memcpy_node(out, d, dependencies=ms)
+    exe = g.instantiate()
+    d.free()
+    assert d.freed
+    for _ in range(2):
+        exe.launch()
+        want = x.copy()
+        want[2:4] = 1.0
+        np.testing.assert_array_equal(out, want)    # the stand-in runs no kernel
+        x[:] = rng.standard_normal(n)
+    assert standin.live()["device"] == base         # still there
+    assert d.holders == ("graph node #0 (memcpy)", "graph node #1 (kernel 'scale')",
+                         "graph node #3 (memcpy)")  # the int address of #2 holds nothing
+    assert "waits for 3 holders" in repr(d)
+    # no new use starts
+    with pytest.raises(cuda.LogicError, match=r"^graph node #4: kernel 'scale': parameter 0 is "
+                                              r"a freed DeviceAllocation$"):
+        g.add_kernel_node(mod.get_function("scale"), d, 2.0, n, block=(256, 1, 1))
+    with pytest.raises(cuda.LogicError, match=r"the DeviceAllocation was freed"):
+        cuda.memcpy_htod(d, x)
+    with pytest.raises(cuda.LogicError, match=r"^graph node #1: kernel 'scale': parameter 0 is "
+                                              r"a freed DeviceAllocation$"):
+        exe.set_kernel_node_params(k, d, 3.0, n)
+    d.free()                                        # idempotent
+    del exe, g, up, k, ms
+    gc.collect()
+    assert standin.live()["device"] == base - 1     # the last holder went: freed now
+    assert d.holders == () and "freed" in repr(d)
+
+
+@pytest.mark.standin
+def test_set_kernel_node_params_holds_the_new_arguments(standin, mod, rng):
+    n = 64
+    a, b = cuda.mem_alloc(4 * n), cuda.mem_alloc(4 * n)
+    g = cuda.Graph()
+    k = g.add_kernel_node(mod.get_function("scale"), a, 2.0, n, block=(64, 1, 1))
+    exe = g.instantiate()
+    exe.set_kernel_node_params(k, b, 3.0, n)
+    addr = int(b)
+    base = standin.live()["device"]
+    b.free()
+    assert b.holders == ("graph node #0 (kernel 'scale')",)
+    exe.launch()
+    assert _replayed(standin) == [("scale", _layout([np.uint64(addr), np.float32(3.0),
+                                                     np.int32(n)]))]
+    assert standin.live()["device"] == base
+    del exe
+    gc.collect()
+    assert standin.live()["device"] == base - 1
+
+
+@pytest.mark.standin
+def test_captured_graph_holds_what_it_uses(standin, ctx, rng):
+    """A captured copy's device memory is held: freed after the capture, it
+    stays until the graph goes, and the replay reads it."""
+    n = 128
+    x = rng.standard_normal(n).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    d = cuda.to_device(x)
+    s = cuda.Stream()
+    with graphs.capture_graph(s) as cap:
+        cuda.memcpy_dtoh_async(out, d, s)
+    exe = cap.graph.instantiate()
+    gc.collect()
+    base = standin.live()["device"]
+    d.free()
+    assert d.holders == ("a captured graph",)
+    exe.launch(s)
+    s.synchronize()
+    np.testing.assert_array_equal(out, x)
+    del exe, cap
+    gc.collect()
+    assert standin.live()["device"] == base - 1
+
+
+@pytest.mark.standin
+def test_first_async_allocation_inside_a_capture(standin, ctx, rng):
+    """Defect 10: the first mem_alloc_async of a context set the default
+    pool's release threshold, a call that is illegal while a stream captures
+    in GLOBAL mode: the capture was invalidated (CUDA_ERROR_STREAM_CAPTURE_
+    INVALIDATED on an H100).  The stand-in now rules such calls as the driver
+    does.  A fresh context has not set its pool up yet."""
+    n = 256
+    out = np.zeros(n, np.uint32)
+    other = cuda.Device(0).make_context()
+    try:
+        s = cuda.Stream()
+        value = int(rng.integers(1, 2 ** 31))
+        with graphs.capture_graph(s) as cap:
+            tmp = cuda.mem_alloc_async(4 * n, s)
+            cuda.memset_d32_async(tmp, value, n, s)
+            cuda.memcpy_dtoh_async(out, tmp, s)
+            tmp.free()                       # a free node, after the copy
+        assert [x.kind for x in cap.graph.nodes()] == ["mem_alloc", "memset", "memcpy",
+                                                       "mem_free"]
+        exe = cap.graph.instantiate()
+        exe.launch(s)
+        s.synchronize()
+        assert (out == value).all()
+        standin.lib.fakecuda_pool_release_threshold.restype = ctypes.c_ulonglong
+        assert standin.lib.fakecuda_pool_release_threshold(0) == 2 ** 64 - 1
+        del exe, cap, tmp
+    finally:
+        cuda.Context.pop()
+        other.detach()
+
+
+@pytest.mark.standin
+@pytest.mark.parametrize("mode", ["GLOBAL", "THREAD_LOCAL"])
+def test_implicit_frees_and_allocations_never_invalidate_a_capture(standin, ctx, rng, mode):
+    """cuMemAlloc and cuMemFree are unsafe while a stream captures; pygpu's
+    own (mem_alloc, a dying DeviceAllocation) run relaxed, so they never
+    invalidate the user's capture."""
+    n = 64
+    x = rng.standard_normal(n).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    d = cuda.to_device(x)
+    doomed = cuda.mem_alloc(256)
+    s = cuda.Stream()
+    with graphs.capture_graph(s, mode=getattr(cuda.capture_mode, mode)) as cap:
+        scratch = cuda.mem_alloc(4 * n)      # made now, not captured
+        del doomed                           # a dying object frees its memory
+        gc.collect()
+        cuda.memcpy_dtoh_async(out, d, s)
+        scratch.free()
+    exe = cap.graph.instantiate()
+    exe.launch(s)
+    s.synchronize()
+    np.testing.assert_array_equal(out, x)
+
+
+@pytest.mark.standin
+def test_another_threads_allocations_during_a_global_capture(standin, ctx, rng):
+    """A GLOBAL capture forbids unsafe calls in every thread: pygpu's
+    allocations and frees in another thread meanwhile run relaxed and leave
+    the capture valid."""
+    n = 64
+    x = rng.standard_normal(n).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    d = cuda.to_device(x)
+    s = cuda.Stream()
+
+    def other():
+        ctx.push()
+        try:
+            for _ in range(3):
+                cuda.mem_alloc(1024).free()
+        finally:
+            cuda.Context.pop()
+
+    with graphs.capture_graph(s) as cap:
+        t = _Thread(other)
+        t.start()
+        t.join()
+        cuda.memcpy_dtoh_async(out, d, s)
+    assert t.error is None, t.error
+    cap.graph.instantiate().launch(s)
+    s.synchronize()
+    np.testing.assert_array_equal(out, x)
+
+
+class _Thread(threading.Thread):
+    def __init__(self, fn):
+        super().__init__(daemon=True)
+        self.fn, self.error = fn, None
+
+    def run(self):
+        try:
+            self.fn()
+        except BaseException as e:      # noqa: B036 - handed to the test
+            self.error = e
+
+
+@pytest.mark.standin
+def test_the_standin_rules_unsafe_calls_during_capture(standin, ctx):
+    """The stand-in invalidates a GLOBAL capture on a call the driver
+    forbids during one (what made defect 10 visible without a GPU)."""
+    lib = ctypes.CDLL(os.environ["PYGPU_LIBCUDA"])
+    get = lib.cuGetProcAddress_v2
+    get.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
+                    ctypes.c_uint64, ctypes.c_void_p]
+    fn = ctypes.c_void_p()
+    assert get(b"cuMemAlloc", ctypes.byref(fn), 3020, 0, None) == 0
+    mem_alloc = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
+                                 ctypes.c_size_t)(fn.value)
+    s = cuda.Stream()
+    s.begin_capture()
+    p = ctypes.c_uint64()
+    assert mem_alloc(ctypes.byref(p), 64) == 900     # CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+    with pytest.raises(cuda.LogicError, match="CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"):
+        s.end_capture()
+
+
+_CYCLE = r"""
+import ctypes, os, sys
+import pygpu.driver as cuda
+cuda.init()
+ctx = cuda.Device(0).retain_primary_context()
+ctx.push()
+g = cuda.Graph()
+h = g.conditional_handle(default=1)
+body = g.add_conditional_node(h, "if").bodies[0]
+lib = ctypes.CDLL(os.environ["PYGPU_LIBCUDA"])
+get = lib.cuGetProcAddress_v2
+get.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
+                ctypes.c_uint64, ctypes.c_void_p]
+fn = ctypes.c_void_p()
+assert get(b"cuGraphAddChildGraphNode", ctypes.byref(fn), 10000, 0, None) == 0
+add = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
+                       ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)(fn.value)
+node = ctypes.c_void_p()
+rc = add(ctypes.byref(node), body.handle, None, 0, g.handle)
+print("rc", rc, flush=True)
+if rc == 0:
+    g.instantiate().launch()
+print("survived", flush=True)
+"""
+
+
+@pytest.mark.standin
+def test_graph_inside_its_own_conditional_body_is_refused(standin, ctx):
+    """Defect 11: the stand-in shipped to users (pygpu.testing) took a graph
+    as a child of its own conditional body and crashed in the replay (a
+    null member access).  It now refuses the cycle as invalid, and pygpu
+    refuses it before the driver with a clear error."""
+    r = subprocess.run([sys.executable, "-c", _CYCLE], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ))
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.split() == ["rc", "1", "survived"]      # CUDA_ERROR_INVALID_VALUE
+    g = cuda.Graph()
+    h = g.conditional_handle(default=1)
+    body = g.add_conditional_node(h, "if").bodies[0]
+    inner = body.add_conditional_node(body.conditional_handle(default=1), "while").bodies[0]
+    for b in (body, inner):
+        with pytest.raises(ValueError, match=r"^add_child_graph_node\(\): a graph cannot "
+                                             r"contain itself: this graph is a conditional "
+                                             r"body inside the child graph$"):
+            b.add_child_graph_node(g)
+    with pytest.raises(ValueError, match=r"a graph cannot contain itself: this graph is a "
+                                         r"conditional body inside the child graph$"):
+        inner.add_child_graph_node(body)
+    assert len(body.nodes()) == 1 and len(inner.nodes()) == 0
+    g.instantiate().launch()
 
 # ---------------------------------------------------------------- GPU
 
@@ -1004,7 +1320,6 @@ def test_gpu_capture_array_ops_and_async_alloc(gmod, rng):
     scale = gmod.get_function("scale")
     out = cuda.pagelocked_zeros(N, np.float32)
     gx.mul_add(2.0, gy, 3.0, out=gz, stream=s)      # compile outside the capture
-    cuda.mem_alloc_async(64, s).free()               # and set the memory pool up
     s.synchronize()
     with cuda.capture_graph(s) as cap:
         gx.mul_add(2.0, gy, 3.0, out=gz, stream=s)
@@ -1203,3 +1518,70 @@ def test_gpu_captured_copies_replay_after_the_caller_dropped_them(gmod, rng):
     s.synchronize()
     np.testing.assert_array_equal(out_ref(), 3 * x)
     del junk
+
+
+@pytest.mark.gpu
+def test_gpu_graph_replays_after_its_allocations_are_freed(gmod, rng):
+    """Issue 25, defect 6 on a GPU: free the allocation that a kernel node and
+    two memcpy nodes use, then launch: the replay uses live memory (it used
+    to die with CUDA_ERROR_ILLEGAL_ADDRESS)."""
+    axpy = gmod.get_function("axpy")
+    x = cuda.pagelocked_empty(N, np.float32)
+    y = cuda.pagelocked_empty(N, np.float32)
+    out = cuda.pagelocked_zeros(N, np.float32)
+    dx, dy = cuda.mem_alloc(x.nbytes), cuda.mem_alloc(x.nbytes)
+    g = cuda.Graph()
+    ux = g.add_memcpy_node(dx, x)
+    uy = g.add_memcpy_node(dy, y)
+    k = g.add_kernel_node(axpy, dy, dx, np.float32(2.0), np.int32(N), block=(256, 1, 1),
+                          grid=(N // 256, 1, 1), dependencies=[ux, uy])
+    g.add_memcpy_node(out, dy, dependencies=k)
+    exe = g.instantiate()
+    dx.free()
+    dy.free()
+    assert dx.freed and len(dy.holders) == 3
+    s = cuda.Stream()
+    for _ in range(3):
+        x[:] = rng.standard_normal(N)
+        y[:] = rng.standard_normal(N)
+        exe.launch(s)
+        s.synchronize()
+        np.testing.assert_allclose(out, 2 * x + y, rtol=1e-6, atol=1e-6)
+    del exe, g, ux, uy, k
+    gc.collect()
+    assert dx.holders == () and dy.holders == ()
+
+
+@pytest.mark.gpu
+def test_gpu_capture_async_alloc_kernel_and_free_in_a_fresh_context(rng):
+    """Issue 25, defect 10 on a GPU: in a context whose memory pool was never
+    used, the first mem_alloc_async inside capture_graph() invalidated the
+    capture.  Captured: an allocation, a copy up, a kernel, a copy down and
+    the free; replayed on fresh random data."""
+    c = cuda.Device(0).make_context()
+    try:
+        scale = SourceModule(KERNELS, no_extern_c=True).get_function("scale")
+        s = cuda.Stream()
+        x = cuda.pagelocked_empty(N, np.float32)
+        out = cuda.pagelocked_zeros(N, np.float32)
+        with graphs.capture_graph(s) as cap:
+            tmp = cuda.mem_alloc_async(x.nbytes, s)
+            cuda.memcpy_htod_async(tmp, x, s)
+            scale(tmp, np.float32(0.5), np.int32(N), block=(256, 1, 1), grid=(N // 256, 1),
+                  stream=s)
+            cuda.memcpy_dtoh_async(out, tmp, s)
+            tmp.free()
+            junk = cuda.mem_alloc(256)       # allocated now, relaxed: not part of the graph
+            del junk
+        kinds = [n.kind for n in cap.graph.nodes()]
+        assert kinds.count("mem_alloc") == 1 and kinds.count("mem_free") == 1
+        exe = cap.graph.instantiate()
+        for _ in range(3):
+            x[:] = rng.standard_normal(N)
+            exe.launch(s)
+            s.synchronize()
+            np.testing.assert_array_equal(out, x * np.float32(0.5))
+        del exe, cap
+    finally:
+        # popped, not detached: the pinned arrays keep the context until they go
+        cuda.Context.pop()

@@ -23,8 +23,11 @@ def test_sourcemodule_error_uses_the_users_line_numbers(tmp_cache):
     assert "->    3 |     x[0] = 1.0f +;" in msg
     assert "    1 | __global__ void k(float *x)" in msg
     assert 'extern "C"' not in msg and "kernel.cu(4)" not in msg
-    # the object keeps what NVRTC saw
-    assert ei.value.source.startswith('extern "C" {\n') and "kernel.cu(4)" in ei.value.log
+    # the object holds the user's own source and NVRTC's log in the user's numbers
+    # (before: the wrapped source and "kernel.cu(4)", docs/jupyter.md said otherwise)
+    assert ei.value.source == BROKEN
+    assert "kernel.cu(3): error" in ei.value.log and "kernel.cu(4)" not in ei.value.log
+    assert ei.value.stderr == ei.value.log
 
 
 def test_compile_error_without_a_wrapper_is_unchanged(tmp_cache):
@@ -221,3 +224,88 @@ def test_kernels_in_extern_c_only():
            'extern "C" __global__ void bsum(const float *x) { }\n'
            '__global__ void mangled(float *x) { }\n')
     assert kernels_in(src, extern_c_only=True) == [("bsum", ["const float *x"])]
+
+
+# ---- issue 25: the kernels are the compiled module's; reserved names refused ----
+
+def _no_driver(monkeypatch):
+    monkeypatch.setenv("PYGPU_LIBCUDA", "/nonexistent/libcuda.so.1")
+    if sys.modules["pygpu._driver"]._driver_loaded():
+        pytest.skip("this process already loaded a driver")
+
+
+CELL_12 = ('#include <gate_helper.h>\n'
+           '__global__ void after_include(float *x, int n) { x[0] = helper(n); }\n'
+           '// __global__ void commented(float *x) { }\n'
+           '/* __global__ void\n   blocked(int n) { } */\n'
+           '#if 0\n__global__ void preprocessed_away(int n) { }\n#endif\n'
+           '#define MAKE(name) __global__ void name(int *p) { p[0] = 1; }\n'
+           'MAKE(from_macro)\n'
+           '__global__ void last(double *y) { y[0] = 2.0; }\n')
+
+
+def _header(tmp_path):
+    (tmp_path / "gate_helper.h").write_text("__device__ inline float helper(int n) "
+                                            "{ return (float) n; }\n")
+    return str(tmp_path)
+
+
+def _check_cell_12(ns, bound):
+    assert list(bound) == ["after_include", "last", "from_macro"]
+    assert set(ns) == {"after_include", "last", "from_macro"}
+    assert bound["after_include"].params == ["float *x", "int n"]
+    assert bound["from_macro"].params is None
+    assert repr(bound["from_macro"]).startswith("<pygpu kernel from_macro(...)")
+    import inspect
+    assert str(inspect.signature(bound["from_macro"])).startswith("(*args, block")
+
+
+def test_cuda_magic_binds_what_the_binary_holds_without_a_gpu(tmp_cache, tmp_path,
+                                                               monkeypatch):
+    """Issue 25 defect 12: an #include right before a kernel hid it, and a
+    commented-out kernel was bound (then failed to load with a GPU)."""
+    from pygpu.ipython import cuda_cell
+    _no_driver(monkeypatch)
+    ns = {}
+    bound = cuda_cell("--arch sm_80 -q -I " + _header(tmp_path), CELL_12, ns)
+    _check_cell_12(ns, bound)
+
+
+@pytest.mark.standin
+def test_cuda_magic_binds_what_the_module_holds(standin, ctx, tmp_cache, tmp_path):
+    from pygpu.ipython import cuda_cell
+    ns = {}
+    bound = cuda_cell("-q -I " + _header(tmp_path), CELL_12, ns)   # no LogicError
+    _check_cell_12(ns, bound)
+    assert all(k.function is not None for k in bound.values())
+
+
+def test_kernels_of_reads_cubin_and_ptx(tmp_cache):
+    from pygpu.ipython import kernels_of
+    src = ('extern "C" __global__ void foo(float *x) { x[0] = 1; }\n'
+           '__device__ int helper(int a) { return a + 1; }\n'
+           'extern "C" __global__ void bar(int *n) { n[0] = helper(n[0]); }\n'
+           'template <class T> __global__ void tk(T *x) { }\n'
+           'template __global__ void tk<float>(float *);\n')
+    for arch in ("sm_90", "compute_90"):
+        b = compiler.compile(src, arch=arch)
+        assert sorted(kernels_of(b)) == ["_Z2tkIfEvPT_", "bar", "foo"], arch
+
+
+@pytest.mark.parametrize("name", ["__builtins__", "__name__", "__doc__", "In", "Out", "__",
+                                  "_i", "_ih", "_oh", "_5", "_i12", "get_ipython", "exit"])
+def test_cuda_magic_refuses_names_the_namespace_uses(tmp_cache, monkeypatch, name):
+    """Issue 25 defect 13: a kernel named __builtins__ replaced the
+    namespace's builtins (every later cell failed)."""
+    from pygpu.ipython import cuda_cell
+    _no_driver(monkeypatch)
+    ns = {"__builtins__": builtins, "keep": 1}
+    cell = ("__global__ void fine(int *p) { }\n"
+            "__global__ void %s(float *x) { x[0] = 1.0f; }\n" % name)
+    with pytest.raises(ValueError, match=r"%%%%cuda: a kernel named '%s' would replace a name "
+                                         r"the notebook's namespace itself uses" % name):
+        cuda_cell("--arch sm_80 -q", cell, ns)
+    assert ns == {"__builtins__": builtins, "keep": 1}       # nothing bound
+    with pytest.raises(ValueError, match=r"--module '%s' would replace a name" % name):
+        cuda_cell("--arch sm_80 -q --module %s" % name, "__global__ void fine(int *p) { }", ns)
+    assert ns == {"__builtins__": builtins, "keep": 1}

@@ -303,3 +303,49 @@ def test_fault_isolation_on_a_real_illegal_address(project):
     fault_project(project, kernel_fault=True)
     r, out = run(project, "--require-gpu", "-v")
     check_isolated(r, out, project)
+
+
+def _junit_cases(path):
+    import xml.etree.ElementTree as ET
+    root = ET.parse(str(path)).getroot()
+    cases = {}
+    for tc in root.iter("testcase"):
+        outcome = "failed" if tc.find("failure") is not None or tc.find("error") is not None \
+            else "skipped" if tc.find("skipped") is not None else "passed"
+        cases[tc.get("name")] = outcome
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    totals = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors")}
+    return cases, totals
+
+
+@pytest.mark.parametrize("form", ["--junitxml=%s", "--junit-xml=%s", "--junitxml %s",
+                                  "addopts"])
+def test_fault_isolation_keeps_the_whole_session_in_junitxml(project, form):
+    """Issue 25 defect 15: the fresh process started after a fault wrote the
+    same --junitxml file, which then listed only the tests after the fault."""
+    fault_project(project)
+    report = project.path / "reports" / "junit.xml"
+    if form == "addopts":
+        project.makeini("[pytest]\naddopts = --junitxml=%s\n" % report)
+        args = []
+    else:
+        args = (form % report).split()
+    r, out = run(project, "--pygpu-standin", *args)
+    r.assert_outcomes(passed=3, failed=1)
+    cases, totals = _junit_cases(report)
+    assert cases == {"test_1_before": "passed", "test_2_fault": "failed",
+                     "test_3_after": "passed", "test_4_after": "passed"}
+    assert totals == {"tests": 4, "failures": 1, "errors": 0}
+    p = pids(project)
+    assert p["after"] != p["fault"]          # the tests after the fault ran elsewhere
+
+
+def test_fault_isolation_keeps_the_whole_session_in_junitxml_with_xdist(project):
+    pytest.importorskip("xdist")
+    fault_project(project)
+    report = project.path / "junit.xml"
+    r, out = run(project, "--pygpu-standin", "-n", "1", "--junitxml=%s" % report)
+    r.assert_outcomes(passed=3, failed=1)
+    cases, totals = _junit_cases(report)
+    assert sorted(cases) == ["test_1_before", "test_2_fault", "test_3_after", "test_4_after"]
+    assert totals["tests"] == 4 and totals["failures"] == 1

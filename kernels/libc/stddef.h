@@ -4,7 +4,8 @@
 #define PYGPU_LIBC_STDDEF_H
 typedef struct { long long __ll; long double __ld; } max_align_t;
 #ifndef offsetof
-#define offsetof(type, member) ((size_t)&reinterpret_cast<const volatile char &>( \
-    (((type *)0)->member)))
+/* a constant expression (static_assert, array sizes), as nvcc's is: NVRTC's
+ * front end has no __builtin_offsetof, but has EDG's __INTADDR__ */
+#define offsetof(type, member) ((size_t)__INTADDR__(&((type *)0)->member))
 #endif
 #endif

@@ -1,8 +1,10 @@
 /* pygpu: <stdint.h> for NVRTC, which ships no C library headers: the exact-
  * width, least, fast and pointer-sized integer types with their limits and
- * constant macros, as glibc defines them on x86-64 and aarch64 (LP64: the
- * 64-bit types are long), so that kernels written for nvcc compile
- * unchanged.  Searched after every other include directory. */
+ * constant macros, so that kernels written for nvcc compile unchanged.  The
+ * 64-bit types are long long (glibc's LP64 ones are long: the same size)
+ * and the fast types their exact-width ones (glibc's 16- and 32-bit fast
+ * types are 64 bits), as CCCL's <cuda/std/cstdint> declares them under
+ * NVRTC, so that the two can be included together.  Searched after every other include directory. */
 #ifndef PYGPU_LIBC_STDINT_H
 #define PYGPU_LIBC_STDINT_H
 typedef signed char int8_t;
@@ -11,24 +13,17 @@ typedef int int32_t;
 typedef unsigned char uint8_t;
 typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;
-#if defined(__LP64__)
-typedef long int64_t;
-typedef unsigned long uint64_t;
-#define __PYGPU_INT64_C(c) c##L
-#define __PYGPU_UINT64_C(c) c##UL
-#else
 typedef long long int64_t;
 typedef unsigned long long uint64_t;
 #define __PYGPU_INT64_C(c) c##LL
 #define __PYGPU_UINT64_C(c) c##ULL
-#endif
 typedef int8_t int_least8_t;   typedef uint8_t uint_least8_t;
 typedef int16_t int_least16_t; typedef uint16_t uint_least16_t;
 typedef int32_t int_least32_t; typedef uint32_t uint_least32_t;
 typedef int64_t int_least64_t; typedef uint64_t uint_least64_t;
 typedef int8_t int_fast8_t;    typedef uint8_t uint_fast8_t;
-typedef int64_t int_fast16_t;  typedef uint64_t uint_fast16_t;
-typedef int64_t int_fast32_t;  typedef uint64_t uint_fast32_t;
+typedef int16_t int_fast16_t;  typedef uint16_t uint_fast16_t;
+typedef int32_t int_fast32_t;  typedef uint32_t uint_fast32_t;
 typedef int64_t int_fast64_t;  typedef uint64_t uint_fast64_t;
 typedef int64_t intptr_t;      typedef uint64_t uintptr_t;
 typedef int64_t intmax_t;      typedef uint64_t uintmax_t;
@@ -58,16 +53,16 @@ typedef int64_t intmax_t;      typedef uint64_t uintmax_t;
 #define UINT_LEAST32_MAX UINT32_MAX
 #define UINT_LEAST64_MAX UINT64_MAX
 #define INT_FAST8_MIN INT8_MIN
-#define INT_FAST16_MIN INT64_MIN
-#define INT_FAST32_MIN INT64_MIN
+#define INT_FAST16_MIN INT16_MIN
+#define INT_FAST32_MIN INT32_MIN
 #define INT_FAST64_MIN INT64_MIN
 #define INT_FAST8_MAX INT8_MAX
-#define INT_FAST16_MAX INT64_MAX
-#define INT_FAST32_MAX INT64_MAX
+#define INT_FAST16_MAX INT16_MAX
+#define INT_FAST32_MAX INT32_MAX
 #define INT_FAST64_MAX INT64_MAX
 #define UINT_FAST8_MAX UINT8_MAX
-#define UINT_FAST16_MAX UINT64_MAX
-#define UINT_FAST32_MAX UINT64_MAX
+#define UINT_FAST16_MAX UINT16_MAX
+#define UINT_FAST32_MAX UINT32_MAX
 #define UINT_FAST64_MAX UINT64_MAX
 #define INTPTR_MIN INT64_MIN
 #define INTPTR_MAX INT64_MAX

@@ -25,7 +25,9 @@ would fail.  So:
    own (terminal, junitxml, -x, xdist's controller all see them).  A child
    that faults in turn reports it and exits; the next test gets a new child.
    A child that dies (a crash, a signal) fails the test it was running, and
-   the next test gets a new child.
+   the next test gets a new child.  A child writes no report file of its
+   own (--junitxml, from the command line or addopts): its reports reach
+   the file through this process, which writes the whole session once.
 """
 import json
 import os
@@ -252,6 +254,28 @@ class Isolation:
         item.ihook.pytest_runtest_logreport(report=rep)
 
     # -- the child that serves tests --
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session):
+        if self.serving is None:
+            return
+        # its reports go to the driving process, which logs them as its own:
+        # a --junitxml of the child's would overwrite the session's file
+        # with the tests after the fault only
+        config = self.config
+        try:
+            from _pytest.junitxml import xml_key        # pytest 7+
+        except ImportError:
+            xml_key = None
+        xml = config.stash.get(xml_key, None) if xml_key is not None else None
+        if xml is not None:
+            del config.stash[xml_key]
+        else:
+            xml = getattr(config, "_xml", None)         # older pytest
+            if xml is not None:
+                del config._xml
+        if xml is not None and config.pluginmanager.is_registered(xml):
+            config.pluginmanager.unregister(xml)
 
     def _serve_send(self, msg):
         try:

@@ -108,6 +108,7 @@ typedef struct fake_stream {
     struct fake_graph *cap;       /* the graph being captured, or NULL */
     struct fake_node *cap_last;   /* the capture's last node */
     int cap_mode, cap_invalid;
+    pthread_t cap_thread;         /* the thread that began the capture */
 } fake_stream;
 
 typedef struct fake_event {
@@ -221,6 +222,7 @@ struct fake_node;
 static fake_stream *cap_stream(CUstream s);
 static struct fake_node *cap_node(fake_stream *st, int type, CUresult *rc);
 static CUresult cap_violation(fake_ctx *c, CUresult code);
+static CUresult cap_unsafe(void);
 static void cap_memcpy(struct fake_node *n, void *dst, const void *src, size_t len, int dd,
                        int sd);
 static void cap_memset(struct fake_node *n, CUdeviceptr d, unsigned v, size_t count,
@@ -1212,6 +1214,7 @@ fake_cuMemAlloc(CUdeviceptr *dptr, size_t n)
 {
     CUresult rc = enter(F_cuMemAlloc);
     if (rc) return rc;
+    if ((rc = cap_unsafe()) != CUDA_SUCCESS) return rc;
     return device_alloc(dptr, n, K_DEVICE, 0);
 }
 
@@ -1222,6 +1225,7 @@ fake_cuMemAllocPitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t heig
     CUresult rc = enter(F_cuMemAllocPitch);
     size_t p;
     if (rc) return rc;
+    if ((rc = cap_unsafe()) != CUDA_SUCCESS) return rc;
     if (pitch == NULL || (elem != 4 && elem != 8 && elem != 16) || width == 0 || height == 0)
         return CUDA_ERROR_INVALID_VALUE;
     p = (width + 511) / 512 * 512;
@@ -1258,6 +1262,7 @@ fake_cuMemFree(CUdeviceptr d)
 {
     CUresult rc = enter(F_cuMemFree);
     if (rc) return rc;
+    if ((rc = cap_unsafe()) != CUDA_SUCCESS) return rc;
     if (d == 0) return CUDA_SUCCESS;
     return free_kind(d, 0);
 }
@@ -1384,6 +1389,7 @@ fake_cuMemAllocManaged(CUdeviceptr *dptr, size_t n, unsigned int flags)
 {
     CUresult rc = enter(F_cuMemAllocManaged);
     if (rc) return rc;
+    if ((rc = cap_unsafe()) != CUDA_SUCCESS) return rc;
     if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)
         return CUDA_ERROR_INVALID_VALUE;
     return device_alloc(dptr, n, K_MANAGED, flags);
@@ -1823,6 +1829,7 @@ fake_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *va
     CUresult rc = enter(F_cuMemPoolSetAttribute);
     uintptr_t h = (uintptr_t)pool;
     if (rc) return rc;
+    if ((rc = cap_unsafe()) != CUDA_SUCCESS) return rc;
     if (value == NULL || h < 0x9000 || h >= 0x9000 + 16 * 8 || (h - 0x9000) % 16)
         return CUDA_ERROR_INVALID_VALUE;
     if (attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) {
@@ -4063,6 +4070,7 @@ struct fake_graph {
     fake_node *first, *last;
     int count;
     int sub;                /* a child copy or conditional body: dies with its node */
+    struct fake_graph *parent;  /* a conditional body: the graph of its node */
 };
 
 typedef struct {
@@ -4280,7 +4288,8 @@ graph_copy(fake_graph *g, int sub)
         if (n->child)
             m->child = graph_copy(n->child, 1);
         for (k = 0; k < (int)n->csize && k < 16; k++)
-            m->bodies[k] = graph_copy(n->bodies[k], 1);
+            if ((m->bodies[k] = graph_copy(n->bodies[k], 1)) != NULL)
+                m->bodies[k]->parent = c;
         remember(m);
         map[n->idx] = m;
         if (c->last)
@@ -4384,7 +4393,7 @@ replay(fake_graph *g, CUstream s, int depth)
             n->event->t = now_ms();
             break;
         case CU_GRAPH_NODE_TYPE_GRAPH:
-            rc = replay(n->child, s, depth + 1);
+            rc = n->child != NULL ? replay(n->child, s, depth + 1) : CUDA_ERROR_INVALID_VALUE;
             break;
         case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
             unsigned h = (unsigned)n->cond - 1, v = cond_value[h];
@@ -4457,6 +4466,53 @@ cap_violation(fake_ctx *c, CUresult code)
     return code;
 }
 
+/* This thread's capture interaction mode (cuThreadExchangeStreamCaptureMode). */
+static __thread int tl_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+static CUresult
+fake_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    CUresult rc = enter(F_cuThreadExchangeStreamCaptureMode);
+    int old;
+    if (rc) return rc;
+    if (mode == NULL || (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL
+                         && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+                         && *mode != CU_STREAM_CAPTURE_MODE_RELAXED))
+        return CUDA_ERROR_INVALID_VALUE;
+    old = tl_capture_mode;
+    tl_capture_mode = *mode;
+    *mode = (CUstreamCaptureMode)old;
+    return CUDA_SUCCESS;
+}
+
+/* A potentially unsafe call (cuMemAlloc, cuMemFree, a pool attribute...)
+ * while streams capture, as the driver rules it: unless this thread's mode
+ * is RELAXED, it is prohibited while a GLOBAL capture runs in any thread or
+ * a THREAD_LOCAL one in this thread; the call fails with
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and those captures are invalidated
+ * (their next captured operation and cuStreamEndCapture fail with
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED).  Takes the lock. */
+static CUresult
+cap_unsafe(void)
+{
+    fake_stream *s;
+    CUresult rc = CUDA_SUCCESS;
+    if (tl_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&lock);
+    if (captures_active > 0)
+        for (s = all_streams; s != NULL; s = s->next_all)
+            if (s->alive && s->cap != NULL
+                && (s->cap_mode == CU_STREAM_CAPTURE_MODE_GLOBAL
+                    || (s->cap_mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+                        && pthread_equal(s->cap_thread, pthread_self())))) {
+                s->cap_invalid = 1;
+                rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+            }
+    unlock();
+    return rc;
+}
+
 static CUresult
 fake_cuStreamBeginCapture(CUstream h, CUstreamCaptureMode mode)
 {
@@ -4476,6 +4532,7 @@ fake_cuStreamBeginCapture(CUstream h, CUstreamCaptureMode mode)
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     } else {
         s->cap_mode = mode;
+        s->cap_thread = pthread_self();
         s->cap_invalid = 0;
         s->cap_last = NULL;
         captures_active++;
@@ -4704,6 +4761,18 @@ fake_cuGraphAddHostNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, si
     return CUDA_SUCCESS;
 }
 
+/* 1 if g is inner or encloses it: inner itself, or the graph of the
+ * conditional node whose body inner is, and so on outwards (a graph may not
+ * be its own descendant).  Lock held. */
+static int
+graph_encloses(fake_graph *g, fake_graph *inner)
+{
+    for (; inner != NULL; inner = inner->parent)
+        if (inner == g)
+            return 1;
+    return 0;
+}
+
 static CUresult
 fake_cuGraphAddChildGraphNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t nd,
                               CUgraph child)
@@ -4713,7 +4782,8 @@ fake_cuGraphAddChildGraphNode(CUgraphNode *out, CUgraph h, const CUgraphNode *de
                              CU_GRAPH_NODE_TYPE_GRAPH, &rc);
     fake_graph *c;
     if (n == NULL) return rc;
-    if ((c = graph_ok(child)) == NULL || c == n->graph || (n->child = graph_copy(c, 1)) == NULL) {
+    if ((c = graph_ok(child)) == NULL || graph_encloses(c, n->graph)
+        || (n->child = graph_copy(c, 1)) == NULL) {
         add_undo(n, out);
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -5218,6 +5288,7 @@ fake_cuGraphAddNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t
             add_undo(n, out);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
+        n->bodies[k]->parent = n->graph;
     }
     /* the array belongs to the node, as the driver's does */
     p->conditional.phGraph_out = (CUgraph *)n->bodies;

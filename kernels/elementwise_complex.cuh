@@ -118,6 +118,16 @@ template <typename T> __device__ inline complex<T> pow(const complex<T> &z, cons
 { return pow(z, complex<T>(w)); }
 template <typename T> __device__ inline complex<T> pow(const T &z, const complex<T> &w)
 { return pow(complex<T>(z), w); }
+// as PyCUDA's plain (non-template) overloads for float and double: a real
+// operand of another type converts, pow(z, 3) and pow(2, z) included
+__device__ inline complex<float> pow(const complex<float> &z, const float &w)
+{ return pow<float>(z, w); }
+__device__ inline complex<float> pow(const float &z, const complex<float> &w)
+{ return pow<float>(z, w); }
+__device__ inline complex<double> pow(const complex<double> &z, const double &w)
+{ return pow<double>(z, w); }
+__device__ inline complex<double> pow(const double &z, const complex<double> &w)
+{ return pow<double>(z, w); }
 template <typename T> __device__ inline complex<T> sin(const complex<T> &z)
 { return complex<T>(::sin(z.real()) * ::cosh(z.imag()), ::cos(z.real()) * ::sinh(z.imag())); }
 template <typename T> __device__ inline complex<T> cos(const complex<T> &z)

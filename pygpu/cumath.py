@@ -231,6 +231,11 @@ def _make_unary(name, takes_complex):
         k = _kernels.get((_drv.Context.get_current(), dtype))
         if k is None:
             k = _module(dtype)
+        if out is None and array.__class__ is not _GPUArray:
+            # PyCUDA's result: array._new_like_me() (a subclass's own type)
+            from pygpu.gpuarray import _made_like
+            out = _made_like(array)
+            _check_out(out, array, dtype)
         if out is None:
             out = _new_like(array)
         n = array.size

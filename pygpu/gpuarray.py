@@ -701,10 +701,11 @@ class GPUArray:
         dtype = _check_dtype(dtype)
         if dtype == self.dtype:
             return self.copy()
+        out = None if self.__class__ is GPUArray else _made_like(self, dtype=dtype)
         if self.dtype.kind == "c" and dtype.kind != "c":
-            return _map("astype", "pygpu::real({0})", [self], None, stream, dtype,
+            return _map("astype", "pygpu::real({0})", [self], out, stream, dtype,
                         compute=self.dtype)
-        return _map("astype", "{0}", [self], None, stream, dtype)
+        return _map("astype", "{0}", [self], out, stream, dtype)
 
     def any(self, stream=None, allocator=None):
         return any(self, stream=stream, allocator=allocator)
@@ -735,7 +736,9 @@ class GPUArray:
             size *= n
         if size == 0:
             ptr = self.ptr if self.gpudata is not None else None
-        return _new(self.__class__, shape, dtype, strides, ptr, base, self.allocator, size,
+        # a GPUArray, of a subclass's instance too (as PyCUDA's views: a
+        # subclass's constructor may take other arguments, reikna's does)
+        return _new(GPUArray, shape, dtype, strides, ptr, base, self.allocator, size,
                     _is_c(shape, strides, dtype.itemsize), _is_f(shape, strides, dtype.itemsize))
 
     def reshape(self, *shape, order="C"):
@@ -907,16 +910,20 @@ class GPUArray:
         """The real part (a new array for complex dtypes, self otherwise)."""
         if self.dtype.kind != "c":
             return self
-        return _map("real", "pygpu::real({0})", [self], None, None,
-                    np.dtype(self.dtype.char.lower()), compute=self.dtype)
+        rdt = np.dtype(self.dtype.char.lower())
+        out = None if self.__class__ is GPUArray else \
+            _made_like(self, dtype=rdt, order="F" if self._f and not self._c else "C")
+        return _map("real", "pygpu::real({0})", [self], out, None, rdt, compute=self.dtype)
 
     @property
     def imag(self):
         """The imaginary part (a new array; zeros for real dtypes)."""
         if self.dtype.kind != "c":
             return zeros_like(self)
-        return _map("imag", "pygpu::imag({0})", [self], None, None,
-                    np.dtype(self.dtype.char.lower()), compute=self.dtype)
+        rdt = np.dtype(self.dtype.char.lower())
+        out = None if self.__class__ is GPUArray else \
+            _made_like(self, dtype=rdt, order="F" if self._f and not self._c else "C")
+        return _map("imag", "pygpu::imag({0})", [self], out, None, rdt, compute=self.dtype)
 
     def conj(self, out=None):
         """The complex conjugate (self for real dtypes, unless out= is given)."""
@@ -925,6 +932,8 @@ class GPUArray:
                 return self
             _copy_d2d(out, self if out.dtype == self.dtype else self.astype(out.dtype), None)
             return out
+        if out is None and self.__class__ is not GPUArray:
+            out = _made_like(self, order="F" if self._f and not self._c else "C")
         return _map("conj", "pygpu::conj({0})", [self], out, None,
                     self.dtype if out is None else out.dtype)
 
@@ -1057,6 +1066,133 @@ def _copy_d2h(host, dev, async_, stream):
     host[...] = np.lib.stride_tricks.as_strided(buf, src.shape, order)
 
 
+# ---- PyCUDA's _memcpy_discontig (reikna's Array.copy calls it) ----
+
+def _discontig_plan(shape, sstrides, dstrides, itemsize):
+    """The byte-level copy of an array of shape between two strided layouts,
+    as [[count, src_stride, dst_stride], ...] from the fastest axis on (the
+    first entry contiguous bytes on both sides, the width), its axes in
+    src's order with contiguous runs merged; None where no pitched copy
+    does it (a stride <= 0, overlapping axes, or dst's axes in another
+    order than src's)."""
+    axes = sorted((s, d, n) for s, d, n in zip(sstrides, dstrides, shape) if n != 1)
+    dims = [[itemsize, 1, 1]]
+    for s, d, n in axes:
+        if s <= 0 or d <= 0:
+            return None
+        n0, s0, d0 = dims[-1]
+        if s == s0 * n0 and d == d0 * n0:
+            dims[-1][0] = n0 * n
+        elif s >= s0 * n0 and d >= d0 * n0:
+            dims.append([n, s, d])
+        else:
+            return None
+    return dims
+
+
+def _host_flat(host):
+    """host's memory from element 0 on as a contiguous 1-D array (host's
+    strides stay the offsets into it), or None where host has a stride
+    that is not positive or not a multiple of its item size."""
+    extent = host.itemsize
+    for n, s in zip(host.shape, host.strides):
+        if n > 1:
+            if s <= 0 or s % host.itemsize:
+                return None
+            extent += (n - 1) * s
+    return np.lib.stride_tricks.as_strided(host, (extent // host.itemsize,), (host.itemsize,))
+
+
+def _memcpy_discontig(dst, src, async_=False, stream=None):
+    """Copy the contents of src into dst (PyCUDA's signature and checks).
+
+    src and dst: GPUArrays or NumPy arrays (at least one a GPUArray for a
+    device copy) of the same shape and dtype, with any strides.  Where the
+    two layouts nest (up to two strided axes besides a contiguous run, in
+    the same order on both sides) it is one cuMemcpy, cuMemcpy2D or
+    cuMemcpy3D, enqueued on stream when async_ is true, as PyCUDA's; other
+    layouts (more strided axes, negative strides, dst's axes in another
+    order), which PyCUDA refuses, are copied as GPUArray.set()/get() and
+    element-wise copies do."""
+    if not isinstance(src, (GPUArray, np.ndarray)):
+        raise TypeError("src must be GPUArray or ndarray")
+    if not isinstance(dst, (GPUArray, np.ndarray)):
+        raise TypeError("dst must be GPUArray or ndarray")
+    if src.shape != dst.shape:
+        raise ValueError("src and dst must be same shape")
+    if src.dtype != dst.dtype:
+        raise TypeError("src and dst must have same dtype")
+    hsrc, hdst = isinstance(src, np.ndarray), isinstance(dst, np.ndarray)
+    if hsrc and hdst:
+        dst[...] = src
+        return
+    if hdst and not dst.flags.writeable:
+        raise ValueError("the destination array is read-only")
+    if dst.size == 0:
+        return
+    if hdst:
+        _check_context(src, None)
+    else:
+        _check_context(dst, None)
+        if not hsrc:
+            _check_context(src, None)
+    sflat = _host_flat(src) if hsrc else None
+    if hsrc and sflat is None:
+        src = np.ascontiguousarray(src)
+        sflat = _host_flat(src)
+    dflat = _host_flat(dst) if hdst else None
+    plan = None
+    if not hdst or dflat is not None:
+        plan = _discontig_plan(src.shape, src.strides, dst.strides, src.itemsize)
+    if plan is not None and len(plan) == 3 and (plan[2][1] % plan[1][1]
+                                                or plan[2][2] % plan[1][2]):
+        plan = None         # the slices' pitch is not a whole number of rows
+    if plan is None or len(plan) > 3:
+        if hsrc:
+            _copy_h2d(dst, src, async_, stream)
+        elif hdst:
+            _copy_d2h(dst, src, async_, stream)
+        else:
+            _copy_d2d(dst, src, stream)
+        return
+    if len(plan) == 1:
+        n = plan[0][0]
+        if hsrc:
+            if async_:
+                drv.memcpy_htod_async(dst.ptr, sflat, stream)
+            else:
+                drv.memcpy_htod(dst.ptr, sflat)
+        elif hdst:
+            if async_:
+                drv.memcpy_dtoh_async(dflat, src.ptr, stream)
+            else:
+                drv.memcpy_dtoh(dflat, src.ptr)
+        elif async_:
+            drv.memcpy_dtod_async(dst.ptr, src.ptr, n, stream)
+        else:
+            drv.memcpy_dtod(dst.ptr, src.ptr, n)
+        return
+    copy = drv.Memcpy2D() if len(plan) == 2 else drv.Memcpy3D()
+    if hsrc:
+        copy.set_src_host(sflat)
+    else:
+        copy.set_src_device(src.ptr)
+    if hdst:
+        copy.set_dst_host(dflat)
+    else:
+        copy.set_dst_device(dst.ptr)
+    copy.width_in_bytes = plan[0][0]
+    copy.height, copy.src_pitch, copy.dst_pitch = plan[1]
+    if len(plan) == 3:
+        depth, sz, dz = plan[2]
+        copy.src_height, copy.dst_height = sz // copy.src_pitch, dz // copy.dst_pitch
+        copy.depth = depth
+    if async_:
+        copy(stream)
+    else:
+        copy()
+
+
 # ---- element-wise machinery ----
 
 _SAMPLE = {bool: True, int: 1, float: 1.0, complex: 1j}
@@ -1186,6 +1322,38 @@ _fast_as = {}
 _fast_sa = {}
 
 
+def _subclassed(a):
+    """a is an instance of a GPUArray subclass (not GPUArray itself)."""
+    return a.__class__ is not GPUArray and isinstance(a, GPUArray)
+
+
+def _made_like(like, *args, **kwargs):
+    """like._new_like_me(*args, **kwargs), checked to be a GPUArray."""
+    r = like._new_like_me(*args, **kwargs)
+    if not isinstance(r, GPUArray):
+        raise TypeError("%s._new_like_me() returned %s, not a GPUArray"
+                        % (type(like).__name__, type(r).__name__))
+    return r
+
+
+def _like_me(operands, *args, **kwargs):
+    """PyCUDA's result of an operation whose array operand is of a GPUArray
+    subclass: that operand's _new_like_me(*args, **kwargs), called as PyCUDA
+    calls it, so the subclass (reikna's Array) gets its own type back.  The
+    operand is the first array of the result's shape (PyCUDA: self, or the
+    other one where self is 0-d); None where it is a GPUArray itself (the
+    result is made as before) or the shapes do not broadcast."""
+    arrays = [o for o in operands if isinstance(o, GPUArray)]
+    try:
+        shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    except ValueError:
+        return None
+    like = next((a for a in arrays if a.shape == shape), None)
+    if like is None or like.__class__ is GPUArray:
+        return None
+    return _made_like(like, *args, **kwargs)
+
+
 def _binary(op, x, y, out=None, stream=None):
     """x <op> y element-wise with NumPy's dtypes and broadcasting."""
     tx, ty = type(x), type(y)
@@ -1267,6 +1435,8 @@ def _binary(op, x, y, out=None, stream=None):
     res, comp = _types(op, kx, ky)
     if op == "power":
         _check_power_scalar(op, res, y)
+    if out is None and (_subclassed(x) or _subclassed(y)):
+        out = _like_me((x, y), res)
     return _map(op, _expr(op, comp), [x, y], out, stream, res, compute=comp, op=op)
 
 
@@ -1571,6 +1741,15 @@ def _unary(op, x, out=None, stream=None):
     if not isinstance(x, GPUArray):
         raise TypeError("%s takes a GPUArray, not %s" % (op, type(x).__name__))
     dt = x.dtype
+    if out is None and x.__class__ is not GPUArray:
+        # PyCUDA: x._new_like_me() (of the result's dtype where it differs)
+        if op == "absolute" and dt.kind == "c":
+            out = _made_like(x, np.dtype(dt.char.lower()))
+        elif op == "logical_not":
+            out = _made_like(x, np.dtype(np.bool_))
+        elif (op == "negative" and dt.kind != "b") or (op == "invert" and dt.kind in "iub") \
+                or op == "absolute":
+            out = _made_like(x)
     if op == "negative":
         if dt.kind == "b":
             raise TypeError("The numpy boolean negative, the `-` operator, is not supported, "
@@ -1601,6 +1780,8 @@ def _axpbyz(a, x, b, y, out, stream):
         raise TypeError("mul_add: other must be a GPUArray, not %s" % type(y).__name__)
     res = np.result_type(_types("multiply", x.dtype, _operand_key(a))[0],
                          _types("multiply", y.dtype, _operand_key(b))[0])
+    if out is None and x.__class__ is not GPUArray:
+        out = _made_like(x, res)            # PyCUDA's mul_add
     return _map("axpbyz", "{0} * {1} + {2} * {3}", [a, x, b, y], out, stream,
                 res if out is None else out.dtype, compute=res)
 

@@ -302,7 +302,7 @@ def test_a_cache_hit_in_a_new_process_loads_no_library(tmp_path):
 
 HEADERS = ["stdio.h", "stdint.h", "assert.h", "math.h", "limits.h", "cstdio", "cstdint",
            "cassert", "cmath", "climits", "cstring", "string.h", "float.h", "cfloat",
-           "stddef.h", "cstddef", "stdlib.h", "cstdlib"]
+           "stddef.h", "cstddef", "stdlib.h", "cstdlib", "pycuda-complex.hpp"]
 USES = {
     "stdint.h": "int64_t v = INT64_MAX; uint8_t u = UINT8_MAX; intptr_t p = 0; (void)p;"
                 "y[0] = (float)(v > 0) + u;",
@@ -329,6 +329,9 @@ USES = {
     "cstdio": 'printf("%d\\n", 1);',
     "stdlib.h": "int *p = (int *)malloc(4); free(p);",
     "cstdlib": "int *p = (int *)malloc(4); free(p);",
+    # PyCUDA's, on its SourceModule's include path (pow with an int exponent)
+    "pycuda-complex.hpp": "pycuda::complex<float> z(y[0], 1.f); z = pow(z, 2) * conj(z); "
+                          "y[0] = abs(z) + z.real();",
 }
 
 

@@ -464,11 +464,6 @@ def _alias_run(reikna, code, standin_lib):
                           capture_output=True, text=True, timeout=600)
 
 
-SUBCLASS_GAP = ("pygpu.driver.Device is not an acceptable base type (issue 24; helper "
-                "'subclass' makes pygpu's types subclassable)")
-
-
-@pytest.mark.xfail(reason=SUBCLASS_GAP, strict=False)
 def test_reikna_imports_through_the_alias(reikna, standin_lib):
     p = _alias_run(reikna, """
         import pygpu.pycuda_alias as alias
@@ -486,7 +481,6 @@ def test_reikna_imports_through_the_alias(reikna, standin_lib):
     assert p.stdout.splitlines() == ["device pygpu driver stand-in 0", "roundtrip True"]
 
 
-@pytest.mark.xfail(reason=SUBCLASS_GAP, strict=False)
 def test_reikna_suite_collects_through_the_alias(reikna, standin_lib):
     root, path = reikna
     env = _env(PYGPU_LIBCUDA=standin_lib, PYTHONPATH=os.pathsep.join([path, ROOT]))
@@ -502,15 +496,46 @@ def test_reikna_suite_collects_through_the_alias(reikna, standin_lib):
     assert " tests collected" in p.stdout.splitlines()[-1]
 
 
+def test_reikna_arrays_keep_their_type_and_copy_through_the_alias(reikna, standin_lib):
+    # reikna's Array: arithmetic results come from its _new_like_me() (its
+    # test_array_type_after_binop), copy() is gpuarray._memcpy_discontig with
+    # async_= and stream= (a pitched memcpy for a view: right on the stand-in
+    # too; reikna's get() of a view runs a kernel, so it is not read here)
+    p = _alias_run(reikna, """
+        import pygpu.pycuda_alias as alias
+        alias.install()
+        import numpy as np
+        import reikna.cluda as cluda
+        from reikna.cluda.cuda import Array
+        api = cluda.cuda_api()
+        thr = api.Thread.create()
+        a = np.random.default_rng().standard_normal((16, 24)).astype(np.float32)
+        x = thr.to_device(a)
+        print("binop", type(x + x).__name__, type(x * 2).__name__, type(-x).__name__,
+              type(x.astype(np.float64)).__name__, (x + x).dtype)
+        c = x.copy()
+        thr.synchronize()
+        print("copy", type(c).__name__, (c.get() == a).all(), int(c.gpudata) != int(x.gpudata))
+        v = x[2:10, 3:7]
+        print("view", type(v).__name__, v.shape, v.flags.forc)
+        w = v.copy()
+        thr.synchronize()
+        # a copy keeps the view's strides (reikna's empty_like): read with a memcpy
+        import pycuda.gpuarray as ga
+        h = np.empty(w.shape, w.dtype)
+        ga._memcpy_discontig(h, w)
+        print("view copy", type(w).__name__, (h == a[2:10, 3:7]).all())
+    """, standin_lib)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.splitlines() == ["binop Array Array Array Array float32",
+                                     "copy Array True True", "view Array (8, 4) False",
+                                     "view copy Array True"]
+
+
 # ---- the pygpu gaps reikna met past Device (found on the stand-in with
-# Device patched out; each xfail until issue 24's work closes it) ----
-
-REIKNA_GAP = "issue 24: a gap reikna 0.9.0 meets through the alias (PyCUDA behaves so)"
-
+# Device patched out), each closed and kept here as a test ----
 
 @pytest.mark.standin
-@pytest.mark.xfail(reason=REIKNA_GAP + ": a launch takes any ArgumentHandler's "
-                   "get_device_alloc() (reikna's Buffer; 377 of 1233 tests)", strict=False)
 def test_gap_argument_handler_subclass_is_a_kernel_argument(standin, ctx):
     import struct
     import pygpu.driver as drv
@@ -533,17 +558,15 @@ def test_gap_argument_handler_subclass_is_a_kernel_argument(standin, ctx):
     assert struct.unpack("Q", standin.last_launch().params[:8])[0] == int(b)
 
 
-@pytest.mark.xfail(reason=REIKNA_GAP + ": pycuda.gpuarray._memcpy_discontig (reikna's "
-                   "Array.copy calls it)", strict=False)
 def test_gap_memcpy_discontig_exists():
+    # reikna's Array.copy calls it (tests/test_memcpy_discontig.py: its copies)
+    import inspect
     from pygpu import gpuarray
-    assert callable(gpuarray._memcpy_discontig)
+    assert str(inspect.signature(gpuarray._memcpy_discontig)) == \
+        "(dst, src, async_=False, stream=None)"
 
 
 @pytest.mark.standin
-@pytest.mark.xfail(reason=REIKNA_GAP + ": arithmetic on a GPUArray subclass returns the "
-                   "subclass, through its _new_like_me() (reikna's test_array_type_after_binop)",
-                   strict=False)
 def test_gap_binop_result_keeps_the_subclass(standin, ctx):
     from pygpu import gpuarray
 
@@ -553,3 +576,82 @@ def test_gap_binop_result_keeps_the_subclass(standin, ctx):
 
     a = Mine((8,), np.float32)
     assert type(a + a) is Mine
+
+
+# ---- gaps PyCUDA's examples/ met through the alias on the stand-in ----
+
+COMPLEX_KERNEL = r"""
+#include <pycuda-complex.hpp>
+typedef pycuda::complex<double> cd;
+typedef pycuda::complex<float> cf;
+__global__ void k(const cd *z, cd *out, cf *outf, int power)
+{
+    int i = threadIdx.x + blockIdx.x * blockDim.x;
+    cd w = z[i];
+    cf v(float(w.real()), float(w.imag()));
+    // mandelbrot_interactive's z = pow(z, power) + c: an int exponent
+    out[4 * i] = pow(w, power) + w;
+    out[4 * i + 1] = pow(2, w);
+    out[4 * i + 2] = exp(w) * conj(w) / 3;
+    out[4 * i + 3] = cd(norm(w), abs(w));
+    outf[2 * i] = pow(v, 3) * 2;
+    outf[2 * i + 1] = sqrt(v) - 1;
+}
+"""
+
+
+def test_pycuda_complex_header_compiles():
+    # PyCUDA puts its include folder on every SourceModule's path:
+    # #include <pycuda-complex.hpp> inside SourceModule's extern "C" block
+    # (C++ linkage in the header), pow() with an int operand (PyCUDA's plain
+    # float/double overloads); to PTX, no GPU needed
+    from pygpu import compiler
+    ptx = compiler.compile('extern "C" {\n%s\n}\n' % COMPLEX_KERNEL, target="ptx",
+                           arch="compute_80")
+    assert ptx.target == "ptx" and b".entry k(" in bytes(ptx)
+
+
+@pytest.mark.driver
+def test_pycuda_complex_header_in_source_module(ctx):
+    from pygpu.compiler import SourceModule
+    f = SourceModule(COMPLEX_KERNEL).get_function("k")
+    assert len(f.param_sizes) == 4
+
+
+@pytest.mark.gpu
+def test_gpu_pycuda_complex_header_against_numpy(ctx, rng):
+    import pygpu.driver as drv
+    from pygpu.compiler import SourceModule
+    n = 256
+    z = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex128)
+    out = np.empty(4 * n, np.complex128)
+    outf = np.empty(2 * n, np.complex64)
+    f = SourceModule(COMPLEX_KERNEL).get_function("k")
+    f(drv.In(z), drv.Out(out), drv.Out(outf), np.int32(5), block=(128, 1, 1), grid=(2, 1))
+    np.testing.assert_allclose(out[0::4], z ** 5 + z, rtol=1e-10)
+    np.testing.assert_allclose(out[1::4], 2 ** z, rtol=1e-10)
+    np.testing.assert_allclose(out[2::4], np.exp(z) * np.conj(z) / 3, rtol=1e-10)
+    np.testing.assert_allclose(out[3::4], np.abs(z) ** 2 + 1j * np.abs(z), rtol=1e-10)
+    v = z.astype(np.complex64)
+    np.testing.assert_allclose(outf[0::2], v ** 3 * 2, rtol=2e-5, atol=1e-5)
+    np.testing.assert_allclose(outf[1::2], np.sqrt(v) - 1, rtol=2e-5, atol=1e-5)
+
+
+@pytest.mark.driver
+def test_float_grid_and_block_are_refused_as_pycuda_refuses_them(ctx):
+    # from-wiki/arithmetic_example.py passes grid=(N / 1024 + 1, 1, 1), a
+    # float: PyCUDA's launch converts each entry with Boost.Python's
+    # extract<unsigned>, whose converter takes Python ints only (a float
+    # raises TypeError there too), so pygpu refuses it as well, naming it
+    import pygpu.driver as drv
+    from pygpu.compiler import SourceModule
+    f = SourceModule("__global__ void k(float *p) {}").get_function("k")
+    a = drv.mem_alloc(64)
+    with pytest.raises(TypeError, match=r"grid\[0\] must be an int, not float"):
+        f(a, block=(32, 1, 1), grid=(4096 / 1024 + 1, 1, 1))
+    with pytest.raises(TypeError, match=r"block\[1\] must be an int, not float"):
+        f(a, block=(32, 2.0, 1), grid=(1, 1))
+    f.prepare("P")
+    with pytest.raises(TypeError, match=r"grid\[1\] must be an int, not float"):
+        f.prepared_call((1, 1.0), (32, 1, 1), a)
+    f(a, block=(32, 1, 1), grid=(np.int64(5), 1))      # pygpu takes NumPy ints (__index__)

@@ -63,7 +63,7 @@ class Rank:
         with self.comm.context:
             self.x.set(x)
             self.y.set(y)
-            pad = np.full(self.freqs.size - len(freqs), freqs[-1])
+            pad = np.full(self.share * self.comm.nranks - len(freqs), freqs[-1])
             self.freqs.set(np.concatenate([freqs, pad]))
 
     def broadcast(self) -> None:

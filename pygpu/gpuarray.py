@@ -2153,7 +2153,8 @@ def logical_not(x, /, out=None, *, allocator=None):
 
 # ---- reductions: pygpu.reduction (imported when first used) ----
 
-def sum(a, dtype=None, stream=None, allocator=None):
+def sum(a: "GPUArray", dtype: "object" = None, stream: "object" = None,
+        allocator: "object" = None) -> "GPUArray":
     from pygpu.reduction import get_sum_kernel
     krnl = get_sum_kernel(dtype, a.dtype)
     return krnl(a, stream=stream, allocator=allocator)

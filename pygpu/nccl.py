@@ -37,6 +37,7 @@ the device's legacy default stream, where pygpu's own array operations run,
 so they are ordered after the kernels that wrote the buffers.  Calls return
 at once: :meth:`Communicator.synchronize` (or the stream's) waits.
 """
+from typing import Any
 import contextlib
 
 import numpy as np
@@ -58,7 +59,7 @@ def _nccl():
     return nccl
 
 
-def available():
+def available() -> bool:
     """Whether nccl4py imports (the NCCL library itself loads at the first
     call that needs it)."""
     try:
@@ -199,7 +200,7 @@ class Communicator:
         return cls(comm, ctx, stream)
 
     @classmethod
-    def init_all(cls, devices=None):
+    def init_all(cls, devices: "object" = None) -> "list[Communicator]":
         """One communicator per device, all in this process (NCCL's
         ``ncclCommInitAll``): rank i on ``devices[i]`` (ordinals; None: every
         device)."""
@@ -332,7 +333,7 @@ class Communicator:
 
     # ---- the rest ----
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         """Wait for this communicator's stream (the context, where it has
         none)."""
         with _current(self.context):
@@ -344,7 +345,7 @@ class Communicator:
                 from pygpu import driver
                 driver.Stream.from_handle(int(self.stream)).synchronize()
 
-    def destroy(self):
+    def destroy(self) -> None:
         """Free the communicator (NCCL's ``ncclCommDestroy``; after the work
         queued on it is done)."""
         if self.nccl is not None:
@@ -468,7 +469,8 @@ def _child(fn, rank, nranks, uid, device, args, queue):
         queue.put((rank, False, "%s: %s\n%s" % (type(e).__name__, e, traceback.format_exc())))
 
 
-def spawn(fn, nranks=None, args=(), devices=None, timeout=600):
+def spawn(fn: "object", nranks: "int | None" = None, args: "tuple[object, ...]" = (),
+          devices: "object" = None, timeout: float = 600) -> "list[Any]":
     """Run ``fn(comm, *args)`` in `nranks` new processes (multiprocessing's
     'spawn'), one per GPU, each with its rank's :class:`Communicator` (its
     context current); returns their results in rank order.  `fn` must be

@@ -155,7 +155,9 @@ def main():
                             body.append("    %s: %s" % (a, "int | None" if a == "code"
                                                        else "str | None"))
             for m, v in sorted(vars(o).items()):
-                if m.startswith("__") and m not in ("__init__", "__call__", "__enter__",
+                # __init__: the one line inserted below (a type's own tp_init
+                # slot, for subclasses, would otherwise give a second)
+                if m.startswith("__") and m not in ("__call__", "__enter__",
                                                     "__exit__", "__int__", "__index__",
                                                     "__cuda_array_interface__"):
                     continue

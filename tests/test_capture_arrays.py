@@ -422,3 +422,83 @@ def test_gpu_capture_compiles_inside_and_keeps_temporaries(ctx, rng):
         np.testing.assert_allclose(z.get(), x * a + 1.0, rtol=1e-14, atol=1e-14)
         np.testing.assert_allclose(w.get(), np.tanh((x * a) * 0.5) + x * x, rtol=1e-12,
                                    atol=1e-12)
+
+
+# ---------------------------------------------------------------- captured()
+
+def _step_fn(calls):
+    def step(x, y, alpha, scale=1.0):
+        calls.append(alpha)
+        z = alpha * x + y
+        return {"z": z * scale, "total": gpuarray.sum(z), "peak": gpuarray.max(cumath.fabs(y))}
+    return step
+
+
+@pytest.mark.standin
+def test_captured_function_captures_once_per_signature(standin, ctx, rng):
+    calls = []
+    step = graphs.captured(_step_fn(calls))
+    x, y = (gpuarray.to_gpu(rng.standard_normal(N).astype(np.float32)) for _ in range(2))
+    begin, launch = standin.calls("cuStreamBeginCapture"), standin.calls("cuGraphLaunch")
+    out = step(x, y, 2.0)
+    assert calls == [2.0, 2.0]                  # the warm-up, then the capture
+    assert standin.calls("cuStreamBeginCapture") == begin + 1
+    assert standin.calls("cuGraphLaunch") == launch + 1
+    (entry,) = step.graphs.values()
+    assert [k.kind for k in entry.graph.nodes()].count("kernel") >= 4
+    # the same signature: inputs copied into the graph's buffers, one launch,
+    # the same output arrays
+    x2, y2 = (rng.standard_normal(N).astype(np.float32) for _ in range(2))
+    gx2, gy2 = gpuarray.to_gpu(x2), gpuarray.to_gpu(y2)
+    again = step(gx2, y=gy2, alpha=2.0)
+    assert again is out and calls == [2.0, 2.0]
+    assert standin.calls("cuStreamBeginCapture") == begin + 1
+    assert standin.calls("cuGraphLaunch") == launch + 2
+    np.testing.assert_array_equal(entry.inputs[0].get(), x2)
+    np.testing.assert_array_equal(entry.inputs[1].get(), y2)
+    # another value, shape or keyword: another graph
+    step(x, y, 3.0)
+    step(x[: N // 2], y[: N // 2], 3.0)
+    step(x, y, 3.0, scale=0.5)
+    assert len(step.graphs) == 4 and calls.count(3.0) == 6
+    assert "4 graph(s)" in repr(step)
+    step.clear()
+    assert step.graphs == {}
+    with pytest.raises(TypeError, match=r"^captured: argument 2 is a list, which is neither a "
+                                        r"GPUArray nor hashable; arguments other than GPUArrays "
+                                        r"are part of the signature a graph is captured for$"):
+        step(x, y, [1.0])
+
+    @graphs.captured
+    def not_arrays(a):
+        return 1.0
+    with pytest.raises(TypeError, match=r"captured: .*not_arrays must return GPUArrays \(one, "
+                                        r"or a tuple, list or dict of them\) or None, not float"):
+        not_arrays(x)
+
+    @graphs.captured
+    def waits(a):
+        b = a + 1
+        b.get()
+        return b
+    with pytest.raises(cuda.LogicError, match=r"^memcpy_dtoh\(\): this thread is capturing"):
+        waits(x)
+    assert waits.graphs == {}
+
+
+@pytest.mark.gpu
+def test_gpu_captured_function_equals_numpy_on_every_call(ctx, rng):
+    calls = []
+    step = graphs.captured(_step_fn(calls))
+    for n in (N, 1 << 16, N):
+        for _ in range(3):
+            x = rng.standard_normal(n).astype(np.float32)
+            y = rng.standard_normal(n).astype(np.float32)
+            alpha = np.float32(0.75)
+            out = step(gpuarray.to_gpu(x), gpuarray.to_gpu(y), alpha, scale=2.0)
+            z = alpha * x + y
+            np.testing.assert_allclose(out["z"].get(), z * np.float32(2), rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(out["total"].get(), z.astype(np.float64).sum(),
+                                       rtol=1e-4, atol=1e-3)
+            assert out["peak"].get() == np.abs(y).max()
+    assert len(step.graphs) == 2 and len(calls) == 4

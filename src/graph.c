@@ -2430,8 +2430,22 @@ pygpu_capture_note(pygpu_state *st, PyObject *stream_obj, PyObject *f, PyObject 
     if ((t = args_tuple(f, args, nargs)) == NULL)
         return -1;
     /* hold the memory the captured work uses (hold.c): f is a copy's
-     * destination, or the Function or Event (which hold none) */
-    h = pygpu_hold_args(st, ((PyTupleObject *)t)->ob_item, nargs + 1, "a captured graph");
+     * destination, or the Function or Event (which hold none); a copy's
+     * sides may be int addresses (the array layer passes a.ptr), found
+     * among pygpu's allocations */
+    if (f != NULL && !PyObject_TypeCheck(f, st->FunctionType)
+        && !PyObject_TypeCheck(f, st->EventType)) {
+        Py_ssize_t i;
+        h = PyList_New(0);
+        for (i = 0; h != NULL && i <= nargs; i++) {
+            PyObject *one = pygpu_hold_address(st, PyTuple_GET_ITEM(t, i), "a captured graph");
+            if (one == NULL || (one != Py_None && PyList_Append(h, one) < 0))
+                Py_CLEAR(h);
+            Py_XDECREF(one);
+        }
+    } else {
+        h = pygpu_hold_args(st, ((PyTupleObject *)t)->ob_item, nargs + 1, "a captured graph");
+    }
     r = h == NULL ? -1 : PyList_Append(keep_list, t);
     if (r == 0 && PyList_GET_SIZE(h) > 0)
         r = PyList_Append(keep_list, h);

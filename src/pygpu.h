@@ -668,6 +668,9 @@ PyObject *pygpu_hold_new(pygpu_state *st, PyObject *target, const char *what);
  * that contains its address.  Py_None (a new reference) when obj is no
  * pygpu memory (an int address, a scalar, foreign memory). */
 PyObject *pygpu_hold_arg(pygpu_state *st, PyObject *obj, const char *what);
+/* hold.c: as pygpu_hold_arg, and an int is a device address (a copy's
+ * side): a hold on the live pygpu allocation containing it, or None. */
+PyObject *pygpu_hold_address(pygpu_state *st, PyObject *obj, const char *what);
 /* Tokens for each argument of a launch: a list (maybe empty), or NULL. */
 PyObject *pygpu_hold_args(pygpu_state *st, PyObject *const *args, Py_ssize_t n,
                           const char *what);

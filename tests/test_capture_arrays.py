@@ -160,7 +160,9 @@ def test_every_array_operation_is_recorded_by_a_capture(standin, ctx, rng):
 @pytest.mark.standin
 def test_capture_keeps_temporaries_and_frees_arrays_dropped_inside(standin, ctx, rng):
     """A temporary that dies during the capture keeps its memory while the
-    graph lives (the graph holds it); an array made before the capture and
+    graph lives (the graph holds it, also when the captured work is a copy
+    given int addresses, as the array layer's copies are: before, the copy
+    node wrote freed memory on replay); an array made before the capture and
     dropped inside it (a stream-ordered allocation on the legacy stream,
     whose free would invalidate the capture) is freed when the capture
     ends."""
@@ -171,14 +173,15 @@ def test_capture_keeps_temporaries_and_frees_arrays_dropped_inside(standin, ctx,
     s = cuda.Stream()
     with graphs.capture_graph(s) as cap:
         y = (x * 2) + 1                         # x * 2 is a temporary
-        del old                                 # freed on the legacy stream: deferred
+        t = x.copy()                            # a memcpy node given int addresses
+        del old, t                              # old: freed on the legacy stream, deferred
         gc.collect()
-        assert standin.live()["device"] == live + 2      # y and the temporary
-    assert standin.live()["device"] == live + 1           # old's free ran after the capture
+        assert standin.live()["device"] == live + 3      # y and the temporaries
+    assert standin.live()["device"] == live + 2           # old's free ran after the capture
     exe = cap.graph.instantiate()
     del cap
     gc.collect()
-    assert standin.live()["device"] == live + 1           # the graph holds the temporary
+    assert standin.live()["device"] == live + 2           # the graph holds the temporaries
     exe.launch(s)
     s.synchronize()
     del exe

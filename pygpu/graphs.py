@@ -87,10 +87,13 @@ class Capture:
 def capture_graph(stream, mode=capture_mode.GLOBAL):
     """Capture the work queued on stream inside a with block into a Graph.
 
-    with capture_graph(s) as cap: ...; then cap.graph.  If the block raises,
-    the capture is ended (nothing is kept) and the exception propagates;
-    an operation that is illegal while capturing raises a LogicError
-    saying so, and ending the invalidated capture raises one too."""
+    with capture_graph(s) as cap: ...; then cap.graph.  Inside the block the
+    default stream of this thread is `stream`: launches, copies, memsets and
+    array operations given no stream are captured (docs/graphs.md, "The
+    default stream inside a capture").  If the block raises, the capture is
+    ended (nothing is kept) and the exception propagates; an operation that
+    is illegal while capturing raises a LogicError saying so, and ending
+    the invalidated capture raises one too."""
     return Capture(stream, mode)
 
 
@@ -104,7 +107,7 @@ def _is_array(obj):
 def _key_of(value, where):
     """The part of a call's signature one argument makes."""
     if _is_array(value):
-        return ("array", value.shape, value.dtype.str, value.strides)
+        return ("array", value.shape, value.dtype, value.strides)
     try:
         hash(value)
     except TypeError:

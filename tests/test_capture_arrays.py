@@ -132,14 +132,16 @@ def test_every_array_operation_is_recorded_by_a_capture(standin, ctx, rng):
     k = _kernels()
     x, y, xi = _inputs(rng)
     gx, gy, gxi = gpuarray.to_gpu(x), gpuarray.to_gpu(y), gpuarray.to_gpu(xi)
+    gen = curandom.XORWOWRandomNumberGenerator(
+        lambda count: gpuarray.to_gpu(np.full(count, 7, np.int32)))
     before = standin.launches()
-    eager = _program(k, gx, gy, gxi)            # compiles everything
+    eager = _program(k, gx, gy, gxi, gen)       # compiles everything
     n_eager = standin.launches() - before
     assert n_eager >= len(eager)
     s = cuda.Stream()
     before = standin.launches(), standin.calls("cuMemAllocAsync")
     with graphs.capture_graph(s) as cap:
-        captured = _program(k, gx, gy, gxi)
+        captured = _program(k, gx, gy, gxi, gen)
     assert (standin.launches(), standin.calls("cuMemAllocAsync")) == before   # nothing ran
     kinds = [n.kind for n in cap.graph.nodes()]
     assert kinds.count("kernel") == n_eager, kinds
@@ -453,8 +455,12 @@ def test_captured_function_captures_once_per_signature(standin, ctx, rng):
     # the same output arrays
     x2, y2 = (rng.standard_normal(N).astype(np.float32) for _ in range(2))
     gx2, gy2 = gpuarray.to_gpu(x2), gpuarray.to_gpu(y2)
-    again = step(gx2, y=gy2, alpha=2.0)
+    again, trace = standin.trace(lambda: step(gx2, y=gy2, alpha=2.0))
     assert again is out and calls == [2.0, 2.0]
+    # a replay's work: two copies in and one graph launch, whatever the
+    # function does (no kernel launch, no allocation)
+    work = [t for t in trace if t not in ("cuCtxGetCurrent", "cuEventRecord")]
+    assert work == ["cuMemcpyDtoD", "cuMemcpyDtoD", "cuGraphLaunch"], trace
     assert standin.calls("cuStreamBeginCapture") == begin + 1
     assert standin.calls("cuGraphLaunch") == launch + 2
     np.testing.assert_array_equal(entry.inputs[0].get(), x2)

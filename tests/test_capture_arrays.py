@@ -232,6 +232,23 @@ def test_the_quick_launch_paths_are_captured(standin, ctx):
 
 
 @pytest.mark.standin
+def test_kernels_compiled_and_loaded_inside_a_capture(standin, ctx, rng):
+    """A kernel compiled and its module loaded inside the capture (an array
+    operation's first use): the capture stays valid and records it."""
+    from pygpu.compiler import SourceModule
+    tag = int(rng.integers(1 << 30))
+    s = cuda.Stream()
+    d = cuda.mem_alloc(64)
+    with graphs.capture_graph(s) as cap:
+        f = SourceModule("__global__ void fresh_%d(float *x) { x[0] = %d; }" % (tag, tag)
+                         ).get_function("fresh_%d" % tag)
+        f(d, block=(1, 1, 1))
+        k = ElementwiseKernel("float *z", "z[i] = %d" % tag, "fresh_ew_%d" % tag)
+        k(gpuarray.empty(16, np.float32))
+    assert [n.kind for n in cap.graph.nodes()] == ["kernel", "kernel"]
+
+
+@pytest.mark.standin
 def test_another_threads_legacy_work_is_refused_and_the_capture_goes_on(standin, ctx, rng):
     """In another thread the default stream is the legacy one, which would
     wait for the blocking capturing stream: an array operation there is a

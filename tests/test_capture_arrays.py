@@ -284,9 +284,9 @@ def test_another_threads_legacy_work_is_refused_and_the_capture_goes_on(standin,
 
 @pytest.mark.standin
 def test_what_cannot_run_inside_a_capture_is_refused_by_name(standin, ctx, rng):
-    """Blocking transfers, synchronizing, zeroed managed memory and timed
-    launches are refused before the driver; the capture goes on and its
-    graph replays."""
+    """Blocking transfers, synchronizing, zeroed managed memory, timed
+    launches and In/Out/InOut arguments are refused before the driver; the
+    capture goes on and its graph replays."""
     x = gpuarray.to_gpu(rng.standard_normal(N).astype(np.float32))
     host = np.empty(N, np.float32)
     (x + 1).get()
@@ -314,6 +314,11 @@ def test_what_cannot_run_inside_a_capture_is_refused_by_name(standin, ctx, rng):
         with pytest.raises(cuda.LogicError, match=r"^kernel 'k': time_kernel=True waits for "
                                                   r"the launch, but the stream is capturing"):
             f(y, block=(1, 1, 1), time_kernel=True)
+        for wrap in (cuda.In, cuda.Out, cuda.InOut):
+            with pytest.raises(cuda.LogicError, match=r"^kernel 'k': parameter 0: In/Out/InOut "
+                                                      r"copy synchronously around the launch, "
+                                                      r"which this thread is capturing"):
+                f(wrap(host), block=(1, 1, 1))
         y.get_async(ary=host)                    # captured: the replay writes host
     assert {n: standin.calls(n) for n in calls} == calls
     assert [n.kind for n in cap.graph.nodes()] == ["kernel", "memcpy"]

@@ -1929,6 +1929,24 @@ exec_launch_or_upload(pygpu_GraphExec *e, PyObject *args, PyObject *kwds, int la
     if (!PyArg_ParseTupleAndKeywords(args, kwds, launch ? "|O:launch" : "|O:upload", kwlist,
                                      &sobj))
         return NULL;
+    if (pygpu_captures_active != 0) {
+        /* the default stream inside this thread's capture is the capturing
+         * one, and a graph launched there would be recorded with its
+         * completion event: refused; in another thread, the legacy stream
+         * would wait for a blocking capturing stream */
+        const char *what = launch ? "GraphExec.launch()" : "GraphExec.upload()";
+        if (pygpu_capture_is_default(st, sobj)
+            && pygpu_capture_current(e->graph->context) != NULL) {
+            PyErr_Format(st->LogicError, "%s: this thread is capturing a graph, and inside "
+                         "the capture the default stream is the capturing stream; a graph "
+                         "is not launched into a capture: add it as a child graph node "
+                         "(Graph.add_child_graph_node), or launch it after end_capture()",
+                         what);
+            return NULL;
+        }
+        if (pygpu_capture_check(st, sobj, 0, what) < 0)
+            return NULL;
+    }
     if (pygpu_get_stream(st, sobj, &stream) < 0 || exec_enter(st, e, &s) < 0)
         return NULL;
     if (launch) {

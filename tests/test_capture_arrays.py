@@ -507,6 +507,19 @@ def test_captured_function_captures_once_per_signature(standin, ctx, rng):
                                         r"or a tuple, list or dict of them\) or None, not float"):
         not_arrays(x)
 
+    # a captured function called inside a capture: its graph launch is refused
+    step(x, y, 2.0)
+    s = cuda.Stream()
+    with pytest.raises(cuda.LogicError, match=r"^GraphExec.launch\(\): this thread is "
+                                              r"capturing a graph, and inside the capture the "
+                                              r"default stream is the capturing stream; a graph "
+                                              r"is not launched into a capture: add it as a "
+                                              r"child graph node \(Graph.add_child_graph_node\), "
+                                              r"or launch it after end_capture\(\)$"):
+        with graphs.capture_graph(s):
+            step(x, y, 2.0)
+    assert not s.is_capturing()
+
     @graphs.captured
     def waits(a):
         b = a + 1

@@ -134,12 +134,10 @@ allocation_free_memory(pygpu_DeviceAllocation *self)
          * wait for a blocking capturing stream) would break it: deferred
          * until the capture ends.  Elsewhere it runs relaxed (a free on
          * another stream is unsafe during a GLOBAL capture). */
-        if (!(self->in_capture && self->owner != NULL
-              && pygpu_stream_capturing(PYGPU_STATE(self), self->owner))
-            && pygpu_capture_defer_free(self->context, self->ptr, self->free_stream,
-                                        self->owner)) {
-            ;
-        } else {
+        int node = self->in_capture && self->owner != NULL
+                   && pygpu_stream_capturing(PYGPU_STATE(self), self->owner);
+        if (node || !pygpu_capture_defer_free(self->context, self->ptr, self->free_stream,
+                                              self->owner)) {
             CUstreamCaptureMode m = pygpu_capture_relax();
             cu.cuMemFreeAsync(self->ptr, self->free_stream);
             pygpu_capture_restore(m);

@@ -432,11 +432,11 @@ def test_gpu_capture_compiles_inside_and_keeps_temporaries(ctx, rng):
     gx = gpuarray.to_gpu(x)
     old = gpuarray.to_gpu(x)
     expr = "z[i] = x[i] * %r + 1.0" % float(rng.uniform(1, 2))
-    fresh = ElementwiseKernel("double *z, const double *x", expr, "fresh_capture_kernel")
     s = cuda.Stream()
     with graphs.capture_graph(s) as cap:
+        fresh = ElementwiseKernel("double *z, const double *x", expr, "fresh_capture_kernel")
         z = gpuarray.empty_like(gx)
-        fresh(z, gx)                             # compiled and loaded now
+        fresh(z, gx)                             # compiled and loaded inside the capture
         w = cumath.tanh((z - 1) * 0.5) + gx * gx   # temporaries die here
         del old
     exe = cap.graph.instantiate()

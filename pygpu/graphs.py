@@ -15,6 +15,14 @@ Stream.begin_capture()/end_capture() that ends a failed capture cleanly:
     exe = cap.graph.instantiate()
     exe.launch(stream)
 
+and captured(), a decorator that captures a function of GPUArrays once per
+signature (shapes, dtypes, other arguments) and replays it:
+
+    @captured
+    def step(x, y):
+        return 2 * x + y, gpuarray.sum(x * y)
+    z, s = step(x, y)      # first call: warm-up, capture; later ones: copy in, replay
+
 See the manual's "CUDA graphs" chapter (docs/graphs.md).
 """
 from pygpu._driver import (  # noqa: F401  (re-exported API)
@@ -27,8 +35,12 @@ from pygpu._driver import (  # noqa: F401  (re-exported API)
     graph_node_type,
 )
 
+import functools
+import inspect
+import threading
+
 __all__ = ["CONDITIONAL_PREAMBLE", "Graph", "GraphExec", "GraphNode", "Capture",
-           "capture_graph", "capture_mode",
+           "CapturedFunction", "capture_graph", "captured", "capture_mode",
            "graph_conditional_type", "graph_instantiate_flags", "graph_node_type"]
 
 #: Prepend to kernel source that sets a conditional node's value: under NVRTC
@@ -75,8 +87,183 @@ class Capture:
 def capture_graph(stream, mode=capture_mode.GLOBAL):
     """Capture the work queued on stream inside a with block into a Graph.
 
-    with capture_graph(s) as cap: ...; then cap.graph.  If the block raises,
-    the capture is ended (nothing is kept) and the exception propagates;
-    an operation that is illegal while capturing raises a LogicError
-    saying so, and ending the invalidated capture raises one too."""
+    with capture_graph(s) as cap: ...; then cap.graph.  Inside the block the
+    default stream of this thread is `stream`: launches, copies, memsets and
+    array operations given no stream are captured (docs/graphs.md, "The
+    default stream inside a capture").  If the block raises, the capture is
+    ended (nothing is kept) and the exception propagates; an operation that
+    is illegal while capturing raises a LogicError saying so, and ending
+    the invalidated capture raises one too."""
     return Capture(stream, mode)
+
+
+# ---- captured(): a function of arrays as a CUDA graph ----
+
+def _is_array(obj):
+    from pygpu.gpuarray import GPUArray
+    return isinstance(obj, GPUArray)
+
+
+def _key_of(value, where):
+    """The part of a call's signature one argument makes."""
+    if _is_array(value):
+        return ("array", value.shape, value.dtype, value.strides)
+    try:
+        hash(value)
+    except TypeError:
+        raise TypeError("captured: %s is a %s, which is neither a GPUArray nor hashable; "
+                        "arguments other than GPUArrays are part of the signature a graph "
+                        "is captured for" % (where, type(value).__name__)) from None
+    return ("value", type(value), value)
+
+
+def _outputs_ok(out):
+    if out is None or _is_array(out):
+        return True
+    if isinstance(out, (tuple, list)):
+        return all(o is None or _is_array(o) for o in out)
+    if isinstance(out, dict):
+        return all(o is None or _is_array(o) for o in out.values())
+    return False
+
+
+class _Entry:
+    __slots__ = ("inputs", "exe", "outputs", "graph")
+
+
+class CapturedFunction:
+    """What captured(fn) returns: call it as fn.  See captured()."""
+
+    def __init__(self, fn, stream=None, mode=capture_mode.GLOBAL, warmup=True):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.stream = stream
+        self.mode = mode
+        self.warmup = warmup
+        self.graphs = {}          # signature -> _Entry
+        self._lock = threading.RLock()
+        try:
+            self._sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            self._sig = None
+
+    def clear(self):
+        """Forget every captured graph (and the buffers they own)."""
+        with self._lock:
+            self.graphs.clear()
+
+    def __repr__(self):
+        return "<pygpu.graphs.captured %s: %d graph(s)>" % (
+            getattr(self.fn, "__qualname__", self.fn), len(self.graphs))
+
+    def _signature(self, args, kwargs):
+        from pygpu import driver
+        ctx = driver.Context.get_current()
+        key = [ctx]
+        for i, a in enumerate(args):
+            key.append(_key_of(a, "argument %d" % i))
+        for name in sorted(kwargs):
+            key.append((name, _key_of(kwargs[name], "argument %r" % name)))
+        return tuple(key)
+
+    def _capture(self, args, kwargs):
+        from pygpu import driver, gpuarray
+        e = _Entry()
+        e.inputs = []
+        given = []
+
+        def static(a):
+            if not _is_array(a):
+                return a
+            buf = gpuarray.empty(a.shape, a.dtype)
+            buf.set(a, stream=self.stream)
+            e.inputs.append(buf)
+            given.append(a)
+            return buf
+
+        sargs = [static(a) for a in args]
+        skw = {k: static(kwargs[k]) for k in sorted(kwargs)}
+        name = getattr(self.fn, "__qualname__", "the function")
+        if self.warmup:
+            # compile and cache whatever the function makes on first use,
+            # outside the capture
+            out = self.fn(*sargs, **skw)
+            if not _outputs_ok(out):
+                raise TypeError("captured: %s must return GPUArrays (one, or a tuple, list "
+                                "or dict of them) or None, not %s" % (name, type(out).__name__))
+            del out
+            for buf, a in zip(e.inputs, given):     # the warm-up may have changed them
+                buf.set(a, stream=self.stream)
+        s = driver.Stream()
+        with capture_graph(s, mode=self.mode) as cap:
+            out = self.fn(*sargs, **skw)
+        if not _outputs_ok(out):
+            raise TypeError("captured: %s must return GPUArrays (one, or a tuple, list or "
+                            "dict of them) or None, not %s" % (name, type(out).__name__))
+        e.graph = cap.graph
+        e.exe = cap.graph.instantiate()
+        e.outputs = out
+        return e
+
+    def _bind(self, args, kwargs):
+        """args and kwargs as the function's signature binds them (so f(x,
+        y=y) and f(x, y) are one signature), defaults applied."""
+        if self._sig is None:
+            return args, kwargs
+        bound = self._sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.args, bound.kwargs
+
+    def __call__(self, *args, **kwargs):
+        args, kwargs = self._bind(args, kwargs)
+        key = self._signature(args, kwargs)
+        with self._lock:
+            e = self.graphs.get(key)
+            if e is None:
+                e = self._capture(args, kwargs)
+                self.graphs[key] = e
+            else:
+                for buf, a in zip(e.inputs, _arrays_in(args, kwargs)):
+                    buf.set(a, stream=self.stream)
+            e.exe.launch(self.stream)
+            return e.outputs
+
+
+def _arrays_in(args, kwargs):
+    """The array arguments in the order _capture made their buffers."""
+    out = [a for a in args if _is_array(a)]
+    out += [kwargs[k] for k in sorted(kwargs) if _is_array(kwargs[k])]
+    return out
+
+
+def captured(fn=None, *, stream=None, mode=capture_mode.GLOBAL, warmup=True):
+    """Run a function of GPUArrays as a CUDA graph: captured once per
+    signature, replayed after that.
+
+        @captured
+        def step(x, y, alpha):
+            return alpha * x + y
+
+    The signature of a call is the current context, each GPUArray
+    argument's shape, dtype and strides, and every other argument's value
+    (it must be hashable; it is baked into the graph).  The first call of a
+    signature copies the array arguments into buffers the graph owns, runs
+    the function once eagerly on them (warm-up: kernels are compiled, caches
+    filled; warmup=False skips it), captures it (the array code runs as
+    written: docs/graphs.md), instantiates the graph and launches it.  Each
+    later call copies its array arguments into those buffers (device to
+    device, in stream order) and launches the graph.
+
+    Rules: the function returns GPUArrays (one, a tuple, list or dict of
+    them) or None; **the same output arrays are returned by every call of a
+    signature and overwritten by the next one** (copy what you keep);
+    changes the function makes to its inputs stay in the graph's buffers;
+    nothing inside may wait for the GPU (get(), synchronize(): a LogicError
+    says so); Python control flow and random seeds are fixed at capture
+    (use a generator's fill_* for new random numbers each replay).
+    Replays and copies run on `stream` (default: the legacy default stream,
+    ordered with the caller's other array work).  fn.graphs holds the
+    captured graphs; fn.clear() drops them."""
+    if fn is None:
+        return lambda f: CapturedFunction(f, stream=stream, mode=mode, warmup=warmup)
+    return CapturedFunction(fn, stream=stream, mode=mode, warmup=warmup)

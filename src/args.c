@@ -1044,6 +1044,14 @@ pygpu_pack(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ssize_t
                              "configured launches do not take In/Out/InOut", fn, i);
                 goto done;
             }
+            if (pygpu_captures_active != 0 && pygpu_capture_current(NULL) != NULL) {
+                /* their copies wait for the launch: not inside a capture (graph.c) */
+                PyErr_Format(st->LogicError, "kernel '%U': parameter %zd: In/Out/InOut copy "
+                             "synchronously around the launch, which this thread is "
+                             "capturing into a graph (recorded, not run); pass device "
+                             "memory and capture memcpy_*_async copies instead", fn, i);
+                goto done;
+            }
             owned = begin_handlers(st, args, nargs, hcfg->stream_obj, pack);
             if (owned == NULL)
                 goto done;

@@ -479,8 +479,10 @@ static PyObject *
 context_synchronize(PyObject *cls, PyObject *unused)
 {
     pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
+    pygpu_Context *ctx;
     CUresult rc;
-    if (pygpu_current_context(st) == NULL)
+    if ((ctx = pygpu_current_context(st)) == NULL
+        || pygpu_capture_context_check(st, ctx, "Context.synchronize()") < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = cu.cuCtxSynchronize();

@@ -83,7 +83,11 @@ event_record(pygpu_Event *self, PyObject *args, PyObject *kwds)
     CUresult rc;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:record", kwlist, &sobj))
         return NULL;
-    if (check_alive(self) < 0 || pygpu_get_stream(st, sobj, &s) < 0)
+    if (check_alive(self) < 0
+        || (pygpu_captures_active != 0   /* the default stream inside a capture: graph.c */
+            && (pygpu_capture_default(st, &sobj, 0, "Event.record()", NULL) < 0
+                || pygpu_capture_check(st, sobj, 0, "Event.record()") < 0))
+        || pygpu_get_stream(st, sobj, &s) < 0)
         return NULL;
     rc = cu.cuEventRecord(self->handle, s);
     if (rc != CUDA_SUCCESS)

@@ -93,10 +93,44 @@ node_type_name(int t)
 typedef struct capturing {
     pygpu_Stream *stream;       /* borrowed: removes itself before it dies */
     int blocking;               /* not CU_STREAM_NON_BLOCKING: the legacy stream waits for it */
-    struct capturing *next;
+    unsigned long thread;       /* the thread that began it (PyThread_get_thread_ident) */
+    struct capturing *next;     /* newest first */
 } capturing;
 static capturing *captures;
-static Py_ssize_t captures_active;
+/* how many records `captures` holds: the one flag the launch and copy paths
+ * test (pygpu.h) */
+Py_ssize_t pygpu_captures_active;
+#define captures_active pygpu_captures_active
+
+/* Frees that could not be queued while a capture ran (a stream-ordered
+ * free on the legacy stream or on a capturing stream would invalidate the
+ * capture or become a node of it): queued when the last capture ends. */
+typedef struct deferred_free {
+    CUdeviceptr ptr;
+    CUstream stream;
+    pygpu_Context *context;     /* strong */
+    PyObject *owner;            /* strong or NULL: the stream object `stream` belongs to */
+    struct deferred_free *next;
+} deferred_free;
+static deferred_free *deferred;
+
+static void
+deferred_flush(void)
+{
+    while (deferred != NULL) {
+        deferred_free *d = deferred;
+        pygpu_scope s;
+        deferred = d->next;
+        if (pygpu_scope_enter_quiet(d->context, &s) == 0) {
+            if (cu.cuMemFreeAsync != NULL)
+                (void)cu.cuMemFreeAsync(d->ptr, d->stream);
+            pygpu_scope_exit(&s);
+        }
+        Py_XDECREF(d->owner);
+        Py_DECREF(d->context);
+        PyMem_Free(d);
+    }
+}
 
 static void
 capture_forget(pygpu_Stream *self)
@@ -110,6 +144,14 @@ capture_forget(pygpu_Stream *self)
             return;
         }
     }
+}
+
+/* after a capture ended: the frees deferred meanwhile, once none runs */
+static void
+capture_ended(void)
+{
+    if (captures_active == 0)
+        deferred_flush();
 }
 
 /* The graph entry points are optional in cuda_api.h: a driver that lacks one
@@ -1887,6 +1929,24 @@ exec_launch_or_upload(pygpu_GraphExec *e, PyObject *args, PyObject *kwds, int la
     if (!PyArg_ParseTupleAndKeywords(args, kwds, launch ? "|O:launch" : "|O:upload", kwlist,
                                      &sobj))
         return NULL;
+    if (pygpu_captures_active != 0) {
+        /* the default stream inside this thread's capture is the capturing
+         * one, and a graph launched there would be recorded with its
+         * completion event: refused; in another thread, the legacy stream
+         * would wait for a blocking capturing stream */
+        const char *what = launch ? "GraphExec.launch()" : "GraphExec.upload()";
+        if (pygpu_capture_is_default(st, sobj)
+            && pygpu_capture_current(e->graph->context) != NULL) {
+            PyErr_Format(st->LogicError, "%s: this thread is capturing a graph, and inside "
+                         "the capture the default stream is the capturing stream; a graph "
+                         "is not launched into a capture: add it as a child graph node "
+                         "(Graph.add_child_graph_node), or launch it after end_capture()",
+                         what);
+            return NULL;
+        }
+        if (pygpu_capture_check(st, sobj, 0, what) < 0)
+            return NULL;
+    }
     if (pygpu_get_stream(st, sobj, &stream) < 0 || exec_enter(st, e, &s) < 0)
         return NULL;
     if (launch) {
@@ -2289,6 +2349,7 @@ pygpu_stream_begin_capture(pygpu_Stream *self, PyObject *args, PyObject *kwds)
         }
         c->stream = self;
         c->blocking = !(flags & CU_STREAM_NON_BLOCKING);
+        c->thread = PyThread_get_thread_ident();
         c->next = captures;
         captures = c;
         captures_active++;
@@ -2322,6 +2383,7 @@ pygpu_stream_end_capture(pygpu_Stream *self, PyObject *unused)
         h = NULL;
     }
     pygpu_scope_exit(&s);
+    capture_ended();
     if (rc != CUDA_SUCCESS) {
         Py_DECREF(list);
         return pygpu_cuda_error_ex(st, rc, "cuStreamEndCapture",
@@ -2367,6 +2429,18 @@ pygpu_capture_note(pygpu_state *st, PyObject *stream_obj, PyObject *f, PyObject 
 {
     PyObject *t, *h, *keep_list;
     int r;
+    if (captures_active == 0)
+        return 0;
+    if (pygpu_capture_is_default(st, stream_obj)) {
+        /* as pygpu_launch and the copies resolved it: a launch of f's
+         * context, a copy or memset of the current one */
+        pygpu_Context *ctx = NULL;
+        if (f != NULL && PyObject_TypeCheck(f, st->FunctionType))
+            ctx = ((pygpu_Function *)f)->module->context;
+        else if ((ctx = pygpu_current_context(st)) == NULL)
+            return -1;
+        stream_obj = (PyObject *)pygpu_capture_current(ctx);
+    }
     if (stream_obj == NULL || !PyObject_TypeCheck(stream_obj, st->StreamType)
         || ((pygpu_Stream *)stream_obj)->capture_keep == NULL)
         return 0;
@@ -2374,8 +2448,22 @@ pygpu_capture_note(pygpu_state *st, PyObject *stream_obj, PyObject *f, PyObject 
     if ((t = args_tuple(f, args, nargs)) == NULL)
         return -1;
     /* hold the memory the captured work uses (hold.c): f is a copy's
-     * destination, or the Function or Event (which hold none) */
-    h = pygpu_hold_args(st, ((PyTupleObject *)t)->ob_item, nargs + 1, "a captured graph");
+     * destination, or the Function or Event (which hold none); a copy's
+     * sides may be int addresses (the array layer passes a.ptr), found
+     * among pygpu's allocations */
+    if (f != NULL && !PyObject_TypeCheck(f, st->FunctionType)
+        && !PyObject_TypeCheck(f, st->EventType)) {
+        Py_ssize_t i;
+        h = PyList_New(0);
+        for (i = 0; h != NULL && i <= nargs; i++) {
+            PyObject *one = pygpu_hold_address(st, PyTuple_GET_ITEM(t, i), "a captured graph");
+            if (one == NULL || (one != Py_None && PyList_Append(h, one) < 0))
+                Py_CLEAR(h);
+            Py_XDECREF(one);
+        }
+    } else {
+        h = pygpu_hold_args(st, ((PyTupleObject *)t)->ob_item, nargs + 1, "a captured graph");
+    }
     r = h == NULL ? -1 : PyList_Append(keep_list, t);
     if (r == 0 && PyList_GET_SIZE(h) > 0)
         r = PyList_Append(keep_list, h);
@@ -2416,6 +2504,146 @@ pygpu_stream_capture_drop(pygpu_Stream *self)
         return;
     Py_CLEAR(self->capture_keep);
     capture_forget(self);
+    capture_ended();
+}
+
+/* ---- the default stream inside a capture ----
+ *
+ * The rule: while a thread is inside pygpu's capture of a Stream s (from
+ * s.begin_capture() to s.end_capture(), in the thread that began it), the
+ * default stream means s in that thread, for s's context: launches and
+ * stream-ordered copies and memsets given no stream (None, 0, 1, the
+ * legacy Stream) are queued on s, so they are captured; blocking calls on
+ * the default stream are refused (they would wait for work that is only
+ * recorded).  Other threads keep the legacy stream, whose work the
+ * capture's implicit dependency forbids while a blocking stream captures
+ * (pygpu_capture_check refuses it).  While nothing captures, every test
+ * here is one load of pygpu_captures_active. */
+
+pygpu_Stream *
+pygpu_capture_current(pygpu_Context *ctx)
+{
+    capturing *c;
+    unsigned long me;
+    if (captures_active == 0)
+        return NULL;
+    me = PyThread_get_thread_ident();
+    for (c = captures; c != NULL; c = c->next)
+        if (c->thread == me && (ctx == NULL || c->stream->context == ctx))
+            return c->stream;
+    return NULL;
+}
+
+/* sobj names the default stream: absent, None, 0, 1 or a Stream of the
+ * NULL or legacy handle */
+int
+pygpu_capture_is_default(pygpu_state *st, PyObject *sobj)
+{
+    if (sobj == NULL || sobj == Py_None)
+        return 1;
+    if (PyObject_TypeCheck(sobj, st->StreamType)) {
+        CUstream h = ((pygpu_Stream *)sobj)->handle;
+        return h == NULL || h == CU_STREAM_LEGACY;
+    }
+    if (PyLong_CheckExact(sobj)) {
+        long v = PyLong_AsLong(sobj);
+        if (v == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        return v == 0 || v == 1;
+    }
+    return 0;
+}
+
+int
+pygpu_capture_default(pygpu_state *st, PyObject **sobj, int blocking, const char *what,
+                      const char *instead)
+{
+    pygpu_Stream *cur;
+    pygpu_Context *ctx;
+    if (captures_active == 0 || !pygpu_capture_is_default(st, *sobj))
+        return 0;
+    if ((ctx = pygpu_current_context(st)) == NULL)
+        return -1;
+    if ((cur = pygpu_capture_current(ctx)) == NULL)
+        return 0;
+    if (blocking) {
+        PyErr_Format(st->LogicError, "%s: this thread is capturing a graph, and inside the "
+                     "capture the default stream is the capturing stream, whose work is "
+                     "recorded, not run: a blocking call cannot wait for it; %s, or call it "
+                     "after end_capture()", what,
+                     instead != NULL ? instead : "use the _async form (it is captured)");
+        return -1;
+    }
+    *sobj = (PyObject *)cur;
+    return 1;
+}
+
+/* the first capture of ctx that the legacy stream would wait for, or NULL */
+static capturing *
+blocking_capture(pygpu_Context *ctx)
+{
+    capturing *c;
+    for (c = captures; c != NULL; c = c->next)
+        if (c->blocking && c->stream->context == ctx)
+            return c;
+    return NULL;
+}
+
+int
+pygpu_capture_legacy_launch(pygpu_state *st, pygpu_Context *ctx, const char *kernel)
+{
+    if (captures_active == 0 || blocking_capture(ctx) == NULL)
+        return 0;
+    PyErr_Format(st->LogicError, "kernel '%s': a stream of this context is capturing a "
+                 "graph in another thread, and a launch on the legacy default stream would "
+                 "wait for it (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, which would invalidate "
+                 "the capture); pass stream=, or launch it before or after the capture",
+                 kernel);
+    return -1;
+}
+
+int
+pygpu_capture_context_check(pygpu_state *st, pygpu_Context *ctx, const char *what)
+{
+    capturing *c;
+    if (captures_active == 0)
+        return 0;
+    for (c = captures; c != NULL; c = c->next) {
+        if (ctx == NULL || c->stream->context == ctx) {
+            PyErr_Format(st->LogicError, "%s: a stream of this context is capturing a graph "
+                         "(its work is recorded, not run), which this call would wait for "
+                         "(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, which would invalidate the "
+                         "capture); call it before or after the capture", what);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int
+pygpu_capture_defer_free(pygpu_Context *ctx, CUdeviceptr p, CUstream s, PyObject *owner)
+{
+    capturing *c;
+    deferred_free *d;
+    if (captures_active == 0)
+        return 0;
+    for (c = captures; c != NULL; c = c->next)
+        if (c->stream->handle == s
+            || ((s == NULL || s == CU_STREAM_LEGACY) && c->blocking && c->stream->context == ctx))
+            break;
+    if (c == NULL || (d = PyMem_Malloc(sizeof *d)) == NULL)
+        return 0;
+    d->ptr = p;
+    d->stream = s;
+    Py_INCREF(ctx);
+    d->context = ctx;
+    Py_XINCREF(owner);
+    d->owner = owner;
+    d->next = deferred;
+    deferred = d;
+    return 1;
 }
 
 int
@@ -2425,7 +2653,7 @@ pygpu_capture_check(pygpu_state *st, PyObject *sobj, int blocking, const char *w
     pygpu_Context *ctx;
     if (captures_active == 0)
         return 0;
-    if (sobj != NULL && Py_IS_TYPE(sobj, st->StreamType)) {
+    if (sobj != NULL && PyObject_TypeCheck(sobj, st->StreamType)) {
         pygpu_Stream *ps = (pygpu_Stream *)sobj;
         if (blocking && ps->capture_keep != NULL) {
             PyErr_Format(st->LogicError, "%s: the stream is capturing a graph, whose work "
@@ -2473,6 +2701,7 @@ pygpu_stream_capture_abort(pygpu_Stream *self)
         && cu.cuStreamEndCapture(self->handle, &h) == CUDA_SUCCESS
         && h != NULL)
         cu.cuGraphDestroy(h);
+    capture_ended();
 }
 
 int

@@ -295,3 +295,20 @@ pygpu_hold_args(pygpu_state *st, PyObject *const *args, Py_ssize_t n, const char
     }
     return list;
 }
+
+PyObject *
+pygpu_hold_address(pygpu_state *st, PyObject *obj, const char *what)
+{
+    pygpu_DeviceAllocation *a;
+    CUdeviceptr p;
+    if (!PyLong_Check(obj) || PyBool_Check(obj))
+        return pygpu_hold_arg(st, obj, what);
+    p = (CUdeviceptr)PyLong_AsUnsignedLongLong(obj);
+    if (p == (CUdeviceptr)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if ((a = find_allocation(st, p)) == NULL)
+        Py_RETURN_NONE;
+    return pygpu_hold_new(st, (PyObject *)a, what);
+}

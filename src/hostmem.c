@@ -17,10 +17,12 @@ hostalloc_release(pygpu_HostAllocation *self)
         return;
     self->freed = 1;
     if (self->ptr != NULL && pygpu_scope_enter_quiet(self->context, &s) == 0) {
+        CUstreamCaptureMode mode = pygpu_capture_relax();   /* unsafe while capturing */
         if (self->registered)
             cu.cuMemHostUnregister(self->ptr);
         else
             cu.cuMemFreeHost(self->ptr);
+        pygpu_capture_restore(mode);
         pygpu_scope_exit(&s);
     }
     self->ptr = NULL;
@@ -178,9 +180,11 @@ hostmem_pagelocked(PyObject *module, PyObject *args)
     if ((ctx = pygpu_current_context(st)) == NULL || pygpu_scope_enter(st, ctx, &s) < 0)
         goto error;
     if (nbytes > 0) {
+        CUstreamCaptureMode mode = pygpu_capture_relax();   /* unsafe while capturing */
         Py_BEGIN_ALLOW_THREADS
         rc = cu.cuMemHostAlloc(&p, nbytes, flags);
         Py_END_ALLOW_THREADS
+        pygpu_capture_restore(mode);
         if (rc == CUDA_SUCCESS && ctx->detached) {
             /* the memory died with the context: nothing to free */
             pygpu_scope_exit(&s);
@@ -236,6 +240,12 @@ hostmem_managed(PyObject *module, PyObject *args)
         return NULL;
     if (parse_array_spec(shape_obj, dtype_obj, order, &descr, &dims, &nbytes, &fortran) < 0)
         return NULL;
+    /* zeroing waits for the context, which a capture forbids (graph.c) */
+    if (zero && nbytes && pygpu_captures_active != 0) {
+        pygpu_Context *ctx = pygpu_current_context(st);
+        if (ctx == NULL || pygpu_capture_context_check(st, ctx, "managed_zeros()") < 0)
+            goto error;
+    }
     alloc = pygpu_managed_allocation(st, nbytes, flags);
     if (alloc == NULL)
         goto error;

@@ -474,6 +474,7 @@ pygpu_launch(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config *cfg,
              pygpu_argpack *pack)
 {
     pygpu_scope scope;
+    pygpu_launch_config local;
     CUresult rc;
     const char *routine;
     PyObject *res;
@@ -489,6 +490,28 @@ pygpu_launch(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config *cfg,
                          pygpu_function_name(f));
             return NULL;
         }
+    }
+    if (pygpu_captures_active != 0 && (cfg->stream == NULL || cfg->stream == CU_STREAM_LEGACY)) {
+        /* inside this thread's capture the default stream is the capturing
+         * one (graph.c: pygpu_capture_note resolves it the same way) */
+        pygpu_Stream *cur = NULL;
+        if (pygpu_capture_is_default(st, cfg->stream_obj))
+            cur = pygpu_capture_current(f->module->context);
+        if (cur != NULL) {
+            local = *cfg;
+            local.stream = cur->handle;
+            local.stream_obj = (PyObject *)cur;
+            cfg = &local;
+        } else if (pygpu_capture_legacy_launch(st, f->module->context,
+                                               pygpu_function_name(f)) < 0) {
+            return NULL;
+        }
+    }
+    if (cfg->timed && pygpu_stream_capturing(st, cfg->stream_obj)) {
+        PyErr_Format(st->LogicError, "kernel '%s': time_kernel=True waits for the launch, "
+                     "but the stream is capturing a graph (its work is recorded, not run); "
+                     "time the graph's launch instead", pygpu_function_name(f));
+        return NULL;
     }
     if (pygpu_scope_enter(st, f->module->context, &scope) < 0)
         return NULL;
@@ -509,6 +532,8 @@ pygpu_launch(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config *cfg,
  * launches): arguments pygpu_pack_fast takes, the kernel's context live and
  * current, the default stream or a pygpu Stream that is not capturing (a
  * capture keeps the arguments: the full path) and whose context is live.
+ * While any capture runs (pygpu_captures_active) the full path decides:
+ * the default stream may mean a capturing one.
  * The layout is read without a reference: nothing here runs Python code.
  * 1: launched, *res None or NULL with the launch's error; 0: not taken (the
  * caller takes the full path, which decides everything again). */
@@ -521,9 +546,11 @@ quick_run(pygpu_state *st, pygpu_Function *f, const CUlaunchConfig *lc, PyObject
     pygpu_Context *ctx = f->module->context;
     CUcontext cur;
     CUresult rc;
+    if (pygpu_captures_active != 0)
+        return 0;    /* a capture runs: the full path resolves the default stream */
     if (stream_obj != NULL) {
         pygpu_Stream *s = (pygpu_Stream *)stream_obj;   /* a Stream: quick_config */
-        if (s->capture_keep != NULL || (s->context != NULL && s->context->detached))
+        if (s->context != NULL && s->context->detached)
             return 0;
     }
     if (f->layout == NULL || ctx->detached

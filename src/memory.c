@@ -129,7 +129,19 @@ allocation_free_memory(pygpu_DeviceAllocation *self)
     /* an async allocation is freed in order on its stream, which `owner`
      * keeps alive until then (a capturing stream records it as a node) */
     if (self->kind == 2 && cu.cuMemFreeAsync != NULL) {
-        cu.cuMemFreeAsync(self->ptr, self->free_stream);
+        /* while a capture runs, a free on the capturing stream (of memory
+         * the graph did not allocate) or on the legacy stream (which would
+         * wait for a blocking capturing stream) would break it: deferred
+         * until the capture ends.  Elsewhere it runs relaxed (a free on
+         * another stream is unsafe during a GLOBAL capture). */
+        int node = self->in_capture && self->owner != NULL
+                   && pygpu_stream_capturing(PYGPU_STATE(self), self->owner);
+        if (node || !pygpu_capture_defer_free(self->context, self->ptr, self->free_stream,
+                                              self->owner)) {
+            CUstreamCaptureMode m = pygpu_capture_relax();
+            cu.cuMemFreeAsync(self->ptr, self->free_stream);
+            pygpu_capture_restore(m);
+        }
     } else {
         /* cuMemFree is unsafe during a stream capture: relaxed, a free that
          * comes while the user captures (a dying object) never invalidates
@@ -493,11 +505,24 @@ mem_alloc_async(PyObject *module, PyObject *args, PyObject *kwds)
     CUdeviceptr p = 0;
     CUstream s;
     CUresult rc;
+    CUstreamCaptureMode mode;
     size_t n;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:mem_alloc_async", kwlist, &nobj, &sobj))
         return NULL;
-    if (parse_nbytes(nobj, &n, "mem_alloc_async(): nbytes") < 0
-        || pygpu_get_stream(st, sobj, &s) < 0)
+    if (parse_nbytes(nobj, &n, "mem_alloc_async(): nbytes") < 0)
+        return NULL;
+    if (pygpu_captures_active != 0 && pygpu_capture_is_default(st, sobj)) {
+        /* inside this thread's capture, an allocation given no stream (the
+         * array layer's) is made now, outside the graph, as mem_alloc()'s:
+         * it lives as long as its owner and the graphs that use it hold it
+         * (a graph allocation would exist only while its graph runs) */
+        if ((ctx = pygpu_current_context(st)) == NULL)
+            return NULL;
+        if (pygpu_capture_current(ctx) != NULL)
+            return mem_alloc(module, nobj);
+    }
+    if (pygpu_get_stream(st, sobj, &s) < 0
+        || pygpu_capture_check(st, sobj, 0, "mem_alloc_async()") < 0)
         return NULL;
     if ((ctx = pygpu_current_context(st)) == NULL)
         return NULL;
@@ -510,7 +535,9 @@ mem_alloc_async(PyObject *module, PyObject *args, PyObject *kwds)
         return new_allocation(st, ctx, 0, 0, 0);
     if (!ctx->pool_configured)
         pygpu_keep_pool_memory(ctx);
+    mode = pygpu_capture_relax();       /* unsafe on a stream that does not capture */
     rc = cu.cuMemAllocAsync(&p, n, s);
+    pygpu_capture_restore(mode);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error_ex(st, rc, "cuMemAllocAsync",
                                    rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
@@ -541,6 +568,7 @@ mem_alloc_managed(PyObject *module, PyObject *args, PyObject *kwds)
     pygpu_Context *ctx;
     CUdeviceptr p;
     CUresult rc;
+    CUstreamCaptureMode mode;
     size_t n;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:mem_alloc_managed", kwlist, &nobj, &fobj))
         return NULL;
@@ -551,12 +579,17 @@ mem_alloc_managed(PyObject *module, PyObject *args, PyObject *kwds)
         return NULL;
     if (n == 0)
         return new_allocation(st, ctx, 0, 0, 1);
+    mode = pygpu_capture_relax();       /* made now, never captured */
     rc = cu.cuMemAllocManaged(&p, n, flags);
+    pygpu_capture_restore(mode);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuMemAllocManaged");
     res = new_allocation(st, ctx, p, n, 1);
-    if (res == NULL)
+    if (res == NULL) {
+        mode = pygpu_capture_relax();
         cu.cuMemFree(p);
+        pygpu_capture_restore(mode);
+    }
     return res;
 }
 
@@ -570,11 +603,19 @@ pygpu_managed_allocation(pygpu_state *st, size_t n, unsigned int flags)
     PyObject *a;
     if (ctx == NULL)
         return NULL;
-    if (n > 0 && (rc = cu.cuMemAllocManaged(&p, n, flags)) != CUDA_SUCCESS)
-        return pygpu_cuda_error(st, rc, "cuMemAllocManaged");
+    if (n > 0) {
+        CUstreamCaptureMode mode = pygpu_capture_relax();
+        rc = cu.cuMemAllocManaged(&p, n, flags);
+        pygpu_capture_restore(mode);
+        if (rc != CUDA_SUCCESS)
+            return pygpu_cuda_error(st, rc, "cuMemAllocManaged");
+    }
     a = new_allocation(st, ctx, p, n, 1);
-    if (a == NULL && p)
+    if (a == NULL && p) {
+        CUstreamCaptureMode mode = pygpu_capture_relax();
         cu.cuMemFree(p);
+        pygpu_capture_restore(mode);
+    }
     return a;
 }
 
@@ -587,6 +628,7 @@ mem_alloc_pitch(PyObject *module, PyObject *args)
     CUdeviceptr p;
     size_t pitch;
     CUresult rc;
+    CUstreamCaptureMode mode;
     pygpu_Context *ctx;
     PyObject *a, *eobj;
     if (!PyArg_ParseTuple(args, "nnO:mem_alloc_pitch", &width, &height, &eobj))
@@ -604,12 +646,16 @@ mem_alloc_pitch(PyObject *module, PyObject *args)
     }
     if ((ctx = pygpu_current_context(st)) == NULL)
         return NULL;
+    mode = pygpu_capture_relax();       /* made now, never captured */
     rc = cu.cuMemAllocPitch(&p, &pitch, (size_t)width, (size_t)height, esize);
+    pygpu_capture_restore(mode);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuMemAllocPitch");
     a = new_allocation(st, ctx, p, pitch * (size_t)height, 0);
     if (a == NULL) {
+        mode = pygpu_capture_relax();
         cu.cuMemFree(p);
+        pygpu_capture_restore(mode);
         return NULL;
     }
     return Py_BuildValue("(Nn)", a, (Py_ssize_t)pitch);
@@ -814,6 +860,15 @@ do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
     dst = a[0], src = a[1];
     if (a[2] != NULL)
         sobj = a[2];
+    /* inside this thread's capture the default stream is the capturing one
+     * (graph.c); a blocking copy cannot wait for it */
+    if (pygpu_captures_active != 0
+        && pygpu_capture_default(st, &sobj, !async, what,
+                                 htod ? "use memcpy_htod_async (it is captured: each replay "
+                                        "reads the host buffer then)"
+                                      : "use memcpy_dtoh_async (it is captured: each replay "
+                                        "writes the host buffer then)") < 0)
+        return NULL;
     on_stream = async || sobj != Py_None;
     if (get_ptr(st, htod ? dst : src, &d, &cap) < 0
         || (on_stream && pygpu_get_stream(st, sobj, &s) < 0)
@@ -903,6 +958,17 @@ do_dtod(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     dst = a[0], src = a[1], nobj = a[2];
     if (a[3] != NULL)
         sobj = a[3];
+    if (pygpu_captures_active != 0) {
+        /* inside this thread's capture the default stream is the capturing
+         * one: memcpy_dtod() with no stream, which the legacy stream orders
+         * without blocking the host, is captured as memcpy_dtod_async() */
+        int r = pygpu_capture_default(st, &sobj, !async && sobj != Py_None, what,
+                                      "use memcpy_dtod_async (it is captured)");
+        if (r < 0)
+            return NULL;
+        if (r > 0)
+            async = 1;
+    }
     on_stream = async || sobj != Py_None;
     if (get_ptr(st, dst, &d, &dcap) < 0
         || get_ptr(st, src, &sp, &scap) < 0
@@ -997,6 +1063,11 @@ do_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         sctx = a[4];
     if (a[5] != NULL)
         sobj = a[5];
+    if (pygpu_captures_active != 0
+        && pygpu_capture_default(st, &sobj, !async,
+                                 async ? "memcpy_peer_async()" : "memcpy_peer()",
+                                 "use memcpy_peer_async (it is captured)") < 0)
+        return NULL;
     /* PyCUDA's defaults: a context left out is the allocation's own (a
      * DeviceAllocation knows it), else the current one */
     if (peer_context(st, dst, &dctx, "dest_context") < 0
@@ -1067,6 +1138,16 @@ do_memset(PyObject *module, PyObject *args, int width, int async)
     snprintf(what, sizeof what, "memset_d%d%s()", width * 8, async ? "_async" : "");
     if (!PyArg_UnpackTuple(args, what, 3, async ? 4 : 3, &dst, &vobj, &nobj, &sobj))
         return NULL;
+    if (pygpu_captures_active != 0) {
+        /* inside this thread's capture the default stream is the capturing
+         * one: a memset of device memory does not block the host, so the
+         * synchronous form is captured as the _async one */
+        int r = pygpu_capture_default(st, &sobj, 0, what, NULL);
+        if (r < 0)
+            return NULL;
+        if (r > 0)
+            async = 1;
+    }
     if (get_ptr(st, dst, &d, &cap) < 0
         || parse_nbytes(nobj, &n, "count") < 0
         || (async && pygpu_get_stream(st, sobj, &s) < 0)
@@ -1187,6 +1268,11 @@ memcpy_2d(PyObject *module, PyObject *args)
                      "from row %zd reach past the end of the address space", height, dpitch, dy);
         return NULL;
     }
+    if (pygpu_captures_active != 0
+        && (pygpu_capture_default(st, &sobj, sobj == Py_None, "Memcpy2D",
+                                  "pass it the capturing stream (it is captured)") < 0
+            || pygpu_capture_check(st, sobj, sobj == Py_None, "Memcpy2D") < 0))
+        return NULL;
     if (sobj != Py_None && pygpu_get_stream(st, sobj, &s) < 0)
         return NULL;
     memset(&p, 0, sizeof p);

@@ -211,9 +211,15 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
      * which may see it detached (another thread, or the handler itself) */
     if ((ctx = pygpu_current_context(st)) == NULL || pygpu_scope_enter(st, ctx, &s) < 0)
         goto error;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuModuleLoadDataEx(&h, image, nopts, opts, vals);
-    Py_END_ALLOW_THREADS
+    {
+        /* legal during a capture on an H100 (driver 580); relaxed all the
+         * same, so no driver's rule about it can invalidate one (graph.c) */
+        CUstreamCaptureMode mode = pygpu_capture_relax();
+        Py_BEGIN_ALLOW_THREADS
+        rc = cu.cuModuleLoadDataEx(&h, image, nopts, opts, vals);
+        Py_END_ALLOW_THREADS
+        pygpu_capture_restore(mode);
+    }
     if (handler != Py_None) {
         PyObject *r = NULL;
         PyObject *i_s = PyUnicode_DecodeUTF8(info, (Py_ssize_t)strlen(info), "replace");

@@ -668,6 +668,9 @@ PyObject *pygpu_hold_new(pygpu_state *st, PyObject *target, const char *what);
  * that contains its address.  Py_None (a new reference) when obj is no
  * pygpu memory (an int address, a scalar, foreign memory). */
 PyObject *pygpu_hold_arg(pygpu_state *st, PyObject *obj, const char *what);
+/* hold.c: as pygpu_hold_arg, and an int is a device address (a copy's
+ * side): a hold on the live pygpu allocation containing it, or None. */
+PyObject *pygpu_hold_address(pygpu_state *st, PyObject *obj, const char *what);
 /* Tokens for each argument of a launch: a list (maybe empty), or NULL. */
 PyObject *pygpu_hold_args(pygpu_state *st, PyObject *const *args, Py_ssize_t n,
                           const char *what);
@@ -702,5 +705,30 @@ int pygpu_stream_capturing(pygpu_state *st, PyObject *stream_obj);
  * 0 or 1, or NULL) while a blocking stream of the current context
  * captures.  No driver call while nothing captures.  GIL held. */
 int pygpu_capture_check(pygpu_state *st, PyObject *sobj, int blocking, const char *what);
+/* graph.c, the default stream inside a capture (docs/graphs.md): how many
+ * captures pygpu runs (0: none, the only test the quick paths make). */
+extern Py_ssize_t pygpu_captures_active;
+/* This thread's newest capture (in ctx, or any when ctx is NULL): the
+ * Stream, borrowed, or NULL.  GIL held; no driver call. */
+pygpu_Stream *pygpu_capture_current(pygpu_Context *ctx);
+/* sobj (NULL, None, 0, 1, a Stream of the NULL or legacy handle) names the
+ * default stream */
+int pygpu_capture_is_default(pygpu_state *st, PyObject *sobj);
+/* *sobj names the default stream and this thread captures in the current
+ * context: a blocking call gets a LogicError naming `what` (and `instead`,
+ * or "use the _async form"), -1; otherwise *sobj becomes the capturing
+ * Stream (borrowed), 1.  0: unchanged. */
+int pygpu_capture_default(pygpu_state *st, PyObject **sobj, int blocking, const char *what,
+                          const char *instead);
+/* A launch on the legacy stream while a blocking stream of ctx captures (in
+ * another thread): LogicError naming the kernel, -1. */
+int pygpu_capture_legacy_launch(pygpu_state *st, pygpu_Context *ctx, const char *kernel);
+/* A call that waits for the whole context (Context.synchronize, a zeroed
+ * managed array) while a stream of ctx captures: LogicError, -1. */
+int pygpu_capture_context_check(pygpu_state *st, pygpu_Context *ctx, const char *what);
+/* A stream-ordered free on s that would break a capture (s captures, or s
+ * is the legacy stream and a blocking stream of ctx captures): kept, and
+ * queued when the last capture ends; 1.  0: free it now. */
+int pygpu_capture_defer_free(pygpu_Context *ctx, CUdeviceptr p, CUstream s, PyObject *owner);
 
 #endif

@@ -220,11 +220,21 @@ stream_per_thread(PyObject *cls, PyObject *unused)
 static int
 refuse_while_capturing(pygpu_state *st, pygpu_Stream *self, const char *what)
 {
-    if (self->capture_keep == NULL)
+    PyObject *sobj = (PyObject *)self;
+    if (pygpu_captures_active == 0)
         return 0;
-    PyErr_Format(st->LogicError, "%s: this Stream is capturing a graph (its work is "
-                 "recorded, not run); end_capture() first, then launch the graph", what);
-    return -1;
+    if (self->capture_keep != NULL) {
+        PyErr_Format(st->LogicError, "%s: this Stream is capturing a graph (its work is "
+                     "recorded, not run); end_capture() first, then launch the graph", what);
+        return -1;
+    }
+    /* the legacy stream: inside this thread's capture it means the
+     * capturing stream; in another thread it would wait for a blocking
+     * capturing stream (graph.c) */
+    if (pygpu_capture_default(st, &sobj, 1, what, "synchronize after launching the graph") < 0
+        || pygpu_capture_check(st, sobj, 1, what) < 0)
+        return -1;
+    return 0;
 }
 
 static PyObject *

@@ -365,23 +365,19 @@ def test_capture_errors_are_clear_and_end_cleanly(standin, ctx, rng):
     s.begin_capture()
     with pytest.raises(cuda.LogicError, match=r"already capturing"):
         s.begin_capture()
-    # a synchronous copy or memset while capturing: refused before the driver
-    # (which would invalidate the capture), and the capture goes on
+    # inside this thread's capture the default stream is the capturing one: a
+    # blocking copy is refused before the driver (which would invalidate the
+    # capture), and the capture goes on; a device-side copy or memset given
+    # no stream is captured
     calls = standin.calls("cuMemcpyHtoD"), standin.calls("cuMemsetD8")
-    with pytest.raises(cuda.LogicError, match=r"^memcpy_htod\(\): a stream of this context is "
-                                              r"capturing a graph, and work on the legacy "
-                                              r"default stream would wait for it \(CUDA_ERROR_"
-                                              r"STREAM_CAPTURE_IMPLICIT, which would invalidate "
-                                              r"the capture\); pass the capturing stream to the "
-                                              r"_async form, or call it before or after the "
-                                              r"capture$"):
+    with pytest.raises(cuda.LogicError, match=r"^memcpy_htod\(\): this thread is capturing a "
+                                              r"graph, and inside the capture the default "
+                                              r"stream is the capturing stream, whose work is "
+                                              r"recorded, not run: a blocking call cannot wait "
+                                              r"for it; use memcpy_htod_async \(it is captured: "
+                                              r"each replay reads the host buffer then\), or "
+                                              r"call it after end_capture\(\)$"):
         cuda.memcpy_htod(d, host)
-    with pytest.raises(cuda.LogicError, match=r"^memset_d8\(\): a stream of this context is "
-                                              r"capturing"):
-        cuda.memset_d8(d, 1, 8)
-    with pytest.raises(cuda.LogicError, match=r"^memcpy_dtod_async\(\): a stream of this "
-                                              r"context is capturing"):
-        cuda.memcpy_dtod_async(d, d, 8)          # async, but on the legacy stream
     with pytest.raises(cuda.LogicError, match=r"^memcpy_dtoh\(\): the stream is capturing a "
                                               r"graph, whose work is recorded, not run: a "
                                               r"blocking call cannot wait for it; use the "
@@ -389,18 +385,75 @@ def test_capture_errors_are_clear_and_end_cleanly(standin, ctx, rng):
                                               r"after end_capture\(\)$"):
         cuda.memcpy_dtoh(host, d, stream=s)
     assert (standin.calls("cuMemcpyHtoD"), standin.calls("cuMemsetD8")) == calls
+    cuda.memset_d8(d, 1, 8)                      # captured on s
+    cuda.memcpy_dtod_async(d, d, 8)              # async, no stream: captured on s
     cuda.memcpy_htod_async(d, host, s)
-    assert [n.kind for n in s.end_capture().nodes()] == ["memcpy"]
-    # the legacy stream does not wait for a non-blocking stream: allowed
+    assert [n.kind for n in s.end_capture().nodes()] == ["memset", "memcpy", "memcpy"]
+    # in another thread the default stream is the legacy one, which would
+    # wait for the blocking capturing stream: refused before the driver
+    s.begin_capture()
+    errors = []
+
+    def legacy_work():
+        ctx.push()
+        try:
+            for call in (lambda: cuda.memcpy_htod(d, host), lambda: cuda.memset_d8(d, 1, 8),
+                         lambda: cuda.memcpy_dtod_async(d, d, 8)):
+                with pytest.raises(cuda.LogicError) as e:
+                    call()
+                errors.append(str(e.value))
+        finally:
+            cuda.Context.pop()
+
+    t = _Thread(legacy_work)
+    t.start()
+    t.join()
+    assert t.error is None, t.error
+    assert [e.split(":")[0] for e in errors] == ["memcpy_htod()", "memset_d8()",
+                                                 "memcpy_dtod_async()"]
+    assert all(e.endswith("a stream of this context is capturing a graph, and work on the "
+                          "legacy default stream would wait for it (CUDA_ERROR_STREAM_CAPTURE_"
+                          "IMPLICIT, which would invalidate the capture); pass the capturing "
+                          "stream to the _async form, or call it before or after the capture")
+               for e in errors), errors
+    cuda.memset_d8_async(d, 1, 8, s)
+    assert [n.kind for n in s.end_capture().nodes()] == ["memset"]
+    # the legacy stream does not wait for a non-blocking stream: another
+    # thread's synchronous copy runs
     nb = cuda.Stream(flags=cuda.stream_flags.NON_BLOCKING)
     nb.begin_capture()
-    cuda.memcpy_htod(d, host)
+
+    def sync_copy():
+        ctx.push()
+        try:
+            cuda.memcpy_htod(d, host)
+        finally:
+            cuda.Context.pop()
+
+    t = _Thread(sync_copy)
+    t.start()
+    t.join()
+    assert t.error is None, t.error
     cuda.memset_d8_async(d, 1, 8, nb)
     assert [n.kind for n in nb.end_capture().nodes()] == ["memset"]
+    # Context.synchronize() would wait for the capturing stream: refused
+    # before the driver, and the capture goes on
+    s.begin_capture()
+    calls = standin.calls("cuCtxSynchronize")
+    with pytest.raises(cuda.LogicError, match=r"^Context.synchronize\(\): a stream of this "
+                                              r"context is capturing a graph \(its work is "
+                                              r"recorded, not run\), which this call would wait "
+                                              r"for \(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "
+                                              r"which would invalidate the capture\); call it "
+                                              r"before or after the capture$"):
+        ctx.synchronize()
+    assert standin.calls("cuCtxSynchronize") == calls
+    cuda.memset_d8_async(d, 1, 8, s)
+    assert [n.kind for n in s.end_capture().nodes()] == ["memset"]
     # an illegal call that reaches the driver: the capture is invalidated
     s.begin_capture()
-    with pytest.raises(cuda.LogicError, match=r"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"):
-        ctx.synchronize()
+    assert _driver_entry("cuCtxSynchronize", 2000, ctypes.CFUNCTYPE(ctypes.c_int))() == 900
+    # (900: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
     with pytest.raises(cuda.LogicError, match=r"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: .*"
                                               r"no graph was made; the stream is no longer "
                                               r"capturing"):
@@ -418,6 +471,10 @@ def test_capture_errors_are_clear_and_end_cleanly(standin, ctx, rng):
     with pytest.raises(cuda.LogicError, match=r"^Stream.is_done\(\): this Stream is "
                                               r"capturing a graph"):
         s.is_done()
+    with pytest.raises(cuda.LogicError, match=r"^Stream.synchronize\(\): this thread is "
+                                              r"capturing a graph, and inside the capture the "
+                                              r"default stream is the capturing stream"):
+        cuda.Stream.null().synchronize()
     assert (standin.calls("cuStreamSynchronize"), standin.calls("cuStreamQuery")) == calls
     cuda.memset_d8_async(d, 1, 8, s)
     assert [n.kind for n in s.end_capture().nodes()] == ["memset"]
@@ -427,7 +484,7 @@ def test_capture_errors_are_clear_and_end_cleanly(standin, ctx, rng):
             cuda.memcpy_htod_async(d, host, s)
             raise KeyError("from the block")
     assert not s.is_capturing() and cap.graph is None
-    with pytest.raises(cuda.LogicError, match=r"STREAM_CAPTURE_IMPLICIT"):
+    with pytest.raises(cuda.LogicError, match=r"^memcpy_dtoh\(\): this thread is capturing"):
         with cuda.capture_graph(s):
             cuda.memcpy_dtoh(host, d)
     assert not s.is_capturing()
@@ -438,6 +495,17 @@ def test_capture_errors_are_clear_and_end_cleanly(standin, ctx, rng):
     del s2
     gc.collect()
     assert _live_graphs(standin) == base
+
+
+def _driver_entry(name, version, proto):
+    """A driver entry point of the stand-in, called past pygpu."""
+    lib = ctypes.CDLL(os.environ["PYGPU_LIBCUDA"])
+    get = lib.cuGetProcAddress_v2
+    get.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
+                    ctypes.c_uint64, ctypes.c_void_p]
+    fn = ctypes.c_void_p()
+    assert get(name.encode(), ctypes.byref(fn), version, 0, None) == 0
+    return proto(fn.value)
 
 
 @pytest.mark.standin

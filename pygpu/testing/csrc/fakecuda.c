@@ -223,6 +223,8 @@ static fake_stream *cap_stream(CUstream s);
 static struct fake_node *cap_node(fake_stream *st, int type, CUresult *rc);
 static CUresult cap_violation(fake_ctx *c, CUresult code);
 static CUresult cap_unsafe(void);
+/* the legacy default stream (which waits for every blocking stream) */
+#define IS_LEGACY(s) ((s) == NULL || (s) == CU_STREAM_LEGACY)
 static void cap_memcpy(struct fake_node *n, void *dst, const void *src, size_t len, int dd,
                        int sd);
 static void cap_memset(struct fake_node *n, CUdeviceptr d, unsigned v, size_t count,
@@ -1421,7 +1423,8 @@ copy(void *dst, const void *src, size_t n, int dst_dev, int src_dev, CUstream s,
             cap_memcpy(node, dst, src, n, dst_dev, src_dev);
         goto done;
     }
-    if (!check_s && (rc = cap_violation(c, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)) != CUDA_SUCCESS)
+    if ((!check_s || IS_LEGACY(s))
+        && (rc = cap_violation(c, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)) != CUDA_SUCCESS)
         goto done;
     unlock();
     pause_here();
@@ -1603,7 +1606,7 @@ memset_n(CUdeviceptr d, unsigned value, size_t n, size_t width, CUstream s, int 
         unlock();
         return rc;
     }
-    if (rc == CUDA_SUCCESS && !check_s)
+    if (rc == CUDA_SUCCESS && (!check_s || IS_LEGACY(s)))
         rc = cap_violation(c, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
     unlock();
     if (rc != CUDA_SUCCESS)
@@ -1784,8 +1787,14 @@ fake_cuMemAllocAsync(CUdeviceptr *dptr, size_t n, CUstream s)
         unlock();
         return rc;
     }
+    /* as an H100 with driver 580 rules it: on the legacy stream, implicit
+     * (a blocking stream captures); on a stream that does not capture, an
+     * unsafe call (GLOBAL capture) */
+    if (rc == CUDA_SUCCESS && IS_LEGACY(s))
+        rc = cap_violation(current(), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
     unlock();
     if (rc) return rc;
+    if ((rc = cap_unsafe()) != CUDA_SUCCESS) return rc;
     return device_alloc(dptr, n, K_ASYNC, 0);
 }
 
@@ -1803,8 +1812,11 @@ fake_cuMemFreeAsync(CUdeviceptr d, CUstream s)
         unlock();
         return rc;
     }
+    if (rc == CUDA_SUCCESS && IS_LEGACY(s))
+        rc = cap_violation(current(), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
     unlock();
     if (rc) return rc;
+    if ((rc = cap_unsafe()) != CUDA_SUCCESS) return rc;
     return free_kind(d, 0);
 }
 
@@ -2533,6 +2545,10 @@ do_launch(fake_func *f, const unsigned grid[3], const unsigned block[3], unsigne
         return CUDA_ERROR_INVALID_VALUE;
     if (f->param_bytes > sizeof last_launch.params)
         return CUDA_ERROR_INVALID_VALUE;
+    /* the legacy stream waits for a blocking capturing stream: the
+     * driver refuses the launch and invalidates the capture */
+    if (IS_LEGACY(s) && (rc = cap_violation(c, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)) != CUDA_SUCCESS)
+        return rc;
     if (cap_stream(s) != NULL) {       /* captured: a kernel node */
         struct fake_node *node = cap_node(cap_stream(s), CU_GRAPH_NODE_TYPE_KERNEL, &rc);
         if (node == NULL)

@@ -167,7 +167,10 @@ def main(argv=None):
                 for r, a, s in zip(raw, arrays, streams):
                     r.allreduce(a, a, nccl.SUM, stream=s)
 
-        bufs = [nccl.mem_alloc(nbytes, k) for k in range(ndev)]
+        bufs = []
+        for k, c in enumerate(comms):
+            with c.context:          # cuda.core's Buffer needs a current context
+                bufs.append(nccl.mem_alloc(nbytes, k))
         typed = [Typed(b, n, dtype) for b in bufs]
 
         def own_round():

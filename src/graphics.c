@@ -52,27 +52,10 @@ struct pygpu_RegisteredMapping {
 
 static void mapping_dealloc(pygpu_RegisteredMapping *self);
 
-/* The module state of a graphics type or a Python subclass of one: the
- * first class of the MRO defined by this module.  NULL with TypeError when
- * there is none (cannot happen for instances of these types). */
-static pygpu_state *
-graphics_state(PyTypeObject *tp)
-{
-    PyObject *mro = tp->tp_mro;
-    Py_ssize_t i, n = mro != NULL ? PyTuple_GET_SIZE(mro) : 0;
-    for (i = 0; i < n; i++) {
-        PyTypeObject *b = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
-        if (PyType_HasFeature(b, Py_TPFLAGS_HEAPTYPE)) {
-            PyObject *m = ((PyHeapTypeObject *)b)->ht_module;
-            if (m != NULL && PyModule_GetDef(m) == &pygpu_moduledef)
-                return (pygpu_state *)PyModule_GetState(m);
-        }
-    }
-    PyErr_Format(PyExc_TypeError, "%.100s is not a pygpu graphics type", tp->tp_name);
-    return NULL;
-}
-
-/* The module of the same (for looking up sibling types). Borrowed. */
+/* The module of a graphics type or a Python subclass of one: the module
+ * of the first class of the MRO defined by this module (for its state and
+ * for looking up sibling types).  Borrowed.  NULL with TypeError when there
+ * is none (cannot happen for instances of these types). */
 static PyObject *
 graphics_module(PyTypeObject *tp)
 {
@@ -88,6 +71,14 @@ graphics_module(PyTypeObject *tp)
     }
     PyErr_Format(PyExc_TypeError, "%.100s is not a pygpu graphics type", tp->tp_name);
     return NULL;
+}
+
+/* The module state of the same. */
+static pygpu_state *
+graphics_state(PyTypeObject *tp)
+{
+    PyObject *m = graphics_module(tp);
+    return m != NULL ? (pygpu_state *)PyModule_GetState(m) : NULL;
 }
 
 static int
@@ -253,25 +244,38 @@ mapping_unmap(pygpu_RegisteredMapping *self, PyObject *args, PyObject *kwds)
     Py_RETURN_NONE;
 }
 
+/* The mapped buffer's device address and size, after mapping_check(); -1
+ * with the exception set when the mapping is gone or the driver refuses. */
+static int
+mapping_pointer(pygpu_state *st, pygpu_RegisteredMapping *self, const char *what,
+                CUdeviceptr *p, size_t *n)
+{
+    CUresult rc;
+    pygpu_scope sc;
+    if (mapping_check(st, self, what) < 0)
+        return -1;
+    if (pygpu_scope_enter(st, self->robj->context, &sc) < 0)
+        return -1;
+    rc = cu.cuGraphicsResourceGetMappedPointer(p, n, self->robj->handle);
+    pygpu_scope_exit(&sc);
+    if (rc != CUDA_SUCCESS) {
+        pygpu_cuda_error_ex(st, rc, "cuGraphicsResourceGetMappedPointer",
+                            self->robj->target != 0
+                                ? "an image is mapped as an array: use array()"
+                                : NULL);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *
 mapping_device_ptr_and_size(pygpu_RegisteredMapping *self, PyObject *unused)
 {
     pygpu_state *st = graphics_state(Py_TYPE(self));
     CUdeviceptr p;
     size_t n;
-    CUresult rc;
-    pygpu_scope sc;
-    if (st == NULL || mapping_check(st, self, "device_ptr_and_size()") < 0)
+    if (st == NULL || mapping_pointer(st, self, "device_ptr_and_size()", &p, &n) < 0)
         return NULL;
-    if (pygpu_scope_enter(st, self->robj->context, &sc) < 0)
-        return NULL;
-    rc = cu.cuGraphicsResourceGetMappedPointer(&p, &n, self->robj->handle);
-    pygpu_scope_exit(&sc);
-    if (rc != CUDA_SUCCESS)
-        return pygpu_cuda_error_ex(st, rc, "cuGraphicsResourceGetMappedPointer",
-                                   self->robj->target != 0
-                                       ? "an image is mapped as an array: use array()"
-                                       : NULL);
     return Py_BuildValue("(KK)", (unsigned long long)p, (unsigned long long)n);
 }
 
@@ -289,20 +293,9 @@ mapping_device_allocation(pygpu_RegisteredMapping *self, PyObject *unused)
     pygpu_state *st = graphics_state(Py_TYPE(self));
     CUdeviceptr p;
     size_t n;
-    CUresult rc;
-    pygpu_scope sc;
     PyObject *a;
-    if (st == NULL || mapping_check(st, self, "device_allocation()") < 0)
+    if (st == NULL || mapping_pointer(st, self, "device_allocation()", &p, &n) < 0)
         return NULL;
-    if (pygpu_scope_enter(st, self->robj->context, &sc) < 0)
-        return NULL;
-    rc = cu.cuGraphicsResourceGetMappedPointer(&p, &n, self->robj->handle);
-    pygpu_scope_exit(&sc);
-    if (rc != CUDA_SUCCESS)
-        return pygpu_cuda_error_ex(st, rc, "cuGraphicsResourceGetMappedPointer",
-                                   self->robj->target != 0
-                                       ? "an image is mapped as an array: use array()"
-                                       : NULL);
     a = pygpu_borrowed_allocation(st, self->robj->context, p, n, NULL);
     if (a == NULL)
         return NULL;

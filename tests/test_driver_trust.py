@@ -24,6 +24,8 @@ import pytest
 import pygpu.driver as cuda
 from pygpu import _driver, compiler
 
+from threaded import run_in_threads
+
 KERNELS = r"""
 extern "C" __global__ void k(float *x, int n) { }
 __device__ float table[4];
@@ -657,46 +659,35 @@ def test_frees_racing_graph_replays_use_no_freed_memory(standin, ctx):
     threads replay graphs of copies while other threads free the memory the
     graphs use and read it through textures; the stand-in counts any use of
     freed memory (the fixture fails on one) and every replay is checked."""
-    errors, barrier = [], threading.Barrier(4)
+    barrier = threading.Barrier(4)
     n = 4096
 
     def work(tid):
-        try:
-            ctx.push()
-            rng = np.random.default_rng()
-            s = cuda.Stream()
-            barrier.wait()
-            for r in range(30):
-                x = rng.standard_normal(n).astype(np.float32)
-                out = np.zeros(n, np.float32)
-                d1, d2 = cuda.mem_alloc(x.nbytes), cuda.mem_alloc(x.nbytes)
-                g = cuda.Graph()
-                a = g.add_memcpy_node(d1, x)
-                b = g.add_memcpy_node(d2, d1, dependencies=a)
-                g.add_memcpy_node(out, d2, dependencies=b)
-                exe = g.instantiate()
-                tex = cuda.TextureObject(d2, format=cuda.array_format.FLOAT)
-                racer = _Thread(lambda: (d1.free(), d2.free()))
-                racer.start()
-                for _ in range(3):
-                    exe.launch(s)
-                    s.synchronize()
-                    np.testing.assert_array_equal(out, x)
-                racer.join()
-                assert racer.error is None and d1.freed and d2.freed
-                del exe, g, a, b
-                gc.collect()
-                assert d1.holders == () and d2.holders == ("a TextureObject",)
-                del tex
-        except BaseException as e:      # reported by the main thread
-            errors.append((tid, e))
-        finally:
-            cuda.Context.pop()
+        rng = np.random.default_rng()
+        s = cuda.Stream()
+        barrier.wait()
+        for r in range(30):
+            x = rng.standard_normal(n).astype(np.float32)
+            out = np.zeros(n, np.float32)
+            d1, d2 = cuda.mem_alloc(x.nbytes), cuda.mem_alloc(x.nbytes)
+            g = cuda.Graph()
+            a = g.add_memcpy_node(d1, x)
+            b = g.add_memcpy_node(d2, d1, dependencies=a)
+            g.add_memcpy_node(out, d2, dependencies=b)
+            exe = g.instantiate()
+            tex = cuda.TextureObject(d2, format=cuda.array_format.FLOAT)
+            racer = _Thread(lambda: (d1.free(), d2.free()))
+            racer.start()
+            for _ in range(3):
+                exe.launch(s)
+                s.synchronize()
+                np.testing.assert_array_equal(out, x)
+            racer.join()
+            assert racer.error is None and d1.freed and d2.freed
+            del exe, g, a, b
+            gc.collect()
+            assert d1.holders == () and d2.holders == ("a TextureObject",)
+            del tex
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_in_threads(ctx, 4, work)
     assert standin.stale() == 0

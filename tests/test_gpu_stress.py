@@ -12,6 +12,8 @@ import pytest
 import pygpu.driver as cuda
 from pygpu.compiler import SourceModule
 
+from threaded import run_in_threads
+
 pytestmark = pytest.mark.gpu
 
 SAXPY = r"""
@@ -28,49 +30,38 @@ def test_eight_threads_launch_and_copy_at_once(ctx):
     results down (pageable, pinned and staged sizes), every element checked."""
     # no fused multiply-add, so NumPy's a * x + y is the exact answer
     f = SourceModule(SAXPY, options=["-fmad=false"]).get_function("saxpy")
-    errors, barrier = [], threading.Barrier(8)
+    barrier = threading.Barrier(8)
     sizes = [1000, 1 << 16, 3 << 20, (1 << 18) + 7]
 
     def work(tid):
-        try:
-            ctx.push()
-            rng = np.random.default_rng()
-            s = cuda.Stream()
-            barrier.wait()
-            for r in range(40):
-                n = sizes[(tid + r) % len(sizes)]
-                x = rng.standard_normal(n).astype(np.float32)
-                y = rng.standard_normal(n).astype(np.float32)
-                a = np.float32(rng.standard_normal())
-                if r % 2:
-                    hx = cuda.pagelocked_empty(n, np.float32)
-                    hx[:] = x
-                    dx = cuda.mem_alloc(x.nbytes)
-                    cuda.memcpy_htod_async(dx, hx, s)
-                else:
-                    dx = cuda.to_device(x)
-                dy, dout = cuda.to_device(y), cuda.mem_alloc(x.nbytes)
-                f(dout, dx, dy, a, n, block=(256, 1, 1), grid=(min(1024, (n + 255) // 256), 1),
-                  stream=s)
-                out = np.empty_like(x)
-                if r % 3 == 0:
-                    s.synchronize()
-                    cuda.memcpy_dtoh(out, dout)
-                else:
-                    cuda.memcpy_dtoh_async(out, dout, s)
-                    s.synchronize()
-                np.testing.assert_array_equal(out, a * x + y)
-        except BaseException as e:      # reported by the main thread
-            errors.append((tid, e))
-        finally:
-            cuda.Context.pop()
+        rng = np.random.default_rng()
+        s = cuda.Stream()
+        barrier.wait()
+        for r in range(40):
+            n = sizes[(tid + r) % len(sizes)]
+            x = rng.standard_normal(n).astype(np.float32)
+            y = rng.standard_normal(n).astype(np.float32)
+            a = np.float32(rng.standard_normal())
+            if r % 2:
+                hx = cuda.pagelocked_empty(n, np.float32)
+                hx[:] = x
+                dx = cuda.mem_alloc(x.nbytes)
+                cuda.memcpy_htod_async(dx, hx, s)
+            else:
+                dx = cuda.to_device(x)
+            dy, dout = cuda.to_device(y), cuda.mem_alloc(x.nbytes)
+            f(dout, dx, dy, a, n, block=(256, 1, 1), grid=(min(1024, (n + 255) // 256), 1),
+              stream=s)
+            out = np.empty_like(x)
+            if r % 3 == 0:
+                s.synchronize()
+                cuda.memcpy_dtoh(out, dout)
+            else:
+                cuda.memcpy_dtoh_async(out, dout, s)
+                s.synchronize()
+            np.testing.assert_array_equal(out, a * x + y)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_in_threads(ctx, 8, work)
 
 
 def _compute_sanitizer():
@@ -132,54 +123,43 @@ def test_frees_race_graph_replays_and_texture_reads(ctx):
     every read sees the data it was given, and nothing faults."""
     mod = SourceModule(HOLD_KERNELS, no_extern_c=True)
     twice, fetch = mod.get_function("twice"), mod.get_function("fetch")
-    errors, barrier = [], threading.Barrier(6)
+    barrier = threading.Barrier(6)
     n = 1 << 16
 
     def work(tid):
-        try:
-            ctx.push()
-            rng = np.random.default_rng()
-            s = cuda.Stream()
-            barrier.wait()
-            for r in range(15):
-                x = cuda.pagelocked_empty(n, np.float32)
-                x[:] = rng.standard_normal(n)
-                out = cuda.pagelocked_zeros(n, np.float32)
-                din, dout = cuda.mem_alloc(x.nbytes), cuda.mem_alloc(x.nbytes)
-                g = cuda.Graph()
-                up = g.add_memcpy_node(din, x)
-                k = g.add_kernel_node(twice, dout, din, np.int32(n), block=(256, 1, 1),
-                                      grid=(n // 256, 1, 1), dependencies=up)
-                g.add_memcpy_node(out, dout, dependencies=k)
-                exe = g.instantiate()
-                dtex = cuda.to_device(x)
-                tex = cuda.TextureObject(dtex, format=cuda.array_format.FLOAT)
-                tout = cuda.mem_alloc(x.nbytes)
-                racer = threading.Thread(target=lambda: (din.free(), dout.free(), dtex.free()))
-                racer.start()
-                for _ in range(4):
-                    exe.launch(s)
-                    fetch(tout, tex, np.int32(n), block=(256, 1, 1), grid=(n // 256, 1),
-                          stream=s)
-                racer.join()
-                s.synchronize()
-                np.testing.assert_array_equal(out, 2 * x)
-                got = np.empty_like(x)
-                cuda.memcpy_dtoh(got, tout)
-                np.testing.assert_array_equal(got, x)
-                assert din.freed and dout.freed and dtex.freed
-                del exe, g, up, k, tex
-        except BaseException as e:      # reported by the main thread
-            errors.append((tid, e))
-        finally:
-            cuda.Context.pop()
+        rng = np.random.default_rng()
+        s = cuda.Stream()
+        barrier.wait()
+        for r in range(15):
+            x = cuda.pagelocked_empty(n, np.float32)
+            x[:] = rng.standard_normal(n)
+            out = cuda.pagelocked_zeros(n, np.float32)
+            din, dout = cuda.mem_alloc(x.nbytes), cuda.mem_alloc(x.nbytes)
+            g = cuda.Graph()
+            up = g.add_memcpy_node(din, x)
+            k = g.add_kernel_node(twice, dout, din, np.int32(n), block=(256, 1, 1),
+                                  grid=(n // 256, 1, 1), dependencies=up)
+            g.add_memcpy_node(out, dout, dependencies=k)
+            exe = g.instantiate()
+            dtex = cuda.to_device(x)
+            tex = cuda.TextureObject(dtex, format=cuda.array_format.FLOAT)
+            tout = cuda.mem_alloc(x.nbytes)
+            racer = threading.Thread(target=lambda: (din.free(), dout.free(), dtex.free()))
+            racer.start()
+            for _ in range(4):
+                exe.launch(s)
+                fetch(tout, tex, np.int32(n), block=(256, 1, 1), grid=(n // 256, 1),
+                      stream=s)
+            racer.join()
+            s.synchronize()
+            np.testing.assert_array_equal(out, 2 * x)
+            got = np.empty_like(x)
+            cuda.memcpy_dtoh(got, tout)
+            np.testing.assert_array_equal(got, x)
+            assert din.freed and dout.freed and dtex.freed
+            del exe, g, up, k, tex
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_in_threads(ctx, 6, work)
 
 
 def test_texture_and_graph_read_memory_freed_under_them(ctx):

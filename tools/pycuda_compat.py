@@ -274,6 +274,36 @@ def _read_records(path):
     return out
 
 
+def watch(proc, record, test_timeout, hang_grace, startup_grace, deadline=None):
+    """Wait for the pytest process `proc` (started in a session of its own)
+    while it writes its record file.  It is killed, with its process group,
+    when the record has not grown for test_timeout + hang_grace seconds
+    (startup_grace more before its first record: pytest's start-up and
+    collection, imports, a first compile) or at `deadline` (time.monotonic()).
+    Returns why it stopped: "hung", "budget" or None (it ended by itself)."""
+    start = os.path.getsize(record) if os.path.exists(record) else 0
+    last, size = time.monotonic(), start
+    why = None
+    while proc.poll() is None:
+        time.sleep(0.5)
+        s = os.path.getsize(record) if os.path.exists(record) else 0
+        limit = test_timeout + hang_grace + (startup_grace if s == start else 0)
+        if s != size:
+            size, last = s, time.monotonic()
+        now = time.monotonic()
+        if now - last > limit:
+            why = "hung"
+        elif deadline is not None and now >= deadline:
+            why = "budget"
+        if why:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    return why
+
+
 def run_file(impl, testdir, name, env, test_timeout=300, hang_grace=60, log=None,
              python=sys.executable, startup_grace=120):
     """Run one test file with pytest in fresh processes (`impl` "pygpu": under
@@ -307,24 +337,7 @@ def run_file(impl, testdir, name, env, test_timeout=300, hang_grace=60, log=None
         proc = subprocess.Popen(base + [name], cwd=testdir, env=env,
                                 stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-        start = os.path.getsize(record) if os.path.exists(record) else 0
-        last, size = time.monotonic(), start
-        killed = False
-        while proc.poll() is None:
-            time.sleep(0.5)
-            s = os.path.getsize(record) if os.path.exists(record) else 0
-            # pytest's start-up and collection (imports, a first compile)
-            # get startup_grace more before the first record
-            limit = test_timeout + hang_grace + (startup_grace if s == start else 0)
-            if s != size:
-                size, last = s, time.monotonic()
-            elif time.monotonic() - last > limit:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait()
-                killed = True
+        killed = watch(proc, record, test_timeout, hang_grace, startup_grace) == "hung"
         status = proc.returncode
         after = outcomes(_read_records(record))
         unfinished = [nid for nid, t in after.items()

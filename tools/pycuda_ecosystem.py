@@ -276,26 +276,7 @@ def run_suite(impl, cwd, args, env, record, test_timeout=300, hang_grace=60,
         proc = subprocess.Popen(base + list(args), cwd=cwd, env=env,
                                 stdout=output, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-        start = os.path.getsize(record) if os.path.exists(record) else 0
-        last, size = time.monotonic(), start
-        why = None
-        while proc.poll() is None:
-            time.sleep(0.5)
-            s = os.path.getsize(record) if os.path.exists(record) else 0
-            limit = test_timeout + hang_grace + (startup_grace if s == start else 0)
-            if s != size:
-                size, last = s, time.monotonic()
-            now = time.monotonic()
-            if now - last > limit:
-                why = "hung"
-            elif deadline is not None and now >= deadline:
-                why = "budget"
-            if why:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait()
+        why = compat.watch(proc, record, test_timeout, hang_grace, startup_grace, deadline)
         status = proc.returncode
         output.seek(0)
         text = output.read().decode("utf-8", "replace")

@@ -1773,6 +1773,21 @@ fake_cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p)
     return rc;
 }
 
+/* cuMemAllocAsync/cuMemFreeAsync on a stream s that does not capture,
+ * called with the lock held and rc from check_stream(); unlocks.  As an H100
+ * with driver 580 rules it: on the legacy stream, implicit (a blocking stream
+ * captures); on a stream that does not capture, an unsafe call (GLOBAL
+ * capture). */
+static CUresult
+async_outside_capture(CUresult rc, CUstream s)
+{
+    if (rc == CUDA_SUCCESS && IS_LEGACY(s))
+        rc = cap_violation(current(), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    unlock();
+    if (rc) return rc;
+    return cap_unsafe();
+}
+
 static CUresult
 fake_cuMemAllocAsync(CUdeviceptr *dptr, size_t n, CUstream s)
 {
@@ -1787,14 +1802,7 @@ fake_cuMemAllocAsync(CUdeviceptr *dptr, size_t n, CUstream s)
         unlock();
         return rc;
     }
-    /* as an H100 with driver 580 rules it: on the legacy stream, implicit
-     * (a blocking stream captures); on a stream that does not capture, an
-     * unsafe call (GLOBAL capture) */
-    if (rc == CUDA_SUCCESS && IS_LEGACY(s))
-        rc = cap_violation(current(), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
-    unlock();
-    if (rc) return rc;
-    if ((rc = cap_unsafe()) != CUDA_SUCCESS) return rc;
+    if ((rc = async_outside_capture(rc, s)) != CUDA_SUCCESS) return rc;
     return device_alloc(dptr, n, K_ASYNC, 0);
 }
 
@@ -1812,11 +1820,7 @@ fake_cuMemFreeAsync(CUdeviceptr d, CUstream s)
         unlock();
         return rc;
     }
-    if (rc == CUDA_SUCCESS && IS_LEGACY(s))
-        rc = cap_violation(current(), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
-    unlock();
-    if (rc) return rc;
-    if ((rc = cap_unsafe()) != CUDA_SUCCESS) return rc;
+    if ((rc = async_outside_capture(rc, s)) != CUDA_SUCCESS) return rc;
     return free_kind(d, 0);
 }
 
@@ -3465,6 +3469,17 @@ fake_cuArray3DCreate(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d)
     return rc;
 }
 
+/* An array's memory goes (lock held); its handle stays known, dead. */
+static void
+array_release(fake_array *a)
+{
+    a->alive = 0;
+    dev_used[a->ctx->dev] -= array_bytes(a);
+    free(a->data);
+    a->data = NULL;
+    live_arrays--;
+}
+
 static CUresult
 fake_cuArrayDestroy(CUarray h)
 {
@@ -3476,11 +3491,7 @@ fake_cuArrayDestroy(CUarray h)
     if (a == NULL) {
         rc = CUDA_ERROR_INVALID_HANDLE;
     } else {                     /* (a texture object left over it reads freed memory) */
-        a->alive = 0;
-        dev_used[a->ctx->dev] -= array_bytes(a);
-        free(a->data);
-        a->data = NULL;
-        live_arrays--;
+        array_release(a);
     }
     unlock();
     return rc;
@@ -5767,14 +5778,8 @@ fake_cuGraphicsUnregisterResource(CUgraphicsResource h)
     } else {
         g->alive = 0;
         p = g->ptr;
-        if (g->is_image) {
-            fake_array *a = (fake_array *)g->arr;
-            a->alive = 0;
-            dev_used[a->ctx->dev] -= array_bytes(a);
-            free(a->data);
-            a->data = NULL;
-            live_arrays--;
-        }
+        if (g->is_image)
+            array_release((fake_array *)g->arr);
     }
     unlock();
     if (p != 0)

@@ -675,6 +675,19 @@ class AlignedHostAllocation(_np.ndarray):
     """The bytes behind aligned_empty()'s arrays (their .base): ordinary
     host memory, freed when the last array over it dies."""
 
+    # ndarray's constructor, said outright (NumPy's type gives inspect no
+    # signature on Python 3.9)
+    def _sig():
+        import inspect
+        P = inspect.Parameter
+        return inspect.Signature(
+            [P("shape", P.POSITIONAL_OR_KEYWORD)]
+            + [P(n, P.POSITIONAL_OR_KEYWORD, default=d) for n, d in (
+                ("dtype", float), ("buffer", None), ("offset", 0), ("strides", None),
+                ("order", None))])
+    __signature__ = _sig()
+    del _sig
+
     def free(self):
         """Accepted for PyCUDA's sake; the memory goes with the last array
         that uses it."""

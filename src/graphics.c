@@ -812,6 +812,10 @@ add_subtype(PyObject *m, PyType_Spec *spec, PyObject *base)
     Py_XDECREF(bases);
     if (tp == NULL)
         return -1;
+    if (pygpu_keep_text_signature((PyTypeObject *)tp, spec) < 0) {   /* 3.9 drops it */
+        Py_DECREF(tp);
+        return -1;
+    }
 #if PY_VERSION_HEX < 0x030A0000
     if (spec == &mapping_spec)     /* no Py_TPFLAGS_DISALLOW_INSTANTIATION before 3.10 */
         ((PyTypeObject *)tp)->tp_new = NULL;
@@ -832,6 +836,10 @@ pygpu_graphics_setup(PyObject *m, pygpu_state *st)
     base = PyType_FromModuleAndSpec(m, &registered_spec, NULL);
     if (base == NULL)
         return -1;
+    if (pygpu_keep_text_signature((PyTypeObject *)base, &registered_spec) < 0) {
+        Py_DECREF(base);
+        return -1;
+    }
 #if PY_VERSION_HEX < 0x030A0000
     ((PyTypeObject *)base)->tp_new = NULL;
 #endif

@@ -45,7 +45,9 @@ enum_member_format(PyObject *unused, PyObject *args)
         return NULL;
     if (PyUnicode_GET_LENGTH(spec) == 0)
         return PyObject_Str(self);
-    value = PyNumber_Index(self);
+    /* an exact int (PyNumber_Index gives the member itself back on 3.9,
+     * whose __format__ is this function: endless recursion) */
+    value = PyNumber_Long(self);
     if (value == NULL)
         return NULL;
     res = PyObject_Format(value, spec);

@@ -355,6 +355,22 @@ def test_switch_off_asks_pip_for_no_nvtx_wheel(monkeypatch):
     assert b._header_requirements() == b.HEADER_WHEELS + [b.NVTX_WHEEL]
 
 
+def test_headers_of_the_outer_environment_are_not_relied_on(monkeypatch):
+    """Headers found only in NVIDIA's wheels of the environment pip runs
+    from (a venv with pygpu[nvrtc]) are not on an isolated build's path: the
+    build asks for its own (a clone's `make demo` after `pip install -e
+    ".[nvrtc]"` failed on Python 3.9 and 3.13 with the toolkit hidden)."""
+    b = backend()
+    monkeypatch.delenv("PYGPU_CUDA_HEADERS_FROM_PIP", raising=False)
+    monkeypatch.delenv("PYGPU_BUILD_NVTX", raising=False)
+    monkeypatch.setattr(b, "cuda_include_dirs",
+                        lambda: ["/venv/lib/python3.9/site-packages/nvidia/cu13/include"])
+    assert b._header_requirements() == b.HEADER_WHEELS + [b.NVTX_WHEEL]
+    tk = b._search.toolkit_include_candidates(None)[-1]
+    monkeypatch.setattr(b, "cuda_include_dirs", lambda: [tk])
+    assert b._header_requirements() == []
+
+
 def test_setup_py_refuses_a_bad_switch(nonvtx):
     r = run_setup(nonvtx, "off", "build_ext", "--inplace")
     assert r.returncode == 1

@@ -475,6 +475,8 @@ def test_driver_stub_covers_the_extension():
 
 
 TYPED_USER = """
+from typing import Any
+
 import numpy as np
 import pygpu.driver as cuda
 from pygpu.compiler import SourceModule
@@ -487,7 +489,7 @@ def describe(ordinal: int) -> str:
     return "%s sm_%d%d %d" % (dev.name(), major, minor, dev.total_memory())
 
 
-def upload(a: np.ndarray) -> int:
+def upload(a: "np.ndarray[Any, Any]") -> int:  # NumPy 2.0 (Python 3.9) has no defaults
     buf = cuda.mem_alloc(a.nbytes)
     cuda.memcpy_htod(buf, a)
     size: int = buf.size

@@ -137,9 +137,14 @@ def _header_requirements():
     nvtx = [] if nvtx_switch() is False else [NVTX_WHEEL]
     if os.environ.get("PYGPU_CUDA_HEADERS_FROM_PIP", "") not in ("", "0"):
         return list(HEADER_WHEELS) + nvtx
-    if cuda_include_dirs():
+    # only a toolkit is sure to be seen by the build itself: headers found in
+    # NVIDIA's wheels of the environment pip runs from (a venv with
+    # pygpu[nvrtc]) are not on the isolated build's path, so the build asks
+    # for its own copies (pip's cache keeps them)
+    dirs = cuda_include_dirs()
+    if dirs and set(dirs) <= set(_search.toolkit_include_candidates(None)):
         return []
-    return list(HEADER_WHEELS) + ([] if nvtx_include_dir() else nvtx)
+    return list(HEADER_WHEELS) + nvtx
 
 
 def get_requires_for_build_wheel(config_settings=None):

@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 
 import pygpu._driver as _driver
+import pygpu.driver  # noqa: E402,F401  (the types' module: inspect evaluates defaults such as
+#                     array_format.FLOAT there, and import pygpu alone no longer loads it)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "src")
@@ -333,6 +335,9 @@ def _values(cuda, ctx, ptx):
         "path": os.devnull,
     }
     special = {
+        ("array", "index"): 0, ("array", "level"): 0,        # RegisteredMapping.array
+        ("RegisteredBuffer", "gl_handle"): 4, ("RegisteredImage", "gl_handle"): 4,
+        ("RegisteredImage", "target"): 0x0DE1,                # GL_TEXTURE_2D (the stand-in's)
         ("mem_alloc_managed", "flags"): cuda.mem_attach_flags.GLOBAL,
         ("TimeRange", "name"): "range", ("TimeRange", "color"): "green",
         ("memcpy_htod", "dest"): dev, ("memcpy_htod", "src"): host,
@@ -420,6 +425,13 @@ def _keyword_calls(cuda, ctx, function):
         _driver.TensorMap: _driver.TensorMap,
         _driver.Graph: graph, _driver.GraphExec: graph.instantiate(), "node": node,
     }
+    if hasattr(_driver, "RegisteredBuffer"):
+        # the stand-in takes any GL buffer name (n is n*256 bytes)
+        rb = _driver.RegisteredBuffer(4)
+        ri = _driver.RegisteredImage(4, 0x0DE1)             # GL_TEXTURE_2D
+        receivers.update({_driver.RegisteredBuffer: rb, _driver.RegisteredObject: rb,
+                          _driver.RegisteredImage: ri, _driver.RegisteredMapping: rb.map(),
+                          (_driver.RegisteredMapping, "array"): ri.map()})
     receivers.update(_MULTI)
     out = []
     for owner, name, _, _ in METHODS:
@@ -487,6 +499,8 @@ def test_every_listed_keyword_is_accepted(standin, ctx, kernel_ptx):
                     ctx.disable_peer_access(peer_ctx)
                 if label == "Stream.begin_capture":
                     obj.__self__.end_capture()
+                if label == "RegisteredMapping.unmap":       # map again for the next trial
+                    obj = obj.__self__.resource.map().unmap
                 del result
     assert checked == ok and checked > 40
 

@@ -642,7 +642,7 @@ class SourceModule(CudaModule):
     the kernel what nvcc would: the names its host headers declare (uint,
     INT_MAX, M_PI, ...) and struct attributes read where GCC reads them.
     keep=True keeps the source, the options and the binaries in a new
-    directory and prints "*** compiler output in DIR", as PyCUDA does.
+    directory and prints ``*** compiler output in DIR``, as PyCUDA does.
     nvcc= (PyCUDA's path to nvcc) is accepted and not used.
     get_function() also takes a template expression listed in
     name_expressions ("scale<float>").

@@ -12,9 +12,11 @@ NCCL group, on one stream per GPU:
   (its checks, its context switch, nccl4py underneath);
 - nccl4py on GPUArrays: nccl4py's Communicator.allreduce given the same
   GPUArrays and pygpu Streams directly (DLPack, __cuda_stream__);
-- nccl4py's own: nccl4py's Communicator.allreduce on buffers from
-  nccl4py's own allocator (nccl.mem_alloc, seen as the same dtype) and
-  cuda.core streams.
+- NCCL's own: ncclAllReduce called through nccl4py's raw bindings
+  (nccl.bindings.nccl.all_reduce, between group_start/group_end) with
+  plain device pointers of buffers from nccl4py's allocator
+  (nccl.mem_alloc) and cuda.core streams: no buffer resolution or checks,
+  the least Python a call to NCCL can have (what nccl-tests measure).
 
 Each figure: the mean wall-clock time of --iters rounds after warm-up
 rounds, all streams synchronized at the end (as nccl-tests time it);
@@ -49,18 +51,6 @@ def fmt_size(n):
         if n >= m and n % m == 0:
             return "%d %siB" % (n // m, unit)
     return "%d B" % n
-
-
-class Typed:
-    """nccl4py's own allocation (a cuda.core Buffer, which DLPack describes
-    as bytes) seen as `n` elements of `dtype` (CUDA Array Interface v3), so
-    NCCL reduces the same type as in the other two columns."""
-
-    def __init__(self, buf, n, dtype):
-        self.buf = buf
-        self.__cuda_array_interface__ = {"shape": (n,), "typestr": dtype.str, "strides": None,
-                                         "data": (int(buf.handle), False), "version": 3,
-                                         "stream": None}
 
 
 def not_run(why):
@@ -102,6 +92,7 @@ def main(argv=None):
     if not pnccl.available():
         not_run("nccl4py is not importable (pip install 'pygpu[nccl]')")
     import nccl.core as nccl
+    from nccl.bindings import nccl as nb
     from cuda.core import Device as CoreDevice
 
     comms = pnccl.Communicator.init_all(list(range(ndev)))
@@ -171,12 +162,16 @@ def main(argv=None):
         for k, c in enumerate(comms):
             with c.context:          # cuda.core's Buffer needs a current context
                 bufs.append(nccl.mem_alloc(nbytes, k))
-        typed = [Typed(b, n, dtype) for b in bufs]
+        ptrs = [int(b.handle) for b in bufs]
+        sptrs = [int(s.handle) for s in core_streams]
+        nccl_dtype = int(nccl.NcclDataType.from_numpy_dtype(dtype))
+        op_sum, comm_ptrs = int(nccl.SUM), [r.ptr for r in raw]
 
         def own_round():
-            with nccl.group():
-                for r, b, s in zip(raw, typed, core_streams):
-                    r.allreduce(b, b, nccl.SUM, stream=s)
+            nb.group_start()
+            for p, cp, sp in zip(ptrs, comm_ptrs, sptrs):
+                nb.all_reduce(p, p, n, nccl_dtype, op_sum, cp, sp)
+            nb.group_end()
 
         iters = args.iters if nbytes >= (1 << 20) else max(args.iters, 200)
         t_pg = timed(pygpu_round, sync_pygpu, iters, args.warmup)
@@ -184,26 +179,25 @@ def main(argv=None):
         t_own = timed(own_round, sync_core, iters, args.warmup)
         factor = 2.0 * (ndev - 1) / ndev
         row = {"bytes": nbytes, "iters": iters}
-        for key, t in (("pygpu", t_pg), ("nccl4py_gpuarray", t_dir), ("nccl4py_own", t_own)):
+        for key, t in (("pygpu", t_pg), ("nccl4py_gpuarray", t_dir), ("nccl_own", t_own)):
             row[key] = {"us": t * 1e6, "algbw_GBs": nbytes / t / 1e9,
                         "busbw_GBs": nbytes / t / 1e9 * factor}
         rows.append(row)
-        del typed
         for b in bufs:
             nccl.mem_free(b)
         del arrays
 
     head = ("| size per GPU | pygpu: us / bus GB/s | nccl4py on GPUArrays: us / bus GB/s "
-            "| nccl4py's own: us / bus GB/s | pygpu / nccl4py's own |")
+            "| NCCL's own (raw call): us / bus GB/s | pygpu / NCCL's own |")
     print()
     print(head)
     print("|---|---|---|---|---|")
     for r in rows:
         cells = ["%.1f / %.1f" % (r[k]["us"], r[k]["busbw_GBs"])
-                 for k in ("pygpu", "nccl4py_gpuarray", "nccl4py_own")]
+                 for k in ("pygpu", "nccl4py_gpuarray", "nccl_own")]
         print("| %s | %s | %s | %s | %.2f |" % (fmt_size(r["bytes"]), cells[0], cells[1],
                                                cells[2], r["pygpu"]["busbw_GBs"]
-                                               / r["nccl4py_own"]["busbw_GBs"]))
+                                               / r["nccl_own"]["busbw_GBs"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"gpus": names, "nccl": str(info.libnccl), "dtype": str(dtype),

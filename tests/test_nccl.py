@@ -618,9 +618,14 @@ def test_gpu_example_on_two_gpus(mode, tmp_path):
 @gpu
 def test_gpu_benchmark_runs_and_checks(tmp_path):
     _need(2)
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "nccl_allreduce.py"),
-                        "--sizes", "4K,16M", "--iters", "5"], capture_output=True, text=True,
-                       timeout=600)
+    try:
+        r = subprocess.run([sys.executable, "-u",
+                            os.path.join(ROOT, "benchmarks", "nccl_allreduce.py"),
+                            "--sizes", "4K,16M", "--iters", "5"], capture_output=True,
+                           text=True, timeout=180)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail("the benchmark did not finish in 180 s; it printed:\n%s\n%s"
+                    % (e.stdout, e.stderr))
     print(r.stdout)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ok: the all-reduce of" in r.stdout

@@ -1,11 +1,14 @@
 """pygpu against the plain-C driver floor and its peers, in one run.
 
-    python3 benchmarks/run.py [--json results.json]
+    python3 benchmarks/run.py [--json results.json] [--no-goals]
 
 Builds floor.c (the same work straight on the driver API and NVRTC), runs
 it, then measures pygpu and each installed peer (CuPy RawKernel/RawModule,
 cuda.core, PyCUDA) in this process, and prints one table of figures and
-ratios.  The method is in docs/benchmarks.md.
+ratios.  Then issue 27's goals (benchmarks/goals.py), each against a floor
+measured in this run, marked MET / NOT MET, under the GPU's name, driver
+and clocks (--no-goals leaves them out).  Without a GPU it says so and
+exits 0.  The method is in docs/benchmarks.md.
 """
 import argparse
 import functools
@@ -19,6 +22,7 @@ import time
 
 import numpy as np
 
+import goals  # benchmarks/goals.py: issue 27's goals against same-run floors
 import inproc  # benchmarks/inproc.py: the C compile floor in this process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -739,7 +743,13 @@ def main():
     ap.add_argument("--json", help="write all figures here")
     ap.add_argument("--launch-only", type=int, metavar="N",
                     help="only the launch rows, measured N times in this process")
+    ap.add_argument("--no-goals", action="store_true",
+                    help="leave out issue 27's goals (benchmarks/goals.py)")
     args = ap.parse_args()
+    reason = goals.gpu_reason()
+    if reason is not None:
+        print("benchmarks/run.py: nothing measured: this machine has no usable GPU (%s)" % reason)
+        return 0
     if args.launch_only:
         return launch_only(args.launch_only, args.json)
     results = {"floor": run_floor()}
@@ -826,10 +836,19 @@ def main():
         for mib, row in sweep.items():
             print("| %d | %.1f | %.1f | %.1f | %.1f |" % (mib, row["plain_htod"], row["staged_htod"],
                                                       row["plain_dtoh"], row["staged_dtoh"]))
+    if not args.no_goals:
+        print()
+        try:
+            figs, rows, info = goals.measure()
+            goals.report(figs, rows, info)
+            results["goals"] = {"gpu": info, "figures": figs, "rows": rows}
+        except Exception as e:   # said, not fatal: the table above stands
+            print("Issue 27's goals: not measured: %s" % goals.failed(e))
+            results["goals"] = {"error": goals.failed(e)}
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+            json.dump(goals.jsonable(results), f, indent=2)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

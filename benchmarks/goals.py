@@ -99,6 +99,7 @@ REDUCTION_FLOOR_GOAL = 0.90
 SCAN_GOAL = 0.85
 PINNED_GOAL = 0.50
 GRAPH_GOAL_US = 1.0
+STANDIN_GOAL_CALLS = 2
 
 
 # ---- where a GPU is ----
@@ -164,6 +165,9 @@ def goal_specs(cfg=None):
     add("small_add_pygpu", small + " (floor: pygpu's launch)", "us", "small_add_us",
         "pygpu_empty_launch_us", "empty kernel, configure()d", "diff", SMALL_GOAL_US,
         "cupy_small_add_us", "small_add_over_pygpu_us")
+    add("small_add_calls", "driver calls a steady-state small a + b (on the driver "
+        "stand-in)", "calls", "standin_calls_per_op", "standin_floor_calls",
+        "the launch itself", "absolute", STANDIN_GOAL_CALLS)
     big = "%s float32" % count_text(cfg.n_big)
     for op, label, _ in REDUCTIONS:
         add("%s_vs_cupy" % op, "%s, %s: time vs CuPy" % (label, big), "us",
@@ -467,6 +471,34 @@ def check_equal(got, want, what):
             else ""))
 
 
+# run with PYGPU_LIBCUDA naming the stand-in: a steady-state small a + b's
+# driver calls, all of them counted and by name (argv[1]: elements)
+CALLS_CHILD = r'''
+import collections, json, sys
+import numpy as np
+import pygpu.autoinit
+from pygpu import gpuarray
+from pygpu.testing.standin import StandIn
+s = StandIn()
+n = int(sys.argv[1])
+a = gpuarray.to_gpu(np.ones(n, np.float32))
+b = gpuarray.to_gpu(np.ones(n, np.float32))
+for _ in range(200):
+    a + b
+ops = 1000
+c0 = s.calls()
+for _ in range(ops):
+    a + b
+c1 = s.calls()
+def ten():
+    for _ in range(10):
+        a + b
+_, names = s.trace(ten)
+print(json.dumps({"calls_per_op": (c1 - c0) / ops,
+                  "names": {k: v / 10 for k, v in sorted(collections.Counter(names).items())}}))
+'''
+
+
 # the plain read kernel: every float4 read once (a pointer chosen per
 # element, so two arrays can be read in one pass), summed per thread, one
 # atomic a warp (the sum is checked: nothing can be elided)
@@ -653,6 +685,7 @@ class GoalRun:
                                  else self.figs[key]))
 
     def run(self):
+        self.section("driver calls", ["standin_calls_per_op"], self.driver_calls)
         self.section("small ops", ["c_empty_launch_us", "pygpu_empty_launch_us", "small_add_us",
                                    "cupy_small_add_us", "small_add_over_c_us",
                                    "small_add_over_pygpu_us"], self.small_ops)
@@ -670,6 +703,27 @@ class GoalRun:
 
     # sections
 
+    def driver_calls(self):
+        """Driver calls a steady-state small a + b makes, counted on the
+        driver stand-in (pygpu.testing.standin, built here) in a child
+        process: no GPU can count them."""
+        from pygpu.testing import standin
+        try:
+            path = standin.build()
+        except Exception as e:
+            raise NotAvailable("the driver stand-in did not build: %s" % _line(e)) from None
+        env = dict(os.environ, PYGPU_LIBCUDA=path)
+        p = subprocess.run([sys.executable, "-c", CALLS_CHILD, str(self.cfg.n_small)],
+                           env=env, capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError("the stand-in child exited %d: %s"
+                               % (p.returncode, _line(p.stderr.strip().splitlines()[-1]
+                                                       if p.stderr.strip() else p.stdout)))
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+        self.figs["standin_floor_calls"] = 1.0
+        self.figs["standin_calls_by_name"] = r["names"]
+        self.attempt("standin_calls_per_op", lambda: float(r["calls_per_op"]))
+
     def small_ops(self):
         cuda, ga, cfg, figs = self.cuda, self.ga, self.cfg, self.figs
         from pygpu.compiler import SourceModule
@@ -679,10 +733,14 @@ class GoalRun:
         rng = np.random.default_rng()
         a = rng.random(cfg.n_small, dtype=np.float32)
         b = rng.random(cfg.n_small, dtype=np.float32)
-        da, db = ga.to_gpu(a), ga.to_gpu(b)
-        check_equal((da + db).get(), a + b, "pygpu small a + b")
-        fns = {"pygpu_empty": stmt_loop("bound()", bound=bound),
-               "small_add": stmt_loop("da + db", da=da, db=db)}
+        fns = {"pygpu_empty": stmt_loop("bound()", bound=bound)}
+        try:
+            # a wrong result loses its row, not the floors
+            da, db = ga.to_gpu(a), ga.to_gpu(b)
+            check_equal((da + db).get(), a + b, "pygpu small a + b")
+            fns["small_add"] = stmt_loop("da + db", da=da, db=db)
+        except Exception as ex:
+            figs["small_add_us"] = failed(ex)
         try:
             lib = build_c_floor()
             handle = e.handle
@@ -709,13 +767,15 @@ class GoalRun:
             figs["cupy_small_add_us"] = self.cp_why
         t = interleaved(fns, cfg.small_ops, cfg.small_rounds, self.sync)
         figs["pygpu_empty_launch_us"] = statistics.median(t["pygpu_empty"])
-        figs["small_add_us"] = statistics.median(t["small_add"])
-        figs["small_add_over_pygpu_us"] = paired_diff(t["small_add"], t["pygpu_empty"])
         if "c_empty" in t:
             figs["c_empty_launch_us"] = statistics.median(t["c_empty"])
-            figs["small_add_over_c_us"] = paired_diff(t["small_add"], t["c_empty"])
+        if "small_add" in t:
+            figs["small_add_us"] = statistics.median(t["small_add"])
+            figs["small_add_over_pygpu_us"] = paired_diff(t["small_add"], t["pygpu_empty"])
+            figs["small_add_over_c_us"] = (paired_diff(t["small_add"], t["c_empty"])
+                                           if "c_empty" in t else figs["c_empty_launch_us"])
         else:
-            figs["small_add_over_c_us"] = figs["c_empty_launch_us"]
+            figs["small_add_over_pygpu_us"] = figs["small_add_over_c_us"] = figs["small_add_us"]
         if "cupy_small_add" in t:
             figs["cupy_small_add_us"] = statistics.median(t["cupy_small_add"])
         figs["small_ops_rounds_us"] = t
@@ -1001,6 +1061,10 @@ def report(figs, rows, info, out=None, header=True):
     if _usable(cap) or _usable(eager):
         print("(the same loop run eagerly: %s us an op; as a graphs.captured() function, its "
               "inputs copied in each call: %s us an op)" % (fmt(eager), fmt(cap)), file=out)
+    names = figs.get("standin_calls_by_name")
+    if isinstance(names, dict) and names:
+        print("(driver calls a small a + b on the stand-in: %s)"
+              % ", ".join("%s %g" % kv for kv in sorted(names.items())), file=out)
     rf = figs.get("read_floor_config")
     if isinstance(rf, dict):
         print("(read floor: %d-element-deep unroll, %d blocks of 256 an SM on %d SMs, the "

@@ -45,7 +45,7 @@ def _spec(goals, key):
 def test_every_goal_has_a_row(goals):
     keys = [s["key"] for s in goals.goal_specs()]
     assert len(keys) == len(set(keys))
-    want = ["small_add", "small_add_pygpu"]
+    want = ["small_add", "small_add_pygpu", "small_add_calls"]
     for op in ("sum", "dot", "min", "max", "subset_sum", "reduction_kernel"):
         want += [op + "_vs_cupy", op + "_vs_read"]
     want.append("scan")
@@ -59,6 +59,7 @@ def test_every_goal_has_a_row(goals):
     assert keys == want
     targets = {s["key"]: (s["kind"], s["target"]) for s in goals.goal_specs()}
     assert targets["small_add"] == ("diff", 1.5)
+    assert targets["small_add_calls"] == ("absolute", 2)
     assert targets["sum_vs_cupy"] == ("max_ratio", 1.0)
     assert targets["dot_vs_read"] == ("min_ratio", 0.90)
     assert targets["scan"] == ("min_ratio", 0.85)
@@ -197,6 +198,7 @@ H100_LIKE = {
     "dtod_us": 288.0, "scan_us": 404.0, "cupy_scan_us": 824.0,
     "pinned_htod_gbs": 53.9, "pinned_dtoh_gbs": 54.8,
     "empty_replay_us_per_node": 0.53, "replay_us_per_op": 0.8,
+    "standin_calls_per_op": 7.0, "standin_floor_calls": 1.0,
 }
 
 
@@ -230,6 +232,8 @@ def test_table_on_h100_like_figures(goals):
     assert by["dtoh_256_b2b_vs_pinned"]["value"] == pytest.approx(15.0 / 54.8)
     assert by["htod_256_b2b_vs_pinned"]["status"] == "MET"            # 30.0 of 53.9
     assert by["graph_replay"]["status"] == "MET"
+    assert by["small_add_calls"]["status"] == "NOT MET"
+    assert goals.target_text(by["small_add_calls"]) == "<= 2 calls"
     text, notes = goals.goal_table(rows)
     lines = text.splitlines()
     assert len(lines) == 2 + len(rows)
@@ -251,9 +255,9 @@ def test_table_on_h100_like_figures(goals):
         "ReductionKernel, sum of squares, 100M float32: time vs CuPy: NOT MEASURED: floor "
         "(CuPy, same run): not available: cupy: No module named 'cupy'"]
     n = {s: sum(r["status"] == s for r in rows) for s in ("MET", "NOT MET", "NOT MEASURED")}
-    assert goals.summary(rows) == "32 goals: %d met, %d not met, 3 not measured" % (
+    assert goals.summary(rows) == "33 goals: %d met, %d not met, 3 not measured" % (
         n["MET"], n["NOT MET"])
-    assert n["MET"] + n["NOT MET"] == 29
+    assert n["MET"] + n["NOT MET"] == 30
 
 
 def test_report_and_json(goals, capsys):
@@ -262,6 +266,7 @@ def test_report_and_json(goals, capsys):
                                  "us_400mb_by_config": {"1/4": 160.0, "4/8": 150.0}}
     figs["eager_us_per_op"], figs["captured_us_per_op"] = 9.0, 1.1
     figs["small_ops_rounds_us"] = {"c_empty": [3.4, 3.5]}
+    figs["standin_calls_by_name"] = {"cuLaunchKernelEx": 1.0, "cuMemAllocAsync": 1.0}
     rows = goals.judge_all(figs)
     info = {"gpu": "NVIDIA H100 80GB HBM3", "cc": "9.0", "sms": 132, "mem_clock_mhz": 2619,
             "bus_bits": 5120, "driver": "580.159.04", "driver_cuda": "13.0",
@@ -273,16 +278,19 @@ def test_report_and_json(goals, capsys):
                       "memory clock 2619 MHz, 5120-bit bus), driver 580.159.04 / CUDA 13.0; "
                       "clocks at the start: SM 1755 MHz, memory 2619 MHz")
     assert out[1].startswith("Issue 27's goals, each against a floor measured in this run "
-                             "(32 goals: ")
-    assert out[-2] == ("(the same loop run eagerly: 9.00 us an op; as a graphs.captured() "
+                             "(33 goals: ")
+
+    assert out[-3] == ("(the same loop run eagerly: 9.00 us an op; as a graphs.captured() "
                        "function, its inputs copied in each call: 1.10 us an op)")
+    assert out[-2] == ("(driver calls a small a + b on the stand-in: cuLaunchKernelEx 1, "
+                       "cuMemAllocAsync 1)")
     assert out[-1] == ("(read floor: 4-element-deep unroll, 8 blocks of 256 an SM on 132 SMs, "
                        "the best of 2 shapes)")
     assert goals.gpu_line({"gpu": "X"}) == "GPU: X ()"
     figs["odd"] = {1: np.float32(2.5), "nan": float("nan"), "t": (np.int64(3),)}
     back = json.loads(json.dumps(goals.jsonable({"figures": figs, "rows": rows})))
     assert back["figures"]["odd"] == {"1": 2.5, "nan": "nan", "t": [3]}
-    assert len(back["rows"]) == 32 and back["rows"][0]["status"] == "NOT MET"
+    assert len(back["rows"]) == 33 and back["rows"][0]["status"] == "NOT MET"
 
 
 # ---- checks and helpers ----
@@ -415,6 +423,12 @@ def test_goal_run_on_the_standin_reports_every_goal(goals):
     for k in ("eager_us_per_op", "replay_us_per_op", "empty_replay_us_per_node"):
         assert isinstance(figs[k], float), (k, figs[k])
     assert any(s.startswith("  goals, captured: ") for s in logged)
+    # the driver calls are counted in a child on a stand-in of its own
+    assert figs["standin_calls_per_op"] >= 1.0
+    assert figs["standin_calls_by_name"]["cuLaunchKernelEx"] == 1.0
+    by = {r["key"]: r for r in rows}
+    assert by["small_add_calls"]["status"] == ("MET" if figs["standin_calls_per_op"] <= 2
+                                               else "NOT MET")
     text, notes = goals.goal_table(rows)
     assert len(text.splitlines()) == 2 + len(rows)
     json.dumps(goals.jsonable({"figures": figs, "rows": rows}))
@@ -433,7 +447,7 @@ def test_arrays_goals_only_on_the_standin(goals, tmp_path, monkeypatch, capsys):
     assert "Issue 27's goals, each against a floor measured in this run" in text
     assert "Per implementation" not in text
     rep = json.loads(out.read_text())
-    assert len(rep["goals"]["rows"]) == 28
+    assert len(rep["goals"]["rows"]) == 29
     assert rep["goals"]["figures"]["n_big"] == 4096
     assert "results" not in rep
 

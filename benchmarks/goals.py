@@ -576,7 +576,11 @@ class PlainCopies:
     def __init__(self, cuda):
         path = os.environ.get("PYGPU_LIBCUDA") or "libcuda.so.1"
         self.lib = lib = ctypes.CDLL(path)
-        self.ctx = ctypes.c_void_p(cuda.Context.get_current().handle)
+        ctx = cuda.Context.get_current()
+        if ctx is None:
+            import pygpu.autoinit
+            ctx = pygpu.autoinit.context
+        self.ctx = ctypes.c_void_p(ctx.handle)
         for name in ("cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuCtxPushCurrent_v2",
                      "cuCtxPopCurrent_v2"):
             getattr(lib, name).restype = ctypes.c_int
@@ -620,7 +624,7 @@ class GoalRun:
         from pygpu import gpuarray
         self.cuda, self.ga = cuda, gpuarray
         self.sync = cuda.Context.synchronize
-        self.figs = {"n_big": self.cfg.n_big}
+        self.figs = {"n_big": self.cfg.n_big, "config": self.cfg.as_dict()}
         self.cp, self.cp_why = None, "not available: cupy: not asked for (--no-cupy)"
         if self.cfg.cupy:
             try:
@@ -976,50 +980,54 @@ class GoalRun:
         except Exception as e:
             plain = failed(e)
         dbuf = cuda.mem_alloc(big)
+        cp = self.cp
+
+        def setup_pygpu(hs, mib):
+            # to_gpu allocates the array; .get() returns a fresh one
+            dsrc = ga.to_gpu(hs)
+            check_equal(dsrc.get(), hs, "pygpu to_gpu/.get() of %d MiB" % mib)
+            return (lambda: ga.to_gpu(hs)), dsrc.get
+
+        def setup_plain(hs, mib):
+            if isinstance(plain, str):
+                raise NotAvailable(plain)
+            plain.htod(int(dbuf), hs)
+            check_equal(plain.dtoh_fresh(int(dbuf), hs.size, hs.dtype), hs,
+                        "plain cuMemcpy round trip of %d MiB" % mib)
+            return ((lambda: plain.htod(int(dbuf), hs)),
+                    (lambda: plain.dtoh_fresh(int(dbuf), hs.size, hs.dtype)))
+
+        def setup_cupy(hs, mib):
+            if cp is None:
+                raise NotAvailable(self.cp_why.split(": ", 1)[1])
+            csrc = cp.asarray(hs)
+            check_equal(csrc.get(), hs, "CuPy asarray/.get() of %d MiB" % mib)
+            return (lambda: cp.asarray(hs)), csrc.get
+
         for mib in cfg.copy_mib:
             nb = mib * M
             hs = h[:nb // 4]
-            impls = {}
-            # pygpu: to_gpu allocates the array; .get() returns a fresh one
-            dsrc = ga.to_gpu(hs)
-            check_equal(dsrc.get(), hs, "pygpu to_gpu/.get() of %d MiB" % mib)
-            impls["pygpu"] = (lambda: ga.to_gpu(hs), dsrc.get)
-            if isinstance(plain, str):
-                for d, _ in COPY_DIRS:
-                    for m, _ in COPY_MODES:
-                        figs["plain_%s_%d_%s_gbs" % (d, mib, m)] = plain
-            else:
+            for impl, setup in (("pygpu", setup_pygpu), ("plain", setup_plain),
+                                ("cupy", setup_cupy)):
+                keys = ["%s_%s_%d_%s_gbs" % (impl, d, mib, m) for d, _ in COPY_DIRS
+                        for m, _ in COPY_MODES]
                 try:
-                    plain.htod(int(dbuf), hs)
-                    check_equal(plain.dtoh_fresh(int(dbuf), hs.size, hs.dtype), hs,
-                                "plain cuMemcpy round trip of %d MiB" % mib)
-                    impls["plain"] = (lambda: plain.htod(int(dbuf), hs),
-                                      lambda: plain.dtoh_fresh(int(dbuf), hs.size, hs.dtype))
+                    fns = setup(hs, mib)
                 except Exception as e:
-                    for d, _ in COPY_DIRS:
-                        for m, _ in COPY_MODES:
-                            figs["plain_%s_%d_%s_gbs" % (d, mib, m)] = failed(e)
-            if self.cp is None:
-                for d, _ in COPY_DIRS:
-                    for m, _ in COPY_MODES:
-                        figs["cupy_%s_%d_%s_gbs" % (d, mib, m)] = self.cp_why
-            else:
-                try:
-                    cp = self.cp
-                    csrc = cp.asarray(hs)
-                    check_equal(csrc.get(), hs, "CuPy asarray/.get() of %d MiB" % mib)
-                    impls["cupy"] = (lambda: cp.asarray(hs), csrc.get)
-                except Exception as e:
-                    for d, _ in COPY_DIRS:
-                        for m, _ in COPY_MODES:
-                            figs["cupy_%s_%d_%s_gbs" % (d, mib, m)] = failed(e)
-            for impl, (htod, dtoh) in impls.items():
-                for (d, _), fn in zip(COPY_DIRS, (htod, dtoh)):
+                    why = failed(e)
+                    if impl == "plain" and isinstance(plain, str):
+                        why = plain
+                    elif impl == "cupy" and cp is None:
+                        why = self.cp_why
+                    for k in keys:
+                        figs[k] = why
+                    continue
+                for (d, _), fn in zip(COPY_DIRS, fns):
                     for m, _ in COPY_MODES:
                         self.attempt("%s_%s_%d_%s_gbs" % (impl, d, mib, m),
                                      lambda fn=fn, m=m: wall_gbs(fn, nb, m == "paused"))
-            del impls, dsrc
-            self.release()
+                del fns
+                self.release()
 
     def captured(self):
         if HERE not in sys.path:

@@ -625,7 +625,7 @@ class GoalRun:
         self.cuda, self.ga = cuda, gpuarray
         self.sync = cuda.Context.synchronize
         self.figs = {"n_big": self.cfg.n_big, "config": self.cfg.as_dict()}
-        self.cp, self.cp_why = None, "not available: cupy: not asked for (--no-cupy)"
+        self.cp, self.cp_why = None, "not available: cupy: left out of this run"
         if self.cfg.cupy:
             try:
                 import cupy

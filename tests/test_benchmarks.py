@@ -471,3 +471,23 @@ def test_goal_run_on_a_gpu(goals):
     assert figs["read_floor_config"]["unroll"] in goals.READ_UNROLLS
     for k in ("read_floor_sum_gbs", "dtod_gbs", "pinned_htod_gbs"):
         assert isinstance(figs[k], float) and math.isfinite(figs[k]) and figs[k] > 1, k
+
+
+def test_a_failing_section_leaves_its_reason_in_every_figure_it_owes(goals):
+    run = goals.GoalRun.__new__(goals.GoalRun)          # no GPU: the bookkeeping alone
+    logged = []
+    run.figs, run.log, run.cp = {}, logged.append, None
+
+    def half():
+        run.attempt("a", lambda: 2.0)
+        run.attempt("b", lambda: 1 / 0)
+        raise goals.WrongResult("x: differs from NumPy's")
+    run.section("demo", ["a", "b", "c"], half)
+    assert run.figs == {"a": 2.0, "b": "failed: ZeroDivisionError: division by zero",
+                        "c": "wrong result: x: differs from NumPy's"}
+    run.section("quiet", ["d"], lambda: None)
+    assert run.figs["d"] == "failed: quiet: no figure"
+    assert logged[:2] == ["    a: 2.00", "    b: failed: ZeroDivisionError: division by zero"]
+    assert logged[2].startswith("  goals, demo: ") and logged[2].endswith(
+        " s (wrong result: x: differs from NumPy's)")
+    assert logged[3].startswith("  goals, quiet: ") and logged[3].endswith(" s")

@@ -491,3 +491,19 @@ def test_a_failing_section_leaves_its_reason_in_every_figure_it_owes(goals):
     assert logged[2].startswith("  goals, demo: ") and logged[2].endswith(
         " s (wrong result: x: differs from NumPy's)")
     assert logged[3].startswith("  goals, quiet: ") and logged[3].endswith(" s")
+
+
+def test_run_py_guard_records_a_failing_block(capsys):
+    run = _load("run")
+    errors = {}
+    with run.guard(errors, "transfers"):
+        raise RuntimeError("cuMemcpyHtoD failed: CUDA_ERROR_UNKNOWN\nmore")
+    with run.guard(errors, "compile"):
+        pass
+    assert errors == {"transfers": "RuntimeError: cuMemcpyHtoD failed: CUDA_ERROR_UNKNOWN"}
+    assert capsys.readouterr().err == ("run.py: transfers not measured: RuntimeError: "
+                                       "cuMemcpyHtoD failed: CUDA_ERROR_UNKNOWN\n")
+    with pytest.raises(KeyboardInterrupt):          # only Exceptions are kept
+        with run.guard(errors, "launch rows"):
+            raise KeyboardInterrupt
+    assert "launch rows" not in errors

@@ -28,7 +28,8 @@ a table from an H100 and one from an H200 are judged alike:
 
 GPU times (reductions, scan and their floors) are CUDA events recorded on
 the default stream around the call (CuPy's and pygpu's default), median of
-20 after a warm-up; copies are wall time of the call and a synchronize.
+20 after a warm-up, pygpu's and CuPy's calls in the same rounds; copies are
+wall time of the call and a synchronize.
 Every result is checked against NumPy once before it is timed.  A figure
 that cannot be measured is "failed: ...", "not available: ..." or "wrong
 result: ..." and its goals say NOT MEASURED with the reason: nothing here
@@ -655,6 +656,37 @@ class GoalRun:
             v.append(b.time_since(a) * 1e3)
         return statistics.median(v)
 
+    def gpu_us_rounds(self, fns, reps=None, warm=3):
+        """{key: median GPU time (us) or why it failed} of each fn of fns,
+        timed as gpu_us does but in rounds (each fn once a round, each
+        round starting at another), so drift over the run hits all alike."""
+        cuda, out, live = self.cuda, {}, dict(fns)
+        for k, fn in list(live.items()):
+            try:
+                for _ in range(warm):
+                    fn()
+                self.sync()
+            except Exception as e:
+                out[k] = failed(e)
+                del live[k]
+        a, b = cuda.Event(), cuda.Event()
+        times = {k: [] for k in live}
+        for r in range(reps or self.cfg.gpu_reps):
+            order = list(live)
+            for k in order[r % max(len(order), 1):] + order[:r % max(len(order), 1)]:
+                try:
+                    a.record()
+                    live[k]()
+                    b.record()
+                    b.synchronize()
+                    times[k].append(b.time_since(a) * 1e3)
+                except Exception as e:
+                    out[k] = failed(e)
+                    del live[k]
+        for k in live:
+            out[k] = statistics.median(times[k])
+        return out
+
     def release(self):
         gc.collect()
         if self.cp is not None:
@@ -842,9 +874,12 @@ class GoalRun:
                  "min": float(x.min()), "max": float(x.max()), "subset_sum": x64.sum(),
                  "reduction_kernel": float(np.dot(x64, x64))}
         del x64
+        timed = {}
         dx, dy = ga.to_gpu(x), ga.to_gpu(y)
         didx = ga.to_gpu(np.arange(n, dtype=np.int32))
-        ops = {}
+        ops = {"sum": lambda: ga.sum(dx), "dot": lambda: ga.dot(dx, dy),
+               "min": lambda: ga.min(dx), "max": lambda: ga.max(dx),
+               "subset_sum": lambda: ga.subset_sum(didx, dx)}
         try:
             from pygpu.reduction import ReductionKernel
             rk = ReductionKernel(np.float32, neutral="0", reduce_expr="a+b",
@@ -853,53 +888,56 @@ class GoalRun:
             ops["reduction_kernel"] = lambda: rk(dx)
         except Exception as e:
             figs["pygpu_reduction_kernel_us"] = failed(e)
-        ops.update({"sum": lambda: ga.sum(dx), "dot": lambda: ga.dot(dx, dy),
-                    "min": lambda: ga.min(dx), "max": lambda: ga.max(dx),
-                    "subset_sum": lambda: ga.subset_sum(didx, dx)})
-        self._time_ops("pygpu", ops, wants, lambda r: r.get())
-        del dx, dy, didx
-        self.release()
+        self._check_ops("pygpu", ops, wants, timed)
         if self.cp is None:
             for op, *_ in REDUCTIONS:
                 figs["cupy_%s_us" % op] = self.cp_why
-            return
-        cp = self.cp
-        cx, cy = cp.asarray(x), cp.asarray(y)
-        cidx = cp.arange(n, dtype=cp.int32)
-        ops = {"sum": lambda: cx.sum(), "dot": lambda: cp.dot(cx, cy),
-               "min": lambda: cx.min(), "max": lambda: cx.max()}
-        try:
-            # one kernel, as subset_sum is: a ReductionKernel over the
-            # indices reading a raw x; if this CuPy cannot, take() then sum()
-            sub = cp.ReductionKernel("raw float32 x, int32 idx", "float32 y", "x[idx]",
-                                     "a + b", "y = a", "0", "bench_subset_sum")
-            sub(cx, cidx[:1024]).get()
-            ops["subset_sum"] = lambda: sub(cx, cidx)
-        except Exception as e:
-            self.log("    CuPy's subset sum is take() then sum(): the ReductionKernel "
-                     "failed (%s)" % failed(e))
-            figs["cupy_subset_sum_form"] = "cupy.take(x, idx).sum()"
-            ops["subset_sum"] = lambda: cp.take(cx, cidx).sum()
-        try:
-            sq = cp.ReductionKernel("float32 x", "float32 y", "x * x", "a + b", "y = a", "0",
-                                    "bench_sumsq")
-            ops["reduction_kernel"] = lambda: sq(cx)
-        except Exception as e:
-            figs["cupy_reduction_kernel_us"] = failed(e)
-        self._time_ops("cupy", ops, wants, lambda r: r.get())
+        else:
+            cp = self.cp
+            cx, cy = cp.asarray(x), cp.asarray(y)
+            cidx = cp.arange(n, dtype=cp.int32)
+            ops = {"sum": lambda: cx.sum(), "dot": lambda: cp.dot(cx, cy),
+                   "min": lambda: cx.min(), "max": lambda: cx.max()}
+            try:
+                # one kernel, as subset_sum is: a ReductionKernel over the
+                # indices reading a raw x; if this CuPy cannot, take() then sum()
+                sub = cp.ReductionKernel("raw float32 x, int32 idx", "float32 y", "x[idx]",
+                                         "a + b", "y = a", "0", "bench_subset_sum")
+                sub(cx, cidx[:1024]).get()
+                ops["subset_sum"] = lambda: sub(cx, cidx)
+            except Exception as e:
+                self.log("    CuPy's subset sum is take() then sum(): the ReductionKernel "
+                         "failed (%s)" % failed(e))
+                figs["cupy_subset_sum_form"] = "cupy.take(x, idx).sum()"
+                ops["subset_sum"] = lambda: cp.take(cx, cidx).sum()
+            try:
+                sq = cp.ReductionKernel("float32 x", "float32 y", "x * x", "a + b", "y = a",
+                                        "0", "bench_sumsq")
+                ops["reduction_kernel"] = lambda: sq(cx)
+            except Exception as e:
+                figs["cupy_reduction_kernel_us"] = failed(e)
+            self._check_ops("cupy", ops, wants, timed)
+        # pygpu's and CuPy's calls timed in the same rounds
+        for k, v in self.gpu_us_rounds(timed).items():
+            figs[k] = v
+            self.log("    %s: %s" % (k, v if isinstance(v, str) else fmt(v)))
 
-    def _time_ops(self, impl, ops, wants, get):
+    def _check_ops(self, impl, ops, wants, timed):
+        """Check each op's result against NumPy; those right go into timed."""
         for op, fn in ops.items():
-            def one(op=op, fn=fn):
-                got = float(np.asarray(get(fn())))
+            key = "%s_%s_us" % (impl, op)
+            try:
+                got = float(np.asarray(fn().get()))
                 if op in ("min", "max"):
                     if got != wants[op]:
                         raise WrongResult("%s %s: %r, NumPy's %r"
                                           % (impl, op, got, float(wants[op])))
                 else:
                     check_rel(got, wants[op], 1e-4, "%s %s" % (impl, op))
-                return self.gpu_us(fn)
-            self.attempt("%s_%s_us" % (impl, op), one)
+                timed[key] = fn
+            except Exception as e:
+                self.figs[key] = failed(e)
+                self.log("    %s: %s" % (key, self.figs[key]))
 
     def scan(self):
         cuda, ga, figs = self.cuda, self.ga, self.figs
@@ -911,36 +949,40 @@ class GoalRun:
         want = np.cumsum(xs, dtype=np.float64).astype(np.float32)
         dxs = ga.to_gpu(xs)
         out = ga.empty_like(dxs)
+        copy_out = ga.empty_like(dxs)
+        timed = {}
 
         def dtod():
-            cuda.memcpy_dtod(out.gpudata, dxs.gpudata, xs.nbytes)
-
-        def copy_once():
-            out.fill(0)
+            cuda.memcpy_dtod(copy_out.gpudata, dxs.gpudata, xs.nbytes)
+        try:
+            copy_out.fill(0)
             dtod()
-            check_equal(out.get(), xs, "memcpy_dtod")
-            return self.gpu_us(dtod)
-        self.attempt("dtod_us", copy_once)
-
-        def pygpu_scan():
+            check_equal(copy_out.get(), xs, "memcpy_dtod")
+            timed["dtod_us"] = dtod
+        except Exception as e:
+            figs["dtod_us"] = failed(e)
+        try:
             from pygpu.scan import InclusiveScanKernel
             kern = InclusiveScanKernel(np.float32, "a+b")
             kern(dxs, out)
             check_equal(out.get(), want, "pygpu inclusive scan")
-            return self.gpu_us(lambda: kern(dxs, out))
-        self.attempt("scan_us", pygpu_scan)
-        del dxs, out
-        self.release()
+            timed["scan_us"] = lambda: kern(dxs, out)
+        except Exception as e:
+            figs["scan_us"] = failed(e)
         if self.cp is None:
             figs["cupy_scan_us"] = self.cp_why
-            return
-        cp = self.cp
-        cxs = cp.asarray(xs)
-
-        def cupy_scan():
-            check_equal(cp.cumsum(cxs).get(), want, "CuPy cumsum")
-            return self.gpu_us(lambda: cp.cumsum(cxs))
-        self.attempt("cupy_scan_us", cupy_scan)
+        else:
+            try:
+                cp = self.cp
+                cxs = cp.asarray(xs)
+                check_equal(cp.cumsum(cxs).get(), want, "CuPy cumsum")
+                timed["cupy_scan_us"] = lambda: cp.cumsum(cxs)
+            except Exception as e:
+                figs["cupy_scan_us"] = failed(e)
+        for k, v in self.gpu_us_rounds(timed).items():
+            figs[k] = v
+        for k in ("dtod_us", "scan_us", "cupy_scan_us"):
+            self.log("    %s: %s" % (k, figs[k] if isinstance(figs[k], str) else fmt(figs[k])))
 
     def copies(self):
         cuda, ga, cfg, figs = self.cuda, self.ga, self.cfg, self.figs

@@ -507,3 +507,42 @@ def test_run_py_guard_records_a_failing_block(capsys):
         with run.guard(errors, "launch rows"):
             raise KeyboardInterrupt
     assert "launch rows" not in errors
+
+
+def test_gpu_us_rounds_interleaves_and_keeps_failures_apart(goals):
+    clock = [0.0]
+
+    class Event:
+        def record(self):
+            self.t = clock[0]
+
+        def synchronize(self):
+            pass
+
+        def time_since(self, other):
+            return (self.t - other.t) * 1e3        # ms
+
+    class Cuda:
+        pass
+    Cuda.Event = Event
+    run = goals.GoalRun.__new__(goals.GoalRun)
+    run.cuda, run.sync, run.cfg = Cuda, lambda: None, goals.Config(gpu_reps=4)
+    order = []
+
+    def op(name, us, fail_at=None):
+        calls = [0]
+
+        def fn():
+            calls[0] += 1
+            if fail_at is not None and calls[0] == fail_at:
+                raise RuntimeError("%s broke" % name)
+            order.append(name)
+            clock[0] += us * 1e-6
+        return fn
+    out = run.gpu_us_rounds({"a": op("a", 2.0), "b": op("b", 5.0, fail_at=5),
+                             "c": op("c", 1.0, fail_at=1)}, warm=3)
+    assert out == {"a": pytest.approx(2.0), "b": "failed: RuntimeError: b broke",
+                   "c": "failed: RuntimeError: c broke"}
+    # warm-ups (c fails in its first), then rounds starting at another fn
+    # each time; b fails in its second timed call and leaves the rounds
+    assert order == ["a"] * 3 + ["b"] * 3 + ["a", "b", "a", "a", "a"]

@@ -372,7 +372,8 @@ def gpu_info(cuda):
                              ("bus_bits", "GLOBAL_MEMORY_BUS_WIDTH", 1)):
         try:
             v = dev.get_attribute(getattr(attr, name)) * scale
-            info[key] = int(v) if v == int(v) else v
+            if v > 0:
+                info[key] = int(v) if v == int(v) else v
         except Exception:
             pass
     try:
@@ -380,19 +381,39 @@ def gpu_info(cuda):
         info["driver_cuda"] = "%d.%d" % (v // 1000, v % 1000 // 10)
     except Exception:
         pass
-    try:
-        q = "driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit"
-        cmd = ["nvidia-smi", "--query-gpu=" + q, "--format=csv,noheader,nounits"]
-        if "pci_bus_id" in info:
-            cmd += ["-i", info["pci_bus_id"]]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=15).stdout
-        vals = [v.strip() for v in out.strip().splitlines()[0].split(",")]
-        for k, v in zip(("driver", "smi_sm_clock_mhz", "smi_mem_clock_mhz",
-                         "smi_max_sm_clock_mhz", "smi_max_mem_clock_mhz", "power_limit_w"), vals):
-            info[k] = v
-    except Exception:
-        pass
+    smi = nvidia_smi(info.get("pci_bus_id"))
+    info.update(smi)
     return info
+
+
+SMI_FIELDS = (("driver_version", "driver"), ("clocks.sm", "smi_sm_clock_mhz"),
+              ("clocks.mem", "smi_mem_clock_mhz"), ("clocks.max.sm", "smi_max_sm_clock_mhz"),
+              ("clocks.max.mem", "smi_max_mem_clock_mhz"), ("power.limit", "power_limit_w"))
+
+
+def nvidia_smi(bus_id, run=subprocess.run):
+    """What nvidia-smi says of the GPU at bus_id (its driver version, the
+    clocks now and at most, the power limit): {} if it cannot say."""
+    q = "pci.bus_id," + ",".join(f for f, _ in SMI_FIELDS)
+    try:
+        p = run(["nvidia-smi", "--query-gpu=" + q, "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    if p.returncode != 0:
+        return {}
+    rows = [[v.strip() for v in ln.split(",")] for ln in p.stdout.strip().splitlines()]
+    rows = [r for r in rows if len(r) == 1 + len(SMI_FIELDS)]
+
+    def tail(b):     # nvidia-smi writes 8 digits of domain, CUDA 4
+        return b.lower().split(":", 1)[-1]
+    pick = [r for r in rows if bus_id and tail(r[0]) == tail(bus_id)]
+    if not pick and len(rows) == 1:
+        pick = rows
+    if not pick:
+        return {}
+    return {k: v for (_, k), v in zip(SMI_FIELDS, pick[0][1:])
+            if v and not v.startswith("[")}       # "[N/A]", "[Not Supported]"
 
 
 def gpu_line(info):

@@ -546,3 +546,24 @@ def test_gpu_us_rounds_interleaves_and_keeps_failures_apart(goals):
     # warm-ups (c fails in its first), then rounds starting at another fn
     # each time; b fails in its second timed call and leaves the rounds
     assert order == ["a"] * 3 + ["b"] * 3 + ["a", "b", "a", "a", "a"]
+
+
+def test_nvidia_smi_picks_the_gpu_by_bus_id(goals):
+    class P:
+        def __init__(self, out, rc=0):
+            self.stdout, self.returncode = out, rc
+    two = ("00000000:19:00.0, 580.159.04, 1755, 2619, 1980, 2619, 700.00\n"
+           "00000000:3B:00.0, 580.159.04, 345, 2619, 1980, 2619, [N/A]\n")
+    got = goals.nvidia_smi("0000:3b:00.0", run=lambda *a, **k: P(two))
+    assert got == {"driver": "580.159.04", "smi_sm_clock_mhz": "345",
+                   "smi_mem_clock_mhz": "2619", "smi_max_sm_clock_mhz": "1980",
+                   "smi_max_mem_clock_mhz": "2619"}
+    assert goals.nvidia_smi("0000:99:00.0", run=lambda *a, **k: P(two)) == {}
+    one = two.splitlines()[0]
+    assert goals.nvidia_smi(None, run=lambda *a, **k: P(one))["power_limit_w"] == "700.00"
+    assert goals.nvidia_smi(None, run=lambda *a, **k: P("No devices were found", 6)) == {}
+    assert goals.nvidia_smi(None, run=lambda *a, **k: P("Unknown Error")) == {}
+
+    def missing(*a, **k):
+        raise FileNotFoundError("nvidia-smi")
+    assert goals.nvidia_smi(None, run=missing) == {}

@@ -567,3 +567,36 @@ def test_nvidia_smi_picks_the_gpu_by_bus_id(goals):
     def missing(*a, **k):
         raise FileNotFoundError("nvidia-smi")
     assert goals.nvidia_smi(None, run=missing) == {}
+
+
+def test_plain_copies_push_and_pop_the_context_around_each_call(goals):
+    seen = []
+
+    class Fn:
+        def __init__(self, name, rc=0):
+            self.__name__, self.rc = name, rc
+
+        def __call__(self, *args):
+            seen.append((self.__name__,) + tuple(args))
+            return self.rc
+
+    class Lib:
+        cuCtxPushCurrent_v2 = Fn("push")
+        cuCtxPopCurrent_v2 = Fn("pop")
+        cuMemcpyHtoD_v2 = Fn("cuMemcpyHtoD_v2")
+        cuMemcpyDtoH_v2 = Fn("cuMemcpyDtoH_v2", rc=700)
+    plain = goals.PlainCopies.__new__(goals.PlainCopies)
+    plain.lib, plain.ctx = Lib(), "ctx"
+    h = np.arange(8, dtype=np.float32)
+    plain.htod(1234, h)
+    assert [s[0] for s in seen] == ["push", "cuMemcpyHtoD_v2", "pop"]
+    assert seen[0][1] == "ctx" and seen[1][1:] == (1234, h.ctypes.data, 32)
+    seen.clear()
+    with pytest.raises(RuntimeError, match=r"^cuMemcpyDtoH_v2 failed: CUresult 700$"):
+        plain.dtoh_fresh(1234, 8, np.float32)
+    assert [s[0] for s in seen] == ["push", "cuMemcpyDtoH_v2", "pop"]     # popped anyway
+    Lib.cuCtxPushCurrent_v2 = Fn("push", rc=201)
+    seen.clear()
+    with pytest.raises(RuntimeError, match=r"^cuCtxPushCurrent failed: CUresult 201$"):
+        plain.htod(1234, h)
+    assert [s[0] for s in seen] == ["push"]

@@ -461,13 +461,18 @@ def test_goal_run_on_a_gpu(goals):
                        graph_ops=20, graph_replays=20)
     figs, rows, info = goals.measure(cfg, log=lambda s: None)
     assert info["gpu"] and "sms" in info
+    # capturing array code is another piece of work (its failure is said
+    # in the table); every other figure of pygpu's and every floor is a number
+    graph = ("replay_us_per_op", "captured_us_per_op", "capture_ms")
     bad = {k: v for k, v in figs.items()
-           if isinstance(v, str) and not k.startswith("cupy_")
+           if isinstance(v, str) and not k.startswith("cupy_") and k not in graph
            and not v.startswith("not available: cupy")}
     assert bad == {}
+    for k in graph:
+        assert isinstance(figs[k], float) or figs[k].startswith("failed: "), (k, figs[k])
     for r in rows:
         if r["status"] == "NOT MEASURED":
-            assert "cupy" in r["why"].lower(), r
+            assert "cupy" in r["why"].lower() or r["key"] == "graph_replay", r
     assert figs["read_floor_config"]["unroll"] in goals.READ_UNROLLS
     for k in ("read_floor_sum_gbs", "dtod_gbs", "pinned_htod_gbs"):
         assert isinstance(figs[k], float) and math.isfinite(figs[k]) and figs[k] > 1, k

@@ -3,6 +3,7 @@ CuPy and PyCUDA in one run.
 
     python benchmarks/arrays.py [--json results.json] [--only pygpu,cupy,pycuda]
                                 [--reps 20] [--small-ops 5000]
+                                [--goals-only | --no-goals]
 
 Method (../shared/PERFORMANCE.md, "the array layer"): wall time of one call
 followed by a synchronize, median of --reps after a warm-up; outputs are
@@ -17,12 +18,20 @@ primary context (pycuda.autoprimaryctx), the one pygpu and CuPy use.  A row
 an implementation cannot run says "not available: <why>" (a missing module
 or name), "failed: ..." or "wrong result: ..." instead of a figure.  Without
 a GPU it says so and exits 0.
+
+Before those rows it measures issue 27's goals (benchmarks/goals.py): each
+against a floor measured in the same run (the empty-kernel launch
+throughput, a plain read kernel, the D->D copy, the plain driver copy, the
+pinned bandwidth, CuPy's time), marked MET / NOT MET / NOT MEASURED, with
+the GPU's name, driver and clocks above the table.  --goals-only skips the
+per-implementation rows, --no-goals the goals.
 """
 import argparse
 import gc
 import importlib
 import json
 import math
+import os
 import platform
 import statistics
 import sys
@@ -30,23 +39,29 @@ import time
 
 import numpy as np
 
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:     # loaded by path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import goals  # benchmarks/goals.py: issue 27's goals against same-run floors
+from goals import gpu_reason  # noqa: F401  (this script's no-GPU test)
+
 M = 1 << 20
 N_ADD = 10_000_000
 N_BIG = 100_000_000
 N_SMALL = 1000
 TRANSFER_BYTES = 256 * M
 
-# key, label, unit, goal (from issue 12), "lower" or "higher" is better
+# key, label, unit, "lower" or "higher" is better (the goals, each against a
+# floor of the same run, are in goals.py)
 ROWS = [
-    ("add_us", "x + y, 10M float32", "us", 42, "lower"),
-    ("small_add_us", "small a + b, 1,000 float32, per op", "us", 5, "lower"),
-    ("sum_us", "sum, 100M float32", "us", 110, "lower"),
-    ("scan_us", "inclusive scan, 100M float32", "us", 300, "lower"),
-    ("axpy_us", "ElementwiseKernel axpy, 10M float32", "us", 40, "lower"),
-    ("normal_us", "100M normal float32", "us", 400, "lower"),
-    ("sin_us", "cumath.sin, 10M float32", "us", 35, "lower"),
-    ("htod_gbps", "to_gpu, 256 MiB pageable", "GB/s", 35, "higher"),
-    ("dtoh_gbps", ".get(), 256 MiB pageable", "GB/s", 25, "higher"),
+    ("add_us", "x + y, 10M float32", "us", "lower"),
+    ("small_add_us", "small a + b, 1,000 float32, per op", "us", "lower"),
+    ("sum_us", "sum, 100M float32", "us", "lower"),
+    ("scan_us", "inclusive scan, 100M float32", "us", "lower"),
+    ("axpy_us", "ElementwiseKernel axpy, 10M float32", "us", "lower"),
+    ("normal_us", "100M normal float32", "us", "lower"),
+    ("sin_us", "cumath.sin, 10M float32", "us", "lower"),
+    ("htod_gbps", "to_gpu, 256 MiB pageable", "GB/s", "higher"),
+    ("dtoh_gbps", ".get(), 256 MiB pageable", "GB/s", "higher"),
 ]
 IMPLS = ("pygpu", "cupy", "pycuda")
 
@@ -57,22 +72,6 @@ class NotAvailable(Exception):
 
 class WrongResult(Exception):
     """The result differs from NumPy's."""
-
-
-def gpu_reason():
-    """None if a CUDA GPU is usable, else why not; asks libcuda.so.1 itself
-    (the driver stand-in runs no kernels and does not count)."""
-    import ctypes
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-    except OSError as e:
-        return "no CUDA driver (libcuda.so.1: %s)" % e
-    if lib.cuInit(0) != 0:
-        return "cuInit failed"
-    n = ctypes.c_int(0)
-    if lib.cuDeviceGetCount(ctypes.byref(n)) != 0 or n.value == 0:
-        return "no CUDA device is visible"
-    return None
 
 
 def median_us(fn, sync, reps, warmup=2):
@@ -394,20 +393,22 @@ def fmt(v):
 
 
 def table(results, impls):
-    head = ["what", "unit"] + impls + ["goal (pygpu)", "met"]
+    """(markdown table of the per-implementation rows, notes): a column an
+    implementation, pygpu's figure over CuPy's where both were measured,
+    and a note for each figure that is not a number."""
+    both = "pygpu" in impls and "cupy" in impls
+    head = ["what", "unit"] + impls + (["pygpu / CuPy"] if both else [])
     rows = []
-    for key, label, unit, goal, better in ROWS:
-        pg = results.get("pygpu", {}).get(key)
-        if isinstance(pg, float):
-            met = "yes" if (pg <= goal if better == "lower" else pg >= goal) else "NO"
-        else:
-            met = "-"
+    for key, label, unit, better in ROWS:
         cells = []
         for impl in impls:
             v = results[impl].get(key)
             cells.append(fmt(v) if not isinstance(v, str) else v.split(":")[0])
-        rows.append([label, unit] + cells
-                    + [("<= %g" if better == "lower" else ">= %g") % goal, met])
+        if both:
+            pg, cp = results["pygpu"].get(key), results["cupy"].get(key)
+            ok = all(isinstance(v, float) and v > 0 for v in (pg, cp))
+            cells.append("%.2fx (%s is better)" % (pg / cp, better) if ok else "-")
+        rows.append([label, unit] + cells)
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
     lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |",
              "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
@@ -440,47 +441,74 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write all figures here")
     ap.add_argument("--only", default=",".join(IMPLS),
-                    help="implementations, comma-separated (default %(default)s)")
+                    help="implementations, comma-separated (default %(default)s); the goals "
+                         "compare with CuPy when it is listed")
     ap.add_argument("--reps", type=int, default=20, help="timed calls per row (median)")
     ap.add_argument("--small-ops", type=int, default=5000,
                     help="a + b calls per burst in the small-op row")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--goals-only", action="store_true",
+                       help="only issue 27's goals (benchmarks/goals.py)")
+    which.add_argument("--no-goals", action="store_true",
+                       help="only the per-implementation rows")
     args = ap.parse_args(argv)
+    impls = [i for i in args.only.split(",") if i]
+    unknown = [i for i in impls if i not in IMPLS]
+    if unknown:
+        ap.error("unknown implementation(s) %s (choose from %s)" % (unknown, ", ".join(IMPLS)))
     reason = gpu_reason()
     if reason is not None:
         print("benchmarks/arrays.py: nothing measured: this machine has no usable GPU (%s)"
               % reason)
         return 0
-    impls = [i for i in args.only.split(",") if i]
-    unknown = [i for i in impls if i not in IMPLS]
-    if unknown:
-        ap.error("unknown implementation(s) %s (choose from %s)" % (unknown, ", ".join(IMPLS)))
+    started = time.perf_counter()
+    goal_run = None
+    if not args.no_goals:
+        try:
+            goal_run = goals.measure(goals.Config(cupy="cupy" in impls,
+                                                  small_ops=args.small_ops))
+        except Exception as e:   # no context, a broken install: said, not fatal
+            goal_run = e
     results = {}
-    for impl in impls:
-        results[impl] = measure(impl, args.reps, args.small_ops)
+    if not args.goals_only:
+        for impl in impls:
+            results[impl] = measure(impl, args.reps, args.small_ops)
     meta = {"python": platform.python_version(), "numpy": np.__version__,
             "versions": versions(), "date": time.strftime("%Y-%m-%d"),
             "reps": args.reps, "small_ops": args.small_ops}
     try:
         import pygpu.driver as cuda
-        dev = cuda.Device(0)
-        v = cuda.get_driver_version()
-        meta.update(gpu=dev.name(), driver_cuda="%d.%d" % (v // 1000, v % 1000 // 10))
+        meta["gpu_info"] = info = goals.gpu_info(cuda)
+        meta.update(gpu=info["gpu"], driver_cuda=info.get("driver_cuda", "?"))
     except Exception as e:
         meta["gpu"] = "? (%s)" % _line(e)
-    text, notes = table(results, impls)
+        info = {"gpu": meta["gpu"]}
     print("\n%s, CUDA %s driver, Python %s, NumPy %s, %s" % (
         meta.get("gpu"), meta.get("driver_cuda", "?"), meta["python"], meta["numpy"],
         meta["date"]))
-    print("(%s; median of %d calls after a warm-up, each call followed by a synchronize)"
-          % (", ".join("%s %s" % kv for kv in sorted(meta["versions"].items())), args.reps))
-    print(text)
-    for line in notes:
-        print("- " + line)
+    print(goals.gpu_line(info))
+    print("(%s)" % ", ".join("%s %s" % kv for kv in sorted(meta["versions"].items())))
+    out = {"meta": meta}
+    if isinstance(goal_run, Exception):
+        print("\nIssue 27's goals: not measured: %s" % goals.failed(goal_run))
+        out["goals"] = {"error": goals.failed(goal_run)}
+    elif goal_run is not None:
+        figs, rows, _ = goal_run
+        print()
+        goals.report(figs, rows, info, header=False)
+        out["goals"] = {"figures": figs, "rows": rows}
+    if results:
+        text, notes = table(results, impls)
+        print("\nPer implementation (median of %d calls after a warm-up, each call followed by "
+              "a synchronize):" % args.reps)
+        print(text)
+        for line in notes:
+            print("- " + line)
+        out["results"] = results
+    print("\n(%.0f s in all)" % (time.perf_counter() - started))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"meta": meta, "results": results,
-                       "goals": {k: {"goal": g, "better": b} for k, _, _, g, b in ROWS}},
-                      f, indent=2)
+            json.dump(goals.jsonable(out), f, indent=2)
     return 0
 
 

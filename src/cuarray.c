@@ -772,6 +772,15 @@ memcpy_3d_impl(pygpu_state *st, PyObject *args, int peer)
     if (parse_side(st, stup, &src, what, "src", (size_t)w, (size_t)h, (size_t)d, 0) < 0
         || parse_side(st, dtup, &dst, what, "dst", (size_t)w, (size_t)h, (size_t)d, 1) < 0)
         goto done;
+    /* inside this thread's capture the default stream is the capturing one
+     * (docs/graphs.md): a copy given no stream (synchronous) is refused, one
+     * given the null or legacy stream is captured; in another thread, legacy
+     * work that would wait for a blocking capturing stream is refused */
+    if (pygpu_captures_active != 0
+        && (pygpu_capture_default(st, &sobj, sobj == Py_None, what,
+                                  "pass it the capturing stream (it is captured)") < 0
+            || pygpu_capture_check(st, sobj, sobj == Py_None, what) < 0))
+        goto done;
     if (sobj != Py_None && pygpu_get_stream(st, sobj, &stream) < 0)
         goto done;
     /* the device pointers last: the conversions above may run Python code */

@@ -260,7 +260,9 @@ def captured(fn=None, *, stream=None, mode=capture_mode.GLOBAL, warmup=True):
     changes the function makes to its inputs stay in the graph's buffers;
     nothing inside may wait for the GPU (get(), synchronize(): a LogicError
     says so); Python control flow and random seeds are fixed at capture
-    (use a generator's fill_* for new random numbers each replay).
+    (use a generator's fill_* for new random numbers each replay; the
+    warm-up draws from a generator too, so call c of a signature returns
+    its draw c + 1, or draw c with warmup=False).
     Replays and copies run on `stream` (default: the legacy default stream,
     ordered with the caller's other array work).  fn.graphs holds the
     captured graphs; fn.clear() drops them."""

@@ -502,10 +502,13 @@ def test_rand_bakes_the_seed_drawn_at_capture(standin, ctx):
 @pytest.mark.standin
 def test_what_the_array_layer_cannot_capture_is_refused_by_name(standin, ctx, rng):
     """Inside a capture: host data into an array, a generator's
-    construction (it waits for its init kernel), a pitched copy or a CUDA
-    array copy given no stream (synchronous) are LogicErrors raised before
-    the driver, and the capture goes on; in another thread, a pitched copy
-    on the legacy stream is refused too."""
+    construction (it reads its state's size back), a pitched copy or a
+    CUDA array copy given no stream (synchronous) and the linear array
+    copies (memcpy_dtoa/atod/atoa, which take no stream) are LogicErrors
+    raised before the driver, and the capture goes on (before, Memcpy3D
+    and the linear copies reached the driver, which invalidates the
+    capture); in another thread, a pitched copy on the legacy stream is
+    refused too."""
     h = _host(rng)
     a = _to_gpu(h)
     src = a["m3"][::2, 1::2, :5]
@@ -513,6 +516,8 @@ def test_what_the_array_layer_cannot_capture_is_refused_by_name(standin, ctx, rn
     gpuarray._memcpy_discontig(dst, src)
     carray = cuda.np_to_array(h["m"], "C")
     whole = gpuarray.empty((40, 75), F32)
+    line = cuda.Array(cuda.ArrayDescriptor(100, 0, cuda.array_format.FLOAT, 1))   # 1-D
+    line2 = cuda.Array(cuda.ArrayDescriptor(100, 0, cuda.array_format.FLOAT, 1))
     seen = []
     s = cuda.Stream()
 
@@ -555,6 +560,20 @@ def test_what_the_array_layer_cannot_capture_is_refused_by_name(standin, ctx, rn
         with pytest.raises(cuda.LogicError, match=r"^Memcpy2D: this thread is capturing a graph"):
             from_array()
         from_array(s)                            # captured
+        calls = {n: standin.calls(n) for n in ("cuMemcpyDtoA", "cuMemcpyAtoD", "cuMemcpyAtoA")}
+        for what, copy_linear in (
+                ("memcpy_dtoa", lambda: cuda.memcpy_dtoa(line, 0, a["x"].gpudata, 400)),
+                ("memcpy_atod", lambda: cuda.memcpy_atod(a["x"].gpudata, line, 0, 400)),
+                ("memcpy_atoa", lambda: cuda.memcpy_atoa(line2, 0, line, 0, 400))):
+            with pytest.raises(cuda.LogicError,
+                               match=r"^%s\(\): this thread is capturing a graph, and inside "
+                                     r"the capture the default stream is the capturing stream, "
+                                     r"whose work is recorded, not run: a blocking call cannot "
+                                     r"wait for it; copy with a Memcpy3D given the capturing "
+                                     r"stream \(it is captured\), or call it after "
+                                     r"end_capture\(\)$" % what):
+                copy_linear()
+        assert {n: standin.calls(n) for n in calls} == calls
         t = threading.Thread(target=other)
         t.start()
         t.join()

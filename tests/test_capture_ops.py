@@ -785,3 +785,33 @@ def test_gpu_hundred_small_operations_captured_equal_eager_and_numpy(ctx, rng):
         np.testing.assert_allclose(total.get(), want.astype(np.float64).sum(), rtol=1e-4,
                                    atol=1e-3)
     assert len(step.graphs) == 1
+
+
+@pytest.mark.standin
+def test_captured_first_call_is_ordered_with_a_non_blocking_stream(standin, ctx, rng):
+    """captured(stream=s) with s NON_BLOCKING (the legacy stream does not
+    wait for it): the first call of a signature copies the inputs in and
+    runs the warm-up on the default stream after the work queued on s (an
+    event s records, which the legacy stream waits for), and the graph's
+    first launch on s waits for them (an event the legacy stream records).
+    Before, the copies went on s and the warm-up on the legacy stream, in
+    no order: the warm-up could read its inputs before they were copied,
+    and write them after the second copy."""
+    s = cuda.Stream(flags=cuda.stream_flags.NON_BLOCKING)
+    step = graphs.captured(lambda x: x * 2 + 1, stream=s)
+    x = gpuarray.to_gpu(rng.standard_normal(N).astype(F32))
+    _, trace = standin.trace(lambda: step(x))
+    order = [t for t in trace if t in ("cuEventRecord", "cuStreamWaitEvent", "cuMemcpyDtoD",
+                                       "cuLaunchKernelEx", "cuLaunchKernel",
+                                       "cuStreamBeginCapture", "cuStreamEndCapture",
+                                       "cuGraphLaunch")]
+    first_copy = order.index("cuMemcpyDtoD")
+    assert order[:2] == ["cuEventRecord", "cuStreamWaitEvent"], order
+    assert order[first_copy + 1].startswith("cuLaunchKernel"), order     # the warm-up
+    end = order.index("cuStreamEndCapture")
+    assert order[end + 1:end + 4] == ["cuEventRecord", "cuStreamWaitEvent", "cuGraphLaunch"], \
+        order
+    # a later call: copies in on s, one launch on s
+    _, trace = standin.trace(lambda: step(x))
+    assert [t for t in trace if t not in ("cuCtxGetCurrent", "cuEventRecord")] == \
+        ["cuMemcpyDtoDAsync", "cuGraphLaunch"], trace

@@ -1113,7 +1113,9 @@ def _memcpy_discontig(dst, src, async_=False, stream=None):
     cuMemcpy3D, enqueued on stream when async_ is true, as PyCUDA's; other
     layouts (more strided axes, negative strides, dst's axes in another
     order), which PyCUDA refuses, are copied as GPUArray.set()/get() and
-    element-wise copies do."""
+    element-wise copies do.  A device-to-device copy without async_ is
+    queued on the default stream (no host side waits for it), so it is
+    captured inside a capture."""
     if not isinstance(src, (GPUArray, np.ndarray)):
         raise TypeError("src must be GPUArray or ndarray")
     if not isinstance(dst, (GPUArray, np.ndarray)):
@@ -1189,8 +1191,13 @@ def _memcpy_discontig(dst, src, async_=False, stream=None):
         copy.depth = depth
     if async_:
         copy(stream)
-    else:
+    elif hsrc or hdst:
         copy()
+    else:
+        # device to device: no host side to wait for, so it is queued on the
+        # default stream (as memcpy_dtod is), which inside a capture is the
+        # capturing stream: captured, where a blocking copy would be refused
+        copy(drv.Stream.null())
 
 
 # ---- element-wise machinery ----

@@ -171,12 +171,17 @@ class CapturedFunction:
         e = _Entry()
         e.inputs = []
         given = []
+        if self.stream is not None:
+            # the first call's copies and warm-up run on the default stream:
+            # after the caller's work on self.stream (which may be
+            # NON_BLOCKING: the legacy stream would not wait for it)
+            _after(driver.Stream.null(), self.stream)
 
         def static(a):
             if not _is_array(a):
                 return a
             buf = gpuarray.empty(a.shape, a.dtype)
-            buf.set(a, stream=self.stream)
+            buf.set(a)
             e.inputs.append(buf)
             given.append(a)
             return buf
@@ -193,7 +198,7 @@ class CapturedFunction:
                                 "or dict of them) or None, not %s" % (name, type(out).__name__))
             del out
             for buf, a in zip(e.inputs, given):     # the warm-up may have changed them
-                buf.set(a, stream=self.stream)
+                buf.set(a)
         s = driver.Stream()
         with capture_graph(s, mode=self.mode) as cap:
             out = self.fn(*sargs, **skw)
@@ -203,6 +208,8 @@ class CapturedFunction:
         e.graph = cap.graph
         e.exe = cap.graph.instantiate()
         e.outputs = out
+        if self.stream is not None:
+            _after(self.stream, driver.Stream.null())   # the first launch after them
         return e
 
     def _bind(self, args, kwargs):
@@ -227,6 +234,14 @@ class CapturedFunction:
                     buf.set(a, stream=self.stream)
             e.exe.launch(self.stream)
             return e.outputs
+
+
+def _after(waiter, stream):
+    """Later work on waiter waits for the work queued on stream so far."""
+    from pygpu import driver
+    ev = driver.Event(driver.event_flags.DISABLE_TIMING)
+    ev.record(stream)
+    waiter.wait_for_event(ev)
 
 
 def _arrays_in(args, kwargs):
@@ -260,7 +275,9 @@ def captured(fn=None, *, stream=None, mode=capture_mode.GLOBAL, warmup=True):
     changes the function makes to its inputs stay in the graph's buffers;
     nothing inside may wait for the GPU (get(), synchronize(): a LogicError
     says so); Python control flow and random seeds are fixed at capture
-    (use a generator's fill_* for new random numbers each replay).
+    (use a generator's fill_* for new random numbers each replay; the
+    warm-up draws from a generator too, so call c of a signature returns
+    its draw c + 1, or draw c with warmup=False).
     Replays and copies run on `stream` (default: the legacy default stream,
     ordered with the caller's other array work).  fn.graphs holds the
     captured graphs; fn.clear() drops them."""

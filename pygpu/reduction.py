@@ -143,9 +143,20 @@ def stream_alloc(nbytes, stream=None):
     try:
         if stream is None:
             return driver.mem_alloc_async(nbytes)
+        if _capturing(stream):
+            # a graph allocation (mem_alloc node) that the graph does not
+            # free, as a result's, keeps the graph from being launched again
+            # until it is freed: made at once instead, outside the graph,
+            # which holds it (docs/graphs.md)
+            return driver.mem_alloc(nbytes)
         return driver.mem_alloc_async(nbytes, stream)
     except driver.LogicError:
         return driver.mem_alloc(nbytes)
+
+
+def _capturing(stream):
+    """stream is a pygpu Stream that is capturing a graph."""
+    return isinstance(stream, driver.Stream) and stream.is_capturing()
 
 
 def _alloc(allocator, nbytes, stream):

@@ -772,6 +772,15 @@ memcpy_3d_impl(pygpu_state *st, PyObject *args, int peer)
     if (parse_side(st, stup, &src, what, "src", (size_t)w, (size_t)h, (size_t)d, 0) < 0
         || parse_side(st, dtup, &dst, what, "dst", (size_t)w, (size_t)h, (size_t)d, 1) < 0)
         goto done;
+    /* inside this thread's capture the default stream is the capturing one
+     * (docs/graphs.md): a copy given no stream (synchronous) is refused, one
+     * given the null or legacy stream is captured; in another thread, legacy
+     * work that would wait for a blocking capturing stream is refused */
+    if (pygpu_captures_active != 0
+        && (pygpu_capture_default(st, &sobj, sobj == Py_None, what,
+                                  "pass it the capturing stream (it is captured)") < 0
+            || pygpu_capture_check(st, sobj, sobj == Py_None, what) < 0))
+        goto done;
     if (sobj != Py_None && pygpu_get_stream(st, sobj, &stream) < 0)
         goto done;
     /* the device pointers last: the conversions above may run Python code */
@@ -928,6 +937,25 @@ linear_nonneg(Py_ssize_t index, Py_ssize_t len, const char *what, const char *id
     return 0;
 }
 
+/* The linear array copies take no stream: synchronous, on the legacy
+ * stream, which a capture forbids.  Inside this thread's capture, or in
+ * another thread while a blocking stream of the current context captures,
+ * a LogicError naming `what` (-1), before the driver is called; 0
+ * otherwise.  GIL held. */
+static int
+linear_capture_check(pygpu_state *st, const char *what)
+{
+    PyObject *sobj = Py_None;
+    if (pygpu_captures_active == 0)
+        return 0;
+    if (pygpu_capture_default(st, &sobj, 1, what,
+                              "copy with a Memcpy3D given the capturing stream (it is "
+                              "captured)") < 0
+        || pygpu_capture_check(st, sobj, 1, what) < 0)
+        return -1;
+    return 0;
+}
+
 /* The copy of memcpy_dtoa (to_array) and memcpy_atod, arguments parsed.
  * The device pointer is resolved (and its allocation held) first, since
  * resolving it may run Python code; the array is checked after. */
@@ -968,6 +996,8 @@ linear_device_copy(pygpu_state *st, PyObject *ary, Py_ssize_t index, PyObject *d
         goto done;
     }
     a = (pygpu_Array *)ary;
+    if (linear_capture_check(st, what) < 0)
+        goto done;
     if (pygpu_array_hold(st, a, &aheld) < 0 || pygpu_scope_enter(st, a->context, &s) < 0)
         goto done;
     Py_BEGIN_ALLOW_THREADS
@@ -1050,6 +1080,8 @@ memcpy_atoa(PyObject *module, PyObject *args, PyObject *kwds)
     }
     if (len == 0)
         Py_RETURN_NONE;
+    if (linear_capture_check(st, what) < 0)
+        return NULL;
     if (pygpu_array_hold(st, da, &dheld) < 0 || pygpu_array_hold(st, sa, &sheld) < 0
         || pygpu_scope_enter(st, da->context, &s) < 0)
         goto done;

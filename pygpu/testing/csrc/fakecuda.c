@@ -227,6 +227,9 @@ static CUresult cap_unsafe(void);
 #define IS_LEGACY(s) ((s) == NULL || (s) == CU_STREAM_LEGACY)
 static void cap_memcpy(struct fake_node *n, void *dst, const void *src, size_t len, int dd,
                        int sd);
+static void cap_memcpy_pitched(struct fake_node *n, unsigned char *dst, const unsigned char *src,
+                               size_t width, size_t rows, size_t depth, size_t dpitch,
+                               size_t spitch, size_t dslice, size_t sslice);
 static void cap_memset(struct fake_node *n, CUdeviceptr d, unsigned v, size_t count,
                        unsigned width);
 static CUresult cap_kernel(struct fake_node *n, struct fake_func *f, const unsigned grid[3],
@@ -1562,6 +1565,17 @@ copy2d(const CUDA_MEMCPY2D *p, CUstream s, int check_s)
     if (rc == CUDA_SUCCESS)
         rc = side(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY,
                   p->dstPitch, p->WidthInBytes, p->Height, &dst);
+    if (rc == CUDA_SUCCESS && check_s && cap_stream(s) != NULL) {  /* captured: a node */
+        struct fake_node *node = cap_node(cap_stream(s), CU_GRAPH_NODE_TYPE_MEMCPY, &rc);
+        if (node != NULL)
+            cap_memcpy_pitched(node, dst, src, p->WidthInBytes, p->Height, 1, p->dstPitch,
+                               p->srcPitch, 0, 0);
+        unlock();
+        return rc;
+    }
+    /* on the legacy stream: it waits for a blocking capturing stream */
+    if (rc == CUDA_SUCCESS && (!check_s || IS_LEGACY(s)))
+        rc = cap_violation(c, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
     unlock();
     if (rc != CUDA_SUCCESS)
         return rc;
@@ -3598,6 +3612,17 @@ copy3d(const CUDA_MEMCPY3D *p, CUstream s, int check_s)
     if (rc == CUDA_SUCCESS)
         rc = side_3d(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes,
                      p->dstY, p->dstZ, p->dstPitch, p->dstHeight, p, &dst);
+    if (rc == CUDA_SUCCESS && check_s && cap_stream(s) != NULL) {  /* captured: a node */
+        struct fake_node *node = cap_node(cap_stream(s), CU_GRAPH_NODE_TYPE_MEMCPY, &rc);
+        if (node != NULL)
+            cap_memcpy_pitched(node, dst.base, src.base, p->WidthInBytes, p->Height, p->Depth,
+                               dst.pitch, src.pitch, dst.slice, src.slice);
+        unlock();
+        return rc;
+    }
+    /* on the legacy stream: it waits for a blocking capturing stream */
+    if (rc == CUDA_SUCCESS && (!check_s || IS_LEGACY(s)))
+        rc = cap_violation(c, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
     if (rc == CUDA_SUCCESS && (p->srcMemoryType == CU_MEMORYTYPE_ARRAY
                                || p->dstMemoryType == CU_MEMORYTYPE_ARRAY)) {
         /* the driver is busy here (fakecuda_delay); an array destroyed
@@ -4069,6 +4094,8 @@ typedef struct fake_node {
     const void *src;
     size_t n;
     int dst_dev, src_dev;
+    /* a pitched memcpy (rows > 0): depth slices of rows rows of n bytes */
+    size_t rows, depth, dpitch, spitch, dslice, sslice;
     /* memset */
     CUdeviceptr mdst;
     unsigned value, esize;
@@ -4388,7 +4415,14 @@ replay(fake_graph *g, CUstream s, int depth)
             replay_kernel(n, s);
             break;
         case CU_GRAPH_NODE_TYPE_MEMCPY:
-            if ((n->dst_dev && !device_range_ok((CUdeviceptr)(uintptr_t)n->dst, n->n))
+            if (n->rows) {
+                size_t i, j;
+                for (i = 0; i < n->depth; i++)
+                    for (j = 0; j < n->rows; j++)
+                        memmove((unsigned char *)n->dst + i * n->dslice + j * n->dpitch,
+                                (const unsigned char *)n->src + i * n->sslice
+                                + j * n->spitch, n->n);
+            } else if ((n->dst_dev && !device_range_ok((CUdeviceptr)(uintptr_t)n->dst, n->n))
                 || (n->src_dev && !device_range_ok((CUdeviceptr)(uintptr_t)n->src, n->n)))
                 stale_uses++;         /* device memory freed under the graph */
             else
@@ -5366,6 +5400,22 @@ cap_memcpy(fake_node *n, void *dst, const void *src, size_t len, int dd, int sd)
     n->n = len;
     n->dst_dev = dd;
     n->src_dev = sd;
+}
+
+static void
+cap_memcpy_pitched(fake_node *n, unsigned char *dst, const unsigned char *src, size_t width,
+                   size_t rows, size_t depth, size_t dpitch, size_t spitch, size_t dslice,
+                   size_t sslice)
+{
+    n->dst = dst;
+    n->src = src;
+    n->n = width;
+    n->rows = rows;
+    n->depth = depth;
+    n->dpitch = dpitch;
+    n->spitch = spitch;
+    n->dslice = dslice;
+    n->sslice = sslice;
 }
 
 static void

@@ -801,9 +801,40 @@ def _keep_write(d, info, binary):
             f.write(binary)
 
 
+_NO_TEXREFS = ("%s(%r): texture and surface references were removed in CUDA 12, so no "
+               "module has one (PyCUDA's call fails there too, with cuModule%s's "
+               "'named symbol not found'); pass a TextureObject or SurfaceObject to the "
+               "kernel as a cudaTextureObject_t / cudaSurfaceObject_t argument instead "
+               "(the manual's 'textures' chapter)")
+
+
 class CudaModule:
     """The base of SourceModule and DynamicModule, as pycuda.compiler.CudaModule
-    (isinstance checks in PyCUDA code)."""
+    (isinstance checks in PyCUDA code, and PyCUDA's own subclasses of it:
+    a subclass sets self.module to a loaded driver.Module and gets
+    get_function, get_global, get_texref and get_surfref)."""
+
+    module = None
+
+    def _bind_module(self):
+        """PyCUDA's hook after self.module is set; here the methods read
+        self.module on each call, so nothing needs binding."""
+
+    def get_function(self, name: str) -> "driver.Function":
+        """The kernel called name."""
+        return self.module.get_function(name)
+
+    def get_global(self, name):
+        """(DeviceAllocation, nbytes) of a __device__ or __constant__ variable."""
+        return self.module.get_global(name)
+
+    def get_texref(self, name):
+        """PyCUDA's texture references: gone since CUDA 12 (LogicError)."""
+        raise driver.LogicError(_NO_TEXREFS % ("get_texref", name, "GetTexRef"))
+
+    def get_surfref(self, name):
+        """PyCUDA's surface references: gone since CUDA 12 (LogicError)."""
+        raise driver.LogicError(_NO_TEXREFS % ("get_surfref", name, "GetSurfRef"))
 
 
 class SourceModule(CudaModule):

@@ -685,8 +685,9 @@ def _pycuda_compile(source, nvcc="nvcc", options=None, keep=False, no_extern_c=F
         use, kind = real, "cubin"
     args = (source, t["nvrtc"], use, kind, include_dirs, defines, name_expressions, std,
             fast_math, cache_dir, name, rdc, nvcc_compat, wrap)
+    kept = []
     if keep:
-        binary = _compile_kept(args)[0]
+        binary = _compile_kept(args, kept)[0]
     else:
         binary = _compile(*args)[0]
     if target == "fatbin":
@@ -694,7 +695,11 @@ def _pycuda_compile(source, nvcc="nvcc", options=None, keep=False, no_extern_c=F
         ptx_args[2], ptx_args[3] = "compute_" + real[3:], "ptx"
         ptx = _compile(*ptx_args)[0]
         from pygpu import _fatbin
-        return _fatbin.make_fatbin(binary, ptx, real[3:])
+        fat = _fatbin.make_fatbin(binary, ptx, real[3:])
+        if kept:
+            with open(os.path.join(kept[0], "kernel.fatbin"), "wb") as f:
+                f.write(fat)
+        return fat
     return bytes(binary)
 
 
@@ -759,7 +764,7 @@ class _Loaded:
         self.env = env          # CUDA_HOME/CUDA_PATH (they pick the include dirs), with deps
 
 
-def _compile_kept(args):
+def _compile_kept(args, dirs=None):
     """_compile(*args) for keep=True: the text NVRTC compiles (kernel.cu),
     its options (kernel.options, one a line), the binary (kernel.cubin or
     kernel.ptx) and, for a cubin, the PTX of the same source (kernel.ptx) are
@@ -768,6 +773,8 @@ def _compile_kept(args):
     there (kernel.log)."""
     d = tempfile.mkdtemp(prefix="pygpu-keep-")
     print("*** compiler output in %s" % d)
+    if dirs is not None:
+        dirs.append(d)
     info = {}
     try:
         binary, deps = _compile(*args, info=info)

@@ -894,6 +894,32 @@ def test_pycuda_compile_fatbin(tmp_cache):
                                   None, target="fatbin") == f
 
 
+def test_pycuda_compile_keeps_the_fatbin(tmp_cache, capsys):
+    from pygpu import _fatbin
+    if not _fatbin.available():
+        pytest.skip("nvFatbin is not installed (pip install nvidia-nvfatbin)")
+    f = compiler.compile(PYC_SRC.replace("VAL", "8"), "nvcc", keep=True, arch="sm_90",
+                         target="fatbin")
+    d = re.fullmatch(r"\*\*\* compiler output in (\S+)\n", capsys.readouterr().out).group(1)
+    assert sorted(os.listdir(d)) == ["kernel.cu", "kernel.cubin", "kernel.fatbin",
+                                     "kernel.options", "kernel.ptx"]
+    with open(os.path.join(d, "kernel.fatbin"), "rb") as fh:
+        assert fh.read() == f
+
+
+def test_pycuda_compile_under_cuda_debugging(tmp_cache, capsys, monkeypatch):
+    """PyCUDA's CUDA_DEBUGGING (set_debugging()): -G, the files kept, no cache."""
+    monkeypatch.setattr(cuda, "CUDA_DEBUGGING", True)
+    b = compiler.compile(PYC_SRC.replace("VAL", "9"), "nvcc", arch="sm_90")
+    d = re.fullmatch(r"\*\*\* compiler output in (\S+)\n", capsys.readouterr().out).group(1)
+    with open(os.path.join(d, "kernel.options")) as fh:
+        opts = fh.read().split("\n")
+    assert "--device-debug" in opts or "-G" in opts
+    with open(os.path.join(d, "kernel.cubin"), "rb") as fh:
+        assert fh.read() == b
+    assert not os.path.exists(str(tmp_cache)) or not os.listdir(str(tmp_cache))
+
+
 @pytest.mark.parametrize("call, exc, msg", [
     (lambda s: compiler.compile(s, nvcc=5), TypeError,
      r"^compile\(\): nvcc must be the nvcc command as a str \(PyCUDA's nvcc=; pygpu compiles "

@@ -503,7 +503,7 @@ def _pygpu_signature(source: object, options: "object" = (), arch: "object" = No
                      nvcc_compat: bool = False, extern_c: bool = False, *,
                      nvcc: "str | None" = None, keep: bool = False,
                      no_extern_c: "bool | None" = None,
-                     code: "object" = None) -> "Binary | bytes":
+                     code: "object" = None) -> bytes:
     """compile()'s documented signature (its parameters are bound by hand:
     a str second positional argument is PyCUDA's nvcc, in PyCUDA's order)."""
 
@@ -558,8 +558,8 @@ def compile(source, *args, **kwargs):
     gives a kernel implicitly, nvcc's options translated for NVRTC, target
     'cubin' by default, for the current device's architecture (nvcc's
     default, sm_75 under CUDA 13, where there is no device), keep=True
-    keeping the files and printing PyCUDA's "*** compiler output in DIR" --
-    and returns plain bytes.  nvcc is not run.
+    keeping the files and printing PyCUDA's ``*** compiler output in DIR``
+    -- and returns plain bytes.  nvcc is not run.
     """
     pycuda_order = bool(args) and isinstance(args[0], (str, os.PathLike))
     order = _PYCUDA_ORDER if pycuda_order else _PYGPU_ORDER

@@ -122,3 +122,51 @@ def test_texture_references_are_a_clear_logic_error():
     # PyCUDA code catches it as its driver error
     with pytest.raises(cuda.Error):
         m.get_texref("tex")
+
+
+# ---- ReductionKernel(..., kernel_wrapper=) (PyCUDA's reduction-perf.py) ----
+
+def _timer_wrapper(log):
+    """PyCUDA's reduction-perf.py's wrap_with_timer, recording its calls."""
+    def wrap(f):
+        def result(*args, **kwargs):
+            start, stop = cuda.Event(), cuda.Event()
+            start.record()
+            f(*args, **kwargs)
+            stop.record()
+            stop.synchronize()
+            log.append((args[0], args[1], stop.time_since(start)))
+        return result
+    return wrap
+
+
+@pytest.mark.standin
+@pytest.mark.parametrize("n, stages", [(10, 1), (1_000_003, 2)])
+def test_reduction_kernel_wrapper(n, stages, standin, ctx):
+    from pygpu import gpuarray as ga
+    from pygpu import reduction
+    k = reduction.get_sum_kernel(None, np.dtype(np.float32))
+    a = ga.zeros(n, np.float32)
+    log = []
+    before = standin.launches()
+    r = k(a, kernel_wrapper=_timer_wrapper(log))
+    assert r.shape == () and r.dtype == np.float32
+    assert len(log) == stages == standin.launches() - before
+    assert all(t >= 0 for _, _, t in log)
+    assert log[-1][0] == (1, 1) or stages == 1
+    with pytest.raises(TypeError, match="'int' object is not callable"):
+        k(a, kernel_wrapper=lambda f: 5)
+
+
+@pytest.mark.gpu
+def test_reduction_kernel_wrapper_result(ctx, rng):
+    from pygpu import gpuarray as ga
+    from pygpu import reduction
+    x = rng.standard_normal(1_000_003).astype(np.float32)
+    y = rng.standard_normal(1_000_003).astype(np.float32)
+    k = reduction.get_dot_kernel(np.float32, np.float32, np.float32)
+    log = []
+    r = k(ga.to_gpu(x), ga.to_gpu(y), kernel_wrapper=_timer_wrapper(log)).get()
+    want = np.dot(x.astype(np.float64), y.astype(np.float64))
+    assert abs(r - want) <= 1e-5 * np.abs(x * y).sum()
+    assert len(log) == 2 and all(t > 0 for _, _, t in log)

@@ -495,12 +495,40 @@ def _compile(source, options, arch, target, include_dirs, defines, name_expressi
     return b, deps
 
 
-def compile(source: object, options: "object" = (), arch: "object" = None,
-            target: "str | None" = None, include_dirs: "object" = (), defines: "object" = None,
-            name_expressions: "object" = (), std: "str | None" = None, fast_math: bool = False,
-            cache_dir: "object" = None, name: str = "kernel.cu", rdc: bool = False,
-            nvcc_compat: bool = False, extern_c: bool = False) -> Binary:
+def _pygpu_signature(source: object, options: "object" = (), arch: "object" = None,
+                     target: "str | None" = None, include_dirs: "object" = (),
+                     defines: "object" = None, name_expressions: "object" = (),
+                     std: "str | None" = None, fast_math: bool = False,
+                     cache_dir: "object" = None, name: str = "kernel.cu", rdc: bool = False,
+                     nvcc_compat: bool = False, extern_c: bool = False, *,
+                     nvcc: "str | None" = None, keep: bool = False,
+                     no_extern_c: "bool | None" = None,
+                     code: "object" = None) -> bytes:
+    """compile()'s documented signature (its parameters are bound by hand:
+    a str second positional argument is PyCUDA's nvcc, in PyCUDA's order)."""
+
+
+# the positional orders: pygpu's, and PyCUDA's compile(source, nvcc, options,
+# keep, no_extern_c, arch, code, cache_dir, include_dirs, target)
+_PYGPU_ORDER = ("options", "arch", "target", "include_dirs", "defines", "name_expressions",
+                "std", "fast_math", "cache_dir", "name", "rdc", "nvcc_compat", "extern_c")
+_PYCUDA_ORDER = ("nvcc", "options", "keep", "no_extern_c", "arch", "code", "cache_dir",
+                 "include_dirs", "target")
+# keywords only PyCUDA's compile() has: any of them makes a call PyCUDA's
+_PYCUDA_ONLY = ("nvcc", "keep", "no_extern_c", "code")
+_PYGPU_DEFAULTS = {"options": (), "arch": None, "target": None, "include_dirs": (),
+                   "defines": None, "name_expressions": (), "std": None, "fast_math": False,
+                   "cache_dir": None, "name": "kernel.cu", "rdc": False, "nvcc_compat": False,
+                   "extern_c": False}
+
+
+def compile(source, *args, **kwargs):
     """Compile CUDA C++ source to cubin, PTX or LTO-IR bytes through NVRTC.
+
+    compile(source, options=(), arch=None, target=None, include_dirs=(),
+    defines=None, name_expressions=(), std=None, fast_math=False,
+    cache_dir=None, name="kernel.cu", rdc=False, nvcc_compat=False,
+    extern_c=False) -> Binary
 
     arch: 'sm_90', 'compute_90', 90 or (9, 0); None means the current
     device's (which needs a GPU).  target: 'cubin', 'ptx' or 'ltoir'; None
@@ -519,9 +547,160 @@ def compile(source: object, options: "object" = (), arch: "object" = None,
     does (the messages keep the source's own line numbers).  source: a str,
     or an object whose str() is the source.  Returns a Binary (bytes) with
     .lowered_names for the name_expressions.
+
+    PyCUDA's call, pycuda.compiler.compile(source, nvcc="nvcc",
+    options=None, keep=False, no_extern_c=False, arch=None, code=None,
+    cache_dir=None, include_dirs=[], target="cubin"), means what it means
+    on PyCUDA: a call whose second positional argument is a str (PyCUDA's
+    nvcc; the arguments then follow PyCUDA's order), or that names nvcc=,
+    keep=, no_extern_c= or code=, or asks for target="fatbin", compiles as
+    PyCUDA's compile() does -- extern "C" unless no_extern_c, with what nvcc
+    gives a kernel implicitly, nvcc's options translated for NVRTC, target
+    'cubin' by default, for the current device's architecture (nvcc's
+    default, sm_75 under CUDA 13, where there is no device), keep=True
+    keeping the files and printing PyCUDA's ``*** compiler output in DIR``
+    -- and returns plain bytes.  nvcc is not run.
     """
-    return _compile(source, options, arch, target, include_dirs, defines, name_expressions,
-                    std, fast_math, cache_dir, name, rdc, nvcc_compat, extern_c)[0]
+    pycuda_order = bool(args) and isinstance(args[0], (str, os.PathLike))
+    order = _PYCUDA_ORDER if pycuda_order else _PYGPU_ORDER
+    if len(args) > len(order):
+        raise TypeError("compile() takes from 1 to %d positional arguments but %d were given"
+                        % (len(order) + 1, len(args) + 1))
+    bound = dict(zip(order, args))
+    for k, v in kwargs.items():
+        if k not in _PYGPU_DEFAULTS and k not in _PYCUDA_ONLY:
+            raise TypeError("compile() got an unexpected keyword argument %r" % (k,))
+        if k in bound:
+            raise TypeError("compile() got multiple values for argument %r" % (k,))
+        bound[k] = v
+    if pycuda_order or any(k in bound for k in _PYCUDA_ONLY) or bound.get("target") == "fatbin":
+        return _pycuda_compile(source, **bound)
+    a = dict(_PYGPU_DEFAULTS, **bound)
+    return _compile(source, a["options"], a["arch"], a["target"], a["include_dirs"],
+                    a["defines"], a["name_expressions"], a["std"], a["fast_math"],
+                    a["cache_dir"], a["name"], a["rdc"], a["nvcc_compat"], a["extern_c"])[0]
+
+
+try:
+    import inspect as _inspect
+    compile.__signature__ = _inspect.signature(_pygpu_signature)
+    del _inspect
+except (ImportError, ValueError):     # pragma: no cover
+    pass
+
+
+# ---- PyCUDA's compile() ----
+
+def _arch_arg(value, what):
+    """'sm_90' / 'compute_90' from PyCUDA's arch= or code= (also 90, (9, 0))."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int, tuple)):
+        raise TypeError("compile(): %s must be an architecture such as 'sm_90' (a str), "
+                        "not %s" % (what, type(value).__name__))
+    if isinstance(value, str) and "," in value:
+        value = value.split(",")[0]           # nvcc's -code=sm_90,compute_90
+    try:
+        kind, num = _parse_arch(value)
+    except ValueError:
+        raise ValueError("compile(): %s must look like 'sm_90' or 'compute_90', not %r"
+                         % (what, value)) from None
+    return "%s_%s" % (kind, num)
+
+
+def _nvcc_default_arch(cache_dir):
+    """The architecture PyCUDA's compile() gets with arch=None: the current
+    device's (pygpu's rule: the default device's primary context), or
+    where there is no driver or device nvcc's default (sm_75 from CUDA 13,
+    sm_52 before), as the same toolkit's nvcc would pick."""
+    try:
+        arch, _ = _device_arch_and_target("cubin", cache_dir)
+        return "sm_" + arch.split("_", 1)[1]
+    except driver.Error:
+        pass
+    (major, _minor), archs = _nvrtc_facts_for_key(cache_dir)
+    default = 75 if major >= 13 else 52
+    if default not in archs:
+        default = min(a for a in archs)
+    return "sm_%d" % default
+
+
+def _pycuda_compile(source, nvcc="nvcc", options=None, keep=False, no_extern_c=False,
+                    arch=None, code=None, cache_dir=None, include_dirs=None, target="cubin",
+                    defines=None, name_expressions=(), std=None, fast_math=False,
+                    name="kernel.cu", rdc=False, nvcc_compat=True, extern_c=None):
+    """pycuda.compiler.compile(): plain bytes, as PyCUDA returns them."""
+    from pygpu import linking
+    if isinstance(nvcc, os.PathLike):
+        nvcc = os.fspath(nvcc)
+    if not isinstance(nvcc, str):
+        raise TypeError("compile(): nvcc must be the nvcc command as a str (PyCUDA's nvcc=; "
+                        "pygpu compiles with NVRTC and does not run it), not %s"
+                        % type(nvcc).__name__)
+    if nvcc.startswith("-"):
+        raise ValueError("compile(): the second positional argument is PyCUDA's nvcc (the "
+                         "compiler's command), not an option: %r; give options as "
+                         "options=[%r]" % (nvcc, nvcc))
+    if target not in ("cubin", "ptx", "fatbin", "ltoir"):
+        raise ValueError("compile(): target must be 'cubin', 'ptx' or 'fatbin' (PyCUDA's "
+                         "targets) or 'ltoir', not %r" % (target,))
+    if extern_c is not None and no_extern_c is not None and bool(extern_c) == bool(no_extern_c):
+        raise ValueError("compile(): extern_c=%r and no_extern_c=%r say opposite things; "
+                         "give one of them" % (extern_c, no_extern_c))
+    wrap = not no_extern_c if no_extern_c is not None else bool(extern_c)
+    if options is None:
+        options = linking.DEFAULT_NVCC_FLAGS
+    if isinstance(options, (bytes, bytearray)) or not isinstance(options, str) and not \
+            hasattr(options, "__iter__"):
+        raise TypeError("compile(): options must be a list of str (nvcc's or NVRTC's "
+                        "options), not %s" % type(options).__name__)
+    options = options.split() if isinstance(options, str) else list(options)
+    for o in options:
+        if not isinstance(o, str):
+            raise TypeError("compile(): options must hold str, not %s: %r"
+                            % (type(o).__name__, o))
+    t = linking.translate_nvcc_options(options)
+    arch = _arch_arg(arch, "arch") or _arch_arg(t["arch"], "the option -arch")
+    code = _arch_arg(code, "code") or _arch_arg(t["code"], "the option -code")
+    if include_dirs is None:
+        include_dirs = ()
+    include_dirs = _str_list(include_dirs, "include_dirs", None)
+    if driver.CUDA_DEBUGGING:         # as PyCUDA: kept, not cached (and -G: _build_options)
+        keep, cache_dir = True, False
+    if cache_dir is True:
+        cache_dir = None
+    real = next((a for a in (code, arch) if a is not None and a.startswith("sm_")), None)
+    virtual = next((a for a in (arch, code) if a is not None and a.startswith("compute_")),
+                   None)
+    if target in ("cubin", "fatbin") and real is None and virtual is not None:
+        raise ValueError("compile(): target=%r needs a real architecture (arch= or code= "
+                         "such as 'sm_%s'), not only %r" % (target, virtual[8:], virtual))
+    if real is None and virtual is None:
+        real = _nvcc_default_arch(store.resolve_dir(cache_dir))
+    if target == "ptx":
+        use, kind = (virtual or "compute_" + real[3:]), "ptx"
+    elif target == "ltoir":
+        use, kind = (real or virtual), "ltoir"
+    else:
+        use, kind = real, "cubin"
+    args = (source, t["nvrtc"], use, kind, include_dirs, defines, name_expressions, std,
+            fast_math, cache_dir, name, rdc, nvcc_compat, wrap)
+    kept = []
+    if keep:
+        binary = _compile_kept(args, kept)[0]
+    else:
+        binary = _compile(*args)[0]
+    if target == "fatbin":
+        ptx_args = list(args)
+        ptx_args[2], ptx_args[3] = "compute_" + real[3:], "ptx"
+        ptx = _compile(*ptx_args)[0]
+        from pygpu import _fatbin
+        fat = _fatbin.make_fatbin(binary, ptx, real[3:])
+        if kept:
+            with open(os.path.join(kept[0], "kernel.fatbin"), "wb") as f:
+                f.write(fat)
+        return fat
+    return bytes(binary)
 
 
 def cache_info(cache_dir=None):
@@ -585,7 +764,7 @@ class _Loaded:
         self.env = env          # CUDA_HOME/CUDA_PATH (they pick the include dirs), with deps
 
 
-def _compile_kept(args):
+def _compile_kept(args, dirs=None):
     """_compile(*args) for keep=True: the text NVRTC compiles (kernel.cu),
     its options (kernel.options, one a line), the binary (kernel.cubin or
     kernel.ptx) and, for a cubin, the PTX of the same source (kernel.ptx) are
@@ -594,6 +773,8 @@ def _compile_kept(args):
     there (kernel.log)."""
     d = tempfile.mkdtemp(prefix="pygpu-keep-")
     print("*** compiler output in %s" % d)
+    if dirs is not None:
+        dirs.append(d)
     info = {}
     try:
         binary, deps = _compile(*args, info=info)
@@ -627,9 +808,40 @@ def _keep_write(d, info, binary):
             f.write(binary)
 
 
+_NO_TEXREFS = ("%s(%r): texture and surface references were removed in CUDA 12, so no "
+               "module has one (PyCUDA's call fails there too, with cuModule%s's "
+               "'named symbol not found'); pass a TextureObject or SurfaceObject to the "
+               "kernel as a cudaTextureObject_t / cudaSurfaceObject_t argument instead "
+               "(the manual's 'textures' chapter)")
+
+
 class CudaModule:
     """The base of SourceModule and DynamicModule, as pycuda.compiler.CudaModule
-    (isinstance checks in PyCUDA code)."""
+    (isinstance checks in PyCUDA code, and PyCUDA's own subclasses of it:
+    a subclass sets self.module to a loaded driver.Module and gets
+    get_function, get_global, get_texref and get_surfref)."""
+
+    module = None
+
+    def _bind_module(self):
+        """PyCUDA's hook after self.module is set; here the methods read
+        self.module on each call, so nothing needs binding."""
+
+    def get_function(self, name: str) -> "driver.Function":
+        """The kernel called name."""
+        return self.module.get_function(name)
+
+    def get_global(self, name):
+        """(DeviceAllocation, nbytes) of a __device__ or __constant__ variable."""
+        return self.module.get_global(name)
+
+    def get_texref(self, name):
+        """PyCUDA's texture references: gone since CUDA 12 (LogicError)."""
+        raise driver.LogicError(_NO_TEXREFS % ("get_texref", name, "GetTexRef"))
+
+    def get_surfref(self, name):
+        """PyCUDA's surface references: gone since CUDA 12 (LogicError)."""
+        raise driver.LogicError(_NO_TEXREFS % ("get_surfref", name, "GetSurfRef"))
 
 
 class SourceModule(CudaModule):
@@ -779,25 +991,17 @@ def get_nvcc_version(nvcc="nvcc"):
 
 def compile_plain(source, options, keep, nvcc, cache_dir, target="cubin"):
     """pycuda.compiler.compile_plain: source compiled as it is (no extern "C"
-    wrapper) to target ('cubin' or 'ptx') for the current device, through
-    NVRTC and the cache, with what nvcc gives a kernel implicitly
-    (nvcc_compat); nvcc's host-side options are dropped
+    wrapper) to target ('cubin', 'ptx' or 'fatbin') through NVRTC and the
+    cache, with what nvcc gives a kernel implicitly (nvcc_compat); the
+    architecture comes from options (-arch, -code), else the current
+    device's, else nvcc's default; nvcc's host-side options are dropped
     (pygpu.linking.translate_nvcc_options).  keep=True keeps the source and
-    binaries as SourceModule's does; nvcc is not run."""
-    from pygpu import linking
-    t = linking.translate_nvcc_options(options)
-    if target not in ("cubin", "ptx"):
-        raise ValueError("compile_plain(): target must be 'cubin' or 'ptx', not %r"
+    binaries as SourceModule's does; nvcc is not run.  Returns bytes."""
+    if target not in ("cubin", "ptx", "fatbin"):
+        raise ValueError("compile_plain(): target must be 'cubin', 'ptx' or 'fatbin', not %r"
                          % (target,))
-    arch = t["arch"] or t["code"]
-    if arch is not None and target == "ptx" and arch.startswith("sm_"):
-        arch = "compute_" + arch[3:]
-    cache_dir = None if cache_dir in (None, True) else cache_dir
-    if keep:
-        return bytes(_compile_kept((source, t["nvrtc"], arch, target, (), None, (), None, False,
-                                    cache_dir, "kernel.cu", False, True, False))[0])
-    return bytes(compile(source, options=t["nvrtc"], arch=arch, target=target,
-                         cache_dir=cache_dir, nvcc_compat=True))
+    return _pycuda_compile(source, nvcc, options, keep, True, None, None, cache_dir, None,
+                           target)
 
 
 __all__ += ["CudaModule", "get_nvcc_version", "compile_plain"]

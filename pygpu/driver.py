@@ -381,6 +381,33 @@ class In(ArgumentHandler):
     def __repr__(self):
         return "%s(<%s array %s>)" % (type(self).__name__, self.array.dtype, self.array.shape)
 
+    # PyCUDA's ArgumentHandler protocol, for code that calls it itself or
+    # overrides it in a subclass (a launch then follows the protocol)
+    dev_alloc = None
+
+    def get_device_alloc(self):
+        """The device copy of the array (allocated on the first call)."""
+        if self.dev_alloc is None:
+            self.dev_alloc = mem_alloc(max(self.array.nbytes, 1))
+        return self.dev_alloc
+
+    def pre_call(self, stream):
+        """Before a launch: copy the array in (In, InOut)."""
+        if self.copy_in:
+            memcpy_htod(self.get_device_alloc(), self.array)
+
+    def post_call(self, stream):
+        """After a launch: copy the array back (Out, InOut)."""
+        if self.copy_out:
+            memcpy_dtoh(self.array, self.get_device_alloc())
+
+
+def _own_protocol(a):
+    """Whether an In/Out/InOut subclass overrides PyCUDA's protocol."""
+    t = type(a)
+    return (t.pre_call is not In.pre_call or t.post_call is not In.post_call
+            or t.get_device_alloc is not In.get_device_alloc)
+
 
 class Out(In):
     """Copy the device buffer back into the array after the launch."""
@@ -390,6 +417,9 @@ class Out(In):
 class InOut(In):
     """Copy in before and back out after the launch."""
     copy_in, copy_out = True, True
+
+
+_HANDLER_TYPES = (In, Out, InOut)
 
 
 def _alloc_for_handler(nbytes, stream):
@@ -440,7 +470,8 @@ def _handlers_begin(args, stream):
     posts = []
     try:
         for i, a in enumerate(args):
-            if isinstance(a, ArgumentHandler) and not isinstance(a, In):
+            if isinstance(a, ArgumentHandler) and (not isinstance(a, In) or (
+                    type(a) not in _HANDLER_TYPES and _own_protocol(a))):
                 # PyCUDA's protocol, for an ArgumentHandler subclass of its own
                 # (reikna's Buffer): get_device_alloc() is the pointer,
                 # pre_call(stream) runs before the launch, post_call(stream) after

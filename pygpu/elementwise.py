@@ -286,6 +286,12 @@ class ElementwiseKernel:
     def generate_stride_kernel_and_types(self, use_range):
         return self._kernel_and_types(use_range, False)
 
+    def get_texref(self, name, use_range=False):
+        """PyCUDA's texture references: gone since CUDA 12 (LogicError, as
+        SourceModule.get_texref)."""
+        from pygpu import compiler, driver
+        raise driver.LogicError(compiler._NO_TEXREFS % ("get_texref", name, "GetTexRef"))
+
     def _kernel_and_types(self, use_range, restrict):
         key = (tools._current_context(), bool(use_range), restrict)
         found = self._funcs.get(key)

@@ -232,7 +232,12 @@ class ArrayFlags:
         self.forc = ary._c or ary._f
 
     def __repr__(self):
-        return "C_CONTIGUOUS : %s\nF_CONTIGUOUS : %s" % (self.c_contiguous, self.f_contiguous)
+        # PyCUDA's (and NumPy's) layout: two leading spaces, one flag a line
+        return "  C_CONTIGUOUS : %s\n  F_CONTIGUOUS : %s" % (self.c_contiguous,
+                                                             self.f_contiguous)
+
+    def __str__(self):
+        return repr(self)
 
 
 _layouts = {}     # (shape, dtype, order) -> GPUArray._layout(...) of new arrays
@@ -398,7 +403,7 @@ class GPUArray:
         return self.shape[0]
 
     def __hash__(self):
-        raise TypeError("GPUArrays are not hashable")
+        raise TypeError("GPUArrays are not hashable.")
 
     def __bool__(self):
         if self.size != 1:
@@ -410,8 +415,10 @@ class GPUArray:
         return str(self.get())
 
     def __repr__(self):
-        return "GPUArray(%s, dtype=%s)" % (np.array2string(self.get(), separator=", "),
-                                          self.dtype)
+        # PyCUDA's: the repr of the contents as a NumPy array ("array([1., 2.],
+        # dtype=float32)"), as CuPy prints its arrays too, so that programs and
+        # doctests that print a repr show the same text on both
+        return repr(self.get())
 
     def __reduce__(self):
         return (to_gpu, (self.get(),))

@@ -253,7 +253,10 @@ class ReductionKernel:
         return out
 
     def __call__(self, *args, stream=None, allocator=None, out=None, range=None,
-                 slice=None):
+                 slice=None, kernel_wrapper=None):
+        """Reduce; kernel_wrapper (PyCUDA's): a function given each stage's
+        prepared_async_call that returns what is called in its place, as
+        f(grid, block, stream, *args) (to time or trace the stages)."""
         inv = self._convert(args)
         repr_vec = args[self._first_vector]
         if range is not None and slice is not None:
@@ -308,9 +311,14 @@ class ReductionKernel:
                 partial = buf
             result = gpuarray.GPUArray((), self.dtype_out, allocator=allocator, gpudata=buf)
             target = buf
-        self._stage1((blocks, 1), (BLOCK, 1, 1), stream, partial, *inv, start, step, count)
+        stage1, stage2 = self._stage1, self._stage2
+        if kernel_wrapper is not None:
+            stage1 = kernel_wrapper(stage1)
+            if blocks > 1:
+                stage2 = kernel_wrapper(stage2)
+        stage1((blocks, 1), (BLOCK, 1, 1), stream, partial, *inv, start, step, count)
         if blocks > 1:
-            self._stage2((1, 1), (BLOCK, 1, 1), stream, target, partial, blocks)
+            stage2((1, 1), (BLOCK, 1, 1), stream, target, partial, blocks)
         return result
 
 

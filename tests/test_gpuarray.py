@@ -252,6 +252,58 @@ def test_index_errors(ctx):
 
 
 @pytest.mark.driver
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.complex64, np.float64])
+def test_repr_str_format_are_pycudas(dtype, ctx, rng):
+    # PyCUDA's GPUArray prints as its contents: repr() is NumPy's repr of
+    # get() ("array([...], dtype=float32)", as CuPy's), str() NumPy's str;
+    # format() is object's (str() for an empty spec, no other spec)
+    for shape in [(7,), (3, 4), (), (0,), (2, 1, 3)]:
+        h = np.asarray(rand(rng, shape, dtype))
+        a = ga.to_gpu(h)
+        assert repr(a) == repr(h) and str(a) == str(h)
+        assert format(a) == str(h) and "%s|%r" % (a, a) == "%s|%r" % (h, h)
+        assert f"{a}" == str(h)
+        with pytest.raises(TypeError, match="unsupported format string passed to "
+                                            "GPUArray.__format__"):
+            format(a, ".2f")
+    big = ga.to_gpu(rand(rng, 5000, dtype))
+    assert repr(big) == repr(big.get()) and "..." in repr(big)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128])
+def test_repr_of_a_strided_view_is_its_elements(dtype, ctx, rng):
+    # a non-contiguous view prints its own elements (its get() gathers them)
+    h = rand(rng, (6, 8), dtype)
+    v = ga.to_gpu(h)[1:5:2, ::3]
+    assert repr(v) == repr(h[1:5:2, ::3]) and str(v) == str(h[1:5:2, ::3])
+    assert repr(v).startswith("array(")
+
+
+@pytest.mark.driver
+def test_len_bool_hash_flags_are_pycudas(ctx, rng):
+    h = rand(rng, (5, 3), np.float32)
+    a = ga.to_gpu(h)
+    assert len(a) == 5 and len(a[1]) == 3
+    with pytest.raises(TypeError, match=r"^len\(\) of unsized object$"):
+        len(ga.to_gpu(np.float32(2.5)))
+    with pytest.raises(TypeError, match=r"^GPUArrays are not hashable\.$"):
+        hash(a)
+    assert a.__hash__ is not None        # PyCUDA's raises rather than being None
+    with pytest.raises(ValueError, match=r"^The truth value of an array with more than one "
+                                         r"element is ambiguous\. Use a\.any\(\) or a\.all\(\)$"):
+        bool(a)
+    with pytest.raises(ValueError, match="truth value of an array with more than one"):
+        bool(ga.empty(0, np.float32))
+    for value in (0.0, 3.5, -1.0):
+        for shape in ((), (1,), (1, 1)):
+            assert bool(ga.to_gpu(np.full(shape, value, np.float32))) is bool(value)
+    assert repr(a.flags) == "  C_CONTIGUOUS : True\n  F_CONTIGUOUS : False"
+    assert str(a.flags) == repr(a.flags)
+    assert repr(a[:, ::2].flags) == "  C_CONTIGUOUS : False\n  F_CONTIGUOUS : False"
+
+
+@pytest.mark.driver
 def test_like_functions(ctx, rng):
     z = ga.to_gpu(rand(rng, (16, 16), np.float32))
     zf = ga.to_gpu(np.asfortranarray(rand(rng, (16, 16), np.float32)))

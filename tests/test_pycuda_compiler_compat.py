@@ -732,3 +732,298 @@ def test_nvcc_prelude_compiles_beside_the_cuda_headers(header):
     src = ('#include <%s>\nextern "C" __global__ void k(int *o, time_t t)'
            '{ uint u = 1; o[0] = (int)u + (int)M_PI + INT_MAX + (int)t; }' % header)
     assert nvrtc_compile(src, arch="sm_90", nvcc_compat=True)
+
+
+# ---- compile(): PyCUDA's call (pycuda.compiler.compile) ----
+
+PYC_SRC = "__global__ void k(float *x, uint n) { x[0] = n * VAL; }"
+
+
+def _elf_arch(cubin):
+    """The sm_XY number an ELF cubin is for (e_flags' second byte, as nvcc's)."""
+    import struct
+    assert bytes(cubin[:4]) == b"\x7fELF"
+    return (struct.unpack_from("<I", cubin, 0x30)[0] >> 8) & 0xff
+
+
+@pytest.mark.parametrize("call, target", [
+    (lambda c, s: c.compile(s, "nvcc", ["-DVAL=3"], False, False, "sm_90"), "cubin"),
+    (lambda c, s: c.compile(s, "/usr/local/cuda/bin/nvcc", ["-DVAL=3"], False, False,
+                            "sm_90", None, None, [], "ptx"), "ptx"),
+    (lambda c, s: c.compile(s, nvcc="nvcc", options=["-DVAL=3"], arch="sm_90"), "cubin"),
+    (lambda c, s: c.compile(s, options=["-DVAL=3"], keep=False, arch="sm_90",
+                            target="ptx"), "ptx"),
+    (lambda c, s: c.compile(s, options=["-DVAL=3"], no_extern_c=False, code="sm_90"), "cubin"),
+    (lambda c, s: c.compile(s, "nvcc", ["-DVAL=3", "-arch=sm_90"]), "cubin"),
+    (lambda c, s: c.compile(s, "nvcc", ["-DVAL=3"], arch="compute_90", code="sm_90"), "cubin"),
+    (lambda c, s: c.compile(source=s, nvcc="nvcc", options=["-DVAL=3", "-O3", "-Xcompiler",
+                                                             "-Wall", "--gpu-architecture",
+                                                             "sm_90"], target="ptx"), "ptx"),
+])
+def test_pycuda_style_compile_gives_pycudas_bytes(call, target, tmp_cache):
+    """PyCUDA's compile(): extern "C", nvcc's implicit names (uint), nvcc's
+    options translated, plain bytes; the same image pygpu's own call with
+    the equivalent arguments gives."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", compiler.CompilerWarning)
+        out = call(compiler, PYC_SRC)
+    assert type(out) is bytes
+    mine = compiler.compile(PYC_SRC, options=["-DVAL=3"], arch="sm_90" if target == "cubin"
+                            else "compute_90", target=target, nvcc_compat=True, extern_c=True)
+    assert type(mine) is compiler.Binary and out == bytes(mine)
+    if target == "cubin":
+        assert _elf_arch(out) == 90
+    else:
+        text = out.decode()
+        assert ".entry k(" in text and ".target sm_90" in text and "_Z1k" not in text
+
+
+def test_pycuda_compile_no_extern_c_mangles(tmp_cache):
+    def entries(ptx):
+        return re.findall(r"\.entry (\w+)\(", ptx.decode())
+    src = PYC_SRC.replace("VAL", "2")
+    assert entries(compiler.compile(src, "nvcc", arch="sm_80", target="ptx")) == ["k"]
+    assert entries(compiler.compile(src, "nvcc", no_extern_c=False, arch="sm_80",
+                                    target="ptx")) == ["k"]
+    assert entries(compiler.compile(src, "nvcc", no_extern_c=True, arch="sm_80",
+                                    target="ptx")) == ["_Z1kPfj"]
+    assert entries(compiler.compile(src, "nvcc", None, False, True, "sm_80", None, None, None,
+                                    "ptx")) == ["_Z1kPfj"]
+    assert entries(compiler.compile('extern "C" ' + src, "nvcc", no_extern_c=True,
+                                    arch="sm_80", target="ptx")) == ["k"]
+    # no_extern_c with pygpu's extern_c: agreeing is fine, contradicting is refused
+    assert entries(compiler.compile(src, no_extern_c=True, extern_c=False, arch="sm_80",
+                                    target="ptx")) == ["_Z1kPfj"]
+    with pytest.raises(ValueError, match=r"^compile\(\): extern_c=True and no_extern_c=True say "
+                                         r"opposite things; give one of them$"):
+        compiler.compile(src, no_extern_c=True, extern_c=True, arch="sm_80")
+    # a PyCUDA call gets nvcc's implicit names; a source without them compiles too
+    assert entries(compiler.compile("__global__ void q(int *o) { o[0] = INT_MAX; }", "nvcc",
+                                    arch="sm_80", target="ptx")) == ["q"]
+
+
+def test_pygpu_compile_is_unchanged(tmp_cache):
+    """pygpu's own calls keep their meaning: options second, C++ linkage,
+    no implicit names, a Binary."""
+    src = PYC_SRC.replace("uint", "unsigned")
+    b = compiler.compile(src, ["-DVAL=4"], "compute_90", "ptx")
+    assert type(b) is compiler.Binary and b.target == "ptx" and b.arch == "compute_90"
+    assert ".entry _Z1kPfj(" in b.decode()
+    b2 = compiler.compile(src, options="-DVAL=4", arch="sm_90")
+    assert type(b2) is compiler.Binary and b2.target == "cubin" and _elf_arch(b2) == 90
+    with pytest.raises(CompileError, match="identifier \"uint\" is undefined"):
+        compiler.compile(PYC_SRC, options=["-DVAL=4"], arch="sm_90")
+    import inspect
+    params = inspect.signature(compiler.compile).parameters
+    assert list(params)[:4] == ["source", "options", "arch", "target"]
+    assert {n for n, p in params.items() if p.kind is p.KEYWORD_ONLY} == {
+        "nvcc", "keep", "no_extern_c", "code"}
+
+
+@pytest.mark.parametrize("device, want", [(None, None), ("sm_80", 80), ("compute_120", 120)])
+def test_pycuda_compile_default_arch(device, want, tmp_cache, monkeypatch):
+    """arch=None: the current device's; with no driver or device, nvcc's
+    default (sm_75 from CUDA 13, sm_52 before), as PyCUDA gets from nvcc."""
+    if device is None:
+        def no_device(target, cache_dir=None):
+            raise cuda.CudaUnavailableError("no CUDA driver")
+        monkeypatch.setattr(compiler, "_device_arch_and_target", no_device)
+        want = 75 if compiler.nvrtc_version()[0] >= 13 else 52
+    else:
+        monkeypatch.setattr(compiler, "_device_arch_and_target",
+                            lambda target, cache_dir=None: (device, "cubin"))
+    src = PYC_SRC.replace("VAL", "5")
+    assert _elf_arch(compiler.compile(src, "nvcc")) == want
+    assert _elf_arch(compiler.compile(src, keep=False)) == want
+    ptx = compiler.compile(src, "nvcc", target="ptx").decode()
+    assert ".target sm_%d" % want in ptx
+
+
+def test_pycuda_compile_default_options(tmp_cache, monkeypatch):
+    """options=None means DEFAULT_NVCC_FLAGS (PYCUDA_DEFAULT_NVCC_FLAGS), as
+    in PyCUDA; options=[] means none."""
+    from pygpu import linking
+    monkeypatch.setattr(linking, "DEFAULT_NVCC_FLAGS", ["-DVAL=11", "-O2"])
+    ptx = compiler.compile(PYC_SRC, "nvcc", arch="sm_90", target="ptx")
+    assert ptx == compiler.compile(PYC_SRC, "nvcc", ["-DVAL=11"], arch="sm_90", target="ptx")
+    with pytest.raises(CompileError, match='identifier "VAL" is undefined') as ei:
+        compiler.compile(PYC_SRC, "nvcc", [], arch="sm_90")
+    assert 'identifier "VAL" is undefined' in ei.value.stderr
+    assert "--gpu-architecture=sm_90" in ei.value.command_line
+
+
+def test_pycuda_compile_keep(tmp_cache, capsys):
+    src = PYC_SRC.replace("VAL", "6")
+    b = compiler.compile(src, "nvcc", None, True, False, "sm_90")
+    assert type(b) is bytes
+    d = re.fullmatch(r"\*\*\* compiler output in (\S+)\n", capsys.readouterr().out).group(1)
+    assert sorted(os.listdir(d)) == ["kernel.cu", "kernel.cubin", "kernel.options", "kernel.ptx"]
+    with open(os.path.join(d, "kernel.cubin"), "rb") as f:
+        assert f.read() == b
+    with open(os.path.join(d, "kernel.cu")) as f:
+        text = f.read()
+    assert 'extern "C" {\n#line 1\n' + src + "\n}\n" in text and "typedef unsigned int uint;" in text
+    with open(os.path.join(d, "kernel.ptx")) as f:
+        assert ".entry k(" in f.read()
+    p = compiler.compile(src, keep=True, arch="sm_90", target="ptx")
+    d = re.fullmatch(r"\*\*\* compiler output in (\S+)\n", capsys.readouterr().out).group(1)
+    assert sorted(os.listdir(d)) == ["kernel.cu", "kernel.options", "kernel.ptx"]
+    with open(os.path.join(d, "kernel.ptx"), "rb") as f:
+        assert f.read() == p
+    # keep=False prints nothing
+    compiler.compile(src, keep=False, arch="sm_90")
+    assert capsys.readouterr().out == ""
+
+
+def test_pycuda_compile_fatbin(tmp_cache):
+    from pygpu import _fatbin
+    src = PYC_SRC.replace("VAL", "7")
+    if not _fatbin.available():
+        with pytest.raises(cuda.CudaUnavailableError,
+                           match=r"target='fatbin' needs NVIDIA's nvFatbin library"):
+            compiler.compile(src, "nvcc", arch="sm_90", target="fatbin")
+        pytest.skip("nvFatbin is not installed (pip install nvidia-nvfatbin)")
+    f = compiler.compile(src, "nvcc", arch="sm_90", target="fatbin")
+    assert type(f) is bytes
+    assert f[:8] == b"\x50\xed\x55\xba\x01\x00\x10\x00"     # nvcc --fatbin's header
+    cubin = compiler.compile(src, "nvcc", arch="sm_90")
+    assert cubin in f                                       # the sm_90 image itself
+    # target="fatbin" alone makes the call PyCUDA's
+    assert compiler.compile(src, arch="sm_90", target="fatbin") == f
+    assert compiler.compile_plain('extern "C" {' + src + '}', ["-arch=sm_90"], False, "nvcc",
+                                  None, target="fatbin") == f
+
+
+def test_pycuda_compile_keeps_the_fatbin(tmp_cache, capsys):
+    from pygpu import _fatbin
+    if not _fatbin.available():
+        pytest.skip("nvFatbin is not installed (pip install nvidia-nvfatbin)")
+    f = compiler.compile(PYC_SRC.replace("VAL", "8"), "nvcc", keep=True, arch="sm_90",
+                         target="fatbin")
+    d = re.fullmatch(r"\*\*\* compiler output in (\S+)\n", capsys.readouterr().out).group(1)
+    assert sorted(os.listdir(d)) == ["kernel.cu", "kernel.cubin", "kernel.fatbin",
+                                     "kernel.options", "kernel.ptx"]
+    with open(os.path.join(d, "kernel.fatbin"), "rb") as fh:
+        assert fh.read() == f
+
+
+def test_pycuda_compile_under_cuda_debugging(tmp_cache, capsys, monkeypatch):
+    """PyCUDA's CUDA_DEBUGGING (set_debugging()): -G, the files kept, no cache."""
+    monkeypatch.setattr(cuda, "CUDA_DEBUGGING", True)
+    b = compiler.compile(PYC_SRC.replace("VAL", "9"), "nvcc", arch="sm_90")
+    d = re.fullmatch(r"\*\*\* compiler output in (\S+)\n", capsys.readouterr().out).group(1)
+    with open(os.path.join(d, "kernel.options")) as fh:
+        opts = fh.read().split("\n")
+    assert "--device-debug" in opts or "-G" in opts
+    with open(os.path.join(d, "kernel.cubin"), "rb") as fh:
+        assert fh.read() == b
+    assert not os.path.exists(str(tmp_cache)) or not os.listdir(str(tmp_cache))
+
+
+@pytest.mark.parametrize("call, exc, msg", [
+    (lambda s: compiler.compile(s, nvcc=5), TypeError,
+     r"^compile\(\): nvcc must be the nvcc command as a str \(PyCUDA's nvcc=; pygpu compiles "
+     r"with NVRTC and does not run it\), not int$"),
+    (lambda s: compiler.compile(s, "-O3"), ValueError,
+     r"^compile\(\): the second positional argument is PyCUDA's nvcc \(the compiler's "
+     r"command\), not an option: '-O3'; give options as options=\['-O3'\]$"),
+    (lambda s: compiler.compile(s, "nvcc", target="elf"), ValueError,
+     r"^compile\(\): target must be 'cubin', 'ptx' or 'fatbin' \(PyCUDA's targets\) or "
+     r"'ltoir', not 'elf'$"),
+    (lambda s: compiler.compile(s, "nvcc", 5), TypeError,
+     r"^compile\(\): options must be a list of str \(nvcc's or NVRTC's options\), not int$"),
+    (lambda s: compiler.compile(s, "nvcc", ["-O3", 5]), TypeError,
+     r"^compile\(\): options must hold str, not int: 5$"),
+    (lambda s: compiler.compile(s, "nvcc", b"-O3"), TypeError,
+     r"^compile\(\): options must be a list of str .*, not bytes$"),
+    (lambda s: compiler.compile(s, "nvcc", arch=[90]), TypeError,
+     r"^compile\(\): arch must be an architecture such as 'sm_90' \(a str\), not list$"),
+    (lambda s: compiler.compile(s, "nvcc", arch="sm90"), ValueError,
+     r"^compile\(\): arch must look like 'sm_90' or 'compute_90', not 'sm90'$"),
+    (lambda s: compiler.compile(s, code=object()), TypeError,
+     r"^compile\(\): code must be an architecture such as 'sm_90' \(a str\), not object$"),
+    (lambda s: compiler.compile(s, "nvcc", ["-arch=sm9"]), ValueError,
+     r"^compile\(\): the option -arch must look like 'sm_90' or 'compute_90', not 'sm9'$"),
+    (lambda s: compiler.compile(s, "nvcc", arch="compute_90"), ValueError,
+     r"^compile\(\): target='cubin' needs a real architecture \(arch= or code= such as "
+     r"'sm_90'\), not only 'compute_90'$"),
+    (lambda s: compiler.compile(s, "nvcc", include_dirs="/usr/include"), TypeError,
+     r"^include_dirs must be a list, not a single str: write include_dirs=\['/usr/include'\]$"),
+    (lambda s: compiler.compile(s, "nvcc", None, False, False, "sm_90", None, None, [], "ptx",
+                                "extra"), TypeError,
+     r"^compile\(\) takes from 1 to 10 positional arguments but 11 were given$"),
+    (lambda s: compiler.compile(s, [], "sm_90", "ptx", [], None, (), None, False, None, "k.cu",
+                                False, False, False, "extra"), TypeError,
+     r"^compile\(\) takes from 1 to 14 positional arguments but 15 were given$"),
+    (lambda s: compiler.compile(s, "nvcc", nvcc="nvcc"), TypeError,
+     r"^compile\(\) got multiple values for argument 'nvcc'$"),
+    (lambda s: compiler.compile(s, ["-O3"], options=[]), TypeError,
+     r"^compile\(\) got multiple values for argument 'options'$"),
+    (lambda s: compiler.compile(s, arch="sm_90", cachedir=False), TypeError,
+     r"^compile\(\) got an unexpected keyword argument 'cachedir'$"),
+    (lambda s: compiler.compile(b"__global__ void k() {}", "nvcc", arch="sm_90"), TypeError,
+     r"^source must be a str, not bytes: decode it first \(source\.decode\(\)\)$"),
+])
+def test_pycuda_compile_wrong_arguments(call, exc, msg, tmp_cache):
+    with pytest.raises(exc, match=msg):
+        call(PYC_SRC.replace("VAL", "1"))
+
+
+def test_pycuda_compile_rejection_is_pycudas_compile_error(tmp_cache):
+    src = "__global__ void k(float *x)\n{\n    x[0] = 1.0f +;\n}\n"
+    with pytest.raises(CompileError, match=r"kernel\.cu\(3\): error: expected an expression") \
+            as ei:
+        compiler.compile(src, "nvcc", ["-DX=1"], arch="sm_90")
+    e = ei.value
+    assert isinstance(e, cuda.CompileError) and e.stdout is None
+    assert "kernel.cu(3): error: expected an expression" in e.stderr
+    assert "-DX=1" in e.command_line and "--gpu-architecture=sm_90" in e.command_line
+
+
+def test_pycuda_compile_through_the_alias(tmp_path):
+    """A PyCUDA program that compiles with pycuda.compiler.compile and
+    prints what it got, run unmodified through the alias."""
+    import subprocess
+    import sys
+    prog = tmp_path / "prog.py"
+    prog.write_text(
+        "from pycuda.compiler import compile\n"
+        "src = '__global__ void twice(float *a) { a[threadIdx.x] *= 2; }'\n"
+        "ptx = compile(src, 'nvcc', ['-O3'], False, False, 'sm_80', target='ptx')\n"
+        "print(type(ptx).__name__, b'.entry twice(' in ptx, b'.target sm_80' in ptx)\n"
+        "cubin = compile(src, 'nvcc', arch='sm_80')\n"
+        "print(type(cubin).__name__, cubin[:4])\n"
+        "try:\n"
+        "    compile(src, nvcc=['nvcc'])\n"
+        "except TypeError as e:\n"
+        "    print('TypeError', str(e).split(',')[0])\n")
+    env = dict(os.environ, PYGPU_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-m", "pygpu.pycuda_alias", str(prog)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ("bytes True True\nbytes b'\\x7fELF'\n"
+                        "TypeError compile(): nvcc must be the nvcc command as a str "
+                        "(PyCUDA's nvcc=; pygpu compiles with NVRTC and does not run it)\n")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("target", ["cubin", "ptx", "fatbin"])
+def test_pycuda_compile_loads_and_runs(target, ctx, rng, tmp_cache):
+    """compile() as PyCUDA calls it, for the current device, loaded with
+    module_from_buffer and launched by its unmangled name."""
+    from pygpu import _fatbin
+    if target == "fatbin" and not _fatbin.available():
+        pytest.skip("nvFatbin is not installed (pip install nvidia-nvfatbin)")
+    src = ("__global__ void scale(float *out, const float *x, uint n, float a)\n"
+           "{ uint i = blockIdx.x * blockDim.x + threadIdx.x;"
+           "  if (i < n) out[i] = a * x[i] + (float)M_PI; }")
+    image = compiler.compile(src, "nvcc", target=target)
+    assert type(image) is bytes
+    mod = cuda.module_from_buffer(image)
+    f = mod.get_function("scale")
+    n = 1000
+    x = rng.standard_normal(n).astype(np.float32)
+    out = np.zeros_like(x)
+    f(cuda.Out(out), cuda.In(x), np.uint32(n), np.float32(2.5), block=(128, 1, 1),
+      grid=((n + 127) // 128, 1))
+    np.testing.assert_allclose(out, 2.5 * x + np.float32(np.pi), rtol=1e-6, atol=1e-6)

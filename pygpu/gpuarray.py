@@ -1044,14 +1044,17 @@ def _copy_h2d(dev, host, async_, stream):
     _copy_d2d(dev, tmp, stream)
 
 
-_HUGE_PAGE = 2 << 20        # x86-64 and most arm64 kernels' transparent huge page
-_OWN_MAPPING_FROM = 4 << 20  # where NumPy itself starts asking for huge pages
+_HUGE_PAGE = 2 << 20         # x86-64's (and most arm64 kernels') transparent huge page
+# glibc serves np.empty below 32 MiB (its largest dynamic mmap threshold) from
+# memory it recycles, pages already in; from there up every np.empty is a
+# fresh mapping whose pages the copy must fault in
+_OWN_MAPPING_FROM = 32 << 20
 
 
 def _host_empty(size, dtype):
     """A new, unfilled 1-D host array that a device-to-host copy fills (get()).
 
-    From 4 MiB up it is its own private anonymous mapping, started on a 2 MiB
+    From 32 MiB up it is its own private anonymous mapping, started on a 2 MiB
     boundary and marked MADV_HUGEPAGE: its pages are faulted in (and zeroed by
     the kernel) only by the copy, a huge page at a time where the system
     allows, and the staged copy's pieces start on huge-page boundaries, so

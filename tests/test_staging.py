@@ -455,9 +455,9 @@ def fresh_pages(n):
 @pytest.mark.parametrize("direction", ["htod", "dtoh"])
 def test_helpers_join_a_copy_of_slow_pieces(standin, ctx, rng, staging, direction):
     """The caller starts alone; helpers claim pieces as they wake: with
-    1 ms a piece (64 pieces) every thread ends up copying some."""
+    1 ms a piece (129 pieces) every thread ends up copying some."""
     staging(threshold=MIB, threads=4, chunk=64 * KIB, spin_us=0)
-    n = 4 * MIB + 11
+    n = 8 * MIB + 11
     x = rand_bytes(rng, n)
     dev = cuda.mem_alloc(n)
     cuda.memcpy_htod(dev, x)                   # helpers made
@@ -513,17 +513,20 @@ def test_back_to_back_copies_find_the_helpers_awake(ctx, rng, staging):
     staging(threshold=MIB, threads=3, chunk=64 * KIB, spin_us=100000)
     n = 2 * MIB + 1
     x = rand_bytes(rng, n)
-    dev = cuda.mem_alloc(n)
     out = np.zeros(n, np.uint8)
-    cuda.memcpy_htod(dev, x)
-    cuda.memcpy_dtoh(out, dev)
-    time.sleep(0.02)        # every helper woken for those has run and polls again
-    before = cuda.staging_stats()
-    for _ in range(5):
-        cuda.memcpy_htod(dev, x)
-        cuda.memcpy_dtoh(out, dev)
-    np.testing.assert_array_equal(out, x)
-    d = delta(before)
+    c = cuda.Device(0).make_context()       # helpers started now, polling from the start
+    try:
+        dev = cuda.mem_alloc(n)
+        before = cuda.staging_stats()
+        for _ in range(5):
+            cuda.memcpy_htod(dev, x)
+            cuda.memcpy_dtoh(out, dev)
+        np.testing.assert_array_equal(out, x)
+        d = delta(before)
+        dev.free()
+    finally:
+        cuda.Context.pop()
+        c.detach()
     assert d["staged_htod"] == 5 and d["staged_dtoh"] == 5
     assert d["helper_wakeups"] == 0, d
 
@@ -559,7 +562,9 @@ def test_prefault_faults_a_fresh_destination_in(ctx, rng, staging):
     cuda.memcpy_dtoh(out, dev)
     np.testing.assert_array_equal(out, x)
     got = delta(before)["prefault_bytes"]
-    assert n // 2 < got <= n, got              # pieces whose first page was not resident
+    # pieces whose first page was not resident: all of them, or (transparent
+    # huge pages on) those that start a huge page the pieces before had not
+    assert 0 < got <= n, got
     before = cuda.staging_stats()
     cuda.memcpy_dtoh(out, dev)                 # now resident
     np.testing.assert_array_equal(out, x)
@@ -700,8 +705,8 @@ def test_gpu_get_of_fresh_arrays(ctx, rng, mib):
     np.testing.assert_array_equal(y, x)
     d = delta(before)
     assert d["staged_dtoh"] == 1
-    if x.nbytes >= 4 * MIB and cuda.staging_settings()["prefault"]:
-        assert d["prefault_bytes"] > 0
+    if x.nbytes >= 32 * MIB and cuda.staging_settings()["prefault"]:
+        assert d["prefault_bytes"] > 0          # get()'s own mapping: fresh pages
     a = np.asfortranarray(rng.standard_normal((n // 1000 + 1, 500)).astype(np.float32))
     ga = gpuarray.to_gpu(a)
     time.sleep(0.05)

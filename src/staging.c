@@ -83,6 +83,13 @@
  * copied by exactly one thread; a slot is written only by its own thread
  * while inside a job.  `quit` (teardown, `busy` held) is read by helpers
  * in their poll and, under mu, before they sleep.
+ *
+ * A nudge wakes the helpers ahead of a job: a staged copy first waits for
+ * the legacy default stream (a kernel that the copy's data comes from,
+ * typically), and bumps `nudge` (waking sleepers, as for a job) before that
+ * wait, so that helpers poll again by the time the job is posted.  `nudge
+ * += 1; read sleepers` against `sleepers++; read nudge` (under mu) is the
+ * same pattern again; a nudge carries no data.
  */
 #include "pygpu.h"
 #include <errno.h>
@@ -153,6 +160,7 @@ typedef struct pygpu_staging {
     pthread_mutex_t mu;       /* with wake/done: helpers' sleep and wake-up */
     pthread_cond_t wake, done;
     atomic_uint open;         /* the job helpers may join; 0: none */
+    atomic_uint nudge;        /* bumped when a copy is on its way */
     atomic_int inside;        /* helpers inside the open job */
     atomic_int sleepers;      /* helpers asleep on wake (changed under mu) */
     atomic_int booting;       /* helpers yet to report their start-up */
@@ -198,7 +206,8 @@ static struct {
     atomic_ullong last_piece;
     atomic_int last_threads;
     atomic_int helpers_alive;
-    atomic_ullong wakeups;         /* a helper left its sleep for a job */
+    atomic_ullong wakeups;         /* a helper left its sleep (for a job or a nudge) */
+    atomic_ullong late_wakes;      /* a copy was posted while a helper slept */
     atomic_ullong prefault_bytes;  /* destination bytes populated ahead */
 } stats;
 
@@ -347,43 +356,81 @@ elapsed_ns(const struct timespec *t0)
 }
 
 /* A helper waits for a job other than `last` (its id), or for quit (0):
- * polls for spin_ns, then sleeps on wake. */
+ * polls for spin_ns, then sleeps on wake.  A nudge (the next copy is on its
+ * way) starts the polling over, asleep or not. */
 static unsigned
 wait_job(pygpu_staging *s, unsigned last)
 {
     struct timespec t0;
     long spin = atomic_load(&s->spin_ns);
-    unsigned v;
+    unsigned v, nudge = atomic_load(&s->nudge);
     int slept = 0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
-        if (atomic_load(&s->quit))
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (;;) {
+            if (atomic_load(&s->quit))
+                return 0;
+            v = atomic_load(&s->open);
+            if (v != 0 && v != last)
+                goto found;
+            if (atomic_load(&s->nudge) != nudge) {
+                nudge = atomic_load(&s->nudge);
+                spin = atomic_load(&s->spin_ns);
+                clock_gettime(CLOCK_MONOTONIC, &t0);
+            }
+            if (elapsed_ns(&t0) >= spin)
+                break;
+            sched_yield();
+        }
+        pthread_mutex_lock(&s->mu);
+        atomic_fetch_add(&s->sleepers, 1);
+        for (;;) {
+            if (atomic_load(&s->quit)) {
+                v = 0;
+                break;
+            }
+            v = atomic_load(&s->open);
+            if ((v != 0 && v != last) || atomic_load(&s->nudge) != nudge)
+                break;
+            slept = 1;
+            pthread_cond_wait(&s->wake, &s->mu);
+        }
+        atomic_fetch_sub(&s->sleepers, 1);
+        pthread_mutex_unlock(&s->mu);
+        if (slept) {
+            atomic_fetch_add(&stats.wakeups, 1);
+            slept = 0;
+        }
+        if (v == 0 && atomic_load(&s->quit))
             return 0;
-        v = atomic_load(&s->open);
         if (v != 0 && v != last)
             return v;
-        if (elapsed_ns(&t0) >= spin)
-            break;
-        sched_yield();
+        nudge = atomic_load(&s->nudge);      /* nudged: poll again */
+        spin = atomic_load(&s->spin_ns);
     }
-    pthread_mutex_lock(&s->mu);
-    atomic_fetch_add(&s->sleepers, 1);
-    for (;;) {
-        if (atomic_load(&s->quit)) {
-            v = 0;
-            break;
-        }
-        v = atomic_load(&s->open);
-        if (v != 0 && v != last)
-            break;
-        slept = 1;
-        pthread_cond_wait(&s->wake, &s->mu);
-    }
-    atomic_fetch_sub(&s->sleepers, 1);
-    pthread_mutex_unlock(&s->mu);
-    if (slept && v != 0)
-        atomic_fetch_add(&stats.wakeups, 1);
+found:
     return v;
+}
+
+/* Wake sleeping helpers (under mu: one that is about to sleep has either
+ * seen the change or is waiting by the time mu is free). */
+static void
+wake_sleepers(pygpu_staging *s)
+{
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The next copy is on its way (its caller first waits for the default
+ * stream): wake sleeping helpers now, so they poll by the time it is
+ * posted.  Never waits for them. */
+static void
+nudge(pygpu_staging *s)
+{
+    atomic_fetch_add(&s->nudge, 1);
+    if (atomic_load(&s->sleepers) > 0)
+        wake_sleepers(s);
 }
 
 /* Open job `id` to the helpers (its fields are written): wakes sleeping
@@ -393,9 +440,8 @@ post(pygpu_staging *s, unsigned id)
 {
     atomic_store(&s->open, id);
     if (atomic_load(&s->sleepers) > 0) {
-        pthread_mutex_lock(&s->mu);
-        pthread_cond_broadcast(&s->wake);
-        pthread_mutex_unlock(&s->mu);
+        atomic_fetch_add(&stats.late_wakes, 1);
+        wake_sleepers(s);
     }
 }
 
@@ -889,6 +935,10 @@ pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t
     }
     Py_INCREF(ctx);
     Py_BEGIN_ALLOW_THREADS
+    if (s->ready && s->nthreads > 1) {
+        atomic_store(&s->spin_ns, snap.spin_us * 1000L);
+        nudge(s);               /* they wake while the default stream drains */
+    }
     rc = resources_get(s, &snap, &where);
     if (rc == CUDA_SUCCESS) {
         where = "cuStreamSynchronize (staged)";
@@ -1098,8 +1148,9 @@ PyDoc_STRVAR(staging_stats_doc,
 "does not own, or a forked child); last_threads (threads that copied a\n"
 "piece of the last staged copy) and last_piece (its piece size);\n"
 "helper_threads (staging threads alive now); helper_wakeups (times a\n"
-"sleeping helper was woken for a copy); prefault_bytes (destination bytes\n"
-"faulted in ahead of the memcpy).  reset=True zeroes the counters (not\n"
+"sleeping helper was woken, for a copy or ahead of one); late_wakeups\n"
+"(copies posted while a helper still slept); prefault_bytes (destination\n"
+"bytes faulted in ahead of the memcpy).  reset=True zeroes the counters (not\n"
 "helper_threads) after reading them.");
 
 static PyObject *
@@ -1110,7 +1161,7 @@ staging_stats(PyObject *m, PyObject *args, PyObject *kwds)
     PyObject *d;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:staging_stats", kwlist, &reset))
         return NULL;
-    d = Py_BuildValue("{sKsKsKsKsKsKsKsisKsisKsK}",
+    d = Py_BuildValue("{sKsKsKsKsKsKsKsisKsisKsKsK}",
                       "staged_htod", (unsigned long long)atomic_load(&stats.staged_htod),
                       "staged_dtoh", (unsigned long long)atomic_load(&stats.staged_dtoh),
                       "staged_bytes", (unsigned long long)atomic_load(&stats.staged_bytes),
@@ -1122,6 +1173,7 @@ staging_stats(PyObject *m, PyObject *args, PyObject *kwds)
                       "last_piece", (unsigned long long)atomic_load(&stats.last_piece),
                       "helper_threads", atomic_load(&stats.helpers_alive),
                       "helper_wakeups", (unsigned long long)atomic_load(&stats.wakeups),
+                      "late_wakeups", (unsigned long long)atomic_load(&stats.late_wakes),
                       "prefault_bytes", (unsigned long long)atomic_load(&stats.prefault_bytes));
     if (d != NULL && reset) {
         atomic_store(&stats.staged_htod, 0);
@@ -1134,6 +1186,7 @@ staging_stats(PyObject *m, PyObject *args, PyObject *kwds)
         atomic_store(&stats.last_threads, 0);
         atomic_store(&stats.last_piece, 0);
         atomic_store(&stats.wakeups, 0);
+        atomic_store(&stats.late_wakes, 0);
         atomic_store(&stats.prefault_bytes, 0);
     }
     return d;

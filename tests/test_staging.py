@@ -484,6 +484,35 @@ def test_helpers_join_a_copy_of_slow_pieces(standin, ctx, rng, staging, directio
         np.testing.assert_array_equal(out, x)
 
 
+@pytest.mark.standin
+def test_helpers_wake_while_the_default_stream_drains(standin, ctx, rng, staging):
+    """A staged copy nudges sleeping helpers before it waits for the legacy
+    default stream (here 30 ms: the stand-in's cuStreamSynchronize delayed,
+    as behind a kernel): they poll by the time the copy is posted, none is
+    woken late.  With spin_us=0 the nudged helpers sleep again at once, and
+    the copy finds them asleep (the counter's control)."""
+    n = 2 * MIB + 3
+    x = rand_bytes(rng, n)
+    dev = cuda.mem_alloc(n)
+    for spin_us, late in ((100000, False), (0, True)):
+        staging(threshold=MIB, threads=3, chunk=64 * KIB, spin_us=0)
+        cuda.memcpy_htod(dev, rand_bytes(rng, n))   # helpers exist, and sleep at once
+        time.sleep(0.03)
+        staging(spin_us=spin_us)
+        before = cuda.staging_stats()
+        standin.delay("cuStreamSynchronize", 30)
+        try:
+            cuda.memcpy_htod(dev, x)
+        finally:
+            standin.delay("cuStreamSynchronize", 0)
+        d = delta(before)
+        assert d["staged_htod"] == 1 and d["helper_wakeups"] >= 1, d
+        assert (d["late_wakeups"] > 0) == late, (spin_us, d)
+        out = np.zeros(n, np.uint8)
+        cuda.memcpy_dtoh(out, dev)
+        np.testing.assert_array_equal(out, x)
+
+
 @pytest.mark.driver
 @pytest.mark.parametrize("spin_us", [0, 300])
 def test_copies_after_a_pause_are_whole(ctx, rng, staging, spin_us):

@@ -19,6 +19,10 @@ Series (each a table, GB/s, the median of --repeat timed copies):
   fresh-pause ... after a pause
   get         GPUArray.get() (pygpu allocates the result), back to back
   get-pause   ... after a pause
+  dtoh-busy   device to host into a reused array after a pause, behind
+              --busy-mib of memset queued on the default stream (as behind a
+              kernel: the copy waits for it, the helpers wake meanwhile;
+              its GB/s count that wait); the plain call and the defaults only
 Rows: `plain` (staging off: the driver's own path, same destinations),
 `pinned` (page-locked host memory, back to back), and one `staged` row per
 configuration: the defaults, then one knob changed at a time (piece, spin_us,
@@ -40,10 +44,10 @@ import time
 
 KIB, MIB = 1 << 10, 1 << 20
 SERIES = ("htod", "htod-pause", "dtoh", "dtoh-pause", "fresh", "fresh-pause", "get",
-          "get-pause")
+          "get-pause", "dtoh-busy")
 # which series a knob can change (the others are not measured for it)
 KNOB_SERIES = {
-    "piece": SERIES, "threads": SERIES, "chunk": SERIES,
+    "piece": SERIES[:-1], "threads": SERIES[:-1], "chunk": SERIES[:-1],
     "spin_us": ("htod", "dtoh", "fresh", "get"),
     "prefault": ("fresh", "fresh-pause", "get", "get-pause"),
 }
@@ -61,6 +65,8 @@ def parse_args(argv):
     p.add_argument("--repeat", type=int, default=5,
                    help="timed copies per cell (at most 3 after a pause or from 64 MiB)")
     p.add_argument("--pause", type=float, default=0.05, help="seconds of sleep before a paused copy")
+    p.add_argument("--busy-mib", type=int, default=1024,
+                   help="MiB of device memset queued before each dtoh-busy copy")
     p.add_argument("--margin", type=float, default=0.03,
                    help="staged must beat plain by this fraction to count as faster")
     p.add_argument("--quick", action="store_true",
@@ -69,7 +75,7 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if a.quick:
         a.sizes, a.pieces, a.spins, a.threads, a.chunks = "1M,4M", "", "", "", ""
-        a.no_prefault_row, a.repeat, a.pause = True, 3, 0.005
+        a.no_prefault_row, a.repeat, a.pause, a.busy_mib = True, 3, 0.005, 16
     a.sizes = [parse_size(s) for s in a.sizes.split(",") if s]
     a.pieces = [parse_size(s) for s in a.pieces.split(",") if s]
     a.spins = [int(s) for s in a.spins.split(",") if s]
@@ -116,6 +122,7 @@ class Bench:
         self.dev = cuda.mem_alloc(big)
         cuda.memcpy_htod(self.dev, self.host)
         self.garr = {}                                           # size -> GPUArray of host[:n]
+        self.scratch = cuda.mem_alloc(a.busy_mib * MIB)          # dtoh-busy's queued work
 
     def repeat(self, n):
         return min(self.a.repeat, 3) if n >= 64 * MIB else self.a.repeat
@@ -123,7 +130,8 @@ class Bench:
     def cell(self, series, n, staged):
         """GB/s of one series at n bytes with the current settings."""
         np, cuda, a = self.np, self.cuda, self.a
-        pause = a.pause if series.endswith("-pause") else 0.0
+        pause = a.pause if series.endswith(("-pause", "-busy")) else 0.0
+        busy = series.endswith("-busy")
         kind = series.split("-")[0]
         src = self.host[:n]
         reps = min(self.repeat(n), 3) if pause else self.repeat(n)
@@ -138,6 +146,8 @@ class Bench:
             if pause:
                 time.sleep(pause)
             t0 = time.perf_counter()
+            if busy:
+                cuda.memset_d32_async(self.scratch, i, self.a.busy_mib * MIB // 4)
             if kind == "htod":
                 cuda.memcpy_htod(self.dev, src)
             elif kind == "dtoh":
@@ -247,7 +257,7 @@ def print_tables(sizes, series_list, plain, pinned, staged):
         print("| %-16s |" % "size" + "".join(" %6s |" % label(s) for s in sizes))
         print("|" + "-" * 18 + "|" + "--------|" * len(sizes))
         print("| %-16s |" % "plain" + "".join(" %6.1f |" % plain[se][s] for s in sizes))
-        if not se.endswith("-pause"):
+        if not se.endswith(("-pause", "-busy")):
             d = 0 if se == "htod" else 1
             print("| %-16s |" % "pinned" + "".join(" %6.1f |" % pinned[s][d] for s in sizes))
         for name, fig in staged.items():
@@ -300,9 +310,10 @@ def sweep(a, cuda, np, gpuarray, device, defaults):
     # the threshold the defaults support, and each knob's best value
     base = staged["defaults"]
     thr = threshold_for(sizes, plain, base, SERIES, a.margin)
-    thr_awake = threshold_for(sizes, plain, base, [s for s in SERIES if "pause" not in s],
+    thr_awake = threshold_for(sizes, plain, base, [s for s in SERIES if "-" not in s],
                               a.margin)
-    thr_pause = threshold_for(sizes, plain, base, [s for s in SERIES if "pause" in s], a.margin)
+    thr_pause = threshold_for(sizes, plain, base, [s for s in SERIES if "pause" in s or
+                                                   "busy" in s], a.margin)
     print()
     fmt = lambda t: "never" if t is None else label(t)
     print("defaults beat the plain call by %d%% at every size from: %s (back to back %s, "

@@ -992,7 +992,7 @@ def test_sweep_quick_run_prints_the_tables_goals_and_a_recommendation(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     for series in ("htod", "htod-pause", "dtoh", "dtoh-pause", "fresh", "fresh-pause",
-                   "get", "get-pause"):
+                   "get", "get-pause", "dtoh-busy"):
         assert "\n%s, GB/s\n| size             |     1M |     4M |\n" % series in r.stdout
     assert "| plain            |" in r.stdout and "| pinned           |" in r.stdout
     assert "| defaults         |" in r.stdout
@@ -1002,7 +1002,8 @@ def test_sweep_quick_run_prints_the_tables_goals_and_a_recommendation(tmp_path):
     import json
     data = json.load(open(out))
     assert data["sizes"] == ["1M", "4M"] and set(data["plain"]) == {
-        "htod", "htod-pause", "dtoh", "dtoh-pause", "fresh", "fresh-pause", "get", "get-pause"}
+        "htod", "htod-pause", "dtoh", "dtoh-pause", "fresh", "fresh-pause", "get", "get-pause",
+        "dtoh-busy"}
     assert list(data["staged"]) == ["defaults"]
     assert all(v > 0 for fig in data["staged"]["defaults"].values() for v in fig.values())
     assert set(data["goals"]) == {"get_fresh_vs_pinned", "staged_from_1MiB_after_a_pause"}

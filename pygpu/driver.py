@@ -161,6 +161,7 @@ def from_device_like(devptr: "object", other_ary: "_np.ndarray") -> "_np.ndarray
 # ---- pageable-copy staging (src/staging.c) ----
 
 _STAGING_KEYS = ("threshold", "threads", "chunk")
+_STAGING_TUNING_KEYS = ("piece", "spin_us", "prefault")
 
 staging_stats = _driver.staging_stats
 
@@ -168,18 +169,33 @@ staging_stats = _driver.staging_stats
 def staging_settings():
     """The pageable-copy staging settings as a dict: ``threshold`` (bytes
     from which a synchronous copy of pageable memory is staged; 0: staging
-    off), ``threads`` (copying threads, the caller's included) and ``chunk``
-    (bytes of each pinned buffer, the largest piece a thread moves at once)."""
-    return dict(zip(_STAGING_KEYS, _driver._get_staging()))
+    off), ``threads`` (copying threads, the caller's included), ``chunk``
+    (bytes of each pinned buffer, the largest piece a thread moves at once),
+    ``piece`` (the smallest piece), ``spin_us`` (how long the helper
+    threads poll after their last piece before they sleep) and ``prefault``
+    (1: a device-to-host copy faults its destination in ahead of the
+    memcpy)."""
+    return dict(zip(_STAGING_KEYS + _STAGING_TUNING_KEYS,
+                    _driver._get_staging() + _driver._get_staging_tuning()))
 
 
-def set_staging(threshold=None, threads=None, chunk=None):
+def set_staging(threshold=None, threads=None, chunk=None, piece=None, spin_us=None,
+                prefault=None):
     """Change the pageable-copy staging settings (None keeps a setting) and
     return the previous ones as a dict: ``set_staging(**old)`` restores them.
-    They start from PYGPU_STAGING_THRESHOLD, PYGPU_STAGING_THREADS and
-    PYGPU_STAGING_CHUNK; a copy already running keeps the settings it
-    started with."""
-    return dict(zip(_STAGING_KEYS, _driver._set_staging(threshold, threads, chunk)))
+    They start from PYGPU_STAGING_THRESHOLD, _THREADS, _CHUNK, _PIECE,
+    _SPIN_US and _PREFAULT; a copy already running keeps the settings it
+    started with.  Nothing changes if any value is refused."""
+    old_tuning = _driver._get_staging_tuning()
+    # the knobs are checked first (and restored if the others are refused):
+    # a refused call changes nothing
+    _driver._set_staging_tuning(piece, spin_us, prefault)
+    try:
+        old = _driver._set_staging(threshold, threads, chunk)
+    except BaseException:
+        _driver._set_staging_tuning(*old_tuning)
+        raise
+    return dict(zip(_STAGING_KEYS + _STAGING_TUNING_KEYS, old + old_tuning))
 
 
 def module_from_file(path, options=None, message_handler=None):

@@ -489,7 +489,7 @@ class GPUArray:
             if pagelocked:
                 flat = drv.pagelocked_empty(self.size, self.dtype)
             else:
-                flat = np.empty(self.size, self.dtype)
+                flat = _host_empty(self.size, self.dtype)
             ary = np.lib.stride_tricks.as_strided(flat, self.shape, strides)
         else:
             if not isinstance(ary, np.ndarray):
@@ -1051,6 +1051,42 @@ def _copy_h2d(dev, host, async_, stream):
     _copy_d2d(dev, tmp, stream)
 
 
+_HUGE_PAGE = 2 << 20         # x86-64's (and most arm64 kernels') transparent huge page
+# glibc serves np.empty below 32 MiB (its largest dynamic mmap threshold) from
+# memory it recycles, pages already in; from there up every np.empty is a
+# fresh mapping whose pages the copy must fault in
+_OWN_MAPPING_FROM = 32 << 20
+
+
+def _host_empty(size, dtype):
+    """A new, unfilled 1-D host array that a device-to-host copy fills (get()).
+
+    From 32 MiB up it is its own private anonymous mapping, started on a 2 MiB
+    boundary and marked MADV_HUGEPAGE: its pages are faulted in (and zeroed by
+    the kernel) only by the copy, a huge page at a time where the system
+    allows, and the staged copy's pieces start on huge-page boundaries, so
+    each thread faults in its own pages in parallel (docs/memory.md,
+    "Pageable copies").  The array owns the mapping (its base); it is unmapped
+    when the array dies.  Smaller arrays, or where mmap is refused, come from
+    np.empty."""
+    nbytes = size * dtype.itemsize
+    if nbytes < _OWN_MAPPING_FROM or dtype.hasobject:
+        return np.empty(size, dtype)
+    import mmap
+    try:
+        mm = mmap.mmap(-1, nbytes + _HUGE_PAGE, flags=mmap.MAP_PRIVATE,
+                       prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    except (OSError, ValueError, AttributeError):   # no address space, or no mmap flags here
+        return np.empty(size, dtype)
+    if hasattr(mm, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            mm.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:                              # a kernel without THP: 4 KiB pages
+            pass
+    start = np.frombuffer(mm, np.uint8, count=1).ctypes.data
+    return np.frombuffer(mm, dtype, count=size, offset=-start % _HUGE_PAGE)
+
+
 def _copy_d2h(host, dev, async_, stream):
     _check_operands("copy from the device", (dev,))
     if not host.flags.writeable:
@@ -1068,7 +1104,7 @@ def _copy_d2h(host, dev, async_, stream):
             drv.memcpy_dtoh(flat, src.ptr, stream)
         return
     order = _compact_strides(src.shape, src.strides, src.itemsize)
-    buf = np.empty(src.size, src.dtype)
+    buf = _host_empty(src.size, src.dtype)
     drv.memcpy_dtoh(buf, src.ptr, stream)
     host[...] = np.lib.stride_tricks.as_strided(buf, src.shape, order)
 

@@ -2,22 +2,39 @@
  * page-locked staging buffers, by persistent worker threads.
  *
  * The driver copies pageable memory through its own small staging buffer,
- * one piece at a time on one core: 10 to 18 GB/s on a machine whose DMA
- * moves 55.  Here a copy of at least `threshold` bytes is cut into pieces;
- * `threads` threads (the calling one and threads-1 helpers) each take a run
- * of consecutive pieces and pipeline them through two pinned buffers of
- * `chunk` bytes on their own stream: the host memcpy of one piece overlaps
- * the DMA of the one before, and the memcpys run on several cores.
+ * one piece at a time on one core: 8 to 18 GB/s on a machine whose DMA
+ * moves 55.  Here a copy of at least `threshold` bytes is cut into pieces
+ * that the calling thread and up to threads-1 helpers claim one at a time
+ * from a shared counter; each thread pipelines its pieces through two pinned
+ * buffers of `chunk` bytes on its own stream (the host memcpy of one piece
+ * overlaps the DMA of the one before), and the memcpys run on several cores.
+ *
+ * Waking the helpers costs nothing on the copy's path: the calling thread
+ * posts the job (one store, and one futex wake-up only if a helper is
+ * asleep) and starts on the first piece at once; helpers join as they wake
+ * and take what is left.  A copy after a pause therefore runs at least at
+ * one thread's pace from its first byte, instead of waiting 0.3-0.4 ms for
+ * sleeping helpers that each owned a fixed share.  After their last piece
+ * the helpers poll for `spin_us` (back-to-back copies find them awake),
+ * then sleep.
+ *
+ * Device-to-host pieces can fault their destination in ahead of the
+ * memcpy (`prefault`): a thread that has queued the DMA of a piece whose
+ * destination pages are not resident yet (a fresh array: the kernel must
+ * find and zero every page on first touch) populates them with
+ * madvise(MADV_POPULATE_WRITE) while that DMA runs, so the faults of the
+ * pieces run in parallel on all the copying threads and overlap the
+ * transfers.
  *
  * Each owning Context gets, on its first staged copy, a pygpu_staging: the
- * helpers (started once, bound to the context with cuCtxSetCurrent, asleep
- * between copies after a short poll), their pinned buffers, streams and
- * events.  They are rebuilt only when the settings change, and torn down by
- * pygpu_staging_free() when the context is detached or dies (at interpreter
- * exit with the module's primary contexts): the helpers are told to quit and
- * joined; nothing is printed.  A forked child never touches its parent's
- * helpers, locks or buffers (the threads do not exist there): it drops the
- * inherited struct and starts its own on its first staged copy.
+ * helpers (started once, bound to the context with cuCtxSetCurrent), their
+ * pinned buffers, streams and events.  They are rebuilt only when threads
+ * or chunk change, and torn down by pygpu_staging_free() when the context
+ * is detached or dies (at interpreter exit with the module's primary
+ * contexts): the helpers are told to quit and joined; nothing is printed.
+ * A forked child never touches its parent's helpers, locks or buffers (the
+ * threads do not exist there): it drops the inherited struct and starts its
+ * own on its first staged copy.
  *
  * Semantics are those of cuMemcpyHtoD/DtoH: work already queued on the
  * legacy default stream finishes first, and the copy is complete on return.
@@ -28,29 +45,93 @@
  * Settings are process-wide, changed and read only with the GIL held: each
  * staged copy takes a snapshot of them before it lets the GIL go.  Counters
  * (staging_stats()) say which path each copy took.
+ *
+ * ---- The job protocol (no lock on a copy's path; no data race) ----
+ *
+ * The job fields (htod, host, dev, total, piece, npieces, prefault) are
+ * plain memory, written only by the thread that holds `busy`, and only
+ * while the gate is closed (open == 0) and no helper is inside (inside ==
+ * 0).  Then:
+ *
+ *   caller:  write the fields; next = 0; failed = 0;
+ *            open = id                        (seq_cst store: publishes them)
+ *            if sleepers > 0: lock mu, broadcast wake, unlock
+ *            claim and copy pieces; drain its stream
+ *            open = 0                         (seq_cst store)
+ *            wait until inside == 0           (spin, then mu + done)
+ *            read the slots' results
+ *
+ *   helper:  v = open, until v != 0 and v != the last job it joined
+ *            (spin for spin_us, then sleep: lock mu, sleepers++, re-check,
+ *            cond_wait(wake))
+ *            inside++                         (seq_cst)
+ *            if open != v: inside--, look again (the job ended meanwhile)
+ *            else: claim and copy pieces, drain its stream; inside--
+ *
+ * `open = 0; read inside` against `inside++; read open` (all seq_cst) is
+ * Dekker's pattern: either the caller sees the helper inside and waits for
+ * it, or the helper sees the gate shut and leaves without touching a
+ * field.  A helper that got in read `open == id` after the caller's
+ * release-store, so the fields it reads happen-before; the caller reads the
+ * helper's results (slot rc, where, job, pieces) after loading inside == 0
+ * from the helper's release-decrement, so those happen-before too, and the
+ * caller writes the next job's fields only after that.  `sleepers++; read
+ * open` (under mu) against `open = id; read sleepers` is the same pattern
+ * for the wake-up: either the helper sees the job or the caller sees a
+ * sleeper and broadcasts under mu, which it can take only once the helper
+ * waits.  Pieces are claimed with atomic_fetch_add on `next`, so each is
+ * copied by exactly one thread; a slot is written only by its own thread
+ * while inside a job.  `quit` (teardown, `busy` held) is read by helpers
+ * in their poll and, under mu, before they sleep.
+ *
+ * A nudge wakes the helpers ahead of a job: a staged copy first waits for
+ * the legacy default stream (a kernel that the copy's data comes from,
+ * typically), and bumps `nudge` (waking sleepers, as for a job) before that
+ * wait, so that helpers poll again by the time the job is posted.  `nudge
+ * += 1; read sleepers` against `sleepers++; read nudge` (under mu) is the
+ * same pattern again; a nudge carries no data.
  */
 #include "pygpu.h"
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23                 /* Linux 5.14 */
+#endif
 
 #define MAX_THREADS 16
 #define MIN_CHUNK ((size_t)64 << 10)           /* smallest chunk setting */
 #define MAX_CHUNK ((size_t)256 << 20)          /* largest chunk setting */
-#define MIN_PIECE ((size_t)256 << 10)          /* a copy's pieces: at least this, */
-#define PIECE_ALIGN ((size_t)64 << 10)         /* a multiple of this, at most chunk */
-#define SPIN_NS 100000L                        /* poll this long before sleeping */
+#define PIECE_ALIGN ((size_t)64 << 10)         /* pieces are a multiple of this */
+#define PIECES_PER_THREAD 4                    /* a copy's target piece count per thread */
+#define MAX_SPIN_US 100000                     /* largest spin_us setting (0.1 s) */
+#define WAIT_SPIN_NS 2000000L                  /* the caller polls this long for helpers */
 
-/* from benchmarks/staging_sweep.py on an H200 (docs/memory.md): with the
- * helpers asleep (a copy after a pause) a staged copy pays ~0.3-0.4 ms to
- * wake them, which loses to the plain call below 8 MiB */
-#define DEFAULT_THRESHOLD ((size_t)8 << 20)
+/* Defaults, from first principles (docs/memory.md, "Pageable copies"):
+ * - threshold 1 MiB: the calling thread copies from the first byte, so a
+ *   staged copy is never slower than one thread pipelining memcpy and DMA
+ *   (the driver's own path), and helpers that are awake or wake within the
+ *   copy make it faster;
+ * - piece 256 KiB at least: one piece costs ~5 us of driver calls (async
+ *   copy, event record, event wait) against ~25 us of memcpy, and a 1 MiB
+ *   copy still gives four threads a piece each;
+ * - spin 300 us: a copy that follows another within that finds the helpers
+ *   awake (a sleeping one takes tens of us to run again); the cost is that
+ *   long of polling (sched_yield) per helper after each copy. */
+#define DEFAULT_THRESHOLD ((size_t)1 << 20)
 #define DEFAULT_THREADS 6
 #define DEFAULT_CHUNK ((size_t)2 << 20)
+#define DEFAULT_PIECE ((size_t)256 << 10)
+#define DEFAULT_SPIN_US 300
+#define DEFAULT_PREFAULT 1
 
 /* One copying thread's share: slot 0 is the calling thread, 1.. helpers. */
 typedef struct {
@@ -61,7 +142,11 @@ typedef struct {
     void *buf[2];             /* owned: cuMemHostAlloc, s->chunk bytes each */
     CUstream stream;          /* owned */
     CUevent ev[2];            /* owned: the last DMA in or out of buf[b] */
-    CUresult rc;              /* result of the slot's share of the last job */
+    /* written by the slot's own thread inside a job, read by the caller
+     * once inside == 0 (see the protocol above) */
+    unsigned job;             /* the last job this slot joined */
+    size_t pieces;            /* pieces it copied in that job */
+    CUresult rc;              /* result of the slot's share of that job */
     const char *where;        /* the routine that failed */
 } staging_slot;
 
@@ -74,18 +159,23 @@ typedef struct pygpu_staging {
     pthread_mutex_t busy;     /* held while a staged copy runs */
     pthread_mutex_t mu;       /* with wake/done: helpers' sleep and wake-up */
     pthread_cond_t wake, done;
-    atomic_uint seq;          /* bumped (mu held) for each job and for quit */
-    atomic_int pending;       /* helpers yet to finish the current job */
+    atomic_uint open;         /* the job helpers may join; 0: none */
+    atomic_uint nudge;        /* bumped when a copy is on its way */
+    atomic_int inside;        /* helpers inside the open job */
+    atomic_int sleepers;      /* helpers asleep on wake (changed under mu) */
+    atomic_int booting;       /* helpers yet to report their start-up */
+    atomic_size_t next;       /* the next unclaimed piece */
     atomic_int failed;        /* a share failed: the others stop early */
     atomic_int quit;
-    int sleeping;             /* helpers waiting on wake (mu held) */
-    /* the resources: made for these settings */
+    atomic_long spin_ns;      /* how long helpers poll after their last piece */
+    unsigned last_id;         /* the last job's id (busy held) */
+    /* the resources: made for these settings (busy held) */
     int ready;
     int want_threads;         /* the setting they were made for */
     int nthreads;             /* slots in use (fewer if a thread failed to start) */
     size_t chunk;             /* size of each pinned buffer */
-    /* the current job: written before seq is bumped, constant while it runs */
-    int htod, active;
+    /* the current job: see the protocol */
+    int htod, prefault;
     char *host;
     CUdeviceptr dev;
     size_t total, piece, npieces;
@@ -96,26 +186,29 @@ typedef struct pygpu_staging {
 
 /* Process-wide: read from the environment on first use; changed and read
  * only with the GIL held. */
-static struct {
-    int loaded;
+typedef struct {
     size_t threshold;          /* 0: staging off */
     int threads;
     size_t chunk;
-} settings;
-
-typedef struct {
-    size_t threshold;
-    int threads;
-    size_t chunk;
+    size_t piece;              /* smallest piece */
+    long spin_us;
+    int prefault;
 } staging_settings;
 
-/* Counters; helpers_alive changes on helper threads, the rest with the GIL. */
+static int settings_loaded;
+static staging_settings settings;
+
+/* Counters; helpers_alive and the helper-side ones change on helper
+ * threads, the rest with the GIL. */
 static struct {
     atomic_ullong staged_htod, staged_dtoh, staged_bytes;
     atomic_ullong small, pinned, busy, other;
     atomic_ullong last_piece;
     atomic_int last_threads;
     atomic_int helpers_alive;
+    atomic_ullong wakeups;         /* a helper left its sleep (for a job or a nudge) */
+    atomic_ullong late_wakes;      /* a copy was posted while a helper slept */
+    atomic_ullong prefault_bytes;  /* destination bytes populated ahead */
 } stats;
 
 /* Parse "<digits>[K|M|G][iB|B]" (binary units) from an environment
@@ -185,28 +278,74 @@ check_chunk(unsigned long long chunk, const char *from)
     return 0;
 }
 
+static int
+check_piece(unsigned long long piece, const char *from)
+{
+    if (piece < PIECE_ALIGN || piece > MAX_CHUNK || piece % PIECE_ALIGN != 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: piece must be a multiple of %zu KiB from %zu KiB to %zu MiB, "
+                     "not %llu bytes", from, PIECE_ALIGN >> 10, PIECE_ALIGN >> 10,
+                     MAX_CHUNK >> 20, piece);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+check_spin(unsigned long long spin_us, const char *from)
+{
+    if (spin_us > MAX_SPIN_US) {
+        PyErr_Format(PyExc_ValueError, "%s: spin_us must be 0 to %d, not %llu",
+                     from, MAX_SPIN_US, spin_us);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+check_prefault(unsigned long long prefault, const char *from)
+{
+    if (prefault > 1) {
+        PyErr_Format(PyExc_ValueError, "%s: prefault must be 0 or 1, not %llu",
+                     from, prefault);
+        return -1;
+    }
+    return 0;
+}
+
 /* Load the settings from the environment once.  GIL held.  0 or -1. */
 static int
 settings_load(void)
 {
-    size_t threshold, threads, chunk;
-    if (settings.loaded)
+    size_t threshold, threads, chunk, piece, spin_us, prefault;
+    if (settings_loaded)
         return 0;
     if (env_size("PYGPU_STAGING_THRESHOLD", DEFAULT_THRESHOLD, &threshold) < 0
         || env_size("PYGPU_STAGING_THREADS", DEFAULT_THREADS, &threads) < 0
-        || env_size("PYGPU_STAGING_CHUNK", DEFAULT_CHUNK, &chunk) < 0)
+        || env_size("PYGPU_STAGING_CHUNK", DEFAULT_CHUNK, &chunk) < 0
+        || env_size("PYGPU_STAGING_PIECE", DEFAULT_PIECE, &piece) < 0
+        || env_size("PYGPU_STAGING_SPIN_US", DEFAULT_SPIN_US, &spin_us) < 0
+        || env_size("PYGPU_STAGING_PREFAULT", DEFAULT_PREFAULT, &prefault) < 0)
         return -1;
     if (check_threads(threads, "environment variable PYGPU_STAGING_THREADS") < 0
-        || check_chunk(chunk, "environment variable PYGPU_STAGING_CHUNK") < 0)
+        || check_chunk(chunk, "environment variable PYGPU_STAGING_CHUNK") < 0
+        || check_piece(piece, "environment variable PYGPU_STAGING_PIECE") < 0
+        || check_spin(spin_us, "environment variable PYGPU_STAGING_SPIN_US") < 0
+        || check_prefault(prefault, "environment variable PYGPU_STAGING_PREFAULT") < 0)
         return -1;
     settings.threshold = threshold;
     settings.threads = (int)threads;
     settings.chunk = chunk;
-    settings.loaded = 1;
+    settings.piece = piece;
+    settings.spin_us = (long)spin_us;
+    settings.prefault = (int)prefault;
+    settings_loaded = 1;
     return 0;
 }
 
-/* ---- helpers' wake-up and completion ---- */
+/* ---- helpers' wake-up and completion (the protocol at the top) ---- */
+
+static long page_size = 4096;   /* set once at module setup */
 
 static long
 elapsed_ns(const struct timespec *t0)
@@ -216,71 +355,130 @@ elapsed_ns(const struct timespec *t0)
     return (long)(t.tv_sec - t0->tv_sec) * 1000000000L + (t.tv_nsec - t0->tv_nsec);
 }
 
-/* A helper waits for seq to move past `seen`: polls for SPIN_NS (a copy
- * that follows soon after another starts at once), then sleeps. */
+/* A helper waits for a job other than `last` (its id), or for quit (0):
+ * polls for spin_ns, then sleeps on wake.  A nudge (the next copy is on its
+ * way) starts the polling over, asleep or not. */
 static unsigned
-wait_job(pygpu_staging *s, unsigned seen)
+wait_job(pygpu_staging *s, unsigned last)
 {
     struct timespec t0;
-    unsigned now;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    do {
-        if ((now = atomic_load(&s->seq)) != seen)
-            return now;
-        sched_yield();
-    } while (elapsed_ns(&t0) < SPIN_NS);
-    pthread_mutex_lock(&s->mu);
-    s->sleeping++;
-    while ((now = atomic_load(&s->seq)) == seen)
-        pthread_cond_wait(&s->wake, &s->mu);
-    s->sleeping--;
-    pthread_mutex_unlock(&s->mu);
-    return now;
+    long spin = atomic_load(&s->spin_ns);
+    unsigned v, nudge = atomic_load(&s->nudge);
+    int slept = 0;
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (;;) {
+            if (atomic_load(&s->quit))
+                return 0;
+            v = atomic_load(&s->open);
+            if (v != 0 && v != last)
+                goto found;
+            if (atomic_load(&s->nudge) != nudge) {
+                nudge = atomic_load(&s->nudge);
+                spin = atomic_load(&s->spin_ns);
+                clock_gettime(CLOCK_MONOTONIC, &t0);
+            }
+            if (elapsed_ns(&t0) >= spin)
+                break;
+            sched_yield();
+        }
+        pthread_mutex_lock(&s->mu);
+        atomic_fetch_add(&s->sleepers, 1);
+        for (;;) {
+            if (atomic_load(&s->quit)) {
+                v = 0;
+                break;
+            }
+            v = atomic_load(&s->open);
+            if ((v != 0 && v != last) || atomic_load(&s->nudge) != nudge)
+                break;
+            slept = 1;
+            pthread_cond_wait(&s->wake, &s->mu);
+        }
+        atomic_fetch_sub(&s->sleepers, 1);
+        pthread_mutex_unlock(&s->mu);
+        if (slept) {
+            atomic_fetch_add(&stats.wakeups, 1);
+            slept = 0;
+        }
+        if (v == 0 && atomic_load(&s->quit))
+            return 0;
+        if (v != 0 && v != last)
+            return v;
+        nudge = atomic_load(&s->nudge);      /* nudged: poll again */
+        spin = atomic_load(&s->spin_ns);
+    }
+found:
+    return v;
 }
 
-/* A helper is done with the current job (or with starting up). */
+/* Wake sleeping helpers (under mu: one that is about to sleep has either
+ * seen the change or is waiting by the time mu is free). */
 static void
-helper_done(pygpu_staging *s)
+wake_sleepers(pygpu_staging *s)
 {
-    if (atomic_fetch_sub(&s->pending, 1) == 1) {
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The next copy is on its way (its caller first waits for the default
+ * stream): wake sleeping helpers now, so they poll by the time it is
+ * posted.  Never waits for them. */
+static void
+nudge(pygpu_staging *s)
+{
+    atomic_fetch_add(&s->nudge, 1);
+    if (atomic_load(&s->sleepers) > 0)
+        wake_sleepers(s);
+}
+
+/* Open job `id` to the helpers (its fields are written): wakes sleeping
+ * ones; never waits for them. */
+static void
+post(pygpu_staging *s, unsigned id)
+{
+    atomic_store(&s->open, id);
+    if (atomic_load(&s->sleepers) > 0) {
+        atomic_fetch_add(&stats.late_wakes, 1);
+        wake_sleepers(s);
+    }
+}
+
+/* A helper leaves the job it entered (or tried to). */
+static void
+leave(pygpu_staging *s)
+{
+    if (atomic_fetch_sub(&s->inside, 1) == 1) {
         pthread_mutex_lock(&s->mu);
-        pthread_cond_signal(&s->done);
+        pthread_cond_broadcast(&s->done);
         pthread_mutex_unlock(&s->mu);
     }
 }
 
-/* The calling thread waits until every helper is done. */
+/* The caller shuts the gate and waits until no helper is inside: they
+ * finish the pieces they claimed (well under WAIT_SPIN_NS), so it polls
+ * first. */
 static void
-wait_helpers(pygpu_staging *s)
+close_job(pygpu_staging *s)
 {
     struct timespec t0;
-    if (atomic_load(&s->pending) == 0)
+    atomic_store(&s->open, 0);
+    if (atomic_load(&s->inside) == 0)
         return;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     do {
-        if (atomic_load(&s->pending) == 0)
-            return;
         sched_yield();
-    } while (elapsed_ns(&t0) < SPIN_NS);
+        if (atomic_load(&s->inside) == 0)
+            return;
+    } while (elapsed_ns(&t0) < WAIT_SPIN_NS);
     pthread_mutex_lock(&s->mu);
-    while (atomic_load(&s->pending) > 0)
+    while (atomic_load(&s->inside) > 0)
         pthread_cond_wait(&s->done, &s->mu);
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Post a job (the job fields are set) or quit to every helper. */
-static void
-post(pygpu_staging *s, int nhelpers)
-{
-    pthread_mutex_lock(&s->mu);
-    atomic_store(&s->pending, nhelpers);
-    atomic_fetch_add(&s->seq, 1);
-    if (s->sleeping > 0)
-        pthread_cond_broadcast(&s->wake);
-    pthread_mutex_unlock(&s->mu);
-}
-
-/* ---- one slot's share of a copy ---- */
+/* ---- one thread's part of a copy ---- */
 
 static void
 slot_fail(staging_slot *w, CUresult rc, const char *where)
@@ -290,52 +488,89 @@ slot_fail(staging_slot *w, CUresult rc, const char *where)
     atomic_store(&w->s->failed, 1);
 }
 
-/* Host to device: memcpy piece k into buf[k&1] while the DMA of piece k-1
- * runs; buf[b] is reused once the DMA recorded on ev[b] is done. */
-static void
-share_htod(pygpu_staging *s, staging_slot *w, size_t first, size_t last)
+/* Claim the next piece: 1 and its byte range, or 0 when none is left (or
+ * another thread failed). */
+static int
+claim(pygpu_staging *s, size_t *off, size_t *len)
 {
     size_t p;
+    if (atomic_load(&s->failed))
+        return 0;
+    p = atomic_fetch_add(&s->next, 1);
+    if (p >= s->npieces)
+        return 0;
+    *off = p * s->piece;
+    *len = s->total - *off < s->piece ? s->total - *off : s->piece;
+    return 1;
+}
+
+/* Fault in the destination pages wholly inside [p, p+len) unless they are
+ * resident already (the first one is checked: a reused array costs one
+ * mincore per piece).  MADV_POPULATE_WRITE does it in one call; a kernel
+ * without it (before 5.14) gets a write to each page, which the memcpy
+ * overwrites.  Never fails: the memcpy faults in whatever is left. */
+static void
+prefault(char *p, size_t len)
+{
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)page_size - 1) & ~((uintptr_t)page_size - 1);
+    uintptr_t e = ((uintptr_t)p + len) & ~((uintptr_t)page_size - 1);
+    unsigned char vec = 0;
+    if (e <= a)
+        return;
+    if (mincore((void *)a, (size_t)page_size, &vec) == 0 && (vec & 1))
+        return;
+    if (madvise((void *)a, e - a, MADV_POPULATE_WRITE) != 0) {
+        if (errno != EINVAL)
+            return;
+        for (; a < e; a += (uintptr_t)page_size)
+            *(volatile char *)a = 0;
+    }
+    atomic_fetch_add(&stats.prefault_bytes, (unsigned long long)len);
+}
+
+/* Host to device: memcpy a piece into buf[k&1] while the DMA of the one
+ * before runs; buf[b] is reused once the DMA recorded on ev[b] is done. */
+static void
+share_htod(pygpu_staging *s, staging_slot *w)
+{
+    size_t off, len;
     int k = 0;
     CUresult rc;
-    for (p = first; p < last; p++, k++) {
+    while (claim(s, &off, &len)) {
         int b = k & 1;
-        size_t off = p * s->piece, len = s->total - off < s->piece ? s->total - off : s->piece;
-        if (atomic_load(&s->failed))
-            break;
         if (k >= 2 && (rc = cu.cuEventSynchronize(w->ev[b])) != CUDA_SUCCESS) {
             slot_fail(w, rc, "cuEventSynchronize (staged)");
             break;
         }
+        k++;
         memcpy(w->buf[b], s->host + off, len);
         if ((rc = cu.cuMemcpyHtoDAsync(s->dev + off, w->buf[b], len, w->stream)) != CUDA_SUCCESS) {
             slot_fail(w, rc, "cuMemcpyHtoDAsync (staged)");
             break;
         }
+        w->pieces++;
         if ((rc = cu.cuEventRecord(w->ev[b], w->stream)) != CUDA_SUCCESS) {
             slot_fail(w, rc, "cuEventRecord (staged)");
             break;
         }
     }
     /* always drained: no DMA may read a buffer after the share ends */
-    rc = cu.cuStreamSynchronize(w->stream);
-    if (rc != CUDA_SUCCESS && w->rc == CUDA_SUCCESS)
+    if (k > 0 && (rc = cu.cuStreamSynchronize(w->stream)) != CUDA_SUCCESS
+        && w->rc == CUDA_SUCCESS)
         slot_fail(w, rc, "cuStreamSynchronize (staged)");
 }
 
-/* Device to host: the DMA of piece k into buf[k&1] runs while piece k-1 is
- * copied out of the other buffer. */
+/* Device to host: the DMA of a piece into buf[k&1] runs while the piece
+ * before is copied out of the other buffer; with prefault, the piece's
+ * destination is faulted in while its own DMA runs. */
 static void
-share_dtoh(pygpu_staging *s, staging_slot *w, size_t first, size_t last)
+share_dtoh(pygpu_staging *s, staging_slot *w)
 {
-    size_t p, prev_off = 0, prev_len = 0;
+    size_t off, len, prev_off = 0, prev_len = 0;
     int k = 0;
     CUresult rc;
-    for (p = first; p < last; p++, k++) {
+    while (claim(s, &off, &len)) {
         int b = k & 1;
-        size_t off = p * s->piece, len = s->total - off < s->piece ? s->total - off : s->piece;
-        if (atomic_load(&s->failed))
-            break;
         if ((rc = cu.cuMemcpyDtoHAsync(w->buf[b], s->dev + off, len, w->stream)) != CUDA_SUCCESS) {
             slot_fail(w, rc, "cuMemcpyDtoHAsync (staged)");
             break;
@@ -344,6 +579,8 @@ share_dtoh(pygpu_staging *s, staging_slot *w, size_t first, size_t last)
             slot_fail(w, rc, "cuEventRecord (staged)");
             break;
         }
+        if (s->prefault)
+            prefault(s->host + off, len);
         if (k >= 1) {
             if ((rc = cu.cuEventSynchronize(w->ev[b ^ 1])) != CUDA_SUCCESS) {
                 slot_fail(w, rc, "cuEventSynchronize (staged)");
@@ -353,29 +590,41 @@ share_dtoh(pygpu_staging *s, staging_slot *w, size_t first, size_t last)
         }
         prev_off = off;
         prev_len = len;
+        k++;
+        w->pieces++;
     }
-    if (w->rc == CUDA_SUCCESS && k >= 1 && p == last) {
+    if (w->rc == CUDA_SUCCESS && k >= 1) {
         int b = (k - 1) & 1;
         if ((rc = cu.cuEventSynchronize(w->ev[b])) != CUDA_SUCCESS)
             slot_fail(w, rc, "cuEventSynchronize (staged)");
         else
             memcpy(s->host + prev_off, w->buf[b], prev_len);
     }
-    if (w->rc != CUDA_SUCCESS || p != last)
+    if (w->rc != CUDA_SUCCESS)
         (void)cu.cuStreamSynchronize(w->stream);   /* drained after a failure */
 }
 
 static void
-run_share(pygpu_staging *s, staging_slot *w)
+run_share(pygpu_staging *s, staging_slot *w, unsigned id)
 {
-    size_t first = (size_t)w->index * s->npieces / (size_t)s->active;
-    size_t last = (size_t)(w->index + 1) * s->npieces / (size_t)s->active;
+    w->job = id;
+    w->pieces = 0;
     w->rc = CUDA_SUCCESS;
     w->where = NULL;
     if (s->htod)
-        share_htod(s, w, first, last);
+        share_htod(s, w);
     else
-        share_dtoh(s, w, first, last);
+        share_dtoh(s, w);
+}
+
+/* A helper has started (its rc says whether it is bound to the context). */
+static void
+boot_done(pygpu_staging *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (atomic_fetch_sub(&s->booting, 1) == 1)
+        pthread_cond_broadcast(&s->done);
+    pthread_mutex_unlock(&s->mu);
 }
 
 static void *
@@ -383,19 +632,18 @@ helper_main(void *arg)
 {
     staging_slot *w = arg;
     pygpu_staging *s = w->s;
-    unsigned seen = atomic_load(&s->seq);   /* no job is posted before startup ends */
-    CUresult rc = cu.cuCtxSetCurrent(s->ctx);
-    w->rc = rc;
+    unsigned last = 0, id;
+    w->rc = cu.cuCtxSetCurrent(s->ctx);
     w->where = "cuCtxSetCurrent (staged)";
     atomic_fetch_add(&stats.helpers_alive, 1);
-    helper_done(s);
-    for (;;) {
-        seen = wait_job(s, seen);
-        if (atomic_load(&s->quit))
-            break;
-        if (w->index < s->active)
-            run_share(s, w);
-        helper_done(s);
+    boot_done(s);
+    while ((id = wait_job(s, last)) != 0) {
+        atomic_fetch_add(&s->inside, 1);
+        if (atomic_load(&s->open) == id) {
+            last = id;
+            run_share(s, w, id);
+        }
+        leave(s);
     }
     atomic_fetch_sub(&stats.helpers_alive, 1);
     return NULL;
@@ -414,7 +662,9 @@ resources_free(pygpu_staging *s)
         any |= s->slot[i].running;
     if (any) {
         atomic_store(&s->quit, 1);
-        post(s, 0);
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->wake);
+        pthread_mutex_unlock(&s->mu);
         for (i = 1; i < MAX_THREADS; i++) {
             if (s->slot[i].running) {
                 pthread_join(s->slot[i].thread, NULL);
@@ -436,6 +686,7 @@ resources_free(pygpu_staging *s)
         if (w->stream != NULL)
             (void)cu.cuStreamDestroy(w->stream);
         w->stream = NULL;
+        w->job = 0;
     }
     s->ready = 0;
     s->nthreads = 0;
@@ -472,18 +723,22 @@ resources_get(pygpu_staging *s, const staging_settings *want, const char **where
         resources_free(s);
         return rc;
     }
-    /* a helper that cannot be started leaves its share to the others */
-    atomic_store(&s->pending, 0);
+    /* a helper that cannot be started leaves its pieces to the others */
+    atomic_store(&s->open, 0);
+    atomic_store(&s->inside, 0);
+    atomic_store(&s->booting, want->threads - 1);
+    atomic_store(&s->spin_ns, want->spin_us * 1000L);
     for (i = 1; i < want->threads; i++) {
-        atomic_fetch_add(&s->pending, 1);
-        if (pthread_create(&s->slot[i].thread, NULL, helper_main, &s->slot[i]) != 0) {
-            atomic_fetch_sub(&s->pending, 1);
+        if (pthread_create(&s->slot[i].thread, NULL, helper_main, &s->slot[i]) != 0)
             break;
-        }
         s->slot[i].running = 1;
         started++;
     }
-    wait_helpers(s);
+    pthread_mutex_lock(&s->mu);
+    atomic_fetch_sub(&s->booting, want->threads - 1 - started);
+    while (atomic_load(&s->booting) > 0)
+        pthread_cond_wait(&s->done, &s->mu);
+    pthread_mutex_unlock(&s->mu);
     s->nthreads = 1 + started;
     for (i = 1; i <= started; i++) {
         if (s->slot[i].rc != CUDA_SUCCESS) {
@@ -497,36 +752,56 @@ resources_get(pygpu_staging *s, const staging_settings *want, const char **where
     return CUDA_SUCCESS;
 }
 
-/* The whole copy: the calling thread takes slot 0.  busy held, GIL
- * released, resources ready. */
-static CUresult
-run_copy(pygpu_staging *s, int htod, char *host, CUdeviceptr dev, size_t n,
-         int threads, const char **where)
+/* The piece size of an n-byte copy: about PIECES_PER_THREAD pieces a
+ * thread (claimed dynamically, so late helpers and slow pieces even out),
+ * a multiple of 64 KiB, at least `piece`, at most the chunk. */
+static size_t
+piece_size(size_t n, int threads, size_t min_piece, size_t chunk)
 {
-    size_t target = (n + 2 * (size_t)threads - 1) / (2 * (size_t)threads);
-    size_t piece;
-    int i;
+    size_t per = (size_t)PIECES_PER_THREAD * (size_t)threads;
+    size_t target = n / per + (n % per != 0);
     target = (target + PIECE_ALIGN - 1) / PIECE_ALIGN * PIECE_ALIGN;
-    piece = target < MIN_PIECE ? MIN_PIECE : target;
-    if (piece > s->chunk)
-        piece = s->chunk;
+    if (target < min_piece)
+        target = min_piece;
+    return target > chunk ? chunk : target;
+}
+
+/* The whole copy: the calling thread takes slot 0 and starts at once; the
+ * helpers join as they come.  busy held, GIL released, resources ready.
+ * *joined: threads that copied a piece. */
+static CUresult
+run_copy(pygpu_staging *s, const staging_settings *snap, int htod, char *host,
+         CUdeviceptr dev, size_t n, const char **where, int *joined)
+{
+    unsigned id;
+    int i;
     s->htod = htod;
+    s->prefault = !htod && snap->prefault;
     s->host = host;
     s->dev = dev;
     s->total = n;
-    s->piece = piece;
-    s->npieces = (n + piece - 1) / piece;
-    s->active = s->npieces < (size_t)s->nthreads ? (int)s->npieces : s->nthreads;
+    s->piece = piece_size(n, snap->threads, snap->piece, s->chunk);
+    s->npieces = (n + s->piece - 1) / s->piece;
+    atomic_store(&s->next, 0);
     atomic_store(&s->failed, 0);
+    atomic_store(&s->spin_ns, snap->spin_us * 1000L);
+    if ((id = ++s->last_id) == 0)
+        id = ++s->last_id;
     if (s->nthreads > 1)
-        post(s, s->nthreads - 1);
-    run_share(s, &s->slot[0]);
-    wait_helpers(s);
-    for (i = 0; i < s->active; i++) {
-        if (s->slot[i].rc != CUDA_SUCCESS) {
-            *where = s->slot[i].where;
-            return s->slot[i].rc;
+        post(s, id);
+    run_share(s, &s->slot[0], id);
+    if (s->nthreads > 1)
+        close_job(s);
+    *joined = 0;
+    for (i = 0; i < s->nthreads; i++) {
+        staging_slot *w = &s->slot[i];
+        if (w->job != id)
+            continue;
+        if (w->rc != CUDA_SUCCESS) {
+            *where = w->where;
+            return w->rc;
         }
+        *joined += w->pieces > 0;
     }
     return CUDA_SUCCESS;
 }
@@ -621,6 +896,7 @@ pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t
     pygpu_staging *s;
     staging_settings snap;
     unsigned int mt = 0;
+    int joined = 0;
     CUresult rc;
     const char *where = "cuStreamSynchronize (staged)";
 
@@ -628,9 +904,7 @@ pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t
         return -1;
     /* the snapshot this copy runs with: set_staging() in another thread
      * while the GIL is released changes only later copies */
-    snap.threshold = settings.threshold;
-    snap.threads = settings.threads;
-    snap.chunk = settings.chunk;
+    snap = settings;
     if (snap.threshold == 0 || n < snap.threshold) {
         atomic_fetch_add(&stats.small, 1);
         return 0;
@@ -661,16 +935,20 @@ pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t
     }
     Py_INCREF(ctx);
     Py_BEGIN_ALLOW_THREADS
+    if (s->ready && s->nthreads > 1) {
+        atomic_store(&s->spin_ns, snap.spin_us * 1000L);
+        nudge(s);               /* they wake while the default stream drains */
+    }
     rc = resources_get(s, &snap, &where);
     if (rc == CUDA_SUCCESS) {
         where = "cuStreamSynchronize (staged)";
         rc = cu.cuStreamSynchronize(CU_STREAM_LEGACY);   /* ordered like cuMemcpy */
     }
     if (rc == CUDA_SUCCESS)
-        rc = run_copy(s, htod, (char *)host, dev, n, snap.threads, &where);
+        rc = run_copy(s, &snap, htod, (char *)host, dev, n, &where, &joined);
     if (rc == CUDA_SUCCESS) {
         atomic_store(&stats.last_piece, s->piece);
-        atomic_store(&stats.last_threads, s->active);
+        atomic_store(&stats.last_threads, joined);
     }
     pthread_mutex_unlock(&s->busy);
     Py_END_ALLOW_THREADS
@@ -691,6 +969,13 @@ settings_tuple(void)
 {
     return Py_BuildValue("(KiK)", (unsigned long long)settings.threshold, settings.threads,
                          (unsigned long long)settings.chunk);
+}
+
+static PyObject *
+tuning_tuple(void)
+{
+    return Py_BuildValue("(Kli)", (unsigned long long)settings.piece, settings.spin_us,
+                         settings.prefault);
 }
 
 /* an int >= 0 from obj, or -1 with TypeError/ValueError naming `what` */
@@ -768,6 +1053,47 @@ set_staging(PyObject *m, PyObject *args, PyObject *kwds)
     return old;
 }
 
+PyDoc_STRVAR(set_staging_tuning_doc,
+"_set_staging_tuning(piece=None, spin_us=None, prefault=None)\n--\n\n"
+"Change the staging knobs (None keeps one); return the previous ones as\n"
+"(piece, spin_us, prefault).  piece: the smallest piece, bytes, a multiple\n"
+"of 64 KiB up to 256 MiB; spin_us: how long helpers poll after their last\n"
+"piece before they sleep, 0 to 100000; prefault: 1 faults a device-to-host\n"
+"copy's destination in ahead of the memcpy, 0 does not.");
+
+static PyObject *
+set_staging_tuning(PyObject *m, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"piece", "spin_us", "prefault", NULL};
+    PyObject *pobj = Py_None, *sobj = Py_None, *fobj = Py_None, *old;
+    unsigned long long piece, spin_us, prefault;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOO:_set_staging_tuning", kwlist,
+                                     &pobj, &sobj, &fobj))
+        return NULL;
+    if (settings_load() < 0)
+        return NULL;
+    piece = settings.piece;
+    spin_us = (unsigned long long)settings.spin_us;
+    prefault = (unsigned long long)settings.prefault;
+    if (fobj != Py_None && PyBool_Check(fobj))
+        prefault = fobj == Py_True;
+    else if (fobj != Py_None && get_count(fobj, "prefault", &prefault) < 0)
+        return NULL;
+    if ((pobj != Py_None && get_count(pobj, "piece", &piece) < 0)
+        || (sobj != Py_None && get_count(sobj, "spin_us", &spin_us) < 0))
+        return NULL;
+    if (check_piece(piece, "set_staging()") < 0
+        || check_spin(spin_us, "set_staging()") < 0
+        || check_prefault(prefault, "set_staging()") < 0)
+        return NULL;
+    if ((old = tuning_tuple()) == NULL)
+        return NULL;
+    settings.piece = (size_t)piece;
+    settings.spin_us = (long)spin_us;
+    settings.prefault = (int)prefault;
+    return old;
+}
+
 PyDoc_STRVAR(get_staging_doc,
 "_get_staging()\n--\n\n"
 "The pageable-copy staging settings: (threshold, threads, chunk).");
@@ -778,6 +1104,18 @@ get_staging(PyObject *m, PyObject *unused)
     if (settings_load() < 0)
         return NULL;
     return settings_tuple();
+}
+
+PyDoc_STRVAR(get_staging_tuning_doc,
+"_get_staging_tuning()\n--\n\n"
+"The staging knobs: (piece, spin_us, prefault).");
+
+static PyObject *
+get_staging_tuning(PyObject *m, PyObject *unused)
+{
+    if (settings_load() < 0)
+        return NULL;
+    return tuning_tuple();
 }
 
 PyDoc_STRVAR(staging_applies_doc,
@@ -807,9 +1145,13 @@ PyDoc_STRVAR(staging_stats_doc,
 "copies that took the plain driver call: below_threshold (smaller than the\n"
 "threshold, or staging off), pinned (page-locked host memory), busy\n"
 "(another staged copy was running in the context), other (a context pygpu\n"
-"does not own, or a forked child); last_threads and last_piece (threads and\n"
-"piece size of the last staged copy); helper_threads (staging threads alive\n"
-"now).  reset=True zeroes the counters after reading them.");
+"does not own, or a forked child); last_threads (threads that copied a\n"
+"piece of the last staged copy) and last_piece (its piece size);\n"
+"helper_threads (staging threads alive now); helper_wakeups (times a\n"
+"sleeping helper was woken, for a copy or ahead of one); late_wakeups\n"
+"(copies posted while a helper still slept); prefault_bytes (destination\n"
+"bytes faulted in ahead of the memcpy).  reset=True zeroes the counters (not\n"
+"helper_threads) after reading them.");
 
 static PyObject *
 staging_stats(PyObject *m, PyObject *args, PyObject *kwds)
@@ -819,7 +1161,7 @@ staging_stats(PyObject *m, PyObject *args, PyObject *kwds)
     PyObject *d;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:staging_stats", kwlist, &reset))
         return NULL;
-    d = Py_BuildValue("{sKsKsKsKsKsKsKsisKsi}",
+    d = Py_BuildValue("{sKsKsKsKsKsKsKsisKsisKsKsK}",
                       "staged_htod", (unsigned long long)atomic_load(&stats.staged_htod),
                       "staged_dtoh", (unsigned long long)atomic_load(&stats.staged_dtoh),
                       "staged_bytes", (unsigned long long)atomic_load(&stats.staged_bytes),
@@ -829,7 +1171,10 @@ staging_stats(PyObject *m, PyObject *args, PyObject *kwds)
                       "other", (unsigned long long)atomic_load(&stats.other),
                       "last_threads", atomic_load(&stats.last_threads),
                       "last_piece", (unsigned long long)atomic_load(&stats.last_piece),
-                      "helper_threads", atomic_load(&stats.helpers_alive));
+                      "helper_threads", atomic_load(&stats.helpers_alive),
+                      "helper_wakeups", (unsigned long long)atomic_load(&stats.wakeups),
+                      "late_wakeups", (unsigned long long)atomic_load(&stats.late_wakes),
+                      "prefault_bytes", (unsigned long long)atomic_load(&stats.prefault_bytes));
     if (d != NULL && reset) {
         atomic_store(&stats.staged_htod, 0);
         atomic_store(&stats.staged_dtoh, 0);
@@ -840,6 +1185,9 @@ staging_stats(PyObject *m, PyObject *args, PyObject *kwds)
         atomic_store(&stats.other, 0);
         atomic_store(&stats.last_threads, 0);
         atomic_store(&stats.last_piece, 0);
+        atomic_store(&stats.wakeups, 0);
+        atomic_store(&stats.late_wakes, 0);
+        atomic_store(&stats.prefault_bytes, 0);
     }
     return d;
 }
@@ -848,6 +1196,9 @@ static PyMethodDef staging_methods[] = {
     {"_set_staging", (PyCFunction)(void (*)(void))set_staging, METH_VARARGS | METH_KEYWORDS,
      set_staging_doc},
     {"_get_staging", get_staging, METH_NOARGS, get_staging_doc},
+    {"_set_staging_tuning", (PyCFunction)(void (*)(void))set_staging_tuning,
+     METH_VARARGS | METH_KEYWORDS, set_staging_tuning_doc},
+    {"_get_staging_tuning", get_staging_tuning, METH_NOARGS, get_staging_tuning_doc},
     {"_staging_applies", staging_applies, METH_O, staging_applies_doc},
     {"staging_stats", (PyCFunction)(void (*)(void))staging_stats, METH_VARARGS | METH_KEYWORDS,
      staging_stats_doc},
@@ -866,6 +1217,9 @@ static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void
 register_atfork(void)
 {
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg > 0)
+        page_size = pg;
     (void)pthread_atfork(NULL, NULL, atfork_child);
 }
 

@@ -51,13 +51,22 @@ def _run(code, **env):
 # ---- settings (no driver needed) ----
 
 def test_settings_round_trip(staging):
-    staging(threshold=3 * MIB, threads=5, chunk=512 * KIB)
-    assert cuda.staging_settings() == {"threshold": 3 * MIB, "threads": 5, "chunk": 512 * KIB}
-    old = staging(threads=2)             # None keeps the others
-    assert old == {"threshold": 3 * MIB, "threads": 5, "chunk": 512 * KIB}
-    assert cuda.staging_settings() == {"threshold": 3 * MIB, "threads": 2, "chunk": 512 * KIB}
+    staging(threshold=3 * MIB, threads=5, chunk=512 * KIB, piece=128 * KIB, spin_us=40,
+            prefault=False)
+    want = {"threshold": 3 * MIB, "threads": 5, "chunk": 512 * KIB, "piece": 128 * KIB,
+            "spin_us": 40, "prefault": 0}
+    assert cuda.staging_settings() == want
+    old = staging(threads=2, spin_us=0)  # None keeps the others
+    assert old == want
+    assert cuda.staging_settings() == dict(want, threads=2, spin_us=0)
     staging(**old)
     assert cuda.staging_settings() == old
+    staging(prefault=1)
+    assert cuda.staging_settings()["prefault"] == 1
+    # the private tuple forms
+    assert _driver._get_staging_tuning() == (128 * KIB, 40, 1)
+    assert _driver._set_staging_tuning(64 * KIB, None, 0) == (128 * KIB, 40, 1)
+    assert _driver._get_staging_tuning() == (64 * KIB, 40, 0)
     # the private tuple form benchmarks/run.py uses
     assert _driver._set_staging(0, 4, 1 << 16) == (3 * MIB, 5, 512 * KIB)
     assert _driver._get_staging() == (0, 4, 1 << 16)
@@ -86,6 +95,20 @@ def test_staging_applies_by_size(staging):
     ({"threshold": "1M"}, TypeError, r"set_staging\(\): threshold must be an int, not str"),
     ({"threads": 2.0}, TypeError, r"set_staging\(\): threads must be an int, not float"),
     ({"threads": True}, TypeError, r"threads must be an int, not bool"),
+    ({"piece": 100000}, ValueError, r"set_staging\(\): piece must be a multiple of 64 KiB "
+     r"from 64 KiB to 256 MiB, not 100000 bytes"),
+    ({"piece": 0}, ValueError, r"piece must be a multiple of 64 KiB from 64 KiB to 256 MiB, "
+     r"not 0 bytes"),
+    ({"piece": 512 << 20}, ValueError, r"piece must be .* not 536870912 bytes"),
+    ({"spin_us": 100001}, ValueError, r"set_staging\(\): spin_us must be 0 to 100000, not 100001"),
+    ({"spin_us": -1}, ValueError, r"set_staging\(\): spin_us must be >= 0"),
+    ({"spin_us": 1.5}, TypeError, r"set_staging\(\): spin_us must be an int, not float"),
+    ({"prefault": 2}, ValueError, r"set_staging\(\): prefault must be 0 or 1, not 2"),
+    ({"prefault": "yes"}, TypeError, r"set_staging\(\): prefault must be an int, not str"),
+    # a refused setting among good ones changes none of them
+    ({"threads": 0, "piece": 128 * KIB, "spin_us": 7}, ValueError,
+     r"threads must be 1 to 16, not 0"),
+    ({"threads": 3, "piece": 1}, ValueError, r"piece must be a multiple of 64 KiB"),
 ])
 def test_bad_settings_are_refused_and_change_nothing(staging, kwargs, exc, match):
     before = cuda.staging_settings()
@@ -100,13 +123,18 @@ def test_settings_from_the_environment():
         print(cuda.staging_settings())
     """
     r = _run(code, PYGPU_STAGING_THRESHOLD="2M", PYGPU_STAGING_THREADS="3",
-             PYGPU_STAGING_CHUNK="512KiB")
+             PYGPU_STAGING_CHUNK="512KiB", PYGPU_STAGING_PIECE="128K",
+             PYGPU_STAGING_SPIN_US="50", PYGPU_STAGING_PREFAULT="0")
     assert r.returncode == 0, r.stderr
-    assert r.stdout == "{'threshold': 2097152, 'threads': 3, 'chunk': 524288}\n"
-    r = _run(code, PYGPU_STAGING_THRESHOLD="0", PYGPU_STAGING_THREADS="",
-             PYGPU_STAGING_CHUNK="65536")
+    assert r.stdout == ("{'threshold': 2097152, 'threads': 3, 'chunk': 524288, "
+                        "'piece': 131072, 'spin_us': 50, 'prefault': 0}\n")
+    # the defaults (docs/memory.md)
+    r = _run(code, PYGPU_STAGING_THRESHOLD="", PYGPU_STAGING_THREADS="",
+             PYGPU_STAGING_CHUNK="", PYGPU_STAGING_PIECE="", PYGPU_STAGING_SPIN_US="",
+             PYGPU_STAGING_PREFAULT="")
     assert r.returncode == 0, r.stderr
-    assert r.stdout == "{'threshold': 0, 'threads': 6, 'chunk': 65536}\n"
+    assert r.stdout == ("{'threshold': 1048576, 'threads': 6, 'chunk': 2097152, "
+                        "'piece': 262144, 'spin_us': 300, 'prefault': 1}\n")
 
 
 @pytest.mark.parametrize("var, value, match", [
@@ -119,6 +147,13 @@ def test_settings_from_the_environment():
      r"environment variable PYGPU_STAGING_THREADS: threads must be 1 to 16, not 40"),
     ("PYGPU_STAGING_CHUNK", "1K",
      r"environment variable PYGPU_STAGING_CHUNK: chunk must be 64 KiB to 256 MiB, not 1024"),
+    ("PYGPU_STAGING_PIECE", "96K",
+     r"environment variable PYGPU_STAGING_PIECE: piece must be a multiple of 64 KiB"),
+    ("PYGPU_STAGING_SPIN_US", "1M",
+     r"environment variable PYGPU_STAGING_SPIN_US: spin_us must be 0 to 100000, not 1048576"),
+    ("PYGPU_STAGING_SPIN_US", "x", r"PYGPU_STAGING_SPIN_US='x' is not a byte count"),
+    ("PYGPU_STAGING_PREFAULT", "2",
+     r"environment variable PYGPU_STAGING_PREFAULT: prefault must be 0 or 1, not 2"),
 ])
 def test_bad_environment_is_a_clear_error(var, value, match):
     r = _run("""
@@ -150,7 +185,9 @@ def test_large_pageable_copy_is_staged_and_small_is_not(ctx, rng, staging):
     assert d["staged_htod"] == 1 and d["staged_dtoh"] == 1 and d["staged_bytes"] == 2 * n
     assert d["below_threshold"] == 0
     s = cuda.staging_stats()
-    assert s["last_threads"] == 3 and s["last_piece"] == 64 * KIB
+    # the caller starts at once; helpers join as they wake (maybe none: the
+    # stand-in's copies are quick)
+    assert 1 <= s["last_threads"] <= 3 and s["last_piece"] == 64 * KIB
     assert s["helper_threads"] >= 2
 
     small = rand_bytes(rng, MIB - 1)     # one byte under the threshold
@@ -218,14 +255,14 @@ def test_staged_bytes_at_piece_boundaries(ctx, rng, staging, threads, n, hoff, d
     d = delta(before)
     assert d["staged_htod"] == 1 and d["staged_dtoh"] == 2
     npieces = -(-n // P)
-    assert cuda.staging_stats()["last_threads"] == min(threads, npieces)
+    assert 1 <= cuda.staging_stats()["last_threads"] <= min(threads, npieces)
 
 
 @pytest.mark.driver
 @pytest.mark.parametrize("n", [5 * MIB + 13, 17 * MIB + 1])
 def test_pieces_follow_the_copy_size(ctx, rng, staging, n):
-    """With a large chunk, a copy is cut into about two pieces a thread
-    (64 KiB multiples, at least 256 KiB, at most the chunk)."""
+    """With a large chunk, a copy is cut into about four pieces a thread
+    (64 KiB multiples, at least `piece`, at most the chunk)."""
     staging(threshold=MIB, threads=3, chunk=2 * MIB)
     x = rng.standard_normal(n // 8)
     dev = cuda.mem_alloc(x.nbytes)
@@ -233,9 +270,13 @@ def test_pieces_follow_the_copy_size(ctx, rng, staging, n):
     out = np.empty_like(x)
     cuda.memcpy_dtoh(out, dev)
     np.testing.assert_array_equal(out, x)
-    want = -(-x.nbytes // 6)
+    want = -(-x.nbytes // 12)
     want = -(-want // (64 * KIB)) * 64 * KIB
     assert cuda.staging_stats()["last_piece"] == min(max(want, 256 * KIB), 2 * MIB)
+    staging(piece=1024 * KIB)            # the smallest piece is a setting
+    cuda.memcpy_dtoh(out, dev)
+    np.testing.assert_array_equal(out, x)
+    assert cuda.staging_stats()["last_piece"] == min(max(want, 1024 * KIB), 2 * MIB)
 
 
 @pytest.mark.driver
@@ -359,7 +400,7 @@ def test_a_running_copy_keeps_its_settings(standin, ctx, rng, staging):
 @pytest.mark.standin
 @pytest.mark.parametrize("routine, nth", [
     ("cuMemcpyHtoDAsync", 1), ("cuMemcpyHtoDAsync", 5), ("cuEventRecord", 3),
-    ("cuEventSynchronize", 2), ("cuStreamSynchronize", 1), ("cuStreamSynchronize", 3),
+    ("cuEventSynchronize", 2), ("cuStreamSynchronize", 1), ("cuStreamSynchronize", 2),
 ])
 def test_a_failed_piece_is_an_error_and_the_next_copy_is_whole(standin, ctx, rng, staging,
                                                                routine, nth):
@@ -399,6 +440,311 @@ def test_a_failed_piece_out_is_an_error_and_the_next_copy_is_whole(standin, ctx,
     out = np.zeros(n, np.uint8)
     cuda.memcpy_dtoh(out, dev)
     np.testing.assert_array_equal(out, x)
+
+
+# ---- issue 27: the caller starts at once, helpers join, pause, prefault ----
+
+def fresh_pages(n):
+    """n bytes of never-touched anonymous memory (np.empty may come from
+    malloc's reused, resident heap)."""
+    import mmap
+    return np.frombuffer(mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE), np.uint8)
+
+
+@pytest.mark.standin
+@pytest.mark.parametrize("direction", ["htod", "dtoh"])
+def test_helpers_join_a_copy_of_slow_pieces(standin, ctx, rng, staging, direction):
+    """The caller starts alone; helpers claim pieces as they wake: with
+    1 ms a piece (129 pieces) every thread ends up copying some."""
+    staging(threshold=MIB, threads=4, chunk=64 * KIB, spin_us=0)
+    n = 8 * MIB + 11
+    x = rand_bytes(rng, n)
+    dev = cuda.mem_alloc(n)
+    cuda.memcpy_htod(dev, x)                   # helpers made
+    routine = "cuMemcpyHtoDAsync" if direction == "htod" else "cuMemcpyDtoHAsync"
+    y = rand_bytes(rng, n)
+    out = rand_bytes(rng, n)
+    time.sleep(0.05)                           # helpers asleep (spin_us=0)
+    before = cuda.staging_stats()
+    standin.delay(routine, 1)
+    try:
+        if direction == "htod":
+            cuda.memcpy_htod(dev, y)
+        else:
+            cuda.memcpy_dtoh(out, dev)
+    finally:
+        standin.delay(routine, 0)
+    s = cuda.staging_stats()
+    assert s["last_threads"] == 4, s
+    assert s["helper_wakeups"] - before["helper_wakeups"] >= 1
+    back = np.zeros(n, np.uint8)
+    cuda.memcpy_dtoh(back, dev)
+    np.testing.assert_array_equal(back, y if direction == "htod" else x)
+    if direction == "dtoh":
+        np.testing.assert_array_equal(out, x)
+
+
+@pytest.mark.standin
+def test_helpers_wake_while_the_default_stream_drains(standin, ctx, rng, staging):
+    """A staged copy nudges sleeping helpers before it waits for the legacy
+    default stream (here 30 ms: the stand-in's cuStreamSynchronize delayed,
+    as behind a kernel): they poll by the time the copy is posted, none is
+    woken late.  With spin_us=0 the nudged helpers sleep again at once, and
+    the copy finds them asleep (the counter's control)."""
+    n = 2 * MIB + 3
+    x = rand_bytes(rng, n)
+    dev = cuda.mem_alloc(n)
+    for spin_us, late in ((100000, False), (0, True)):
+        staging(threshold=MIB, threads=3, chunk=64 * KIB, spin_us=0)
+        cuda.memcpy_htod(dev, rand_bytes(rng, n))   # helpers exist, and sleep at once
+        time.sleep(0.03)
+        staging(spin_us=spin_us)
+        before = cuda.staging_stats()
+        standin.delay("cuStreamSynchronize", 30)
+        try:
+            cuda.memcpy_htod(dev, x)
+        finally:
+            standin.delay("cuStreamSynchronize", 0)
+        d = delta(before)
+        assert d["staged_htod"] == 1 and d["helper_wakeups"] >= 1, d
+        assert (d["late_wakeups"] > 0) == late, (spin_us, d)
+        out = np.zeros(n, np.uint8)
+        cuda.memcpy_dtoh(out, dev)
+        np.testing.assert_array_equal(out, x)
+
+
+@pytest.mark.driver
+@pytest.mark.parametrize("spin_us", [0, 300])
+def test_copies_after_a_pause_are_whole(ctx, rng, staging, spin_us):
+    """A staged copy 50 ms after the last (helpers asleep) starts on the
+    calling thread at once: every byte right, at sizes around the threshold
+    and the pieces, both ways; the path counters say it was staged."""
+    staging(threshold=MIB, threads=6, chunk=2 * MIB, piece=256 * KIB, spin_us=spin_us)
+    dev = cuda.mem_alloc(9 * MIB)
+    for n in (MIB, MIB + 1, 2 * MIB - 3, 3 * MIB + 4097, 9 * MIB):
+        x = rand_bytes(rng, n)
+        time.sleep(0.05)
+        before = cuda.staging_stats()
+        cuda.memcpy_htod(dev, x)
+        out = fresh_pages(n + 1)[1:]           # odd address, never touched
+        time.sleep(0.05)
+        cuda.memcpy_dtoh(out, dev)
+        np.testing.assert_array_equal(out, x)
+        d = delta(before)
+        assert (d["staged_htod"], d["staged_dtoh"]) == (1, 1), (n, d)
+
+
+@pytest.mark.driver
+def test_back_to_back_copies_find_the_helpers_awake(ctx, rng, staging):
+    """Within spin_us of their last piece the helpers poll instead of
+    sleeping: copies back to back wake none (0.1 s of polling covers a busy
+    host's scheduling gaps)."""
+    staging(threshold=MIB, threads=3, chunk=64 * KIB, spin_us=100000)
+    n = 2 * MIB + 1
+    x = rand_bytes(rng, n)
+    out = np.zeros(n, np.uint8)
+    c = cuda.Device(0).make_context()       # helpers started now, polling from the start
+    try:
+        dev = cuda.mem_alloc(n)
+        before = cuda.staging_stats()
+        for _ in range(5):
+            cuda.memcpy_htod(dev, x)
+            cuda.memcpy_dtoh(out, dev)
+        np.testing.assert_array_equal(out, x)
+        d = delta(before)
+        dev.free()
+    finally:
+        cuda.Context.pop()
+        c.detach()
+    assert d["staged_htod"] == 5 and d["staged_dtoh"] == 5
+    assert d["helper_wakeups"] == 0, d
+
+
+@pytest.mark.driver
+@pytest.mark.parametrize("n", [256 * KIB - 1, 256 * KIB, 256 * KIB + 1, 3 * 256 * KIB + 7,
+                               MIB + 1, 8 * MIB + 3, 13 * MIB - 5])
+def test_the_piece_setting_sets_the_smallest_piece(ctx, rng, staging, n):
+    staging(threshold=64 * KIB, threads=2, chunk=MIB, piece=256 * KIB)
+    x = rng.integers(0, 256, n, dtype=np.uint8)
+    dev = cuda.mem_alloc(n)
+    cuda.memcpy_htod(dev, x)
+    out = fresh_pages(n)
+    cuda.memcpy_dtoh(out, dev)
+    np.testing.assert_array_equal(out, x)
+    want = -(-n // 8)                          # four pieces a thread
+    want = -(-want // (64 * KIB)) * 64 * KIB
+    assert cuda.staging_stats()["last_piece"] == min(max(want, 256 * KIB), MIB)
+
+
+@pytest.mark.driver
+def test_prefault_faults_a_fresh_destination_in(ctx, rng, staging):
+    """prefault=1: a fresh destination's pages are populated ahead of the
+    memcpy (counted), a resident one's are not touched twice, prefault=0
+    leaves them to the memcpy; the bytes are right every time."""
+    staging(threshold=MIB, threads=3, chunk=256 * KIB, prefault=1)
+    n = 8 * MIB + 123
+    x = rand_bytes(rng, n)
+    dev = cuda.mem_alloc(n)
+    cuda.memcpy_htod(dev, x)
+    out = fresh_pages(n + 4096)[5:n + 5]       # unaligned, with pages either side
+    before = cuda.staging_stats()
+    cuda.memcpy_dtoh(out, dev)
+    np.testing.assert_array_equal(out, x)
+    got = delta(before)["prefault_bytes"]
+    # pieces whose first page was not resident: all of them, or (transparent
+    # huge pages on) those that start a huge page the pieces before had not
+    assert 0 < got <= n, got
+    before = cuda.staging_stats()
+    cuda.memcpy_dtoh(out, dev)                 # now resident
+    np.testing.assert_array_equal(out, x)
+    assert delta(before)["prefault_bytes"] == 0
+    staging(prefault=0)
+    out = fresh_pages(n)
+    before = cuda.staging_stats()
+    cuda.memcpy_dtoh(out, dev)
+    np.testing.assert_array_equal(out, x)
+    assert delta(before)["prefault_bytes"] == 0
+    staging(prefault=1)                        # host to device never prefaults
+    before = cuda.staging_stats()
+    cuda.memcpy_htod(dev, fresh_pages(n))
+    assert delta(before)["prefault_bytes"] == 0
+    back = rand_bytes(rng, n)
+    cuda.memcpy_dtoh(back, dev)
+    assert not back.any()                      # untouched anonymous memory reads as zeros
+
+
+@pytest.mark.driver
+def test_many_short_jobs_back_to_back(ctx, rng, staging):
+    """200 staged copies of one to a few pieces, spin on and off: helpers
+    that wake for a job that has ended must leave it untouched (the gate);
+    every copy's bytes are right."""
+    staging(threshold=64 * KIB, threads=8, chunk=64 * KIB, piece=64 * KIB)
+    dev = cuda.mem_alloc(400 * KIB)
+    for i in range(200):
+        if i % 50 == 0:
+            staging(spin_us=(0, 20, 300, 0)[i // 50])
+        n = int(rng.integers(64 * KIB, 400 * KIB))
+        x = rand_bytes(rng, n)
+        cuda.memcpy_htod(dev, x)
+        out = np.zeros(n, np.uint8)
+        cuda.memcpy_dtoh(out, dev)
+        np.testing.assert_array_equal(out, x)
+
+
+@pytest.mark.driver
+def test_contexts_stage_at_once_from_several_threads(rng, staging):
+    """Four threads, each with its own context (so its own helpers): their
+    staged copies run at the same time; every byte right, none took the
+    busy path, and every helper is joined at detach."""
+    import gc
+    staging(threshold=MIB, threads=3, chunk=64 * KIB, spin_us=50)
+    cuda.init()
+    base = cuda.staging_stats()["helper_threads"]
+    seeds = rng.integers(0, 1 << 30, 4)
+    errors = []
+    before = cuda.staging_stats()
+
+    def work(i):
+        try:
+            r = np.random.default_rng(int(seeds[i]))
+            c = cuda.Device(0).make_context()
+            try:
+                d = cuda.mem_alloc(3 * MIB)
+                for _ in range(6):
+                    n = int(r.integers(MIB, 3 * MIB))
+                    x = rand_bytes(r, n)
+                    cuda.memcpy_htod(d, x)
+                    out = fresh_pages(n)
+                    cuda.memcpy_dtoh(out, d)
+                    np.testing.assert_array_equal(out, x)
+                d.free()
+            finally:
+                cuda.Context.pop()
+                c.detach()
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert errors == []
+    d = delta(before)
+    assert d["staged_htod"] == 24 and d["staged_dtoh"] == 24 and d["busy"] == 0
+    gc.collect()
+    assert cuda.staging_stats()["helper_threads"] == base
+
+
+@pytest.mark.driver
+def test_get_of_a_large_array_lands_in_its_own_aligned_mapping(ctx, rng):
+    """GPUArray.get() of 32 MiB or more returns an array over its own
+    2 MiB-aligned anonymous mapping (staging's pieces start on huge pages),
+    writable, equal to what went in, for 1-D, 2-D C and F order; a smaller
+    one is NumPy's (glibc recycles resident memory for it).  (Strided views:
+    test_gpu_get_of_fresh_arrays.)"""
+    import mmap
+    from pygpu import gpuarray
+
+    def owner(a):
+        while True:
+            if isinstance(a, memoryview):
+                a = a.obj
+            elif getattr(a, "base", None) is not None:   # ndarray, as_strided's DummyArray
+                a = a.base
+            else:
+                return a
+
+    x = rng.standard_normal((8 * MIB + 3,)).astype(np.float32)
+    y = gpuarray.to_gpu(x).get()
+    np.testing.assert_array_equal(y, x)
+    assert isinstance(owner(y), mmap.mmap)
+    assert y.ctypes.data % (2 * MIB) == 0 and y.flags.writeable and y.flags.c_contiguous
+    y[:] = 1                                    # writable memory of its own
+    assert y.sum() == x.size
+    for a in (rng.standard_normal((2100, 2000)),
+              np.asfortranarray(rng.standard_normal((2000, 2100)))):
+        g = gpuarray.to_gpu(a)
+        b = g.get()
+        np.testing.assert_array_equal(b, a)
+        assert b.flags.c_contiguous == a.flags.c_contiguous and b.flags.f_contiguous == a.flags.f_contiguous
+        assert b.ctypes.data % (2 * MIB) == 0
+    small = rng.standard_normal(4 * MIB - 1)    # just under 32 MiB: np.empty's
+    s = gpuarray.to_gpu(small).get()
+    np.testing.assert_array_equal(s, small)
+    assert not isinstance(owner(s), mmap.mmap)
+    import pickle
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(y)), y)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mib", [1, 5, 64, 256])
+def test_gpu_get_of_fresh_arrays(ctx, rng, mib):
+    """.get() into a new array with the default settings after a pause
+    (helpers asleep): dense 1-D and 2-D, C and F order, and a strided view
+    (gathered on the device first), every element right; the staged path
+    and, for a fresh destination, the prefault counted."""
+    from pygpu import gpuarray
+    n = mib * MIB // 4 + 3
+    x = rng.standard_normal(n).astype(np.float32)
+    g = gpuarray.to_gpu(x)
+    time.sleep(0.05)
+    before = cuda.staging_stats()
+    y = g.get()
+    np.testing.assert_array_equal(y, x)
+    d = delta(before)
+    settings = cuda.staging_settings()
+    staged = x.nbytes >= settings["threshold"] > 0
+    assert d["staged_dtoh"] == (1 if staged else 0)
+    if staged and x.nbytes >= 32 * MIB and settings["prefault"]:
+        assert d["prefault_bytes"] > 0          # get()'s own mapping: fresh pages
+    a = np.asfortranarray(rng.standard_normal((n // 1000 + 1, 500)).astype(np.float32))
+    ga = gpuarray.to_gpu(a)
+    time.sleep(0.05)
+    np.testing.assert_array_equal(ga.get(), a)
+    np.testing.assert_array_equal(ga[::3, 1::2].get(), a[::3, 1::2])
+    c = np.ascontiguousarray(a)
+    np.testing.assert_array_equal(gpuarray.to_gpu(c)[1::2].get(), c[1::2])
 
 
 # ---- helpers' lifetime ----
@@ -642,41 +988,66 @@ def test_sweep_without_a_driver_says_so_and_exits_0():
 
 
 @pytest.mark.driver
-def test_sweep_quick_run_prints_the_table_and_a_recommendation(tmp_path):
+def test_sweep_quick_run_prints_the_tables_goals_and_a_recommendation(tmp_path):
     out = tmp_path / "sweep.json"
     r = subprocess.run([sys.executable, SWEEP, "--quick", "--json", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "| MiB | H->D plain | H->D staged | D->H plain | D->H staged |" in r.stdout
-    assert "\nrecommended: " in r.stdout and "PYGPU_STAGING_THRESHOLD=" in r.stdout
+    for series in ("htod", "htod-pause", "dtoh", "dtoh-pause", "fresh", "fresh-pause",
+                   "get", "get-pause", "dtoh-busy"):
+        assert "\n%s, GB/s\n| size             |     1M |     4M |\n" % series in r.stdout
+    assert "| plain            |" in r.stdout and "| pinned           |" in r.stdout
+    assert "| defaults         |" in r.stdout
+    assert "goal: get() of 4M into a fresh array >= 50% of pinned D->H: " in r.stdout
+    assert "goal: staged beats plain from 1 MiB up after a pause (both directions): " in r.stdout
+    assert "\nrecommended " in r.stdout and "PYGPU_STAGING_THRESHOLD=" in r.stdout
     import json
     data = json.load(open(out))
-    assert data["sizes_mib"] == [1, 2] and set(data["plain"]) == {"1", "2"}
-    assert all(v > 0 for fig in data["staged"].values() for s in fig.values() for v in s)
+    assert data["sizes"] == ["1M", "4M"] and set(data["plain"]) == {
+        "htod", "htod-pause", "dtoh", "dtoh-pause", "fresh", "fresh-pause", "get", "get-pause",
+        "dtoh-busy"}
+    assert list(data["staged"]) == ["defaults"]
+    assert all(v > 0 for fig in data["staged"]["defaults"].values() for v in fig.values())
+    assert set(data["goals"]) == {"get_fresh_vs_pinned", "staged_from_1MiB_after_a_pause"}
 
 
-def test_sweep_recommendation_rule():
-    """The rule on made-up figures: the lowest threshold from which a
-    configuration wins everywhere above, scored over the whole sweep."""
+def _sweep_module():
     import importlib.util
     spec = importlib.util.spec_from_file_location("staging_sweep", SWEEP)
     sw = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sw)
+    return sw
+
+
+def test_sweep_threshold_rule():
+    """The rule on made-up figures: the smallest size from which staged
+    beats plain by the margin at every larger size, over every series."""
+    sw = _sweep_module()
     sizes = [1, 2, 4, 8]
-    plain = {s: (10.0, 10.0) for s in sizes}
-    configs = {
-        "a": {1: (5, 5), 2: (12, 12), 4: (20, 20), 8: (30, 30)},      # wins from 2
-        "b": {1: (5, 5), 2: (9, 30), 4: (40, 40), 8: (50, 50)},       # from 4, faster there
-        "c": {1: (50, 50), 2: (50, 50), 4: (50, 50), 8: (9, 50)},     # loses at the top
-    }
-    score, threshold, key = sw.recommend(sizes, plain, configs, 0.03)
-    want_a = math_gmean([1, 1, 1.2, 1.2, 2, 2, 3, 3])
-    want_b = math_gmean([1, 1, 1, 1, 4, 4, 5, 5])
-    assert (threshold, key) == ((4, "b") if want_b > want_a else (2, "a"))
-    assert score == pytest.approx(max(want_a, want_b))
-    assert sw.recommend(sizes, plain, {"c": configs["c"]}, 0.03) == (1.0, 0, None)
-    # within the margin is not a win
-    assert sw.recommend([1], {1: (10.0, 10.0)}, {"d": {1: (10.2, 10.2)}}, 0.03)[2] is None
+    plain = {"a": {s: 10.0 for s in sizes}, "b": {s: 10.0 for s in sizes}}
+    staged = {"a": {1: 5, 2: 12, 4: 20, 8: 30},      # wins from 2
+              "b": {1: 50, 2: 9, 4: 40, 8: 50}}      # from 4
+    assert sw.threshold_for(sizes, plain, staged, ["a"], 0.03) == 2
+    assert sw.threshold_for(sizes, plain, staged, ["a", "b"], 0.03) == 4
+    staged["b"][8] = 10.2                             # within the margin is not a win
+    assert sw.threshold_for(sizes, plain, staged, ["a", "b"], 0.03) is None
+    assert sw.gmean_speedup(sizes, plain, staged, ["a"], 4) == pytest.approx(math_gmean([2, 3]))
+
+
+def test_sweep_configs_change_one_knob_at_a_time():
+    sw = _sweep_module()
+    a = sw.parse_args([])
+    defaults = {"threshold": MIB, "threads": 6, "chunk": 2 * MIB, "piece": 256 * KIB,
+                "spin_us": 300, "prefault": 1}
+    got = sw.configs(a, defaults)
+    assert got[0] == ("defaults", None, {})
+    assert [n for n, _, _ in got[1:]] == [
+        "piece=64K", "piece=128K", "piece=512K", "piece=1M", "spin_us=0", "spin_us=50",
+        "spin_us=2000", "prefault=0", "threads=4", "threads=8", "threads=12", "chunk=4M"]
+    assert all(len(change) == 1 for _, _, change in got[1:])
+    assert sw.parse_size("256K") == 256 * KIB and sw.label(256 * MIB) == "256M"
+    q = sw.parse_args(["--quick"])
+    assert q.sizes == [MIB, 4 * MIB] and sw.configs(q, defaults) == [("defaults", None, {})]
 
 
 def math_gmean(xs):

@@ -37,7 +37,8 @@
  * (and a copy whose device memory was freed meanwhile counts as a stale
  * use), copies with a CUDA array side likewise (an array destroyed
  * meanwhile counts as a stale use and nothing moves), cuMemHostAlloc after
- * allocating.  A test thread sees the call begin
+ * allocating, cuStreamSynchronize before it returns (the stream's work
+ * draining).  A test thread sees the call begin
  * through fakecuda_calls(name).  fakecuda_delay("*", 0) clears all delays.
  *
  * Environment, read at cuInit: FAKECUDA_DEVICES (2), FAKECUDA_MEMORY (bytes a
@@ -2821,6 +2822,8 @@ fake_cuStreamSynchronize(CUstream h)
         rc = cap_violation(current(), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
     }
     unlock();
+    if (rc == CUDA_SUCCESS)
+        pause_here();
     return rc;
 }
 

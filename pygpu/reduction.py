@@ -312,14 +312,24 @@ def _alloc(allocator, nbytes, stream):
     return stream_alloc(nbytes, stream)
 
 
+_ga = None      # pygpu.gpuarray, once a call needed it (it imports this module lazily)
+
+
+def _gpuarray():
+    global _ga
+    if _ga is None:
+        from pygpu import gpuarray
+        _ga = gpuarray
+    return _ga
+
+
 def _array_allocator(ary):
     """ary's allocator, or None where it is the array module's default (then
     the stream-ordered pool on the launch's stream serves instead)."""
     allocator = getattr(ary, "allocator", None)
     if allocator is None:
         return None
-    from pygpu import gpuarray
-    if allocator is getattr(gpuarray, "_default_allocator", None):
+    if allocator is getattr(_ga or _gpuarray(), "_default_allocator", None):
         return None
     return allocator
 
@@ -386,9 +396,17 @@ class ReductionKernel:
                                ", ".join(a.name for a in self.arguments), len(args)))
         out = []
         arrays = []
+        ga = _ga or _gpuarray()
         for a, vec, dt, spec in zip(args, self._vector_flags, self._scalar_dtypes,
                                     self.arguments):
             if vec:
+                if a.__class__ is ga.GPUArray:          # the common case, quickly
+                    if not (a._c or a._f):
+                        raise RuntimeError("ReductionKernel cannot deal with non-contiguous "
+                                           "arrays (argument %r)" % spec.name)
+                    arrays.append(a)
+                    out.append(a.gpudata)
+                    continue
                 flags = getattr(a, "flags", None)
                 if flags is None or not hasattr(a, "gpudata"):
                     raise TypeError("argument %r must be a GPUArray, not %s"
@@ -406,7 +424,7 @@ class ReductionKernel:
         # the operand gate: context, freed memory, extent, one memory order
         gate = self._gate
         if gate is None:
-            from pygpu.gpuarray import _check_operands as gate
+            gate = ga._check_operands
             self._gate = gate
             self._what = "ReductionKernel '%s'" % self.stage1.name[:-len("_stage1")]
         gate(self._what, arrays, same_layout=True)
@@ -491,8 +509,7 @@ class ReductionKernel:
             if blocks > 1:
                 self._stage2((1, 1), (self.block, 1, 1), stream, target, partial, blocks)
         if result is None:
-            from pygpu import gpuarray
-            result = gpuarray.GPUArray((), self.dtype_out, allocator=allocator, gpudata=buf)
+            result = _ga.GPUArray((), self.dtype_out, allocator=allocator, gpudata=buf)
         return result
 
     def _vector_span(self, inv, start, count):

@@ -60,7 +60,8 @@ REDUCTIONS = [
     "bps=4,launch=1",
 ]
 
-# The scan grid (threads, items, min_blocks, warp_load, vec, sleep, hold).
+# The scan grid (threads, items, min_blocks, warp_load, vec, sleep, hold,
+# async_copy); "" is the defaults.
 SCANS = [
     "threads=256,items=32,min_blocks=3,warp_load=0,vec=0,hold=1",   # before this sweep
     "",
@@ -69,15 +70,18 @@ SCANS = [
     "threads=256,items=32,min_blocks=3,hold=0",
     "threads=256,items=32,min_blocks=4,hold=0,vec=0",
     "threads=256,items=32,min_blocks=4,hold=0,warp_load=0",
-    "threads=256,items=24,min_blocks=4,hold=0",
     "threads=512,items=16,min_blocks=2,hold=1",
-    "threads=512,items=16,min_blocks=2,hold=0",
     "threads=512,items=16,min_blocks=3,hold=0",
-    "threads=256,items=16,min_blocks=4,hold=1",
     "threads=128,items=24,min_blocks=4,hold=1",
-    "threads=128,items=32,min_blocks=8,hold=0",
+    "threads=256,items=32,min_blocks=4,hold=0,async_copy=1",
+    "threads=256,items=32,min_blocks=5,hold=0,async_copy=1",
+    "threads=256,items=32,min_blocks=6,hold=0,async_copy=1",
+    "threads=128,items=64,min_blocks=6,hold=0,async_copy=1",
+    "threads=512,items=16,min_blocks=4,hold=0,async_copy=1",
+    "threads=256,items=16,min_blocks=8,hold=0,async_copy=1",
+    "threads=128,items=32,min_blocks=12,hold=0,async_copy=1",
+    "threads=256,items=32,min_blocks=6,hold=0,async_copy=1,sleep=100",
     "threads=256,items=32,min_blocks=4,hold=0,sleep=100",
-    "threads=512,items=16,min_blocks=3,hold=0,sleep=200",
 ]
 
 READ_FLOOR_SOURCE = r"""

@@ -19,6 +19,12 @@
 //               aligned to vec elements
 //   sleep       nanoseconds a look-back poll sleeps after finding a tile not
 //               yet published (0: spin)
+//   async_copy  1 (with hold 0): full aligned tiles of 16-byte chunks go from
+//               global to shared memory by cp.async (sm_80 on), no registers
+//               in between, into an XOR-swizzled layout (chunk q at
+//               q ^ ((q >> 3) & 7)) that 16-byte blocked reads see without
+//               bank conflicts; the elements in flight are then bounded by
+//               shared memory, not registers
 //   hold        1: a thread keeps its items scanned in registers while the
 //               block waits for the tile's prefix; 0: it reads them from
 //               shared memory twice (its total first, then the scan), so far
@@ -58,6 +64,7 @@ typedef ${scan_type} pygpu_scan_t;
 #define PYGPU_SCAN_VEC ${vec}
 #define PYGPU_SCAN_SLEEP ${sleep}
 #define PYGPU_SCAN_HOLD ${hold}
+#define PYGPU_SCAN_ASYNC ${async_copy}
 #if PYGPU_SCAN_WARP_LOAD
 #define PYGPU_SCAN_TRANSPOSE_SYNC() __syncwarp()
 #else
@@ -101,6 +108,31 @@ __device__ __forceinline__ unsigned int striped(int k, unsigned int t)
     return (t >> 5) * (32u * PYGPU_SCAN_ITEMS) + ((unsigned int)k * 32u + (t & 31u)) * V;
 #else
     return ((unsigned int)k * PYGPU_SCAN_THREADS + t) * V;
+#endif
+}
+
+// the swizzled place of 16-byte chunk q of a tile (async_copy)
+__device__ __forceinline__ unsigned int swz(unsigned int q)
+{
+    return q ^ ((q >> 3) & 7u);
+}
+
+// 16 bytes from global to shared memory without registers where the
+// architecture has cp.async; wait_copies() waits for the thread's own copies
+__device__ __forceinline__ void copy16(void *smem, const void *gmem)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned int s = (unsigned int)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+#else
+    *reinterpret_cast<uint4 *>(smem) = *reinterpret_cast<const uint4 *>(gmem);
+#endif
+}
+
+__device__ __forceinline__ void wait_copies()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 #endif
 }
 
@@ -330,12 +362,19 @@ __device__ __forceinline__ void scan_tile(const pygpu_scan_t *in,
     static_assert(FULL || V == 1, "vector accesses are for full tiles");
     static_assert(PYGPU_SCAN_ITEMS % V == 0, "V divides ITEMS");
     const unsigned int t = threadIdx.x, lane = t & 31u, warp = t >> 5;
+    // chunks of 16 bytes through cp.async and the swizzled layout
+    constexpr bool ASYNC = PYGPU_SCAN_ASYNC && FULL && V > 1 &&
+                           V * sizeof(pygpu_scan_t) == 16;
+    constexpr int CH = PYGPU_SCAN_ITEMS / V;      // a thread's chunks (ASYNC)
+    (void)CH;
 
     // striped, coalesced load into shared memory (V elements an access)
 #pragma unroll
     for (int k = 0; k < PYGPU_SCAN_ITEMS / V; ++k) {
         const unsigned int j = striped<V>(k, t);
-        if (V > 1) {
+        if (ASYNC) {
+            copy16(buf + swz(j / V) * V, in + base + j);
+        } else if (V > 1) {
             pygpu_scan_t v[V];
             vload<V>(in + base + j, v);
 #pragma unroll
@@ -345,6 +384,8 @@ __device__ __forceinline__ void scan_tile(const pygpu_scan_t *in,
             buf[PYGPU_SCAN_PAD(j)] = in[base + j];
         }
     }
+    if (ASYNC)
+        wait_copies();
     PYGPU_SCAN_TRANSPOSE_SYNC();
 
     // blocked: thread t owns elements t*ITEMS ...; scan them in registers
@@ -367,12 +408,24 @@ __device__ __forceinline__ void scan_tile(const pygpu_scan_t *in,
     // only the thread's total now; the elements stay in shared memory and
     // are read again once the thread's prefix is known (fewer registers)
     pygpu_scan_t total;
-    if (FULL || nvalid > 0)
-        total = buf[PYGPU_SCAN_PAD(first)];
+    if (ASYNC) {
+        // the thread's chunks t*CH ..., 16 bytes a read
 #pragma unroll
-    for (int k = 1; k < PYGPU_SCAN_ITEMS; ++k)
-        if (FULL || k < nvalid)
-            total = pygpu_scan_op(total, buf[PYGPU_SCAN_PAD(first + k)]);
+        for (int c = 0; c < CH; ++c) {
+            pygpu_scan_t v[V];
+            vload<V>(buf + swz(t * CH + c) * V, v);
+#pragma unroll
+            for (int e = 0; e < V; ++e)
+                total = (c == 0 && e == 0) ? v[0] : pygpu_scan_op(total, v[e]);
+        }
+    } else {
+        if (FULL || nvalid > 0)
+            total = buf[PYGPU_SCAN_PAD(first)];
+#pragma unroll
+        for (int k = 1; k < PYGPU_SCAN_ITEMS; ++k)
+            if (FULL || k < nvalid)
+                total = pygpu_scan_op(total, buf[PYGPU_SCAN_PAD(first + k)]);
+    }
 #endif
 
     // warp inclusive scan of the threads' totals
@@ -509,7 +562,29 @@ __device__ __forceinline__ void scan_tile(const pygpu_scan_t *in,
         if (p_ok)
             run = p;
 #pragma unroll
-        for (int k = 0; k < PYGPU_SCAN_ITEMS; ++k) {
+        for (int c = 0; ASYNC && c < CH; ++c) {
+            pygpu_scan_t v[V];
+            pygpu_scan_t *where = buf + swz(t * CH + c) * V;
+            vload<V>(where, v);
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                const pygpu_scan_t val = v[e];
+#if PYGPU_SCAN_EXCLUSIVE
+                v[e] = have ? pygpu_scan_op(nt, run) : nt;
+#endif
+                if (have)
+                    run = pygpu_scan_op(run, val);
+                else
+                    run = val;
+                have = true;
+#if !PYGPU_SCAN_EXCLUSIVE
+                v[e] = run;
+#endif
+            }
+            vstore<V>(where, v);
+        }
+#pragma unroll
+        for (int k = 0; !ASYNC && k < PYGPU_SCAN_ITEMS; ++k) {
             if (FULL || k < nvalid) {
                 const pygpu_scan_t val = buf[PYGPU_SCAN_PAD(first + k)];
 #if PYGPU_SCAN_EXCLUSIVE
@@ -531,7 +606,11 @@ __device__ __forceinline__ void scan_tile(const pygpu_scan_t *in,
 #pragma unroll
     for (int k = 0; k < PYGPU_SCAN_ITEMS / V; ++k) {
         const unsigned int j = striped<V>(k, t);
-        if (V > 1) {
+        if (ASYNC) {
+            pygpu_scan_t v[V];
+            vload<V>(buf + swz(j / V) * V, v);
+            vstore<V>(out + base + j, v);
+        } else if (V > 1) {
             pygpu_scan_t v[V];
 #pragma unroll
             for (int c = 0; c < V; ++c)

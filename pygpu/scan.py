@@ -54,9 +54,11 @@ SCAN_CONFIG_KEYS = {
     "sleep": (_range_check(0, 10000), "nanoseconds a look-back poll sleeps (0: spin)"),
     "hold": (_choice_check(0, 1), "1: items stay in registers across the look-back; "
              "0: read from shared memory again"),
+    "async_copy": (_choice_check(0, 1), "1: full tiles of 16-byte chunks reach shared memory "
+                   "by cp.async, no registers between (with vec=16 and hold=0)"),
 }
 SCAN_DEFAULTS = {"threads": 256, "items": 32, "min_blocks": 4, "warp_load": 1, "vec": 16,
-                 "sleep": 0, "hold": 0}
+                 "sleep": 0, "hold": 0, "async_copy": 0}
 
 
 def scan_config(config=None):
@@ -178,6 +180,10 @@ def _scan_source(dtype, scan_expr, neutral, exclusive, name, preamble, _tile, _m
         raise ValueError("a scan of %s (%d bytes) cannot keep its values in the 32 bits of a "
                          "packed word" % (dtype, dtype.itemsize))
     vec = _vector_elements(dtype.itemsize, items, cfg["vec"])
+    if cfg["async_copy"] and (cfg["hold"] or cfg["vec"] != 16):
+        raise ValueError("scan config: async_copy=1 needs hold=0 and vec=16 (it reads the "
+                         "items from shared memory in 16-byte chunks), not hold=%d, vec=%d"
+                         % (cfg["hold"], cfg["vec"]))
     types = complex_source() if needs_complex(scan_type, preamble) else ""
     src = _get_template().substitute(
         types=types, preamble=preamble, scan_type=scan_type, scan_expr=scan_expr,
@@ -185,7 +191,8 @@ def _scan_source(dtype, scan_expr, neutral, exclusive, name, preamble, _tile, _m
         threads=threads, items=items, name=name, packed=int(bool(packed)),
         min_blocks=(_default_min_blocks(dtype, cfg) if _min_blocks is None
                     else int(_min_blocks)),
-        warp_load=cfg["warp_load"], vec=vec, sleep=cfg["sleep"], hold=cfg["hold"])
+        warp_load=cfg["warp_load"], vec=vec, sleep=cfg["sleep"], hold=cfg["hold"],
+        async_copy=cfg["async_copy"])
     return src, (threads, items), vec
 
 

@@ -396,12 +396,16 @@ def test_every_swept_config_compiles(config):
         assert "#define PYGPU_SCAN_WARP_LOAD %d" % cfg["warp_load"] in src
         # 16-byte loads and stores of full tiles where vec asks for them
         wide = all(re.search(r"%s\.global\.(v4\.[bfsu]32|v2\.[bfsu]64)" % op, ptx)
+                   or (op == "ld" and cfg["async_copy"] and "cp.async.cg" in ptx)
                    for op in ("ld", "st"))
         size = np.dtype(dtype).itemsize
         v = scan._vector_elements(size, scan.tile_shape(dtype, cfg)[1], cfg["vec"])
         if v == 1 or v * size == 16:
             assert wide == (v * size == 16), (dtype, config)
         assert ("nanosleep" in ptx) == (cfg["sleep"] > 0)
+        # cp.async for 16-byte chunks of full tiles with async_copy (float32: 4 a chunk)
+        if dtype is np.float32:
+            assert ("cp.async.cg.shared.global" in ptx) == bool(cfg["async_copy"])
 
 
 def test_scan_defaults_and_environment(monkeypatch):
@@ -427,7 +431,7 @@ def test_scan_defaults_and_environment(monkeypatch):
 
 @pytest.mark.parametrize("config, exc, match", [
     ("tile=5", ValueError, r"config: 'tile' is not a known key \(known: threads, items, "
-                           r"min_blocks, warp_load, vec, sleep, hold\)"),
+                           r"min_blocks, warp_load, vec, sleep, hold, async_copy\)"),
     ("threads=100", ValueError, r"config: threads=100: .* multiple of 32 from 32 to 1024"),
     ("items=0", ValueError, r"config: items=0: .* must be from 1 to 64"),
     ("vec=2", ValueError, r"config: vec=2: .* must be one of 0, 4, 8, 16"),
@@ -437,6 +441,11 @@ def test_scan_defaults_and_environment(monkeypatch):
                                          r"bytes needs 67584 bytes of shared memory, over the "
                                          r"49152 a block may have"),
     (3, TypeError, r"config must be a dict or a str 'key=value,...', not int"),
+    ("async_copy=1,hold=1", ValueError, r"scan config: async_copy=1 needs hold=0 and vec=16 "
+                                        r"\(it reads the items from shared memory in 16-byte "
+                                        r"chunks\), not hold=1, vec=16"),
+    ("async_copy=1,vec=8", ValueError, r"async_copy=1 needs hold=0 and vec=16 .*, not hold=0, "
+                                       r"vec=8"),
 ])
 def test_scan_config_errors(config, exc, match):
     with pytest.raises(exc, match=match):

@@ -150,73 +150,82 @@ ${name}_stage1(pygpu_red_t *pygpu_partial, ${arguments}
                long long pygpu_vbase, unsigned long long pygpu_nvec,
                unsigned int *pygpu_ticket, pygpu_red_t *pygpu_out)
 {
-    pygpu_red_t acc = ${neutral};
-    const unsigned long long stride = (unsigned long long)gridDim.x * PYGPU_RED_BLOCK;
-    const unsigned long long gid = (unsigned long long)blockIdx.x * PYGPU_RED_BLOCK + threadIdx.x;
+    // every local is pygpu_-prefixed: the user's expressions see their own names
+    pygpu_red_t pygpu_acc = ${neutral};
+    const unsigned long long pygpu_stride = (unsigned long long)gridDim.x * PYGPU_RED_BLOCK;
+    const unsigned long long pygpu_gid =
+        (unsigned long long)blockIdx.x * PYGPU_RED_BLOCK + threadIdx.x;
     // element i's value; the user's map expression sees i and the arguments
     auto pygpu_map = [&](const long long i) -> pygpu_red_t { return (${map_expr}); };
 #if PYGPU_RED_VEC > 1
     if (pygpu_nvec > 0) {
-        // the chunk at i: vector loads, then map_expr for its vec indices
-        auto pygpu_chunk = [&](const long long i0) -> pygpu_red_t {
+        // the chunk at index pygpu_i0: vector loads, then map_expr for its vec indices
+        auto pygpu_chunk = [&](const long long pygpu_i0) -> pygpu_red_t {
             ${vloads}
             auto pygpu_vmap = [&](const long long i, const int pygpu_c) -> pygpu_red_t {
                 (void)i;
                 (void)pygpu_c;
                 return (${vmap_expr});
             };
-            pygpu_red_t r = pygpu_vmap(i0, 0);
+            pygpu_red_t pygpu_r = pygpu_vmap(pygpu_i0, 0);
 #pragma unroll
-            for (int c = 1; c < PYGPU_RED_VEC; ++c)
-                r = pygpu_red_op(r, pygpu_vmap(i0 + c, c));
-            return r;
+            for (int pygpu_cc = 1; pygpu_cc < PYGPU_RED_VEC; ++pygpu_cc)
+                pygpu_r = pygpu_red_op(pygpu_r, pygpu_vmap(pygpu_i0 + pygpu_cc, pygpu_cc));
+            return pygpu_r;
         };
-        unsigned long long m = gid;
-        for (; m + (PYGPU_RED_UNROLL - 1) * stride < pygpu_nvec; m += PYGPU_RED_UNROLL * stride) {
-            pygpu_red_t v[PYGPU_RED_UNROLL];
+        unsigned long long pygpu_m = pygpu_gid;
+        for (; pygpu_m + (PYGPU_RED_UNROLL - 1) * pygpu_stride < pygpu_nvec;
+             pygpu_m += PYGPU_RED_UNROLL * pygpu_stride) {
+            pygpu_red_t pygpu_vals[PYGPU_RED_UNROLL];
 #pragma unroll
-            for (int u = 0; u < PYGPU_RED_UNROLL; ++u)
-                v[u] = pygpu_chunk(pygpu_vbase + (long long)((m + u * stride) * PYGPU_RED_VEC));
+            for (int pygpu_u = 0; pygpu_u < PYGPU_RED_UNROLL; ++pygpu_u)
+                pygpu_vals[pygpu_u] = pygpu_chunk(
+                    pygpu_vbase + (long long)((pygpu_m + pygpu_u * pygpu_stride) * PYGPU_RED_VEC));
 #pragma unroll
-            for (int u = 0; u < PYGPU_RED_UNROLL; ++u)
-                acc = pygpu_red_op(acc, v[u]);
+            for (int pygpu_u = 0; pygpu_u < PYGPU_RED_UNROLL; ++pygpu_u)
+                pygpu_acc = pygpu_red_op(pygpu_acc, pygpu_vals[pygpu_u]);
         }
-        for (; m < pygpu_nvec; m += stride)
-            acc = pygpu_red_op(acc, pygpu_chunk(pygpu_vbase + (long long)(m * PYGPU_RED_VEC)));
+        for (; pygpu_m < pygpu_nvec; pygpu_m += pygpu_stride)
+            pygpu_acc = pygpu_red_op(pygpu_acc,
+                                     pygpu_chunk(pygpu_vbase + (long long)(pygpu_m * PYGPU_RED_VEC)));
         // head [start, vbase) and tail [vbase + vec*nvec, start + count): fewer than
         // vec elements each
-        const unsigned long long head = (unsigned long long)(pygpu_vbase - pygpu_start);
-        const unsigned long long tail0 = head + pygpu_nvec * PYGPU_RED_VEC;
-        if (gid < head)
-            acc = pygpu_red_op(acc, pygpu_map(pygpu_start + (long long)gid));
-        if (tail0 + gid < pygpu_count)
-            acc = pygpu_red_op(acc, pygpu_map(pygpu_start + (long long)(tail0 + gid)));
+        const unsigned long long pygpu_head = (unsigned long long)(pygpu_vbase - pygpu_start);
+        const unsigned long long pygpu_tail = pygpu_head + pygpu_nvec * PYGPU_RED_VEC;
+        if (pygpu_gid < pygpu_head)
+            pygpu_acc = pygpu_red_op(pygpu_acc, pygpu_map(pygpu_start + (long long)pygpu_gid));
+        if (pygpu_tail + pygpu_gid < pygpu_count)
+            pygpu_acc = pygpu_red_op(pygpu_acc,
+                                     pygpu_map(pygpu_start + (long long)(pygpu_tail + pygpu_gid)));
     } else
 #endif
     {
-        unsigned long long k = gid;
-        for (; k + (PYGPU_RED_UNROLL - 1) * stride < pygpu_count; k += PYGPU_RED_UNROLL * stride) {
-            pygpu_red_t v[PYGPU_RED_UNROLL];
+        unsigned long long pygpu_k = pygpu_gid;
+        for (; pygpu_k + (PYGPU_RED_UNROLL - 1) * pygpu_stride < pygpu_count;
+             pygpu_k += PYGPU_RED_UNROLL * pygpu_stride) {
+            pygpu_red_t pygpu_vals[PYGPU_RED_UNROLL];
 #pragma unroll
-            for (int u = 0; u < PYGPU_RED_UNROLL; ++u)
-                v[u] = pygpu_map(pygpu_start + (long long)(k + u * stride) * pygpu_step);
+            for (int pygpu_u = 0; pygpu_u < PYGPU_RED_UNROLL; ++pygpu_u)
+                pygpu_vals[pygpu_u] = pygpu_map(
+                    pygpu_start + (long long)(pygpu_k + pygpu_u * pygpu_stride) * pygpu_step);
 #pragma unroll
-            for (int u = 0; u < PYGPU_RED_UNROLL; ++u)
-                acc = pygpu_red_op(acc, v[u]);
+            for (int pygpu_u = 0; pygpu_u < PYGPU_RED_UNROLL; ++pygpu_u)
+                pygpu_acc = pygpu_red_op(pygpu_acc, pygpu_vals[pygpu_u]);
         }
-        for (; k < pygpu_count; k += stride)
-            acc = pygpu_red_op(acc, pygpu_map(pygpu_start + (long long)k * pygpu_step));
+        for (; pygpu_k < pygpu_count; pygpu_k += pygpu_stride)
+            pygpu_acc = pygpu_red_op(pygpu_acc,
+                                     pygpu_map(pygpu_start + (long long)pygpu_k * pygpu_step));
     }
-    acc = pygpu_red_block(acc);
+    pygpu_acc = pygpu_red_block(pygpu_acc);
     if (pygpu_ticket == 0) {
         if (threadIdx.x == 0)
-            pygpu_partial[blockIdx.x] = acc;
+            pygpu_partial[blockIdx.x] = pygpu_acc;
         return;
     }
     // one launch: the last block to finish combines the partial results
     __shared__ bool pygpu_last;
     if (threadIdx.x == 0) {
-        pygpu_partial[blockIdx.x] = acc;
+        pygpu_partial[blockIdx.x] = pygpu_acc;
         __threadfence();
         pygpu_last = atomicAdd(pygpu_ticket, 1u) == gridDim.x - 1;
     }
@@ -224,9 +233,9 @@ ${name}_stage1(pygpu_red_t *pygpu_partial, ${arguments}
     if (!pygpu_last)
         return;
     __threadfence();
-    acc = pygpu_red_partials(pygpu_partial, gridDim.x);
+    pygpu_acc = pygpu_red_partials(pygpu_partial, gridDim.x);
     if (threadIdx.x == 0)
-        *pygpu_out = acc;
+        *pygpu_out = pygpu_acc;
 }
 
 extern "C" __global__ void __launch_bounds__(PYGPU_RED_BLOCK)

@@ -261,7 +261,7 @@ def _reduction_source(dtype_out, neutral, reduce_expr, map_expr, arguments, name
         vmap_expr = re.sub(r"(?<!\.)(?<!->)\b%s\s*\[\s*i\s*\]" % re.escape(vname),
                            "pygpu_v_%s[pygpu_c]" % vname, vmap_expr)
         vloads.append("typename pygpu_red_elem<decltype(&%s[0])>::type pygpu_v_%s[PYGPU_RED_VEC]; "
-                      "pygpu_red_vload<PYGPU_RED_VEC>(&%s[i0], pygpu_v_%s);"
+                      "pygpu_red_vload<PYGPU_RED_VEC>(&%s[pygpu_i0], pygpu_v_%s);"
                       % (vname, vname, vname, vname))
     src = _get_template().substitute(
         types=types, preamble=preamble, out_type=out_type, neutral=neutral,

@@ -664,3 +664,16 @@ def test_subset_and_bool_kernels_in_configs(ctx, rng, config, monkeypatch):
     df = ga.to_gpu(f)
     assert kany(df).get() == np.any(f) and kall(df).get() == np.all(f)
     assert kall(df[1:]).get() == np.all(f[1:])
+
+
+def test_argument_names_the_kernel_uses_inside_compile():
+    """The kernel's own locals are pygpu_-prefixed: arguments may be called
+    acc, stride, k, m, r, c, i0, head, tail, gid (before, some shadowed the
+    user's or failed to compile)."""
+    args = ("const float *acc, float stride, int k, float m, float r, float c, float i0, "
+            "float head, float tail, float gid, float u, float v")
+    src, _ = reduction_source(np.float32, "0", "a+b",
+                              "acc[i]*stride + k + m + r + c + i0 + head + tail + gid + u + v",
+                              args)
+    ptx = _ptx(src, "compute_90")
+    assert ".entry reduce_kernel_stage1" in ptx and "ld.global.nc.v4" in ptx

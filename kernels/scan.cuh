@@ -9,6 +9,26 @@
 //   neutral     the exclusive scan's first value (exclusive only)
 //   exclusive   1 or 0
 //   threads     threads per block, items  elements per thread
+//   min_blocks  blocks an SM the registers must allow (__launch_bounds__)
+//   packed      1: flag and value share one 64-bit word a tile (see below)
+//   warp_load   1: each warp moves its own 32*items elements between global
+//               and shared memory (warp-striped, __syncwarp); 0: the block
+//               moves the tile (block-striped, __syncthreads)
+//   vec         elements a vector load/store moves (1: scalar); used on full
+//               tiles when the kernel's vec_ok argument says both arrays are
+//               aligned to vec elements
+//   sleep       nanoseconds a look-back poll sleeps after finding a tile not
+//               yet published (0: spin)
+//   async_copy  1 (with hold 0): full aligned tiles of 16-byte chunks go from
+//               global to shared memory by cp.async (sm_80 on), no registers
+//               in between, into an XOR-swizzled layout (chunk q at
+//               q ^ ((q >> 3) & 7)) that 16-byte blocked reads see without
+//               bank conflicts; the elements in flight are then bounded by
+//               shared memory, not registers
+//   hold        1: a thread keeps its items scanned in registers while the
+//               block waits for the tile's prefix; 0: it reads them from
+//               shared memory twice (its total first, then the scan), so far
+//               fewer registers stay live across the look-back
 //   name        the kernel's name
 //
 // Each block takes the next tile (threads*items elements) from an atomic
@@ -40,6 +60,16 @@ typedef ${scan_type} pygpu_scan_t;
 #define PYGPU_SCAN_EXCLUSIVE ${exclusive}
 #define PYGPU_SCAN_PACKED ${packed}
 #define PYGPU_SCAN_MIN_BLOCKS ${min_blocks}
+#define PYGPU_SCAN_WARP_LOAD ${warp_load}
+#define PYGPU_SCAN_VEC ${vec}
+#define PYGPU_SCAN_SLEEP ${sleep}
+#define PYGPU_SCAN_HOLD ${hold}
+#define PYGPU_SCAN_ASYNC ${async_copy}
+#if PYGPU_SCAN_WARP_LOAD
+#define PYGPU_SCAN_TRANSPOSE_SYNC() __syncwarp()
+#else
+#define PYGPU_SCAN_TRANSPOSE_SYNC() __syncthreads()
+#endif
 // one padding element per 32: blocked reads of the tile hit distinct banks
 #define PYGPU_SCAN_PAD(j) ((j) + ((j) >> 5))
 
@@ -59,6 +89,96 @@ static __device__ __forceinline__ pygpu_scan_t pygpu_scan_neutral()
 namespace pygpu_scan {
 
 constexpr int SLOT = (int)((sizeof(pygpu_scan_t) + 3) / 4);
+
+// a look-back poll that found nothing published yet
+__device__ __forceinline__ void poll_pause()
+{
+#if PYGPU_SCAN_SLEEP > 0 && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 700)
+    __nanosleep(PYGPU_SCAN_SLEEP);
+#endif
+}
+
+// The tile index of element c of thread t's k-th striped access of V
+// consecutive elements: warp-striped (each warp its own 32*ITEMS elements)
+// or block-striped.
+template <int V>
+__device__ __forceinline__ unsigned int striped(int k, unsigned int t)
+{
+#if PYGPU_SCAN_WARP_LOAD
+    return (t >> 5) * (32u * PYGPU_SCAN_ITEMS) + ((unsigned int)k * 32u + (t & 31u)) * V;
+#else
+    return ((unsigned int)k * PYGPU_SCAN_THREADS + t) * V;
+#endif
+}
+
+// the swizzled place of 16-byte chunk q of a tile (async_copy)
+__device__ __forceinline__ unsigned int swz(unsigned int q)
+{
+    return q ^ ((q >> 3) & 7u);
+}
+
+// 16 bytes from global to shared memory without registers where the
+// architecture has cp.async; wait_copies() waits for the thread's own copies
+__device__ __forceinline__ void copy16(void *smem, const void *gmem)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned int s = (unsigned int)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+#else
+    *reinterpret_cast<uint4 *>(smem) = *reinterpret_cast<const uint4 *>(gmem);
+#endif
+}
+
+__device__ __forceinline__ void wait_copies()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+#endif
+}
+
+// V elements at p (aligned to V elements) in one access of V*sizeof bytes
+template <int V>
+__device__ __forceinline__ void vload(const pygpu_scan_t *p, pygpu_scan_t (&v)[V])
+{
+    constexpr int B = V * (int)sizeof(pygpu_scan_t);
+    if (B == 16) {
+        const uint4 w = *reinterpret_cast<const uint4 *>(p);
+        memcpy(v, &w, 16);
+    } else if (B == 8) {
+        const uint2 w = *reinterpret_cast<const uint2 *>(p);
+        memcpy(v, &w, 8);
+    } else if (B == 4) {
+        const unsigned int w = *reinterpret_cast<const unsigned int *>(p);
+        memcpy(v, &w, 4);
+    } else {
+#pragma unroll
+        for (int c = 0; c < V; ++c)
+            v[c] = p[c];
+    }
+}
+
+template <int V>
+__device__ __forceinline__ void vstore(pygpu_scan_t *p, const pygpu_scan_t (&v)[V])
+{
+    constexpr int B = V * (int)sizeof(pygpu_scan_t);
+    if (B == 16) {
+        uint4 w;
+        memcpy(&w, v, 16);
+        *reinterpret_cast<uint4 *>(p) = w;
+    } else if (B == 8) {
+        uint2 w;
+        memcpy(&w, v, 8);
+        *reinterpret_cast<uint2 *>(p) = w;
+    } else if (B == 4) {
+        unsigned int w;
+        memcpy(&w, v, 4);
+        *reinterpret_cast<unsigned int *>(p) = w;
+    } else {
+#pragma unroll
+        for (int c = 0; c < V; ++c)
+            p[c] = v[c];
+    }
+}
 
 __device__ __forceinline__ pygpu_scan_t from_words(const int *w)
 {
@@ -139,9 +259,12 @@ __device__ __forceinline__ pygpu_scan_t look_back(const int *flags, const int *a
         const long long idx = pos - (long long)lane;
         int f = 3;                               // before tile 0: never used
         if (idx >= 0) {
-            do {
+            for (;;) {
                 f = vflags[idx];
-            } while (f == 0);
+                if (f != 0)
+                    break;
+                poll_pause();
+            }
         }
         __syncwarp();
         __threadfence();
@@ -194,9 +317,12 @@ __device__ __forceinline__ pygpu_scan_t look_back_packed(const int *flags, unsig
         const long long idx = pos - (long long)lane;
         unsigned long long w = 3ull << 32;       // before tile 0: never used
         if (idx >= 0) {
-            do {
+            for (;;) {
                 w = words[idx];
-            } while ((unsigned int)(w >> 32) == 0u);
+                if ((unsigned int)(w >> 32) != 0u)
+                    break;
+                poll_pause();
+            }
         }
         const unsigned int bits = (unsigned int)w;
         pygpu_scan_t v;
@@ -225,7 +351,7 @@ __device__ __forceinline__ pygpu_scan_t look_back_packed(const int *flags, unsig
 }
 #endif
 
-template <bool FULL>
+template <bool FULL, int V>
 __device__ __forceinline__ void scan_tile(const pygpu_scan_t *in,
                                           pygpu_scan_t *out,
                                           size_t base, unsigned int remain, unsigned int tile,
@@ -233,16 +359,34 @@ __device__ __forceinline__ void scan_tile(const pygpu_scan_t *in,
                                           pygpu_scan_t *buf, pygpu_scan_t *warp_tot,
                                           bool *warp_ok, pygpu_scan_t *tile_prefix)
 {
+    static_assert(FULL || V == 1, "vector accesses are for full tiles");
+    static_assert(PYGPU_SCAN_ITEMS % V == 0, "V divides ITEMS");
     const unsigned int t = threadIdx.x, lane = t & 31u, warp = t >> 5;
+    // chunks of 16 bytes through cp.async and the swizzled layout
+    constexpr bool ASYNC = PYGPU_SCAN_ASYNC && FULL && V > 1 &&
+                           V * sizeof(pygpu_scan_t) == 16;
+    constexpr int CH = PYGPU_SCAN_ITEMS / V;      // a thread's chunks (ASYNC)
+    (void)CH;
 
-    // striped, coalesced load into shared memory
+    // striped, coalesced load into shared memory (V elements an access)
 #pragma unroll
-    for (int k = 0; k < PYGPU_SCAN_ITEMS; ++k) {
-        const unsigned int j = k * PYGPU_SCAN_THREADS + t;
-        if (FULL || j < remain)
+    for (int k = 0; k < PYGPU_SCAN_ITEMS / V; ++k) {
+        const unsigned int j = striped<V>(k, t);
+        if (ASYNC) {
+            copy16(buf + swz(j / V) * V, in + base + j);
+        } else if (V > 1) {
+            pygpu_scan_t v[V];
+            vload<V>(in + base + j, v);
+#pragma unroll
+            for (int c = 0; c < V; ++c)
+                buf[PYGPU_SCAN_PAD(j + c)] = v[c];
+        } else if (FULL || j < remain) {
             buf[PYGPU_SCAN_PAD(j)] = in[base + j];
+        }
     }
-    __syncthreads();
+    if (ASYNC)
+        wait_copies();
+    PYGPU_SCAN_TRANSPOSE_SYNC();
 
     // blocked: thread t owns elements t*ITEMS ...; scan them in registers
     const unsigned int first = t * PYGPU_SCAN_ITEMS;
@@ -250,6 +394,7 @@ __device__ __forceinline__ void scan_tile(const pygpu_scan_t *in,
                             : (first >= remain ? 0
                                : (remain - first < PYGPU_SCAN_ITEMS ? (int)(remain - first)
                                                                    : PYGPU_SCAN_ITEMS));
+#if PYGPU_SCAN_HOLD
     pygpu_scan_t x[PYGPU_SCAN_ITEMS];
 #pragma unroll
     for (int k = 0; k < PYGPU_SCAN_ITEMS; ++k)
@@ -259,12 +404,40 @@ __device__ __forceinline__ void scan_tile(const pygpu_scan_t *in,
     for (int k = 1; k < PYGPU_SCAN_ITEMS; ++k)
         if (FULL || k < nvalid)
             x[k] = pygpu_scan_op(x[k - 1], x[k]);
+#else
+    // only the thread's total now; the elements stay in shared memory and
+    // are read again once the thread's prefix is known (fewer registers)
+    pygpu_scan_t total;
+    if (ASYNC) {
+        // the thread's chunks t*CH ..., 16 bytes a read
+#pragma unroll
+        for (int c = 0; c < CH; ++c) {
+            pygpu_scan_t v[V];
+            vload<V>(buf + swz(t * CH + c) * V, v);
+#pragma unroll
+            for (int e = 0; e < V; ++e)
+                total = (c == 0 && e == 0) ? v[0] : pygpu_scan_op(total, v[e]);
+        }
+    } else {
+        if (FULL || nvalid > 0)
+            total = buf[PYGPU_SCAN_PAD(first)];
+#pragma unroll
+        for (int k = 1; k < PYGPU_SCAN_ITEMS; ++k)
+            if (FULL || k < nvalid)
+                total = pygpu_scan_op(total, buf[PYGPU_SCAN_PAD(first + k)]);
+    }
+#endif
 
     // warp inclusive scan of the threads' totals
     bool ok = FULL || nvalid > 0;
     pygpu_scan_t v;
+#if PYGPU_SCAN_HOLD
     if (ok)
         v = x[(FULL ? PYGPU_SCAN_ITEMS : (nvalid > 0 ? nvalid : 1)) - 1];
+#else
+    if (ok)
+        v = total;
+#endif
 #pragma unroll
     for (unsigned int d = 1; d < 32; d <<= 1) {
         pygpu_scan_t other = shfl_up(v, d);
@@ -355,6 +528,7 @@ __device__ __forceinline__ void scan_tile(const pygpu_scan_t *in,
     combine(p_ok, p, wpre_ok, wpre);
     combine(p_ok, p, pre_ok, pre);
 
+#if PYGPU_SCAN_HOLD
     if (p_ok) {
 #pragma unroll
         for (int k = 0; k < PYGPU_SCAN_ITEMS; ++k)
@@ -377,12 +551,74 @@ __device__ __forceinline__ void scan_tile(const pygpu_scan_t *in,
     for (int k = 0; k < PYGPU_SCAN_ITEMS; ++k)
         if (FULL || k < nvalid)
             buf[PYGPU_SCAN_PAD(first + k)] = x[k];
-    __syncthreads();
+#else
+    // the thread's elements again, in order, each result in its own place
+    {
+#if PYGPU_SCAN_EXCLUSIVE
+        const pygpu_scan_t nt = pygpu_scan_neutral();
+#endif
+        bool have = p_ok;
+        pygpu_scan_t run;
+        if (p_ok)
+            run = p;
 #pragma unroll
-    for (int k = 0; k < PYGPU_SCAN_ITEMS; ++k) {
-        const unsigned int j = k * PYGPU_SCAN_THREADS + t;
-        if (FULL || j < remain)
+        for (int c = 0; ASYNC && c < CH; ++c) {
+            pygpu_scan_t v[V];
+            pygpu_scan_t *where = buf + swz(t * CH + c) * V;
+            vload<V>(where, v);
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                const pygpu_scan_t val = v[e];
+#if PYGPU_SCAN_EXCLUSIVE
+                v[e] = have ? pygpu_scan_op(nt, run) : nt;
+#endif
+                if (have)
+                    run = pygpu_scan_op(run, val);
+                else
+                    run = val;
+                have = true;
+#if !PYGPU_SCAN_EXCLUSIVE
+                v[e] = run;
+#endif
+            }
+            vstore<V>(where, v);
+        }
+#pragma unroll
+        for (int k = 0; !ASYNC && k < PYGPU_SCAN_ITEMS; ++k) {
+            if (FULL || k < nvalid) {
+                const pygpu_scan_t val = buf[PYGPU_SCAN_PAD(first + k)];
+#if PYGPU_SCAN_EXCLUSIVE
+                buf[PYGPU_SCAN_PAD(first + k)] = have ? pygpu_scan_op(nt, run) : nt;
+#endif
+                if (have)
+                    run = pygpu_scan_op(run, val);
+                else
+                    run = val;
+                have = true;
+#if !PYGPU_SCAN_EXCLUSIVE
+                buf[PYGPU_SCAN_PAD(first + k)] = run;
+#endif
+            }
+        }
+    }
+#endif
+    PYGPU_SCAN_TRANSPOSE_SYNC();
+#pragma unroll
+    for (int k = 0; k < PYGPU_SCAN_ITEMS / V; ++k) {
+        const unsigned int j = striped<V>(k, t);
+        if (ASYNC) {
+            pygpu_scan_t v[V];
+            vload<V>(buf + swz(j / V) * V, v);
+            vstore<V>(out + base + j, v);
+        } else if (V > 1) {
+            pygpu_scan_t v[V];
+#pragma unroll
+            for (int c = 0; c < V; ++c)
+                v[c] = buf[PYGPU_SCAN_PAD(j + c)];
+            vstore<V>(out + base + j, v);
+        } else if (FULL || j < remain) {
             out[base + j] = buf[PYGPU_SCAN_PAD(j)];
+        }
     }
 }
 
@@ -390,7 +626,8 @@ __device__ __forceinline__ void scan_tile(const pygpu_scan_t *in,
 
 extern "C" __global__ void __launch_bounds__(PYGPU_SCAN_THREADS, PYGPU_SCAN_MIN_BLOCKS)
 ${name}(const pygpu_scan_t *pygpu_in, pygpu_scan_t *pygpu_out, unsigned long long pygpu_n,
-        unsigned int *pygpu_counter, int *pygpu_flags, int *pygpu_aggs, int *pygpu_incls)
+        unsigned int *pygpu_counter, int *pygpu_flags, int *pygpu_aggs, int *pygpu_incls,
+        unsigned int pygpu_vec_ok)
 {
     __shared__ __align__(16) unsigned char buf_raw[PYGPU_SCAN_PAD(PYGPU_SCAN_TILE) *
                                                    sizeof(pygpu_scan_t)];
@@ -407,12 +644,21 @@ ${name}(const pygpu_scan_t *pygpu_in, pygpu_scan_t *pygpu_out, unsigned long lon
     const unsigned int tile = tile_id;
     const size_t base = (size_t)tile * PYGPU_SCAN_TILE;
     const unsigned long long left = pygpu_n - base;
-    if (left >= PYGPU_SCAN_TILE)
-        pygpu_scan::scan_tile<true>(pygpu_in, pygpu_out, base, PYGPU_SCAN_TILE, tile, multi,
-                                    pygpu_flags, pygpu_aggs, pygpu_incls, buf, warp_tot,
-                                    warp_ok, warp_tot + PYGPU_SCAN_WARPS);
-    else
-        pygpu_scan::scan_tile<false>(pygpu_in, pygpu_out, base, (unsigned int)left, tile, multi,
-                                     pygpu_flags, pygpu_aggs, pygpu_incls, buf, warp_tot,
-                                     warp_ok, warp_tot + PYGPU_SCAN_WARPS);
+    if (left >= PYGPU_SCAN_TILE) {
+#if PYGPU_SCAN_VEC > 1
+        if (pygpu_vec_ok) {
+            pygpu_scan::scan_tile<true, PYGPU_SCAN_VEC>(
+                pygpu_in, pygpu_out, base, PYGPU_SCAN_TILE, tile, multi, pygpu_flags, pygpu_aggs,
+                pygpu_incls, buf, warp_tot, warp_ok, warp_tot + PYGPU_SCAN_WARPS);
+            return;
+        }
+#endif
+        pygpu_scan::scan_tile<true, 1>(pygpu_in, pygpu_out, base, PYGPU_SCAN_TILE, tile, multi,
+                                       pygpu_flags, pygpu_aggs, pygpu_incls, buf, warp_tot,
+                                       warp_ok, warp_tot + PYGPU_SCAN_WARPS);
+    } else {
+        pygpu_scan::scan_tile<false, 1>(pygpu_in, pygpu_out, base, (unsigned int)left, tile,
+                                        multi, pygpu_flags, pygpu_aggs, pygpu_incls, buf,
+                                        warp_tot, warp_ok, warp_tot + PYGPU_SCAN_WARPS);
+    }
 }

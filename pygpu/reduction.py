@@ -7,12 +7,24 @@
 
 A reduction is one or two kernel launches (kernels/reduction.cuh): a
 grid-stride first stage sized to the GPU (SM count times the blocks that fit
-on one) and, when it used more than one block, a one-block second stage over
-the per-block results.  The result and the per-block results share one
-allocation, so an allocator= is called once per call.  reduce_expr must be
-associative and commutative: elements are combined in no particular order.
+on one) and, when it used more than one block, either a one-block second
+stage over the per-block results or (launch=1) the last block of the first
+stage finishing the reduction after an atomic ticket.  Arguments read as
+``x[i]`` are read in 16-byte vector loads where their alignment allows (a
+few elements at either end one at a time).  The result and the per-block
+results share one allocation, so an allocator= is called once per call.
+reduce_expr must be associative and commutative: elements are combined in
+no particular order.
+
+The kernel's shape comes from ``config=`` (a dict or ``"key=value,..."``)
+or the environment variable PYGPU_REDUCTION_CONFIG, read when a kernel is
+built; keys: block (threads a block), unroll (vector loads a thread has in
+flight), vec (bytes a vector load, 0 for scalar loads), bps (blocks an SM in
+the grid, 0 for as many as fit), launch (1 or 2 launches).
 """
 import builtins
+import os
+import re
 import string
 import threading
 
@@ -27,9 +39,131 @@ __all__ = ["ReductionKernel", "get_sum_kernel", "get_any_kernel", "get_all_kerne
            "get_subset_dot_kernel", "get_minmax_neutral", "get_minmax_kernel",
            "get_subset_minmax_kernel", "reduction_source"]
 
-BLOCK = 256              # threads per block, both stages
-_PER_THREAD = 16         # below BLOCK * _PER_THREAD elements per block, use fewer blocks
+BLOCK = 256              # threads per block, both stages (the default config's)
+_PER_THREAD = 16         # below block * _PER_THREAD elements per block, use fewer blocks
 _SCALAR_CHARS = set("bBhHiIlLqQfde?")
+
+# ---- kernel configuration: config= or an environment variable ----
+
+
+def _check_block(v):
+    return 32 <= v <= 1024 and v % 32 == 0, "a multiple of 32 from 32 to 1024"
+
+
+def _range_check(lo, hi):
+    return lambda v: (lo <= v <= hi, "from %d to %d" % (lo, hi))
+
+
+def _choice_check(*values):
+    return lambda v: (v in values, "one of %s" % ", ".join(str(x) for x in values))
+
+
+# key: (check, meaning).  The defaults (REDUCTION_DEFAULTS): 256 threads and
+# as many blocks as fit (2,048 threads an SM on an H100), each thread with
+# four 16-byte loads in flight: 128 KiB an SM, above the ~40 KiB an SM that
+# 3.35 TB/s at ~1.5 us of loaded latency needs (Little's law); two launches
+# (the second reads a few thousand bytes).
+REDUCTION_CONFIG_KEYS = {
+    "block": (_check_block, "threads a block"),
+    "unroll": (_range_check(1, 16), "vector loads a thread has in flight"),
+    "vec": (_choice_check(0, 4, 8, 16), "bytes a vector load (0: scalar loads)"),
+    "bps": (_range_check(0, 32), "blocks an SM in the grid (0: as many as fit)"),
+    "launch": (_choice_check(1, 2), "kernel launches (1: the last block finishes)"),
+}
+REDUCTION_DEFAULTS = {"block": 256, "unroll": 4, "vec": 16, "bps": 0, "launch": 2}
+
+
+def parse_config(config, keys, defaults, what):
+    """defaults updated with config: a dict, or a str "key=value,..." of
+    integers (None or "": the defaults).  what names the source in errors
+    (the environment variable, or 'config')."""
+    out = dict(defaults)
+    if config is None:
+        return out
+    if isinstance(config, str):
+        items = []
+        seen = set()
+        for part in config.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            key, eq, value = part.partition("=")
+            key, value = key.strip(), value.strip()
+            if not eq or not key:
+                raise ValueError("%s: %r is not key=value" % (what, part))
+            if key in seen:
+                raise ValueError("%s: %r is given twice" % (what, key))
+            seen.add(key)
+            try:
+                number = int(value, 0)
+            except ValueError:
+                raise ValueError("%s: %s=%s is not an integer" % (what, key, value)) from None
+            items.append((key, number))
+    elif isinstance(config, dict):
+        items = list(config.items())
+    else:
+        raise TypeError("%s must be a dict or a str 'key=value,...', not %s"
+                        % (what, type(config).__name__))
+    for key, value in items:
+        if key not in keys:
+            raise ValueError("%s: %r is not a known key (known: %s)"
+                             % (what, key, ", ".join(keys)))
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError("%s: %s must be an int, not %s"
+                            % (what, key, type(value).__name__))
+        ok, rule = keys[key][0](int(value))
+        if not ok:
+            raise ValueError("%s: %s=%d: %s must be %s"
+                             % (what, key, value, keys[key][1], rule))
+        out[key] = int(value)
+    return out
+
+
+def reduction_config(config=None):
+    """The reduction kernel configuration: config (a dict or "key=value,...")
+    over the defaults, or, where config is None, PYGPU_REDUCTION_CONFIG."""
+    if config is None:
+        return parse_config(os.environ.get("PYGPU_REDUCTION_CONFIG") or None,
+                            REDUCTION_CONFIG_KEYS, REDUCTION_DEFAULTS,
+                            "PYGPU_REDUCTION_CONFIG")
+    return parse_config(config, REDUCTION_CONFIG_KEYS, REDUCTION_DEFAULTS, "config")
+
+
+_VECTOR_KINDS = set("biufc")
+_WRITE_AFTER = re.compile(r"\s*(=(?!=)|\+\+|--|[-+*/%&|^]=|<<=|>>=)")
+
+
+def _vector_arguments(map_expr, args):
+    """The vector arguments that map_expr reads only as name[i] (never
+    writes): these can be read in vector loads.  [(position, name, itemsize)]"""
+    found = []
+    for pos, a in enumerate(args):
+        if not is_vector(a):
+            continue
+        dt = np.dtype(a.dtype)
+        if dt.kind not in _VECTOR_KINDS or dt.itemsize not in (1, 2, 4, 8, 16):
+            continue
+        name = re.escape(a.name)
+        uses = list(re.finditer(r"(?<!\.)(?<!->)\b%s\b" % name, map_expr))
+        reads = list(re.finditer(r"(?<!\.)(?<!->)\b%s\s*\[\s*i\s*\]" % name, map_expr))
+        if not reads or len(uses) != len(reads):
+            continue
+        if builtins.any(_WRITE_AFTER.match(map_expr, m.end()) or
+                        map_expr[:m.start()].rstrip().endswith(("++", "--"))
+                        for m in reads):
+            continue
+        found.append((pos, a.name, dt.itemsize))
+    return found
+
+
+def _vector_plan(vec_bytes, found):
+    """Elements a chunk (vec) for the vector-loaded arguments: vec_bytes over
+    the smallest element, at most 64 bytes of the largest; 1: no vector path."""
+    if not vec_bytes or not found:
+        return 1
+    v = builtins.max(1, vec_bytes // builtins.min(s for _, _, s in found))
+    v = builtins.min(v, builtins.max(1, 64 // builtins.max(s for _, _, s in found)))
+    return v
 
 _template = None
 _template_lock = threading.Lock()
@@ -72,9 +206,18 @@ def _neutral_text(neutral):
 
 
 def reduction_source(dtype_out, neutral, reduce_expr, map_expr=None, arguments=None,
-                     name="reduce_kernel", preamble=""):
+                     name="reduce_kernel", preamble="", config=None):
     """The CUDA C source of a ReductionKernel and its parsed arguments:
-    (source, [argument, ...]).  Checks the arguments the way the constructor does."""
+    (source, [argument, ...]).  Checks the arguments the way the constructor
+    does; config as ReductionKernel's."""
+    return _reduction_source(dtype_out, neutral, reduce_expr, map_expr, arguments, name,
+                             preamble, reduction_config(config))[:2]
+
+
+def _reduction_source(dtype_out, neutral, reduce_expr, map_expr, arguments, name, preamble,
+                      cfg):
+    """(source, arguments, [(position, name, itemsize) of vector-loaded
+    arguments], elements a chunk)"""
     dtype_out = np.dtype(dtype_out)
     if dtype_out.hasobject:
         raise TypeError("ReductionKernel: dtype_out %s holds Python objects" % dtype_out)
@@ -108,11 +251,24 @@ def reduction_source(dtype_out, neutral, reduce_expr, map_expr=None, arguments=N
     else:
         map_expr = _check_str(map_expr, "map_expr")
     types = complex_source() if needs_complex(out_type, arg_text, preamble) else ""
+    found = _vector_arguments(map_expr, args)
+    vec = _vector_plan(cfg["vec"], found)
+    if vec == 1:
+        found = []
+    vmap_expr = map_expr
+    vloads = []
+    for _, vname, _ in found:
+        vmap_expr = re.sub(r"(?<!\.)(?<!->)\b%s\s*\[\s*i\s*\]" % re.escape(vname),
+                           "pygpu_v_%s[pygpu_c]" % vname, vmap_expr)
+        vloads.append("typename pygpu_red_elem<decltype(&%s[0])>::type pygpu_v_%s[PYGPU_RED_VEC]; "
+                      "pygpu_red_vload<PYGPU_RED_VEC>(&%s[pygpu_i0], pygpu_v_%s);"
+                      % (vname, vname, vname, vname))
     src = _get_template().substitute(
         types=types, preamble=preamble, out_type=out_type, neutral=neutral,
-        reduce_expr=reduce_expr, map_expr=map_expr, arguments=arg_text + ",",
-        name=name, block=BLOCK)
-    return src, args
+        reduce_expr=reduce_expr, map_expr=map_expr, vmap_expr=vmap_expr,
+        vloads="\n            ".join(vloads), arguments=arg_text + ",",
+        name=name, block=cfg["block"], unroll=cfg["unroll"], vec=vec)
+    return src, args, found, vec
 
 
 def _scalar_char(dtype):
@@ -120,19 +276,21 @@ def _scalar_char(dtype):
     return c if c in _SCALAR_CHARS else "V"
 
 
-def _max_blocks(func):
-    """Blocks of the first stage that fill the GPU: SMs times blocks per SM."""
+def _max_blocks(func, block=BLOCK, per_sm=0):
+    """Blocks of the first stage that fill the GPU: SMs times blocks per SM
+    (per_sm; 0: as many as fit)."""
     try:
         dev = driver.Context.get_device()
         sms = dev.get_attribute(driver.device_attribute.MULTIPROCESSOR_COUNT)
     except driver.Error:
         sms = 1
-    try:
-        per_sm = func.max_active_blocks_per_multiprocessor(BLOCK)
-    except driver.Error:
-        per_sm = 0
     if per_sm <= 0:
-        per_sm = 2048 // BLOCK
+        try:
+            per_sm = func.max_active_blocks_per_multiprocessor(block)
+        except driver.Error:
+            per_sm = 0
+        if per_sm <= 0:
+            per_sm = builtins.max(1, 2048 // block)
     return builtins.max(1, int(sms) * int(per_sm))
 
 
@@ -165,14 +323,24 @@ def _alloc(allocator, nbytes, stream):
     return stream_alloc(nbytes, stream)
 
 
+_ga = None      # pygpu.gpuarray, once a call needed it (it imports this module lazily)
+
+
+def _gpuarray():
+    global _ga
+    if _ga is None:
+        from pygpu import gpuarray
+        _ga = gpuarray
+    return _ga
+
+
 def _array_allocator(ary):
     """ary's allocator, or None where it is the array module's default (then
     the stream-ordered pool on the launch's stream serves instead)."""
     allocator = getattr(ary, "allocator", None)
     if allocator is None:
         return None
-    from pygpu import gpuarray
-    if allocator is getattr(gpuarray, "_default_allocator", None):
+    if allocator is getattr(_ga or _gpuarray(), "_default_allocator", None):
         return None
     return allocator
 
@@ -188,14 +356,26 @@ class ReductionKernel:
     0-d GPUArray.  Keywords: stream, allocator (called once), out (a GPUArray
     of dtype_out that receives the value), range (a slice or range of
     indices i) or slice (a slice of the first vector's indices).
+
+    config: the kernel's shape, a dict or "key=value,..." (keys in
+    REDUCTION_CONFIG_KEYS; default: PYGPU_REDUCTION_CONFIG, else
+    REDUCTION_DEFAULTS).
     """
 
     def __init__(self, dtype_out, neutral, reduce_expr, map_expr=None, arguments=None,
                  name="reduce_kernel", keep=False, options=None, preamble="",
-                 allocator=None):
+                 allocator=None, config=None):
         self.dtype_out = np.dtype(dtype_out)
-        src, args = reduction_source(self.dtype_out, neutral, reduce_expr, map_expr,
-                                     arguments, name, preamble)
+        cfg = reduction_config(config)
+        src, args, found, vec = _reduction_source(self.dtype_out, neutral, reduce_expr,
+                                                  map_expr, arguments, name, preamble, cfg)
+        self.config = cfg
+        self.block = cfg["block"]
+        self.vec = vec
+        # (position among the arguments, itemsize, alignment) of each vector-loaded one
+        self._vec_args = tuple((pos, size, builtins.min(16, vec * size))
+                               for pos, _, size in found)
+        self._one_launch = cfg["launch"] == 1
         self.source = src
         self.arguments = args
         self.allocator = allocator
@@ -209,11 +389,12 @@ class ReductionKernel:
         self.stage2 = mod.get_function(name + "_stage2")
         self.stage1.prepare("P" + "".join("P" if v else _scalar_char(d) for v, d in
                                           zip(self._vector_flags, self._scalar_dtypes))
-                            + "qqQ")
+                            + "qqQqQPP")
         self.stage2.prepare("PPI")
         self._stage1 = self.stage1.prepared_async_call
         self._stage2 = self.stage2.prepared_async_call
-        self.max_blocks = _max_blocks(self.stage1)
+        self.max_blocks = _max_blocks(self.stage1, self.block, cfg["bps"])
+        self._per_block = self.block * _PER_THREAD
         self._item = self.dtype_out.itemsize
         self._offset = -(-builtins.max(self._item, 1) // 16) * 16   # partials' offset
 
@@ -226,9 +407,17 @@ class ReductionKernel:
                                ", ".join(a.name for a in self.arguments), len(args)))
         out = []
         arrays = []
+        ga = _ga or _gpuarray()
         for a, vec, dt, spec in zip(args, self._vector_flags, self._scalar_dtypes,
                                     self.arguments):
             if vec:
+                if a.__class__ is ga.GPUArray:          # the common case, quickly
+                    if not (a._c or a._f):
+                        raise RuntimeError("ReductionKernel cannot deal with non-contiguous "
+                                           "arrays (argument %r)" % spec.name)
+                    arrays.append(a)
+                    out.append(a.gpudata)
+                    continue
                 flags = getattr(a, "flags", None)
                 if flags is None or not hasattr(a, "gpudata"):
                     raise TypeError("argument %r must be a GPUArray, not %s"
@@ -246,7 +435,7 @@ class ReductionKernel:
         # the operand gate: context, freed memory, extent, one memory order
         gate = self._gate
         if gate is None:
-            from pygpu.gpuarray import _check_operands as gate
+            gate = ga._check_operands
             self._gate = gate
             self._what = "ReductionKernel '%s'" % self.stage1.name[:-len("_stage1")]
         gate(self._what, arrays, same_layout=True)
@@ -281,16 +470,22 @@ class ReductionKernel:
         else:
             start, step, count = 0, 1, repr_vec.size
 
-        blocks = -(-count // (BLOCK * _PER_THREAD))
+        blocks = -(-count // self._per_block)
         if blocks > self.max_blocks:
             blocks = self.max_blocks
         elif blocks < 1:
             blocks = 1
+        vbase, nvec = start, 0
+        if self._vec_args and step == 1 and count >= 2 * self.vec:
+            vbase, nvec = self._vector_span(inv, start, count)
         if allocator is None:
             allocator = self.allocator
             if allocator is None:
                 allocator = _array_allocator(repr_vec)
         item = self._item
+        one = self._one_launch and blocks > 1
+        # the partial results (and the ticket, 16 bytes before them, with one launch)
+        extra = 16 if one else 0
         if out is not None:
             if getattr(out, "dtype", None) != self.dtype_out:
                 raise ValueError("out must have the same dtype as dtype_out")
@@ -300,26 +495,56 @@ class ReductionKernel:
             _check_operands("ReductionKernel out", (out,))
             result = out
             target = out.gpudata
-            partial = _alloc(allocator, blocks * item, stream) if blocks > 1 else target
-        else:
-            from pygpu import gpuarray
             if blocks > 1:
-                buf = _alloc(allocator, self._offset + blocks * item, stream)
-                partial = int(buf) + self._offset
+                pbuf = _alloc(allocator, extra + blocks * item, stream)
+                partial = int(pbuf) + extra
+            else:
+                partial = target
+        else:
+            result = None
+            if blocks > 1:
+                buf = _alloc(allocator, self._offset + extra + blocks * item, stream)
+                partial = int(buf) + self._offset + extra
             else:
                 buf = _alloc(allocator, builtins.max(item, 1), stream)
                 partial = buf
-            result = gpuarray.GPUArray((), self.dtype_out, allocator=allocator, gpudata=buf)
             target = buf
         stage1, stage2 = self._stage1, self._stage2
         if kernel_wrapper is not None:
             stage1 = kernel_wrapper(stage1)
+            stage2 = kernel_wrapper(stage2)
+        if one:
+            ticket = partial - 16
+            if stream is None:
+                driver.memset_d32_async(ticket, 0, 1)
+            else:
+                driver.memset_d32_async(ticket, 0, 1, stream)
+            stage1((blocks, 1), (self.block, 1, 1), stream, partial, *inv, start, step,
+                   count, vbase, nvec, ticket, target)
+        else:
+            stage1((blocks, 1), (self.block, 1, 1), stream, partial, *inv, start, step,
+                   count, vbase, nvec, 0, 0)
             if blocks > 1:
-                stage2 = kernel_wrapper(stage2)
-        stage1((blocks, 1), (BLOCK, 1, 1), stream, partial, *inv, start, step, count)
-        if blocks > 1:
-            stage2((1, 1), (BLOCK, 1, 1), stream, target, partial, blocks)
+                stage2((1, 1), (self.block, 1, 1), stream, target, partial, blocks)
+        if result is None:
+            result = _ga.GPUArray((), self.dtype_out, allocator=allocator, gpudata=buf)
         return result
+
+    def _vector_span(self, inv, start, count):
+        """(vbase, nvec): the vector loads cover indices vbase ... vbase +
+        vec*nvec - 1, where every vector-loaded argument's element vbase is
+        aligned to its load; (start, 0) where no such vbase is near start."""
+        vec = self.vec
+        pos, size, align = self._vec_args[0]
+        rem = (int(inv[pos]) + start * size) % align
+        if rem % size:
+            return start, 0
+        head = ((align - rem) % align) // size
+        vbase = start + head
+        for pos, size, align in self._vec_args[1:]:
+            if (int(inv[pos]) + vbase * size) % align:
+                return start, 0
+        return vbase, (count - head) // vec
 
 
 # ---- the kernels behind gpuarray.sum/dot/min/max/... ----

@@ -1,6 +1,7 @@
 """pygpu.scan: generated sources compile (no GPU needed), argument errors,
 and (gpu) every element of inclusive and exclusive scans against NumPy or a
 sequential reference on fresh random data."""
+import re
 import warnings
 
 import numpy as np
@@ -348,3 +349,212 @@ def test_scratch_allocations(ctx, n, scratch):
     out = k(d, "new", allocator=allocator)
     assert out.shape == d.shape and out.dtype == d.dtype and out is not d
     assert len(calls) == 1 + 2 * scratch
+
+
+# ---- kernel configurations (config= / PYGPU_SCAN_CONFIG) ----
+
+def _sweep():
+    """benchmarks/reduce_scan_sweep.py: the configurations the lead's GPU run times."""
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks",
+                        "reduce_scan_sweep.py")
+    spec = importlib.util.spec_from_file_location("reduce_scan_sweep", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+SWEEP = _sweep()
+CONFIGS = SWEEP.SCANS
+
+
+def _ptx(src, arch):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return bytes(compiler.compile(src, target="ptx", arch=arch, cache_dir=False)).decode()
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c or "defaults")
+def test_every_swept_config_compiles(config):
+    oldest = "compute_%d" % min(compiler.supported_archs())
+    cfg = scan.scan_config(config)
+    for dtype, expr, neutral, exclusive in ((np.float32, "a+b", None, False),
+                                            (np.float32, "a+b", "0", True),
+                                            (np.float64, "a+b", "0", True),
+                                            (np.uint8, "a+b", None, False)):
+        src = scan_source(dtype, expr, neutral, exclusive, name="myscan", config=config)
+        if dtype is np.float32 and not exclusive:
+            assert ".entry myscan" in _ptx(src, oldest)
+        ptx = _ptx(src, "compute_90")
+        assert ".entry myscan" in ptx
+        if np.dtype(dtype).itemsize <= 4:
+            assert "#define PYGPU_SCAN_THREADS %d" % cfg["threads"] in src
+            assert "#define PYGPU_SCAN_ITEMS %d" % cfg["items"] in src
+            assert "#define PYGPU_SCAN_MIN_BLOCKS %d" % cfg["min_blocks"] in src
+        assert "#define PYGPU_SCAN_HOLD %d" % cfg["hold"] in src
+        assert "#define PYGPU_SCAN_WARP_LOAD %d" % cfg["warp_load"] in src
+        # 16-byte loads and stores of full tiles where vec asks for them
+        wide = all(re.search(r"%s\.global\.(v4\.[bfsu]32|v2\.[bfsu]64)" % op, ptx)
+                   or (op == "ld" and cfg["async_copy"] and "cp.async.cg" in ptx)
+                   for op in ("ld", "st"))
+        size = np.dtype(dtype).itemsize
+        v = scan._vector_elements(size, scan.tile_shape(dtype, cfg)[1], cfg["vec"])
+        if v == 1 or v * size == 16:
+            assert wide == (v * size == 16), (dtype, config)
+        assert ("nanosleep" in ptx) == (cfg["sleep"] > 0)
+        # cp.async for 16-byte chunks of full tiles with async_copy (float32: 4 a chunk)
+        if dtype is np.float32:
+            assert ("cp.async.cg.shared.global" in ptx) == bool(cfg["async_copy"])
+
+
+def test_scan_defaults_and_environment(monkeypatch):
+    monkeypatch.delenv("PYGPU_SCAN_CONFIG", raising=False)
+    assert scan.scan_config() == scan.SCAN_DEFAULTS
+    monkeypatch.setenv("PYGPU_SCAN_CONFIG", "threads=512,items=16,hold=1")
+    assert scan.scan_config() == dict(scan.SCAN_DEFAULTS, threads=512, items=16, hold=1)
+    src = scan_source(np.float32, "a+b")
+    assert "#define PYGPU_SCAN_THREADS 512" in src and "#define PYGPU_SCAN_ITEMS 16" in src
+    # larger elements keep tile_shape's shape; the rest of the config applies
+    src = scan_source(np.float64, "a+b")
+    assert "#define PYGPU_SCAN_THREADS 256" in src and "#define PYGPU_SCAN_ITEMS 8" in src
+    assert "#define PYGPU_SCAN_HOLD 1" in src
+    # config= wins; _tile and _min_blocks win over both
+    src = scan_source(np.float32, "a+b", config="items=8")
+    assert "#define PYGPU_SCAN_ITEMS 8" in src and "#define PYGPU_SCAN_THREADS 256" in src
+    src = scan_source(np.float32, "a+b", config="items=8", _tile=(64, 4), _min_blocks=2)
+    assert "#define PYGPU_SCAN_THREADS 64" in src and "#define PYGPU_SCAN_MIN_BLOCKS 2" in src
+    monkeypatch.setenv("PYGPU_SCAN_CONFIG", "hold=2")
+    with pytest.raises(ValueError, match=r"PYGPU_SCAN_CONFIG: hold=2: .* must be one of 0, 1"):
+        InclusiveScanKernel(np.float32, "a+b")
+
+
+@pytest.mark.parametrize("config, exc, match", [
+    ("tile=5", ValueError, r"config: 'tile' is not a known key \(known: threads, items, "
+                           r"min_blocks, warp_load, vec, sleep, hold, async_copy\)"),
+    ("threads=100", ValueError, r"config: threads=100: .* multiple of 32 from 32 to 1024"),
+    ("items=0", ValueError, r"config: items=0: .* must be from 1 to 64"),
+    ("vec=2", ValueError, r"config: vec=2: .* must be one of 0, 4, 8, 16"),
+    ("sleep=-1", ValueError, r"config: sleep=-1: .* must be from 0 to 10000"),
+    ("warp_load", ValueError, r"config: 'warp_load' is not key=value"),
+    ("threads=512,items=32", ValueError, r"scan config: a tile of 512 x 32 elements of 4 "
+                                         r"bytes needs 67584 bytes of shared memory, over the "
+                                         r"49152 a block may have"),
+    (3, TypeError, r"config must be a dict or a str 'key=value,...', not int"),
+    ("async_copy=1,hold=1", ValueError, r"scan config: async_copy=1 needs hold=0 and vec=16 "
+                                        r"\(it reads the items from shared memory in 16-byte "
+                                        r"chunks\), not hold=1, vec=16"),
+    ("async_copy=1,vec=8", ValueError, r"async_copy=1 needs hold=0 and vec=16 .*, not hold=0, "
+                                       r"vec=8"),
+])
+def test_scan_config_errors(config, exc, match):
+    with pytest.raises(exc, match=match):
+        InclusiveScanKernel(np.float32, "a+b", config=config)
+
+
+def test_vector_elements():
+    assert scan._vector_elements(4, 32, 16) == 4
+    assert scan._vector_elements(4, 6, 16) == 2          # divides the items
+    assert scan._vector_elements(4, 7, 16) == 1
+    assert scan._vector_elements(1, 32, 16) == 16
+    assert scan._vector_elements(8, 8, 16) == 2
+    assert scan._vector_elements(16, 4, 16) == 1
+    assert scan._vector_elements(12, 4, 16) == 1         # not a power of two
+    assert scan._vector_elements(4, 32, 0) == 1
+
+
+@pytest.mark.standin
+def test_vector_flag_follows_alignment(standin, ctx):
+    import struct
+    ga = _gpuarray()
+    k = InclusiveScanKernel(np.float32, "a+b")
+    assert k.vec == 4
+    d = ga.zeros(3 * k.tile + 8, np.float32)
+    out = ga.zeros(3 * k.tile + 8, np.float32)
+    for src, dst, ok in ((d, out, 1), (d[1:], out[1:], 0), (d[4:], out[4:], 1),
+                         (d[4:], out[:-4], 1), (d[2:], out[:-2], 0), (d[:k.tile], None, 1)):
+        k(src, dst)
+        assert struct.unpack_from("<I", standin.last_launch().params, 56)[0] == ok
+    k = InclusiveScanKernel(np.float32, "a+b", config="vec=0")
+    k(d, out)
+    assert k.vec == 1 and struct.unpack_from("<I", standin.last_launch().params, 56)[0] == 0
+
+
+def _scan_ref(x, exclusive, dtype):
+    ref = np.cumsum(x, dtype=dtype)
+    if exclusive:
+        ref = np.concatenate([[0], ref[:-1]]).astype(dtype)
+    return ref
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c or "defaults")
+@pytest.mark.parametrize("cls", [InclusiveScanKernel, ExclusiveScanKernel])
+def test_swept_configs_on_the_gpu(ctx, rng, cls, config):
+    ga = _gpuarray()
+    for dtype in (np.float32, np.int32, np.uint8, np.int64, np.float64):
+        k = cls(dtype, "a+b", "0", config=config)
+        t = k.tile
+        for n in sorted({1, 31, 1023, t - 1, t, t + 1, 3 * t + 5, 33 * t + 1, 200 * t + 7}):
+            # small integers: exact in float32 below 2**24
+            x = rng.integers(0, 4, n + 1).astype(dtype)
+            d = ga.to_gpu(x)
+            ref = _scan_ref(x[1:], cls is ExclusiveScanKernel, dtype)
+            # a view one element in (no vector accesses), into a new array
+            got = k(d[1:], "new").get()
+            bad = np.flatnonzero(got != ref)
+            assert bad.size == 0, (dtype, n, bad[:5])
+            # aligned, in place
+            ref = _scan_ref(x, cls is ExclusiveScanKernel, dtype)
+            assert k(d) is d
+            bad = np.flatnonzero(d.get() != ref)
+            assert bad.size == 0, (dtype, n, "in place", bad[:5])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c or "defaults")
+@pytest.mark.parametrize("cls", [InclusiveScanKernel, ExclusiveScanKernel])
+def test_swept_configs_keep_order(ctx, rng, cls, config):
+    """A non-commutative scan_expr in four bytes (the packed look-back) and in
+    eight: every configuration combines in order."""
+    ga = _gpuarray()
+    for dtype, expr, neutral, pre, bits in ((np.uint32, "compose16(a, b)", "0x10000u",
+                                             AFFINE16, 16),
+                                            (np.uint64, "compose(a, b)", "0x100000000ULL",
+                                             AFFINE, 32)):
+        k = cls(dtype, expr, neutral, preamble=pre, config=config)
+        mask = (1 << bits) - 1
+        for n in (5, k.tile + 1, 9 * k.tile + 3):
+            m = rng.integers(0, 1 << bits, n, dtype=np.uint64) | np.uint64(1)
+            c = rng.integers(0, 1 << bits, n, dtype=np.uint64)
+            x = ((m << np.uint64(bits)) | c).astype(dtype)
+            got = k(ga.to_gpu(x), "new").get()
+            ref = np.empty(n, dtype)
+            am, ac = 1, 0
+            for i, (mi, ci) in enumerate(zip(m.tolist(), c.tolist())):
+                if cls is ExclusiveScanKernel:
+                    ref[i] = (am << bits) | ac
+                am, ac = (mi * am) & mask, (mi * ac + ci) & mask
+                if cls is InclusiveScanKernel:
+                    ref[i] = (am << bits) | ac
+            bad = np.flatnonzero(got != ref)
+            assert bad.size == 0, (dtype, n, bad[:5])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", ["", "hold=1", "warp_load=0,vec=0,hold=1,min_blocks=3"])
+def test_configs_float32_random_and_complex(ctx, rng, config):
+    ga = _gpuarray()
+    n = 10_000_019
+    x = rng.uniform(-1, 1, n).astype(np.float32)
+    got = InclusiveScanKernel(np.float32, "a+b", config=config)(ga.to_gpu(x), "new").get()
+    ref = np.cumsum(x.astype(np.float64))
+    assert np.all(np.abs(got - ref) <= 1e-5 * (np.cumsum(np.abs(x.astype(np.float64))) + 1))
+    for dtype, eps in ((np.complex64, 1e-5), (np.complex128, 1e-13)):
+        k = ExclusiveScanKernel(dtype, "a+b", "0", config=config)
+        z = (rng.uniform(-1, 1, 100 * k.tile + 3)
+             + 1j * rng.uniform(-1, 1, 100 * k.tile + 3)).astype(dtype)
+        got = k(ga.to_gpu(z), "new").get()
+        ref = np.concatenate([[0], np.cumsum(z.astype(np.complex128))[:-1]])
+        scale = np.cumsum(np.abs(z.astype(np.complex128)))
+        assert np.all(np.abs(got - ref) <= eps * (scale + 1))

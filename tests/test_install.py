@@ -146,6 +146,57 @@ v3/bin/python check.py kernel.cu
 '''
 
 
+# What the commands must not inherit from the run that started pytest.  Under
+# `make test PYTHON=...`, make hands its command-line variables to every make
+# below it through MAKEFLAGS: the clone's `make demo` took the outer PYTHON
+# (NumPy, setuptools and pytest importable: --no-build-isolation, no header
+# wheels) and, with the toolkit hidden, found no CUDA header, though it
+# passed when pytest was started by hand.  An exported PYTHON or PYTEST_ARGS
+# would do the same; a venv's or the interpreter's own settings (PYTHONPATH,
+# VIRTUAL_ENV, pip's no-isolation switches), the compiler's and pygpu's or
+# CUDA's variables would put the outer environment into the fresh ones.
+_NOT_INHERITED = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKEFILES",
+                  "GNUMAKEFLAGS", "PYTHON", "PYTEST_ARGS", "VIRTUAL_ENV", "CONDA_PREFIX",
+                  "PIP_NO_BUILD_ISOLATION", "PIP_NO_DEPS", "PIP_TARGET", "PIP_PREFIX",
+                  "PIP_USER", "PIP_REQUIRE_VIRTUALENV", "PIP_CONSTRAINT", "PIP_REQUIREMENT",
+                  "CC", "CXX", "CFLAGS", "CPPFLAGS", "LDFLAGS", "LDSHARED", "LD_PRELOAD",
+                  "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH")
+_NOT_INHERITED_PREFIXES = ("PYTHON", "PYTEST_", "PYGPU_", "CUDA", "NVRTC", "SETUPTOOLS_",
+                           "_PYPROJECT_HOOKS")
+
+
+def script_env(environ=None):
+    """The environment the install commands run in: the caller's, less what
+    would carry the outer run's choices into them (the index settings, the
+    proxy, HOME and PATH stay; PATH loses its CUDA folders in SCRIPT)."""
+    environ = os.environ if environ is None else environ
+    env = {k: v for k, v in environ.items()
+           if k not in _NOT_INHERITED and not k.startswith(_NOT_INHERITED_PREFIXES)}
+    env.setdefault("PIP_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "pip"))
+    return env
+
+
+def test_script_env_leaves_the_outer_run_out():
+    # make test PYTHON=... (make's MAKEFLAGS) broke the clone's make demo
+    outer = {"MAKEFLAGS": " -- PYTHON=/outer/venv/bin/python", "MAKELEVEL": "1",
+             "MAKEOVERRIDES": "${-*-command-variables-*-}", "MFLAGS": "-s",
+             "PYTHON": "/outer/venv/bin/python", "PYTEST_ARGS": "-x",
+             "PYTHONPATH": "/outer", "VIRTUAL_ENV": "/outer/venv", "PYGPU_LIBCUDA": "/x.so",
+             "CUDA_HOME": "/usr/local/cuda", "PIP_NO_BUILD_ISOLATION": "0", "CC": "clang",
+             "PATH": "/usr/bin:/bin", "HOME": "/home/u", "PIP_INDEX_URL": "https://i/simple",
+             "HTTPS_PROXY": "http://p:3128", "PIP_CACHE_DIR": "/c"}
+    assert script_env(outer) == {"PATH": "/usr/bin:/bin", "HOME": "/home/u",
+                                 "PIP_INDEX_URL": "https://i/simple",
+                                 "HTTPS_PROXY": "http://p:3128", "PIP_CACHE_DIR": "/c"}
+    # a make below the test sees none of the outer make's command line
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    r = subprocess.run(["make", "-s", "-f", "-", "show"], input="PYTHON ?= python3\n"
+                       "show:\n\t@echo PYTHON=$(PYTHON)\n", capture_output=True, text=True,
+                       env=dict(script_env(dict(os.environ, **outer)), PATH=os.environ["PATH"]))
+    assert r.stdout.strip() == "PYTHON=python3", r.stdout + r.stderr
+
+
 def _can_unshare():
     if shutil.which("unshare") is None:
         return "unshare is not installed"
@@ -177,9 +228,8 @@ def test_wheel_and_sdist_install_and_compile_with_only_nvidia_wheels(tmp_path):
     (tmp_path / "kernel.cu").write_text(KERNEL)
     (tmp_path / "check.py").write_text(CHECK)
     (tmp_path / "dist").mkdir()
-    env = dict(os.environ, WORK=str(tmp_path), PY=sys.executable, HIDDEN=" ".join(HIDDEN),
+    env = dict(script_env(), WORK=str(tmp_path), PY=sys.executable, HIDDEN=" ".join(HIDDEN),
                CPU_SUBSET=CPU_SUBSET)
-    env.setdefault("PIP_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "pip"))
     r = subprocess.run(["unshare", "-rm", "bash", "-c", SCRIPT], env=env,
                        capture_output=True, text=True, timeout=2400)
     out = r.stdout + r.stderr

@@ -165,7 +165,7 @@ def main(argv=None):
         ptrs = [int(b.handle) for b in bufs]
         sptrs = [int(s.handle) for s in core_streams]
         nccl_dtype = int(nccl.NcclDataType.from_numpy_dtype(dtype))
-        op_sum, comm_ptrs = int(nccl.SUM), [r.ptr for r in raw]
+        op_sum, comm_ptrs = int(nccl.SUM), [r._comm for r in raw]   # the bindings take the Comm object
 
         def own_round():
             nb.group_start()

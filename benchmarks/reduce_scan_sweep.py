@@ -61,7 +61,7 @@ REDUCTIONS = [
 ]
 
 # The scan grid (threads, items, min_blocks, warp_load, vec, sleep, hold,
-# async_copy); "" is the defaults.
+# async_copy, window); "" is the defaults.
 SCANS = [
     "threads=256,items=32,min_blocks=3,warp_load=0,vec=0,hold=1",   # before this sweep
     "",
@@ -82,6 +82,9 @@ SCANS = [
     "threads=128,items=32,min_blocks=12,hold=0,async_copy=1",
     "threads=256,items=32,min_blocks=6,hold=0,async_copy=1,sleep=100",
     "threads=256,items=32,min_blocks=4,hold=0,sleep=100",
+    "window=2",
+    "window=4",
+    "threads=256,items=32,min_blocks=6,hold=0,async_copy=1,window=4",
 ]
 
 READ_FLOOR_SOURCE = r"""

@@ -56,9 +56,11 @@ SCAN_CONFIG_KEYS = {
              "0: read from shared memory again"),
     "async_copy": (_choice_check(0, 1), "1: full tiles of 16-byte chunks reach shared memory "
                    "by cp.async, no registers between (with vec=16 and hold=0)"),
+    "window": (_choice_check(1, 2, 4, 8), "tiles a look-back lane reads a round (elements of "
+               "at most 4 bytes)"),
 }
 SCAN_DEFAULTS = {"threads": 256, "items": 32, "min_blocks": 4, "warp_load": 1, "vec": 16,
-                 "sleep": 0, "hold": 0, "async_copy": 0}
+                 "sleep": 0, "hold": 0, "async_copy": 0, "window": 1}
 
 
 def scan_config(config=None):
@@ -192,7 +194,7 @@ def _scan_source(dtype, scan_expr, neutral, exclusive, name, preamble, _tile, _m
         min_blocks=(_default_min_blocks(dtype, cfg) if _min_blocks is None
                     else int(_min_blocks)),
         warp_load=cfg["warp_load"], vec=vec, sleep=cfg["sleep"], hold=cfg["hold"],
-        async_copy=cfg["async_copy"])
+        async_copy=cfg["async_copy"], window=cfg["window"])
     return src, (threads, items), vec
 
 

@@ -461,6 +461,29 @@ def main(argv=None):
                      fmt(pct(copy, r["gpu_us"])), fmt(r["wall_us"])])
     print_table(head, rows)
 
+    # ---- the goals, for what a user gets today (the "default" rows) ----
+    goals = []
+    dflt = next((r for r in red_rows if r["config"] == "default" and "error" not in r), None)
+    if dflt:
+        for what, floor in (("sum", read), ("min", read), ("dot", 2 * read)):
+            r = pct(floor, dflt[what + "_gpu_us"])
+            goals.append(("%s: %.0f%% of the read kernel's bandwidth (goal >= 90%%)"
+                          % (what, r), r >= 90))
+            c = cp.get(what + "_wall_us")
+            if c is not None:
+                goals.append(("%s: %.1f us wall, CuPy %.1f (goal <= CuPy)"
+                              % (what, dflt[what + "_wall_us"], c),
+                              dflt[what + "_wall_us"] <= c))
+    sdflt = next((r for r in scan_rows if r["config"] == "default" and "error" not in r), None)
+    if sdflt:
+        r = pct(copy, sdflt["gpu_us"])
+        goals.append(("scan: %.0f%% of the D->D copy bandwidth (goal >= 85%%)" % r, r >= 85))
+    if goals:
+        print("\ngoals (the defaults):")
+        for text, met in goals:
+            print("  %-70s %s" % (text, "met" if met else "NOT met"))
+    result["goals"] = [{"what": t, "met": m} for t, m in goals]
+
     # ---- the winners ----
     ok_red = [r for r in red_rows if "error" not in r and r["config"] != "default"]
     if ok_red:

@@ -16,7 +16,10 @@ The kernel's shape comes from ``config=`` (a dict or ``"key=value,..."``)
 or the environment variable PYGPU_SCAN_CONFIG, read when a kernel is
 built; keys (SCAN_CONFIG_KEYS): threads, items and min_blocks (for
 elements of at most 4 bytes; larger ones keep tile_shape's), warp_load,
-vec, sleep.
+vec, hold, async_copy, window, sleep.  The tiles' status words are per-call
+scratch from the stream-ordered pool, zeroed by one memset before the
+launch: a persistent, self-resetting buffer would be shared by concurrent
+calls on other streams and by replays of a captured graph.
 """
 import os
 import string

@@ -61,7 +61,7 @@ REDUCTIONS = [
 ]
 
 # The scan grid (threads, items, min_blocks, warp_load, vec, sleep, hold,
-# async_copy); "" is the defaults.
+# async_copy, window); "" is the defaults.
 SCANS = [
     "threads=256,items=32,min_blocks=3,warp_load=0,vec=0,hold=1",   # before this sweep
     "",
@@ -82,6 +82,9 @@ SCANS = [
     "threads=128,items=32,min_blocks=12,hold=0,async_copy=1",
     "threads=256,items=32,min_blocks=6,hold=0,async_copy=1,sleep=100",
     "threads=256,items=32,min_blocks=4,hold=0,sleep=100",
+    "window=2",
+    "window=4",
+    "threads=256,items=32,min_blocks=6,hold=0,async_copy=1,window=4",
 ]
 
 READ_FLOOR_SOURCE = r"""
@@ -457,6 +460,29 @@ def main(argv=None):
         rows.append([name, "%dx%d" % tuple(r["tile"]), fmt(r["gpu_us"]),
                      fmt(pct(copy, r["gpu_us"])), fmt(r["wall_us"])])
     print_table(head, rows)
+
+    # ---- the goals, for what a user gets today (the "default" rows) ----
+    goals = []
+    dflt = next((r for r in red_rows if r["config"] == "default" and "error" not in r), None)
+    if dflt:
+        for what, floor in (("sum", read), ("min", read), ("dot", 2 * read)):
+            r = pct(floor, dflt[what + "_gpu_us"])
+            goals.append(("%s: %.0f%% of the read kernel's bandwidth (goal >= 90%%)"
+                          % (what, r), r >= 90))
+            c = cp.get(what + "_wall_us")
+            if c is not None:
+                goals.append(("%s: %.1f us wall, CuPy %.1f (goal <= CuPy)"
+                              % (what, dflt[what + "_wall_us"], c),
+                              dflt[what + "_wall_us"] <= c))
+    sdflt = next((r for r in scan_rows if r["config"] == "default" and "error" not in r), None)
+    if sdflt:
+        r = pct(copy, sdflt["gpu_us"])
+        goals.append(("scan: %.0f%% of the D->D copy bandwidth (goal >= 85%%)" % r, r >= 85))
+    if goals:
+        print("\ngoals (the defaults):")
+        for text, met in goals:
+            print("  %-70s %s" % (text, "met" if met else "NOT met"))
+    result["goals"] = [{"what": t, "met": m} for t, m in goals]
 
     # ---- the winners ----
     ok_red = [r for r in red_rows if "error" not in r and r["config"] != "default"]

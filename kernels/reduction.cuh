@@ -135,7 +135,8 @@ static __device__ __forceinline__ pygpu_red_t pygpu_red_partials(const pygpu_red
     for (unsigned int k = threadIdx.x; k < count; k += PYGPU_RED_BLOCK) {
         alignas(pygpu_red_t) unsigned char b[sizeof(pygpu_red_t)];
         // a plain copy of the volatile bytes: user types need no volatile operator=
-        const volatile unsigned char *src = reinterpret_cast<const volatile unsigned char *>(vp + k);
+        const volatile unsigned char *src =
+            reinterpret_cast<const volatile unsigned char *>(vp + k);
 #pragma unroll
         for (int j = 0; j < (int)sizeof(pygpu_red_t); ++j)
             b[j] = src[j];
@@ -186,8 +187,8 @@ ${name}_stage1(pygpu_red_t *pygpu_partial, ${arguments}
                 pygpu_acc = pygpu_red_op(pygpu_acc, pygpu_vals[pygpu_u]);
         }
         for (; pygpu_m < pygpu_nvec; pygpu_m += pygpu_stride)
-            pygpu_acc = pygpu_red_op(pygpu_acc,
-                                     pygpu_chunk(pygpu_vbase + (long long)(pygpu_m * PYGPU_RED_VEC)));
+            pygpu_acc = pygpu_red_op(
+                pygpu_acc, pygpu_chunk(pygpu_vbase + (long long)(pygpu_m * PYGPU_RED_VEC)));
         // head [start, vbase) and tail [vbase + vec*nvec, start + count): fewer than
         // vec elements each
         const unsigned long long pygpu_head = (unsigned long long)(pygpu_vbase - pygpu_start);

@@ -25,6 +25,8 @@
 //               q ^ ((q >> 3) & 7)) that 16-byte blocked reads see without
 //               bank conflicts; the elements in flight are then bounded by
 //               shared memory, not registers
+//   window      tiles each lane of the look-back warp reads a round (elements
+//               of at most 4 bytes): the warp sees 32*window tiles a round trip
 //   hold        1: a thread keeps its items scanned in registers while the
 //               block waits for the tile's prefix; 0: it reads them from
 //               shared memory twice (its total first, then the scan), so far
@@ -65,6 +67,7 @@ typedef ${scan_type} pygpu_scan_t;
 #define PYGPU_SCAN_SLEEP ${sleep}
 #define PYGPU_SCAN_HOLD ${hold}
 #define PYGPU_SCAN_ASYNC ${async_copy}
+#define PYGPU_SCAN_WINDOW ${window}
 #if PYGPU_SCAN_WARP_LOAD
 #define PYGPU_SCAN_TRANSPOSE_SYNC() __syncwarp()
 #else
@@ -314,22 +317,44 @@ __device__ __forceinline__ pygpu_scan_t look_back_packed(const int *flags, unsig
     bool have = false;
     long long pos = (long long)tile - 1;
     for (;;) {
-        const long long idx = pos - (long long)lane;
-        unsigned long long w = 3ull << 32;       // before tile 0: never used
-        if (idx >= 0) {
-            for (;;) {
-                w = words[idx];
-                if ((unsigned int)(w >> 32) != 0u)
-                    break;
+        // lane k reads the WINDOW tiles pos - k*WINDOW - j (j = 0 the latest), all
+        // loads issued before any is waited for
+        constexpr int W = PYGPU_SCAN_WINDOW;
+        unsigned long long w[W];
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+            const long long idx = pos - (long long)(lane * W + j);
+            w[j] = idx >= 0 ? words[idx] : (3ull << 32);   // before tile 0: never used
+        }
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+            const long long idx = pos - (long long)(lane * W + j);
+            while ((unsigned int)(w[j] >> 32) == 0u) {
                 poll_pause();
+                w[j] = words[idx];
             }
         }
-        const unsigned int bits = (unsigned int)w;
+        // the lane's latest tile with an inclusive prefix (W: none)
+        int stop = W;
+#pragma unroll
+        for (int j = W - 1; j >= 0; --j)
+            if ((unsigned int)(w[j] >> 32) == 2u)
+                stop = j;
+        // v: the lane's tiles from the earliest used (stop, or W-1) to the latest
         pygpu_scan_t v;
-        memcpy(&v, &bits, sizeof(pygpu_scan_t));
-        const unsigned int pm = __ballot_sync(0xffffffffu, (unsigned int)(w >> 32) == 2u);
+#pragma unroll
+        for (int j = W - 1; j >= 0; --j) {
+            const unsigned int bits = (unsigned int)w[j];
+            pygpu_scan_t x;
+            memcpy(&x, &bits, sizeof(pygpu_scan_t));
+            if (j == (stop < W ? stop : W - 1))
+                v = x;
+            else if (j < stop)
+                v = pygpu_scan_op(v, x);
+        }
+        const unsigned int pm = __ballot_sync(0xffffffffu, stop < W);
         const unsigned int p = pm ? (unsigned int)(__ffs(pm) - 1) : 31u;
-        // lane 0 gets v[p] op ... op v[1] op v[0] (lane k is tile pos - k)
+        // lane 0 gets v[p] op ... op v[1] op v[0] (lane k is tiles pos - k*W - ...)
 #pragma unroll
         for (unsigned int d = 1; d < 32; d <<= 1) {
             pygpu_scan_t other = shfl_down(v, d);
@@ -345,7 +370,7 @@ __device__ __forceinline__ pygpu_scan_t look_back_packed(const int *flags, unsig
         have = true;
         if (pm)
             break;
-        pos -= 32;
+        pos -= 32 * W;
     }
     return run;
 }

@@ -16,7 +16,10 @@ The kernel's shape comes from ``config=`` (a dict or ``"key=value,..."``)
 or the environment variable PYGPU_SCAN_CONFIG, read when a kernel is
 built; keys (SCAN_CONFIG_KEYS): threads, items and min_blocks (for
 elements of at most 4 bytes; larger ones keep tile_shape's), warp_load,
-vec, sleep.
+vec, hold, async_copy, window, sleep.  The tiles' status words are per-call
+scratch from the stream-ordered pool, zeroed by one memset before the
+launch: a persistent, self-resetting buffer would be shared by concurrent
+calls on other streams and by replays of a captured graph.
 """
 import os
 import string
@@ -56,9 +59,11 @@ SCAN_CONFIG_KEYS = {
              "0: read from shared memory again"),
     "async_copy": (_choice_check(0, 1), "1: full tiles of 16-byte chunks reach shared memory "
                    "by cp.async, no registers between (with vec=16 and hold=0)"),
+    "window": (_choice_check(1, 2, 4, 8), "tiles a look-back lane reads a round (elements of "
+               "at most 4 bytes)"),
 }
 SCAN_DEFAULTS = {"threads": 256, "items": 32, "min_blocks": 4, "warp_load": 1, "vec": 16,
-                 "sleep": 0, "hold": 0, "async_copy": 0}
+                 "sleep": 0, "hold": 0, "async_copy": 0, "window": 1}
 
 
 def scan_config(config=None):
@@ -192,7 +197,7 @@ def _scan_source(dtype, scan_expr, neutral, exclusive, name, preamble, _tile, _m
         min_blocks=(_default_min_blocks(dtype, cfg) if _min_blocks is None
                     else int(_min_blocks)),
         warp_load=cfg["warp_load"], vec=vec, sleep=cfg["sleep"], hold=cfg["hold"],
-        async_copy=cfg["async_copy"])
+        async_copy=cfg["async_copy"], window=cfg["window"])
     return src, (threads, items), vec
 
 

@@ -394,6 +394,7 @@ def test_every_swept_config_compiles(config):
             assert "#define PYGPU_SCAN_MIN_BLOCKS %d" % cfg["min_blocks"] in src
         assert "#define PYGPU_SCAN_HOLD %d" % cfg["hold"] in src
         assert "#define PYGPU_SCAN_WARP_LOAD %d" % cfg["warp_load"] in src
+        assert "#define PYGPU_SCAN_WINDOW %d" % cfg["window"] in src
         # 16-byte loads and stores of full tiles where vec asks for them
         wide = all(re.search(r"%s\.global\.(v4\.[bfsu]32|v2\.[bfsu]64)" % op, ptx)
                    or (op == "ld" and cfg["async_copy"] and "cp.async.cg" in ptx)
@@ -431,11 +432,14 @@ def test_scan_defaults_and_environment(monkeypatch):
 
 @pytest.mark.parametrize("config, exc, match", [
     ("tile=5", ValueError, r"config: 'tile' is not a known key \(known: threads, items, "
-                           r"min_blocks, warp_load, vec, sleep, hold, async_copy\)"),
+                           r"min_blocks, warp_load, vec, sleep, hold, async_copy, "
+                           r"window\)"),
     ("threads=100", ValueError, r"config: threads=100: .* multiple of 32 from 32 to 1024"),
     ("items=0", ValueError, r"config: items=0: .* must be from 1 to 64"),
     ("vec=2", ValueError, r"config: vec=2: .* must be one of 0, 4, 8, 16"),
     ("sleep=-1", ValueError, r"config: sleep=-1: .* must be from 0 to 10000"),
+    ("window=3", ValueError, r"config: window=3: tiles a look-back lane reads a round "
+                             r"\(elements of at most 4 bytes\) must be one of 1, 2, 4, 8"),
     ("warp_load", ValueError, r"config: 'warp_load' is not key=value"),
     ("threads=512,items=32", ValueError, r"scan config: a tile of 512 x 32 elements of 4 "
                                          r"bytes needs 67584 bytes of shared memory, over the "

@@ -62,17 +62,25 @@ SCAN_CONFIG_KEYS = {
     "window": (_choice_check(1, 2, 4, 8), "tiles a look-back lane reads a round (elements of "
                "at most 4 bytes)"),
 }
-SCAN_DEFAULTS = {"threads": 256, "items": 32, "min_blocks": 4, "warp_load": 1, "vec": 16,
-                 "sleep": 0, "hold": 0, "async_copy": 0, "window": 1}
+SCAN_DEFAULTS = {"threads": 128, "items": 64, "min_blocks": 6, "warp_load": 1, "vec": 16,
+                 "sleep": 0, "hold": 0, "async_copy": 1, "window": 1}
 
 
 def scan_config(config=None):
     """The scan kernel configuration: config (a dict or "key=value,...") over
     SCAN_DEFAULTS, or, where config is None, PYGPU_SCAN_CONFIG."""
+    # async_copy left unset follows hold and vec: on (the default) where they
+    # allow it (hold=0, vec=16), off where a config asks for hold=1 or vec!=16
+    defaults = dict(SCAN_DEFAULTS, async_copy=None)
     if config is None:
-        return parse_config(os.environ.get("PYGPU_SCAN_CONFIG") or None, SCAN_CONFIG_KEYS,
-                            SCAN_DEFAULTS, "PYGPU_SCAN_CONFIG")
-    return parse_config(config, SCAN_CONFIG_KEYS, SCAN_DEFAULTS, "config")
+        cfg = parse_config(os.environ.get("PYGPU_SCAN_CONFIG") or None, SCAN_CONFIG_KEYS,
+                           defaults, "PYGPU_SCAN_CONFIG")
+    else:
+        cfg = parse_config(config, SCAN_CONFIG_KEYS, defaults, "config")
+    if cfg["async_copy"] is None:
+        cfg["async_copy"] = int(bool(SCAN_DEFAULTS["async_copy"]) and not cfg["hold"]
+                                and cfg["vec"] == 16)
+    return cfg
 
 _template = None
 _template_lock = threading.Lock()
@@ -88,7 +96,7 @@ def _get_template():
 
 def tile_shape(dtype, config=None):
     """(threads per block, elements per thread) for a scan of dtype: for
-    elements of up to 4 bytes the config's (default 256 threads of 32
+    elements of up to 4 bytes the config's (default 128 threads of 64
     elements), else about 64 bytes a thread."""
     size = np.dtype(dtype).itemsize
     if size > MAX_ITEMSIZE:

@@ -292,7 +292,7 @@ def test_sum_with_a_pool_allocator(ctx, rng):
 # ---- the Python side of a call (the stand-in runs it too; no results read) ----
 
 @pytest.mark.driver
-@pytest.mark.parametrize("n", [0, 10, 4096, 4097, 1_000_003])
+@pytest.mark.parametrize("n", [0, 10, 4096, 4097, 8192, 8193, 1_000_003])
 def test_allocator_called_once(ctx, n):
     ga = _gpuarray()
     from pygpu import tools
@@ -310,7 +310,8 @@ def test_allocator_called_once(ctx, n):
     out = ga.empty(2, np.float32)
     calls.clear()
     assert k(a, allocator=allocator, out=out[1]) is not None
-    assert len(calls) == (0 if n <= 4096 else 1)          # partial results only
+    # partial results only, where more than one block runs
+    assert len(calls) == (0 if n <= k.block * reduction._PER_THREAD else 1)
 
 
 @pytest.mark.driver
@@ -529,7 +530,7 @@ def test_grid_follows_config(ctx):
     from pygpu import driver
     sms = driver.Context.get_device().get_attribute(
         driver.device_attribute.MULTIPROCESSOR_COUNT)
-    assert k.max_blocks == 3 * sms and k.block == 256
+    assert k.max_blocks == 3 * sms and k.block == reduction.REDUCTION_DEFAULTS["block"]
     k = ReductionKernel(np.float32, "0", "a+b", arguments="const float *in",
                         config="block=128")
     assert k.block == 128 and k.max_blocks >= sms

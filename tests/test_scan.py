@@ -59,10 +59,10 @@ def test_sources_compile_to_ptx(spec):
 
 
 def test_tile_shape():
-    assert scan.tile_shape(np.float32) == (256, 32)
+    assert scan.tile_shape(np.float32) == (128, 64)
     assert scan.tile_shape(np.float64) == (256, 8)
     assert scan.tile_shape(np.complex128) == (256, 4)
-    assert scan.tile_shape(np.uint8) == (256, 32)
+    assert scan.tile_shape(np.uint8) == (128, 64)
     assert scan.tile_shape(np.dtype((np.void, 128))) == (128, 1)
     assert scan.tile_shape(np.dtype((np.void, 512))) == (64, 1)
     with pytest.raises(ValueError, match="at most 512 bytes, not 513"):
@@ -413,7 +413,12 @@ def test_scan_defaults_and_environment(monkeypatch):
     monkeypatch.delenv("PYGPU_SCAN_CONFIG", raising=False)
     assert scan.scan_config() == scan.SCAN_DEFAULTS
     monkeypatch.setenv("PYGPU_SCAN_CONFIG", "threads=512,items=16,hold=1")
-    assert scan.scan_config() == dict(scan.SCAN_DEFAULTS, threads=512, items=16, hold=1)
+    # async_copy, left unset, is off where hold=1 asks for registers
+    assert scan.scan_config() == dict(scan.SCAN_DEFAULTS, threads=512, items=16, hold=1,
+                                      async_copy=0)
+    monkeypatch.setenv("PYGPU_SCAN_CONFIG", "vec=0")
+    assert scan.scan_config()["async_copy"] == 0
+    monkeypatch.setenv("PYGPU_SCAN_CONFIG", "threads=512,items=16,hold=1")
     src = scan_source(np.float32, "a+b")
     assert "#define PYGPU_SCAN_THREADS 512" in src and "#define PYGPU_SCAN_ITEMS 16" in src
     # larger elements keep tile_shape's shape; the rest of the config applies
@@ -422,7 +427,7 @@ def test_scan_defaults_and_environment(monkeypatch):
     assert "#define PYGPU_SCAN_HOLD 1" in src
     # config= wins; _tile and _min_blocks win over both
     src = scan_source(np.float32, "a+b", config="items=8")
-    assert "#define PYGPU_SCAN_ITEMS 8" in src and "#define PYGPU_SCAN_THREADS 256" in src
+    assert "#define PYGPU_SCAN_ITEMS 8" in src and "#define PYGPU_SCAN_THREADS 128" in src
     src = scan_source(np.float32, "a+b", config="items=8", _tile=(64, 4), _min_blocks=2)
     assert "#define PYGPU_SCAN_THREADS 64" in src and "#define PYGPU_SCAN_MIN_BLOCKS 2" in src
     monkeypatch.setenv("PYGPU_SCAN_CONFIG", "hold=2")

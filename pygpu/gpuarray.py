@@ -42,7 +42,9 @@ __all__ = ["GPUArray", "vec", "splay", "to_gpu", "to_gpu_async", "empty", "zeros
 
 _builtin_min, _builtin_max, _builtin_sum = builtins.min, builtins.max, builtins.sum
 _builtin_any, _builtin_all = builtins.any, builtins.all
-_get_current = drv.Context.get_current
+# the current Context (or None), from this thread's remembered answer: no
+# driver call per operation (docs/contexts.md, "The current context")
+_get_current = drv._driver._current_context
 _DA = drv.DeviceAllocation
 
 

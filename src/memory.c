@@ -547,21 +547,33 @@ async_allocation(pygpu_state *st, pygpu_Context *ctx, CUdeviceptr p, size_t n, s
 }
 
 static PyObject *
-mem_alloc_async(PyObject *module, PyObject *args, PyObject *kwds)
+mem_alloc_async(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     pygpu_state *st = PyModule_GetState(module);
-    static char *kwlist[] = {"nbytes", "stream", NULL};
-    PyObject *nobj, *sobj = Py_None;
+    static const char *const argnames[] = {"nbytes", "stream", NULL};
+    PyObject *a[2], *nobj, *sobj = Py_None;
     pygpu_Context *ctx;
     CUdeviceptr p = 0;
     CUstream s;
     CUresult rc;
     CUstreamCaptureMode mode;
     size_t n, block = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:mem_alloc_async", kwlist, &nobj, &sobj))
-        return NULL;
-    if (parse_nbytes(nobj, &n, "mem_alloc_async(): nbytes") < 0)
-        return NULL;
+    Py_ssize_t v;
+    if (kwnames == NULL && nargs == 1 && PyLong_CheckExact(args[0])
+        && (v = PyLong_AsSsize_t(args[0])) >= 0) {
+        /* the array layer's call: one exact int (no __index__ to run) */
+        nobj = args[0];
+        n = (size_t)v;
+    } else {
+        PyErr_Clear();            /* (an int too large for a Py_ssize_t: parsed below) */
+        if (pygpu_fast_args("mem_alloc_async", args, nargs, kwnames, argnames, 1, a) < 0)
+            return NULL;
+        nobj = a[0];
+        if (a[1] != NULL)
+            sobj = a[1];
+        if (parse_nbytes(nobj, &n, "mem_alloc_async(): nbytes") < 0)
+            return NULL;
+    }
     if (pygpu_captures_active != 0 && pygpu_capture_is_default(st, sobj)) {
         /* inside this thread's capture, an allocation given no stream (the
          * array layer's) is made now, outside the graph, as mem_alloc()'s:
@@ -1440,7 +1452,7 @@ static PyMethodDef memory_methods[] = {
      "mem_alloc($module, nbytes, /)\n--\n\n"
      "Allocate nbytes of device memory in the current context. On "
      "out-of-memory, garbage is collected once and the allocation retried."},
-    {"mem_alloc_async", CF(mem_alloc_async), KW,
+    {"mem_alloc_async", CF(mem_alloc_async), FKW,
      "mem_alloc_async($module, /, nbytes, stream=None)\n--\n\n"
      "Stream-ordered allocation from the device's default memory pool; freed "
      "on the same stream."},

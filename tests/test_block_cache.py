@@ -42,9 +42,10 @@ def _class(n):
 
 @pytest.fixture
 def bc(ctx):
-    """The current context's block cache, emptied before and after."""
+    """The current context's block cache, emptied before and after (and
+    every other context's before)."""
     cache = cuda.block_cache(ctx)
-    cache.free_all()
+    _driver._block_cache_trim(None, 0)
     yield cache
     gc.collect()
     cache.free_all()

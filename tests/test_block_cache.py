@@ -88,6 +88,43 @@ def test_small_operation_steady_state_is_one_launch(standin, ctx, bc, rng):
     assert c.gpudata.size == 4000 and c.nbytes == 4000
 
 
+def _small_ops(a, b):
+    from pygpu import cumath
+    from pygpu.elementwise import ElementwiseKernel
+    k = ElementwiseKernel("float *z, const float *x, const float *y, float a",
+                          "z[i] = a * x[i] + y[i]", "bc_axpb")
+    return {
+        "sub": lambda: a - b, "less": lambda: a < b, "neg": lambda: -a, "abs": lambda: abs(a),
+        "rpow": lambda: 2.0 ** a, "sin": lambda: cumath.sin(a),
+        "astype": lambda: a.astype(np.float64),
+        "fill": lambda: a.fill(np.float32(1.5)), "sum": lambda: gpuarray.sum(a),
+        "dot": lambda: gpuarray.dot(a, b), "copy": lambda: a.copy(),
+        "elementwise": lambda: k(gpuarray.empty_like(a), a, b, np.float32(2)),
+    }
+
+
+@pytest.mark.standin
+@pytest.mark.parametrize("name", sorted(_small_ops(None, None)))
+def test_other_small_operations_make_at_most_two_driver_calls(standin, ctx, bc, rng, name):
+    """Operators, cumath, reductions, copies and ElementwiseKernel on 1,000
+    elements: the per-context kernel caches and the gate ask no driver for
+    the current context, and results come from the block cache."""
+    a = gpuarray.to_gpu(rng.standard_normal(1000).astype(np.float32))
+    b = gpuarray.to_gpu(rng.standard_normal(1000).astype(np.float32))
+    op = _small_ops(a, b)[name]
+    for _ in range(3):
+        r = op()
+        del r
+
+    def loop():
+        for _ in range(10):
+            r = op()
+            del r
+
+    _, trace = standin.trace(loop)
+    assert len(trace) <= 2 * 10 and "cuMemAllocAsync" not in trace, trace
+
+
 @pytest.mark.standin
 def test_scalar_and_reflected_operations_hit_the_cache(standin, ctx, bc, rng):
     a = gpuarray.to_gpu(rng.standard_normal(1000).astype(np.float32))

@@ -50,7 +50,8 @@ _EXPONENT_CTYPES = {
 }
 
 _BLOCK = 256
-_get_current = _drv.Context.get_current
+# the current context as this thread remembers it (no driver call per call)
+_get_current = _drv._driver._current_context
 _DA = _drv.DeviceAllocation
 _gate = _ga._check_operands
 _ONLY_CONTIGUOUS = "only contiguous arrays may be used as arguments to this operation"

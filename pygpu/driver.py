@@ -4,6 +4,7 @@ Port PyCUDA code by changing ``import pycuda.driver as cuda`` to
 ``import pygpu.driver as cuda``.  Importing this module touches no GPU and
 loads no CUDA library; the driver is opened on the first call that needs it.
 """
+import atexit as _atexit
 import enum as _enum
 import os as _os
 
@@ -196,6 +197,111 @@ def set_staging(threshold=None, threads=None, chunk=None, piece=None, spin_us=No
         _driver._set_staging_tuning(*old_tuning)
         raise
     return dict(zip(_STAGING_KEYS + _STAGING_TUNING_KEYS, old + old_tuning))
+
+
+# ---- the block cache (src/blockcache.c, docs/memory.md) ----
+
+_BLOCK_CACHE_KEYS = ("limit", "max_block")
+
+
+class BlockCache:
+    """The block cache of one context: device blocks that
+    ``mem_alloc_async()`` (the array layer's allocator) keeps for reuse
+    after their allocation is freed, so that a loop of small operations
+    makes no allocation call to the driver (docs/memory.md).  Get it with
+    ``block_cache(context)``; as CuPy's memory pool, ``free_all()`` (also
+    ``free_all_blocks()``) gives the blocks back to the driver's pool."""
+
+    __slots__ = ("context",)
+
+    def __init__(self, context: Context) -> None:
+        if not isinstance(context, Context):
+            raise TypeError("BlockCache(): context must be a Context, not %s"
+                            % type(context).__name__)
+        self.context = context
+
+    def stats(self) -> dict:
+        """The counters as a dict: ``hits`` (allocations served from the
+        cache), ``misses`` (cacheable ones that went to the driver),
+        ``cached_bytes`` and ``cached_blocks`` (kept now),
+        ``returned_blocks`` (given back to the pool), ``full`` (frees not
+        kept: the cache was at its limit), ``oom_flushes`` (the pool ran out
+        and the cache was emptied into it), ``limit`` and ``max_block``."""
+        return _driver._block_cache_stats(self.context)
+
+    @property
+    def hits(self) -> int:
+        return self.stats()["hits"]
+
+    @property
+    def misses(self) -> int:
+        return self.stats()["misses"]
+
+    @property
+    def cached_bytes(self) -> int:
+        return self.stats()["cached_bytes"]
+
+    @property
+    def cached_blocks(self) -> int:
+        return self.stats()["cached_blocks"]
+
+    def trim(self, keep: int = 0) -> int:
+        """Give blocks back to the driver's pool (each freed in order on the
+        stream it was last used on) until at most ``keep`` bytes stay
+        cached; returns how many went."""
+        return _driver._block_cache_trim(self.context, keep)
+
+    def free_all(self) -> int:
+        """Give every cached block back to the driver's pool; returns how
+        many went."""
+        return _driver._block_cache_trim(self.context, 0)
+
+    free_all_blocks = free_all      # CuPy's MemoryPool name
+
+    def __repr__(self):
+        st = self.stats()
+        return ("<pygpu.driver.BlockCache of %r: %d blocks, %d bytes cached, %d hits, "
+                "%d misses>" % (self.context, st["cached_blocks"], st["cached_bytes"],
+                               st["hits"], st["misses"]))
+
+
+def block_cache(context: "Context | None" = None) -> BlockCache:
+    """The block cache of context (default: the current context)."""
+    if context is None:
+        context = Context.get_current()
+        if context is None:
+            raise LogicError("block_cache(): no context is current")
+    return BlockCache(context)
+
+
+def block_cache_settings() -> dict:
+    """The block cache's settings as a dict: ``limit`` (bytes of blocks each
+    context keeps at most; 0: the cache is off) and ``max_block`` (the
+    largest request cached)."""
+    return dict(zip(_BLOCK_CACHE_KEYS, _driver._block_cache_settings()))
+
+
+def set_block_cache(limit: "int | None" = None, max_block: "int | None" = None) -> dict:
+    """Change the block cache's settings (None keeps one) and return the
+    previous ones as a dict: ``set_block_cache(**old)`` restores them.  They
+    start from PYGPU_BLOCK_CACHE (the limit; 0 or off: no cache) and
+    PYGPU_BLOCK_CACHE_MAX.  Every context's cache is trimmed to the new
+    settings at once."""
+    old = dict(zip(_BLOCK_CACHE_KEYS, _driver._set_block_cache(limit, max_block)))
+    _driver._block_cache_trim(None, block_cache_settings()["limit"])
+    return old
+
+
+def _block_cache_at_exit():
+    # interpreter exit: every context's blocks go back to the pool while the
+    # contexts live (the driver tears them down after this process's exit)
+    try:
+        _driver._block_cache_trim(None, 0)
+    except Exception:       # noqa: BLE001 - the driver may be gone already: nothing to do
+        pass
+
+
+_atexit.register(_block_cache_at_exit)
 
 
 def module_from_file(path, options=None, message_handler=None):
@@ -546,6 +652,7 @@ __all__ = [
     "tensor_map_float_oob_fill", "tensor_map_interleave", "tensor_map_l2_promotion",
     "tensor_map_swizzle", "Memcpy3DPeer", "memcpy_atoa", "memcpy_atod", "memcpy_dtoa",
     "Linker", "jit_input_type", "PointerHolderBase", "aligned_empty", "compute_mode", "ArgumentHandler", "BoundLaunch", "CompileError", "set_staging", "staging_settings",
+    "BlockCache", "block_cache", "block_cache_settings", "set_block_cache",
     "staging_stats", "Context", "CudaUnavailableError", "Device",
     "DeviceAllocation", "Error", "Event", "Function", "HostAllocation", "In", "InOut",
     "KernelTime",

@@ -324,11 +324,15 @@ class ElementwiseKernel:
         True; False (nothing done) sends the call through the checks."""
         plan = self._plan
         if plan is None:
+            from pygpu import _driver
             from pygpu.gpuarray import GPUArray, _check_one
-            from pygpu.driver import Context, DeviceAllocation
+            from pygpu.driver import DeviceAllocation
+            # the current context as this thread remembers it (no driver call:
+            # docs/contexts.md, "The current context")
             plan = self._plan = ([(isinstance(a, VectorArg), a.dtype, a.dtype.type, a.dtype.kind)
                                   for a in self.arguments], GPUArray, DeviceAllocation,
-                                 Context.get_current, _check_one, "kernel '%s'" % self.name)
+                                 _driver._current_context, _check_one,
+                                 "kernel '%s'" % self.name)
         plan, GPUArray, DA, get_current, check_one, what = plan
         if len(args) != len(plan):
             return False

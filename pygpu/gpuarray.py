@@ -42,7 +42,9 @@ __all__ = ["GPUArray", "vec", "splay", "to_gpu", "to_gpu_async", "empty", "zeros
 
 _builtin_min, _builtin_max, _builtin_sum = builtins.min, builtins.max, builtins.sum
 _builtin_any, _builtin_all = builtins.any, builtins.all
-_get_current = drv.Context.get_current
+# the current Context (or None), from this thread's remembered answer: no
+# driver call per operation (docs/contexts.md, "The current context")
+_get_current = drv._driver._current_context
 _DA = drv.DeviceAllocation
 
 
@@ -543,6 +545,24 @@ class GPUArray:
         """An uninitialized array of self's shape for an element-wise result
         whose elements are in self's memory order (self dense)."""
         size = self.size
+        d = self.__dict__
+        if dtype is d["dtype"] and size and len(d) == _NATTRS:
+            # self's layout and attributes, its own memory (the operators'
+            # fast paths; _default_allocator inlined)
+            z = _object_new(self.__class__)
+            zd = d.copy()
+            alloc = zd["allocator"]
+            if alloc is _default_allocator:
+                try:
+                    g = _alloc_async(zd["nbytes"])
+                except drv.LogicError:
+                    g = drv.mem_alloc(zd["nbytes"])
+            else:
+                g = alloc(zd["nbytes"])
+            zd["gpudata"] = g
+            zd["base"] = None
+            z.__dict__ = zd
+            return z
         if dtype is self.dtype or dtype == self.dtype:
             strides = self.strides
         elif self._c:
@@ -1404,29 +1424,56 @@ def _like_me(operands, *args, **kwargs):
     return _made_like(like, *args, **kwargs)
 
 
+_object_new = object.__new__
+_NATTRS = 12        # the attributes every GPUArray has (_new, __init__): nothing else
+
+
 def _binary(op, x, y, out=None, stream=None):
     """x <op> y element-wise with NumPy's dtypes and broadcasting."""
     tx, ty = type(x), type(y)
     if out is None and tx is ty is GPUArray and x.shape == y.shape \
             and x.strides == y.strides and (x._c or x._f):
+        # the operators' fast path (issue 27: at the launch floor): the
+        # current context as this thread remembers it (no driver call), the
+        # gate's proof, the kernel by (context, op, dtypes), the result's
+        # block from the block cache, one launch
         ctx = _get_current()
         gx, gy = x.gpudata, y.gpudata
         if not (gx.__class__ is _DA and gy.__class__ is _DA and gx.context is ctx
                 and gy.context is ctx and x.nbytes <= gx.size and y.nbytes <= gy.size):
             _check_devices((x, y), ctx)
-        key = (ctx, op, x.dtype, y.dtype)
-        ent = _fast_aa.get(key)
+        dx = x.dtype
+        ent = _fast_aa.get((ctx, op, dx, y.dtype))
         if ent is None:
-            res, comp = _types(op, x.dtype, y.dtype)
+            res, comp = _types(op, dx, y.dtype)
             ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("a", "a"),
-                                              (x.dtype, y.dtype), (comp, comp), res), res)
-            _fast_aa[key] = ent
+                                              (dx, y.dtype), (comp, comp), res), res)
+            _fast_aa[(ctx, op, dx, y.dtype)] = ent
         func, res = ent
-        z = x._like_for_result(res)
-        if z.size:
-            n = z.size
+        n = x.size
+        d = x.__dict__
+        if res is dx and n and len(d) == _NATTRS:
+            # x._like_for_result(res), inlined (its first branch): x's
+            # layout and attributes, its own memory
+            z = _object_new(GPUArray)
+            zd = d.copy()
+            alloc = zd["allocator"]
+            if alloc is _default_allocator:
+                try:
+                    g = _alloc_async(zd["nbytes"])
+                except drv.LogicError:
+                    g = drv.mem_alloc(zd["nbytes"])
+            else:
+                g = alloc(zd["nbytes"])
+            zd["gpudata"] = g
+            zd["base"] = None
+            z.__dict__ = zd
+        else:
+            z = x._like_for_result(res)
+            g = z.gpudata
+        if n:
             grid, block = _splay_cache.get(n) or splay(n)
-            func.prepared_async_call(grid, block, stream, z.gpudata, x.gpudata, y.gpudata, n)
+            func.prepared_async_call(grid, block, stream, g, gx, gy, n)
         return z
     if out is None and tx is GPUArray and (x._c or x._f) and ty in _SAMPLE:
         ctx = _get_current()

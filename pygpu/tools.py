@@ -702,9 +702,10 @@ _context_caches = []
 
 
 def _current_context():
-    """The current context (None without one): the key of the per-context
-    caches."""
-    return driver.Context.get_current()
+    """The current context (None without one), as this thread remembers it
+    (no driver call: docs/contexts.md, "The current context"): the key of
+    the per-context caches."""
+    return driver._driver._current_context()
 
 
 def context_dependent_memoize(func):

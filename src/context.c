@@ -8,6 +8,103 @@
 #include "pygpu.h"
 #include <stdlib.h>
 
+/* ---- the current context, known without asking the driver ----
+ *
+ * Each thread remembers the context it last saw current (docs/contexts.md:
+ * "The current context"): the handle, and the Context object for it in one
+ * module state.  pygpu's own push/pop/make_context/set-current keep it
+ * right; Context.get_current() always asks the driver and refreshes it; a
+ * driver call failing with CUDA_ERROR_INVALID_CONTEXT or
+ * CUDA_ERROR_CONTEXT_IS_DESTROYED forgets it (errors.c).  It is valid only
+ * while `gen` equals pygpu_context_generation, which goes up whenever any
+ * context is detached, released or dies (in any thread), so a borrowed
+ * Context pointer here never outlives its object.  Code outside pygpu that
+ * changes this thread's current context must call Context.get_current()
+ * (or use pygpu's push/pop) before pygpu's next call on the thread. */
+typedef struct {
+    unsigned long gen;         /* pygpu_context_generation when filled; 0: unknown */
+    CUcontext handle;          /* the current handle (NULL: none) */
+    pygpu_state *st;           /* the module state ctx belongs to, or NULL */
+    pygpu_Context *ctx;        /* borrowed: handle's Context in st, or NULL (not looked up) */
+} current_cache;
+
+static _Thread_local current_cache tl_current;
+/* bumped (GIL held) when any context is detached, released or deallocated */
+static unsigned long context_generation = 1;
+
+static inline unsigned long
+generation(void)
+{
+    return __atomic_load_n(&context_generation, __ATOMIC_ACQUIRE);
+}
+
+void
+pygpu_context_forget_all(void)
+{
+    unsigned long g = __atomic_add_fetch(&context_generation, 1, __ATOMIC_ACQ_REL);
+    if (g == 0)              /* wrapped: 0 means "unknown" */
+        __atomic_store_n(&context_generation, 1, __ATOMIC_RELEASE);
+}
+
+void
+pygpu_context_forget_current(void)
+{
+    tl_current.gen = 0;
+}
+
+/* Remember that h (ctx in st, or ctx NULL: not looked up) is current. */
+static void
+remember_current(CUcontext h, pygpu_state *st, pygpu_Context *ctx)
+{
+    tl_current.gen = generation();
+    tl_current.handle = h;
+    tl_current.st = st;
+    tl_current.ctx = ctx;
+}
+
+/* 1 and *h when this thread's current handle is known, else 0. */
+static inline int
+known_current(CUcontext *h)
+{
+    if (tl_current.gen == 0 || tl_current.gen != generation())
+        return 0;
+    *h = tl_current.handle;
+    return 1;
+}
+
+/* Ask the driver for this thread's current handle and remember it. */
+static CUresult
+ask_current(CUcontext *h)
+{
+    CUresult rc = cu.cuCtxGetCurrent(h);
+    if (rc == CUDA_SUCCESS)
+        remember_current(*h, NULL, NULL);
+    else
+        tl_current.gen = 0;
+    return rc;
+}
+
+int
+pygpu_context_is_current(pygpu_Context *ctx)
+{
+    CUcontext h = NULL;
+    if (!known_current(&h) && ask_current(&h) != CUDA_SUCCESS)
+        return 0;
+    return h == ctx->handle;
+}
+
+int
+pygpu_context_recheck(pygpu_Context *ctx)
+{
+    CUcontext h = NULL;
+    int was_known = known_current(&h) && h == ctx->handle;
+    if (!was_known)
+        return 0;
+    if (ask_current(&h) != CUDA_SUCCESS)
+        return 0;
+    return h != ctx->handle;
+}
+
 static pygpu_Context *
 context_alloc(pygpu_state *st, CUcontext h, int ordinal, int is_primary, int owns)
 {
@@ -33,6 +130,7 @@ context_alloc(pygpu_state *st, CUcontext h, int ordinal, int is_primary, int own
     self->weakreflist = NULL;
     self->allocations = NULL;
     self->arrays_busy = 0;
+    self->blocks = NULL;
     if (!is_primary) {
         self->next_other = st->other_contexts;
         st->other_contexts = self;
@@ -62,8 +160,18 @@ context_release(pygpu_Context *self)
     if (self->detached)
         return rc;
     self->detached = 1;
+    pygpu_context_forget_all();
     if (!self->owns || cu.cuCtxGetCurrent == NULL)
         return rc;
+    if (self->blocks != NULL) {
+        /* the block cache's memory goes back to the pool while the context
+         * lives (not a pygpu_scope: the context is already marked detached) */
+        int pushed = 0;
+        if (pygpu_context_enter(self, &pushed) == CUDA_SUCCESS) {
+            pygpu_blockcache_release(self);
+            pygpu_context_exit(pushed);
+        }
+    }
     if (self->staging != NULL) {
         /* not a pygpu_scope: the context is already marked detached */
         int pushed = 0;
@@ -85,6 +193,7 @@ context_release(pygpu_Context *self)
 static void
 context_forget(pygpu_state *st, pygpu_Context *self)
 {
+    pygpu_context_forget_all();
     if (st == NULL)
         return;
     if (st->last_ctx == self) {
@@ -104,6 +213,7 @@ context_dealloc(pygpu_Context *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     context_forget(st, self);
     (void)context_release(self);
+    pygpu_blockcache_drop(self);    /* what release could not give back (forked, gone) */
     Py_CLEAR(self->device);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
@@ -231,21 +341,23 @@ found:
 }
 
 /* The current thread's context (borrowed), making the default device's
- * primary context current if the thread has none.  GIL held. */
+ * primary context current if the thread has none.  Asks the driver (the
+ * paths that make something in the current context: the answer must be
+ * the driver's) and remembers the answer for pygpu_current_context_known.
+ * GIL held. */
 pygpu_Context *
 pygpu_current_context(pygpu_state *st)
 {
     CUcontext h = NULL;
     CUresult rc;
+    pygpu_Context *ctx;
     if (pygpu_ensure_driver(st) < 0)
         return NULL;
-    rc = cu.cuCtxGetCurrent(&h);
-    if (rc != CUDA_SUCCESS) {
+    if ((rc = ask_current(&h)) != CUDA_SUCCESS) {
         pygpu_cuda_error(st, rc, "cuCtxGetCurrent");
         return NULL;
     }
     if (h == NULL) {
-        pygpu_Context *ctx;
         int ordinal = default_ordinal(), count;
         if ((rc = cu.cuDeviceGetCount(&count)) != CUDA_SUCCESS) {
             pygpu_cuda_error(st, rc, "cuDeviceGetCount");
@@ -266,9 +378,52 @@ pygpu_current_context(pygpu_state *st)
         }
         st->last_handle = ctx->handle;
         st->last_ctx = ctx;
+        remember_current(ctx->handle, st, ctx);
         return ctx;
     }
-    return pygpu_context_for_handle(st, h);
+    ctx = pygpu_context_for_handle(st, h);
+    if (ctx != NULL && known_current(&h) && h == ctx->handle)
+        remember_current(h, st, ctx);     /* (the lookup made no context die) */
+    return ctx;
+}
+
+pygpu_Context *
+pygpu_current_context_known(pygpu_state *st)
+{
+    CUcontext h = NULL;
+    if (known_current(&h) && h != NULL && tl_current.st == st && tl_current.ctx != NULL
+        && pygpu_ensure_driver(st) == 0)
+        return tl_current.ctx;
+    if (PyErr_Occurred())
+        return NULL;
+    return pygpu_current_context(st);
+}
+
+PyObject *
+pygpu_current_context_or_none(pygpu_state *st)
+{
+    CUcontext h = NULL;
+    CUresult rc;
+    pygpu_Context *ctx;
+    if (known_current(&h)) {
+        if (h == NULL)
+            Py_RETURN_NONE;
+        if (tl_current.st == st && tl_current.ctx != NULL)
+            return Py_NewRef((PyObject *)tl_current.ctx);
+    } else {
+        if (pygpu_ensure_driver(st) < 0)
+            return NULL;
+        if ((rc = ask_current(&h)) != CUDA_SUCCESS)
+            return pygpu_cuda_error(st, rc, "cuCtxGetCurrent");
+        if (h == NULL)
+            Py_RETURN_NONE;
+    }
+    ctx = pygpu_context_for_handle(st, h);
+    if (ctx == NULL)
+        return NULL;
+    if (known_current(&h) && h == ctx->handle)
+        remember_current(h, st, ctx);
+    return Py_NewRef((PyObject *)ctx);
 }
 
 int
@@ -291,12 +446,21 @@ pygpu_context_enter(pygpu_Context *ctx, int *pushed)
     CUcontext cur = NULL;
     CUresult rc;
     *pushed = 0;
-    rc = cu.cuCtxGetCurrent(&cur);
-    if (rc != CUDA_SUCCESS || cur == ctx->handle)
-        return rc;
+    if (known_current(&cur)) {
+        if (cur == ctx->handle)
+            return CUDA_SUCCESS;
+    } else {
+        rc = ask_current(&cur);
+        if (rc != CUDA_SUCCESS || cur == ctx->handle)
+            return rc;
+    }
     rc = cu.cuCtxPushCurrent(ctx->handle);
-    if (rc == CUDA_SUCCESS)
+    if (rc == CUDA_SUCCESS) {
         *pushed = 1;
+        remember_current(ctx->handle, NULL, NULL);
+    } else {
+        tl_current.gen = 0;
+    }
     return rc;
 }
 
@@ -343,8 +507,10 @@ void
 pygpu_context_exit(int pushed)
 {
     CUcontext dummy;
-    if (pushed)
+    if (pushed) {
         cu.cuCtxPopCurrent(&dummy);
+        tl_current.gen = 0;       /* what is current below: asked when needed */
+    }
 }
 
 int
@@ -415,8 +581,10 @@ pygpu_device_make_context(pygpu_Device *self, PyObject *args, PyObject *kwds)
     ctx = context_alloc(st, h, self->ordinal, 0, 1);
     if (ctx == NULL) {
         cu.cuCtxDestroy(h);
+        tl_current.gen = 0;
         return NULL;
     }
+    remember_current(h, st, ctx);      /* cuCtxCreate pushed it */
     return (PyObject *)ctx;
 }
 
@@ -430,8 +598,11 @@ context_push(pygpu_Context *self, PyObject *unused)
     if (pygpu_context_check(st, self) < 0)
         return NULL;
     rc = cu.cuCtxPushCurrent(self->handle);
-    if (rc != CUDA_SUCCESS)
+    if (rc != CUDA_SUCCESS) {
+        tl_current.gen = 0;
         return pygpu_cuda_error(st, rc, "cuCtxPushCurrent");
+    }
+    remember_current(self->handle, st, self);
     Py_RETURN_NONE;
 }
 
@@ -448,6 +619,7 @@ context_pop(PyObject *cls, PyObject *unused)
         PyErr_SetString(st->LogicError, "Context.pop(): no context is current");
         return NULL;
     }
+    tl_current.gen = 0;       /* what is under it: asked when needed */
     rc = cu.cuCtxPopCurrent(&h);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuCtxPopCurrent");
@@ -463,7 +635,7 @@ context_get_current(PyObject *cls, PyObject *unused)
     pygpu_Context *ctx;
     if (pygpu_ensure_driver(st) < 0)
         return NULL;
-    rc = cu.cuCtxGetCurrent(&h);
+    rc = ask_current(&h);     /* always the driver's answer; remembered */
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuCtxGetCurrent");
     if (h == NULL)
@@ -471,8 +643,19 @@ context_get_current(PyObject *cls, PyObject *unused)
     ctx = pygpu_context_for_handle(st, h);
     if (ctx == NULL)
         return NULL;
+    if (known_current(&h) && h == ctx->handle)
+        remember_current(h, st, ctx);
     Py_INCREF(ctx);
     return (PyObject *)ctx;
+}
+
+/* _current_context(): the current Context or None, as Context.get_current()
+ * but from this thread's remembered answer when there is one (the array
+ * layer's operators ask it once per operation). */
+static PyObject *
+context_current_fast(PyObject *module, PyObject *unused)
+{
+    return pygpu_current_context_or_none(PyModule_GetState(module));
 }
 
 static PyObject *
@@ -578,6 +761,7 @@ context_exit(pygpu_Context *self, PyObject *args)
     CUresult rc;
     if (self->detached)
         Py_RETURN_FALSE;
+    tl_current.gen = 0;
     rc = cu.cuCtxPopCurrent(&h);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuCtxPopCurrent");
@@ -823,8 +1007,18 @@ static PyType_Spec context_spec = {
     | Py_TPFLAGS_BASETYPE, context_slots
 };
 
+static PyMethodDef context_functions[] = {
+    {"_current_context", context_current_fast, METH_NOARGS,
+     "_current_context($module, /)\n--\n\n"
+     "The current Context or None, as Context.get_current(), from this "
+     "thread's remembered answer when it has one (no driver call)."},
+    {NULL}
+};
+
 int
 pygpu_context_setup(PyObject *m, pygpu_state *st)
 {
-    return pygpu_add_type(m, &context_spec, &st->ContextType);
+    if (pygpu_add_type(m, &context_spec, &st->ContextType) < 0)
+        return -1;
+    return PyModule_AddFunctions(m, context_functions);
 }

@@ -135,6 +135,9 @@ pygpu_cuda_error_ex(pygpu_state *st, CUresult rc, const char *routine, const cha
     char namebuf[48];
     PyObject *cls = class_for(st, rc), *exc = NULL, *msg = NULL, *val = NULL;
 
+    if (rc == CUDA_ERROR_INVALID_CONTEXT || rc == CUDA_ERROR_CONTEXT_IS_DESTROYED)
+        pygpu_context_forget_current();   /* this thread's remembered answer may be stale */
+
     if (cu.cuGetErrorName == NULL || cu.cuGetErrorName(rc, &name) != CUDA_SUCCESS
         || name == NULL) {
         const pygpu_enum_entry *e;

@@ -39,6 +39,7 @@ after_fork_child(PyObject *module, PyObject *unused)
         mark_detached(c);
     st->last_ctx = NULL;
     st->last_handle = NULL;
+    pygpu_context_forget_all();   /* no thread's remembered context holds */
     Py_RETURN_NONE;
 }
 

@@ -82,6 +82,10 @@ hold_add(pygpu_state *st, PyObject *target, const char *what, int forever)
     h->target = target;
     if (!forever)
         Py_INCREF(target);
+    if (!is_array)
+        /* held memory is never cached for reuse (blockcache.c): its free
+         * goes to the driver, as it did before the cache */
+        ((pygpu_DeviceAllocation *)target)->block = 0;
     h->list = list;
     h->is_array = is_array;
     h->forever = forever;

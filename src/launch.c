@@ -469,6 +469,16 @@ done:
     return res;
 }
 
+/* A launch failing this way may have run in another context than the one
+ * this thread remembered as current (code outside pygpu changed it): the
+ * launch asks the driver and, when so, runs once more in its own context. */
+static int
+stale_context_error(CUresult rc)
+{
+    return rc == CUDA_ERROR_INVALID_CONTEXT || rc == CUDA_ERROR_CONTEXT_IS_DESTROYED
+           || rc == CUDA_ERROR_INVALID_HANDLE;
+}
+
 PyObject *
 pygpu_launch(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config *cfg,
              pygpu_argpack *pack)
@@ -519,6 +529,13 @@ pygpu_launch(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config *cfg,
         res = enqueue_timed(st, f, cfg, pack->ptrs);
     } else {
         rc = enqueue(f, cfg, pack->ptrs, &routine);
+        if (stale_context_error(rc) && !scope.pushed
+            && pygpu_context_recheck(f->module->context)) {
+            pygpu_scope_exit(&scope);       /* (pushed nothing) */
+            if (pygpu_scope_enter(st, f->module->context, &scope) < 0)
+                return NULL;
+            rc = enqueue(f, cfg, pack->ptrs, &routine);
+        }
         res = rc == CUDA_SUCCESS ? Py_NewRef(Py_None) : pygpu_cuda_error(st, rc, routine);
     }
     pygpu_scope_exit(&scope);
@@ -544,7 +561,6 @@ quick_run(pygpu_state *st, pygpu_Function *f, const CUlaunchConfig *lc, PyObject
     _Alignas(16) char buf[PYGPU_PACK_INLINE_BYTES];
     void *ptrs[PYGPU_PACK_INLINE_PARAMS];
     pygpu_Context *ctx = f->module->context;
-    CUcontext cur;
     CUresult rc;
     if (pygpu_captures_active != 0)
         return 0;    /* a capture runs: the full path resolves the default stream */
@@ -555,9 +571,11 @@ quick_run(pygpu_state *st, pygpu_Function *f, const CUlaunchConfig *lc, PyObject
     }
     if (f->layout == NULL || ctx->detached
         || !pygpu_pack_fast(st, f->layout, args, nargs, buf, ptrs)
-        || cu.cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur != ctx->handle)
+        || !pygpu_context_is_current(ctx))
         return 0;
     rc = cu.cuLaunchKernelEx(lc, f->handle, ptrs, NULL);
+    if (stale_context_error(rc) && pygpu_context_recheck(ctx))
+        return 0;      /* it was not current after all: the full path activates it */
     *res = rc == CUDA_SUCCESS ? Py_NewRef(Py_None) : pygpu_cuda_error(st, rc, "cuLaunchKernelEx");
     return 1;
 }

@@ -116,6 +116,12 @@ allocation_free_memory(pygpu_DeviceAllocation *self)
     allocation_unlink(self);
     if ((self->ptr == 0 && self->kind != 5) || self->kind == 3)
         return;
+    /* a block of the block cache goes back to it, kept under the stream it
+     * was freed on (no driver call); not while any capture runs (the free
+     * is then the driver's, as below), never one made inside a capture */
+    if (self->block != 0 && pygpu_captures_active == 0 && !self->in_capture
+        && pygpu_blockcache_put(self->context, self->free_stream, self->ptr, self->block))
+        return;
     if (pygpu_scope_enter_quiet(self->context, &s) < 0)
         return;
     if (self->kind == 4 || self->kind == 5) {
@@ -347,6 +353,7 @@ pygpu_allocation_new(pygpu_state *st, PyTypeObject *tp, pygpu_Context *ctx,
     self->free_pending = 0;
     self->holds = NULL;
     self->in_capture = 0;
+    self->block = 0;
     Py_INCREF(ctx);
     self->context = ctx;
     self->ctx_prev = NULL;
@@ -495,22 +502,78 @@ pygpu_keep_pool_memory(pygpu_Context *ctx)
     pygpu_capture_restore(mode);
 }
 
+/* The block cache keeps blocks of streams whose lifetime pygpu knows: the
+ * default (legacy) stream and pygpu Streams of ctx that own their handle
+ * (each gives its blocks back before it is destroyed); never the
+ * per-thread stream (one per thread) nor another library's.  Only in
+ * contexts pygpu owns. */
+static int
+cacheable_stream(pygpu_state *st, pygpu_Context *ctx, PyObject *sobj, CUstream s)
+{
+    pygpu_Stream *ps;
+    if (!ctx->owns || ctx->detached || s == CU_STREAM_PER_THREAD)
+        return 0;
+    if (s == NULL || s == CU_STREAM_LEGACY)
+        return sobj == Py_None || PyLong_Check(sobj) || PyObject_TypeCheck(sobj, st->StreamType);
+    if (!PyObject_TypeCheck(sobj, st->StreamType))
+        return 0;
+    ps = (pygpu_Stream *)sobj;
+    return ps->owns && ps->handle == s && ps->context == ctx;
+}
+
+/* The DeviceAllocation of a stream-ordered allocation: n bytes at p on s
+ * (sobj), in a block of the block cache of `block` bytes (0: none).  On
+ * failure the memory goes back (to the cache, else the pool). */
 static PyObject *
-mem_alloc_async(PyObject *module, PyObject *args, PyObject *kwds)
+async_allocation(pygpu_state *st, pygpu_Context *ctx, CUdeviceptr p, size_t n, size_t block,
+                 CUstream s, PyObject *sobj)
+{
+    PyObject *res = new_allocation(st, ctx, p, n, 2);
+    pygpu_DeviceAllocation *a = (pygpu_DeviceAllocation *)res;
+    if (res == NULL) {
+        if (block == 0 || !pygpu_blockcache_put(ctx, s, p, block))
+            cu.cuMemFreeAsync(p, s);
+        return NULL;
+    }
+    a->free_stream = s;
+    a->block = block;
+    a->in_capture = pygpu_captures_active != 0 && pygpu_stream_capturing(st, sobj);
+    if (sobj != Py_None) {
+        /* strong ref: the stream outlives the allocation freed on it */
+        Py_INCREF(sobj);
+        a->owner = sobj;
+    }
+    return res;
+}
+
+static PyObject *
+mem_alloc_async(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     pygpu_state *st = PyModule_GetState(module);
-    static char *kwlist[] = {"nbytes", "stream", NULL};
-    PyObject *nobj, *sobj = Py_None, *res;
+    static const char *const argnames[] = {"nbytes", "stream", NULL};
+    PyObject *a[2], *nobj, *sobj = Py_None;
     pygpu_Context *ctx;
     CUdeviceptr p = 0;
     CUstream s;
     CUresult rc;
     CUstreamCaptureMode mode;
-    size_t n;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:mem_alloc_async", kwlist, &nobj, &sobj))
-        return NULL;
-    if (parse_nbytes(nobj, &n, "mem_alloc_async(): nbytes") < 0)
-        return NULL;
+    size_t n, block = 0;
+    Py_ssize_t v;
+    if (kwnames == NULL && nargs == 1 && PyLong_CheckExact(args[0])
+        && (v = PyLong_AsSsize_t(args[0])) >= 0) {
+        /* the array layer's call: one exact int (no __index__ to run) */
+        nobj = args[0];
+        n = (size_t)v;
+    } else {
+        PyErr_Clear();            /* (an int too large for a Py_ssize_t: parsed below) */
+        if (pygpu_fast_args("mem_alloc_async", args, nargs, kwnames, argnames, 1, a) < 0)
+            return NULL;
+        nobj = a[0];
+        if (a[1] != NULL)
+            sobj = a[1];
+        if (parse_nbytes(nobj, &n, "mem_alloc_async(): nbytes") < 0)
+            return NULL;
+    }
     if (pygpu_captures_active != 0 && pygpu_capture_is_default(st, sobj)) {
         /* inside this thread's capture, an allocation given no stream (the
          * array layer's) is made now, outside the graph, as mem_alloc()'s:
@@ -524,6 +587,21 @@ mem_alloc_async(PyObject *module, PyObject *args, PyObject *kwds)
     if (pygpu_get_stream(st, sobj, &s) < 0
         || pygpu_capture_check(st, sobj, 0, "mem_alloc_async()") < 0)
         return NULL;
+    if (n != 0 && pygpu_captures_active == 0 && cu.cuMemAllocAsync != NULL) {
+        /* the block cache: no driver call when a block of n's class was
+         * freed on this stream; not while any capture runs */
+        if ((block = pygpu_blockcache_class(n)) == (size_t)-1)
+            return NULL;
+        if (block != 0) {
+            if ((ctx = pygpu_current_context_known(st)) == NULL)
+                return NULL;
+            if (!cacheable_stream(st, ctx, sobj, s))
+                block = 0;
+            else if (pygpu_blockcache_get(ctx, s, block, &p))
+                return async_allocation(st, ctx, p, n, block, s, sobj);
+        }
+    }
+    /* the driver's pool, in the context the driver says is current */
     if ((ctx = pygpu_current_context(st)) == NULL)
         return NULL;
     if (cu.cuMemAllocAsync == NULL) {
@@ -533,29 +611,25 @@ mem_alloc_async(PyObject *module, PyObject *args, PyObject *kwds)
     }
     if (n == 0)
         return new_allocation(st, ctx, 0, 0, 0);
+    if (block != 0 && !cacheable_stream(st, ctx, sobj, s))
+        block = 0;
     if (!ctx->pool_configured)
         pygpu_keep_pool_memory(ctx);
     mode = pygpu_capture_relax();       /* unsafe on a stream that does not capture */
-    rc = cu.cuMemAllocAsync(&p, n, s);
+    rc = cu.cuMemAllocAsync(&p, block != 0 ? block : n, s);
     pygpu_capture_restore(mode);
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY && pygpu_blockcache_flush_oom(ctx) > 0) {
+        /* the cached blocks went back to the pool: once more */
+        mode = pygpu_capture_relax();
+        rc = cu.cuMemAllocAsync(&p, block != 0 ? block : n, s);
+        pygpu_capture_restore(mode);
+    }
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error_ex(st, rc, "cuMemAllocAsync",
                                    rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
                                    ? "the stream's capture was invalidated by an earlier "
                                      "operation that is illegal during capture" : NULL);
-    res = new_allocation(st, ctx, p, n, 2);
-    if (res == NULL) {
-        cu.cuMemFreeAsync(p, s);
-        return NULL;
-    }
-    ((pygpu_DeviceAllocation *)res)->free_stream = s;
-    ((pygpu_DeviceAllocation *)res)->in_capture = pygpu_stream_capturing(st, sobj);
-    if (sobj != Py_None) {
-        /* strong ref: the stream outlives the allocation freed on it */
-        Py_INCREF(sobj);
-        ((pygpu_DeviceAllocation *)res)->owner = sobj;
-    }
-    return res;
+    return async_allocation(st, ctx, p, n, block, s, sobj);
 }
 
 static PyObject *
@@ -1378,7 +1452,7 @@ static PyMethodDef memory_methods[] = {
      "mem_alloc($module, nbytes, /)\n--\n\n"
      "Allocate nbytes of device memory in the current context. On "
      "out-of-memory, garbage is collected once and the allocation retried."},
-    {"mem_alloc_async", CF(mem_alloc_async), KW,
+    {"mem_alloc_async", CF(mem_alloc_async), FKW,
      "mem_alloc_async($module, /, nbytes, stream=None)\n--\n\n"
      "Stream-ordered allocation from the device's default memory pool; freed "
      "on the same stream."},

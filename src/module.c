@@ -181,7 +181,8 @@ driver_exec(PyObject *m)
         || pygpu_graph_setup(m, st) < 0
         || pygpu_nvtx_setup(m, st) < 0
         || pygpu_ipc_setup(m, st) < 0 || pygpu_vmm_setup(m, st) < 0
-        || pygpu_mempool_setup(m, st) < 0 || pygpu_fork_setup(m, st) < 0)
+        || pygpu_mempool_setup(m, st) < 0 || pygpu_fork_setup(m, st) < 0
+        || pygpu_blockcache_setup(m, st) < 0)
         return -1;
     if (PyModule_AddIntConstant(m, "CUDA_HEADER_VERSION", CUDA_VERSION) < 0)
         return -1;

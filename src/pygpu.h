@@ -211,6 +211,8 @@ struct pygpu_Context {
     /* copies using one of this context's Arrays running with the GIL
      * released (pygpu_array_hold): detach() is refused meanwhile */
     Py_ssize_t arrays_busy;
+    /* owned (blockcache.c): freed device blocks kept for reuse, or NULL */
+    struct pygpu_blockcache *blocks;
 };
 
 typedef struct pygpu_DeviceAllocation {
@@ -228,6 +230,9 @@ typedef struct pygpu_DeviceAllocation {
     int free_pending;          /* free() came while busy or held: the last user frees */
     struct pygpu_hold *holds;  /* owned list (hold.c): who keeps the address for later */
     int in_capture;            /* kind 2 made on a stream while pygpu captured it */
+    size_t block;              /* kind 2: the bytes of the block-cache block it lies in
+                                  (its class, >= size); 0: not the cache's (freed to the
+                                  driver, never cached) */
     /* borrowed links in context->allocations */
     struct pygpu_DeviceAllocation *ctx_prev, *ctx_next;
 } pygpu_DeviceAllocation;
@@ -373,6 +378,23 @@ int pygpu_loader_setup(PyObject *m);
 
 /* context.c */
 pygpu_Context *pygpu_current_context(pygpu_state *st); /* borrowed; ensures one */
+/* This thread's remembered current context (docs/contexts.md): the same as
+ * pygpu_current_context without asking the driver when this thread's
+ * answer is known; for paths that make nothing in it.  Borrowed. */
+pygpu_Context *pygpu_current_context_known(pygpu_state *st);
+/* The same as a new reference, or None when no context is current. */
+PyObject *pygpu_current_context_or_none(pygpu_state *st);
+/* Forget every thread's remembered answer (a context was detached,
+ * released or died), or only this thread's (it may be stale).  GIL held. */
+void pygpu_context_forget_all(void);
+void pygpu_context_forget_current(void);
+/* 1 when ctx is current on this thread (asks the driver only when not
+ * known), else 0. */
+int pygpu_context_is_current(pygpu_Context *ctx);
+/* After a driver call failed while the remembered answer said ctx was
+ * current: asks the driver; 1 when ctx is in fact not current (the answer
+ * was stale: retry the call after activating ctx), else 0. */
+int pygpu_context_recheck(pygpu_Context *ctx);
 pygpu_Context *pygpu_context_for_handle(pygpu_state *st, CUcontext h); /* borrowed */
 int pygpu_context_check(pygpu_state *st, pygpu_Context *ctx);
 
@@ -730,5 +752,36 @@ int pygpu_capture_context_check(pygpu_state *st, pygpu_Context *ctx, const char 
  * is the legacy stream and a blocking stream of ctx captures): kept, and
  * queued when the last capture ends; 1.  0: free it now. */
 int pygpu_capture_defer_free(pygpu_Context *ctx, CUdeviceptr p, CUstream s, PyObject *owner);
+
+/* ---- blockcache.c: freed device blocks kept for reuse (docs/memory.md) ----
+ * A context's cache holds blocks of the stream-ordered pool that
+ * mem_alloc_async made in size classes, keyed by the stream they were last
+ * freed on; a block is handed out again only to an allocation on that
+ * stream.  All GIL held. */
+/* The class bytes of a cached block for a request of n bytes; 0 when n is
+ * not cached (0 bytes, over the largest cached size, the cache off);
+ * (size_t)-1 with ValueError (a bad PYGPU_BLOCK_CACHE* variable). */
+size_t pygpu_blockcache_class(size_t n);
+/* A block of class bytes `size` last freed on s: 1 and *ptr (a hit), else
+ * 0 (a miss, counted). */
+int pygpu_blockcache_get(pygpu_Context *ctx, CUstream s, size_t size, CUdeviceptr *ptr);
+/* Keep ptr (class bytes size, freed in stream order on s): 1, or 0 when the
+ * caller must free it (the cache is full or off). */
+int pygpu_blockcache_put(pygpu_Context *ctx, CUstream s, CUdeviceptr ptr, size_t size);
+/* Give cached blocks back to the pool (cuMemFreeAsync on each one's
+ * stream) until at most keep bytes stay; the number of blocks given back.
+ * ctx live and current. */
+Py_ssize_t pygpu_blockcache_trim(pygpu_Context *ctx, size_t keep);
+/* The pool is out of memory: every block back to it (counted); the
+ * number given back (0: retrying is no use).  ctx live and current. */
+Py_ssize_t pygpu_blockcache_flush_oom(pygpu_Context *ctx);
+/* The blocks last freed on stream s go back to the pool (the stream is
+ * being destroyed).  s's context current. */
+void pygpu_blockcache_drop_stream(pygpu_Context *ctx, CUstream s);
+/* Teardown: every block back to the pool, the cache freed.  ctx current. */
+void pygpu_blockcache_release(pygpu_Context *ctx);
+/* The cache freed without driver calls (the context is gone or forked). */
+void pygpu_blockcache_drop(pygpu_Context *ctx);
+int pygpu_blockcache_setup(PyObject *m, pygpu_state *st);
 
 #endif

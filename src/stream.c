@@ -19,6 +19,8 @@ stream_release(pygpu_Stream *self)
     pygpu_stream_capture_abort(self);
     self->handle = NULL;
     self->owns = 0;
+    /* the block cache's blocks freed on it go back to the pool first */
+    pygpu_blockcache_drop_stream(self->context, h);
     cu.cuStreamDestroy(h);
     pygpu_scope_exit(&s);
 }

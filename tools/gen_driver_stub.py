@@ -63,6 +63,9 @@ RETURNS = {
     "MemoryPool.allocate": "DeviceAllocation", "MemoryPool.export_pointer": "bytes",
     "MemoryPool.import_pointer": "DeviceAllocation", "MemoryPool.set_access": "None",
     "MemoryPool.destroy": "None",
+    "_current_context": "Context | None", "_block_cache_trim": "int",
+    "_block_cache_stats": "dict[str, int]", "_set_block_cache": "tuple[int, int]",
+    "_block_cache_settings": "tuple[int, int]",
 }
 ATTRS = {  # getset descriptors: Class.name -> annotation
     "Device.ordinal": "int", "Device.uuid": "bytes", "Context.device": "Device",

@@ -45,7 +45,7 @@
  * device, 4 GiB), FAKECUDA_DRIVER_VERSION (13000), FAKECUDA_CC ("9.9": a
  * capability NVRTC builds no cubin for, so pygpu hands the stand-in PTX),
  * FAKECUDA_HIDE (comma-separated entry points cuGetProcAddress does not find),
- * FAKECUDA_FAIL.
+ * FAKECUDA_FAIL; read at exit: FAKECUDA_TRACE_AT_EXIT (a file for the trace).
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -6641,6 +6641,24 @@ fakecuda_trace(int on)
         if (trace) trace[0] = '\0';
     }
     unlock();
+}
+
+/* FAKECUDA_TRACE_AT_EXIT=path: when the library is unloaded, after the
+ * interpreter's teardown, the names recorded since fakecuda_trace(1) are
+ * written there, one a line (what a process does at exit, checked by a
+ * test that reads the file). */
+__attribute__((destructor)) static void
+trace_at_exit(void)
+{
+    const char *path = getenv("FAKECUDA_TRACE_AT_EXIT");
+    FILE *f;
+    if (path == NULL || *path == '\0' || !tracing)
+        return;
+    if ((f = fopen(path, "w")) != NULL) {
+        if (trace != NULL)
+            fputs(trace, f);
+        fclose(f);
+    }
 }
 
 /* The names recorded, one a line; copies at most cap bytes, returns the length. */

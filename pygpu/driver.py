@@ -198,6 +198,13 @@ def set_staging(threshold=None, threads=None, chunk=None, piece=None, spin_us=No
     return dict(zip(_STAGING_KEYS + _STAGING_TUNING_KEYS, old + old_tuning))
 
 
+# ---- recycled host mappings for large get() destinations (src/hostblock.c) ----
+
+from pygpu._driver import (  # noqa: E402,F401  (re-exported API)
+    HostBlock, free_host_cache, host_cache_stats, set_host_cache,
+)
+
+
 def module_from_file(path, options=None, message_handler=None):
     """Load a .cubin, .ptx or .fatbin file into the current context."""
     with open(path, "rb") as f:
@@ -566,6 +573,7 @@ __all__ = [
     "graph_conditional_type", "graph_instantiate_flags", "graph_node_type",
     "IPCMemoryHandle", "MemoryPool", "VirtualBuffer", "forked_from", "ipc_mem_flags",
     "mem_get_ipc_handle",
+    "HostBlock", "free_host_cache", "host_cache_stats", "set_host_cache",
 ]
 
 

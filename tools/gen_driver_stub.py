@@ -63,6 +63,9 @@ RETURNS = {
     "MemoryPool.allocate": "DeviceAllocation", "MemoryPool.export_pointer": "bytes",
     "MemoryPool.import_pointer": "DeviceAllocation", "MemoryPool.set_access": "None",
     "MemoryPool.destroy": "None",
+    "_host_block": "HostBlock", "host_cache_stats": "dict[str, int]",
+    "free_host_cache": "int", "set_host_cache": "dict[str, int]",
+    "_host_cache_after_fork": "None", "_host_cache_at_exit": "None",
 }
 ATTRS = {  # getset descriptors: Class.name -> annotation
     "Device.ordinal": "int", "Device.uuid": "bytes", "Context.device": "Device",
@@ -87,6 +90,8 @@ ATTRS = {  # getset descriptors: Class.name -> annotation
     "VirtualBuffer.device": "int", "VirtualBuffer.nchunks": "int",
     "MemoryPool.handle": "int", "MemoryPool.imported": "bool", "MemoryPool.ipc": "bool",
     "MemoryPool.device": "int",
+    "HostBlock.address": "int", "HostBlock.size": "int", "HostBlock.mapped": "int",
+    "HostBlock.reused": "bool",
 }
 
 

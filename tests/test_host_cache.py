@@ -404,6 +404,28 @@ def test_host_empty_takes_cached_blocks_from_32_mib(host_cache, rng):
     assert not isinstance(objs.base, cuda.HostBlock)
 
 
+def test_host_empty_has_only_the_callers_that_write_every_byte():
+    """A recycled block holds a former array's bytes: _host_empty may only
+    serve code that overwrites the whole array before anyone reads it.  Its
+    two callers do (get() without ary: the copy covers every byte, and its
+    array is not returned if the copy fails; _copy_d2h's gather buffer: one
+    memcpy of all of it).  A new caller must be checked the same way, then
+    added here."""
+    import glob
+    import pygpu
+    root = os.path.dirname(pygpu.__file__)
+    calls = []
+    for path in sorted(glob.glob(os.path.join(root, "**", "*.py"), recursive=True)):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if "_host_empty(" in line and "def _host_empty(" not in line:
+                    calls.append((os.path.relpath(path, root), line.strip()))
+    assert calls == [
+        ("gpuarray.py", "flat = _host_empty(self.size, self.dtype)"),
+        ("gpuarray.py", "buf = _host_empty(src.size, src.dtype)"),
+    ]
+
+
 @pytest.mark.driver
 def test_get_twice_reuses_the_first_arrays_mapping(ctx, rng, host_cache):
     """get() of 64 MiB into fresh arrays twice, on fresh random data each
@@ -439,6 +461,37 @@ def test_get_twice_reuses_the_first_arrays_mapping(ctx, rng, host_cache):
     b = ga.get()
     np.testing.assert_array_equal(b, a)
     assert b.flags.f_contiguous and owner(b).reused and b.ctypes.data == held_addr
+
+
+@pytest.mark.standin
+def test_a_failed_get_returns_no_array_and_its_block_is_overwritten_next(standin, ctx, rng,
+                                                                         host_cache):
+    """A get() whose copy fails midway raises and returns nothing; its
+    block (part old bytes, part copied) goes back to the cache, and the
+    next get() that takes it overwrites every byte (fresh random data)."""
+    import gc
+    n = 8 * MIB + 5                          # float32: 32 MiB + 20 bytes, a HostBlock
+    x = rng.standard_normal(n).astype(np.float32)
+    g = gpuarray.to_gpu(x)
+    first = g.get()                          # a block whose bytes are x
+    np.testing.assert_array_equal(first, x)
+    del first
+    x2 = rng.standard_normal(n).astype(np.float32)
+    g.set(x2)
+    before = cuda.host_cache_stats()
+    standin.fail("cuMemcpyDtoHAsync", 4, 999)
+    with pytest.raises(cuda.Error, match=r"^cuMemcpyDtoHAsync \(staged\) failed: "
+                                         r"CUDA_ERROR_UNKNOWN"):
+        g.get()
+    assert standin.fired()
+    gc.collect()                             # the traceback's frames held the array
+    assert delta(before) == {"hits": 1, "misses": 0, "evictions": 0}
+    assert cuda.host_cache_stats()["cached_blocks"] == 1
+    x3 = rng.standard_normal(n).astype(np.float32)
+    g.set(x3)
+    y = g.get()
+    assert owner(y).reused
+    np.testing.assert_array_equal(y, x3)
 
 
 @pytest.mark.gpu

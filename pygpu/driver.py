@@ -302,6 +302,11 @@ def _block_cache_at_exit():
 
 
 _atexit.register(_block_cache_at_exit)
+# ---- recycled host mappings for large get() destinations (src/hostblock.c) ----
+
+from pygpu._driver import (  # noqa: E402,F401  (re-exported API)
+    HostBlock, free_host_cache, host_cache_stats, set_host_cache,
+)
 
 
 def module_from_file(path, options=None, message_handler=None):
@@ -673,6 +678,7 @@ __all__ = [
     "graph_conditional_type", "graph_instantiate_flags", "graph_node_type",
     "IPCMemoryHandle", "MemoryPool", "VirtualBuffer", "forked_from", "ipc_mem_flags",
     "mem_get_ipc_handle",
+    "HostBlock", "free_host_cache", "host_cache_stats", "set_host_cache",
 ]
 
 

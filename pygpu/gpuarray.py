@@ -29,6 +29,7 @@ import numbers
 
 import numpy as np
 
+from pygpu import _driver
 from pygpu import driver as drv
 from pygpu import elementwise
 from pygpu.tools import PooledDeviceAllocation, dtype_to_ctype, get_or_register_dtype
@@ -1071,7 +1072,6 @@ def _copy_h2d(dev, host, async_, stream):
     _copy_d2d(dev, tmp, stream)
 
 
-_HUGE_PAGE = 2 << 20         # x86-64's (and most arm64 kernels') transparent huge page
 # glibc serves np.empty below 32 MiB (its largest dynamic mmap threshold) from
 # memory it recycles, pages already in; from there up every np.empty is a
 # fresh mapping whose pages the copy must fault in
@@ -1079,32 +1079,27 @@ _OWN_MAPPING_FROM = 32 << 20
 
 
 def _host_empty(size, dtype):
-    """A new, unfilled 1-D host array that a device-to-host copy fills (get()).
+    """A new, UNFILLED 1-D host array that a device-to-host copy fills
+    whole before anyone reads it (get(), _copy_d2h's gather buffer: every
+    caller writes every byte, and drops the array if the copy fails).
 
-    From 32 MiB up it is its own private anonymous mapping, started on a 2 MiB
-    boundary and marked MADV_HUGEPAGE: its pages are faulted in (and zeroed by
-    the kernel) only by the copy, a huge page at a time where the system
-    allows, and the staged copy's pieces start on huge-page boundaries, so
-    each thread faults in its own pages in parallel (docs/memory.md,
-    "Pageable copies").  The array owns the mapping (its base); it is unmapped
-    when the array dies.  Smaller arrays, or where mmap is refused, come from
-    np.empty."""
+    From 32 MiB up it lies over a HostBlock (src/hostblock.c): a private
+    anonymous mapping started on a 2 MiB boundary and marked
+    MADV_HUGEPAGE, so the staged copy's pieces start on huge pages, each
+    thread faulting in its own in parallel.  When the array dies the
+    mapping goes to the host cache, pages in, and the next array of its
+    size (rounded up to 2 MiB) takes it: no page faults in that copy, but
+    its bytes are the former array's, not zeros -- hence "unfilled"
+    (docs/memory.md, "Pageable copies").  Smaller arrays, or where mmap is
+    refused, come from np.empty."""
     nbytes = size * dtype.itemsize
     if nbytes < _OWN_MAPPING_FROM or dtype.hasobject:
         return np.empty(size, dtype)
-    import mmap
     try:
-        mm = mmap.mmap(-1, nbytes + _HUGE_PAGE, flags=mmap.MAP_PRIVATE,
-                       prot=mmap.PROT_READ | mmap.PROT_WRITE)
-    except (OSError, ValueError, AttributeError):   # no address space, or no mmap flags here
+        block = _driver._host_block(nbytes)
+    except MemoryError:                              # no address space: NumPy's turn
         return np.empty(size, dtype)
-    if hasattr(mm, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
-        try:
-            mm.madvise(mmap.MADV_HUGEPAGE)
-        except OSError:                              # a kernel without THP: 4 KiB pages
-            pass
-    start = np.frombuffer(mm, np.uint8, count=1).ctypes.data
-    return np.frombuffer(mm, dtype, count=size, offset=-start % _HUGE_PAGE)
+    return np.frombuffer(block, dtype, count=size)
 
 
 def _copy_d2h(host, dev, async_, stream):

@@ -190,6 +190,8 @@ driver_exec(PyObject *m)
         return -1;
     if (pygpu_memextra_setup(m, st) < 0)
         return -1;
+    if (pygpu_hostblock_setup(m, st) < 0)
+        return -1;
     return 0;
 }
 
@@ -228,6 +230,7 @@ driver_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->IPCMemoryHandleType);
     Py_VISIT(st->VirtualBufferType);
     Py_VISIT(st->MemoryPoolType);
+    Py_VISIT(st->HostBlockType);
     Py_VISIT(st->primary_contexts);
     Py_VISIT(st->foreign_contexts);
     Py_VISIT(st->gc_collect);
@@ -286,6 +289,7 @@ driver_clear(PyObject *m)
     Py_CLEAR(st->IPCMemoryHandleType);
     Py_CLEAR(st->VirtualBufferType);
     Py_CLEAR(st->MemoryPoolType);
+    Py_CLEAR(st->HostBlockType);
     Py_CLEAR(st->Error);
     Py_CLEAR(st->LogicError);
     Py_CLEAR(st->LaunchError);

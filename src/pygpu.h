@@ -90,6 +90,7 @@ typedef struct {
     PyObject *range_wrapper;              /* strong: pygpu.profiler's decorator maker */
     /* multi.c / ipc.c / vmm.c / mempool.c (processes, several GPUs) */
     PyTypeObject *IPCMemoryHandleType, *VirtualBufferType, *MemoryPoolType;
+    PyTypeObject *HostBlockType;          /* hostblock.c */
 } pygpu_state;
 
 extern PyModuleDef pygpu_moduledef;
@@ -672,6 +673,8 @@ int pygpu_add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **slot);
 int pygpu_graphics_setup(PyObject *m, pygpu_state *st);
 /* memextra.c: memset_d2d*, mem_get_address_range, initialize_profiler */
 int pygpu_memextra_setup(PyObject *m, pygpu_state *st);
+/* hostblock.c: HostBlock (recycled 2 MiB-aligned host mappings for get()) */
+int pygpu_hostblock_setup(PyObject *m, pygpu_state *st);
 /* ---- hold.c: the one hold protocol ----
  * Anything that keeps a device address for later use (graph nodes, captured
  * graphs, texture and surface objects, tensor maps, IPC exports) holds the

@@ -80,10 +80,19 @@ def test_make_context_push_pop(ctx):
 
 
 def test_limits_and_cache_config(ctx):
-    old = cuda.Context.get_limit(cuda.limit.PRINTF_FIFO_SIZE)
-    cuda.Context.set_limit(cuda.limit.PRINTF_FIFO_SIZE, 2 << 20)
-    assert cuda.Context.get_limit(cuda.limit.PRINTF_FIFO_SIZE) == 2 << 20
-    cuda.Context.set_limit(cuda.limit.PRINTF_FIFO_SIZE, old)
+    # the printf FIFO can change only before a kernel that prints has run in
+    # the context (the driver answers CUDA_ERROR_INVALID_VALUE after): a
+    # context of its own keeps this test independent of the ones before it
+    c = cuda.Device(0).make_context()
+    try:
+        old = cuda.Context.get_limit(cuda.limit.PRINTF_FIFO_SIZE)
+        cuda.Context.set_limit(cuda.limit.PRINTF_FIFO_SIZE, 2 << 20)
+        assert cuda.Context.get_limit(cuda.limit.PRINTF_FIFO_SIZE) == 2 << 20
+        cuda.Context.set_limit(cuda.limit.PRINTF_FIFO_SIZE, old)
+        assert cuda.Context.get_limit(cuda.limit.PRINTF_FIFO_SIZE) == old
+    finally:
+        cuda.Context.pop()
+        c.detach()
     cuda.Context.set_cache_config(cuda.func_cache.PREFER_SHARED)
     assert cuda.Context.get_cache_config() in list(cuda.func_cache)
     cuda.Context.synchronize()

@@ -66,6 +66,9 @@ RETURNS = {
     "_current_context": "Context | None", "_block_cache_trim": "int",
     "_block_cache_stats": "dict[str, int]", "_set_block_cache": "tuple[int, int]",
     "_block_cache_settings": "tuple[int, int]",
+    "_host_block": "HostBlock", "host_cache_stats": "dict[str, int]",
+    "free_host_cache": "int", "set_host_cache": "dict[str, int]",
+    "_host_cache_after_fork": "None", "_host_cache_at_exit": "None",
 }
 ATTRS = {  # getset descriptors: Class.name -> annotation
     "Device.ordinal": "int", "Device.uuid": "bytes", "Context.device": "Device",
@@ -90,6 +93,8 @@ ATTRS = {  # getset descriptors: Class.name -> annotation
     "VirtualBuffer.device": "int", "VirtualBuffer.nchunks": "int",
     "MemoryPool.handle": "int", "MemoryPool.imported": "bool", "MemoryPool.ipc": "bool",
     "MemoryPool.device": "int",
+    "HostBlock.address": "int", "HostBlock.size": "int", "HostBlock.mapped": "int",
+    "HostBlock.reused": "bool",
 }
 
 

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 import warnings
+from typing import Any as _Any, overload as _overload
 
 from pygpu import _driver, _loader, _nvcc_compat, driver, profiler, store
 from pygpu._errors import CompileError
@@ -522,7 +523,21 @@ _PYGPU_DEFAULTS = {"options": (), "arch": None, "target": None, "include_dirs": 
                    "extern_c": False}
 
 
-def compile(source, *args, **kwargs):
+@_overload
+def compile(source: object, options: "list[str] | tuple[str, ...]" = ..., arch: object = ...,
+            target: "str | None" = ..., include_dirs: object = ..., defines: object = ...,
+            name_expressions: object = ..., std: "str | None" = ..., fast_math: bool = ...,
+            cache_dir: object = ..., name: str = ..., rdc: bool = ..., nvcc_compat: bool = ...,
+            extern_c: bool = ...) -> Binary: ...
+@_overload  # noqa: E302  (PyCUDA's positional order: a str second argument is nvcc)
+def compile(source: object, nvcc: str, options: object = ..., keep: bool = ...,
+            no_extern_c: bool = ..., arch: object = ..., code: object = ...,
+            cache_dir: object = ..., include_dirs: object = ..., target: str = ...) -> bytes: ...
+@_overload  # noqa: E302  (PyCUDA's keywords)
+def compile(source: object, *, nvcc: str = ..., options: object = ..., keep: bool = ...,
+            no_extern_c: bool = ..., arch: object = ..., code: object = ...,
+            cache_dir: object = ..., include_dirs: object = ..., target: str = ...) -> bytes: ...
+def compile(source: object, *args: _Any, **kwargs: _Any) -> "Binary | bytes":  # noqa: E302
     """Compile CUDA C++ source to cubin, PTX or LTO-IR bytes through NVRTC.
 
     compile(source, options=(), arch=None, target=None, include_dirs=(),

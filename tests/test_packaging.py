@@ -639,7 +639,7 @@ def test_pyright_accepts_the_readme_and_the_manual(tmp_path):
     (tmp_path / "typed_user.py").write_text(TYPED_USER + TYPED_ARRAYS)
     import json
     optional = {}
-    for mod in ("cupy", "cuda.core", "mpi4py", "scipy"):
+    for mod in ("cupy", "cuda.core", "mpi4py", "scipy", "nccl"):
         try:
             importlib.import_module(mod)
         except Exception:
@@ -654,7 +654,7 @@ def test_pyright_accepts_the_readme_and_the_manual(tmp_path):
         "reportUndefinedVariable": "none",
         "reportOptionalMemberAccess": "none",
         "reportOptionalSubscript": "none",
-        # the comparison chapter's peers and MPI, where not installed here
+        # the comparison chapter's peers, MPI and NCCL, where not installed here
         "reportMissingImports": "error" if not optional else "warning",
     }))
     r = subprocess.run([exe, "--pythonpath", sys.executable, "--outputjson"], cwd=tmp_path,

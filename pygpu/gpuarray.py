@@ -580,6 +580,8 @@ class GPUArray:
 
     # ---- operators ----
 
+    # the seven operators below are replaced, under the class, by their
+    # _OPERATORS function itself (one Python call a + b; issue 27)
     def __add__(self, other):
         return _binary("add", self, other)
 
@@ -1425,94 +1427,115 @@ _NATTRS = 12        # the attributes every GPUArray has (_new, __init__): nothin
 
 def _binary(op, x, y, out=None, stream=None):
     """x <op> y element-wise with NumPy's dtypes and broadcasting."""
-    tx, ty = type(x), type(y)
-    if out is None and tx is ty is GPUArray and x.shape == y.shape \
-            and x.strides == y.strides and (x._c or x._f):
-        # the operators' fast path (issue 27: at the launch floor): the
-        # current context as this thread remembers it (no driver call), the
-        # gate's proof, the kernel by (context, op, dtypes), the result's
-        # block from the block cache, one launch
-        ctx = _get_current()
-        gx, gy = x.gpudata, y.gpudata
-        if not (gx.__class__ is _DA and gy.__class__ is _DA and gx.context is ctx
-                and gy.context is ctx and x.nbytes <= gx.size and y.nbytes <= gy.size):
-            _check_devices((x, y), ctx)
-        dx = x.dtype
-        ent = _fast_aa.get((ctx, op, dx, y.dtype))
-        if ent is None:
-            res, comp = _types(op, dx, y.dtype)
-            ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("a", "a"),
-                                              (dx, y.dtype), (comp, comp), res), res)
-            _fast_aa[(ctx, op, dx, y.dtype)] = ent
-        func, res = ent
-        n = x.size
-        d = x.__dict__
-        if res is dx and n and len(d) == _NATTRS:
-            # x._like_for_result(res), inlined (its first branch): x's
-            # layout and attributes, its own memory
-            z = _object_new(GPUArray)
-            zd = d.copy()
-            alloc = zd["allocator"]
-            if alloc is _default_allocator:
-                try:
-                    g = _alloc_async(zd["nbytes"])
-                except drv.LogicError:
-                    g = drv.mem_alloc(zd["nbytes"])
+    if out is None and stream is None:
+        f = _OPERATORS.get(op)
+        if f is None:
+            f = _OPERATORS[op] = _operator(op)
+        return f(x, y)
+    return _binary_general(op, x, y, out, stream)
+
+
+def _operator(op):
+    """x <op> y as the operators call it (no out, no stream): the fast paths
+    of issue 27 (the launch floor) in the function the operator calls, so a
+    small a + b is one Python call; what they do not take goes to the
+    general path."""
+    def binary(x, y):
+        tx, ty = type(x), type(y)
+        if tx is ty is GPUArray and x.shape == y.shape \
+                and x.strides == y.strides and (x._c or x._f):
+            # the operators' fast path (issue 27: at the launch floor): the
+            # current context as this thread remembers it (no driver call), the
+            # gate's proof, the kernel by (context, op, dtypes), the result's
+            # block from the block cache, one launch
+            ctx = _get_current()
+            gx, gy = x.gpudata, y.gpudata
+            if not (gx.__class__ is _DA and gy.__class__ is _DA and gx.context is ctx
+                    and gy.context is ctx and x.nbytes <= gx.size and y.nbytes <= gy.size):
+                _check_devices((x, y), ctx)
+            dx = x.dtype
+            ent = _fast_aa.get((ctx, op, dx, y.dtype))
+            if ent is None:
+                res, comp = _types(op, dx, y.dtype)
+                ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("a", "a"),
+                                                  (dx, y.dtype), (comp, comp), res), res)
+                _fast_aa[(ctx, op, dx, y.dtype)] = ent
+            func, res = ent
+            n = x.size
+            d = x.__dict__
+            if res is dx and n and len(d) == _NATTRS:
+                # x._like_for_result(res), inlined (its first branch): x's
+                # layout and attributes, its own memory
+                z = _object_new(GPUArray)
+                zd = d.copy()
+                alloc = zd["allocator"]
+                if alloc is _default_allocator:
+                    try:
+                        g = _alloc_async(zd["nbytes"])
+                    except drv.LogicError:
+                        g = drv.mem_alloc(zd["nbytes"])
+                else:
+                    g = alloc(zd["nbytes"])
+                zd["gpudata"] = g
+                zd["base"] = None
+                z.__dict__ = zd
             else:
-                g = alloc(zd["nbytes"])
-            zd["gpudata"] = g
-            zd["base"] = None
-            z.__dict__ = zd
-        else:
+                z = x._like_for_result(res)
+                g = z.gpudata
+            if n:
+                grid, block = _splay_cache.get(n) or splay(n)
+                func.prepared_async_call(grid, block, None, g, gx, gy, n)
+            return z
+        if tx is GPUArray and (x._c or x._f) and ty in _SAMPLE:
+            ctx = _get_current()
+            gx = x.gpudata
+            if not (gx.__class__ is _DA and gx.context is ctx and x.nbytes <= gx.size):
+                _check_devices((x,), ctx)
+            key = (ctx, op, x.dtype, ty)
+            ent = _fast_as.get(key)
+            if ent is None:
+                res, comp = _types(op, x.dtype, ty)
+                ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("a", "s"),
+                                                  (x.dtype, comp), (comp, comp), res), res, comp)
+                _fast_as[key] = ent
+            func, res, comp = ent
+            _check_power_scalar(op, res, y)
             z = x._like_for_result(res)
-            g = z.gpudata
-        if n:
-            grid, block = _splay_cache.get(n) or splay(n)
-            func.prepared_async_call(grid, block, stream, g, gx, gy, n)
-        return z
-    if out is None and tx is GPUArray and (x._c or x._f) and ty in _SAMPLE:
-        ctx = _get_current()
-        gx = x.gpudata
-        if not (gx.__class__ is _DA and gx.context is ctx and x.nbytes <= gx.size):
-            _check_devices((x,), ctx)
-        key = (ctx, op, x.dtype, ty)
-        ent = _fast_as.get(key)
-        if ent is None:
-            res, comp = _types(op, x.dtype, ty)
-            ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("a", "s"),
-                                              (x.dtype, comp), (comp, comp), res), res, comp)
-            _fast_as[key] = ent
-        func, res, comp = ent
-        _check_power_scalar(op, res, y)
-        z = x._like_for_result(res)
-        if z.size:
-            n = z.size
-            grid, block = _splay_cache.get(n) or splay(n)
-            func.prepared_async_call(grid, block, stream, z.gpudata, x.gpudata,
-                                     elementwise._scalar_value(y, comp, "the scalar operand"),
-                                     n)
-        return z
-    if out is None and ty is GPUArray and (y._c or y._f) and tx in _SAMPLE:
-        ctx = _get_current()
-        gy = y.gpudata
-        if not (gy.__class__ is _DA and gy.context is ctx and y.nbytes <= gy.size):
-            _check_devices((y,), ctx)
-        key = (ctx, op, tx, y.dtype)
-        ent = _fast_sa.get(key)
-        if ent is None:
-            res, comp = _types(op, tx, y.dtype)
-            ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("s", "a"),
-                                              (comp, y.dtype), (comp, comp), res), res, comp)
-            _fast_sa[key] = ent
-        func, res, comp = ent
-        z = y._like_for_result(res)
-        if z.size:
-            n = z.size
-            grid, block = _splay_cache.get(n) or splay(n)
-            func.prepared_async_call(grid, block, stream, z.gpudata,
-                                     elementwise._scalar_value(x, comp, "the scalar operand"),
-                                     y.gpudata, n)
-        return z
+            if z.size:
+                n = z.size
+                grid, block = _splay_cache.get(n) or splay(n)
+                func.prepared_async_call(grid, block, None, z.gpudata, x.gpudata,
+                                         elementwise._scalar_value(y, comp, "the scalar operand"),
+                                         n)
+            return z
+        if ty is GPUArray and (y._c or y._f) and tx in _SAMPLE:
+            ctx = _get_current()
+            gy = y.gpudata
+            if not (gy.__class__ is _DA and gy.context is ctx and y.nbytes <= gy.size):
+                _check_devices((y,), ctx)
+            key = (ctx, op, tx, y.dtype)
+            ent = _fast_sa.get(key)
+            if ent is None:
+                res, comp = _types(op, tx, y.dtype)
+                ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("s", "a"),
+                                                  (comp, y.dtype), (comp, comp), res), res, comp)
+                _fast_sa[key] = ent
+            func, res, comp = ent
+            z = y._like_for_result(res)
+            if z.size:
+                n = z.size
+                grid, block = _splay_cache.get(n) or splay(n)
+                func.prepared_async_call(grid, block, None, z.gpudata,
+                                         elementwise._scalar_value(x, comp, "the scalar operand"),
+                                         y.gpudata, n)
+            return z
+        return _binary_general(op, x, y, None, None)
+    binary.__name__ = binary.__qualname__ = "_%s" % op
+    return binary
+
+
+def _binary_general(op, x, y, out, stream):
+    """x <op> y through _map: any layout, broadcasting, out=, stream=."""
     # the general path
     kx, ky = _operand_key(x), _operand_key(y)
     if kx is None or ky is None:
@@ -1530,6 +1553,20 @@ def _binary(op, x, y, out=None, stream=None):
     if out is None and (_subclassed(x) or _subclassed(y)):
         out = _like_me((x, y), res)
     return _map(op, _expr(op, comp), [x, y], out, stream, res, compute=comp, op=op)
+
+
+_OPERATORS = {}     # op -> _operator(op), made on first use
+for _op in ("add", "subtract", "multiply", "true_divide", "floor_divide", "remainder", "power"):
+    _OPERATORS[_op] = _operator(_op)
+del _op
+# the operators go straight to their function (one Python call a + b)
+GPUArray.__add__ = _OPERATORS["add"]
+GPUArray.__sub__ = _OPERATORS["subtract"]
+GPUArray.__mul__ = _OPERATORS["multiply"]
+GPUArray.__truediv__ = GPUArray.__div__ = _OPERATORS["true_divide"]
+GPUArray.__floordiv__ = _OPERATORS["floor_divide"]
+GPUArray.__mod__ = _OPERATORS["remainder"]
+GPUArray.__pow__ = _OPERATORS["power"]
 
 
 def _check_power_scalar(op, res, y):

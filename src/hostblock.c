@@ -305,7 +305,10 @@ static PyType_Slot hostblock_slots[] = {
 
 static PyType_Spec hostblock_spec = {
     "pygpu.driver.HostBlock", sizeof(pygpu_HostBlock), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION
+    | Py_TPFLAGS_BASETYPE,   /* every pygpu type can be subclassed (issue 24); made by
+                              * _host_block() only, so neither it nor a subclass can be
+                              * instantiated from Python */
     hostblock_slots
 };
 

@@ -403,8 +403,9 @@ def test_pycuda_compiler_names():
                                  ["-arch=sm_90", "-O3", "-Xcompiler", "-fPIC"], False,
                                  "nvcc", False, target="ptx")
     assert b".target sm_90" in ptx and b".visible .entry k(" in ptx
-    with pytest.raises(ValueError, match=r"target must be 'cubin' or 'ptx', not 'fatbin'"):
-        compiler.compile_plain("", [], False, "nvcc", False, target="fatbin")
+    with pytest.raises(ValueError, match=r"target must be 'cubin', 'ptx' or 'fatbin', "
+                                         r"not 'ltoir'"):
+        compiler.compile_plain("", [], False, "nvcc", False, target="ltoir")
     assert isinstance(compiler.DEFAULT_NVCC_FLAGS, list)
     assert cuda.PointerHolderBase is not None
     assert tools.DeviceMemoryPool.bin_number(1 << 20) == \

@@ -26,7 +26,7 @@ C_TYPES = sorted((o for o in vars(_driver).values()
 # made only by pygpu (factories, methods): Python cannot instantiate them, nor
 # their subclasses (as PyCUDA's: "This class cannot be instantiated from Python")
 FACTORY_MADE = {"BoundLaunch", "Context", "DeviceAllocation", "Function", "GraphExec",
-                "GraphNode", "HostAllocation", "Module"}
+                "GraphNode", "HostAllocation", "HostBlock", "Module"}
 
 KERNELS = r"""
 struct alignas(64) TensorMap { unsigned long long opaque[16]; };

@@ -928,7 +928,13 @@ context_richcompare(pygpu_Context *self, PyObject *other, int op)
 {
     if (!PyObject_TypeCheck(other, Py_TYPE(self)) || (op != Py_EQ && op != Py_NE))
         Py_RETURN_NOTIMPLEMENTED;
-    int eq = self->handle == ((pygpu_Context *)other)->handle;
+    /* the same driver context: the same handle, and both alive or both
+     * detached.  The primary context's handle comes back when it is
+     * retained again after its release, as a new, live Context: it must not
+     * match the detached one, whose modules are gone (the per-context
+     * kernel caches and captured() graphs are keyed by Context) */
+    pygpu_Context *o = (pygpu_Context *)other;
+    int eq = self->handle == o->handle && !self->detached == !o->detached;
     return PyBool_FromLong(op == Py_EQ ? eq : !eq);
 }
 

@@ -146,3 +146,40 @@ def test_multiple_threads_get_a_context(ctx):
     for t in ts:
         t.join()
     assert results == [True] * 4
+
+
+def test_a_primary_context_retained_again_gets_its_own_kernels():
+    # the primary context's handle comes back when it is retained after its
+    # release, as a new Context: the kernel caches (the operators', the
+    # memoized reductions') and captured() keyed by Context served the
+    # detached one's kernels ("kernel 'pygpu_add': its context was detached")
+    import numpy as np
+    from pygpu import gpuarray, reduction
+    rng = np.random.default_rng()
+    h = rng.standard_normal(1000).astype(np.float32)
+    p = cuda.Device(0).retain_primary_context()
+    p.push()
+    try:
+        a = gpuarray.to_gpu(h)
+        a + a
+        k = reduction.get_sum_kernel(None, np.dtype(np.float32))
+        del a
+    finally:
+        cuda.Context.pop()
+    p.detach()
+    q = cuda.Device(0).retain_primary_context()
+    q.push()
+    try:
+        assert p.detached and not q.detached and q != p and p != q
+        assert q.handle == p.handle and hash(q) == hash(p)
+        b = gpuarray.to_gpu(h)
+        c = b + b
+        assert reduction.get_sum_kernel(None, np.dtype(np.float32)) is not k
+        assert c.shape == (1000,) and c.dtype == np.float32
+        if os.environ.get("PYGPU_LIBCUDA") is None:      # kernels run: check the values
+            np.testing.assert_allclose(c.get(), h + h, rtol=1e-6)
+            want = float((h + h).astype(np.float64).sum())
+            np.testing.assert_allclose(float(c.sum().get()), want, rtol=1e-4, atol=1e-3)
+    finally:
+        cuda.Context.pop()
+        q.detach()

@@ -351,6 +351,8 @@ def _values(cuda, ctx, ptx):
         ("add_memcpy_node", "dest"): dev, ("add_memcpy_node", "src"): host,
         ("add_memset_node", "dest"): dev, ("add_conditional_node", "size"): 1,
         ("add_mem_free_node", "ptr"): cuda.mem_alloc_async(64, stream),
+        # None: keep the host cache's limits as they are
+        ("set_host_cache", "max_bytes"): None, ("set_host_cache", "max_blocks"): None,
     }
     # CUDA arrays, textures, surfaces, tensor maps (src/cuarray.c, texobj.c, tensormap.c)
     from pygpu import gpuarray

@@ -27,7 +27,8 @@ Rows: `plain` (staging off: the driver's own path, same destinations),
 `pinned` (page-locked host memory, back to back), and one `staged` row per
 configuration: the defaults, then one knob changed at a time (piece, spin_us,
 prefault, threads, chunk; a knob is measured only in the series it can
-change).  Staged rows force staging at every size (threshold 1 byte); the
+change).  Staged rows force staging at every size (threshold 1 byte, and cold=0:
+also while the helpers sleep); the
 threshold to use is read off them: the smallest size from which the defaults
 beat the plain call by --margin at every larger size in every series.  Every
 configuration's copies are checked (the last copy of each cell byte for byte)
@@ -300,7 +301,7 @@ def sweep(a, cuda, np, gpuarray, device, defaults):
 
     staged = {}
     for name, knob, change in configs(a, defaults):
-        settings = dict(defaults, threshold=1, **change)
+        settings = dict(defaults, threshold=1, cold=0, **change)   # staged, helpers awake or not
         cuda.set_staging(**settings)
         series = SERIES if knob is None else KNOB_SERIES[knob]
         staged[name] = {se: {s: b.cell(se, s, True) for s in sizes} for se in series}

@@ -162,7 +162,7 @@ def from_device_like(devptr: "object", other_ary: "_np.ndarray") -> "_np.ndarray
 # ---- pageable-copy staging (src/staging.c) ----
 
 _STAGING_KEYS = ("threshold", "threads", "chunk")
-_STAGING_TUNING_KEYS = ("piece", "spin_us", "prefault")
+_STAGING_TUNING_KEYS = ("piece", "spin_us", "prefault", "cold")
 
 staging_stats = _driver.staging_stats
 
@@ -175,22 +175,23 @@ def staging_settings():
     ``piece`` (the smallest piece), ``spin_us`` (how long the helper
     threads poll after their last piece before they sleep) and ``prefault``
     (1: a device-to-host copy faults its destination in ahead of the
-    memcpy)."""
+    memcpy) and ``cold`` (bytes below which a copy made while every helper
+    thread sleeps takes the plain driver call and wakes them)."""
     return dict(zip(_STAGING_KEYS + _STAGING_TUNING_KEYS,
                     _driver._get_staging() + _driver._get_staging_tuning()))
 
 
 def set_staging(threshold=None, threads=None, chunk=None, piece=None, spin_us=None,
-                prefault=None):
+                prefault=None, cold=None):
     """Change the pageable-copy staging settings (None keeps a setting) and
     return the previous ones as a dict: ``set_staging(**old)`` restores them.
     They start from PYGPU_STAGING_THRESHOLD, _THREADS, _CHUNK, _PIECE,
-    _SPIN_US and _PREFAULT; a copy already running keeps the settings it
+    _SPIN_US, _PREFAULT and _COLD; a copy already running keeps the settings it
     started with.  Nothing changes if any value is refused."""
     old_tuning = _driver._get_staging_tuning()
     # the knobs are checked first (and restored if the others are refused):
     # a refused call changes nothing
-    _driver._set_staging_tuning(piece, spin_us, prefault)
+    _driver._set_staging_tuning(piece, spin_us, prefault, cold)
     try:
         old = _driver._set_staging(threshold, threads, chunk)
     except BaseException:

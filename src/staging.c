@@ -132,6 +132,15 @@
 #define DEFAULT_PIECE ((size_t)256 << 10)
 #define DEFAULT_SPIN_US 300
 #define DEFAULT_PREFAULT 1
+/* Below this many bytes a copy whose helpers all sleep takes the plain
+ * driver call (and wakes them for the copies that may follow): after a
+ * pause a cold CPU copies 1-2 MiB no faster on several threads than the
+ * driver's own pipeline, and waking the helpers costs more than they bring
+ * (benchmarks/staging_sweep.py on an H200: 1 MiB after 50 ms, plain 6.1
+ * GB/s, staged 3.6-4.9 at every piece and thread count; from 8 MiB staged
+ * is 1.2-1.5x plain even after a pause). */
+#define DEFAULT_COLD ((size_t)4 << 20)
+#define MAX_COLD ((size_t)1 << 30)
 
 /* One copying thread's share: slot 0 is the calling thread, 1.. helpers. */
 typedef struct {
@@ -193,6 +202,7 @@ typedef struct {
     size_t piece;              /* smallest piece */
     long spin_us;
     int prefault;
+    size_t cold;               /* below it, sleeping helpers: the plain call */
 } staging_settings;
 
 static int settings_loaded;
@@ -202,7 +212,7 @@ static staging_settings settings;
  * threads, the rest with the GIL. */
 static struct {
     atomic_ullong staged_htod, staged_dtoh, staged_bytes;
-    atomic_ullong small, pinned, busy, other;
+    atomic_ullong small, pinned, busy, other, cold;
     atomic_ullong last_piece;
     atomic_int last_threads;
     atomic_int helpers_alive;
@@ -313,11 +323,22 @@ check_prefault(unsigned long long prefault, const char *from)
     return 0;
 }
 
+static int
+check_cold(unsigned long long cold, const char *from)
+{
+    if (cold > MAX_COLD) {
+        PyErr_Format(PyExc_ValueError, "%s: cold must be 0 to %zu bytes, not %llu",
+                     from, MAX_COLD, cold);
+        return -1;
+    }
+    return 0;
+}
+
 /* Load the settings from the environment once.  GIL held.  0 or -1. */
 static int
 settings_load(void)
 {
-    size_t threshold, threads, chunk, piece, spin_us, prefault;
+    size_t threshold, threads, chunk, piece, spin_us, prefault, cold;
     if (settings_loaded)
         return 0;
     if (env_size("PYGPU_STAGING_THRESHOLD", DEFAULT_THRESHOLD, &threshold) < 0
@@ -325,13 +346,15 @@ settings_load(void)
         || env_size("PYGPU_STAGING_CHUNK", DEFAULT_CHUNK, &chunk) < 0
         || env_size("PYGPU_STAGING_PIECE", DEFAULT_PIECE, &piece) < 0
         || env_size("PYGPU_STAGING_SPIN_US", DEFAULT_SPIN_US, &spin_us) < 0
-        || env_size("PYGPU_STAGING_PREFAULT", DEFAULT_PREFAULT, &prefault) < 0)
+        || env_size("PYGPU_STAGING_PREFAULT", DEFAULT_PREFAULT, &prefault) < 0
+        || env_size("PYGPU_STAGING_COLD", DEFAULT_COLD, &cold) < 0)
         return -1;
     if (check_threads(threads, "environment variable PYGPU_STAGING_THREADS") < 0
         || check_chunk(chunk, "environment variable PYGPU_STAGING_CHUNK") < 0
         || check_piece(piece, "environment variable PYGPU_STAGING_PIECE") < 0
         || check_spin(spin_us, "environment variable PYGPU_STAGING_SPIN_US") < 0
-        || check_prefault(prefault, "environment variable PYGPU_STAGING_PREFAULT") < 0)
+        || check_prefault(prefault, "environment variable PYGPU_STAGING_PREFAULT") < 0
+        || check_cold(cold, "environment variable PYGPU_STAGING_COLD") < 0)
         return -1;
     settings.threshold = threshold;
     settings.threads = (int)threads;
@@ -339,6 +362,7 @@ settings_load(void)
     settings.piece = piece;
     settings.spin_us = (long)spin_us;
     settings.prefault = (int)prefault;
+    settings.cold = cold;
     settings_loaded = 1;
     return 0;
 }
@@ -933,6 +957,16 @@ pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t
         atomic_fetch_add(&stats.busy, 1);
         return 0;
     }
+    /* every helper asleep and a small copy: the plain call, the helpers
+     * woken for what may follow (DEFAULT_COLD says why) */
+    if (n < snap.cold && s->ready && s->nthreads > 1
+            && atomic_load(&s->sleepers) >= s->nthreads - 1) {
+        atomic_store(&s->spin_ns, snap.spin_us * 1000L);
+        nudge(s);
+        pthread_mutex_unlock(&s->busy);
+        atomic_fetch_add(&stats.cold, 1);
+        return 0;
+    }
     Py_INCREF(ctx);
     Py_BEGIN_ALLOW_THREADS
     if (s->ready && s->nthreads > 1) {
@@ -974,8 +1008,8 @@ settings_tuple(void)
 static PyObject *
 tuning_tuple(void)
 {
-    return Py_BuildValue("(Kli)", (unsigned long long)settings.piece, settings.spin_us,
-                         settings.prefault);
+    return Py_BuildValue("(KliK)", (unsigned long long)settings.piece, settings.spin_us,
+                         settings.prefault, (unsigned long long)settings.cold);
 }
 
 /* an int >= 0 from obj, or -1 with TypeError/ValueError naming `what` */
@@ -1054,43 +1088,48 @@ set_staging(PyObject *m, PyObject *args, PyObject *kwds)
 }
 
 PyDoc_STRVAR(set_staging_tuning_doc,
-"_set_staging_tuning(piece=None, spin_us=None, prefault=None)\n--\n\n"
+"_set_staging_tuning(piece=None, spin_us=None, prefault=None, cold=None)\n--\n\n"
 "Change the staging knobs (None keeps one); return the previous ones as\n"
-"(piece, spin_us, prefault).  piece: the smallest piece, bytes, a multiple\n"
+"(piece, spin_us, prefault, cold).  piece: the smallest piece, bytes, a multiple\n"
 "of 64 KiB up to 256 MiB; spin_us: how long helpers poll after their last\n"
 "piece before they sleep, 0 to 100000; prefault: 1 faults a device-to-host\n"
-"copy's destination in ahead of the memcpy, 0 does not.");
+"copy's destination in ahead of the memcpy, 0 does not; cold: bytes below which a copy whose\n"
+"helpers all sleep takes the plain driver call and wakes them, 0 to 1 GiB.");
 
 static PyObject *
 set_staging_tuning(PyObject *m, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"piece", "spin_us", "prefault", NULL};
-    PyObject *pobj = Py_None, *sobj = Py_None, *fobj = Py_None, *old;
-    unsigned long long piece, spin_us, prefault;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOO:_set_staging_tuning", kwlist,
-                                     &pobj, &sobj, &fobj))
+    static char *kwlist[] = {"piece", "spin_us", "prefault", "cold", NULL};
+    PyObject *pobj = Py_None, *sobj = Py_None, *fobj = Py_None, *cobj = Py_None, *old;
+    unsigned long long piece, spin_us, prefault, cold;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOOO:_set_staging_tuning", kwlist,
+                                     &pobj, &sobj, &fobj, &cobj))
         return NULL;
     if (settings_load() < 0)
         return NULL;
     piece = settings.piece;
     spin_us = (unsigned long long)settings.spin_us;
     prefault = (unsigned long long)settings.prefault;
+    cold = (unsigned long long)settings.cold;
     if (fobj != Py_None && PyBool_Check(fobj))
         prefault = fobj == Py_True;
     else if (fobj != Py_None && get_count(fobj, "prefault", &prefault) < 0)
         return NULL;
     if ((pobj != Py_None && get_count(pobj, "piece", &piece) < 0)
-        || (sobj != Py_None && get_count(sobj, "spin_us", &spin_us) < 0))
+        || (sobj != Py_None && get_count(sobj, "spin_us", &spin_us) < 0)
+        || (cobj != Py_None && get_count(cobj, "cold", &cold) < 0))
         return NULL;
     if (check_piece(piece, "set_staging()") < 0
         || check_spin(spin_us, "set_staging()") < 0
-        || check_prefault(prefault, "set_staging()") < 0)
+        || check_prefault(prefault, "set_staging()") < 0
+        || check_cold(cold, "set_staging()") < 0)
         return NULL;
     if ((old = tuning_tuple()) == NULL)
         return NULL;
     settings.piece = (size_t)piece;
     settings.spin_us = (long)spin_us;
     settings.prefault = (int)prefault;
+    settings.cold = (size_t)cold;
     return old;
 }
 
@@ -1108,7 +1147,7 @@ get_staging(PyObject *m, PyObject *unused)
 
 PyDoc_STRVAR(get_staging_tuning_doc,
 "_get_staging_tuning()\n--\n\n"
-"The staging knobs: (piece, spin_us, prefault).");
+"The staging knobs: (piece, spin_us, prefault, cold).");
 
 static PyObject *
 get_staging_tuning(PyObject *m, PyObject *unused)
@@ -1145,7 +1184,8 @@ PyDoc_STRVAR(staging_stats_doc,
 "copies that took the plain driver call: below_threshold (smaller than the\n"
 "threshold, or staging off), pinned (page-locked host memory), busy\n"
 "(another staged copy was running in the context), other (a context pygpu\n"
-"does not own, or a forked child); last_threads (threads that copied a\n"
+"does not own, or a forked child), cold (a copy below the cold setting\n"
+"while every helper slept); last_threads (threads that copied a\n"
 "piece of the last staged copy) and last_piece (its piece size);\n"
 "helper_threads (staging threads alive now); helper_wakeups (times a\n"
 "sleeping helper was woken, for a copy or ahead of one); late_wakeups\n"
@@ -1161,7 +1201,7 @@ staging_stats(PyObject *m, PyObject *args, PyObject *kwds)
     PyObject *d;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:staging_stats", kwlist, &reset))
         return NULL;
-    d = Py_BuildValue("{sKsKsKsKsKsKsKsisKsisKsKsK}",
+    d = Py_BuildValue("{sKsKsKsKsKsKsKsKsisKsisKsKsK}",
                       "staged_htod", (unsigned long long)atomic_load(&stats.staged_htod),
                       "staged_dtoh", (unsigned long long)atomic_load(&stats.staged_dtoh),
                       "staged_bytes", (unsigned long long)atomic_load(&stats.staged_bytes),
@@ -1169,6 +1209,7 @@ staging_stats(PyObject *m, PyObject *args, PyObject *kwds)
                       "pinned", (unsigned long long)atomic_load(&stats.pinned),
                       "busy", (unsigned long long)atomic_load(&stats.busy),
                       "other", (unsigned long long)atomic_load(&stats.other),
+                      "cold", (unsigned long long)atomic_load(&stats.cold),
                       "last_threads", atomic_load(&stats.last_threads),
                       "last_piece", (unsigned long long)atomic_load(&stats.last_piece),
                       "helper_threads", atomic_load(&stats.helpers_alive),
@@ -1183,6 +1224,7 @@ staging_stats(PyObject *m, PyObject *args, PyObject *kwds)
         atomic_store(&stats.pinned, 0);
         atomic_store(&stats.busy, 0);
         atomic_store(&stats.other, 0);
+        atomic_store(&stats.cold, 0);
         atomic_store(&stats.last_threads, 0);
         atomic_store(&stats.last_piece, 0);
         atomic_store(&stats.wakeups, 0);

@@ -35,8 +35,10 @@ def delta(before):
 
 @pytest.fixture
 def staging():
-    """Restores the settings the test changes."""
-    old = cuda.set_staging()
+    """Restores the settings the test changes.  A test starts with cold=0
+    (every copy from the threshold up staged, helpers asleep or not); the
+    cold path's own tests set it."""
+    old = cuda.set_staging(cold=0)
     yield cuda.set_staging
     cuda.set_staging(**old)
 
@@ -52,9 +54,9 @@ def _run(code, **env):
 
 def test_settings_round_trip(staging):
     staging(threshold=3 * MIB, threads=5, chunk=512 * KIB, piece=128 * KIB, spin_us=40,
-            prefault=False)
+            prefault=False, cold=2 * MIB)
     want = {"threshold": 3 * MIB, "threads": 5, "chunk": 512 * KIB, "piece": 128 * KIB,
-            "spin_us": 40, "prefault": 0}
+            "spin_us": 40, "prefault": 0, "cold": 2 * MIB}
     assert cuda.staging_settings() == want
     old = staging(threads=2, spin_us=0)  # None keeps the others
     assert old == want
@@ -64,9 +66,11 @@ def test_settings_round_trip(staging):
     staging(prefault=1)
     assert cuda.staging_settings()["prefault"] == 1
     # the private tuple forms
-    assert _driver._get_staging_tuning() == (128 * KIB, 40, 1)
-    assert _driver._set_staging_tuning(64 * KIB, None, 0) == (128 * KIB, 40, 1)
-    assert _driver._get_staging_tuning() == (64 * KIB, 40, 0)
+    assert _driver._get_staging_tuning() == (128 * KIB, 40, 1, 2 * MIB)
+    assert _driver._set_staging_tuning(64 * KIB, None, 0) == (128 * KIB, 40, 1, 2 * MIB)
+    assert _driver._get_staging_tuning() == (64 * KIB, 40, 0, 2 * MIB)
+    assert _driver._set_staging_tuning(cold=0) == (64 * KIB, 40, 0, 2 * MIB)
+    assert cuda.staging_settings()["cold"] == 0
     # the private tuple form benchmarks/run.py uses
     assert _driver._set_staging(0, 4, 1 << 16) == (3 * MIB, 5, 512 * KIB)
     assert _driver._get_staging() == (0, 4, 1 << 16)
@@ -105,6 +109,10 @@ def test_staging_applies_by_size(staging):
     ({"spin_us": 1.5}, TypeError, r"set_staging\(\): spin_us must be an int, not float"),
     ({"prefault": 2}, ValueError, r"set_staging\(\): prefault must be 0 or 1, not 2"),
     ({"prefault": "yes"}, TypeError, r"set_staging\(\): prefault must be an int, not str"),
+    ({"cold": (1 << 30) + 1}, ValueError,
+     r"set_staging\(\): cold must be 0 to 1073741824 bytes, not 1073741825"),
+    ({"cold": -1}, ValueError, r"set_staging\(\): cold must be >= 0"),
+    ({"cold": "4M"}, TypeError, r"set_staging\(\): cold must be an int, not str"),
     # a refused setting among good ones changes none of them
     ({"threads": 0, "piece": 128 * KIB, "spin_us": 7}, ValueError,
      r"threads must be 1 to 16, not 0"),
@@ -124,17 +132,17 @@ def test_settings_from_the_environment():
     """
     r = _run(code, PYGPU_STAGING_THRESHOLD="2M", PYGPU_STAGING_THREADS="3",
              PYGPU_STAGING_CHUNK="512KiB", PYGPU_STAGING_PIECE="128K",
-             PYGPU_STAGING_SPIN_US="50", PYGPU_STAGING_PREFAULT="0")
+             PYGPU_STAGING_SPIN_US="50", PYGPU_STAGING_PREFAULT="0", PYGPU_STAGING_COLD="1M")
     assert r.returncode == 0, r.stderr
     assert r.stdout == ("{'threshold': 2097152, 'threads': 3, 'chunk': 524288, "
-                        "'piece': 131072, 'spin_us': 50, 'prefault': 0}\n")
+                        "'piece': 131072, 'spin_us': 50, 'prefault': 0, 'cold': 1048576}\n")
     # the defaults (docs/memory.md)
     r = _run(code, PYGPU_STAGING_THRESHOLD="", PYGPU_STAGING_THREADS="",
              PYGPU_STAGING_CHUNK="", PYGPU_STAGING_PIECE="", PYGPU_STAGING_SPIN_US="",
-             PYGPU_STAGING_PREFAULT="")
+             PYGPU_STAGING_PREFAULT="", PYGPU_STAGING_COLD="")
     assert r.returncode == 0, r.stderr
     assert r.stdout == ("{'threshold': 1048576, 'threads': 6, 'chunk': 2097152, "
-                        "'piece': 262144, 'spin_us': 300, 'prefault': 1}\n")
+                        "'piece': 262144, 'spin_us': 300, 'prefault': 1, 'cold': 4194304}\n")
 
 
 @pytest.mark.parametrize("var, value, match", [
@@ -532,6 +540,63 @@ def test_copies_after_a_pause_are_whole(ctx, rng, staging, spin_us):
         np.testing.assert_array_equal(out, x)
         d = delta(before)
         assert (d["staged_htod"], d["staged_dtoh"]) == (1, 1), (n, d)
+
+
+@pytest.mark.driver
+def test_a_small_copy_while_the_helpers_sleep_is_plain_and_wakes_them(ctx, rng, staging):
+    """Below `cold` bytes, a copy made while every helper sleeps takes the
+    plain driver call (counted as cold) and wakes them, so the copy after it
+    is staged; from `cold` up, or with cold=0, a copy after a pause is
+    staged.  Every byte right each time."""
+    staging(threshold=MIB, threads=4, chunk=2 * MIB, piece=256 * KIB, spin_us=0,
+            cold=4 * MIB)
+    dev = cuda.mem_alloc(5 * MIB)
+    x = rand_bytes(rng, 2 * MIB)
+    cuda.memcpy_htod(dev, x)                     # makes the helpers
+    for htod in (True, False):
+        time.sleep(0.05)                         # spin_us=0: all asleep by now
+        before = cuda.staging_stats()
+        y = rand_bytes(rng, 2 * MIB)
+        out = np.empty_like(y)
+        if htod:
+            cuda.memcpy_htod(dev, y)
+            cuda.memcpy_dtoh(out, dev)           # right after: staged or cold, whole
+        else:
+            cuda.memcpy_htod(dev, y)
+            time.sleep(0.05)
+            before = cuda.staging_stats()
+            cuda.memcpy_dtoh(out, dev)
+        np.testing.assert_array_equal(out, y)
+        d = delta(before)
+        assert d["cold"] >= 1 and d["staged_htod" if htod else "staged_dtoh"] == 0, d
+    # woken by the cold copy (they poll spin_us once awake): the next copy,
+    # once they are up, is staged
+    staging(spin_us=100000)
+    time.sleep(0.05)
+    before = cuda.staging_stats()
+    y = rand_bytes(rng, 2 * MIB)
+    cuda.memcpy_htod(dev, y)
+    give_up = time.monotonic() + 2
+    while cuda.staging_stats()["helper_wakeups"] - before["helper_wakeups"] < 3 \
+            and time.monotonic() < give_up:
+        time.sleep(0.001)
+    cuda.memcpy_htod(dev, y[::-1].copy())
+    d = delta(before)
+    assert (d["cold"], d["staged_htod"]) == (1, 1), d
+    out = np.empty_like(y)
+    cuda.memcpy_dtoh(out, dev)
+    np.testing.assert_array_equal(out, y[::-1])
+    # from cold bytes up: staged after a pause too
+    staging(spin_us=0)
+    z = rand_bytes(rng, 4 * MIB + 3)
+    time.sleep(0.05)
+    before = cuda.staging_stats()
+    cuda.memcpy_htod(dev, z)
+    d = delta(before)
+    assert (d["cold"], d["staged_htod"]) == (0, 1), d
+    out = np.empty_like(z)
+    cuda.memcpy_dtoh(out, dev)
+    np.testing.assert_array_equal(out, z)
 
 
 @pytest.mark.driver

@@ -75,7 +75,7 @@ class Device:
     @classmethod
     def count(cls) -> int: ...
     def get_attribute(self, attr: Any, /) -> int: ...
-    def get_attributes(self, /) -> dict[device_attribute, int]: ...
+    def get_attributes(self, /, every: Any = ...) -> dict[device_attribute, int]: ...
     def make_context(self, /, flags: Any = ...) -> Context: ...
     def name(self, /) -> str: ...
     @property
@@ -574,12 +574,12 @@ class device_attribute(enum.IntEnum):
     MAXIMUM_TEXTURE3D_WIDTH = 24
     MAXIMUM_TEXTURE3D_HEIGHT = 25
     MAXIMUM_TEXTURE3D_DEPTH = 26
-    MAXIMUM_TEXTURE2D_LAYERED_WIDTH = 27
-    MAXIMUM_TEXTURE2D_LAYERED_HEIGHT = 28
-    MAXIMUM_TEXTURE2D_LAYERED_LAYERS = 29
     MAXIMUM_TEXTURE2D_ARRAY_WIDTH = 27
+    MAXIMUM_TEXTURE2D_LAYERED_WIDTH = 27
     MAXIMUM_TEXTURE2D_ARRAY_HEIGHT = 28
+    MAXIMUM_TEXTURE2D_LAYERED_HEIGHT = 28
     MAXIMUM_TEXTURE2D_ARRAY_NUMSLICES = 29
+    MAXIMUM_TEXTURE2D_LAYERED_LAYERS = 29
     SURFACE_ALIGNMENT = 30
     CONCURRENT_KERNELS = 31
     ECC_ENABLED = 32

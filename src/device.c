@@ -236,23 +236,51 @@ lookup_enum(PyObject *obj, const char *enum_name)
     return mod ? PyObject_GetAttrString(mod, enum_name) : NULL;
 }
 
+/* get_attributes(): PyCUDA's attributes (the names pygpu/driver.py puts in
+ * _driver._pycuda_device_attributes), so a ported program prints what it
+ * printed under PyCUDA; every=True: every member of device_attribute. */
 static PyObject *
-device_get_attributes(pygpu_Device *self, PyObject *unused)
+device_get_attributes(pygpu_Device *self, PyObject *args, PyObject *kwds)
 {
-    PyObject *enum_cls, *result = NULL, *it = NULL, *member;
+    static char *kwlist[] = {"every", NULL};
+    PyObject *enum_cls, *result = NULL, *it = NULL, *member, *only = NULL;
+    int every = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:get_attributes", kwlist, &every))
+        return NULL;
     if (forked(self) < 0)
         return NULL;
     enum_cls = lookup_enum((PyObject *)self, "device_attribute");
     if (enum_cls == NULL)
         return NULL;
+    if (!every) {
+        only = lookup_enum((PyObject *)self, "_pycuda_device_attributes");
+        if (only == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+                goto error;
+            PyErr_Clear();          /* pygpu.driver not imported yet: all */
+        }
+    }
     result = PyDict_New();
     it = result ? PyObject_GetIter(enum_cls) : NULL;
     if (it == NULL)
         goto error;
     while ((member = PyIter_Next(it)) != NULL) {
         int value;
-        long attr = PyLong_AsLong(member);
-        CUresult rc = cu.cuDeviceGetAttribute(&value, (CUdevice_attribute)attr, self->handle);
+        long attr;
+        CUresult rc;
+        if (only != NULL) {
+            PyObject *name = PyObject_GetAttrString(member, "name");
+            int in = name ? PySequence_Contains(only, name) : -1;
+            Py_XDECREF(name);
+            if (in <= 0) {
+                Py_DECREF(member);
+                if (in < 0)
+                    goto error;
+                continue;
+            }
+        }
+        attr = PyLong_AsLong(member);
+        rc = cu.cuDeviceGetAttribute(&value, (CUdevice_attribute)attr, self->handle);
         if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_INVALID_VALUE) {
             /* INVALID_VALUE: an attribute this driver does not know; skipped */
             pygpu_cuda_error(PYGPU_STATE(self), rc, "cuDeviceGetAttribute");
@@ -273,11 +301,13 @@ device_get_attributes(pygpu_Device *self, PyObject *unused)
     if (PyErr_Occurred())
         goto error;
     Py_DECREF(it);
+    Py_XDECREF(only);
     Py_DECREF(enum_cls);
     return result;
 error:
     Py_XDECREF(it);
     Py_XDECREF(result);
+    Py_XDECREF(only);
     Py_DECREF(enum_cls);
     return NULL;
 }
@@ -393,8 +423,11 @@ static PyMethodDef device_methods[] = {
      "pci_bus_id($self, /)\n--\n\nPCI bus id, e.g. '0000:3B:00.0'."},
     {"get_attribute", (PyCFunction)device_get_attribute, METH_O,
      "get_attribute($self, attr, /)\n--\n\nValue of one device_attribute."},
-    {"get_attributes", (PyCFunction)device_get_attributes, METH_NOARGS,
-     "get_attributes($self, /)\n--\n\nDict of every device_attribute the driver reports."},
+    {"get_attributes", (PyCFunction)(void (*)(void))device_get_attributes,
+     METH_VARARGS | METH_KEYWORDS,
+     "get_attributes($self, /, every=False)\n--\n\nDict {device_attribute: value} of the "
+     "attributes PyCUDA 2026.1 names\n(as PyCUDA's get_attributes() gives them, so ported "
+     "programs print the same);\nevery=True: of every device_attribute the driver reports."},
     {"can_access_peer", (PyCFunction)device_can_access_peer, METH_O,
      "can_access_peer($self, other, /)\n--\n\nWhether this device can map other's memory."},
     {"retain_primary_context", (PyCFunction)pygpu_device_retain_primary, METH_NOARGS,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import pygpu.driver as cuda
-from pygpu import _nvcc_compat, compiler
+from pygpu import _driver, _nvcc_compat, compiler
 from pygpu.compiler import CompileError
 
 
@@ -542,6 +542,39 @@ def test_get_attributes_is_keyed_by_named_members(standin):
     assert type(key) is cuda.device_attribute and str(key) == "MAX_THREADS_PER_BLOCK"
     assert attrs[cuda.device_attribute.MAX_THREADS_PER_BLOCK] == attrs[int(key)]
     assert "MAX_THREADS_PER_BLOCK: %d" % attrs[key] in ["%s: %s" % kv for kv in attrs.items()]
+
+
+@pytest.mark.standin
+def test_get_attributes_gives_pycudas_attributes_under_pycudas_names(standin):
+    """PyCUDA's examples/dump_properties.py prints sorted str(key) lines of
+    get_attributes(): PyCUDA 2026.1's device_attribute names, one a value,
+    the alphabetically first (dir() order) where it has two: the list
+    pygpu.driver keeps; every=True gives every attribute."""
+    cuda.init()
+    dev = cuda.Device(0)
+    attrs = dev.get_attributes()
+    names = sorted(str(k) for k in attrs)
+    assert len(names) == len(set(names)) == len(attrs)
+    assert set(names) <= set(_driver._pycuda_device_attributes)
+    # PyCUDA's aliases: its key for the value is the first name dir() lists
+    for first, other in [("MAXIMUM_TEXTURE2D_ARRAY_WIDTH", "MAXIMUM_TEXTURE2D_LAYERED_WIDTH"),
+                         ("MAXIMUM_TEXTURE2D_ARRAY_HEIGHT", "MAXIMUM_TEXTURE2D_LAYERED_HEIGHT"),
+                         ("MAXIMUM_TEXTURE2D_ARRAY_NUMSLICES",
+                          "MAXIMUM_TEXTURE2D_LAYERED_LAYERS"),
+                         ("MAX_REGISTERS_PER_BLOCK", "REGISTERS_PER_BLOCK"),
+                         ("MAX_SHARED_MEMORY_PER_BLOCK", "SHARED_MEMORY_PER_BLOCK")]:
+        a, b = getattr(cuda.device_attribute, first), getattr(cuda.device_attribute, other)
+        assert a is b and str(b) == first
+        if int(a) in attrs:
+            assert first in names and other not in names
+    # newer attributes than PyCUDA's: only with every=True
+    every = dev.get_attributes(every=True)
+    assert set(attrs.items()) < set(every.items())
+    newer = cuda.device_attribute.CLUSTER_LAUNCH
+    assert newer not in attrs and str(newer) not in _driver._pycuda_device_attributes
+    assert every.get(newer) == dev.get_attribute(newer)
+    with pytest.raises(TypeError, match="'bogus' is an invalid keyword argument for get_attributes"):
+        dev.get_attributes(bogus=1)
 
 
 @pytest.mark.gpu

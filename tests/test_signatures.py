@@ -336,6 +336,7 @@ def _values(cuda, ctx, ptx):
     }
     special = {
         ("array", "index"): 0, ("array", "level"): 0,        # RegisteredMapping.array
+        ("get_attributes", "every"): True,
         ("RegisteredBuffer", "gl_handle"): 4, ("RegisteredImage", "gl_handle"): 4,
         ("RegisteredImage", "target"): 0x0DE1,                # GL_TEXTURE_2D (the stand-in's)
         ("mem_alloc_managed", "flags"): cuda.mem_attach_flags.GLOBAL,

@@ -48,6 +48,30 @@ ENUMS = [
 EXTRA_HEADERS = ["cudaProfiler.h"]
 
 
+# enums whose canonical name for a value (what str() of a member gives) is
+# the alphabetically first of its names: PyCUDA's Device.get_attributes()
+# keys its dict by the first name dir() lists for each value, so its
+# MAXIMUM_TEXTURE2D_ARRAY_WIDTH, not cuda.h's first, LAYERED_WIDTH
+FIRST_NAME_CANONICAL = {"device_attribute"}
+
+
+def _first_name_first(entries):
+    """entries with, for each value, its alphabetically first name moved
+    ahead of the value's other names (at the place of the first)."""
+    first = {}
+    for short, value in entries:
+        if value not in first or short < first[value]:
+            first[value] = short
+    out, done = [], set()
+    for short, value in entries:
+        if value not in done:
+            done.add(value)
+            out.append((first[value], value))
+        if short != first[value]:
+            out.append((short, value))
+    return out
+
+
 def _value(expr, known):
     """An enumerator's value: a literal, or a sum of literals, earlier
     enumerators and #defined integers (CU_TARGET_COMPUTE_90A's form)."""
@@ -93,6 +117,8 @@ def main():
                 continue
             seen.add(short)
             entries.append((short, value))
+        if pyname in FIRST_NAME_CANONICAL:
+            entries = _first_name_first(entries)
         out.append("static const pygpu_enum_entry pygpu_enum_%s[] = {" % pyname)
         for short, value in entries:
             out.append('    {"%s", %d},' % (short, value))

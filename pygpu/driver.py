@@ -329,6 +329,9 @@ class compute_mode(_enum.IntEnum):
     EXCLUSIVE_PROCESS = 3
 
 
+_driver.compute_mode = compute_mode     # Device.get_attribute(COMPUTE_MODE) gives its members
+
+
 class PointerHolderBase:
     """Base for objects that own a device pointer elsewhere (PyCUDA's
     PointerHolderBase): a subclass defines get_pointer(); its instances are

@@ -219,6 +219,36 @@ device_uuid(pygpu_Device *self, void *closure)
 }
 
 static PyObject *
+lookup_enum(PyObject *obj, const char *enum_name)
+{
+    PyObject *mod = pygpu_module_from_type(Py_TYPE(obj));
+    return mod ? PyObject_GetAttrString(mod, enum_name) : NULL;
+}
+
+/* An attribute's value as PyCUDA gives it: COMPUTE_MODE as a compute_mode
+ * member (it prints DEFAULT, not 0), every other one as an int. */
+static PyObject *
+attribute_value(PyObject *self, int attr, int value)
+{
+    PyObject *cls, *res;
+    if (attr != CU_DEVICE_ATTRIBUTE_COMPUTE_MODE)
+        return PyLong_FromLong(value);
+    if ((cls = lookup_enum(self, "compute_mode")) == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return NULL;
+        PyErr_Clear();                  /* pygpu.driver not imported yet */
+        return PyLong_FromLong(value);
+    }
+    res = PyObject_CallFunction(cls, "i", value);
+    Py_DECREF(cls);
+    if (res == NULL && PyErr_ExceptionMatches(PyExc_ValueError)) {
+        PyErr_Clear();                  /* a mode newer than the enum: the int */
+        res = PyLong_FromLong(value);
+    }
+    return res;
+}
+
+static PyObject *
 device_get_attribute(pygpu_Device *self, PyObject *arg)
 {
     int value, attr;
@@ -226,14 +256,7 @@ device_get_attribute(pygpu_Device *self, PyObject *arg)
         return NULL;
     if (get_attr(self, attr, &value) < 0)
         return NULL;
-    return PyLong_FromLong(value);
-}
-
-static PyObject *
-lookup_enum(PyObject *obj, const char *enum_name)
-{
-    PyObject *mod = pygpu_module_from_type(Py_TYPE(obj));
-    return mod ? PyObject_GetAttrString(mod, enum_name) : NULL;
+    return attribute_value((PyObject *)self, attr, value);
 }
 
 /* get_attributes(): PyCUDA's attributes (the names pygpu/driver.py puts in
@@ -288,7 +311,7 @@ device_get_attributes(pygpu_Device *self, PyObject *args, PyObject *kwds)
             goto error;
         }
         if (rc == CUDA_SUCCESS) {
-            PyObject *v = PyLong_FromLong(value);
+            PyObject *v = attribute_value((PyObject *)self, (int)attr, value);
             if (v == NULL || PyDict_SetItem(result, member, v) < 0) {
                 Py_XDECREF(v);
                 Py_DECREF(member);

@@ -577,6 +577,20 @@ def test_get_attributes_gives_pycudas_attributes_under_pycudas_names(standin):
         dev.get_attributes(bogus=1)
 
 
+@pytest.mark.standin
+def test_compute_mode_attribute_is_a_compute_mode_member(standin):
+    """PyCUDA's get_attribute(COMPUTE_MODE) is a compute_mode member, so
+    dump_properties.py prints 'COMPUTE_MODE: DEFAULT' (pygpu printed 0)."""
+    cuda.init()
+    dev = cuda.Device(0)
+    mode = dev.get_attribute(cuda.device_attribute.COMPUTE_MODE)
+    assert type(mode) is cuda.compute_mode and str(mode) == mode.name
+    assert dev.compute_mode is mode and mode == int(mode)
+    attrs = dev.get_attributes()
+    assert "COMPUTE_MODE: %s" % mode.name in ["%s: %s" % kv for kv in attrs.items()]
+    assert type(dev.get_attribute(cuda.device_attribute.WARP_SIZE)) is int
+
+
 @pytest.mark.gpu
 def test_get_attributes_on_a_gpu_print_names(ctx):
     attrs = ctx.get_device().get_attributes()

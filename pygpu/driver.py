@@ -91,7 +91,7 @@ def _named(cls):
     enums do the same: src/module.c); a format spec formats the value."""
     cls.__str__ = lambda self: self._name_ if self._name_ is not None else str(int(self))
     cls.__format__ = lambda self, spec: format(int(self), spec) if spec else str(self)
-    return cls
+    return _driver._enum_tables(cls)   # PyCUDA's cls.names and cls.values
 
 
 @_named
@@ -698,6 +698,7 @@ from pygpu._driver import (  # noqa: E402,F401  (re-exported API)
 )
 
 
+@_driver._enum_tables
 class graphics_register_flags(_enum.IntEnum):
     """CUgraphicsRegisterFlags: how CUDA will use a registered GL object."""
     NONE = 0

@@ -47,6 +47,10 @@ class array3d_flags(_enum.IntFlag):
     TEXTURE_GATHER = 0x08
 
 
+# PyCUDA's array3d_flags also has the name 2DARRAY (reached with getattr:
+# it is no identifier)
+setattr(array3d_flags, "2DARRAY", array3d_flags.ARRAY3D_2DARRAY)
+
 class read_mode(_enum.IntEnum):
     """How a texture of an integer format reads: ELEMENT_TYPE returns the
     integers (cudaReadModeElementType), NORMALIZED_FLOAT maps them to

@@ -315,7 +315,8 @@ allocation_dealloc(pygpu_DeviceAllocation *self)
     if (self->weakreflist != NULL)
         PyObject_ClearWeakRefs((PyObject *)self);
     /* nobody uses it: busy is 0, and the holds left are its own (an IPC
-     * export), which end with it */
+     * export), which end with it; no host view is left (each kept it alive) */
+    self->host_view = 0;
     pygpu_holds_drop(&self->holds);
     if (self->free_pending) {
         self->free_pending = 0;

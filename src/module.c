@@ -138,8 +138,8 @@ module_enum_tables(PyObject *unused, PyObject *cls)
 
 static PyMethodDef enum_functions[] = {
     {"_enum_tables", module_enum_tables, METH_O,
-     "_enum_tables($module, cls, /)\n--\n\nGive an enum class PyCUDA's names and values "
-     "dictionaries; returns cls."},
+     "_enum_tables($module, enum_class, /)\n--\n\nGive an enum class PyCUDA's names and values "
+     "dictionaries; returns enum_class."},
     {NULL, NULL, 0, NULL}
 };
 

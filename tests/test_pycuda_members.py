@@ -425,3 +425,29 @@ def test_managed_attach_then_kernel_and_host_read(axpb, rng):
     out.base.attach(cuda.mem_attach_flags.HOST)
     out[:5] = 0
     assert not view[:5].any()
+
+
+@pytest.mark.standin
+def test_managed_memory_host_views_go_back_with_the_object(ctx, standin):
+    """A managed allocation that host code may read (managed_empty's .base,
+    as_buffer) keeps its memory until the object dies, then frees it: none
+    leaks (the first version kept it forever)."""
+    import gc
+    base = standin.live()["managed"]
+    a = cuda.managed_empty(64, np.float32)
+    m = cuda.mem_alloc_managed(64)
+    view = m.as_buffer(64)
+    assert standin.live()["managed"] == base + 2
+    a.base.free()
+    m.free()
+    assert standin.live()["managed"] == base + 2        # views still read it
+    del a, view
+    gc.collect()
+    assert standin.live()["managed"] == base + 1        # m lives: its memory waits
+    del m
+    gc.collect()
+    assert standin.live()["managed"] == base
+    b = cuda.managed_empty(16, np.float64)
+    del b                                               # no free(): gone with the array
+    gc.collect()
+    assert standin.live()["managed"] == base

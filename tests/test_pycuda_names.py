@@ -213,7 +213,7 @@ def test_autoprimaryctx_on_the_gpu(tmp_path):
 
 _MEMBER_ROW = re.compile(r"^\|\s*`pycuda\.driver:(\w+\.\w+)`\s*\|\s*(.*?)\s*\|\s*$")
 # what enum classes inherit from int, by the Python that has it
-_INT_SINCE = {"is_integer": (3, 12)}
+_INT_SINCE = {"is_integer": (3, 12), "bit_count": (3, 10)}
 
 
 def pycuda_members():

@@ -105,6 +105,7 @@ def rand(shape, dtype=np.float32, stream=None):
 _DIMENSIONS = 20000      # cuRAND's tables have 20000 dimensions
 
 
+@_drv._driver._enum_tables      # PyCUDA's .names and .values
 class direction_vector_set(enum.IntEnum):
     """cuRAND's direction vector sets (curandDirectionVectorSet_t)."""
     VECTOR_32 = 101

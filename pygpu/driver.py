@@ -91,7 +91,7 @@ def _named(cls):
     enums do the same: src/module.c); a format spec formats the value."""
     cls.__str__ = lambda self: self._name_ if self._name_ is not None else str(int(self))
     cls.__format__ = lambda self, spec: format(int(self), spec) if spec else str(self)
-    return cls
+    return _driver._enum_tables(cls)   # PyCUDA's cls.names and cls.values
 
 
 @_named
@@ -347,6 +347,14 @@ class PointerHolderBase:
 
     __index__ = __int__
 
+    def as_buffer(self, size, offset=0):
+        """A writable memoryview of size bytes from offset, as PyCUDA's, for
+        memory the host can reach (managed or page-locked); LogicError for
+        device memory, which the host cannot read."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError("as_buffer(): offset must be an int >= 0, got %r" % (offset,))
+        return _driver._host_view(self, int(self.get_pointer()) + offset, size)
+
     @property
     def __cuda_array_interface__(self):
         return {"data": (int(self.get_pointer()), False), "typestr": "|u1",
@@ -420,60 +428,36 @@ def managed_zeros_like(ary, mem_flags=mem_attach_flags.GLOBAL):
 
 # ---- pitched copies ----
 
-class Memcpy2D:
+from pygpu import textures as _textures  # noqa: E402
+
+class Memcpy2D(_textures._MemcpyFields):
     """A 2-D (pitched) copy, set up attribute by attribute as in PyCUDA:
 
         c = Memcpy2D()
         c.set_src_host(a); c.set_dst_device(dev)
         c.width_in_bytes = ...; c.height = ...; c.src_pitch = ...; c.dst_pitch = ...
         c()            # or c(stream)
-    """
 
-    def __init__(self):
-        self.src_x_in_bytes = self.src_y = self.dst_x_in_bytes = self.dst_y = 0
-        self.width_in_bytes = self.height = 0
-        self.src_pitch = self.dst_pitch = 0
-        self._src = self._dst = None
-        self._src_host = self._dst_host = False
-
-    def set_src_host(self, buf):
-        self._src, self._src_host = buf, True
-
-    def set_src_device(self, ptr):
-        self._src, self._src_host = ptr, False
-
-    def set_src_array(self, ary):
-        """A CUDA Array as the source (its pitch is the array's own)."""
-        self._src, self._src_host = ary, "a"
-
-    def set_dst_host(self, buf):
-        self._dst, self._dst_host = buf, True
-
-    def set_dst_device(self, ptr):
-        self._dst, self._dst_host = ptr, False
-
-    def set_dst_array(self, ary):
-        """A CUDA Array as the destination."""
-        self._dst, self._dst_host = ary, "a"
+    The fields read back as PyCUDA's do (0 until set); src_memory_type and
+    src_device follow the set_src_*() calls (dst_ likewise)."""
 
     def __call__(self, stream_or_aligned=None, aligned=None):
         """c(aligned=True) copies now; c(stream) enqueues on a stream."""
-        if self._src is None or self._dst is None:
+        if self._src_kind is None or self._dst_kind is None:
             raise ValueError("Memcpy2D: set a source and a destination first")
         stream = None if isinstance(stream_or_aligned, bool) else stream_or_aligned
-        if "a" in (self._src_host, self._dst_host):
+        src_kind = self._resolve(self._src_kind, self._src)
+        dst_kind = self._resolve(self._dst_kind, self._dst)
+        if "a" in (src_kind, dst_kind):
             # an array side: the 3-D copy, one slice deep (src/cuarray.c)
-            kind = {True: "h", False: "d", "a": "a"}
             _driver._memcpy_3d(
                 "Memcpy2D",
-                (kind[self._src_host], self._src, self.src_x_in_bytes, self.src_y, 0,
-                 self.src_pitch, 0),
-                (kind[self._dst_host], self._dst, self.dst_x_in_bytes, self.dst_y, 0,
-                 self.dst_pitch, 0),
+                (src_kind, self._src, self.src_x_in_bytes, self.src_y, 0, self.src_pitch, 0),
+                (dst_kind, self._dst, self.dst_x_in_bytes, self.dst_y, 0, self.dst_pitch, 0),
                 self.width_in_bytes, self.height, 1, stream)
             return
-        _driver._memcpy_2d(self._dst, self.dst_pitch, self._dst_host,
-                           self._src, self.src_pitch, self._src_host,
+        _driver._memcpy_2d(self._dst, self.dst_pitch, dst_kind == "h",
+                           self._src, self.src_pitch, src_kind == "h",
                            self.width_in_bytes, self.height, self.src_x_in_bytes,
                            self.src_y, self.dst_x_in_bytes, self.dst_y, stream)
 
@@ -748,6 +732,7 @@ from pygpu._driver import (  # noqa: E402,F401  (re-exported API)
 )
 
 
+@_driver._enum_tables
 class graphics_register_flags(_enum.IntEnum):
     """CUgraphicsRegisterFlags: how CUDA will use a registered GL object."""
     NONE = 0
@@ -827,6 +812,9 @@ class HostPointer(metaclass=_TypeTest):
     """Host memory the device can reach: page-locked (pagelocked_empty),
     registered (register_host_memory) or aligned (aligned_empty)."""
     _made_by = "pagelocked_empty(), register_host_memory() and aligned_empty()"
+    # PyCUDA's methods, those of the objects this class tests for
+    # (HostAllocation's; AlignedHostAllocation has its own)
+    get_device_pointer = HostAllocation.get_device_pointer
 
     @staticmethod
     def _test(obj):
@@ -840,6 +828,8 @@ class HostPointer(metaclass=_TypeTest):
 class PagelockedHostAllocation(HostPointer):
     """The .base of pagelocked_empty()'s arrays (cuMemHostAlloc)."""
     _made_by = "pagelocked_empty()"
+    free = HostAllocation.free
+    get_flags = HostAllocation.get_flags
 
     @staticmethod
     def _test(obj):
@@ -854,6 +844,7 @@ class RegisteredHostMemory(HostPointer):
     """register_host_memory()'s result (cuMemHostRegister); .base of the
     arrays it returns."""
     _made_by = "register_host_memory()"
+    unregister = HostAllocation.unregister
 
     @staticmethod
     def _test(obj):
@@ -868,6 +859,13 @@ class ManagedAllocation(metaclass=_TypeTest):
     """Managed (unified) memory: mem_alloc_managed()'s result and the
     .base of managed_empty()'s arrays, a DeviceAllocation."""
     _made_by = "mem_alloc_managed() and managed_empty()"
+    # PyCUDA's methods, DeviceAllocation's
+    __int__ = DeviceAllocation.__int__
+    __index__ = DeviceAllocation.__index__
+    as_buffer = DeviceAllocation.as_buffer
+    attach = DeviceAllocation.attach
+    free = DeviceAllocation.free
+    get_device_pointer = DeviceAllocation.get_device_pointer
 
     @staticmethod
     def _test(obj):

@@ -56,6 +56,7 @@ def _default_flags():
 DEFAULT_NVCC_FLAGS = _default_flags()
 
 
+@_driver._enum_tables      # PyCUDA's .names and .values
 class jit_input_type(enum.IntEnum):
     """What an input of the driver's linker is (CUjitInputType)."""
     CUBIN = 0

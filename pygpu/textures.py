@@ -25,6 +25,7 @@ from pygpu._driver import (  # noqa: F401  (re-exported through pygpu.driver)
     address_mode,
     array_format,
     filter_mode,
+    memory_type,
     memcpy_atoa,
     memcpy_atod,
     memcpy_dtoa,
@@ -46,6 +47,10 @@ class array3d_flags(_enum.IntFlag):
     CUBEMAP = 0x04
     TEXTURE_GATHER = 0x08
 
+
+# PyCUDA's array3d_flags also has the name 2DARRAY (reached with getattr:
+# it is no identifier)
+setattr(array3d_flags, "2DARRAY", array3d_flags.ARRAY3D_2DARRAY)
 
 class read_mode(_enum.IntEnum):
     """How a texture of an integer format reads: ELEMENT_TYPE returns the
@@ -81,7 +86,124 @@ def array_format_to_dtype(fmt):
         raise ValueError("array format %r has no NumPy dtype" % (fmt,)) from None
 
 
-class Memcpy3D:
+def _address(obj):
+    """A device pointer's address: int(), else its CUDA Array Interface."""
+    try:
+        return int(obj)
+    except TypeError:
+        return int(obj.__cuda_array_interface__["data"][0])
+
+
+def _is_buffer(obj):
+    try:
+        memoryview(obj).release()
+    except TypeError:
+        return False
+    return True
+
+
+# the sides' kinds as CUmemorytype values (src_memory_type, dst_memory_type)
+_KIND_TYPES = {"h": 1, "d": 2, "a": 3, "u": 4}
+_TYPE_KINDS = {v: k for k, v in _KIND_TYPES.items()}
+
+
+class _MemcpyFields:
+    """What PyCUDA's Memcpy2D, Memcpy3D and Memcpy3DPeer share: the fields
+    (readable and writable, 0 until set), the sides' set_*() methods, and
+    src/dst_memory_type and src/dst_device, which follow the set_*() calls
+    (writing src_device is set_src_device(); writing src_memory_type
+    changes how the side is read)."""
+
+    src_x_in_bytes = src_y = src_z = src_lod = src_pitch = src_height = 0
+    dst_x_in_bytes = dst_y = dst_z = dst_lod = dst_pitch = dst_height = 0
+    width_in_bytes = height = 0
+    depth = 1
+    _src = _dst = None
+    _src_kind = _dst_kind = None
+
+    def set_src_host(self, buf):
+        self._src, self._src_kind = buf, "h"
+
+    def set_src_device(self, ptr):
+        self._src, self._src_kind = ptr, "d"
+
+    def set_src_array(self, ary):
+        """A CUDA Array as the source."""
+        self._src, self._src_kind = ary, "a"
+
+    def set_src_unified(self, buf):
+        """Memory of the unified address space (CU_MEMORYTYPE_UNIFIED): a
+        host buffer (page-locked, managed or plain) or a device pointer."""
+        self._src, self._src_kind = buf, "u"
+
+    def set_dst_host(self, buf):
+        self._dst, self._dst_kind = buf, "h"
+
+    def set_dst_device(self, ptr):
+        self._dst, self._dst_kind = ptr, "d"
+
+    def set_dst_array(self, ary):
+        """A CUDA Array as the destination."""
+        self._dst, self._dst_kind = ary, "a"
+
+    def set_dst_unified(self, buf):
+        """Memory of the unified address space as the destination."""
+        self._dst, self._dst_kind = buf, "u"
+
+    @staticmethod
+    def _resolve(kind, obj):
+        """A unified side is read as host memory when it is a buffer."""
+        if kind == "u":
+            return "h" if _is_buffer(obj) else "d"
+        return kind
+
+    def _memory_type(self, kind):
+        if kind is None:
+            return 0
+        return memory_type(_KIND_TYPES[kind])
+
+    @staticmethod
+    def _kind_of(value, what):
+        try:
+            return _TYPE_KINDS[int(value)]
+        except (KeyError, TypeError, ValueError):
+            raise ValueError("%s must be a memory_type (HOST, DEVICE, ARRAY or UNIFIED), "
+                             "got %r" % (what, value)) from None
+
+    @property
+    def src_memory_type(self):
+        return self._memory_type(self._src_kind)
+
+    @src_memory_type.setter
+    def src_memory_type(self, value):
+        self._src_kind = self._kind_of(value, "src_memory_type")
+
+    @property
+    def dst_memory_type(self):
+        return self._memory_type(self._dst_kind)
+
+    @dst_memory_type.setter
+    def dst_memory_type(self, value):
+        self._dst_kind = self._kind_of(value, "dst_memory_type")
+
+    @property
+    def src_device(self):
+        return _address(self._src) if self._src_kind == "d" else 0
+
+    @src_device.setter
+    def src_device(self, ptr):
+        self.set_src_device(ptr)
+
+    @property
+    def dst_device(self):
+        return _address(self._dst) if self._dst_kind == "d" else 0
+
+    @dst_device.setter
+    def dst_device(self, ptr):
+        self.set_dst_device(ptr)
+
+
+class Memcpy3D(_MemcpyFields):
     """A 3-D copy between host memory, device memory and CUDA arrays, set up
     attribute by attribute as in PyCUDA:
 
@@ -98,44 +220,16 @@ class Memcpy3D:
 
     _what = "Memcpy3D"
 
-    def __init__(self):
-        self.src_x_in_bytes = self.src_y = self.src_z = 0
-        self.dst_x_in_bytes = self.dst_y = self.dst_z = 0
-        self.src_lod = self.dst_lod = 0
-        self.width_in_bytes = self.height = 0
-        self.depth = 1
-        self.src_pitch = self.dst_pitch = 0
-        self.src_height = self.dst_height = 0
-        self._src = self._dst = None
-        self._src_kind = self._dst_kind = None
-
-    def set_src_host(self, buf):
-        self._src, self._src_kind = buf, "h"
-
-    def set_src_device(self, ptr):
-        self._src, self._src_kind = ptr, "d"
-
-    def set_src_array(self, ary):
-        self._src, self._src_kind = ary, "a"
-
-    def set_dst_host(self, buf):
-        self._dst, self._dst_kind = buf, "h"
-
-    def set_dst_device(self, ptr):
-        self._dst, self._dst_kind = ptr, "d"
-
-    def set_dst_array(self, ary):
-        self._dst, self._dst_kind = ary, "a"
-
     def _sides(self, depth):
         if self._src_kind is None or self._dst_kind is None:
             raise ValueError("%s: set a source and a destination first" % self._what)
         if self.src_lod or self.dst_lod:
             raise ValueError("%s: src_lod and dst_lod must be 0 (mipmapped arrays are not "
                              "supported)" % self._what)
-        src = (self._src_kind, self._src, self.src_x_in_bytes, self.src_y,
-               self.src_z if depth is None else 0, self.src_pitch, self.src_height)
-        dst = (self._dst_kind, self._dst, self.dst_x_in_bytes, self.dst_y,
+        src = (self._resolve(self._src_kind, self._src), self._src, self.src_x_in_bytes,
+               self.src_y, self.src_z if depth is None else 0, self.src_pitch, self.src_height)
+        dst = (self._resolve(self._dst_kind, self._dst), self._dst, self.dst_x_in_bytes,
+               self.dst_y,
                self.dst_z if depth is None else 0, self.dst_pitch, self.dst_height)
         return src, dst
 

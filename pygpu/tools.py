@@ -110,6 +110,10 @@ class PooledDeviceAllocation(int):
         except Exception:   # interpreter teardown: the block is freed anyway
             pass
 
+    def __len__(self):
+        """The bytes asked for (PyCUDA's len())."""
+        return self.size
+
     def __repr__(self):
         return "<PooledDeviceAllocation at 0x%x, %d bytes>" % (int(self), self.size)
 
@@ -135,9 +139,14 @@ class DeviceMemoryPool:
         self._allocator = allocator or driver.mem_alloc
         self._bins = {}
         self._lock = threading.Lock()
-        self.active_blocks = 0
+        self._active_blocks = 0
         self._active_bytes = self._active_block_bytes = 0
         self._holding = True
+
+    @property
+    def active_blocks(self):
+        """Blocks in use (PyCUDA's active_blocks)."""
+        return self._active_blocks
 
     @property
     def held_blocks(self):
@@ -187,7 +196,7 @@ class DeviceMemoryPool:
                 self.free_held()
                 alloc = self._allocator(size)
         with self._lock:
-            self.active_blocks += 1
+            self._active_blocks += 1
             self._active_bytes += nbytes
             self._active_block_bytes += size
         return PooledDeviceAllocation(self, alloc, nbytes)
@@ -195,7 +204,7 @@ class DeviceMemoryPool:
     def _give_back(self, alloc, nbytes):
         size = bin_size(nbytes)
         with self._lock:
-            self.active_blocks -= 1
+            self._active_blocks -= 1
             self._active_bytes -= nbytes
             self._active_block_bytes -= size
             if self._holding:
@@ -391,8 +400,24 @@ class PageLockedMemoryPool:
         self._allocator = allocator if allocator is not None else PageLockedAllocator(mem_flags)
         self._bins = {}
         self._lock = threading.Lock()
-        self.active_blocks = 0
+        self._active_blocks = 0
+        self._active_bytes = self._active_block_bytes = 0
         self._holding = True
+
+    @property
+    def active_blocks(self):
+        """Blocks in use: arrays handed out and alive (PyCUDA's active_blocks)."""
+        return self._active_blocks
+
+    @property
+    def active_bytes(self):
+        """Bytes the live arrays asked for (PyCUDA's active_bytes)."""
+        return self._active_bytes
+
+    @property
+    def managed_bytes(self):
+        """Bytes of the blocks in use and held (PyCUDA's managed_bytes)."""
+        return self._active_block_bytes + self.held_bytes
 
     @property
     def held_blocks(self):
@@ -403,6 +428,9 @@ class PageLockedMemoryPool:
     def held_bytes(self):
         """Bytes of page-locked memory kept for reuse."""
         return sum(size * len(v) for size, v in list(self._bins.items()))
+
+    bin_number = staticmethod(DeviceMemoryPool.bin_number)
+    alloc_size = staticmethod(DeviceMemoryPool.alloc_size)
 
     def __repr__(self):
         return _pool_repr(self)
@@ -422,9 +450,11 @@ class PageLockedMemoryPool:
                 self.free_held()
                 raw = self._new_block(size)
         with self._lock:
-            self.active_blocks += 1
+            self._active_blocks += 1
+            self._active_bytes += nbytes
+            self._active_block_bytes += raw.size
         ary = raw[:nbytes].view(dtype).reshape(shape, order=order)
-        weakref.finalize(ary, self._give_back, raw)
+        weakref.finalize(ary, self._give_back, raw, nbytes)
         return ary
 
     def _new_block(self, size):
@@ -448,9 +478,11 @@ class PageLockedMemoryPool:
         a.fill(0)
         return a
 
-    def _give_back(self, raw):
+    def _give_back(self, raw, nbytes=0):
         with self._lock:
-            self.active_blocks -= 1
+            self._active_blocks -= 1
+            self._active_bytes -= nbytes
+            self._active_block_bytes -= raw.size
             if self._holding:
                 self._bins.setdefault(raw.size, []).append(raw)
 

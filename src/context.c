@@ -845,6 +845,91 @@ context_get_cache_config(PyObject *cls, PyObject *unused)
     return PyLong_FromLong((long)value);
 }
 
+/* value as a member of pygpu.driver's enum name (a plain int when the
+ * enum has no such member) */
+static PyObject *
+enum_member(const char *name, long value)
+{
+    PyObject *mod = PyImport_ImportModule("pygpu._driver"), *cls, *res;
+    if (mod == NULL)
+        return NULL;
+    cls = PyObject_GetAttrString(mod, name);
+    Py_DECREF(mod);
+    if (cls == NULL)
+        return NULL;
+    res = PyObject_CallFunction(cls, "l", value);
+    Py_DECREF(cls);
+    if (res == NULL && PyErr_ExceptionMatches(PyExc_ValueError)) {
+        PyErr_Clear();
+        res = PyLong_FromLong(value);
+    }
+    return res;
+}
+
+/* get_api_version(): cuCtxGetApiVersion of this context */
+static PyObject *
+context_get_api_version(pygpu_Context *self, PyObject *unused)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    unsigned int version = 0;
+    CUresult rc;
+    if (pygpu_context_check(st, self) < 0)
+        return NULL;
+    if (cu.cuCtxGetApiVersion == NULL) {
+        PyErr_SetString(st->LogicError, "get_api_version(): the driver has no "
+                        "cuCtxGetApiVersion");
+        return NULL;
+    }
+    rc = cu.cuCtxGetApiVersion(self->handle, &version);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuCtxGetApiVersion");
+    return PyLong_FromUnsignedLong(version);
+}
+
+/* get/set_shared_config(): the current context's shared memory bank size
+ * (cuCtxGet/SetSharedMemConfig, deprecated since CUDA 12.x: on devices
+ * whose banks cannot be configured, every H100 among them, the setting is
+ * accepted and changes nothing) */
+static PyObject *
+context_set_shared_config(PyObject *cls, PyObject *arg)
+{
+    pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
+    CUresult rc;
+    int which;
+    if (pygpu_parse_int(arg, &which, "set_shared_config(): config") < 0)
+        return NULL;
+    if (pygpu_current_context(st) == NULL)
+        return NULL;
+    if (cu.cuCtxSetSharedMemConfig == NULL) {
+        PyErr_SetString(st->LogicError, "set_shared_config(): the driver has no "
+                        "cuCtxSetSharedMemConfig");
+        return NULL;
+    }
+    rc = cu.cuCtxSetSharedMemConfig((CUsharedconfig)which);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuCtxSetSharedMemConfig");
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+context_get_shared_config(PyObject *cls, PyObject *unused)
+{
+    pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
+    CUsharedconfig value;
+    CUresult rc;
+    if (pygpu_current_context(st) == NULL)
+        return NULL;
+    if (cu.cuCtxGetSharedMemConfig == NULL) {
+        PyErr_SetString(st->LogicError, "get_shared_config(): the driver has no "
+                        "cuCtxGetSharedMemConfig");
+        return NULL;
+    }
+    rc = cu.cuCtxGetSharedMemConfig(&value);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuCtxGetSharedMemConfig");
+    return enum_member("shared_config", (long)value);
+}
+
 static PyObject *
 context_enable_peer_access(pygpu_Context *self, PyObject *args, PyObject *kwds)
 {
@@ -968,6 +1053,15 @@ static PyMethodDef context_methods[] = {
      "set_cache_config($cls, config, /)\n--\n\nPreferred L1/shared split (func_cache)."},
     {"get_cache_config", context_get_cache_config, METH_NOARGS | METH_CLASS,
      "get_cache_config($cls, /)\n--\n\nThe current func_cache setting."},
+    {"set_shared_config", context_set_shared_config, METH_O | METH_CLASS,
+     "set_shared_config($cls, config, /)\n--\n\nThe current context's shared memory bank "
+     "size (shared_config; cuCtxSetSharedMemConfig, which devices since Volta accept and "
+     "ignore)."},
+    {"get_shared_config", context_get_shared_config, METH_NOARGS | METH_CLASS,
+     "get_shared_config($cls, /)\n--\n\nThe current context's shared_config."},
+    {"get_api_version", (PyCFunction)context_get_api_version, METH_NOARGS,
+     "get_api_version($self, /)\n--\n\nThe context's API version (cuCtxGetApiVersion; "
+     "3020 for contexts of today's API)."},
     {"enable_peer_access", (PyCFunction)(void (*)(void))context_enable_peer_access,
      METH_VARARGS | METH_KEYWORDS,
      "enable_peer_access($self, /, peer, flags=0)\n--\n\n"

@@ -200,7 +200,12 @@ typedef CUresult (CUDAAPI *PFN_cuProfilerInitialize_v4000)(const char *, const c
     CU_OPTIONAL(cuGraphicsUnmapResources, 3000)             \
     CU_OPTIONAL(cuGraphicsResourceGetMappedPointer, 3020)   \
     CU_OPTIONAL(cuGraphicsSubResourceGetMappedArray, 3000)  \
-    CU_OPTIONAL(cuGraphicsUnregisterResource, 3000)
+    CU_OPTIONAL(cuGraphicsUnregisterResource, 3000)         \
+    CU_OPTIONAL(cuStreamAttachMemAsync, 6000)               \
+    CU_OPTIONAL(cuMemHostGetFlags, 2030)                    \
+    CU_OPTIONAL(cuCtxGetApiVersion, 3020)                   \
+    CU_OPTIONAL(cuCtxGetSharedMemConfig, 4020)              \
+    CU_OPTIONAL(cuCtxSetSharedMemConfig, 4020)
 
 /* NVRTC: every entry is required once the library is found. */
 #define PYGPU_NVRTC_API(NV)                                                   \

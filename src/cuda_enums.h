@@ -174,6 +174,7 @@ static const pygpu_enum_entry pygpu_enum_function_attribute[] = {
     {"REQUIRED_CLUSTER_DEPTH", 13},
     {"NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 14},
     {"CLUSTER_SCHEDULING_POLICY_PREFERENCE", 15},
+    {"MAX", 16},
     {NULL, 0}
 };
 static const pygpu_enum_entry pygpu_enum_limit[] = {
@@ -204,6 +205,7 @@ static const pygpu_enum_entry pygpu_enum_ctx_flags[] = {
     {"BLOCKING_SYNC", 4},
     {"SCHED_MASK", 7},
     {"MAP_HOST", 8},
+    {"LMEM_RESIZE_TO_MAX", 16},
     {"COREDUMP_ENABLE", 32},
     {"USER_COREDUMP_ENABLE", 64},
     {"SYNC_MEMOPS", 128},

@@ -67,6 +67,7 @@ hostalloc_new(pygpu_state *st, pygpu_Context *ctx)
     self->context = ctx;
     self->freed = 0;
     self->exports = 0;
+    self->closed = 0;
     PyObject_GC_Track(self);
     return self;
 }
@@ -334,6 +335,69 @@ hostmem_register(PyObject *module, PyObject *args, PyObject *kwds)
     return arr;
 }
 
+/* 0, or -1 with LogicError once free() or unregister() was called */
+static int
+hostalloc_check(pygpu_state *st, pygpu_HostAllocation *self)
+{
+    if (self->closed) {
+        PyErr_Format(st->LogicError, "the HostAllocation was %s",
+                     self->registered ? "unregistered" : "freed");
+        return -1;
+    }
+    return 0;
+}
+
+/* free(), and RegisteredHostMemory's unregister(): PyCUDA frees the memory
+ * at once and leaves the arrays over it dangling (reading them is undefined
+ * behaviour); here no array may read freed memory: registered memory is
+ * unregistered now (the array's own memory stays valid, no longer pinned),
+ * page-locked memory is marked freed now and goes back to the driver with
+ * this object, when the last array over it dies.  Idempotent. */
+static PyObject *
+hostalloc_free(pygpu_HostAllocation *self, PyObject *unused)
+{
+    pygpu_scope s;
+    if (self->closed)
+        Py_RETURN_NONE;
+    self->closed = 1;
+    if (self->registered && self->ptr != NULL && !self->freed
+        && pygpu_scope_enter_quiet(self->context, &s) == 0) {
+        CUstreamCaptureMode mode = pygpu_capture_relax();   /* unsafe while capturing */
+        cu.cuMemHostUnregister(self->ptr);
+        pygpu_capture_restore(mode);
+        pygpu_scope_exit(&s);
+        self->ptr = NULL;       /* hostalloc_release gives the buffer back only */
+    }
+    Py_RETURN_NONE;
+}
+
+/* get_flags(): the driver's flags of page-locked memory
+ * (cuMemHostGetFlags); for registered memory, the flags it was registered
+ * with */
+static PyObject *
+hostalloc_get_flags_method(pygpu_HostAllocation *self, PyObject *unused)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    unsigned int flags = 0;
+    pygpu_scope s;
+    CUresult rc;
+    if (hostalloc_check(st, self) < 0)
+        return NULL;
+    if (self->registered || self->ptr == NULL)
+        return PyLong_FromUnsignedLong(self->flags);
+    if (cu.cuMemHostGetFlags == NULL) {
+        PyErr_SetString(st->LogicError, "get_flags(): the driver has no cuMemHostGetFlags");
+        return NULL;
+    }
+    if (pygpu_scope_enter(st, self->context, &s) < 0)
+        return NULL;
+    rc = cu.cuMemHostGetFlags(&flags, self->ptr);
+    pygpu_scope_exit(&s);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuMemHostGetFlags");
+    return PyLong_FromUnsignedLong(flags);
+}
+
 static PyObject *
 hostalloc_get_device_pointer(pygpu_HostAllocation *self, PyObject *unused)
 {
@@ -341,6 +405,8 @@ hostalloc_get_device_pointer(pygpu_HostAllocation *self, PyObject *unused)
     CUdeviceptr d;
     CUresult rc;
     pygpu_scope s;
+    if (hostalloc_check(st, self) < 0)
+        return NULL;
     if (self->freed || self->ptr == NULL) {
         PyErr_SetString(st->LogicError, "the HostAllocation holds no memory");
         return NULL;
@@ -380,9 +446,17 @@ hostalloc_get_registered(pygpu_HostAllocation *self, void *c)
 }
 
 static PyObject *
+hostalloc_get_freed(pygpu_HostAllocation *self, void *c)
+{
+    return PyBool_FromLong(self->closed);
+}
+
+static PyObject *
 hostalloc_repr(pygpu_HostAllocation *self)
 {
-    return PyUnicode_FromFormat("<pygpu.driver.HostAllocation %s%zu bytes at %p>",
+    return PyUnicode_FromFormat("<pygpu.driver.HostAllocation %s%s%zu bytes at %p>",
+                                self->closed ? (self->registered ? "(unregistered) "
+                                                                 : "(freed) ") : "",
                                 self->registered ? "registered, " : "page-locked, ",
                                 self->size, self->ptr);
 }
@@ -391,6 +465,16 @@ static PyMethodDef hostalloc_methods[] = {
     {"get_device_pointer", (PyCFunction)hostalloc_get_device_pointer, METH_NOARGS,
      "get_device_pointer($self, /)\n--\n\n"
      "Device address of mapped (host_alloc_flags.DEVICEMAP) memory."},
+    {"free", (PyCFunction)hostalloc_free, METH_NOARGS,
+     "free($self, /)\n--\n\nEnd the allocation's use (idempotent): registered memory is "
+     "unregistered now; page-locked memory reads as freed now and goes back to the "
+     "driver when the last array over it dies (no array ever reads freed memory)."},
+    {"unregister", (PyCFunction)hostalloc_free, METH_NOARGS,
+     "unregister($self, /)\n--\n\nPyCUDA's RegisteredHostMemory.unregister(): free()."},
+    {"get_flags", (PyCFunction)hostalloc_get_flags_method, METH_NOARGS,
+     "get_flags($self, /)\n--\n\nThe driver's host_alloc_flags of page-locked memory "
+     "(cuMemHostGetFlags; it may add DEVICEMAP), or the flags memory was registered "
+     "with."},
     {NULL}
 };
 
@@ -400,6 +484,8 @@ static PyGetSetDef hostalloc_getset[] = {
     {"address", (getter)hostalloc_get_address, NULL, "Host address.", NULL},
     {"registered", (getter)hostalloc_get_registered, NULL,
      "True for memory from register_host_memory().", NULL},
+    {"freed", (getter)hostalloc_get_freed, NULL,
+     "Whether free() (or unregister()) was called.", NULL},
     {NULL}
 };
 

@@ -174,7 +174,7 @@ allocation_release(pygpu_DeviceAllocation *self)
     if (self->freed)
         return;
     self->freed = 1;
-    if (self->busy > 0) {
+    if (self->busy > 0 || self->host_view) {
         self->free_pending = 1;
         return;
     }
@@ -189,7 +189,7 @@ allocation_release(pygpu_DeviceAllocation *self)
 void
 pygpu_allocation_holds_gone(pygpu_DeviceAllocation *a)
 {
-    if (a->busy == 0 && a->free_pending) {
+    if (a->busy == 0 && a->free_pending && !a->host_view) {
         a->free_pending = 0;
         allocation_free_memory(a);
     } else if (a->kind == 5 && !a->freed) {
@@ -247,7 +247,7 @@ allocation_unhold(pygpu_DeviceAllocation *a)
 {
     if (a == NULL)
         return;
-    if (--a->busy == 0 && a->free_pending && a->holds == NULL) {
+    if (--a->busy == 0 && a->free_pending && a->holds == NULL && !a->host_view) {
         a->free_pending = 0;
         allocation_free_memory(a);
     }
@@ -315,7 +315,8 @@ allocation_dealloc(pygpu_DeviceAllocation *self)
     if (self->weakreflist != NULL)
         PyObject_ClearWeakRefs((PyObject *)self);
     /* nobody uses it: busy is 0, and the holds left are its own (an IPC
-     * export), which end with it */
+     * export), which end with it; no host view is left (each kept it alive) */
+    self->host_view = 0;
     pygpu_holds_drop(&self->holds);
     if (self->free_pending) {
         self->free_pending = 0;
@@ -354,6 +355,7 @@ pygpu_allocation_new(pygpu_state *st, PyTypeObject *tp, pygpu_Context *ctx,
     self->holds = NULL;
     self->in_capture = 0;
     self->block = 0;
+    self->host_view = 0;
     Py_INCREF(ctx);
     self->context = ctx;
     self->ctx_prev = NULL;
@@ -685,6 +687,8 @@ pygpu_managed_allocation(pygpu_state *st, size_t n, unsigned int flags)
             return pygpu_cuda_error(st, rc, "cuMemAllocManaged");
     }
     a = new_allocation(st, ctx, p, n, 1);
+    if (a != NULL)
+        ((pygpu_DeviceAllocation *)a)->host_view = 1;    /* the array's .base */
     if (a == NULL && p) {
         CUstreamCaptureMode mode = pygpu_capture_relax();
         cu.cuMemFree(p);
@@ -821,6 +825,10 @@ allocation_exit(pygpu_DeviceAllocation *self, PyObject *args)
 static PyObject *
 allocation_repr(pygpu_DeviceAllocation *self)
 {
+    if (self->freed && self->free_pending && self->host_view && self->holds == NULL)
+        return PyUnicode_FromFormat("<pygpu.driver.DeviceAllocation (freed; the memory goes "
+                                    "with this object, which arrays or buffers on the host "
+                                    "use), %zu bytes>", self->size);
     if (self->freed && self->free_pending)
         return PyUnicode_FromFormat("<pygpu.driver.DeviceAllocation (freed; the memory "
                                     "waits for %zd holder%s), %zu bytes>",
@@ -839,6 +847,180 @@ allocation_repr(pygpu_DeviceAllocation *self)
     }
 }
 
+/* ---- PyCUDA's host views of managed memory (as_buffer), attach ---- */
+
+/* A writable 1-D memoryview of the n bytes at p, host-accessible memory,
+ * whose exporter (a uint8 ndarray) keeps owner alive.  GIL held. */
+static PyObject *
+host_view(PyObject *owner, uintptr_t p, size_t n)
+{
+    static char empty[16];
+    npy_intp dims[1];
+    PyObject *arr, *mv;
+    if (n > (size_t)PY_SSIZE_T_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "as_buffer(): size is too big");
+        return NULL;
+    }
+    dims[0] = (npy_intp)n;
+    arr = PyArray_New(&PyArray_Type, 1, dims, NPY_UINT8, NULL,
+                      n ? (void *)p : (void *)empty, 0, NPY_ARRAY_CARRAY, NULL);
+    if (arr == NULL)
+        return NULL;
+    Py_INCREF(owner);
+    if (PyArray_SetBaseObject((PyArrayObject *)arr, owner) < 0) {   /* steals owner */
+        Py_DECREF(arr);
+        return NULL;
+    }
+    mv = PyMemoryView_FromObject(arr);
+    Py_DECREF(arr);
+    return mv;
+}
+
+/* size and offset of as_buffer(size, offset=0), within cap bytes */
+static int
+view_extent(PyObject *sobj, PyObject *oobj, size_t cap, size_t *size, size_t *offset)
+{
+    *offset = 0;
+    if (parse_nbytes(sobj, size, "as_buffer(): size") < 0
+        || (oobj != NULL && parse_nbytes(oobj, offset, "as_buffer(): offset") < 0))
+        return -1;
+    if (cap != (size_t)-1 && (*offset > cap || *size > cap - *offset)) {
+        PyErr_Format(PyExc_ValueError, "as_buffer(): %zu bytes at offset %zu do not fit in "
+                     "the allocation's %zu bytes", *size, *offset, cap);
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether the driver says [p, p + n) is memory the host can read
+ * (managed, or page-locked host memory): 1, 0, or -1 with an error.  The
+ * range it knows (range_size) is checked too. */
+static int
+host_accessible(pygpu_state *st, CUdeviceptr p, size_t n)
+{
+    unsigned int managed = 0, mtype = 0;
+    CUdeviceptr start = 0;
+    size_t range = 0;
+    if (pygpu_current_context(st) == NULL)
+        return -1;
+    if (cu.cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p) != CUDA_SUCCESS
+        || cu.cuPointerGetAttribute(&mtype, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p)
+           != CUDA_SUCCESS)
+        return 0;       /* not memory the driver knows */
+    if (!managed && mtype != CU_MEMORYTYPE_HOST)
+        return 0;
+    if (cu.cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p)
+            == CUDA_SUCCESS
+        && cu.cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p)
+            == CUDA_SUCCESS
+        && range != 0 && (p - start > range || n > range - (p - start))) {
+        PyErr_Format(PyExc_ValueError, "as_buffer(): %zu bytes at 0x%llx run past the end "
+                     "of the allocation (%zu bytes from 0x%llx)", n, (unsigned long long)p,
+                     range, (unsigned long long)start);
+        return -1;
+    }
+    return 1;
+}
+
+static const char not_host_accessible[] =
+    "as_buffer(): the memory is device memory, which the host cannot read or write "
+    "through a buffer; use managed memory (mem_alloc_managed(), managed_empty()) or "
+    "copy it (memcpy_dtoh)";
+
+/* as_buffer(size, offset=0): PyCUDA's buffer over the memory, for memory
+ * the host can reach (managed) */
+static PyObject *
+allocation_as_buffer(pygpu_DeviceAllocation *self, PyObject *args, PyObject *kwds)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    static char *kwlist[] = {"size", "offset", NULL};
+    PyObject *sobj, *oobj = NULL;
+    size_t size, offset;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:as_buffer", kwlist, &sobj, &oobj))
+        return NULL;
+    if (allocation_check(st, self) < 0 || view_extent(sobj, oobj, self->size, &size, &offset) < 0)
+        return NULL;
+    if (self->kind != 1) {
+        int ok = self->size ? host_accessible(st, self->ptr, self->size) : 0;
+        if (ok < 0)
+            return NULL;
+        if (!ok) {
+            PyErr_SetString(st->LogicError, not_host_accessible);
+            return NULL;
+        }
+    }
+    /* host code may read it now: free() waits for this object's end */
+    if (self->kind == 1)
+        self->host_view = 1;
+    return host_view((PyObject *)self, (uintptr_t)self->ptr + offset, size);
+}
+
+/* _host_view(owner, address, size): as_buffer for PointerHolderBase */
+static PyObject *
+memory_host_view(PyObject *module, PyObject *args)
+{
+    pygpu_state *st = PyModule_GetState(module);
+    PyObject *owner, *aobj, *sobj;
+    size_t addr, size;
+    int ok;
+    if (!PyArg_ParseTuple(args, "OOO:_host_view", &owner, &aobj, &sobj))
+        return NULL;
+    if (parse_nbytes(aobj, &addr, "as_buffer(): the address") < 0
+        || parse_nbytes(sobj, &size, "as_buffer(): size") < 0)
+        return NULL;
+    ok = host_accessible(st, (CUdeviceptr)addr, size);
+    if (ok < 0)
+        return NULL;
+    if (!ok) {
+        PyErr_SetString(st->LogicError, not_host_accessible);
+        return NULL;
+    }
+    return host_view(owner, (uintptr_t)addr, size);
+}
+
+/* attach(mem_flags, stream=None): cuStreamAttachMemAsync of managed memory */
+static PyObject *
+allocation_attach(pygpu_DeviceAllocation *self, PyObject *args, PyObject *kwds)
+{
+    pygpu_state *st = PYGPU_STATE(self);
+    static char *kwlist[] = {"mem_flags", "stream", NULL};
+    PyObject *fobj, *sobj = Py_None;
+    unsigned int flags;
+    CUstream s = NULL;
+    pygpu_scope scope;
+    CUresult rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:attach", kwlist, &fobj, &sobj))
+        return NULL;
+    if (pygpu_parse_uint(fobj, &flags, "attach(): mem_flags") < 0
+        || (sobj != Py_None && pygpu_get_stream(st, sobj, &s) < 0)
+        || allocation_check(st, self) < 0)
+        return NULL;
+    if (self->kind != 1) {
+        PyErr_SetString(st->LogicError, "attach(): the allocation is not managed memory "
+                        "(mem_alloc_managed(), managed_empty())");
+        return NULL;
+    }
+    if (self->size == 0)
+        Py_RETURN_NONE;         /* no memory to attach */
+    if (cu.cuStreamAttachMemAsync == NULL) {
+        PyErr_SetString(st->LogicError, "attach(): the driver has no cuStreamAttachMemAsync");
+        return NULL;
+    }
+    if (pygpu_scope_enter(st, self->context, &scope) < 0)
+        return NULL;
+    rc = cu.cuStreamAttachMemAsync(s, self->ptr, 0, flags);
+    pygpu_scope_exit(&scope);
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuStreamAttachMemAsync");
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+allocation_get_device_pointer(pygpu_DeviceAllocation *self, PyObject *unused)
+{
+    return allocation_int(self);
+}
+
 static PyMethodDef allocation_methods[] = {
     {"free", (PyCFunction)allocation_free, METH_NOARGS,
      "free($self, /)\n--\n\nFree the memory now (idempotent).  While something holds "
@@ -849,6 +1031,17 @@ static PyMethodDef allocation_methods[] = {
      "__enter__($self, /)\n--\n\nReturns self."},
     {"__exit__", (PyCFunction)allocation_exit, METH_VARARGS,
      "__exit__($self, /, *exc_info)\n--\n\nFree the memory."},
+    {"as_buffer", (PyCFunction)(void (*)(void))allocation_as_buffer,
+     METH_VARARGS | METH_KEYWORDS,
+     "as_buffer($self, /, size, offset=0)\n--\n\nA writable memoryview of size bytes "
+     "from offset, for memory the host can reach (managed memory); LogicError for "
+     "device memory.  After it, free() waits for this object's end."},
+    {"attach", (PyCFunction)(void (*)(void))allocation_attach, METH_VARARGS | METH_KEYWORDS,
+     "attach($self, /, mem_flags, stream=None)\n--\n\nAttach managed memory to a stream "
+     "(mem_attach_flags.GLOBAL, HOST or SINGLE; cuStreamAttachMemAsync)."},
+    {"get_device_pointer", (PyCFunction)allocation_get_device_pointer, METH_NOARGS,
+     "get_device_pointer($self, /)\n--\n\nThe device address (int(self)), as "
+     "PyCUDA's ManagedAllocation gives it."},
     {NULL}
 };
 
@@ -1448,6 +1641,9 @@ mem_prefetch(PyObject *module, PyObject *args, PyObject *kwds)
 #define FKW (METH_FASTCALL | METH_KEYWORDS)
 #define CF(f) (PyCFunction)(void (*)(void))(f)
 static PyMethodDef memory_methods[] = {
+    {"_host_view", memory_host_view, METH_VARARGS,
+     "_host_view($module, owner, address, size, /)\n--\n\nA memoryview of host-reachable "
+     "memory (managed or page-locked) that keeps owner alive: PointerHolderBase.as_buffer."},
     {"mem_alloc", mem_alloc, METH_O,
      "mem_alloc($module, nbytes, /)\n--\n\n"
      "Allocate nbytes of device memory in the current context. On "

@@ -80,6 +80,69 @@ set_enum_method(PyObject *cls, PyMethodDef *def)
     return 0;
 }
 
+/* cls.names ({name: member}, aliases included) and cls.values ({int:
+ * member}, the first member of each value), the class attributes of
+ * PyCUDA's Boost.Python enums; each member's .name is Enum's own. */
+static int
+enum_tables(PyObject *cls)
+{
+    PyObject *members, *names = NULL, *values = NULL, *it = NULL, *member, *key;
+    int rc = -1;
+    members = PyObject_GetAttrString(cls, "__members__");
+    if (members == NULL)
+        return -1;
+    names = PyDict_New();
+    values = PyDict_New();
+    if (names == NULL || values == NULL || PyDict_Update(names, members) < 0)
+        goto error;
+    it = PyObject_GetIter(cls);
+    if (it == NULL)
+        goto error;
+    while ((member = PyIter_Next(it)) != NULL) {
+        key = PyNumber_Long(member);
+        if (key == NULL || PyDict_SetDefault(values, key, member) == NULL) {
+            Py_XDECREF(key);
+            Py_DECREF(member);
+            goto error;
+        }
+        Py_DECREF(key);
+        Py_DECREF(member);
+    }
+    if (PyErr_Occurred())
+        goto error;
+    if (PyObject_SetAttrString(cls, "names", names) < 0
+        || PyObject_SetAttrString(cls, "values", values) < 0)
+        goto error;
+    rc = 0;
+error:
+    Py_DECREF(members);
+    Py_XDECREF(names);
+    Py_XDECREF(values);
+    Py_XDECREF(it);
+    return rc;
+}
+
+/* _enum_tables(cls): the same for the enums the Python layer defines */
+static PyObject *
+module_enum_tables(PyObject *unused, PyObject *cls)
+{
+    if (!PyType_Check(cls)) {
+        PyErr_Format(PyExc_TypeError, "_enum_tables() takes an enum class, not %.100s",
+                     Py_TYPE(cls)->tp_name);
+        return NULL;
+    }
+    if (enum_tables(cls) < 0)
+        return NULL;
+    return Py_NewRef(cls);
+}
+
+static PyMethodDef enum_functions[] = {
+    {"_enum_tables", module_enum_tables, METH_O,
+     "_enum_tables($module, enum_class, /)\n--\n\nGive an enum class PyCUDA's names and values "
+     "dictionaries; returns enum_class."},
+    {NULL, NULL, 0, NULL}
+};
+
 /* Build each enum as an IntEnum in pygpu.driver's namespace; its members
  * print their names. */
 static int
@@ -116,7 +179,7 @@ add_enums(PyObject *m)
         if (cls == NULL)
             goto done;
         if (set_enum_method(cls, &enum_member_str_def) < 0
-            || set_enum_method(cls, &enum_member_format_def) < 0) {
+            || set_enum_method(cls, &enum_member_format_def) < 0 || enum_tables(cls) < 0) {
             Py_DECREF(cls);
             goto done;
         }
@@ -125,7 +188,7 @@ add_enums(PyObject *m)
             goto done;
         }
     }
-    rc = 0;
+    rc = PyModule_AddFunctions(m, enum_functions);
 done:
     Py_DECREF(IntEnum);
     return rc;

@@ -236,6 +236,10 @@ typedef struct pygpu_DeviceAllocation {
                                   driver, never cached) */
     /* borrowed links in context->allocations */
     struct pygpu_DeviceAllocation *ctx_prev, *ctx_next;
+    int host_view;             /* kind 1: host code may read the memory through an ndarray
+                                  or buffer that keeps this object alive (managed_empty(),
+                                  as_buffer()): free() marks it freed, the memory goes with
+                                  this object */
 } pygpu_DeviceAllocation;
 
 typedef struct {
@@ -249,6 +253,10 @@ typedef struct {
     pygpu_Context *context;    /* strong ref */
     int freed;
     Py_ssize_t exports;        /* live buffer exports */
+    int closed;                /* free() or unregister() called: no further use through
+                                  this object; registered memory is unregistered then,
+                                  page-locked memory goes with this object (arrays over
+                                  it may live on) */
 } pygpu_HostAllocation;
 
 typedef struct {
@@ -322,6 +330,10 @@ typedef struct {
                                   stream: grid, block, nothing else */
     PyObject *weakreflist;
     pygpu_state *st;           /* the module state (the type keeps the module alive) */
+    /* PyCUDA's legacy launch API (_set_block_shape, _param_set*, _launch*):
+     * the state cuFuncSetBlockShape and cuParamSet* kept in the driver */
+    unsigned int legacy_block[3], legacy_shared;
+    PyObject *legacy_params;   /* strong: bytearray, the parameter buffer, or NULL */
 } pygpu_Function;
 
 typedef struct {

@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 from gen_pycuda_names import module_names  # noqa: E402
 
 NAMES_FILE = os.path.join(HERE, "data", "pycuda_names.txt")
+MEMBERS_FILE = os.path.join(HERE, "data", "pycuda_members.txt")
 PORTING = os.path.join(ROOT, "docs", "porting.md")
 
 # modules whose import does the work (makes a context, runs a script):
@@ -33,16 +34,16 @@ def pycuda_names():
 _ROW = re.compile(r"^\|\s*`(pycuda(?:\.\w+)*:\w+)`\s*\|\s*(.*?)\s*\|\s*$")
 
 
-def documented_absent():
+def documented_absent(section="## PyCUDA names pygpu does not have", row=_ROW):
     """{module:name: reason} from docs/porting.md's table under
-    'PyCUDA names pygpu does not have'."""
+    'PyCUDA names pygpu does not have' (or another section's rows)."""
     with open(PORTING) as f:
         text = f.read()
-    start = text.index("## PyCUDA names pygpu does not have")
+    start = text.index(section)
     end = text.find("\n## ", start + 1)
     out = {}
     for line in text[start:end if end >= 0 else None].splitlines():
-        m = _ROW.match(line)
+        m = row.match(line)
         if m:
             out[m.group(1)] = m.group(2)
     return out
@@ -206,3 +207,83 @@ def test_autoprimaryctx_on_the_gpu(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True"] * 4
     assert r.stderr == ""
+
+
+# ---- the members of PyCUDA's C-level classes ----
+
+_MEMBER_ROW = re.compile(r"^\|\s*`pycuda\.driver:(\w+\.\w+)`\s*\|\s*(.*?)\s*\|\s*$")
+# what enum classes inherit from int, by the Python that has it
+_INT_SINCE = {"is_integer": (3, 12), "bit_count": (3, 10)}
+
+
+def pycuda_members():
+    with open(MEMBERS_FILE) as f:
+        return [line.strip() for line in f if line.strip() and not line.startswith("#")]
+
+
+def documented_absent_members():
+    return documented_absent("## PyCUDA class members pygpu does not have", _MEMBER_ROW)
+
+
+def has_member(cls, name):
+    import enum
+    if hasattr(cls, name):
+        return True
+    if isinstance(cls, type) and issubclass(cls, enum.Enum):
+        if name in _INT_SINCE and sys.version_info < _INT_SINCE[name]:
+            return True         # PyCUDA's enums on this Python lack it too
+        return any(hasattr(m, name) for m in cls)    # .name: the members'
+    return False
+
+
+def test_the_member_list_is_pycudas():
+    members = pycuda_members()
+    assert len(members) == len(set(members)) and len(members) > 800
+    assert all(re.fullmatch(r"\w+\.\w+", m) for m in members)
+    for m in ("Context.get_api_version", "Function._launch_kernel", "ManagedAllocation.attach",
+              "HostAllocation.get_flags", "Memcpy2D.src_y", "device_attribute.names",
+              "PooledDeviceAllocation.__len__", "array3d_flags.2DARRAY"):
+        assert m in members
+    classes = {m.split(".")[0] for m in members}
+    names = set(pycuda_names())
+    assert {"pycuda.driver:" + c for c in classes} <= names
+
+
+def test_every_pycuda_member_is_present_or_documented_absent():
+    import pygpu.driver as drv
+    absent = documented_absent_members()
+    absent_classes = {e.split(":")[1] for e in documented_absent() if e.startswith("pycuda.driver:")}
+    missing, both = [], []
+    for entry in pycuda_members():
+        cname, name = entry.split(".")
+        if cname in absent_classes:
+            continue
+        present = has_member(getattr(drv, cname), name)
+        if present and entry in absent:
+            both.append(entry)
+        elif not present and entry not in absent:
+            missing.append(entry)
+    assert not missing, "missing from pygpu and not in docs/porting.md: %s" % missing
+    assert not both, "present in pygpu but listed as absent in docs/porting.md: %s" % both
+
+
+def test_the_absent_member_table_gives_reasons_for_real_members():
+    absent = documented_absent_members()
+    assert set(absent) <= set(pycuda_members())
+    assert "Module.get_texref" in absent and "CUDA 12" in absent["Module.get_texref"]
+    for entry, reason in absent.items():
+        assert len(reason) > 20, "%s: no reason given" % entry
+
+
+def test_the_committed_member_list_is_what_the_wheel_gives(tmp_path):
+    """Regenerate the member list from PyCUDA's wheel where it and a Python
+    of its version (with NumPy: PYCUDA_PYTHONPATH) are at hand."""
+    import gen_pycuda_names as gen
+    python = gen.find_python()
+    if not os.path.exists(gen.DEFAULT_WHEEL) or python is None:
+        pytest.skip("PyCUDA's wheel or a Python 3.12 is not here")
+    extra = [p for p in os.environ.get("PYCUDA_PYTHONPATH", "").split(os.pathsep) if p]
+    members, why = gen.driver_dir(gen.DEFAULT_WHEEL, python, extra, gen._MEMBERS_SCRIPT)
+    if members is None:
+        pytest.skip("cannot import the wheel: %s" % why)
+    assert members == set(pycuda_members())

@@ -410,6 +410,9 @@ def _values(cuda, ctx, ptx):
     special.update({("initialize_profiler", "config_file"): os.devnull,
                     ("initialize_profiler", "output_file"): os.devnull,
                     ("initialize_profiler", "output_mode"): 0})
+    # PyCUDA's ManagedAllocation methods (as_buffer, attach) on managed memory
+    _MULTI[_driver.DeviceAllocation] = managed
+    by_name.update({"offset": 0, "mem_flags": cuda.mem_attach_flags.GLOBAL})
     return by_name, special, keep, function
 
 

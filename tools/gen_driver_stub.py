@@ -69,8 +69,15 @@ RETURNS = {
     "_host_block": "HostBlock", "host_cache_stats": "dict[str, int]",
     "free_host_cache": "int", "set_host_cache": "dict[str, int]",
     "_host_cache_after_fork": "None", "_host_cache_at_exit": "None",
+    # PyCUDA's class members (tests/test_pycuda_members.py)
+    "DeviceAllocation.as_buffer": "memoryview", "DeviceAllocation.attach": "None",
+    "DeviceAllocation.get_device_pointer": "int", "HostAllocation.free": "None",
+    "HostAllocation.unregister": "None", "HostAllocation.get_flags": "int",
+    "Context.get_api_version": "int", "Context.get_shared_config": "shared_config | int",
+    "Context.set_shared_config": "None", "_host_view": "memoryview",
 }
 ATTRS = {  # getset descriptors: Class.name -> annotation
+    "HostAllocation.freed": "bool",
     "Device.ordinal": "int", "Device.uuid": "bytes", "Context.device": "Device",
     "Context.handle": "int", "Context.detached": "bool", "Context.is_primary": "bool",
     "DeviceAllocation.size": "int", "DeviceAllocation.freed": "bool",

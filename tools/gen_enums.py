@@ -82,6 +82,10 @@ def _value(expr, known):
     return total
 
 
+# enums whose MAX sentinel PyCUDA has as a member
+KEEP_MAX = {"function_attribute"}
+
+
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "/usr/local/cuda/include/cuda.h"
     text = open(path).read()
@@ -107,10 +111,13 @@ def main():
         for name, given in re.findall(r"(\w+)\s*(?:=\s*([^,]+?))?\s*(?:,|$)", body.strip()):
             value = _value(given, known) if given else value + 1
             known[name] = value
-            if ("_DEPRECATED" in name or name.endswith(("_MAX", "NUM_OPTIONS"))
-                    or "FORCE_INT" in name):
-                continue
             short = name[len(prefix):] if name.startswith(prefix) else name
+            # a sentinel (CU_LIMIT_MAX) is no member, but a flag ending in
+            # _MAX (CU_CTX_LMEM_RESIZE_TO_MAX) is; PyCUDA keeps
+            # function_attribute.MAX
+            if ("_DEPRECATED" in name or name.endswith("NUM_OPTIONS") or "FORCE_INT" in name
+                    or (short == "MAX" and pyname not in KEEP_MAX)):
+                continue
             if short[:1].isdigit():   # not an identifier: keep the prefix's last word
                 short = prefix.rstrip("_").rsplit("_", 1)[-1] + "_" + short
             if short in seen:

@@ -60,6 +60,7 @@ def _first(name):
 DEFAULT_SDIST = os.environ.get("PYCUDA_SDIST") or _first("pycuda-2026.1.tar.gz")
 DEFAULT_WHEEL = _first("pycuda-2026.1-cp312-cp312-linux_x86_64.whl")
 DEFAULT_OUT = os.path.join(ROOT, "tests", "data", "pycuda_names.txt")
+DEFAULT_MEMBERS_OUT = os.path.join(ROOT, "tests", "data", "pycuda_members.txt")
 CUDA_HOME = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
 
 
@@ -150,8 +151,28 @@ for n in dir(d):
 """
 
 
-def driver_dir(wheel, python, pythonpath):
-    """dir(pycuda.driver) from the installed wheel, or None (and why)."""
+# the members of pycuda._driver's classes (tests/data/pycuda_members.txt):
+# public names, the private single-underscore ones PyCUDA's own Python code
+# calls (Function._launch_kernel), and the protocol methods that make a
+# difference to code using an object (int(), len(), calling it); the
+# exceptions are left out (their members are Python's)
+_MEMBERS_SCRIPT = r"""
+import pycuda.driver, pycuda._driver as d
+KEEP = {"__int__", "__index__", "__len__", "__call__", "__iter__", "__getitem__",
+        "__enter__", "__exit__"}
+for c in sorted(dir(d)):
+    cls = getattr(d, c)
+    if c.startswith("_") or not isinstance(cls, type) or issubclass(cls, BaseException):
+        continue
+    for n in sorted(dir(cls)):
+        if not n.startswith("__") or n in KEEP:
+            print("%s.%s" % (c, n))
+"""
+
+
+def driver_dir(wheel, python, pythonpath, script=_DIR_SCRIPT):
+    """dir(pycuda.driver) from the installed wheel (or what script prints
+    there), or None (and why)."""
     if not python:
         return None, "no Python for the wheel (--python)"
     tmp = tempfile.mkdtemp(prefix="pycuda-names-")
@@ -171,7 +192,7 @@ def driver_dir(wheel, python, pythonpath):
             p for p in (env.get("LD_LIBRARY_PATH", ""), os.path.join(CUDA_HOME, "lib64"),
                         libdir) if p)
         try:
-            r = subprocess.run([python, "-c", _DIR_SCRIPT], env=env, cwd=tmp,
+            r = subprocess.run([python, "-c", script], env=env, cwd=tmp,
                                capture_output=True, text=True)
         except OSError as e:
             return None, "cannot run %s: %s" % (python, e)
@@ -237,6 +258,8 @@ def main(argv=None):
     ap.add_argument("--pythonpath", action="append", default=[],
                     help="a directory with NumPy for that Python (repeatable)")
     ap.add_argument("-o", "--out", default=DEFAULT_OUT)
+    ap.add_argument("--members-out", default=DEFAULT_MEMBERS_OUT,
+                    help="where the members of pycuda._driver's classes go ('' skips them)")
     args = ap.parse_args(argv)
 
     modules = sdist_modules(args.sdist)
@@ -261,6 +284,26 @@ def main(argv=None):
         f.write(buf.getvalue())
     print("%s: %d names in %d modules" % (args.out, len(entries),
                                          len({m for m, _ in entries})))
+    if args.members_out:
+        write_members(args, python)
+
+
+def write_members(args, python):
+    """tests/data/pycuda_members.txt: Class.member a line, read from the
+    imported wheel (no fallback: the sources do not say what Boost.Python
+    and int give each class)."""
+    members, why = driver_dir(args.wheel, python, args.pythonpath, _MEMBERS_SCRIPT)
+    if members is None:
+        print("gen_pycuda_names: %s; %s not written" % (why, args.members_out), file=sys.stderr)
+        return
+    with open(args.members_out, "w") as f:
+        f.write("# The members of PyCUDA's C-level classes (pycuda._driver), one Class.member "
+                "a line\n# (tools/gen_pycuda_names.py, from the wheel %s imported).\n"
+                % os.path.basename(args.wheel))
+        for m in sorted(members):
+            f.write(m + "\n")
+    print("%s: %d members of %d classes" % (args.members_out, len(members),
+                                           len({m.split(".")[0] for m in members})))
 
 
 if __name__ == "__main__":

@@ -1899,6 +1899,98 @@ fake_cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int
     return rc;
 }
 
+/* cuStreamAttachMemAsync: managed memory, length 0 (the whole allocation,
+ * from its start) or the allocation's size, one of the three flags */
+static CUresult
+fake_cuStreamAttachMemAsync(CUstream s, CUdeviceptr p, size_t n, unsigned int flags)
+{
+    CUresult rc = enter(F_cuStreamAttachMemAsync);
+    fake_alloc *a;
+    if (rc) return rc;
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST
+        && flags != CU_MEM_ATTACH_SINGLE)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    a = find_alloc((uintptr_t)p, 1);
+    if (a == NULL || a->kind != K_MANAGED || a->base != (uintptr_t)p
+        || (n != 0 && n != a->size))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (flags == CU_MEM_ATTACH_SINGLE && s == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;     /* SINGLE needs a stream of its own */
+    else
+        rc = check_stream(s, NULL);
+    if (rc == CUDA_SUCCESS)
+        a->flags = flags;
+    unlock();
+    return rc;
+}
+
+/* cuMemHostGetFlags: cuMemHostAlloc's memory only */
+static CUresult
+fake_cuMemHostGetFlags(unsigned int *out, void *p)
+{
+    CUresult rc = enter(F_cuMemHostGetFlags);
+    fake_alloc *a;
+    if (rc) return rc;
+    if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    a = find_alloc((uintptr_t)p, 1);
+    if (a == NULL || a->kind != K_HOST)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *out = a->flags;
+    unlock();
+    return rc;
+}
+
+/* cuCtxGetApiVersion: 3020 for every context, as CUDA 12 and 13 drivers
+ * answer; NULL asks about the current one */
+static CUresult
+fake_cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+    CUresult rc = enter(F_cuCtxGetApiVersion);
+    fake_ctx *c = (fake_ctx *)ctx;
+    if (rc) return rc;
+    if (version == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if (c == NULL)
+        c = need_ctx(&rc);
+    else if (!ctx_ok(c))
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    if (rc == CUDA_SUCCESS)
+        *version = 3020;
+    unlock();
+    return rc;
+}
+
+/* cuCtxGet/SetSharedMemConfig: an H100's banks are four bytes wide and
+ * cannot be configured: the setting is accepted and changes nothing */
+static CUresult
+fake_cuCtxGetSharedMemConfig(CUsharedconfig *config)
+{
+    CUresult rc = enter(F_cuCtxGetSharedMemConfig);
+    if (rc) return rc;
+    if (config == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if (need_ctx(&rc) != NULL)
+        *config = CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE;
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuCtxSetSharedMemConfig(CUsharedconfig config)
+{
+    CUresult rc = enter(F_cuCtxSetSharedMemConfig);
+    if (rc) return rc;
+    if ((int)config < 0 || config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    need_ctx(&rc);
+    unlock();
+    return rc;
+}
+
 /* ---- modules: a small PTX reader ---- */
 static const char *
 skip_ws(const char *p)

@@ -329,8 +329,6 @@ class compute_mode(_enum.IntEnum):
     EXCLUSIVE_PROCESS = 3
 
 
-_driver.compute_mode = compute_mode     # Device.get_attribute(COMPUTE_MODE) gives its members
-
 
 class PointerHolderBase:
     """Base for objects that own a device pointer elsewhere (PyCUDA's
@@ -639,7 +637,7 @@ _driver._set_handler_hooks(_handlers_begin, _handlers_end)
 # lists, as its get_attributes() keys them), so a ported program prints what
 # it printed under PyCUDA (its examples/dump_properties.py); get_attribute()
 # and get_attributes(every=True) read every member.
-_driver._pycuda_device_attributes = frozenset("""
+_PYCUDA_DEVICE_ATTRIBUTES = frozenset("""
     ASYNC_ENGINE_COUNT CAN_MAP_HOST_MEMORY CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
     CLOCK_RATE COMPUTE_CAPABILITY_MAJOR COMPUTE_CAPABILITY_MINOR COMPUTE_MODE
     COMPUTE_PREEMPTION_SUPPORTED CONCURRENT_KERNELS CONCURRENT_MANAGED_ACCESS

@@ -225,6 +225,19 @@ lookup_enum(PyObject *obj, const char *enum_name)
     return mod ? PyObject_GetAttrString(mod, enum_name) : NULL;
 }
 
+/* A name of the Python module pygpu.driver (AttributeError if it is not
+ * there, ImportError while it cannot be imported). */
+static PyObject *
+lookup_driver_py(const char *name)
+{
+    PyObject *mod = PyImport_ImportModule("pygpu.driver"), *res;
+    if (mod == NULL)
+        return NULL;
+    res = PyObject_GetAttrString(mod, name);
+    Py_DECREF(mod);
+    return res;
+}
+
 /* An attribute's value as PyCUDA gives it: COMPUTE_MODE as a compute_mode
  * member (it prints DEFAULT, not 0), every other one as an int. */
 static PyObject *
@@ -233,12 +246,9 @@ attribute_value(PyObject *self, int attr, int value)
     PyObject *cls, *res;
     if (attr != CU_DEVICE_ATTRIBUTE_COMPUTE_MODE)
         return PyLong_FromLong(value);
-    if ((cls = lookup_enum(self, "compute_mode")) == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-            return NULL;
-        PyErr_Clear();                  /* pygpu.driver not imported yet */
-        return PyLong_FromLong(value);
-    }
+    (void)self;
+    if ((cls = lookup_driver_py("compute_mode")) == NULL)
+        return NULL;
     res = PyObject_CallFunction(cls, "i", value);
     Py_DECREF(cls);
     if (res == NULL && PyErr_ExceptionMatches(PyExc_ValueError)) {
@@ -259,8 +269,8 @@ device_get_attribute(pygpu_Device *self, PyObject *arg)
     return attribute_value((PyObject *)self, attr, value);
 }
 
-/* get_attributes(): PyCUDA's attributes (the names pygpu/driver.py puts in
- * _driver._pycuda_device_attributes), so a ported program prints what it
+/* get_attributes(): PyCUDA's attributes (the names of pygpu.driver's
+ * _PYCUDA_DEVICE_ATTRIBUTES), so a ported program prints what it
  * printed under PyCUDA; every=True: every member of device_attribute. */
 static PyObject *
 device_get_attributes(pygpu_Device *self, PyObject *args, PyObject *kwds)
@@ -276,12 +286,9 @@ device_get_attributes(pygpu_Device *self, PyObject *args, PyObject *kwds)
     if (enum_cls == NULL)
         return NULL;
     if (!every) {
-        only = lookup_enum((PyObject *)self, "_pycuda_device_attributes");
-        if (only == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-                goto error;
-            PyErr_Clear();          /* pygpu.driver not imported yet: all */
-        }
+        only = lookup_driver_py("_PYCUDA_DEVICE_ATTRIBUTES");
+        if (only == NULL)
+            goto error;
     }
     result = PyDict_New();
     it = result ? PyObject_GetIter(enum_cls) : NULL;

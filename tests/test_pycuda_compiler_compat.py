@@ -555,7 +555,7 @@ def test_get_attributes_gives_pycudas_attributes_under_pycudas_names(standin):
     attrs = dev.get_attributes()
     names = sorted(str(k) for k in attrs)
     assert len(names) == len(set(names)) == len(attrs)
-    assert set(names) <= set(_driver._pycuda_device_attributes)
+    assert set(names) <= set(cuda._PYCUDA_DEVICE_ATTRIBUTES)
     # PyCUDA's aliases: its key for the value is the first name dir() lists
     for first, other in [("MAXIMUM_TEXTURE2D_ARRAY_WIDTH", "MAXIMUM_TEXTURE2D_LAYERED_WIDTH"),
                          ("MAXIMUM_TEXTURE2D_ARRAY_HEIGHT", "MAXIMUM_TEXTURE2D_LAYERED_HEIGHT"),
@@ -571,7 +571,7 @@ def test_get_attributes_gives_pycudas_attributes_under_pycudas_names(standin):
     every = dev.get_attributes(every=True)
     assert set(attrs.items()) < set(every.items())
     newer = cuda.device_attribute.CLUSTER_LAUNCH
-    assert newer not in attrs and str(newer) not in _driver._pycuda_device_attributes
+    assert newer not in attrs and str(newer) not in cuda._PYCUDA_DEVICE_ATTRIBUTES
     assert every.get(newer) == dev.get_attribute(newer)
     with pytest.raises(TypeError, match="'bogus' is an invalid keyword argument for get_attributes"):
         dev.get_attributes(bogus=1)

@@ -419,6 +419,12 @@ def test_legacy_launch_with_too_short_a_buffer_is_the_drivers_error(axpb, standi
         axpb._launch_grid(1, 1)
 
 
+def _fma(a, x, b):
+    """a*x+b as the kernel may compute it: one fused multiply-add (the
+    exact product and sum, rounded once; float64 holds both exactly)."""
+    return (np.float64(a) * x.astype(np.float64) + np.float64(b)).astype(np.float32)
+
+
 @pytest.mark.gpu
 def test_legacy_launch_computes(axpb, rng):
     n = 1000
@@ -427,7 +433,10 @@ def test_legacy_launch_computes(axpb, rng):
     out = cuda.mem_alloc(x.nbytes)
     axpb._launch_kernel((4,), (256,), _params(out, dx, 3.0, n, -1.5), 0, None)
     got = cuda.from_device(out, n, np.float32)
-    np.testing.assert_allclose(got, np.float32(3.0) * x + np.float32(-1.5), rtol=1e-6)
+    # the kernel's a*x+b may be one fused multiply-add: the exact product
+    # and sum, rounded once (float64 holds both exactly)
+    want = (np.float64(3.0) * x.astype(np.float64) - 1.5).astype(np.float32)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
     axpb._set_block_shape(128, 1, 1)
     axpb._param_setv(0, struct.pack("PP", int(out), int(dx)))
     axpb._param_setf(16, -2.0)
@@ -436,13 +445,13 @@ def test_legacy_launch_computes(axpb, rng):
     axpb._param_set_size(28)
     axpb._launch_grid(4, 2)                 # 1024 threads
     np.testing.assert_allclose(cuda.from_device(out, n, np.float32),
-                               np.float32(-2.0) * x + np.float32(0.25), rtol=1e-6)
+                               _fma(-2.0, x, 0.25), rtol=1e-6, atol=1e-7)
     s = cuda.Stream()
     axpb._param_setf(16, 0.5)
     axpb._launch_grid_async(8, 1, s)
     s.synchronize()
     np.testing.assert_allclose(cuda.from_device(out, n, np.float32),
-                               np.float32(0.5) * x + np.float32(0.25), rtol=1e-6)
+                               _fma(0.5, x, 0.25), rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.gpu
@@ -458,10 +467,10 @@ def test_managed_attach_then_kernel_and_host_read(axpb, rng):
     axpb(out.base, x.base, np.float32(2.0), np.uint32(n), np.float32(1.0),
          block=(128, 1, 1), grid=(7, 1), stream=s)
     s.synchronize()
-    want = np.float32(2.0) * xv + np.float32(1.0)
-    np.testing.assert_allclose(out, want, rtol=1e-6)
+    want = _fma(2.0, xv, 1.0)
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-7)
     view = np.frombuffer(out.base.as_buffer(out.nbytes), np.float32)
-    np.testing.assert_allclose(view, want, rtol=1e-6)
+    np.testing.assert_allclose(view, want, rtol=1e-6, atol=1e-7)
     out.base.attach(cuda.mem_attach_flags.HOST)
     out[:5] = 0
     assert not view[:5].any()

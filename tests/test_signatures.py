@@ -409,6 +409,10 @@ def _values(cuda, ctx, ptx):
     special.update({("initialize_profiler", "config_file"): os.devnull,
                     ("initialize_profiler", "output_file"): os.devnull,
                     ("initialize_profiler", "output_mode"): 0})
+    # the array operators' C path (src/fastops.c; made by pygpu.gpuarray)
+    special.update({("_ArrayOperator", k): v for k, v in dict(
+        name="_add", fallback=lambda x, y: None, array_type=object, default_allocator=None,
+        nattrs=12, tables_of=None, mode=0).items()})
     return by_name, special, keep, function
 
 

@@ -71,6 +71,7 @@ typedef struct pygpu_ArrayOperator {
     PyObject *default_allocator;    /* strong: gpuarray._default_allocator */
     Py_ssize_t nattrs;              /* the attributes of a plain GPUArray */
     PyObject *empty;                /* strong: () for object.__new__ */
+    PyObject *dict_descr;           /* strong: array_type's __dict__ descriptor */
     PyObject *str[S_COUNT];         /* strong: interned attribute names */
     fo_table t[FO_TABLES];
 } pygpu_ArrayOperator;
@@ -138,6 +139,8 @@ static int
 same_tuple(PyObject *a, PyObject *b)
 {
     Py_ssize_t i, n;
+    if (a == NULL || b == NULL)
+        return 0;
     if (a == b)
         return PyTuple_CheckExact(a);
     if (!PyTuple_CheckExact(a) || !PyTuple_CheckExact(b)
@@ -172,22 +175,24 @@ size_of(PyObject *obj, size_t *out)
     return 1;
 }
 
-/* The operand gate's proof for one dense array (its dict d): gpudata a live
- * DeviceAllocation of ctx holding nbytes (its data starts at the
- * allocation: a view's gpudata is an int).  Borrowed *g. */
+/* The operand gate's proof for one dense array (its dict d): C- or
+ * F-contiguous, gpudata a live DeviceAllocation of ctx holding nbytes (its
+ * data starts at the allocation: a view's gpudata is an int).  Borrowed
+ * *g, *nb (nbytes, *nbytes its value). */
 static int
-proven(pygpu_ArrayOperator *o, PyObject *d, PyObject *ctx, PyObject **g)
+proven(pygpu_ArrayOperator *o, PyObject *d, PyObject *ctx, PyObject **g, PyObject **nb,
+       size_t *nbytes)
 {
-    PyObject *c = item(d, o->str[S_C]), *f = item(d, o->str[S_F]);
     pygpu_DeviceAllocation *a;
-    size_t nbytes;
+    if (item(d, o->str[S_C]) != Py_True && item(d, o->str[S_F]) != Py_True)
+        return 0;
     *g = item(d, o->str[S_GPUDATA]);
-    if ((c != Py_True && f != Py_True) || *g == NULL
-        || !Py_IS_TYPE(*g, o->st->DeviceAllocationType))
+    if (*g == NULL || !Py_IS_TYPE(*g, o->st->DeviceAllocationType))
         return 0;
     a = (pygpu_DeviceAllocation *)*g;
-    return (PyObject *)a->context == ctx && !a->freed
-           && size_of(item(d, o->str[S_NBYTES]), &nbytes) && nbytes <= a->size;
+    *nb = item(d, o->str[S_NBYTES]);
+    return (PyObject *)a->context == ctx && !a->freed && size_of(*nb, nbytes)
+           && *nbytes <= a->size;
 }
 
 /* The scalar as the kernel takes it (a new reference), or NULL (no
@@ -195,8 +200,14 @@ proven(pygpu_ArrayOperator *o, PyObject *d, PyObject *ctx, PyObject **g)
 static PyObject *
 scalar_value(const fo_entry *e, PyObject *s)
 {
-    if (e->neg_refused && PyLong_CheckExact(s) && _PyLong_Sign(s) < 0)
-        return NULL;
+    if (e->neg_refused && PyLong_CheckExact(s)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(s, &overflow);
+        if (v < 0 || overflow < 0) {
+            PyErr_Clear();      /* (an exact int: nothing was raised) */
+            return NULL;
+        }
+    }
     if (e->conv == FO_AS_IS)
         return Py_NewRef(s);
     if (e->conv == FO_TO_FLOAT && PyLong_CheckExact(s)) {
@@ -225,7 +236,10 @@ result_new(pygpu_ArrayOperator *o, PyObject *d, PyObject *g)
         goto error;
     /* object.__new__(GPUArray) */
     z = PyBaseObject_Type.tp_new((PyTypeObject *)o->array_type, o->empty, NULL);
-    if (z == NULL || PyObject_GenericSetDict(z, zd, NULL) < 0)
+    /* z.__dict__ = zd, through the class's __dict__ descriptor as Python
+     * sets it (PyObject_GenericSetDict leaves 3.13's inline values in
+     * place: the attributes read as missing) */
+    if (z == NULL || Py_TYPE(o->dict_descr)->tp_descr_set(o->dict_descr, z, zd) < 0)
         goto error;
     Py_DECREF(zd);
     return z;
@@ -249,11 +263,11 @@ fast_op(pygpu_ArrayOperator *o, const fo_call *c, PyObject **out)
 {
     pygpu_state *st = o->st;
     PyObject *arr = c->kind == FO_SA ? c->y : c->x;   /* the result's template */
-    PyObject *da = NULL, *db = NULL, *ctx = NULL, *ga, *gb = NULL, *k1, *k2;
-    PyObject *args[4] = {NULL, NULL, NULL, NULL}, *r;
+    PyObject *da = NULL, *db = NULL, *ctx = NULL, *ga, *gb = NULL, *k1, *k2, *dt;
+    PyObject *nobj, *nb, *nbb, *args[4] = {NULL, NULL, NULL, NULL}, *r;
     pygpu_Function *func = NULL;
     fo_entry *e;
-    size_t n, nbytes;
+    size_t n, nbytes, nbytesb;
     unsigned int grid, max_blocks;
     int done = 0;
 
@@ -266,23 +280,26 @@ fast_op(pygpu_ArrayOperator *o, const fo_call *c, PyObject **out)
             || !same_tuple(item(da, o->str[S_STRIDES]), item(db, o->str[S_STRIDES])))
             goto done;
     }
-    if (!size_of(item(da, o->str[S_SIZE]), &n) || n == 0)
+    nobj = item(da, o->str[S_SIZE]);
+    if (!size_of(nobj, &n) || n == 0)
         goto done;
     /* the current context as this thread remembers it (gpuarray._get_current) */
     if ((ctx = pygpu_current_context_or_none(st)) == NULL)
         goto error;
-    if (ctx == Py_None || !proven(o, da, ctx, &ga) || (db != NULL && !proven(o, db, ctx, &gb)))
+    if (ctx == Py_None || !proven(o, da, ctx, &ga, &nb, &nbytes)
+        || (db != NULL && !proven(o, db, ctx, &gb, &nbb, &nbytesb)))
         goto done;
+    dt = item(da, o->str[S_DTYPE]);
     if (c->kind == FO_SA) {
         k1 = (PyObject *)Py_TYPE(c->x);
-        k2 = item(da, o->str[S_DTYPE]);
+        k2 = dt;
     } else {
-        k1 = item(da, o->str[S_DTYPE]);
+        k1 = dt;
         k2 = c->kind == FO_AS ? (PyObject *)Py_TYPE(c->y) : item(db, o->str[S_DTYPE]);
     }
     e = table_find(&o->t[c->kind], ctx, k1, k2);
     /* the result in the array's own dtype: its layout is the array's */
-    if (e == NULL || e->res != item(da, o->str[S_DTYPE]))
+    if (e == NULL || e->res != dt || dt == NULL)
         goto done;
     if (c->inplace) {
         if (c->kind == FO_SA)
@@ -292,8 +309,9 @@ fast_op(pygpu_ArrayOperator *o, const fo_call *c, PyObject **out)
         goto done;
     }
     /* the kernel's operands after z: (x, y) as arrays or the scalar as the
-     * kernel takes it; strong references to everything used from here on
-     * (the allocator and the garbage collector may run Python code) */
+     * kernel takes it, then n (the array's size, as the Python path passes
+     * it); strong references to everything used from here on (the
+     * allocator and the garbage collector may run Python code) */
     if (c->kind == FO_AA) {
         args[1] = Py_NewRef(ga);
         args[2] = Py_NewRef(gb);
@@ -307,28 +325,20 @@ fast_op(pygpu_ArrayOperator *o, const fo_call *c, PyObject **out)
         args[c->kind == FO_AS ? 1 : 2] = Py_NewRef(ga);
         args[c->kind == FO_AS ? 2 : 1] = v;
     }
+    args[3] = Py_NewRef(nobj);
     func = (pygpu_Function *)Py_NewRef((PyObject *)e->func);
     max_blocks = e->max_blocks;
-    if ((args[3] = PyLong_FromSize_t(n)) == NULL)
-        goto error;
     if (c->inplace) {
         args[0] = Py_NewRef(ga);
     } else {
-        PyObject *nb = item(da, o->str[S_NBYTES]);
         int k;
-        if (!size_of(nb, &nbytes))
-            goto done;
+        Py_INCREF(nb);
         k = pygpu_blockcache_allocation(st, (pygpu_Context *)ctx, nbytes, &args[0]);
-        if (k < 0)
-            goto error;
-        if (k == 0) {
-            /* the allocator as the Python path calls it (a Python call) */
-            Py_INCREF(nb);
+        if (k == 0)     /* the allocator as the Python path calls it (Python code) */
             args[0] = PyObject_CallOneArg(o->default_allocator, nb);
-            Py_DECREF(nb);
-            if (args[0] == NULL)
-                goto error;
-        }
+        Py_DECREF(nb);
+        if (k < 0 || args[0] == NULL)
+            goto error;
         if ((*out = result_new(o, da, args[0])) == NULL)
             goto error;
     }
@@ -437,6 +447,15 @@ op_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     o->nattrs = nattrs;
     if ((o->empty = PyTuple_New(0)) == NULL)
         goto error;
+    /* vars(array_type)["__dict__"]: the setter of z.__dict__ */
+    o->dict_descr = PyDict_GetItemString(((PyTypeObject *)atype)->tp_dict, "__dict__");
+    if (o->dict_descr == NULL || Py_TYPE(o->dict_descr)->tp_descr_set == NULL) {
+        PyErr_Format(PyExc_TypeError, "_ArrayOperator(): %.100s has no __dict__ of its own",
+                     ((PyTypeObject *)atype)->tp_name);
+        o->dict_descr = NULL;
+        goto error;
+    }
+    Py_INCREF(o->dict_descr);
     for (i = 0; i < S_COUNT; i++)
         if ((o->str[i] = PyUnicode_InternFromString(attr_names[i])) == NULL)
             goto error;
@@ -614,6 +633,7 @@ op_dealloc(pygpu_ArrayOperator *o)
     op_clear(o);
     Py_CLEAR(o->name);
     Py_CLEAR(o->empty);
+    Py_CLEAR(o->dict_descr);
     for (i = 0; i < S_COUNT; i++)
         Py_CLEAR(o->str[i]);
     tp->tp_free((PyObject *)o);

@@ -411,7 +411,8 @@ def _values(cuda, ctx, ptx):
                     ("initialize_profiler", "output_mode"): 0})
     # the array operators' C path (src/fastops.c; made by pygpu.gpuarray)
     special.update({("_ArrayOperator", k): v for k, v in dict(
-        name="_add", fallback=lambda x, y: None, array_type=object, default_allocator=None,
+        name="_add", fallback=lambda x, y: None, array_type=type("A", (), {}),
+        default_allocator=None,
         nattrs=12, tables_of=None, mode=0).items()})
     return by_name, special, keep, function
 

@@ -375,6 +375,11 @@ op_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
     pygpu_ArrayOperator *o = (pygpu_ArrayOperator *)self;
     pygpu_ArrayOperator *b = o->tables_of != NULL ? o->tables_of : o;
     PyObject *res = NULL;
+    if (o->fallback == NULL || b->array_type == NULL || b->default_allocator == NULL) {
+        /* (cleared by the garbage collector: interpreter shutdown) */
+        PyErr_Format(PyExc_RuntimeError, "the array operator %U was cleared", o->name);
+        return NULL;
+    }
     if (PyVectorcall_NARGS(nargsf) == 2 && kwnames == NULL && pygpu_captures_active == 0) {
         fo_call c;
         PyTypeObject *tx, *ty, *at = (PyTypeObject *)b->array_type;

@@ -230,6 +230,10 @@ def test_errors_are_the_python_paths(standin, ctx, bc, rng):
     with pytest.raises(TypeError, match="Cannot cast add output from dtype\\('float64'\\) "
                                         "to dtype\\('int32'\\)"):
         ai += 1.5
+    ai **= 2
+    with pytest.raises(ValueError, match=r"^Integers to negative integer powers are not "
+                                         r"allowed\.$"):
+        ai **= -1
     with pytest.raises(TypeError, match=r"takes 2 positional arguments but 3 were given"):
         ga.GPUArray.__add__(a, b, b)
     assert ga.GPUArray.__add__(a, y=b).shape == (1000,)    # (the Python path's names)
@@ -284,6 +288,15 @@ def test_the_c_path_learns_from_the_python_path(standin, ctx, bc, rng):
     assert not FALLBACKS & set(names)
     2.0 * a
     assert fast._learned() == (1, 1, 1)
+    op = _driver._ArrayOperator("_x", lambda x, y: "fallback", ga.GPUArray,
+                                ga._default_allocator, ga._NATTRS)
+    assert op(a, a) == "fallback"           # it learned nothing: the Python path
+    with pytest.raises(TypeError, match="has no __dict__ of its own"):
+        _driver._ArrayOperator("_x", len, object, None, 12)
+    with pytest.raises(TypeError, match="fallback must be callable"):
+        _driver._ArrayOperator("_x", None, ga.GPUArray, None, 12)
+    with pytest.raises(ValueError, match="mode must be 0, 1 or 2"):
+        _driver._ArrayOperator("_x", len, ga.GPUArray, None, 12, None, 5)
     with pytest.raises(TypeError, match="expected a Context and a Function"):
         fast._learn(0, None, a.dtype, a.dtype, None, a.dtype, 0, 0, 4)
     with pytest.raises(ValueError, match="out of range"):

@@ -506,7 +506,7 @@ op_learn(pygpu_ArrayOperator *o, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     if (!PyObject_TypeCheck(args[1], st->ContextType)
-        || !Py_IS_TYPE(args[4], st->FunctionType)) {
+        || !PyObject_TypeCheck(args[4], st->FunctionType)) {
         PyErr_Format(PyExc_TypeError, "_learn(): expected a Context and a Function, got "
                      "%.100s and %.100s", Py_TYPE(args[1])->tp_name, Py_TYPE(args[4])->tp_name);
         return NULL;

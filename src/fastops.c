@@ -411,7 +411,7 @@ op_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"name", "fallback", "array_type", "default_allocator",
                              "nattrs", "tables_of", "mode", NULL};
-    PyObject *name, *fallback, *atype, *alloc, *tables_of = Py_None;
+    PyObject *name, *fallback, *atype, *alloc, *tables_of = Py_None, *ns;
     Py_ssize_t nattrs;
     int mode = FO_BINARY, i;
     pygpu_ArrayOperator *o;
@@ -452,15 +452,18 @@ op_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     o->nattrs = nattrs;
     if ((o->empty = PyTuple_New(0)) == NULL)
         goto error;
-    /* vars(array_type)["__dict__"]: the setter of z.__dict__ */
-    o->dict_descr = PyDict_GetItemString(((PyTypeObject *)atype)->tp_dict, "__dict__");
+    /* vars(array_type)["__dict__"]: the setter of z.__dict__ (through the
+     * mapping proxy: a static type's tp_dict is NULL from Python 3.12) */
+    if ((ns = PyObject_GetAttrString(atype, "__dict__")) == NULL)
+        goto error;
+    o->dict_descr = PyMapping_GetItemString(ns, "__dict__");
+    Py_DECREF(ns);
     if (o->dict_descr == NULL || Py_TYPE(o->dict_descr)->tp_descr_set == NULL) {
+        PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "_ArrayOperator(): %.100s has no __dict__ of its own",
                      ((PyTypeObject *)atype)->tp_name);
-        o->dict_descr = NULL;
         goto error;
     }
-    Py_INCREF(o->dict_descr);
     for (i = 0; i < S_COUNT; i++)
         if ((o->str[i] = PyUnicode_InternFromString(attr_names[i])) == NULL)
             goto error;

@@ -701,11 +701,9 @@ static PyType_Spec op_spec = {
 int
 pygpu_fastops_setup(PyObject *m, pygpu_state *st)
 {
-    PyObject *tp = PyType_FromModuleAndSpec(m, &op_spec, NULL);
-    int r;
-    if (tp == NULL)
-        return -1;
-    r = pygpu_module_add_ref(m, "_ArrayOperator", tp);
-    Py_DECREF(tp);
+    /* (kept by the module alone: nothing in C needs the type) */
+    PyTypeObject *tp = NULL;
+    int r = pygpu_add_type(m, &op_spec, &tp);
+    Py_XDECREF(tp);
     return r;
 }

@@ -580,8 +580,9 @@ class GPUArray:
 
     # ---- operators ----
 
-    # the seven operators below are replaced, under the class, by their
-    # _OPERATORS function itself (one Python call a + b; issue 27)
+    # the seven arithmetic operators below, their reflected and in-place
+    # forms are replaced, under the class, by _ArrayOperators (C: one call a
+    # + b; issue 27) that fall back to these (_install_operators)
     def __add__(self, other):
         return _binary("add", self, other)
 
@@ -1435,11 +1436,80 @@ def _binary(op, x, y, out=None, stream=None):
     return _binary_general(op, x, y, out, stream)
 
 
+def _aa_entry(op, ctx, dx, dy):
+    """(Function, result dtype) of x <op> y for dense arrays of one layout
+    and dtypes dx, dy in ctx (compiled on first use)."""
+    key = (ctx, op, dx, dy)
+    ent = _fast_aa.get(key)
+    if ent is None:
+        res, comp = _types(op, dx, dy)
+        ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("a", "a"),
+                                          (dx, dy), (comp, comp), res), res)
+        _fast_aa[key] = ent
+    return ent
+
+
+def _as_entry(op, ctx, dx, ty):
+    """(Function, result dtype, scalar dtype) of x <op> s: a dense array of
+    dtype dx and a Python scalar of type ty."""
+    key = (ctx, op, dx, ty)
+    ent = _fast_as.get(key)
+    if ent is None:
+        res, comp = _types(op, dx, ty)
+        ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("a", "s"),
+                                          (dx, comp), (comp, comp), res), res, comp)
+        _fast_as[key] = ent
+    return ent
+
+
+def _sa_entry(op, ctx, tx, dy):
+    """(Function, result dtype, scalar dtype) of s <op> y."""
+    key = (ctx, op, tx, dy)
+    ent = _fast_sa.get(key)
+    if ent is None:
+        res, comp = _types(op, tx, dy)
+        ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("s", "a"),
+                                          (comp, dy), (comp, comp), res), res, comp)
+        _fast_sa[key] = ent
+    return ent
+
+
+def _conv(ty, comp):
+    """How the C fast path passes a Python scalar of type ty to a kernel
+    parameter of dtype comp as _scalar_value() does: 1 as it is, 2 an int
+    as a float (exact below 2**53); 0: it does not (the Python path
+    converts)."""
+    if ty is float and comp.kind == "f":
+        return 1
+    if ty is int and comp.kind in "iu":
+        return 1
+    if ty is int and comp.kind == "f" and comp.itemsize in (4, 8):
+        return 2
+    return 0
+
+
+# op -> its _ArrayOperator (GPUArray.__add__ is _FAST["add"]): the steady
+# state of the operators in C (src/fastops.c; docs/arrays.md, "The
+# operators' fast path"), which learns each kernel from the Python path below
+_FAST = {}
+
+
 def _operator(op):
-    """x <op> y as the operators call it (no out, no stream): the fast paths
-    of issue 27 (the launch floor) in the function the operator calls, so a
-    small a + b is one Python call; what they do not take goes to the
-    general path."""
+    """x <op> y as the operators call it (no out, no stream): the Python
+    fast paths of issue 27 (the launch floor), and what teaches the C one
+    (_FAST[op]) its kernels; what they do not take goes to the general
+    path."""
+    fast = None         # _FAST[op], made below
+
+    def teach(kind, ctx, k1, k2, func, res, comp):
+        if kind == 0:
+            fast._learn(0, ctx, k1, k2, func, res, 0, 0, 32 * _sms())
+            return
+        conv = _conv(k2 if kind == 1 else k1, comp)
+        if conv:
+            fast._learn(kind, ctx, k1, k2, func, res, conv,
+                        op == "power" and res.kind in "iu", 32 * _sms())
+
     def binary(x, y):
         tx, ty = type(x), type(y)
         if tx is ty is GPUArray and x.shape == y.shape \
@@ -1450,17 +1520,12 @@ def _operator(op):
             # block from the block cache, one launch
             ctx = _get_current()
             gx, gy = x.gpudata, y.gpudata
-            if not (gx.__class__ is _DA and gy.__class__ is _DA and gx.context is ctx
-                    and gy.context is ctx and x.nbytes <= gx.size and y.nbytes <= gy.size):
+            proven = (gx.__class__ is _DA and gy.__class__ is _DA and gx.context is ctx
+                      and gy.context is ctx and x.nbytes <= gx.size and y.nbytes <= gy.size)
+            if not proven:
                 _check_devices((x, y), ctx)
             dx = x.dtype
-            ent = _fast_aa.get((ctx, op, dx, y.dtype))
-            if ent is None:
-                res, comp = _types(op, dx, y.dtype)
-                ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("a", "a"),
-                                                  (dx, y.dtype), (comp, comp), res), res)
-                _fast_aa[(ctx, op, dx, y.dtype)] = ent
-            func, res = ent
+            func, res = _aa_entry(op, ctx, dx, y.dtype)
             n = x.size
             d = x.__dict__
             if res is dx and n and len(d) == _NATTRS:
@@ -1470,6 +1535,8 @@ def _operator(op):
                 zd = d.copy()
                 alloc = zd["allocator"]
                 if alloc is _default_allocator:
+                    if proven:      # what the C path takes: teach it the kernel
+                        teach(0, ctx, dx, y.dtype, func, res, None)
                     try:
                         g = _alloc_async(zd["nbytes"])
                     except drv.LogicError:
@@ -1489,17 +1556,13 @@ def _operator(op):
         if tx is GPUArray and (x._c or x._f) and ty in _SAMPLE:
             ctx = _get_current()
             gx = x.gpudata
-            if not (gx.__class__ is _DA and gx.context is ctx and x.nbytes <= gx.size):
+            proven = gx.__class__ is _DA and gx.context is ctx and x.nbytes <= gx.size
+            if not proven:
                 _check_devices((x,), ctx)
-            key = (ctx, op, x.dtype, ty)
-            ent = _fast_as.get(key)
-            if ent is None:
-                res, comp = _types(op, x.dtype, ty)
-                ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("a", "s"),
-                                                  (x.dtype, comp), (comp, comp), res), res, comp)
-                _fast_as[key] = ent
-            func, res, comp = ent
+            func, res, comp = _as_entry(op, ctx, x.dtype, ty)
             _check_power_scalar(op, res, y)
+            if proven and res is x.dtype and x.allocator is _default_allocator:
+                teach(1, ctx, x.dtype, ty, func, res, comp)
             z = x._like_for_result(res)
             if z.size:
                 n = z.size
@@ -1511,16 +1574,12 @@ def _operator(op):
         if ty is GPUArray and (y._c or y._f) and tx in _SAMPLE:
             ctx = _get_current()
             gy = y.gpudata
-            if not (gy.__class__ is _DA and gy.context is ctx and y.nbytes <= gy.size):
+            proven = gy.__class__ is _DA and gy.context is ctx and y.nbytes <= gy.size
+            if not proven:
                 _check_devices((y,), ctx)
-            key = (ctx, op, tx, y.dtype)
-            ent = _fast_sa.get(key)
-            if ent is None:
-                res, comp = _types(op, tx, y.dtype)
-                ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("s", "a"),
-                                                  (comp, y.dtype), (comp, comp), res), res, comp)
-                _fast_sa[key] = ent
-            func, res, comp = ent
+            func, res, comp = _sa_entry(op, ctx, tx, y.dtype)
+            if proven and res is y.dtype and y.allocator is _default_allocator:
+                teach(2, ctx, tx, y.dtype, func, res, comp)
             z = y._like_for_result(res)
             if z.size:
                 n = z.size
@@ -1530,7 +1589,47 @@ def _operator(op):
                                          y.gpudata, n)
             return z
         return _binary_general(op, x, y, None, None)
+
+    def prime(x, y):
+        """x <op>= y: teach the C path the kernel of x <op> y that its
+        in-place form takes (when it would take it)."""
+        if not (x._c or x._f) or not x.size or x.allocator is not _default_allocator:
+            return
+        ty = y.__class__
+        if ty is GPUArray:
+            if x.shape != y.shape or x.strides != y.strides:
+                return
+            k2 = y.dtype
+        elif ty is float or ty is int:
+            k2 = ty
+        else:
+            return
+        ctx = _get_current()
+        if ctx is None:
+            return
+        try:
+            res = _types(op, x.dtype, k2)[0]
+        except TypeError:
+            return          # (the general path raises it)
+        if res is not x.dtype:
+            return
+        if ty is GPUArray:
+            func, res = _aa_entry(op, ctx, x.dtype, k2)
+            teach(0, ctx, x.dtype, k2, func, res, None)
+        else:
+            func, res, comp = _as_entry(op, ctx, x.dtype, ty)
+            teach(1, ctx, x.dtype, ty, func, res, comp)
+
+    def inplace(x, y):
+        if x.__class__ is GPUArray:
+            prime(x, y)
+        return _binary(op, x, y, out=x)
+
     binary.__name__ = binary.__qualname__ = "_%s" % op
+    inplace.__name__ = inplace.__qualname__ = "_i%s" % op
+    fast = _FAST[op] = _driver._ArrayOperator("_%s" % op, binary, GPUArray,
+                                              _default_allocator, _NATTRS)
+    binary.inplace = inplace
     return binary
 
 
@@ -1555,18 +1654,33 @@ def _binary_general(op, x, y, out, stream):
     return _map(op, _expr(op, comp), [x, y], out, stream, res, compute=comp, op=op)
 
 
-_OPERATORS = {}     # op -> _operator(op), made on first use
-for _op in ("add", "subtract", "multiply", "true_divide", "floor_divide", "remainder", "power"):
-    _OPERATORS[_op] = _operator(_op)
-del _op
-# the operators go straight to their function (one Python call a + b)
-GPUArray.__add__ = _OPERATORS["add"]
-GPUArray.__sub__ = _OPERATORS["subtract"]
-GPUArray.__mul__ = _OPERATORS["multiply"]
-GPUArray.__truediv__ = GPUArray.__div__ = _OPERATORS["true_divide"]
-GPUArray.__floordiv__ = _OPERATORS["floor_divide"]
-GPUArray.__mod__ = _OPERATORS["remainder"]
-GPUArray.__pow__ = _OPERATORS["power"]
+_OPERATORS = {}     # op -> the Python path of x <op> y (_operator(op))
+
+
+def _install_operators():
+    """GPUArray's arithmetic operators, their reflected and in-place forms
+    are _ArrayOperators (C, one call a + b); each falls back to the Python
+    path: _OPERATORS[op], the class's own reflected method, the in-place
+    one through _binary(out=self)."""
+    for op, nm in (("add", "add"), ("subtract", "sub"), ("multiply", "mul"),
+                   ("true_divide", "truediv"), ("floor_divide", "floordiv"),
+                   ("remainder", "mod"), ("power", "pow")):
+        binary = _OPERATORS[op] = _operator(op)
+        fast = _FAST[op]
+        reflected = GPUArray.__dict__["__r%s__" % nm]
+        setattr(GPUArray, "__%s__" % nm, fast)
+        setattr(GPUArray, "__r%s__" % nm,
+                _driver._ArrayOperator("__r%s__" % nm, reflected, GPUArray, _default_allocator,
+                                       _NATTRS, fast, 1))
+        setattr(GPUArray, "__i%s__" % nm,
+                _driver._ArrayOperator("__i%s__" % nm, binary.inplace, GPUArray,
+                                       _default_allocator, _NATTRS, fast, 2))
+    GPUArray.__div__ = GPUArray.__truediv__
+    GPUArray.__rdiv__ = GPUArray.__rtruediv__
+    GPUArray.__idiv__ = GPUArray.__itruediv__
+
+
+_install_operators()
 
 
 def _check_power_scalar(op, res, y):

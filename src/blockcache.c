@@ -211,8 +211,8 @@ find_stream(struct pygpu_blockcache *c, CUstream s)
     return NULL;
 }
 
-int
-pygpu_blockcache_get(pygpu_Context *ctx, CUstream s, size_t size, CUdeviceptr *ptr)
+static int
+get_block(pygpu_Context *ctx, CUstream s, size_t size, CUdeviceptr *ptr, int count_miss)
 {
     struct pygpu_blockcache *c = ctx->blocks;
     bc_stream *b;
@@ -228,7 +228,8 @@ pygpu_blockcache_get(pygpu_Context *ctx, CUstream s, size_t size, CUdeviceptr *p
     idx = class_index(size, &csize);
     if (csize != size || idx >= NCLASSES || (b = find_stream(c, s)) == NULL
         || (k = b->lists[idx]) == NULL) {
-        c->misses++;
+        if (count_miss)
+            c->misses++;
         return 0;
     }
     b->lists[idx] = k->next;
@@ -239,6 +240,20 @@ pygpu_blockcache_get(pygpu_Context *ctx, CUstream s, size_t size, CUdeviceptr *p
     *ptr = k->ptr;
     PyMem_Free(k);
     return 1;
+}
+
+int
+pygpu_blockcache_get(pygpu_Context *ctx, CUstream s, size_t size, CUdeviceptr *ptr)
+{
+    return get_block(ctx, s, size, ptr, 1);
+}
+
+/* the array operators' try (fastops.c): a miss is not counted, as the
+ * allocator it then calls counts it */
+int
+pygpu_blockcache_take(pygpu_Context *ctx, CUstream s, size_t size, CUdeviceptr *ptr)
+{
+    return get_block(ctx, s, size, ptr, 0);
 }
 
 int

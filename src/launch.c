@@ -726,3 +726,31 @@ pygpu_launch_setup(PyObject *m, pygpu_state *st)
 {
     return pygpu_add_type(m, &bound_spec, &st->BoundLaunchType);
 }
+
+/* A plain launch of f on the default stream, grid x block threads in one
+ * dimension, as prepared_async_call(grid, block, None, *args) makes it: the
+ * quick launch, else the full path (fastops.c; the caller checked the
+ * configuration with pygpu_config_check).  None, or NULL with an exception. */
+PyObject *
+pygpu_launch_plain(pygpu_state *st, pygpu_Function *f, unsigned int grid, unsigned int block,
+                   PyObject *const *args, Py_ssize_t nargs)
+{
+    pygpu_launch_config cfg;
+    CUlaunchConfig lc;
+    pygpu_argpack pack;
+    PyObject *res = NULL;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.grid[0] = grid;
+    cfg.grid[1] = cfg.grid[2] = 1;
+    cfg.block[0] = block;
+    cfg.block[1] = cfg.block[2] = 1;
+    if (quick_config(st, &cfg, &lc) && quick_run(st, f, &lc, NULL, args, nargs, &res))
+        return res;
+    PYGPU_ARGPACK_INIT(&pack);
+    if (pygpu_function_check(st, f) == 0 && pygpu_pack(st, f, args, nargs, NULL, &pack) == 0)
+        res = pygpu_launch(st, f, &cfg, &pack);
+    if (res != NULL && pygpu_capture_note(st, NULL, (PyObject *)f, args, nargs) < 0)
+        Py_CLEAR(res);
+    pygpu_pack_finish(st, &pack, res != NULL, NULL);
+    return res;
+}

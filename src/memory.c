@@ -1715,3 +1715,25 @@ pygpu_memory_setup(PyObject *m, pygpu_state *st)
         return -1;
     return PyModule_AddFunctions(m, memory_methods);
 }
+
+/* The array operators' allocation (fastops.c): n bytes on the default
+ * stream from the block cache of ctx (the current context, as this thread
+ * remembers it), as mem_alloc_async(n) takes them when a block of n's class
+ * is cached.  1 and *res a new DeviceAllocation; 0 when no block is cached
+ * or the cache does not apply (the caller calls the allocator, which
+ * decides everything again); -1 with an exception set.  GIL held. */
+int
+pygpu_blockcache_allocation(pygpu_state *st, pygpu_Context *ctx, size_t n, PyObject **res)
+{
+    CUdeviceptr p = 0;
+    size_t block;
+    if (n == 0 || pygpu_captures_active != 0 || cu.cuMemAllocAsync == NULL)
+        return 0;
+    if ((block = pygpu_blockcache_class(n)) == (size_t)-1)
+        return -1;
+    if (block == 0 || !cacheable_stream(st, ctx, Py_None, NULL)
+        || !pygpu_blockcache_take(ctx, NULL, block, &p))
+        return 0;
+    *res = async_allocation(st, ctx, p, n, block, NULL, Py_None);
+    return *res == NULL ? -1 : 1;
+}

@@ -255,6 +255,8 @@ driver_exec(PyObject *m)
         return -1;
     if (pygpu_hostblock_setup(m, st) < 0)
         return -1;
+    if (pygpu_fastops_setup(m, st) < 0)       /* fastops.c: the array operators */
+        return -1;
     return 0;
 }
 

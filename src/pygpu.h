@@ -799,4 +799,17 @@ void pygpu_blockcache_release(pygpu_Context *ctx);
 void pygpu_blockcache_drop(pygpu_Context *ctx);
 int pygpu_blockcache_setup(PyObject *m, pygpu_state *st);
 
+/* ---- fastops.c: the array operators' fast path (docs/arrays.md) ---- */
+int pygpu_fastops_setup(PyObject *m, pygpu_state *st);
+/* blockcache.c: pygpu_blockcache_get without counting a miss */
+int pygpu_blockcache_take(pygpu_Context *ctx, CUstream s, size_t size, CUdeviceptr *ptr);
+/* memory.c: n bytes from ctx's block cache on the default stream, as
+ * mem_alloc_async(n) takes them: 1 and *res a new DeviceAllocation, 0 (no
+ * cached block: call the allocator), -1 with an exception. */
+int pygpu_blockcache_allocation(pygpu_state *st, pygpu_Context *ctx, size_t n, PyObject **res);
+/* launch.c: prepared_async_call((grid, 1), (block, 1, 1), None, *args) of a
+ * configuration checked before: None, or NULL with an exception. */
+PyObject *pygpu_launch_plain(pygpu_state *st, pygpu_Function *f, unsigned int grid,
+                             unsigned int block, PyObject *const *args, Py_ssize_t nargs);
+
 #endif

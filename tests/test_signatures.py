@@ -413,6 +413,11 @@ def _values(cuda, ctx, ptx):
     # PyCUDA's ManagedAllocation methods (as_buffer, attach) on managed memory
     _MULTI[_driver.DeviceAllocation] = managed
     by_name.update({"offset": 0, "mem_flags": cuda.mem_attach_flags.GLOBAL})
+    # the array operators' C path (src/fastops.c; made by pygpu.gpuarray)
+    special.update({("_ArrayOperator", k): v for k, v in dict(
+        name="_add", fallback=lambda x, y: None, array_type=type("A", (), {}),
+        default_allocator=None,
+        nattrs=12, tables_of=None, mode=0).items()})
     return by_name, special, keep, function
 
 

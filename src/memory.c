@@ -1121,7 +1121,7 @@ do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
     CUstream s = NULL;
     Py_buffer view;
     CUresult rc;
-    int on_stream;
+    int on_stream, cold = 0;
     if (pygpu_fast_args(fnames[htod][async], args, nargs, kwnames, argnames, 2, a) < 0)
         return NULL;
     dst = a[0], src = a[1];
@@ -1150,7 +1150,9 @@ do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
         goto done;
     if (n > 0 && !on_stream) {
         int r = pygpu_staged_copy(st, htod, view.buf, d, n);
-        if (r != 0) {
+        if (r == 2)
+            cold = 1;               /* the plain call, then wake the helpers */
+        else if (r != 0) {
             if (r > 0)
                 res = Py_NewRef(Py_None);
             goto done;
@@ -1170,6 +1172,8 @@ do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
         }
         Py_END_ALLOW_THREADS
     }
+    if (cold)
+        pygpu_staging_wake(st);
     if (rc != CUDA_SUCCESS)
         pygpu_cuda_error(st, rc, routine);
     else if (on_stream && pygpu_capture_note(st, sobj, dst, &src, 1) < 0)

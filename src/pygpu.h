@@ -557,6 +557,7 @@ int pygpu_nvtx_setup(PyObject *m, pygpu_state *st);
 
 /* staging.c: 1 copied, 0 not applicable, -1 error.  GIL held. */
 int pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t n);
+void pygpu_staging_wake(pygpu_state *st);
 /* staging.c: stops the context's staging threads, frees its buffers; GIL
  * held, the context current (or pushed); waits for a staged copy running
  * in it; never raises. */

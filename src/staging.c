@@ -910,9 +910,27 @@ pygpu_staging_applies(size_t n)
     return settings.threshold != 0 && n >= settings.threshold;
 }
 
+/* After the plain call of a copy pygpu_staged_copy() answered 2: wake the
+ * current context's sleeping helpers, so a copy that follows within spin_us
+ * finds them polling.  GIL held. */
+void
+pygpu_staging_wake(pygpu_state *st)
+{
+    pygpu_Context *ctx = pygpu_current_context(st);
+    if (ctx == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (ctx->staging != NULL && !ctx->detached && ctx->staging->ready) {
+        atomic_store(&ctx->staging->spin_ns, settings.spin_us * 1000L);
+        nudge(ctx->staging);
+    }
+}
+
 /* Copy n bytes between host and dev through staging if that pays.
- * Returns 1 (done), 0 (not applicable: the caller makes the plain call), or
- * -1 with an exception set.  GIL held on entry and exit. */
+ * Returns 1 (done), 0 (not applicable: the caller makes the plain call), 2
+ * (the plain call, then pygpu_staging_wake()), or -1 with an exception
+ * set.  GIL held on entry and exit. */
 int
 pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t n)
 {
@@ -957,15 +975,15 @@ pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t
         atomic_fetch_add(&stats.busy, 1);
         return 0;
     }
-    /* every helper asleep and a small copy: the plain call, the helpers
-     * woken for what may follow (DEFAULT_COLD says why) */
+    /* every helper asleep and a small copy: the plain call, after which
+     * the caller wakes the helpers (pygpu_staging_wake) for the copies that
+     * may follow; woken before it, they spin beside the copy and slow it
+     * (DEFAULT_COLD says why the plain call) */
     if (n < snap.cold && s->ready && s->nthreads > 1
             && atomic_load(&s->sleepers) >= s->nthreads - 1) {
-        atomic_store(&s->spin_ns, snap.spin_us * 1000L);
-        nudge(s);
         pthread_mutex_unlock(&s->busy);
         atomic_fetch_add(&stats.cold, 1);
-        return 0;
+        return 2;
     }
     Py_INCREF(ctx);
     Py_BEGIN_ALLOW_THREADS

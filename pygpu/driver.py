@@ -436,8 +436,9 @@ class Memcpy2D(_textures._MemcpyFields):
         c.width_in_bytes = ...; c.height = ...; c.src_pitch = ...; c.dst_pitch = ...
         c()            # or c(stream)
 
-    The fields read back as PyCUDA's do (0 until set); src_memory_type and
-    src_device follow the set_src_*() calls (dst_ likewise)."""
+    The fields read back as PyCUDA's do (0 until set); ``src_memory_type``
+    and ``src_device`` follow the ``set_src_*()`` calls, the ``dst_*``
+    fields the ``set_dst_*()`` ones."""
 
     def __call__(self, stream_or_aligned=None, aligned=None):
         """c(aligned=True) copies now; c(stream) enqueues on a stream."""

@@ -91,7 +91,7 @@ test: install-test standin
 	$(STANDIN_RUN) $(PYTEST_ARGS)
 
 standin:
-	$(PYTHON) tests/fakecuda.py build
+	$(PYTHON) tests/support/fakecuda.py build
 
 # tools/sanitize.sh builds in place with the interpreter's own setuptools,
 # which must read pyproject.toml's SPDX license (setuptools >= 77)

@@ -58,9 +58,9 @@ class BuildExt(build_ext):
 
 ext = Extension(
     "pygpu._driver",
-    sources=sorted(glob.glob(os.path.join("src", "*.c"))),
+    sources=sorted(glob.glob(os.path.join("src", "**", "*.c"), recursive=True)),
     include_dirs=["src"],
-    depends=glob.glob(os.path.join("src", "*.h")),
+    depends=glob.glob(os.path.join("src", "**", "*.h"), recursive=True),
     define_macros=[("NPY_TARGET_VERSION", "NPY_1_22_API_VERSION")],
     extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wno-missing-field-initializers",
                         "-fvisibility=hidden"],

@@ -1,6 +1,6 @@
 """What an NVTX range costs: pygpu.profiler.time_range and mark, with no
 profiler attached (the goal: under 0.2 us each) and with a counting NVTX
-injection library attached (tests/nvtx_record.c, writing each event to a
+injection library attached (tests/support/nvtx_record.c, writing each event to a
 file, so an upper bound of a real tool's cost), next to an empty `with`.
 NVTX is a CPU-side API: no GPU is needed.
 

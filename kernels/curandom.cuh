@@ -7,7 +7,7 @@
 //     PYGPU_CURAND_SKIP_KERNELS(S, FN, NAME, SKIP_T) ...
 //
 // Every count and index is 64-bit (pygpu_size_t): one launch fills 2**32
-// and more elements (tests/test_curandom.py checks the PTX for it).
+// and more elements (tests/arrays/test_curandom.py checks the PTX for it).
 //
 // One thread owns one generator state: s[thread] for thread =
 // blockIdx.x * blockDim.x + threadIdx.x, and every kernel is launched with

@@ -30,7 +30,7 @@ def _version(dist):
         return None
 
 
-# What pyproject.toml's [nvrtc] extra installs (tests/test_packaging.py
+# What pyproject.toml's [nvrtc] extra installs (tests/project/test_packaging.py
 # checks they agree): the command python -m pygpu gives works wherever pygpu
 # itself came from (a clone, a wheel, an sdist; no index has pygpu).
 NVRTC_REQUIREMENTS = ("cuda-toolkit[nvrtc,cudart,cccl]>=13.0,<14",)

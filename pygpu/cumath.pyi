@@ -1,6 +1,6 @@
 """Types of pygpu.cumath, whose element-wise functions are made at import
 (cumath.py's _make_unary), so type checkers cannot see them there.
-tests/test_packaging.py checks that this stub names exactly the module's
+tests/project/test_packaging.py checks that this stub names exactly the module's
 public names."""
 from typing import Optional, Tuple
 

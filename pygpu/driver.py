@@ -679,7 +679,7 @@ _PYCUDA_DEVICE_ATTRIBUTES = frozenset("""
 """.split())
 
 
-# a literal list, so type checkers see the re-exports (tests/test_packaging.py
+# a literal list, so type checkers see the re-exports (tests/project/test_packaging.py
 # checks it names every public name)
 __all__ = [
     "Array", "ArrayDescriptor", "ArrayDescriptor3D", "Memcpy3D", "SurfaceObject", "TensorMap",
@@ -752,7 +752,7 @@ def have_gl_ext():
 
 __all__ += ["RegisteredBuffer", "RegisteredImage", "RegisteredMapping", "RegisteredObject",
             "graphics_register_flags", "have_gl_ext"]
-# ---- the rest of PyCUDA's pycuda.driver (tests/test_pycuda_names.py) ----
+# ---- the rest of PyCUDA's pycuda.driver (tests/pycuda_compat/test_pycuda_names.py) ----
 
 from pygpu._driver import (  # noqa: E402,F401  (src/memextra.c, src/cuda_enums.h)
     array_cubemap_face,

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # import fakecuda
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))   # fakecuda, threaded, ...
 
 import fakecuda  # noqa: E402
 

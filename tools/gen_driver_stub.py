@@ -4,7 +4,7 @@ signature, the enums' members, and the return types in RETURNS.
 
     python3 tools/gen_driver_stub.py          # rewrites pygpu/_driver.pyi
 
-tests/test_packaging.py checks that the stub names exactly what the
+tests/project/test_packaging.py checks that the stub names exactly what the
 extension has, so a new C function fails the suite until this is rerun.
 """
 import enum
@@ -69,7 +69,7 @@ RETURNS = {
     "_host_block": "HostBlock", "host_cache_stats": "dict[str, int]",
     "free_host_cache": "int", "set_host_cache": "dict[str, int]",
     "_host_cache_after_fork": "None", "_host_cache_at_exit": "None",
-    # PyCUDA's class members (tests/test_pycuda_members.py)
+    # PyCUDA's class members (tests/pycuda_compat/test_pycuda_members.py)
     "DeviceAllocation.as_buffer": "memoryview", "DeviceAllocation.attach": "None",
     "DeviceAllocation.get_device_pointer": "int", "HostAllocation.free": "None",
     "HostAllocation.unregister": "None", "HostAllocation.get_flags": "int",

@@ -1,4 +1,4 @@
-"""Generate src/cuda_enums.h from the toolkit's cuda.h.
+"""Generate src/core/cuda_enums.h from the toolkit's cuda.h.
 
 Run: python3 tools/gen_enums.py [/usr/local/cuda/include/cuda.h]
 The output is committed, so building pygpu does not depend on this script.
@@ -135,7 +135,7 @@ def main():
     for _, pyname, _ in ENUMS:
         out.append('    {"%s", pygpu_enum_%s},' % (pyname, pyname))
     out.append("    {NULL, NULL}\n};")
-    open("src/cuda_enums.h", "w").write("\n".join(out) + "\n")
+    open("src/core/cuda_enums.h", "w").write("\n".join(out) + "\n")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ trap restore EXIT
 
 CFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined" \
     $PYTHON setup.py -q build_ext --inplace --force >/dev/null || exit 1
-lib=$(FAKECUDA_CFLAGS="$flags" $PYTHON tests/fakecuda.py build build/asan/libfakecuda.so) || exit 1
+lib=$(FAKECUDA_CFLAGS="$flags" $PYTHON tests/support/fakecuda.py build build/asan/libfakecuda.so) || exit 1
 
 # PYTHONMALLOC=malloc: every Python allocation is checked, not only pygpu's.
 # Leaks of CUDA handles are the stand-in's counts; CPython's own exit-time

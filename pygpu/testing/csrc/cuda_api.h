@@ -1,1 +1,1 @@
-../../../src/cuda_api.h
+../../../src/core/cuda_api.h

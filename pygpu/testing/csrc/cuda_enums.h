@@ -1,1 +1,1 @@
-../../../src/cuda_enums.h
+../../../src/core/cuda_enums.h

@@ -1,5 +1,6 @@
 # make demo: install pygpu, run examples/demo.py
-# make test: install pygpu with its test extras, run the whole suite, then
+# make lint: ruff check, ruff format --check, clang-format over src/ (pinned versions)
+# make test: install pygpu with its test extras (a -Werror build), lint, run the whole suite, then
 #            run the driver tests again against the driver stand-in
 #            (tests/standin/, loaded through PYGPU_LIBCUDA)
 # make sanitize: the CPU suite and the stand-in pass under AddressSanitizer
@@ -39,7 +40,7 @@ endif
 STANDIN = build/standin/libfakecuda.so
 STANDIN_RUN = PYGPU_LIBCUDA=$(CURDIR)/$(STANDIN) $(PYTHON) -m pytest -q -p no:cacheprovider -m "driver or standin"
 
-.PHONY: demo test install install-test bench docs clean standin sanitize wheel sdist
+.PHONY: demo test lint install install-test bench docs clean standin sanitize wheel sdist
 
 .venv/bin/python:
 	python3 -m venv .venv
@@ -48,7 +49,13 @@ install: $(filter .venv/bin/python,$(PYTHON))
 	$(PIP_INSTALL)
 
 install-test: $(filter .venv/bin/python,$(PYTHON))
-	$(PIP_INSTALL_TEST)
+	PYGPU_WERROR=1 $(PIP_INSTALL_TEST)
+
+# ruff (lint, format) and clang-format, the versions pinned in pyproject.toml
+# (tools/lint.py; `python tools/lint.py --fix` rewrites); make test runs it
+lint: $(filter .venv/bin/python,$(PYTHON))
+	$(PYTHON) -c "import ruff, clang_format" 2>/dev/null || $(PYTHON) -m pip install -q -e ".[lint]"
+	$(PYTHON) tools/lint.py
 
 # The wheel is built in pip's isolated environment (which fetches setuptools,
 # NumPy and, without a local toolkit, NVIDIA's CUDA header wheels) by zig cc
@@ -86,7 +93,7 @@ sdist: $(filter .venv/bin/python,$(PYTHON))
 demo: install
 	$(PYTHON) examples/demo.py
 
-test: install-test standin
+test: install-test lint standin
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
 	$(STANDIN_RUN) $(PYTEST_ARGS)
 

@@ -16,6 +16,7 @@ install those wheels first.
 The CUDA sources in the top-level kernels/ ship inside the package as
 pygpu/kernels/.  Project metadata is in pyproject.toml.
 """
+
 import glob
 import os
 import sys
@@ -35,11 +36,13 @@ class BuildExt(build_ext):
     def build_extensions(self):
         cuda = pygpu_build_backend.cuda_include_dirs()
         if cuda is None:
-            sys.exit("pygpu: the CUDA headers (cuda.h, cudaTypedefs.h, nvrtc.h) were not "
-                     "found; install the CUDA toolkit, set CUDA_HOME, or pip install "
-                     "'nvidia-cuda-runtime==13.*' 'nvidia-cuda-nvrtc==13.*' (a build with "
-                     "pip's build isolation does that by itself). Tried:\n  "
-                     + "\n  ".join(pygpu_build_backend.tried()))
+            sys.exit(
+                "pygpu: the CUDA headers (cuda.h, cudaTypedefs.h, nvrtc.h) were not "
+                "found; install the CUDA toolkit, set CUDA_HOME, or pip install "
+                "'nvidia-cuda-runtime==13.*' 'nvidia-cuda-nvrtc==13.*' (a build with "
+                "pip's build isolation does that by itself). Tried:\n  "
+                + "\n  ".join(pygpu_build_backend.tried())
+            )
         try:
             nvtx, note = pygpu_build_backend.nvtx_for_build()
         except ValueError as e:
@@ -47,6 +50,7 @@ class BuildExt(build_ext):
         if note:
             print("pygpu: " + note)
         import numpy
+
         for ext in self.extensions:
             ext.include_dirs = list(ext.include_dirs) + cuda + [numpy.get_include()]
             if nvtx is not None:
@@ -62,16 +66,30 @@ ext = Extension(
     include_dirs=["src"],
     depends=glob.glob(os.path.join("src", "**", "*.h"), recursive=True),
     define_macros=[("NPY_TARGET_VERSION", "NPY_1_22_API_VERSION")],
-    extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wno-missing-field-initializers",
-                        "-fvisibility=hidden"],
+    # -Wextra without the two warnings every CPython extension trips over
+    # (unused METH_NOARGS parameters, partial PyMethodDef/PyType_Slot
+    # initialisers); PYGPU_WERROR=1 (make test, CI) makes any warning an error
+    extra_compile_args=[
+        "-std=c11",
+        "-O2",
+        "-Wall",
+        "-Wextra",
+        "-Wno-unused-parameter",
+        "-Wno-missing-field-initializers",
+        "-fvisibility=hidden",
+    ]
+    + (["-Werror"] if os.environ.get("PYGPU_WERROR") == "1" else []),
     libraries=["dl"],
 )
 
 setup(
     packages=find_packages(include=["pygpu", "pygpu.*"]) + ["pygpu.kernels"],
     package_dir={"pygpu.kernels": "kernels"},
-    package_data={"pygpu": ["py.typed", "*.pyi"], "pygpu.kernels": ["*.cu", "*.cuh", "libc/*"],
-                  "pygpu.testing": ["csrc/*.c", "csrc/*.h"]},
+    package_data={
+        "pygpu": ["py.typed", "*.pyi"],
+        "pygpu.kernels": ["*.cu", "*.cuh", "libc/*"],
+        "pygpu.testing": ["csrc/*.c", "csrc/*.h"],
+    },
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExt},
 )

@@ -26,6 +26,7 @@ pinned bandwidth, CuPy's time), marked MET / NOT MET / NOT MEASURED, with
 the GPU's name, driver and clocks above the table.  --goals-only skips the
 per-implementation rows, --no-goals the goals.
 """
+
 import argparse
 import gc
 import importlib
@@ -39,7 +40,7 @@ import time
 
 import numpy as np
 
-if os.path.dirname(os.path.abspath(__file__)) not in sys.path:     # loaded by path
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:  # loaded by path
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import goals  # benchmarks/goals.py: issue 27's goals against same-run floors
 from goals import gpu_reason  # noqa: F401  (this script's no-GPU test)
@@ -100,8 +101,10 @@ def check_close(got, want, rtol, atol, what):
     bad = ~np.isclose(got, want, rtol=rtol, atol=atol)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise WrongResult("%s: %d elements off (rtol %g, atol %g); first at %d: %r, NumPy %r"
-                          % (what, int(bad.sum()), rtol, atol, i, got.flat[i], want.flat[i]))
+        raise WrongResult(
+            "%s: %d elements off (rtol %g, atol %g); first at %d: %r, NumPy %r"
+            % (what, int(bad.sum()), rtol, atol, i, got.flat[i], want.flat[i])
+        )
 
 
 def check_normal(h, what):
@@ -114,8 +117,10 @@ def check_normal(h, what):
     inside = np.mean(np.abs(h) < 1.0)
     check(abs(mean) < 6 / math.sqrt(n), "%s: mean %g" % (what, mean))
     check(abs(std - 1) < 6 * math.sqrt(0.5 / n), "%s: standard deviation %g" % (what, std))
-    check(abs(inside - math.erf(1 / math.sqrt(2))) < 6 * math.sqrt(0.25 / n),
-          "%s: P(|x| < 1) = %g" % (what, inside))
+    check(
+        abs(inside - math.erf(1 / math.sqrt(2))) < 6 * math.sqrt(0.25 / n),
+        "%s: P(|x| < 1) = %g" % (what, inside),
+    )
 
 
 class PycudaAPI:
@@ -181,7 +186,8 @@ class PycudaAPI:
     def axpy_us(self, rng, reps):
         gpuarray = self.mod("gpuarray")
         kern = self.attr("elementwise", "ElementwiseKernel")(
-            "float a, float *x, float *y, float *z", "z[i] = a * x[i] + y[i]", "bench_axpy")
+            "float a, float *x, float *y, float *z", "z[i] = a * x[i] + y[i]", "bench_axpy"
+        )
         x = rng.random(N_ADD, dtype=np.float32)
         y = rng.random(N_ADD, dtype=np.float32)
         a = np.float32(2.5)
@@ -191,6 +197,7 @@ class PycudaAPI:
             z = gpuarray.empty_like(dx)
             kern(a, dx, dy, z)
             return z
+
         check_close(call().get(), a * x + y, 1e-6, 1e-6, "axpy")
         return median_us(call, self.sync, reps)
 
@@ -226,6 +233,7 @@ class PycudaAPI:
 class CupyAPI:
     def __init__(self):
         import cupy as cp
+
         self.cp = cp
         self.sync = cp.cuda.Device().synchronize
 
@@ -260,8 +268,9 @@ class CupyAPI:
 
     def axpy_us(self, rng, reps):
         cp = self.cp
-        kern = cp.ElementwiseKernel("float32 a, float32 x, float32 y", "float32 z",
-                                    "z = a * x + y", "bench_axpy")
+        kern = cp.ElementwiseKernel(
+            "float32 a, float32 x, float32 y", "float32 z", "z = a * x + y", "bench_axpy"
+        )
         x = rng.random(N_ADD, dtype=np.float32)
         y = rng.random(N_ADD, dtype=np.float32)
         a = np.float32(2.5)
@@ -272,8 +281,9 @@ class CupyAPI:
     def normal_us(self, rng, reps):
         cp = self.cp
         check_normal(cp.random.standard_normal(N_BIG, dtype=np.float32).get(), "standard_normal")
-        return median_us(lambda: cp.random.standard_normal(N_BIG, dtype=np.float32),
-                         self.sync, reps)
+        return median_us(
+            lambda: cp.random.standard_normal(N_BIG, dtype=np.float32), self.sync, reps
+        )
 
     def sin_us(self, rng, reps):
         cp = self.cp
@@ -318,8 +328,10 @@ def small_burst(op, sync, reps, ops):
 def check_sum(got, x):
     want = np.sum(x, dtype=np.float64)
     got = float(np.asarray(got))
-    check(abs(got - want) <= 1e-5 * abs(want),
-          "sum %r, NumPy's (float64) %r: relative error over 1e-5" % (got, want))
+    check(
+        abs(got - want) <= 1e-5 * abs(want),
+        "sum %r, NumPy's (float64) %r: relative error over 1e-5" % (got, want),
+    )
 
 
 def scan_data(rng):
@@ -333,8 +345,10 @@ def check_scan(got, x):
     got = np.asarray(got)
     if not np.array_equal(got, want):
         bad = np.flatnonzero(got != want)
-        raise WrongResult("inclusive scan: %d elements differ; first at %d: %r, NumPy %r"
-                          % (bad.size, bad[0], got[bad[0]], want[bad[0]]))
+        raise WrongResult(
+            "inclusive scan: %d elements differ; first at %d: %r, NumPy %r"
+            % (bad.size, bad[0], got[bad[0]], want[bad[0]])
+        )
 
 
 _transfer = {}
@@ -352,7 +366,7 @@ def measure(impl, reps, ops):
         api = CupyAPI() if impl == "cupy" else PycudaAPI(impl)
     except ImportError as e:
         return {k: "not available: %s" % _line(e) for k, *_ in ROWS}
-    except Exception as e:   # no context, a broken install: the column says so
+    except Exception as e:  # no context, a broken install: the column says so
         return {k: "failed: %s: %s" % (type(e).__name__, _line(e)) for k, *_ in ROWS}
     out = {}
     for key, *_ in ROWS:
@@ -410,8 +424,10 @@ def table(results, impls):
             cells.append("%.2fx (%s is better)" % (pg / cp, better) if ok else "-")
         rows.append([label, unit] + cells)
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
-    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines = [
+        "| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |",
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    ]
     for r in rows:
         lines.append("| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |")
     notes = []
@@ -425,9 +441,13 @@ def table(results, impls):
 
 def versions():
     from importlib import metadata
+
     out = {}
-    for name, dists in (("pygpu", ["pygpu"]), ("pycuda", ["pycuda"]),
-                        ("cupy", ["cupy-cuda13x", "cupy-cuda12x", "cupy"])):
+    for name, dists in (
+        ("pygpu", ["pygpu"]),
+        ("pycuda", ["pycuda"]),
+        ("cupy", ["cupy-cuda13x", "cupy-cuda12x", "cupy"]),
+    ):
         for d in dists:
             try:
                 out[name] = metadata.version(d)
@@ -440,17 +460,21 @@ def versions():
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write all figures here")
-    ap.add_argument("--only", default=",".join(IMPLS),
-                    help="implementations, comma-separated (default %(default)s); the goals "
-                         "compare with CuPy when it is listed")
+    ap.add_argument(
+        "--only",
+        default=",".join(IMPLS),
+        help="implementations, comma-separated (default %(default)s); the goals "
+        "compare with CuPy when it is listed",
+    )
     ap.add_argument("--reps", type=int, default=20, help="timed calls per row (median)")
-    ap.add_argument("--small-ops", type=int, default=5000,
-                    help="a + b calls per burst in the small-op row")
+    ap.add_argument(
+        "--small-ops", type=int, default=5000, help="a + b calls per burst in the small-op row"
+    )
     which = ap.add_mutually_exclusive_group()
-    which.add_argument("--goals-only", action="store_true",
-                       help="only issue 27's goals (benchmarks/goals.py)")
-    which.add_argument("--no-goals", action="store_true",
-                       help="only the per-implementation rows")
+    which.add_argument(
+        "--goals-only", action="store_true", help="only issue 27's goals (benchmarks/goals.py)"
+    )
+    which.add_argument("--no-goals", action="store_true", help="only the per-implementation rows")
     args = ap.parse_args(argv)
     impls = [i for i in args.only.split(",") if i]
     unknown = [i for i in impls if i not in IMPLS]
@@ -458,34 +482,47 @@ def main(argv=None):
         ap.error("unknown implementation(s) %s (choose from %s)" % (unknown, ", ".join(IMPLS)))
     reason = gpu_reason()
     if reason is not None:
-        print("benchmarks/arrays.py: nothing measured: this machine has no usable GPU (%s)"
-              % reason)
+        print(
+            "benchmarks/arrays.py: nothing measured: this machine has no usable GPU (%s)" % reason
+        )
         return 0
     started = time.perf_counter()
     goal_run = None
     if not args.no_goals:
         try:
-            goal_run = goals.measure(goals.Config(cupy="cupy" in impls,
-                                                  small_ops=args.small_ops))
-        except Exception as e:   # no context, a broken install: said, not fatal
+            goal_run = goals.measure(goals.Config(cupy="cupy" in impls, small_ops=args.small_ops))
+        except Exception as e:  # no context, a broken install: said, not fatal
             goal_run = e
     results = {}
     if not args.goals_only:
         for impl in impls:
             results[impl] = measure(impl, args.reps, args.small_ops)
-    meta = {"python": platform.python_version(), "numpy": np.__version__,
-            "versions": versions(), "date": time.strftime("%Y-%m-%d"),
-            "reps": args.reps, "small_ops": args.small_ops}
+    meta = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "versions": versions(),
+        "date": time.strftime("%Y-%m-%d"),
+        "reps": args.reps,
+        "small_ops": args.small_ops,
+    }
     try:
         import pygpu.driver as cuda
+
         meta["gpu_info"] = info = goals.gpu_info(cuda)
         meta.update(gpu=info["gpu"], driver_cuda=info.get("driver_cuda", "?"))
     except Exception as e:
         meta["gpu"] = "? (%s)" % _line(e)
         info = {"gpu": meta["gpu"]}
-    print("\n%s, CUDA %s driver, Python %s, NumPy %s, %s" % (
-        meta.get("gpu"), meta.get("driver_cuda", "?"), meta["python"], meta["numpy"],
-        meta["date"]))
+    print(
+        "\n%s, CUDA %s driver, Python %s, NumPy %s, %s"
+        % (
+            meta.get("gpu"),
+            meta.get("driver_cuda", "?"),
+            meta["python"],
+            meta["numpy"],
+            meta["date"],
+        )
+    )
     print(goals.gpu_line(info))
     print("(%s)" % ", ".join("%s %s" % kv for kv in sorted(meta["versions"].items())))
     out = {"meta": meta}
@@ -499,8 +536,10 @@ def main(argv=None):
         out["goals"] = {"figures": figs, "rows": rows}
     if results:
         text, notes = table(results, impls)
-        print("\nPer implementation (median of %d calls after a warm-up, each call followed by "
-              "a synchronize):" % args.reps)
+        print(
+            "\nPer implementation (median of %d calls after a warm-up, each call followed by "
+            "a synchronize):" % args.reps
+        )
         print(text)
         for line in notes:
             print("- " + line)

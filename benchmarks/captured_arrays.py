@@ -25,6 +25,7 @@ the GPU's name, so a table from any GPU is judged alike.  benchmarks/goals.py
 figure that cannot be measured is "failed: ..." instead; without a GPU the
 script says so and exits 0.
 """
+
 import argparse
 import statistics
 import sys
@@ -33,8 +34,13 @@ import time
 import numpy as np
 
 GOAL_US = 1.0
-KEYS = ("eager_us_per_op", "replay_us_per_op", "captured_us_per_op", "capture_ms",
-        "empty_replay_us_per_node")
+KEYS = (
+    "eager_us_per_op",
+    "replay_us_per_op",
+    "captured_us_per_op",
+    "capture_ms",
+    "empty_replay_us_per_node",
+)
 
 
 def median_s(fn, reps=7):
@@ -71,11 +77,12 @@ def measure(ops=100, n=1000, reps=200):
             a = a * c if i % 2 else a + b
         return a
 
-    loop(a0, b).get()                                   # compile, warm the pool
+    loop(a0, b).get()  # compile, warm the pool
 
     def eager():
         loop(a0, b)
         cuda.Context.synchronize()
+
     try:
         r["eager_us_per_op"] = median_s(eager) / ops * 1e6
     except Exception as e:
@@ -83,8 +90,9 @@ def measure(ops=100, n=1000, reps=200):
 
     # the floor: ops empty kernels captured and replayed
     try:
-        e_fn = SourceModule('extern "C" __global__ void empty_node() { }\n',
-                            no_extern_c=True).get_function("empty_node")
+        e_fn = SourceModule(
+            'extern "C" __global__ void empty_node() { }\n', no_extern_c=True
+        ).get_function("empty_node")
         s0 = cuda.Stream()
         with graphs.capture_graph(s0) as cap0:
             for _ in range(ops):
@@ -97,6 +105,7 @@ def measure(ops=100, n=1000, reps=200):
             for _ in range(reps):
                 exe0.launch(s0)
             s0.synchronize()
+
         r["empty_replay_us_per_node"] = median_s(replay0) / (reps * ops) * 1e6
     except Exception as e:
         r["empty_replay_us_per_node"] = _failed(e)
@@ -113,14 +122,16 @@ def measure(ops=100, n=1000, reps=200):
         want = loop(a0, b).get()
         got = out.get()
         if not np.allclose(got, want, rtol=1e-5, atol=1e-5):
-            raise AssertionError("the replayed loop's result differs from the eager one's "
-                                 "(%d of %d elements)" % (int((~np.isclose(got, want, 1e-5, 1e-5))
-                                                              .sum()), n))
+            raise AssertionError(
+                "the replayed loop's result differs from the eager one's "
+                "(%d of %d elements)" % (int((~np.isclose(got, want, 1e-5, 1e-5)).sum()), n)
+            )
 
         def replay():
             for _ in range(reps):
                 exe.launch(s)
             s.synchronize()
+
         r["replay_us_per_op"] = median_s(replay) / (reps * ops) * 1e6
         r["capture_ms"] = capture_s * 1e3
     except Exception as e:
@@ -137,6 +148,7 @@ def measure(ops=100, n=1000, reps=200):
             for _ in range(reps):
                 step(a0, b)
             cuda.Context.synchronize()
+
         r["captured_us_per_op"] = median_s(call) / (reps * ops) * 1e6
     except Exception as e:
         r["captured_us_per_op"] = _failed(e)
@@ -154,25 +166,33 @@ def main(argv=None):
     ap.add_argument("--replays", type=int, default=200)
     args = ap.parse_args(argv)
     from goals import gpu_reason
+
     reason = gpu_reason()
     if reason is not None:
-        print("benchmarks/captured_arrays.py: nothing measured: this machine has no usable GPU "
-              "(%s)" % reason)
+        print(
+            "benchmarks/captured_arrays.py: nothing measured: this machine has no usable GPU "
+            "(%s)" % reason
+        )
         return 0
     r = measure(args.ops, args.n, args.replays)
     per = r["replay_us_per_op"]
-    print("GPU: %s; %d array operations (a + b, a * c) on %d float32" % (r["gpu"], args.ops,
-                                                                          args.n))
+    print(
+        "GPU: %s; %d array operations (a + b, a * c) on %d float32" % (r["gpu"], args.ops, args.n)
+    )
     print("eager_us_per_op     %s" % _fmt(r["eager_us_per_op"]))
     if isinstance(per, float):
-        print("replay_us_per_op    %8.2f   goal <= %.1f us: %s (%.2fx the goal)"
-              % (per, GOAL_US, "MET" if per <= GOAL_US else "NOT MET", per / GOAL_US))
+        print(
+            "replay_us_per_op    %8.2f   goal <= %.1f us: %s (%.2fx the goal)"
+            % (per, GOAL_US, "MET" if per <= GOAL_US else "NOT MET", per / GOAL_US)
+        )
     else:
         print("replay_us_per_op    %s   goal <= %.1f us: NOT MEASURED" % (per, GOAL_US))
     print("captured_us_per_op  %s" % _fmt(r["captured_us_per_op"]))
     print("capture_ms          %s" % _fmt(r["capture_ms"]))
-    print("empty_replay_us_per_node %s   (the floor: empty kernels captured and replayed)"
-          % _fmt(r["empty_replay_us_per_node"]))
+    print(
+        "empty_replay_us_per_node %s   (the floor: empty kernels captured and replayed)"
+        % _fmt(r["empty_replay_us_per_node"])
+    )
     return 0
 
 

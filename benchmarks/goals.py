@@ -35,6 +35,7 @@ that cannot be measured is "failed: ...", "not available: ..." or "wrong
 result: ..." and its goals say NOT MEASURED with the reason: nothing here
 stops the run.
 """
+
 import argparse
 import ctypes
 import gc
@@ -55,16 +56,16 @@ M = 1 << 20
 # a run's sizes and repetitions (Config(**changes) changes some; tests
 # shrink them)
 DEFAULTS = dict(
-    n_big=100_000_000,      # elements of the reductions and the scan
-    n_small=1000,           # elements of the small a + b
-    small_ops=5000,         # a + b (and empty launches) a burst
-    small_rounds=20,        # interleaved rounds of those bursts
-    gpu_reps=20,            # event-timed calls (median)
-    copy_mib=(1, 8, 256),   # pageable copy sizes
-    pinned_mib=256,         # the pinned floor's size
-    pause_s=0.05,           # sleep before each paused copy
-    copy_reps=7,            # timed copies a row (median)
-    graph_ops=100,          # captured array ops
+    n_big=100_000_000,  # elements of the reductions and the scan
+    n_small=1000,  # elements of the small a + b
+    small_ops=5000,  # a + b (and empty launches) a burst
+    small_rounds=20,  # interleaved rounds of those bursts
+    gpu_reps=20,  # event-timed calls (median)
+    copy_mib=(1, 8, 256),  # pageable copy sizes
+    pinned_mib=256,  # the pinned floor's size
+    pause_s=0.05,  # sleep before each paused copy
+    copy_reps=7,  # timed copies a row (median)
+    graph_ops=100,  # captured array ops
     graph_replays=200,
     cupy=True,
 )
@@ -104,6 +105,7 @@ STANDIN_GOAL_CALLS = 2
 
 
 # ---- where a GPU is ----
+
 
 def gpu_reason():
     """None if a CUDA GPU is usable, else why not; asks libcuda.so.1 itself
@@ -145,6 +147,7 @@ class NotAvailable(Exception):
 
 # ---- the goals, judged (no GPU needed: tests feed figures) ----
 
+
 def goal_specs(cfg=None):
     """The goals, one dict each: key, label, unit, figure (key of the
     figure), floor (key of the floor, or None), floor_label, kind ("diff":
@@ -156,45 +159,128 @@ def goal_specs(cfg=None):
     g = []
 
     def add(key, label, unit, figure, floor, floor_label, kind, target, peer=None, diff=None):
-        g.append(dict(key=key, label=label, unit=unit, figure=figure, floor=floor,
-                      floor_label=floor_label, kind=kind, target=target, peer=peer, diff=diff))
+        g.append(
+            dict(
+                key=key,
+                label=label,
+                unit=unit,
+                figure=figure,
+                floor=floor,
+                floor_label=floor_label,
+                kind=kind,
+                target=target,
+                peer=peer,
+                diff=diff,
+            )
+        )
 
     small = "small a + b, %s float32, per op" % format(cfg.n_small, ",")
-    add("small_add", small, "us", "small_add_us", "c_empty_launch_us",
-        "empty kernel, C launch loop", "diff", SMALL_GOAL_US, "cupy_small_add_us",
-        "small_add_over_c_us")
-    add("small_add_pygpu", small + " (floor: pygpu's launch)", "us", "small_add_us",
-        "pygpu_empty_launch_us", "empty kernel, configure()d", "diff", SMALL_GOAL_US,
-        "cupy_small_add_us", "small_add_over_pygpu_us")
-    add("small_add_calls", "driver calls a steady-state small a + b (on the driver "
-        "stand-in)", "calls", "standin_calls_per_op", "standin_floor_calls",
-        "the launch itself", "absolute", STANDIN_GOAL_CALLS)
+    add(
+        "small_add",
+        small,
+        "us",
+        "small_add_us",
+        "c_empty_launch_us",
+        "empty kernel, C launch loop",
+        "diff",
+        SMALL_GOAL_US,
+        "cupy_small_add_us",
+        "small_add_over_c_us",
+    )
+    add(
+        "small_add_pygpu",
+        small + " (floor: pygpu's launch)",
+        "us",
+        "small_add_us",
+        "pygpu_empty_launch_us",
+        "empty kernel, configure()d",
+        "diff",
+        SMALL_GOAL_US,
+        "cupy_small_add_us",
+        "small_add_over_pygpu_us",
+    )
+    add(
+        "small_add_calls",
+        "driver calls a steady-state small a + b (on the driver stand-in)",
+        "calls",
+        "standin_calls_per_op",
+        "standin_floor_calls",
+        "the launch itself",
+        "absolute",
+        STANDIN_GOAL_CALLS,
+    )
     big = "%s float32" % count_text(cfg.n_big)
     for op, label, _ in REDUCTIONS:
-        add("%s_vs_cupy" % op, "%s, %s: time vs CuPy" % (label, big), "us",
-            "pygpu_%s_us" % op, "cupy_%s_us" % op, "CuPy, same run", "max_ratio", 1.0)
-        add("%s_vs_read" % op, "%s, %s: bandwidth vs a read kernel" % (label, big), "GB/s",
-            "pygpu_%s_gbs" % op, "read_floor_%s_gbs" % op, "plain read kernel, same bytes",
-            "min_ratio", REDUCTION_FLOOR_GOAL, "cupy_%s_gbs" % op)
-    add("scan", "inclusive scan, %s (read + written)" % big, "GB/s", "scan_gbs", "dtod_gbs",
-        "memcpy_dtod, same bytes", "min_ratio", SCAN_GOAL, "cupy_scan_gbs")
+        add(
+            "%s_vs_cupy" % op,
+            "%s, %s: time vs CuPy" % (label, big),
+            "us",
+            "pygpu_%s_us" % op,
+            "cupy_%s_us" % op,
+            "CuPy, same run",
+            "max_ratio",
+            1.0,
+        )
+        add(
+            "%s_vs_read" % op,
+            "%s, %s: bandwidth vs a read kernel" % (label, big),
+            "GB/s",
+            "pygpu_%s_gbs" % op,
+            "read_floor_%s_gbs" % op,
+            "plain read kernel, same bytes",
+            "min_ratio",
+            REDUCTION_FLOOR_GOAL,
+            "cupy_%s_gbs" % op,
+        )
+    add(
+        "scan",
+        "inclusive scan, %s (read + written)" % big,
+        "GB/s",
+        "scan_gbs",
+        "dtod_gbs",
+        "memcpy_dtod, same bytes",
+        "min_ratio",
+        SCAN_GOAL,
+        "cupy_scan_gbs",
+    )
     for mib in cfg.copy_mib:
         for d, dlabel in COPY_DIRS:
             for mode, mlabel in COPY_MODES:
                 name = "%s_%d_%s" % (d, mib, mode)
                 label = "%s, %d MiB pageable, %s" % (dlabel, mib, mlabel)
-                add(name + "_vs_plain", label + ": vs the plain driver call", "GB/s",
-                    "pygpu_%s_gbs" % name, "plain_%s_gbs" % name,
+                add(
+                    name + "_vs_plain",
+                    label + ": vs the plain driver call",
+                    "GB/s",
+                    "pygpu_%s_gbs" % name,
+                    "plain_%s_gbs" % name,
                     "cuMemcpy%s, same memory, %s" % ("HtoD" if d == "htod" else "DtoH", mlabel),
-                    "min_ratio", 1.0, "cupy_%s_gbs" % name)
+                    "min_ratio",
+                    1.0,
+                    "cupy_%s_gbs" % name,
+                )
                 if mib == max(cfg.copy_mib):
-                    add(name + "_vs_pinned", label + ": vs pinned", "GB/s",
-                        "pygpu_%s_gbs" % name, "pinned_%s_gbs" % d,
-                        "pinned %d MiB, back to back" % cfg.pinned_mib, "min_ratio",
-                        PINNED_GOAL, "cupy_%s_gbs" % name)
-    add("graph_replay", "captured loop of %d small array ops, replayed, per op"
-        % cfg.graph_ops, "us", "replay_us_per_op", "empty_replay_us_per_node",
-        "graph of empty kernels, per node", "absolute", GRAPH_GOAL_US)
+                    add(
+                        name + "_vs_pinned",
+                        label + ": vs pinned",
+                        "GB/s",
+                        "pygpu_%s_gbs" % name,
+                        "pinned_%s_gbs" % d,
+                        "pinned %d MiB, back to back" % cfg.pinned_mib,
+                        "min_ratio",
+                        PINNED_GOAL,
+                        "cupy_%s_gbs" % name,
+                    )
+    add(
+        "graph_replay",
+        "captured loop of %d small array ops, replayed, per op" % cfg.graph_ops,
+        "us",
+        "replay_us_per_op",
+        "empty_replay_us_per_node",
+        "graph of empty kernels, per node",
+        "absolute",
+        GRAPH_GOAL_US,
+    )
     return g
 
 
@@ -253,8 +339,13 @@ def judge(spec, figs):
     row = dict(spec)
     fig = figs.get(spec["figure"])
     floor = figs.get(spec["floor"]) if spec["floor"] else None
-    row.update(figure=fig, floor=floor, value=None, why=None,
-               peer=figs.get(spec["peer"]) if spec.get("peer") else None)
+    row.update(
+        figure=fig,
+        floor=floor,
+        value=None,
+        why=None,
+        peer=figs.get(spec["peer"]) if spec.get("peer") else None,
+    )
     kind, target = spec["kind"], spec["target"]
     if not _usable(fig):
         row.update(status="NOT MEASURED", why=_why(fig, "pygpu:"))
@@ -265,8 +356,12 @@ def judge(spec, figs):
             row["value"] = fig / floor
     else:
         if not _usable(floor) or (kind != "diff" and floor <= 0):
-            row.update(status="NOT MEASURED", why=_why(floor, "floor (%s):" % spec["floor_label"])
-                       if not _usable(floor) else "floor (%s) is %r" % (spec["floor_label"], floor))
+            row.update(
+                status="NOT MEASURED",
+                why=_why(floor, "floor (%s):" % spec["floor_label"])
+                if not _usable(floor)
+                else "floor (%s) is %r" % (spec["floor_label"], floor),
+            )
             return row
         if kind == "diff":
             paired = figs.get(spec["diff"]) if spec.get("diff") else None
@@ -327,27 +422,48 @@ def vs_text(row):
 def goal_table(rows):
     """(markdown table text, notes): one line a goal; a note for each goal
     not measured, saying why."""
-    head = ["goal", "unit", "pygpu", "floor", "floor is", "vs floor", "target", "CuPy",
-            "status"]
-    body = [[r["label"], r["unit"], fmt(r["figure"]), fmt(r["floor"]), r["floor_label"],
-             vs_text(r), target_text(r), fmt(r["peer"]), r["status"]] for r in rows]
+    head = ["goal", "unit", "pygpu", "floor", "floor is", "vs floor", "target", "CuPy", "status"]
+    body = [
+        [
+            r["label"],
+            r["unit"],
+            fmt(r["figure"]),
+            fmt(r["floor"]),
+            r["floor_label"],
+            vs_text(r),
+            target_text(r),
+            fmt(r["peer"]),
+            r["status"],
+        ]
+        for r in rows
+    ]
     widths = [max(len(str(x[i])) for x in body + [head]) for i in range(len(head))]
-    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines = [
+        "| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |",
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    ]
     for x in body:
         lines.append("| " + " | ".join(str(c).ljust(w) for c, w in zip(x, widths)) + " |")
-    notes = ["%s: NOT MEASURED: %s" % (r["label"], r["why"]) for r in rows
-             if r["status"] == "NOT MEASURED"]
+    notes = [
+        "%s: NOT MEASURED: %s" % (r["label"], r["why"])
+        for r in rows
+        if r["status"] == "NOT MEASURED"
+    ]
     return "\n".join(lines), notes
 
 
 def summary(rows):
     n = {s: sum(1 for r in rows if r["status"] == s) for s in ("MET", "NOT MET", "NOT MEASURED")}
     return "%d goals: %d met, %d not met, %d not measured" % (
-        len(rows), n["MET"], n["NOT MET"], n["NOT MEASURED"])
+        len(rows),
+        n["MET"],
+        n["NOT MET"],
+        n["NOT MEASURED"],
+    )
 
 
 # ---- the GPU's name, driver and clocks ----
+
 
 def gpu_info(cuda):
     """{gpu, cc, sms, sm_clock_mhz, mem_clock_mhz, bus_bits, driver_cuda,
@@ -359,17 +475,21 @@ def gpu_info(cuda):
     except Exception:
         dev = cuda.Device(0)
     info["gpu"] = dev.name()
-    for key, fn in (("cc", lambda: "%d.%d" % dev.compute_capability()),
-                    ("pci_bus_id", dev.pci_bus_id)):
+    for key, fn in (
+        ("cc", lambda: "%d.%d" % dev.compute_capability()),
+        ("pci_bus_id", dev.pci_bus_id),
+    ):
         try:
             info[key] = fn()
         except Exception:
             pass
     attr = getattr(cuda, "device_attribute", None)
-    for key, name, scale in (("sms", "MULTIPROCESSOR_COUNT", 1),
-                             ("sm_clock_mhz", "CLOCK_RATE", 1e-3),
-                             ("mem_clock_mhz", "MEMORY_CLOCK_RATE", 1e-3),
-                             ("bus_bits", "GLOBAL_MEMORY_BUS_WIDTH", 1)):
+    for key, name, scale in (
+        ("sms", "MULTIPROCESSOR_COUNT", 1),
+        ("sm_clock_mhz", "CLOCK_RATE", 1e-3),
+        ("mem_clock_mhz", "MEMORY_CLOCK_RATE", 1e-3),
+        ("bus_bits", "GLOBAL_MEMORY_BUS_WIDTH", 1),
+    ):
         try:
             v = dev.get_attribute(getattr(attr, name)) * scale
             if v > 0:
@@ -386,9 +506,14 @@ def gpu_info(cuda):
     return info
 
 
-SMI_FIELDS = (("driver_version", "driver"), ("clocks.sm", "smi_sm_clock_mhz"),
-              ("clocks.mem", "smi_mem_clock_mhz"), ("clocks.max.sm", "smi_max_sm_clock_mhz"),
-              ("clocks.max.mem", "smi_max_mem_clock_mhz"), ("power.limit", "power_limit_w"))
+SMI_FIELDS = (
+    ("driver_version", "driver"),
+    ("clocks.sm", "smi_sm_clock_mhz"),
+    ("clocks.mem", "smi_mem_clock_mhz"),
+    ("clocks.max.sm", "smi_max_sm_clock_mhz"),
+    ("clocks.max.mem", "smi_max_mem_clock_mhz"),
+    ("power.limit", "power_limit_w"),
+)
 
 
 def nvidia_smi(bus_id, run=subprocess.run):
@@ -396,8 +521,12 @@ def nvidia_smi(bus_id, run=subprocess.run):
     clocks now and at most, the power limit): {} if it cannot say."""
     q = "pci.bus_id," + ",".join(f for f, _ in SMI_FIELDS)
     try:
-        p = run(["nvidia-smi", "--query-gpu=" + q, "--format=csv,noheader,nounits"],
-                capture_output=True, text=True, timeout=15)
+        p = run(
+            ["nvidia-smi", "--query-gpu=" + q, "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=15,
+        )
     except (OSError, subprocess.SubprocessError):
         return {}
     if p.returncode != 0:
@@ -405,15 +534,17 @@ def nvidia_smi(bus_id, run=subprocess.run):
     rows = [[v.strip() for v in ln.split(",")] for ln in p.stdout.strip().splitlines()]
     rows = [r for r in rows if len(r) == 1 + len(SMI_FIELDS)]
 
-    def tail(b):     # nvidia-smi writes 8 digits of domain, CUDA 4
+    def tail(b):  # nvidia-smi writes 8 digits of domain, CUDA 4
         return b.lower().split(":", 1)[-1]
+
     pick = [r for r in rows if bus_id and tail(r[0]) == tail(bus_id)]
     if not pick and len(rows) == 1:
         pick = rows
     if not pick:
         return {}
-    return {k: v for (_, k), v in zip(SMI_FIELDS, pick[0][1:])
-            if v and not v.startswith("[")}       # "[N/A]", "[Not Supported]"
+    return {
+        k: v for (_, k), v in zip(SMI_FIELDS, pick[0][1:]) if v and not v.startswith("[")
+    }  # "[N/A]", "[Not Supported]"
 
 
 def gpu_line(info):
@@ -440,17 +571,22 @@ def gpu_line(info):
         line += ", driver %s" % " / ".join(drv)
     if "smi_sm_clock_mhz" in info:
         line += "; clocks at the start: SM %s MHz, memory %s MHz" % (
-            info["smi_sm_clock_mhz"], info.get("smi_mem_clock_mhz", "?"))
+            info["smi_sm_clock_mhz"],
+            info.get("smi_mem_clock_mhz", "?"),
+        )
     return line
 
 
 # ---- timing helpers ----
 
+
 def stmt_loop(stmt, **names):
     """run(count) -> seconds for count executions of the statement, written
     inline in the loop (no lambda between: timeit's way)."""
-    src = ("def run(count):\n    t = _pc()\n    for _ in range(count):\n        %s\n"
-           "    return _pc() - t\n" % stmt)
+    src = (
+        "def run(count):\n    t = _pc()\n    for _ in range(count):\n        %s\n"
+        "    return _pc() - t\n" % stmt
+    )
     g = dict(names, _pc=time.perf_counter)
     exec(src, g)
     return g["run"]
@@ -465,7 +601,7 @@ def interleaved(fns, n, rounds, sync):
         fns[k](n)
         sync()
     for r in range(rounds):
-        for k in order[r % len(order):] + order[:r % len(order)]:
+        for k in order[r % len(order) :] + order[: r % len(order)]:
             times[k].append(fns[k](n) / n * 1e6)
             sync()
     return times
@@ -479,18 +615,26 @@ def paired_diff(a, b):
 def check_rel(got, want, rtol, what):
     got, want = float(np.asarray(got)), float(want)
     if not abs(got - want) <= rtol * abs(want):
-        raise WrongResult("%s: %r, NumPy's (float64) %r: relative error over %g"
-                          % (what, got, want, rtol))
+        raise WrongResult(
+            "%s: %r, NumPy's (float64) %r: relative error over %g" % (what, got, want, rtol)
+        )
 
 
 def check_equal(got, want, what):
     got = np.asarray(got)
     if got.shape != np.shape(want) or not np.array_equal(got, want):
         bad = np.flatnonzero(np.asarray(got != want).ravel()) if got.shape == np.shape(want) else []
-        raise WrongResult("%s: differs from NumPy's%s" % (
-            what, " in %d elements, first at %d" % (len(bad), bad[0]) if len(bad) else
-            " (shape %s against %s)" % (got.shape, np.shape(want)) if got.shape != np.shape(want)
-            else ""))
+        raise WrongResult(
+            "%s: differs from NumPy's%s"
+            % (
+                what,
+                " in %d elements, first at %d" % (len(bad), bad[0])
+                if len(bad)
+                else " (shape %s against %s)" % (got.shape, np.shape(want))
+                if got.shape != np.shape(want)
+                else "",
+            )
+        )
 
 
 # run with PYGPU_LIBCUDA naming the stand-in: a steady-state small a + b's
@@ -577,8 +721,20 @@ def build_c_floor():
     os.makedirs(build, exist_ok=True)
     so = os.path.join(build, "floor_goals.so")
     libdirs = [os.path.join(root, "lib64"), os.path.join(root, "lib64", "stubs")]
-    cmd = ["cc", "-O2", "-shared", "-fPIC", "-o", so, os.path.join(HERE, "floor_goals.c"),
-           "-I" + os.path.join(root, "include")] + ["-L" + d for d in libdirs] + ["-lcuda"]
+    cmd = (
+        [
+            "cc",
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-o",
+            so,
+            os.path.join(HERE, "floor_goals.c"),
+            "-I" + os.path.join(root, "include"),
+        ]
+        + ["-L" + d for d in libdirs]
+        + ["-lcuda"]
+    )
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.SubprocessError) as e:
@@ -601,10 +757,15 @@ class PlainCopies:
         ctx = cuda.Context.get_current()
         if ctx is None:
             import pygpu.autoinit
+
             ctx = pygpu.autoinit.context
         self.ctx = ctypes.c_void_p(ctx.handle)
-        for name in ("cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuCtxPushCurrent_v2",
-                     "cuCtxPopCurrent_v2"):
+        for name in (
+            "cuMemcpyHtoD_v2",
+            "cuMemcpyDtoH_v2",
+            "cuCtxPushCurrent_v2",
+            "cuCtxPopCurrent_v2",
+        ):
             getattr(lib, name).restype = ctypes.c_int
         lib.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
         lib.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
@@ -634,6 +795,7 @@ class PlainCopies:
 
 # ---- the measurements ----
 
+
 class GoalRun:
     """Measures every figure the goals need into self.figs; each section
     catches its own failures (the figures it owes then say why)."""
@@ -644,6 +806,7 @@ class GoalRun:
         import pygpu.autoinit  # noqa: F401
         import pygpu.driver as cuda
         from pygpu import gpuarray
+
         self.cuda, self.ga = cuda, gpuarray
         self.sync = cuda.Context.synchronize
         self.figs = {"n_big": self.cfg.n_big, "config": self.cfg.as_dict()}
@@ -651,6 +814,7 @@ class GoalRun:
         if self.cfg.cupy:
             try:
                 import cupy
+
                 cupy.cuda.Device().synchronize()
                 self.cp = cupy
             except ImportError as e:
@@ -694,7 +858,7 @@ class GoalRun:
         times = {k: [] for k in live}
         for r in range(reps or self.cfg.gpu_reps):
             order = list(live)
-            for k in order[r % max(len(order), 1):] + order[:r % max(len(order), 1)]:
+            for k in order[r % max(len(order), 1) :] + order[: r % max(len(order), 1)]:
                 try:
                     a.record()
                     live[k]()
@@ -729,8 +893,10 @@ class GoalRun:
             self.release()
         for k in keys:
             self.figs.setdefault(k, why)
-        self.log("  goals, %s: %.1f s%s" % (name, time.perf_counter() - t,
-                                          "" if why.endswith("no figure") else " (%s)" % why))
+        self.log(
+            "  goals, %s: %.1f s%s"
+            % (name, time.perf_counter() - t, "" if why.endswith("no figure") else " (%s)" % why)
+        )
 
     def attempt(self, key, fn):
         """figs[key] = fn(), or why it failed."""
@@ -738,24 +904,52 @@ class GoalRun:
             self.figs[key] = fn()
         except Exception as e:
             self.figs[key] = failed(e)
-        self.log("    %s: %s" % (key, fmt(self.figs[key]) if not isinstance(self.figs[key], str)
-                                 else self.figs[key]))
+        self.log(
+            "    %s: %s"
+            % (key, fmt(self.figs[key]) if not isinstance(self.figs[key], str) else self.figs[key])
+        )
 
     def run(self):
         self.section("driver calls", ["standin_calls_per_op"], self.driver_calls)
-        self.section("small ops", ["c_empty_launch_us", "pygpu_empty_launch_us", "small_add_us",
-                                   "cupy_small_add_us", "small_add_over_c_us",
-                                   "small_add_over_pygpu_us"], self.small_ops)
+        self.section(
+            "small ops",
+            [
+                "c_empty_launch_us",
+                "pygpu_empty_launch_us",
+                "small_add_us",
+                "cupy_small_add_us",
+                "small_add_over_c_us",
+                "small_add_over_pygpu_us",
+            ],
+            self.small_ops,
+        )
         self.section("read floor", ["read_floor_1_us", "read_floor_2_us"], self.read_floor)
-        self.section("reductions", ["%s_%s_us" % (i, op) for op, *_ in REDUCTIONS
-                                    for i in ("pygpu", "cupy")], self.reductions)
+        self.section(
+            "reductions",
+            ["%s_%s_us" % (i, op) for op, *_ in REDUCTIONS for i in ("pygpu", "cupy")],
+            self.reductions,
+        )
         self.section("scan", ["dtod_us", "scan_us", "cupy_scan_us"], self.scan)
         keys = ["pinned_htod_gbs", "pinned_dtoh_gbs"]
-        keys += ["%s_%s_%d_%s_gbs" % (i, d, mib, m) for i in ("pygpu", "plain", "cupy")
-                 for d, _ in COPY_DIRS for mib in self.cfg.copy_mib for m, _ in COPY_MODES]
+        keys += [
+            "%s_%s_%d_%s_gbs" % (i, d, mib, m)
+            for i in ("pygpu", "plain", "cupy")
+            for d, _ in COPY_DIRS
+            for mib in self.cfg.copy_mib
+            for m, _ in COPY_MODES
+        ]
         self.section("copies", keys, self.copies)
-        self.section("captured", ["eager_us_per_op", "replay_us_per_op", "captured_us_per_op",
-                                  "capture_ms", "empty_replay_us_per_node"], self.captured)
+        self.section(
+            "captured",
+            [
+                "eager_us_per_op",
+                "replay_us_per_op",
+                "captured_us_per_op",
+                "capture_ms",
+                "empty_replay_us_per_node",
+            ],
+            self.captured,
+        )
         return self.figs
 
     # sections
@@ -765,27 +959,39 @@ class GoalRun:
         driver stand-in (pygpu.testing.standin, built here) in a child
         process: no GPU can count them."""
         from pygpu.testing import standin
+
         try:
             path = standin.build()
         except Exception as e:
             raise NotAvailable("the driver stand-in did not build: %s" % _line(e)) from None
         env = dict(os.environ, PYGPU_LIBCUDA=path)
-        p = subprocess.run([sys.executable, "-c", CALLS_CHILD, str(self.cfg.n_small)],
-                           env=env, capture_output=True, text=True, timeout=300)
+        p = subprocess.run(
+            [sys.executable, "-c", CALLS_CHILD, str(self.cfg.n_small)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if p.returncode != 0:
-            raise RuntimeError("the stand-in child exited %d: %s"
-                               % (p.returncode, _line(p.stderr.strip().splitlines()[-1]
-                                                       if p.stderr.strip() else p.stdout)))
+            raise RuntimeError(
+                "the stand-in child exited %d: %s"
+                % (
+                    p.returncode,
+                    _line(p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.stdout),
+                )
+            )
         r = json.loads(p.stdout.strip().splitlines()[-1])
         self.figs["standin_floor_calls"] = 1.0
         self.figs["standin_calls_by_name"] = r["names"]
         self.attempt("standin_calls_per_op", lambda: float(r["calls_per_op"]))
 
     def small_ops(self):
-        cuda, ga, cfg, figs = self.cuda, self.ga, self.cfg, self.figs
+        ga, cfg, figs = self.ga, self.cfg, self.figs
         from pygpu.compiler import SourceModule
-        e = SourceModule('extern "C" __global__ void empty() { }\n',
-                         no_extern_c=True).get_function("empty")
+
+        e = SourceModule('extern "C" __global__ void empty() { }\n', no_extern_c=True).get_function(
+            "empty"
+        )
         bound = e.configure((1, 1), (32, 1, 1))
         rng = np.random.default_rng()
         a = rng.random(cfg.n_small, dtype=np.float32)
@@ -807,6 +1013,7 @@ class GoalRun:
                 if t < 0:
                     raise RuntimeError("the C loop's cuLaunchKernel failed: CUresult %d" % -t)
                 return t
+
             c_empty(10)
             self.sync()
             fns["c_empty"] = c_empty
@@ -829,15 +1036,22 @@ class GoalRun:
         if "small_add" in t:
             figs["small_add_us"] = statistics.median(t["small_add"])
             figs["small_add_over_pygpu_us"] = paired_diff(t["small_add"], t["pygpu_empty"])
-            figs["small_add_over_c_us"] = (paired_diff(t["small_add"], t["c_empty"])
-                                           if "c_empty" in t else figs["c_empty_launch_us"])
+            figs["small_add_over_c_us"] = (
+                paired_diff(t["small_add"], t["c_empty"])
+                if "c_empty" in t
+                else figs["c_empty_launch_us"]
+            )
         else:
             figs["small_add_over_pygpu_us"] = figs["small_add_over_c_us"] = figs["small_add_us"]
         if "cupy_small_add" in t:
             figs["cupy_small_add_us"] = statistics.median(t["cupy_small_add"])
         figs["small_ops_rounds_us"] = t
-        for k in ("c_empty_launch_us", "pygpu_empty_launch_us", "small_add_us",
-                  "cupy_small_add_us"):
+        for k in (
+            "c_empty_launch_us",
+            "pygpu_empty_launch_us",
+            "small_add_us",
+            "cupy_small_add_us",
+        ):
             self.log("    %s: %s" % (k, fmt(figs[k]) if not isinstance(figs[k], str) else figs[k]))
 
     def _big_data(self):
@@ -851,9 +1065,11 @@ class GoalRun:
     def read_floor(self):
         cuda, ga, cfg, figs = self.cuda, self.ga, self.cfg, self.figs
         from pygpu.compiler import SourceModule
+
         if cfg.n_big % 4:
-            raise ValueError("the read floor reads float4s: n_big %d is not a multiple of 4"
-                             % cfg.n_big)
+            raise ValueError(
+                "the read floor reads float4s: n_big %d is not a multiple of 4" % cfg.n_big
+            )
         x, y = self._big_data()
         dx, dy = ga.to_gpu(x), ga.to_gpu(y)
         out = ga.zeros(1, np.float64)
@@ -871,41 +1087,59 @@ class GoalRun:
         for (u, bpm), bound in configs.items():
             out.fill(0)
             bound(pa, pb, n4, 2 * n4, po)
-            check_rel(out.get()[0], want, 1e-5, "read floor (unroll %d, %d blocks an SM)"
-                      % (u, bpm))
+            check_rel(
+                out.get()[0], want, 1e-5, "read floor (unroll %d, %d blocks an SM)" % (u, bpm)
+            )
         speeds = {}
         for key, bound in configs.items():
             speeds[key] = self.gpu_us(lambda: bound(pa, pb, n4, n4, po), reps=10)
         best = min(speeds, key=speeds.get)
-        figs["read_floor_config"] = {"unroll": best[0], "blocks_per_sm": best[1],
-                                     "sms": sms, "block": 256,
-                                     "us_400mb_by_config": {"%d/%d" % k: v
-                                                            for k, v in speeds.items()}}
+        figs["read_floor_config"] = {
+            "unroll": best[0],
+            "blocks_per_sm": best[1],
+            "sms": sms,
+            "block": 256,
+            "us_400mb_by_config": {"%d/%d" % k: v for k, v in speeds.items()},
+        }
         bound = configs[best]
         self.attempt("read_floor_1_us", lambda: self.gpu_us(lambda: bound(pa, pb, n4, n4, po)))
-        self.attempt("read_floor_2_us",
-                     lambda: self.gpu_us(lambda: bound(pa, pb, n4, 2 * n4, po)))
+        self.attempt("read_floor_2_us", lambda: self.gpu_us(lambda: bound(pa, pb, n4, 2 * n4, po)))
 
     def reductions(self):
         ga, figs = self.ga, self.figs
         x, y = self._big_data()
         n = self.cfg.n_big
         x64 = x.astype(np.float64)
-        wants = {"sum": x64.sum(), "dot": float(np.dot(x64, y.astype(np.float64))),
-                 "min": float(x.min()), "max": float(x.max()), "subset_sum": x64.sum(),
-                 "reduction_kernel": float(np.dot(x64, x64))}
+        wants = {
+            "sum": x64.sum(),
+            "dot": float(np.dot(x64, y.astype(np.float64))),
+            "min": float(x.min()),
+            "max": float(x.max()),
+            "subset_sum": x64.sum(),
+            "reduction_kernel": float(np.dot(x64, x64)),
+        }
         del x64
         timed = {}
         dx, dy = ga.to_gpu(x), ga.to_gpu(y)
         didx = ga.to_gpu(np.arange(n, dtype=np.int32))
-        ops = {"sum": lambda: ga.sum(dx), "dot": lambda: ga.dot(dx, dy),
-               "min": lambda: ga.min(dx), "max": lambda: ga.max(dx),
-               "subset_sum": lambda: ga.subset_sum(didx, dx)}
+        ops = {
+            "sum": lambda: ga.sum(dx),
+            "dot": lambda: ga.dot(dx, dy),
+            "min": lambda: ga.min(dx),
+            "max": lambda: ga.max(dx),
+            "subset_sum": lambda: ga.subset_sum(didx, dx),
+        }
         try:
             from pygpu.reduction import ReductionKernel
-            rk = ReductionKernel(np.float32, neutral="0", reduce_expr="a+b",
-                                 map_expr="x[i]*x[i]", arguments="const float *x",
-                                 name="bench_sumsq")
+
+            rk = ReductionKernel(
+                np.float32,
+                neutral="0",
+                reduce_expr="a+b",
+                map_expr="x[i]*x[i]",
+                arguments="const float *x",
+                name="bench_sumsq",
+            )
             ops["reduction_kernel"] = lambda: rk(dx)
         except Exception as e:
             figs["pygpu_reduction_kernel_us"] = failed(e)
@@ -917,23 +1151,37 @@ class GoalRun:
             cp = self.cp
             cx, cy = cp.asarray(x), cp.asarray(y)
             cidx = cp.arange(n, dtype=cp.int32)
-            ops = {"sum": lambda: cx.sum(), "dot": lambda: cp.dot(cx, cy),
-                   "min": lambda: cx.min(), "max": lambda: cx.max()}
+            ops = {
+                "sum": lambda: cx.sum(),
+                "dot": lambda: cp.dot(cx, cy),
+                "min": lambda: cx.min(),
+                "max": lambda: cx.max(),
+            }
             try:
                 # one kernel, as subset_sum is: a ReductionKernel over the
                 # indices reading a raw x; if this CuPy cannot, take() then sum()
-                sub = cp.ReductionKernel("raw float32 x, int32 idx", "float32 y", "x[idx]",
-                                         "a + b", "y = a", "0", "bench_subset_sum")
+                sub = cp.ReductionKernel(
+                    "raw float32 x, int32 idx",
+                    "float32 y",
+                    "x[idx]",
+                    "a + b",
+                    "y = a",
+                    "0",
+                    "bench_subset_sum",
+                )
                 sub(cx, cidx[:1024]).get()
                 ops["subset_sum"] = lambda: sub(cx, cidx)
             except Exception as e:
-                self.log("    CuPy's subset sum is take() then sum(): the ReductionKernel "
-                         "failed (%s)" % failed(e))
+                self.log(
+                    "    CuPy's subset sum is take() then sum(): the ReductionKernel "
+                    "failed (%s)" % failed(e)
+                )
                 figs["cupy_subset_sum_form"] = "cupy.take(x, idx).sum()"
                 ops["subset_sum"] = lambda: cp.take(cx, cidx).sum()
             try:
-                sq = cp.ReductionKernel("float32 x", "float32 y", "x * x", "a + b", "y = a",
-                                        "0", "bench_sumsq")
+                sq = cp.ReductionKernel(
+                    "float32 x", "float32 y", "x * x", "a + b", "y = a", "0", "bench_sumsq"
+                )
                 ops["reduction_kernel"] = lambda: sq(cx)
             except Exception as e:
                 figs["cupy_reduction_kernel_us"] = failed(e)
@@ -953,8 +1201,9 @@ class GoalRun:
                 got = float(np.asarray(fn().get()))
                 if op in ("min", "max"):
                     if got != wants[op]:
-                        raise WrongResult("%s %s: %r, NumPy's %r"
-                                          % (impl, op, got, float(wants[op])))
+                        raise WrongResult(
+                            "%s %s: %r, NumPy's %r" % (impl, op, got, float(wants[op]))
+                        )
                 else:
                     check_rel(got, wants[op], 1e-4, "%s %s" % (impl, op))
                 timed[key] = fn
@@ -977,6 +1226,7 @@ class GoalRun:
 
         def dtod():
             cuda.memcpy_dtod(copy_out.gpudata, dxs.gpudata, xs.nbytes)
+
         try:
             copy_out.fill(0)
             dtod()
@@ -986,6 +1236,7 @@ class GoalRun:
             figs["dtod_us"] = failed(e)
         try:
             from pygpu.scan import InclusiveScanKernel
+
             kern = InclusiveScanKernel(np.float32, "a+b")
             kern(dxs, out)
             check_equal(out.get(), want, "pygpu inclusive scan")
@@ -1031,11 +1282,12 @@ class GoalRun:
         def pinned(direction):
             nb = cfg.pinned_mib * M
             hp = cuda.pagelocked_empty(nb // 4, np.float32)
-            hp[:] = h[:nb // 4] if nb <= big else 1.0
+            hp[:] = h[: nb // 4] if nb <= big else 1.0
             d = cuda.mem_alloc(nb)
             if direction == "htod":
                 return wall_gbs(lambda: cuda.memcpy_htod(d, hp), nb, False)
             return wall_gbs(lambda: cuda.memcpy_dtoh(hp, d), nb, False)
+
         for d, _ in COPY_DIRS:
             self.attempt("pinned_%s_gbs" % d, lambda d=d: pinned(d))
         self.release()
@@ -1057,10 +1309,15 @@ class GoalRun:
             if isinstance(plain, str):
                 raise NotAvailable(plain)
             plain.htod(int(dbuf), hs)
-            check_equal(plain.dtoh_fresh(int(dbuf), hs.size, hs.dtype), hs,
-                        "plain cuMemcpy round trip of %d MiB" % mib)
-            return ((lambda: plain.htod(int(dbuf), hs)),
-                    (lambda: plain.dtoh_fresh(int(dbuf), hs.size, hs.dtype)))
+            check_equal(
+                plain.dtoh_fresh(int(dbuf), hs.size, hs.dtype),
+                hs,
+                "plain cuMemcpy round trip of %d MiB" % mib,
+            )
+            return (
+                (lambda: plain.htod(int(dbuf), hs)),
+                (lambda: plain.dtoh_fresh(int(dbuf), hs.size, hs.dtype)),
+            )
 
         def setup_cupy(hs, mib):
             if cp is None:
@@ -1071,11 +1328,17 @@ class GoalRun:
 
         for mib in cfg.copy_mib:
             nb = mib * M
-            hs = h[:nb // 4]
-            for impl, setup in (("pygpu", setup_pygpu), ("plain", setup_plain),
-                                ("cupy", setup_cupy)):
-                keys = ["%s_%s_%d_%s_gbs" % (impl, d, mib, m) for d, _ in COPY_DIRS
-                        for m, _ in COPY_MODES]
+            hs = h[: nb // 4]
+            for impl, setup in (
+                ("pygpu", setup_pygpu),
+                ("plain", setup_plain),
+                ("cupy", setup_cupy),
+            ):
+                keys = [
+                    "%s_%s_%d_%s_gbs" % (impl, d, mib, m)
+                    for d, _ in COPY_DIRS
+                    for m, _ in COPY_MODES
+                ]
                 try:
                     fns = setup(hs, mib)
                 except Exception as e:
@@ -1089,8 +1352,10 @@ class GoalRun:
                     continue
                 for (d, _), fn in zip(COPY_DIRS, fns):
                     for m, _ in COPY_MODES:
-                        self.attempt("%s_%s_%d_%s_gbs" % (impl, d, mib, m),
-                                     lambda fn=fn, m=m: wall_gbs(fn, nb, m == "paused"))
+                        self.attempt(
+                            "%s_%s_%d_%s_gbs" % (impl, d, mib, m),
+                            lambda fn=fn, m=m: wall_gbs(fn, nb, m == "paused"),
+                        )
                 del fns
                 self.release()
 
@@ -1098,8 +1363,8 @@ class GoalRun:
         if HERE not in sys.path:
             sys.path.insert(0, HERE)
         import captured_arrays
-        r = captured_arrays.measure(self.cfg.graph_ops, self.cfg.n_small,
-                                    self.cfg.graph_replays)
+
+        r = captured_arrays.measure(self.cfg.graph_ops, self.cfg.n_small, self.cfg.graph_replays)
         for k in captured_arrays.KEYS:
             self.figs[k] = r[k]
             self.log("    %s: %s" % (k, fmt(r[k]) if not isinstance(r[k], str) else r[k]))
@@ -1124,25 +1389,36 @@ def report(figs, rows, info, out=None, header=True):
     text, notes = goal_table(rows)
     if header:
         print(gpu_line(info), file=out)
-    print("Issue 27's goals, each against a floor measured in this run (%s):"
-          % summary(rows), file=out)
+    print(
+        "Issue 27's goals, each against a floor measured in this run (%s):" % summary(rows),
+        file=out,
+    )
     print(text, file=out)
     for line in notes:
         print("- " + line, file=out)
     cap = figs.get("captured_us_per_op")
     eager = figs.get("eager_us_per_op")
     if _usable(cap) or _usable(eager):
-        print("(the same loop run eagerly: %s us an op; as a graphs.captured() function, its "
-              "inputs copied in each call: %s us an op)" % (fmt(eager), fmt(cap)), file=out)
+        print(
+            "(the same loop run eagerly: %s us an op; as a graphs.captured() function, its "
+            "inputs copied in each call: %s us an op)" % (fmt(eager), fmt(cap)),
+            file=out,
+        )
     names = figs.get("standin_calls_by_name")
     if isinstance(names, dict) and names:
-        print("(driver calls a small a + b on the stand-in: %s)"
-              % ", ".join("%s %g" % kv for kv in sorted(names.items())), file=out)
+        print(
+            "(driver calls a small a + b on the stand-in: %s)"
+            % ", ".join("%s %g" % kv for kv in sorted(names.items())),
+            file=out,
+        )
     rf = figs.get("read_floor_config")
     if isinstance(rf, dict):
-        print("(read floor: %d-element-deep unroll, %d blocks of 256 an SM on %d SMs, the "
-              "best of %d shapes)" % (rf["unroll"], rf["blocks_per_sm"], rf["sms"],
-                                      len(rf["us_400mb_by_config"])), file=out)
+        print(
+            "(read floor: %d-element-deep unroll, %d blocks of 256 an SM on %d SMs, the "
+            "best of %d shapes)"
+            % (rf["unroll"], rf["blocks_per_sm"], rf["sms"], len(rf["us_400mb_by_config"])),
+            file=out,
+        )
 
 
 def jsonable(obj):
@@ -1164,16 +1440,18 @@ def main(argv=None):
     args = ap.parse_args(argv)
     reason = gpu_reason()
     if reason is not None:
-        print("benchmarks/goals.py: nothing measured: this machine has no usable GPU (%s)"
-              % reason)
+        print("benchmarks/goals.py: nothing measured: this machine has no usable GPU (%s)" % reason)
         return 0
     cfg = Config(cupy=not args.no_cupy)
     figs, rows, info = measure(cfg)
     report(figs, rows, info)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(jsonable({"gpu": info, "config": cfg.as_dict(), "figures": figs,
-                                "goals": rows}), f, indent=1)
+            json.dump(
+                jsonable({"gpu": info, "config": cfg.as_dict(), "figures": figs, "goals": rows}),
+                f,
+                indent=1,
+            )
     return 0
 
 

@@ -27,6 +27,7 @@ GPU.  Measured, each the median of several bursts:
 
 The goal (issue 15) is replay <= 1.0 us a node.  docs/graphs.md explains.
 """
+
 import argparse
 import ctypes
 import json
@@ -64,20 +65,40 @@ def build_c():
     os.makedirs(out, exist_ok=True)
     so = os.path.join(out, "graphs_c.so")
     libdirs = [os.path.join(root, "lib64"), os.path.join(root, "lib64", "stubs")]
-    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", so, os.path.join(HERE, "graphs_c.c"),
-                    "-I" + os.path.join(root, "include")] + ["-L" + d for d in libdirs]
-                   + ["-lcuda"], check=True)
+    subprocess.run(
+        [
+            "cc",
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-o",
+            so,
+            os.path.join(HERE, "graphs_c.c"),
+            "-I" + os.path.join(root, "include"),
+        ]
+        + ["-L" + d for d in libdirs]
+        + ["-lcuda"],
+        check=True,
+    )
     lib = ctypes.CDLL(so)
     lib.graph_bench.restype = ctypes.c_int
-    lib.graph_bench.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_int,
-                                ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                                ctypes.POINTER(ctypes.c_double)]
+    lib.graph_bench.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_ulonglong,
+        ctypes.c_int,
+        ctypes.c_float,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_double),
+    ]
     return lib
 
 
 def measure_pygpu(nodes, replays):
     import pygpu.driver as cuda
     from pygpu.compiler import SourceModule
+
     f = SourceModule(ARGS3, no_extern_c=True).get_function("args3")
     p = cuda.mem_alloc(1 << 16)
     s = cuda.Stream()
@@ -93,6 +114,7 @@ def measure_pygpu(nodes, replays):
             prev = g.add_kernel_node(f, p, n, a, block=blk, grid=grd, dependencies=prev)
             ns.append(prev)
         return g, ns
+
     r["build_ms"] = 1e3 * median_s(build)
     g, ns = build()
     r["instantiate_ms"] = 1e3 * median_s(lambda: g.instantiate())
@@ -102,10 +124,12 @@ def measure_pygpu(nodes, replays):
     def update_nodes():
         for node in ns:
             exe.set_kernel_node_params(node, p, n, a2)
+
     r["update_ms"] = 1e3 * median_s(update_nodes)
 
     def rebuild_update():
         exe.update(build()[0])
+
     r["rebuild_update_ms"] = 1e3 * median_s(rebuild_update)
     exe.launch(s)
     s.synchronize()
@@ -114,6 +138,7 @@ def measure_pygpu(nodes, replays):
         for _ in range(replays):
             exe.launch(s)
         s.synchronize()
+
     r["replay_us_per_node"] = 1e6 * median_s(replay) / (replays * nodes)
 
     def eager():
@@ -121,6 +146,7 @@ def measure_pygpu(nodes, replays):
             for _ in range(nodes):
                 f(p, n, a, block=blk, grid=grd, stream=s)
         s.synchronize()
+
     eager()
     r["eager_us_per_launch"] = 1e6 * median_s(eager) / (replays * nodes)
 
@@ -130,14 +156,13 @@ def measure_pygpu(nodes, replays):
         best = None
         for _ in range(5):
             out = (ctypes.c_double * 4)()
-            rc = lib.graph_bench(f.handle, int(p), int(n), float(a), nodes, replays, s.handle,
-                                 out)
+            rc = lib.graph_bench(f.handle, int(p), int(n), float(a), nodes, replays, s.handle, out)
             if rc != 0:
                 raise RuntimeError("graphs_c.c: CUresult %d" % rc)
             best = list(out) if best is None else [min(x, y) for x, y in zip(best, out)]
         r["c_build_ms"], r["c_instantiate_ms"], r["c_update_ms"] = (1e3 * x for x in best[:3])
         r["c_replay_us_per_node"] = 1e6 * best[3] / (replays * nodes)
-    except Exception as e:   # no compiler, no libcuda stub
+    except Exception as e:  # no compiler, no libcuda stub
         r["c_error"] = str(e)
     return r
 
@@ -156,8 +181,11 @@ def measure_cuda_core(nodes, replays):
         dev.set_current()
         stream = dev.create_stream()
         arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
-        k = Program(ARGS3, code_type="c++", options=ProgramOptions(arch=arch)).compile(
-            "cubin").get_kernel("args3")
+        k = (
+            Program(ARGS3, code_type="c++", options=ProgramOptions(arch=arch))
+            .compile("cubin")
+            .get_kernel("args3")
+        )
         buf = dev.allocate(1 << 16, stream=stream)
         cfg = LaunchConfig(grid=1, block=32)
         n = np.int32(1000)
@@ -169,6 +197,7 @@ def measure_cuda_core(nodes, replays):
                 launch(gb, cfg, k, buf, n, a)
             gb.end_building()
             return gb
+
         r["build_ms"] = 1e3 * median_s(build)
         gb = build()
         r["instantiate_ms"] = 1e3 * median_s(lambda: gb.complete())
@@ -181,8 +210,9 @@ def measure_cuda_core(nodes, replays):
             for _ in range(replays):
                 graph.launch(stream)
             stream.sync()
+
         r["replay_us_per_node"] = 1e6 * median_s(replay) / (replays * nodes)
-    except Exception as e:   # an API this version lacks
+    except Exception as e:  # an API this version lacks
         r["error"] = "%s: %s" % (type(e).__name__, e)
     return r
 
@@ -190,8 +220,13 @@ def measure_cuda_core(nodes, replays):
 def table(res, nodes):
     p, c = res["pygpu"], res.get("cuda.core") or {}
     rows = [
-        ("replay, us a kernel node (goal <= 1.0)", "replay_us_per_node", "c_replay_us_per_node",
-         "replay_us_per_node", 1),
+        (
+            "replay, us a kernel node (goal <= 1.0)",
+            "replay_us_per_node",
+            "c_replay_us_per_node",
+            "replay_us_per_node",
+            1,
+        ),
         ("eager launches, us a launch", "eager_us_per_launch", None, None, 1),
         ("build %d nodes, ms" % nodes, "build_ms", "c_build_ms", "build_ms", 1),
         ("instantiate, ms", "instantiate_ms", "c_instantiate_ms", "instantiate_ms", 1),
@@ -214,8 +249,9 @@ def table(res, nodes):
         print("cuda.core:", c["error"])
     eager, replay = p.get("eager_us_per_launch"), p.get("replay_us_per_node")
     if eager and replay:
-        print("a graph replays %d kernels %.1fx faster than launching them" % (
-            nodes, eager / replay))
+        print(
+            "a graph replays %d kernels %.1fx faster than launching them" % (nodes, eager / replay)
+        )
 
 
 def main():
@@ -225,17 +261,24 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
     import pygpu.driver as cuda
+
     cuda.init()
     ctx = cuda.Device(0).retain_primary_context()
     ctx.push()
     try:
-        res = {"device": cuda.Device(0).name(), "nodes": args.nodes, "replays": args.replays,
-               "pygpu": measure_pygpu(args.nodes, args.replays)}
+        res = {
+            "device": cuda.Device(0).name(),
+            "nodes": args.nodes,
+            "replays": args.replays,
+            "pygpu": measure_pygpu(args.nodes, args.replays),
+        }
     finally:
         cuda.Context.pop()
     res["cuda.core"] = measure_cuda_core(args.nodes, args.replays)
-    print("%s, %d kernel nodes, %d replays (Python %s)" % (
-        res["device"], args.nodes, args.replays, sys.version.split()[0]))
+    print(
+        "%s, %d kernel nodes, %d replays (Python %s)"
+        % (res["device"], args.nodes, args.replays, sys.version.split()[0])
+    )
     table(res, args.nodes)
     if args.json:
         with open(args.json, "w") as f:

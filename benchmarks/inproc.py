@@ -2,6 +2,7 @@
 the measuring process: floor_tools.c built against the library files pygpu
 itself loaded (read from /proc/self/maps), and a paired, interleaved timer.
 """
+
 import ctypes
 import os
 import statistics
@@ -25,23 +26,41 @@ def build_tools(cuda_root):
     nvJitLink pygpu loaded (it loads both first); (lib, nvrtc path,
     nvJitLink path)."""
     from pygpu import compiler, linking
+
     compiler.compile('extern "C" __global__ void warm() {}', arch="sm_90", cache_dir=False)
     linking._ensure_nvjitlink()
     nvrtc, jl = loaded_library("libnvrtc.so"), loaded_library("libnvJitLink")
     build = os.path.join(HERE, "build")
     os.makedirs(build, exist_ok=True)
     so = os.path.join(build, "floor_tools.so")
-    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", so,
-                    os.path.join(HERE, "floor_tools.c"),
-                    "-I" + os.path.join(cuda_root, "include"), nvrtc, jl,
-                    "-Wl,-rpath," + os.path.dirname(nvrtc),
-                    "-Wl,-rpath," + os.path.dirname(jl)], check=True)
+    subprocess.run(
+        [
+            "cc",
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-o",
+            so,
+            os.path.join(HERE, "floor_tools.c"),
+            "-I" + os.path.join(cuda_root, "include"),
+            nvrtc,
+            jl,
+            "-Wl,-rpath," + os.path.dirname(nvrtc),
+            "-Wl,-rpath," + os.path.dirname(jl),
+        ],
+        check=True,
+    )
     lib = ctypes.CDLL(so)
     lib.nvrtc_cubin_once.restype = ctypes.c_double
     lib.nvrtc_cubin_once.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     lib.jl_lto_once.restype = ctypes.c_double
-    lib.jl_lto_once.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
-                                ctypes.c_size_t, ctypes.c_char_p]
+    lib.jl_lto_once.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_size_t,
+        ctypes.c_char_p,
+        ctypes.c_size_t,
+        ctypes.c_char_p,
+    ]
     return lib, nvrtc, jl
 
 

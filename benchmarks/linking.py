@@ -12,6 +12,7 @@ is the C median plus the median per-round difference.
 Goals (issue 15): pygpu <= 1.1x the C floor; a cached link in a new process
 <= 1 ms.
 """
+
 import argparse
 import os
 import statistics
@@ -92,20 +93,27 @@ def main():
         env = dict(os.environ, PYGPU_CACHE_DIR=cache)
         runs = []
         for i in range(8):
-            r = subprocess.run([sys.executable, "-c", CACHED if i else
-                                CACHED.replace("assert L.from_cache", "")] + [LIB, APP],
-                               capture_output=True, text=True, env=env, check=True)
+            r = subprocess.run(
+                [sys.executable, "-c", CACHED if i else CACHED.replace("assert L.from_cache", "")]
+                + [LIB, APP],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=True,
+            )
             if i:
                 runs.append([float(x) for x in r.stdout.split()])
         imp, comp, link = (statistics.median(col) for col in zip(*runs))
 
-    print("nvJitLink %s (%s), for pygpu and C alike" % (
-        ".".join(map(str, linking.nvjitlink_version())), jl_path))
-    print("Linking two LTO-IR modules into a cubin (sm_90), %d paired rounds of 3 each:"
-          % args.reps)
+    print(
+        "nvJitLink %s (%s), for pygpu and C alike"
+        % (".".join(map(str, linking.nvjitlink_version())), jl_path)
+    )
+    print(
+        "Linking two LTO-IR modules into a cubin (sm_90), %d paired rounds of 3 each:" % args.reps
+    )
     print("  C (nvJitLink calls)        %9.1f us" % c_us)
-    print("  pygpu Linker.link()        %9.1f us   %.3fx C  (goal <= 1.1x)"
-          % (py_us, py_us / c_us))
+    print("  pygpu Linker.link()        %9.1f us   %.3fx C  (goal <= 1.1x)" % (py_us, py_us / c_us))
     print("A linked result from the cache in a new process (median of 7 processes):")
     print("  Linker.link() (cache hit)  %9.1f us   (goal <= 1000 us)" % link)
     print("  two compile() hits before  %9.1f us   (LTO-IR from the compile cache)" % comp)

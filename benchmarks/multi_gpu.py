@@ -13,6 +13,7 @@
 Every result is checked (the periodograms against SciPy on 4096
 frequencies, the copies and reads element for element).  Prints a table.
 """
+
 import argparse
 import json
 import multiprocessing
@@ -59,25 +60,41 @@ def median(v):
 
 # ---- peer copies ----
 
+
 def peer_floor(repeat):
     root = cuda_root()
     build = os.path.join(HERE, "build")
     os.makedirs(build, exist_ok=True)
     exe = os.path.join(build, "peer_floor")
     libdirs = [os.path.join(root, "lib64"), os.path.join(root, "lib64", "stubs")]
-    subprocess.run(["cc", "-O2", "-o", exe, os.path.join(HERE, "peer_floor.c"),
-                    "-I" + os.path.join(root, "include")] + ["-L" + d for d in libdirs]
-                   + ["-lcuda"], check=True)
-    out = subprocess.run([exe, str(repeat)] + [str(s) for s in PEER_SIZES], check=True,
-                         capture_output=True, text=True).stdout
+    subprocess.run(
+        [
+            "cc",
+            "-O2",
+            "-o",
+            exe,
+            os.path.join(HERE, "peer_floor.c"),
+            "-I" + os.path.join(root, "include"),
+        ]
+        + ["-L" + d for d in libdirs]
+        + ["-lcuda"],
+        check=True,
+    )
+    out = subprocess.run(
+        [exe, str(repeat)] + [str(s) for s in PEER_SIZES],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return json.loads(out)
 
 
 def peer_pygpu(cuda, repeat):
     c0 = cuda.Device(0).retain_primary_context()
     c1 = cuda.Device(1).retain_primary_context()
-    peer = cuda.Device(0).can_access_peer(cuda.Device(1)) and \
-        cuda.Device(1).can_access_peer(cuda.Device(0))
+    peer = cuda.Device(0).can_access_peer(cuda.Device(1)) and cuda.Device(1).can_access_peer(
+        cuda.Device(0)
+    )
     n = max(PEER_SIZES)
     x = np.random.default_rng().integers(0, 256, n, dtype=np.uint8)
     with c1:
@@ -92,7 +109,7 @@ def peer_pygpu(cuda, repeat):
         e0, e1 = cuda.Event(), cuda.Event()
         res = {}
         for size in PEER_SIZES:
-            cuda.memcpy_peer(b, a, size)                     # warm up
+            cuda.memcpy_peer(b, a, size)  # warm up
             cuda.Context.synchronize()
             t = []
             for _ in range(repeat):
@@ -121,9 +138,11 @@ def peer_pygpu(cuda, repeat):
 
 # ---- Lomb-Scargle on 1 and 2 GPUs ----
 
+
 def ls_one_process(cuda):
     import multi_gpu_lombscargle as ex
     from scipy import signal
+
     rng = np.random.default_rng(1)
     x, y, freqs = ex.data(LS_NX, LS_NF, rng)
     one, t1, _ = ex.run(cuda, [0], x, y, freqs)
@@ -144,18 +163,31 @@ def mpiexec():
 
 def ls_mpi(ranks):
     exe = mpiexec()
-    r = subprocess.run([exe, "-n", str(ranks), sys.executable,
-                        os.path.join(ROOT, "examples", "mpi_lombscargle.py"), str(LS_NX),
-                        str(LS_NF), str(LS_CHECKED)], capture_output=True, text=True,
-                       timeout=900)
+    r = subprocess.run(
+        [
+            exe,
+            "-n",
+            str(ranks),
+            sys.executable,
+            os.path.join(ROOT, "examples", "mpi_lombscargle.py"),
+            str(LS_NX),
+            str(LS_NF),
+            str(LS_CHECKED),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if r.returncode != 0 or "ok: " not in r.stdout:
-        raise RuntimeError("mpi_lombscargle.py on %d ranks failed:\n%s%s"
-                           % (ranks, r.stdout, r.stderr))
+        raise RuntimeError(
+            "mpi_lombscargle.py on %d ranks failed:\n%s%s" % (ranks, r.stdout, r.stderr)
+        )
     m = re.search(r"on %d ranks?: ([0-9.]+) ms" % ranks, r.stdout)
     return float(m.group(1)) / 1e3
 
 
 # ---- reading imported memory ----
+
 
 def _exporter(conn, nbytes, seed):
     """Another process: owns the memory, exports it (legacy IPC and pool),
@@ -163,6 +195,7 @@ def _exporter(conn, nbytes, seed):
     import pygpu.autoinit  # noqa: F401
     import pygpu.driver as cuda
     from pygpu import ipc
+
     x = np.random.default_rng(seed).standard_normal(nbytes // 8)
     a = cuda.to_device(x)
     pool = cuda.MemoryPool()
@@ -177,6 +210,7 @@ def _exporter(conn, nbytes, seed):
 def imported_reads(cuda, repeat):
     from pygpu import ipc
     from pygpu.compiler import SourceModule
+
     f = SourceModule(READ_KERNEL).get_function("readsum")
     sms = cuda.Context.get_device().get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
     seed = 3
@@ -208,7 +242,10 @@ def imported_reads(cuda, repeat):
                     times.append(stop.time_since(start) / 1e3)
             got = cuda.from_device(out, 1, np.float64)[0]
             assert abs(got - want) <= 1e-6 * np.abs(x).sum(), "%s: sum %r, want %r" % (
-                name, got, want)
+                name,
+                got,
+                want,
+            )
             res[name] = READ_BYTES / median(times) / 1e9
         ipc_mem.close()
         pooled.free()
@@ -226,6 +263,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     repeat = 5 if a.quick else 20
     import pygpu.driver as cuda
+
     cuda.init()
     ndev = cuda.Device.count()
     names = [cuda.Device(i).name() for i in range(ndev)]
@@ -243,29 +281,51 @@ def main(argv=None):
         for kind in ("blocking_s", "async_s"):
             gb_f = size / fl[kind] / 1e9
             gb_p = size / ours[size][kind] / 1e9
-            rows.append(("memcpy_peer%s %d MiB" % (" + sync" if kind == "blocking_s" else "_async",
-                                                  size >> 20),
-                         "%.1f GB/s" % gb_p, "%.1f GB/s" % gb_f, "%.3f of the floor" % (gb_p / gb_f)))
+            rows.append(
+                (
+                    "memcpy_peer%s %d MiB"
+                    % (" + sync" if kind == "blocking_s" else "_async", size >> 20),
+                    "%.1f GB/s" % gb_p,
+                    "%.1f GB/s" % gb_f,
+                    "%.3f of the floor" % (gb_p / gb_f),
+                )
+            )
     t1, t2 = ls_one_process(cuda)
     results["lombscargle_one_process"] = {"1gpu_s": t1, "2gpu_s": t2}
-    rows.append(("Lomb-Scargle 2^10 x 2^24, one process", "2 GPUs %.1f ms" % (t2 * 1e3),
-                 "1 GPU %.1f ms" % (t1 * 1e3), "%.2fx" % (t1 / t2)))
+    rows.append(
+        (
+            "Lomb-Scargle 2^10 x 2^24, one process",
+            "2 GPUs %.1f ms" % (t2 * 1e3),
+            "1 GPU %.1f ms" % (t1 * 1e3),
+            "%.2fx" % (t1 / t2),
+        )
+    )
     if mpiexec() is None:
         rows.append(("Lomb-Scargle with MPI", "-", "-", "no mpiexec: skipped"))
     else:
         m1, m2 = ls_mpi(1), ls_mpi(2)
         results["lombscargle_mpi"] = {"1rank_s": m1, "2ranks_s": m2}
-        rows.append(("Lomb-Scargle 2^10 x 2^24, MPI", "2 ranks %.1f ms" % (m2 * 1e3),
-                     "1 rank %.1f ms" % (m1 * 1e3), "%.2fx" % (m1 / m2)))
+        rows.append(
+            (
+                "Lomb-Scargle 2^10 x 2^24, MPI",
+                "2 ranks %.1f ms" % (m2 * 1e3),
+                "1 rank %.1f ms" % (m1 * 1e3),
+                "%.2fx" % (m1 / m2),
+            )
+        )
     reads = imported_reads(cuda, repeat)
     results["imported_read_gbps"] = reads
     for name in ("IPC handle", "pool import"):
-        rows.append(("kernel read of 1 GiB, %s" % name, "%.0f GB/s" % reads[name],
-                     "local %.0f GB/s" % reads["local"],
-                     "%.3f of local" % (reads[name] / reads["local"])))
+        rows.append(
+            (
+                "kernel read of 1 GiB, %s" % name,
+                "%.0f GB/s" % reads[name],
+                "local %.0f GB/s" % reads["local"],
+                "%.3f of local" % (reads[name] / reads["local"]),
+            )
+        )
     cuda.Context.pop()
-    w = [max(len(r[i]) for r in rows + [("what", "pygpu", "reference", "ratio")])
-         for i in range(4)]
+    w = [max(len(r[i]) for r in rows + [("what", "pygpu", "reference", "ratio")]) for i in range(4)]
     for r in [("what", "pygpu", "reference", "ratio")] + rows:
         print("  ".join(c.ljust(w[i]) for i, c in enumerate(r)))
     if a.json:

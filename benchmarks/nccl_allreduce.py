@@ -26,6 +26,7 @@ The first size's result is checked against NumPy (random data, every GPU's
 copy).  Needs 2 GPUs or more and nccl4py (pip install 'pygpu[nccl]'); says
 why and exits 0 otherwise.
 """
+
 import argparse
 import json
 import os
@@ -34,7 +35,7 @@ import time
 
 import numpy as np
 
-os.environ.setdefault("NCCL_NVLS_ENABLE", "0")     # NVLink multicast stays off
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 DEFAULT_SIZES = "8K,256K,4M,64M,256M,1G"
@@ -81,6 +82,7 @@ def main(argv=None):
     dtype = np.dtype(args.dtype)
 
     import pygpu.driver as cuda
+
     try:
         cuda.init()
         ndev = cuda.Device.count()
@@ -89,6 +91,7 @@ def main(argv=None):
     if ndev < 2:
         not_run("needs 2 GPUs or more, %d visible" % ndev)
     from pygpu import gpuarray, nccl as pnccl
+
     if not pnccl.available():
         not_run("nccl4py is not importable (pip install 'pygpu[nccl]')")
     import nccl.core as nccl
@@ -101,13 +104,12 @@ def main(argv=None):
     for k, c in enumerate(comms):
         with c.context:
             streams.append(cuda.Stream())
-            CoreDevice(k).set_current()          # the same primary context
+            CoreDevice(k).set_current()  # the same primary context
             core_streams.append(CoreDevice(k).create_stream())
         c.stream = streams[-1]
     names = [cuda.Device(k).name() for k in range(ndev)]
     info = nccl.get_version()
-    print("%d GPUs: %s; NCCL %s, nccl4py %s" % (ndev, ", ".join(names), info.libnccl,
-                                               info.nccl4py))
+    print("%d GPUs: %s; NCCL %s, nccl4py %s" % (ndev, ", ".join(names), info.libnccl, info.nccl4py))
 
     def sync_pygpu():
         for c, s in zip(comms, streams):
@@ -128,8 +130,7 @@ def main(argv=None):
         for c in comms:
             h = rng.standard_normal(n).astype(dtype) if i == 0 else None
             with c.context:
-                arrays.append(gpuarray.to_gpu(h) if h is not None else
-                              gpuarray.zeros(n, dtype))
+                arrays.append(gpuarray.to_gpu(h) if h is not None else gpuarray.zeros(n, dtype))
             hosts.append(h)
         if i == 0:
             with pnccl.group(comms):
@@ -142,11 +143,15 @@ def main(argv=None):
                     got = a.get()
                 err = float(np.max(np.abs(got - want)) / max(1.0, np.max(np.abs(want))))
                 if err > (1e-5 if dtype.itemsize == 4 else 1e-12):
-                    print("FAILED: the all-reduce of %s on device %d is off by %.1e"
-                          % (fmt_size(nbytes), c.device, err))
+                    print(
+                        "FAILED: the all-reduce of %s on device %d is off by %.1e"
+                        % (fmt_size(nbytes), c.device, err)
+                    )
                     sys.exit(1)
-            print("ok: the all-reduce of %s of random %s on %d GPUs equals NumPy's sum"
-                  % (fmt_size(nbytes), dtype, ndev))
+            print(
+                "ok: the all-reduce of %s of random %s on %d GPUs equals NumPy's sum"
+                % (fmt_size(nbytes), dtype, ndev)
+            )
 
         def pygpu_round():
             with pnccl.group(comms):
@@ -160,12 +165,15 @@ def main(argv=None):
 
         bufs = []
         for k, c in enumerate(comms):
-            with c.context:          # cuda.core's Buffer needs a current context
+            with c.context:  # cuda.core's Buffer needs a current context
                 bufs.append(nccl.mem_alloc(nbytes, k))
         ptrs = [int(b.handle) for b in bufs]
         sptrs = [int(s.handle) for s in core_streams]
         nccl_dtype = int(nccl.NcclDataType.from_numpy_dtype(dtype))
-        op_sum, comm_ptrs = int(nccl.SUM), [r._comm for r in raw]   # the bindings take the Comm object
+        op_sum, comm_ptrs = (
+            int(nccl.SUM),
+            [r._comm for r in raw],
+        )  # the bindings take the Comm object
 
         def own_round():
             nb.group_start()
@@ -180,28 +188,45 @@ def main(argv=None):
         factor = 2.0 * (ndev - 1) / ndev
         row = {"bytes": nbytes, "iters": iters}
         for key, t in (("pygpu", t_pg), ("nccl4py_gpuarray", t_dir), ("nccl_own", t_own)):
-            row[key] = {"us": t * 1e6, "algbw_GBs": nbytes / t / 1e9,
-                        "busbw_GBs": nbytes / t / 1e9 * factor}
+            row[key] = {
+                "us": t * 1e6,
+                "algbw_GBs": nbytes / t / 1e9,
+                "busbw_GBs": nbytes / t / 1e9 * factor,
+            }
         rows.append(row)
         for b in bufs:
             nccl.mem_free(b)
         del arrays
 
-    head = ("| size per GPU | pygpu: us / bus GB/s | nccl4py on GPUArrays: us / bus GB/s "
-            "| NCCL's own (raw call): us / bus GB/s | pygpu / NCCL's own |")
+    head = (
+        "| size per GPU | pygpu: us / bus GB/s | nccl4py on GPUArrays: us / bus GB/s "
+        "| NCCL's own (raw call): us / bus GB/s | pygpu / NCCL's own |"
+    )
     print()
     print(head)
     print("|---|---|---|---|---|")
     for r in rows:
-        cells = ["%.1f / %.1f" % (r[k]["us"], r[k]["busbw_GBs"])
-                 for k in ("pygpu", "nccl4py_gpuarray", "nccl_own")]
-        print("| %s | %s | %s | %s | %.2f |" % (fmt_size(r["bytes"]), cells[0], cells[1],
-                                               cells[2], r["pygpu"]["busbw_GBs"]
-                                               / r["nccl_own"]["busbw_GBs"]))
+        cells = [
+            "%.1f / %.1f" % (r[k]["us"], r[k]["busbw_GBs"])
+            for k in ("pygpu", "nccl4py_gpuarray", "nccl_own")
+        ]
+        print(
+            "| %s | %s | %s | %s | %.2f |"
+            % (
+                fmt_size(r["bytes"]),
+                cells[0],
+                cells[1],
+                cells[2],
+                r["pygpu"]["busbw_GBs"] / r["nccl_own"]["busbw_GBs"],
+            )
+        )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"gpus": names, "nccl": str(info.libnccl), "dtype": str(dtype),
-                       "rows": rows}, f, indent=1)
+            json.dump(
+                {"gpus": names, "nccl": str(info.libnccl), "dtype": str(dtype), "rows": rows},
+                f,
+                indent=1,
+            )
     for c in comms:
         c.destroy()
 

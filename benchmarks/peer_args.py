@@ -14,21 +14,27 @@ Through pygpu, CuPy RawKernel, cuda.core and PyCUDA (each that imports):
 Each probe runs in its own process.  The comparison chapter of the manual
 quotes the result.
 """
+
 import sys
 
 import numpy as np
 
-SRC = ('extern "C" __global__ void probe(int i, float f, short h, double *out)\n'
-       '{ out[0] = i; out[1] = f; out[2] = h; }\n')
-HSRC = ('#include "probe_val.h"\n'
-        'extern "C" __global__ void probe(int i, float f, short h, double *out)\n'
-        '{ out[0] = VAL; out[1] = 0; out[2] = 0; }\n')
+SRC = (
+    'extern "C" __global__ void probe(int i, float f, short h, double *out)\n'
+    '{ out[0] = i; out[1] = f; out[2] = h; }\n'
+)
+HSRC = (
+    '#include "probe_val.h"\n'
+    'extern "C" __global__ void probe(int i, float f, short h, double *out)\n'
+    '{ out[0] = VAL; out[1] = 0; out[2] = 0; }\n'
+)
 
 
 def header_twice(build):
     """build(source, include_dir) -> a function that runs the kernel and
     returns out; compiles HSRC, edits the header, compiles it again."""
     import tempfile
+
     d = tempfile.mkdtemp()
     h = d + "/probe_val.h"
     with open(h, "w") as f:
@@ -38,6 +44,8 @@ def header_twice(build):
         f.write("#define VAL 22  /* edited */\n")
     second = build(HSRC, d)()
     return (first[0], second[0])
+
+
 ARGS = "(7, 2.5, -3)"
 
 
@@ -54,7 +62,9 @@ def via_pygpu(case):
     import pygpu.autoinit  # noqa: F401
     import pygpu.driver as cuda
     from pygpu.compiler import SourceModule
+
     if case == "header":
+
         def build(src, d):
             f = SourceModule(src, no_extern_c=True, options=["-I" + d]).get_function("probe")
 
@@ -62,7 +72,9 @@ def via_pygpu(case):
                 out = np.zeros(3)
                 f(7, 2.5, -3, cuda.Out(out), block=(1, 1, 1))
                 return out
+
             return run
+
         return header_twice(build)
     f = SourceModule(SRC, no_extern_c=True).get_function("probe")
     out = np.zeros(3)
@@ -80,7 +92,9 @@ def via_pygpu(case):
 
 def via_cupy(case):
     import cupy as cp
+
     if case == "header":
+
         def build(src, d):
             f = cp.RawModule(code=src, options=("-I" + d,)).get_function("probe")
 
@@ -88,7 +102,9 @@ def via_cupy(case):
                 out = cp.zeros(3, cp.float64)
                 f((1,), (1,), (np.int32(7), np.float32(2.5), np.int16(-3), out))
                 return out.get()
+
             return run
+
         return header_twice(build)
     f = cp.RawKernel(SRC, "probe")
     out = cp.zeros(3, cp.float64)
@@ -110,37 +126,75 @@ def via_cuda_core(case):
     except ImportError:
         from cuda.core.experimental import Device, LaunchConfig, Program, ProgramOptions, launch
     import cupy as cp
+
     dev = Device()
     dev.set_current()
     s = dev.create_stream()
     arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
     if case == "header":
+
         def build(src, d):
-            k = Program(src, code_type="c++", options=ProgramOptions(arch=arch, include_path=d)
-                        ).compile("cubin").get_kernel("probe")
+            k = (
+                Program(src, code_type="c++", options=ProgramOptions(arch=arch, include_path=d))
+                .compile("cubin")
+                .get_kernel("probe")
+            )
 
             def run():
                 out = cp.zeros(3, cp.float64)
-                launch(s, LaunchConfig(grid=1, block=1), k, np.int32(7), np.float32(2.5),
-                       np.int16(-3), out.data.ptr)
+                launch(
+                    s,
+                    LaunchConfig(grid=1, block=1),
+                    k,
+                    np.int32(7),
+                    np.float32(2.5),
+                    np.int16(-3),
+                    out.data.ptr,
+                )
                 s.sync()
                 return out.get()
+
             return run
+
         return header_twice(build)
-    k = Program(SRC, code_type="c++", options=ProgramOptions(arch=arch)).compile(
-        "cubin").get_kernel("probe")
+    k = (
+        Program(SRC, code_type="c++", options=ProgramOptions(arch=arch))
+        .compile("cubin")
+        .get_kernel("probe")
+    )
     out = cp.zeros(3, cp.float64)
     if case == "f64":
-        launch(s, LaunchConfig(grid=1, block=1), k, np.int32(7), np.float64(2.5),
-               np.int16(-3), out.data.ptr)
+        launch(
+            s,
+            LaunchConfig(grid=1, block=1),
+            k,
+            np.int32(7),
+            np.float64(2.5),
+            np.int16(-3),
+            out.data.ptr,
+        )
     elif case == "numbers":
         launch(s, LaunchConfig(grid=1, block=1), k, 7, 2.5, -3, out.data.ptr)
     elif case == "block":
-        launch(s, LaunchConfig(grid=1, block=2048), k, np.int32(7), np.float32(2.5),
-               np.int16(-3), out.data.ptr)
+        launch(
+            s,
+            LaunchConfig(grid=1, block=2048),
+            k,
+            np.int32(7),
+            np.float32(2.5),
+            np.int16(-3),
+            out.data.ptr,
+        )
     else:
-        launch(s, LaunchConfig(grid=1, block=1), k, np.int32(7), np.float32(2.5),
-               np.int16(-3), np.zeros(3))
+        launch(
+            s,
+            LaunchConfig(grid=1, block=1),
+            k,
+            np.int32(7),
+            np.float32(2.5),
+            np.int16(-3),
+            np.zeros(3),
+        )
     s.sync()
     return out.get()
 
@@ -149,7 +203,9 @@ def via_pycuda(case):
     import pycuda.autoprimaryctx  # noqa: F401
     import pycuda.driver as drv
     from pycuda.compiler import SourceModule
+
     if case == "header":
+
         def build(src, d):
             f = SourceModule(src, no_extern_c=True, include_dirs=[d]).get_function("probe")
 
@@ -157,7 +213,9 @@ def via_pycuda(case):
                 out = np.zeros(3)
                 f(np.int32(7), np.float32(2.5), np.int16(-3), drv.Out(out), block=(1, 1, 1))
                 return out
+
             return run
+
         return header_twice(build)
     f = SourceModule(SRC, no_extern_c=True).get_function("probe")
     out = np.zeros(3)
@@ -173,27 +231,32 @@ def via_pycuda(case):
     return out
 
 
-PROBES = {"pygpu": via_pygpu, "cupy": via_cupy, "cuda.core": via_cuda_core,
-          "pycuda": via_pycuda}
-CASES = (("numbers", "probe(int i, float f, short h, double *out) called with " + ARGS),
-         ("block", "the same launched with a block of 2048 threads"),
-         ("host", "a NumPy (host) array passed for double *out"),
-         ("f64", "np.float64(2.5) passed for float f (with np.int32(7), np.int16(-3))"),
-         ("header", "VAL from an included header, before and after editing it (1 -> 22)"))
+PROBES = {"pygpu": via_pygpu, "cupy": via_cupy, "cuda.core": via_cuda_core, "pycuda": via_pycuda}
+CASES = (
+    ("numbers", "probe(int i, float f, short h, double *out) called with " + ARGS),
+    ("block", "the same launched with a block of 2048 threads"),
+    ("host", "a NumPy (host) array passed for double *out"),
+    ("f64", "np.float64(2.5) passed for float f (with np.int32(7), np.int16(-3))"),
+    ("header", "VAL from an included header, before and after editing it (1 -> 22)"),
+)
 
 
 def main():
-    if len(sys.argv) == 3:          # one probe, in its own process (a fault is sticky)
+    if len(sys.argv) == 3:  # one probe, in its own process (a fault is sticky)
         show(sys.argv[1], lambda: PROBES[sys.argv[1]](sys.argv[2]))
         return 0
     import subprocess
+
     for case, title in CASES:
         print(title + ":")
         for name in PROBES:
-            r = subprocess.run([sys.executable, __file__, name, case], capture_output=True,
-                               text=True)
-            out = r.stdout.strip() or ("%-10s exited %d: %s" % (
-                name, r.returncode, (r.stderr.strip().splitlines() or [""])[-1][:110]))
+            r = subprocess.run(
+                [sys.executable, __file__, name, case], capture_output=True, text=True
+            )
+            out = r.stdout.strip() or (
+                "%-10s exited %d: %s"
+                % (name, r.returncode, (r.stderr.strip().splitlines() or [""])[-1][:110])
+            )
             print("  " + out)
     return 0
 

@@ -6,6 +6,7 @@ NVTX is a CPU-side API: no GPU is needed.
 
     python3 benchmarks/profiler.py [--child]
 """
+
 import os
 import subprocess
 import sys
@@ -20,10 +21,17 @@ N = 200000
 def measure():
     import contextlib
     from pygpu import profiler
+
     r = profiler.time_range("bench")
     null = contextlib.nullcontext()
-    g = {"r": r, "tr": profiler.time_range, "mark": profiler.mark, "null": null,
-         "push": profiler.range_push, "pop": profiler.range_pop}
+    g = {
+        "r": r,
+        "tr": profiler.time_range,
+        "mark": profiler.mark,
+        "null": null,
+        "push": profiler.range_push,
+        "pop": profiler.range_pop,
+    }
 
     @profiler.time_range("deco")
     def deco():
@@ -31,6 +39,7 @@ def measure():
 
     def plain():
         pass
+
     g["deco"], g["plain"] = deco, plain
     cases = [
         ("empty with (nullcontext)", "with null: pass"),
@@ -60,8 +69,9 @@ def child():
 
 
 def run(env):
-    r = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, __file__, "--child"], env=env, capture_output=True, text=True, timeout=600
+    )
     if r.returncode != 0:
         sys.exit(r.stderr)
     lines = r.stdout.splitlines()
@@ -70,6 +80,7 @@ def run(env):
 
 def main():
     from pygpu import profiler
+
     print("NVTX compiled in: %s" % profiler.NVTX_AVAILABLE)
     env = {k: v for k, v in os.environ.items() if k != "NVTX_INJECTION64_PATH"}
     attached, quiet = run(env)
@@ -78,8 +89,9 @@ def main():
         sys.path.insert(0, os.path.join(ROOT, "tests"))
         try:
             import test_profiler
+
             lib = test_profiler.build_recorder(d)
-        except BaseException as e:       # pytest.skip is a BaseException
+        except BaseException as e:  # pytest.skip is a BaseException
             print("(no recording injection library: %s)" % e)
             lib = None
         if lib is not None:

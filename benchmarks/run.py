@@ -10,6 +10,7 @@ measured in this run, marked MET / NOT MET, under the GPU's name, driver
 and clocks (--no-goals leaves them out).  Without a GPU it says so and
 exits 0.  The method is in docs/benchmarks.md.
 """
+
 import argparse
 import functools
 import json
@@ -28,23 +29,29 @@ import inproc  # benchmarks/inproc.py: the C compile floor in this process
 HERE = os.path.dirname(os.path.abspath(__file__))
 ARGS3 = 'extern "C" __global__ void args3(float *p, int n, float a) { if (n < 0) p[0] = a; }\n'
 EMPTY = 'extern "C" __global__ void empty() { }\n'
-SAXPY = ('extern "C" __global__ void saxpy(float a, const float *x, float *y, int n)\n'
-         '{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }\n')
-ADD = ('extern "C" __global__ void add(const float4 *x, const float4 *y, float4 *z, int n4)\n'
-       '{ int i = blockIdx.x * blockDim.x + threadIdx.x;\n'
-       '  if (i < n4) { float4 a = x[i], b = y[i];\n'
-       '    z[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); } }\n')
+SAXPY = (
+    'extern "C" __global__ void saxpy(float a, const float *x, float *y, int n)\n'
+    '{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }\n'
+)
+ADD = (
+    'extern "C" __global__ void add(const float4 *x, const float4 *y, float4 *z, int n4)\n'
+    '{ int i = blockIdx.x * blockDim.x + threadIdx.x;\n'
+    '  if (i < n4) { float4 a = x[i], b = y[i];\n'
+    '    z[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); } }\n'
+)
 BURST, BURSTS = 500, 20
-LAUNCH_ROUNDS = 300     # rounds of the interleaved launch rows (paired; ~8 s)
+LAUNCH_ROUNDS = 300  # rounds of the interleaved launch rows (paired; ~8 s)
 # the Lomb-Scargle kernel of examples/lombscargle.py at the size
 # ../shared/PERFORMANCE.md measured (2^10 samples, 2^20 frequencies, blocks
 # of 128, SMs x 20 blocks), compiled with the same options by every peer and
 # the C floor: float64 with __launch_bounds__, float32 with fast math too
 LS_NX, LS_NF = 1 << 10, 1 << 20
-LS_OPTIONS = {np.float64: ["-DLOMBSCARGLE_BOUNDS=128"],
-              np.float32: ["-DLOMBSCARGLE_BOUNDS=128", "-use_fast_math"]}
-LS_TOLERANCE = {np.float64: 1e-9, np.float32: 2e-2}    # max error / max |SciPy|
-LS_CHECKED = 4096       # frequencies checked against SciPy (all of them: 50 s)
+LS_OPTIONS = {
+    np.float64: ["-DLOMBSCARGLE_BOUNDS=128"],
+    np.float32: ["-DLOMBSCARGLE_BOUNDS=128", "-use_fast_math"],
+}
+LS_TOLERANCE = {np.float64: 1e-9, np.float32: 2e-2}  # max error / max |SciPy|
+LS_CHECKED = 4096  # frequencies checked against SciPy (all of them: 50 s)
 LS_KEY = {np.float64: "lombscargle64_ms", np.float32: "lombscargle_ms"}
 _ls_cache = {}
 
@@ -69,6 +76,7 @@ def ls_check(pgram, dtype, who):
     float64 result; raise if off.  SciPy's time for the whole periodogram is
     estimated from the subset (all of it takes about a minute)."""
     from scipy import signal
+
     x, y, freqs = ls_data()
     if "want" not in _ls_cache:
         idx = np.sort(np.random.default_rng(2).choice(LS_NF, LS_CHECKED, replace=False))
@@ -80,8 +88,10 @@ def ls_check(pgram, dtype, who):
     got = np.asarray(pgram, np.float64)[idx]
     err = np.max(np.abs(got - want)) / np.max(np.abs(want))
     if not err <= LS_TOLERANCE[dtype]:
-        raise AssertionError("%s: Lomb-Scargle %s result off by %g (tolerance %g)"
-                             % (who, np.dtype(dtype).name, err, LS_TOLERANCE[dtype]))
+        raise AssertionError(
+            "%s: Lomb-Scargle %s result off by %g (tolerance %g)"
+            % (who, np.dtype(dtype).name, err, LS_TOLERANCE[dtype])
+        )
     _ls_cache.setdefault("errors", {})[(who, np.dtype(dtype).name)] = err
     return _ls_cache["scipy_ms"]
 
@@ -99,7 +109,14 @@ def run_floor():
     os.makedirs(build, exist_ok=True)
     exe = os.path.join(build, "floor")
     libdirs = [os.path.join(root, "lib64"), os.path.join(root, "lib64", "stubs")]
-    cmd = ["cc", "-O2", "-o", exe, os.path.join(HERE, "floor.c"), "-I" + os.path.join(root, "include")]
+    cmd = [
+        "cc",
+        "-O2",
+        "-o",
+        exe,
+        os.path.join(HERE, "floor.c"),
+        "-I" + os.path.join(root, "include"),
+    ]
     cmd += ["-L" + d for d in libdirs] + ["-lcuda", "-lnvrtc", "-Wl,-rpath," + libdirs[0]]
     subprocess.run(cmd, check=True)
     data, out = os.path.join(build, "ls_data.bin"), os.path.join(build, "ls_out.bin")
@@ -107,8 +124,14 @@ def run_floor():
         for a in ls_data():
             f.write(np.ascontiguousarray(a, np.float64).tobytes())
     src = os.path.join(HERE, "..", "kernels", "lombscargle.cu")
-    res = json.loads(subprocess.run([exe, src, data, str(LS_NX), str(LS_NF), out], check=True,
-                                    capture_output=True, text=True).stdout)
+    res = json.loads(
+        subprocess.run(
+            [exe, src, data, str(LS_NX), str(LS_NF), out],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     raw = np.fromfile(out, np.uint8)
     for dtype, lo, hi in ((np.float64, 0, 8 * LS_NF), (np.float32, 8 * LS_NF, 12 * LS_NF)):
         try:
@@ -122,19 +145,37 @@ def run_floor():
 def build_inproc_floor():
     """floor_inproc.c as a shared library (ctypes), or None if it fails."""
     import ctypes
+
     root = cuda_include()
     build = os.path.join(HERE, "build")
     os.makedirs(build, exist_ok=True)
     so = os.path.join(build, "floor_inproc.so")
     libdirs = [os.path.join(root, "lib64"), os.path.join(root, "lib64", "stubs")]
-    cmd = ["cc", "-O2", "-shared", "-fPIC", "-o", so, os.path.join(HERE, "floor_inproc.c"),
-           "-I" + os.path.join(root, "include")] + ["-L" + d for d in libdirs] + ["-lcuda"]
+    cmd = (
+        [
+            "cc",
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-o",
+            so,
+            os.path.join(HERE, "floor_inproc.c"),
+            "-I" + os.path.join(root, "include"),
+        ]
+        + ["-L" + d for d in libdirs]
+        + ["-lcuda"]
+    )
     subprocess.run(cmd, check=True)
     lib = ctypes.CDLL(so)
     for fn in (lib.launch_burst, lib.launch_burst_ex):
         fn.restype = ctypes.c_double
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_int, ctypes.c_float,
-                       ctypes.c_int]
+        fn.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_ulonglong,
+            ctypes.c_int,
+            ctypes.c_float,
+            ctypes.c_int,
+        ]
     return lib
 
 
@@ -143,15 +184,29 @@ def build_least_binding():
     """least_binding.c as an extension module of this interpreter, or None."""
     import importlib.util
     import sysconfig
+
     root = cuda_include()
     build = os.path.join(HERE, "build")
     os.makedirs(build, exist_ok=True)
     so = os.path.join(build, "least_binding" + sysconfig.get_config_var("EXT_SUFFIX"))
     libdirs = [os.path.join(root, "lib64"), os.path.join(root, "lib64", "stubs")]
-    r = subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", so,
-                        os.path.join(HERE, "least_binding.c"),
-                        "-I" + sysconfig.get_paths()["include"], "-I" + os.path.join(root, "include")]
-                       + ["-L" + d for d in libdirs] + ["-lcuda"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            "cc",
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-o",
+            so,
+            os.path.join(HERE, "least_binding.c"),
+            "-I" + sysconfig.get_paths()["include"],
+            "-I" + os.path.join(root, "include"),
+        ]
+        + ["-L" + d for d in libdirs]
+        + ["-lcuda"],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
         print("least_binding.c did not build:\n" + r.stderr, file=sys.stderr)
         return None
@@ -159,7 +214,7 @@ def build_least_binding():
     try:
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-    except ImportError as e:          # no libcuda.so.1 here
+    except ImportError as e:  # no libcuda.so.1 here
         print("least_binding: %s" % e, file=sys.stderr)
         return None
     return mod
@@ -179,15 +234,14 @@ def interleaved(fns, n=BURST, reps=BURSTS, sync=None, paired=None):
         sync()
     for r in range(reps):
         # each round starts at another row: no row always follows the same one
-        for k in order[r % len(order):] + order[:r % len(order)]:
+        for k in order[r % len(order) :] + order[: r % len(order)]:
             times[k].append(fns[k](n) / n * 1e6)
             if sync:
                 sync()
     med = {k: statistics.median(v) for k, v in times.items()}
     if paired is None:
         return med
-    diff = {k: statistics.median(a - b for a, b in zip(v, times[paired]))
-            for k, v in times.items()}
+    diff = {k: statistics.median(a - b for a, b in zip(v, times[paired])) for k, v in times.items()}
     return med, diff
 
 
@@ -197,14 +251,17 @@ def timed_loop(call):
         for _ in range(count):
             call()
         return time.perf_counter() - t
+
     return run
 
 
 def stmt_loop(stmt, **names):
     """run(count) -> seconds for count executions of the statement, written
     inline in the loop as a user writes it (no lambda between: timeit's way)."""
-    src = ("def run(count):\n    t = _pc()\n    for _ in range(count):\n        %s\n"
-           "    return _pc() - t\n" % stmt)
+    src = (
+        "def run(count):\n    t = _pc()\n    for _ in range(count):\n        %s\n"
+        "    return _pc() - t\n" % stmt
+    )
     g = dict(names, _pc=time.perf_counter)
     exec(src, g)
     return g["run"]
@@ -257,8 +314,17 @@ def launch_rows(cuda, f, fp, d, bound):
     block, grid = (32, 1, 1), (1, 1)
     lib = build_inproc_floor()
     null = cuda._driver._null_call
-    ns = dict(f=f, fp=fp, d=d, block=block, grid=grid, bound=bound, null=null,
-              n=np.int32(1000), a=np.float32(2.0))
+    ns = dict(
+        f=f,
+        fp=fp,
+        d=d,
+        block=block,
+        grid=grid,
+        bound=bound,
+        null=null,
+        n=np.int32(1000),
+        a=np.float32(2.0),
+    )
     fns = {
         "floor": lambda count: lib.launch_burst(f.handle, int(d), 1000, 2.0, count),
         "launch_enqueue_us": stmt_loop("f(d, 1000, 2.0, block=block, grid=grid)", **ns),
@@ -275,10 +341,12 @@ def launch_rows(cuda, f, fp, d, bound):
     least = build_least_binding()
     if least is not None:
         # the least any binding can do: no checks, four positional ints/floats
-        fns["launch_least_us"] = stmt_loop("least(h, p, 1000, 2.0)", least=least.raw,
-                                           h=f.handle, p=int(d))
-        fns["launch_least_ex_us"] = stmt_loop("least(h, p, 1000, 2.0)", least=least.raw_ex,
-                                              h=f.handle, p=int(d))
+        fns["launch_least_us"] = stmt_loop(
+            "least(h, p, 1000, 2.0)", least=least.raw, h=f.handle, p=int(d)
+        )
+        fns["launch_least_ex_us"] = stmt_loop(
+            "least(h, p, 1000, 2.0)", least=least.raw_ex, h=f.handle, p=int(d)
+        )
     # the C loop through cuLaunchKernelEx, pygpu's entry point (the floor
     # stays the cuLaunchKernel loop; this shows what the entry point gives)
     fns["floor_ex"] = lambda count: lib.launch_burst_ex(f.handle, int(d), 1000, 2.0, count)
@@ -293,11 +361,15 @@ def launch_rows(cuda, f, fp, d, bound):
             r[k] = m["floor"] + dm[k]
     r["floor_ex_us"] = m["floor"] + dm["floor_ex"]
     r["launch_prepared_us"] = m["floor"] + dm["launch_prepared_us"]
-    r["launch_unpaired_us"] = {k: m[k] for k in ("launch_enqueue_us", "launch_bound_us",
-                                                 "launch_prepared_us")}
+    r["launch_unpaired_us"] = {
+        k: m[k] for k in ("launch_enqueue_us", "launch_bound_us", "launch_prepared_us")
+    }
     r["floor_inproc_us"] = m["floor"]
-    r["null_us"] = {"launch_enqueue_us": m["null_call_us"], "launch_bound_us": m["null_bound_us"],
-                    "launch_prepared_us": m["null_prepared_us"]}
+    r["null_us"] = {
+        "launch_enqueue_us": m["null_call_us"],
+        "launch_bound_us": m["null_bound_us"],
+        "launch_prepared_us": m["null_prepared_us"],
+    }
     return r
 
 
@@ -317,8 +389,11 @@ class guard:
             return False
         lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
         self.errors[self.name] = "%s: %s" % (et.__name__, (lines[0] if lines else "")[:200])
-        print("run.py: %s not measured: %s" % (self.name, self.errors[self.name]),
-              file=sys.stderr, flush=True)
+        print(
+            "run.py: %s not measured: %s" % (self.name, self.errors[self.name]),
+            file=sys.stderr,
+            flush=True,
+        )
         return True
 
 
@@ -329,7 +404,7 @@ def measure_pygpu():
     from pygpu.compiler import SourceModule
 
     r = {}
-    errors = r["errors"] = {}     # a block that fails: its name and why
+    errors = r["errors"] = {}  # a block that fails: its name and why
     sync = cuda.Context.synchronize
     mod = SourceModule(ARGS3 + EMPTY, no_extern_c=True)
     f, e = mod.get_function("args3"), mod.get_function("empty")
@@ -343,11 +418,14 @@ def measure_pygpu():
     fp.prepare("Pif")
     with guard(errors, "launch rows"):
         r.update(launch_rows(cuda, f, fp, d, bound))
-        r["launch_throughput_us"] = burst("e(block=block, grid=grid)", n=20000, reps=5, sync=sync, ns=locals())
+        r["launch_throughput_us"] = burst(
+            "e(block=block, grid=grid)", n=20000, reps=5, sync=sync, ns=locals()
+        )
 
         def rt():
             f(d, 1000, 2.0, block=block, grid=grid)
             sync()
+
         r["round_trip_us"] = burst(rt, n=200)
         r["alloc_free_us"] = burst(lambda: cuda.mem_alloc(1 << 20).free(), n=1000)
 
@@ -366,6 +444,7 @@ def measure_pygpu():
         # where staging pays: the same copies with staging off (the plain
         # driver call) and on, from 1 MiB to 256 MiB
         from pygpu import _driver
+
         sweep = {}
         for mib in (1, 2, 4, 8, 16, 64, 256):
             nb = mib << 20
@@ -373,8 +452,12 @@ def measure_pygpu():
             for label, threshold in (("plain", 0), ("staged", 1)):
                 old = _driver._set_staging(threshold, 6, 4 << 20)
                 try:
-                    row[label + "_htod"] = bandwidth(lambda: cuda.memcpy_htod(db, pageable[:nb]), nb, sync)
-                    row[label + "_dtoh"] = bandwidth(lambda: cuda.memcpy_dtoh(pageable[:nb], db), nb, sync)
+                    row[label + "_htod"] = bandwidth(
+                        lambda: cuda.memcpy_htod(db, pageable[:nb]), nb, sync
+                    )
+                    row[label + "_dtoh"] = bandwidth(
+                        lambda: cuda.memcpy_dtoh(pageable[:nb], db), nb, sync
+                    )
                 finally:
                     _driver._set_staging(*old)
             sweep[mib] = row
@@ -396,11 +479,19 @@ def measure_pygpu():
             t = time.perf_counter()
             compiler.compile(SAXPY, cache_dir=False)
             return time.perf_counter() - t
+
         c_s, py_s = inproc.paired(c_once, py_once, rounds=7)
         r["compile_ms"], r["compile_floor_inproc_ms"] = py_s * 1e3, c_s * 1e3
         SourceModule(SAXPY, no_extern_c=True)
-        r["cache_hit_ms"] = burst("SourceModule(SAXPY, no_extern_c=True)", n=1000, reps=21,
-                                  ns=dict(SourceModule=SourceModule, SAXPY=SAXPY)) / 1e3
+        r["cache_hit_ms"] = (
+            burst(
+                "SourceModule(SAXPY, no_extern_c=True)",
+                n=1000,
+                reps=21,
+                ns=dict(SourceModule=SourceModule, SAXPY=SAXPY),
+            )
+            / 1e3
+        )
         binary = compiler.compile(SAXPY)
         r["module_load_ms"] = median_ms(lambda: cuda.module_from_buffer(binary), reps=21)
 
@@ -408,25 +499,35 @@ def measure_pygpu():
         # disk-cache hit in a new process: the compile() call itself, timed in
         # that process (after its interpreter and pygpu are up)
         env = dict(os.environ)
-        code = ("import time, pygpu.compiler as c; t = time.perf_counter(); "
-                "b = c.compile(%r, arch=%r); print((time.perf_counter() - t) * 1e3, "
-                "c.cache_info()['disk_hits'])" % (SAXPY, binary.arch))
+        code = (
+            "import time, pygpu.compiler as c; t = time.perf_counter(); "
+            "b = c.compile(%r, arch=%r); print((time.perf_counter() - t) * 1e3, "
+            "c.cache_info()['disk_hits'])" % (SAXPY, binary.arch)
+        )
         subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
         hits = []
         for _ in range(7):
-            out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
-                                 capture_output=True, text=True).stdout.split()
+            out = subprocess.run(
+                [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+            ).stdout.split()
             assert out[1] == "1", "expected a disk hit"
             hits.append(float(out[0]))
         r["disk_hit_ms"] = statistics.median(hits)
 
     with guard(errors, "import"):
         # what `import pygpu` adds to a process that already imported NumPy
-        code = ("import time, numpy; t = time.perf_counter(); import pygpu, pygpu.driver; "
-                "print((time.perf_counter() - t) * 1e3)")
+        code = (
+            "import time, numpy; t = time.perf_counter(); import pygpu, pygpu.driver; "
+            "print((time.perf_counter() - t) * 1e3)"
+        )
         r["import_ms"] = statistics.median(
-            float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                                 text=True).stdout) for _ in range(7))
+            float(
+                subprocess.run(
+                    [sys.executable, "-c", code], check=True, capture_output=True, text=True
+                ).stdout
+            )
+            for _ in range(7)
+        )
 
     with guard(errors, "x + y"):
         n = 10_000_000
@@ -448,20 +549,28 @@ def measure_pygpu():
             times.append(ev1.time_since(ev0) * 1e3)
         r["add_10m_us"] = statistics.median(times)
         zz = cuda.from_device(z, (n,), np.float32)
-        assert np.array_equal(zz, cuda.from_device(x, (n,), np.float32) + cuda.from_device(y, (n,), np.float32))
+        assert np.array_equal(
+            zz, cuda.from_device(x, (n,), np.float32) + cuda.from_device(y, (n,), np.float32)
+        )
 
     with guard(errors, "Lomb-Scargle"):
         sms = cuda.Context.get_device().get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
         for dtype in (np.float64, np.float32):
-            ls = SourceModule(ls_source(), options=LS_OPTIONS[dtype], no_extern_c=True).get_function(
-                "lombscargle_" + np.dtype(dtype).name)
+            ls = SourceModule(
+                ls_source(), options=LS_OPTIONS[dtype], no_extern_c=True
+            ).get_function("lombscargle_" + np.dtype(dtype).name)
             lx, ly, lf = (cuda.to_device(v.astype(dtype)) for v in ls_data())
             lp = cuda.mem_alloc(np.dtype(dtype).itemsize * LS_NF)
             r[LS_KEY[dtype]] = event_median_ms(
-                lambda: ls(LS_NX, LS_NF, lx, ly, lf, lp, dtype(0), block=(128, 1, 1),
-                           grid=(sms * 20, 1)), cuda.Event)
+                lambda: ls(
+                    LS_NX, LS_NF, lx, ly, lf, lp, dtype(0), block=(128, 1, 1), grid=(sms * 20, 1)
+                ),
+                cuda.Event,
+            )
             try:
-                r["scipy_lombscargle_ms"] = ls_check(cuda.from_device(lp, LS_NF, dtype), dtype, "pygpu")
+                r["scipy_lombscargle_ms"] = ls_check(
+                    cuda.from_device(lp, LS_NF, dtype), dtype, "pygpu"
+                )
             except ImportError:
                 pass
     return r
@@ -500,12 +609,21 @@ def measure_cupy():
     def rt():
         f((1,), (32,), (d, n, a))
         sync()
+
     r["round_trip_us"] = burst(rt, n=200)
-    r["compile_ms"] = median_ms(lambda: cp.RawModule(code=SAXPY + "// %f\n" % time.time())
-                                .get_function("saxpy"))
+    r["compile_ms"] = median_ms(
+        lambda: cp.RawModule(code=SAXPY + "// %f\n" % time.time()).get_function("saxpy")
+    )
     cp.RawModule(code=SAXPY).get_function("saxpy")
-    r["cache_hit_ms"] = burst('cp.RawModule(code=SAXPY).get_function("saxpy")', n=1000,
-                              reps=21, ns=dict(cp=cp, SAXPY=SAXPY)) / 1e3
+    r["cache_hit_ms"] = (
+        burst(
+            'cp.RawModule(code=SAXPY).get_function("saxpy")',
+            n=1000,
+            reps=21,
+            ns=dict(cp=cp, SAXPY=SAXPY),
+        )
+        / 1e3
+    )
     big = 256 << 20
     pageable = np.ones(big, np.uint8)
     db = cp.empty(big, cp.uint8)
@@ -530,7 +648,8 @@ def measure_cupy():
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     for dtype in (np.float64, np.float32):
         ls = cp.RawModule(code=ls_source(), options=tuple(LS_OPTIONS[dtype])).get_function(
-            "lombscargle_" + np.dtype(dtype).name)
+            "lombscargle_" + np.dtype(dtype).name
+        )
         lx, ly, lf = (cp.asarray(v.astype(dtype)) for v in ls_data())
         lp = cp.empty(LS_NF, dtype)
         args = (np.int32(LS_NX), np.int32(LS_NF), lx, ly, lf, lp, dtype(0))
@@ -572,32 +691,45 @@ def measure_cuda_core():
     n, a = np.int32(1000), np.float32(2.0)
     sync = stream.sync
     r["launch_enqueue_us"] = burst("launch(stream, cfg, f, buf, n, a)", sync=sync, ns=locals())
-    r["launch_throughput_us"] = burst("launch(stream, cfg, e)", n=20000, reps=5, sync=sync, ns=locals())
+    r["launch_throughput_us"] = burst(
+        "launch(stream, cfg, e)", n=20000, reps=5, sync=sync, ns=locals()
+    )
 
     def rt():
         launch(stream, cfg, f, buf, n, a)
         sync()
+
     r["round_trip_us"] = burst(rt, n=200)
-    r["compile_ms"] = median_ms(lambda: Program(SAXPY, code_type="c++",
-                                                options=ProgramOptions(arch=arch)).compile("cubin"))
+    r["compile_ms"] = median_ms(
+        lambda: Program(SAXPY, code_type="c++", options=ProgramOptions(arch=arch)).compile("cubin")
+    )
 
     # the Lomb-Scargle kernel, timed with pygpu's events on cuda.core's
     # stream (through __cuda_stream__); CuPy holds the arrays
     import cupy as cp
     import pygpu.driver as cuda
+
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     cfg = LaunchConfig(grid=sms * 20, block=128)
     for dtype in (np.float64, np.float32):
-        opts = ProgramOptions(arch=arch, define_macro="LOMBSCARGLE_BOUNDS=128",
-                              use_fast_math=dtype == np.float32)
-        k = Program(ls_source(), code_type="c++", options=opts).compile("cubin").get_kernel(
-            "lombscargle_" + np.dtype(dtype).name)
+        opts = ProgramOptions(
+            arch=arch, define_macro="LOMBSCARGLE_BOUNDS=128", use_fast_math=dtype == np.float32
+        )
+        k = (
+            Program(ls_source(), code_type="c++", options=opts)
+            .compile("cubin")
+            .get_kernel("lombscargle_" + np.dtype(dtype).name)
+        )
         lx, ly, lf = (cp.asarray(v.astype(dtype)) for v in ls_data())
         lp = cp.empty(LS_NF, dtype)
-        args = (np.int32(LS_NX), np.int32(LS_NF)) + tuple(
-            np.uintp(v.data.ptr) for v in (lx, ly, lf, lp)) + (dtype(0),)
-        r[LS_KEY[dtype]] = event_median_ms(lambda: launch(stream, cfg, k, *args), cuda.Event,
-                                           stream=stream)
+        args = (
+            (np.int32(LS_NX), np.int32(LS_NF))
+            + tuple(np.uintp(v.data.ptr) for v in (lx, ly, lf, lp))
+            + (dtype(0),)
+        )
+        r[LS_KEY[dtype]] = event_median_ms(
+            lambda: launch(stream, cfg, k, *args), cuda.Event, stream=stream
+        )
         try:
             ls_check(lp.get(), dtype, "cuda.core")
         except ImportError:
@@ -618,17 +750,22 @@ def measure_pycuda():
     d = drv.mem_alloc(1 << 20)
     n, a = np.int32(1000), np.float32(2.0)
     sync = drv.Context.synchronize
-    r["launch_enqueue_us"] = burst("f(d, n, a, block=(32, 1, 1), grid=(1, 1))", sync=sync, ns=locals())
+    r["launch_enqueue_us"] = burst(
+        "f(d, n, a, block=(32, 1, 1), grid=(1, 1))", sync=sync, ns=locals()
+    )
     fp = mod.get_function("args3")
     fp.prepare("Pif")
-    r["launch_prepared_us"] = burst("fp.prepared_call((1, 1), (32, 1, 1), d, n, a)",
-                                    sync=sync, ns=locals())
-    r["launch_throughput_us"] = burst("e(block=(32, 1, 1), grid=(1, 1))", n=20000, reps=5,
-                                      sync=sync, ns=locals())
+    r["launch_prepared_us"] = burst(
+        "fp.prepared_call((1, 1), (32, 1, 1), d, n, a)", sync=sync, ns=locals()
+    )
+    r["launch_throughput_us"] = burst(
+        "e(block=(32, 1, 1), grid=(1, 1))", n=20000, reps=5, sync=sync, ns=locals()
+    )
 
     def rt():
         f(d, n, a, block=(32, 1, 1), grid=(1, 1))
         sync()
+
     r["round_trip_us"] = burst(rt, n=200)
     r["alloc_free_us"] = burst(lambda: drv.mem_alloc(1 << 20).free(), n=1000)
 
@@ -652,12 +789,24 @@ def measure_pycuda():
     sms = dev.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
     for dtype in (np.float64, np.float32):
         ls = SourceModule(ls_source(), options=LS_OPTIONS[dtype], no_extern_c=True).get_function(
-            "lombscargle_" + np.dtype(dtype).name)
+            "lombscargle_" + np.dtype(dtype).name
+        )
         lx, ly, lf = (drv.to_device(v.astype(dtype)) for v in ls_data())
         lp = drv.mem_alloc(np.dtype(dtype).itemsize * LS_NF)
         r[LS_KEY[dtype]] = event_median_ms(
-            lambda: ls(np.int32(LS_NX), np.int32(LS_NF), lx, ly, lf, lp, dtype(0),
-                       block=(128, 1, 1), grid=(sms * 20, 1)), drv.Event)
+            lambda: ls(
+                np.int32(LS_NX),
+                np.int32(LS_NF),
+                lx,
+                ly,
+                lf,
+                lp,
+                dtype(0),
+                block=(128, 1, 1),
+                grid=(sms * 20, 1),
+            ),
+            drv.Event,
+        )
         try:
             ls_check(drv.from_device(lp, LS_NF, dtype), dtype, "PyCUDA")
         except ImportError:
@@ -667,9 +816,11 @@ def measure_pycuda():
 
 def measure_numba():
     import importlib.util
+
     if importlib.util.find_spec("numba") is None:
         return None
-    from numba import cuda as ncuda     # installed but failing to import: reported
+    from numba import cuda as ncuda  # installed but failing to import: reported
+
     r = {}
 
     @ncuda.jit("void(float32[:], int32, float32)")
@@ -685,12 +836,17 @@ def measure_numba():
     def rt():
         args3[1, 32](d, n, a)
         sync()
+
     r["round_trip_us"] = burst(rt, n=200)
     return r
 
 
-PEERS = [("cupy", measure_cupy), ("cuda.core", measure_cuda_core),
-         ("pycuda", measure_pycuda), ("numba-cuda", measure_numba)]
+PEERS = [
+    ("cupy", measure_cupy),
+    ("cuda.core", measure_cuda_core),
+    ("pycuda", measure_pycuda),
+    ("numba-cuda", measure_numba),
+]
 
 ROWS = [
     # key, label, unit, better ("lower"/"higher"), compare ("diff"/"ratio")
@@ -737,32 +893,49 @@ def launch_only(times, json_path):
     import pygpu.autoinit  # noqa: F401
     import pygpu.driver as cuda
     from pygpu.compiler import SourceModule
+
     mod = SourceModule(ARGS3 + EMPTY, no_extern_c=True)
     f = mod.get_function("args3")
     fp = SourceModule(ARGS3 + EMPTY + "// prepared\n", no_extern_c=True).get_function("args3")
     fp.prepare("Pif")
     d = cuda.mem_alloc(1 << 20)
     bound = f.configure((1, 1), (32, 1, 1))
-    keys = [("launch_enqueue_us", "__call__"), ("launch_numpy_us", "NumPy scalars"),
-            ("launch_prepared_us", "prepared_call"), ("launch_bound_us", "configure()d"),
-            ("launch_least_us", "least binding"), ("launch_least_ex_us", "least via Ex"),
-            ("floor_ex_us", "C loop via Ex")]
+    keys = [
+        ("launch_enqueue_us", "__call__"),
+        ("launch_numpy_us", "NumPy scalars"),
+        ("launch_prepared_us", "prepared_call"),
+        ("launch_bound_us", "configure()d"),
+        ("launch_least_us", "least binding"),
+        ("launch_least_ex_us", "least via Ex"),
+        ("floor_ex_us", "C loop via Ex"),
+    ]
     runs = []
-    print("us over the C cuLaunchKernel loop, %d rounds each (%s)"
-          % (LAUNCH_ROUNDS, cuda.Device(0).name()))
+    print(
+        "us over the C cuLaunchKernel loop, %d rounds each (%s)"
+        % (LAUNCH_ROUNDS, cuda.Device(0).name())
+    )
     print("| run | floor us | " + " | ".join(k[1] for k in keys) + " |")
     print("|---|---|" + "---|" * len(keys))
     for i in range(times):
         r = launch_rows(cuda, f, fp, d, bound)
         runs.append(r)
         fl = r["floor_inproc_us"]
-        print("| %d | %.3f | " % (i + 1, fl)
-              + " | ".join("%+.3f" % (r[k] - fl) if k in r else "-" for k, _ in keys) + " |",
-              flush=True)
-    med = {k: statistics.median(r[k] - r["floor_inproc_us"] for r in runs)
-           for k, _ in keys if k in runs[0]}
-    print("| median | %.3f | " % statistics.median(r["floor_inproc_us"] for r in runs)
-          + " | ".join("%+.3f" % med[k] if k in med else "-" for k, _ in keys) + " |")
+        print(
+            "| %d | %.3f | " % (i + 1, fl)
+            + " | ".join("%+.3f" % (r[k] - fl) if k in r else "-" for k, _ in keys)
+            + " |",
+            flush=True,
+        )
+    med = {
+        k: statistics.median(r[k] - r["floor_inproc_us"] for r in runs)
+        for k, _ in keys
+        if k in runs[0]
+    }
+    print(
+        "| median | %.3f | " % statistics.median(r["floor_inproc_us"] for r in runs)
+        + " | ".join("%+.3f" % med[k] if k in med else "-" for k, _ in keys)
+        + " |"
+    )
     if json_path:
         with open(json_path, "w") as fh:
             json.dump({"runs": runs, "median_over_floor": med}, fh, indent=1)
@@ -771,10 +944,15 @@ def launch_only(times, json_path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", help="write all figures here")
-    ap.add_argument("--launch-only", type=int, metavar="N",
-                    help="only the launch rows, measured N times in this process")
-    ap.add_argument("--no-goals", action="store_true",
-                    help="leave out issue 27's goals (benchmarks/goals.py)")
+    ap.add_argument(
+        "--launch-only",
+        type=int,
+        metavar="N",
+        help="only the launch rows, measured N times in this process",
+    )
+    ap.add_argument(
+        "--no-goals", action="store_true", help="leave out issue 27's goals (benchmarks/goals.py)"
+    )
     args = ap.parse_args()
     reason = goals.gpu_reason()
     if reason is not None:
@@ -785,10 +963,12 @@ def main():
     notes = []
     try:
         results = {"floor": run_floor()}
-    except Exception as e:   # said, not fatal: the rows show no floor
+    except Exception as e:  # said, not fatal: the rows show no floor
         results = {"floor": {}}
-        notes.append("C floor (floor.c): not measured (%s: %s)"
-                     % (type(e).__name__, (str(e).strip().splitlines() or [""])[-1][:160]))
+        notes.append(
+            "C floor (floor.c): not measured (%s: %s)"
+            % (type(e).__name__, (str(e).strip().splitlines() or [""])[-1][:160])
+        )
     results["pygpu"] = measure_pygpu()
     for name, why in results["pygpu"].get("errors", {}).items():
         notes.append("pygpu, %s: not measured (%s)" % (name, why))
@@ -802,11 +982,18 @@ def main():
             notes.append("%s: not measured (%s: %s)" % (name, type(e).__name__, msg))
             results[name] = None
     import pygpu.driver as cuda
+
     dev = cuda.Device(0)
     from importlib import metadata
+
     versions = {}
-    for p, dist in (("cupy", None), ("cuda.core", "cuda-core"), ("pycuda", "pycuda"),
-                    ("numba-cuda", "numba-cuda"), ("scipy", "scipy")):
+    for p, dist in (
+        ("cupy", None),
+        ("cuda.core", "cuda-core"),
+        ("pycuda", "pycuda"),
+        ("numba-cuda", "numba-cuda"),
+        ("scipy", "scipy"),
+    ):
         names = [dist] if dist else [d for d in ("cupy-cuda13x", "cupy-cuda12x", "cupy")]
         for n in names:
             try:
@@ -815,19 +1002,31 @@ def main():
             except metadata.PackageNotFoundError:
                 pass
     v = cuda.get_driver_version()
-    results["meta"] = {"gpu": dev.name(), "driver": v, "driver_cuda": "%d.%d" % (v // 1000, v % 1000 // 10),
-                       "python": platform.python_version(), "numpy": np.__version__,
-                       "versions": versions, "date": time.strftime("%Y-%m-%d")}
+    results["meta"] = {
+        "gpu": dev.name(),
+        "driver": v,
+        "driver_cuda": "%d.%d" % (v // 1000, v % 1000 // 10),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "versions": versions,
+        "date": time.strftime("%Y-%m-%d"),
+    }
     peers = [p for p, _ in PEERS if results.get(p)]
     head = ["what", "unit", "C floor", "pygpu", "pygpu vs floor"] + peers
     rows = []
     for key, label, unit, better, cmp in ROWS:
         fl = results["floor"].get(key)
-        if key in ("launch_enqueue_us", "launch_numpy_us", "launch_bound_us",
-                   "launch_prepared_us", "launch_least_us", "launch_least_ex_us"):
-            fl = results["pygpu"].get("floor_inproc_us")     # same process, interleaved
+        if key in (
+            "launch_enqueue_us",
+            "launch_numpy_us",
+            "launch_bound_us",
+            "launch_prepared_us",
+            "launch_least_us",
+            "launch_least_ex_us",
+        ):
+            fl = results["pygpu"].get("floor_inproc_us")  # same process, interleaved
         elif key == "compile_ms" and "compile_floor_inproc_ms" in results["pygpu"]:
-            fl = results["pygpu"]["compile_floor_inproc_ms"]   # same process, paired
+            fl = results["pygpu"]["compile_floor_inproc_ms"]  # same process, paired
         pg = results["pygpu"].get(key)
         if pg is None:
             continue
@@ -841,28 +1040,40 @@ def main():
             rel = "%+.2f us" % (pg - fl)
         else:
             rel = "%.2fx" % (pg / fl)
-        rows.append([label, unit, fmt(fl), fmt(pg), rel]
-                    + [fmt((results[p] or {}).get(key)) for p in peers])
+        rows.append(
+            [label, unit, fmt(fl), fmt(pg), rel] + [fmt((results[p] or {}).get(key)) for p in peers]
+        )
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
     m = results["meta"]
-    print("\n%s, CUDA %s driver, Python %s, NumPy %s, %s" % (
-        m["gpu"], m["driver_cuda"], m["python"], m["numpy"], m["date"]))
+    print(
+        "\n%s, CUDA %s driver, Python %s, NumPy %s, %s"
+        % (m["gpu"], m["driver_cuda"], m["python"], m["numpy"], m["date"])
+    )
     print("(%s)" % ", ".join("%s %s" % kv for kv in sorted(m["versions"].items())))
-    print("(launch rows: the C loop runs in this process, its bursts interleaved with "
-          "pygpu's; floor.c's own figure was %.2f us; the same C loop through "
-          "cuLaunchKernelEx, pygpu's entry point, %.2f us, paired)"
-          % (results["floor"].get("launch_enqueue_us", float("nan")),
-             results["pygpu"].get("floor_ex_us", float("nan"))))
+    print(
+        "(launch rows: the C loop runs in this process, its bursts interleaved with "
+        "pygpu's; floor.c's own figure was %.2f us; the same C loop through "
+        "cuLaunchKernelEx, pygpu's entry point, %.2f us, paired)"
+        % (
+            results["floor"].get("launch_enqueue_us", float("nan")),
+            results["pygpu"].get("floor_ex_us", float("nan")),
+        )
+    )
     print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for r in rows:
         print("| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |")
     if _ls_cache.get("errors"):
-        print("(Lomb-Scargle: scipy.signal.lombscargle would take about %.0f ms for the same "
-              "work, scaled from %d frequencies; every result was checked against SciPy on them, "
-              "max error / max |SciPy|: %s)"
-              % (_ls_cache["scipy_ms"], LS_CHECKED,
-                 ", ".join("%s %s %.1e" % (w, d, e) for (w, d), e in _ls_cache["errors"].items())))
+        print(
+            "(Lomb-Scargle: scipy.signal.lombscargle would take about %.0f ms for the same "
+            "work, scaled from %d frequencies; every result was checked against SciPy on them, "
+            "max error / max |SciPy|: %s)"
+            % (
+                _ls_cache["scipy_ms"],
+                LS_CHECKED,
+                ", ".join("%s %s %.1e" % (w, d, e) for (w, d), e in _ls_cache["errors"].items()),
+            )
+        )
         results["ls_errors"] = {"%s %s" % k: v for k, v in _ls_cache["errors"].items()}
     for line in notes:
         print(line)
@@ -872,15 +1083,23 @@ def main():
         print("| MiB | H->D plain | H->D staged | D->H plain | D->H staged |")
         print("|-----|------------|-------------|------------|-------------|")
         for mib, row in sweep.items():
-            print("| %d | %.1f | %.1f | %.1f | %.1f |" % (mib, row["plain_htod"], row["staged_htod"],
-                                                      row["plain_dtoh"], row["staged_dtoh"]))
+            print(
+                "| %d | %.1f | %.1f | %.1f | %.1f |"
+                % (
+                    mib,
+                    row["plain_htod"],
+                    row["staged_htod"],
+                    row["plain_dtoh"],
+                    row["staged_dtoh"],
+                )
+            )
     if not args.no_goals:
         print()
         try:
             figs, rows, info = goals.measure()
             goals.report(figs, rows, info)
             results["goals"] = {"gpu": info, "figures": figs, "rows": rows}
-        except Exception as e:   # said, not fatal: the table above stands
+        except Exception as e:  # said, not fatal: the table above stands
             print("Issue 27's goals: not measured: %s" % goals.failed(e))
             results["goals"] = {"error": goals.failed(e)}
     if args.json:

@@ -15,6 +15,7 @@ configure()d launch of an empty kernel in the same run.  `python path`
 rows call the operator's Python path (gpuarray._OPERATORS[op], which the C
 fast path falls back to), for comparison in the same run.
 """
+
 import argparse
 import json
 import sys
@@ -50,8 +51,9 @@ def main(argv=None):
     a = ga.to_gpu(rng.standard_normal(args.size).astype(np.float32))
     b = ga.to_gpu(rng.standard_normal(args.size).astype(np.float32))
     c = ga.to_gpu(rng.standard_normal(args.size).astype(np.float32))
-    empty = SourceModule('extern "C" __global__ void empty() {}',
-                         no_extern_c=True).get_function("empty")
+    empty = SourceModule('extern "C" __global__ void empty() {}', no_extern_c=True).get_function(
+        "empty"
+    )
     launch = empty.configure((1, 1), (256, 1, 1))
     py_add, py_mul = ga._OPERATORS["add"], ga._OPERATORS["multiply"]
 
@@ -61,16 +63,24 @@ def main(argv=None):
         exec(src, ns)
         return ns["run"]
 
-    rows = [("empty kernel, configure()d launch (the floor)", "launch()"),
-            ("a + b", "a + b"), ("a - b", "a - b"), ("a * 2.0", "a * 2.0"),
-            ("2.0 * a", "2.0 * a"), ("a * 2 (an int scalar)", "a * 2"),
-            ("c += b", "c += b"), ("c *= 0.5", "c *= 0.5"),
-            ("a + b, python path", "py_add(a, b)"),
-            ("a * 2.0, python path", "py_mul(a, 2.0)")]
+    rows = [
+        ("empty kernel, configure()d launch (the floor)", "launch()"),
+        ("a + b", "a + b"),
+        ("a - b", "a - b"),
+        ("a * 2.0", "a * 2.0"),
+        ("2.0 * a", "2.0 * a"),
+        ("a * 2 (an int scalar)", "a * 2"),
+        ("c += b", "c += b"),
+        ("c *= 0.5", "c *= 0.5"),
+        ("a + b, python path", "py_add(a, b)"),
+        ("a * 2.0, python path", "py_mul(a, 2.0)"),
+    ]
     out = {}
     dev = drv.Context.get_device()
-    print("%s, %d float32 elements, best of %d x %d operations"
-          % (dev.name(), args.size, args.repeat, args.number))
+    print(
+        "%s, %d float32 elements, best of %d x %d operations"
+        % (dev.name(), args.size, args.repeat, args.number)
+    )
     for label, stmt in rows:
         us = best(loop(stmt), args.number, args.repeat)
         out[label] = us

@@ -35,6 +35,7 @@ configuration's copies are checked (the last copy of each cell byte for byte)
 and staging_stats() confirms which path each took.  Without a GPU the script
 says so and exits 0.
 """
+
 import argparse
 import json
 import math
@@ -44,11 +45,22 @@ import sys
 import time
 
 KIB, MIB = 1 << 10, 1 << 20
-SERIES = ("htod", "htod-pause", "dtoh", "dtoh-pause", "fresh", "fresh-pause", "get",
-          "get-pause", "dtoh-busy")
+SERIES = (
+    "htod",
+    "htod-pause",
+    "dtoh",
+    "dtoh-pause",
+    "fresh",
+    "fresh-pause",
+    "get",
+    "get-pause",
+    "dtoh-busy",
+)
 # which series a knob can change (the others are not measured for it)
 KNOB_SERIES = {
-    "piece": SERIES[:-1], "threads": SERIES[:-1], "chunk": SERIES[:-1],
+    "piece": SERIES[:-1],
+    "threads": SERIES[:-1],
+    "chunk": SERIES[:-1],
     "spin_us": ("htod", "dtoh", "fresh", "get"),
     "prefault": ("fresh", "fresh-pause", "get", "get-pause"),
 }
@@ -56,22 +68,40 @@ KNOB_SERIES = {
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes", default="256K,512K,1M,2M,4M,8M,16M,64M,256M",
-                   help="copy sizes, comma-separated (K or M suffix)")
+    p.add_argument(
+        "--sizes",
+        default="256K,512K,1M,2M,4M,8M,16M,64M,256M",
+        help="copy sizes, comma-separated (K or M suffix)",
+    )
     p.add_argument("--pieces", default="64K,128K,512K,1M", help="piece values besides the default")
     p.add_argument("--spins", default="0,50,2000", help="spin_us values besides the default")
     p.add_argument("--threads", default="4,8,12", help="thread counts besides the default")
     p.add_argument("--chunks", default="4M", help="chunk sizes besides the default")
     p.add_argument("--no-prefault-row", action="store_true", help="skip the prefault=0 row")
-    p.add_argument("--repeat", type=int, default=5,
-                   help="timed copies per cell (at most 3 after a pause or from 64 MiB)")
-    p.add_argument("--pause", type=float, default=0.05, help="seconds of sleep before a paused copy")
-    p.add_argument("--busy-mib", type=int, default=1024,
-                   help="MiB of device memset queued before each dtoh-busy copy")
-    p.add_argument("--margin", type=float, default=0.03,
-                   help="staged must beat plain by this fraction to count as faster")
-    p.add_argument("--quick", action="store_true",
-                   help="1 and 4 MiB, the defaults only, 3 copies, 5 ms pauses")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=5,
+        help="timed copies per cell (at most 3 after a pause or from 64 MiB)",
+    )
+    p.add_argument(
+        "--pause", type=float, default=0.05, help="seconds of sleep before a paused copy"
+    )
+    p.add_argument(
+        "--busy-mib",
+        type=int,
+        default=1024,
+        help="MiB of device memset queued before each dtoh-busy copy",
+    )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=0.03,
+        help="staged must beat plain by this fraction to count as faster",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="1 and 4 MiB, the defaults only, 3 copies, 5 ms pauses"
+    )
     p.add_argument("--json", help="write the figures here")
     a = p.parse_args(argv)
     if a.quick:
@@ -101,7 +131,7 @@ def gpu_or_reason(cuda):
         if cuda.Device.count() == 0:
             return None, "no CUDA device is visible"
         return cuda.Device(0), None
-    except Exception as e:   # CudaUnavailableError, mostly
+    except Exception as e:  # CudaUnavailableError, mostly
         return None, str(e).splitlines()[0]
 
 
@@ -118,12 +148,12 @@ class Bench:
         self.a, self.cuda, self.np, self.gpuarray = a, cuda, np, gpuarray
         big = max(a.sizes)
         rng = np.random.default_rng(1)
-        self.host = rng.integers(0, 256, big, dtype=np.uint8)   # pageable, every page touched
+        self.host = rng.integers(0, 256, big, dtype=np.uint8)  # pageable, every page touched
         self.out = np.zeros(big, np.uint8)
         self.dev = cuda.mem_alloc(big)
         cuda.memcpy_htod(self.dev, self.host)
-        self.garr = {}                                           # size -> GPUArray of host[:n]
-        self.scratch = cuda.mem_alloc(a.busy_mib * MIB)          # dtoh-busy's queued work
+        self.garr = {}  # size -> GPUArray of host[:n]
+        self.scratch = cuda.mem_alloc(a.busy_mib * MIB)  # dtoh-busy's queued work
 
     def repeat(self, n):
         return min(self.a.repeat, 3) if n >= 64 * MIB else self.a.repeat
@@ -141,9 +171,9 @@ class Bench:
         if kind == "get" and n not in self.garr:
             self.garr[n] = self.gpuarray.to_gpu(src)
         before = cuda.staging_stats()
-        for i in range(reps + 1):                    # the first copy is untimed
+        for i in range(reps + 1):  # the first copy is untimed
             if kind == "fresh":
-                dst = np.empty(n, np.uint8)          # fresh pages (freed after the copy)
+                dst = np.empty(n, np.uint8)  # fresh pages (freed after the copy)
             if pause:
                 time.sleep(pause)
             t0 = time.perf_counter()
@@ -172,16 +202,22 @@ class Bench:
         else:
             ok = np.array_equal(result, src)
         if not ok:
-            raise SystemExit("staging_sweep: %s copy of %d bytes came back wrong (%s)"
-                             % (series, n, "staged" if staged else "plain"))
+            raise SystemExit(
+                "staging_sweep: %s copy of %d bytes came back wrong (%s)"
+                % (series, n, "staged" if staged else "plain")
+            )
         d = cuda.staging_stats()
-        went = (d["staged_htod"] - before["staged_htod"]) + (d["staged_dtoh"] - before["staged_dtoh"])
+        went = (d["staged_htod"] - before["staged_htod"]) + (
+            d["staged_dtoh"] - before["staged_dtoh"]
+        )
         want = reps + 1 if staged else 0
         if kind == "htod":
-            want += 1 if staged else 0                # the check's copy back
+            want += 1 if staged else 0  # the check's copy back
         if went != want:
-            raise SystemExit("staging_sweep: %s copies of %d bytes took the wrong path: %d "
-                             "staged, expected %d" % (series, n, went, want))
+            raise SystemExit(
+                "staging_sweep: %s copies of %d bytes took the wrong path: %d "
+                "staged, expected %d" % (series, n, went, want)
+            )
         return n / statistics.median(times) / 1e9
 
     def pinned(self, n):
@@ -192,8 +228,10 @@ class Bench:
             self._pin[:] = self.host
             self._pin_out = cuda.pagelocked_empty(big, np.uint8)
         res = []
-        for fn in (lambda: cuda.memcpy_htod(self.dev, self._pin[:n]),
-                   lambda: cuda.memcpy_dtoh(self._pin_out[:n], self.dev)):
+        for fn in (
+            lambda: cuda.memcpy_htod(self.dev, self._pin[:n]),
+            lambda: cuda.memcpy_dtoh(self._pin_out[:n], self.dev),
+        ):
             fn()
             times = []
             for _ in range(self.repeat(n)):
@@ -215,8 +253,13 @@ def configs(a, defaults):
         if v != defaults["spin_us"]:
             out.append(("spin_us=%d" % v, "spin_us", {"spin_us": v}))
     if not a.no_prefault_row:
-        out.append(("prefault=%d" % (1 - defaults["prefault"]), "prefault",
-                    {"prefault": 1 - defaults["prefault"]}))
+        out.append(
+            (
+                "prefault=%d" % (1 - defaults["prefault"]),
+                "prefault",
+                {"prefault": 1 - defaults["prefault"]},
+            )
+        )
     for v in a.threads:
         if v != defaults["threads"]:
             out.append(("threads=%d" % v, "threads", {"threads": v}))
@@ -247,8 +290,12 @@ def threshold_for(sizes, plain, staged, series, margin):
 
 
 def gmean_speedup(sizes, plain, staged, series, floor):
-    logs = [math.log(staged[se][s] / plain[se][s]) for se in series for s in sizes
-            if s >= floor and se in staged]
+    logs = [
+        math.log(staged[se][s] / plain[se][s])
+        for se in series
+        for s in sizes
+        if s >= floor and se in staged
+    ]
     return math.exp(sum(logs) / len(logs)) if logs else None
 
 
@@ -276,6 +323,7 @@ def main(argv=None):
         print("staging_sweep: no GPU (%s): nothing measured" % why)
         return 0
     from pygpu import gpuarray
+
     ctx = device.retain_primary_context()
     ctx.push()
     old = cuda.set_staging()
@@ -291,9 +339,11 @@ def sweep(a, cuda, np, gpuarray, device, defaults):
     sizes = sorted(a.sizes)
     b = Bench(a, cuda, np, gpuarray)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print("pageable copies, GB/s: %s, driver %d, %d CPUs, transparent huge pages [%s], "
-          "pause %g ms; staging defaults %s" % (device.name(), cuda.get_driver_version(), cpus,
-                                                 thp_mode(), a.pause * 1e3, defaults))
+    print(
+        "pageable copies, GB/s: %s, driver %d, %d CPUs, transparent huge pages [%s], "
+        "pause %g ms; staging defaults %s"
+        % (device.name(), cuda.get_driver_version(), cpus, thp_mode(), a.pause * 1e3, defaults)
+    )
 
     cuda.set_staging(threshold=0)
     plain = {se: {s: b.cell(se, s, False) for s in sizes} for se in SERIES}
@@ -301,7 +351,7 @@ def sweep(a, cuda, np, gpuarray, device, defaults):
 
     staged = {}
     for name, knob, change in configs(a, defaults):
-        settings = dict(defaults, threshold=1, cold=0, **change)   # staged, helpers awake or not
+        settings = dict(defaults, threshold=1, cold=0, **change)  # staged, helpers awake or not
         cuda.set_staging(**settings)
         series = SERIES if knob is None else KNOB_SERIES[knob]
         staged[name] = {se: {s: b.cell(se, s, True) for s in sizes} for se in series}
@@ -311,14 +361,16 @@ def sweep(a, cuda, np, gpuarray, device, defaults):
     # the threshold the defaults support, and each knob's best value
     base = staged["defaults"]
     thr = threshold_for(sizes, plain, base, SERIES, a.margin)
-    thr_awake = threshold_for(sizes, plain, base, [s for s in SERIES if "-" not in s],
-                              a.margin)
-    thr_pause = threshold_for(sizes, plain, base, [s for s in SERIES if "pause" in s or
-                                                   "busy" in s], a.margin)
+    thr_awake = threshold_for(sizes, plain, base, [s for s in SERIES if "-" not in s], a.margin)
+    thr_pause = threshold_for(
+        sizes, plain, base, [s for s in SERIES if "pause" in s or "busy" in s], a.margin
+    )
     print()
     fmt = lambda t: "never" if t is None else label(t)
-    print("defaults beat the plain call by %d%% at every size from: %s (back to back %s, "
-          "after a pause %s)" % (round(a.margin * 100), fmt(thr), fmt(thr_awake), fmt(thr_pause)))
+    print(
+        "defaults beat the plain call by %d%% at every size from: %s (back to back %s, "
+        "after a pause %s)" % (round(a.margin * 100), fmt(thr), fmt(thr_awake), fmt(thr_pause))
+    )
     floor = MIB if MIB in sizes else sizes[0]
     best = {}
     for name, fig in staged.items():
@@ -327,8 +379,10 @@ def sweep(a, cuda, np, gpuarray, device, defaults):
         knob = name.split("=")[0]
         series = [se for se in fig]
         g = gmean_speedup(sizes, base, fig, series, floor)
-        print("  %-16s vs defaults, geometric mean from %s over %s: %.3fx"
-              % (name, label(floor), ",".join(series), g))
+        print(
+            "  %-16s vs defaults, geometric mean from %s over %s: %.3fx"
+            % (name, label(floor), ",".join(series), g)
+        )
         if g is not None and g > 1 + a.margin and (knob not in best or g > best[knob][1]):
             best[knob] = (name, g)
 
@@ -338,44 +392,79 @@ def sweep(a, cuda, np, gpuarray, device, defaults):
     pin_d2h = pinned[top][1]
     get_fresh = base["get"][top]
     goals["get_fresh_vs_pinned"] = {
-        "size": top, "get_GBps": get_fresh, "pinned_GBps": pin_d2h,
-        "ratio": get_fresh / pin_d2h, "goal": 0.5, "met": get_fresh >= 0.5 * pin_d2h}
+        "size": top,
+        "get_GBps": get_fresh,
+        "pinned_GBps": pin_d2h,
+        "ratio": get_fresh / pin_d2h,
+        "goal": 0.5,
+        "met": get_fresh >= 0.5 * pin_d2h,
+    }
     small = [s for s in sizes if s >= MIB]
     staged_from_1m = bool(small) and all(
-        base[se][s] >= plain[se][s] * (1 + a.margin) for se in ("htod-pause", "dtoh-pause")
-        for s in small)
+        base[se][s] >= plain[se][s] * (1 + a.margin)
+        for se in ("htod-pause", "dtoh-pause")
+        for s in small
+    )
     goals["staged_from_1MiB_after_a_pause"] = {"met": staged_from_1m}
-    print("\ngoal: get() of %s into a fresh array >= 50%% of pinned D->H: %.1f / %.1f GB/s = "
-          "%.0f%%: %s" % (label(top), get_fresh, pin_d2h, 100 * get_fresh / pin_d2h,
-                          "met" if goals["get_fresh_vs_pinned"]["met"] else "NOT met"))
-    print("goal: staged beats plain from 1 MiB up after a pause (both directions): %s"
-          % ("met" if staged_from_1m else "NOT met"))
+    print(
+        "\ngoal: get() of %s into a fresh array >= 50%% of pinned D->H: %.1f / %.1f GB/s = "
+        "%.0f%%: %s"
+        % (
+            label(top),
+            get_fresh,
+            pin_d2h,
+            100 * get_fresh / pin_d2h,
+            "met" if goals["get_fresh_vs_pinned"]["met"] else "NOT met",
+        )
+    )
+    print(
+        "goal: staged beats plain from 1 MiB up after a pause (both directions): %s"
+        % ("met" if staged_from_1m else "NOT met")
+    )
 
     env = ["PYGPU_STAGING_THRESHOLD=%s" % ("0" if thr is None else label(thr))]
     for knob, (name, g) in sorted(best.items()):
         env.append("PYGPU_STAGING_%s=%s" % (knob.upper(), name.split("=")[1]))
-    print("\nrecommended (threshold from the defaults' rows; a knob only where its best value "
-          "beat the defaults by %d%%; knobs were changed one at a time):"
-          % round(a.margin * 100))
+    print(
+        "\nrecommended (threshold from the defaults' rows; a knob only where its best value "
+        "beat the defaults by %d%%; knobs were changed one at a time):" % round(a.margin * 100)
+    )
     print("  " + " ".join(env))
     elapsed = time.perf_counter() - t_start
     print("(%.0f s)" % elapsed)
     if a.json:
         key = lambda d: {label(s): v for s, v in d.items()}
         with open(a.json, "w") as f:
-            json.dump({"device": device.name(), "driver": cuda.get_driver_version(),
-                       "cpus": cpus, "thp": thp_mode(), "defaults": defaults,
-                       "sizes": [label(s) for s in sizes], "pause_s": a.pause,
-                       "repeat": a.repeat,
-                       "plain": {se: key(v) for se, v in plain.items()},
-                       "pinned": {"htod": key({s: v[0] for s, v in pinned.items()}),
-                                  "dtoh": key({s: v[1] for s, v in pinned.items()})},
-                       "staged": {n: {se: key(v) for se, v in fig.items()}
-                                  for n, fig in staged.items()},
-                       "threshold": {"all": thr and label(thr), "awake": thr_awake and
-                                     label(thr_awake), "pause": thr_pause and label(thr_pause)},
-                       "goals": goals, "recommended_env": env, "elapsed_s": elapsed},
-                      f, indent=1)
+            json.dump(
+                {
+                    "device": device.name(),
+                    "driver": cuda.get_driver_version(),
+                    "cpus": cpus,
+                    "thp": thp_mode(),
+                    "defaults": defaults,
+                    "sizes": [label(s) for s in sizes],
+                    "pause_s": a.pause,
+                    "repeat": a.repeat,
+                    "plain": {se: key(v) for se, v in plain.items()},
+                    "pinned": {
+                        "htod": key({s: v[0] for s, v in pinned.items()}),
+                        "dtoh": key({s: v[1] for s, v in pinned.items()}),
+                    },
+                    "staged": {
+                        n: {se: key(v) for se, v in fig.items()} for n, fig in staged.items()
+                    },
+                    "threshold": {
+                        "all": thr and label(thr),
+                        "awake": thr_awake and label(thr_awake),
+                        "pause": thr_pause and label(thr_pause),
+                    },
+                    "goals": goals,
+                    "recommended_env": env,
+                    "elapsed_s": elapsed,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

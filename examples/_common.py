@@ -1,4 +1,5 @@
 """What the examples share: the no-GPU path and event timing."""
+
 import sys
 from typing import Callable, Sequence
 
@@ -24,6 +25,7 @@ def gpu_or_exit(what: str) -> cuda.Device:
         print("(%s compiled; run this on a machine with a CUDA GPU to launch it)" % what)
         sys.exit(0)
     import pygpu.autoinit  # noqa: F401
+
     dev = cuda.Context.get_device()
     print("device: %s" % dev.name())
     return dev

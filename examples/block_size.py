@@ -9,6 +9,7 @@ timeline shows them by name.
 
     python3 examples/block_size.py
 """
+
 import numpy as np
 
 import _common
@@ -36,26 +37,40 @@ def main() -> None:
     with profiler.time_range("upload", "blue"):
         dx, dy = cuda.to_device(x), cuda.to_device(y)
         from pygpu import gpuarray
+
         dout = gpuarray.empty(N, np.float32)
     sms = dev.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
 
-    def grid(choice: dict[str, int]) -> tuple[int, int]:       # the grid-stride kernel: enough blocks to fill every SM
+    def grid(
+        choice: dict[str, int],
+    ) -> tuple[int, int]:  # the grid-stride kernel: enough blocks to fill every SM
         return (sms * f.max_active_blocks_per_multiprocessor(choice["block"]), 1)
 
     with profiler.time_range("autotune block size", "green"):
-        launch = autotune(src, "saxpy", [dout, dx, dy, a, np.int32(N)],
-                          space={"block": BLOCKS}, grid=grid, no_extern_c=True,
-                          outputs=[0], repeat=20)
+        launch = autotune(
+            src,
+            "saxpy",
+            [dout, dx, dy, a, np.int32(N)],
+            space={"block": BLOCKS},
+            grid=grid,
+            no_extern_c=True,
+            outputs=[0],
+            repeat=20,
+        )
     print(launch.format_table())
     min_grid, suggested = f.max_potential_block_size()
-    print("fastest: %d threads a block; the occupancy calculator suggests %d (grid >= %d)"
-          % (launch.choice["block"], suggested, min_grid))
+    print(
+        "fastest: %d threads a block; the occupancy calculator suggests %d (grid >= %d)"
+        % (launch.choice["block"], suggested, min_grid)
+    )
     with profiler.time_range("saxpy (tuned)", "red"):
         launch(dout, dx, dy, a, np.int32(N))
     with profiler.time_range("download", "blue"):
         out = dout.get()
-    _common.check(np.allclose(out, a * x + y, rtol=1e-6, atol=1e-6),
-                  "saxpy with the chosen block size matches NumPy")
+    _common.check(
+        np.allclose(out, a * x + y, rtol=1e-6, atol=1e-6),
+        "saxpy with the chosen block size matches NumPy",
+    )
 
 
 if __name__ == "__main__":

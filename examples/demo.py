@@ -3,6 +3,7 @@
 Without a GPU this still compiles the kernel (NVRTC needs no GPU), says that
 no GPU was found, and exits 0.
 """
+
 import sys
 import time
 
@@ -24,8 +25,10 @@ __global__ void axpb(float *out, const float *x, float a, float b, int n)
 def main() -> int:
     t = time.perf_counter()
     ptx = compile('extern "C" {' + SOURCE + '}', arch="compute_80")
-    print("compiled axpb to %d bytes of PTX in %.1f ms (no GPU needed)"
-          % (len(ptx), (time.perf_counter() - t) * 1e3))
+    print(
+        "compiled axpb to %d bytes of PTX in %.1f ms (no GPU needed)"
+        % (len(ptx), (time.perf_counter() - t) * 1e3)
+    )
     try:
         cuda.init()
         ndev = cuda.Device.count()
@@ -34,6 +37,7 @@ def main() -> int:
         print("(the kernel compiled; run this on a machine with a CUDA GPU to launch it)")
         return 0
     import pygpu.autoinit  # noqa: F401  (the primary context of device 0)
+
     dev = cuda.Context.get_device()
     print("%d device(s); using %r" % (ndev, dev))
 

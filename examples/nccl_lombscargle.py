@@ -12,6 +12,7 @@ GPUArrays and pygpu's default stream go to NCCL as they are (no copies).
 n_checked frequencies, spread evenly, are compared with SciPy (default: all
 of them up to 2**17).  The MPI version is examples/mpi_lombscargle.py.
 """
+
 import os
 import sys
 import time
@@ -24,7 +25,7 @@ from pygpu.compiler import kernel_source
 
 OPTIONS = ["-DLOMBSCARGLE_BOUNDS=128"]
 TOLERANCE = 1e-9
-os.environ.setdefault("NCCL_NVLS_ENABLE", "0")     # NVLink multicast stays off
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off
 
 
 def make_data(nx: int, nf: int, seed: int) -> Tuple[Any, Any, Any]:
@@ -41,6 +42,7 @@ class Rank:
         import pygpu.driver as cuda
         from pygpu import gpuarray
         from pygpu.compiler import SourceModule
+
         self.comm = comm
         self.nx, self.nf = nx, nf
         n = comm.nranks
@@ -51,11 +53,11 @@ class Rank:
             self.freqs = gpuarray.zeros(self.share * n, np.float64)
             self.out = gpuarray.empty(self.share, np.float64)
             self.whole = gpuarray.empty(self.share * n, np.float64)
-            mod = SourceModule(kernel_source("lombscargle.cu"), options=OPTIONS,
-                               no_extern_c=True)
+            mod = SourceModule(kernel_source("lombscargle.cu"), options=OPTIONS, no_extern_c=True)
             self.func = mod.get_function("lombscargle_float64")
             self.sms = cuda.Context.get_device().get_attribute(
-                cuda.device_attribute.MULTIPROCESSOR_COUNT)
+                cuda.device_attribute.MULTIPROCESSOR_COUNT
+            )
             self.total: Any = None
 
     def load(self, x: Any, y: Any, freqs: Any) -> None:
@@ -68,33 +70,43 @@ class Rank:
 
     def broadcast(self) -> None:
         for a in (self.x, self.y, self.freqs):
-            self.comm.broadcast(a, root=0)            # in place, from rank 0's device
+            self.comm.broadcast(a, root=0)  # in place, from rank 0's device
 
     def compute(self) -> None:
         from pygpu import gpuarray
+
         r = self.comm.rank
         with self.comm.context:
-            mine = self.freqs[r * self.share:(r + 1) * self.share].copy()
-            self.func(np.int32(self.nx), np.int32(self.share), self.x, self.y, mine, self.out,
-                      np.float64(0), block=(128, 1, 1), grid=(self.sms * 20, 1))
+            mine = self.freqs[r * self.share : (r + 1) * self.share].copy()
+            self.func(
+                np.int32(self.nx),
+                np.int32(self.share),
+                self.x,
+                self.y,
+                mine,
+                self.out,
+                np.float64(0),
+                block=(128, 1, 1),
+                grid=(self.sms * 20, 1),
+            )
             # this rank's part of the total power (its padding left out)
             real = max(0, min(self.share, self.nf - r * self.share))
-            self.total = gpuarray.sum(self.out[:real]) if real else gpuarray.zeros((),
-                                                                                    np.float64)
+            self.total = gpuarray.sum(self.out[:real]) if real else gpuarray.zeros((), np.float64)
 
     def gather(self) -> None:
         self.comm.allgather(self.out, self.whole)
-        self.comm.allreduce(self.total)               # in place, a sum
+        self.comm.allreduce(self.total)  # in place, a sum
 
     def result(self) -> Tuple[Any, float]:
         with self.comm.context:
-            return self.whole.get()[:self.nf], float(self.total.get())
+            return self.whole.get()[: self.nf], float(self.total.get())
 
 
 def one_process(nx: int, nf: int, seed: int) -> List[Tuple[Any, float, float]]:
     """Every GPU from this process: one communicator per device, the calls
     of all ranks issued together in NCCL groups."""
     from pygpu import nccl
+
     comms = nccl.Communicator.init_all()
     ranks = [Rank(c, nx, nf) for c in comms]
     ranks[0].load(*make_data(nx, nf, seed))
@@ -102,7 +114,7 @@ def one_process(nx: int, nf: int, seed: int) -> List[Tuple[Any, float, float]]:
         for r in ranks:
             r.broadcast()
     best = float("inf")
-    for _ in range(4):                                # the first round warms up
+    for _ in range(4):  # the first round warms up
         t = time.perf_counter()
         for r in ranks:
             r.compute()
@@ -140,9 +152,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = [int(a) for a in argv if a != "--procs"]
     nx, nf = (args[0], args[1]) if len(args) >= 2 else (1024, 1 << 20)
     nchecked = args[2] if len(args) >= 3 else min(nf, 1 << 17)
-    print("compile lombscargle.cu to PTX: %d bytes (no GPU needed)"
-          % _common.compile_only("lombscargle.cu", OPTIONS))
+    print(
+        "compile lombscargle.cu to PTX: %d bytes (no GPU needed)"
+        % _common.compile_only("lombscargle.cu", OPTIONS)
+    )
     import pygpu.driver as cuda
+
     try:
         cuda.init()
         ndev = cuda.Device.count()
@@ -152,34 +167,47 @@ def main(argv: Optional[List[str]] = None) -> None:
         print("no GPU: %s" % str(e).splitlines()[0])
         return
     from pygpu import nccl
+
     if not nccl.available():
         print("no NCCL: nccl4py is not importable; pip install 'pygpu[nccl]'")
         return
-    print("%d device%s: %s; %s" % (ndev, "" if ndev == 1 else "s",
-                                   ", ".join(cuda.Device(i).name() for i in range(ndev)),
-                                   "one process per GPU" if procs else "one process"))
+    print(
+        "%d device%s: %s; %s"
+        % (
+            ndev,
+            "" if ndev == 1 else "s",
+            ", ".join(cuda.Device(i).name() for i in range(ndev)),
+            "one process per GPU" if procs else "one process",
+        )
+    )
     seed = int(np.random.default_rng().integers(1 << 31))
     if procs:
         results = nccl.spawn(rank_main, ndev, args=(nx, nf, seed))
     else:
         results = one_process(nx, nf, seed)
     got, total, best = results[0]
-    print("%d samples x %d frequencies on %d GPU%s: %.2f ms (compute, all-gather, "
-          "all-reduce)" % (nx, nf, ndev, "" if ndev == 1 else "s", best * 1e3))
+    print(
+        "%d samples x %d frequencies on %d GPU%s: %.2f ms (compute, all-gather, "
+        "all-reduce)" % (nx, nf, ndev, "" if ndev == 1 else "s", best * 1e3)
+    )
     from scipy import signal
+
     x, y, freqs = make_data(nx, nf, seed)
     pick = np.unique(np.linspace(0, nf - 1, nchecked).astype(np.int64))
     expect = signal.lombscargle(x, y, freqs[pick])
     err = np.max(np.abs(got[pick] - expect)) / np.max(np.abs(expect))
-    _common.check(got.shape == (nf,) and err <= TOLERANCE,
-                  "%d of %d frequencies match SciPy (error %.1e <= %.0e)"
-                  % (len(pick), nf, err, TOLERANCE))
-    _common.check(all(np.array_equal(r[0], got) for r in results),
-                  "every rank gathered the same periodogram")
+    _common.check(
+        got.shape == (nf,) and err <= TOLERANCE,
+        "%d of %d frequencies match SciPy (error %.1e <= %.0e)" % (len(pick), nf, err, TOLERANCE),
+    )
+    _common.check(
+        all(np.array_equal(r[0], got) for r in results), "every rank gathered the same periodogram"
+    )
     want = float(np.sum(got))
-    _common.check(all(abs(r[1] - want) <= 1e-9 * abs(want) for r in results),
-                  "the all-reduced total power %.6g equals the periodogram's sum on every "
-                  "rank" % total)
+    _common.check(
+        all(abs(r[1] - want) <= 1e-9 * abs(want) for r in results),
+        "the all-reduced total power %.6g equals the periodogram's sum on every rank" % total,
+    )
 
 
 if __name__ == "__main__":

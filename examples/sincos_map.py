@@ -3,6 +3,7 @@ each checked against NumPy.
 
     python3 examples/sincos_map.py
 """
+
 import numpy as np
 
 import _common
@@ -24,14 +25,17 @@ def main() -> None:
     dx, dout = cuda.to_device(x), cuda.mem_alloc(x.nbytes)
     sms = dev.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
     for opts, tol in (([], 4e-7), (["-use_fast_math"], 5e-6)):
-        f = SourceModule(kernel_source("elementwise.cu"), options=opts,
-                         no_extern_c=True).get_function("sincos_identity")
+        f = SourceModule(
+            kernel_source("elementwise.cu"), options=opts, no_extern_c=True
+        ).get_function("sincos_identity")
         launch = f.configure((sms * 8, 1), (256, 1, 1))
         ms = _common.time_ms(lambda: launch(dout, dx, N))
         out = cuda.from_device_like(dout, x)
         err = np.max(np.abs(out - expect))
-        print("%-16s %.1f us, max |error| vs NumPy (float64) %.2g"
-              % (" ".join(opts) or "exact", ms * 1e3, err))
+        print(
+            "%-16s %.1f us, max |error| vs NumPy (float64) %.2g"
+            % (" ".join(opts) or "exact", ms * 1e3, err)
+        )
         _common.check(err <= tol, "every element within %.0e of 1" % tol)
 
 

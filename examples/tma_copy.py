@@ -10,6 +10,7 @@ Both descriptors are pygpu.driver.TensorMap objects, passed by value as
 
     python3 examples/tma_copy.py
 """
+
 import numpy as np
 
 import _common
@@ -82,6 +83,7 @@ def main(rows: int = 200, cols: int = 328) -> None:
     print("compiled tma_scale for sm_90 (%d bytes of cubin)" % len(cubin))
     dev = _common.gpu_or_exit("tma_copy")
     import pygpu.driver as cuda
+
     major, _ = dev.compute_capability()
     if major < 9:
         print("no TMA on compute capability %d.x: it needs sm_90 or newer" % major)
@@ -93,14 +95,16 @@ def main(rows: int = 200, cols: int = 328) -> None:
     a = rng.standard_normal((rows, cols)).astype(np.float32)
     src = cuda.to_device(a)
     dst = cuda.mem_alloc(a.nbytes)
-    cuda.memset_d32(dst, 0x7fc00000, a.size)          # NaN: an unwritten element shows
+    cuda.memset_d32(dst, 0x7FC00000, a.size)  # NaN: an unwritten element shows
     src_map = cuda.TensorMap(src, (TILE, TILE), shape=a.shape, dtype=a.dtype)
     dst_map = cuda.TensorMap(dst, (TILE, TILE), shape=a.shape, dtype=a.dtype)
     grid = ((cols + TILE - 1) // TILE, (rows + TILE - 1) // TILE)
     kernel(src_map, dst_map, block=(256, 1, 1), grid=grid)
     out = cuda.from_device(dst, a.shape, a.dtype)
-    _common.check(np.array_equal(out, 2 * a + 1),
-                  "2*x + 1 through TMA tiles for all %dx%d elements" % (rows, cols))
+    _common.check(
+        np.array_equal(out, 2 * a + 1),
+        "2*x + 1 through TMA tiles for all %dx%d elements" % (rows, cols),
+    )
 
 
 if __name__ == "__main__":

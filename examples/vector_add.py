@@ -1,7 +1,8 @@
 """z = x + y over 10^7 float32, checked element by element against NumPy.
 
-    python3 examples/vector_add.py
+python3 examples/vector_add.py
 """
+
 import numpy as np
 
 import _common

@@ -7,6 +7,7 @@ Importing pygpu loads no CUDA library and touches no GPU; ``import pygpu``
 alone (as pytest's plugin loader does) does not even load the C extension
 or NumPy: ``pygpu.driver`` is imported on first use.
 """
+
 # The one place the version is written: pyproject.toml reads it from here
 # ([tool.setuptools.dynamic]), python -m pygpu prints it.
 __version__ = "0.1.0"
@@ -24,6 +25,7 @@ def __getattr__(name):
     # pygpu.driver (and so pygpu._driver and NumPy) on first use
     if name == "driver":
         import importlib
+
         return importlib.import_module("pygpu.driver")
     raise AttributeError("module 'pygpu' has no attribute %r" % name)
 
@@ -36,9 +38,11 @@ def load_ipython_extension(ipython):
     """``%load_ext pygpu``: the %%cuda and %cuda_timeit magics and rich
     displays (pygpu/ipython.py)."""
     from pygpu import ipython as _ipython
+
     _ipython.load_ipython_extension(ipython)
 
 
 def unload_ipython_extension(ipython):
     from pygpu import ipython as _ipython
+
     _ipython.unload_ipython_extension(ipython)

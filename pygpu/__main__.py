@@ -8,23 +8,23 @@ promises compiles (NVRTC, for the lowest architecture it supports), the
 compile cache's directory and size.  Works, and exits 0, on a machine without a driver or GPU: what is
 missing is reported with the command that fixes it.
 """
+
 import os
 import platform
 import sys
 
-__all__ = ["report", "main", "HEADERS", "NVRTC_REQUIREMENTS", "probe_header",
-           "nvidia_requirements"]
+__all__ = ["report", "main", "HEADERS", "NVRTC_REQUIREMENTS", "probe_header", "nvidia_requirements"]
 
 # The headers docs/install.md promises with the [nvrtc] extra: each is
 # compiled (NVRTC, no GPU needed), not looked for.  CUB is included by its
 # device headers: CCCL refuses <cub/cub.cuh> as a whole under NVRTC.
-HEADERS = ("cuda_fp16.h", "cooperative_groups.h", "cuda/std/complex",
-           "cub/block/block_reduce.cuh")
+HEADERS = ("cuda_fp16.h", "cooperative_groups.h", "cuda/std/complex", "cub/block/block_reduce.cuh")
 
 
 def _version(dist):
     try:
         from importlib.metadata import version
+
         return version(dist)
     except Exception:
         return None
@@ -46,6 +46,7 @@ def probe_header(header, arch):
     compiles (NVRTC, for arch, through the compile cache), else the
     compiler's first error line."""
     from pygpu import compiler
+
     headers = (header,) if isinstance(header, str) else tuple(header)
     source = "".join("#include <%s>\n" % h for h in headers)
     source += "extern \"C\" __global__ void pygpu_probe() {}\n"
@@ -103,8 +104,14 @@ def report(out=None):
     say("Python %s, %s %s" % (platform.python_version(), platform.system(), platform.machine()))
     say("NumPy %s" % (_version("numpy") or "not installed"))
     pf = _loader.pathfinder()
-    say("cuda-pathfinder %s" % ((_version("cuda-pathfinder") or "installed") if pf is not None
-                                else "not installed (the plain search is used)"))
+    say(
+        "cuda-pathfinder %s"
+        % (
+            (_version("cuda-pathfinder") or "installed")
+            if pf is not None
+            else "not installed (the plain search is used)"
+        )
+    )
     v = _driver.CUDA_HEADER_VERSION
     say("built against CUDA %d.%d headers" % (v // 1000, (v % 1000) // 10))
 
@@ -119,8 +126,10 @@ def report(out=None):
         driver_ok = True
     except Exception as e:
         say("driver: not found (%s)" % _first_line(e))
-        todo.append("no CUDA driver: install the NVIDIA driver (it provides libcuda.so.1) to "
-                    "run kernels; compiling needs none (pygpu.compiler.compile(..., arch=...))")
+        todo.append(
+            "no CUDA driver: install the NVIDIA driver (it provides libcuda.so.1) to "
+            "run kernels; compiling needs none (pygpu.compiler.compile(..., arch=...))"
+        )
     if driver_ok:
         try:
             n = _driver.Device.count()
@@ -134,8 +143,10 @@ def report(out=None):
             try:
                 d = _driver.Device(i)
                 major, minor = d.compute_capability()
-                say("device %d: %s, compute capability %d.%d (sm_%d%d), %s"
-                    % (i, d.name(), major, minor, major, minor, _size(d.total_memory())))
+                say(
+                    "device %d: %s, compute capability %d.%d (sm_%d%d), %s"
+                    % (i, d.name(), major, minor, major, minor, _size(d.total_memory()))
+                )
             except Exception as e:
                 say("device %d: %s" % (i, _first_line(e)))
 
@@ -145,27 +156,35 @@ def report(out=None):
     archs = []
     try:
         from pygpu import compiler
+
         path = compiler._ensure_nvrtc()
         nvrtc_major, nvrtc_minor = compiler.nvrtc_version()
-        say("NVRTC: %d.%d, %s" % (nvrtc_major, nvrtc_minor,
-                                   _loaded_file(("libnvrtc.so", "libnvrtc.alt.so")) or path))
+        say(
+            "NVRTC: %d.%d, %s"
+            % (nvrtc_major, nvrtc_minor, _loaded_file(("libnvrtc.so", "libnvrtc.alt.so")) or path)
+        )
         archs = compiler.supported_archs()
         say("  compiles for sm_%d ... sm_%d" % (min(archs), max(archs)))
     except Exception as e:
         say("NVRTC: not found (%s)" % _first_line(e))
-        todo.append("no NVRTC, so no compiling: pip install %s (NVIDIA's wheels: pygpu's "
-                    "[nvrtc] extra), or install the CUDA toolkit, or set PYGPU_NVRTC to "
-                    "libnvrtc.so" % nvidia_requirements())
+        todo.append(
+            "no NVRTC, so no compiling: pip install %s (NVIDIA's wheels: pygpu's "
+            "[nvrtc] extra), or install the CUDA toolkit, or set PYGPU_NVRTC to "
+            "libnvrtc.so" % nvidia_requirements()
+        )
     if driver_ok and nvrtc_major is not None:
         dv = _driver.get_driver_version()
         if dv // 1000 < nvrtc_major:
-            todo.append("NVRTC %d is newer than the driver's CUDA %d: its output will not load; "
-                        "update the driver or pip install %s"
-                        % (nvrtc_major, dv // 1000, _loader.nvrtc_pip_requirement(dv // 1000)))
+            todo.append(
+                "NVRTC %d is newer than the driver's CUDA %d: its output will not load; "
+                "update the driver or pip install %s"
+                % (nvrtc_major, dv // 1000, _loader.nvrtc_pip_requirement(dv // 1000))
+            )
 
     # the compile cache as found (the header probes below may add entries)
     try:
         from pygpu import compiler
+
         cache = compiler.cache_info()
     except Exception as e:
         cache = e
@@ -190,10 +209,12 @@ def report(out=None):
             if why is not None:
                 failed.append(h)
         if failed:
-            todo.append("kernels that #include %s will not compile: pip install %s (NVIDIA's "
-                        "NVRTC, CUDA header and CCCL wheels: pygpu's [nvrtc] extra), or install "
-                        "the CUDA toolkit, or set CUDA_HOME"
-                        % (", ".join("<%s>" % h for h in failed), nvidia_requirements()))
+            todo.append(
+                "kernels that #include %s will not compile: pip install %s (NVIDIA's "
+                "NVRTC, CUDA header and CCCL wheels: pygpu's [nvrtc] extra), or install "
+                "the CUDA toolkit, or set CUDA_HOME"
+                % (", ".join("<%s>" % h for h in failed), nvidia_requirements())
+            )
     else:
         say("  (no NVRTC: the headers were not compiled)")
 
@@ -206,9 +227,15 @@ def report(out=None):
         if os.environ.get("PYGPU_DISABLE_CACHE", "") not in ("", "0"):
             say("compile cache: disabled (PYGPU_DISABLE_CACHE)")
         else:
-            say("compile cache: %s, %d entries, %s (limit %s)"
-                % (info["dir"], info["disk_entries"], _size(info["disk_bytes"]),
-                   _size(info["size_cap"])))
+            say(
+                "compile cache: %s, %d entries, %s (limit %s)"
+                % (
+                    info["dir"],
+                    info["disk_entries"],
+                    _size(info["disk_bytes"]),
+                    _size(info["size_cap"]),
+                )
+            )
     except Exception as e:
         say("compile cache: %s" % _first_line(e))
 

@@ -6,16 +6,24 @@ VectorArg/ScalarArg; complex_source() is the text of the complex type
 generated kernels use (pycuda::complex<float> and <double>, NumPy's layout:
 kernels/elementwise_complex.cuh).
 """
+
 from pygpu import tools as _tools
 
-__all__ = ["dtype_to_ctype", "parse_arguments", "context_dependent_memoize",
-           "complex_source", "needs_complex", "is_vector"]
+__all__ = [
+    "dtype_to_ctype",
+    "parse_arguments",
+    "context_dependent_memoize",
+    "complex_source",
+    "needs_complex",
+    "is_vector",
+]
 
 dtype_to_ctype = _tools.dtype_to_ctype
 context_dependent_memoize = _tools.context_dependent_memoize
 
 
 # ---- kernel argument declarations ----
+
 
 def _split(arguments):
     """Split a C argument list at the commas outside <...> and (...)."""
@@ -51,8 +59,10 @@ def parse_arguments(arguments):
     elif isinstance(arguments, (list, tuple)):
         decls = list(arguments)
     else:
-        raise TypeError("arguments must be a str like 'const float *x, int n' or a list, "
-                        "not %s" % type(arguments).__name__)
+        raise TypeError(
+            "arguments must be a str like 'const float *x, int n' or a list, "
+            "not %s" % type(arguments).__name__
+        )
     parsed, text = [], []
     for d in decls:
         if isinstance(d, str):
@@ -62,8 +72,10 @@ def parse_arguments(arguments):
             a = d
             text.append(d.declarator())
         else:
-            raise TypeError("an argument must be a C declaration str or a VectorArg/ScalarArg, "
-                            "not %s" % type(d).__name__)
+            raise TypeError(
+                "an argument must be a C declaration str or a VectorArg/ScalarArg, "
+                "not %s" % type(d).__name__
+            )
         parsed.append(a)
     return parsed, ", ".join(text)
 
@@ -79,6 +91,7 @@ def complex_source():
     global _complex_text
     if _complex_text is None:
         from pygpu import compiler
+
         _complex_text = compiler.kernel_source("elementwise_complex.cuh")
     return _complex_text
 

@@ -9,11 +9,19 @@ wrapper still on the source, NVRTC's numbers one off), offset=None maps
 them back, so line 1 is the user's first line and the wrapper's lines are
 never shown.
 """
+
 import html
 import re
 
-__all__ = ["format_compile_error", "compile_error_html", "compile_error_text",
-           "parse_log", "user_source", "binary_summary", "binary_html"]
+__all__ = [
+    "format_compile_error",
+    "compile_error_html",
+    "compile_error_text",
+    "parse_log",
+    "user_source",
+    "binary_summary",
+    "binary_html",
+]
 
 WRAP_PREFIX = 'extern "C" {\n'
 WRAP_SUFFIX = '\n}\n'
@@ -22,9 +30,12 @@ WRAP_SUFFIX = '\n}\n'
 def user_source(source):
     """(the user's source, lines added before it) for a source NVRTC
     compiled: SourceModule's extern "C" wrapper is taken off."""
-    if source.startswith(WRAP_PREFIX) and source.endswith(WRAP_SUFFIX) \
-            and len(source) >= len(WRAP_PREFIX) + len(WRAP_SUFFIX):
-        return source[len(WRAP_PREFIX):-len(WRAP_SUFFIX)], 1
+    if (
+        source.startswith(WRAP_PREFIX)
+        and source.endswith(WRAP_SUFFIX)
+        and len(source) >= len(WRAP_PREFIX) + len(WRAP_SUFFIX)
+    ):
+        return source[len(WRAP_PREFIX) : -len(WRAP_SUFFIX)], 1
     return source, 0
 
 
@@ -37,6 +48,7 @@ def _mapper(source, name, offset=None):
 
     def user_line(n):
         return min(max(1, n - offset), nlines)
+
     pat = re.compile(r"(?m)^%s\((\d+)\)" % re.escape(name))
     return text, user_line, pat
 
@@ -48,8 +60,11 @@ def parse_log(log, source, name="kernel.cu", offset=None):
     numbering (None: 1 when source has SourceModule's wrapper on)."""
     text, user_line, _ = _mapper(source, name, offset)
     out = []
-    for m in re.finditer(r"(?m)^%s\((\d+)\): (catastrophic error|error|warning|remark)"
-                         r"(?: #\S+-D)?: (.*)$" % re.escape(name), log):
+    for m in re.finditer(
+        r"(?m)^%s\((\d+)\): (catastrophic error|error|warning|remark)"
+        r"(?: #\S+-D)?: (.*)$" % re.escape(name),
+        log,
+    ):
         out.append((user_line(int(m.group(1))), m.group(2), m.group(3).strip()))
     return out
 
@@ -97,19 +112,30 @@ def compile_error_html(err, name="kernel.cu"):
     rows = []
     for i, line in enumerate(text.splitlines(), 1):
         bad = any(k != "warning" for k, _ in diags.get(i, ()))
-        style = ' style="background:#fdd"' if bad else (' style="background:#ffd"'
-                                                        if i in diags else "")
-        rows.append('<tr%s><td style="text-align:right;color:#888;padding-right:1em">%d</td>'
-                    '<td><code>%s</code></td></tr>' % (style, i, html.escape(line) or "&nbsp;"))
+        style = (
+            ' style="background:#fdd"'
+            if bad
+            else (' style="background:#ffd"' if i in diags else "")
+        )
+        rows.append(
+            '<tr%s><td style="text-align:right;color:#888;padding-right:1em">%d</td>'
+            '<td><code>%s</code></td></tr>' % (style, i, html.escape(line) or "&nbsp;")
+        )
         for kind, msg in diags.get(i, ()):
-            rows.append('<tr><td></td><td style="color:%s"><b>%s</b>: %s</td></tr>'
-                        % ("#a00" if kind != "warning" else "#850", html.escape(kind),
-                           html.escape(msg)))
-    return ('<div class="pygpu-compile-error"><b>CompileError</b>: NVRTC rejected the '
-            'source (%d error(s))<table style="font-family:monospace">%s</table>'
-            '<details><summary>NVRTC log</summary><pre>%s</pre></details></div>'
-            % (sum(1 for v in diags.values() for k, _ in v if k != "warning"),
-               "".join(rows), html.escape(map_log(log, source, name, offset))))
+            rows.append(
+                '<tr><td></td><td style="color:%s"><b>%s</b>: %s</td></tr>'
+                % ("#a00" if kind != "warning" else "#850", html.escape(kind), html.escape(msg))
+            )
+    return (
+        '<div class="pygpu-compile-error"><b>CompileError</b>: NVRTC rejected the '
+        'source (%d error(s))<table style="font-family:monospace">%s</table>'
+        '<details><summary>NVRTC log</summary><pre>%s</pre></details></div>'
+        % (
+            sum(1 for v in diags.values() for k, _ in v if k != "warning"),
+            "".join(rows),
+            html.escape(map_log(log, source, name, offset)),
+        )
+    )
 
 
 def _size(n):
@@ -122,13 +148,18 @@ def _size(n):
 def binary_summary(b):
     """One line for a compiled Binary: target, arch, size, digest, names."""
     import hashlib
+
     digest = hashlib.sha256(bytes(b)).hexdigest()[:12]
     names = getattr(b, "lowered_names", {}) or {}
     log = (getattr(b, "log", "") or "").strip()
     return "<pygpu Binary: %s for %s, %s, sha256 %s%s%s>" % (
-        getattr(b, "target", "") or "?", getattr(b, "arch", "") or "?", _size(len(b)), digest,
+        getattr(b, "target", "") or "?",
+        getattr(b, "arch", "") or "?",
+        _size(len(b)),
+        digest,
         ", names: " + ", ".join("%s -> %s" % kv for kv in sorted(names.items())) if names else "",
-        ", log: %d line(s)" % len(log.splitlines()) if log else "")
+        ", log: %d line(s)" % len(log.splitlines()) if log else "",
+    )
 
 
 def binary_html(b):

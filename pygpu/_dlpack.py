@@ -10,6 +10,7 @@ import_(): calls the producer's __dlpack__, renames the capsule "used_..."
 as the protocol asks, and returns a GPUArray whose base calls the
 producer's deleter when the array dies.
 """
+
 import ctypes
 import threading
 
@@ -18,8 +19,7 @@ import numpy as np
 kDLCUDA, kDLCUDAHost, kDLCUDAManaged = 2, 3, 13
 _CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 _KINDS = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
-_BITS = {"i": (8, 16, 32, 64), "u": (8, 16, 32, 64), "f": (16, 32, 64), "c": (64, 128),
-         "b": (8,)}
+_BITS = {"i": (8, 16, 32, 64), "u": (8, 16, 32, 64), "f": (16, 32, 64), "c": (64, 128), "b": (8,)}
 _KIND_NAMES = {"i": "int", "u": "uint", "f": "float", "c": "complex", "b": "bool"}
 _MAX_NDIM = 64
 
@@ -33,17 +33,22 @@ class DLDataType(ctypes.Structure):
 
 
 class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
 
 
 _Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 class DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", _Deleter)]
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _Deleter)]
 
 
 class DLPackVersion(ctypes.Structure):
@@ -51,8 +56,13 @@ class DLPackVersion(ctypes.Structure):
 
 
 class DLManagedTensorVersioned(ctypes.Structure):
-    _fields_ = [("version", DLPackVersion), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", _Deleter), ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
+    _fields_ = [
+        ("version", DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", _Deleter),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", DLTensor),
+    ]
 
 
 _api = ctypes.pythonapi
@@ -69,9 +79,11 @@ _api.PyCapsule_SetName.restype = ctypes.c_int
 _api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 _raw_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
-    ("PyCapsule_IsValid", _api))
+    ("PyCapsule_IsValid", _api)
+)
 _raw_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", _api))
+    ("PyCapsule_GetPointer", _api)
+)
 
 _NAME = b"dltensor"
 _NAME_V = b"dltensor_versioned"
@@ -79,7 +91,7 @@ _USED = b"used_dltensor"
 _USED_V = b"used_dltensor_versioned"
 
 _lock = threading.Lock()
-_live = {}          # manager_ctx -> (struct, shape, strides, array)
+_live = {}  # manager_ctx -> (struct, shape, strides, array)
 _next = [1]
 
 
@@ -92,15 +104,17 @@ def _release(key):
 def _deleter(ptr):
     # ptr: the DLManagedTensor[Versioned]; manager_ctx is at a known offset
     try:
-        for offset in (DLManagedTensor.manager_ctx.offset,
-                       DLManagedTensorVersioned.manager_ctx.offset):
+        for offset in (
+            DLManagedTensor.manager_ctx.offset,
+            DLManagedTensorVersioned.manager_ctx.offset,
+        ):
             key = ctypes.c_void_p.from_address(ptr + offset).value
             with _lock:
                 entry = _live.get(key)
             if entry is not None and ctypes.addressof(entry[0]) == ptr:
                 _release(key)
                 return
-    except Exception:      # never raise into C
+    except Exception:  # never raise into C
         pass
 
 
@@ -129,9 +143,11 @@ def _element_strides(a):
     out = []
     for s in a.strides:
         if s % a.itemsize:
-            raise BufferError("DLPack strides count elements: an array of %d-byte items with "
-                              "byte strides %r (not multiples of the item size) cannot be "
-                              "exported; copy it first (a.copy())" % (a.itemsize, a.strides))
+            raise BufferError(
+                "DLPack strides count elements: an array of %d-byte items with "
+                "byte strides %r (not multiples of the item size) cannot be "
+                "exported; copy it first (a.copy())" % (a.itemsize, a.strides)
+            )
         out.append(s // a.itemsize)
     return out
 
@@ -139,6 +155,7 @@ def _element_strides(a):
 def export(a, stream=None, max_version=None, dl_device=None, copy=None):
     from pygpu import driver as drv
     from pygpu import gpuarray
+
     try:
         # freed memory and extent (any context: the device id says where)
         gpuarray._check_operands("__dlpack__", (a,), ctx=None)
@@ -152,15 +169,18 @@ def export(a, stream=None, max_version=None, dl_device=None, copy=None):
             if len(max_version) != 2:
                 raise ValueError
         except (TypeError, ValueError):
-            raise TypeError("__dlpack__: max_version must be a (major, minor) tuple of ints, "
-                            "not %r" % (max_version,)) from None
+            raise TypeError(
+                "__dlpack__: max_version must be a (major, minor) tuple of ints, "
+                "not %r" % (max_version,)
+            ) from None
     dev = a.__dlpack_device__()
     if dl_device is not None and tuple(dl_device) != dev:
-        raise BufferError("the array is on device %r; it cannot be exported to %r without "
-                          "a copy" % (dev, tuple(dl_device)))
+        raise BufferError(
+            "the array is on device %r; it cannot be exported to %r without "
+            "a copy" % (dev, tuple(dl_device))
+        )
     if copy:
-        raise BufferError("__dlpack__(copy=True) is not supported: copy the array first "
-                          "(a.copy())")
+        raise BufferError("__dlpack__(copy=True) is not supported: copy the array first (a.copy())")
     if stream is not None and stream not in (-1, 1):
         if stream == 0:
             raise ValueError("__dlpack__: stream 0 is ambiguous and not allowed for CUDA")
@@ -172,9 +192,15 @@ def export(a, stream=None, max_version=None, dl_device=None, copy=None):
     nd = a.ndim
     shape = (ctypes.c_int64 * _max1(nd))(*a.shape)
     strides = (ctypes.c_int64 * _max1(nd))(*elements)
-    t = DLTensor(a.ptr or None, DLDevice(*dev), nd, _dl_dtype(a.dtype),
-                 ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)),
-                 ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64)), 0)
+    t = DLTensor(
+        a.ptr or None,
+        DLDevice(*dev),
+        nd,
+        _dl_dtype(a.dtype),
+        ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)),
+        ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64)),
+        0,
+    )
     with _lock:
         key = _next[0]
         _next[0] += 1
@@ -213,12 +239,14 @@ class _Owner:
 
 def import_(obj):
     from pygpu import gpuarray
+
     dev = getattr(obj, "__dlpack_device__", None)
     if dev is not None:
         dtype_, _ = dev()
         if int(dtype_) not in (kDLCUDA, kDLCUDAManaged, kDLCUDAHost):
-            raise BufferError("the DLPack tensor is not in CUDA memory (device type %d)"
-                              % int(dtype_))
+            raise BufferError(
+                "the DLPack tensor is not in CUDA memory (device type %d)" % int(dtype_)
+            )
     try:
         capsule = obj.__dlpack__(stream=1, max_version=(1, 0))
     except TypeError:
@@ -230,8 +258,10 @@ def import_(obj):
         ptr = _api.PyCapsule_GetPointer(capsule, _NAME_V)
         m = DLManagedTensorVersioned.from_address(ptr)
         if m.version.major > 1:
-            raise BufferError("DLPack version %d.%d is newer than pygpu understands"
-                              % (m.version.major, m.version.minor))
+            raise BufferError(
+                "DLPack version %d.%d is newer than pygpu understands"
+                % (m.version.major, m.version.minor)
+            )
         t = m.dl_tensor
         used = _USED_V
     elif _api.PyCapsule_IsValid(capsule, _NAME):
@@ -242,30 +272,35 @@ def import_(obj):
     else:
         raise BufferError("__dlpack__() did not return an unused DLPack capsule")
     if t.device.device_type not in (kDLCUDA, kDLCUDAManaged, kDLCUDAHost):
-        raise BufferError("the DLPack tensor is not in CUDA memory (device type %d)"
-                          % t.device.device_type)
+        raise BufferError(
+            "the DLPack tensor is not in CUDA memory (device type %d)" % t.device.device_type
+        )
     if t.device.device_type == kDLCUDA:
         from pygpu import driver as drv
+
         ctx = drv.Context.get_current()
         if ctx is not None and ctx.device.ordinal != t.device.device_id:
-            raise BufferError("the DLPack tensor is on CUDA device %d but the current context "
-                              "is on device %d: make device %d's context current to use it "
-                              "there, or copy it" % (t.device.device_id, ctx.device.ordinal,
-                                                     t.device.device_id))
+            raise BufferError(
+                "the DLPack tensor is on CUDA device %d but the current context "
+                "is on device %d: make device %d's context current to use it "
+                "there, or copy it" % (t.device.device_id, ctx.device.ordinal, t.device.device_id)
+            )
     if t.dtype.lanes != 1 or t.dtype.code not in _KINDS:
-        raise BufferError("DLPack dtype (code %d, %d bits, %d lanes) has no NumPy dtype"
-                          % (t.dtype.code, t.dtype.bits, t.dtype.lanes))
+        raise BufferError(
+            "DLPack dtype (code %d, %d bits, %d lanes) has no NumPy dtype"
+            % (t.dtype.code, t.dtype.bits, t.dtype.lanes)
+        )
     kind = _KINDS[t.dtype.code]
     bits = t.dtype.bits
     if bits not in _BITS[kind]:
-        raise BufferError("DLPack dtype (code %d, %d bits) is not one pygpu has: %s takes %s "
-                          "bits" % (t.dtype.code, bits, _KIND_NAMES[kind],
-                                    ", ".join(str(b) for b in _BITS[kind])))
+        raise BufferError(
+            "DLPack dtype (code %d, %d bits) is not one pygpu has: %s takes %s "
+            "bits" % (t.dtype.code, bits, _KIND_NAMES[kind], ", ".join(str(b) for b in _BITS[kind]))
+        )
     dtype = np.dtype("?" if kind == "b" else "%s%d" % (kind, bits // 8))
     nd = t.ndim
     if not 0 <= nd <= _MAX_NDIM:
-        raise BufferError("DLPack tensor has %d dimensions (pygpu takes 0 to %d)"
-                          % (nd, _MAX_NDIM))
+        raise BufferError("DLPack tensor has %d dimensions (pygpu takes 0 to %d)" % (nd, _MAX_NDIM))
     if nd and not t.shape:
         raise BufferError("DLPack tensor of %d dimensions has no shape (a NULL pointer)" % nd)
     shape = tuple(t.shape[k] for k in range(nd))
@@ -284,7 +319,15 @@ def import_(obj):
     _api.PyCapsule_SetName(capsule, used)
     deleter = m.deleter
     owner = _Owner(obj, ptr, deleter if ctypes.cast(deleter, ctypes.c_void_p).value else None)
-    return gpuarray._new(gpuarray.GPUArray, shape, dtype, strides, data if (data or size)
-                         else None, owner, gpuarray._default_allocator, size,
-                         gpuarray._is_c(shape, strides, dtype.itemsize),
-                         gpuarray._is_f(shape, strides, dtype.itemsize))
+    return gpuarray._new(
+        gpuarray.GPUArray,
+        shape,
+        dtype,
+        strides,
+        data if (data or size) else None,
+        owner,
+        gpuarray._default_allocator,
+        size,
+        gpuarray._is_c(shape, strides, dtype.itemsize),
+        gpuarray._is_f(shape, strides, dtype.itemsize),
+    )

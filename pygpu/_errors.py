@@ -1,6 +1,7 @@
 """Exceptions of the Python layer that sit below both pygpu.driver and
 pygpu.compiler, so neither imports the other to name them (the layers are
 _driver <- _errors <- driver, compiler; no compiler <-> driver cycle)."""
+
 from pygpu._driver import Error
 
 __all__ = ["CompileError"]
@@ -22,8 +23,19 @@ class CompileError(Error):
     log is not shown a second time.  The same class is
     pygpu.driver.CompileError (PyCUDA's place for it)."""
 
-    def __init__(self, msg, command_line=None, stdout=None, stderr=None, *, log=None,
-                 source="", code=None, name=None, show_stderr=True):
+    def __init__(
+        self,
+        msg,
+        command_line=None,
+        stdout=None,
+        stderr=None,
+        *,
+        log=None,
+        source="",
+        code=None,
+        name=None,
+        show_stderr=True,
+    ):
         super().__init__(msg)
         self.msg = msg
         self.command_line = list(command_line) if command_line is not None else None
@@ -51,8 +63,10 @@ class CompileError(Error):
         return result
 
     def __reduce__(self):
-        return (_rebuild_compile_error, (type(self), self.msg, self.command_line,
-                                         self.stdout, self.stderr, self.__dict__))
+        return (
+            _rebuild_compile_error,
+            (type(self), self.msg, self.command_line, self.stdout, self.stderr, self.__dict__),
+        )
 
 
 def _rebuild_compile_error(cls, msg, command_line, stdout, stderr, state):
@@ -73,8 +87,7 @@ class LinkError(Error):
     ``NVJITLINK_ERROR_*``), .input the name of the input it failed on or
     None.  pygpu.linking.LinkError is this class."""
 
-    def __init__(self, message, log="", info_log="", routine="", code=None, name=None,
-                 input=None):
+    def __init__(self, message, log="", info_log="", routine="", code=None, name=None, input=None):
         super().__init__(message)
         self.log = log
         self.info_log = info_log

@@ -10,6 +10,7 @@ $CONDA_PREFIX/lib, the system loader path, $CUDA_HOME and $CUDA_PATH,
 /usr/local/cuda/lib64.  Where none opens, asking for a fatbin raises
 CudaUnavailableError listing them; nothing else needs it.
 """
+
 import ctypes
 import glob
 import os
@@ -62,23 +63,43 @@ def _load():
         for c in tried:
             try:
                 lib = ctypes.CDLL(c)
-                lib.nvFatbinCreate      # noqa: B018 (an nvFatbin, not another library)
+                lib.nvFatbinCreate  # noqa: B018 (an nvFatbin, not another library)
             except (OSError, AttributeError):
                 continue
             c_size_p, c_void_p = ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p
-            lib.nvFatbinCreate.argtypes = [ctypes.POINTER(c_void_p),
-                                           ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t]
+            lib.nvFatbinCreate.argtypes = [
+                ctypes.POINTER(c_void_p),
+                ctypes.POINTER(ctypes.c_char_p),
+                ctypes.c_size_t,
+            ]
             lib.nvFatbinDestroy.argtypes = [ctypes.POINTER(c_void_p)]
-            lib.nvFatbinAddCubin.argtypes = [c_void_p, ctypes.c_char_p, ctypes.c_size_t,
-                                             ctypes.c_char_p, ctypes.c_char_p]
-            lib.nvFatbinAddPTX.argtypes = [c_void_p, ctypes.c_char_p, ctypes.c_size_t,
-                                           ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p]
+            lib.nvFatbinAddCubin.argtypes = [
+                c_void_p,
+                ctypes.c_char_p,
+                ctypes.c_size_t,
+                ctypes.c_char_p,
+                ctypes.c_char_p,
+            ]
+            lib.nvFatbinAddPTX.argtypes = [
+                c_void_p,
+                ctypes.c_char_p,
+                ctypes.c_size_t,
+                ctypes.c_char_p,
+                ctypes.c_char_p,
+                ctypes.c_char_p,
+            ]
             lib.nvFatbinSize.argtypes = [c_void_p, c_size_p]
             lib.nvFatbinGet.argtypes = [c_void_p, c_void_p]
             lib.nvFatbinGetErrorString.argtypes = [ctypes.c_int]
             lib.nvFatbinGetErrorString.restype = ctypes.c_char_p
-            for f in ("nvFatbinCreate", "nvFatbinDestroy", "nvFatbinAddCubin", "nvFatbinAddPTX",
-                      "nvFatbinSize", "nvFatbinGet"):
+            for f in (
+                "nvFatbinCreate",
+                "nvFatbinDestroy",
+                "nvFatbinAddCubin",
+                "nvFatbinAddPTX",
+                "nvFatbinSize",
+                "nvFatbinGet",
+            ):
                 getattr(lib, f).restype = ctypes.c_int
             _lib = lib
             return lib
@@ -86,7 +107,8 @@ def _load():
             "target='fatbin' needs NVIDIA's nvFatbin library (libnvfatbin.so, CUDA 12.4 or "
             "later), which was not found (pip install nvidia-nvfatbin, or set "
             "PYGPU_NVFATBIN); looked for: %s. target='cubin' or 'ptx' need no more than "
-            "NVRTC" % ", ".join(tried))
+            "NVRTC" % ", ".join(tried)
+        )
 
 
 def available():
@@ -101,8 +123,10 @@ def available():
 def _check(lib, rc, what):
     if rc != 0:
         msg = lib.nvFatbinGetErrorString(rc)
-        raise driver.CompileError("%s failed: %s (nvFatbinResult %d)"
-                                  % (what, msg.decode() if msg else "unknown error", rc))
+        raise driver.CompileError(
+            "%s failed: %s (nvFatbinResult %d)"
+            % (what, msg.decode() if msg else "unknown error", rc)
+        )
 
 
 def make_fatbin(cubin, ptx, arch):
@@ -114,10 +138,10 @@ def make_fatbin(cubin, ptx, arch):
     try:
         a = str(arch).encode()
         cubin, ptx = bytes(cubin), bytes(ptx)
-        _check(lib, lib.nvFatbinAddCubin(handle, cubin, len(cubin), a, b"kernel"),
-               "nvFatbinAddCubin")
-        _check(lib, lib.nvFatbinAddPTX(handle, ptx, len(ptx), a, b"kernel", None),
-               "nvFatbinAddPTX")
+        _check(
+            lib, lib.nvFatbinAddCubin(handle, cubin, len(cubin), a, b"kernel"), "nvFatbinAddCubin"
+        )
+        _check(lib, lib.nvFatbinAddPTX(handle, ptx, len(ptx), a, b"kernel", None), "nvFatbinAddPTX")
         size = ctypes.c_size_t()
         _check(lib, lib.nvFatbinSize(handle, ctypes.byref(size)), "nvFatbinSize")
         buf = ctypes.create_string_buffer(size.value)

@@ -8,12 +8,22 @@ imported only when NVRTC or the headers are first needed, never by
 ``import pygpu``.  Without it, the same order is followed by the plain search
 below, which is kept in Python so it is testable on a machine without CUDA.
 """
+
 import glob
 import os
 import sys
 
-__all__ = ["nvrtc_candidates", "load_nvrtc", "nvjitlink_candidates", "load_nvjitlink", "cuda_include_dirs", "with_cuda_include_dirs",
-           "kernel_dir", "nvrtc_pip_requirement", "pathfinder"]
+__all__ = [
+    "nvrtc_candidates",
+    "load_nvrtc",
+    "nvjitlink_candidates",
+    "load_nvjitlink",
+    "cuda_include_dirs",
+    "with_cuda_include_dirs",
+    "kernel_dir",
+    "nvrtc_pip_requirement",
+    "pathfinder",
+]
 
 _SONAMES = ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so")
 # NVIDIA's wheels: CUDA 13 puts every component in nvidia/cu13/; CUDA 12's
@@ -75,8 +85,13 @@ def nvrtc_candidates(environ=None, path=None):
         out.append(explicit)
     for rel in _WHEEL_LIB_DIRS:
         for d in _site_dirs(path, rel):
-            out.extend(sorted(x for x in glob.glob(os.path.join(d, "libnvrtc.so*"))
-                              if "alt" not in os.path.basename(x)))
+            out.extend(
+                sorted(
+                    x
+                    for x in glob.glob(os.path.join(d, "libnvrtc.so*"))
+                    if "alt" not in os.path.basename(x)
+                )
+            )
     conda = env.get("CONDA_PREFIX")
     if conda:
         out.extend(os.path.join(conda, "lib", so) for so in _SONAMES)
@@ -97,13 +112,14 @@ def load_nvrtc(loader=None):
     nvrtc_candidates() that opens.  A failure lists every path tried."""
     if loader is None:
         from pygpu import _driver
+
         loader = _driver._load_nvrtc
     candidates = nvrtc_candidates()
     pf = None if os.environ.get("PYGPU_NVRTC") else pathfinder()
     if pf is not None:
         try:
             found = pf.load_nvidia_dynamic_lib("nvrtc").abs_path
-        except Exception:      # not found, or a pathfinder too old to know NVRTC
+        except Exception:  # not found, or a pathfinder too old to know NVRTC
             found = None
         if found and found not in candidates:
             candidates.insert(0, found)
@@ -172,13 +188,14 @@ def load_nvjitlink(loader=None):
     lists every path tried."""
     if loader is None:
         from pygpu import _driver
+
         loader = _driver._load_nvjitlink
     candidates = nvjitlink_candidates()
     pf = None if os.environ.get("PYGPU_NVJITLINK") else pathfinder()
     if pf is not None:
         try:
             found = pf.load_nvidia_dynamic_lib("nvJitLink").abs_path
-        except Exception:      # not found, or a pathfinder that does not know it
+        except Exception:  # not found, or a pathfinder that does not know it
             found = None
         if found:
             if found in candidates:
@@ -214,7 +231,7 @@ def _plain_include_dirs(env, path):
             cccl.append(os.path.join(t, "include", "cccl"))
     root = next((d for d in roots if _include_root_ok(d)), None)
     cccl_dir = next((d for d in cccl if _cccl_ok(d)), None)
-    if cccl_dir is None and root and _cccl_ok(root):   # CUDA 12 toolkits: cuda/std in include/
+    if cccl_dir is None and root and _cccl_ok(root):  # CUDA 12 toolkits: cuda/std in include/
         cccl_dir = root
     return root, cccl_dir
 
@@ -228,13 +245,18 @@ def _search_fingerprint(env, path):
     wheel folders (and cuda.pathfinder itself) each sys.path entry holds.
     Costs a few dozen stat calls, no import."""
     import hashlib
+
     h = hashlib.sha256(b"cuda-include-dirs\0")
     for var in ("CUDA_HOME", "CUDA_PATH", "CONDA_PREFIX", "PYGPU_NO_PATHFINDER"):
         h.update(("%s=%s\0" % (var, env.get(var, ""))).encode("utf-8", "surrogateescape"))
     rels = _WHEEL_INCLUDE_DIRS + _WHEEL_CCCL_DIRS + ("cuda/pathfinder",)
     for p in path:
-        h.update(("%s:%s\0" % (p, "".join("1" if os.path.isdir(os.path.join(p, r)) else "0"
-                                          for r in rels))).encode("utf-8", "surrogateescape"))
+        h.update(
+            (
+                "%s:%s\0"
+                % (p, "".join("1" if os.path.isdir(os.path.join(p, r)) else "0" for r in rels))
+            ).encode("utf-8", "surrogateescape")
+        )
     return h.hexdigest()[:32]
 
 
@@ -251,9 +273,13 @@ def cuda_include_dirs(environ=None, path=None, record_dir=None):
     (~25 ms) nor searches again: the compile cache's hits stay cheap."""
     env = os.environ if environ is None else environ
     path = sys.path if path is None else path
-    key = (environ is None, tuple(path), tuple(env.get(v) for v in
-                                               ("CUDA_HOME", "CUDA_PATH", "CONDA_PREFIX",
-                                                "PYGPU_NO_PATHFINDER")))
+    key = (
+        environ is None,
+        tuple(path),
+        tuple(
+            env.get(v) for v in ("CUDA_HOME", "CUDA_PATH", "CONDA_PREFIX", "PYGPU_NO_PATHFINDER")
+        ),
+    )
     found = _include_memo.get(key)
     if found is not None:
         return list(found)
@@ -280,6 +306,7 @@ def cuda_include_dirs(environ=None, path=None, record_dir=None):
     _include_memo[key] = tuple(dirs)
     if fp is not None:
         from pygpu import store
+
         store.write_record(record_dir, "include-dirs-" + fp, {"dirs": dirs})
     return dirs
 
@@ -288,6 +315,7 @@ def _read_include_record(record_dir, fp):
     """The recorded include directories, if each still is what it was found
     to be (cuda_runtime.h in the first, cuda/std/version in a CCCL one)."""
     from pygpu import store
+
     meta = store.read_record(record_dir, "include-dirs-" + fp)
     dirs = meta.get("dirs") if meta else None
     if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
@@ -302,7 +330,7 @@ def _read_include_record(record_dir, fp):
 def _pf_header_dir(pf, name):
     try:
         d = pf.find_nvidia_header_directory(name)
-    except Exception:          # a pathfinder that does not know this name
+    except Exception:  # a pathfinder that does not know this name
         return None
     ok = _cccl_ok if name == "cccl" else _include_root_ok
     return d if ok(d) else None
@@ -359,8 +387,11 @@ def nvrtc_pip_requirement(cuda_major):
 BUILD_HEADERS = ("cuda.h", "cudaTypedefs.h", "nvrtc.h")
 # CUDA 13's wheels put every component's headers in nvidia/cu13/include;
 # CUDA 12's have one folder per component.
-_WHEEL_BUILD_DIRS = ("nvidia/cu13/include", "nvidia/cuda_runtime/include",
-                     "nvidia/cuda_nvrtc/include")
+_WHEEL_BUILD_DIRS = (
+    "nvidia/cu13/include",
+    "nvidia/cuda_runtime/include",
+    "nvidia/cuda_nvrtc/include",
+)
 
 
 def toolkit_include_candidates(environ=None):
@@ -383,7 +414,7 @@ def wheel_include_candidates(path=None, rels=_WHEEL_BUILD_DIRS):
     sys.path: pip's isolated build environment is on sys.path, not among
     site.getsitepackages() where cuda-pathfinder looks)."""
     out = []
-    for p in (sys.path if path is None else path):
+    for p in sys.path if path is None else path:
         for rel in rels:
             d = os.path.join(p, rel)
             if os.path.isdir(d):
@@ -401,7 +432,7 @@ def _pf_build_dirs():
     for name in ("cudart", "nvrtc"):
         try:
             d = pf.find_nvidia_header_directory(name)
-        except Exception:        # a pathfinder that does not know the name
+        except Exception:  # a pathfinder that does not know the name
             d = None
         if d and d not in out:
             out.append(d)
@@ -430,5 +461,8 @@ def build_include_dirs(environ=None, path=None):
 
 def build_tried(environ=None, path=None):
     """Where build_include_dirs() looked, for its failure message."""
-    return (toolkit_include_candidates(environ) + (_pf_build_dirs() if environ is None else [])
-            + wheel_include_candidates(path))
+    return (
+        toolkit_include_candidates(environ)
+        + (_pf_build_dirs() if environ is None else [])
+        + wheel_include_candidates(path)
+    )

@@ -19,6 +19,7 @@ for nvcc) and for compile(..., nvcc_compat=True):
 
 Plain Python, no GPU and no NVRTC needed.
 """
+
 import os
 import re
 import threading
@@ -69,7 +70,8 @@ def prelude():
 
 # ---- attributes after a closing brace ----
 
-_TOKEN = re.compile(r'''
+_TOKEN = re.compile(
+    r'''
     (?P<pp>^[ \t]*\#(?:[^\n\\]|\\.|\\\n)*)
   | (?P<ws>\n|[ \t\f\v\r]+)
   | (?P<lc>//[^\n]*)
@@ -78,7 +80,9 @@ _TOKEN = re.compile(r'''
   | (?P<chr>(?:u8|[uUL])?'(?:[^'\\\n]|\\.)*(?:'|(?=\n)|\Z))
   | (?P<id>[A-Za-z_$][A-Za-z_0-9$]*)
   | (?P<op>.)
-''', re.S | re.X | re.M)
+''',
+    re.S | re.X | re.M,
+)
 _DEFINE = re.compile(r'#\s*define\s+([A-Za-z_]\w*)(\([^)]*\))?\s*(.*)', re.S)
 _ATTRIBUTE_WORDS = ("__attribute__", "__align__", "__builtin_align__")
 _QUICK_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M)
@@ -163,9 +167,8 @@ def _class_key_before(toks, i, attrs):
     keyword of the class head it opens (``struct [attrs] [tag] {``), or
     None when it opens something else."""
     j = i - 1
-    if j >= 0 and toks[j][0] == "id" and toks[j][1] not in _CLASS_KEYS \
-            and toks[j][1] not in attrs:
-        j -= 1                                  # the tag
+    if j >= 0 and toks[j][0] == "id" and toks[j][1] not in _CLASS_KEYS and toks[j][1] not in attrs:
+        j -= 1  # the tag
     # attributes between the key and the tag: skip back over NAME(...) runs
     while j >= 0:
         if toks[j][0] == "id" and toks[j][1] in _CLASS_KEYS:
@@ -209,8 +212,8 @@ def gnu_attributes(text):
         return text
     toks = _tokens(text)
     attrs = _attribute_macros(toks)
-    stack = []          # for each open '{': the class key's index or None
-    edits = []          # (position, removed end or None, inserted text)
+    stack = []  # for each open '{': the class key's index or None
+    edits = []  # (position, removed end or None, inserted text)
     for i, (kind, t, start, end) in enumerate(toks):
         if kind != "op":
             continue

@@ -4,6 +4,7 @@ It retains the primary context of device $PYGPU_DEVICE (default 0), the one
 CuPy, PyTorch and cuda.core share, and pushes it on this thread.  Exports
 ``device`` and ``context``.
 """
+
 import os
 
 from pygpu import driver

@@ -7,6 +7,7 @@ retained, pushed on this thread and popped at interpreter exit.  Exports
 ``device`` and ``context``.  (pygpu.autoinit uses the primary context
 too: the two differ only in how the device is chosen.)
 """
+
 import atexit
 
 from pygpu import driver
@@ -33,10 +34,11 @@ def _finish_up():
         return
     try:
         context.pop()
-    except driver.Error:      # another pop came first, or the driver is gone
+    except driver.Error:  # another pop came first, or the driver is gone
         pass
     context = None
     from pygpu.tools import clear_context_caches
+
     clear_context_caches()
 
 

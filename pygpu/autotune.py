@@ -46,6 +46,7 @@ rounded up to a power of two; scalars by type), in memory and on disk in
 without timing.  ``PYGPU_DISABLE_CACHE=1`` or ``cache_dir=False`` keeps it
 in memory only.
 """
+
 import hashlib
 import itertools
 import json
@@ -62,7 +63,7 @@ __all__ = ["autotune", "Tuned", "AutotuneError", "expand_space", "shape_class", 
 
 SCHEMA = 1
 _lock = threading.Lock()
-_memory = {}        # key -> (index, table)
+_memory = {}  # key -> (index, table)
 
 #: CUresult codes after which the context cannot be used again: not a
 #: variant's fault to skip, the tuning stops.
@@ -81,18 +82,21 @@ class AutotuneError(RuntimeError):
 
 # ---- the space ----
 
+
 def expand_space(space):
     """The variants of space: a list of dicts, one per combination, in the
     order of the space's keys (the last key varies fastest)."""
     if not isinstance(space, dict) or not space:
-        raise TypeError("space must be a non-empty dict of name -> list of values, e.g. "
-                        "{'block': [128, 256]}")
+        raise TypeError(
+            "space must be a non-empty dict of name -> list of values, e.g. {'block': [128, 256]}"
+        )
     names = list(space)
     values = []
     for k in names:
         if not isinstance(k, str) or not k.isidentifier():
-            raise ValueError("a space name must be an identifier (it can become -D%s=...): %r"
-                             % (k, k))
+            raise ValueError(
+                "a space name must be an identifier (it can become -D%s=...): %r" % (k, k)
+            )
         v = space[k]
         if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
             raise TypeError("space[%r] must be a list of values, not %s" % (k, type(v).__name__))
@@ -121,8 +125,9 @@ def _build_spec(choice, source, kernel, options, block, grid, shared):
     one variant."""
     src = _call(source, choice)
     if not isinstance(src, str):
-        raise TypeError("source must be a str or a callable returning one, not %s"
-                        % type(src).__name__)
+        raise TypeError(
+            "source must be a str or a callable returning one, not %s" % type(src).__name__
+        )
     opts = list(options)
     for k, v in choice.items():
         if k == "maxrregcount":
@@ -133,8 +138,9 @@ def _build_spec(choice, source, kernel, options, block, grid, shared):
             opts.append("-D%s=%s" % (k, v))
     name = _call(kernel, choice)
     if not isinstance(name, str):
-        raise TypeError("kernel must be a str or a callable returning one, not %s"
-                        % type(name).__name__)
+        raise TypeError(
+            "kernel must be a str or a callable returning one, not %s" % type(name).__name__
+        )
     if "{" in name:
         name = name.format(**choice)
     exprs = (name,) if "<" in name else ()
@@ -150,6 +156,7 @@ def _build_spec(choice, source, kernel, options, block, grid, shared):
 
 # ---- the key ----
 
+
 def _bucket(n):
     n = int(n)
     return 0 if n <= 0 else 1 << (n - 1).bit_length()
@@ -162,8 +169,7 @@ def shape_class(args):
     for a in args:
         cai = getattr(a, "__cuda_array_interface__", None)
         if cai is not None:
-            out.append(("a", np.dtype(cai["typestr"]).str,
-                        tuple(_bucket(s) for s in cai["shape"])))
+            out.append(("a", np.dtype(cai["typestr"]).str, tuple(_bucket(s) for s in cai["shape"])))
         elif isinstance(a, np.ndarray):
             out.append(("h", a.dtype.str, tuple(_bucket(s) for s in a.shape)))
         elif isinstance(a, np.generic):
@@ -179,7 +185,7 @@ def shape_class(args):
 
 
 def _device_key():
-    dev = driver.Context.get_device()       # the current context's (a primary one if none)
+    dev = driver.Context.get_device()  # the current context's (a primary one if none)
     try:
         uuid = str(dev.uuid)
     except driver.Error:
@@ -207,8 +213,15 @@ def _check_mode(check, outputs, reference, rtol, atol):
 
 def _tune_key(device_key, specs, space, shapes, key, mode=("unchecked",)):
     h = hashlib.sha256()
-    for part in ("pygpu-autotune", SCHEMA, device_key, repr(space), repr(shapes), repr(key),
-                 repr(mode)):
+    for part in (
+        "pygpu-autotune",
+        SCHEMA,
+        device_key,
+        repr(space),
+        repr(shapes),
+        repr(key),
+        repr(mode),
+    ):
         h.update(repr(part).encode() + b"\0")
     for src, opts, name, exprs, b, g, sh in specs:
         h.update(hashlib.sha256(src.encode()).digest())
@@ -239,8 +252,11 @@ def _load(cache_dir, key, n, checked=False):
 
 
 def _save(cache_dir, key, index, table, checked=False):
-    data = json.dumps({"key": key, "schema": SCHEMA, "index": index, "table": table,
-                       "checked": bool(checked)}, default=repr, indent=1).encode()
+    data = json.dumps(
+        {"key": key, "schema": SCHEMA, "index": index, "table": table, "checked": bool(checked)},
+        default=repr,
+        indent=1,
+    ).encode()
     try:
         store._atomic_write(_path(cache_dir, key), data)
     except OSError as e:
@@ -254,17 +270,21 @@ def clear(cache_dir=None, disk=True):
     d = store.check_dir(cache_dir)
     if disk and d is not None:
         import shutil
+
         shutil.rmtree(os.path.join(d, "autotune"), ignore_errors=True)
 
 
 # ---- device buffers for checking ----
 
+
 def _view(a, what):
     """(pointer, nbytes, dtype, shape) of a device array argument."""
     cai = getattr(a, "__cuda_array_interface__", None)
     if cai is None:
-        raise TypeError("%s must be a device array (a GPUArray or an object with "
-                        "__cuda_array_interface__), not %s" % (what, type(a).__name__))
+        raise TypeError(
+            "%s must be a device array (a GPUArray or an object with "
+            "__cuda_array_interface__), not %s" % (what, type(a).__name__)
+        )
     if cai.get("strides") is not None:
         dt = np.dtype(cai["typestr"])
         if tuple(cai["strides"]) != tuple(np.empty(cai["shape"], dt).strides):
@@ -337,6 +357,7 @@ def _event_timer(run, choice, warmup, repeat, stream):
 
 # ---- the launcher ----
 
+
 class Tuned:
     """The fastest variant, ready to launch: call it with the kernel's
     arguments (and optionally stream=, grid=).
@@ -356,36 +377,53 @@ class Tuned:
         self.key = key
 
     def __call__(self, *args: "object", stream: "object" = None, grid: "object" = None) -> "object":
-        return self.function(*args, block=self.block, grid=self.grid if grid is None else grid,
-                             shared=self.shared, stream=stream)
+        return self.function(
+            *args,
+            block=self.block,
+            grid=self.grid if grid is None else grid,
+            shared=self.shared,
+            stream=stream,
+        )
 
     def format_table(self) -> str:
         """The measurements as text, fastest first, then the skipped."""
         names = list(self.table[0]["choice"]) if self.table else []
         rows = sorted(self.table, key=lambda r: (r["ms"] is None, r["ms"] or 0.0))
         w = [max(8, len(n)) for n in names]
-        lines = ["  ".join("%-*s" % (k, n) for k, n in zip(w, names))
-                 + "  %10s  %s" % ("ms", "status")]
+        lines = [
+            "  ".join("%-*s" % (k, n) for k, n in zip(w, names)) + "  %10s  %s" % ("ms", "status")
+        ]
         for r in rows:
             mark = " <- chosen" if r["choice"] == self.choice and r["status"] == "ok" else ""
             ms = "%10.4f" % r["ms"] if r["ms"] is not None else "%10s" % "-"
-            lines.append("  ".join("%-*s" % (k, r["choice"][n]) for k, n in zip(w, names))
-                         + "  %s  %s%s" % (ms, r["status"], mark))
+            lines.append(
+                "  ".join("%-*s" % (k, r["choice"][n]) for k, n in zip(w, names))
+                + "  %s  %s%s" % (ms, r["status"], mark)
+            )
         if not self.timed:
             lines.append("(chosen from the stored tuning; nothing was timed in this process)")
         return "\n".join(lines)
 
     def __repr__(self):
-        return "<Tuned %s %s>" % (self.function.name if hasattr(self.function, "name") else "",
-                                  self.choice)
+        return "<Tuned %s %s>" % (
+            self.function.name if hasattr(self.function, "name") else "",
+            self.choice,
+        )
 
 
 def _compile_variant(spec, no_extern_c, arch, include_dirs, cache_dir):
     from pygpu.compiler import SourceModule
+
     src, opts, name, exprs, _, _, _ = spec
-    mod = SourceModule(src, options=opts, no_extern_c=no_extern_c or bool(exprs), arch=arch,
-                       include_dirs=include_dirs, name_expressions=exprs,
-                       cache_dir=cache_dir)
+    mod = SourceModule(
+        src,
+        options=opts,
+        no_extern_c=no_extern_c or bool(exprs),
+        arch=arch,
+        include_dirs=include_dirs,
+        name_expressions=exprs,
+        cache_dir=cache_dir,
+    )
     return mod, mod.get_function(name)
 
 
@@ -394,13 +432,31 @@ def _first_line(e):
     return text[0] if text else type(e).__name__
 
 
-def autotune(source: str, kernel: str, args: "object", space: "object", grid: "object" = None,
-             block: "object" = None, shared: "object" = None, options: "object" = (),
-             outputs: "object" = (), inplace: "object" = (), reference: "object" = None,
-             check: bool = True, rtol: float = 1e-5, atol: float = 1e-8, warmup: int = 2,
-             repeat: int = 10, stream: "object" = None, no_extern_c: bool = False,
-             arch: "object" = None, include_dirs: "object" = (), cache_dir: "object" = None,
-             key: "object" = None, timer: "object" = None) -> "Tuned":
+def autotune(
+    source: str,
+    kernel: str,
+    args: "object",
+    space: "object",
+    grid: "object" = None,
+    block: "object" = None,
+    shared: "object" = None,
+    options: "object" = (),
+    outputs: "object" = (),
+    inplace: "object" = (),
+    reference: "object" = None,
+    check: bool = True,
+    rtol: float = 1e-5,
+    atol: float = 1e-8,
+    warmup: int = 2,
+    repeat: int = 10,
+    stream: "object" = None,
+    no_extern_c: bool = False,
+    arch: "object" = None,
+    include_dirs: "object" = (),
+    cache_dir: "object" = None,
+    key: "object" = None,
+    timer: "object" = None,
+) -> "Tuned":
     """Compile, check and time every variant of space on args; return the
     fastest as a Tuned launcher (see the module's docstring).
 
@@ -417,8 +473,7 @@ def autotune(source: str, kernel: str, args: "object", space: "object", grid: "o
     inplace = [int(i) for i in inplace]
     for i in outputs + inplace:
         if not -len(args) <= i < len(args):
-            raise IndexError("argument index %d is out of range for %d arguments"
-                             % (i, len(args)))
+            raise IndexError("argument index %d is out of range for %d arguments" % (i, len(args)))
     if reference is not None and len(reference) != len(outputs):
         raise ValueError("reference has %d arrays for %d outputs" % (len(reference), len(outputs)))
     specs = [_build_spec(c, source, kernel, options, block, grid, shared) for c in variants]
@@ -458,6 +513,7 @@ def autotune(source: str, kernel: str, args: "object", space: "object", grid: "o
 
             def run(f=f, b=b, g=g, sh=sh):
                 f(*args, block=b, grid=g, shared=sh, stream=stream)
+
             try:
                 if check and outputs:
                     if saved is not None:
@@ -477,13 +533,14 @@ def autotune(source: str, kernel: str, args: "object", space: "object", grid: "o
                             row["status"] = why
                             continue
                 ms = (timer or (lambda r, c: _event_timer(r, c, warmup, repeat, stream)))(
-                    run, choice)
+                    run, choice
+                )
             except driver.Error as e:
                 if getattr(e, "code", None) in _STICKY:
                     raise
                 row["status"] = "launch error: " + _first_line(e)
                 continue
-            except ValueError as e:       # pygpu's own checks of the configuration
+            except ValueError as e:  # pygpu's own checks of the configuration
                 row["status"] = "launch error: " + _first_line(e)
                 continue
             row["ms"] = float(ms)
@@ -494,9 +551,11 @@ def autotune(source: str, kernel: str, args: "object", space: "object", grid: "o
         if saved is not None:
             saved.restore()
     if best is None:
-        raise AutotuneError("no variant of %r ran correctly:\n  %s" % (
-            specs[0][2], "\n  ".join("%s: %s" % (r["choice"], r["status"]) for r in table)),
-            table)
+        raise AutotuneError(
+            "no variant of %r ran correctly:\n  %s"
+            % (specs[0][2], "\n  ".join("%s: %s" % (r["choice"], r["status"]) for r in table)),
+            table,
+        )
     with _lock:
         _memory[k] = (best, table)
     if disk is not None:

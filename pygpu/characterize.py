@@ -1,6 +1,7 @@
 """pygpu.characterize: facts about the platform and the current device, as
 pycuda.characterize (platform_bits, has_stack, has_double_support, sizeof).
 """
+
 import sys
 
 import numpy as np
@@ -12,7 +13,7 @@ __all__ = ["platform_bits", "has_stack", "has_double_support", "sizeof"]
 
 def platform_bits():
     """64 on a 64-bit Python, else 32."""
-    return 64 if sys.maxsize > 2 ** 32 else 32
+    return 64 if sys.maxsize > 2**32 else 32
 
 
 def has_stack():
@@ -27,7 +28,7 @@ def has_double_support():
     return _drv.Context.get_device().compute_capability() >= (1, 3)
 
 
-_sizes = {}      # (context, type_name, preamble) -> int
+_sizes = {}  # (context, type_name, preamble) -> int
 
 
 def sizeof(type_name, preamble=""):
@@ -43,6 +44,7 @@ def sizeof(type_name, preamble=""):
     size = _sizes.get(key)
     if size is None:
         from pygpu.compiler import SourceModule
+
         mod = SourceModule(sizeof_source(type_name, preamble), no_extern_c=True)
         ptr, _ = mod.get_global("pygpu_sizeof")
         out = np.zeros(1, np.uint64)
@@ -54,7 +56,10 @@ def sizeof(type_name, preamble=""):
 
 def sizeof_source(type_name, preamble=""):
     """The source sizeof() compiles."""
-    return ('%s\nextern "C" __device__ unsigned long long pygpu_sizeof = sizeof(%s);\n'
-            % (preamble, type_name))
+    return '%s\nextern "C" __device__ unsigned long long pygpu_sizeof = sizeof(%s);\n' % (
+        preamble,
+        type_name,
+    )
+
 
 from pygpu.tools import context_dependent_memoize  # noqa: E402,F401  (PyCUDA's characterize has it)

@@ -10,6 +10,7 @@ given.  Results are cached in memory and on disk (pygpu.store), keyed by the
 source, the options, the target architecture, NVRTC's version, the cache
 schema and the state of every file the source's #include lines can reach.
 """
+
 import hashlib
 import os
 import re
@@ -24,9 +25,19 @@ from pygpu._errors import CompileError
 from pygpu.store import CACHE_SCHEMA, Binary, default_cache_dir  # noqa: F401  (API)
 
 # no "compile": `from pygpu.compiler import *` must not shadow the built-in
-__all__ = ["SourceModule", "CompileError", "CompilerWarning", "nvrtc_version", "Binary",
-           "kernel_source", "KERNEL_DIR",
-           "supported_archs", "cache_info", "clear_cache", "default_cache_dir"]
+__all__ = [
+    "SourceModule",
+    "CompileError",
+    "CompilerWarning",
+    "nvrtc_version",
+    "Binary",
+    "kernel_source",
+    "KERNEL_DIR",
+    "supported_archs",
+    "cache_info",
+    "clear_cache",
+    "default_cache_dir",
+]
 
 _lock = threading.RLock()
 _nvrtc_path = None
@@ -45,9 +56,14 @@ def kernel_source(name: str) -> str:
     SourceModule or compile()."""
     path = os.path.join(KERNEL_DIR, name)
     if os.path.basename(name) != name or not os.path.isfile(path):
-        raise ValueError("no kernel file %r in %s (there are: %s)"
-                         % (name, KERNEL_DIR, ", ".join(sorted(
-                             f for f in os.listdir(KERNEL_DIR) if f.endswith(".cu")))))
+        raise ValueError(
+            "no kernel file %r in %s (there are: %s)"
+            % (
+                name,
+                KERNEL_DIR,
+                ", ".join(sorted(f for f in os.listdir(KERNEL_DIR) if f.endswith(".cu"))),
+            )
+        )
     with open(path, encoding="utf-8") as f:
         return f.read()
 
@@ -95,7 +111,7 @@ def _nvrtc_fingerprint():
     for c in ["/etc/ld.so.cache"] + _loader.nvrtc_candidates():
         if os.path.isabs(c):
             try:
-                h.update(("%s:%r\0" % (c, _file_sig(c))).encode())   # stat follows links
+                h.update(("%s:%r\0" % (c, _file_sig(c))).encode())  # stat follows links
             except OSError:
                 h.update(("%s:-\0" % c).encode())
     return h.hexdigest()[:32]
@@ -118,16 +134,16 @@ def _nvrtc_facts_for_key(cache_dir):
         meta = store.read_record(cache_dir, "nvrtc-" + fp)
         found = store.read_version_record(cache_dir, fp, _file_sig)
         archs = meta.get("archs") if meta else None
-        if (found is not None and isinstance(archs, list)
-                and all(type(a) is int for a in archs)):
+        if found is not None and isinstance(archs, list) and all(type(a) is int for a in archs):
             _key_version, _key_archs = found, tuple(archs)
             return _key_version, _key_archs
         version, archs = tuple(nvrtc_version()), tuple(supported_archs())
         lib = _loaded_nvrtc_file()
         if lib:
             try:
-                store.write_version_record(cache_dir, fp, lib, _file_sig(lib), version,
-                                           archs=list(archs))
+                store.write_version_record(
+                    cache_dir, fp, lib, _file_sig(lib), version, archs=list(archs)
+                )
             except OSError:
                 pass
         _key_version, _key_archs = version, archs
@@ -188,8 +204,15 @@ def _device_arch_and_target(target, cache_dir=None):
             "NVRTC %d.%d is newer than the CUDA driver, which supports CUDA %d.%d: its "
             "output cannot be loaded. Update the NVIDIA driver or use an NVRTC of CUDA "
             "%d (PYGPU_NVRTC, or pip install %s)"
-            % (nv_major, nv_minor, drv // 1000, (drv % 1000) // 10, drv // 1000,
-               _loader.nvrtc_pip_requirement(drv // 1000)))
+            % (
+                nv_major,
+                nv_minor,
+                drv // 1000,
+                (drv % 1000) // 10,
+                drv // 1000,
+                _loader.nvrtc_pip_requirement(drv // 1000),
+            )
+        )
     if cc in archs and target in (None, "cubin"):
         # same major: a cubin from a newer minor NVRTC loads (minor version compatibility)
         result = ("sm_%d" % cc, "cubin")
@@ -200,7 +223,8 @@ def _device_arch_and_target(target, cache_dir=None):
             raise driver.CudaUnavailableError(
                 "this GPU (sm_%d) is newer than NVRTC %d.%d knows, and the driver "
                 "(CUDA %d.%d) is older than NVRTC, so it cannot JIT NVRTC's PTX either"
-                % (cc, nv_major, nv_minor, drv // 1000, (drv % 1000) // 10))
+                % (cc, nv_major, nv_minor, drv // 1000, (drv % 1000) // 10)
+            )
         best = max(a for a in archs if a <= cc) if any(a <= cc for a in archs) else max(archs)
         result = ("compute_%d" % best, "ptx")
     _device_targets[key] = result
@@ -208,6 +232,7 @@ def _device_arch_and_target(target, cache_dir=None):
 
 
 # ---- compile ----
+
 
 def _source_text(source):
     """The text of a source: a str, or any object whose str() is the source
@@ -217,13 +242,17 @@ def _source_text(source):
     if isinstance(source, str):
         return str.__str__(source)
     if isinstance(source, (bytes, bytearray, memoryview)):
-        raise TypeError("source must be a str, not %s: decode it first (source.decode())"
-                        % type(source).__name__)
+        raise TypeError(
+            "source must be a str, not %s: decode it first (source.decode())"
+            % type(source).__name__
+        )
     if type(source).__str__ is object.__str__:
-        raise TypeError("source must be a str or an object whose str() is the source "
-                        "(such as a cgen or codepy object), not %s" % type(source).__name__)
+        raise TypeError(
+            "source must be a str or an object whose str() is the source "
+            "(such as a cgen or codepy object), not %s" % type(source).__name__
+        )
     text = str(source)
-    if not isinstance(text, str):       # pragma: no cover (str() always gives a str)
+    if not isinstance(text, str):  # pragma: no cover (str() always gives a str)
         raise TypeError("str(source) did not give a str")
     return text
 
@@ -261,6 +290,7 @@ def _format_error(log, source, name, offset=0):
     """The log, then each failing line of the user's source with its number
     (pygpu/_display.py).  offset: lines NVRTC counted before the user's first."""
     from pygpu import _display
+
     return _display.format_compile_error(log, source, name, offset=offset)
 
 
@@ -269,6 +299,7 @@ def _user_log(log, source, name, offset):
     if not offset:
         return log
     from pygpu import _display
+
     return _display.map_log(log, source, name, offset=offset)
 
 
@@ -287,20 +318,22 @@ def _build_options(options, arch_opt, include_dirs, defines, std, fast_math):
             opts.append("-D%s" % k if v is None else "-D%s=%s" % (k, v))
     opts.extend(options)
     if driver.CUDA_DEBUGGING and not {"-G", "--device-debug"} & set(opts):
-        opts.append("--device-debug")    # set_debugging() / pygpu.debug: PyCUDA's -g -G
+        opts.append("--device-debug")  # set_debugging() / pygpu.debug: PyCUDA's -g -G
     for o in opts:
         if "\0" in o:
-            raise ValueError("compiler option %r contains a NUL character (NVRTC would stop "
-                             "reading it there)" % (o,))
+            raise ValueError(
+                "compiler option %r contains a NUL character (NVRTC would stop "
+                "reading it there)" % (o,)
+            )
     return opts
-
-
 
 
 def _no_nul(value, what):
     if "\0" in value:
-        raise ValueError("%s contains a NUL character at offset %d (NVRTC would stop "
-                         "reading it there): %r" % (what, value.index("\0"), value[:80]))
+        raise ValueError(
+            "%s contains a NUL character at offset %d (NVRTC would stop "
+            "reading it there): %r" % (what, value.index("\0"), value[:80])
+        )
     return value
 
 
@@ -308,8 +341,10 @@ def _str_list(value, what, example):
     """A list of str from a sequence; a lone str (or bytes) is refused rather
     than taken letter by letter."""
     if isinstance(value, (str, bytes, bytearray, os.PathLike)):
-        raise TypeError("%s must be a list, not a single %s: write %s=[%r]"
-                        % (what, type(value).__name__, what, example if example else value))
+        raise TypeError(
+            "%s must be a list, not a single %s: write %s=[%r]"
+            % (what, type(value).__name__, what, example if example else value)
+        )
     out = []
     for v in value or ():
         v = os.fspath(v) if isinstance(v, os.PathLike) else v
@@ -323,8 +358,10 @@ def _check_defines(defines):
     if defines is None:
         return None
     if isinstance(defines, (str, bytes, bytearray)):
-        raise TypeError("defines must be a dict {name: value} or a list of names, not a "
-                        "single %s" % type(defines).__name__)
+        raise TypeError(
+            "defines must be a dict {name: value} or a list of names, not a "
+            "single %s" % type(defines).__name__
+        )
     items = defines.items() if isinstance(defines, dict) else [(d, None) for d in defines]
     out = {}
     for k, v in items:
@@ -365,20 +402,27 @@ def _nvrtc(source, name, opts, name_expressions, target, arch_opt, user_source=N
     about user_source (the user's own text, by default source), NVRTC's
     line numbers less offset."""
     _ensure_nvrtc()
-    if profiler._annotate:      # pygpu.profiler.annotate_all: a range names the compile
+    if profiler._annotate:  # pygpu.profiler.annotate_all: a range names the compile
         with profiler.time_range("compile " + name, "orange"):
-            ok, log, image, lowered = _driver._nvrtc_compile(source, name, opts, [],
-                                                             name_expressions, target)
+            ok, log, image, lowered = _driver._nvrtc_compile(
+                source, name, opts, [], name_expressions, target
+            )
     else:
-        ok, log, image, lowered = _driver._nvrtc_compile(source, name, opts, [],
-                                                         name_expressions, target)
+        ok, log, image, lowered = _driver._nvrtc_compile(
+            source, name, opts, [], name_expressions, target
+        )
     store.stats["compiles"] += 1
     if not ok:
         if user_source is None:
             user_source = source
-        raise CompileError(_format_error(log, user_source, name, offset), list(opts), None,
-                           _user_log(log, user_source, name, offset), source=user_source,
-                           show_stderr=False)
+        raise CompileError(
+            _format_error(log, user_source, name, offset),
+            list(opts),
+            None,
+            _user_log(log, user_source, name, offset),
+            source=user_source,
+            show_stderr=False,
+        )
     if log.strip():
         if user_source is not None:
             log = _user_log(log, user_source, name, offset)
@@ -386,8 +430,23 @@ def _nvrtc(source, name, opts, name_expressions, target, arch_opt, user_source=N
     return store.make_binary(image, target, arch_opt, log, lowered)
 
 
-def _compile(source, options, arch, target, include_dirs, defines, name_expressions, std,
-             fast_math, cache_dir, name, rdc=False, nvcc_compat=False, wrap=False, info=None):
+def _compile(
+    source,
+    options,
+    arch,
+    target,
+    include_dirs,
+    defines,
+    name_expressions,
+    std,
+    fast_math,
+    cache_dir,
+    name,
+    rdc=False,
+    nvcc_compat=False,
+    wrap=False,
+    info=None,
+):
     """compile() itself; returns (Binary, Deps or None when not cacheable).
     wrap: SourceModule's extern "C" { }.  info: a dict, filled with the text
     and options given to NVRTC (keep=True)."""
@@ -424,23 +483,33 @@ def _compile(source, options, arch, target, include_dirs, defines, name_expressi
         if target is None:
             target = "cubin" if kind == "sm" else "ptx"
         elif target == "cubin" and kind == "compute":
-            raise ValueError("target='cubin' needs a real architecture such as 'sm_%s', "
-                             "not %r" % (num, arch_opt))
+            raise ValueError(
+                "target='cubin' needs a real architecture such as 'sm_%s', not %r" % (num, arch_opt)
+            )
     include_dirs = _loader.with_cuda_include_dirs(include_dirs, cache)
     name_expressions = tuple(name_expressions)
     opts = _build_options(options, arch_opt, include_dirs, defines, std, fast_math)
     user_source = source
     pch = (nvcc_compat or wrap) and _uses_pch(opts)
     if nvcc_compat and pch:
-        opts.append("--pre-include=" + os.path.join(_loader.libc_shim_dir(),
-                                                    _nvcc_compat.PRELUDE_HEADER))
+        opts.append(
+            "--pre-include=" + os.path.join(_loader.libc_shim_dir(), _nvcc_compat.PRELUDE_HEADER)
+        )
     offset = 1 if wrap and pch else 0
     if info is not None:
         info["text"] = _prepare(source, nvcc_compat, wrap, pch)
         info["options"] = list(opts)
     if cache is None:
-        return _nvrtc(_prepare(source, nvcc_compat, wrap, pch), name, opts, name_expressions,
-                      target, arch_opt, user_source, offset), None
+        return _nvrtc(
+            _prepare(source, nvcc_compat, wrap, pch),
+            name,
+            opts,
+            name_expressions,
+            target,
+            arch_opt,
+            user_source,
+            offset,
+        ), None
 
     memo_key = (source, tuple(opts), target, name_expressions, name, nvcc_compat, wrap)
     memo = _key_memo.get(memo_key)
@@ -456,11 +525,23 @@ def _compile(source, options, arch, target, include_dirs, defines, name_expressi
         except store.Uncacheable as e:
             store.debug("not cached: %s" % e)
             store.stats["uncacheable"] += 1
-            return _nvrtc(_prepare(source, nvcc_compat, wrap, pch), name, opts,
-                          name_expressions, target, arch_opt, user_source, offset), None
+            return _nvrtc(
+                _prepare(source, nvcc_compat, wrap, pch),
+                name,
+                opts,
+                name_expressions,
+                target,
+                arch_opt,
+                user_source,
+                offset,
+            ), None
         nv = _nvrtc_version_for_key(cache)
-        parts = ["%d.%d" % nv, target, name, key_text, "%d" % len(opts)] + opts \
-            + ["%d" % len(name_expressions)] + list(name_expressions)
+        parts = (
+            ["%d.%d" % nv, target, name, key_text, "%d" % len(opts)]
+            + opts
+            + ["%d" % len(name_expressions)]
+            + list(name_expressions)
+        )
         if nvcc_compat:
             parts.append(_nvcc_compat.ATTRIBUTES_VERSION)
         key = store.make_key(parts, deps)
@@ -496,47 +577,122 @@ def _compile(source, options, arch, target, include_dirs, defines, name_expressi
     return b, deps
 
 
-def _pygpu_signature(source: object, options: "object" = (), arch: "object" = None,
-                     target: "str | None" = None, include_dirs: "object" = (),
-                     defines: "object" = None, name_expressions: "object" = (),
-                     std: "str | None" = None, fast_math: bool = False,
-                     cache_dir: "object" = None, name: str = "kernel.cu", rdc: bool = False,
-                     nvcc_compat: bool = False, extern_c: bool = False, *,
-                     nvcc: "str | None" = None, keep: bool = False,
-                     no_extern_c: "bool | None" = None,
-                     code: "object" = None) -> bytes:
+def _pygpu_signature(
+    source: object,
+    options: "object" = (),
+    arch: "object" = None,
+    target: "str | None" = None,
+    include_dirs: "object" = (),
+    defines: "object" = None,
+    name_expressions: "object" = (),
+    std: "str | None" = None,
+    fast_math: bool = False,
+    cache_dir: "object" = None,
+    name: str = "kernel.cu",
+    rdc: bool = False,
+    nvcc_compat: bool = False,
+    extern_c: bool = False,
+    *,
+    nvcc: "str | None" = None,
+    keep: bool = False,
+    no_extern_c: "bool | None" = None,
+    code: "object" = None,
+) -> bytes:
     """compile()'s documented signature (its parameters are bound by hand:
     a str second positional argument is PyCUDA's nvcc, in PyCUDA's order)."""
 
 
 # the positional orders: pygpu's, and PyCUDA's compile(source, nvcc, options,
 # keep, no_extern_c, arch, code, cache_dir, include_dirs, target)
-_PYGPU_ORDER = ("options", "arch", "target", "include_dirs", "defines", "name_expressions",
-                "std", "fast_math", "cache_dir", "name", "rdc", "nvcc_compat", "extern_c")
-_PYCUDA_ORDER = ("nvcc", "options", "keep", "no_extern_c", "arch", "code", "cache_dir",
-                 "include_dirs", "target")
+_PYGPU_ORDER = (
+    "options",
+    "arch",
+    "target",
+    "include_dirs",
+    "defines",
+    "name_expressions",
+    "std",
+    "fast_math",
+    "cache_dir",
+    "name",
+    "rdc",
+    "nvcc_compat",
+    "extern_c",
+)
+_PYCUDA_ORDER = (
+    "nvcc",
+    "options",
+    "keep",
+    "no_extern_c",
+    "arch",
+    "code",
+    "cache_dir",
+    "include_dirs",
+    "target",
+)
 # keywords only PyCUDA's compile() has: any of them makes a call PyCUDA's
 _PYCUDA_ONLY = ("nvcc", "keep", "no_extern_c", "code")
-_PYGPU_DEFAULTS = {"options": (), "arch": None, "target": None, "include_dirs": (),
-                   "defines": None, "name_expressions": (), "std": None, "fast_math": False,
-                   "cache_dir": None, "name": "kernel.cu", "rdc": False, "nvcc_compat": False,
-                   "extern_c": False}
+_PYGPU_DEFAULTS = {
+    "options": (),
+    "arch": None,
+    "target": None,
+    "include_dirs": (),
+    "defines": None,
+    "name_expressions": (),
+    "std": None,
+    "fast_math": False,
+    "cache_dir": None,
+    "name": "kernel.cu",
+    "rdc": False,
+    "nvcc_compat": False,
+    "extern_c": False,
+}
 
 
 @_overload
-def compile(source: object, options: "list[str] | tuple[str, ...]" = ..., arch: object = ...,
-            target: "str | None" = ..., include_dirs: object = ..., defines: object = ...,
-            name_expressions: object = ..., std: "str | None" = ..., fast_math: bool = ...,
-            cache_dir: object = ..., name: str = ..., rdc: bool = ..., nvcc_compat: bool = ...,
-            extern_c: bool = ...) -> Binary: ...
+def compile(
+    source: object,
+    options: "list[str] | tuple[str, ...]" = ...,
+    arch: object = ...,
+    target: "str | None" = ...,
+    include_dirs: object = ...,
+    defines: object = ...,
+    name_expressions: object = ...,
+    std: "str | None" = ...,
+    fast_math: bool = ...,
+    cache_dir: object = ...,
+    name: str = ...,
+    rdc: bool = ...,
+    nvcc_compat: bool = ...,
+    extern_c: bool = ...,
+) -> Binary: ...
 @_overload  # noqa: E302  (PyCUDA's positional order: a str second argument is nvcc)
-def compile(source: object, nvcc: str, options: object = ..., keep: bool = ...,
-            no_extern_c: bool = ..., arch: object = ..., code: object = ...,
-            cache_dir: object = ..., include_dirs: object = ..., target: str = ...) -> bytes: ...
+def compile(
+    source: object,
+    nvcc: str,
+    options: object = ...,
+    keep: bool = ...,
+    no_extern_c: bool = ...,
+    arch: object = ...,
+    code: object = ...,
+    cache_dir: object = ...,
+    include_dirs: object = ...,
+    target: str = ...,
+) -> bytes: ...
 @_overload  # noqa: E302  (PyCUDA's keywords)
-def compile(source: object, *, nvcc: str = ..., options: object = ..., keep: bool = ...,
-            no_extern_c: bool = ..., arch: object = ..., code: object = ...,
-            cache_dir: object = ..., include_dirs: object = ..., target: str = ...) -> bytes: ...
+def compile(
+    source: object,
+    *,
+    nvcc: str = ...,
+    options: object = ...,
+    keep: bool = ...,
+    no_extern_c: bool = ...,
+    arch: object = ...,
+    code: object = ...,
+    cache_dir: object = ...,
+    include_dirs: object = ...,
+    target: str = ...,
+) -> bytes: ...
 def compile(source: object, *args: _Any, **kwargs: _Any) -> "Binary | bytes":  # noqa: E302
     """Compile CUDA C++ source to cubin, PTX or LTO-IR bytes through NVRTC.
 
@@ -579,8 +735,10 @@ def compile(source: object, *args: _Any, **kwargs: _Any) -> "Binary | bytes":  #
     pycuda_order = bool(args) and isinstance(args[0], (str, os.PathLike))
     order = _PYCUDA_ORDER if pycuda_order else _PYGPU_ORDER
     if len(args) > len(order):
-        raise TypeError("compile() takes from 1 to %d positional arguments but %d were given"
-                        % (len(order) + 1, len(args) + 1))
+        raise TypeError(
+            "compile() takes from 1 to %d positional arguments but %d were given"
+            % (len(order) + 1, len(args) + 1)
+        )
     bound = dict(zip(order, args))
     for k, v in kwargs.items():
         if k not in _PYGPU_DEFAULTS and k not in _PYCUDA_ONLY:
@@ -591,35 +749,53 @@ def compile(source: object, *args: _Any, **kwargs: _Any) -> "Binary | bytes":  #
     if pycuda_order or any(k in bound for k in _PYCUDA_ONLY) or bound.get("target") == "fatbin":
         return _pycuda_compile(source, **bound)
     a = dict(_PYGPU_DEFAULTS, **bound)
-    return _compile(source, a["options"], a["arch"], a["target"], a["include_dirs"],
-                    a["defines"], a["name_expressions"], a["std"], a["fast_math"],
-                    a["cache_dir"], a["name"], a["rdc"], a["nvcc_compat"], a["extern_c"])[0]
+    return _compile(
+        source,
+        a["options"],
+        a["arch"],
+        a["target"],
+        a["include_dirs"],
+        a["defines"],
+        a["name_expressions"],
+        a["std"],
+        a["fast_math"],
+        a["cache_dir"],
+        a["name"],
+        a["rdc"],
+        a["nvcc_compat"],
+        a["extern_c"],
+    )[0]
 
 
 try:
     import inspect as _inspect
+
     compile.__signature__ = _inspect.signature(_pygpu_signature)
     del _inspect
-except (ImportError, ValueError):     # pragma: no cover
+except (ImportError, ValueError):  # pragma: no cover
     pass
 
 
 # ---- PyCUDA's compile() ----
+
 
 def _arch_arg(value, what):
     """'sm_90' / 'compute_90' from PyCUDA's arch= or code= (also 90, (9, 0))."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int, tuple)):
-        raise TypeError("compile(): %s must be an architecture such as 'sm_90' (a str), "
-                        "not %s" % (what, type(value).__name__))
+        raise TypeError(
+            "compile(): %s must be an architecture such as 'sm_90' (a str), "
+            "not %s" % (what, type(value).__name__)
+        )
     if isinstance(value, str) and "," in value:
-        value = value.split(",")[0]           # nvcc's -code=sm_90,compute_90
+        value = value.split(",")[0]  # nvcc's -code=sm_90,compute_90
     try:
         kind, num = _parse_arch(value)
     except ValueError:
-        raise ValueError("compile(): %s must look like 'sm_90' or 'compute_90', not %r"
-                         % (what, value)) from None
+        raise ValueError(
+            "compile(): %s must look like 'sm_90' or 'compute_90', not %r" % (what, value)
+        ) from None
     return "%s_%s" % (kind, num)
 
 
@@ -640,56 +816,85 @@ def _nvcc_default_arch(cache_dir):
     return "sm_%d" % default
 
 
-def _pycuda_compile(source, nvcc="nvcc", options=None, keep=False, no_extern_c=False,
-                    arch=None, code=None, cache_dir=None, include_dirs=None, target="cubin",
-                    defines=None, name_expressions=(), std=None, fast_math=False,
-                    name="kernel.cu", rdc=False, nvcc_compat=True, extern_c=None):
+def _pycuda_compile(
+    source,
+    nvcc="nvcc",
+    options=None,
+    keep=False,
+    no_extern_c=False,
+    arch=None,
+    code=None,
+    cache_dir=None,
+    include_dirs=None,
+    target="cubin",
+    defines=None,
+    name_expressions=(),
+    std=None,
+    fast_math=False,
+    name="kernel.cu",
+    rdc=False,
+    nvcc_compat=True,
+    extern_c=None,
+):
     """pycuda.compiler.compile(): plain bytes, as PyCUDA returns them."""
     from pygpu import linking
+
     if isinstance(nvcc, os.PathLike):
         nvcc = os.fspath(nvcc)
     if not isinstance(nvcc, str):
-        raise TypeError("compile(): nvcc must be the nvcc command as a str (PyCUDA's nvcc=; "
-                        "pygpu compiles with NVRTC and does not run it), not %s"
-                        % type(nvcc).__name__)
+        raise TypeError(
+            "compile(): nvcc must be the nvcc command as a str (PyCUDA's nvcc=; "
+            "pygpu compiles with NVRTC and does not run it), not %s" % type(nvcc).__name__
+        )
     if nvcc.startswith("-"):
-        raise ValueError("compile(): the second positional argument is PyCUDA's nvcc (the "
-                         "compiler's command), not an option: %r; give options as "
-                         "options=[%r]" % (nvcc, nvcc))
+        raise ValueError(
+            "compile(): the second positional argument is PyCUDA's nvcc (the "
+            "compiler's command), not an option: %r; give options as "
+            "options=[%r]" % (nvcc, nvcc)
+        )
     if target not in ("cubin", "ptx", "fatbin", "ltoir"):
-        raise ValueError("compile(): target must be 'cubin', 'ptx' or 'fatbin' (PyCUDA's "
-                         "targets) or 'ltoir', not %r" % (target,))
+        raise ValueError(
+            "compile(): target must be 'cubin', 'ptx' or 'fatbin' (PyCUDA's "
+            "targets) or 'ltoir', not %r" % (target,)
+        )
     if extern_c is not None and no_extern_c is not None and bool(extern_c) == bool(no_extern_c):
-        raise ValueError("compile(): extern_c=%r and no_extern_c=%r say opposite things; "
-                         "give one of them" % (extern_c, no_extern_c))
+        raise ValueError(
+            "compile(): extern_c=%r and no_extern_c=%r say opposite things; "
+            "give one of them" % (extern_c, no_extern_c)
+        )
     wrap = not no_extern_c if no_extern_c is not None else bool(extern_c)
     if options is None:
         options = linking.DEFAULT_NVCC_FLAGS
-    if isinstance(options, (bytes, bytearray)) or not isinstance(options, str) and not \
-            hasattr(options, "__iter__"):
-        raise TypeError("compile(): options must be a list of str (nvcc's or NVRTC's "
-                        "options), not %s" % type(options).__name__)
+    if (
+        isinstance(options, (bytes, bytearray))
+        or not isinstance(options, str)
+        and not hasattr(options, "__iter__")
+    ):
+        raise TypeError(
+            "compile(): options must be a list of str (nvcc's or NVRTC's "
+            "options), not %s" % type(options).__name__
+        )
     options = options.split() if isinstance(options, str) else list(options)
     for o in options:
         if not isinstance(o, str):
-            raise TypeError("compile(): options must hold str, not %s: %r"
-                            % (type(o).__name__, o))
+            raise TypeError("compile(): options must hold str, not %s: %r" % (type(o).__name__, o))
     t = linking.translate_nvcc_options(options)
     arch = _arch_arg(arch, "arch") or _arch_arg(t["arch"], "the option -arch")
     code = _arch_arg(code, "code") or _arch_arg(t["code"], "the option -code")
     if include_dirs is None:
         include_dirs = ()
     include_dirs = _str_list(include_dirs, "include_dirs", None)
-    if driver.CUDA_DEBUGGING:         # as PyCUDA: kept, not cached (and -G: _build_options)
+    if driver.CUDA_DEBUGGING:  # as PyCUDA: kept, not cached (and -G: _build_options)
         keep, cache_dir = True, False
     if cache_dir is True:
         cache_dir = None
     real = next((a for a in (code, arch) if a is not None and a.startswith("sm_")), None)
-    virtual = next((a for a in (arch, code) if a is not None and a.startswith("compute_")),
-                   None)
+    virtual = next((a for a in (arch, code) if a is not None and a.startswith("compute_")), None)
     if target in ("cubin", "fatbin") and real is None and virtual is not None:
-        raise ValueError("compile(): target=%r needs a real architecture (arch= or code= "
-                         "such as 'sm_%s'), not only %r" % (target, virtual[8:], virtual))
+        raise ValueError(
+            "compile(): target=%r needs a real architecture (arch= or code= "
+            "such as 'sm_%s'), not only %r" % (target, virtual[8:], virtual)
+        )
     if real is None and virtual is None:
         real = _nvcc_default_arch(store.resolve_dir(cache_dir))
     if target == "ptx":
@@ -698,8 +903,22 @@ def _pycuda_compile(source, nvcc="nvcc", options=None, keep=False, no_extern_c=F
         use, kind = (real or virtual), "ltoir"
     else:
         use, kind = real, "cubin"
-    args = (source, t["nvrtc"], use, kind, include_dirs, defines, name_expressions, std,
-            fast_math, cache_dir, name, rdc, nvcc_compat, wrap)
+    args = (
+        source,
+        t["nvrtc"],
+        use,
+        kind,
+        include_dirs,
+        defines,
+        name_expressions,
+        std,
+        fast_math,
+        cache_dir,
+        name,
+        rdc,
+        nvcc_compat,
+        wrap,
+    )
     kept = []
     if keep:
         binary = _compile_kept(args, kept)[0]
@@ -710,6 +929,7 @@ def _pycuda_compile(source, nvcc="nvcc", options=None, keep=False, no_extern_c=F
         ptx_args[2], ptx_args[3] = "compute_" + real[3:], "ptx"
         ptx = _compile(*ptx_args)[0]
         from pygpu import _fatbin
+
         fat = _fatbin.make_fatbin(binary, ptx, real[3:])
         if kept:
             with open(os.path.join(kept[0], "kernel.fatbin"), "wb") as f:
@@ -741,7 +961,7 @@ def clear_cache(cache_dir: "object" = None, disk: bool = True) -> None:
 # detached is never served.  Never filled with the cache off; emptied by
 # clear_cache(); bounded.
 _modules = {}
-_images = {}            # (primary Context, image digest) -> Module
+_images = {}  # (primary Context, image digest) -> Module
 _get_current = driver.Context.get_current
 
 
@@ -772,11 +992,15 @@ class _Loaded:
     def __init__(self, sm, deps, env):
         # a SourceModule's own four fields, set again on a hit (not its whole
         # __dict__: a subclass's attributes are the new instance's)
-        self.binary, self.source, self.module, self.lowered = \
-            sm.binary, sm.source, sm.module, sm._lowered
+        self.binary, self.source, self.module, self.lowered = (
+            sm.binary,
+            sm.source,
+            sm.module,
+            sm._lowered,
+        )
         self.ctx = sm.module.context
-        self.deps = deps        # Deps or None (no file can change the result)
-        self.env = env          # CUDA_HOME/CUDA_PATH (they pick the include dirs), with deps
+        self.deps = deps  # Deps or None (no file can change the result)
+        self.env = env  # CUDA_HOME/CUDA_PATH (they pick the include dirs), with deps
 
 
 def _compile_kept(args, dirs=None):
@@ -804,7 +1028,7 @@ def _compile_kept(args, dirs=None):
         ptx_args[2], ptx_args[3] = "compute_" + binary.arch[3:], "ptx"
         try:
             ptx = _compile(*ptx_args)[0]
-        except CompileError:        # pragma: no cover (the cubin compiled)
+        except CompileError:  # pragma: no cover (the cubin compiled)
             ptx = None
         if ptx is not None:
             with open(os.path.join(d, "kernel.ptx"), "wb") as f:
@@ -823,11 +1047,13 @@ def _keep_write(d, info, binary):
             f.write(binary)
 
 
-_NO_TEXREFS = ("%s(%r): texture and surface references were removed in CUDA 12, so no "
-               "module has one (PyCUDA's call fails there too, with cuModule%s's "
-               "'named symbol not found'); pass a TextureObject or SurfaceObject to the "
-               "kernel as a cudaTextureObject_t / cudaSurfaceObject_t argument instead "
-               "(the manual's 'textures' chapter)")
+_NO_TEXREFS = (
+    "%s(%r): texture and surface references were removed in CUDA 12, so no "
+    "module has one (PyCUDA's call fails there too, with cuModule%s's "
+    "'named symbol not found'); pass a TextureObject or SurfaceObject to the "
+    "kernel as a cudaTextureObject_t / cudaSurfaceObject_t argument instead "
+    "(the manual's 'textures' chapter)"
+)
 
 
 class CudaModule:
@@ -875,12 +1101,25 @@ class SourceModule(CudaModule):
     name_expressions ("scale<float>").
     """
 
-    def __init__(self, source: object, nvcc: "str | None" = "nvcc", options: "object" = None,
-                 keep: bool = False, no_extern_c: bool = False, arch: "object" = None,
-                 code: "object" = None, cache_dir: "object" = None, include_dirs: "object" = (), *,
-                 name_expressions: "object" = (), std: "str | None" = None, fast_math: bool = False,
-                 defines: "object" = None, target: "str | None" = None,
-                 nvcc_compat: bool = True) -> None:
+    def __init__(
+        self,
+        source: object,
+        nvcc: "str | None" = "nvcc",
+        options: "object" = None,
+        keep: bool = False,
+        no_extern_c: bool = False,
+        arch: "object" = None,
+        code: "object" = None,
+        cache_dir: "object" = None,
+        include_dirs: "object" = (),
+        *,
+        name_expressions: "object" = (),
+        std: "str | None" = None,
+        fast_math: bool = False,
+        defines: "object" = None,
+        target: "str | None" = None,
+        nvcc_compat: bool = True,
+    ) -> None:
         # PyCUDA's positional order (source, nvcc, options, keep, no_extern_c,
         # arch, code, cache_dir, include_dirs); nvcc: PyCUDA's path to nvcc,
         # accepted and unused (NVRTC compiles)
@@ -895,38 +1134,124 @@ class SourceModule(CudaModule):
         except driver.CudaUnavailableError:
             ctx = None
         try:
-            memo_key = (source, options, no_extern_c, arch, code, include_dirs, cache_dir, keep,
-                        name_expressions, std, fast_math, defines, target, nvcc_compat, ctx)
+            memo_key = (
+                source,
+                options,
+                no_extern_c,
+                arch,
+                code,
+                include_dirs,
+                cache_dir,
+                keep,
+                name_expressions,
+                std,
+                fast_math,
+                defines,
+                target,
+                nvcc_compat,
+                ctx,
+            )
             hit = _modules.get(memo_key)
-        except TypeError:      # a list or dict argument
-            memo_key = _memo_key((source, options, no_extern_c, arch, code, include_dirs,
-                                  cache_dir, keep, name_expressions, std, fast_math, defines,
-                                  target, nvcc_compat, ctx))
+        except TypeError:  # a list or dict argument
+            memo_key = _memo_key(
+                (
+                    source,
+                    options,
+                    no_extern_c,
+                    arch,
+                    code,
+                    include_dirs,
+                    cache_dir,
+                    keep,
+                    name_expressions,
+                    std,
+                    fast_math,
+                    defines,
+                    target,
+                    nvcc_compat,
+                    ctx,
+                )
+            )
             hit = None if memo_key is None else _modules.get(memo_key)
-        if (hit is not None and not hit.ctx.detached and _environ.get(_DISABLE) in _OFF
-                and (hit.deps is None or (hit.deps.valid() and hit.env == (
-                    store.env_raw("CUDA_HOME"), store.env_raw("CUDA_PATH"))))):
+        if (
+            hit is not None
+            and not hit.ctx.detached
+            and _environ.get(_DISABLE) in _OFF
+            and (
+                hit.deps is None
+                or (
+                    hit.deps.valid()
+                    and hit.env == (store.env_raw("CUDA_HOME"), store.env_raw("CUDA_PATH"))
+                )
+            )
+        ):
             # four plain stores: cheaper than filling a dict (this path is timed)
             self.binary = hit.binary
             self.source = hit.source
             self.module = hit.module
             self._lowered = hit.lowered
             return
-        self._build(source, options, no_extern_c, arch, code, include_dirs, cache_dir, keep,
-                    name_expressions, std, fast_math, defines, target, nvcc_compat, memo_key)
+        self._build(
+            source,
+            options,
+            no_extern_c,
+            arch,
+            code,
+            include_dirs,
+            cache_dir,
+            keep,
+            name_expressions,
+            std,
+            fast_math,
+            defines,
+            target,
+            nvcc_compat,
+            memo_key,
+        )
 
-    def _build(self, source, options, no_extern_c, arch, code, include_dirs, cache_dir, keep,
-               name_expressions, std, fast_math, defines, target, nvcc_compat, memo_key):
+    def _build(
+        self,
+        source,
+        options,
+        no_extern_c,
+        arch,
+        code,
+        include_dirs,
+        cache_dir,
+        keep,
+        name_expressions,
+        std,
+        fast_math,
+        defines,
+        target,
+        nvcc_compat,
+        memo_key,
+    ):
         source = _source_text(source)
         dirs = _str_list(include_dirs, "include_dirs", None) + list(
-            _trusted_dirs(store.resolve_dir(cache_dir)))
+            _trusted_dirs(store.resolve_dir(cache_dir))
+        )
         if isinstance(options, str):
             options = options.split()
         options = list(options or ())
         if arch is None and code is not None:
             arch = code
-        args = (source, options, arch, target, dirs, defines, name_expressions, std, fast_math,
-                cache_dir, "kernel.cu", False, nvcc_compat, not no_extern_c)
+        args = (
+            source,
+            options,
+            arch,
+            target,
+            dirs,
+            defines,
+            name_expressions,
+            std,
+            fast_math,
+            cache_dir,
+            "kernel.cu",
+            False,
+            nvcc_compat,
+            not no_extern_c,
+        )
         if keep:
             binary, deps = _compile_kept(args)
         else:
@@ -954,15 +1279,21 @@ class SourceModule(CudaModule):
         self.module = mod
         self._lowered = binary.lowered_names
         ctx = self.module.context
-        if (memo_key is not None and not keep and ctx.is_primary and memo_key[-1] == ctx
-                and (deps is not None and not deps.racy)):
+        if (
+            memo_key is not None
+            and not keep
+            and ctx.is_primary
+            and memo_key[-1] == ctx
+            and (deps is not None and not deps.racy)
+        ):
             with _lock:
                 if len(_modules) >= _MEMO_MAX:
                     _modules.clear()
-                _modules[memo_key] = _Loaded(self,
-                                             deps if deps.records else None,
-                                             (store.env_raw("CUDA_HOME"),
-                                              store.env_raw("CUDA_PATH")))
+                _modules[memo_key] = _Loaded(
+                    self,
+                    deps if deps.records else None,
+                    (store.env_raw("CUDA_HOME"), store.env_raw("CUDA_PATH")),
+                )
 
     def get_function(self, name: str) -> "driver.Function":
         """The kernel called name, or registered as name in name_expressions."""
@@ -976,8 +1307,9 @@ class SourceModule(CudaModule):
         """Copy a NumPy array into a __constant__ (or __device__) variable."""
         ptr, nbytes = self.get_global(name)
         if ary.nbytes != nbytes:
-            raise ValueError("%s is %d bytes but the array is %d bytes"
-                             % (name, nbytes, ary.nbytes))
+            raise ValueError(
+                "%s is %d bytes but the array is %d bytes" % (name, nbytes, ary.nbytes)
+            )
         if stream is None:
             driver.memcpy_htod(ptr, ary)
         else:
@@ -986,6 +1318,7 @@ class SourceModule(CudaModule):
     def get_constant(self, name, dtype, shape=None):
         """A NumPy array with the contents of a __constant__ variable."""
         import numpy as np
+
         ptr, nbytes = self.get_global(name)
         dtype = np.dtype(dtype)
         out = np.empty(shape if shape is not None else nbytes // dtype.itemsize, dtype)
@@ -997,11 +1330,13 @@ class SourceModule(CudaModule):
 
 # ---- PyCUDA's nvcc helpers, over NVRTC ----
 
+
 def get_nvcc_version(nvcc="nvcc"):
     """PyCUDA asks nvcc --version; pygpu compiles with NVRTC in-process, so
     this names NVRTC's version (nvcc is never run)."""
     return "NVRTC %d.%d (pygpu compiles in-process with NVRTC; %s is not run)" % (
-        tuple(nvrtc_version()) + (nvcc,))
+        tuple(nvrtc_version()) + (nvcc,)
+    )
 
 
 def compile_plain(source, options, keep, nvcc, cache_dir, target="cubin"):
@@ -1013,10 +1348,10 @@ def compile_plain(source, options, keep, nvcc, cache_dir, target="cubin"):
     (pygpu.linking.translate_nvcc_options).  keep=True keeps the source and
     binaries as SourceModule's does; nvcc is not run.  Returns bytes."""
     if target not in ("cubin", "ptx", "fatbin"):
-        raise ValueError("compile_plain(): target must be 'cubin', 'ptx' or 'fatbin', not %r"
-                         % (target,))
-    return _pycuda_compile(source, nvcc, options, keep, True, None, None, cache_dir, None,
-                           target)
+        raise ValueError(
+            "compile_plain(): target must be 'cubin', 'ptx' or 'fatbin', not %r" % (target,)
+        )
+    return _pycuda_compile(source, nvcc, options, keep, True, None, None, cache_dir, None, target)
 
 
 __all__ += ["CudaModule", "get_nvcc_version", "compile_plain"]
@@ -1025,14 +1360,14 @@ __all__ += ["CudaModule", "get_nvcc_version", "compile_plain"]
 # ---- linking (pygpu/linking.py): PyCUDA's names, re-exported lazily so that
 # the layers stay compiler <- linking ----
 
-_LINKING_NAMES = ("DEFAULT_NVCC_FLAGS", "DynamicModule", "DynamicSourceModule",
-                  "jit_input_type")
+_LINKING_NAMES = ("DEFAULT_NVCC_FLAGS", "DynamicModule", "DynamicSourceModule", "jit_input_type")
 __all__ += list(_LINKING_NAMES)
 
 
 def __getattr__(name):
     if name in _LINKING_NAMES:
         from pygpu import linking
+
         return getattr(linking, name)
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
@@ -1044,17 +1379,25 @@ def preprocess_source(source, options, nvcc):
     on PATH).  A failure is a CompileError with PyCUDA's command_line and
     stderr attributes."""
     import subprocess
+
     fd, path = tempfile.mkstemp(suffix=".cu")
     try:
         with os.fdopen(fd, "w") as f:
             f.write(str(source))
-        cmdline = [nvcc, "--preprocess", *[str(o) for o in (options or ())], path,
-                   "--compiler-options", "-EP" if sys.platform == "win32" else "-P"]
+        cmdline = [
+            nvcc,
+            "--preprocess",
+            *[str(o) for o in (options or ())],
+            path,
+            "--compiler-options",
+            "-EP" if sys.platform == "win32" else "-P",
+        ]
         try:
             r = subprocess.run(cmdline, capture_output=True)
         except OSError as e:
-            err = CompileError("nvcc preprocessing of %s failed: cannot run %s (%s)"
-                               % (path, nvcc, e))
+            err = CompileError(
+                "nvcc preprocessing of %s failed: cannot run %s (%s)" % (path, nvcc, e)
+            )
             err.command_line, err.stdout, err.stderr = cmdline, None, str(e)
             raise err from None
         if r.returncode != 0:
@@ -1064,8 +1407,10 @@ def preprocess_source(source, options, nvcc):
             raise err
         out = r.stdout.decode("utf-8")
         if len(out) < 0.5 * len(str(source)):
-            raise RuntimeError("nvcc preprocessing of %s returned less than half the "
-                               "source: %d characters of %d" % (path, len(out), len(source)))
+            raise RuntimeError(
+                "nvcc preprocessing of %s returned less than half the "
+                "source: %d characters of %d" % (path, len(out), len(source))
+            )
         return out
     finally:
         try:

@@ -13,6 +13,7 @@ kernels/cumath.cuh: one grid-stride kernel per function and dtype, compiled
 once per dtype (all functions of a dtype in one module, cached in memory per
 context and on disk by SourceModule).
 """
+
 import warnings
 
 import numpy as np
@@ -21,18 +22,68 @@ from pygpu import driver as _drv
 from pygpu import gpuarray as _ga
 from pygpu.gpuarray import GPUArray as _GPUArray, empty_like as _empty_like
 
-__all__ = ["fabs", "ceil", "floor", "trunc", "rint", "exp", "exp2", "expm1", "log", "log2",
-           "log10", "log1p", "sqrt", "cbrt", "sin", "cos", "tan", "asin", "acos", "atan",
-           "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "fmod", "frexp", "ldexp", "modf",
-           "UNARY"]
+__all__ = [
+    "fabs",
+    "ceil",
+    "floor",
+    "trunc",
+    "rint",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "sqrt",
+    "cbrt",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "fmod",
+    "frexp",
+    "ldexp",
+    "modf",
+    "UNARY",
+]
 
 # name -> takes complex arguments
 UNARY = {
-    "fabs": False, "ceil": False, "floor": False, "trunc": False, "rint": False,
-    "exp2": False, "expm1": False, "log2": False, "log1p": False, "cbrt": False,
-    "exp": True, "log": True, "log10": True, "sqrt": True,
-    "sin": True, "cos": True, "tan": True, "asin": True, "acos": True, "atan": True,
-    "sinh": True, "cosh": True, "tanh": True, "asinh": True, "acosh": True, "atanh": True,
+    "fabs": False,
+    "ceil": False,
+    "floor": False,
+    "trunc": False,
+    "rint": False,
+    "exp2": False,
+    "expm1": False,
+    "log2": False,
+    "log1p": False,
+    "cbrt": False,
+    "exp": True,
+    "log": True,
+    "log10": True,
+    "sqrt": True,
+    "sin": True,
+    "cos": True,
+    "tan": True,
+    "asin": True,
+    "acos": True,
+    "atan": True,
+    "sinh": True,
+    "cosh": True,
+    "tanh": True,
+    "asinh": True,
+    "acosh": True,
+    "atanh": True,
 }
 
 _CTYPES = {
@@ -44,9 +95,12 @@ _CTYPES = {
 _REAL = (np.dtype(np.float32), np.dtype(np.float64))
 # ldexp's exponent array: these dtypes, truncated toward zero to int
 _EXPONENT_CTYPES = {
-    np.dtype(np.float32): "float", np.dtype(np.float64): "double",
-    np.dtype(np.int32): "int", np.dtype(np.int64): "long long",
-    np.dtype(np.int16): "short", np.dtype(np.int8): "signed char",
+    np.dtype(np.float32): "float",
+    np.dtype(np.float64): "double",
+    np.dtype(np.int32): "int",
+    np.dtype(np.int64): "long long",
+    np.dtype(np.int16): "short",
+    np.dtype(np.int8): "signed char",
 }
 
 _BLOCK = 256
@@ -58,7 +112,7 @@ _ONLY_CONTIGUOUS = "only contiguous arrays may be used as arguments to this oper
 
 
 def _tag(dtype):
-    return dtype.name      # float32, complex128, ...
+    return dtype.name  # float32, complex128, ...
 
 
 def kernel_name(func, dtype, exponent_dtype=None):
@@ -74,33 +128,39 @@ def source(dtype):
     """The CUDA source of the module for one dtype: kernels/cumath.cuh and one
     instantiation line per function (for compile() without a GPU)."""
     from pygpu.compiler import kernel_source
+
     dtype = np.dtype(dtype)
     ctype = _CTYPES.get(dtype)
     if ctype is None:
-        raise TypeError("cumath takes float32, float64, complex64 or complex128 arrays, "
-                        "not %s" % dtype)
+        raise TypeError(
+            "cumath takes float32, float64, complex64 or complex128 arrays, not %s" % dtype
+        )
     complex_ = dtype.kind == "c"
     lines = [kernel_source("cumath.cuh"), "", "// instantiations for %s" % dtype]
     for func, takes_complex in UNARY.items():
         if takes_complex or not complex_:
-            lines.append("PYGPU_CUMATH_UNARY(%s, %s, op_%s)"
-                         % (kernel_name(func, dtype), ctype, func))
+            lines.append(
+                "PYGPU_CUMATH_UNARY(%s, %s, op_%s)" % (kernel_name(func, dtype), ctype, func)
+            )
     if not complex_:
         lines.append("PYGPU_CUMATH_FMOD(%s, %s)" % (kernel_name("fmod", dtype), ctype))
         lines.append("PYGPU_CUMATH_FREXP(%s, %s)" % (kernel_name("frexp", dtype), ctype))
         lines.append("PYGPU_CUMATH_MODF(%s, %s)" % (kernel_name("modf", dtype), ctype))
         for edt, ect in _EXPONENT_CTYPES.items():
-            lines.append("PYGPU_CUMATH_LDEXP(%s, %s, %s)"
-                         % (kernel_name("ldexp", dtype, edt), ctype, ect))
+            lines.append(
+                "PYGPU_CUMATH_LDEXP(%s, %s, %s)" % (kernel_name("ldexp", dtype, edt), ctype, ect)
+            )
     return "\n".join(lines) + "\n"
 
 
 class _Kernels:
     """The loaded module of one dtype in one context, its functions prepared."""
+
     __slots__ = ("funcs", "max_grid", "module")
 
     def __init__(self, dtype):
         from pygpu.compiler import SourceModule
+
         self.module = SourceModule(source(dtype), no_extern_c=True)
         self.funcs = {}
         dev = self.module.module.context.device
@@ -118,7 +178,7 @@ class _Kernels:
         return f
 
 
-_kernels = {}     # (context, dtype) -> _Kernels
+_kernels = {}  # (context, dtype) -> _Kernels
 
 
 def _module(dtype):
@@ -152,12 +212,12 @@ def _check_array(a, what):
 
 def _check_same(a, b, what_a, what_b):
     if a.shape != b.shape:
-        raise ValueError("%s has shape %s but %s has shape %s"
-                         % (what_b, b.shape, what_a, a.shape))
+        raise ValueError("%s has shape %s but %s has shape %s" % (what_b, b.shape, what_a, a.shape))
 
 
 def _new_like(a):
     from pygpu import gpuarray
+
     return gpuarray.empty_like(a)
 
 
@@ -166,25 +226,37 @@ def _check_out(out, array, dtype):
     if out.dtype != dtype:
         raise TypeError("out has dtype %s but the result is %s" % (out.dtype, dtype))
     if out.shape != array.shape:
-        raise ValueError("out has shape %s but the argument has shape %s"
-                         % (out.shape, array.shape))
+        raise ValueError(
+            "out has shape %s but the argument has shape %s" % (out.shape, array.shape)
+        )
     if out.size > 1 and out.strides != array.strides:
-        raise ValueError("out has strides %s but the argument has strides %s (C vs Fortran "
-                         "order)" % (out.strides, array.strides))
+        raise ValueError(
+            "out has strides %s but the argument has strides %s (C vs Fortran "
+            "order)" % (out.strides, array.strides)
+        )
 
 
 def _make_unary(name, takes_complex):
-    doc_kinds = "float32, float64, complex64, complex128" if takes_complex \
-        else "float32, float64"
+    doc_kinds = "float32, float64, complex64, complex128" if takes_complex else "float32, float64"
 
-    fast = {}    # (context, dtype) -> (Function, launch configuration per size)
+    fast = {}  # (context, dtype) -> (Function, launch configuration per size)
     what = "cumath." + name
 
     def f(array, stream_or_out=None, *, out=None, stream=None):
-        if stream_or_out is None and array.__class__ is _GPUArray and (array._c or array._f) \
-                and (out is None or (out.__class__ is _GPUArray and out.dtype == array.dtype
-                                     and out.shape == array.shape
-                                     and out.strides == array.strides)):
+        if (
+            stream_or_out is None
+            and array.__class__ is _GPUArray
+            and (array._c or array._f)
+            and (
+                out is None
+                or (
+                    out.__class__ is _GPUArray
+                    and out.dtype == array.dtype
+                    and out.shape == array.shape
+                    and out.strides == array.strides
+                )
+            )
+        ):
             # the common call, f(x) or f(x, out=y) on dense arrays of one
             # layout: the kernel for this context and dtype found once
             ctx = _get_current()
@@ -195,10 +267,19 @@ def _make_unary(name, takes_complex):
             # else goes through the gate
             if ent is not None:
                 g = array.gpudata
-                if not (g.__class__ is _DA and g.context is ctx and array.nbytes <= g.size
-                        and (out is None or (out.gpudata.__class__ is _DA
-                                             and out.gpudata.context is ctx
-                                             and out.nbytes <= out.gpudata.size))):
+                if not (
+                    g.__class__ is _DA
+                    and g.context is ctx
+                    and array.nbytes <= g.size
+                    and (
+                        out is None
+                        or (
+                            out.gpudata.__class__ is _DA
+                            and out.gpudata.context is ctx
+                            and out.nbytes <= out.gpudata.size
+                        )
+                    )
+                ):
                     _gate(what, (array, out), ctx)
                 if out is None:
                     out = _empty_like(array)
@@ -210,12 +291,12 @@ def _make_unary(name, takes_complex):
                         if len(configs) >= 256:
                             configs.clear()
                         cfg = configs[n] = _launch_config(k, n, width)
-                    func.prepared_async_call(cfg[0], cfg[1], stream, array.gpudata,
-                                             out.gpudata, n)
+                    func.prepared_async_call(cfg[0], cfg[1], stream, array.gpudata, out.gpudata, n)
                 return out
         if stream_or_out is not None:
-            warnings.warn("please use 'out' or 'stream' keyword arguments",
-                          DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                "please use 'out' or 'stream' keyword arguments", DeprecationWarning, stacklevel=2
+            )
             if isinstance(stream_or_out, _drv.Stream):
                 if stream is None:
                     stream = stream_or_out
@@ -235,6 +316,7 @@ def _make_unary(name, takes_complex):
         if out is None and array.__class__ is not _GPUArray:
             # PyCUDA's result: array._new_like_me() (a subclass's own type)
             from pygpu.gpuarray import _made_like
+
             out = _made_like(array)
             _check_out(out, array, dtype)
         if out is None:
@@ -252,10 +334,12 @@ def _make_unary(name, takes_complex):
         return out
 
     f.__name__ = f.__qualname__ = name
-    f.__doc__ = ("%s(array, *, out=None, stream=None): element-wise %s of a contiguous "
-                 "%s GPUArray, into out (same dtype, shape and order) or a new array, "
-                 "enqueued on stream.  A positional second argument is out or a stream "
-                 "(deprecated, as in PyCUDA)." % (name, name, doc_kinds))
+    f.__doc__ = (
+        "%s(array, *, out=None, stream=None): element-wise %s of a contiguous "
+        "%s GPUArray, into out (same dtype, shape and order) or a new array, "
+        "enqueued on stream.  A positional second argument is out or a stream "
+        "(deprecated, as in PyCUDA)." % (name, name, doc_kinds)
+    )
     return f
 
 
@@ -280,7 +364,7 @@ def fmod(arg, mod, stream=None):
     _check_same(arg, mod, "arg", "mod")
     k = _real_module("fmod", dtype)
     _gate("cumath.fmod", (arg, mod))
-    mod = _ga._in_order_of(mod, arg)        # elements paired by index
+    mod = _ga._in_order_of(mod, arg)  # elements paired by index
     result = _new_like(arg)
     if arg.size:
         func = k.get(kernel_name("fmod", dtype), "PPPQ")
@@ -310,18 +394,18 @@ def ldexp(significand, exponent, stream=None):
     dtype = _check_array(significand, "significand")
     edtype = _check_array(exponent, "exponent")
     if edtype not in _EXPONENT_CTYPES:
-        raise TypeError("ldexp: exponent must be a float or signed integer array, not %s"
-                        % edtype)
+        raise TypeError("ldexp: exponent must be a float or signed integer array, not %s" % edtype)
     _check_same(significand, exponent, "significand", "exponent")
     k = _real_module("ldexp", dtype)
     _gate("cumath.ldexp", (significand, exponent))
-    exponent = _ga._in_order_of(exponent, significand)     # elements paired by index
+    exponent = _ga._in_order_of(exponent, significand)  # elements paired by index
     result = _new_like(significand)
     if significand.size:
         func = k.get(kernel_name("ldexp", dtype, edtype), "PPPQ")
         grid, block = _launch_config(k, significand.size, 1)
-        func.prepared_async_call(grid, block, stream, significand.ptr, exponent.ptr,
-                                 result.ptr, significand.size)
+        func.prepared_async_call(
+            grid, block, stream, significand.ptr, exponent.ptr, result.ptr, significand.size
+        )
     return result
 
 
@@ -335,8 +419,8 @@ def modf(arg, stream=None):
     if arg.size:
         func = k.get(kernel_name("modf", dtype), "PPPQ")
         grid, block = _launch_config(k, arg.size, 1)
-        func.prepared_async_call(grid, block, stream, arg.ptr, intpart.ptr, fracpart.ptr,
-                                 arg.size)
+        func.prepared_async_call(grid, block, stream, arg.ptr, intpart.ptr, fracpart.ptr, arg.size)
     return fracpart, intpart
+
 
 from pygpu.driver import Stream  # noqa: E402,F401  (PyCUDA's cumath has it)

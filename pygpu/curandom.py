@@ -23,6 +23,7 @@ Sobol direction vectors and scramble constants are cuRAND's own tables, read
 from the cuRAND host library (libcurand, opened on first use with ctypes;
 no GPU needed for that).
 """
+
 import ctypes
 import enum
 import glob
@@ -34,13 +35,24 @@ import numpy as np
 
 from pygpu import driver as _drv
 
-__all__ = ["rand", "get_curand_version", "direction_vector_set",
-           "generate_direction_vectors", "generate_scramble_constants32",
-           "generate_scramble_constants64", "seed_getter_uniform", "seed_getter_unique",
-           "XORWOWRandomNumberGenerator", "MRG32k3aRandomNumberGenerator",
-           "Sobol32RandomNumberGenerator", "ScrambledSobol32RandomNumberGenerator",
-           "Sobol64RandomNumberGenerator", "ScrambledSobol64RandomNumberGenerator",
-           "UnsupportedDtypeError", "CurandNotFoundError"]
+__all__ = [
+    "rand",
+    "get_curand_version",
+    "direction_vector_set",
+    "generate_direction_vectors",
+    "generate_scramble_constants32",
+    "generate_scramble_constants64",
+    "seed_getter_uniform",
+    "seed_getter_unique",
+    "XORWOWRandomNumberGenerator",
+    "MRG32k3aRandomNumberGenerator",
+    "Sobol32RandomNumberGenerator",
+    "ScrambledSobol32RandomNumberGenerator",
+    "Sobol64RandomNumberGenerator",
+    "ScrambledSobol64RandomNumberGenerator",
+    "UnsupportedDtypeError",
+    "CurandNotFoundError",
+]
 
 
 class UnsupportedDtypeError(TypeError, NotImplementedError):
@@ -56,25 +68,31 @@ class CurandNotFoundError(RuntimeError):
 # ---- rand(): Philox, no state ----
 
 _RAND_BLOCK = 256
-_rand_kernels = {}     # context -> {dtype: (Function, numbers per Philox block)}
+_rand_kernels = {}  # context -> {dtype: (Function, numbers per Philox block)}
 
 
 def _rand_function(dtype):
     from pygpu.compiler import SourceModule, kernel_source
+
     ctx = _drv.Context.get_current()
     fs = _rand_kernels.get(ctx)
     if fs is None or ctx is None or ctx.detached:
         mod = SourceModule(kernel_source("curandom_philox.cuh"), no_extern_c=True)
         fs = {}
-        for dt, name, per in ((np.float32, "rand_float", 4), (np.float64, "rand_double", 2),
-                              (np.uint32, "rand_uint", 4), (np.int32, "rand_uint", 4)):
+        for dt, name, per in (
+            (np.float32, "rand_float", 4),
+            (np.float64, "rand_double", 2),
+            (np.uint32, "rand_uint", 4),
+            (np.int32, "rand_uint", 4),
+        ):
             f = mod.get_function(name)
             f.prepare("PIQ")
             fs[np.dtype(dt)] = (f, per)
         dev = mod.module.context.device
         fs["max_grid"] = dev.get_attribute(_drv.device_attribute.MULTIPROCESSOR_COUNT) * max(
-            1, dev.get_attribute(_drv.device_attribute.MAX_THREADS_PER_MULTIPROCESSOR)
-            // _RAND_BLOCK)
+            1,
+            dev.get_attribute(_drv.device_attribute.MAX_THREADS_PER_MULTIPROCESSOR) // _RAND_BLOCK,
+        )
         _rand_kernels[mod.module.context] = fs
     return fs[dtype], fs["max_grid"]
 
@@ -85,29 +103,33 @@ def rand(shape, dtype=np.float32, stream=None):
     numpy.random.randint (np.random.seed() makes it repeatable)."""
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64, np.int32, np.uint32):
-        raise UnsupportedDtypeError("rand() makes float32, float64, int32 or uint32 arrays, "
-                                    "not %s" % dtype)
+        raise UnsupportedDtypeError(
+            "rand() makes float32, float64, int32 or uint32 arrays, not %s" % dtype
+        )
     from pygpu import gpuarray
+
     result = gpuarray.empty(shape, dtype)
-    seed = int(np.random.randint(2 ** 31 - 1))
+    seed = int(np.random.randint(2**31 - 1))
     n = result.size
     if n:
         (func, per), max_grid = _rand_function(dtype)
         blocks = (n + per - 1) // per
         grid = min((blocks + _RAND_BLOCK - 1) // _RAND_BLOCK, max_grid)
-        func.prepared_async_call((max(grid, 1), 1, 1), (_RAND_BLOCK, 1, 1), stream,
-                                 result.ptr, seed, n)
+        func.prepared_async_call(
+            (max(grid, 1), 1, 1), (_RAND_BLOCK, 1, 1), stream, result.ptr, seed, n
+        )
     return result
 
 
 # ---- the cuRAND host library: version, Sobol tables ----
 
-_DIMENSIONS = 20000      # cuRAND's tables have 20000 dimensions
+_DIMENSIONS = 20000  # cuRAND's tables have 20000 dimensions
 
 
-@_drv._driver._enum_tables      # PyCUDA's .names and .values
+@_drv._driver._enum_tables  # PyCUDA's .names and .values
 class direction_vector_set(enum.IntEnum):
     """cuRAND's direction vector sets (curandDirectionVectorSet_t)."""
+
     VECTOR_32 = 101
     SCRAMBLED_VECTOR_32 = 102
     VECTOR_64 = 103
@@ -157,11 +179,12 @@ def _libcurand():
         if _lib is None:
             tried = curand_candidates()
             from pygpu import _loader
+
             pf = None if os.environ.get("PYGPU_LIBCURAND") else _loader.pathfinder()
             if pf is not None:
                 try:
                     tried.insert(0, pf.load_nvidia_dynamic_lib("curand").abs_path)
-                except Exception:      # not found, or a pathfinder that does not know it
+                except Exception:  # not found, or a pathfinder that does not know it
                     pass
             for cand in tried:
                 try:
@@ -169,9 +192,13 @@ def _libcurand():
                     lib.curandGetVersion
                 except (OSError, AttributeError):
                     continue
-                for fn in ("curandGetVersion", "curandGetDirectionVectors32",
-                           "curandGetDirectionVectors64", "curandGetScrambleConstants32",
-                           "curandGetScrambleConstants64"):
+                for fn in (
+                    "curandGetVersion",
+                    "curandGetDirectionVectors32",
+                    "curandGetDirectionVectors64",
+                    "curandGetScrambleConstants32",
+                    "curandGetScrambleConstants64",
+                ):
                     getattr(lib, fn).restype = ctypes.c_int
                 _lib = lib
                 break
@@ -180,7 +207,8 @@ def _libcurand():
                 raise CurandNotFoundError(
                     "the cuRAND library (libcurand.so.10) was not found; tried: %s. Install "
                     "the CUDA toolkit or NVIDIA's wheel (pip install nvidia-curand), or set "
-                    "PYGPU_LIBCURAND" % ", ".join(tried))
+                    "PYGPU_LIBCURAND" % ", ".join(tried)
+                )
     return _lib
 
 
@@ -192,6 +220,7 @@ def _curand_check(rc, routine):
 def _header_version():
     import re
     from pygpu import _loader
+
     for d in list(_curand_include_dirs()) + list(_loader.cuda_include_dirs()):
         p = os.path.join(d, "curand.h")
         if os.path.isfile(p):
@@ -231,18 +260,23 @@ def host_direction_vectors(direction=direction_vector_set.VECTOR_32):
     try:
         direction = direction_vector_set(direction)
     except ValueError:
-        raise ValueError("direction must be a direction_vector_set (VECTOR_32, "
-                         "SCRAMBLED_VECTOR_32, VECTOR_64, SCRAMBLED_VECTOR_64), not %r"
-                         % (direction,)) from None
+        raise ValueError(
+            "direction must be a direction_vector_set (VECTOR_32, "
+            "SCRAMBLED_VECTOR_32, VECTOR_64, SCRAMBLED_VECTOR_64), not %r" % (direction,)
+        ) from None
     lib = _libcurand()
     p = ctypes.c_void_p()
     if direction in (direction_vector_set.VECTOR_64, direction_vector_set.SCRAMBLED_VECTOR_64):
-        _curand_check(lib.curandGetDirectionVectors64(ctypes.byref(p), int(direction)),
-                      "curandGetDirectionVectors64")
+        _curand_check(
+            lib.curandGetDirectionVectors64(ctypes.byref(p), int(direction)),
+            "curandGetDirectionVectors64",
+        )
         ct, width, dt = ctypes.c_uint64, 64, np.uint64
     else:
-        _curand_check(lib.curandGetDirectionVectors32(ctypes.byref(p), int(direction)),
-                      "curandGetDirectionVectors32")
+        _curand_check(
+            lib.curandGetDirectionVectors32(ctypes.byref(p), int(direction)),
+            "curandGetDirectionVectors32",
+        )
         ct, width, dt = ctypes.c_uint32, 32, np.uint32
     buf = (ct * (_DIMENSIONS * width)).from_address(p.value)
     return np.frombuffer(buf, dtype=dt).reshape(_DIMENSIONS, width).copy()
@@ -253,12 +287,14 @@ def host_scramble_constants(bits=32):
     lib = _libcurand()
     p = ctypes.c_void_p()
     if bits == 32:
-        _curand_check(lib.curandGetScrambleConstants32(ctypes.byref(p)),
-                      "curandGetScrambleConstants32")
+        _curand_check(
+            lib.curandGetScrambleConstants32(ctypes.byref(p)), "curandGetScrambleConstants32"
+        )
         ct, dt = ctypes.c_uint32, np.uint32
     elif bits == 64:
-        _curand_check(lib.curandGetScrambleConstants64(ctypes.byref(p)),
-                      "curandGetScrambleConstants64")
+        _curand_check(
+            lib.curandGetScrambleConstants64(ctypes.byref(p)), "curandGetScrambleConstants64"
+        )
         ct, dt = ctypes.c_uint64, np.uint64
     else:
         raise ValueError("bits must be 32 or 64, not %r" % (bits,))
@@ -290,6 +326,7 @@ def generate_direction_vectors(count, direction=None):
         direction = direction_vector_set.VECTOR_32
     table = _repeat_rows(host_direction_vectors(direction), count)
     from pygpu import gpuarray
+
     return gpuarray.to_gpu(table)
 
 
@@ -299,6 +336,7 @@ def generate_scramble_constants32(count):
     count = _count(count)
     table = _repeat_rows(host_scramble_constants(32), count)
     from pygpu import gpuarray
+
     return gpuarray.to_gpu(table)
 
 
@@ -308,26 +346,31 @@ def generate_scramble_constants64(count):
     count = _count(count)
     table = _repeat_rows(host_scramble_constants(64), count)
     from pygpu import gpuarray
+
     return gpuarray.to_gpu(table)
 
 
 # ---- seed getters ----
 
+
 def seed_getter_uniform(n):
     """An int32 GPUArray of n copies of one random seed."""
     import random
     from pygpu import gpuarray
-    value = random.randint(0, 2 ** 31 - 1)
+
+    value = random.randint(0, 2**31 - 1)
     return gpuarray.to_gpu(np.full(_count(n), value, dtype=np.int32))
 
 
 def seed_getter_unique(n):
     """An int32 GPUArray of n random seeds."""
     from pygpu import gpuarray
-    return gpuarray.to_gpu(np.random.randint(0, 2 ** 31 - 1, _count(n)).astype(np.int32))
+
+    return gpuarray.to_gpu(np.random.randint(0, 2**31 - 1, _count(n)).astype(np.int32))
 
 
 # ---- the generator classes ----
+
 
 def _curand_include_dirs():
     """NVIDIA's CUDA 12 curand wheel keeps its headers apart
@@ -346,38 +389,51 @@ def source(state_type, kind, scramble_type=None):
     kind is 'xorwow', 'mrg32k3a', 'sobol32', 'sobol64', 'scrambled_sobol32'
     or 'scrambled_sobol64'."""
     from pygpu.compiler import kernel_source
+
     lines = [kernel_source("curandom.cuh"), ""]
     pseudo = kind in ("xorwow", "mrg32k3a")
     lines.append("PYGPU_CURAND_GENERATORS(%s, %d)" % (state_type, 1 if pseudo else 0))
     if pseudo:
         lines.append("PYGPU_CURAND_PSEUDO_INIT(%s)" % state_type)
-        lines.append("PYGPU_CURAND_SKIP_KERNELS(%s, skipahead, skip_ahead, unsigned long long)"
-                     % state_type)
-        lines.append("PYGPU_CURAND_SKIP_KERNELS(%s, skipahead_sequence, skip_ahead_sequence, "
-                     "unsigned long long)" % state_type)
+        lines.append(
+            "PYGPU_CURAND_SKIP_KERNELS(%s, skipahead, skip_ahead, unsigned long long)" % state_type
+        )
+        lines.append(
+            "PYGPU_CURAND_SKIP_KERNELS(%s, skipahead_sequence, skip_ahead_sequence, "
+            "unsigned long long)" % state_type
+        )
         if kind == "mrg32k3a":
-            lines.append("PYGPU_CURAND_SKIP_KERNELS(%s, skipahead_subsequence, "
-                         "skip_ahead_subsequence, unsigned long long)" % state_type)
+            lines.append(
+                "PYGPU_CURAND_SKIP_KERNELS(%s, skipahead_subsequence, "
+                "skip_ahead_subsequence, unsigned long long)" % state_type
+            )
     else:
         bits = 64 if kind.endswith("64") else 32
         dirs = "curandDirectionVectors%d_t" % bits
         word = "unsigned long long" if bits == 64 else "unsigned int"
         if kind.startswith("scrambled"):
-            lines.append("PYGPU_CURAND_SCRAMBLED_SOBOL_INIT(%s, %s, %s)"
-                         % (state_type, dirs, word))
+            lines.append("PYGPU_CURAND_SCRAMBLED_SOBOL_INIT(%s, %s, %s)" % (state_type, dirs, word))
         else:
             lines.append("PYGPU_CURAND_SOBOL_INIT(%s, %s, %s)" % (state_type, dirs, word))
-        lines.append("PYGPU_CURAND_SKIP_KERNELS(%s, skipahead, skip_ahead, %s)"
-                     % (state_type, word))
+        lines.append(
+            "PYGPU_CURAND_SKIP_KERNELS(%s, skipahead, skip_ahead, %s)" % (state_type, word)
+        )
     return "\n".join(lines) + "\n"
 
 
 _FILL_KERNELS = {
     # name: prepare() codes
-    "uniform_int": "PPQ", "uniform_long": "PPQ", "uniform_float": "PPQ",
-    "uniform_double": "PPQ", "normal_float": "PPQ", "normal_double": "PPQ",
-    "normal_log_float": "PPffQ", "normal_log_double": "PPddQ", "poisson_int": "PPdQ",
-    "poisson_inplace_float": "PPQ", "poisson_inplace_double": "PPQ",
+    "uniform_int": "PPQ",
+    "uniform_long": "PPQ",
+    "uniform_float": "PPQ",
+    "uniform_double": "PPQ",
+    "normal_float": "PPQ",
+    "normal_double": "PPQ",
+    "normal_log_float": "PPffQ",
+    "normal_log_double": "PPddQ",
+    "poisson_int": "PPdQ",
+    "poisson_inplace_float": "PPQ",
+    "poisson_inplace_double": "PPQ",
     "poisson_inplace_int": "PPQ",
 }
 
@@ -389,8 +445,9 @@ def _check_data(data, what):
         dtype, size, forc = data.dtype, data.size, data.flags.forc
         data.ptr
     except AttributeError:
-        raise TypeError("%s: data must be a GPUArray, not %s"
-                        % (what, type(data).__name__)) from None
+        raise TypeError(
+            "%s: data must be a GPUArray, not %s" % (what, type(data).__name__)
+        ) from None
     if not forc:
         raise ValueError("%s: data must be a contiguous array (C or Fortran order)" % what)
     return np.dtype(dtype), size
@@ -407,16 +464,21 @@ class _RandomNumberGeneratorBase:
 
     def __init__(self):
         from pygpu.compiler import SourceModule
+
         ctx = _drv.Context.get_current()
         if ctx is None:
             _drv.init()
         dev = _drv.Context.get_device()
         self._sms = dev.get_attribute(_drv.device_attribute.MULTIPROCESSOR_COUNT)
         self._threads_per_sm = dev.get_attribute(
-            _drv.device_attribute.MAX_THREADS_PER_MULTIPROCESSOR)
+            _drv.device_attribute.MAX_THREADS_PER_MULTIPROCESSOR
+        )
         self.state_type = self._state_type
-        self.module = SourceModule(source(self._state_type, self._kind),
-                                   no_extern_c=True, include_dirs=_curand_include_dirs())
+        self.module = SourceModule(
+            source(self._state_type, self._kind),
+            no_extern_c=True,
+            include_dirs=_curand_include_dirs(),
+        )
         self.generators = {}
         for name, types in _FILL_KERNELS.items():
             f = self.module.get_function(name)
@@ -430,8 +492,10 @@ class _RandomNumberGeneratorBase:
             array.prepare("PQP")
             self._skip[name] = (single, array)
         self.skip_ahead, self.skip_ahead_array = self._skip["skip_ahead"]
-        limit = min(f.max_threads_per_block for f in
-                    list(self.generators.values()) + [self.module.get_function("prepare")])
+        limit = min(
+            f.max_threads_per_block
+            for f in list(self.generators.values()) + [self.module.get_function("prepare")]
+        )
         self.block_count, self.generators_per_block = self._layout(limit)
         self.generator_count = self.block_count * self.generators_per_block
         ptr, _ = self.module.get_global("pygpu_state_size")
@@ -460,22 +524,24 @@ class _RandomNumberGeneratorBase:
             if prev < _STACK_FOR_INIT:
                 _drv.Context.set_limit(_drv.limit.STACK_SIZE, _STACK_FOR_INIT)
             try:
-                p.prepared_call(self._grid, self._block, self.state, self.generator_count,
-                                *args)
+                p.prepared_call(self._grid, self._block, self.state, self.generator_count, *args)
                 _drv.Context.synchronize()
             except _drv.LaunchError as e:
-                raise ValueError("Initialisation failed. Decrease number of threads. (%s)"
-                                 % e) from e
+                raise ValueError(
+                    "Initialisation failed. Decrease number of threads. (%s)" % e
+                ) from e
         finally:
             if prev < _STACK_FOR_INIT:
                 _drv.Context.set_limit(_drv.limit.STACK_SIZE, prev)
 
     def _launch(self, name, stream, data, *args):
         from pygpu import gpuarray
+
         # the operand gate, against the context the generators' state lives in
         gpuarray._check_operands("curandom (%s)" % name, (data,), ctx=self.module.module.context)
-        self.generators[name].prepared_async_call(self._grid, self._block, stream,
-                                                  self.state, data.ptr, *args)
+        self.generators[name].prepared_async_call(
+            self._grid, self._block, stream, self.state, data.ptr, *args
+        )
 
     # ---- filling ----
 
@@ -494,8 +560,8 @@ class _RandomNumberGeneratorBase:
         else:
             raise UnsupportedDtypeError(
                 "fill_uniform: %s makes float32, float64, int32, uint32%s arrays, not %s"
-                % (type(self).__name__, ", int64, uint64" if self._has_64bit_ints() else "",
-                   dtype))
+                % (type(self).__name__, ", int64, uint64" if self._has_64bit_ints() else "", dtype)
+            )
         if n:
             self._launch(name, stream, data, n)
 
@@ -507,8 +573,9 @@ class _RandomNumberGeneratorBase:
             return f32
         if dtype == np.float64:
             return f64
-        raise UnsupportedDtypeError("%s: %s makes float32 or float64 arrays, not %s"
-                                    % (what, type(self).__name__, dtype))
+        raise UnsupportedDtypeError(
+            "%s: %s makes float32 or float64 arrays, not %s" % (what, type(self).__name__, dtype)
+        )
 
     def fill_normal(self, data, stream=None):
         """Fill data with standard normal numbers (mean 0, variance 1)."""
@@ -520,8 +587,7 @@ class _RandomNumberGeneratorBase:
     def fill_log_normal(self, data, mean, stddev, stream=None):
         """Fill data with exp(N(mean, stddev**2)) numbers."""
         dtype, n = _check_data(data, "fill_log_normal")
-        name = self._float_kernel("fill_log_normal", dtype, "normal_log_float",
-                                  "normal_log_double")
+        name = self._float_kernel("fill_log_normal", dtype, "normal_log_float", "normal_log_double")
         mean, stddev = float(mean), float(stddev)
         if n:
             self._launch(name, stream, data, mean, stddev, n)
@@ -532,24 +598,29 @@ class _RandomNumberGeneratorBase:
         float64, uint32) by a Poisson number of mean x."""
         dtype, n = _check_data(data, "fill_poisson")
         if lambda_value is None:
-            names = {np.dtype(np.float32): "poisson_inplace_float",
-                     np.dtype(np.float64): "poisson_inplace_double",
-                     np.dtype(np.uint32): "poisson_inplace_int"}
+            names = {
+                np.dtype(np.float32): "poisson_inplace_float",
+                np.dtype(np.float64): "poisson_inplace_double",
+                np.dtype(np.uint32): "poisson_inplace_int",
+            }
             name = names.get(dtype)
             if name is None:
                 raise UnsupportedDtypeError(
                     "fill_poisson without lambda_value takes the means from a float32, "
-                    "float64 or uint32 array, not %s" % dtype)
+                    "float64 or uint32 array, not %s" % dtype
+                )
             if n:
                 self._launch(name, stream, data, n)
             return
         if dtype != np.uint32:
-            raise UnsupportedDtypeError("fill_poisson with lambda_value makes uint32 arrays, "
-                                        "not %s" % dtype)
+            raise UnsupportedDtypeError(
+                "fill_poisson with lambda_value makes uint32 arrays, not %s" % dtype
+            )
         lam = float(lambda_value)
         if not lam > 0 or lam == float("inf"):
-            raise ValueError("fill_poisson: lambda_value must be a finite number > 0, not %r"
-                             % (lambda_value,))
+            raise ValueError(
+                "fill_poisson: lambda_value must be a finite number > 0, not %r" % (lambda_value,)
+            )
         if n:
             self._launch("poisson_int", stream, data, lam, n)
 
@@ -558,6 +629,7 @@ class _RandomNumberGeneratorBase:
     def gen_uniform(self, shape, dtype, stream=None):
         """A new GPUArray filled by fill_uniform."""
         from pygpu import gpuarray
+
         result = gpuarray.empty(shape, dtype)
         self.fill_uniform(result, stream)
         return result
@@ -565,6 +637,7 @@ class _RandomNumberGeneratorBase:
     def gen_normal(self, shape, dtype, stream=None):
         """A new GPUArray filled by fill_normal."""
         from pygpu import gpuarray
+
         result = gpuarray.empty(shape, dtype)
         self.fill_normal(result, stream)
         return result
@@ -572,6 +645,7 @@ class _RandomNumberGeneratorBase:
     def gen_log_normal(self, shape, dtype, mean, stddev, stream=None):
         """A new GPUArray filled by fill_log_normal."""
         from pygpu import gpuarray
+
         result = gpuarray.empty(shape, dtype)
         self.fill_log_normal(result, mean, stddev, stream)
         return result
@@ -581,6 +655,7 @@ class _RandomNumberGeneratorBase:
         if lambda_value is None:
             raise ValueError("gen_poisson needs a lambda_value")
         from pygpu import gpuarray
+
         result = gpuarray.empty(shape, dtype)
         self.fill_poisson(result, lambda_value, stream)
         return result
@@ -594,26 +669,32 @@ class _RandomNumberGeneratorBase:
         top = np.iinfo(self._skip_word).max
         if not 0 <= int(i) <= top:
             raise ValueError("%s: the count must be in [0, %d], not %d" % (name, top, i))
-        single.prepared_async_call(self._grid, self._block, stream, self.state,
-                                   self.generator_count, int(i))
+        single.prepared_async_call(
+            self._grid, self._block, stream, self.state, self.generator_count, int(i)
+        )
 
     def _skip_array_call(self, name, i, stream):
         _, array = self._skip[name]
         try:
             dtype, size, forc = i.dtype, i.size, i.flags.forc
         except AttributeError:
-            raise TypeError("%s_array: the counts must be a GPUArray, not %s"
-                            % (name, type(i).__name__)) from None
+            raise TypeError(
+                "%s_array: the counts must be a GPUArray, not %s" % (name, type(i).__name__)
+            ) from None
         want = np.dtype(self._skip_word)
         if dtype != want:
             raise TypeError("%s_array: the counts must be %s, not %s" % (name, want, dtype))
         if size != self.generator_count or not forc:
-            raise ValueError("%s_array: the counts must be a contiguous array of %d (one per "
-                             "generator), not %d" % (name, self.generator_count, size))
+            raise ValueError(
+                "%s_array: the counts must be a contiguous array of %d (one per "
+                "generator), not %d" % (name, self.generator_count, size)
+            )
         from pygpu import gpuarray
+
         gpuarray._check_operands("%s_array" % name, (i,), ctx=self.module.module.context)
-        array.prepared_async_call(self._grid, self._block, stream, self.state,
-                                  self.generator_count, i.ptr)
+        array.prepared_async_call(
+            self._grid, self._block, stream, self.state, self.generator_count, i.ptr
+        )
 
     def call_skip_ahead(self, i, stream=None):
         """Skip every generator ahead by i numbers."""
@@ -635,11 +716,15 @@ class _PseudoRandomNumberGeneratorBase(_RandomNumberGeneratorBase):
             seed = seed_getter_unique(n)
         else:
             seed = seed_getter(n)
-        if not (getattr(seed, "dtype", None) == np.int32 and getattr(seed, "size", None) == n
-                and hasattr(seed, "ptr")):
-            raise TypeError("seed must be GPUArray of integers of right length: seed_getter(%d) "
-                            "must return an int32 GPUArray of %d seeds, not %r"
-                            % (n, n, seed))
+        if not (
+            getattr(seed, "dtype", None) == np.int32
+            and getattr(seed, "size", None) == n
+            and hasattr(seed, "ptr")
+        ):
+            raise TypeError(
+                "seed must be GPUArray of integers of right length: seed_getter(%d) "
+                "must return an int32 GPUArray of %d seeds, not %r" % (n, n, seed)
+            )
         offset = _offset(offset, np.uint64)
         self._run_prepare(seed.ptr, offset)
 
@@ -673,6 +758,7 @@ def _offset(offset, word):
 class XORWOWRandomNumberGenerator(_PseudoRandomNumberGeneratorBase):
     """cuRAND's XORWOW generator; generator k starts at subsequence k of
     seed seed_getter(count)[k], offset numbers in."""
+
     _kind = "xorwow"
     _state_type = "curandStateXORWOW"
 
@@ -682,6 +768,7 @@ class XORWOWRandomNumberGenerator(_PseudoRandomNumberGeneratorBase):
 
 class MRG32k3aRandomNumberGenerator(_PseudoRandomNumberGeneratorBase):
     """cuRAND's MRG32k3a generator (as XORWOW's, plus subsequence skips)."""
+
     _kind = "mrg32k3a"
     _state_type = "curandStateMRG32k3a"
 
@@ -705,6 +792,7 @@ class _SobolBase(_RandomNumberGeneratorBase):
     (k < 20000: the generator count is kept at most 20000, so no two
     generators repeat a dimension); element i of a fill comes from generator
     i % generator_count."""
+
     has_box_muller = False
     _bits = 32
     _direction = direction_vector_set.VECTOR_32
@@ -716,22 +804,32 @@ class _SobolBase(_RandomNumberGeneratorBase):
         word = np.uint64 if self._bits == 64 else np.uint32
         if dir_vector is None:
             dir_vector = generate_direction_vectors(n, self._direction)
-        if not (getattr(dir_vector, "dtype", None) == word
-                and getattr(dir_vector, "shape", None) == (n, self._bits)
-                and hasattr(dir_vector, "ptr")):
-            raise TypeError("seed must be GPUArray of integers of right length: dir_vector must "
-                            "be a %s GPUArray of shape (%d, %d)" % (np.dtype(word), n, self._bits))
+        if not (
+            getattr(dir_vector, "dtype", None) == word
+            and getattr(dir_vector, "shape", None) == (n, self._bits)
+            and hasattr(dir_vector, "ptr")
+        ):
+            raise TypeError(
+                "seed must be GPUArray of integers of right length: dir_vector must "
+                "be a %s GPUArray of shape (%d, %d)" % (np.dtype(word), n, self._bits)
+            )
         args = [dir_vector.ptr]
         if self._scrambled:
             if scramble_vector is None:
-                scramble_vector = (generate_scramble_constants64 if self._bits == 64
-                                   else generate_scramble_constants32)(n)
-            if not (getattr(scramble_vector, "dtype", None) == word
-                    and getattr(scramble_vector, "shape", None) == (n,)
-                    and hasattr(scramble_vector, "ptr")):
-                raise TypeError("scramble must be GPUArray of integers of right length: "
-                                "scramble_vector must be a %s GPUArray of shape (%d,)"
-                                % (np.dtype(word), n))
+                scramble_vector = (
+                    generate_scramble_constants64
+                    if self._bits == 64
+                    else generate_scramble_constants32
+                )(n)
+            if not (
+                getattr(scramble_vector, "dtype", None) == word
+                and getattr(scramble_vector, "shape", None) == (n,)
+                and hasattr(scramble_vector, "ptr")
+            ):
+                raise TypeError(
+                    "scramble must be GPUArray of integers of right length: "
+                    "scramble_vector must be a %s GPUArray of shape (%d,)" % (np.dtype(word), n)
+                )
             args.append(scramble_vector.ptr)
         args.append(_offset(offset, word))
         self._run_prepare(*args)
@@ -753,6 +851,7 @@ class _SobolBase(_RandomNumberGeneratorBase):
 
 class Sobol32RandomNumberGenerator(_SobolBase):
     """cuRAND's 32-bit Sobol quasi-random generator."""
+
     _kind = "sobol32"
     _state_type = "curandStateSobol32"
 
@@ -762,6 +861,7 @@ class Sobol32RandomNumberGenerator(_SobolBase):
 
 class ScrambledSobol32RandomNumberGenerator(_SobolBase):
     """cuRAND's scrambled 32-bit Sobol quasi-random generator."""
+
     _kind = "scrambled_sobol32"
     _state_type = "curandStateScrambledSobol32"
     _direction = direction_vector_set.SCRAMBLED_VECTOR_32
@@ -770,6 +870,7 @@ class ScrambledSobol32RandomNumberGenerator(_SobolBase):
 
 class Sobol64RandomNumberGenerator(_SobolBase):
     """cuRAND's 64-bit Sobol quasi-random generator."""
+
     _kind = "sobol64"
     _state_type = "curandStateSobol64"
     _bits = 64
@@ -781,6 +882,7 @@ class Sobol64RandomNumberGenerator(_SobolBase):
 
 class ScrambledSobol64RandomNumberGenerator(_SobolBase):
     """cuRAND's scrambled 64-bit Sobol quasi-random generator."""
+
     _kind = "scrambled_sobol64"
     _state_type = "curandStateScrambledSobol64"
     _bits = 64
@@ -803,31 +905,39 @@ class ScrambledSobol64RandomNumberGenerator(_SobolBase):
 #
 # pygpu's own generator classes compile kernels/curandom.cuh instead.
 
+
 def _grid_stride(head, body):
-    return ("\n__global__ void %s\n{\n"
-            "  const size_t tidx = blockIdx.x*blockDim.x+threadIdx.x;\n"
-            "  const size_t delta = blockDim.x*gridDim.x;\n"
-            "  for (size_t idx = tidx; idx < n; idx += delta)\n"
-            "    %s\n}\n" % (head, body))
+    return (
+        "\n__global__ void %s\n{\n"
+        "  const size_t tidx = blockIdx.x*blockDim.x+threadIdx.x;\n"
+        "  const size_t delta = blockDim.x*gridDim.x;\n"
+        "  for (size_t idx = tidx; idx < n; idx += delta)\n"
+        "    %s\n}\n" % (head, body)
+    )
 
 
 # one kernel filling d[0:n] from state s[tidx] (grid-stride); keys: name,
 # state_type, out_type, suffix (_uniform, _normal, _uniform_double, ...)
-gen_template = _grid_stride("%(name)s(%(state_type)s *s, %(out_type)s *d, const size_t n)",
-                            "d[idx] = curand%(suffix)s(&s[tidx]);")
+gen_template = _grid_stride(
+    "%(name)s(%(state_type)s *s, %(out_type)s *d, const size_t n)",
+    "d[idx] = curand%(suffix)s(&s[tidx]);",
+)
 # log-normal values; keys as gen_template and in_type (the parameters' type)
 gen_log_template = _grid_stride(
     "%(name)s(%(state_type)s *s, %(out_type)s *d, %(in_type)s mean, %(in_type)s stddev, "
     "const size_t n)",
-    "d[idx] = curand_log%(suffix)s(&s[tidx], mean, stddev);")
+    "d[idx] = curand_log%(suffix)s(&s[tidx], mean, stddev);",
+)
 # Poisson values of one lambda
 gen_poisson_template = _grid_stride(
     "%(name)s(%(state_type)s *s, %(out_type)s *d, double lambda, const size_t n)",
-    "d[idx] = curand_poisson%(suffix)s(&s[tidx], lambda);")
+    "d[idx] = curand_poisson%(suffix)s(&s[tidx], lambda);",
+)
 # Poisson values whose lambdas are d's values, written over them; key inout_type
 gen_poisson_inplace_template = _grid_stride(
     "%(name)s(%(state_type)s *s, %(inout_type)s *d, const size_t n)",
-    "d[idx] = (%(inout_type)s)(curand_poisson%(suffix)s(&s[tidx], double(d[idx])));")
+    "d[idx] = (%(inout_type)s)(curand_poisson%(suffix)s(&s[tidx], double(d[idx])));",
+)
 
 # the module around the generator kernels (key: generators)
 random_source = """
@@ -842,13 +952,15 @@ extern "C"
 
 
 def _per_state(name, skip_type, call):
-    return ("\n__global__ void %s(%%(state_type)s *s, const size_t n, const %s skip)\n{\n"
-            "  const size_t idx = blockIdx.x*blockDim.x+threadIdx.x;\n"
-            "  if (idx < n)\n    %s(skip, &s[idx]);\n}\n"
-            "\n__global__ void %s_array(%%(state_type)s *s, const size_t n, const %s *skip)\n"
-            "{\n  const size_t idx = blockIdx.x*blockDim.x+threadIdx.x;\n"
-            "  if (idx < n)\n    %s(skip[idx], &s[idx]);\n}\n"
-            % (name, skip_type, call, name, skip_type, call))
+    return (
+        "\n__global__ void %s(%%(state_type)s *s, const size_t n, const %s skip)\n{\n"
+        "  const size_t idx = blockIdx.x*blockDim.x+threadIdx.x;\n"
+        "  if (idx < n)\n    %s(skip, &s[idx]);\n}\n"
+        "\n__global__ void %s_array(%%(state_type)s *s, const size_t n, const %s *skip)\n"
+        "{\n  const size_t idx = blockIdx.x*blockDim.x+threadIdx.x;\n"
+        "  if (idx < n)\n    %s(skip[idx], &s[idx]);\n}\n"
+        % (name, skip_type, call, name, skip_type, call)
+    )
 
 
 def _extern_c(body):
@@ -857,36 +969,39 @@ def _extern_c(body):
 
 # skip_ahead / skip_ahead_array: skipahead() on states s[0:n]
 random_skip_ahead32_source = _extern_c(_per_state("skip_ahead", "unsigned int", "skipahead"))
-random_skip_ahead64_source = _extern_c(_per_state("skip_ahead", "unsigned long long",
-                                                  "skipahead"))
+random_skip_ahead64_source = _extern_c(_per_state("skip_ahead", "unsigned long long", "skipahead"))
 
 # prepare(s, n, v, o): curand_init(seed v[id], subsequence id, offset o, &s[id])
 _prepare_seeded = _extern_c(
     "\n__global__ void prepare(%(state_type)s *s, const size_t n,\n"
     "    %(vector_type)s *v, const size_t o)\n{\n"
     "  const size_t id = blockIdx.x*blockDim.x+threadIdx.x;\n"
-    "  if (id < n)\n    curand_init(v[id], id, o, &s[id]);\n}\n")
+    "  if (id < n)\n    curand_init(v[id], id, o, &s[id]);\n}\n"
+)
 xorwow_random_source = _prepare_seeded
 mrg32k3a_random_source = _prepare_seeded
 
 _skip_sequence = _per_state("skip_ahead_sequence", "unsigned long long", "skipahead_sequence")
 xorwow_skip_ahead_sequence_source = _extern_c(_skip_sequence)
 mrg32k3a_skip_ahead_sequence_source = _extern_c(
-    _skip_sequence + _per_state("skip_ahead_subsequence", "unsigned long long",
-                                "skipahead_subsequence"))
+    _skip_sequence
+    + _per_state("skip_ahead_subsequence", "unsigned long long", "skipahead_subsequence")
+)
 
 # prepare(s, n, v, o): curand_init(direction vectors v[id], offset o, &s[id])
 sobol_random_source = _extern_c(
     "\n__global__ void prepare(%(state_type)s *s, const size_t n,\n"
     "    %(vector_type)s *v, const size_t o)\n{\n"
     "  const size_t id = blockIdx.x*blockDim.x+threadIdx.x;\n"
-    "  if (id < n)\n    curand_init(v[id], o, &s[id]);\n}\n")
+    "  if (id < n)\n    curand_init(v[id], o, &s[id]);\n}\n"
+)
 # prepare(s, n, v, scramble, o): with scramble constants (key scramble_type)
 scrambledsobol_random_source = _extern_c(
     "\n__global__ void prepare(%(state_type)s *s, const size_t n,\n"
     "    %(vector_type)s *v, %(scramble_type)s *scramble, const size_t o)\n{\n"
     "  const size_t id = blockIdx.x*blockDim.x+threadIdx.x;\n"
-    "  if (id < n)\n    curand_init(v[id], scramble[id], o, &s[id]);\n}\n")
+    "  if (id < n)\n    curand_init(v[id], scramble[id], o, &s[id]);\n}\n"
+)
 
 
 def _md5_code():
@@ -895,39 +1010,57 @@ def _md5_code():
     (RFC 1321, one block, no padding) of the 16 words threadIdx.x/y/z,
     blockIdx.x/y/z, seed, i, n, blockDim.x/y/z, gridDim.x/y/z, 0."""
     import math
-    k = [int(abs(math.sin(j + 1)) * 2 ** 32) & 0xFFFFFFFF for j in range(64)]
-    shifts = [7, 12, 17, 22] * 4 + [5, 9, 14, 20] * 4 + [4, 11, 16, 23] * 4 + \
-        [6, 10, 15, 21] * 4
-    words = ("threadIdx.x threadIdx.y threadIdx.z blockIdx.x blockIdx.y blockIdx.z seed i n "
-             "blockDim.x blockDim.y blockDim.z gridDim.x gridDim.y gridDim.z 0").split()
-    return ("\n  unsigned int a, b, c, d;\n  {\n"
-            "    const unsigned int pygpu_md5_x[16] = {%s};\n"
-            "    const unsigned int pygpu_md5_k[64] = {%s};\n"
-            "    const unsigned char pygpu_md5_s[64] = {%s};\n"
-            "    unsigned int pa = 0x67452301u, pb = 0xefcdab89u, pc = 0x98badcfeu,"
-            " pd = 0x10325476u;\n"
-            "    for (int pj = 0; pj < 64; ++pj) {\n"
-            "      unsigned int pf, pg;\n"
-            "      if (pj < 16) { pf = (pb & pc) | (~pb & pd); pg = pj; }\n"
-            "      else if (pj < 32) { pf = (pd & pb) | (~pd & pc); pg = (5 * pj + 1) & 15; }\n"
-            "      else if (pj < 48) { pf = pb ^ pc ^ pd; pg = (3 * pj + 5) & 15; }\n"
-            "      else { pf = pc ^ (pb | ~pd); pg = (7 * pj) & 15; }\n"
-            "      const unsigned int pt = pd, px = pa + pf + pygpu_md5_k[pj] + pygpu_md5_x[pg];\n"
-            "      pd = pc; pc = pb;\n"
-            "      pb = pb + ((px << pygpu_md5_s[pj]) | (px >> (32 - pygpu_md5_s[pj])));\n"
-            "      pa = pt;\n"
-            "    }\n"
-            "    a = pa + 0x67452301u; b = pb + 0xefcdab89u;\n"
-            "    c = pc + 0x98badcfeu; d = pd + 0x10325476u;\n"
-            "  }\n" % (", ".join("(unsigned int)(%s)" % w for w in words),
-                       ", ".join("0x%08xu" % v for v in k), ", ".join(map(str, shifts))))
+
+    k = [int(abs(math.sin(j + 1)) * 2**32) & 0xFFFFFFFF for j in range(64)]
+    shifts = [7, 12, 17, 22] * 4 + [5, 9, 14, 20] * 4 + [4, 11, 16, 23] * 4 + [6, 10, 15, 21] * 4
+    words = (
+        "threadIdx.x threadIdx.y threadIdx.z blockIdx.x blockIdx.y blockIdx.z seed i n "
+        "blockDim.x blockDim.y blockDim.z gridDim.x gridDim.y gridDim.z 0"
+    ).split()
+    return (
+        "\n  unsigned int a, b, c, d;\n  {\n"
+        "    const unsigned int pygpu_md5_x[16] = {%s};\n"
+        "    const unsigned int pygpu_md5_k[64] = {%s};\n"
+        "    const unsigned char pygpu_md5_s[64] = {%s};\n"
+        "    unsigned int pa = 0x67452301u, pb = 0xefcdab89u, pc = 0x98badcfeu,"
+        " pd = 0x10325476u;\n"
+        "    for (int pj = 0; pj < 64; ++pj) {\n"
+        "      unsigned int pf, pg;\n"
+        "      if (pj < 16) { pf = (pb & pc) | (~pb & pd); pg = pj; }\n"
+        "      else if (pj < 32) { pf = (pd & pb) | (~pd & pc); pg = (5 * pj + 1) & 15; }\n"
+        "      else if (pj < 48) { pf = pb ^ pc ^ pd; pg = (3 * pj + 5) & 15; }\n"
+        "      else { pf = pc ^ (pb | ~pd); pg = (7 * pj) & 15; }\n"
+        "      const unsigned int pt = pd, px = pa + pf + pygpu_md5_k[pj] + pygpu_md5_x[pg];\n"
+        "      pd = pc; pc = pb;\n"
+        "      pb = pb + ((px << pygpu_md5_s[pj]) | (px >> (32 - pygpu_md5_s[pj])));\n"
+        "      pa = pt;\n"
+        "    }\n"
+        "    a = pa + 0x67452301u; b = pb + 0xefcdab89u;\n"
+        "    c = pc + 0x98badcfeu; d = pd + 0x10325476u;\n"
+        "  }\n"
+        % (
+            ", ".join("(unsigned int)(%s)" % w for w in words),
+            ", ".join("0x%08xu" % v for v in k),
+            ", ".join(map(str, shifts)),
+        )
+    )
 
 
 md5_code = _md5_code()
 
-__all__ += ["md5_code", "gen_template", "gen_log_template", "gen_poisson_template",
-            "gen_poisson_inplace_template", "random_source", "random_skip_ahead32_source",
-            "random_skip_ahead64_source", "xorwow_random_source",
-            "xorwow_skip_ahead_sequence_source", "mrg32k3a_random_source",
-            "mrg32k3a_skip_ahead_sequence_source", "sobol_random_source",
-            "scrambledsobol_random_source"]
+__all__ += [
+    "md5_code",
+    "gen_template",
+    "gen_log_template",
+    "gen_poisson_template",
+    "gen_poisson_inplace_template",
+    "random_source",
+    "random_skip_ahead32_source",
+    "random_skip_ahead64_source",
+    "xorwow_random_source",
+    "xorwow_skip_ahead_sequence_source",
+    "mrg32k3a_random_source",
+    "mrg32k3a_skip_ahead_sequence_source",
+    "sobol_random_source",
+    "scrambledsobol_random_source",
+]

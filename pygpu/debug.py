@@ -9,6 +9,7 @@ program.  The script runs in this module's namespace with sys.argv set to
 [SCRIPT, ARGS...]; the names parser, options, args and mainpyfile are
 PyCUDA's.
 """
+
 import sys
 from optparse import OptionParser
 from os.path import exists

@@ -4,9 +4,9 @@ Port PyCUDA code by changing ``import pycuda.driver as cuda`` to
 ``import pygpu.driver as cuda``.  Importing this module touches no GPU and
 loads no CUDA library; the driver is opened on the first call that needs it.
 """
+
 import atexit as _atexit
 import enum as _enum
-import os as _os
 
 import numpy as _np
 
@@ -91,12 +91,13 @@ def _named(cls):
     enums do the same: src/module.c); a format spec formats the value."""
     cls.__str__ = lambda self: self._name_ if self._name_ is not None else str(int(self))
     cls.__format__ = lambda self, spec: format(int(self), spec) if spec else str(self)
-    return _driver._enum_tables(cls)   # PyCUDA's cls.names and cls.values
+    return _driver._enum_tables(cls)  # PyCUDA's cls.names and cls.values
 
 
 @_named
 class host_alloc_flags(_enum.IntFlag):
     """Flags of pagelocked_empty(mem_flags=...) (cuMemHostAlloc)."""
+
     PORTABLE = 0x01
     DEVICEMAP = 0x02
     WRITECOMBINED = 0x04
@@ -105,6 +106,7 @@ class host_alloc_flags(_enum.IntFlag):
 @_named
 class mem_host_register_flags(_enum.IntFlag):
     """Flags of register_host_memory(flags=...) (cuMemHostRegister)."""
+
     PORTABLE = 0x01
     DEVICEMAP = 0x02
     IOMEMORY = 0x04
@@ -118,6 +120,7 @@ def get_version():
 
 
 # ---- host <-> device helpers (PyCUDA names) ----
+
 
 def _as_array(ary, what):
     if not isinstance(ary, _np.ndarray):
@@ -134,8 +137,7 @@ def to_device(ary: "object", stream: "Stream | None" = None) -> DeviceAllocation
     """Copy a NumPy array (or any contiguous buffer) to new device memory."""
     mv = memoryview(ary)
     if not mv.contiguous:
-        raise ValueError("to_device(): the array is not contiguous "
-                         "(use numpy.ascontiguousarray)")
+        raise ValueError("to_device(): the array is not contiguous (use numpy.ascontiguousarray)")
     dev = mem_alloc(mv.nbytes)
     if stream is None:
         memcpy_htod(dev, ary)
@@ -144,8 +146,12 @@ def to_device(ary: "object", stream: "Stream | None" = None) -> DeviceAllocation
     return dev
 
 
-def from_device(devptr: "object", shape: "int | tuple[int, ...]", dtype: "_np.typing.DTypeLike",
-                order: str = "C") -> "_np.ndarray":
+def from_device(
+    devptr: "object",
+    shape: "int | tuple[int, ...]",
+    dtype: "_np.typing.DTypeLike",
+    order: str = "C",
+) -> "_np.ndarray":
     """A new NumPy array with the contents of device memory."""
     result = _np.empty(shape, dtype, order=order)
     memcpy_dtoh(result, devptr)
@@ -177,12 +183,17 @@ def staging_settings():
     (1: a device-to-host copy faults its destination in ahead of the
     memcpy) and ``cold`` (bytes below which a copy made while every helper
     thread sleeps takes the plain driver call and wakes them)."""
-    return dict(zip(_STAGING_KEYS + _STAGING_TUNING_KEYS,
-                    _driver._get_staging() + _driver._get_staging_tuning()))
+    return dict(
+        zip(
+            _STAGING_KEYS + _STAGING_TUNING_KEYS,
+            _driver._get_staging() + _driver._get_staging_tuning(),
+        )
+    )
 
 
-def set_staging(threshold=None, threads=None, chunk=None, piece=None, spin_us=None,
-                prefault=None, cold=None):
+def set_staging(
+    threshold=None, threads=None, chunk=None, piece=None, spin_us=None, prefault=None, cold=None
+):
     """Change the pageable-copy staging settings (None keeps a setting) and
     return the previous ones as a dict: ``set_staging(**old)`` restores them.
     They start from PYGPU_STAGING_THRESHOLD, _THREADS, _CHUNK, _PIECE,
@@ -217,8 +228,9 @@ class BlockCache:
 
     def __init__(self, context: Context) -> None:
         if not isinstance(context, Context):
-            raise TypeError("BlockCache(): context must be a Context, not %s"
-                            % type(context).__name__)
+            raise TypeError(
+                "BlockCache(): context must be a Context, not %s" % type(context).__name__
+            )
         self.context = context
 
     def stats(self) -> dict:
@@ -257,13 +269,17 @@ class BlockCache:
         many went."""
         return _driver._block_cache_trim(self.context, 0)
 
-    free_all_blocks = free_all      # CuPy's MemoryPool name
+    free_all_blocks = free_all  # CuPy's MemoryPool name
 
     def __repr__(self):
         st = self.stats()
-        return ("<pygpu.driver.BlockCache of %r: %d blocks, %d bytes cached, %d hits, "
-                "%d misses>" % (self.context, st["cached_blocks"], st["cached_bytes"],
-                               st["hits"], st["misses"]))
+        return "<pygpu.driver.BlockCache of %r: %d blocks, %d bytes cached, %d hits, %d misses>" % (
+            self.context,
+            st["cached_blocks"],
+            st["cached_bytes"],
+            st["hits"],
+            st["misses"],
+        )
 
 
 def block_cache(context: "Context | None" = None) -> BlockCache:
@@ -298,7 +314,7 @@ def _block_cache_at_exit():
     # contexts live (the driver tears them down after this process's exit)
     try:
         _driver._block_cache_trim(None, 0)
-    except Exception:       # noqa: BLE001 - the driver may be gone already: nothing to do
+    except Exception:  # noqa: BLE001 - the driver may be gone already: nothing to do
         pass
 
 
@@ -306,7 +322,10 @@ _atexit.register(_block_cache_at_exit)
 # ---- recycled host mappings for large get() destinations (src/hostblock.c) ----
 
 from pygpu._driver import (  # noqa: E402,F401  (re-exported API)
-    HostBlock, free_host_cache, host_cache_stats, set_host_cache,
+    HostBlock,
+    free_host_cache,
+    host_cache_stats,
+    set_host_cache,
 )
 
 
@@ -319,15 +338,16 @@ def module_from_file(path, options=None, message_handler=None):
 
 # ---- page-locked host memory ----
 
+
 @_named
 class compute_mode(_enum.IntEnum):
     """A device's compute mode (Device.compute_mode); EXCLUSIVE is the
     exclusive-thread mode of drivers before CUDA 8, kept for PyCUDA code."""
+
     DEFAULT = 0
     EXCLUSIVE = 1
     PROHIBITED = 2
     EXCLUSIVE_PROCESS = 3
-
 
 
 class PointerHolderBase:
@@ -355,8 +375,12 @@ class PointerHolderBase:
 
     @property
     def __cuda_array_interface__(self):
-        return {"data": (int(self.get_pointer()), False), "typestr": "|u1",
-                "shape": None, "version": 3}
+        return {
+            "data": (int(self.get_pointer()), False),
+            "typestr": "|u1",
+            "shape": None,
+            "version": 3,
+        }
 
 
 def aligned_empty(shape, dtype=_np.float64, order="C", alignment=4096):
@@ -364,8 +388,12 @@ def aligned_empty(shape, dtype=_np.float64, order="C", alignment=4096):
     alignment bytes (for register_host_memory), as PyCUDA's: its .base is
     the AlignedHostAllocation that owns the memory."""
     dtype = _np.dtype(dtype)
-    if isinstance(alignment, bool) or not isinstance(alignment, int) \
-            or alignment <= 0 or alignment & (alignment - 1):
+    if (
+        isinstance(alignment, bool)
+        or not isinstance(alignment, int)
+        or alignment <= 0
+        or alignment & (alignment - 1)
+    ):
         raise ValueError("alignment must be a positive power of two, got %r" % (alignment,))
     if order not in ("C", "F"):
         raise ValueError("order must be 'C' or 'F', got %r" % (order,))
@@ -376,14 +404,22 @@ def aligned_empty(shape, dtype=_np.float64, order="C", alignment=4096):
     return _np.ndarray(shape, dtype, buffer=raw, offset=start, order=order)
 
 
-def pagelocked_empty(shape: "int | tuple[int, ...]", dtype: "_np.typing.DTypeLike" = _np.float64,
-                     order: str = "C", mem_flags: int = 0) -> "_np.ndarray":
+def pagelocked_empty(
+    shape: "int | tuple[int, ...]",
+    dtype: "_np.typing.DTypeLike" = _np.float64,
+    order: str = "C",
+    mem_flags: int = 0,
+) -> "_np.ndarray":
     """An uninitialized page-locked ndarray; .base is its HostAllocation."""
     return _driver._pagelocked(shape, dtype, order, int(mem_flags), False)
 
 
-def pagelocked_zeros(shape: "int | tuple[int, ...]", dtype: "_np.typing.DTypeLike" = _np.float64,
-                     order: str = "C", mem_flags: int = 0) -> "_np.ndarray":
+def pagelocked_zeros(
+    shape: "int | tuple[int, ...]",
+    dtype: "_np.typing.DTypeLike" = _np.float64,
+    order: str = "C",
+    mem_flags: int = 0,
+) -> "_np.ndarray":
     """A zeroed page-locked ndarray."""
     return _driver._pagelocked(shape, dtype, order, int(mem_flags), True)
 
@@ -403,6 +439,7 @@ def pagelocked_zeros_like(ary: "_np.ndarray", mem_flags: int = 0) -> "_np.ndarra
 
 
 # ---- managed memory ----
+
 
 def managed_empty(shape, dtype=_np.float64, order="C", mem_flags=mem_attach_flags.GLOBAL):
     """An ndarray over managed memory, usable on the host and (its address
@@ -427,6 +464,7 @@ def managed_zeros_like(ary, mem_flags=mem_attach_flags.GLOBAL):
 # ---- pitched copies ----
 
 from pygpu import textures as _textures  # noqa: E402
+
 
 class Memcpy2D(_textures._MemcpyFields):
     """A 2-D (pitched) copy, set up attribute by attribute as in PyCUDA:
@@ -453,41 +491,86 @@ class Memcpy2D(_textures._MemcpyFields):
                 "Memcpy2D",
                 (src_kind, self._src, self.src_x_in_bytes, self.src_y, 0, self.src_pitch, 0),
                 (dst_kind, self._dst, self.dst_x_in_bytes, self.dst_y, 0, self.dst_pitch, 0),
-                self.width_in_bytes, self.height, 1, stream)
+                self.width_in_bytes,
+                self.height,
+                1,
+                stream,
+            )
             return
-        _driver._memcpy_2d(self._dst, self.dst_pitch, dst_kind == "h",
-                           self._src, self.src_pitch, src_kind == "h",
-                           self.width_in_bytes, self.height, self.src_x_in_bytes,
-                           self.src_y, self.dst_x_in_bytes, self.dst_y, stream)
+        _driver._memcpy_2d(
+            self._dst,
+            self.dst_pitch,
+            dst_kind == "h",
+            self._src,
+            self.src_pitch,
+            src_kind == "h",
+            self.width_in_bytes,
+            self.height,
+            self.src_x_in_bytes,
+            self.src_y,
+            self.dst_x_in_bytes,
+            self.dst_y,
+            stream,
+        )
 
 
 # ---- CUDA arrays, texture/surface objects, TMA tensor maps (pygpu/textures.py) ----
 
 from pygpu.textures import (  # noqa: E402,F401  (re-exported API)
-    Array, ArrayDescriptor, ArrayDescriptor3D, Memcpy3D, SurfaceObject, TensorMap,
-    TextureObject, address_mode, array3d_flags, array_format, array_format_to_dtype,
-    array_to_matrix, array_to_np, dtype_to_array_format, filter_mode, gpuarray_to_array,
-    make_multichannel_2d_array, matrix_to_array, memcpy_atoh, memcpy_htoa, np_to_array,
-    Memcpy3DPeer, memcpy_atoa, memcpy_atod, memcpy_dtoa,
-    read_mode, resource_type, tensor_map_data_type, tensor_map_float_oob_fill,
-    tensor_map_interleave, tensor_map_l2_promotion, tensor_map_swizzle,
+    Array,
+    ArrayDescriptor,
+    ArrayDescriptor3D,
+    Memcpy3D,
+    SurfaceObject,
+    TensorMap,
+    TextureObject,
+    address_mode,
+    array3d_flags,
+    array_format,
+    array_format_to_dtype,
+    array_to_matrix,
+    array_to_np,
+    dtype_to_array_format,
+    filter_mode,
+    gpuarray_to_array,
+    make_multichannel_2d_array,
+    matrix_to_array,
+    memcpy_atoh,
+    memcpy_htoa,
+    np_to_array,
+    Memcpy3DPeer,
+    memcpy_atoa,
+    memcpy_atod,
+    memcpy_dtoa,
+    read_mode,
+    resource_type,
+    tensor_map_data_type,
+    tensor_map_float_oob_fill,
+    tensor_map_interleave,
+    tensor_map_l2_promotion,
+    tensor_map_swizzle,
 )
 
 
 # ---- In / Out / InOut ----
 
+
 class In(ArgumentHandler):
     """Copy a NumPy array to the device before the launch; the kernel gets
     a pointer to the copy."""
+
     copy_in, copy_out = True, False
 
     def __init__(self, array: "_np.ndarray") -> None:
         if not isinstance(array, _np.ndarray):
-            raise TypeError("%s() takes a NumPy array, not %s"
-                            % (type(self).__name__, type(array).__name__))
+            raise TypeError(
+                "%s() takes a NumPy array, not %s" % (type(self).__name__, type(array).__name__)
+            )
         if not (array.flags.c_contiguous or array.flags.f_contiguous):
-            raise ValueError("%s(): the array is not contiguous "
-                             "(use numpy.ascontiguousarray)" % type(self).__name__)
+            raise ValueError(
+                "%s(): the array is not contiguous "
+                "(use numpy.ascontiguousarray)" % type(self).__name__
+            )
         if self.copy_out and not array.flags.writeable:
             raise ValueError("%s(): the array is read-only" % type(self).__name__)
         self.array = array
@@ -519,17 +602,22 @@ class In(ArgumentHandler):
 def _own_protocol(a):
     """Whether an In/Out/InOut subclass overrides PyCUDA's protocol."""
     t = type(a)
-    return (t.pre_call is not In.pre_call or t.post_call is not In.post_call
-            or t.get_device_alloc is not In.get_device_alloc)
+    return (
+        t.pre_call is not In.pre_call
+        or t.post_call is not In.post_call
+        or t.get_device_alloc is not In.get_device_alloc
+    )
 
 
 class Out(In):
     """Copy the device buffer back into the array after the launch."""
+
     copy_in, copy_out = False, True
 
 
 class InOut(In):
     """Copy in before and back out after the launch."""
+
     copy_in, copy_out = True, True
 
 
@@ -584,15 +672,17 @@ def _handlers_begin(args, stream):
     posts = []
     try:
         for i, a in enumerate(args):
-            if isinstance(a, ArgumentHandler) and (not isinstance(a, In) or (
-                    type(a) not in _HANDLER_TYPES and _own_protocol(a))):
+            if isinstance(a, ArgumentHandler) and (
+                not isinstance(a, In) or (type(a) not in _HANDLER_TYPES and _own_protocol(a))
+            ):
                 # PyCUDA's protocol, for an ArgumentHandler subclass of its own
                 # (reikna's Buffer): get_device_alloc() is the pointer,
                 # pre_call(stream) runs before the launch, post_call(stream) after
                 get = getattr(a, "get_device_alloc", None)
                 if get is None:
-                    raise TypeError("%s is an ArgumentHandler without get_device_alloc()"
-                                    % type(a).__name__)
+                    raise TypeError(
+                        "%s is an ArgumentHandler without get_device_alloc()" % type(a).__name__
+                    )
                 new_args[i] = get()
                 if hasattr(a, "pre_call"):
                     a.pre_call(stream)
@@ -638,7 +728,8 @@ _driver._set_handler_hooks(_handlers_begin, _handlers_end)
 # lists, as its get_attributes() keys them), so a ported program prints what
 # it printed under PyCUDA (its examples/dump_properties.py); get_attribute()
 # and get_attributes(every=True) read every member.
-_PYCUDA_DEVICE_ATTRIBUTES = frozenset("""
+_PYCUDA_DEVICE_ATTRIBUTES = frozenset(
+    """
     ASYNC_ENGINE_COUNT CAN_MAP_HOST_MEMORY CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
     CLOCK_RATE COMPUTE_CAPABILITY_MAJOR COMPUTE_CAPABILITY_MINOR COMPUTE_MODE
     COMPUTE_PREEMPTION_SUPPORTED CONCURRENT_KERNELS CONCURRENT_MANAGED_ACCESS
@@ -676,42 +767,147 @@ _PYCUDA_DEVICE_ATTRIBUTES = frozenset("""
     RESERVED_SHARED_MEMORY_PER_BLOCK SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
     STREAM_PRIORITIES_SUPPORTED SURFACE_ALIGNMENT TCC_DRIVER TEXTURE_ALIGNMENT
     TEXTURE_PITCH_ALIGNMENT TOTAL_CONSTANT_MEMORY UNIFIED_ADDRESSING WARP_SIZE
-""".split())
+""".split()
+)
 
 
 # a literal list, so type checkers see the re-exports (tests/project/test_packaging.py
 # checks it names every public name)
 __all__ = [
-    "Array", "ArrayDescriptor", "ArrayDescriptor3D", "Memcpy3D", "SurfaceObject", "TensorMap",
-    "TextureObject", "address_mode", "array3d_flags", "array_format", "array_format_to_dtype",
-    "array_to_matrix", "array_to_np", "dtype_to_array_format", "filter_mode",
-    "gpuarray_to_array", "make_multichannel_2d_array", "matrix_to_array", "memcpy_atoh",
-    "memcpy_htoa", "np_to_array", "read_mode", "resource_type", "tensor_map_data_type",
-    "tensor_map_float_oob_fill", "tensor_map_interleave", "tensor_map_l2_promotion",
-    "tensor_map_swizzle", "Memcpy3DPeer", "memcpy_atoa", "memcpy_atod", "memcpy_dtoa",
-    "Linker", "jit_input_type", "PointerHolderBase", "aligned_empty", "compute_mode", "ArgumentHandler", "BoundLaunch", "CompileError", "set_staging", "staging_settings",
-    "BlockCache", "block_cache", "block_cache_settings", "set_block_cache",
-    "staging_stats", "Context", "CudaUnavailableError", "Device",
-    "DeviceAllocation", "Error", "Event", "Function", "HostAllocation", "In", "InOut",
+    "Array",
+    "ArrayDescriptor",
+    "ArrayDescriptor3D",
+    "Memcpy3D",
+    "SurfaceObject",
+    "TensorMap",
+    "TextureObject",
+    "address_mode",
+    "array3d_flags",
+    "array_format",
+    "array_format_to_dtype",
+    "array_to_matrix",
+    "array_to_np",
+    "dtype_to_array_format",
+    "filter_mode",
+    "gpuarray_to_array",
+    "make_multichannel_2d_array",
+    "matrix_to_array",
+    "memcpy_atoh",
+    "memcpy_htoa",
+    "np_to_array",
+    "read_mode",
+    "resource_type",
+    "tensor_map_data_type",
+    "tensor_map_float_oob_fill",
+    "tensor_map_interleave",
+    "tensor_map_l2_promotion",
+    "tensor_map_swizzle",
+    "Memcpy3DPeer",
+    "memcpy_atoa",
+    "memcpy_atod",
+    "memcpy_dtoa",
+    "Linker",
+    "jit_input_type",  # noqa: F822 (module __getattr__)
+    "PointerHolderBase",
+    "aligned_empty",
+    "compute_mode",
+    "ArgumentHandler",
+    "BoundLaunch",
+    "CompileError",
+    "set_staging",
+    "staging_settings",
+    "BlockCache",
+    "block_cache",
+    "block_cache_settings",
+    "set_block_cache",
+    "staging_stats",
+    "Context",
+    "CudaUnavailableError",
+    "Device",
+    "DeviceAllocation",
+    "Error",
+    "Event",
+    "Function",
+    "HostAllocation",
+    "In",
+    "InOut",
     "KernelTime",
-    "LaunchError", "LogicError", "Memcpy2D", "MemoryError", "Module", "Out", "RuntimeError",
-    "Stream", "ctx_flags", "device_attribute", "error_code", "event_flags", "from_device",
-    "from_device_like", "func_cache", "function_attribute", "get_driver_version",
-    "get_version", "host_alloc_flags", "init", "jit_option", "limit", "managed_empty",
-    "managed_empty_like", "managed_zeros", "managed_zeros_like", "mem_alloc",
-    "mem_alloc_async", "mem_alloc_like", "mem_alloc_managed", "mem_alloc_pitch",
-    "mem_attach_flags", "mem_get_info", "mem_host_register_flags", "mem_prefetch",
-    "memcpy_dtod", "memcpy_dtod_async", "memcpy_dtoh", "memcpy_dtoh_async", "memcpy_htod",
-    "memcpy_htod_async", "memcpy_peer", "memcpy_peer_async", "memset_d16",
-    "memset_d16_async", "memset_d32", "memset_d32_async", "memset_d8", "memset_d8_async",
-    "module_from_buffer", "module_from_file", "pagelocked_empty", "pagelocked_empty_like",
-    "pagelocked_zeros", "pagelocked_zeros_like", "register_host_memory", "stream_flags",
+    "LaunchError",
+    "LogicError",
+    "Memcpy2D",
+    "MemoryError",
+    "Module",
+    "Out",
+    "RuntimeError",
+    "Stream",
+    "ctx_flags",
+    "device_attribute",
+    "error_code",
+    "event_flags",
+    "from_device",
+    "from_device_like",
+    "func_cache",
+    "function_attribute",
+    "get_driver_version",
+    "get_version",
+    "host_alloc_flags",
+    "init",
+    "jit_option",
+    "limit",
+    "managed_empty",
+    "managed_empty_like",
+    "managed_zeros",
+    "managed_zeros_like",
+    "mem_alloc",
+    "mem_alloc_async",
+    "mem_alloc_like",
+    "mem_alloc_managed",
+    "mem_alloc_pitch",
+    "mem_attach_flags",
+    "mem_get_info",
+    "mem_host_register_flags",
+    "mem_prefetch",
+    "memcpy_dtod",
+    "memcpy_dtod_async",
+    "memcpy_dtoh",
+    "memcpy_dtoh_async",
+    "memcpy_htod",
+    "memcpy_htod_async",
+    "memcpy_peer",
+    "memcpy_peer_async",
+    "memset_d16",
+    "memset_d16_async",
+    "memset_d32",
+    "memset_d32_async",
+    "memset_d8",
+    "memset_d8_async",
+    "module_from_buffer",
+    "module_from_file",
+    "pagelocked_empty",
+    "pagelocked_empty_like",
+    "pagelocked_zeros",
+    "pagelocked_zeros_like",
+    "register_host_memory",
+    "stream_flags",
     "to_device",
-    "Graph", "GraphExec", "GraphNode", "capture_graph", "capture_mode",
-    "graph_conditional_type", "graph_instantiate_flags", "graph_node_type",
-    "IPCMemoryHandle", "MemoryPool", "VirtualBuffer", "forked_from", "ipc_mem_flags",
+    "Graph",
+    "GraphExec",
+    "GraphNode",
+    "capture_graph",
+    "capture_mode",
+    "graph_conditional_type",
+    "graph_instantiate_flags",
+    "graph_node_type",
+    "IPCMemoryHandle",
+    "MemoryPool",
+    "VirtualBuffer",
+    "forked_from",
+    "ipc_mem_flags",
     "mem_get_ipc_handle",
-    "HostBlock", "free_host_cache", "host_cache_stats", "set_host_cache",
+    "HostBlock",
+    "free_host_cache",
+    "host_cache_stats",
+    "set_host_cache",
 ]
 
 
@@ -720,6 +916,7 @@ def __getattr__(name):
     # linking helpers (pygpu.linking imports this module, so: lazily)
     if name == "jit_input_type":
         from pygpu.linking import jit_input_type
+
         return jit_input_type
     raise AttributeError("module 'pygpu.driver' has no attribute %r" % name)
 
@@ -727,13 +924,17 @@ def __getattr__(name):
 # ---- OpenGL interop (src/graphics.c; PyCUDA's names, pygpu.gl wraps them) ----
 
 from pygpu._driver import (  # noqa: E402,F401  (re-exported API)
-    RegisteredBuffer, RegisteredImage, RegisteredMapping, RegisteredObject,
+    RegisteredBuffer,
+    RegisteredImage,
+    RegisteredMapping,
+    RegisteredObject,
 )
 
 
 @_driver._enum_tables
 class graphics_register_flags(_enum.IntEnum):
     """CUgraphicsRegisterFlags: how CUDA will use a registered GL object."""
+
     NONE = 0
     READ_ONLY = 1
     WRITE_DISCARD = 2
@@ -750,8 +951,14 @@ def have_gl_ext():
     return True
 
 
-__all__ += ["RegisteredBuffer", "RegisteredImage", "RegisteredMapping", "RegisteredObject",
-            "graphics_register_flags", "have_gl_ext"]
+__all__ += [
+    "RegisteredBuffer",
+    "RegisteredImage",
+    "RegisteredMapping",
+    "RegisteredObject",
+    "graphics_register_flags",
+    "have_gl_ext",
+]
 # ---- the rest of PyCUDA's pycuda.driver (tests/pycuda_compat/test_pycuda_names.py) ----
 
 from pygpu._driver import (  # noqa: E402,F401  (src/memextra.c, src/cuda_enums.h)
@@ -799,17 +1006,18 @@ class _TypeTest(type):
         return cls._test(obj)
 
     def __subclasscheck__(cls, sub):
-        return type.__subclasscheck__(cls, sub) or any(
-            issubclass(sub, b) for b in cls._kinds_of())
+        return type.__subclasscheck__(cls, sub) or any(issubclass(sub, b) for b in cls._kinds_of())
 
     def __call__(cls, *args, **kwargs):
-        raise TypeError("%s objects come from %s; they cannot be made directly"
-                        % (cls.__name__, cls._made_by))
+        raise TypeError(
+            "%s objects come from %s; they cannot be made directly" % (cls.__name__, cls._made_by)
+        )
 
 
 class HostPointer(metaclass=_TypeTest):
     """Host memory the device can reach: page-locked (pagelocked_empty),
     registered (register_host_memory) or aligned (aligned_empty)."""
+
     _made_by = "pagelocked_empty(), register_host_memory() and aligned_empty()"
     # PyCUDA's methods, those of the objects this class tests for
     # (HostAllocation's; AlignedHostAllocation has its own)
@@ -826,6 +1034,7 @@ class HostPointer(metaclass=_TypeTest):
 
 class PagelockedHostAllocation(HostPointer):
     """The .base of pagelocked_empty()'s arrays (cuMemHostAlloc)."""
+
     _made_by = "pagelocked_empty()"
     free = HostAllocation.free
     get_flags = HostAllocation.get_flags
@@ -842,6 +1051,7 @@ class PagelockedHostAllocation(HostPointer):
 class RegisteredHostMemory(HostPointer):
     """register_host_memory()'s result (cuMemHostRegister); .base of the
     arrays it returns."""
+
     _made_by = "register_host_memory()"
     unregister = HostAllocation.unregister
 
@@ -857,6 +1067,7 @@ class RegisteredHostMemory(HostPointer):
 class ManagedAllocation(metaclass=_TypeTest):
     """Managed (unified) memory: mem_alloc_managed()'s result and the
     .base of managed_empty()'s arrays, a DeviceAllocation."""
+
     _made_by = "mem_alloc_managed() and managed_empty()"
     # PyCUDA's methods, DeviceAllocation's
     __int__ = DeviceAllocation.__int__
@@ -886,12 +1097,22 @@ class AlignedHostAllocation(_np.ndarray):
     # signature on Python 3.9)
     def _sig():
         import inspect
+
         P = inspect.Parameter
         return inspect.Signature(
             [P("shape", P.POSITIONAL_OR_KEYWORD)]
-            + [P(n, P.POSITIONAL_OR_KEYWORD, default=d) for n, d in (
-                ("dtype", float), ("buffer", None), ("offset", 0), ("strides", None),
-                ("order", None))])
+            + [
+                P(n, P.POSITIONAL_OR_KEYWORD, default=d)
+                for n, d in (
+                    ("dtype", float),
+                    ("buffer", None),
+                    ("offset", 0),
+                    ("strides", None),
+                    ("order", None),
+                )
+            ]
+        )
+
     __signature__ = _sig()
     del _sig
 
@@ -900,9 +1121,11 @@ class AlignedHostAllocation(_np.ndarray):
         that uses it."""
 
     def get_device_pointer(self):
-        raise LogicError("AlignedHostAllocation.get_device_pointer(): the memory is not "
-                         "page-locked; register it (register_host_memory) and use the "
-                         "registered array's base")
+        raise LogicError(
+            "AlignedHostAllocation.get_device_pointer(): the memory is not "
+            "page-locked; register it (register_host_memory) and use the "
+            "registered array's base"
+        )
 
 
 def aligned_zeros(shape, dtype=_np.float64, order="C", alignment=4096):
@@ -948,6 +1171,7 @@ def __getattr__(name):  # noqa: F811  (extends the one above)
     where = _ELSEWHERE.get(name)
     if where is not None:
         import importlib
+
         value = getattr(importlib.import_module(where), name)
         globals()[name] = value
         return value
@@ -959,12 +1183,34 @@ def __dir__():
 
 
 __all__ += [
-    "array_cubemap_face", "initialize_profiler", "jit_fallback", "jit_target",
-    "mem_get_address_range", "memory_type", "memset_d2d8", "memset_d2d8_async",
-    "memset_d2d16", "memset_d2d16_async", "memset_d2d32", "memset_d2d32_async",
-    "pointer_attribute", "profiler_output_mode", "shared_config", "start_profiler",
-    "stop_profiler", "py_memcpy_htoa", "py_memcpy_atoh", "CUDA_DEBUGGING", "set_debugging",
-    "HostPointer", "PagelockedHostAllocation", "RegisteredHostMemory", "ManagedAllocation",
-    "ManagedAllocationOrStub", "AlignedHostAllocation", "aligned_zeros", "aligned_empty_like",
+    "array_cubemap_face",
+    "initialize_profiler",
+    "jit_fallback",
+    "jit_target",
+    "mem_get_address_range",
+    "memory_type",
+    "memset_d2d8",
+    "memset_d2d8_async",
+    "memset_d2d16",
+    "memset_d2d16_async",
+    "memset_d2d32",
+    "memset_d2d32_async",
+    "pointer_attribute",
+    "profiler_output_mode",
+    "shared_config",
+    "start_profiler",
+    "stop_profiler",
+    "py_memcpy_htoa",
+    "py_memcpy_atoh",
+    "CUDA_DEBUGGING",
+    "set_debugging",
+    "HostPointer",
+    "PagelockedHostAllocation",
+    "RegisteredHostMemory",
+    "ManagedAllocation",
+    "ManagedAllocationOrStub",
+    "AlignedHostAllocation",
+    "aligned_zeros",
+    "aligned_empty_like",
     "aligned_zeros_like",
 ] + sorted(_ELSEWHERE)

@@ -18,6 +18,7 @@ PyCUDA's names and argument orders), and get_map_kernel, the generic
 builder behind pygpu.gpuarray's operators (contiguous, strided and
 broadcast operands).
 """
+
 import re
 import threading
 
@@ -25,19 +26,48 @@ import numpy as np
 
 from pygpu import tools
 from pygpu._errors import CompileError
-from pygpu.tools import (ScalarArg, VectorArg, _parse_arguments, context_dependent_memoize,
-                         dtype_to_ctype)
+from pygpu.tools import (
+    ScalarArg,
+    VectorArg,
+    _parse_arguments,
+    context_dependent_memoize,
+    dtype_to_ctype,
+)
 
-__all__ = ["ElementwiseKernel", "get_elwise_module", "get_elwise_range_module",
-           "get_elwise_kernel_and_types", "get_elwise_kernel", "get_map_kernel",
-           "get_copy_kernel", "get_axpbyz_kernel", "get_axpbz_kernel", "get_binary_op_kernel",
-           "get_rdivide_elwise_kernel", "get_binary_func_kernel",
-           "get_binary_func_scalar_kernel", "get_binary_minmax_kernel", "get_fill_kernel",
-           "get_reverse_kernel", "get_real_kernel", "get_imag_kernel", "get_conj_kernel",
-           "get_arange_kernel", "get_pow_array_kernel", "get_fmod_kernel", "get_modf_kernel",
-           "get_frexp_kernel", "get_ldexp_kernel", "get_unary_func_kernel",
-           "get_if_positive_kernel", "get_where_kernel", "get_scalar_op_kernel",
-           "get_logical_not_kernel", "get_take_kernel", "get_linear_combination_kernel"]
+__all__ = [
+    "ElementwiseKernel",
+    "get_elwise_module",
+    "get_elwise_range_module",
+    "get_elwise_kernel_and_types",
+    "get_elwise_kernel",
+    "get_map_kernel",
+    "get_copy_kernel",
+    "get_axpbyz_kernel",
+    "get_axpbz_kernel",
+    "get_binary_op_kernel",
+    "get_rdivide_elwise_kernel",
+    "get_binary_func_kernel",
+    "get_binary_func_scalar_kernel",
+    "get_binary_minmax_kernel",
+    "get_fill_kernel",
+    "get_reverse_kernel",
+    "get_real_kernel",
+    "get_imag_kernel",
+    "get_conj_kernel",
+    "get_arange_kernel",
+    "get_pow_array_kernel",
+    "get_fmod_kernel",
+    "get_modf_kernel",
+    "get_frexp_kernel",
+    "get_ldexp_kernel",
+    "get_unary_func_kernel",
+    "get_if_positive_kernel",
+    "get_where_kernel",
+    "get_scalar_op_kernel",
+    "get_logical_not_kernel",
+    "get_take_kernel",
+    "get_linear_combination_kernel",
+]
 
 _lock = threading.Lock()
 _prelude = None
@@ -50,15 +80,24 @@ def prelude():
     global _prelude
     if _prelude is None:
         from pygpu.compiler import kernel_source
-        text = (kernel_source("elementwise_complex.cuh") + "\n"
-                + kernel_source("elementwise.cuh") + "\n")
+
+        text = (
+            kernel_source("elementwise_complex.cuh")
+            + "\n"
+            + kernel_source("elementwise.cuh")
+            + "\n"
+        )
         _prelude = text.replace("#pragma once\n", "")
     return _prelude
 
 
 # PyCUDA's own headers: their content is in the prelude already
-_PYCUDA_HEADERS = ("#include <pycuda-complex.hpp>", '#include "pycuda-complex.hpp"',
-                   "#include <pycuda-helpers.hpp>", '#include "pycuda-helpers.hpp"')
+_PYCUDA_HEADERS = (
+    "#include <pycuda-complex.hpp>",
+    '#include "pycuda-complex.hpp"',
+    "#include <pycuda-helpers.hpp>",
+    '#include "pycuda-helpers.hpp"',
+)
 
 
 def _clean_preamble(preamble):
@@ -75,8 +114,7 @@ def _check_code(value, what):
     return value
 
 
-def _source(arguments, operation, name, preamble, loop_prep, after_loop, use_range,
-            restrict=False):
+def _source(arguments, operation, name, preamble, loop_prep, after_loop, use_range, restrict=False):
     _check_code(operation, "operation")
     _check_code(loop_prep, "loop_prep")
     _check_code(after_loop, "after_loop")
@@ -86,77 +124,121 @@ def _source(arguments, operation, name, preamble, loop_prep, after_loop, use_ran
         # the arrays do not overlap (ElementwiseKernel checks at each call):
         # four elements a thread per round, whose loads the compiler may then
         # issue together ahead of the stores
-        params = ", ".join("%s *__restrict__ %s" % (dtype_to_ctype(a.dtype), a.name)
-                           if isinstance(a, VectorArg) else a.declarator() for a in arguments)
+        params = ", ".join(
+            "%s *__restrict__ %s" % (dtype_to_ctype(a.dtype), a.name)
+            if isinstance(a, VectorArg)
+            else a.declarator()
+            for a in arguments
+        )
     else:
         params = ", ".join(a.declarator() for a in arguments)
     if restrict and not use_range:
-        loop = ("  size_t pygpu_base = cta_start + tid;\n"
-                "  for (; pygpu_base + 3 * total_threads < n; pygpu_base += 4 * total_threads) {\n"
-                "#pragma unroll\n"
-                "    for (int pygpu_u = 0; pygpu_u < 4; ++pygpu_u) {\n"
-                "      i = pygpu_base + pygpu_u * total_threads;\n"
-                "      %s;\n    }\n  }\n"
-                "  for (i = pygpu_base; i < n; i += total_threads) {\n"
-                "    %s;\n  }\n" % (operation, operation))
+        loop = (
+            "  size_t pygpu_base = cta_start + tid;\n"
+            "  for (; pygpu_base + 3 * total_threads < n; pygpu_base += 4 * total_threads) {\n"
+            "#pragma unroll\n"
+            "    for (int pygpu_u = 0; pygpu_u < 4; ++pygpu_u) {\n"
+            "      i = pygpu_base + pygpu_u * total_threads;\n"
+            "      %s;\n    }\n  }\n"
+            "  for (i = pygpu_base; i < n; i += total_threads) {\n"
+            "    %s;\n  }\n" % (operation, operation)
+        )
         ivar = "size_t i;"
     elif use_range:
-        loop = ("  if (step < 0) {\n"
-                "    for (i = start + ((long)cta_start + (long)tid) * step; i > stop;"
-                " i += (long)total_threads * step) {\n      %s;\n    }\n"
-                "  } else {\n"
-                "    for (i = start + ((long)cta_start + (long)tid) * step; i < stop;"
-                " i += (long)total_threads * step) {\n      %s;\n    }\n"
-                "  }\n" % (operation, operation))
+        loop = (
+            "  if (step < 0) {\n"
+            "    for (i = start + ((long)cta_start + (long)tid) * step; i > stop;"
+            " i += (long)total_threads * step) {\n      %s;\n    }\n"
+            "  } else {\n"
+            "    for (i = start + ((long)cta_start + (long)tid) * step; i < stop;"
+            " i += (long)total_threads * step) {\n      %s;\n    }\n"
+            "  }\n" % (operation, operation)
+        )
         ivar = "long i;"
     else:
-        loop = ("  for (i = cta_start + tid; i < n; i += total_threads) {\n"
-                "    %s;\n  }\n" % operation)
+        loop = (
+            "  for (i = cta_start + tid; i < n; i += total_threads) {\n    %s;\n  }\n" % operation
+        )
         ivar = "size_t i;"
-    return ("%s\n%s\n\nextern \"C\" __global__ void %s(%s)\n{\n"
-            "  size_t tid = threadIdx.x;\n"
-            "  size_t total_threads = (size_t)gridDim.x * blockDim.x;\n"
-            "  size_t cta_start = (size_t)blockDim.x * blockIdx.x;\n"
-            "  %s\n  %s;\n%s  %s;\n}\n"
-            % (prelude(), _clean_preamble(preamble), name, params, ivar, loop_prep, loop,
-               after_loop))
+    return (
+        "%s\n%s\n\nextern \"C\" __global__ void %s(%s)\n{\n"
+        "  size_t tid = threadIdx.x;\n"
+        "  size_t total_threads = (size_t)gridDim.x * blockDim.x;\n"
+        "  size_t cta_start = (size_t)blockDim.x * blockIdx.x;\n"
+        "  %s\n  %s;\n%s  %s;\n}\n"
+        % (prelude(), _clean_preamble(preamble), name, params, ivar, loop_prep, loop, after_loop)
+    )
 
 
 def _module(source, options, keep):
     from pygpu.compiler import SourceModule
+
     if isinstance(options, list):
         options = tuple(options)
     return SourceModule(source, options=options, keep=keep, no_extern_c=True)
 
 
-def get_elwise_module(arguments, operation, name="kernel", keep=False, options=None,
-                      preamble="", loop_prep="", after_loop="", restrict=False):
+def get_elwise_module(
+    arguments,
+    operation,
+    name="kernel",
+    keep=False,
+    options=None,
+    preamble="",
+    loop_prep="",
+    after_loop="",
+    restrict=False,
+):
     """The SourceModule of an element-wise kernel over i in [0, n); the
     arguments must end with the size n (PyCUDA's layout).  restrict=True
     declares the pointers __restrict__ (the arrays must not overlap) and
     takes four elements a thread per round."""
     arguments = _parse_arguments(arguments)
-    return _module(_source(arguments, operation, name, preamble, loop_prep, after_loop, False,
-                           restrict), options, keep)
+    return _module(
+        _source(arguments, operation, name, preamble, loop_prep, after_loop, False, restrict),
+        options,
+        keep,
+    )
 
 
-def get_elwise_range_module(arguments, operation, name="kernel", keep=False, options=None,
-                            preamble="", loop_prep="", after_loop="", restrict=False):
+def get_elwise_range_module(
+    arguments,
+    operation,
+    name="kernel",
+    keep=False,
+    options=None,
+    preamble="",
+    loop_prep="",
+    after_loop="",
+    restrict=False,
+):
     """The SourceModule of an element-wise kernel over i in range(start,
     stop, step); the arguments must end with start, stop, step."""
     arguments = _parse_arguments(arguments)
-    return _module(_source(arguments, operation, name, preamble, loop_prep, after_loop, True,
-                           restrict), options, keep)
+    return _module(
+        _source(arguments, operation, name, preamble, loop_prep, after_loop, True, restrict),
+        options,
+        keep,
+    )
 
 
-def get_elwise_kernel_and_types(arguments, operation, name="kernel", keep=False, options=None,
-                                use_range=False, restrict=False, **kwargs):
+def get_elwise_kernel_and_types(
+    arguments,
+    operation,
+    name="kernel",
+    keep=False,
+    options=None,
+    use_range=False,
+    restrict=False,
+    **kwargs,
+):
     """(module, prepared Function, arguments with n or start/stop/step
     appended)."""
     arguments = list(_parse_arguments(arguments))
     if use_range:
-        arguments.extend([ScalarArg(np.intp, "start"), ScalarArg(np.intp, "stop"),
-                          ScalarArg(np.intp, "step")])
+        arguments.extend(
+            [ScalarArg(np.intp, "start"), ScalarArg(np.intp, "stop"), ScalarArg(np.intp, "step")]
+        )
     else:
         arguments.append(ScalarArg(np.uintp, "n"))
     unknown = set(kwargs) - {"preamble", "loop_prep", "after_loop"}
@@ -172,8 +254,7 @@ def get_elwise_kernel_and_types(arguments, operation, name="kernel", keep=False,
 def get_elwise_kernel(arguments, operation, name="kernel", keep=False, options=None, **kwargs):
     """A prepared Function running operation for each i < n; call it with
     func.prepared_async_call(grid, block, stream, *args, n)."""
-    return get_elwise_kernel_and_types(arguments, operation, name, keep, options,
-                                       **kwargs)[1]
+    return get_elwise_kernel_and_types(arguments, operation, name, keep, options, **kwargs)[1]
 
 
 def _scalar_value(value, dtype, what):
@@ -188,18 +269,15 @@ def _scalar_value(value, dtype, what):
         try:
             return np.asarray(value, dtype)[()]
         except (TypeError, ValueError) as e:
-            raise TypeError("%s: cannot make a %s from %r (%s)" % (what, dtype, value, e)) \
-                from None
+            raise TypeError("%s: cannot make a %s from %r (%s)" % (what, dtype, value, e)) from None
     if isinstance(value, np.ndarray):
         if value.ndim != 0:
-            raise TypeError("%s: expected a scalar, got an array of shape %s"
-                            % (what, value.shape))
+            raise TypeError("%s: expected a scalar, got an array of shape %s" % (what, value.shape))
         value = value[()]
     if hasattr(value, "__cuda_array_interface__") or hasattr(value, "gpudata"):
         raise TypeError("%s is a scalar (%s) but got an array" % (what, dtype))
     if kind not in "c" and isinstance(value, (complex, np.complexfloating)):
-        raise TypeError("%s is %s, which cannot hold the complex value %r"
-                        % (what, dtype, value))
+        raise TypeError("%s is %s, which cannot hold the complex value %r" % (what, dtype, value))
     try:
         return dtype.type(value)
     except (TypeError, ValueError, OverflowError) as e:
@@ -221,9 +299,11 @@ def _span(arg):
 # the round only (not the thread's loop), goto labels and inline assembly
 # are pasted several times, and an assignment to i is undone by the next
 # element (continue goes on to the next element in both forms)
-_NO_RESTRICT = re.compile(r"\b(break|goto|asm|__asm__|__asm)\b"
-                          r"|(?<![\w.>])i\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)"
-                          r"|(?<![\w.>])i\s*(?:\+\+|--)|(?:\+\+|--)\s*i\b")
+_NO_RESTRICT = re.compile(
+    r"\b(break|goto|asm|__asm__|__asm)\b"
+    r"|(?<![\w.>])i\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)"
+    r"|(?<![\w.>])i\s*(?:\+\+|--)|(?:\+\+|--)\s*i\b"
+)
 
 
 def _restrict_allowed(operation):
@@ -242,7 +322,7 @@ def _disjoint(spans):
         return False
     if n < 2:
         return True
-    if n <= 4:      # the common few: pairwise
+    if n <= 4:  # the common few: pairwise
         for j in range(1, n):
             s, e = spans[j]
             for k in range(j):
@@ -264,21 +344,35 @@ class ElementwiseKernel:
     arguments (see the module docstring).  Arguments: a C declaration list
     (``"float a, float *x"``) or a list of VectorArg/ScalarArg."""
 
-    def __init__(self, arguments, operation, name="kernel", keep=False, options=None,
-                 preamble="", loop_prep="", after_loop="", *, restrict=True):
+    def __init__(
+        self,
+        arguments,
+        operation,
+        name="kernel",
+        keep=False,
+        options=None,
+        preamble="",
+        loop_prep="",
+        after_loop="",
+        *,
+        restrict=True,
+    ):
         self.arguments = _parse_arguments(arguments)
         if not any(isinstance(a, VectorArg) for a in self.arguments):
             raise ValueError("ElementwiseKernel needs at least one array (pointer) argument")
         _check_code(operation, "operation")
         self.name = name
         self.operation = operation
-        self.gen_kwargs = {"preamble": _clean_preamble(preamble), "loop_prep": loop_prep,
-                           "after_loop": after_loop}
+        self.gen_kwargs = {
+            "preamble": _clean_preamble(preamble),
+            "loop_prep": loop_prep,
+            "after_loop": after_loop,
+        }
         self.keep = keep
         self.options = tuple(options) if isinstance(options, list) else options
         self._funcs = {}
         self._plan = None
-        self._config = (-1, None, None)     # (n, grid, block) of the last call
+        self._config = (-1, None, None)  # (n, grid, block) of the last call
         # restrict=False: always the plain kernel (for memory the operation
         # reaches other than through its array arguments)
         self._restrict_ok = bool(restrict) and _restrict_allowed(operation)
@@ -290,6 +384,7 @@ class ElementwiseKernel:
         """PyCUDA's texture references: gone since CUDA 12 (LogicError, as
         SourceModule.get_texref)."""
         from pygpu import compiler, driver
+
         raise driver.LogicError(compiler._NO_TEXREFS % ("get_texref", name, "GetTexRef"))
 
     def _kernel_and_types(self, use_range, restrict):
@@ -299,10 +394,16 @@ class ElementwiseKernel:
             if restrict and not self._restrict_ok:
                 return self._kernel_and_types(use_range, False)
             try:
-                found = get_elwise_kernel_and_types(list(self.arguments), self.operation,
-                                                    self.name, self.keep, self.options,
-                                                    use_range=use_range, restrict=restrict,
-                                                    **self.gen_kwargs)
+                found = get_elwise_kernel_and_types(
+                    list(self.arguments),
+                    self.operation,
+                    self.name,
+                    self.keep,
+                    self.options,
+                    use_range=use_range,
+                    restrict=restrict,
+                    **self.gen_kwargs,
+                )
             except CompileError:
                 if not restrict:
                     raise
@@ -327,12 +428,20 @@ class ElementwiseKernel:
             from pygpu import _driver
             from pygpu.gpuarray import GPUArray, _check_one
             from pygpu.driver import DeviceAllocation
+
             # the current context as this thread remembers it (no driver call:
             # docs/contexts.md, "The current context")
-            plan = self._plan = ([(isinstance(a, VectorArg), a.dtype, a.dtype.type, a.dtype.kind)
-                                  for a in self.arguments], GPUArray, DeviceAllocation,
-                                 _driver._current_context, _check_one,
-                                 "kernel '%s'" % self.name)
+            plan = self._plan = (
+                [
+                    (isinstance(a, VectorArg), a.dtype, a.dtype.type, a.dtype.kind)
+                    for a in self.arguments
+                ],
+                GPUArray,
+                DeviceAllocation,
+                _driver._current_context,
+                _check_one,
+                "kernel '%s'" % self.name,
+            )
         plan, GPUArray, DA, get_current, check_one, what = plan
         if len(args) != len(plan):
             return False
@@ -343,8 +452,11 @@ class ElementwiseKernel:
         for arg, (vec, dt, stype, kind) in zip(args, plan):
             tp = arg.__class__
             if vec:
-                if tp is not GPUArray or not (arg._c or arg._f) \
-                        or (arg.dtype is not dt and arg.dtype != dt):
+                if (
+                    tp is not GPUArray
+                    or not (arg._c or arg._f)
+                    or (arg.dtype is not dt and arg.dtype != dt)
+                ):
                     return False
                 # proved here: a DeviceAllocation of this context that holds
                 # the array (a dense array whose data starts at the
@@ -353,10 +465,13 @@ class ElementwiseKernel:
                 g = arg.gpudata
                 if g.__class__ is not DA or g.context is not ctx or arg.nbytes > g.size:
                     if arg.size:
-                        check_one(arg, ctx, what)       # the gate: raises, or it is fine
-                if first is not None and arg.shape == first.shape and not (
-                        (arg._c and first._c) or (arg._f and first._f)):
-                    return False         # two memory orders: the gate names them
+                        check_one(arg, ctx, what)  # the gate: raises, or it is fine
+                if (
+                    first is not None
+                    and arg.shape == first.shape
+                    and not ((arg._c and first._c) or (arg._f and first._f))
+                ):
+                    return False  # two memory orders: the gate names them
                 if first is None:
                     first = arg
                 if arg.size:
@@ -367,8 +482,11 @@ class ElementwiseKernel:
                     inv.append(arg.gpudata)
                 else:
                     inv.append(0)
-            elif (tp is stype and (kind != "V" or arg.dtype == dt)) \
-                    or (tp is float and kind == "f") or (tp is int and kind in "iu"):
+            elif (
+                (tp is stype and (kind != "V" or arg.dtype == dt))
+                or (tp is float and kind == "f")
+                or (tp is int and kind in "iu")
+            ):
                 inv.append(arg)
             else:
                 return False
@@ -385,42 +503,63 @@ class ElementwiseKernel:
         if range is None and slice is None and self._fast_call(args, stream):
             return
         from pygpu.gpuarray import GPUArray, asarray, splay
+
         if len(args) != len(self.arguments):
-            raise TypeError("kernel '%s' takes %d arguments (%s), got %d"
-                            % (self.name, len(self.arguments),
-                               ", ".join(a.name for a in self.arguments), len(args)))
+            raise TypeError(
+                "kernel '%s' takes %d arguments (%s), got %d"
+                % (
+                    self.name,
+                    len(self.arguments),
+                    ", ".join(a.name for a in self.arguments),
+                    len(args),
+                )
+            )
         if range is not None and slice is not None:
             raise TypeError("may not specify both range and slice keyword arguments")
         use_range = range is not None or slice is not None
         from pygpu.gpuarray import _check_operands
+
         inv = []
-        spans = []      # (start, end) of each array argument's bytes
+        spans = []  # (start, end) of each array argument's bytes
         first = None
         arrays = []
         for arg, descr in zip(args, self.arguments):
             if isinstance(descr, VectorArg):
                 if not isinstance(arg, GPUArray):
                     if isinstance(arg, np.ndarray):
-                        raise TypeError("kernel '%s': argument '%s' is an array (%s *) but got "
-                                        "a NumPy array, which is in host memory (copy it "
-                                        "with gpuarray.to_gpu)" % (self.name, descr.name,
-                                                                   dtype_to_ctype(descr.dtype)))
-                    if arg is None or not (hasattr(arg, "__cuda_array_interface__")
-                                           or hasattr(arg, "__dlpack__")):
-                        raise TypeError("kernel '%s': argument '%s' is an array (%s *) but "
-                                        "got %s" % (self.name, descr.name,
-                                                    dtype_to_ctype(descr.dtype),
-                                                    type(arg).__name__))
+                        raise TypeError(
+                            "kernel '%s': argument '%s' is an array (%s *) but got "
+                            "a NumPy array, which is in host memory (copy it "
+                            "with gpuarray.to_gpu)"
+                            % (self.name, descr.name, dtype_to_ctype(descr.dtype))
+                        )
+                    if arg is None or not (
+                        hasattr(arg, "__cuda_array_interface__") or hasattr(arg, "__dlpack__")
+                    ):
+                        raise TypeError(
+                            "kernel '%s': argument '%s' is an array (%s *) but "
+                            "got %s"
+                            % (
+                                self.name,
+                                descr.name,
+                                dtype_to_ctype(descr.dtype),
+                                type(arg).__name__,
+                            )
+                        )
                     arg = asarray(arg)
                 if not arg.flags.forc:
-                    raise RuntimeError("elementwise kernel cannot deal with non-contiguous "
-                                       "arrays (argument '%s')" % descr.name)
+                    raise RuntimeError(
+                        "elementwise kernel cannot deal with non-contiguous "
+                        "arrays (argument '%s')" % descr.name
+                    )
                 if arg.dtype != descr.dtype and not (
-                        arg.dtype.itemsize == descr.dtype.itemsize
-                        and "V" in (arg.dtype.kind, descr.dtype.kind)):
-                    raise TypeError("kernel '%s': argument '%s' is %s * but the array is %s"
-                                    % (self.name, descr.name, dtype_to_ctype(descr.dtype),
-                                       arg.dtype))
+                    arg.dtype.itemsize == descr.dtype.itemsize
+                    and "V" in (arg.dtype.kind, descr.dtype.kind)
+                ):
+                    raise TypeError(
+                        "kernel '%s': argument '%s' is %s * but the array is %s"
+                        % (self.name, descr.name, dtype_to_ctype(descr.dtype), arg.dtype)
+                    )
                 if first is None:
                     first = arg
                 arrays.append(arg)
@@ -430,9 +569,11 @@ class ElementwiseKernel:
                 else:
                     inv.append(0)
             else:
-                inv.append(_scalar_value(arg, descr.dtype,
-                                         "kernel '%s': argument '%s'" % (self.name,
-                                                                         descr.name)))
+                inv.append(
+                    _scalar_value(
+                        arg, descr.dtype, "kernel '%s': argument '%s'" % (self.name, descr.name)
+                    )
+                )
         # the operand gate: context, freed memory, extent, one memory order
         _check_operands("kernel '%s'" % self.name, arrays, same_layout=True)
         func = self._kernel_and_types(use_range, not use_range and _disjoint(spans))[1]
@@ -441,8 +582,9 @@ class ElementwiseKernel:
                 start, stop, step = slice.indices(first.size)
             else:
                 if not hasattr(range, "start"):
-                    raise TypeError("range= takes a slice or range object, not %s"
-                                    % type(range).__name__)
+                    raise TypeError(
+                        "range= takes a slice or range object, not %s" % type(range).__name__
+                    )
                 start, stop, step = range.start, range.stop, range.step
                 start = 0 if start is None else start
                 step = 1 if step is None else step
@@ -463,6 +605,7 @@ class ElementwiseKernel:
 
 
 # ---- the generic map kernel behind gpuarray's operators ----
+
 
 def _ct(dtype):
     return dtype_to_ctype(dtype)
@@ -523,21 +666,29 @@ def _map_source(name, expr, kinds, dtypes, cdtypes, out_dtype, ndim):
             index += "    oz += q * sz%d;\n" % d
             index += "".join("    o%d += q * s%d_%d;\n" % (k, k, d) for k in arrays)
     if ndim:
-        loop = ("  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
-                "       i += (size_t)gridDim.x * blockDim.x) {\n%s    %s\n  }\n" % (index, body))
+        loop = (
+            "  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+            "       i += (size_t)gridDim.x * blockDim.x) {\n%s    %s\n  }\n" % (index, body)
+        )
     else:
         # contiguous: four elements a thread per round, their loads issued
         # together (the pointers are __restrict__: each element is read and
         # written at its own index only), then the rest one at a time
-        loop = ("  const size_t stride = (size_t)gridDim.x * blockDim.x;\n"
-                "  size_t base = (size_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
-                "  for (; base + 3 * stride < n; base += 4 * stride) {\n"
-                "#pragma unroll\n"
-                "    for (int u = 0; u < 4; ++u) {\n"
-                "      const size_t i = base + u * stride;\n      %s\n    }\n  }\n"
-                "  for (size_t i = base; i < n; i += stride) {\n    %s\n  }\n" % (body, body))
-    return ("%s\nextern \"C\" __global__ void %s(%s, unsigned long long n)\n{\n%s}\n"
-            % (prelude(), name, ", ".join(params), loop))
+        loop = (
+            "  const size_t stride = (size_t)gridDim.x * blockDim.x;\n"
+            "  size_t base = (size_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
+            "  for (; base + 3 * stride < n; base += 4 * stride) {\n"
+            "#pragma unroll\n"
+            "    for (int u = 0; u < 4; ++u) {\n"
+            "      const size_t i = base + u * stride;\n      %s\n    }\n  }\n"
+            "  for (size_t i = base; i < n; i += stride) {\n    %s\n  }\n" % (body, body)
+        )
+    return "%s\nextern \"C\" __global__ void %s(%s, unsigned long long n)\n{\n%s}\n" % (
+        prelude(),
+        name,
+        ", ".join(params),
+        loop,
+    )
 
 
 _map_cache = {}
@@ -575,6 +726,7 @@ def clear_caches():
 
 # ---- PyCUDA's kernel builders (names and argument orders as there) ----
 
+
 def _real_dtype(dtype):
     return np.empty(0, dtype).real.dtype
 
@@ -588,8 +740,11 @@ def _cast_type(dtype_in, dtype_z):
 
 @context_dependent_memoize
 def get_copy_kernel(dtype_dest, dtype_src):
-    return get_elwise_kernel("%s *dest, %s *src" % (_ct(dtype_dest), _ct(dtype_src)),
-                             "dest[i] = (%s) src[i]" % _ct(dtype_dest), "copy")
+    return get_elwise_kernel(
+        "%s *dest, %s *src" % (_ct(dtype_dest), _ct(dtype_src)),
+        "dest[i] = (%s) src[i]" % _ct(dtype_dest),
+        "copy",
+    )
 
 
 @context_dependent_memoize
@@ -600,24 +755,27 @@ def get_axpbyz_kernel(dtype_x, dtype_y, dtype_z, x_is_scalar=False, y_is_scalar=
     x = "x[0]" if x_is_scalar else "x[i]"
     y = "y[0]" if y_is_scalar else "y[i]"
     return get_elwise_kernel(
-        "%s a, %s *x, %s b, %s *y, %s *z" % (_ct(dtype_x), _ct(dtype_x), _ct(dtype_y),
-                                            _ct(dtype_y), _ct(dtype_z)),
+        "%s a, %s *x, %s b, %s *y, %s *z"
+        % (_ct(dtype_x), _ct(dtype_x), _ct(dtype_y), _ct(dtype_y), _ct(dtype_z)),
         "z[i] = (%s) (((%s) a) * ((%s) %s) + ((%s) b) * ((%s) %s))"
-        % (_ct(dtype_z), xt, xt, x, yt, yt, y), "axpbyz")
+        % (_ct(dtype_z), xt, xt, x, yt, yt, y),
+        "axpbyz",
+    )
 
 
 @context_dependent_memoize
 def get_axpbz_kernel(dtype_x, dtype_z):
     """z = a*x + b; arguments (a, x, b, z, n)."""
     dtype_x, dtype_z = np.dtype(dtype_x), np.dtype(dtype_z)
-    return get_elwise_kernel("%s a, %s *x, %s b, %s *z" % (_ct(dtype_z), _ct(dtype_x),
-                                                          _ct(dtype_z), _ct(dtype_z)),
-                             "z[i] = a * ((%s) x[i]) + b" % _ct(dtype_z), "axpb")
+    return get_elwise_kernel(
+        "%s a, %s *x, %s b, %s *z" % (_ct(dtype_z), _ct(dtype_x), _ct(dtype_z), _ct(dtype_z)),
+        "z[i] = a * ((%s) x[i]) + b" % _ct(dtype_z),
+        "axpb",
+    )
 
 
 @context_dependent_memoize
-def get_binary_op_kernel(dtype_x, dtype_y, dtype_z, operator, x_is_scalar=False,
-                         y_is_scalar=False):
+def get_binary_op_kernel(dtype_x, dtype_y, dtype_z, operator, x_is_scalar=False, y_is_scalar=False):
     """z = x <operator> y; arguments (x, y, z, n)."""
     dtype_x, dtype_y, dtype_z = np.dtype(dtype_x), np.dtype(dtype_y), np.dtype(dtype_z)
     if dtype_z.kind == "b" and dtype_x.kind == dtype_y.kind == "c":
@@ -633,29 +791,39 @@ def get_binary_op_kernel(dtype_x, dtype_y, dtype_z, operator, x_is_scalar=False,
     return get_elwise_kernel(
         "%s *x, %s *y, %s *z" % (_ct(dtype_x), _ct(dtype_y), _ct(dtype_z)),
         "z[i] = (%s) (((%s) %s) %s ((%s) %s))" % (_ct(dtype_z), xt, x, operator, yt, y),
-        "multiply")
+        "multiply",
+    )
 
 
 @context_dependent_memoize
 def get_rdivide_elwise_kernel(dtype_x, dtype_z):
     """z = y / x with y a scalar; arguments (x, y, z, n)."""
     dtype_x, dtype_z = np.dtype(dtype_x), np.dtype(dtype_z)
-    return get_elwise_kernel("%s *x, %s y, %s *z" % (_ct(dtype_x), _ct(dtype_z), _ct(dtype_z)),
-                             "z[i] = y / ((%s) x[i])" % _ct(dtype_z), "divide_r")
+    return get_elwise_kernel(
+        "%s *x, %s y, %s *z" % (_ct(dtype_x), _ct(dtype_z), _ct(dtype_z)),
+        "z[i] = y / ((%s) x[i])" % _ct(dtype_z),
+        "divide_r",
+    )
 
 
 @context_dependent_memoize
 def get_binary_func_kernel(func, dtype_x, dtype_y, dtype_z):
     """z = func(x, y); arguments (x, y, z, n)."""
-    return get_elwise_kernel("%s *x, %s *y, %s *z" % (_ct(dtype_x), _ct(dtype_y), _ct(dtype_z)),
-                             "z[i] = %s(x[i], y[i])" % func, _kname(func))
+    return get_elwise_kernel(
+        "%s *x, %s *y, %s *z" % (_ct(dtype_x), _ct(dtype_y), _ct(dtype_z)),
+        "z[i] = %s(x[i], y[i])" % func,
+        _kname(func),
+    )
 
 
 @context_dependent_memoize
 def get_binary_func_scalar_kernel(func, dtype_x, dtype_y, dtype_z):
     """z = func(x, y) with y a scalar; arguments (x, y, z, n)."""
-    return get_elwise_kernel("%s *x, %s y, %s *z" % (_ct(dtype_x), _ct(dtype_y), _ct(dtype_z)),
-                             "z[i] = %s(x[i], y)" % func, _kname(func))
+    return get_elwise_kernel(
+        "%s *x, %s y, %s *z" % (_ct(dtype_x), _ct(dtype_y), _ct(dtype_z)),
+        "z[i] = %s(x[i], y)" % func,
+        _kname(func),
+    )
 
 
 def _kname(func):
@@ -683,34 +851,42 @@ def get_fill_kernel(dtype):
 @context_dependent_memoize
 def get_reverse_kernel(dtype):
     """z[i] = y[n-1-i]; arguments (y, z, n)."""
-    return get_elwise_kernel("%s *y, %s *z" % (_ct(dtype), _ct(dtype)), "z[i] = y[n-1-i]",
-                             "reverse")
+    return get_elwise_kernel(
+        "%s *y, %s *z" % (_ct(dtype), _ct(dtype)), "z[i] = y[n-1-i]", "reverse"
+    )
 
 
 @context_dependent_memoize
 def get_real_kernel(dtype, real_dtype):
-    return get_elwise_kernel("%s *y, %s *z" % (_ct(dtype), _ct(real_dtype)),
-                             "z[i] = pygpu::real(y[i])", "real")
+    return get_elwise_kernel(
+        "%s *y, %s *z" % (_ct(dtype), _ct(real_dtype)), "z[i] = pygpu::real(y[i])", "real"
+    )
 
 
 @context_dependent_memoize
 def get_imag_kernel(dtype, real_dtype):
-    return get_elwise_kernel("%s *y, %s *z" % (_ct(dtype), _ct(real_dtype)),
-                             "z[i] = pygpu::imag(y[i])", "imag")
+    return get_elwise_kernel(
+        "%s *y, %s *z" % (_ct(dtype), _ct(real_dtype)), "z[i] = pygpu::imag(y[i])", "imag"
+    )
 
 
 @context_dependent_memoize
 def get_conj_kernel(dtype, conj_dtype):
-    return get_elwise_kernel("%s *y, %s *z" % (_ct(dtype), _ct(conj_dtype)),
-                             "z[i] = (%s) pygpu::conj(y[i])" % _ct(conj_dtype), "conj")
+    return get_elwise_kernel(
+        "%s *y, %s *z" % (_ct(dtype), _ct(conj_dtype)),
+        "z[i] = (%s) pygpu::conj(y[i])" % _ct(conj_dtype),
+        "conj",
+    )
 
 
 @context_dependent_memoize
 def get_arange_kernel(dtype):
     """z[i] = start + i*step; arguments (z, start, step, n)."""
-    return get_elwise_kernel("%s *z, %s start, %s step" % (_ct(dtype), _ct(dtype), _ct(dtype)),
-                             "z[i] = (%s) (start + (%s) i * step)" % (_ct(dtype), _ct(dtype)),
-                             "arange")
+    return get_elwise_kernel(
+        "%s *z, %s start, %s step" % (_ct(dtype), _ct(dtype), _ct(dtype)),
+        "z[i] = (%s) (start + (%s) i * step)" % (_ct(dtype), _ct(dtype)),
+        "arange",
+    )
 
 
 def _pow_expr(dtype_z, x, y):
@@ -729,34 +905,49 @@ def get_pow_array_kernel(dtype_x, dtype_y, dtype_z, is_base_array, is_exp_array)
     x = "x[i]" if is_base_array else "x"
     y = "y[i]" if is_exp_array else "y"
     return get_elwise_kernel(
-        "%s %sx, %s %sy, %s *z" % (_ct(dtype_x), "*" if is_base_array else "",
-                                   _ct(dtype_y), "*" if is_exp_array else "", _ct(dtype_z)),
-        "z[i] = %s" % _pow_expr(dtype_z, x, y), "pow_method")
+        "%s %sx, %s %sy, %s *z"
+        % (
+            _ct(dtype_x),
+            "*" if is_base_array else "",
+            _ct(dtype_y),
+            "*" if is_exp_array else "",
+            _ct(dtype_z),
+        ),
+        "z[i] = %s" % _pow_expr(dtype_z, x, y),
+        "pow_method",
+    )
 
 
 @context_dependent_memoize
 def get_fmod_kernel():
-    return get_elwise_kernel("float *arg, float *mod, float *z",
-                             "z[i] = fmod(arg[i], mod[i])", "fmod_kernel")
+    return get_elwise_kernel(
+        "float *arg, float *mod, float *z", "z[i] = fmod(arg[i], mod[i])", "fmod_kernel"
+    )
 
 
 @context_dependent_memoize
 def get_modf_kernel():
-    return get_elwise_kernel("float *x, float *intpart, float *fracpart",
-                             "fracpart[i] = modf(x[i], &intpart[i])", "modf_kernel")
+    return get_elwise_kernel(
+        "float *x, float *intpart, float *fracpart",
+        "fracpart[i] = modf(x[i], &intpart[i])",
+        "modf_kernel",
+    )
 
 
 @context_dependent_memoize
 def get_frexp_kernel():
-    return get_elwise_kernel("float *x, float *significand, float *exponent",
-                             "int expt = 0; significand[i] = frexp(x[i], &expt); "
-                             "exponent[i] = expt", "frexp_kernel")
+    return get_elwise_kernel(
+        "float *x, float *significand, float *exponent",
+        "int expt = 0; significand[i] = frexp(x[i], &expt); exponent[i] = expt",
+        "frexp_kernel",
+    )
 
 
 @context_dependent_memoize
 def get_ldexp_kernel():
-    return get_elwise_kernel("float *sig, float *expt, float *z",
-                             "z[i] = ldexp(sig[i], int(expt[i]))", "ldexp_kernel")
+    return get_elwise_kernel(
+        "float *sig, float *expt, float *z", "z[i] = ldexp(sig[i], int(expt[i]))", "ldexp_kernel"
+    )
 
 
 @context_dependent_memoize
@@ -764,35 +955,58 @@ def get_unary_func_kernel(func_name, in_dtype, out_dtype=None):
     """z = func_name(y); arguments (y, z, n)."""
     if out_dtype is None:
         out_dtype = in_dtype
-    return get_elwise_kernel("%s *y, %s *z" % (_ct(in_dtype), _ct(out_dtype)),
-                             "z[i] = %s(y[i])" % func_name, _kname(func_name))
+    return get_elwise_kernel(
+        "%s *y, %s *z" % (_ct(in_dtype), _ct(out_dtype)),
+        "z[i] = %s(y[i])" % func_name,
+        _kname(func_name),
+    )
 
 
 @context_dependent_memoize
 def get_if_positive_kernel(crit_dtype, dtype):
-    return get_elwise_kernel([VectorArg(crit_dtype, "crit"), VectorArg(dtype, "then_"),
-                              VectorArg(dtype, "else_"), VectorArg(dtype, "result")],
-                             "result[i] = crit[i] > 0 ? then_[i] : else_[i]", "if_positive")
+    return get_elwise_kernel(
+        [
+            VectorArg(crit_dtype, "crit"),
+            VectorArg(dtype, "then_"),
+            VectorArg(dtype, "else_"),
+            VectorArg(dtype, "result"),
+        ],
+        "result[i] = crit[i] > 0 ? then_[i] : else_[i]",
+        "if_positive",
+    )
 
 
 @context_dependent_memoize
 def get_where_kernel(crit_dtype, dtype):
-    return get_elwise_kernel([VectorArg(crit_dtype, "crit"), VectorArg(dtype, "then_"),
-                              VectorArg(dtype, "else_"), VectorArg(dtype, "result")],
-                             "result[i] = crit[i] != 0 ? then_[i] : else_[i]", "where")
+    return get_elwise_kernel(
+        [
+            VectorArg(crit_dtype, "crit"),
+            VectorArg(dtype, "then_"),
+            VectorArg(dtype, "else_"),
+            VectorArg(dtype, "result"),
+        ],
+        "result[i] = crit[i] != 0 ? then_[i] : else_[i]",
+        "where",
+    )
 
 
 @context_dependent_memoize
 def get_scalar_op_kernel(dtype_x, dtype_a, dtype_y, operator):
     """y = x <operator> a with a a scalar; arguments (x, a, y, n)."""
-    return get_elwise_kernel("%s *x, %s a, %s *y" % (_ct(dtype_x), _ct(dtype_a), _ct(dtype_y)),
-                             "y[i] = x[i] %s a" % operator, "scalarop_kernel")
+    return get_elwise_kernel(
+        "%s *x, %s a, %s *y" % (_ct(dtype_x), _ct(dtype_a), _ct(dtype_y)),
+        "y[i] = x[i] %s a" % operator,
+        "scalarop_kernel",
+    )
 
 
 @context_dependent_memoize
 def get_logical_not_kernel(dtype_x, dtype_out):
-    return get_elwise_kernel([VectorArg(dtype_x, "x"), VectorArg(dtype_out, "out")],
-                             "out[i] = (x[i] == 0)", "logical_not")
+    return get_elwise_kernel(
+        [VectorArg(dtype_x, "x"), VectorArg(dtype_out, "out")],
+        "out[i] = (x[i] == 0)",
+        "logical_not",
+    )
 
 
 @context_dependent_memoize
@@ -800,11 +1014,14 @@ def get_take_kernel(dtype, idx_dtype, vec_count=1):
     """dest_k[i] = src_k[idx[i]]; arguments (idx, src_0.., dest_0.., n).
     (PyCUDA read the sources through texture references, which CUDA 12
     removed; here they are plain pointers.)"""
-    args = ([VectorArg(idx_dtype, "idx")]
-            + [VectorArg(dtype, "src%d" % k) for k in range(vec_count)]
-            + [VectorArg(dtype, "dest%d" % k) for k in range(vec_count)])
+    args = (
+        [VectorArg(idx_dtype, "idx")]
+        + [VectorArg(dtype, "src%d" % k) for k in range(vec_count)]
+        + [VectorArg(dtype, "dest%d" % k) for k in range(vec_count)]
+    )
     body = "%s j = idx[i]; " % _ct(idx_dtype) + " ".join(
-        "dest%d[i] = src%d[j];" % (k, k) for k in range(vec_count))
+        "dest%d[i] = src%d[j];" % (k, k) for k in range(vec_count)
+    )
     return get_elwise_kernel(args, body, "take")
 
 
@@ -836,12 +1053,15 @@ def get_put_kernel(dtype, idx_dtype, vec_count=1):
     if vec_count < 1:
         raise ValueError("get_put_kernel(): vec_count must be >= 1, got %d" % vec_count)
     idx_tp = tools.dtype_to_ctype(idx_dtype)
-    args = ([VectorArg(np.dtype(idx_dtype), "gmem_dest_idx")]
-            + [VectorArg(np.dtype(dtype), "dest%d" % k) for k in range(vec_count)]
-            + [VectorArg(np.dtype(dtype), "src%d" % k) for k in range(vec_count)]
-            + [ScalarArg(np.dtype(np.uintp), "n")])
+    args = (
+        [VectorArg(np.dtype(idx_dtype), "gmem_dest_idx")]
+        + [VectorArg(np.dtype(dtype), "dest%d" % k) for k in range(vec_count)]
+        + [VectorArg(np.dtype(dtype), "src%d" % k) for k in range(vec_count)]
+        + [ScalarArg(np.dtype(np.uintp), "n")]
+    )
     body = "%s dest_idx = gmem_dest_idx[i];\n" % idx_tp + "\n".join(
-        "dest%d[dest_idx] = src%d[i];" % (k, k) for k in range(vec_count))
+        "dest%d[dest_idx] = src%d[i];" % (k, k) for k in range(vec_count)
+    )
     func = get_elwise_module(args, body, "put").get_function("put")
     func.prepare("P" + 2 * vec_count * "P" + np.dtype(np.uintp).char)
     return func

@@ -24,6 +24,7 @@ CAI/DLPack producer's array without copying.
 
 Reductions (sum, dot, vdot, max, min, subset_*) come from pygpu.reduction.
 """
+
 import builtins
 import numbers
 
@@ -34,12 +35,48 @@ from pygpu import driver as drv
 from pygpu import elementwise
 from pygpu.tools import PooledDeviceAllocation, dtype_to_ctype, get_or_register_dtype
 
-__all__ = ["GPUArray", "vec", "splay", "to_gpu", "to_gpu_async", "empty", "zeros", "ones",
-           "empty_like", "zeros_like", "ones_like", "arange", "take", "multi_take",
-           "multi_put", "multi_take_put", "if_positive", "where", "maximum", "minimum",
-           "concatenate", "stack", "transpose", "reshape", "sum", "subset_sum", "dot",
-           "subset_dot", "vdot", "max", "min", "subset_max", "subset_min", "any", "all",
-           "logical_and", "logical_or", "logical_not", "asarray", "ArrayFlags"]
+__all__ = [
+    "GPUArray",
+    "vec",
+    "splay",
+    "to_gpu",
+    "to_gpu_async",
+    "empty",
+    "zeros",
+    "ones",
+    "empty_like",
+    "zeros_like",
+    "ones_like",
+    "arange",
+    "take",
+    "multi_take",
+    "multi_put",
+    "multi_take_put",
+    "if_positive",
+    "where",
+    "maximum",
+    "minimum",
+    "concatenate",
+    "stack",
+    "transpose",
+    "reshape",
+    "sum",
+    "subset_sum",
+    "dot",
+    "subset_dot",
+    "vdot",
+    "max",
+    "min",
+    "subset_max",
+    "subset_min",
+    "any",
+    "all",
+    "logical_and",
+    "logical_or",
+    "logical_not",
+    "asarray",
+    "ArrayFlags",
+]
 
 _builtin_min, _builtin_max, _builtin_sum = builtins.min, builtins.max, builtins.sum
 _builtin_any, _builtin_all = builtins.any, builtins.all
@@ -51,6 +88,7 @@ _DA = drv.DeviceAllocation
 
 # ---- CUDA vector types ----
 
+
 class vec:  # noqa: N801  (PyCUDA's name)
     """The CUDA vector types as NumPy structured dtypes (vec.float3, ...)
     and their makers (vec.make_float3(x, y, z) -> a 0-d array)."""
@@ -61,23 +99,35 @@ def _make_maker(dtype, count):
 
     def make(*values):
         if len(values) != count:
-            raise TypeError("make_%s() takes %d values (%s), got %d"
-                            % (dtype.name if hasattr(dtype, "name") else "vec", count,
-                               ", ".join(names), len(values)))
+            raise TypeError(
+                "make_%s() takes %d values (%s), got %d"
+                % (
+                    dtype.name if hasattr(dtype, "name") else "vec",
+                    count,
+                    ", ".join(names),
+                    len(values),
+                )
+            )
         return np.array(tuple(values), dtype=dtype)
+
     return make
 
 
 def _create_vector_types():
-    for base, tp, counts in [("char", np.int8, (1, 2, 3, 4)), ("uchar", np.uint8, (1, 2, 3, 4)),
-                             ("short", np.int16, (1, 2, 3, 4)),
-                             ("ushort", np.uint16, (1, 2, 3, 4)),
-                             ("int", np.int32, (1, 2, 3, 4)), ("uint", np.uint32, (1, 2, 3, 4)),
-                             ("long", np.int64, (1, 2, 3, 4)),
-                             ("ulong", np.uint64, (1, 2, 3, 4)),
-                             ("longlong", np.int64, (1, 2)), ("ulonglong", np.uint64, (1, 2)),
-                             ("float", np.float32, (1, 2, 3, 4)),
-                             ("double", np.float64, (1, 2))]:
+    for base, tp, counts in [
+        ("char", np.int8, (1, 2, 3, 4)),
+        ("uchar", np.uint8, (1, 2, 3, 4)),
+        ("short", np.int16, (1, 2, 3, 4)),
+        ("ushort", np.uint16, (1, 2, 3, 4)),
+        ("int", np.int32, (1, 2, 3, 4)),
+        ("uint", np.uint32, (1, 2, 3, 4)),
+        ("long", np.int64, (1, 2, 3, 4)),
+        ("ulong", np.uint64, (1, 2, 3, 4)),
+        ("longlong", np.int64, (1, 2)),
+        ("ulonglong", np.uint64, (1, 2)),
+        ("float", np.float32, (1, 2, 3, 4)),
+        ("double", np.float64, (1, 2)),
+    ]:
         for count in counts:
             name = "%s%d" % (base, count)
             dtype = np.dtype([(f, tp) for f in "xyzw"[:count]])
@@ -104,7 +154,8 @@ def _sms():
     if _sm_count is None:
         try:
             _sm_count = drv.Context.get_device().get_attribute(
-                drv.device_attribute.MULTIPROCESSOR_COUNT)
+                drv.device_attribute.MULTIPROCESSOR_COUNT
+            )
         except drv.Error:
             _sm_count = 128
     return _sm_count
@@ -127,6 +178,7 @@ def splay(n, dev=None):
 
 
 # ---- shapes and strides ----
+
 
 def _c_strides(itemsize, shape):
     strides, s = [], itemsize
@@ -202,8 +254,9 @@ def _normalize_shape(shape):
     try:
         shape = tuple(shape)
     except TypeError:
-        raise TypeError("shape must be an int or a sequence of ints, not %s"
-                        % type(shape).__name__) from None
+        raise TypeError(
+            "shape must be an int or a sequence of ints, not %s" % type(shape).__name__
+        ) from None
     out = []
     for n in shape:
         if isinstance(n, (bool, np.bool_)) or not isinstance(n, (numbers.Integral, np.integer)):
@@ -218,8 +271,9 @@ def _normalize_shape(shape):
 def _check_dtype(dtype):
     dtype = np.dtype(dtype)
     if dtype.hasobject:
-        raise TypeError("GPUArray cannot hold dtype %s: Python objects have no device "
-                        "representation" % dtype)
+        raise TypeError(
+            "GPUArray cannot hold dtype %s: Python objects have no device representation" % dtype
+        )
     if dtype.itemsize == 0:
         raise TypeError("GPUArray cannot hold dtype %s (its items have no size)" % dtype)
     return dtype
@@ -227,6 +281,7 @@ def _check_dtype(dtype):
 
 class ArrayFlags:
     """c_contiguous, f_contiguous and forc (either) of a GPUArray."""
+
     __slots__ = ("c_contiguous", "f_contiguous", "forc")
 
     def __init__(self, ary):
@@ -236,14 +291,13 @@ class ArrayFlags:
 
     def __repr__(self):
         # PyCUDA's (and NumPy's) layout: two leading spaces, one flag a line
-        return "  C_CONTIGUOUS : %s\n  F_CONTIGUOUS : %s" % (self.c_contiguous,
-                                                             self.f_contiguous)
+        return "  C_CONTIGUOUS : %s\n  F_CONTIGUOUS : %s" % (self.c_contiguous, self.f_contiguous)
 
     def __str__(self):
         return repr(self)
 
 
-_layouts = {}     # (shape, dtype, order) -> GPUArray._layout(...) of new arrays
+_layouts = {}  # (shape, dtype, order) -> GPUArray._layout(...) of new arrays
 
 
 def _default_allocator(nbytes):
@@ -261,10 +315,20 @@ _alloc_async = drv.mem_alloc_async
 def _new(cls, shape, dtype, strides, gpudata, base, allocator, size, c, f):
     """A GPUArray from known parts (no checks: the operators' fast path)."""
     self = object.__new__(cls)
-    self.__dict__ = {"shape": shape, "dtype": dtype, "strides": strides, "size": size,
-                     "mem_size": size, "nbytes": size * dtype.itemsize,
-                     "itemsize": dtype.itemsize, "allocator": allocator, "gpudata": gpudata,
-                     "base": base, "_c": c, "_f": f}
+    self.__dict__ = {
+        "shape": shape,
+        "dtype": dtype,
+        "strides": strides,
+        "size": size,
+        "mem_size": size,
+        "nbytes": size * dtype.itemsize,
+        "itemsize": dtype.itemsize,
+        "allocator": allocator,
+        "gpudata": gpudata,
+        "base": base,
+        "_c": c,
+        "_f": f,
+    }
     return self
 
 
@@ -277,26 +341,33 @@ class GPUArray:
     """
 
     __array_priority__ = 100
-    __array_ufunc__ = None       # NumPy defers to our reflected operators
+    __array_ufunc__ = None  # NumPy defers to our reflected operators
 
-    def __init__(self, shape: "int | tuple[int, ...]", dtype: "np.typing.DTypeLike" = np.float64,
-                 allocator: "object" = None, base: "object" = None, gpudata: "object" = None,
-                 strides: "object" = None, order: str = "C") -> None:
+    def __init__(
+        self,
+        shape: "int | tuple[int, ...]",
+        dtype: "np.typing.DTypeLike" = np.float64,
+        allocator: "object" = None,
+        base: "object" = None,
+        gpudata: "object" = None,
+        strides: "object" = None,
+        order: str = "C",
+    ) -> None:
         if strides is None and gpudata is None and base is None:
             # a new array of a shape (exact ints) and dtype seen before; the
             # dtype given as a type, a string or a dtype object (equal dtypes
             # can differ in their char, metadata or alignment flag: a dtype
             # object must be the one remembered)
             tp, dc = shape.__class__, dtype.__class__
-            if (tp is int or (tp is tuple and _builtin_all(n.__class__ is int for n in shape))) \
-                    and (dc is type or dc is str or isinstance(dtype, np.dtype)):
+            if (
+                tp is int or (tp is tuple and _builtin_all(n.__class__ is int for n in shape))
+            ) and (dc is type or dc is str or isinstance(dtype, np.dtype)):
                 key = (shape, dtype, order)
                 try:
                     lay = _layouts.get(key)
-                except TypeError:       # an unhashable order
+                except TypeError:  # an unhashable order
                     key = lay = None
-                if lay is not None and dc is not type and dc is not str \
-                        and lay[1] is not dtype:
+                if lay is not None and dc is not type and dc is not str and lay[1] is not dtype:
                     lay = None
                 if lay is None:
                     lay = self._layout(shape, dtype, order)
@@ -308,11 +379,22 @@ class GPUArray:
                 if allocator is None:
                     allocator = _default_allocator
                 nbytes = size * dtype.itemsize
-                self.__dict__.update({
-                    "shape": shape, "dtype": dtype, "strides": strides, "size": size,
-                    "mem_size": size, "nbytes": nbytes, "itemsize": dtype.itemsize,
-                    "allocator": allocator, "gpudata": allocator(nbytes) if size else None,
-                    "base": None, "_c": c, "_f": f})
+                self.__dict__.update(
+                    {
+                        "shape": shape,
+                        "dtype": dtype,
+                        "strides": strides,
+                        "size": size,
+                        "mem_size": size,
+                        "nbytes": nbytes,
+                        "itemsize": dtype.itemsize,
+                        "allocator": allocator,
+                        "gpudata": allocator(nbytes) if size else None,
+                        "base": None,
+                        "_c": c,
+                        "_f": f,
+                    }
+                )
                 return
         self._init(shape, dtype, allocator, base, gpudata, strides, order)
 
@@ -331,8 +413,14 @@ class GPUArray:
             strides = _f_strides(dtype.itemsize, shape)
         else:
             raise ValueError("order must be 'C' or 'F', not %r" % (order,))
-        return (shape, dtype, strides, size, _is_c(shape, strides, dtype.itemsize),
-                _is_f(shape, strides, dtype.itemsize))
+        return (
+            shape,
+            dtype,
+            strides,
+            size,
+            _is_c(shape, strides, dtype.itemsize),
+            _is_f(shape, strides, dtype.itemsize),
+        )
 
     def _init(self, shape, dtype, allocator, base, gpudata, strides, order):
         dtype = _check_dtype(dtype)
@@ -358,20 +446,33 @@ class GPUArray:
             if base is not None:
                 raise ValueError("base= needs gpudata= (the memory it keeps alive)")
             if not _is_dense(shape, strides, itemsize):
-                raise ValueError("strides %r leave gaps or overlap in an array of shape %r: "
-                                 "a new array needs dense strides" % (strides, shape))
+                raise ValueError(
+                    "strides %r leave gaps or overlap in an array of shape %r: "
+                    "a new array needs dense strides" % (strides, shape)
+                )
             gpudata = allocator(size * itemsize) if size else None
-        self.__dict__.update({
-            "shape": shape, "dtype": dtype, "strides": strides, "size": size,
-            "mem_size": size, "nbytes": size * itemsize, "itemsize": itemsize,
-            "allocator": allocator, "gpudata": gpudata, "base": base,
-            "_c": _is_c(shape, strides, itemsize), "_f": _is_f(shape, strides, itemsize)})
+        self.__dict__.update(
+            {
+                "shape": shape,
+                "dtype": dtype,
+                "strides": strides,
+                "size": size,
+                "mem_size": size,
+                "nbytes": size * itemsize,
+                "itemsize": itemsize,
+                "allocator": allocator,
+                "gpudata": gpudata,
+                "base": base,
+                "_c": _is_c(shape, strides, itemsize),
+                "_f": _is_f(shape, strides, itemsize),
+            }
+        )
         if size and gpudata is not None:
             g = _allocation(self)
             if g is not None:
                 if isinstance(g, _DA) and g.freed:
                     raise drv.LogicError("GPUArray(): the memory given (gpudata=) was freed")
-                _check_one(self, None, "GPUArray()")     # within its allocation
+                _check_one(self, None, "GPUArray()")  # within its allocation
 
     # ---- metadata ----
 
@@ -410,8 +511,10 @@ class GPUArray:
 
     def __bool__(self):
         if self.size != 1:
-            raise ValueError("The truth value of an array with more than one element is "
-                             "ambiguous. Use a.any() or a.all()")
+            raise ValueError(
+                "The truth value of an array with more than one element is "
+                "ambiguous. Use a.any() or a.all()"
+            )
         return bool(self.get().reshape(())[()])
 
     def __str__(self):
@@ -436,14 +539,18 @@ class GPUArray:
         # freed memory, or one past its allocation, is not handed out (a
         # DeviceAllocation's own address refuses to be read once freed)
         g = self.gpudata
-        if g is not None and (g.__class__ is not _DA or self.nbytes > g.size
-                              or not (self._c or self._f)):
+        if g is not None and (
+            g.__class__ is not _DA or self.nbytes > g.size or not (self._c or self._f)
+        ):
             _check_one(self, None, "__cuda_array_interface__")
-        cai = {"shape": self.shape, "typestr": self.dtype.str,
-               "data": (self.ptr, False),
-               "strides": self.strides,
-               "version": 3,
-               "stream": None}
+        cai = {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.ptr, False),
+            "strides": self.strides,
+            "version": 3,
+            "stream": None,
+        }
         if self.dtype.fields:
             cai["descr"] = self.dtype.descr
         return cai
@@ -453,12 +560,14 @@ class GPUArray:
 
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
         from pygpu import _dlpack
+
         return _dlpack.export(self, stream, max_version, dl_device, copy)
 
     # ---- transfers ----
 
-    def set(self, ary: "object", async_: bool = False, stream: "object" = None,
-            **kwargs: "object") -> None:
+    def set(
+        self, ary: "object", async_: bool = False, stream: "object" = None, **kwargs: "object"
+    ) -> None:
         """Copy a NumPy array (same size and dtype) into this array."""
         async_ = _async_kw(async_, kwargs)
         if isinstance(ary, GPUArray):
@@ -467,13 +576,16 @@ class GPUArray:
         if not isinstance(ary, np.ndarray):
             ary = np.asarray(ary)
         if ary.size != self.size:
-            raise ValueError("ary and self must be the same size (%d != %d)"
-                             % (ary.size, self.size))
+            raise ValueError(
+                "ary and self must be the same size (%d != %d)" % (ary.size, self.size)
+            )
         if ary.dtype != self.dtype:
-            raise ValueError("ary and self must have the same dtype (%s != %s)"
-                             % (ary.dtype, self.dtype))
+            raise ValueError(
+                "ary and self must have the same dtype (%s != %s)" % (ary.dtype, self.dtype)
+            )
         if ary.shape != self.shape:
             import warnings
+
             warnings.warn("Setting array from one with different shape.", stacklevel=2)
             ary = ary.reshape(self.shape)
         if self.size:
@@ -482,13 +594,22 @@ class GPUArray:
     def set_async(self, ary, stream=None):
         return self.set(ary, async_=True, stream=stream)
 
-    def get(self, ary: "np.ndarray | None" = None, pagelocked: bool = False, async_: bool = False,
-            stream: "object" = None, **kwargs: "object") -> "np.ndarray":
+    def get(
+        self,
+        ary: "np.ndarray | None" = None,
+        pagelocked: bool = False,
+        async_: bool = False,
+        stream: "object" = None,
+        **kwargs: "object",
+    ) -> "np.ndarray":
         """This array's contents as a NumPy array (into ary if given)."""
         async_ = _async_kw(async_, kwargs)
         if ary is None:
-            strides = (_compact_strides(self.shape, self.strides, self.itemsize)
-                       if self._dense else _c_strides(self.itemsize, self.shape))
+            strides = (
+                _compact_strides(self.shape, self.strides, self.itemsize)
+                if self._dense
+                else _c_strides(self.itemsize, self.shape)
+            )
             if pagelocked:
                 flat = drv.pagelocked_empty(self.size, self.dtype)
             else:
@@ -498,22 +619,30 @@ class GPUArray:
             if not isinstance(ary, np.ndarray):
                 raise TypeError("ary must be a NumPy array, not %s" % type(ary).__name__)
             if ary.size != self.size:
-                raise ValueError("self and ary must be the same size (%d != %d)"
-                                 % (self.size, ary.size))
+                raise ValueError(
+                    "self and ary must be the same size (%d != %d)" % (self.size, ary.size)
+                )
             if ary.dtype != self.dtype:
-                raise TypeError("self and ary must have the same dtype (%s != %s)"
-                                % (self.dtype, ary.dtype))
+                raise TypeError(
+                    "self and ary must have the same dtype (%s != %s)" % (self.dtype, ary.dtype)
+                )
             if ary.shape != self.shape:
                 view = ary.reshape(self.shape)
                 if ary.size and not np.shares_memory(view, ary):
                     # reshape() copied: filling the copy would leave ary unfilled
-                    raise ValueError("get(ary=...): ary has shape %r and strides %r, which "
-                                     "cannot be seen as this array's shape %r without a "
-                                     "copy; pass an array of shape %r (or a contiguous one)"
-                                     % (ary.shape, ary.strides, self.shape, self.shape))
+                    raise ValueError(
+                        "get(ary=...): ary has shape %r and strides %r, which "
+                        "cannot be seen as this array's shape %r without a "
+                        "copy; pass an array of shape %r (or a contiguous one)"
+                        % (ary.shape, ary.strides, self.shape, self.shape)
+                    )
                 import warnings
-                warnings.warn("get() between arrays of different shape is deprecated",
-                              DeprecationWarning, stacklevel=2)
+
+                warnings.warn(
+                    "get() between arrays of different shape is deprecated",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
                 ary = view
         if self.size:
             _copy_d2h(ary, self, async_, stream)
@@ -524,8 +653,7 @@ class GPUArray:
 
     def copy(self):
         """A new array with the same contents (and layout, where dense)."""
-        strides = (_compact_strides(self.shape, self.strides, self.itemsize)
-                   if self._dense else None)
+        strides = _compact_strides(self.shape, self.strides, self.itemsize) if self._dense else None
         new = GPUArray(self.shape, self.dtype, self.allocator, strides=strides)
         _copy_d2d(new, self, None)
         return new
@@ -539,8 +667,9 @@ class GPUArray:
             strides = self.strides
         elif self._f and not self._c:
             order = "F"
-        return self.__class__(self.shape, dtype, allocator=self.allocator, strides=strides,
-                              order=order)
+        return self.__class__(
+            self.shape, dtype, allocator=self.allocator, strides=strides, order=order
+        )
 
     def _like_for_result(self, dtype):
         """An uninitialized array of self's shape for an element-wise result
@@ -575,8 +704,9 @@ class GPUArray:
             strides = tuple(s // self.itemsize * r for s in self.strides)
         c, f = self._c, self._f
         gpudata = self.allocator(size * dtype.itemsize) if size else None
-        return _new(self.__class__, self.shape, dtype, strides, gpudata, None, self.allocator,
-                    size, c, f)
+        return _new(
+            self.__class__, self.shape, dtype, strides, gpudata, None, self.allocator, size, c, f
+        )
 
     # ---- operators ----
 
@@ -703,28 +833,34 @@ class GPUArray:
         return _axpbyz(selffac, self, otherfac, other, out, stream)
 
     def _axpbz(self, selffac, other, out, stream=None):
-        return _map("axpbz", "{0} * {1} + {2}", [selffac, self, other], out, stream,
-                    _result_dtype("multiply", self, selffac) if out is None else out.dtype)
+        return _map(
+            "axpbz",
+            "{0} * {1} + {2}",
+            [selffac, self, other],
+            out,
+            stream,
+            _result_dtype("multiply", self, selffac) if out is None else out.dtype,
+        )
 
     def fill(self, value, stream=None):
         """Set every element to value; returns self."""
         if self.size:
             _map("fill", "{0}", [value], self, stream, self.dtype, scalar_dtypes=[self.dtype])
-        else:       # nothing to write, but the value is checked all the same
+        else:  # nothing to write, but the value is checked all the same
             elementwise._scalar_value(value, self.dtype, "fill: the value")
         return self
 
     def reverse(self, stream=None):
         """The array reversed, taken as one-dimensional (contiguous only)."""
         if not self.flags.forc:
-            raise RuntimeError("only contiguous arrays may be used as arguments to this "
-                               "operation")
+            raise RuntimeError("only contiguous arrays may be used as arguments to this operation")
         _check_operands("reverse()", (self,))
         result = self._new_like_me()
         if self.size:
             func = elementwise.get_reverse_kernel(self.dtype)
-            func.prepared_async_call(self._grid, self._block, stream, self.gpudata,
-                                     result.gpudata, self.size)
+            func.prepared_async_call(
+                self._grid, self._block, stream, self.gpudata, result.gpudata, self.size
+            )
         return result
 
     def astype(self, dtype, stream=None):
@@ -734,8 +870,9 @@ class GPUArray:
             return self.copy()
         out = None if self.__class__ is GPUArray else _made_like(self, dtype=dtype)
         if self.dtype.kind == "c" and dtype.kind != "c":
-            return _map("astype", "pygpu::real({0})", [self], out, stream, dtype,
-                        compute=self.dtype)
+            return _map(
+                "astype", "pygpu::real({0})", [self], out, stream, dtype, compute=self.dtype
+            )
         return _map("astype", "{0}", [self], out, stream, dtype)
 
     def any(self, stream=None, allocator=None):
@@ -769,8 +906,18 @@ class GPUArray:
             ptr = self.ptr if self.gpudata is not None else None
         # a GPUArray, of a subclass's instance too (as PyCUDA's views: a
         # subclass's constructor may take other arguments, reikna's does)
-        return _new(GPUArray, shape, dtype, strides, ptr, base, self.allocator, size,
-                    _is_c(shape, strides, dtype.itemsize), _is_f(shape, strides, dtype.itemsize))
+        return _new(
+            GPUArray,
+            shape,
+            dtype,
+            strides,
+            ptr,
+            base,
+            self.allocator,
+            size,
+            _is_c(shape, strides, dtype.itemsize),
+            _is_f(shape, strides, dtype.itemsize),
+        )
 
     def reshape(self, *shape, order="C"):
         """The same elements in a new shape: a view where the layout allows,
@@ -781,8 +928,7 @@ class GPUArray:
             raise ValueError("order must be 'C', 'F' or 'A', not %r" % (order,))
         if isinstance(shape, np.ndarray):
             shape = shape.tolist()
-        shape = tuple(shape) if not isinstance(shape, (numbers.Integral, np.integer)) \
-            else (shape,)
+        shape = tuple(shape) if not isinstance(shape, (numbers.Integral, np.integer)) else (shape,)
         if builtins.sum(1 for n in shape if n == -1) > 1:
             raise ValueError("can only specify one unknown dimension")
         if -1 in shape:
@@ -791,16 +937,16 @@ class GPUArray:
                 if n != -1:
                     known *= int(n)
             if known == 0 or self.size % known:
-                raise ValueError("cannot reshape array of size %d into shape %r"
-                                 % (self.size, shape))
+                raise ValueError(
+                    "cannot reshape array of size %d into shape %r" % (self.size, shape)
+                )
             shape = tuple(self.size // known if n == -1 else n for n in shape)
         shape = _normalize_shape(shape)
         size = 1
         for n in shape:
             size *= n
         if size != self.size:
-            raise ValueError("cannot reshape array of size %d into shape %r"
-                             % (self.size, shape))
+            raise ValueError("cannot reshape array of size %d into shape %r" % (self.size, shape))
         if order == "A":
             order = "F" if (self._f and not self._c) else "C"
         src = self
@@ -825,16 +971,20 @@ class GPUArray:
         if old == new:
             return self._view(self.shape, self.strides, dtype=dtype)
         if not self.shape:
-            raise ValueError("changing the dtype of a 0d array is only supported if the "
-                             "itemsize is unchanged")
+            raise ValueError(
+                "changing the dtype of a 0d array is only supported if the itemsize is unchanged"
+            )
         axis = _builtin_min(range(self.ndim), key=lambda k: (abs(self.strides[k]), -k))
         if self.strides[axis] != old and self.shape[axis] != 1:
-            raise ValueError("to change to a dtype of a different size, the fastest-varying "
-                             "axis must be contiguous")
+            raise ValueError(
+                "to change to a dtype of a different size, the fastest-varying "
+                "axis must be contiguous"
+            )
         if (self.shape[axis] * old) % new:
-            raise ValueError("new type not compatible with array: axis %d of %d bytes does "
-                             "not divide into items of %d bytes" % (axis, self.shape[axis] * old,
-                                                                   new))
+            raise ValueError(
+                "new type not compatible with array: axis %d of %d bytes does "
+                "not divide into items of %d bytes" % (axis, self.shape[axis] * old, new)
+            )
         shape = list(self.shape)
         strides = list(self.strides)
         shape[axis] = self.shape[axis] * old // new
@@ -843,8 +993,7 @@ class GPUArray:
 
     def squeeze(self):
         keep = [k for k, n in enumerate(self.shape) if n != 1]
-        return self._view(tuple(self.shape[k] for k in keep),
-                          tuple(self.strides[k] for k in keep))
+        return self._view(tuple(self.shape[k] for k in keep), tuple(self.strides[k] for k in keep))
 
     def transpose(self, axes=None):
         """A view with the axes permuted (reversed by default)."""
@@ -853,8 +1002,7 @@ class GPUArray:
         axes = tuple(int(a) + (self.ndim if int(a) < 0 else 0) for a in axes)
         if sorted(axes) != list(range(self.ndim)):
             raise ValueError("axes don't match array: %r for %d dimensions" % (axes, self.ndim))
-        return self._view(tuple(self.shape[a] for a in axes),
-                          tuple(self.strides[a] for a in axes))
+        return self._view(tuple(self.shape[a] for a in axes), tuple(self.strides[a] for a in axes))
 
     @property
     def T(self):  # noqa: N802
@@ -870,14 +1018,19 @@ class GPUArray:
             index = (index,)
         for e in index:
             if isinstance(e, (GPUArray, np.ndarray, list)) and not (
-                    isinstance(e, np.ndarray) and e.ndim == 0 and e.dtype.kind in "iu"):
-                raise IndexError("only integers, slices, newaxis and ellipsis are valid "
-                                 "indices of a GPUArray (use gpuarray.take for an index "
-                                 "array)")
+                isinstance(e, np.ndarray) and e.ndim == 0 and e.dtype.kind in "iu"
+            ):
+                raise IndexError(
+                    "only integers, slices, newaxis and ellipsis are valid "
+                    "indices of a GPUArray (use gpuarray.take for an index "
+                    "array)"
+                )
         n_real = builtins.sum(1 for e in index if e is not None and e is not Ellipsis)
         if n_real > self.ndim:
-            raise IndexError("too many indices for array: array is %d-dimensional, but %d "
-                             "were indexed" % (self.ndim, n_real))
+            raise IndexError(
+                "too many indices for array: array is %d-dimensional, but %d "
+                "were indexed" % (self.ndim, n_real)
+            )
         if builtins.sum(1 for e in index if e is Ellipsis) > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
         shape, strides, offset, axis = [], [], 0, 0
@@ -898,20 +1051,24 @@ class GPUArray:
                 if n:
                     offset += start * self.strides[axis]
                 axis += 1
-            elif isinstance(e, (numbers.Integral, np.integer, np.ndarray)) \
-                    and not isinstance(e, (bool, np.bool_)):
+            elif isinstance(e, (numbers.Integral, np.integer, np.ndarray)) and not isinstance(
+                e, (bool, np.bool_)
+            ):
                 k = int(e)
                 n = self.shape[axis]
                 if k < 0:
                     k += n
                 if not 0 <= k < n:
-                    raise IndexError("index %d is out of bounds for axis %d with size %d"
-                                     % (int(e), axis, n))
+                    raise IndexError(
+                        "index %d is out of bounds for axis %d with size %d" % (int(e), axis, n)
+                    )
                 offset += k * self.strides[axis]
                 axis += 1
             else:
-                raise IndexError("invalid index %r (only integers, slices, newaxis and "
-                                 "ellipsis are valid)" % (e,))
+                raise IndexError(
+                    "invalid index %r (only integers, slices, newaxis and "
+                    "ellipsis are valid)" % (e,)
+                )
         while axis < self.ndim:
             shape.append(self.shape[axis])
             strides.append(self.strides[axis])
@@ -942,8 +1099,11 @@ class GPUArray:
         if self.dtype.kind != "c":
             return self
         rdt = np.dtype(self.dtype.char.lower())
-        out = None if self.__class__ is GPUArray else \
-            _made_like(self, dtype=rdt, order="F" if self._f and not self._c else "C")
+        out = (
+            None
+            if self.__class__ is GPUArray
+            else _made_like(self, dtype=rdt, order="F" if self._f and not self._c else "C")
+        )
         return _map("real", "pygpu::real({0})", [self], out, None, rdt, compute=self.dtype)
 
     @property
@@ -952,8 +1112,11 @@ class GPUArray:
         if self.dtype.kind != "c":
             return zeros_like(self)
         rdt = np.dtype(self.dtype.char.lower())
-        out = None if self.__class__ is GPUArray else \
-            _made_like(self, dtype=rdt, order="F" if self._f and not self._c else "C")
+        out = (
+            None
+            if self.__class__ is GPUArray
+            else _made_like(self, dtype=rdt, order="F" if self._f and not self._c else "C")
+        )
         return _map("imag", "pygpu::imag({0})", [self], out, None, rdt, compute=self.dtype)
 
     def conj(self, out=None):
@@ -965,15 +1128,18 @@ class GPUArray:
             return out
         if out is None and self.__class__ is not GPUArray:
             out = _made_like(self, order="F" if self._f and not self._c else "C")
-        return _map("conj", "pygpu::conj({0})", [self], out, None,
-                    self.dtype if out is None else out.dtype)
+        return _map(
+            "conj", "pygpu::conj({0})", [self], out, None, self.dtype if out is None else out.dtype
+        )
 
     conjugate = conj
 
     # PyCUDA's texture binding: texture references are gone since CUDA 12
     def bind_to_texref(self, texref, allow_offset=False):
-        raise NotImplementedError("texture references were removed in CUDA 12; pass the "
-                                  "array as a pointer (or use a texture object)")
+        raise NotImplementedError(
+            "texture references were removed in CUDA 12; pass the "
+            "array as a pointer (or use a texture object)"
+        )
 
     bind_to_texref_ext = bind_to_texref
 
@@ -1003,13 +1169,15 @@ def _dlpack_device(a):
 
 # ---- copies ----
 
+
 def _elem_strides(a):
     out = []
     for s in a.strides:
         if s % a.itemsize:
-            raise ValueError("an array whose strides %r are not multiples of its item size "
-                             "(%d) cannot be used in an element-wise kernel"
-                             % (a.strides, a.itemsize))
+            raise ValueError(
+                "an array whose strides %r are not multiples of its item size "
+                "(%d) cannot be used in an element-wise kernel" % (a.strides, a.itemsize)
+            )
         out.append(s // a.itemsize)
     return out
 
@@ -1019,15 +1187,15 @@ def _copy_d2d(dst, src, stream):
     if not isinstance(src, GPUArray):
         raise TypeError("src must be a GPUArray, not %s" % type(src).__name__)
     if src.dtype != dst.dtype:
-        raise TypeError("src and dst must have the same dtype (%s != %s)"
-                        % (src.dtype, dst.dtype))
+        raise TypeError("src and dst must have the same dtype (%s != %s)" % (src.dtype, dst.dtype))
     _check_operands("copy", (dst, src))
     if src.shape != dst.shape:
         try:
             np.broadcast_shapes(src.shape, dst.shape)
         except ValueError:
-            raise ValueError("could not broadcast an array of shape %r into shape %r"
-                             % (src.shape, dst.shape)) from None
+            raise ValueError(
+                "could not broadcast an array of shape %r into shape %r" % (src.shape, dst.shape)
+            ) from None
     if dst.size == 0:
         return
     if src.shape == dst.shape and src.strides == dst.strides and src._dense:
@@ -1043,21 +1211,30 @@ def _host_dense_view(host, dev):
     """host as a flat contiguous buffer in dev's element order, or None."""
     if not dev._dense:
         return None
-    if host.strides == dev.strides or (host.flags.c_contiguous and dev._c) or \
-            (host.flags.f_contiguous and dev._f):
+    if (
+        host.strides == dev.strides
+        or (host.flags.c_contiguous and dev._c)
+        or (host.flags.f_contiguous and dev._f)
+    ):
         if host.flags.c_contiguous or host.flags.f_contiguous or host.strides == dev.strides:
             if _is_dense(host.shape, host.strides, host.itemsize):
-                return np.lib.stride_tricks.as_strided(host, (host.size,), (host.itemsize,)) \
-                    if host.ndim != 1 or host.strides != (host.itemsize,) else host
+                return (
+                    np.lib.stride_tricks.as_strided(host, (host.size,), (host.itemsize,))
+                    if host.ndim != 1 or host.strides != (host.itemsize,)
+                    else host
+                )
     return None
 
 
 def _copy_h2d(dev, host, async_, stream):
     _check_operands("copy to the device", (dev,))
     flat = _host_dense_view(host, dev)
-    if flat is not None and (host.strides == dev.strides or dev.ndim <= 1
-                             or (host.flags.c_contiguous and dev._c)
-                             or (host.flags.f_contiguous and dev._f)):
+    if flat is not None and (
+        host.strides == dev.strides
+        or dev.ndim <= 1
+        or (host.flags.c_contiguous and dev._c)
+        or (host.flags.f_contiguous and dev._f)
+    ):
         if async_ or stream is not None:
             drv.memcpy_htod_async(dev.ptr, flat, stream)
         else:
@@ -1068,8 +1245,7 @@ def _copy_h2d(dev, host, async_, stream):
         order = _compact_strides(dev.shape, dev.strides, dev.itemsize)
         tmp = np.lib.stride_tricks.as_strided(np.empty(host.size, host.dtype), host.shape, order)
         tmp[...] = host
-        drv.memcpy_htod(dev.ptr, np.lib.stride_tricks.as_strided(tmp, (tmp.size,),
-                                                                (tmp.itemsize,)))
+        drv.memcpy_htod(dev.ptr, np.lib.stride_tricks.as_strided(tmp, (tmp.size,), (tmp.itemsize,)))
         return
     tmp = to_gpu(np.ascontiguousarray(host), allocator=dev.allocator)
     _copy_d2d(dev, tmp, stream)
@@ -1100,7 +1276,7 @@ def _host_empty(size, dtype):
         return np.empty(size, dtype)
     try:
         block = _driver._host_block(nbytes)
-    except MemoryError:                              # no address space: NumPy's turn
+    except MemoryError:  # no address space: NumPy's turn
         return np.empty(size, dtype)
     return np.frombuffer(block, dtype, count=size)
 
@@ -1113,8 +1289,11 @@ def _copy_d2h(host, dev, async_, stream):
     if not dev._dense:
         src = GPUArray(dev.shape, dev.dtype, dev.allocator)
         _copy_d2d(src, dev, stream)
-    if host.strides == src.strides and _is_dense(host.shape, host.strides, host.itemsize) \
-            and host.flags.writeable:
+    if (
+        host.strides == src.strides
+        and _is_dense(host.shape, host.strides, host.itemsize)
+        and host.flags.writeable
+    ):
         flat = np.lib.stride_tricks.as_strided(host, (host.size,), (host.itemsize,))
         if async_:
             drv.memcpy_dtoh_async(flat, src.ptr, stream)
@@ -1128,6 +1307,7 @@ def _copy_d2h(host, dev, async_, stream):
 
 
 # ---- PyCUDA's _memcpy_discontig (reikna's Array.copy calls it) ----
+
 
 def _discontig_plan(shape, sstrides, dstrides, itemsize):
     """The byte-level copy of an array of shape between two strided layouts,
@@ -1207,9 +1387,8 @@ def _memcpy_discontig(dst, src, async_=False, stream=None):
     plan = None
     if not hdst or dflat is not None:
         plan = _discontig_plan(src.shape, src.strides, dst.strides, src.itemsize)
-    if plan is not None and len(plan) == 3 and (plan[2][1] % plan[1][1]
-                                                or plan[2][2] % plan[1][2]):
-        plan = None         # the slices' pitch is not a whole number of rows
+    if plan is not None and len(plan) == 3 and (plan[2][1] % plan[1][1] or plan[2][2] % plan[1][2]):
+        plan = None  # the slices' pitch is not a whole number of rows
     if plan is None or len(plan) > 3:
         if hsrc:
             _copy_h2d(dst, src, async_, stream)
@@ -1264,17 +1443,38 @@ def _memcpy_discontig(dst, src, async_=False, stream=None):
 # ---- element-wise machinery ----
 
 _SAMPLE = {bool: True, int: 1, float: 1.0, complex: 1j}
-_UFUNCS = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
-           "true_divide": np.true_divide, "floor_divide": np.floor_divide,
-           "remainder": np.remainder, "power": np.power, "equal": np.equal,
-           "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
-           "greater": np.greater, "greater_equal": np.greater_equal,
-           "maximum": np.maximum, "minimum": np.minimum, "fmax": np.fmax, "fmin": np.fmin,
-           "logical_and": np.logical_and, "logical_or": np.logical_or,
-           "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
-           "bitwise_xor": np.bitwise_xor}
-_COMPARISONS = {"equal": "==", "not_equal": "!=", "less": "<", "less_equal": "<=",
-                "greater": ">", "greater_equal": ">="}
+_UFUNCS = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "true_divide": np.true_divide,
+    "floor_divide": np.floor_divide,
+    "remainder": np.remainder,
+    "power": np.power,
+    "equal": np.equal,
+    "not_equal": np.not_equal,
+    "less": np.less,
+    "less_equal": np.less_equal,
+    "greater": np.greater,
+    "greater_equal": np.greater_equal,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "fmax": np.fmax,
+    "fmin": np.fmin,
+    "logical_and": np.logical_and,
+    "logical_or": np.logical_or,
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
+}
+_COMPARISONS = {
+    "equal": "==",
+    "not_equal": "!=",
+    "less": "<",
+    "less_equal": "<=",
+    "greater": ">",
+    "greater_equal": ">=",
+}
 _types_cache = {}
 
 
@@ -1309,15 +1509,16 @@ def _types(op, ka, kb):
         ufunc = _UFUNCS[op]
         try:
             import warnings
+
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 res = np.asarray(ufunc(sa, sb)).dtype
         except TypeError as e:
-            raise TypeError("%s is not supported for %s and %s (%s)"
-                            % (op, _kname(ka), _kname(kb), e)) from None
+            raise TypeError(
+                "%s is not supported for %s and %s (%s)" % (op, _kname(ka), _kname(kb), e)
+            ) from None
         if res.hasobject:
-            raise TypeError("%s of %s and %s gives Python objects" % (op, _kname(ka),
-                                                                      _kname(kb)))
+            raise TypeError("%s of %s and %s gives Python objects" % (op, _kname(ka), _kname(kb)))
         if op in _COMPARISONS or op in ("logical_and", "logical_or"):
             comp = np.result_type(sa, sb)
         else:
@@ -1340,9 +1541,11 @@ def _expr(op, cdt):
     kind = cdt.kind
     if op in _COMPARISONS:
         if kind == "c" and op not in ("equal", "not_equal"):
-            return ("(pygpu::real({0}) %s pygpu::real({1}) || (pygpu::real({0}) == "
-                    "pygpu::real({1}) && pygpu::imag({0}) %s pygpu::imag({1})))"
-                    % (_COMPARISONS[op][0], _COMPARISONS[op]))
+            return (
+                "(pygpu::real({0}) %s pygpu::real({1}) || (pygpu::real({0}) == "
+                "pygpu::real({1}) && pygpu::imag({0}) %s pygpu::imag({1})))"
+                % (_COMPARISONS[op][0], _COMPARISONS[op])
+            )
         return "{0} %s {1}" % _COMPARISONS[op]
     if op == "add":
         return "{0} + {1}"
@@ -1361,22 +1564,29 @@ def _expr(op, cdt):
             raise TypeError("floor_divide is not supported for complex numbers")
         if kind in "ub":
             return "(({1}) == 0 ? (%s) 0 : ({0}) / ({1}))" % ct
-        return ("pygpu::floordiv_int<%s>({0}, {1})" if kind == "i"
-                else "pygpu::floordiv_float<%s>({0}, {1})") % ct
+        return (
+            "pygpu::floordiv_int<%s>({0}, {1})"
+            if kind == "i"
+            else "pygpu::floordiv_float<%s>({0}, {1})"
+        ) % ct
     if op == "remainder":
         if kind == "c":
             raise TypeError("remainder is not supported for complex numbers")
         if kind in "ub":
             return "(({1}) == 0 ? (%s) 0 : ({0}) %% ({1}))" % ct
-        return ("pygpu::mod_int<%s>({0}, {1})" if kind == "i"
-                else "pygpu::mod_float<%s>({0}, {1})") % ct
+        return (
+            "pygpu::mod_int<%s>({0}, {1})" if kind == "i" else "pygpu::mod_float<%s>({0}, {1})"
+        ) % ct
     if op in ("maximum", "minimum", "fmax", "fmin"):
         if kind == "c":
             raise TypeError("%s is not supported for complex numbers here" % op)
         return "pygpu::%s<%s>({0}, {1})" % (op + "_" if op in ("fmax", "fmin") else op, ct)
     if op in ("logical_and", "logical_or"):
-        return "(({0}) != (%s) 0) %s (({1}) != (%s) 0)" % (ct, "&&" if op == "logical_and"
-                                                          else "||", ct)
+        return "(({0}) != (%s) 0) %s (({1}) != (%s) 0)" % (
+            ct,
+            "&&" if op == "logical_and" else "||",
+            ct,
+        )
     if op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
         if kind not in "iub":
             raise TypeError("%s is only for integer and bool arrays, not %s" % (op, cdt))
@@ -1399,8 +1609,10 @@ def _made_like(like, *args, **kwargs):
     """like._new_like_me(*args, **kwargs), checked to be a GPUArray."""
     r = like._new_like_me(*args, **kwargs)
     if not isinstance(r, GPUArray):
-        raise TypeError("%s._new_like_me() returned %s, not a GPUArray"
-                        % (type(like).__name__, type(r).__name__))
+        raise TypeError(
+            "%s._new_like_me() returned %s, not a GPUArray"
+            % (type(like).__name__, type(r).__name__)
+        )
     return r
 
 
@@ -1423,7 +1635,7 @@ def _like_me(operands, *args, **kwargs):
 
 
 _object_new = object.__new__
-_NATTRS = 12        # the attributes every GPUArray has (_new, __init__): nothing else
+_NATTRS = 12  # the attributes every GPUArray has (_new, __init__): nothing else
 
 
 def _binary(op, x, y, out=None, stream=None):
@@ -1443,8 +1655,12 @@ def _aa_entry(op, ctx, dx, dy):
     ent = _fast_aa.get(key)
     if ent is None:
         res, comp = _types(op, dx, dy)
-        ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("a", "a"),
-                                          (dx, dy), (comp, comp), res), res)
+        ent = (
+            elementwise.get_map_kernel(
+                op, _expr(op, comp), ("a", "a"), (dx, dy), (comp, comp), res
+            ),
+            res,
+        )
         _fast_aa[key] = ent
     return ent
 
@@ -1456,8 +1672,13 @@ def _as_entry(op, ctx, dx, ty):
     ent = _fast_as.get(key)
     if ent is None:
         res, comp = _types(op, dx, ty)
-        ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("a", "s"),
-                                          (dx, comp), (comp, comp), res), res, comp)
+        ent = (
+            elementwise.get_map_kernel(
+                op, _expr(op, comp), ("a", "s"), (dx, comp), (comp, comp), res
+            ),
+            res,
+            comp,
+        )
         _fast_as[key] = ent
     return ent
 
@@ -1468,8 +1689,13 @@ def _sa_entry(op, ctx, tx, dy):
     ent = _fast_sa.get(key)
     if ent is None:
         res, comp = _types(op, tx, dy)
-        ent = (elementwise.get_map_kernel(op, _expr(op, comp), ("s", "a"),
-                                          (comp, dy), (comp, comp), res), res, comp)
+        ent = (
+            elementwise.get_map_kernel(
+                op, _expr(op, comp), ("s", "a"), (comp, dy), (comp, comp), res
+            ),
+            res,
+            comp,
+        )
         _fast_sa[key] = ent
     return ent
 
@@ -1499,7 +1725,7 @@ def _operator(op):
     fast paths of issue 27 (the launch floor), and what teaches the C one
     (_FAST[op]) its kernels; what they do not take goes to the general
     path."""
-    fast = None         # _FAST[op], made below
+    fast = None  # _FAST[op], made below
 
     def teach(kind, ctx, k1, k2, func, res, comp):
         if kind == 0:
@@ -1507,21 +1733,32 @@ def _operator(op):
             return
         conv = _conv(k2 if kind == 1 else k1, comp)
         if conv:
-            fast._learn(kind, ctx, k1, k2, func, res, conv,
-                        op == "power" and res.kind in "iu", 32 * _sms())
+            fast._learn(
+                kind, ctx, k1, k2, func, res, conv, op == "power" and res.kind in "iu", 32 * _sms()
+            )
 
     def binary(x, y):
         tx, ty = type(x), type(y)
-        if tx is ty is GPUArray and x.shape == y.shape \
-                and x.strides == y.strides and (x._c or x._f):
+        if (
+            tx is ty is GPUArray
+            and x.shape == y.shape
+            and x.strides == y.strides
+            and (x._c or x._f)
+        ):
             # the operators' fast path (issue 27: at the launch floor): the
             # current context as this thread remembers it (no driver call), the
             # gate's proof, the kernel by (context, op, dtypes), the result's
             # block from the block cache, one launch
             ctx = _get_current()
             gx, gy = x.gpudata, y.gpudata
-            proven = (gx.__class__ is _DA and gy.__class__ is _DA and gx.context is ctx
-                      and gy.context is ctx and x.nbytes <= gx.size and y.nbytes <= gy.size)
+            proven = (
+                gx.__class__ is _DA
+                and gy.__class__ is _DA
+                and gx.context is ctx
+                and gy.context is ctx
+                and x.nbytes <= gx.size
+                and y.nbytes <= gy.size
+            )
             if not proven:
                 _check_devices((x, y), ctx)
             dx = x.dtype
@@ -1535,7 +1772,7 @@ def _operator(op):
                 zd = d.copy()
                 alloc = zd["allocator"]
                 if alloc is _default_allocator:
-                    if proven:      # what the C path takes: teach it the kernel
+                    if proven:  # what the C path takes: teach it the kernel
                         teach(0, ctx, dx, y.dtype, func, res, None)
                     try:
                         g = _alloc_async(zd["nbytes"])
@@ -1567,9 +1804,15 @@ def _operator(op):
             if z.size:
                 n = z.size
                 grid, block = _splay_cache.get(n) or splay(n)
-                func.prepared_async_call(grid, block, None, z.gpudata, x.gpudata,
-                                         elementwise._scalar_value(y, comp, "the scalar operand"),
-                                         n)
+                func.prepared_async_call(
+                    grid,
+                    block,
+                    None,
+                    z.gpudata,
+                    x.gpudata,
+                    elementwise._scalar_value(y, comp, "the scalar operand"),
+                    n,
+                )
             return z
         if ty is GPUArray and (y._c or y._f) and tx in _SAMPLE:
             ctx = _get_current()
@@ -1584,9 +1827,15 @@ def _operator(op):
             if z.size:
                 n = z.size
                 grid, block = _splay_cache.get(n) or splay(n)
-                func.prepared_async_call(grid, block, None, z.gpudata,
-                                         elementwise._scalar_value(x, comp, "the scalar operand"),
-                                         y.gpudata, n)
+                func.prepared_async_call(
+                    grid,
+                    block,
+                    None,
+                    z.gpudata,
+                    elementwise._scalar_value(x, comp, "the scalar operand"),
+                    y.gpudata,
+                    n,
+                )
             return z
         return _binary_general(op, x, y, None, None)
 
@@ -1610,7 +1859,7 @@ def _operator(op):
         try:
             res = _types(op, x.dtype, k2)[0]
         except TypeError:
-            return          # (the general path raises it)
+            return  # (the general path raises it)
         if res is not x.dtype:
             return
         if ty is GPUArray:
@@ -1627,8 +1876,9 @@ def _operator(op):
 
     binary.__name__ = binary.__qualname__ = "_%s" % op
     inplace.__name__ = inplace.__qualname__ = "_i%s" % op
-    fast = _FAST[op] = _driver._ArrayOperator("_%s" % op, binary, GPUArray,
-                                              _default_allocator, _NATTRS)
+    fast = _FAST[op] = _driver._ArrayOperator(
+        "_%s" % op, binary, GPUArray, _default_allocator, _NATTRS
+    )
     binary.inplace = inplace
     return binary
 
@@ -1654,7 +1904,7 @@ def _binary_general(op, x, y, out, stream):
     return _map(op, _expr(op, comp), [x, y], out, stream, res, compute=comp, op=op)
 
 
-_OPERATORS = {}     # op -> the Python path of x <op> y (_operator(op))
+_OPERATORS = {}  # op -> the Python path of x <op> y (_operator(op))
 
 
 def _install_operators():
@@ -1662,19 +1912,33 @@ def _install_operators():
     are _ArrayOperators (C, one call a + b); each falls back to the Python
     path: _OPERATORS[op], the class's own reflected method, the in-place
     one through _binary(out=self)."""
-    for op, nm in (("add", "add"), ("subtract", "sub"), ("multiply", "mul"),
-                   ("true_divide", "truediv"), ("floor_divide", "floordiv"),
-                   ("remainder", "mod"), ("power", "pow")):
+    for op, nm in (
+        ("add", "add"),
+        ("subtract", "sub"),
+        ("multiply", "mul"),
+        ("true_divide", "truediv"),
+        ("floor_divide", "floordiv"),
+        ("remainder", "mod"),
+        ("power", "pow"),
+    ):
         binary = _OPERATORS[op] = _operator(op)
         fast = _FAST[op]
         reflected = GPUArray.__dict__["__r%s__" % nm]
         setattr(GPUArray, "__%s__" % nm, fast)
-        setattr(GPUArray, "__r%s__" % nm,
-                _driver._ArrayOperator("__r%s__" % nm, reflected, GPUArray, _default_allocator,
-                                       _NATTRS, fast, 1))
-        setattr(GPUArray, "__i%s__" % nm,
-                _driver._ArrayOperator("__i%s__" % nm, binary.inplace, GPUArray,
-                                       _default_allocator, _NATTRS, fast, 2))
+        setattr(
+            GPUArray,
+            "__r%s__" % nm,
+            _driver._ArrayOperator(
+                "__r%s__" % nm, reflected, GPUArray, _default_allocator, _NATTRS, fast, 1
+            ),
+        )
+        setattr(
+            GPUArray,
+            "__i%s__" % nm,
+            _driver._ArrayOperator(
+                "__i%s__" % nm, binary.inplace, GPUArray, _default_allocator, _NATTRS, fast, 2
+            ),
+        )
     GPUArray.__div__ = GPUArray.__truediv__
     GPUArray.__rdiv__ = GPUArray.__rtruediv__
     GPUArray.__idiv__ = GPUArray.__itruediv__
@@ -1688,8 +1952,18 @@ def _check_power_scalar(op, res, y):
         raise ValueError("Integers to negative integer powers are not allowed.")
 
 
-def _map(name, expr, operands, out, stream, res_dtype, compute=None, scalar_dtypes=None,
-         op=None, crit_raw=False):
+def _map(
+    name,
+    expr,
+    operands,
+    out,
+    stream,
+    res_dtype,
+    compute=None,
+    scalar_dtypes=None,
+    op=None,
+    crit_raw=False,
+):
     """out = expr(operands) element-wise.  operands: GPUArrays (any strides,
     broadcast against each other and out) and scalars.  compute: the dtype
     every operand is cast to (default: res_dtype); scalar_dtypes: the
@@ -1705,8 +1979,10 @@ def _map(name, expr, operands, out, stream, res_dtype, compute=None, scalar_dtyp
     try:
         shape = np.broadcast_shapes(*shapes) if shapes else out.shape
     except ValueError:
-        raise ValueError("operands could not be broadcast together with shapes %s"
-                         % " ".join(str(s) for s in shapes)) from None
+        raise ValueError(
+            "operands could not be broadcast together with shapes %s"
+            % " ".join(str(s) for s in shapes)
+        ) from None
     if out is not None:
         if not isinstance(out, GPUArray):
             raise TypeError("out must be a GPUArray, not %s" % type(out).__name__)
@@ -1715,13 +1991,19 @@ def _map(name, expr, operands, out, stream, res_dtype, compute=None, scalar_dtyp
                 if np.broadcast_shapes(out.shape, shape) != out.shape:
                     raise ValueError
             except ValueError:
-                raise ValueError("out has shape %r but the result has shape %r"
-                                 % (out.shape, shape)) from None
+                raise ValueError(
+                    "out has shape %r but the result has shape %r" % (out.shape, shape)
+                ) from None
             shape = out.shape
-        if out.dtype != res_dtype and name not in ("fill", "copy", "astype") \
-                and not np.can_cast(res_dtype, out.dtype, "same_kind"):
-            raise TypeError("Cannot cast %s output from dtype('%s') to dtype('%s') with "
-                            "casting rule 'same_kind'" % (op or name, res_dtype, out.dtype))
+        if (
+            out.dtype != res_dtype
+            and name not in ("fill", "copy", "astype")
+            and not np.can_cast(res_dtype, out.dtype, "same_kind")
+        ):
+            raise TypeError(
+                "Cannot cast %s output from dtype('%s') to dtype('%s') with "
+                "casting rule 'same_kind'" % (op or name, res_dtype, out.dtype)
+            )
         res_dtype = out.dtype
     else:
         like = next((a for a in arrays if a.shape == shape and (a._c or a._f)), None)
@@ -1741,13 +2023,14 @@ def _map(name, expr, operands, out, stream, res_dtype, compute=None, scalar_dtyp
         else:
             st = next(sdt, comp)
             if isinstance(o, np.ndarray) and o.ndim:
-                raise TypeError("%s: a NumPy array operand lives in host memory; copy it "
-                                "with gpuarray.to_gpu first" % (op or name))
+                raise TypeError(
+                    "%s: a NumPy array operand lives in host memory; copy it "
+                    "with gpuarray.to_gpu first" % (op or name)
+                )
             kinds.append("s")
             dtypes.append(st)
             cdtypes.append(comp)
-            args.append(elementwise._scalar_value(o, st, "%s: the scalar operand"
-                                                  % (op or name)))
+            args.append(elementwise._scalar_value(o, st, "%s: the scalar operand" % (op or name)))
     if crit_raw:
         cdtypes[0] = dtypes[0]
     n = out.size
@@ -1755,13 +2038,15 @@ def _map(name, expr, operands, out, stream, res_dtype, compute=None, scalar_dtyp
     plain = out._c or out._f
     if plain:
         for a in args:
-            if isinstance(a, GPUArray) and not (a.shape == out.shape and a.strides ==
-                                                _scaled(out, a)):
+            if isinstance(a, GPUArray) and not (
+                a.shape == out.shape and a.strides == _scaled(out, a)
+            ):
                 plain = False
                 break
     if plain:
-        func = elementwise.get_map_kernel(name, expr, tuple(kinds), tuple(dtypes),
-                                          tuple(cdtypes), res_dtype, 0)
+        func = elementwise.get_map_kernel(
+            name, expr, tuple(kinds), tuple(dtypes), tuple(cdtypes), res_dtype, 0
+        )
         launch = [out.gpudata] + [a.gpudata if isinstance(a, GPUArray) else a for a in args]
         func.prepared_async_call(grid, block, stream, *launch, n)
         return out
@@ -1772,13 +2057,15 @@ def _map(name, expr, operands, out, stream, res_dtype, compute=None, scalar_dtyp
         if isinstance(a, GPUArray):
             es = _elem_strides(a)
             pad = nd - a.ndim
-            st = [0] * pad + [0 if a.shape[k] == 1 and out.shape[pad + k] != 1 else es[k]
-                              for k in range(a.ndim)]
+            st = [0] * pad + [
+                0 if a.shape[k] == 1 and out.shape[pad + k] != 1 else es[k] for k in range(a.ndim)
+            ]
             stride_lists.append(st)
     cshape, cstrides = elementwise._collapse(out.shape, stride_lists)
     ndim = len(cshape)
-    func = elementwise.get_map_kernel(name, expr, tuple(kinds), tuple(dtypes), tuple(cdtypes),
-                                      res_dtype, ndim)
+    func = elementwise.get_map_kernel(
+        name, expr, tuple(kinds), tuple(dtypes), tuple(cdtypes), res_dtype, ndim
+    )
     launch = [_base_ptr(out)] + [_base_ptr(a) if isinstance(a, GPUArray) else a for a in args]
     launch += list(cshape)
     for st in cstrides:
@@ -1810,6 +2097,7 @@ def _base_ptr(a):
 # within it), and a freed DeviceAllocation is refused by the launch itself;
 # anything else (a view, a pooled block, a subclass, foreign memory) comes
 # here.
+
 
 def _allocation(a):
     """The allocation a's elements lie in (a DeviceAllocation or a pooled
@@ -1854,9 +2142,11 @@ def _check_extent(ptr, shape, strides, itemsize, g, what):
     size = g.size
     lo, hi = ptr + ext[0] - start, ptr + ext[1] - start
     if lo < 0 or hi > size:
-        raise ValueError("%s: the array's elements span bytes [%d, %d) of an allocation of "
-                         "%d bytes (shape %r, strides %r, %d-byte items): they lie outside "
-                         "its memory" % (what, lo, hi, size, shape, strides, itemsize))
+        raise ValueError(
+            "%s: the array's elements span bytes [%d, %d) of an allocation of "
+            "%d bytes (shape %r, strides %r, %d-byte items): they lie outside "
+            "its memory" % (what, lo, hi, size, shape, strides, itemsize)
+        )
 
 
 def _check_one(a, ctx, what):
@@ -1878,10 +2168,10 @@ def _check_one(a, ctx, what):
             gctx = alloc.context
             if gctx is not ctx and gctx != ctx:
                 raise ValueError("%s: %s" % (what, _elsewhere_message(gctx, ctx)))
-    elif alloc._alloc is None:             # a pooled block given back
+    elif alloc._alloc is None:  # a pooled block given back
         raise drv.LogicError("%s: the array's memory was freed" % what)
     if a.size:
-        if a._c or a._f:        # dense, positive strides: [ptr, ptr + nbytes)
+        if a._c or a._f:  # dense, positive strides: [ptr, ptr + nbytes)
             start = int(alloc)
             p = g if cls is int else int(g)
             if start <= p and p + a.nbytes <= start + alloc.size:
@@ -1892,8 +2182,9 @@ def _check_one(a, ctx, what):
 _NO_CTX = object()
 
 
-def _check_operands(what, arrays, ctx=_NO_CTX, contiguous=False, same_size=False,
-                    same_layout=False, dtype=None):
+def _check_operands(
+    what, arrays, ctx=_NO_CTX, contiguous=False, same_size=False, same_layout=False, dtype=None
+):
     """The operand gate (see above).  arrays: the GPUArray operands (None
     entries are skipped).  Each one's memory must not be freed (LogicError),
     must live in ctx, the current context by default (ValueError naming
@@ -1913,21 +2204,24 @@ def _check_operands(what, arrays, ctx=_NO_CTX, contiguous=False, same_size=False
         if dtype is not None and a.dtype != dtype:
             raise TypeError("%s: the array is %s, not %s" % (what, a.dtype, dtype))
         if contiguous and not (a._c or a._f):
-            raise RuntimeError("%s: only contiguous arrays may be used (strides %r for "
-                               "shape %r)" % (what, a.strides, a.shape))
+            raise RuntimeError(
+                "%s: only contiguous arrays may be used (strides %r for "
+                "shape %r)" % (what, a.strides, a.shape)
+            )
         if first is None:
             first = a
             continue
         if same_size and a.size != first.size:
-            raise ValueError("%s: the arrays have %d and %d elements (shapes %r and %r); "
-                             "they must have as many" % (what, first.size, a.size,
-                                                         first.shape, a.shape))
-        if same_layout and a.shape == first.shape and a.size > 1 \
-                and not _same_order(first, a):
-            raise ValueError("%s: arrays of shape %r in different memory orders (strides %r "
-                             "and %r) would be paired by memory position, not by index; "
-                             "copy one into the other's order first"
-                             % (what, a.shape, first.strides, a.strides))
+            raise ValueError(
+                "%s: the arrays have %d and %d elements (shapes %r and %r); "
+                "they must have as many" % (what, first.size, a.size, first.shape, a.shape)
+            )
+        if same_layout and a.shape == first.shape and a.size > 1 and not _same_order(first, a):
+            raise ValueError(
+                "%s: arrays of shape %r in different memory orders (strides %r "
+                "and %r) would be paired by memory position, not by index; "
+                "copy one into the other's order first" % (what, a.shape, first.strides, a.strides)
+            )
     return ctx
 
 
@@ -1939,8 +2233,9 @@ def _same_order(a, b):
     if (a._c and b._c) or (a._f and b._f):
         return True
     sa, sb = a.itemsize, b.itemsize
-    return _builtin_all(n == 1 or x * sb == y * sa
-                        for n, x, y in zip(a.shape, a.strides, b.strides))
+    return _builtin_all(
+        n == 1 or x * sb == y * sa for n, x, y in zip(a.shape, a.strides, b.strides)
+    )
 
 
 def _in_order_of(b, a, allocator=None):
@@ -1968,16 +2263,19 @@ def _check_devices(arrays, ctx):
 def _elsewhere_message(actx, ctx):
     adev, cdev = actx.device.ordinal, ctx.device.ordinal
     if adev != cdev:
-        return ("GPUArray operands on different devices: an operand lives on device %d "
-                "but the operation runs in the current context, on device %d; copy it to "
-                "device %d first (driver.memcpy_peer, or .get() and to_gpu() there), or "
-                "make device %d's context current" % (adev, cdev, cdev, adev))
-    return ("the array was allocated in another context (%r) than the current one (%r), "
-            "both on device %d" % (actx, ctx, adev))
+        return (
+            "GPUArray operands on different devices: an operand lives on device %d "
+            "but the operation runs in the current context, on device %d; copy it to "
+            "device %d first (driver.memcpy_peer, or .get() and to_gpu() there), or "
+            "make device %d's context current" % (adev, cdev, cdev, adev)
+        )
+    return (
+        "the array was allocated in another context (%r) than the current one (%r), "
+        "both on device %d" % (actx, ctx, adev)
+    )
 
 
-_unary_exprs = {"negative": "-{0}", "invert": "~{0}",
-                "logical_not": "!(({0}) != 0)"}
+_unary_exprs = {"negative": "-{0}", "invert": "~{0}", "logical_not": "!(({0}) != 0)"}
 
 
 def _unary(op, x, out=None, stream=None):
@@ -1990,13 +2288,18 @@ def _unary(op, x, out=None, stream=None):
             out = _made_like(x, np.dtype(dt.char.lower()))
         elif op == "logical_not":
             out = _made_like(x, np.dtype(np.bool_))
-        elif (op == "negative" and dt.kind != "b") or (op == "invert" and dt.kind in "iub") \
-                or op == "absolute":
+        elif (
+            (op == "negative" and dt.kind != "b")
+            or (op == "invert" and dt.kind in "iub")
+            or op == "absolute"
+        ):
             out = _made_like(x)
     if op == "negative":
         if dt.kind == "b":
-            raise TypeError("The numpy boolean negative, the `-` operator, is not supported, "
-                            "use the `~` operator or the logical_not function instead.")
+            raise TypeError(
+                "The numpy boolean negative, the `-` operator, is not supported, "
+                "use the `~` operator or the logical_not function instead."
+            )
         return _map(op, "-{0}", [x], out, stream, dt)
     if op == "invert":
         if dt.kind not in "iub":
@@ -2004,16 +2307,24 @@ def _unary(op, x, out=None, stream=None):
         return _map(op, "!{0}" if dt.kind == "b" else "~{0}", [x], out, stream, dt)
     if op == "absolute":
         if dt.kind == "c":
-            return _map(op, "pygpu::abs({0})", [x], out, stream, np.dtype(dt.char.lower()),
-                        compute=dt)
+            return _map(
+                op, "pygpu::abs({0})", [x], out, stream, np.dtype(dt.char.lower()), compute=dt
+            )
         if dt.kind == "f":
             return _map(op, "fabs({0})", [x], out, stream, dt)
         if dt.kind in "ub":
             return _map(op, "{0}", [x], out, stream, dt)
         return _map(op, "({0} < 0 ? -{0} : {0})", [x], out, stream, dt)
     if op == "logical_not":
-        return _map(op, "!(({0}) != (%s) 0)" % dtype_to_ctype(dt), [x], out, stream,
-                    np.dtype(bool), compute=dt)
+        return _map(
+            op,
+            "!(({0}) != (%s) 0)" % dtype_to_ctype(dt),
+            [x],
+            out,
+            stream,
+            np.dtype(bool),
+            compute=dt,
+        )
     raise ValueError("unknown unary operation %r" % op)
 
 
@@ -2021,21 +2332,35 @@ def _axpbyz(a, x, b, y, out, stream):
     """a*x + b*y in one kernel."""
     if not isinstance(y, GPUArray):
         raise TypeError("mul_add: other must be a GPUArray, not %s" % type(y).__name__)
-    res = np.result_type(_types("multiply", x.dtype, _operand_key(a))[0],
-                         _types("multiply", y.dtype, _operand_key(b))[0])
+    res = np.result_type(
+        _types("multiply", x.dtype, _operand_key(a))[0],
+        _types("multiply", y.dtype, _operand_key(b))[0],
+    )
     if out is None and x.__class__ is not GPUArray:
-        out = _made_like(x, res)            # PyCUDA's mul_add
-    return _map("axpbyz", "{0} * {1} + {2} * {3}", [a, x, b, y], out, stream,
-                res if out is None else out.dtype, compute=res)
+        out = _made_like(x, res)  # PyCUDA's mul_add
+    return _map(
+        "axpbyz",
+        "{0} * {1} + {2} * {3}",
+        [a, x, b, y],
+        out,
+        stream,
+        res if out is None else out.dtype,
+        compute=res,
+    )
 
 
 # ---- creation ----
 
+
 def to_gpu(ary: "object", allocator: "object" = None) -> "GPUArray":
     """A GPUArray with a copy of a NumPy array (its layout kept where dense)."""
     ary = _host_array(ary)
-    result = GPUArray(ary.shape, ary.dtype, allocator,
-                      strides=_compact_strides(ary.shape, ary.strides, ary.itemsize))
+    result = GPUArray(
+        ary.shape,
+        ary.dtype,
+        allocator,
+        strides=_compact_strides(ary.shape, ary.strides, ary.itemsize),
+    )
     result.set(ary)
     return result
 
@@ -2043,8 +2368,12 @@ def to_gpu(ary: "object", allocator: "object" = None) -> "GPUArray":
 def to_gpu_async(ary, allocator=None, stream=None):
     """to_gpu() with the copy enqueued on stream (page-locked ary for overlap)."""
     ary = _host_array(ary)
-    result = GPUArray(ary.shape, ary.dtype, allocator,
-                      strides=_compact_strides(ary.shape, ary.strides, ary.itemsize))
+    result = GPUArray(
+        ary.shape,
+        ary.dtype,
+        allocator,
+        strides=_compact_strides(ary.shape, ary.strides, ary.itemsize),
+    )
     result.set_async(ary, stream)
     return result
 
@@ -2060,8 +2389,12 @@ def _host_array(ary):
     return ary
 
 
-def zeros(shape: "int | tuple[int, ...]", dtype: "np.typing.DTypeLike" = np.float64,
-          allocator: "object" = None, order: str = "C") -> "GPUArray":
+def zeros(
+    shape: "int | tuple[int, ...]",
+    dtype: "np.typing.DTypeLike" = np.float64,
+    allocator: "object" = None,
+    order: str = "C",
+) -> "GPUArray":
     result = GPUArray(shape, dtype, allocator, order=order)
     if result.nbytes:
         drv.memset_d8(result.ptr, 0, result.nbytes)
@@ -2088,22 +2421,33 @@ def _like(other, dtype, order):
             order = "C"
     elif order not in ("C", "F"):
         raise ValueError("order must be 'C', 'F', 'A' or 'K', not %r" % (order,))
-    return GPUArray(other.shape, other.dtype if dtype is None else dtype, other.allocator,
-                    order=order, strides=strides)
+    return GPUArray(
+        other.shape,
+        other.dtype if dtype is None else dtype,
+        other.allocator,
+        order=order,
+        strides=strides,
+    )
 
 
-def empty_like(other_ary: "GPUArray", dtype: "np.typing.DTypeLike | None" = None,
-               order: str = "K") -> "GPUArray":
+def empty_like(
+    other_ary: "GPUArray", dtype: "np.typing.DTypeLike | None" = None, order: str = "K"
+) -> "GPUArray":
     if dtype is None and order == "K" and (other_ary._c or other_ary._f):
         # the common call: a dense array's shape, dtype, order (C where it is
         # C-contiguous, as NumPy's) and allocator, the layout remembered
-        return GPUArray(other_ary.shape, other_ary.dtype, other_ary.allocator,
-                        order="C" if other_ary._c or len(other_ary.shape) <= 1 else "F")
+        return GPUArray(
+            other_ary.shape,
+            other_ary.dtype,
+            other_ary.allocator,
+            order="C" if other_ary._c or len(other_ary.shape) <= 1 else "F",
+        )
     return _like(other_ary, dtype, order)
 
 
-def zeros_like(other_ary: "GPUArray", dtype: "np.typing.DTypeLike | None" = None,
-               order: str = "K") -> "GPUArray":
+def zeros_like(
+    other_ary: "GPUArray", dtype: "np.typing.DTypeLike | None" = None, order: str = "K"
+) -> "GPUArray":
     result = _like(other_ary, dtype, order)
     if result.nbytes:
         drv.memset_d8(result.ptr, 0, result.nbytes)
@@ -2147,18 +2491,26 @@ def arange(*args, **kwargs):
         raise ValueError("arange: step may not be 0")
     dtype = _check_dtype(dtype) if dtype is not None else np.arange(start, stop, step)[:0].dtype
     import math
+
     size = _builtin_max(0, int(math.ceil((stop - start) / step)))
     result = GPUArray((size,), dtype, allocator)
     if size:
         func = elementwise.get_arange_kernel(dtype)
         grid, block = splay(size)
-        func.prepared_async_call(grid, block, stream, result.gpudata,
-                                 elementwise._scalar_value(start, dtype, "arange start"),
-                                 elementwise._scalar_value(step, dtype, "arange step"), size)
+        func.prepared_async_call(
+            grid,
+            block,
+            stream,
+            result.gpudata,
+            elementwise._scalar_value(start, dtype, "arange start"),
+            elementwise._scalar_value(step, dtype, "arange step"),
+            size,
+        )
     return result
 
 
 # ---- indexing helpers ----
+
 
 def take(a, indices, out=None, stream=None):
     """a[indices] for a 1-D index array (indices are not bounds-checked)."""
@@ -2176,12 +2528,15 @@ def take(a, indices, out=None, stream=None):
     elif out.shape != indices.shape or out.dtype != a.dtype:
         raise ValueError("take(): out must have the indices' shape and a's dtype")
     elif indices.ndim > 1 and not _same_order(indices, out):
-        raise ValueError("take(): out (strides %r) must have the indices' memory order "
-                         "(strides %r)" % (out.strides, indices.strides))
+        raise ValueError(
+            "take(): out (strides %r) must have the indices' memory order "
+            "(strides %r)" % (out.strides, indices.strides)
+        )
     if indices.size:
         func = elementwise.get_take_kernel(a.dtype, indices.dtype)
-        func.prepared_async_call(out._grid, out._block, stream, indices.gpudata, a.gpudata,
-                                 out.gpudata, indices.size)
+        func.prepared_async_call(
+            out._grid, out._block, stream, indices.gpudata, a.gpudata, out.gpudata, indices.size
+        )
     return out
 
 
@@ -2206,9 +2561,11 @@ def multi_put(arrays, dest_indices, dest_shape=None, out=None, stream=None):
     elif len(out) != len(arrays):
         raise ValueError("out and arrays must have the same length")
     k = elementwise.ElementwiseKernel(
-        "%s *idx, %s *src, %s *dst" % (dtype_to_ctype(dest_indices.dtype),
-                                       dtype_to_ctype(dtype), dtype_to_ctype(dtype)),
-        "dst[idx[i]] = src[i]", "put")
+        "%s *idx, %s *src, %s *dst"
+        % (dtype_to_ctype(dest_indices.dtype), dtype_to_ctype(dtype), dtype_to_ctype(dtype)),
+        "dst[idx[i]] = src[i]",
+        "put",
+    )
     for a, o in zip(arrays, out):
         if o.dtype != dtype:
             raise TypeError("arrays and out must have the same dtype")
@@ -2216,8 +2573,9 @@ def multi_put(arrays, dest_indices, dest_shape=None, out=None, stream=None):
     return out
 
 
-def multi_take_put(arrays, dest_indices, src_indices, dest_shape=None, out=None, stream=None,
-                   src_offsets=None):
+def multi_take_put(
+    arrays, dest_indices, src_indices, dest_shape=None, out=None, stream=None, src_offsets=None
+):
     """out[k][dest_indices] = arrays[k][src_indices + src_offsets[k]]."""
     if not arrays:
         return []
@@ -2238,16 +2596,25 @@ def multi_take_put(arrays, dest_indices, src_indices, dest_shape=None, out=None,
         raise ValueError("out and arrays must have the same length")
     it = dtype_to_ctype(src_indices.dtype)
     k = elementwise.ElementwiseKernel(
-        "%s *didx, %s *sidx, %s *src, %s *dst, long offset" % (it, it, dtype_to_ctype(dtype),
-                                                              dtype_to_ctype(dtype)),
-        "dst[didx[i]] = src[sidx[i] + offset]", "take_put")
+        "%s *didx, %s *sidx, %s *src, %s *dst, long offset"
+        % (it, it, dtype_to_ctype(dtype), dtype_to_ctype(dtype)),
+        "dst[didx[i]] = src[sidx[i] + offset]",
+        "take_put",
+    )
     for j, (a, o) in enumerate(zip(arrays, out)):
-        k(dest_indices, src_indices, a, o, 0 if src_offsets is None else src_offsets[j],
-          stream=stream)
+        k(
+            dest_indices,
+            src_indices,
+            a,
+            o,
+            0 if src_offsets is None else src_offsets[j],
+            stream=stream,
+        )
     return out
 
 
 # ---- shape manipulation ----
+
 
 def concatenate(arrays, axis=0, allocator=None):
     """Join arrays along an existing axis."""
@@ -2263,9 +2630,11 @@ def concatenate(arrays, axis=0, allocator=None):
     shape = list(arrays[0].shape)
     for i, a in enumerate(arrays[1:], 1):
         if a.ndim != nd:
-            raise ValueError("%d'th array has different number of axes (should have %d, "
-                             "has %d)" % (i, nd, a.ndim))
-        if a.shape[:ax] + a.shape[ax + 1:] != arrays[0].shape[:ax] + arrays[0].shape[ax + 1:]:
+            raise ValueError(
+                "%d'th array has different number of axes (should have %d, "
+                "has %d)" % (i, nd, a.ndim)
+            )
+        if a.shape[:ax] + a.shape[ax + 1 :] != arrays[0].shape[:ax] + arrays[0].shape[ax + 1 :]:
             raise ValueError("%d'th array has residual not matching other arrays" % i)
         shape[ax] += a.shape[ax]
     dtype = np.result_type(*(a.dtype for a in arrays))
@@ -2274,7 +2643,7 @@ def concatenate(arrays, axis=0, allocator=None):
     full = (slice(None),) * nd
     for a in arrays:
         m = a.shape[ax]
-        result[full[:ax] + (slice(base, base + m),) + full[ax + 1:]] = a
+        result[full[:ax] + (slice(base, base + m),) + full[ax + 1 :]] = a
         base += m
     return result
 
@@ -2292,8 +2661,11 @@ def stack(arrays, axis=0, allocator=None):
     if not 0 <= ax <= nd:
         raise ValueError("axis %d is out of bounds for array of dimension %d" % (axis, nd + 1))
     shape = shape0[:ax] + (len(arrays),) + shape0[ax:]
-    result = empty(shape, np.result_type(*(a.dtype for a in arrays)),
-                   allocator=allocator or arrays[0].allocator)
+    result = empty(
+        shape,
+        np.result_type(*(a.dtype for a in arrays)),
+        allocator=allocator or arrays[0].allocator,
+    )
     for i, a in enumerate(arrays):
         result[(slice(None),) * ax + (i,)] = a
     return result
@@ -2308,6 +2680,7 @@ def reshape(a, *shape, **kwargs):
 
 
 # ---- conditionals and binary functions ----
+
 
 def if_positive(criterion, then_, else_, out=None, stream=None):
     """then_ where criterion > 0, else else_."""
@@ -2330,19 +2703,32 @@ def _select(cmp, crit, then_, else_, out, stream, name):
     kt, ke = _operand_key(then_), _operand_key(else_)
     if kt is None or ke is None:
         raise TypeError("%s: then_ and else_ must be GPUArrays or scalars" % name)
-    if name == "if_positive" and isinstance(then_, GPUArray) and isinstance(else_, GPUArray) \
-            and then_.dtype != else_.dtype:
+    if (
+        name == "if_positive"
+        and isinstance(then_, GPUArray)
+        and isinstance(else_, GPUArray)
+        and then_.dtype != else_.dtype
+    ):
         raise ValueError("dtypes do not match")
     res = np.result_type(_sample(kt), _sample(ke))
     cdt = crit.dtype
     zero = "(%s) 0" % dtype_to_ctype(cdt)
     if cdt.kind == "c":
-        test = ("pygpu::real({0}) > 0" if cmp == ">" else "{0} != %s" % zero)
+        test = "pygpu::real({0}) > 0" if cmp == ">" else "{0} != %s" % zero
     else:
         test = "{0} %s %s" % (cmp, zero)
     expr = "(%s) ? {1} : {2}" % test
-    return _map(name, expr, [crit, then_, else_], out, stream, res, compute=res,
-                scalar_dtypes=[res, res], crit_raw=True)
+    return _map(
+        name,
+        expr,
+        [crit, then_, else_],
+        out,
+        stream,
+        res,
+        compute=res,
+        scalar_dtypes=[res, res],
+        crit_raw=True,
+    )
 
 
 def _make_minmax(which):
@@ -2350,6 +2736,7 @@ def _make_minmax(which):
         if not isinstance(a, GPUArray) and not isinstance(b, GPUArray):
             raise TypeError("%s needs at least one GPUArray" % which)
         return _function_result(which, _binary(which, a, b, out=out, stream=stream), a, b)
+
     f.__name__ = which
     f.__doc__ = "numpy.%s element-wise (NaN-propagating) of arrays and scalars." % which
     return f
@@ -2373,8 +2760,10 @@ def _function_result(op, result, a, b):
     """A module function's result: NotImplemented (an operand _binary does
     not take) becomes the TypeError an operator would raise."""
     if result is NotImplemented:
-        raise TypeError("%s takes GPUArrays and scalars, not %s and %s"
-                        % (op, type(a).__name__, type(b).__name__))
+        raise TypeError(
+            "%s takes GPUArrays and scalars, not %s and %s"
+            % (op, type(a).__name__, type(b).__name__)
+        )
     return result
 
 
@@ -2396,27 +2785,33 @@ def logical_not(x, /, out=None, *, allocator=None):
 
 # ---- reductions: pygpu.reduction (imported when first used) ----
 
-def sum(a: "GPUArray", dtype: "object" = None, stream: "object" = None,
-        allocator: "object" = None) -> "GPUArray":
+
+def sum(
+    a: "GPUArray", dtype: "object" = None, stream: "object" = None, allocator: "object" = None
+) -> "GPUArray":
     from pygpu.reduction import get_sum_kernel
+
     krnl = get_sum_kernel(dtype, a.dtype)
     return krnl(a, stream=stream, allocator=allocator)
 
 
 def any(a, stream=None, allocator=None):
     from pygpu.reduction import get_any_kernel
+
     krnl = get_any_kernel(np.dtype(bool), a.dtype)
     return krnl(a, stream=stream, allocator=allocator)
 
 
 def all(a, stream=None, allocator=None):
     from pygpu.reduction import get_all_kernel
+
     krnl = get_all_kernel(np.dtype(bool), a.dtype)
     return krnl(a, stream=stream, allocator=allocator)
 
 
 def subset_sum(subset, a, dtype=None, stream=None, allocator=None):
     from pygpu.reduction import get_subset_sum_kernel
+
     krnl = get_subset_sum_kernel(dtype, subset.dtype, a.dtype)
     return krnl(subset, a, stream=stream, allocator=allocator)
 
@@ -2438,8 +2833,10 @@ def _dot_operands(what, a, b, allocator):
         if not isinstance(x, GPUArray):
             raise TypeError("%s takes GPUArrays, not %s" % (what, type(x).__name__))
     if a.size != b.size:
-        raise ValueError("%s: the arrays have %d and %d elements (shapes %r and %r); they "
-                         "must have as many" % (what, a.size, b.size, a.shape, b.shape))
+        raise ValueError(
+            "%s: the arrays have %d and %d elements (shapes %r and %r); they "
+            "must have as many" % (what, a.size, b.size, a.shape, b.shape)
+        )
     # the rest of the gate: in the copy below if there is one, and in the
     # reduction's call
     if a.shape != b.shape:
@@ -2449,6 +2846,7 @@ def _dot_operands(what, a, b, allocator):
 
 def dot(a, b, dtype=None, stream=None, allocator=None):
     from pygpu.reduction import get_dot_kernel
+
     a, b = _dot_operands("dot()", a, b, allocator)
     if dtype is None:
         dtype = np.result_type(a.dtype, b.dtype)
@@ -2458,6 +2856,7 @@ def dot(a, b, dtype=None, stream=None, allocator=None):
 
 def vdot(a, b, dtype=None, stream=None, allocator=None):
     from pygpu.reduction import get_dot_kernel
+
     a, b = _dot_operands("vdot()", a, b, allocator)
     if dtype is None:
         dtype = np.result_type(a.dtype, b.dtype)
@@ -2467,6 +2866,7 @@ def vdot(a, b, dtype=None, stream=None, allocator=None):
 
 def subset_dot(subset, a, b, dtype=None, stream=None, allocator=None):
     from pygpu.reduction import get_subset_dot_kernel
+
     krnl = get_subset_dot_kernel(dtype, subset.dtype, a.dtype, b.dtype)
     return krnl(subset, a, b, stream=stream, allocator=allocator)
 
@@ -2474,8 +2874,10 @@ def subset_dot(subset, a, b, dtype=None, stream=None, allocator=None):
 def _make_minmax_reduction(what):
     def f(a, stream=None):
         from pygpu.reduction import get_minmax_kernel
+
         krnl = get_minmax_kernel(what, a.dtype)
         return krnl(a, stream=stream)
+
     f.__name__ = what
     f.__doc__ = "The %simum of a's elements, as a 0-d GPUArray." % what
     return f
@@ -2488,8 +2890,10 @@ min = _make_minmax_reduction("min")
 def _make_subset_minmax_reduction(what):
     def f(subset, a, stream=None):
         from pygpu.reduction import get_subset_minmax_kernel
+
         krnl = get_subset_minmax_kernel(what, a.dtype, subset.dtype)
         return krnl(subset, a, stream=stream)
+
     f.__name__ = "subset_" + what
     return f
 
@@ -2512,17 +2916,23 @@ def asarray(obj, dtype=None):
     elif hasattr(obj, "__cuda_array_interface__"):
         result = _from_cai(obj)
     elif isinstance(obj, np.ndarray):
-        raise TypeError("asarray() wraps device arrays without copying; a NumPy array is "
-                        "in host memory: use gpuarray.to_gpu()")
+        raise TypeError(
+            "asarray() wraps device arrays without copying; a NumPy array is "
+            "in host memory: use gpuarray.to_gpu()"
+        )
     elif hasattr(obj, "__dlpack__"):
         from pygpu import _dlpack
+
         result = _dlpack.import_(obj)
     else:
-        raise TypeError("asarray() takes an object with __cuda_array_interface__ or "
-                        "__dlpack__, not %s" % type(obj).__name__)
+        raise TypeError(
+            "asarray() takes an object with __cuda_array_interface__ or "
+            "__dlpack__, not %s" % type(obj).__name__
+        )
     if dtype is not None and np.dtype(dtype) != result.dtype:
-        raise TypeError("asarray() does not copy: the array is %s, not %s"
-                        % (result.dtype, np.dtype(dtype)))
+        raise TypeError(
+            "asarray() does not copy: the array is %s, not %s" % (result.dtype, np.dtype(dtype))
+        )
     return result
 
 
@@ -2530,17 +2940,20 @@ def _cai_ints(value, what, nonneg):
     try:
         items = tuple(value)
     except TypeError:
-        raise TypeError("invalid __cuda_array_interface__: '%s' must be a tuple of ints, "
-                        "not %r" % (what, value)) from None
+        raise TypeError(
+            "invalid __cuda_array_interface__: '%s' must be a tuple of ints, not %r" % (what, value)
+        ) from None
     out = []
     for n in items:
         if isinstance(n, (bool, np.bool_)) or not isinstance(n, (numbers.Integral, np.integer)):
-            raise TypeError("invalid __cuda_array_interface__: '%s' must hold ints, not %r"
-                            % (what, n))
+            raise TypeError(
+                "invalid __cuda_array_interface__: '%s' must hold ints, not %r" % (what, n)
+            )
         n = int(n)
         if nonneg and n < 0:
-            raise ValueError("invalid __cuda_array_interface__: negative dimension in '%s' %r"
-                             % (what, items))
+            raise ValueError(
+                "invalid __cuda_array_interface__: negative dimension in '%s' %r" % (what, items)
+            )
         out.append(n)
     return tuple(out)
 
@@ -2559,30 +2972,37 @@ def _from_cai(obj):
     version = cai.get("version")
     if version is not None:
         if isinstance(version, bool) or not isinstance(version, (numbers.Integral, np.integer)):
-            raise TypeError("invalid __cuda_array_interface__: 'version' must be an int, not %r"
-                            % (version,))
+            raise TypeError(
+                "invalid __cuda_array_interface__: 'version' must be an int, not %r" % (version,)
+            )
         if not 0 <= version <= 3:
-            raise ValueError("__cuda_array_interface__ version %d is not one pygpu reads "
-                             "(0 to 3)" % version)
+            raise ValueError(
+                "__cuda_array_interface__ version %d is not one pygpu reads (0 to 3)" % version
+            )
     shape = _cai_ints(cai["shape"], "shape", True)
     typestr = cai["typestr"]
     if not isinstance(typestr, str):
-        raise TypeError("invalid __cuda_array_interface__: 'typestr' must be a str, not %r"
-                        % (typestr,))
+        raise TypeError(
+            "invalid __cuda_array_interface__: 'typestr' must be a str, not %r" % (typestr,)
+        )
     data = cai["data"]
     if not isinstance(data, (tuple, list)) or len(data) != 2:
-        raise TypeError("invalid __cuda_array_interface__: 'data' must be a (pointer, "
-                        "read_only) pair, not %r" % (data,))
+        raise TypeError(
+            "invalid __cuda_array_interface__: 'data' must be a (pointer, "
+            "read_only) pair, not %r" % (data,)
+        )
     ptr = data[0]
     if ptr is None:
         ptr = 0
     if isinstance(ptr, bool) or not isinstance(ptr, (numbers.Integral, np.integer)):
-        raise TypeError("invalid __cuda_array_interface__: the data pointer must be an int, "
-                        "not %r" % (ptr,))
+        raise TypeError(
+            "invalid __cuda_array_interface__: the data pointer must be an int, not %r" % (ptr,)
+        )
     ptr = int(ptr)
     if not 0 <= ptr < 1 << 64:
-        raise ValueError("invalid __cuda_array_interface__: data pointer %d is not an address"
-                         % ptr)
+        raise ValueError(
+            "invalid __cuda_array_interface__: data pointer %d is not an address" % ptr
+        )
     descr = cai.get("descr")
     try:
         if descr and len(descr) > 1 or (descr and descr[0][0]):
@@ -2590,8 +3010,9 @@ def _from_cai(obj):
         else:
             dtype = np.dtype(typestr)
     except (TypeError, ValueError) as e:
-        raise TypeError("invalid __cuda_array_interface__: typestr %r / descr give no dtype "
-                        "(%s)" % (typestr, e)) from None
+        raise TypeError(
+            "invalid __cuda_array_interface__: typestr %r / descr give no dtype (%s)" % (typestr, e)
+        ) from None
     dtype = _check_dtype(dtype)
     if dtype.byteorder == ">":
         raise TypeError("big-endian arrays (%s) cannot be used on the GPU" % typestr)
@@ -2601,23 +3022,35 @@ def _from_cai(obj):
     else:
         strides = _cai_ints(strides, "strides", False)
         if len(strides) != len(shape):
-            raise ValueError("invalid __cuda_array_interface__: %d strides %r for %d "
-                             "dimensions (shape %r)" % (len(strides), strides, len(shape),
-                                                       shape))
+            raise ValueError(
+                "invalid __cuda_array_interface__: %d strides %r for %d "
+                "dimensions (shape %r)" % (len(strides), strides, len(shape), shape)
+            )
     if cai.get("mask") is not None:
         raise TypeError("masked arrays (__cuda_array_interface__ 'mask') are not supported")
     size = 1
     for n in shape:
         size *= n
     if size and not ptr:
-        raise ValueError("invalid __cuda_array_interface__: a NULL data pointer for %d "
-                         "elements (shape %r)" % (size, shape))
+        raise ValueError(
+            "invalid __cuda_array_interface__: a NULL data pointer for %d "
+            "elements (shape %r)" % (size, shape)
+        )
     stream = cai.get("stream")
     if stream is not None:
         _sync_foreign_stream(stream)
-    return _new(GPUArray, shape, dtype, strides, ptr if (ptr or size) else None, obj,
-                _default_allocator, size, _is_c(shape, strides, dtype.itemsize),
-                _is_f(shape, strides, dtype.itemsize))
+    return _new(
+        GPUArray,
+        shape,
+        dtype,
+        strides,
+        ptr if (ptr or size) else None,
+        obj,
+        _default_allocator,
+        size,
+        _is_c(shape, strides, dtype.itemsize),
+        _is_f(shape, strides, dtype.itemsize),
+    )
 
 
 def _sync_foreign_stream(stream):
@@ -2625,15 +3058,17 @@ def _sync_foreign_stream(stream):
     stream) starts."""
     stream = int(stream)
     if stream == _CAI_STREAM_LEGACY:
-        return        # ordered with our default-stream work already
+        return  # ordered with our default-stream work already
     if stream == 0:
-        raise ValueError("__cuda_array_interface__ 'stream' 0 is disallowed by the "
-                         "protocol (use None, 1 or 2)")
+        raise ValueError(
+            "__cuda_array_interface__ 'stream' 0 is disallowed by the protocol (use None, 1 or 2)"
+        )
     if stream == _CAI_STREAM_PER_THREAD:
         drv.Stream.per_thread().synchronize()
         return
     ev = drv.Event()
     ev.record(drv.Stream.from_handle(stream))
     drv.Stream.null().wait_for_event(ev)
+
 
 from pygpu.characterize import has_double_support  # noqa: E402,F401  (PyCUDA's gpuarray has it)

@@ -25,6 +25,7 @@ signature (shapes, dtypes, other arguments) and replays it:
 
 See the manual's "CUDA graphs" chapter (docs/graphs.md).
 """
+
 from pygpu._driver import (  # noqa: F401  (re-exported API)
     Graph,
     GraphExec,
@@ -39,9 +40,20 @@ import functools
 import inspect
 import threading
 
-__all__ = ["CONDITIONAL_PREAMBLE", "Graph", "GraphExec", "GraphNode", "Capture",
-           "CapturedFunction", "capture_graph", "captured", "capture_mode",
-           "graph_conditional_type", "graph_instantiate_flags", "graph_node_type"]
+__all__ = [
+    "CONDITIONAL_PREAMBLE",
+    "Graph",
+    "GraphExec",
+    "GraphNode",
+    "Capture",
+    "CapturedFunction",
+    "capture_graph",
+    "captured",
+    "capture_mode",
+    "graph_conditional_type",
+    "graph_instantiate_flags",
+    "graph_node_type",
+]
 
 #: Prepend to kernel source that sets a conditional node's value: under NVRTC
 #: (which has no cuda_runtime.h) this declares the device runtime's
@@ -99,8 +111,10 @@ def capture_graph(stream, mode=capture_mode.GLOBAL):
 
 # ---- captured(): a function of arrays as a CUDA graph ----
 
+
 def _is_array(obj):
     from pygpu.gpuarray import GPUArray
+
     return isinstance(obj, GPUArray)
 
 
@@ -111,9 +125,11 @@ def _key_of(value, where):
     try:
         hash(value)
     except TypeError:
-        raise TypeError("captured: %s is a %s, which is neither a GPUArray nor hashable; "
-                        "arguments other than GPUArrays are part of the signature a graph "
-                        "is captured for" % (where, type(value).__name__)) from None
+        raise TypeError(
+            "captured: %s is a %s, which is neither a GPUArray nor hashable; "
+            "arguments other than GPUArrays are part of the signature a graph "
+            "is captured for" % (where, type(value).__name__)
+        ) from None
     return ("value", type(value), value)
 
 
@@ -140,7 +156,7 @@ class CapturedFunction:
         self.stream = stream
         self.mode = mode
         self.warmup = warmup
-        self.graphs = {}          # signature -> _Entry
+        self.graphs = {}  # signature -> _Entry
         self._lock = threading.RLock()
         try:
             self._sig = inspect.signature(fn)
@@ -154,10 +170,13 @@ class CapturedFunction:
 
     def __repr__(self):
         return "<pygpu.graphs.captured %s: %d graph(s)>" % (
-            getattr(self.fn, "__qualname__", self.fn), len(self.graphs))
+            getattr(self.fn, "__qualname__", self.fn),
+            len(self.graphs),
+        )
 
     def _signature(self, args, kwargs):
         from pygpu import driver
+
         ctx = driver.Context.get_current()
         key = [ctx]
         for i, a in enumerate(args):
@@ -168,6 +187,7 @@ class CapturedFunction:
 
     def _capture(self, args, kwargs):
         from pygpu import driver, gpuarray
+
         e = _Entry()
         e.inputs = []
         given = []
@@ -194,22 +214,26 @@ class CapturedFunction:
             # outside the capture
             out = self.fn(*sargs, **skw)
             if not _outputs_ok(out):
-                raise TypeError("captured: %s must return GPUArrays (one, or a tuple, list "
-                                "or dict of them) or None, not %s" % (name, type(out).__name__))
+                raise TypeError(
+                    "captured: %s must return GPUArrays (one, or a tuple, list "
+                    "or dict of them) or None, not %s" % (name, type(out).__name__)
+                )
             del out
-            for buf, a in zip(e.inputs, given):     # the warm-up may have changed them
+            for buf, a in zip(e.inputs, given):  # the warm-up may have changed them
                 buf.set(a)
         s = driver.Stream()
         with capture_graph(s, mode=self.mode) as cap:
             out = self.fn(*sargs, **skw)
         if not _outputs_ok(out):
-            raise TypeError("captured: %s must return GPUArrays (one, or a tuple, list or "
-                            "dict of them) or None, not %s" % (name, type(out).__name__))
+            raise TypeError(
+                "captured: %s must return GPUArrays (one, or a tuple, list or "
+                "dict of them) or None, not %s" % (name, type(out).__name__)
+            )
         e.graph = cap.graph
         e.exe = cap.graph.instantiate()
         e.outputs = out
         if self.stream is not None:
-            _after(self.stream, driver.Stream.null())   # the first launch after them
+            _after(self.stream, driver.Stream.null())  # the first launch after them
         return e
 
     def _bind(self, args, kwargs):
@@ -239,6 +263,7 @@ class CapturedFunction:
 def _after(waiter, stream):
     """Later work on waiter waits for the work queued on stream so far."""
     from pygpu import driver
+
     ev = driver.Event(driver.event_flags.DISABLE_TIMING)
     ev.record(stream)
     waiter.wait_for_event(ev)

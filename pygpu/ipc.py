@@ -23,12 +23,20 @@ handed over through a UNIX socket (``SCM_RIGHTS``) by multiprocessing's
 resource sharer.  Pickling a :class:`SharedFd` for anything but a process
 of this machine started by ``multiprocessing`` is not supported.
 """
+
 import os
 
 from pygpu import _driver
 
-__all__ = ["SharedFd", "PoolHandle", "BufferHandle", "export_pool", "import_pool",
-           "export_buffer", "import_buffer"]
+__all__ = [
+    "SharedFd",
+    "PoolHandle",
+    "BufferHandle",
+    "export_pool",
+    "import_pool",
+    "export_buffer",
+    "import_buffer",
+]
 
 
 def _rebuild_fd(dup):
@@ -71,6 +79,7 @@ class SharedFd:
 
     def __reduce__(self):
         from multiprocessing import reduction
+
         return _rebuild_fd, (reduction.DupFd(self.fileno()),)
 
     def __repr__(self):
@@ -103,8 +112,9 @@ class BufferHandle:
     there."""
 
     def __init__(self, chunks, nbytes, device):
-        self.chunks = [(fd if isinstance(fd, SharedFd) else SharedFd(fd), int(size))
-                       for fd, size in chunks]
+        self.chunks = [
+            (fd if isinstance(fd, SharedFd) else SharedFd(fd), int(size)) for fd, size in chunks
+        ]
         self.nbytes = nbytes
         self.device = device
 
@@ -117,7 +127,10 @@ class BufferHandle:
 
     def __repr__(self):
         return "<pygpu.ipc.BufferHandle of %d bytes in %d chunk%s>" % (
-            self.nbytes, len(self.chunks), "" if len(self.chunks) == 1 else "s")
+            self.nbytes,
+            len(self.chunks),
+            "" if len(self.chunks) == 1 else "s",
+        )
 
 
 def _check(obj, tp, what):
@@ -151,5 +164,6 @@ def import_buffer(handle):
     """Map another process's :class:`pygpu.driver.VirtualBuffer` (from its
     :class:`BufferHandle`) in the current context: the same memory."""
     _check(handle, BufferHandle, "import_buffer()")
-    return _driver.VirtualBuffer._import_fds([(fd.fileno(), size) for fd, size in handle.chunks],
-                                             handle.nbytes)
+    return _driver.VirtualBuffer._import_fds(
+        [(fd.fileno(), size) for fd, size in handle.chunks], handle.nbytes
+    )

@@ -32,6 +32,7 @@ header (CUB's block reductions) then recompiles in about a fifth of the
 time.  The directory is a fixed one so that the options, which are part of
 the compile cache's key, are the same in every session.
 """
+
 import argparse
 import builtins
 import inspect
@@ -40,12 +41,20 @@ import re
 import shlex
 import statistics
 
-__all__ = ["load_ipython_extension", "unload_ipython_extension", "Kernel", "kernels_in",
-           "kernels_of", "pch_options", "CudaMagics"]
+__all__ = [
+    "load_ipython_extension",
+    "unload_ipython_extension",
+    "Kernel",
+    "kernels_in",
+    "kernels_of",
+    "pch_options",
+    "CudaMagics",
+]
 
 _GLOBAL_RE = re.compile(
     r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
-    r"(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\(([^)]*)\)")
+    r"(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\(([^)]*)\)"
+)
 
 
 _COMMENT_RE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.S)
@@ -55,11 +64,13 @@ _DIRECTIVE_RE = re.compile(r"^[ \t]*#[^\n]*(?:\\\n[^\n]*)*", re.M)
 def _code_only(source):
     """source with comments and preprocessor lines blanked (string literals
     kept), every character's offset unchanged."""
+
     def blank(m):
         t = m.group(0)
         if t.startswith('"'):
             return t
         return "".join(c if c == "\n" else " " for c in t)
+
     return _DIRECTIVE_RE.sub(blank, _COMMENT_RE.sub(blank, source))
 
 
@@ -73,10 +84,10 @@ def kernels_in(source, extern_c_only=False):
     source = _code_only(source)
     out = []
     for m in _GLOBAL_RE.finditer(source):
-        if extern_c_only and not re.search(r'extern\s+"C"\s*$', source[:m.start()]):
+        if extern_c_only and not re.search(r'extern\s+"C"\s*$', source[: m.start()]):
             continue
-        if source[max(0, m.start() - 200):m.start()].rstrip().endswith(">"):
-            continue        # template<...> __global__: needs a name expression
+        if source[max(0, m.start() - 200) : m.start()].rstrip().endswith(">"):
+            continue  # template<...> __global__: needs a name expression
         params = [p.strip() for p in m.group(2).split(",") if p.strip() and p.strip() != "void"]
         if m.group(1) not in [n for n, _ in out]:
             out.append((m.group(1), params))
@@ -87,22 +98,22 @@ def _elf_entries(data):
     """The kernel (entry) names of a cubin: ELF symbols of type FUNC marked
     STO_CUDA_ENTRY, in symbol-table order."""
     import struct
+
     if data[4:5] != b"\x02" or data[5:6] != b"\x01":
         raise ValueError("not a 64-bit little-endian ELF image")
-    shoff, = struct.unpack_from("<Q", data, 0x28)
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-    secs = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
-            for i in range(shnum)]
+    secs = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
     names = []
     for _, typ, _, _, off, size, link, _, _, entsize in secs:
-        if typ != 2 or not entsize:         # SHT_SYMTAB
+        if typ != 2 or not entsize:  # SHT_SYMTAB
             continue
         stroff = secs[link][4]
         for k in range(size // entsize):
             st_name, st_info, st_other = struct.unpack_from("<IBB", data, off + k * entsize)
-            if st_info & 0xF == 2 and st_other & 0x10:      # STT_FUNC, STO_CUDA_ENTRY
+            if st_info & 0xF == 2 and st_other & 0x10:  # STT_FUNC, STO_CUDA_ENTRY
                 end = data.index(b"\0", stroff + st_name)
-                names.append(data[stroff + st_name:end].decode("utf-8", "replace"))
+                names.append(data[stroff + st_name : end].decode("utf-8", "replace"))
     return names
 
 
@@ -122,23 +133,41 @@ def kernels_of(binary):
 
 # names a namespace's own machinery uses (Python's and IPython's): a kernel
 # bound over one of them breaks the notebook
-_RESERVED = frozenset(("In", "Out", "get_ipython", "exit", "quit", "_", "__", "___", "_i",
-                       "_ii", "_iii", "_ih", "_oh", "_dh", "_sh"))
+_RESERVED = frozenset(
+    (
+        "In",
+        "Out",
+        "get_ipython",
+        "exit",
+        "quit",
+        "_",
+        "__",
+        "___",
+        "_i",
+        "_ii",
+        "_iii",
+        "_ih",
+        "_oh",
+        "_dh",
+        "_sh",
+    )
+)
 _RESERVED_RE = re.compile(r"__\w*__|_i?\d+")
 
 
 def _check_bindable(name, what):
     if name in _RESERVED or _RESERVED_RE.fullmatch(name):
-        raise ValueError("%%%%cuda: %s %r would replace a name the notebook's namespace itself "
-                         "uses (dunder names, IPython's In/Out/_/_i/_N history, get_ipython, "
-                         "exit, quit); rename it" % (what, name))
+        raise ValueError(
+            "%%%%cuda: %s %r would replace a name the notebook's namespace itself "
+            "uses (dunder names, IPython's In/Out/_/_i/_N history, get_ipython, "
+            "exit, quit); rename it" % (what, name)
+        )
 
 
 def _param_name(decl, i):
     m = re.search(r"([A-Za-z_]\w*)\s*(\[[^\]]*\])?\s*$", decl)
     name = m.group(1) if m else "arg%d" % i
-    return name if name.isidentifier() and name not in ("const", "int", "float") else \
-        "arg%d" % i
+    return name if name.isidentifier() and name not in ("const", "int", "float") else "arg%d" % i
 
 
 _CALL_DOC = """
@@ -173,36 +202,52 @@ class Kernel:
         self.binary = binary
         shown = ", ".join(self.params) if self.params is not None else "..."
         sig = "__global__ void %s(%s)" % (name, shown)
-        self.__doc__ = sig + "\n" + _CALL_DOC.format(
-            name=name, args=", ".join(_param_name(p, i) for i, p in enumerate(self.params))
-            if self.params is not None else "*args")
+        self.__doc__ = (
+            sig
+            + "\n"
+            + _CALL_DOC.format(
+                name=name,
+                args=", ".join(_param_name(p, i) for i, p in enumerate(self.params))
+                if self.params is not None
+                else "*args",
+            )
+        )
         if self.params is None:
             pos = [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL)]
         else:
-            pos = [inspect.Parameter(_param_name(p, i), inspect.Parameter.POSITIONAL_ONLY)
-                   for i, p in enumerate(self.params)]
-        kw = [inspect.Parameter("block", inspect.Parameter.KEYWORD_ONLY),
-              inspect.Parameter("grid", inspect.Parameter.KEYWORD_ONLY, default=(1, 1, 1)),
-              inspect.Parameter("shared", inspect.Parameter.KEYWORD_ONLY, default=0),
-              inspect.Parameter("stream", inspect.Parameter.KEYWORD_ONLY, default=None),
-              inspect.Parameter("time_kernel", inspect.Parameter.KEYWORD_ONLY, default=False)]
+            pos = [
+                inspect.Parameter(_param_name(p, i), inspect.Parameter.POSITIONAL_ONLY)
+                for i, p in enumerate(self.params)
+            ]
+        kw = [
+            inspect.Parameter("block", inspect.Parameter.KEYWORD_ONLY),
+            inspect.Parameter("grid", inspect.Parameter.KEYWORD_ONLY, default=(1, 1, 1)),
+            inspect.Parameter("shared", inspect.Parameter.KEYWORD_ONLY, default=0),
+            inspect.Parameter("stream", inspect.Parameter.KEYWORD_ONLY, default=None),
+            inspect.Parameter("time_kernel", inspect.Parameter.KEYWORD_ONLY, default=False),
+        ]
         try:
             self.__signature__ = inspect.Signature(pos + kw)
-        except ValueError:      # repeated parameter names in odd C
+        except ValueError:  # repeated parameter names in odd C
             pass
 
     def __call__(self, *args, **kwargs):
         if self.function is None:
             from pygpu import driver
+
             raise driver.CudaUnavailableError(
                 "%s was compiled (%s) but not loaded: there is no usable CUDA driver or GPU "
-                "here" % (self.name, self.binary.arch if self.binary is not None else "?"))
+                "here" % (self.name, self.binary.arch if self.binary is not None else "?")
+            )
         return self.function(*args, **kwargs)
 
     def __repr__(self):
         where = "loaded" if self.function is not None else "compiled only, no GPU"
         return "<pygpu kernel %s(%s), %s>" % (
-            self.name, ", ".join(self.params) if self.params is not None else "...", where)
+            self.name,
+            ", ".join(self.params) if self.params is not None else "...",
+            where,
+        )
 
     def _repr_pretty_(self, p, cycle):
         p.text(repr(self))
@@ -213,6 +258,7 @@ def pch_options(cache_dir=None):
     folder: the options are part of the compile cache's key); [] when the
     NVRTC in use is older than 12.8."""
     from pygpu import compiler
+
     try:
         if tuple(compiler.nvrtc_version()) < (12, 8):
             return []
@@ -227,8 +273,9 @@ def pch_options(cache_dir=None):
 
 
 def _cell_parser():
-    p = argparse.ArgumentParser(prog="%%cuda", add_help=False,
-                                description="Compile the cell's CUDA C and bind its kernels.")
+    p = argparse.ArgumentParser(
+        prog="%%cuda", add_help=False, description="Compile the cell's CUDA C and bind its kernels."
+    )
     p.add_argument("-o", "--option", action="append", default=[], dest="options")
     p.add_argument("--arch")
     p.add_argument("--std")
@@ -245,21 +292,23 @@ def _cell_parser():
 
 def _parse(parser, line):
     tokens, out = shlex.split(line), []
-    while tokens:           # "-o -lineinfo": the value of -o may start with a dash
+    while tokens:  # "-o -lineinfo": the value of -o may start with a dash
         t = tokens.pop(0)
         if t in ("-o", "--option") and tokens:
             t = "--option=" + tokens.pop(0)
         out.append(t)
     try:
         return parser.parse_args(out)
-    except SystemExit:      # argparse's way to report bad usage
-        raise ValueError("%s: bad arguments %r (%s)" % (parser.prog, line,
-                                                         parser.format_usage().strip())) from None
+    except SystemExit:  # argparse's way to report bad usage
+        raise ValueError(
+            "%s: bad arguments %r (%s)" % (parser.prog, line, parser.format_usage().strip())
+        ) from None
 
 
 def cuda_cell(line, cell, namespace):
     """What %%cuda does; returns {name: Kernel} (also bound in namespace)."""
     from pygpu import _loader, compiler, driver
+
     args = _parse(_cell_parser(), line)
     if args.help:
         print(__doc__)
@@ -270,9 +319,15 @@ def cuda_cell(line, cell, namespace):
     if not args.no_pch and not any(o.startswith(("-pch", "--pch")) for o in options):
         options += pch_options()
     defines = dict((d.split("=", 1) + [None])[:2] for d in args.defines) or None
-    kw = dict(options=options, no_extern_c=args.no_extern_c, arch=args.arch,
-              include_dirs=args.include_dirs, std=args.std, defines=defines,
-              name_expressions=args.name_expressions)
+    kw = dict(
+        options=options,
+        no_extern_c=args.no_extern_c,
+        arch=args.arch,
+        include_dirs=args.include_dirs,
+        std=args.std,
+        defines=defines,
+        name_expressions=args.name_expressions,
+    )
     module = None
     try:
         module = compiler.SourceModule(cell, **kw)
@@ -280,20 +335,26 @@ def cuda_cell(line, cell, namespace):
     except driver.CudaUnavailableError:
         # no driver or GPU: compile only (the same arguments as SourceModule's,
         # so the cache serves what it just compiled)
-        binary = compiler.compile(cell, options=options, arch=args.arch or "sm_90",
-                                  include_dirs=list(args.include_dirs)
-                                  + _loader.cuda_include_dirs(),
-                                  defines=defines, name_expressions=args.name_expressions,
-                                  std=args.std, nvcc_compat=True,
-                                  extern_c=not args.no_extern_c)
+        binary = compiler.compile(
+            cell,
+            options=options,
+            arch=args.arch or "sm_90",
+            include_dirs=list(args.include_dirs) + _loader.cuda_include_dirs(),
+            defines=defines,
+            name_expressions=args.name_expressions,
+            std=args.std,
+            nvcc_compat=True,
+            extern_c=not args.no_extern_c,
+        )
     # the kernels are the binary's (what the driver loads), in the cell's
     # order where the text declares them; mangled C++ names (templates,
     # kernels outside extern "C" under --no-extern-c) are not bound
     declared = kernels_in(cell)
     order = {n: k for k, (n, _) in enumerate(declared)}
     params = dict(declared)
-    names = [n for n in dict.fromkeys(kernels_of(binary))
-             if n.isidentifier() and not n.startswith("_Z")]
+    names = [
+        n for n in dict.fromkeys(kernels_of(binary)) if n.isidentifier() and not n.startswith("_Z")
+    ]
     names.sort(key=lambda n: order.get(n, len(order)))
     for name in names:
         _check_bindable(name, "a kernel named")
@@ -305,9 +366,15 @@ def cuda_cell(line, cell, namespace):
     if args.module:
         namespace[args.module] = module
     if not args.quiet:
-        print("%s: %s" % ("compiled and loaded" if module is not None else
-                          "compiled for %s (no GPU: not loaded)" % binary.arch,
-                          ", ".join(bound) or "(no extern \"C\" kernels to bind)"))
+        print(
+            "%s: %s"
+            % (
+                "compiled and loaded"
+                if module is not None
+                else "compiled for %s (no GPU: not loaded)" % binary.arch,
+                ", ".join(bound) or "(no extern \"C\" kernels to bind)",
+            )
+        )
     return bound
 
 
@@ -329,8 +396,13 @@ class TimeResult:
         self.median = statistics.median(self.all)
 
     def __repr__(self):
-        return ("<%s: best %s, median %s per launch (%d runs of %d, CUDA events)>"
-                % (self.statement, _fmt(self.best), _fmt(self.median), len(self.all), self.n))
+        return "<%s: best %s, median %s per launch (%d runs of %d, CUDA events)>" % (
+            self.statement,
+            _fmt(self.best),
+            _fmt(self.median),
+            len(self.all),
+            self.n,
+        )
 
     def _repr_pretty_(self, p, cycle):
         p.text(repr(self))
@@ -345,6 +417,7 @@ def _fmt(s):
 def cuda_timeit(line, namespace):
     """What %cuda_timeit does; returns a TimeResult."""
     from pygpu import driver
+
     # the statement is Python: split the magic's own flags off by hand
     tokens = line.strip().split(None)
     flags = []
@@ -354,17 +427,18 @@ def cuda_timeit(line, namespace):
         if flag in ("-n", "-r", "--stream") and tokens:
             flags.append(tokens.pop(0))
     args = _parse(_timeit_parser(), " ".join(flags))
-    statement = line.strip()[len(" ".join(flags)):].strip() if flags else line.strip()
+    statement = line.strip()[len(" ".join(flags)) :].strip() if flags else line.strip()
     if not statement:
-        raise ValueError("%cuda_timeit: give a launch to time, e.g. "
-                         "%cuda_timeit f(x, block=(256, 1, 1), grid=(64, 1, 1))")
+        raise ValueError(
+            "%cuda_timeit: give a launch to time, e.g. "
+            "%cuda_timeit f(x, block=(256, 1, 1), grid=(64, 1, 1))"
+        )
     if args.n < 1 or args.r < 1:
-        raise ValueError("%%cuda_timeit: -n and -r must be >= 1, not %d and %d"
-                         % (args.n, args.r))
+        raise ValueError("%%cuda_timeit: -n and -r must be >= 1, not %d and %d" % (args.n, args.r))
     code = builtins.compile(statement, "<cuda_timeit>", "exec")
     stream = eval(args.stream, namespace) if args.stream else None
     start, end = driver.Event(), driver.Event()
-    exec(code, namespace)                   # warm-up: module load, first-launch costs
+    exec(code, namespace)  # warm-up: module load, first-launch costs
     driver.Context.synchronize()
     times = []
     for _ in range(args.r):
@@ -384,6 +458,7 @@ def _show_compile_error(shell, etype, value, tb, tb_offset=None):
     """CompileError in IPython: the user's source with the failing lines
     marked (HTML in Jupyter), no Python traceback into pygpu."""
     from IPython.display import display
+
     display(_ErrorView(value))
     return None
 
@@ -394,6 +469,7 @@ class _ErrorView:
 
     def __repr__(self):
         from pygpu import _display
+
         return "CompileError: " + _display.compile_error_text(self.err)
 
     def _repr_pretty_(self, p, cycle):
@@ -401,14 +477,16 @@ class _ErrorView:
 
     def _repr_html_(self):
         from pygpu import _display
+
         return _display.compile_error_html(self.err)
 
 
 try:
     from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-except ImportError:     # the module imports without IPython; loading it needs it
+except ImportError:  # the module imports without IPython; loading it needs it
     CudaMagics = None
 else:
+
     @magics_class
     class CudaMagics(Magics):
         """%%cuda and %cuda_timeit (see pygpu.ipython)."""
@@ -431,6 +509,7 @@ def load_ipython_extension(ip):
     if CudaMagics is None:
         raise ImportError("pygpu's IPython extension needs IPython")
     from pygpu import compiler
+
     ip.register_magics(CudaMagics)
     ip.set_custom_exc((compiler.CompileError,), _show_compile_error)
 

@@ -28,6 +28,7 @@ Linked results are cached like compiles (pygpu.store): the key covers every
 input's content, the options, the architecture, the output kind and the
 linker's version; a hit loads neither NVRTC nor nvJitLink.
 """
+
 import enum
 import hashlib
 import os
@@ -38,9 +39,21 @@ import threading
 from pygpu import _driver, _loader, compiler, driver, store
 from pygpu._errors import LinkError
 
-__all__ = ["DEFAULT_NVCC_FLAGS", "DynamicModule", "DynamicSourceModule", "jit_input_type",
-           "translate_nvcc_options", "find_stdlib", "stdlib_dirs", "Linker", "LinkError",
-           "link", "nvjitlink_available", "nvjitlink_version", "INPUT_KINDS"]
+__all__ = [
+    "DEFAULT_NVCC_FLAGS",
+    "DynamicModule",
+    "DynamicSourceModule",
+    "jit_input_type",
+    "translate_nvcc_options",
+    "find_stdlib",
+    "stdlib_dirs",
+    "Linker",
+    "LinkError",
+    "link",
+    "nvjitlink_available",
+    "nvjitlink_version",
+    "INPUT_KINDS",
+]
 
 
 def _default_flags():
@@ -56,9 +69,10 @@ def _default_flags():
 DEFAULT_NVCC_FLAGS = _default_flags()
 
 
-@_driver._enum_tables      # PyCUDA's .names and .values
+@_driver._enum_tables  # PyCUDA's .names and .values
 class jit_input_type(enum.IntEnum):
     """What an input of the driver's linker is (CUjitInputType)."""
+
     CUBIN = 0
     PTX = 1
     FATBINARY = 2
@@ -68,13 +82,46 @@ class jit_input_type(enum.IntEnum):
 
 # nvcc options that take their value as the next word when not written
 # with "=" (or glued, for -l/-L)
-_HOST_WITH_VALUE = {"-Xcompiler", "--compiler-options", "-Xlinker", "--linker-options",
-                    "-ccbin", "--compiler-bindir", "-odir", "--output-directory",
-                    "-o", "--output-file", "-Xarchive", "--archive-options"}
-_HOST_FLAGS = {"-m64", "--machine=64", "-shared", "--shared", "-c", "--compile", "-ptx",
-               "--ptx", "-cubin", "--cubin", "-fatbin", "--fatbin", "-keep", "--keep",
-               "-g", "--debug", "-cudart=static", "-cudart=shared", "-cudart=none",
-               "--cudart=static", "--cudart=shared", "--cudart=none", "-lib", "--lib"}
+_HOST_WITH_VALUE = {
+    "-Xcompiler",
+    "--compiler-options",
+    "-Xlinker",
+    "--linker-options",
+    "-ccbin",
+    "--compiler-bindir",
+    "-odir",
+    "--output-directory",
+    "-o",
+    "--output-file",
+    "-Xarchive",
+    "--archive-options",
+}
+_HOST_FLAGS = {
+    "-m64",
+    "--machine=64",
+    "-shared",
+    "--shared",
+    "-c",
+    "--compile",
+    "-ptx",
+    "--ptx",
+    "-cubin",
+    "--cubin",
+    "-fatbin",
+    "--fatbin",
+    "-keep",
+    "--keep",
+    "-g",
+    "--debug",
+    "-cudart=static",
+    "-cudart=shared",
+    "-cudart=none",
+    "--cudart=static",
+    "--cudart=shared",
+    "--cudart=none",
+    "-lib",
+    "--lib",
+}
 _RDC_TRUE = {"-rdc=true", "--relocatable-device-code=true", "-dc", "--device-c"}
 
 
@@ -91,8 +138,14 @@ def translate_nvcc_options(options):
     """
     if isinstance(options, str):
         options = options.split()
-    out = {"nvrtc": [], "libraries": [], "library_dirs": [], "arch": None, "code": None,
-           "dropped": []}
+    out = {
+        "nvrtc": [],
+        "libraries": [],
+        "library_dirs": [],
+        "arch": None,
+        "code": None,
+        "dropped": [],
+    }
     opts = [str(o) for o in (options or ())]
     i = 0
     while i < len(opts):
@@ -105,7 +158,7 @@ def translate_nvcc_options(options):
                 if o == f and nxt is not None:
                     return nxt, 2
                 if o.startswith(f + "="):
-                    return o[len(f) + 1:], 1
+                    return o[len(f) + 1 :], 1
             return None, 0
 
         if o in _RDC_TRUE:
@@ -135,8 +188,7 @@ def translate_nvcc_options(options):
             out["library_dirs"].extend(x for x in v.split(",") if x)
             i += used
             continue
-        if o in ("-arch", "--gpu-architecture") or o.startswith(("-arch=",
-                                                                 "--gpu-architecture=")):
+        if o in ("-arch", "--gpu-architecture") or o.startswith(("-arch=", "--gpu-architecture=")):
             v, used = value(["-arch", "--gpu-architecture"])
             if v is None:
                 raise ValueError("nvcc option %r needs an architecture" % o)
@@ -152,7 +204,7 @@ def translate_nvcc_options(options):
             continue
         if o in _HOST_WITH_VALUE or any(o.startswith(f + "=") for f in _HOST_WITH_VALUE):
             used = 2 if o in _HOST_WITH_VALUE and nxt is not None else 1
-            out["dropped"].extend(opts[i:i + used])
+            out["dropped"].extend(opts[i : i + used])
             i += used
             continue
         if o in _HOST_FLAGS or (len(o) == 3 and o.startswith("-O") and o[2].isdigit()):
@@ -198,21 +250,26 @@ def find_stdlib(libname, extra_dirs=()):
     """The path of the static CUDA library libname ('cudadevrt' ->
     .../libcudadevrt.a); FileNotFoundError listing where it looked."""
     if not isinstance(libname, str):
-        raise TypeError("add_stdlib() takes a library name (str) such as 'cudadevrt', "
-                        "not %s" % type(libname).__name__)
+        raise TypeError(
+            "add_stdlib() takes a library name (str) such as 'cudadevrt', "
+            "not %s" % type(libname).__name__
+        )
     if not libname or "/" in libname or os.sep in libname or "\0" in libname:
-        raise ValueError("add_stdlib() takes a library name such as 'cudadevrt', not %r "
-                         "(use add_file() for a path)" % (libname,))
-    fname = libname if libname.startswith("lib") and libname.endswith(".a") \
-        else "lib%s.a" % libname
+        raise ValueError(
+            "add_stdlib() takes a library name such as 'cudadevrt', not %r "
+            "(use add_file() for a path)" % (libname,)
+        )
+    fname = libname if libname.startswith("lib") and libname.endswith(".a") else "lib%s.a" % libname
     dirs = stdlib_dirs(extra_dirs)
     for d in dirs:
         p = os.path.join(d, fname)
         if os.path.isfile(p):
             return p
-    raise FileNotFoundError("the CUDA library %s (for add_stdlib(%r)) was not found; "
-                            "looked in: %s (set cuda_libdir=, CUDA_HOME, or install "
-                            "NVIDIA's CUDA runtime wheel)" % (fname, libname, ", ".join(dirs)))
+    raise FileNotFoundError(
+        "the CUDA library %s (for add_stdlib(%r)) was not found; "
+        "looked in: %s (set cuda_libdir=, CUDA_HOME, or install "
+        "NVIDIA's CUDA runtime wheel)" % (fname, libname, ", ".join(dirs))
+    )
 
 
 # ---- Linker: nvJitLink, or the driver's cuLink* ----
@@ -223,15 +280,23 @@ INPUT_KINDS = ("cubin", "ptx", "ltoir", "fatbin", "object", "library")
 _JL_KIND = {"cubin": 1, "ptx": 2, "ltoir": 3, "fatbin": 4, "object": 5, "library": 6}
 _DRIVER_KIND = {"cubin": 0, "ptx": 1, "fatbin": 2, "object": 3, "library": 4}
 _FROM_JIT = {0: "cubin", 1: "ptx", 2: "fatbin", 3: "object", 4: "library"}
-_SUFFIX_KIND = {".cubin": "cubin", ".ptx": "ptx", ".ltoir": "ltoir", ".lto": "ltoir",
-                ".fatbin": "fatbin", ".o": "object", ".obj": "object", ".a": "library",
-                ".lib": "library"}
+_SUFFIX_KIND = {
+    ".cubin": "cubin",
+    ".ptx": "ptx",
+    ".ltoir": "ltoir",
+    ".lto": "ltoir",
+    ".fatbin": "fatbin",
+    ".o": "object",
+    ".obj": "object",
+    ".a": "library",
+    ".lib": "library",
+}
 _BACKENDS = (None, "nvjitlink", "driver")
 
 _jl_lock = threading.Lock()
-_jl_loaded = None           # path once loaded
-_jl_error = None            # the CudaUnavailableError of a failed load
-_jl_key_version = {}        # cache dir -> (major, minor) for keys, without loading
+_jl_loaded = None  # path once loaded
+_jl_error = None  # the CudaUnavailableError of a failed load
+_jl_key_version = {}  # cache dir -> (major, minor) for keys, without loading
 
 
 def _ensure_nvjitlink():
@@ -273,8 +338,14 @@ def _jl_fingerprint():
     """What decides which nvJitLink a new process would load (the
     variables the search reads and the candidate files), as for NVRTC."""
     h = hashlib.sha256(b"nvjitlink\0")
-    for var in ("PYGPU_NVJITLINK", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
-                "CONDA_PREFIX", "PYGPU_NO_PATHFINDER"):
+    for var in (
+        "PYGPU_NVJITLINK",
+        "CUDA_HOME",
+        "CUDA_PATH",
+        "LD_LIBRARY_PATH",
+        "CONDA_PREFIX",
+        "PYGPU_NO_PATHFINDER",
+    ):
         h.update(("%s=%s\0" % (var, os.environ.get(var, ""))).encode())
     for c in ["/etc/ld.so.cache"] + _loader.nvjitlink_candidates(with_nvrtc=False):
         if os.path.isabs(c):
@@ -308,8 +379,9 @@ def _jl_version_for_key(cache_dir):
         lib = _loader._loaded_library("libnvJitLink.so")
         if lib:
             try:
-                store.write_version_record(cache_dir, fp, lib, compiler._file_sig(lib), version,
-                                           kind="nvjitlink")
+                store.write_version_record(
+                    cache_dir, fp, lib, compiler._file_sig(lib), version, kind="nvjitlink"
+                )
             except OSError:
                 pass
     _jl_key_version[cache_dir] = version
@@ -325,8 +397,7 @@ def _file_digest(path, cache_dir):
     file was not changing while read, in the cache directory, so a new
     process does not hash libcudadevrt.a (1 MB) again."""
     st = os.stat(path)
-    sig = [os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
-           st.st_ctime_ns]
+    sig = [os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
     memo_key = tuple(sig)
     found = _file_digests.get(memo_key)
     if found is not None:
@@ -339,8 +410,12 @@ def _file_digest(path, cache_dir):
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
         st2 = os.fstat(f.fileno())
-    if (st2.st_ino, st2.st_size, st2.st_mtime_ns, st2.st_ctime_ns) != \
-            (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns):
+    if (st2.st_ino, st2.st_size, st2.st_mtime_ns, st2.st_ctime_ns) != (
+        st.st_ino,
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ctime_ns,
+    ):
         raise store.Uncacheable("%s changed while it was read" % path)
     if not store._recent(st2, __import__("time").time_ns()):
         _file_digests[memo_key] = digest
@@ -359,26 +434,34 @@ def _input_kind(input_type, payload, is_file, what):
             suffix = os.path.splitext(os.fspath(payload))[1].lower()
             if suffix in _SUFFIX_KIND:
                 return _SUFFIX_KIND[suffix]
-            raise ValueError("%s: cannot tell the kind of %r from its suffix; pass "
-                             "input_type (one of %s)" % (what, os.fspath(payload),
-                                                         ", ".join(INPUT_KINDS)))
-        raise ValueError("%s: pass input_type (one of %s) for data that is not a "
-                         "pygpu Binary" % (what, ", ".join(INPUT_KINDS)))
+            raise ValueError(
+                "%s: cannot tell the kind of %r from its suffix; pass "
+                "input_type (one of %s)" % (what, os.fspath(payload), ", ".join(INPUT_KINDS))
+            )
+        raise ValueError(
+            "%s: pass input_type (one of %s) for data that is not a "
+            "pygpu Binary" % (what, ", ".join(INPUT_KINDS))
+        )
     if isinstance(input_type, str):
         k = input_type.lower()
         if k in ("fatbinary",):
             k = "fatbin"
         if k in INPUT_KINDS:
             return k
-        raise ValueError("%s: input_type %r is not one of %s" % (what, input_type,
-                                                                  ", ".join(INPUT_KINDS)))
+        raise ValueError(
+            "%s: input_type %r is not one of %s" % (what, input_type, ", ".join(INPUT_KINDS))
+        )
     if isinstance(input_type, int) and not isinstance(input_type, bool):
         if int(input_type) in _FROM_JIT:
             return _FROM_JIT[int(input_type)]
-        raise ValueError("%s: input_type %d is not a jit_input_type (0..4); LTO-IR is "
-                         "input_type='ltoir'" % (what, input_type))
-    raise TypeError("%s: input_type must be a name such as 'ltoir' or a jit_input_type, "
-                    "not %s" % (what, type(input_type).__name__))
+        raise ValueError(
+            "%s: input_type %d is not a jit_input_type (0..4); LTO-IR is "
+            "input_type='ltoir'" % (what, input_type)
+        )
+    raise TypeError(
+        "%s: input_type must be a name such as 'ltoir' or a jit_input_type, "
+        "not %s" % (what, type(input_type).__name__)
+    )
 
 
 def _driver_options(options):
@@ -398,10 +481,11 @@ def _driver_options(options):
         elif o == "-verbose":
             out.append((jo.LOG_VERBOSE, 1))
         else:
-            raise ValueError("Linker option %r has no equivalent in the driver's linker "
-                             "(cuLink*), which links here because nvJitLink is not used; "
-                             "it takes -lineinfo, -g, -O<n>, -maxrregcount=N, -verbose"
-                             % (o,))
+            raise ValueError(
+                "Linker option %r has no equivalent in the driver's linker "
+                "(cuLink*), which links here because nvJitLink is not used; "
+                "it takes -lineinfo, -g, -O<n>, -maxrregcount=N, -verbose" % (o,)
+            )
     return out
 
 
@@ -422,7 +506,7 @@ def _norm_arch(arch):
     except (KeyError, TypeError):
         pass
     kind, num = compiler._parse_arch(arch)
-    out = "sm_" + num        # nvJitLink links for a real architecture
+    out = "sm_" + num  # nvJitLink links for a real architecture
     if isinstance(arch, (str, int, tuple)) and len(_arch_memo) < 64:
         _arch_memo[arch] = out
     return out
@@ -449,19 +533,27 @@ class Linker:
     that ran (not on a cache hit).  Each add* returns the Linker.
     """
 
-    def __init__(self, arch=None, options=(), lto=False, target="cubin", backend=None,
-                 cache_dir=None, message_handler=None, driver_options=()):
+    def __init__(
+        self,
+        arch=None,
+        options=(),
+        lto=False,
+        target="cubin",
+        backend=None,
+        cache_dir=None,
+        message_handler=None,
+        driver_options=(),
+    ):
         if backend not in _BACKENDS:
-            raise ValueError("backend must be None, 'nvjitlink' or 'driver', not %r"
-                             % (backend,))
+            raise ValueError("backend must be None, 'nvjitlink' or 'driver', not %r" % (backend,))
         if target not in ("cubin", "ptx"):
             raise ValueError("target must be 'cubin' or 'ptx', not %r" % (target,))
         if target == "ptx" and not lto:
-            raise ValueError("target='ptx' needs lto=True (nvJitLink writes PTX only "
-                             "from LTO-IR)")
+            raise ValueError("target='ptx' needs lto=True (nvJitLink writes PTX only from LTO-IR)")
         if message_handler is not None and not callable(message_handler):
-            raise TypeError("message_handler must be callable or None, not %s"
-                            % type(message_handler).__name__)
+            raise TypeError(
+                "message_handler must be callable or None, not %s" % type(message_handler).__name__
+            )
         if isinstance(options, str):
             options = options.split()
         self.options = compiler._str_list(options, "options", "-O3") if options else []
@@ -470,18 +562,21 @@ class Linker:
         self.lto = bool(lto)
         self.target = target
         self.backend = backend
-        self.cache_dir = store.check_dir(cache_dir)     # checked now, used at link()
+        self.cache_dir = store.check_dir(cache_dir)  # checked now, used at link()
         self.message_handler = message_handler
-        self.inputs = []        # (kind, bytes or path, name)
-        self._files = []        # is_file, parallel to inputs
-        self._jl_inputs = []    # the inputs as _nvjitlink_link takes them
+        self.inputs = []  # (kind, bytes or path, name)
+        self._files = []  # is_file, parallel to inputs
+        self._jl_inputs = []  # the inputs as _nvjitlink_link takes them
         self.info_log = self.error_log = ""
         self.used_backend = None
         self.from_cache = False
 
     def __repr__(self):
         return "<pygpu.linking.Linker %s, %d input(s)%s>" % (
-            self.arch or "for the current device", len(self.inputs), ", lto" if self.lto else "")
+            self.arch or "for the current device",
+            len(self.inputs),
+            ", lto" if self.lto else "",
+        )
 
     def add_data(self, data, input_type=None, name=None):
         """Add bytes (a Binary from compile() knows its kind; otherwise
@@ -490,20 +585,23 @@ class Linker:
         if isinstance(data, str):
             raise TypeError("Linker.add_data() takes bytes; encode PTX text first")
         if input_type is None and type(data) is store.Binary and data.target in INPUT_KINDS:
-            kind = data.target      # the common case, the fewest steps: links are timed
+            kind = data.target  # the common case, the fewest steps: links are timed
         else:
             kind = _input_kind(input_type, data, False, "Linker.add_data()")
         # bytes and Binary cannot change; anything else (a subclass may define
         # __buffer__) is copied once, so the key and the link see the same bytes
         raw = data if type(data) in _IMMUTABLE else bytes(memoryview(data).cast("B"))
         if not raw:
-            raise ValueError("Linker.add_data(): the %s input %s is empty"
-                             % (kind, name or "(unnamed)"))
+            raise ValueError(
+                "Linker.add_data(): the %s input %s is empty" % (kind, name or "(unnamed)")
+            )
         if kind == "ptx":
             raw = raw.rstrip(b"\0")
             if b"\0" in raw:
-                raise ValueError("Linker.add_data(): the PTX input %s is not text (a NUL "
-                                 "byte at offset %d)" % (name, raw.index(b"\0")))
+                raise ValueError(
+                    "Linker.add_data(): the PTX input %s is not text (a NUL "
+                    "byte at offset %d)" % (name, raw.index(b"\0"))
+                )
             raw += b"\0"
         if name is None:
             name = "input%d.%s" % (len(self.inputs), kind)
@@ -542,11 +640,19 @@ class Linker:
         PTX) for this Linker's architecture and add it."""
         arch = self.arch or _device_sm()
         target = "ltoir" if self.lto else "ptx"
-        compile_args.setdefault("cache_dir",
-                                self.cache_dir if self.cache_dir is not None else False)
+        compile_args.setdefault(
+            "cache_dir", self.cache_dir if self.cache_dir is not None else False
+        )
         name = compile_args.pop("name", "source%d.cu" % len(self.inputs))
-        b = compiler.compile(source, options=options, target=target, rdc=True, name=name,
-                             arch=arch if self.lto else "compute_" + arch[3:], **compile_args)
+        b = compiler.compile(
+            source,
+            options=options,
+            target=target,
+            rdc=True,
+            name=name,
+            arch=arch if self.lto else "compute_" + arch[3:],
+            **compile_args,
+        )
         return self.add_data(b, target, name)
 
     # -- linking --
@@ -557,8 +663,10 @@ class Linker:
         if self.backend == "driver":
             if needs_jl:
                 what = "lto=True" if self.lto else "an LTO-IR input"
-                raise LinkError("Linker(backend='driver'): %s needs nvJitLink; the "
-                                "driver's linker (cuLink*) takes no LTO-IR" % what)
+                raise LinkError(
+                    "Linker(backend='driver'): %s needs nvJitLink; the "
+                    "driver's linker (cuLink*) takes no LTO-IR" % what
+                )
             return "driver", None
         if self.driver_options and self.backend is None and not needs_jl:
             return "driver", None
@@ -566,24 +674,34 @@ class Linker:
         if version is not None:
             return "nvjitlink", version
         if self.backend == "nvjitlink" or needs_jl:
-            what = ("lto=True" if self.lto else "LTO-IR inputs") \
-                if needs_jl else "backend='nvjitlink'"
+            what = (
+                ("lto=True" if self.lto else "LTO-IR inputs") if needs_jl else "backend='nvjitlink'"
+            )
             try:
                 _ensure_nvjitlink()
             except driver.CudaUnavailableError as e:
                 raise driver.CudaUnavailableError(
                     "%s needs nvJitLink, which was not found (the driver's linker takes "
-                    "no LTO-IR): %s" % (what, e)) from None
+                    "no LTO-IR): %s" % (what, e)
+                ) from None
         return "driver", None
 
     def _key(self, backend, version, arch, cache):
-        parts = ["link", backend, "%d.%d" % version if version else "", arch or "",
-                 self.target, "lto" if self.lto else "", "%d" % len(self.options)]
+        parts = [
+            "link",
+            backend,
+            "%d.%d" % version if version else "",
+            arch or "",
+            self.target,
+            "lto" if self.lto else "",
+            "%d" % len(self.options),
+        ]
         parts += self.options
         parts += [repr(self.driver_options), "%d" % len(self.inputs)]
         for (kind, payload, name), is_file in zip(self.inputs, self._files):
-            digest = _file_digest(payload, cache) if is_file else \
-                hashlib.sha256(payload).hexdigest()
+            digest = (
+                _file_digest(payload, cache) if is_file else hashlib.sha256(payload).hexdigest()
+            )
             parts += [kind, name, "F" if is_file else "D", digest]
         return store.make_key(parts, store.Deps())
 
@@ -593,8 +711,11 @@ class Linker:
         if not self.inputs:
             raise driver.LogicError("Linker.link(): nothing to link; add inputs first")
         cache = self.cache_dir
-        if cache is None and _jl_loaded is not None and (
-                self.backend == "nvjitlink" or (self.backend is None and not self.driver_options)):
+        if (
+            cache is None
+            and _jl_loaded is not None
+            and (self.backend == "nvjitlink" or (self.backend is None and not self.driver_options))
+        ):
             # no cache, nvJitLink loaded: the link and nothing else.  This code
             # runs with the caches cold (the link before evicted them), where
             # each Python step costs a memory access: 50 us a link on an H200
@@ -654,16 +775,28 @@ class Linker:
             opts += self.options
         inputs = self._jl_inputs
         ok, image, info, err, routine, code, failed = _driver._nvjitlink_link(
-            opts, inputs, self.target)
+            opts, inputs, self.target
+        )
         self.info_log, self.error_log = info, err
         self._report(ok)
         if not ok:
             name = _driver._nvjitlink_result_name(code)
             where = "; input %s" % inputs[failed][2] if failed >= 0 else ""
-            raise LinkError("%s failed: %s%s%s" % (
-                routine, name, where, "\nnvJitLink error log:\n" + err.rstrip() if err.strip()
-                else ""), log=err, info_log=info, routine=routine, code=code, name=name,
-                input=inputs[failed][2] if failed >= 0 else None)
+            raise LinkError(
+                "%s failed: %s%s%s"
+                % (
+                    routine,
+                    name,
+                    where,
+                    "\nnvJitLink error log:\n" + err.rstrip() if err.strip() else "",
+                ),
+                log=err,
+                info_log=info,
+                routine=routine,
+                code=code,
+                name=name,
+                input=inputs[failed][2] if failed >= 0 else None,
+            )
         return image
 
     def _link_driver(self):
@@ -695,12 +828,12 @@ class Linker:
         return driver.module_from_buffer(self.link())
 
 
-def link(inputs, arch=None, options=(), lto=False, target="cubin", backend=None,
-         cache_dir=None):
+def link(inputs, arch=None, options=(), lto=False, target="cubin", backend=None, cache_dir=None):
     """Link inputs (Binary objects from compile(), or (data, input_type)
     pairs, or file paths) with a Linker; the cubin (or PTX) as a Binary."""
-    L = Linker(arch=arch, options=options, lto=lto, target=target, backend=backend,
-               cache_dir=cache_dir)
+    L = Linker(
+        arch=arch, options=options, lto=lto, target=target, backend=backend, cache_dir=cache_dir
+    )
     for x in inputs:
         if isinstance(x, (str, os.PathLike)):
             L.add_file(x)
@@ -712,6 +845,7 @@ def link(inputs, arch=None, options=(), lto=False, target="cubin", backend=None,
 
 
 # ---- DynamicModule ----
+
 
 class DynamicModule(compiler.CudaModule):
     """Several sources, binaries and libraries linked into one Module, as
@@ -729,17 +863,34 @@ class DynamicModule(compiler.CudaModule):
     called when the link completes.
     """
 
-    def __init__(self, nvcc="nvcc", link_options=None, keep=False, no_extern_c=False,
-                 arch=None, code=None, cache_dir=None, include_dirs=(), message_handler=None,
-                 log_verbose=False, cuda_libdir=None, backend=None):
+    def __init__(
+        self,
+        nvcc="nvcc",
+        link_options=None,
+        keep=False,
+        no_extern_c=False,
+        arch=None,
+        code=None,
+        cache_dir=None,
+        include_dirs=(),
+        message_handler=None,
+        log_verbose=False,
+        cuda_libdir=None,
+        backend=None,
+    ):
         options = list(link_options or ())
         if log_verbose:
             options.append((driver.jit_option.LOG_VERBOSE, 1))
         link_arch = arch or code
         if link_arch is not None and str(link_arch).startswith("compute_"):
             link_arch = "sm_" + str(link_arch)[8:]
-        self.linker = Linker(arch=link_arch, backend=backend, cache_dir=cache_dir,
-                             message_handler=message_handler, driver_options=options)
+        self.linker = Linker(
+            arch=link_arch,
+            backend=backend,
+            cache_dir=cache_dir,
+            message_handler=message_handler,
+            driver_options=options,
+        )
         self.nvcc = nvcc
         self.keep = keep
         self.no_extern_c = no_extern_c
@@ -750,23 +901,28 @@ class DynamicModule(compiler.CudaModule):
         self.cuda_libdir = cuda_libdir
         self.module = None
         self._lowered = {}
-        self._stdlibs = []          # paths of the libraries added
-        self._library_dirs = []     # from -L in nvcc_options
+        self._stdlibs = []  # paths of the libraries added
+        self._library_dirs = []  # from -L in nvcc_options
         self._keep_dir = None
 
     def _open_linker(self, what):
         if self.linker is None:
-            raise driver.LogicError("DynamicModule.%s(): already linked; make a new "
-                                    "DynamicModule" % what)
+            raise driver.LogicError(
+                "DynamicModule.%s(): already linked; make a new DynamicModule" % what
+            )
         return self.linker
 
     def _keep(self, name, data):
         if self._keep_dir is None:
             self._keep_dir = tempfile.mkdtemp(prefix="pygpu-keep-")
-            print("pygpu: keeping the link's sources and inputs in %s" % self._keep_dir,
-                  file=sys.stderr)
-        with open(os.path.join(self._keep_dir, os.path.basename(name)),
-                  "w" if isinstance(data, str) else "wb") as f:
+            print(
+                "pygpu: keeping the link's sources and inputs in %s" % self._keep_dir,
+                file=sys.stderr,
+            )
+        with open(
+            os.path.join(self._keep_dir, os.path.basename(name)),
+            "w" if isinstance(data, str) else "wb",
+        ) as f:
             f.write(data)
 
     def add_source(self, source, nvcc_options=(), name="kernel.ptx"):
@@ -781,13 +937,19 @@ class DynamicModule(compiler.CudaModule):
         t = translate_nvcc_options(nvcc_options)
         arch = t["arch"] or self.arch or t["code"] or self.code
         if arch is not None and arch.startswith("sm_"):
-            arch = "compute_" + arch[3:]      # the linker takes PTX: a virtual target
+            arch = "compute_" + arch[3:]  # the linker takes PTX: a virtual target
         if not self.no_extern_c:
             source = 'extern "C" {\n%s\n}\n' % source
         src_name = name[:-4] + ".cu" if name.endswith(".ptx") else name + ".cu"
-        ptx = compiler.compile(source, options=t["nvrtc"], arch=arch, target="ptx",
-                               include_dirs=self.include_dirs, cache_dir=self.cache_dir,
-                               name=src_name)
+        ptx = compiler.compile(
+            source,
+            options=t["nvrtc"],
+            arch=arch,
+            target="ptx",
+            include_dirs=self.include_dirs,
+            cache_dir=self.cache_dir,
+            name=src_name,
+        )
         if self.keep:
             self._keep(src_name, source)
             self._keep(name, bytes(ptx))
@@ -800,8 +962,10 @@ class DynamicModule(compiler.CudaModule):
     def add_data(self, data, input_type, name="unknown"):
         """Add bytes of input_type (a jit_input_type, or 'ltoir' ...) under name."""
         if input_type is None or isinstance(input_type, bool):
-            raise TypeError("DynamicModule.add_data(): input_type must be a jit_input_type "
-                            "(or a name such as 'ltoir'), not %s" % type(input_type).__name__)
+            raise TypeError(
+                "DynamicModule.add_data(): input_type must be a jit_input_type "
+                "(or a name such as 'ltoir'), not %s" % type(input_type).__name__
+            )
         self._open_linker("add_data").add_data(data, input_type, name)
         return self
 
@@ -856,12 +1020,32 @@ class DynamicSourceModule(DynamicModule):
     with the device runtime libcudadevrt (so its kernels can launch
     kernels) and loaded: pycuda.compiler.DynamicSourceModule."""
 
-    def __init__(self, source, nvcc="nvcc", options=None, keep=False, no_extern_c=False,
-                 arch=None, code=None, cache_dir=None, include_dirs=(), cuda_libdir=None,
-                 backend=None):
-        super().__init__(nvcc=nvcc, link_options=None, keep=keep, no_extern_c=no_extern_c,
-                         arch=arch, code=code, cache_dir=cache_dir, include_dirs=include_dirs,
-                         cuda_libdir=cuda_libdir, backend=backend)
+    def __init__(
+        self,
+        source,
+        nvcc="nvcc",
+        options=None,
+        keep=False,
+        no_extern_c=False,
+        arch=None,
+        code=None,
+        cache_dir=None,
+        include_dirs=(),
+        cuda_libdir=None,
+        backend=None,
+    ):
+        super().__init__(
+            nvcc=nvcc,
+            link_options=None,
+            keep=keep,
+            no_extern_c=no_extern_c,
+            arch=arch,
+            code=code,
+            cache_dir=cache_dir,
+            include_dirs=include_dirs,
+            cuda_libdir=cuda_libdir,
+            backend=backend,
+        )
         if options is None:
             options = DEFAULT_NVCC_FLAGS
         options = options.split() if isinstance(options, str) else list(options)

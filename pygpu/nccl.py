@@ -37,6 +37,7 @@ the device's legacy default stream, where pygpu's own array operations run,
 so they are ordered after the kernels that wrote the buffers.  Calls return
 at once: :meth:`Communicator.synchronize` (or the stream's) waits.
 """
+
 from typing import Any
 import contextlib
 
@@ -54,8 +55,10 @@ def _nccl():
     try:
         import nccl.core as nccl
     except ImportError as e:
-        raise ImportError("pygpu.nccl needs NVIDIA's nccl4py and an NCCL library: pip "
-                          "install 'pygpu[nccl]' (nccl4py with nvidia-nccl-cu13)") from e
+        raise ImportError(
+            "pygpu.nccl needs NVIDIA's nccl4py and an NCCL library: pip "
+            "install 'pygpu[nccl]' (nccl4py with nvidia-nccl-cu13)"
+        ) from e
     return nccl
 
 
@@ -79,8 +82,9 @@ def _op(nccl, op):
     if isinstance(op, str):
         name = op.lower()
         if name not in OPS:
-            raise ValueError("op must be one of %s (or an nccl4py operator), not %r"
-                             % (", ".join(OPS), op))
+            raise ValueError(
+                "op must be one of %s (or an nccl4py operator), not %r" % (", ".join(OPS), op)
+            )
         return getattr(nccl.NcclRedOp, name.upper()), name
     # an nccl4py NcclRedOp (or CustomRedOp): passed as it is
     name = getattr(op, "name", "")
@@ -93,13 +97,16 @@ def _cai(buf, what):
         dev = getattr(buf, "__dlpack_device__", None)
         if dev is not None and hasattr(buf, "__dlpack__"):
             if int(dev()[0]) not in _DL_DEVICE:
-                raise TypeError("pygpu.nccl: %s is in host memory (%s); NCCL takes device "
-                                "arrays: copy it to the GPU first (gpuarray.to_gpu)"
-                                % (what, type(buf).__name__))
+                raise TypeError(
+                    "pygpu.nccl: %s is in host memory (%s); NCCL takes device "
+                    "arrays: copy it to the GPU first (gpuarray.to_gpu)"
+                    % (what, type(buf).__name__)
+                )
             return None
-        raise TypeError("%s must be a device array (a GPUArray, or anything with "
-                        "__cuda_array_interface__ or __dlpack__), not %s"
-                        % (what, type(buf).__name__))
+        raise TypeError(
+            "%s must be a device array (a GPUArray, or anything with "
+            "__cuda_array_interface__ or __dlpack__), not %s" % (what, type(buf).__name__)
+        )
     return cai
 
 
@@ -110,8 +117,11 @@ def contiguous(buf, what="buffer"):
     cai = _cai(buf, what)
     if cai is None:
         return None, None
-    dtype = np.dtype(cai["typestr"]) if not cai.get("descr") or len(cai["descr"]) == 1 \
+    dtype = (
+        np.dtype(cai["typestr"])
+        if not cai.get("descr") or len(cai["descr"]) == 1
         else np.dtype(cai["descr"])
+    )
     shape = tuple(int(n) for n in cai["shape"])
     strides = cai.get("strides")
     if strides is not None and int(np.prod(shape)) > 1:
@@ -119,15 +129,17 @@ def contiguous(buf, what="buffer"):
 
         def packed(order):
             step = dtype.itemsize
-            for n, s in (reversed(order)):
+            for n, s in reversed(order):
                 if s != step:
                     return False
                 step *= n
             return True
+
         if not (packed(dims) or packed(dims[::-1])):
-            raise ValueError("pygpu.nccl: %s is not contiguous (shape %s, strides %s); NCCL "
-                             "takes contiguous buffers: copy it first (.copy())"
-                             % (what, shape, tuple(strides)))
+            raise ValueError(
+                "pygpu.nccl: %s is not contiguous (shape %s, strides %s); NCCL "
+                "takes contiguous buffers: copy it first (.copy())" % (what, shape, tuple(strides))
+            )
     return shape, dtype
 
 
@@ -136,21 +148,25 @@ def _reduce_view(buf, dtype, opname, what):
     if dtype is None or dtype.kind != "c":
         return buf
     if opname not in ("sum", "avg"):
-        raise TypeError("pygpu.nccl: %s is complex (%s): NCCL reduces it only with sum or "
-                        "avg (as pairs of reals), not %s" % (what, dtype, opname or "this op"))
+        raise TypeError(
+            "pygpu.nccl: %s is complex (%s): NCCL reduces it only with sum or "
+            "avg (as pairs of reals), not %s" % (what, dtype, opname or "this op")
+        )
     return _retype(buf, np.dtype("f%d" % (dtype.itemsize // 2)), what)
 
 
 def _retype(buf, dtype, what):
     view = getattr(buf, "view", None)
     if view is None:
-        raise TypeError("pygpu.nccl: %s of dtype %s needs a view as %s, which %s cannot give"
-                        % (what, _cai(buf, what)["typestr"], dtype, type(buf).__name__))
+        raise TypeError(
+            "pygpu.nccl: %s of dtype %s needs a view as %s, which %s cannot give"
+            % (what, _cai(buf, what)["typestr"], dtype, type(buf).__name__)
+        )
     shape = tuple(getattr(buf, "shape", ()))
     if len(shape) == 0:
         buf = buf.reshape(1)
     elif getattr(getattr(buf, "flags", None), "c_contiguous", True) is False:
-        buf = buf.T                      # Fortran order: its transpose is C order
+        buf = buf.T  # Fortran order: its transpose is C order
     return buf.view(dtype)
 
 
@@ -178,9 +194,11 @@ class Communicator:
 
     def __init__(self, comm, context, stream=None):
         if not context.is_primary:
-            raise ValueError("pygpu.nccl: the context must be its device's primary context "
-                             "(NCCL runs in the CUDA runtime's context of a device); use "
-                             "Device(n).retain_primary_context() or pygpu.autoinit")
+            raise ValueError(
+                "pygpu.nccl: the context must be its device's primary context "
+                "(NCCL runs in the CUDA runtime's context of a device); use "
+                "Device(n).retain_primary_context() or pygpu.autoinit"
+            )
         self.nccl = comm
         self.context = context
         self.stream = stream
@@ -206,6 +224,7 @@ class Communicator:
         device)."""
         nccl = _nccl()
         from pygpu import driver
+
         driver.init()
         if devices is None:
             devices = list(range(driver.Device.count()))
@@ -234,7 +253,10 @@ class Communicator:
 
     def __repr__(self):
         return "<pygpu.nccl.Communicator rank %d of %d on device %d>" % (
-            self.rank, self.nranks, self.device)
+            self.rank,
+            self.nranks,
+            self.device,
+        )
 
     def _stream(self, stream):
         return self.stream if stream is None else stream
@@ -268,8 +290,11 @@ class Communicator:
         elif self.rank == root:
             contiguous(recvbuf, "recvbuf")
         s = _reduce_view(sendbuf, dtype, name, "sendbuf")
-        r = s if recvbuf is sendbuf else (_reduce_view(recvbuf, dtype, name, "recvbuf")
-                                          if self.rank == root else recvbuf)
+        r = (
+            s
+            if recvbuf is sendbuf
+            else (_reduce_view(recvbuf, dtype, name, "recvbuf") if self.rank == root else recvbuf)
+        )
         with _current(self.context):
             self.nccl.reduce(s, r, nop, root=int(root), stream=self._stream(stream))
         return recvbuf
@@ -296,9 +321,11 @@ class Communicator:
         _, dtype = contiguous(sendbuf, "sendbuf")
         contiguous(recvbuf, "recvbuf")
         with _current(self.context):
-            self.nccl.allgather(_move_view(nccl, sendbuf, dtype, "sendbuf"),
-                                _move_view(nccl, recvbuf, dtype, "recvbuf"),
-                                stream=self._stream(stream))
+            self.nccl.allgather(
+                _move_view(nccl, sendbuf, dtype, "sendbuf"),
+                _move_view(nccl, recvbuf, dtype, "recvbuf"),
+                stream=self._stream(stream),
+            )
         return recvbuf
 
     def reduce_scatter(self, sendbuf, recvbuf, op="sum", stream=None):
@@ -309,9 +336,12 @@ class Communicator:
         _, dtype = contiguous(sendbuf, "sendbuf")
         contiguous(recvbuf, "recvbuf")
         with _current(self.context):
-            self.nccl.reduce_scatter(_reduce_view(sendbuf, dtype, name, "sendbuf"),
-                                     _reduce_view(recvbuf, dtype, name, "recvbuf"), nop,
-                                     stream=self._stream(stream))
+            self.nccl.reduce_scatter(
+                _reduce_view(sendbuf, dtype, name, "sendbuf"),
+                _reduce_view(recvbuf, dtype, name, "recvbuf"),
+                nop,
+                stream=self._stream(stream),
+            )
         return recvbuf
 
     def send(self, buf, peer, stream=None):
@@ -319,16 +349,18 @@ class Communicator:
         nccl = _nccl()
         _, dtype = contiguous(buf, "buf")
         with _current(self.context):
-            self.nccl.send(_move_view(nccl, buf, dtype, "buf"), int(peer),
-                           stream=self._stream(stream))
+            self.nccl.send(
+                _move_view(nccl, buf, dtype, "buf"), int(peer), stream=self._stream(stream)
+            )
 
     def recv(self, buf, peer, stream=None):
         """Receive into `buf` from rank `peer` (which calls :meth:`send`)."""
         nccl = _nccl()
         _, dtype = contiguous(buf, "buf")
         with _current(self.context):
-            self.nccl.recv(_move_view(nccl, buf, dtype, "buf"), int(peer),
-                           stream=self._stream(stream))
+            self.nccl.recv(
+                _move_view(nccl, buf, dtype, "buf"), int(peer), stream=self._stream(stream)
+            )
         return buf
 
     # ---- the rest ----
@@ -343,6 +375,7 @@ class Communicator:
                 self.stream.synchronize()
             else:
                 from pygpu import driver
+
                 driver.Stream.from_handle(int(self.stream)).synchronize()
 
     def destroy(self) -> None:
@@ -365,17 +398,22 @@ def _primary(device):
     """The primary context of `device` (ordinal, Device, or None: the
     current context's device, which must be primary)."""
     from pygpu import driver
+
     driver.init()
     if device is None:
         cur = driver.Context.get_current()
         if cur is None:
-            raise ValueError("pygpu.nccl: no context is current; give device= (an ordinal) "
-                             "or make one current (pygpu.autoinit)")
+            raise ValueError(
+                "pygpu.nccl: no context is current; give device= (an ordinal) "
+                "or make one current (pygpu.autoinit)"
+            )
         if not cur.is_primary:
-            raise ValueError("pygpu.nccl: the current context is not its device's primary "
-                             "context, and NCCL runs in the primary context; make the primary "
-                             "context current (Device(n).retain_primary_context().push() or "
-                             "pygpu.autoinit), or give device=")
+            raise ValueError(
+                "pygpu.nccl: the current context is not its device's primary "
+                "context, and NCCL runs in the primary context; make the primary "
+                "context current (Device(n).retain_primary_context().push() or "
+                "pygpu.autoinit), or give device="
+            )
         return cur
     if not isinstance(device, driver.Device):
         device = driver.Device(int(device))
@@ -388,6 +426,7 @@ def _current(ctx):
     afterwards the thread's current context is what it was before, also
     where NCCL's own cudaSetDevice replaced it."""
     from pygpu import driver
+
     before = driver.Context.get_current()
     pushed = before is None or before.handle != ctx.handle
     if pushed:
@@ -413,6 +452,7 @@ def group(comms=None):
     nccl = _nccl()
     comms = list(comms or [])
     from pygpu import driver
+
     ctx = comms[0].context if comms else driver.Context.get_current()
     cm = _current(ctx) if ctx is not None else contextlib.nullcontext()
     with cm:
@@ -437,24 +477,26 @@ def from_mpi(comm, device=None, stream=None):
     MPI.  `device` defaults to the rank's position among the ranks of its
     node, modulo the devices it sees."""
     from pygpu import driver
+
     uid = unique_id() if comm.Get_rank() == 0 else None
     uid = comm.bcast(uid, root=0)
     if device is None:
         driver.init()
         try:
             from mpi4py import MPI
+
             local = comm.Split_type(MPI.COMM_TYPE_SHARED)
             lrank = local.Get_rank()
             local.Free()
         except (ImportError, AttributeError):
             lrank = comm.Get_rank()
         device = lrank % driver.Device.count()
-    return Communicator.init(comm.Get_size(), comm.Get_rank(), uid, device=device,
-                             stream=stream)
+    return Communicator.init(comm.Get_size(), comm.Get_rank(), uid, device=device, stream=stream)
 
 
 def _child(fn, rank, nranks, uid, device, args, queue):
     import traceback
+
     try:
         with Communicator.init(nranks, rank, uid, device=device) as comm:
             comm.context.push()
@@ -463,14 +505,20 @@ def _child(fn, rank, nranks, uid, device, args, queue):
                 comm.synchronize()
             finally:
                 from pygpu import driver
+
                 driver.Context.pop()
         queue.put((rank, True, result))
     except BaseException as e:
         queue.put((rank, False, "%s: %s\n%s" % (type(e).__name__, e, traceback.format_exc())))
 
 
-def spawn(fn: "object", nranks: "int | None" = None, args: "tuple[object, ...]" = (),
-          devices: "object" = None, timeout: float = 600) -> "list[Any]":
+def spawn(
+    fn: "object",
+    nranks: "int | None" = None,
+    args: "tuple[object, ...]" = (),
+    devices: "object" = None,
+    timeout: float = 600,
+) -> "list[Any]":
     """Run ``fn(comm, *args)`` in `nranks` new processes (multiprocessing's
     'spawn'), one per GPU, each with its rank's :class:`Communicator` (its
     context current); returns their results in rank order.  `fn` must be
@@ -481,6 +529,7 @@ def spawn(fn: "object", nranks: "int | None" = None, args: "tuple[object, ...]" 
     import queue as _queue
     import time
     from pygpu import driver
+
     if nranks is None:
         driver.init()
         nranks = driver.Device.count()
@@ -493,8 +542,12 @@ def spawn(fn: "object", nranks: "int | None" = None, args: "tuple[object, ...]" 
     uid = unique_id()
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_child, args=(fn, r, nranks, uid, devices[r], tuple(args), q),
-                         daemon=True) for r in range(nranks)]
+    procs = [
+        ctx.Process(
+            target=_child, args=(fn, r, nranks, uid, devices[r], tuple(args), q), daemon=True
+        )
+        for r in range(nranks)
+    ]
     for p in procs:
         p.start()
     results, errors = {}, []
@@ -504,15 +557,21 @@ def spawn(fn: "object", nranks: "int | None" = None, args: "tuple[object, ...]" 
             try:
                 rank, ok, value = q.get(timeout=1.0)
             except _queue.Empty:
-                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)
-                        and r not in results]
+                dead = [
+                    r
+                    for r, p in enumerate(procs)
+                    if p.exitcode not in (None, 0) and r not in results
+                ]
                 if dead:
-                    errors.append("rank %d died (exit status %s)" % (dead[0],
-                                                                     procs[dead[0]].exitcode))
+                    errors.append(
+                        "rank %d died (exit status %s)" % (dead[0], procs[dead[0]].exitcode)
+                    )
                     break
                 if time.monotonic() > deadline:
-                    errors.append("ranks %s did not finish in %s s" % (
-                        sorted(set(range(nranks)) - set(results)), timeout))
+                    errors.append(
+                        "ranks %s did not finish in %s s"
+                        % (sorted(set(range(nranks)) - set(results)), timeout)
+                    )
                     break
                 continue
             if ok:

@@ -29,13 +29,24 @@ annotate_all(True) (or PYGPU_NVTX=1 in the environment) also names every
 NVRTC compile and module load with a range.  Kernel launches and copies need
 no such switch: nsys's CUDA trace (``--trace=cuda``) shows each one by name.
 """
+
 import functools
 import os
 
 from pygpu import _driver
 
-__all__ = ["time_range", "mark", "range_push", "range_pop", "start", "stop",
-           "annotate_all", "annotating", "attached", "NVTX_AVAILABLE"]
+__all__ = [
+    "time_range",
+    "mark",
+    "range_push",
+    "range_pop",
+    "start",
+    "stop",
+    "annotate_all",
+    "annotating",
+    "attached",
+    "NVTX_AVAILABLE",
+]
 
 #: Whether pygpu was built with NVTX (the ranges reach a profiler).
 NVTX_AVAILABLE = _driver.NVTX_AVAILABLE
@@ -47,10 +58,12 @@ time_range = _driver.TimeRange
 
 def _wrap(rng, func):
     """time_range(...)(func): func with the range around every call."""
+
     @functools.wraps(func)
     def ranged(*args, **kwargs):
         with rng:
             return func(*args, **kwargs)
+
     return ranged
 
 

@@ -18,6 +18,7 @@ before the first ``import pycuda``.  ``uninstall()`` takes it away again
 Loaded as a pytest plugin (``-p pygpu.pycuda_alias``), it installs the alias
 before the test files are collected.
 """
+
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -34,9 +35,11 @@ TARGET = "pygpu"
 # where pygpu has no module of PyCUDA's name, the module that does its job
 FALLBACKS = {"autoprimaryctx": "autoinit"}
 
-USAGE = ("usage: python -m pygpu.pycuda_alias PROGRAM.py [ARGS ...]\n"
-         "       python -m pygpu.pycuda_alias -m MODULE [ARGS ...]\n"
-         "runs an unmodified PyCUDA program on pygpu: 'import pycuda.X' imports pygpu.X")
+USAGE = (
+    "usage: python -m pygpu.pycuda_alias PROGRAM.py [ARGS ...]\n"
+    "       python -m pygpu.pycuda_alias -m MODULE [ARGS ...]\n"
+    "runs an unmodified PyCUDA program on pygpu: 'import pycuda.X' imports pygpu.X"
+)
 
 
 def _target_name(fullname):
@@ -46,7 +49,7 @@ def _target_name(fullname):
         return TARGET
     if not fullname.startswith(ALIAS + "."):
         return None
-    rest = fullname[len(ALIAS) + 1:]
+    rest = fullname[len(ALIAS) + 1 :]
     name = TARGET + "." + rest
     if "." not in rest and rest in FALLBACKS:
         try:
@@ -89,13 +92,14 @@ class PycudaAliasFinder(importlib.abc.MetaPathFinder):
             module = importlib.import_module(name)
         except ModuleNotFoundError as e:
             if e.name not in (name, None) and not name.startswith(e.name + "."):
-                raise   # a module that pygpu's module itself imports is missing
+                raise  # a module that pygpu's module itself imports is missing
             raise ModuleNotFoundError(
                 "No module named %r: the pycuda -> pygpu alias maps it to %r, which pygpu "
-                "does not have" % (fullname, name), name=fullname) from None
+                "does not have" % (fullname, name),
+                name=fullname,
+            ) from None
         is_package = hasattr(module, "__path__")
-        spec = importlib.machinery.ModuleSpec(fullname, _AliasLoader(module),
-                                              is_package=is_package)
+        spec = importlib.machinery.ModuleSpec(fullname, _AliasLoader(module), is_package=is_package)
         if is_package:
             spec.submodule_search_locations = list(module.__path__)
         return spec
@@ -115,12 +119,18 @@ def install():
     global _finder
     if installed():
         return _finder
-    real = [n for n, m in list(sys.modules.items())
-            if (n == ALIAS or n.startswith(ALIAS + ".")) and m is not None
-            and not (getattr(m, "__name__", "") or "").startswith(TARGET)]
+    real = [
+        n
+        for n, m in list(sys.modules.items())
+        if (n == ALIAS or n.startswith(ALIAS + "."))
+        and m is not None
+        and not (getattr(m, "__name__", "") or "").startswith(TARGET)
+    ]
     if real:
-        raise ImportError("cannot alias pycuda to pygpu: the real PyCUDA is already imported "
-                          "in this process (%s)" % ", ".join(sorted(real)[:5]))
+        raise ImportError(
+            "cannot alias pycuda to pygpu: the real PyCUDA is already imported "
+            "in this process (%s)" % ", ".join(sorted(real)[:5])
+        )
     _finder = PycudaAliasFinder()
     sys.meta_path.insert(0, _finder)
     return _finder
@@ -137,6 +147,7 @@ def uninstall():
 
 # ---- as a pytest plugin (-p pygpu.pycuda_alias) ----
 
+
 def pytest_load_initial_conftests(early_config, parser, args):
     install()
 
@@ -146,6 +157,7 @@ def pytest_configure(config):
 
 
 # ---- python -m pygpu.pycuda_alias ----
+
 
 def main(argv=None):
     """Run a program (or with -m a module) as __main__ with the alias

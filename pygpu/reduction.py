@@ -22,6 +22,7 @@ built; keys: block (threads a block), unroll (vector loads a thread has in
 flight), vec (bytes a vector load, 0 for scalar loads), bps (blocks an SM in
 the grid, 0 for as many as fit), launch (1 or 2 launches).
 """
+
 import builtins
 import os
 import re
@@ -31,16 +32,32 @@ import threading
 import numpy as np
 
 from pygpu import compiler, driver
-from pygpu._ctypes_util import (complex_source, context_dependent_memoize, dtype_to_ctype,
-                                is_vector, needs_complex, parse_arguments)
+from pygpu._ctypes_util import (
+    complex_source,
+    context_dependent_memoize,
+    dtype_to_ctype,
+    is_vector,
+    needs_complex,
+    parse_arguments,
+)
 
-__all__ = ["ReductionKernel", "get_sum_kernel", "get_any_kernel", "get_all_kernel",
-           "get_subset_sum_kernel", "get_dot_kernel", "get_vdot_kernel",
-           "get_subset_dot_kernel", "get_minmax_neutral", "get_minmax_kernel",
-           "get_subset_minmax_kernel", "reduction_source"]
+__all__ = [
+    "ReductionKernel",
+    "get_sum_kernel",
+    "get_any_kernel",
+    "get_all_kernel",
+    "get_subset_sum_kernel",
+    "get_dot_kernel",
+    "get_vdot_kernel",
+    "get_subset_dot_kernel",
+    "get_minmax_neutral",
+    "get_minmax_kernel",
+    "get_subset_minmax_kernel",
+    "reduction_source",
+]
 
-BLOCK = 256              # threads per block, both stages (the default config's)
-_PER_THREAD = 16         # below block * _PER_THREAD elements per block, use fewer blocks
+BLOCK = 256  # threads per block, both stages (the default config's)
+_PER_THREAD = 16  # below block * _PER_THREAD elements per block, use fewer blocks
 _SCALAR_CHARS = set("bBhHiIlLqQfde?")
 
 # ---- kernel configuration: config= or an environment variable ----
@@ -103,19 +120,17 @@ def parse_config(config, keys, defaults, what):
     elif isinstance(config, dict):
         items = list(config.items())
     else:
-        raise TypeError("%s must be a dict or a str 'key=value,...', not %s"
-                        % (what, type(config).__name__))
+        raise TypeError(
+            "%s must be a dict or a str 'key=value,...', not %s" % (what, type(config).__name__)
+        )
     for key, value in items:
         if key not in keys:
-            raise ValueError("%s: %r is not a known key (known: %s)"
-                             % (what, key, ", ".join(keys)))
+            raise ValueError("%s: %r is not a known key (known: %s)" % (what, key, ", ".join(keys)))
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError("%s: %s must be an int, not %s"
-                            % (what, key, type(value).__name__))
+            raise TypeError("%s: %s must be an int, not %s" % (what, key, type(value).__name__))
         ok, rule = keys[key][0](int(value))
         if not ok:
-            raise ValueError("%s: %s=%d: %s must be %s"
-                             % (what, key, value, keys[key][1], rule))
+            raise ValueError("%s: %s=%d: %s must be %s" % (what, key, value, keys[key][1], rule))
         out[key] = int(value)
     return out
 
@@ -124,9 +139,12 @@ def reduction_config(config=None):
     """The reduction kernel configuration: config (a dict or "key=value,...")
     over the defaults, or, where config is None, PYGPU_REDUCTION_CONFIG."""
     if config is None:
-        return parse_config(os.environ.get("PYGPU_REDUCTION_CONFIG") or None,
-                            REDUCTION_CONFIG_KEYS, REDUCTION_DEFAULTS,
-                            "PYGPU_REDUCTION_CONFIG")
+        return parse_config(
+            os.environ.get("PYGPU_REDUCTION_CONFIG") or None,
+            REDUCTION_CONFIG_KEYS,
+            REDUCTION_DEFAULTS,
+            "PYGPU_REDUCTION_CONFIG",
+        )
     return parse_config(config, REDUCTION_CONFIG_KEYS, REDUCTION_DEFAULTS, "config")
 
 
@@ -149,9 +167,11 @@ def _vector_arguments(map_expr, args):
         reads = list(re.finditer(r"(?<!\.)(?<!->)\b%s\s*\[\s*i\s*\]" % name, map_expr))
         if not reads or len(uses) != len(reads):
             continue
-        if builtins.any(_WRITE_AFTER.match(map_expr, m.end()) or
-                        map_expr[:m.start()].rstrip().endswith(("++", "--"))
-                        for m in reads):
+        if builtins.any(
+            _WRITE_AFTER.match(map_expr, m.end())
+            or map_expr[: m.start()].rstrip().endswith(("++", "--"))
+            for m in reads
+        ):
             continue
         found.append((pos, a.name, dt.itemsize))
     return found
@@ -165,6 +185,7 @@ def _vector_plan(vec_bytes, found):
     v = builtins.max(1, vec_bytes // builtins.min(s for _, _, s in found))
     v = builtins.min(v, builtins.max(1, 64 // builtins.max(s for _, _, s in found)))
     return v
+
 
 _template = None
 _template_lock = threading.Lock()
@@ -180,8 +201,7 @@ def _get_template():
 
 def _check_str(value, what):
     if not isinstance(value, str):
-        raise TypeError("%s must be a str (a C expression), not %s"
-                        % (what, type(value).__name__))
+        raise TypeError("%s must be a str (a C expression), not %s" % (what, type(value).__name__))
     if not value.strip():
         raise ValueError("%s is empty" % what)
     if "\0" in value:
@@ -202,21 +222,37 @@ def _neutral_text(neutral):
         return "true" if neutral else "false"
     if isinstance(neutral, (int, float, np.integer, np.floating)):
         return repr(neutral.item() if isinstance(neutral, np.generic) else neutral)
-    raise TypeError("neutral must be a str (a C expression) or a number, not %s"
-                    % type(neutral).__name__)
+    raise TypeError(
+        "neutral must be a str (a C expression) or a number, not %s" % type(neutral).__name__
+    )
 
 
-def reduction_source(dtype_out, neutral, reduce_expr, map_expr=None, arguments=None,
-                     name="reduce_kernel", preamble="", config=None):
+def reduction_source(
+    dtype_out,
+    neutral,
+    reduce_expr,
+    map_expr=None,
+    arguments=None,
+    name="reduce_kernel",
+    preamble="",
+    config=None,
+):
     """The CUDA C source of a ReductionKernel and its parsed arguments:
     (source, [argument, ...]).  Checks the arguments the way the constructor
     does; config as ReductionKernel's."""
-    return _reduction_source(dtype_out, neutral, reduce_expr, map_expr, arguments, name,
-                             preamble, reduction_config(config))[:2]
+    return _reduction_source(
+        dtype_out,
+        neutral,
+        reduce_expr,
+        map_expr,
+        arguments,
+        name,
+        preamble,
+        reduction_config(config),
+    )[:2]
 
 
-def _reduction_source(dtype_out, neutral, reduce_expr, map_expr, arguments, name, preamble,
-                      cfg):
+def _reduction_source(dtype_out, neutral, reduce_expr, map_expr, arguments, name, preamble, cfg):
     """(source, arguments, [(position, name, itemsize) of vector-loaded
     arguments], elements a chunk)"""
     dtype_out = np.dtype(dtype_out)
@@ -232,8 +268,9 @@ def _reduction_source(dtype_out, neutral, reduce_expr, map_expr, arguments, name
         raise TypeError("ReductionKernel needs arguments (e.g. 'const float *in')")
     args, arg_text = parse_arguments(arguments)
     if not builtins.any(is_vector(a) for a in args):
-        raise ValueError("ReductionKernel can only be used with functions that have at "
-                         "least one vector argument")
+        raise ValueError(
+            "ReductionKernel can only be used with functions that have at least one vector argument"
+        )
     names = [a.name for a in args]
     for n in names:
         if n.startswith("pygpu_"):
@@ -247,8 +284,10 @@ def _reduction_source(dtype_out, neutral, reduce_expr, map_expr, arguments, name
         elif len(vectors) == 1:
             map_expr = "%s[i]" % vectors[0]
         else:
-            raise ValueError("map_expr is needed: the arguments have no 'in' and "
-                             "more than one vector (%s)" % ", ".join(vectors))
+            raise ValueError(
+                "map_expr is needed: the arguments have no 'in' and "
+                "more than one vector (%s)" % ", ".join(vectors)
+            )
     else:
         map_expr = _check_str(map_expr, "map_expr")
     types = complex_source() if needs_complex(out_type, arg_text, preamble) else ""
@@ -259,16 +298,31 @@ def _reduction_source(dtype_out, neutral, reduce_expr, map_expr, arguments, name
     vmap_expr = map_expr
     vloads = []
     for _, vname, _ in found:
-        vmap_expr = re.sub(r"(?<!\.)(?<!->)\b%s\s*\[\s*i\s*\]" % re.escape(vname),
-                           "pygpu_v_%s[pygpu_c]" % vname, vmap_expr)
-        vloads.append("typename pygpu_red_elem<decltype(&%s[0])>::type pygpu_v_%s[PYGPU_RED_VEC]; "
-                      "pygpu_red_vload<PYGPU_RED_VEC>(&%s[pygpu_i0], pygpu_v_%s);"
-                      % (vname, vname, vname, vname))
+        vmap_expr = re.sub(
+            r"(?<!\.)(?<!->)\b%s\s*\[\s*i\s*\]" % re.escape(vname),
+            "pygpu_v_%s[pygpu_c]" % vname,
+            vmap_expr,
+        )
+        vloads.append(
+            "typename pygpu_red_elem<decltype(&%s[0])>::type pygpu_v_%s[PYGPU_RED_VEC]; "
+            "pygpu_red_vload<PYGPU_RED_VEC>(&%s[pygpu_i0], pygpu_v_%s);"
+            % (vname, vname, vname, vname)
+        )
     src = _get_template().substitute(
-        types=types, preamble=preamble, out_type=out_type, neutral=neutral,
-        reduce_expr=reduce_expr, map_expr=map_expr, vmap_expr=vmap_expr,
-        vloads="\n            ".join(vloads), arguments=arg_text + ",",
-        name=name, block=cfg["block"], unroll=cfg["unroll"], vec=vec)
+        types=types,
+        preamble=preamble,
+        out_type=out_type,
+        neutral=neutral,
+        reduce_expr=reduce_expr,
+        map_expr=map_expr,
+        vmap_expr=vmap_expr,
+        vloads="\n            ".join(vloads),
+        arguments=arg_text + ",",
+        name=name,
+        block=cfg["block"],
+        unroll=cfg["unroll"],
+        vec=vec,
+    )
     return src, args, found, vec
 
 
@@ -324,13 +378,14 @@ def _alloc(allocator, nbytes, stream):
     return stream_alloc(nbytes, stream)
 
 
-_ga = None      # pygpu.gpuarray, once a call needed it (it imports this module lazily)
+_ga = None  # pygpu.gpuarray, once a call needed it (it imports this module lazily)
 
 
 def _gpuarray():
     global _ga
     if _ga is None:
         from pygpu import gpuarray
+
         _ga = gpuarray
     return _ga
 
@@ -363,69 +418,96 @@ class ReductionKernel:
     REDUCTION_DEFAULTS).
     """
 
-    def __init__(self, dtype_out, neutral, reduce_expr, map_expr=None, arguments=None,
-                 name="reduce_kernel", keep=False, options=None, preamble="",
-                 allocator=None, config=None):
+    def __init__(
+        self,
+        dtype_out,
+        neutral,
+        reduce_expr,
+        map_expr=None,
+        arguments=None,
+        name="reduce_kernel",
+        keep=False,
+        options=None,
+        preamble="",
+        allocator=None,
+        config=None,
+    ):
         self.dtype_out = np.dtype(dtype_out)
         cfg = reduction_config(config)
-        src, args, found, vec = _reduction_source(self.dtype_out, neutral, reduce_expr,
-                                                  map_expr, arguments, name, preamble, cfg)
+        src, args, found, vec = _reduction_source(
+            self.dtype_out, neutral, reduce_expr, map_expr, arguments, name, preamble, cfg
+        )
         self.config = cfg
         self.block = cfg["block"]
         self.vec = vec
         # (position among the arguments, itemsize, alignment) of each vector-loaded one
-        self._vec_args = tuple((pos, size, builtins.min(16, vec * size))
-                               for pos, _, size in found)
+        self._vec_args = tuple((pos, size, builtins.min(16, vec * size)) for pos, _, size in found)
         self._one_launch = cfg["launch"] == 1
         self.source = src
         self.arguments = args
         self.allocator = allocator
         self._vector_flags = tuple(is_vector(a) for a in args)
         self._first_vector = self._vector_flags.index(True)
-        self._scalar_dtypes = tuple(None if v else np.dtype(a.dtype)
-                                    for v, a in zip(self._vector_flags, args))
+        self._scalar_dtypes = tuple(
+            None if v else np.dtype(a.dtype) for v, a in zip(self._vector_flags, args)
+        )
         mod = compiler.SourceModule(src, options=options, keep=keep, no_extern_c=True)
         self.module = mod
         self.stage1 = mod.get_function(name + "_stage1")
         self.stage2 = mod.get_function(name + "_stage2")
-        self.stage1.prepare("P" + "".join("P" if v else _scalar_char(d) for v, d in
-                                          zip(self._vector_flags, self._scalar_dtypes))
-                            + "qqQqQPP")
+        self.stage1.prepare(
+            "P"
+            + "".join(
+                "P" if v else _scalar_char(d)
+                for v, d in zip(self._vector_flags, self._scalar_dtypes)
+            )
+            + "qqQqQPP"
+        )
         self.stage2.prepare("PPI")
         self._stage1 = self.stage1.prepared_async_call
         self._stage2 = self.stage2.prepared_async_call
         self.max_blocks = _max_blocks(self.stage1, self.block, cfg["bps"])
         self._per_block = self.block * _PER_THREAD
         self._item = self.dtype_out.itemsize
-        self._offset = -(-builtins.max(self._item, 1) // 16) * 16   # partials' offset
+        self._offset = -(-builtins.max(self._item, 1) // 16) * 16  # partials' offset
 
     _gate = None
 
     def _convert(self, args):
         if len(args) != len(self._vector_flags):
-            raise TypeError("%s takes %d arguments (%s) but %d were given"
-                            % (self.stage1.name[:-len("_stage1")], len(self._vector_flags),
-                               ", ".join(a.name for a in self.arguments), len(args)))
+            raise TypeError(
+                "%s takes %d arguments (%s) but %d were given"
+                % (
+                    self.stage1.name[: -len("_stage1")],
+                    len(self._vector_flags),
+                    ", ".join(a.name for a in self.arguments),
+                    len(args),
+                )
+            )
         out = []
         arrays = []
         ga = _ga or _gpuarray()
-        for a, vec, dt, spec in zip(args, self._vector_flags, self._scalar_dtypes,
-                                    self.arguments):
+        for a, vec, dt, spec in zip(args, self._vector_flags, self._scalar_dtypes, self.arguments):
             if vec:
-                if a.__class__ is ga.GPUArray:          # the common case, quickly
+                if a.__class__ is ga.GPUArray:  # the common case, quickly
                     if not (a._c or a._f):
-                        raise RuntimeError("ReductionKernel cannot deal with non-contiguous "
-                                           "arrays (argument %r)" % spec.name)
+                        raise RuntimeError(
+                            "ReductionKernel cannot deal with non-contiguous "
+                            "arrays (argument %r)" % spec.name
+                        )
                     arrays.append(a)
                     out.append(a.gpudata)
                     continue
                 flags = getattr(a, "flags", None)
                 if flags is None or not hasattr(a, "gpudata"):
-                    raise TypeError("argument %r must be a GPUArray, not %s"
-                                    % (spec.name, type(a).__name__))
+                    raise TypeError(
+                        "argument %r must be a GPUArray, not %s" % (spec.name, type(a).__name__)
+                    )
                 if not flags.forc:
-                    raise RuntimeError("ReductionKernel cannot deal with non-contiguous "
-                                       "arrays (argument %r)" % spec.name)
+                    raise RuntimeError(
+                        "ReductionKernel cannot deal with non-contiguous "
+                        "arrays (argument %r)" % spec.name
+                    )
                 arrays.append(a)
                 out.append(a.gpudata)
             else:
@@ -438,12 +520,20 @@ class ReductionKernel:
         if gate is None:
             gate = ga._check_operands
             self._gate = gate
-            self._what = "ReductionKernel '%s'" % self.stage1.name[:-len("_stage1")]
+            self._what = "ReductionKernel '%s'" % self.stage1.name[: -len("_stage1")]
         gate(self._what, arrays, same_layout=True)
         return out
 
-    def __call__(self, *args, stream=None, allocator=None, out=None, range=None,
-                 slice=None, kernel_wrapper=None):
+    def __call__(
+        self,
+        *args,
+        stream=None,
+        allocator=None,
+        out=None,
+        range=None,
+        slice=None,
+        kernel_wrapper=None,
+    ):
         """Reduce; kernel_wrapper (PyCUDA's): a function given each stage's
         prepared_async_call that returns what is called in its place, as
         f(grid, block, stream, *args) (to time or trace the stages)."""
@@ -457,11 +547,13 @@ class ReductionKernel:
             elif isinstance(range, builtins.slice):
                 if range.stop is None:
                     raise ValueError("range= needs a stop")
-                r = builtins.range(0 if range.start is None else range.start, range.stop,
-                                   1 if range.step is None else range.step)
+                r = builtins.range(
+                    0 if range.start is None else range.start,
+                    range.stop,
+                    1 if range.step is None else range.step,
+                )
             else:
-                raise TypeError("range= must be a slice or a range, not %s"
-                                % type(range).__name__)
+                raise TypeError("range= must be a slice or a range, not %s" % type(range).__name__)
             start, step, count = r.start, r.step, len(r)
         elif slice is not None:
             if not isinstance(slice, builtins.slice):
@@ -493,6 +585,7 @@ class ReductionKernel:
             if out.size == 0:
                 raise ValueError("out array is empty")
             from pygpu.gpuarray import _check_operands
+
             _check_operands("ReductionKernel out", (out,))
             result = out
             target = out.gpudata
@@ -520,11 +613,35 @@ class ReductionKernel:
                 driver.memset_d32_async(ticket, 0, 1)
             else:
                 driver.memset_d32_async(ticket, 0, 1, stream)
-            stage1((blocks, 1), (self.block, 1, 1), stream, partial, *inv, start, step,
-                   count, vbase, nvec, ticket, target)
+            stage1(
+                (blocks, 1),
+                (self.block, 1, 1),
+                stream,
+                partial,
+                *inv,
+                start,
+                step,
+                count,
+                vbase,
+                nvec,
+                ticket,
+                target,
+            )
         else:
-            stage1((blocks, 1), (self.block, 1, 1), stream, partial, *inv, start, step,
-                   count, vbase, nvec, 0, 0)
+            stage1(
+                (blocks, 1),
+                (self.block, 1, 1),
+                stream,
+                partial,
+                *inv,
+                start,
+                step,
+                count,
+                vbase,
+                nvec,
+                0,
+                0,
+            )
             if blocks > 1:
                 stage2((1, 1), (self.block, 1, 1), stream, target, partial, blocks)
         if result is None:
@@ -550,13 +667,15 @@ class ReductionKernel:
 
 # ---- the kernels behind gpuarray.sum/dot/min/max/... ----
 
+
 @context_dependent_memoize
 def get_sum_kernel(dtype_out, dtype_in):
     """gpuarray.sum's kernel: sum(in), in dtype_out (None: dtype_in)."""
     if dtype_out is None:
         dtype_out = dtype_in
-    return ReductionKernel(dtype_out, "0", "a+b",
-                           arguments="const %s *in" % dtype_to_ctype(dtype_in))
+    return ReductionKernel(
+        dtype_out, "0", "a+b", arguments="const %s *in" % dtype_to_ctype(dtype_in)
+    )
 
 
 @context_dependent_memoize
@@ -564,8 +683,13 @@ def get_any_kernel(dtype_out, dtype_in):
     """gpuarray.any's kernel."""
     if dtype_out is None:
         dtype_out = dtype_in
-    return ReductionKernel(dtype_out, "0", "(a != 0) || (b != 0)", map_expr="in[i] != 0",
-                           arguments="const %s *in" % dtype_to_ctype(dtype_in))
+    return ReductionKernel(
+        dtype_out,
+        "0",
+        "(a != 0) || (b != 0)",
+        map_expr="in[i] != 0",
+        arguments="const %s *in" % dtype_to_ctype(dtype_in),
+    )
 
 
 @context_dependent_memoize
@@ -573,8 +697,13 @@ def get_all_kernel(dtype_out, dtype_in):
     """gpuarray.all's kernel."""
     if dtype_out is None:
         dtype_out = dtype_in
-    return ReductionKernel(dtype_out, "1", "(a != 0) && (b != 0)", map_expr="in[i] != 0",
-                           arguments="const %s *in" % dtype_to_ctype(dtype_in))
+    return ReductionKernel(
+        dtype_out,
+        "1",
+        "(a != 0) && (b != 0)",
+        map_expr="in[i] != 0",
+        arguments="const %s *in" % dtype_to_ctype(dtype_in),
+    )
 
 
 @context_dependent_memoize
@@ -582,9 +711,14 @@ def get_subset_sum_kernel(dtype_out, dtype_subset, dtype_in):
     """gpuarray.subset_sum's kernel: sum(in[lookup_tbl[i]]) over lookup_tbl."""
     if dtype_out is None:
         dtype_out = dtype_in
-    return ReductionKernel(dtype_out, "0", "a+b", map_expr="in[lookup_tbl[i]]",
-                           arguments="const %s *lookup_tbl, const %s *in"
-                           % (dtype_to_ctype(dtype_subset), dtype_to_ctype(dtype_in)))
+    return ReductionKernel(
+        dtype_out,
+        "0",
+        "a+b",
+        map_expr="in[lookup_tbl[i]]",
+        arguments="const %s *lookup_tbl, const %s *in"
+        % (dtype_to_ctype(dtype_subset), dtype_to_ctype(dtype_in)),
+    )
 
 
 @context_dependent_memoize
@@ -592,9 +726,13 @@ def _dot_kernel(dtype_out, dtype_a, dtype_b, conjugate_first):
     if dtype_out is None:
         dtype_out = np.result_type(dtype_a, dtype_b)
     a = "conj(a[i])" if conjugate_first and np.dtype(dtype_a).kind == "c" else "a[i]"
-    return ReductionKernel(dtype_out, neutral="0", reduce_expr="a+b", map_expr=a + "*b[i]",
-                           arguments="const %s *a, const %s *b"
-                           % (dtype_to_ctype(dtype_a), dtype_to_ctype(dtype_b)))
+    return ReductionKernel(
+        dtype_out,
+        neutral="0",
+        reduce_expr="a+b",
+        map_expr=a + "*b[i]",
+        arguments="const %s *a, const %s *b" % (dtype_to_ctype(dtype_a), dtype_to_ctype(dtype_b)),
+    )
 
 
 def get_dot_kernel(dtype_out, dtype_a, dtype_b, conjugate_first=False):
@@ -618,11 +756,14 @@ def get_subset_dot_kernel(dtype_out, dtype_subset, dtype_a=None, dtype_b=None):
     if dtype_a is None:
         dtype_a = dtype_out
     # lookup_tbl first: the first vector gives the length
-    return ReductionKernel(dtype_out, neutral="0", reduce_expr="a+b",
-                           map_expr="a[lookup_tbl[i]]*b[lookup_tbl[i]]",
-                           arguments="const %s *lookup_tbl, const %s *a, const %s *b"
-                           % (dtype_to_ctype(dtype_subset), dtype_to_ctype(dtype_a),
-                              dtype_to_ctype(dtype_b)))
+    return ReductionKernel(
+        dtype_out,
+        neutral="0",
+        reduce_expr="a+b",
+        map_expr="a[lookup_tbl[i]]*b[lookup_tbl[i]]",
+        arguments="const %s *lookup_tbl, const %s *a, const %s *b"
+        % (dtype_to_ctype(dtype_subset), dtype_to_ctype(dtype_a), dtype_to_ctype(dtype_b)),
+    )
 
 
 _INF = "__longlong_as_double(0x7ff0000000000000LL)"
@@ -661,8 +802,12 @@ def get_minmax_kernel(what, dtype):
     """gpuarray.min/max's kernel (NaN propagates, as in NumPy)."""
     dtype = np.dtype(dtype)
     neutral = get_minmax_neutral(what, dtype)
-    return ReductionKernel(dtype, neutral=neutral, reduce_expr=_minmax_expr(what, dtype),
-                           arguments="const %s *in" % dtype_to_ctype(dtype))
+    return ReductionKernel(
+        dtype,
+        neutral=neutral,
+        reduce_expr=_minmax_expr(what, dtype),
+        arguments="const %s *in" % dtype_to_ctype(dtype),
+    )
 
 
 @context_dependent_memoize
@@ -670,10 +815,14 @@ def get_subset_minmax_kernel(what, dtype, dtype_subset):
     """gpuarray.subset_min/subset_max's kernel."""
     dtype = np.dtype(dtype)
     neutral = get_minmax_neutral(what, dtype)
-    return ReductionKernel(dtype, neutral=neutral, reduce_expr=_minmax_expr(what, dtype),
-                           map_expr="in[lookup_tbl[i]]",
-                           arguments="const %s *lookup_tbl, const %s *in"
-                           % (dtype_to_ctype(dtype_subset), dtype_to_ctype(dtype)))
+    return ReductionKernel(
+        dtype,
+        neutral=neutral,
+        reduce_expr=_minmax_expr(what, dtype),
+        map_expr="in[lookup_tbl[i]]",
+        arguments="const %s *lookup_tbl, const %s *in"
+        % (dtype_to_ctype(dtype_subset), dtype_to_ctype(dtype)),
+    )
 
 
 # ---- PyCUDA's two-stage reduction kernel builder (pycuda.reduction's
@@ -716,8 +865,18 @@ extern "C" __global__ void %(name)s(out_type *out, %(arguments)s,
 """
 
 
-def get_reduction_module(out_type, block_size, neutral, reduce_expr, map_expr, arguments,
-                         name="reduce_kernel", keep=False, options=None, preamble=""):
+def get_reduction_module(
+    out_type,
+    block_size,
+    neutral,
+    reduce_expr,
+    map_expr,
+    arguments,
+    name="reduce_kernel",
+    keep=False,
+    options=None,
+    preamble="",
+):
     """PyCUDA's one-stage reduction kernel as a SourceModule: ``name(out_type
     *out, arguments..., unsigned int seq_count, size_t n)`` reduces, in
     each block of block_size threads, seq_count * block_size consecutive
@@ -727,24 +886,47 @@ def get_reduction_module(out_type, block_size, neutral, reduce_expr, map_expr, a
     text, as in PyCUDA."""
     block_size = int(block_size)
     if block_size < 1 or block_size & (block_size - 1) or block_size > 1024:
-        raise ValueError("get_reduction_module(): block_size must be a power of two from 1 "
-                         "to 1024, got %d" % block_size)
-    for value, what in ((out_type, "out_type"), (reduce_expr, "reduce_expr"),
-                        (map_expr, "map_expr"), (arguments, "arguments")):
+        raise ValueError(
+            "get_reduction_module(): block_size must be a power of two from 1 "
+            "to 1024, got %d" % block_size
+        )
+    for value, what in (
+        (out_type, "out_type"),
+        (reduce_expr, "reduce_expr"),
+        (map_expr, "map_expr"),
+        (arguments, "arguments"),
+    ):
         _check_str(value, what)
     neutral = _neutral_text(neutral)
     name = _check_name(name)
     types = complex_source() if needs_complex(out_type, arguments, preamble) else ""
-    src = _PYCUDA_STAGE_SOURCE % dict(types=types, block_size=block_size, map_expr=map_expr,
-                                      reduce_expr=reduce_expr, preamble=preamble,
-                                      out_type=out_type, name=name, arguments=arguments,
-                                      neutral=neutral)
+    src = _PYCUDA_STAGE_SOURCE % dict(
+        types=types,
+        block_size=block_size,
+        map_expr=map_expr,
+        reduce_expr=reduce_expr,
+        preamble=preamble,
+        out_type=out_type,
+        name=name,
+        arguments=arguments,
+        neutral=neutral,
+    )
     return compiler.SourceModule(src, options=options, keep=keep, no_extern_c=True)
 
 
-def get_reduction_kernel_and_types(stage, out_type, block_size, neutral, reduce_expr,
-                                   map_expr=None, arguments=None, name="reduce_kernel",
-                                   keep=False, options=None, preamble=""):
+def get_reduction_kernel_and_types(
+    stage,
+    out_type,
+    block_size,
+    neutral,
+    reduce_expr,
+    map_expr=None,
+    arguments=None,
+    name="reduce_kernel",
+    keep=False,
+    options=None,
+    preamble="",
+):
     """(prepared Function, argument type chars) of a stage of PyCUDA's
     two-stage reduction: stage 1 maps the arguments (map_expr, default
     ``in[i]``); stage 2 reduces stage 1's per-block results, given as its
@@ -752,6 +934,7 @@ def get_reduction_kernel_and_types(stage, out_type, block_size, neutral, reduce_
     ``pycuda_reduction_inp[i]``).  The Function is prepared as ``P``, the
     arguments' chars, ``I`` (seq_count), ``N`` (n)."""
     from pygpu.tools import parse_c_arg
+
     if stage == 1:
         if map_expr is None:
             map_expr = "in[i]"
@@ -761,13 +944,25 @@ def get_reduction_kernel_and_types(stage, out_type, block_size, neutral, reduce_
         in_arg = "const %s *pycuda_reduction_inp" % out_type
         arguments = in_arg + ", " + arguments if arguments else in_arg
     else:
-        raise ValueError("get_reduction_kernel_and_types(): stage must be 1 or 2, got %r"
-                         % (stage,))
+        raise ValueError(
+            "get_reduction_kernel_and_types(): stage must be 1 or 2, got %r" % (stage,)
+        )
     if arguments is None:
-        raise TypeError("get_reduction_kernel_and_types(): stage 1 needs arguments "
-                        "(e.g. 'const float *in')")
-    mod = get_reduction_module(out_type, block_size, neutral, reduce_expr, map_expr, arguments,
-                               name, keep, options, preamble)
+        raise TypeError(
+            "get_reduction_kernel_and_types(): stage 1 needs arguments (e.g. 'const float *in')"
+        )
+    mod = get_reduction_module(
+        out_type,
+        block_size,
+        neutral,
+        reduce_expr,
+        map_expr,
+        arguments,
+        name,
+        keep,
+        options,
+        preamble,
+    )
     func = mod.get_function(name)
     arg_types = [parse_c_arg(a).struct_char for a in arguments.split(",")]
     func.prepare("P%sIN" % "".join(arg_types))

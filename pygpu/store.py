@@ -15,6 +15,7 @@ that names files, a file it cannot read) makes the compile uncacheable, in
 memory too.  A header modified while it was being read or compiled (its
 inode change time is recent) keeps the result out of the cache.
 """
+
 import hashlib
 import json
 import os
@@ -25,17 +26,25 @@ import tempfile
 import threading
 import time
 
-__all__ = ["CACHE_SCHEMA", "Binary", "default_cache_dir", "resolve_dir", "cache_info",
-           "clear", "scan", "make_key"]
+__all__ = [
+    "CACHE_SCHEMA",
+    "Binary",
+    "default_cache_dir",
+    "resolve_dir",
+    "cache_info",
+    "clear",
+    "scan",
+    "make_key",
+]
 
 CACHE_SCHEMA = 2
 _MAGIC = b"PYGPUC1\n"
 lock = threading.RLock()
 
-try:   # os.environ's own dict: a lookup in it costs ~40 ns, os.environ.get ~400
+try:  # os.environ's own dict: a lookup in it costs ~40 ns, os.environ.get ~400
     environ_data = os.environ._data
     env_key = os.environ.encodekey
-except AttributeError:   # pragma: no cover - not CPython's os module
+except AttributeError:  # pragma: no cover - not CPython's os module
     environ_data = os.environ
 
     def env_key(name):
@@ -57,11 +66,11 @@ PYCUDA_DISABLE_KEY = env_key("PYCUDA_DISABLE_CACHE")
 def env_disabled():
     """PYGPU_DISABLE_CACHE is set to something other than '' or '0', or
     PyCUDA's PYCUDA_DISABLE_CACHE is set at all (PyCUDA's rule)."""
-    return (environ_data.get(DISABLE_KEY) not in OFF
-            or PYCUDA_DISABLE_KEY in environ_data)
+    return environ_data.get(DISABLE_KEY) not in OFF or PYCUDA_DISABLE_KEY in environ_data
 
 
 # ---- where ----
+
 
 def default_cache_dir():
     """$PYGPU_CACHE_DIR, else PyCUDA's $PYCUDA_CACHE_DIR, else
@@ -86,13 +95,17 @@ def check_dir(cache_dir):
         d = os.fspath(cache_dir)
         if isinstance(d, str):
             if not d:
-                raise ValueError("cache_dir is empty: give a directory, None for the default "
-                                 "or False for no cache")
+                raise ValueError(
+                    "cache_dir is empty: give a directory, None for the default "
+                    "or False for no cache"
+                )
             if "\0" in d:
                 raise ValueError("cache_dir contains a NUL character: %r" % (d,))
             return d
-    raise TypeError("cache_dir must be a directory (str or os.PathLike), None, True or "
-                    "False, not %s" % type(cache_dir).__name__)
+    raise TypeError(
+        "cache_dir must be a directory (str or os.PathLike), None, True or "
+        "False, not %s" % type(cache_dir).__name__
+    )
 
 
 def resolve_dir(cache_dir):
@@ -115,20 +128,23 @@ def cache_cap():
 
 # ---- what: the binary ----
 
+
 class Binary(bytes):
     """Compiled cubin or PTX: bytes with .target, .arch, .log and
     .lowered_names (name expression -> mangled name)."""
+
     target = arch = log = ""
     lowered_names = {}
-    _digest = None      # SHA-256 of the image, computed once for the module cache
+    _digest = None  # SHA-256 of the image, computed once for the module cache
 
     def digest(self):
         if self._digest is None:
             self._digest = hashlib.sha256(self).digest()
         return self._digest
 
-    def __repr__(self):         # a summary: the image itself is thousands of bytes
+    def __repr__(self):  # a summary: the image itself is thousands of bytes
         from pygpu import _display
+
         return _display.binary_summary(self)
 
     def _repr_pretty_(self, p, cycle):
@@ -136,6 +152,7 @@ class Binary(bytes):
 
     def _repr_html_(self):
         from pygpu import _display
+
         return _display.binary_html(self)
 
 
@@ -156,7 +173,8 @@ RACY_COARSE_NS = 2_000_000_000
 
 _DIRECTIVES = ("include", "include_next", "import", "embed")
 _HINTS = ("include", "import", "embed", "\\", "??")
-_TOKEN = re.compile(r'''
+_TOKEN = re.compile(
+    r'''
     (?P<nl>\n)
   | (?P<ws>[ \t\f\v\r]+)
   | (?P<lc>//[^\n]*)
@@ -167,12 +185,25 @@ _TOKEN = re.compile(r'''
   | (?P<hash>\#|%:)
   | (?P<id>[A-Za-z_$][A-Za-z_0-9$]*)
   | (?P<other>.)
-''', re.S | re.X)
+''',
+    re.S | re.X,
+)
 _SKIP = re.compile(r'(?:[ \t\f\v\r]+|/\*.*?\*/)*', re.S)
 _HEADER_NAME = re.compile(r'"([^"\n]*)"|<([^>\n]*)>')
-_PLAIN_DIRECTIVE = re.compile(r'^[ \t\f\v\r]*(?:#|%:)[ \t\f\v\r]*(include_next|include|import|embed)\b', re.M)
-_TRIGRAPHS = {"=": "#", "/": "\\", "'": "^", "(": "[", ")": "]", "!": "|", "<": "{", ">": "}",
-              "-": "~"}
+_PLAIN_DIRECTIVE = re.compile(
+    r'^[ \t\f\v\r]*(?:#|%:)[ \t\f\v\r]*(include_next|include|import|embed)\b', re.M
+)
+_TRIGRAPHS = {
+    "=": "#",
+    "/": "\\",
+    "'": "^",
+    "(": "[",
+    ")": "]",
+    "!": "|",
+    "<": "{",
+    ">": "}",
+    "-": "~",
+}
 _TRIGRAPH_RE = re.compile(r"\?\?([=/'()!<>-])")
 
 
@@ -201,7 +232,7 @@ def _header_name(text, pos, what):
     pos = _SKIP.match(text, pos).end()
     m = _HEADER_NAME.match(text, pos)
     if m is None:
-        line = text[pos:text.find("\n", pos) if "\n" in text[pos:] else len(text)]
+        line = text[pos : text.find("\n", pos) if "\n" in text[pos:] else len(text)]
         raise Uncacheable("%s with a macro or unusual argument (%r)" % (what, line[:80]))
     return (m.group(1) is not None), (m.group(1) if m.group(1) is not None else m.group(2))
 
@@ -237,7 +268,7 @@ def directives(text):
                     if word in _DIRECTIVES:
                         found.add(("include",) + _header_name(t, m.end(), "#" + word))
                     elif word == "line":
-                        rest = t[m.end():t.find("\n", m.end()) % (len(t) + 1)]
+                        rest = t[m.end() : t.find("\n", m.end()) % (len(t) + 1)]
                         if '"' in rest:
                             raise Uncacheable("#line with a file name")
                 elif word in ("__has_include", "__has_include_next"):
@@ -268,8 +299,7 @@ def _option_files(opts):
             pre.append(next(it, ""))
         elif o.startswith("--pre-include="):
             pre.append(o.split("=", 1)[1])
-        elif any(w in o for w in ("include", "pch", "optf", "options-file", "isystem",
-                                  "system")):
+        elif any(w in o for w in ("include", "pch", "optf", "options-file", "isystem", "system")):
             raise Uncacheable("option %r may read files the cache cannot key" % o)
     return dirs, pre
 
@@ -277,12 +307,13 @@ def _option_files(opts):
 class Deps:
     """The state of every file a compile may read: records for the key,
     stat signatures to check in memory, and whether it is racy."""
+
     __slots__ = ("records", "stats", "cwd", "racy")
 
     def __init__(self):
-        self.records = []     # (absolute path, 'F' + sha256 hex | 'A' absent | 'O' other)
-        self.stats = []       # (path as opened, signature or None for absent)
-        self.cwd = None       # set when a path is relative to the working directory
+        self.records = []  # (absolute path, 'F' + sha256 hex | 'A' absent | 'O' other)
+        self.stats = []  # (path as opened, signature or None for absent)
+        self.cwd = None  # set when a path is relative to the working directory
         self.racy = False
 
     def valid(self):
@@ -393,8 +424,9 @@ def scan(source, opts, name, trusted_dirs=()):
             if os.path.isabs(hname):
                 cands = [(hname, in_trusted)]
             else:
-                search = ([(d, in_trusted) for d in chain] if quoted else []) + \
-                         [(d, d in trusted) for d in dirs]
+                search = ([(d, in_trusted) for d in chain] if quoted else []) + [
+                    (d, d in trusted) for d in dirs
+                ]
                 cands = [(os.path.join(d, hname), t) for d, t in search]
             for path, t in cands:
                 got = state(path, t)
@@ -457,16 +489,21 @@ def read_entry(cache_dir, key):
     try:
         if not blob.startswith(_MAGIC):
             raise ValueError("bad magic")
-        digest, payload = blob[len(_MAGIC):len(_MAGIC) + 32], blob[len(_MAGIC) + 32:]
+        digest, payload = blob[len(_MAGIC) : len(_MAGIC) + 32], blob[len(_MAGIC) + 32 :]
         if hashlib.sha256(payload).digest() != digest:
             raise ValueError("checksum mismatch")
         hlen = int.from_bytes(payload[:4], "little")
-        meta = json.loads(payload[4:4 + hlen].decode("utf-8"))
-        image = payload[4 + hlen:]
+        meta = json.loads(payload[4 : 4 + hlen].decode("utf-8"))
+        image = payload[4 + hlen :]
         if not isinstance(meta, dict) or meta.get("key") != key or len(image) != meta.get("size"):
             raise ValueError("entry does not match its key")
-        b = make_binary(image, str(meta["target"]), str(meta["arch"]), str(meta.get("log", "")),
-                        {str(k): str(v) for k, v in dict(meta.get("lowered", {})).items()})
+        b = make_binary(
+            image,
+            str(meta["target"]),
+            str(meta["arch"]),
+            str(meta.get("log", "")),
+            {str(k): str(v) for k, v in dict(meta.get("lowered", {})).items()},
+        )
     except (ValueError, UnicodeDecodeError, KeyError, TypeError) as e:
         debug("miss %s: damaged entry %s (%s): recompiling" % (key[:16], path, e))
         try:
@@ -475,7 +512,7 @@ def read_entry(cache_dir, key):
             pass
         return None
     try:
-        os.utime(path)   # least-recently-used order
+        os.utime(path)  # least-recently-used order
     except OSError:
         pass
     return b
@@ -487,7 +524,7 @@ def _atomic_write(path, data):
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.replace(tmp, path)   # atomic: readers see all or nothing
+        os.replace(tmp, path)  # atomic: readers see all or nothing
     except BaseException:
         try:
             os.unlink(tmp)
@@ -497,8 +534,16 @@ def _atomic_write(path, data):
 
 
 def write_entry(cache_dir, key, b):
-    meta = json.dumps({"key": key, "size": len(b), "target": b.target, "arch": b.arch,
-                       "log": b.log, "lowered": b.lowered_names}).encode("utf-8")
+    meta = json.dumps(
+        {
+            "key": key,
+            "size": len(b),
+            "target": b.target,
+            "arch": b.arch,
+            "log": b.log,
+            "lowered": b.lowered_names,
+        }
+    ).encode("utf-8")
     payload = len(meta).to_bytes(4, "little") + meta + bytes(b)
     blob = _MAGIC + hashlib.sha256(payload).digest() + payload
     path = _entry_path(cache_dir, key)
@@ -510,7 +555,7 @@ def write_entry(cache_dir, key, b):
     _account(cache_dir, len(blob), keep=path)
 
 
-_totals = {}    # cache dir -> (approximate total, total last written to <dir>/size)
+_totals = {}  # cache dir -> (approximate total, total last written to <dir>/size)
 
 
 def _account(cache_dir, added, keep):
@@ -560,8 +605,11 @@ def entries(cache_dir):
                     continue
                 with os.scandir(sub.path) as it:
                     for e in it:
-                        if (_ENTRY.fullmatch(e.name) and e.name.startswith(sub.name)
-                                and e.is_file(follow_symlinks=False)):
+                        if (
+                            _ENTRY.fullmatch(e.name)
+                            and e.name.startswith(sub.name)
+                            and e.is_file(follow_symlinks=False)
+                        ):
                             st = e.stat(follow_symlinks=False)
                             out.append((st.st_mtime, st.st_size, e.path))
             except OSError:
@@ -595,8 +643,14 @@ def cache_info(cache_dir=None):
     """Counts and sizes of the in-memory and on-disk caches."""
     d = check_dir(cache_dir)
     found = entries(d) if d else []
-    return {"dir": d, "disk_entries": len(found), "disk_bytes": sum(e[1] for e in found),
-            "memory_entries": len(memory), "size_cap": cache_cap(), **stats}
+    return {
+        "dir": d,
+        "disk_entries": len(found),
+        "disk_bytes": sum(e[1] for e in found),
+        "memory_entries": len(memory),
+        "size_cap": cache_cap(),
+        **stats,
+    }
 
 
 def clear(cache_dir=None, disk=True):
@@ -620,6 +674,7 @@ def clear(cache_dir=None, disk=True):
 
 # ---- NVRTC's version, recorded beside the entries ----
 
+
 def read_version_record(cache_dir, fingerprint, file_sig, kind="nvrtc"):
     """The (major, minor) recorded for this fingerprint, if the record is
     whole and its library file unchanged; else None.  kind: which library
@@ -629,9 +684,13 @@ def read_version_record(cache_dir, fingerprint, file_sig, kind="nvrtc"):
         with open(rec) as f:
             meta = json.load(f)
         version, lib, sig = meta["version"], meta["file"], meta["sig"]
-        if (isinstance(lib, str) and isinstance(version, list) and len(version) == 2
-                and all(type(v) is int and 0 <= v < 1000 for v in version)
-                and file_sig(lib) == sig):
+        if (
+            isinstance(lib, str)
+            and isinstance(version, list)
+            and len(version) == 2
+            and all(type(v) is int and 0 <= v < 1000 for v in version)
+            and file_sig(lib) == sig
+        ):
             return tuple(version)
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -641,8 +700,9 @@ def read_version_record(cache_dir, fingerprint, file_sig, kind="nvrtc"):
 def write_version_record(cache_dir, fingerprint, lib, sig, version, kind="nvrtc", **extra):
     rec = os.path.join(cache_dir, "%s-%s.json" % (kind, fingerprint))
     try:
-        _atomic_write(rec, json.dumps(dict(extra, file=lib, sig=sig,
-                                           version=list(version))).encode())
+        _atomic_write(
+            rec, json.dumps(dict(extra, file=lib, sig=sig, version=list(version))).encode()
+        )
     except OSError:
         pass
 

@@ -10,6 +10,7 @@ Memcpy3D and Memcpy3DPeer, the memcpy_htoa/atoh copies (memcpy_dtoa/atod/atoa
 are C) and the flag enums that cuda.h
 defines as macros.  pygpu.driver re-exports all of it.
 """
+
 import enum as _enum
 
 import numpy as _np
@@ -40,6 +41,7 @@ from pygpu._driver import (  # noqa: F401  (re-exported through pygpu.driver)
 
 class array3d_flags(_enum.IntFlag):
     """ArrayDescriptor3D.flags (CUDA_ARRAY3D_*), with PyCUDA's names."""
+
     LAYERED = 0x01
     ARRAY3D_LAYERED = 0x01
     ARRAY3D_2DARRAY = 0x01
@@ -52,20 +54,26 @@ class array3d_flags(_enum.IntFlag):
 # it is no identifier)
 setattr(array3d_flags, "2DARRAY", array3d_flags.ARRAY3D_2DARRAY)
 
+
 class read_mode(_enum.IntEnum):
     """How a texture of an integer format reads: ELEMENT_TYPE returns the
     integers (cudaReadModeElementType), NORMALIZED_FLOAT maps them to
     [0, 1] (unsigned) or [-1, 1] (signed) floats.  Float formats read floats
     either way."""
+
     ELEMENT_TYPE = 0
     NORMALIZED_FLOAT = 1
 
 
 _FORMAT_DTYPES = {
-    array_format.UNSIGNED_INT8: _np.uint8, array_format.UNSIGNED_INT16: _np.uint16,
-    array_format.UNSIGNED_INT32: _np.uint32, array_format.SIGNED_INT8: _np.int8,
-    array_format.SIGNED_INT16: _np.int16, array_format.SIGNED_INT32: _np.int32,
-    array_format.HALF: _np.float16, array_format.FLOAT: _np.float32,
+    array_format.UNSIGNED_INT8: _np.uint8,
+    array_format.UNSIGNED_INT16: _np.uint16,
+    array_format.UNSIGNED_INT32: _np.uint32,
+    array_format.SIGNED_INT8: _np.int8,
+    array_format.SIGNED_INT16: _np.int16,
+    array_format.SIGNED_INT32: _np.int32,
+    array_format.HALF: _np.float16,
+    array_format.FLOAT: _np.float32,
 }
 
 
@@ -167,8 +175,9 @@ class _MemcpyFields:
         try:
             return _TYPE_KINDS[int(value)]
         except (KeyError, TypeError, ValueError):
-            raise ValueError("%s must be a memory_type (HOST, DEVICE, ARRAY or UNIFIED), "
-                             "got %r" % (what, value)) from None
+            raise ValueError(
+                "%s must be a memory_type (HOST, DEVICE, ARRAY or UNIFIED), got %r" % (what, value)
+            ) from None
 
     @property
     def src_memory_type(self):
@@ -224,20 +233,36 @@ class Memcpy3D(_MemcpyFields):
         if self._src_kind is None or self._dst_kind is None:
             raise ValueError("%s: set a source and a destination first" % self._what)
         if self.src_lod or self.dst_lod:
-            raise ValueError("%s: src_lod and dst_lod must be 0 (mipmapped arrays are not "
-                             "supported)" % self._what)
-        src = (self._resolve(self._src_kind, self._src), self._src, self.src_x_in_bytes,
-               self.src_y, self.src_z if depth is None else 0, self.src_pitch, self.src_height)
-        dst = (self._resolve(self._dst_kind, self._dst), self._dst, self.dst_x_in_bytes,
-               self.dst_y,
-               self.dst_z if depth is None else 0, self.dst_pitch, self.dst_height)
+            raise ValueError(
+                "%s: src_lod and dst_lod must be 0 (mipmapped arrays are not "
+                "supported)" % self._what
+            )
+        src = (
+            self._resolve(self._src_kind, self._src),
+            self._src,
+            self.src_x_in_bytes,
+            self.src_y,
+            self.src_z if depth is None else 0,
+            self.src_pitch,
+            self.src_height,
+        )
+        dst = (
+            self._resolve(self._dst_kind, self._dst),
+            self._dst,
+            self.dst_x_in_bytes,
+            self.dst_y,
+            self.dst_z if depth is None else 0,
+            self.dst_pitch,
+            self.dst_height,
+        )
         return src, dst
 
     def __call__(self, stream=None):
         """c() copies now; c(stream) enqueues on a stream."""
         src, dst = self._sides(None)
-        _driver._memcpy_3d(self._what, src, dst, self.width_in_bytes, self.height,
-                           self.depth, stream)
+        _driver._memcpy_3d(
+            self._what, src, dst, self.width_in_bytes, self.height, self.depth, stream
+        )
 
 
 class Memcpy3DPeer(Memcpy3D):
@@ -269,8 +294,17 @@ class Memcpy3DPeer(Memcpy3D):
     def __call__(self, stream=None):
         """c() copies now; c(stream) enqueues on a stream."""
         src, dst = self._sides(None)
-        _driver._memcpy_3d_peer(self._what, src, dst, self.width_in_bytes, self.height,
-                                self.depth, stream, self._src_context, self._dst_context)
+        _driver._memcpy_3d_peer(
+            self._what,
+            src,
+            dst,
+            self.width_in_bytes,
+            self.height,
+            self.depth,
+            stream,
+            self._src_context,
+            self._dst_context,
+        )
 
 
 def _as_host(ary, what):
@@ -390,16 +424,18 @@ def make_multichannel_2d_array(ndarray, order):
     order = _order(order, "make_multichannel_2d_array()")
     ndarray = _as_host(ndarray, "make_multichannel_2d_array()")
     if ndarray.ndim != 3:
-        raise ValueError("make_multichannel_2d_array(): the array must be 3-D, not %d-D"
-                         % ndarray.ndim)
+        raise ValueError(
+            "make_multichannel_2d_array(): the array must be 3-D, not %d-D" % ndarray.ndim
+        )
     ndarray = _np.asarray(ndarray, order=order)
     if order == "C":
         h, w, nch = ndarray.shape
     else:
         nch, w, h = ndarray.shape
     if nch not in (1, 2, 4):
-        raise ValueError("make_multichannel_2d_array(): %d channels; CUDA arrays have 1, 2 "
-                         "or 4" % nch)
+        raise ValueError(
+            "make_multichannel_2d_array(): %d channels; CUDA arrays have 1, 2 or 4" % nch
+        )
     ary = Array(ArrayDescriptor(w, h, dtype_to_array_format(ndarray.dtype), nch))
     _host_to_array(ndarray, ary, w * nch * ndarray.itemsize, h, 1)
     return ary
@@ -441,8 +477,9 @@ def array_to_matrix(ary, order="C", dtype=None):
     NumPy matrix in the given order."""
     out = array_to_np(ary, dtype)
     if out.ndim != 2:
-        raise ValueError("array_to_matrix(): the array is not a 2-D single-channel array "
-                         "(use array_to_np)")
+        raise ValueError(
+            "array_to_matrix(): the array is not a 2-D single-channel array (use array_to_np)"
+        )
     return out if _order(order, "array_to_matrix()") == "C" else _np.asfortranarray(out.T)
 
 
@@ -473,11 +510,36 @@ def memcpy_atoh(dest, ary, index):
 
 
 __all__ = [
-    "Array", "ArrayDescriptor", "ArrayDescriptor3D", "Memcpy3D", "Memcpy3DPeer", "SurfaceObject",
-    "TensorMap", "TextureObject", "address_mode", "array3d_flags", "array_format",
-    "array_format_to_dtype", "array_to_matrix", "array_to_np", "dtype_to_array_format",
-    "filter_mode", "gpuarray_to_array", "make_multichannel_2d_array", "matrix_to_array",
-    "memcpy_atoa", "memcpy_atod", "memcpy_atoh", "memcpy_dtoa", "memcpy_htoa", "np_to_array", "read_mode", "resource_type", "tensor_map_data_type",
-    "tensor_map_float_oob_fill", "tensor_map_interleave", "tensor_map_l2_promotion",
+    "Array",
+    "ArrayDescriptor",
+    "ArrayDescriptor3D",
+    "Memcpy3D",
+    "Memcpy3DPeer",
+    "SurfaceObject",
+    "TensorMap",
+    "TextureObject",
+    "address_mode",
+    "array3d_flags",
+    "array_format",
+    "array_format_to_dtype",
+    "array_to_matrix",
+    "array_to_np",
+    "dtype_to_array_format",
+    "filter_mode",
+    "gpuarray_to_array",
+    "make_multichannel_2d_array",
+    "matrix_to_array",
+    "memcpy_atoa",
+    "memcpy_atod",
+    "memcpy_atoh",
+    "memcpy_dtoa",
+    "memcpy_htoa",
+    "np_to_array",
+    "read_mode",
+    "resource_type",
+    "tensor_map_data_type",
+    "tensor_map_float_oob_fill",
+    "tensor_map_interleave",
+    "tensor_map_l2_promotion",
     "tensor_map_swizzle",
 ]

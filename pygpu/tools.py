@@ -18,6 +18,7 @@ mark_cuda_test and init_cuda_context_fixture.
 autotune (pygpu.autotune): compile, check and time the variants of a kernel
 on the caller's arguments and launch the fastest, remembered on disk.
 """
+
 import operator
 import threading
 import weakref
@@ -27,21 +28,41 @@ import numpy as np
 from pygpu import driver
 from pygpu.autotune import AutotuneError, Tuned, autotune  # noqa: F401  (run-time tuning)
 
-__all__ = ["bin_size", "bitlog2", "PooledDeviceAllocation", "DeviceMemoryPool", "PageLockedMemoryPool",
-           "PageLockedAllocator", "DebugMemoryPool",
-           "dtype_to_ctype", "get_or_register_dtype", "register_dtype", "parse_c_arg",
-           "get_arg_type", "Argument", "VectorArg", "ScalarArg", "context_dependent_memoize",
-           "clear_context_caches", "make_default_context", "get_default_device",
-           "mark_cuda_test", "init_cuda_context_fixture", "autotune", "Tuned", "AutotuneError"]
+__all__ = [
+    "bin_size",
+    "bitlog2",
+    "PooledDeviceAllocation",
+    "DeviceMemoryPool",
+    "PageLockedMemoryPool",
+    "PageLockedAllocator",
+    "DebugMemoryPool",
+    "dtype_to_ctype",
+    "get_or_register_dtype",
+    "register_dtype",
+    "parse_c_arg",
+    "get_arg_type",
+    "Argument",
+    "VectorArg",
+    "ScalarArg",
+    "context_dependent_memoize",
+    "clear_context_caches",
+    "make_default_context",
+    "get_default_device",
+    "mark_cuda_test",
+    "init_cuda_context_fixture",
+    "autotune",
+    "Tuned",
+    "AutotuneError",
+]
 
 
 def bin_size(nbytes):
     """The block size a request of nbytes is served from: four size classes
     per power of two (so at most 25% is wasted), at least 256 bytes."""
-    nbytes = operator.index(nbytes)       # a Python int: NumPy ints would wrap
+    nbytes = operator.index(nbytes)  # a Python int: NumPy ints would wrap
     if nbytes <= 256:
         return 256
-    top = 1 << (int(nbytes - 1).bit_length() - 1)     # largest power of two < nbytes
+    top = 1 << (int(nbytes - 1).bit_length() - 1)  # largest power of two < nbytes
     step = top // 4
     return ((nbytes + step - 1) // step) * step
 
@@ -78,8 +99,12 @@ def _alloc_size(bin_nr):
 
 def _pool_repr(pool):
     return "<%s: %d active block(s), %d held (%d bytes)%s>" % (
-        type(pool).__name__, pool.active_blocks, pool.held_blocks, pool.held_bytes,
-        "" if pool._holding else ", not holding")
+        type(pool).__name__,
+        pool.active_blocks,
+        pool.held_blocks,
+        pool.held_bytes,
+        "" if pool._holding else ", not holding",
+    )
 
 
 class PooledDeviceAllocation(int):
@@ -95,8 +120,14 @@ class PooledDeviceAllocation(int):
     def __cuda_array_interface__(self):
         if self._alloc is None:
             raise driver.LogicError("the pooled allocation was freed")
-        return {"shape": (self.size,), "typestr": "|u1", "data": (int(self), False),
-                "version": 3, "strides": None, "stream": None}
+        return {
+            "shape": (self.size,),
+            "typestr": "|u1",
+            "data": (int(self), False),
+            "version": 3,
+            "strides": None,
+            "stream": None,
+        }
 
     def free(self):
         """Give the block back to the pool (idempotent)."""
@@ -107,7 +138,7 @@ class PooledDeviceAllocation(int):
     def __del__(self):
         try:
             self.free()
-        except Exception:   # interpreter teardown: the block is freed anyway
+        except Exception:  # interpreter teardown: the block is freed anyway
             pass
 
     def __len__(self):
@@ -134,8 +165,10 @@ class DeviceMemoryPool:
 
     def __init__(self, allocator=None):
         if allocator is not None and not callable(allocator):
-            raise TypeError("DeviceMemoryPool(): allocator must be callable (nbytes -> "
-                            "allocation), not %s" % type(allocator).__name__)
+            raise TypeError(
+                "DeviceMemoryPool(): allocator must be callable (nbytes -> "
+                "allocation), not %s" % type(allocator).__name__
+            )
         self._allocator = allocator or driver.mem_alloc
         self._bins = {}
         self._lock = threading.Lock()
@@ -255,6 +288,7 @@ class DebugMemoryPool(DeviceMemoryPool):
 
     class Outstanding(tuple):
         """One live allocation: (nbytes, description, stack)."""
+
         __slots__ = ()
 
         def __new__(cls, nbytes, description, stack):
@@ -262,8 +296,7 @@ class DebugMemoryPool(DeviceMemoryPool):
 
         nbytes = property(lambda self: self[0], doc="Bytes asked for.")
         description = property(lambda self: self[1], doc="The call site (or its mnemonic).")
-        stack = property(lambda self: self[2],
-                         doc="traceback.StackSummary of the allocating call.")
+        stack = property(lambda self: self[2], doc="traceback.StackSummary of the allocating call.")
 
     def __init__(self, interactive=False, logfile=None, allocator=None, stack_depth=6):
         super().__init__(allocator)
@@ -275,24 +308,27 @@ class DebugMemoryPool(DeviceMemoryPool):
         self.stack_depth = stack_depth
         self.last_free = None
         self.stacktrace_mnemonics = {}
-        self._records = {}          # id(block) -> Outstanding, while the block is active
+        self._records = {}  # id(block) -> Outstanding, while the block is active
 
     def _log(self, text):
         import sys
+
         print(text, file=self.logfile if self.logfile is not None else sys.stdout)
 
     def _stack(self):
         import traceback
-        frames = [f for f in traceback.extract_stack()
-                  if f.filename != __file__]
-        return traceback.StackSummary.from_list(frames[-self.stack_depth:])
+
+        frames = [f for f in traceback.extract_stack() if f.filename != __file__]
+        return traceback.StackSummary.from_list(frames[-self.stack_depth :])
 
     def describe(self, stack, size):
         """The description logged for an allocation of size bytes made at
         stack (a traceback.StackSummary)."""
         import os
-        where = "|".join("%s:%d:%s" % (os.path.basename(f.filename), f.lineno, f.name)
-                         for f in stack)
+
+        where = "|".join(
+            "%s:%d:%s" % (os.path.basename(f.filename), f.lineno, f.name) for f in stack
+        )
         if not self.interactive:
             return where
         # one mnemonic per call chain (functions, not lines) and size
@@ -323,11 +359,21 @@ class DebugMemoryPool(DeviceMemoryPool):
         """Write what is outstanding, grouped by size and call site, with
         the pool's counts, to file (default: logfile)."""
         import sys
-        out = file if file is not None else (
-            self.logfile if self.logfile is not None else sys.stdout)
-        print("%s: %d active block(s) (%d bytes asked for), %d held (%d bytes)"
-              % (type(self).__name__, self.active_blocks, self.active_bytes,
-                 self.held_blocks, self.held_bytes), file=out)
+
+        out = (
+            file if file is not None else (self.logfile if self.logfile is not None else sys.stdout)
+        )
+        print(
+            "%s: %d active block(s) (%d bytes asked for), %d held (%d bytes)"
+            % (
+                type(self).__name__,
+                self.active_blocks,
+                self.active_bytes,
+                self.held_blocks,
+                self.held_bytes,
+            ),
+            file=out,
+        )
         for (nbytes, descr), count in self._histogram():
             print("  %s (%d bytes): %dx" % (descr, nbytes, count), file=out)
 
@@ -336,10 +382,19 @@ class DebugMemoryPool(DeviceMemoryPool):
         stack = self._stack()
         description = self.describe(stack, nbytes)
         free, total = driver.mem_get_info()
-        self._log("\n  Allocation of size %d occurring (mem: last_free:%s, free: %d, total:%d) "
-                  "(pool: held:%d, active:%d):\n      at: %s"
-                  % (nbytes, "-" if self.last_free is None else "%d" % self.last_free, free,
-                     total, self.held_blocks, self.active_blocks, description))
+        self._log(
+            "\n  Allocation of size %d occurring (mem: last_free:%s, free: %d, total:%d) "
+            "(pool: held:%d, active:%d):\n      at: %s"
+            % (
+                nbytes,
+                "-" if self.last_free is None else "%d" % self.last_free,
+                free,
+                total,
+                self.held_blocks,
+                self.active_blocks,
+                description,
+            )
+        )
         for (size, descr), count in self._histogram():
             self._log("  %s (%d bytes): %dx" % (descr, size, count))
         if self.interactive:
@@ -391,12 +446,14 @@ class PageLockedMemoryPool:
 
     def __init__(self, allocator=None, mem_flags=0):
         if allocator is not None and not callable(allocator):
-            try:                  # pygpu's earlier signature: PageLockedMemoryPool(mem_flags)
+            try:  # pygpu's earlier signature: PageLockedMemoryPool(mem_flags)
                 mem_flags, allocator = operator.index(allocator), None
             except TypeError:
-                raise TypeError("PageLockedMemoryPool(): allocator must be callable (nbytes "
-                                "-> a writable buffer), e.g. PageLockedAllocator(flags), not "
-                                "%s" % type(allocator).__name__) from None
+                raise TypeError(
+                    "PageLockedMemoryPool(): allocator must be callable (nbytes "
+                    "-> a writable buffer), e.g. PageLockedAllocator(flags), not "
+                    "%s" % type(allocator).__name__
+                ) from None
         self._allocator = allocator if allocator is not None else PageLockedAllocator(mem_flags)
         self._bins = {}
         self._lock = threading.Lock()
@@ -446,7 +503,7 @@ class PageLockedMemoryPool:
         if raw is None:
             try:
                 raw = self._new_block(size)
-            except MemoryError:     # pygpu.driver.MemoryError is one too
+            except MemoryError:  # pygpu.driver.MemoryError is one too
                 self.free_held()
                 raw = self._new_block(size)
         with self._lock:
@@ -462,13 +519,17 @@ class PageLockedMemoryPool:
         try:
             raw = np.frombuffer(block, np.uint8)
         except (TypeError, ValueError) as e:
-            raise TypeError("PageLockedMemoryPool: the allocator returned %s, not a "
-                            "C-contiguous buffer (%s)" % (type(block).__name__, e)) from None
+            raise TypeError(
+                "PageLockedMemoryPool: the allocator returned %s, not a "
+                "C-contiguous buffer (%s)" % (type(block).__name__, e)
+            ) from None
         if not raw.flags.writeable:
             raise ValueError("PageLockedMemoryPool: the allocator returned a read-only buffer")
         if raw.size < size:
-            raise ValueError("PageLockedMemoryPool: the allocator returned %d bytes for a "
-                             "block of %d" % (raw.size, size))
+            raise ValueError(
+                "PageLockedMemoryPool: the allocator returned %d bytes for a "
+                "block of %d" % (raw.size, size)
+            )
         return raw[:size]
 
     allocate = empty
@@ -497,6 +558,7 @@ class PageLockedMemoryPool:
 
 # ---- C types of NumPy dtypes (kernel generators) ----
 
+
 class _DTypeRegistry:
     """dtype <-> C type name, both ways; several names may map to one dtype
     (the first registered is the one dtype_to_ctype gives)."""
@@ -515,8 +577,9 @@ class _DTypeRegistry:
             name = _norm_ctype(name)
             old = self.name_to_dtype.get(name)
             if old is not None and old != dtype:
-                raise RuntimeError("C type %r is already registered as %s, not %s"
-                                   % (name, old, dtype))
+                raise RuntimeError(
+                    "C type %r is already registered as %s, not %s" % (name, old, dtype)
+                )
             self.name_to_dtype[name] = dtype
             self.dtype_to_name.setdefault(dtype, name)
         return dtype
@@ -539,10 +602,31 @@ def _fill_registry():
     r(["int", "signed int", "signed"], np.int32)
     r(["unsigned int", "unsigned"], np.uint32)
     # LP64 (Linux): long is 64 bits, like long long
-    r(["long", "long int", "signed long", "long long", "long long int", "signed long long",
-       "int64_t", "ptrdiff_t", "ssize_t"], np.int64)
-    r(["unsigned long", "unsigned long int", "unsigned long long", "unsigned long long int",
-       "uint64_t", "size_t"], np.uint64)
+    r(
+        [
+            "long",
+            "long int",
+            "signed long",
+            "long long",
+            "long long int",
+            "signed long long",
+            "int64_t",
+            "ptrdiff_t",
+            "ssize_t",
+        ],
+        np.int64,
+    )
+    r(
+        [
+            "unsigned long",
+            "unsigned long int",
+            "unsigned long long",
+            "unsigned long long int",
+            "uint64_t",
+            "size_t",
+        ],
+        np.uint64,
+    )
     r(["int8_t"], np.int8)
     r(["uint8_t"], np.uint8)
     r(["int16_t"], np.int16)
@@ -569,8 +653,10 @@ def get_or_register_dtype(c_names, dtype=None):
     dtype registered as c_names (KeyError if none)."""
     if dtype is None:
         if not isinstance(c_names, str):
-            raise TypeError("get_or_register_dtype(): a single C type name is needed to "
-                            "look up a dtype, not %r" % (c_names,))
+            raise TypeError(
+                "get_or_register_dtype(): a single C type name is needed to "
+                "look up a dtype, not %r" % (c_names,)
+            )
         try:
             return _registry.name_to_dtype[_norm_ctype(c_names)]
         except KeyError:
@@ -598,13 +684,15 @@ def dtype_to_ctype(dtype, with_fp_tex_hack=False):
     except KeyError:
         pass
     if dtype.hasobject:
-        raise TypeError("dtype %s holds Python objects, which have no C type on the "
-                        "device" % dtype)
-    raise ValueError("unable to map dtype '%s' to a C type (register a struct dtype "
-                     "with pygpu.tools.register_dtype)" % dtype)
+        raise TypeError("dtype %s holds Python objects, which have no C type on the device" % dtype)
+    raise ValueError(
+        "unable to map dtype '%s' to a C type (register a struct dtype "
+        "with pygpu.tools.register_dtype)" % dtype
+    )
 
 
 # ---- kernel argument descriptions ----
+
 
 class Argument:
     """A kernel argument: its dtype and its name."""
@@ -617,8 +705,7 @@ class Argument:
         return "%s(%r, %s)" % (type(self).__name__, self.name, self.dtype)
 
     def __eq__(self, other):
-        return (type(self) is type(other) and self.dtype == other.dtype
-                and self.name == other.name)
+        return type(self) is type(other) and self.dtype == other.dtype and self.name == other.name
 
     def __hash__(self):
         return hash((type(self), self.dtype, self.name))
@@ -626,6 +713,7 @@ class Argument:
 
 class VectorArg(Argument):
     """A pointer argument (an array)."""
+
     struct_char = "P"
 
     def declarator(self):
@@ -657,8 +745,7 @@ _IDENT = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 def parse_c_arg(c_arg):
     """'float *x' -> VectorArg(float32, 'x'); 'double a' -> ScalarArg(float64, 'a')."""
     if not isinstance(c_arg, str):
-        raise TypeError("parse_c_arg() takes a C declaration str, not %s"
-                        % type(c_arg).__name__)
+        raise TypeError("parse_c_arg() takes a C declaration str, not %s" % type(c_arg).__name__)
     decl = c_arg.strip()
     if decl.endswith("]"):
         raise ValueError("C argument %r: arrays are declared as pointers ('T *name')" % c_arg)
@@ -669,8 +756,9 @@ def parse_c_arg(c_arg):
     name = decl[start:end]
     tp = decl[:start]
     if not name or name[0].isdigit() or not tp.strip():
-        raise ValueError("cannot parse C argument %r (expected 'type name' or 'type *name')"
-                         % c_arg)
+        raise ValueError(
+            "cannot parse C argument %r (expected 'type name' or 'type *name')" % c_arg
+        )
     stars = tp.count("*")
     if stars > 1:
         raise ValueError("C argument %r: pointers to pointers are not supported" % c_arg)
@@ -681,8 +769,10 @@ def parse_c_arg(c_arg):
     try:
         dtype = _registry.name_to_dtype[_norm_ctype(tp_name)]
     except KeyError:
-        raise ValueError("C argument %r: unknown type %r (register it with "
-                         "pygpu.tools.get_or_register_dtype)" % (c_arg, tp_name)) from None
+        raise ValueError(
+            "C argument %r: unknown type %r (register it with "
+            "pygpu.tools.get_or_register_dtype)" % (c_arg, tp_name)
+        ) from None
     return VectorArg(dtype, name) if stars else ScalarArg(dtype, name)
 
 
@@ -702,8 +792,10 @@ def _parse_arguments(arguments):
         elif isinstance(a, str):
             out.append(parse_c_arg(a))
         else:
-            raise TypeError("an argument must be a VectorArg, a ScalarArg or a C "
-                            "declaration str, not %s" % type(a).__name__)
+            raise TypeError(
+                "an argument must be a VectorArg, a ScalarArg or a C "
+                "declaration str, not %s" % type(a).__name__
+            )
     return out
 
 
@@ -752,13 +844,15 @@ def context_dependent_memoize(func):
         except KeyError:
             pass
         except TypeError:
-            raise TypeError("%s(): the arguments must be hashable to be memoized"
-                            % func.__name__) from None
+            raise TypeError(
+                "%s(): the arguments must be hashable to be memoized" % func.__name__
+            ) from None
         result = func(*args, **kwargs)
         cache[key] = result
         return result
 
     import functools
+
     functools.update_wrapper(wrapper, func)
     wrapper.clear_cache = cache.clear
     return wrapper
@@ -772,9 +866,11 @@ def clear_context_caches():
 
 # ---- contexts for tests (PyCUDA's names) ----
 
+
 def get_default_device(default=0):
     """The device named by CUDA_DEVICE (or default)."""
     import os
+
     driver.init()
     dev = os.environ.get("CUDA_DEVICE")
     return driver.Device(int(dev) if dev is not None else default)
@@ -805,6 +901,7 @@ def init_cuda_context_fixture():
             driver.Context.pop()
             clear_context_caches()
             import gc
+
             gc.collect()
 
 
@@ -825,6 +922,7 @@ def mark_cuda_test(inner_f):
                 driver.Context.pop()
                 clear_context_caches()
                 import gc
+
                 gc.collect()
 
     try:
@@ -835,6 +933,7 @@ def mark_cuda_test(inner_f):
 
 
 # ---- PyCUDA's occupancy helpers ----
+
 
 def _ceil_div(a, b):
     return -(-a // b)
@@ -854,8 +953,7 @@ class DeviceData:
         a = driver.device_attribute
         self.max_threads = dev.get_attribute(a.MAX_THREADS_PER_BLOCK)
         self.warp_size = dev.get_attribute(a.WARP_SIZE)
-        self.warps_per_mp = dev.get_attribute(a.MAX_THREADS_PER_MULTIPROCESSOR) \
-            // self.warp_size
+        self.warps_per_mp = dev.get_attribute(a.MAX_THREADS_PER_MULTIPROCESSOR) // self.warp_size
         self.thread_blocks_per_mp = dev.get_attribute(a.MAX_BLOCKS_PER_MULTIPROCESSOR)
         self.registers = dev.get_attribute(a.MAX_REGISTERS_PER_BLOCK)
         self.shared_memory = dev.get_attribute(a.MAX_SHARED_MEMORY_PER_BLOCK)
@@ -907,22 +1005,31 @@ class OccupancyRecord:
 
     def __init__(self, devdata, threads, shared_mem=0, registers=0):
         if threads > devdata.max_threads:
-            raise ValueError("too many threads: %d, the device takes at most %d a block"
-                             % (threads, devdata.max_threads))
+            raise ValueError(
+                "too many threads: %d, the device takes at most %d a block"
+                % (threads, devdata.max_threads)
+            )
         if threads < 1:
             raise ValueError("threads must be >= 1, got %d" % threads)
         alloc_warps = _ceil_div(threads, devdata.warp_size)
-        alloc_smem = _ceil_div(shared_mem, devdata.smem_alloc_granularity) * \
-            devdata.smem_alloc_granularity
+        alloc_smem = (
+            _ceil_div(shared_mem, devdata.smem_alloc_granularity) * devdata.smem_alloc_granularity
+        )
         alloc_regs = alloc_warps * devdata.warp_size * registers
         if alloc_regs > devdata.registers:
-            raise ValueError("too many registers: %d a block, the device has %d"
-                             % (alloc_regs, devdata.registers))
+            raise ValueError(
+                "too many registers: %d a block, the device has %d"
+                % (alloc_regs, devdata.registers)
+            )
         if alloc_smem > devdata.shared_memory:
-            raise ValueError("too much shared memory: %d bytes a block, the device has %d"
-                             % (alloc_smem, devdata.shared_memory))
-        self.tb_per_mp_limits = [(devdata.thread_blocks_per_mp, "device"),
-                                 (devdata.warps_per_mp // alloc_warps, "warps")]
+            raise ValueError(
+                "too much shared memory: %d bytes a block, the device has %d"
+                % (alloc_smem, devdata.shared_memory)
+            )
+        self.tb_per_mp_limits = [
+            (devdata.thread_blocks_per_mp, "device"),
+            (devdata.warps_per_mp // alloc_warps, "warps"),
+        ]
         if registers > 0:
             self.tb_per_mp_limits.append((devdata.registers // alloc_regs, "regs"))
         if shared_mem > 0:

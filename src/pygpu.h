@@ -20,10 +20,15 @@
 #define PyFloat_Pack2(x, p, le) _PyFloat_Pack2((x), (unsigned char *)(p), (le))
 #endif
 #if PY_VERSION_HEX < 0x030A0000
-static inline PyObject *Py_NewRef(PyObject *o) { Py_INCREF(o); return o; }
+static inline PyObject *
+Py_NewRef(PyObject *o)
+{
+    Py_INCREF(o);
+    return o;
+}
 #endif
 #ifndef Py_TPFLAGS_IMMUTABLETYPE
-#define Py_TPFLAGS_IMMUTABLETYPE 0   /* Python 3.9 */
+#define Py_TPFLAGS_IMMUTABLETYPE 0 /* Python 3.9 */
 #endif
 #ifndef Py_TPFLAGS_DISALLOW_INSTANTIATION
 #define Py_TPFLAGS_DISALLOW_INSTANTIATION 0
@@ -40,7 +45,7 @@ typedef struct {
 } pygpu_cuda_table;
 #undef PYGPU_CU_FIELD
 
-#define PYGPU_NV_FIELD(ret, name, args) ret (*name) args;
+#define PYGPU_NV_FIELD(ret, name, args) ret(*name) args;
 typedef struct {
     PYGPU_NVRTC_API(PYGPU_NV_FIELD)
 } pygpu_nvrtc_table;
@@ -57,40 +62,38 @@ typedef struct pygpu_Context pygpu_Context;
 
 typedef struct {
     /* exceptions */
-    PyObject *Error, *LogicError, *LaunchError, *MemoryError, *RuntimeError,
-             *CudaUnavailableError;
+    PyObject *Error, *LogicError, *LaunchError, *MemoryError, *RuntimeError, *CudaUnavailableError;
     /* types */
-    PyTypeObject *DeviceType, *ContextType, *DeviceAllocationType,
-                 *HostAllocationType, *ModuleType, *FunctionType,
-                 *BoundLaunchType, *StreamType, *EventType,
-                 *ArgumentHandlerType, *KernelTimeType;
+    PyTypeObject *DeviceType, *ContextType, *DeviceAllocationType, *HostAllocationType, *ModuleType,
+        *FunctionType, *BoundLaunchType, *StreamType, *EventType, *ArgumentHandlerType,
+        *KernelTimeType;
     /* cuarray.c, texobj.c, tensormap.c */
-    PyTypeObject *ArrayType, *ArrayDescriptorType, *ArrayDescriptor3DType,
-                 *TextureObjectType, *SurfaceObjectType, *TensorMapType;
-    PyTypeObject *GraphType, *GraphNodeType, *GraphExecType;   /* graph.c */
+    PyTypeObject *ArrayType, *ArrayDescriptorType, *ArrayDescriptor3DType, *TextureObjectType,
+        *SurfaceObjectType, *TensorMapType;
+    PyTypeObject *GraphType, *GraphNodeType, *GraphExecType; /* graph.c */
     /* strong refs: one primary Context per device ordinal, created on first
      * use and kept until the module is torn down */
-    PyObject *primary_contexts;           /* dict: ordinal -> Context */
-    PyObject *foreign_contexts;           /* dict: handle -> non-owning Context */
+    PyObject *primary_contexts; /* dict: ordinal -> Context */
+    PyObject *foreign_contexts; /* dict: handle -> non-owning Context */
     /* borrowed: contexts made by make_context() or wrapped from a foreign
      * handle; each removes itself in its dealloc */
     pygpu_Context *other_contexts;
     /* borrowed cache of the last context looked up by handle */
     CUcontext last_handle;
     pygpu_Context *last_ctx;
-    PyObject *gc_collect;                 /* strong: gc.collect */
-    PyObject *str_cai;                    /* interned "__cuda_array_interface__" */
-    PyObject *str_dlpack;                 /* interned "__dlpack__" */
-    PyObject *str_cuda_stream;            /* interned "__cuda_stream__" */
+    PyObject *gc_collect;      /* strong: gc.collect */
+    PyObject *str_cai;         /* interned "__cuda_array_interface__" */
+    PyObject *str_dlpack;      /* interned "__dlpack__" */
+    PyObject *str_cuda_stream; /* interned "__cuda_stream__" */
     PyObject *str_block, *str_grid, *str_shared, *str_stream, *str_time_kernel;
     PyObject *handlers_begin, *handlers_end; /* strong: pygpu.driver's In/Out hooks */
     int warned_no_param_info;
     /* nvtx.c */
     PyTypeObject *TimeRangeType;
-    PyObject *range_wrapper;              /* strong: pygpu.profiler's decorator maker */
+    PyObject *range_wrapper; /* strong: pygpu.profiler's decorator maker */
     /* multi.c / ipc.c / vmm.c / mempool.c (processes, several GPUs) */
     PyTypeObject *IPCMemoryHandleType, *VirtualBufferType, *MemoryPoolType;
-    PyTypeObject *HostBlockType;          /* hostblock.c */
+    PyTypeObject *HostBlockType; /* hostblock.c */
 } pygpu_state;
 
 extern PyModuleDef pygpu_moduledef;
@@ -106,8 +109,7 @@ extern PyModuleDef pygpu_moduledef;
 static inline PyObject *
 pygpu_module_def_match(PyTypeObject *b)
 {
-    PyObject *m = (b->tp_flags & Py_TPFLAGS_HEAPTYPE) ? ((PyHeapTypeObject *)b)->ht_module
-                                                     : NULL;
+    PyObject *m = (b->tp_flags & Py_TPFLAGS_HEAPTYPE) ? ((PyHeapTypeObject *)b)->ht_module : NULL;
     return m != NULL && PyModule_GetDef(m) == &pygpu_moduledef ? m : NULL;
 }
 
@@ -126,14 +128,16 @@ pygpu_module_from_type(PyTypeObject *tp)
 #else
         Py_ssize_t i;
         for (i = 1; i < PyTuple_GET_SIZE(tp->tp_mro); i++) {
-            if ((m = pygpu_module_def_match(
-                     (PyTypeObject *)PyTuple_GET_ITEM(tp->tp_mro, i))) != NULL)
+            if ((m = pygpu_module_def_match((PyTypeObject *)PyTuple_GET_ITEM(tp->tp_mro, i)))
+                != NULL)
                 return m;
         }
 #endif
     }
-    PyErr_Format(PyExc_TypeError, "'%s' is not a type of pygpu._driver nor a subclass "
-                 "of one", tp->tp_name);
+    PyErr_Format(PyExc_TypeError,
+                 "'%s' is not a type of pygpu._driver nor a subclass "
+                 "of one",
+                 tp->tp_name);
     return NULL;
 }
 
@@ -156,7 +160,7 @@ pygpu_keep_text_signature(PyTypeObject *tp, const PyType_Spec *spec)
     for (s = spec->slots; s->slot; s++) {
         if (s->slot == Py_tp_doc && s->pfunc != NULL) {
             size_t n = strlen((const char *)s->pfunc) + 1;
-            char *doc = PyObject_Malloc(n);      /* type_dealloc frees it */
+            char *doc = PyObject_Malloc(n); /* type_dealloc frees it */
             if (doc == NULL) {
                 PyErr_NoMemory();
                 return -1;
@@ -167,7 +171,8 @@ pygpu_keep_text_signature(PyTypeObject *tp, const PyType_Spec *spec)
         }
     }
 #else
-    (void)tp; (void)spec;
+    (void)tp;
+    (void)spec;
 #endif
     return 0;
 }
@@ -178,7 +183,9 @@ pygpu_keep_text_signature(PyTypeObject *tp, const PyType_Spec *spec)
 static inline int
 pygpu_init_made(PyObject *self, PyObject *args, PyObject *kwds)
 {
-    (void)self; (void)args; (void)kwds;
+    (void)self;
+    (void)args;
+    (void)kwds;
     return 0;
 }
 

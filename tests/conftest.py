@@ -6,12 +6,15 @@ the pytest11 entry point; docs/pytest.md), which users get too.
 
 Here: short names for the plugin's fixtures, and what only this suite needs.
 """
+
 import os
 import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))   # fakecuda, threaded, ...
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support")
+)  # fakecuda, threaded, ...
 
 import fakecuda  # noqa: E402
 
@@ -27,6 +30,7 @@ from pygpu.testing.plugin import gpu_reason  # noqa: E402,F401
 @pytest.fixture
 def rng():
     import numpy as np
+
     return np.random.default_rng()
 
 
@@ -46,6 +50,7 @@ def standin(cuda_standin):
 def tmp_cache(tmp_path, monkeypatch):
     """A private compile cache directory, memory cache emptied."""
     from pygpu import compiler
+
     d = tmp_path / "cache"
     monkeypatch.setenv("PYGPU_CACHE_DIR", str(d))
     compiler.clear_cache(disk=False)

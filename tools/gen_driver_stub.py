@@ -7,6 +7,7 @@ signature, the enums' members, and the return types in RETURNS.
 tests/project/test_packaging.py checks that the stub names exactly what the
 extension has, so a new C function fails the suite until this is rerun.
 """
+
 import enum
 import inspect
 import os
@@ -16,91 +17,193 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # name or Class.name -> return annotation; the rest return Any
 RETURNS = {
-    "_nvtx_attached": "bool", "_nvtx_push": "int", "_nvtx_pop": "int", "_nvtx_mark": "None",
-    "_nvtx_set_wrapper": "None", "profiler_start": "None", "profiler_stop": "None",
-    "init": "None", "get_driver_version": "int", "_driver_loaded": "bool",
-    "_load_nvrtc": "str", "_nvrtc_version": "tuple[int, int]",
+    "_nvtx_attached": "bool",
+    "_nvtx_push": "int",
+    "_nvtx_pop": "int",
+    "_nvtx_mark": "None",
+    "_nvtx_set_wrapper": "None",
+    "profiler_start": "None",
+    "profiler_stop": "None",
+    "init": "None",
+    "get_driver_version": "int",
+    "_driver_loaded": "bool",
+    "_load_nvrtc": "str",
+    "_nvrtc_version": "tuple[int, int]",
     "_nvrtc_supported_archs": "tuple[int, ...]",
-    "_load_nvjitlink": "str", "_nvjitlink_loaded": "bool",
-    "_nvjitlink_version": "tuple[int, int] | None", "_nvjitlink_result_name": "str",
-    "mem_alloc": "DeviceAllocation", "mem_alloc_async": "DeviceAllocation",
+    "_load_nvjitlink": "str",
+    "_nvjitlink_loaded": "bool",
+    "_nvjitlink_version": "tuple[int, int] | None",
+    "_nvjitlink_result_name": "str",
+    "mem_alloc": "DeviceAllocation",
+    "mem_alloc_async": "DeviceAllocation",
     "mem_alloc_managed": "DeviceAllocation",
-    "mem_alloc_pitch": "tuple[DeviceAllocation, int]", "mem_get_info": "tuple[int, int]",
-    "module_from_buffer": "Module", "register_host_memory": "HostAllocation",
-    "Device.name": "str", "Device.compute_capability": "tuple[int, int]",
-    "Device.total_memory": "int", "Device.count": "int", "Device.get_attribute": "int",
-    "Device.get_attributes": "dict[device_attribute, int]", "Device.pci_bus_id": "str",
-    "Device.make_context": "Context", "Device.retain_primary_context": "Context",
+    "mem_alloc_pitch": "tuple[DeviceAllocation, int]",
+    "mem_get_info": "tuple[int, int]",
+    "module_from_buffer": "Module",
+    "register_host_memory": "HostAllocation",
+    "Device.name": "str",
+    "Device.compute_capability": "tuple[int, int]",
+    "Device.total_memory": "int",
+    "Device.count": "int",
+    "Device.get_attribute": "int",
+    "Device.get_attributes": "dict[device_attribute, int]",
+    "Device.pci_bus_id": "str",
+    "Device.make_context": "Context",
+    "Device.retain_primary_context": "Context",
     "Device.can_access_peer": "bool",
-    "Context.get_current": "Context | None", "Context.get_device": "Device",
-    "Context.push": "None", "Context.pop": "Context | None", "Context.synchronize": "None",
-    "Context.detach": "None", "Context.get_limit": "int", "Context.set_limit": "None",
+    "Context.get_current": "Context | None",
+    "Context.get_device": "Device",
+    "Context.push": "None",
+    "Context.pop": "Context | None",
+    "Context.synchronize": "None",
+    "Context.detach": "None",
+    "Context.get_limit": "int",
+    "Context.set_limit": "None",
     "DeviceAllocation.free": "None",
-    "Event.record": "Event", "Event.synchronize": "Event", "Event.query": "bool",
-    "Event.time_since": "float", "Event.time_till": "float",
-    "Stream.synchronize": "None", "Stream.is_done": "bool", "Stream.null": "Stream",
-    "Stream.per_thread": "Stream", "Stream.from_handle": "Stream",
-    "Module.get_function": "Function", "Module.get_global": "tuple[DeviceAllocation, int]",
-    "Function.configure": "BoundLaunch", "Function.prepare": "Function",
-    "Function.get_attribute": "int", "Function.prepared_timed_call": "Any",
-    "Linker.add_data": "None", "Linker.add_file": "None", "Linker.close": "None",
-    "Linker.complete": "bytes", "Linker.link_module": "Module",
+    "Event.record": "Event",
+    "Event.synchronize": "Event",
+    "Event.query": "bool",
+    "Event.time_since": "float",
+    "Event.time_till": "float",
+    "Stream.synchronize": "None",
+    "Stream.is_done": "bool",
+    "Stream.null": "Stream",
+    "Stream.per_thread": "Stream",
+    "Stream.from_handle": "Stream",
+    "Module.get_function": "Function",
+    "Module.get_global": "tuple[DeviceAllocation, int]",
+    "Function.configure": "BoundLaunch",
+    "Function.prepare": "Function",
+    "Function.get_attribute": "int",
+    "Function.prepared_timed_call": "Any",
+    "Linker.add_data": "None",
+    "Linker.add_file": "None",
+    "Linker.close": "None",
+    "Linker.complete": "bytes",
+    "Linker.link_module": "Module",
     # graphs (src/graph.c)
-    "Stream.begin_capture": "None", "Stream.end_capture": "Graph",
-    "Stream.is_capturing": "bool", "Graph.instantiate": "GraphExec",
-    "Graph.nodes": "list[GraphNode]", "Graph.conditional_handle": "int",
-    "Graph.add_dependencies": "None", "Graph.debug_dot": "None",
-    **{"Graph.add_%s_node" % k: "GraphNode" for k in (
-        "kernel", "memcpy", "memset", "host", "event_record", "event_wait", "child_graph",
-        "empty", "mem_alloc", "mem_free", "conditional")},
-    "GraphExec.launch": "None", "GraphExec.upload": "None", "GraphExec.update": "None",
-    "GraphExec.synchronize": "None", "GraphExec.set_kernel_node_params": "None",
-    "memcpy_dtoa": "None", "memcpy_atod": "None", "memcpy_atoa": "None",
-    "_memcpy_3d": "None", "_memcpy_3d_peer": "None",
-    "mem_get_ipc_handle": "bytearray", "forked_from": "int | None",
-    "Event.ipc_handle": "bytearray", "Event.from_ipc_handle": "Event",
-    "IPCMemoryHandle.close": "None", "VirtualBuffer.grow": "None",
-    "MemoryPool.allocate": "DeviceAllocation", "MemoryPool.export_pointer": "bytes",
-    "MemoryPool.import_pointer": "DeviceAllocation", "MemoryPool.set_access": "None",
+    "Stream.begin_capture": "None",
+    "Stream.end_capture": "Graph",
+    "Stream.is_capturing": "bool",
+    "Graph.instantiate": "GraphExec",
+    "Graph.nodes": "list[GraphNode]",
+    "Graph.conditional_handle": "int",
+    "Graph.add_dependencies": "None",
+    "Graph.debug_dot": "None",
+    **{
+        "Graph.add_%s_node" % k: "GraphNode"
+        for k in (
+            "kernel",
+            "memcpy",
+            "memset",
+            "host",
+            "event_record",
+            "event_wait",
+            "child_graph",
+            "empty",
+            "mem_alloc",
+            "mem_free",
+            "conditional",
+        )
+    },
+    "GraphExec.launch": "None",
+    "GraphExec.upload": "None",
+    "GraphExec.update": "None",
+    "GraphExec.synchronize": "None",
+    "GraphExec.set_kernel_node_params": "None",
+    "memcpy_dtoa": "None",
+    "memcpy_atod": "None",
+    "memcpy_atoa": "None",
+    "_memcpy_3d": "None",
+    "_memcpy_3d_peer": "None",
+    "mem_get_ipc_handle": "bytearray",
+    "forked_from": "int | None",
+    "Event.ipc_handle": "bytearray",
+    "Event.from_ipc_handle": "Event",
+    "IPCMemoryHandle.close": "None",
+    "VirtualBuffer.grow": "None",
+    "MemoryPool.allocate": "DeviceAllocation",
+    "MemoryPool.export_pointer": "bytes",
+    "MemoryPool.import_pointer": "DeviceAllocation",
+    "MemoryPool.set_access": "None",
     "MemoryPool.destroy": "None",
-    "_current_context": "Context | None", "_block_cache_trim": "int",
-    "_block_cache_stats": "dict[str, int]", "_set_block_cache": "tuple[int, int]",
+    "_current_context": "Context | None",
+    "_block_cache_trim": "int",
+    "_block_cache_stats": "dict[str, int]",
+    "_set_block_cache": "tuple[int, int]",
     "_block_cache_settings": "tuple[int, int]",
-    "_host_block": "HostBlock", "host_cache_stats": "dict[str, int]",
-    "free_host_cache": "int", "set_host_cache": "dict[str, int]",
-    "_host_cache_after_fork": "None", "_host_cache_at_exit": "None",
+    "_host_block": "HostBlock",
+    "host_cache_stats": "dict[str, int]",
+    "free_host_cache": "int",
+    "set_host_cache": "dict[str, int]",
+    "_host_cache_after_fork": "None",
+    "_host_cache_at_exit": "None",
     # PyCUDA's class members (tests/pycuda_compat/test_pycuda_members.py)
-    "DeviceAllocation.as_buffer": "memoryview", "DeviceAllocation.attach": "None",
-    "DeviceAllocation.get_device_pointer": "int", "HostAllocation.free": "None",
-    "HostAllocation.unregister": "None", "HostAllocation.get_flags": "int",
-    "Context.get_api_version": "int", "Context.get_shared_config": "shared_config | int",
-    "Context.set_shared_config": "None", "_host_view": "memoryview",
+    "DeviceAllocation.as_buffer": "memoryview",
+    "DeviceAllocation.attach": "None",
+    "DeviceAllocation.get_device_pointer": "int",
+    "HostAllocation.free": "None",
+    "HostAllocation.unregister": "None",
+    "HostAllocation.get_flags": "int",
+    "Context.get_api_version": "int",
+    "Context.get_shared_config": "shared_config | int",
+    "Context.set_shared_config": "None",
+    "_host_view": "memoryview",
 }
 ATTRS = {  # getset descriptors: Class.name -> annotation
     "HostAllocation.freed": "bool",
-    "Device.ordinal": "int", "Device.uuid": "bytes", "Context.device": "Device",
-    "Context.handle": "int", "Context.detached": "bool", "Context.is_primary": "bool",
-    "DeviceAllocation.size": "int", "DeviceAllocation.freed": "bool",
-    "DeviceAllocation.context": "Context", "Stream.handle": "int", "Event.handle": "int",
-    "Module.handle": "int", "Module.context": "Context", "Function.handle": "int",
-    "Function.name": "str", "Function.module": "Module", "Function.num_regs": "int",
-    "HostAllocation.size": "int", "HostAllocation.address": "int",
-    "Linker.closed": "bool", "Linker.context": "Context | None", "Linker.error_log": "str",
+    "Device.ordinal": "int",
+    "Device.uuid": "bytes",
+    "Context.device": "Device",
+    "Context.handle": "int",
+    "Context.detached": "bool",
+    "Context.is_primary": "bool",
+    "DeviceAllocation.size": "int",
+    "DeviceAllocation.freed": "bool",
+    "DeviceAllocation.context": "Context",
+    "Stream.handle": "int",
+    "Event.handle": "int",
+    "Module.handle": "int",
+    "Module.context": "Context",
+    "Function.handle": "int",
+    "Function.name": "str",
+    "Function.module": "Module",
+    "Function.num_regs": "int",
+    "HostAllocation.size": "int",
+    "HostAllocation.address": "int",
+    "Linker.closed": "bool",
+    "Linker.context": "Context | None",
+    "Linker.error_log": "str",
     "Linker.info_log": "str",
-    "Graph.handle": "int", "Graph.callback_errors": "list[BaseException]",
-    "Graph.parent": "Graph | None", "GraphExec.graph": "Graph", "GraphExec.handle": "int",
+    "Graph.handle": "int",
+    "Graph.callback_errors": "list[BaseException]",
+    "Graph.parent": "Graph | None",
+    "GraphExec.graph": "Graph",
+    "GraphExec.handle": "int",
     "GraphExec.callback_errors": "list[BaseException]",
-    "GraphNode.dependencies": "list[GraphNode]", "GraphNode.type": "int",
-    "GraphNode.kind": "str", "GraphNode.graph": "Graph", "GraphNode.index": "int",
-    "GraphNode.handle": "int", "GraphNode.function": "Function | None",
-    "GraphNode.dptr": "int", "GraphNode.bytesize": "int",
+    "GraphNode.dependencies": "list[GraphNode]",
+    "GraphNode.type": "int",
+    "GraphNode.kind": "str",
+    "GraphNode.graph": "Graph",
+    "GraphNode.index": "int",
+    "GraphNode.handle": "int",
+    "GraphNode.function": "Function | None",
+    "GraphNode.dptr": "int",
+    "GraphNode.bytesize": "int",
     "GraphNode.bodies": "tuple[Graph, ...] | None",
-    "VirtualBuffer.mapped": "int", "VirtualBuffer.reserved": "int",
-    "VirtualBuffer.granularity": "int", "VirtualBuffer.shareable": "bool",
-    "VirtualBuffer.device": "int", "VirtualBuffer.nchunks": "int",
-    "MemoryPool.handle": "int", "MemoryPool.imported": "bool", "MemoryPool.ipc": "bool",
+    "VirtualBuffer.mapped": "int",
+    "VirtualBuffer.reserved": "int",
+    "VirtualBuffer.granularity": "int",
+    "VirtualBuffer.shareable": "bool",
+    "VirtualBuffer.device": "int",
+    "VirtualBuffer.nchunks": "int",
+    "MemoryPool.handle": "int",
+    "MemoryPool.imported": "bool",
+    "MemoryPool.ipc": "bool",
     "MemoryPool.device": "int",
-    "HostBlock.address": "int", "HostBlock.size": "int", "HostBlock.mapped": "int",
+    "HostBlock.address": "int",
+    "HostBlock.size": "int",
+    "HostBlock.mapped": "int",
     "HostBlock.reused": "bool",
 }
 
@@ -130,16 +233,23 @@ def params(obj, is_method):
     kinds = [p.kind for p in sig.parameters.values() if p.name not in ("$module", "module")]
     if inspect.Parameter.POSITIONAL_ONLY in kinds:
         last = max(i for i, k in enumerate(kinds) if k is inspect.Parameter.POSITIONAL_ONLY)
-        if is_method and names and names[0] in ("self", "cls") and \
-                list(sig.parameters)[0] not in ("self", "cls"):
+        if (
+            is_method
+            and names
+            and names[0] in ("self", "cls")
+            and list(sig.parameters)[0] not in ("self", "cls")
+        ):
             last += 1
         names.insert(last + 1, "/")
     kw = [p.kind for p in sig.parameters.values()]
     if inspect.Parameter.KEYWORD_ONLY in kw and inspect.Parameter.VAR_POSITIONAL not in kw:
-        first = next(i for i, n in enumerate(names) if n != "/" and
-                     sig.parameters.get(n.split(":")[0].lstrip("*")) is not None and
-                     sig.parameters[n.split(":")[0].lstrip("*")].kind is
-                     inspect.Parameter.KEYWORD_ONLY)
+        first = next(
+            i
+            for i, n in enumerate(names)
+            if n != "/"
+            and sig.parameters.get(n.split(":")[0].lstrip("*")) is not None
+            and sig.parameters[n.split(":")[0].lstrip("*")].kind is inspect.Parameter.KEYWORD_ONLY
+        )
         names.insert(first, "*")
     return ", ".join(names)
 
@@ -147,9 +257,15 @@ def params(obj, is_method):
 def main():
     sys.path.insert(0, ROOT)
     from pygpu import _driver
-    lines = ['"""Type stub of pygpu._driver, the C extension (generated by',
-             'tools/gen_driver_stub.py from the built module; rerun it after changing',
-             'the C API)."""', "import enum", "from typing import Any", ""]
+
+    lines = [
+        '"""Type stub of pygpu._driver, the C extension (generated by',
+        'tools/gen_driver_stub.py from the built module; rerun it after changing',
+        'the C API)."""',
+        "import enum",
+        "from typing import Any",
+        "",
+    ]
     names = sorted(n for n in dir(_driver) if not n.startswith("__"))
     for n in names:
         o = getattr(_driver, n)
@@ -159,22 +275,31 @@ def main():
                 lines.append("    %s = %d" % (m, int(o.__members__[m])))
             lines.append("")
         elif isinstance(o, type):
-            bases = [("builtins." if b.__module__ == "builtins" else "") + b.__name__
-                     for b in o.__bases__ if b is not object]
+            bases = [
+                ("builtins." if b.__module__ == "builtins" else "") + b.__name__
+                for b in o.__bases__
+                if b is not object
+            ]
             lines.append("class %s%s:" % (n, "(%s)" % ", ".join(bases) if bases else ""))
             body = []
             if issubclass(o, BaseException):
                 for a in ("code", "name", "routine"):
                     if a in vars(o) or any(a in vars(b) for b in o.__mro__[1:-1]):
                         if a in vars(o):
-                            body.append("    %s: %s" % (a, "int | None" if a == "code"
-                                                       else "str | None"))
+                            body.append(
+                                "    %s: %s" % (a, "int | None" if a == "code" else "str | None")
+                            )
             for m, v in sorted(vars(o).items()):
                 # __init__: the one line inserted below (a type's own tp_init
                 # slot, for subclasses, would otherwise give a second)
-                if m.startswith("__") and m not in ("__call__", "__enter__",
-                                                    "__exit__", "__int__", "__index__",
-                                                    "__cuda_array_interface__"):
+                if m.startswith("__") and m not in (
+                    "__call__",
+                    "__enter__",
+                    "__exit__",
+                    "__int__",
+                    "__index__",
+                    "__cuda_array_interface__",
+                ):
                     continue
                 if m.startswith("_") and not m.startswith("__"):
                     continue
@@ -195,8 +320,9 @@ def main():
                 elif m == "__call__":
                     body.append("    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...")
                 elif callable(v):
-                    body.append("    def %s(%s) -> %s: ..." % (m, params(v, True),
-                                                               RETURNS.get(key, "Any")))
+                    body.append(
+                        "    def %s(%s) -> %s: ..." % (m, params(v, True), RETURNS.get(key, "Any"))
+                    )
             if "__new__" in vars(o) or o.__init__ is not object.__init__:
                 body.insert(0, "    def __init__(self, *args: Any, **kwargs: Any) -> None: ...")
             lines.extend(body or ["    ..."])

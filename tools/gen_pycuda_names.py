@@ -29,6 +29,7 @@ wheel only needs the symbols; nothing is called).  Where the import still
 fails, the C-level names are read from the sdist's ``src/wrapper/*.cpp``
 Boost.Python registrations instead, and the output says so.
 """
+
 import argparse
 import ast
 import glob
@@ -46,8 +47,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # PyCUDA's files are never committed: $PYCUDA_SDIST / $PYCUDA_WHEEL_DIR, else
 # the ignored .whl/pycuda/ of a checkout, else make pycuda-compat's cache
-_WHL_DIRS = [os.environ.get("PYCUDA_WHEEL_DIR") or "", os.path.join(ROOT, ".whl", "pycuda"),
-             os.path.join(ROOT, "build", "pycuda-compat")]
+_WHL_DIRS = [
+    os.environ.get("PYCUDA_WHEEL_DIR") or "",
+    os.path.join(ROOT, ".whl", "pycuda"),
+    os.path.join(ROOT, "build", "pycuda-compat"),
+]
 
 
 def _first(name):
@@ -65,6 +69,7 @@ CUDA_HOME = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/
 
 
 # ---- the sdist's modules, statically ----
+
 
 def _bound_names(target):
     """Names an assignment target binds (a.b = and a[i] = bind none)."""
@@ -100,8 +105,11 @@ def module_names(source, package="pycuda"):
                 names.update(_bound_names(node.target))
             elif isinstance(node, ast.ImportFrom):
                 mod = node.module or ""
-                own = (node.level == 0 and (mod == package or mod.startswith(package + "."))
-                       and not any(p.startswith("_") for p in mod.split(".")))
+                own = (
+                    node.level == 0
+                    and (mod == package or mod.startswith(package + "."))
+                    and not any(p.startswith("_") for p in mod.split("."))
+                )
                 if own:
                     names.update(a.asname or a.name for a in node.names if a.name != "*")
             elif isinstance(node, ast.If):
@@ -115,6 +123,7 @@ def module_names(source, package="pycuda"):
                     visit(h.body)
             elif isinstance(node, (ast.For, ast.While, ast.With)):
                 visit(node.body)
+
     visit(tree.body)
     if explicit is not None:
         names |= set(explicit)
@@ -185,15 +194,17 @@ def driver_dir(wheel, python, pythonpath, script=_DIR_SCRIPT):
         if os.path.exists(stub):
             os.symlink(stub, os.path.join(libdir, "libcuda.so.1"))
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [os.path.join(tmp, "site")] + list(pythonpath or []))
+        env["PYTHONPATH"] = os.pathsep.join([os.path.join(tmp, "site")] + list(pythonpath or []))
         # a real driver, where present, wins: the stub comes last
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
-            p for p in (env.get("LD_LIBRARY_PATH", ""), os.path.join(CUDA_HOME, "lib64"),
-                        libdir) if p)
+            p
+            for p in (env.get("LD_LIBRARY_PATH", ""), os.path.join(CUDA_HOME, "lib64"), libdir)
+            if p
+        )
         try:
-            r = subprocess.run([python, "-c", script], env=env, cwd=tmp,
-                               capture_output=True, text=True)
+            r = subprocess.run(
+                [python, "-c", script], env=env, cwd=tmp, capture_output=True, text=True
+            )
         except OSError as e:
             return None, "cannot run %s: %s" % (python, e)
         if r.returncode:
@@ -220,8 +231,11 @@ def driver_from_cpp(sdist):
     with tarfile.open(sdist) as tf:
         for m in tf.getmembers():
             base = os.path.basename(m.name)
-            if "/src/wrapper/" not in m.name or not base.endswith(".cpp") \
-                    or base in ("wrap_cudagl.cpp", "_pvt_struct_v3.cpp"):
+            if (
+                "/src/wrapper/" not in m.name
+                or not base.endswith(".cpp")
+                or base in ("wrap_cudagl.cpp", "_pvt_struct_v3.cpp")
+            ):
                 continue
             text = tf.extractfile(m).read().decode("utf-8", "replace")
             for pat in _CPP_PATTERNS:
@@ -233,16 +247,24 @@ def find_python(version="3.12"):
     """A working Python of the wheel's version: under pyenv, or on PATH
     (a pyenv shim on PATH may name a version it will not run)."""
     roots = [os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")]
-    cands = [c for r in roots for c in sorted(
-        glob.glob(os.path.join(r, "versions", version + ".*", "bin", "python3")), reverse=True)]
+    cands = [
+        c
+        for r in roots
+        for c in sorted(
+            glob.glob(os.path.join(r, "versions", version + ".*", "bin", "python3")), reverse=True
+        )
+    ]
     cands.append(shutil.which("python" + version))
     want = "%s.%s" % tuple(version.split(".")[:2])
     for exe in cands:
         if not exe:
             continue
         try:
-            r = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                               capture_output=True, text=True)
+            r = subprocess.run(
+                [exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+            )
         except OSError:
             continue
         if r.returncode == 0 and r.stdout.strip() == want:
@@ -255,11 +277,18 @@ def main(argv=None):
     ap.add_argument("--sdist", default=DEFAULT_SDIST)
     ap.add_argument("--wheel", default=DEFAULT_WHEEL)
     ap.add_argument("--python", default=None, help="a Python of the wheel's version")
-    ap.add_argument("--pythonpath", action="append", default=[],
-                    help="a directory with NumPy for that Python (repeatable)")
+    ap.add_argument(
+        "--pythonpath",
+        action="append",
+        default=[],
+        help="a directory with NumPy for that Python (repeatable)",
+    )
     ap.add_argument("-o", "--out", default=DEFAULT_OUT)
-    ap.add_argument("--members-out", default=DEFAULT_MEMBERS_OUT,
-                    help="where the members of pycuda._driver's classes go ('' skips them)")
+    ap.add_argument(
+        "--members-out",
+        default=DEFAULT_MEMBERS_OUT,
+        help="where the members of pycuda._driver's classes go ('' skips them)",
+    )
     args = ap.parse_args(argv)
 
     modules = sdist_modules(args.sdist)
@@ -282,8 +311,7 @@ def main(argv=None):
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         f.write(buf.getvalue())
-    print("%s: %d names in %d modules" % (args.out, len(entries),
-                                         len({m for m, _ in entries})))
+    print("%s: %d names in %d modules" % (args.out, len(entries), len({m for m, _ in entries})))
     if args.members_out:
         write_members(args, python)
 
@@ -297,13 +325,17 @@ def write_members(args, python):
         print("gen_pycuda_names: %s; %s not written" % (why, args.members_out), file=sys.stderr)
         return
     with open(args.members_out, "w") as f:
-        f.write("# The members of PyCUDA's C-level classes (pycuda._driver), one Class.member "
-                "a line\n# (tools/gen_pycuda_names.py, from the wheel %s imported).\n"
-                % os.path.basename(args.wheel))
+        f.write(
+            "# The members of PyCUDA's C-level classes (pycuda._driver), one Class.member "
+            "a line\n# (tools/gen_pycuda_names.py, from the wheel %s imported).\n"
+            % os.path.basename(args.wheel)
+        )
         for m in sorted(members):
             f.write(m + "\n")
-    print("%s: %d members of %d classes" % (args.members_out, len(members),
-                                           len({m.split(".")[0] for m in members})))
+    print(
+        "%s: %d members of %d classes"
+        % (args.members_out, len(members), len({m.split(".")[0] for m in members}))
+    )
 
 
 if __name__ == "__main__":

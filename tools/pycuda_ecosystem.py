@@ -48,6 +48,7 @@ carries on from the records in build/pycuda-ecosystem/records/.
 Without a GPU it says so and exits 0 ($PYCUDA_COMPAT_ASSUME_GPU=1 skips the
 check, for tests).
 """
+
 import argparse
 import ast
 import json
@@ -79,8 +80,7 @@ IMPLS = ("pycuda", "pygpu")
 CLIENTS = ("reikna", "examples")
 LABEL = {"pycuda": "PyCUDA", "pygpu": "pygpu"}
 # imports that mean "needs a display": no headless run of these exists
-DISPLAY_MODULES = ("OpenGL", "tkinter", "Tkinter", "ImageTk", "enthought", "pygame",
-                   "pycuda.gl")
+DISPLAY_MODULES = ("OpenGL", "tkinter", "Tkinter", "ImageTk", "enthought", "pygame", "pycuda.gl")
 
 
 class EcosystemError(Exception):
@@ -90,10 +90,12 @@ class EcosystemError(Exception):
 # ---------------------------------------------------------------------------
 # fetching
 
+
 def pip_download(args, dest, python=sys.executable):
     os.makedirs(dest, exist_ok=True)
-    cmd = [python, "-m", "pip", "download", "-q", "--disable-pip-version-check",
-           "-d", dest] + list(args)
+    cmd = [python, "-m", "pip", "download", "-q", "--disable-pip-version-check", "-d", dest] + list(
+        args
+    )
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         last = (p.stderr.strip().splitlines() or ["exit status %d" % p.returncode])[-1]
@@ -105,10 +107,14 @@ def platform_args(python_version):
     Linux): the manylinux tags NumPy-era wheels carry."""
     if not python_version:
         return []
-    out = ["--only-binary=:all:", "--python-version", python_version,
-           "--implementation", "cp"]
-    for tag in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
-                "manylinux2014_x86_64", "manylinux1_x86_64"):
+    out = ["--only-binary=:all:", "--python-version", python_version, "--implementation", "cp"]
+    for tag in (
+        "manylinux_2_28_x86_64",
+        "manylinux_2_27_x86_64",
+        "manylinux_2_17_x86_64",
+        "manylinux2014_x86_64",
+        "manylinux1_x86_64",
+    ):
         out += ["--platform", tag]
     return out
 
@@ -119,27 +125,49 @@ def fetch(dest, python_version=None, version=REIKNA_VERSION):
     pip_download(["--no-deps", "--no-binary=:all:", "reikna==%s" % version], dest)
     for req in list(REIKNA_DEPS) + list(EXAMPLE_DEPS):
         try:
-            pip_download(["--no-deps"] + (platform_args(python_version)
-                                          or ["--only-binary=:all:"]) + [req], dest)
+            pip_download(
+                ["--no-deps"] + (platform_args(python_version) or ["--only-binary=:all:"]) + [req],
+                dest,
+            )
         except EcosystemError:
             # no wheel on the index (cgen has only an sdist): build one, which is
             # right for any Python only where the package is pure Python
-            p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                                "--disable-pip-version-check", "-w", dest, req],
-                               capture_output=True, text=True)
+            p = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "wheel",
+                    "-q",
+                    "--no-deps",
+                    "--disable-pip-version-check",
+                    "-w",
+                    dest,
+                    req,
+                ],
+                capture_output=True,
+                text=True,
+            )
             if p.returncode != 0:
-                raise EcosystemError("no wheel of %s, and pip wheel failed: %s" % (
-                    req, (p.stderr.strip().splitlines() or ["?"])[-1])) from None
-            built = [f for f in os.listdir(dest) if f.endswith(".whl")
-                     and f.lower().startswith(re.split("[<>=]", req)[0].lower() + "-")]
+                raise EcosystemError(
+                    "no wheel of %s, and pip wheel failed: %s"
+                    % (req, (p.stderr.strip().splitlines() or ["?"])[-1])
+                ) from None
+            built = [
+                f
+                for f in os.listdir(dest)
+                if f.endswith(".whl")
+                and f.lower().startswith(re.split("[<>=]", req)[0].lower() + "-")
+            ]
             if not all(f.endswith("-py3-none-any.whl") for f in built):
-                raise EcosystemError("%s is not pure Python: built %s for this "
-                                     "interpreter only" % (req, ", ".join(built)))
+                raise EcosystemError(
+                    "%s is not pure Python: built %s for this "
+                    "interpreter only" % (req, ", ".join(built))
+                )
     return sorted(os.listdir(dest))
 
 
-def find_reikna_sdist(path=None, version=REIKNA_VERSION, work=WORK, wheel_dir=None,
-                      download=True):
+def find_reikna_sdist(path=None, version=REIKNA_VERSION, work=WORK, wheel_dir=None, download=True):
     """reikna's sdist: `path`, else one in wheel_dir, else the cached copy,
     else downloaded (pip download --no-binary: the sdist only)."""
     name = "reikna-%s.tar.gz" % version
@@ -155,9 +183,11 @@ def find_reikna_sdist(path=None, version=REIKNA_VERSION, work=WORK, wheel_dir=No
     try:
         pip_download(["--no-deps", "--no-binary=:all:", "reikna==%s" % version], work)
     except EcosystemError as e:
-        raise EcosystemError("%s; give REIKNA_SDIST=path/to/%s (python "
-                             "tools/pycuda_ecosystem.py --fetch DIR fetches it where the "
-                             "network allows)" % (e, name)) from None
+        raise EcosystemError(
+            "%s; give REIKNA_SDIST=path/to/%s (python "
+            "tools/pycuda_ecosystem.py --fetch DIR fetches it where the "
+            "network allows)" % (e, name)
+        ) from None
     return os.path.join(work, name)
 
 
@@ -182,8 +212,7 @@ def unpack(sdist, dest, only=None):
     with tf:
         members = list(_safe_members(tf, only))
         if not members:
-            raise EcosystemError("%r has no %s" % (sdist, (only + "/ folder") if only
-                                                   else "files"))
+            raise EcosystemError("%r has no %s" % (sdist, (only + "/ folder") if only else "files"))
         for m in members:
             target = os.path.join(dest, *m.name.split("/"))
             if m.isdir():
@@ -199,6 +228,7 @@ def unpack(sdist, dest, only=None):
 # running a pytest suite (resumable; crashes, hangs and collection errors
 # recorded)
 
+
 def suite_outcomes(entries):
     """Per test (node id): outcome, message, duration, from the recorded
     entries.  A module that fails to collect is one failed entry under its
@@ -211,8 +241,13 @@ def suite_outcomes(entries):
             abandoned.add(e["nodeid"])
             continue
         if e.get("when") == "collect":
-            e = {"nodeid": e["nodeid"] or "<collect>", "when": "call", "outcome": "failed",
-                 "message": "collection error: " + e.get("message", ""), "collect": True}
+            e = {
+                "nodeid": e["nodeid"] or "<collect>",
+                "when": "call",
+                "outcome": "failed",
+                "message": "collection error: " + e.get("message", ""),
+                "collect": True,
+            }
         elif e["nodeid"] in abandoned:
             abandoned.discard(e["nodeid"])
         fixed.append(e)
@@ -239,9 +274,21 @@ def _signal_name(status):
     return "exit status %s" % status
 
 
-def run_suite(impl, cwd, args, env, record, test_timeout=300, hang_grace=60,
-              startup_grace=300, log=None, python=sys.executable, deadline=None,
-              done_file=None, workers=0):
+def run_suite(
+    impl,
+    cwd,
+    args,
+    env,
+    record,
+    test_timeout=300,
+    hang_grace=60,
+    startup_grace=300,
+    log=None,
+    python=sys.executable,
+    deadline=None,
+    done_file=None,
+    workers=0,
+):
     """Run pytest `args` in `cwd` (impl "pygpu": under the alias; "pycuda":
     plain), recording into `record` (JSON lines, kept: a later call resumes
     from it).  A process that records nothing for test_timeout + hang_grace
@@ -256,11 +303,11 @@ def run_suite(impl, cwd, args, env, record, test_timeout=300, hang_grace=60,
     done_file = done_file or record + ".done"
     env[compat.DONE_ENV] = done_file
     env[compat.TIMEOUT_ENV] = str(int(test_timeout))
-    env["PYTHONPATH"] = os.pathsep.join([HERE] + [p for p in env.get("PYTHONPATH", "").split(
-        os.pathsep) if p])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [HERE] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
     env.setdefault("PYTHONUNBUFFERED", "1")
-    base = [python, "-m", "pytest", "-q", "-rN", "-p", "no:cacheprovider", "-p",
-            "pycuda_compat"]
+    base = [python, "-m", "pytest", "-q", "-rN", "-p", "no:cacheprovider", "-p", "pycuda_compat"]
     base += ["-p", "pygpu.pycuda_alias"] if impl == "pygpu" else ["-p", "no:pygpu"]
     if workers:
         base += ["-n", str(int(workers))]
@@ -273,9 +320,15 @@ def run_suite(impl, cwd, args, env, record, test_timeout=300, hang_grace=60,
         if deadline is not None and time.monotonic() >= deadline:
             return before, False
         output = tempfile.TemporaryFile()
-        proc = subprocess.Popen(base + list(args), cwd=cwd, env=env,
-                                stdout=output, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            base + list(args),
+            cwd=cwd,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         why = compat.watch(proc, record, test_timeout, hang_grace, startup_grace, deadline)
         status = proc.returncode
         output.seek(0)
@@ -285,8 +338,11 @@ def run_suite(impl, cwd, args, env, record, test_timeout=300, hang_grace=60,
             log.write(text)
             log.flush()
         after = suite_outcomes(compat._read_records(record))
-        unfinished = [nid for nid, t in after.items()
-                      if nid not in before and t["message"].startswith("did not finish")]
+        unfinished = [
+            nid
+            for nid, t in after.items()
+            if nid not in before and t["message"].startswith("did not finish")
+        ]
         if why == "budget":
             for nid in unfinished:
                 _append(record, {"nodeid": nid, "when": "abandon"})
@@ -296,17 +352,23 @@ def run_suite(impl, cwd, args, env, record, test_timeout=300, hang_grace=60,
             if not after or (not new and status not in (0, 1, 5)):
                 # nothing ran at all: the process died before its first test
                 err = _error_line(text)
-                _append(record, {"nodeid": "<collect>", "when": "collect", "outcome": "failed",
-                                 "message": "pytest ran no test (%s)%s" % (
-                                     _signal_name(status), ": " + err if err else "")})
+                _append(
+                    record,
+                    {
+                        "nodeid": "<collect>",
+                        "when": "collect",
+                        "outcome": "failed",
+                        "message": "pytest ran no test (%s)%s"
+                        % (_signal_name(status), ": " + err if err else ""),
+                    },
+                )
             break
         for nid in unfinished:
             if why == "hung":
                 msg = "hung: killed after %d s without progress" % (test_timeout + hang_grace)
             else:
                 msg = "crashed: the test process died (%s)" % _signal_name(status)
-            _append(record, {"nodeid": nid, "when": "call", "outcome": "failed",
-                             "message": msg})
+            _append(record, {"nodeid": nid, "when": "call", "outcome": "failed", "message": msg})
     return suite_outcomes(compat._read_records(record)), True
 
 
@@ -362,6 +424,7 @@ def gap_kinds(gaps, top=15):
 # ---------------------------------------------------------------------------
 # PyCUDA's examples as programs
 
+
 def example_imports(path):
     """Every module a program imports (dotted names), from its syntax tree;
     None if it does not parse."""
@@ -394,18 +457,25 @@ def missing_modules(names, env, cwd):
     tops = sorted({n.split(".")[0] for n in names} - {"pycuda"})
     if not tops:
         return []
-    code = ("import importlib.util, json, sys\n"
-            "out = []\n"
-            "for n in json.loads(sys.argv[1]):\n"
-            "    try:\n"
-            "        ok = importlib.util.find_spec(n) is not None\n"
-            "    except (ImportError, ValueError):\n"
-            "        ok = False\n"
-            "    if not ok:\n"
-            "        out.append(n)\n"
-            "print(json.dumps(out))\n")
-    p = subprocess.run([sys.executable, "-c", code, json.dumps(tops)], env=env, cwd=cwd,
-                       capture_output=True, text=True)
+    code = (
+        "import importlib.util, json, sys\n"
+        "out = []\n"
+        "for n in json.loads(sys.argv[1]):\n"
+        "    try:\n"
+        "        ok = importlib.util.find_spec(n) is not None\n"
+        "    except (ImportError, ValueError):\n"
+        "        ok = False\n"
+        "    if not ok:\n"
+        "        out.append(n)\n"
+        "print(json.dumps(out))\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(tops)],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
     if p.returncode != 0:
         return tops
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -428,9 +498,15 @@ def run_program(impl, folder, rel, env, timeout, python=sys.executable):
     prog = os.path.join(folder, rel)
     cmd = [python] + (["-m", "pygpu.pycuda_alias"] if impl == "pygpu" else []) + [prog]
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=os.path.dirname(prog), env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=os.path.dirname(prog),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
         hung = False
@@ -442,12 +518,14 @@ def run_program(impl, folder, rel, env, timeout, python=sys.executable):
         out, err = proc.communicate()
         hung = True
     status = proc.returncode
-    verdict = ("hung" if hung else "ok" if status == 0 else
-               "crashed" if status < 0 else "failed")
-    return {"status": status, "verdict": verdict,
-            "stdout": out.decode("utf-8", "replace")[-20000:],
-            "stderr": err.decode("utf-8", "replace")[-4000:],
-            "seconds": round(time.monotonic() - t0, 2)}
+    verdict = "hung" if hung else "ok" if status == 0 else "crashed" if status < 0 else "failed"
+    return {
+        "status": status,
+        "verdict": verdict,
+        "stdout": out.decode("utf-8", "replace")[-20000:],
+        "stderr": err.decode("utf-8", "replace")[-4000:],
+        "seconds": round(time.monotonic() - t0, 2),
+    }
 
 
 _NUM = re.compile(r"0x[0-9a-fA-F]+|[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|\b(?:nan|inf)\b")
@@ -481,19 +559,27 @@ def compare_output(ref1, ref2, mine):
     r1, r2, m = (s.rstrip("\n").splitlines() for s in (ref1, ref2, mine))
     s1, s2 = [_split(x) for x in r1], [_split(x) for x in r2]
     if [t for t, _ in s1] != [t for t, _ in s2] or any(
-            len(a[1]) != len(b[1]) for a, b in zip(s1, s2)):
+        len(a[1]) != len(b[1]) for a, b in zip(s1, s2)
+    ):
         return None
     if len(m) != len(r1):
         return "prints %d lines where PyCUDA prints %d" % (len(m), len(r1))
     for i, (line, (t1, n1), (_t2, n2)) in enumerate(zip(m, s1, s2)):
         t, n = _split(line)
         if t != t1 or len(n) != len(n1):
-            return "line %d: %r where PyCUDA prints %r" % (i + 1, line.strip()[:120],
-                                                           r1[i].strip()[:120])
+            return "line %d: %r where PyCUDA prints %r" % (
+                i + 1,
+                line.strip()[:120],
+                r1[i].strip()[:120],
+            )
         for a, b, c in zip(n1, n2, n):
             if a == b and not _close(a, c):
-                return "line %d: %s where PyCUDA prints %s (%r)" % (i + 1, c, a,
-                                                                   r1[i].strip()[:120])
+                return "line %d: %s where PyCUDA prints %s (%r)" % (
+                    i + 1,
+                    c,
+                    a,
+                    r1[i].strip()[:120],
+                )
     return None
 
 
@@ -535,13 +621,17 @@ def _why(run):
 # ---------------------------------------------------------------------------
 # the report
 
+
 def build_report(suite, examples, meta):
     rep = {"meta": meta, "reikna": {}, "examples": {}}
     pc, pg = suite.get("pycuda"), suite.get("pygpu")
     for impl, tests in (("pycuda", pc), ("pygpu", pg)):
         if tests is not None:
-            rep["reikna"][impl] = {"counts": suite_counts(tests), "tests": tests,
-                                   "complete": suite.get(impl + "_complete", True)}
+            rep["reikna"][impl] = {
+                "counts": suite_counts(tests),
+                "tests": tests,
+                "complete": suite.get(impl + "_complete", True),
+            }
     if pc is not None and pg is not None:
         rep["reikna"]["gaps"], rep["reikna"]["wins"] = suite_gaps(pc, pg)
     if examples:
@@ -568,19 +658,34 @@ def table(rep):
             else:
                 cells.append("-")
         gaps = str(len(r["gaps"])) if "gaps" in r else "-"
-        lines.append("| reikna %s tests (`--api=cuda -m \"not perf\"`) | %s | %s | %s |" % (
-            rep["meta"].get("reikna_version", REIKNA_VERSION), cells[0], cells[1], gaps))
+        lines.append(
+            "| reikna %s tests (`--api=cuda -m \"not perf\"`) | %s | %s | %s |"
+            % (rep["meta"].get("reikna_version", REIKNA_VERSION), cells[0], cells[1], gaps)
+        )
     progs = (rep.get("examples") or {}).get("programs") or {}
     if progs:
         ran = {rel: p for rel, p in progs.items() if not p.get("skip")}
-        tot = {impl: [sum(p.get(impl) or 0 for p in ran.values()),
-                      sum(1 for p in ran.values() if impl in p)] for impl in IMPLS}
-        both = [rel for rel, p in ran.items() if p.get("pycuda") == 1 and "pygpu" in p
-                and p["pygpu"] != 1]
-        lines.append("| PyCUDA examples (%d run, %d skipped) | %s | %s | %s |" % (
-            len(ran), len(progs) - len(ran),
-            *("%d / %d ran" % tuple(tot[i]) if tot[i][1] else "-" for i in IMPLS),
-            len(both) if any("pycuda" in p for p in ran.values()) else "-"))
+        tot = {
+            impl: [
+                sum(p.get(impl) or 0 for p in ran.values()),
+                sum(1 for p in ran.values() if impl in p),
+            ]
+            for impl in IMPLS
+        }
+        both = [
+            rel
+            for rel, p in ran.items()
+            if p.get("pycuda") == 1 and "pygpu" in p and p["pygpu"] != 1
+        ]
+        lines.append(
+            "| PyCUDA examples (%d run, %d skipped) | %s | %s | %s |"
+            % (
+                len(ran),
+                len(progs) - len(ran),
+                *("%d / %d ran" % tuple(tot[i]) if tot[i][1] else "-" for i in IMPLS),
+                len(both) if any("pycuda" in p for p in ran.values()) else "-",
+            )
+        )
         for rel, p in progs.items():
             if p.get("skip"):
                 lines.append("| &nbsp; `%s` | skipped: %s | | |" % (rel, p["skip"]))
@@ -591,8 +696,10 @@ def table(rep):
                     cells.append("-")
                 else:
                     why = p.get(impl + "_why")
-                    cells.append(("pass" if p[impl] else "FAIL") + (
-                        " (%s)" % why.replace("|", "\\|")[:120] if why else ""))
+                    cells.append(
+                        ("pass" if p[impl] else "FAIL")
+                        + (" (%s)" % why.replace("|", "\\|")[:120] if why else "")
+                    )
             gap = "yes" if p.get("pycuda") == 1 and p.get("pygpu") == 0 else ""
             lines.append("| &nbsp; `%s` | %s | %s | %s |" % (rel, cells[0], cells[1], gap))
     return "\n".join(lines)
@@ -600,11 +707,18 @@ def table(rep):
 
 def markdown(rep):
     m = rep["meta"]
-    out = ["# PyCUDA's clients on pygpu", "",
-           "reikna %s's own tests and PyCUDA %s's examples, unmodified; pygpu through the "
-           "alias pycuda -> pygpu. %s." % (m.get("reikna_version", REIKNA_VERSION),
-                                          m.get("pycuda_version", compat.VERSION),
-                                          m.get("where", "")), ""]
+    out = [
+        "# PyCUDA's clients on pygpu",
+        "",
+        "reikna %s's own tests and PyCUDA %s's examples, unmodified; pygpu through the "
+        "alias pycuda -> pygpu. %s."
+        % (
+            m.get("reikna_version", REIKNA_VERSION),
+            m.get("pycuda_version", compat.VERSION),
+            m.get("where", ""),
+        ),
+        "",
+    ]
     for impl in IMPLS:
         if m.get(impl):
             out.append("%s: %s  " % (LABEL[impl], m[impl]))
@@ -613,21 +727,33 @@ def markdown(rep):
     out += ["", table(rep), ""]
     r = rep.get("reikna") or {}
     if r.get("gaps"):
-        out += ["## reikna: PyCUDA passes, pygpu does not (%d)" % len(r["gaps"]), "",
-                "Grouped by message:", ""]
+        out += [
+            "## reikna: PyCUDA passes, pygpu does not (%d)" % len(r["gaps"]),
+            "",
+            "Grouped by message:",
+            "",
+        ]
         for n, msg in gap_kinds(r["gaps"]):
             out.append("- %d x %s" % (n, msg.replace("|", "\\|")))
         out += ["", "| test | pygpu | message |", "|---|---|---|"]
         for g in r["gaps"]:
-            out.append("| `%s` | %s | %s |" % (g["test"], g["pygpu"],
-                                              g["message"].replace("|", "\\|")[:200]))
+            out.append(
+                "| `%s` | %s | %s |"
+                % (g["test"], g["pygpu"], g["message"].replace("|", "\\|")[:200])
+            )
         out.append("")
     if r.get("wins"):
-        out += ["## reikna: pygpu passes, PyCUDA does not (%d)" % len(r["wins"]), "",
-                "| test | PyCUDA | message |", "|---|---|---|"]
+        out += [
+            "## reikna: pygpu passes, PyCUDA does not (%d)" % len(r["wins"]),
+            "",
+            "| test | PyCUDA | message |",
+            "|---|---|---|",
+        ]
         for g in r["wins"]:
-            out.append("| `%s` | %s | %s |" % (g["test"], g["pycuda"],
-                                              g["message"].replace("|", "\\|")[:200]))
+            out.append(
+                "| `%s` | %s | %s |"
+                % (g["test"], g["pycuda"], g["message"].replace("|", "\\|")[:200])
+            )
         out.append("")
     for impl in IMPLS:
         for nid, t in sorted((r.get(impl) or {}).get("tests", {}).items()):
@@ -650,9 +776,11 @@ def write_report(rep, out):
 # ---------------------------------------------------------------------------
 # environments
 
+
 def _prepend(env, key, *paths):
-    env[key] = os.pathsep.join([p for p in paths if p] + [
-        p for p in env.get(key, "").split(os.pathsep) if p])
+    env[key] = os.pathsep.join(
+        [p for p in paths if p] + [p for p in env.get(key, "").split(os.pathsep) if p]
+    )
 
 
 def pygpu_env(env, cwd):
@@ -671,22 +799,29 @@ def pygpu_env(env, cwd):
 
 def pycuda_env(env, wheel_dir, work, cwd, notes):
     """env in which the real PyCUDA imports; (env, line) or raises."""
-    check = ("import pycuda, pycuda.driver, os; assert not pycuda.__file__.startswith(%r); "
-             "print(pycuda.VERSION_TEXT, os.path.dirname(pycuda.__file__))"
-             % os.path.join(ROOT, "pygpu"))
+    check = (
+        "import pycuda, pycuda.driver, os; assert not pycuda.__file__.startswith(%r); "
+        "print(pycuda.VERSION_TEXT, os.path.dirname(pycuda.__file__))" % os.path.join(ROOT, "pygpu")
+    )
     site = compat.install_wheels(wheel_dir, work) if wheel_dir else None
     penv = compat.pycuda_env(env, site)
     ok, line = compat.probe(check, penv, cwd)
-    if not ok and "libcurand" in line and wheel_dir and os.path.isdir(
-            os.path.join(wheel_dir, "nocurand")):
+    if (
+        not ok
+        and "libcurand" in line
+        and wheel_dir
+        and os.path.isdir(os.path.join(wheel_dir, "nocurand"))
+    ):
         site = compat.install_wheels(wheel_dir, work, variant="nocurand")
         penv = compat.pycuda_env(env, site)
         ok, line = compat.probe(check, penv, cwd)
         if ok:
             notes.append("PyCUDA is the build without cuRAND (no libcurand.so.10 here)")
     if not ok:
-        raise EcosystemError("not importable (%s)%s" % (
-            line, "" if wheel_dir else "; give PYCUDA_WHEEL_DIR=folder of its wheels"))
+        raise EcosystemError(
+            "not importable (%s)%s"
+            % (line, "" if wheel_dir else "; give PYCUDA_WHEEL_DIR=folder of its wheels")
+        )
     return penv, line
 
 
@@ -707,55 +842,99 @@ def deps_env(env, wheel_dir, work):
 
 # ---------------------------------------------------------------------------
 
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     env_ = os.environ.get
-    ap.add_argument("--fetch", metavar="DIR", default=None,
-                    help="download reikna's sdist and its dependencies' wheels into DIR, exit")
-    ap.add_argument("--python-version", default=None,
-                    help="with --fetch: wheels for this Python (e.g. 3.12), x86_64 Linux")
+    ap.add_argument(
+        "--fetch",
+        metavar="DIR",
+        default=None,
+        help="download reikna's sdist and its dependencies' wheels into DIR, exit",
+    )
+    ap.add_argument(
+        "--python-version",
+        default=None,
+        help="with --fetch: wheels for this Python (e.g. 3.12), x86_64 Linux",
+    )
     ap.add_argument("--reikna-sdist", default=env_("REIKNA_SDIST") or None)
     ap.add_argument("--reikna-version", default=REIKNA_VERSION)
-    ap.add_argument("--wheel-dir", default=env_("ECOSYSTEM_WHEEL_DIR") or None,
-                    help="wheels of reikna's and the examples' dependencies (and reikna's "
-                         "sdist), installed with pip --no-index --target")
+    ap.add_argument(
+        "--wheel-dir",
+        default=env_("ECOSYSTEM_WHEEL_DIR") or None,
+        help="wheels of reikna's and the examples' dependencies (and reikna's "
+        "sdist), installed with pip --no-index --target",
+    )
     ap.add_argument("--pycuda-sdist", default=env_("PYCUDA_SDIST") or None)
     ap.add_argument("--pycuda-wheel-dir", default=env_("PYCUDA_WHEEL_DIR") or None)
-    ap.add_argument("--impl", choices=("both", "pygpu", "pycuda"),
-                    default=env_("ECOSYSTEM_IMPL") or "both")
-    ap.add_argument("--clients", default=env_("ECOSYSTEM_CLIENTS") or ",".join(CLIENTS),
-                    help="reikna, examples, or both (default %(default)s)")
-    ap.add_argument("--pytest-args", default=None,
-                    help="reikna's pytest arguments (default: %s)" % " ".join(REIKNA_ARGS))
-    ap.add_argument("--examples", default=None,
-                    help="only these examples (comma-separated paths under examples/)")
-    ap.add_argument("--out", default=env_("ECOSYSTEM_OUT") or None,
-                    help="folder for pycuda-ecosystem.json and .md")
-    ap.add_argument("--baseline", default=env_("ECOSYSTEM_BASELINE") or None,
-                    help="an earlier pycuda-ecosystem.json: its results stand in for an "
-                         "implementation or client not run now")
-    ap.add_argument("--test-timeout", type=int, default=int(env_("ECOSYSTEM_TEST_TIMEOUT")
-                                                            or 300))
-    ap.add_argument("--example-timeout", type=int, default=int(env_("ECOSYSTEM_EXAMPLE_TIMEOUT")
-                                                               or 180))
-    ap.add_argument("--time-budget", type=float, default=float(env_("ECOSYSTEM_BUDGET") or 0),
-                    help="stop cleanly after this many seconds (0: no limit); --resume "
-                         "goes on")
-    ap.add_argument("--records", default=env_("ECOSYSTEM_RECORDS") or None,
-                    help="where the records live (default build/pycuda-ecosystem/records); "
-                         "a folder under $OUT brings them back from a device run")
-    ap.add_argument("--workers", type=int, default=int(env_("ECOSYSTEM_WORKERS") or 0),
-                    help="run reikna's tests in this many processes (pytest-xdist; PyCUDA's "
-                         "nvcc compiles are the slow part)")
-    ap.add_argument("--resume", action="store_true",
-                    default=env_("ECOSYSTEM_RESUME", "") not in ("", "0"),
-                    help="keep the records of an earlier (budget-stopped) run and go on")
-    ap.add_argument("--log", default=env_("ECOSYSTEM_LOG") or None,
-                    help="pytest's and the programs' output (default "
-                         "build/pycuda-ecosystem/pycuda-ecosystem.log)")
+    ap.add_argument(
+        "--impl", choices=("both", "pygpu", "pycuda"), default=env_("ECOSYSTEM_IMPL") or "both"
+    )
+    ap.add_argument(
+        "--clients",
+        default=env_("ECOSYSTEM_CLIENTS") or ",".join(CLIENTS),
+        help="reikna, examples, or both (default %(default)s)",
+    )
+    ap.add_argument(
+        "--pytest-args",
+        default=None,
+        help="reikna's pytest arguments (default: %s)" % " ".join(REIKNA_ARGS),
+    )
+    ap.add_argument(
+        "--examples",
+        default=None,
+        help="only these examples (comma-separated paths under examples/)",
+    )
+    ap.add_argument(
+        "--out",
+        default=env_("ECOSYSTEM_OUT") or None,
+        help="folder for pycuda-ecosystem.json and .md",
+    )
+    ap.add_argument(
+        "--baseline",
+        default=env_("ECOSYSTEM_BASELINE") or None,
+        help="an earlier pycuda-ecosystem.json: its results stand in for an "
+        "implementation or client not run now",
+    )
+    ap.add_argument("--test-timeout", type=int, default=int(env_("ECOSYSTEM_TEST_TIMEOUT") or 300))
+    ap.add_argument(
+        "--example-timeout", type=int, default=int(env_("ECOSYSTEM_EXAMPLE_TIMEOUT") or 180)
+    )
+    ap.add_argument(
+        "--time-budget",
+        type=float,
+        default=float(env_("ECOSYSTEM_BUDGET") or 0),
+        help="stop cleanly after this many seconds (0: no limit); --resume goes on",
+    )
+    ap.add_argument(
+        "--records",
+        default=env_("ECOSYSTEM_RECORDS") or None,
+        help="where the records live (default build/pycuda-ecosystem/records); "
+        "a folder under $OUT brings them back from a device run",
+    )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=int(env_("ECOSYSTEM_WORKERS") or 0),
+        help="run reikna's tests in this many processes (pytest-xdist; PyCUDA's "
+        "nvcc compiles are the slow part)",
+    )
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        default=env_("ECOSYSTEM_RESUME", "") not in ("", "0"),
+        help="keep the records of an earlier (budget-stopped) run and go on",
+    )
+    ap.add_argument(
+        "--log",
+        default=env_("ECOSYSTEM_LOG") or None,
+        help="pytest's and the programs' output (default "
+        "build/pycuda-ecosystem/pycuda-ecosystem.log)",
+    )
     ap.add_argument("--work", default=WORK, help=argparse.SUPPRESS)
-    ap.add_argument("--reikna-dir", default=None, help=argparse.SUPPRESS)    # tests: no sdist
+    ap.add_argument("--reikna-dir", default=None, help=argparse.SUPPRESS)  # tests: no sdist
     ap.add_argument("--examples-dir", default=None, help=argparse.SUPPRESS)  # tests: no sdist
     args = ap.parse_args(argv)
 
@@ -770,16 +949,20 @@ def main(argv=None):
 
     reason = compat.gpu_reason()
     if reason is not None:
-        print("pycuda-ecosystem: not run: this machine has no usable GPU (%s). reikna's "
-              "tests and PyCUDA's examples need one; run it on a CUDA machine." % reason)
+        print(
+            "pycuda-ecosystem: not run: this machine has no usable GPU (%s). reikna's "
+            "tests and PyCUDA's examples need one; run it on a CUDA machine." % reason
+        )
         return 0
     t_start = time.monotonic()
     deadline = t_start + args.time_budget if args.time_budget > 0 else None
     clients = [c for c in args.clients.split(",") if c]
     bad = [c for c in clients if c not in CLIENTS]
     if bad:
-        print("pycuda-ecosystem: unknown client(s) %s (reikna, examples)" % ", ".join(bad),
-              file=sys.stderr)
+        print(
+            "pycuda-ecosystem: unknown client(s) %s (reikna, examples)" % ", ".join(bad),
+            file=sys.stderr,
+        )
         return 2
     impls = IMPLS if args.impl == "both" else (args.impl,)
     work = args.work
@@ -793,9 +976,14 @@ def main(argv=None):
         os.makedirs(out, exist_ok=True)
     log = open(args.log or os.path.join(work, "pycuda-ecosystem.log"), "a")
     notes = []
-    meta = {"reikna_version": args.reikna_version, "pycuda_version": compat.VERSION,
-            "notes": notes, "python": sys.version.split()[0],
-            "date": time.strftime("%Y-%m-%d"), "where": compat._where()}
+    meta = {
+        "reikna_version": args.reikna_version,
+        "pycuda_version": compat.VERSION,
+        "notes": notes,
+        "python": sys.version.split()[0],
+        "date": time.strftime("%Y-%m-%d"),
+        "where": compat._where(),
+    }
     suite, examples = {}, {}
 
     def report():
@@ -809,9 +997,9 @@ def main(argv=None):
                 if impl == "pygpu":
                     envs[impl], meta[impl] = pygpu_env(base_env, work)
                 else:
-                    envs[impl], meta[impl] = pycuda_env(base_env, args.pycuda_wheel_dir,
-                                                        os.path.join(work, "pycuda"), work,
-                                                        notes)
+                    envs[impl], meta[impl] = pycuda_env(
+                        base_env, args.pycuda_wheel_dir, os.path.join(work, "pycuda"), work, notes
+                    )
             except (EcosystemError, compat.CompatError) as e:
                 notes.append("%s was not run: %s" % (LABEL[impl], e))
     except (EcosystemError, compat.CompatError) as e:
@@ -824,8 +1012,9 @@ def main(argv=None):
             if args.reikna_dir:
                 rdir = args.reikna_dir
             else:
-                sdist = find_reikna_sdist(args.reikna_sdist, args.reikna_version, work,
-                                          args.wheel_dir)
+                sdist = find_reikna_sdist(
+                    args.reikna_sdist, args.reikna_version, work, args.wheel_dir
+                )
                 src = os.path.join(work, "src")
                 shutil.rmtree(src, ignore_errors=True)
                 os.makedirs(src)
@@ -833,7 +1022,7 @@ def main(argv=None):
         except EcosystemError as e:
             print("pycuda-ecosystem: %s" % e, file=sys.stderr)
             return 2
-        pargs = (args.pytest_args.split() if args.pytest_args else list(REIKNA_ARGS))
+        pargs = args.pytest_args.split() if args.pytest_args else list(REIKNA_ARGS)
         for impl in impls:
             if impl not in envs:
                 continue
@@ -842,15 +1031,30 @@ def main(argv=None):
             log.write("\n==== reikna on %s: pytest %s\n" % (impl, " ".join(pargs)))
             log.flush()
             tests, complete = run_suite(
-                impl, rdir, pargs, envs[impl], os.path.join(records, "reikna-%s.jsonl" % impl),
-                args.test_timeout, log=log, deadline=deadline,
-                done_file=os.path.join(work, "reikna-%s.done" % impl), workers=args.workers)
+                impl,
+                rdir,
+                pargs,
+                envs[impl],
+                os.path.join(records, "reikna-%s.jsonl" % impl),
+                args.test_timeout,
+                log=log,
+                deadline=deadline,
+                done_file=os.path.join(work, "reikna-%s.done" % impl),
+                workers=args.workers,
+            )
             suite[impl], suite[impl + "_complete"] = tests, complete
             c = suite_counts(tests)
-            print("        %d passed, %d failed, %d skipped in %.0f s%s" % (
-                c["passed"], c["failed"], c["skipped"], time.monotonic() - t0,
-                "" if complete else " (stopped at the time budget: --resume goes on)"),
-                flush=True)
+            print(
+                "        %d passed, %d failed, %d skipped in %.0f s%s"
+                % (
+                    c["passed"],
+                    c["failed"],
+                    c["skipped"],
+                    time.monotonic() - t0,
+                    "" if complete else " (stopped at the time budget: --resume goes on)",
+                ),
+                flush=True,
+            )
             report()
 
     # PyCUDA's examples
@@ -859,8 +1063,9 @@ def main(argv=None):
             if args.examples_dir:
                 edir = args.examples_dir
             else:
-                psdist = compat.find_sdist(args.pycuda_sdist, compat.VERSION,
-                                           os.path.join(work, "pycuda"))
+                psdist = compat.find_sdist(
+                    args.pycuda_sdist, compat.VERSION, os.path.join(work, "pycuda")
+                )
                 src = os.path.join(work, "pycuda-src")
                 shutil.rmtree(src, ignore_errors=True)
                 os.makedirs(src)
@@ -901,9 +1106,16 @@ def main(argv=None):
                     if got[0]["verdict"] != "ok":
                         break
                 r[impl] = got if impl == "pycuda" else got[0]
-                log.write("\n==== %s on %s: %s\n%s\n%s\n" % (rel, impl, got[0]["verdict"],
-                                                            got[0]["stdout"][-3000:],
-                                                            got[0]["stderr"][-3000:]))
+                log.write(
+                    "\n==== %s on %s: %s\n%s\n%s\n"
+                    % (
+                        rel,
+                        impl,
+                        got[0]["verdict"],
+                        got[0]["stdout"][-3000:],
+                        got[0]["stderr"][-3000:],
+                    )
+                )
                 log.flush()
                 print("%s: %s: %s" % (LABEL[impl], rel, got[0]["verdict"]), flush=True)
             with open(rec_path, "w") as f:
@@ -920,8 +1132,10 @@ def main(argv=None):
             if impl not in suite and impl in base.get("reikna", {}):
                 suite[impl] = base["reikna"][impl]["tests"]
                 suite[impl + "_complete"] = base["reikna"][impl].get("complete", True)
-                notes.append("%s's reikna results are from %s (%s)" % (
-                    LABEL[impl], args.baseline, base.get("meta", {}).get("date", "?")))
+                notes.append(
+                    "%s's reikna results are from %s (%s)"
+                    % (LABEL[impl], args.baseline, base.get("meta", {}).get("date", "?"))
+                )
         old = base.get("examples", {}).get("runs", {})
         used = False
         for rel, r in old.items():
@@ -944,8 +1158,10 @@ def main(argv=None):
     for n in notes:
         print("note: " + n)
     if deadline is not None and time.monotonic() >= deadline:
-        print("\nstopped at the time budget (%.0f s): run again with --resume to go on"
-              % args.time_budget)
+        print(
+            "\nstopped at the time budget (%.0f s): run again with --resume to go on"
+            % args.time_budget
+        )
     if out:
         print("\nwrote %s" % os.path.join(out, "pycuda-ecosystem.md"))
     del md

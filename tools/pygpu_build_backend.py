@@ -11,6 +11,7 @@ is pygpu/_loader.py's (loaded by path), which the loader and the compiler use
 at run time: cuda-pathfinder when installed (a build requirement), the
 toolkit's folders, NVIDIA's wheels on sys.path.
 """
+
 import importlib.util
 import os
 import sys
@@ -31,7 +32,8 @@ def _load_search():
     importable while it is being built."""
     here = os.path.dirname(os.path.abspath(__file__))
     spec = importlib.util.spec_from_file_location(
-        "_pygpu_build_search", os.path.join(os.path.dirname(here), "pygpu", "_loader.py"))
+        "_pygpu_build_search", os.path.join(os.path.dirname(here), "pygpu", "_loader.py")
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -83,9 +85,10 @@ def nvtx_switch(environ=None):
     value = env.get("PYGPU_BUILD_NVTX", "").strip()
     if value in ("", "0", "1"):
         return None if value == "" else value == "1"
-    raise ValueError("PYGPU_BUILD_NVTX must be 0 (build without NVTX), 1 (require "
-                     "NVTX) or empty (NVTX when its headers are found), not %r"
-                     % env["PYGPU_BUILD_NVTX"])
+    raise ValueError(
+        "PYGPU_BUILD_NVTX must be 0 (build without NVTX), 1 (require "
+        "NVTX) or empty (NVTX when its headers are found), not %r" % env["PYGPU_BUILD_NVTX"]
+    )
 
 
 def nvtx_include_dir(environ=None, path=None):
@@ -103,8 +106,10 @@ def nvtx_include_dir(environ=None, path=None):
 def nvtx_candidates(environ=None, path=None):
     """Where nvtx3/nvToolsExt.h is looked for, in order."""
     return local_candidates(environ) + [
-        os.path.join(p, rel) for p in (sys.path if path is None else path)
-        for rel in _NVTX_WHEEL_DIRS]
+        os.path.join(p, rel)
+        for p in (sys.path if path is None else path)
+        for rel in _NVTX_WHEEL_DIRS
+    ]
 
 
 def nvtx_for_build(environ=None, path=None):
@@ -113,18 +118,24 @@ def nvtx_for_build(environ=None, path=None):
     PYGPU_BUILD_NVTX, or for PYGPU_BUILD_NVTX=1 without the headers."""
     switch = nvtx_switch(environ)
     if switch is False:
-        return None, ("PYGPU_BUILD_NVTX=0: building without NVTX (pygpu.profiler's "
-                      "ranges do nothing, NVTX_AVAILABLE is False)")
+        return None, (
+            "PYGPU_BUILD_NVTX=0: building without NVTX (pygpu.profiler's "
+            "ranges do nothing, NVTX_AVAILABLE is False)"
+        )
     found = nvtx_include_dir(environ, path)
     if found is not None:
         return found, None
     if switch:
-        raise ValueError("PYGPU_BUILD_NVTX=1 but the NVTX headers (nvtx3/nvToolsExt.h) "
-                         "were not found; pip install nvidia-nvtx or use a CUDA toolkit. "
-                         "Tried:\n  " + "\n  ".join(nvtx_candidates(environ, path)))
-    return None, ("NVTX headers (nvtx3/nvToolsExt.h) not found: building without NVTX "
-                  "(pygpu.profiler's ranges do nothing); pip install nvidia-nvtx or use "
-                  "a CUDA toolkit to have them")
+        raise ValueError(
+            "PYGPU_BUILD_NVTX=1 but the NVTX headers (nvtx3/nvToolsExt.h) "
+            "were not found; pip install nvidia-nvtx or use a CUDA toolkit. "
+            "Tried:\n  " + "\n  ".join(nvtx_candidates(environ, path))
+        )
+    return None, (
+        "NVTX headers (nvtx3/nvToolsExt.h) not found: building without NVTX "
+        "(pygpu.profiler's ranges do nothing); pip install nvidia-nvtx or use "
+        "a CUDA toolkit to have them"
+    )
 
 
 def tried(environ=None, path=None):

@@ -1,14 +1,25 @@
 """Stride and flag helpers for array-like objects (shape, strides, dtype,
 nbytes), as pycuda.compyte.array."""
+
 import math
 from typing import Any, Protocol
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-__all__ = ["ArrayFlags", "ArrayIsh", "as_strided", "bound", "c_contiguous_strides",
-           "equal_strides", "f_contiguous_strides", "get_common_dtype",
-           "is_c_contiguous_strides", "is_f_contiguous_strides", "may_share_memory"]
+__all__ = [
+    "ArrayFlags",
+    "ArrayIsh",
+    "as_strided",
+    "bound",
+    "c_contiguous_strides",
+    "equal_strides",
+    "f_contiguous_strides",
+    "get_common_dtype",
+    "is_c_contiguous_strides",
+    "is_f_contiguous_strides",
+    "may_share_memory",
+]
 
 
 def f_contiguous_strides(itemsize, shape):
@@ -36,17 +47,22 @@ def equal_strides(strides1, strides2, shape):
 
 
 def is_f_contiguous_strides(strides, itemsize, shape):
-    return (equal_strides(strides, f_contiguous_strides(itemsize, shape), shape)
-            or math.prod(shape) == 0)
+    return (
+        equal_strides(strides, f_contiguous_strides(itemsize, shape), shape)
+        or math.prod(shape) == 0
+    )
 
 
 def is_c_contiguous_strides(strides, itemsize, shape):
-    return (equal_strides(strides, c_contiguous_strides(itemsize, shape), shape)
-            or math.prod(shape) == 0)
+    return (
+        equal_strides(strides, c_contiguous_strides(itemsize, shape), shape)
+        or math.prod(shape) == 0
+    )
 
 
 class ArrayIsh(Protocol):
     """What these helpers read from an array."""
+
     shape: "tuple[int, ...]"
     strides: "tuple[int, ...]"
     dtype: "np.dtype[Any]"
@@ -77,8 +93,10 @@ def get_common_dtype(obj1, obj2, allow_double):
         b = obj2
     result = (a + b).dtype
     if not allow_double:
-        result = {np.dtype(np.float64): np.dtype(np.float32),
-                  np.dtype(np.complex128): np.dtype(np.complex64)}.get(result, result)
+        result = {
+            np.dtype(np.float64): np.dtype(np.float32),
+            np.dtype(np.complex128): np.dtype(np.complex64),
+        }.get(result, result)
     return result
 
 

@@ -4,6 +4,7 @@ TYPE_REGISTRY is the registry pygpu's kernel generators read
 (pygpu.tools.dtype_to_ctype, ElementwiseKernel, ReductionKernel, ...):
 a struct registered here is known to them too.
 """
+
 import re
 import struct
 import sys
@@ -12,11 +13,22 @@ from typing import TypeVar
 
 import numpy as np
 
-__all__ = ["ArgTypeT", "DTYPE_TO_NAME", "DTypeRegistry", "NAME_TO_DTYPE", "TYPE_REGISTRY",
-           "TypeNameNotKnown", "dtype_to_ctype", "fill_registry_with_c99_complex_types",
-           "fill_registry_with_c99_stdint_types", "fill_registry_with_c_types",
-           "fill_registry_with_opencl_c_types", "get_or_register_dtype",
-           "parse_c_arg_backend", "register_dtype"]
+__all__ = [
+    "ArgTypeT",
+    "DTYPE_TO_NAME",
+    "DTypeRegistry",
+    "NAME_TO_DTYPE",
+    "TYPE_REGISTRY",
+    "TypeNameNotKnown",
+    "dtype_to_ctype",
+    "fill_registry_with_c99_complex_types",
+    "fill_registry_with_c99_stdint_types",
+    "fill_registry_with_c_types",
+    "fill_registry_with_opencl_c_types",
+    "get_or_register_dtype",
+    "parse_c_arg_backend",
+    "register_dtype",
+]
 
 
 class TypeNameNotKnown(RuntimeError):
@@ -51,8 +63,7 @@ class DTypeRegistry:
                 try:
                     found.add(self.name_to_dtype[n])
                 except KeyError:
-                    raise TypeNameNotKnown("no dtype is registered as the C type %r" % n) \
-                        from None
+                    raise TypeNameNotKnown("no dtype is registered as the C type %r" % n) from None
             if len(found) != 1:
                 raise ValueError("the names %r are registered as different dtypes" % (names,))
             return found.pop()
@@ -89,18 +100,22 @@ def fill_registry_with_c_types(reg, respect_windows, include_bool=True):
         reg.get_or_register_dtype("bool", np.bool_)
     reg.get_or_register_dtype(["signed char", "char"], np.int8)
     reg.get_or_register_dtype("unsigned char", np.uint8)
-    reg.get_or_register_dtype(["short", "signed short", "signed short int",
-                               "short signed int"], np.int16)
-    reg.get_or_register_dtype(["unsigned short", "unsigned short int",
-                               "short unsigned int"], np.uint16)
+    reg.get_or_register_dtype(
+        ["short", "signed short", "signed short int", "short signed int"], np.int16
+    )
+    reg.get_or_register_dtype(
+        ["unsigned short", "unsigned short int", "short unsigned int"], np.uint16
+    )
     reg.get_or_register_dtype(["int", "signed int"], np.int32)
     reg.get_or_register_dtype(["unsigned", "unsigned int"], np.uint32)
     if struct.calcsize("@P") == 8:
         i64 = "long long" if (respect_windows and sys.platform == "win32") else "long"
-        reg.get_or_register_dtype([i64, i64 + " int", "signed %s int" % i64,
-                                   i64 + " signed int"], np.int64)
-        reg.get_or_register_dtype(["unsigned " + i64, "unsigned %s int" % i64,
-                                   i64 + " unsigned int"], np.uint64)
+        reg.get_or_register_dtype(
+            [i64, i64 + " int", "signed %s int" % i64, i64 + " signed int"], np.int64
+        )
+        reg.get_or_register_dtype(
+            ["unsigned " + i64, "unsigned %s int" % i64, i64 + " unsigned int"], np.uint64
+        )
     reg.get_or_register_dtype("float", np.float32)
     reg.get_or_register_dtype("double", np.float64)
 
@@ -109,16 +124,18 @@ def fill_registry_with_opencl_c_types(reg):
     """OpenCL C's names (uchar, ushort, uint, ulong, ...)."""
     reg.get_or_register_dtype(["char", "signed char"], np.int8)
     reg.get_or_register_dtype(["uchar", "unsigned char"], np.uint8)
-    reg.get_or_register_dtype(["short", "signed short", "signed short int",
-                               "short signed int"], np.int16)
-    reg.get_or_register_dtype(["ushort", "unsigned short", "unsigned short int",
-                               "short unsigned int"], np.uint16)
+    reg.get_or_register_dtype(
+        ["short", "signed short", "signed short int", "short signed int"], np.int16
+    )
+    reg.get_or_register_dtype(
+        ["ushort", "unsigned short", "unsigned short int", "short unsigned int"], np.uint16
+    )
     reg.get_or_register_dtype(["int", "signed int"], np.int32)
     reg.get_or_register_dtype(["uint", "unsigned", "unsigned int"], np.uint32)
-    reg.get_or_register_dtype(["long", "long int", "signed long int", "long signed int"],
-                              np.int64)
-    reg.get_or_register_dtype(["ulong", "unsigned long", "unsigned long int",
-                               "long unsigned int"], np.uint64)
+    reg.get_or_register_dtype(["long", "long int", "signed long int", "long signed int"], np.int64)
+    reg.get_or_register_dtype(
+        ["ulong", "unsigned long", "unsigned long int", "long unsigned int"], np.uint64
+    )
     reg.get_or_register_dtype(["intptr_t"], np.intp)
     reg.get_or_register_dtype(["uintptr_t"], np.uintp)
     reg.get_or_register_dtype("float", np.float32)
@@ -147,6 +164,7 @@ def _shared_registry():
     """The registry over pygpu.tools' tables, so the kernel generators see
     what is registered here."""
     from pygpu import tools
+
     reg = DTypeRegistry()
     reg.dtype_to_name = tools._registry.dtype_to_name
     reg.name_to_dtype = tools._registry.name_to_dtype
@@ -184,7 +202,7 @@ def parse_c_arg_backend(c_arg, scalar_arg_factory, vec_arg_factory, name_to_dtyp
     if m is None:
         raise ValueError("couldn't parse C declarator '%s'" % c_arg)
     factory = vec_arg_factory if (m.group(1) or m.group(3) is not None) else scalar_arg_factory
-    tp = " ".join(c_arg[:m.start()].split())
+    tp = " ".join(c_arg[: m.start()].split())
     try:
         dtype = lookup(tp)
     except KeyError:
@@ -196,13 +214,18 @@ def register_dtype(dtype, c_names, alias_ok=False):
     """Deprecated (as in PyCUDA): get_or_register_dtype.  A dtype that is
     already registered under another name is a RuntimeError unless
     alias_ok."""
-    warnings.warn("register_dtype is deprecated. Use get_or_register_dtype instead.",
-                  DeprecationWarning, stacklevel=2)
+    warnings.warn(
+        "register_dtype is deprecated. Use get_or_register_dtype instead.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     if isinstance(c_names, str):
         c_names = [c_names]
     dtype = np.dtype(dtype)
     name = TYPE_REGISTRY.dtype_to_name.get(dtype)
     if not alias_ok and name is not None:
-        raise RuntimeError("dtype '%s' already registered (as '%s', new names '%s')"
-                           % (dtype, name, "', '".join(c_names)))
+        raise RuntimeError(
+            "dtype '%s' already registered (as '%s', new names '%s')"
+            % (dtype, name, "', '".join(c_names))
+        )
     TYPE_REGISTRY.get_or_register_dtype(c_names, dtype)

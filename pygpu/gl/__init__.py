@@ -18,6 +18,7 @@ calling thread.
   pre-CUDA-3.0 names, deprecated there as here; they work over the same
   graphics resources.
 """
+
 import enum as _enum
 import warnings as _warnings
 
@@ -29,15 +30,24 @@ RegisteredBuffer = _driver.RegisteredBuffer
 RegisteredImage = _driver.RegisteredImage
 RegisteredMapping = _driver.RegisteredMapping
 
-__all__ = ["init", "make_context", "graphics_map_flags", "BufferObject",
-           "BufferObjectMapping", "RegisteredBuffer", "RegisteredImage",
-           "RegisteredMapping", "RegisteredObject"]
+__all__ = [
+    "init",
+    "make_context",
+    "graphics_map_flags",
+    "BufferObject",
+    "BufferObjectMapping",
+    "RegisteredBuffer",
+    "RegisteredImage",
+    "RegisteredMapping",
+    "RegisteredObject",
+]
 
 
 class graphics_map_flags(_enum.IntEnum):
     """CUgraphicsMapResourceFlags: what CUDA does with a mapped resource
     (PyCUDA passes these as the registration flags; the values agree with
     :class:`pygpu.driver.graphics_register_flags`'s first three)."""
+
     NONE = 0
     READ_ONLY = 1
     WRITE_DISCARD = 2
@@ -50,8 +60,11 @@ def init():
     """PyCUDA's ``gl_init()`` (cuGLInit), deprecated since CUDA 3.0: warns,
     then initialises the driver (:func:`pygpu.driver.init`).  Registration
     needs no special initialisation."""
-    _warnings.warn("gl_init() has been deprecated since CUDA 3.0 and PyCUDA 2011.1.",
-                   DeprecationWarning, stacklevel=2)
+    _warnings.warn(
+        "gl_init() has been deprecated since CUDA 3.0 and PyCUDA 2011.1.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     _drv.init()
 
 
@@ -62,8 +75,9 @@ def make_context(dev, flags=0):
     the primary one (``pygpu.autoinit``) too, as long as its device is the
     GPU that runs the OpenGL context."""
     if not isinstance(dev, _drv.Device):
-        raise TypeError("make_context(): dev must be a pygpu.driver.Device, not %s"
-                        % type(dev).__name__)
+        raise TypeError(
+            "make_context(): dev must be a pygpu.driver.Device, not %s" % type(dev).__name__
+        )
     return dev.make_context(flags)
 
 
@@ -73,8 +87,11 @@ class BufferObject:
     :class:`RegisteredBuffer`).  Use :class:`RegisteredBuffer` in new code."""
 
     def __init__(self, handle):
-        _warnings.warn("buffer_object has been deprecated since CUDA 3.0 and PyCUDA "
-                       "2011.1.", DeprecationWarning, stacklevel=2)
+        _warnings.warn(
+            "buffer_object has been deprecated since CUDA 3.0 and PyCUDA 2011.1.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         self._registered = RegisteredBuffer(handle)
 
     def handle(self):
@@ -87,8 +104,11 @@ class BufferObject:
 
     def map(self):
         """Map for CUDA: a :class:`BufferObjectMapping`."""
-        _warnings.warn("map_buffer_object has been deprecated since CUDA 3.0 and PyCUDA "
-                       "2011.1.", DeprecationWarning, stacklevel=2)
+        _warnings.warn(
+            "map_buffer_object has been deprecated since CUDA 3.0 and PyCUDA 2011.1.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return BufferObjectMapping(self, self._registered.map())
 
 

@@ -5,6 +5,7 @@ thread and popped at exit.  Exports ``context`` and ``device``.
 Make the OpenGL context current first (as with PyCUDA): the CUDA context
 must be on the GPU that runs it.
 """
+
 import atexit
 
 import pygpu.driver as cuda

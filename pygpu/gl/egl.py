@@ -17,6 +17,7 @@ EGL_NV_device_cuda), else the first device that initialises, else the
 default display; the surface is a 1x1 pbuffer, or none where the config has
 no pbuffer (EGL_KHR_surfaceless_context).
 """
+
 import ctypes
 import ctypes.util
 import threading
@@ -54,7 +55,8 @@ def _load(kind, sonames, package):
         raise GLUnavailableError(
             "pygpu.gl: no %s library: tried %s; install %s (with the GPU driver's "
             "EGL/GL vendor library: NVIDIA's driver ships libEGL_nvidia)"
-            % (kind, ", ".join(tried), package))
+            % (kind, ", ".join(tried), package)
+        )
 
 
 def load_egl():
@@ -93,17 +95,25 @@ def _egl_functions(egl):
         fn.restype = restype
         fn.argtypes = list(argtypes)
         return fn
+
     ns = {
         "eglGetError": f("eglGetError", _int),
         "eglGetDisplay": f("eglGetDisplay", _vp, _vp),
-        "eglInitialize": f("eglInitialize", _bool, _vp, ctypes.POINTER(_int),
-                           ctypes.POINTER(_int)),
+        "eglInitialize": f("eglInitialize", _bool, _vp, ctypes.POINTER(_int), ctypes.POINTER(_int)),
         "eglTerminate": f("eglTerminate", _bool, _vp),
         "eglBindAPI": f("eglBindAPI", _bool, ctypes.c_uint),
-        "eglChooseConfig": f("eglChooseConfig", _bool, _vp, ctypes.POINTER(_int),
-                             ctypes.POINTER(_vp), _int, ctypes.POINTER(_int)),
-        "eglCreatePbufferSurface": f("eglCreatePbufferSurface", _vp, _vp, _vp,
-                                     ctypes.POINTER(_int)),
+        "eglChooseConfig": f(
+            "eglChooseConfig",
+            _bool,
+            _vp,
+            ctypes.POINTER(_int),
+            ctypes.POINTER(_vp),
+            _int,
+            ctypes.POINTER(_int),
+        ),
+        "eglCreatePbufferSurface": f(
+            "eglCreatePbufferSurface", _vp, _vp, _vp, ctypes.POINTER(_int)
+        ),
         "eglDestroySurface": f("eglDestroySurface", _bool, _vp, _vp),
         "eglCreateContext": f("eglCreateContext", _vp, _vp, _vp, _vp, ctypes.POINTER(_int)),
         "eglDestroyContext": f("eglDestroyContext", _bool, _vp, _vp),
@@ -154,8 +164,18 @@ class GL:
         "glDeleteTextures": (None, ctypes.c_int, ctypes.POINTER(ctypes.c_uint)),
         "glBindTexture": (None, ctypes.c_uint, ctypes.c_uint),
         "glTexParameteri": (None, ctypes.c_uint, ctypes.c_uint, ctypes.c_int),
-        "glTexImage2D": (None, ctypes.c_uint, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                         ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_uint, _vp),
+        "glTexImage2D": (
+            None,
+            ctypes.c_uint,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_uint,
+            ctypes.c_uint,
+            _vp,
+        ),
         "glGetTexImage": (None, ctypes.c_uint, ctypes.c_int, ctypes.c_uint, ctypes.c_uint, _vp),
         "glPixelStorei": (None, ctypes.c_uint, ctypes.c_int),
     }
@@ -176,8 +196,9 @@ class GL:
             except AttributeError:
                 addr = self._gpa(name.encode()) if self._gpa is not None else None
                 if not addr:
-                    raise GLUnavailableError("pygpu.gl: the OpenGL library has no %s"
-                                             % name) from None
+                    raise GLUnavailableError(
+                        "pygpu.gl: the OpenGL library has no %s" % name
+                    ) from None
                 fn = ctypes.CFUNCTYPE(restype, *argtypes)(addr)
             fn.restype = restype
             fn.argtypes = argtypes
@@ -200,8 +221,9 @@ class GL:
         if data is not None:
             mv = memoryview(data).cast("B")
             if mv.nbytes < nbytes:
-                raise ValueError("gen_buffer(): data has %d bytes, fewer than %d"
-                                 % (mv.nbytes, nbytes))
+                raise ValueError(
+                    "gen_buffer(): data has %d bytes, fewer than %d" % (mv.nbytes, nbytes)
+                )
             ptr = ctypes.cast((ctypes.c_char * mv.nbytes).from_buffer(mv), _vp)
         self.glBufferData(GL.GL_ARRAY_BUFFER, nbytes, ptr, GL.GL_DYNAMIC_DRAW)
         self.glBindBuffer(GL.GL_ARRAY_BUFFER, 0)
@@ -217,14 +239,19 @@ class GL:
         writable host buffer, e.g. a NumPy array)."""
         mv = memoryview(out).cast("B")
         self.glBindBuffer(GL.GL_ARRAY_BUFFER, name)
-        self.glGetBufferSubData(GL.GL_ARRAY_BUFFER, 0, mv.nbytes,
-                                ctypes.cast((ctypes.c_char * mv.nbytes).from_buffer(mv), _vp))
+        self.glGetBufferSubData(
+            GL.GL_ARRAY_BUFFER,
+            0,
+            mv.nbytes,
+            ctypes.cast((ctypes.c_char * mv.nbytes).from_buffer(mv), _vp),
+        )
         self.glBindBuffer(GL.GL_ARRAY_BUFFER, 0)
         self.check("glGetBufferSubData")
         return out
 
-    def gen_texture_2d(self, width, height, internal_format=GL_R32F, fmt=GL_RED,
-                       type_=GL_FLOAT, data=None):
+    def gen_texture_2d(
+        self, width, height, internal_format=GL_R32F, fmt=GL_RED, type_=GL_FLOAT, data=None
+    ):
         """A new 2-D texture (one level), its texels from a host buffer or
         undefined; returns its name."""
         name = ctypes.c_uint(0)
@@ -237,8 +264,7 @@ class GL:
         if data is not None:
             mv = memoryview(data).cast("B")
             ptr = ctypes.cast((ctypes.c_char * mv.nbytes).from_buffer(mv), _vp)
-        self.glTexImage2D(GL.GL_TEXTURE_2D, 0, internal_format, width, height, 0, fmt,
-                          type_, ptr)
+        self.glTexImage2D(GL.GL_TEXTURE_2D, 0, internal_format, width, height, 0, fmt, type_, ptr)
         self.glBindTexture(GL.GL_TEXTURE_2D, 0)
         self.check("glTexImage2D")
         return name.value
@@ -253,8 +279,13 @@ class GL:
         mv = memoryview(out).cast("B")
         self.glBindTexture(GL.GL_TEXTURE_2D, name)
         self.glPixelStorei(GL.GL_PACK_ALIGNMENT, 1)
-        self.glGetTexImage(GL.GL_TEXTURE_2D, 0, fmt, type_,
-                           ctypes.cast((ctypes.c_char * mv.nbytes).from_buffer(mv), _vp))
+        self.glGetTexImage(
+            GL.GL_TEXTURE_2D,
+            0,
+            fmt,
+            type_,
+            ctypes.cast((ctypes.c_char * mv.nbytes).from_buffer(mv), _vp),
+        )
         self.glBindTexture(GL.GL_TEXTURE_2D, 0)
         self.check("glGetTexImage")
         return out
@@ -297,8 +328,11 @@ class HeadlessContext:
         query = ctypes.CFUNCTYPE(_bool, _int, ctypes.POINTER(_vp), ctypes.POINTER(_int))(q_addr)
         get_dpy = ctypes.CFUNCTYPE(_vp, ctypes.c_uint, _vp, ctypes.POINTER(_int))(p_addr)
         attr_addr = gpa(b"eglQueryDeviceAttribEXT")
-        qattr = (ctypes.CFUNCTYPE(_bool, _vp, _int, ctypes.POINTER(ctypes.c_ssize_t))(attr_addr)
-                 if attr_addr else None)
+        qattr = (
+            ctypes.CFUNCTYPE(_bool, _vp, _int, ctypes.POINTER(ctypes.c_ssize_t))(attr_addr)
+            if attr_addr
+            else None
+        )
         devs = (_vp * 32)()
         n = _int(0)
         if not query(32, devs, ctypes.byref(n)):
@@ -311,10 +345,9 @@ class HeadlessContext:
                 if qattr(devs[i], EGL_CUDA_DEVICE_NV, ctypes.byref(cuda_dev)):
                     is_match = cuda_dev.value == device
                 else:
-                    f["eglGetError"]()      # clear: not an NVIDIA device
+                    f["eglGetError"]()  # clear: not an NVIDIA device
             (matched if is_match else others).append(devs[i])
-        return [(lambda d=d: get_dpy(EGL_PLATFORM_DEVICE_EXT, d, None))
-                for d in matched + others]
+        return [(lambda d=d: get_dpy(EGL_PLATFORM_DEVICE_EXT, d, None)) for d in matched + others]
 
     def _open(self, device):
         f = self._f
@@ -324,8 +357,7 @@ class HeadlessContext:
         for get in candidates:
             dpy = get()
             if not dpy:
-                errors.append("eglGetPlatformDisplayEXT: EGL error 0x%04x"
-                              % f["eglGetError"]())
+                errors.append("eglGetPlatformDisplayEXT: EGL error 0x%04x" % f["eglGetError"]())
                 continue
             major, minor = _int(0), _int(0)
             if f["eglInitialize"](dpy, ctypes.byref(major), ctypes.byref(minor)):
@@ -333,25 +365,53 @@ class HeadlessContext:
                 break
             errors.append("eglInitialize: EGL error 0x%04x" % f["eglGetError"]())
         if self.display is None:
-            raise EGLError("pygpu.gl: no EGL display could be initialised (%s): no GPU "
-                           "EGL driver (e.g. NVIDIA's libEGL_nvidia) is installed or "
-                           "usable" % "; ".join(errors))
+            raise EGLError(
+                "pygpu.gl: no EGL display could be initialised (%s): no GPU "
+                "EGL driver (e.g. NVIDIA's libEGL_nvidia) is installed or "
+                "usable" % "; ".join(errors)
+            )
         dpy = self.display
         if not f["eglBindAPI"](EGL_OPENGL_API):
             raise self._err("eglBindAPI(EGL_OPENGL_API)")
         cfg = _vp()
         n = _int(0)
         pbuffer = True
-        if not f["eglChooseConfig"](dpy, _attribs(EGL_SURFACE_TYPE, EGL_PBUFFER_BIT,
-                                                  EGL_RENDERABLE_TYPE, EGL_OPENGL_BIT,
-                                                  EGL_RED_SIZE, 8, EGL_GREEN_SIZE, 8,
-                                                  EGL_BLUE_SIZE, 8),
-                                    ctypes.byref(cfg), 1, ctypes.byref(n)) or n.value < 1:
+        if (
+            not f["eglChooseConfig"](
+                dpy,
+                _attribs(
+                    EGL_SURFACE_TYPE,
+                    EGL_PBUFFER_BIT,
+                    EGL_RENDERABLE_TYPE,
+                    EGL_OPENGL_BIT,
+                    EGL_RED_SIZE,
+                    8,
+                    EGL_GREEN_SIZE,
+                    8,
+                    EGL_BLUE_SIZE,
+                    8,
+                ),
+                ctypes.byref(cfg),
+                1,
+                ctypes.byref(n),
+            )
+            or n.value < 1
+        ):
             pbuffer = False
-            if not f["eglChooseConfig"](dpy, _attribs(EGL_RENDERABLE_TYPE, EGL_OPENGL_BIT),
-                                        ctypes.byref(cfg), 1, ctypes.byref(n)) or n.value < 1:
-                raise EGLError("pygpu.gl: eglChooseConfig found no OpenGL config "
-                               "(EGL error 0x%04x)" % f["eglGetError"]())
+            if (
+                not f["eglChooseConfig"](
+                    dpy,
+                    _attribs(EGL_RENDERABLE_TYPE, EGL_OPENGL_BIT),
+                    ctypes.byref(cfg),
+                    1,
+                    ctypes.byref(n),
+                )
+                or n.value < 1
+            ):
+                raise EGLError(
+                    "pygpu.gl: eglChooseConfig found no OpenGL config "
+                    "(EGL error 0x%04x)" % f["eglGetError"]()
+                )
         if pbuffer:
             surf = f["eglCreatePbufferSurface"](dpy, cfg, _attribs(EGL_WIDTH, 1, EGL_HEIGHT, 1))
             if not surf:
@@ -366,8 +426,7 @@ class HeadlessContext:
 
     def make_current(self):
         """Make the context current on the calling thread."""
-        if not self._f["eglMakeCurrent"](self.display, self.surface, self.surface,
-                                         self.context):
+        if not self._f["eglMakeCurrent"](self.display, self.surface, self.surface, self.context):
             raise self._err("eglMakeCurrent")
 
     def close(self):

@@ -20,5 +20,5 @@ SciPy is needed (the matrices come in as scipy.sparse or anything
 ``scipy.sparse.csr_matrix`` takes).  Unlike PyCUDA, importing it warns of no
 deprecation.
 """
-__all__ = ["cg", "coordinate", "inner", "operator", "packeted", "pkt_build",
-           "pkt_build_cython"]
+
+__all__ = ["cg", "coordinate", "inner", "operator", "packeted", "pkt_build", "pkt_build_cython"]

@@ -11,6 +11,7 @@ iteration enqueues its kernels without waiting.  Convergence
 iterations, without stalling the GPU; the true residual b - A x replaces
 the updated one every ``min(n, 50)`` iterations.
 """
+
 import numpy as np
 
 import pygpu.driver as drv
@@ -31,6 +32,7 @@ _KERNELS = {}
 
 def _kernel(key, make):
     from pygpu import tools
+
     k = (tools._current_context(),) + key
     kern = _KERNELS.get(k)
     if kern is None:
@@ -47,6 +49,7 @@ class CGStateContainer:
     def __init__(self, operator, precon=None, pagelocked_allocator=None):
         if precon is None:
             from pygpu.sparse.operator import IdentityOperator
+
             precon = IdentityOperator(operator.dtype, operator.shape[0])
         self.operator = operator
         self.precon = precon
@@ -62,9 +65,11 @@ class CGStateContainer:
             b_decl = "const %s *b" % t if b_is_gpu else "%s b" % t
             return ElementwiseKernel(
                 "%s *out, const %s *x, const %s *y, %s, %s" % (t, t, t, a_decl, b_decl),
-                "out[i] = %s * x[i] + %s * y[i]" % ("a[0]" if a_is_gpu else "a",
-                                                   "b[0]" if b_is_gpu else "b"),
-                "pygpu_cg_lc2")
+                "out[i] = %s * x[i] + %s * y[i]"
+                % ("a[0]" if a_is_gpu else "a", "b[0]" if b_is_gpu else "b"),
+                "pygpu_cg_lc2",
+            )
+
         return _kernel(("lc2", dtype, a_is_gpu, b_is_gpu), make)
 
     def lc2(self, a, x, b, y, out=None):
@@ -81,24 +86,28 @@ class CGStateContainer:
             if is_gpu and (s.dtype != x.dtype or s.size != 1):
                 raise ValueError("lc2(): a GPU scalar must be one element of x's dtype")
         kernel = self.make_lc2_kernel(x.dtype, a_is_gpu, b_is_gpu)
-        kernel(out, x, y, a if a_is_gpu else x.dtype.type(a),
-               b if b_is_gpu else x.dtype.type(b))
+        kernel(out, x, y, a if a_is_gpu else x.dtype.type(a), b if b_is_gpu else x.dtype.type(b))
         return out
 
     def guarded_div_kernel(self, dtype_x, dtype_y, dtype_z):
         """The kernel of guarded_div: z = y == 0 ? 0 : x / y."""
         tx, ty, tz = (dtype_to_ctype(d) for d in (dtype_x, dtype_y, dtype_z))
-        return _kernel(("div", np.dtype(dtype_x), np.dtype(dtype_y), np.dtype(dtype_z)),
-                       lambda: ElementwiseKernel(
-                           "%s *z, const %s *x, const %s *y" % (tz, tx, ty),
-                           "z[i] = y[i] == 0 ? 0 : (x[i] / y[i])", "pygpu_cg_divide"))
+        return _kernel(
+            ("div", np.dtype(dtype_x), np.dtype(dtype_y), np.dtype(dtype_z)),
+            lambda: ElementwiseKernel(
+                "%s *z, const %s *x, const %s *y" % (tz, tx, ty),
+                "z[i] = y[i] == 0 ? 0 : (x[i] / y[i])",
+                "pygpu_cg_divide",
+            ),
+        )
 
     def guarded_div(self, a, b):
         """a / b element-wise, 0 where b is 0 (GPUArrays of one shape)."""
         if a.shape != b.shape:
             raise ValueError("guarded_div(): shapes differ: %r, %r" % (a.shape, b.shape))
-        result = gpuarray.empty(a.shape, dtype=np.result_type(a.dtype, b.dtype),
-                                allocator=a.allocator)
+        result = gpuarray.empty(
+            a.shape, dtype=np.result_type(a.dtype, b.dtype), allocator=a.allocator
+        )
         self.guarded_div_kernel(a.dtype, b.dtype, result.dtype)(result, a, b)
         return result
 
@@ -106,12 +115,13 @@ class CGStateContainer:
         """Start from x (zeros by default) for the right-hand side rhs."""
         self.rhs = rhs
         if x is None:
-            x = gpuarray.zeros(self.operator.shape[0], dtype=self.operator.dtype,
-                               allocator=rhs.allocator)
+            x = gpuarray.zeros(
+                self.operator.shape[0], dtype=self.operator.dtype, allocator=rhs.allocator
+            )
         self.x = x
         self.residual = rhs - self.operator(x)
         self.d = self.precon(self.residual)
-        if self.d is self.residual:      # the identity: d is updated in place, r too
+        if self.d is self.residual:  # the identity: d is updated in place, r too
             self.d = self.d.copy()
         delta = AsyncInnerProduct(self.residual, self.d, self.pagelocked_allocator)
         self.real_delta_queue = [delta]
@@ -158,31 +168,39 @@ class CGStateContainer:
         iterations = 0
         while iterations < max_iterations:
             compute_real_residual = iterations % real_resid_interval == 0 and iterations > 0
-            self.one_iteration(compute_real_residual=compute_real_residual,
-                               check=iterations % check_interval == 0)
+            self.one_iteration(
+                compute_real_residual=compute_real_residual, check=iterations % check_interval == 0
+            )
             if debug_callback is not None:
-                debug_callback("it+residual" if compute_real_residual else "it",
-                               iterations, self.x, self.residual, self.d, self.delta)
+                debug_callback(
+                    "it+residual" if compute_real_residual else "it",
+                    iterations,
+                    self.x,
+                    self.residual,
+                    self.d,
+                    self.delta,
+                )
             rdq = self.real_delta_queue
-            if len(rdq) > 8:               # the GPU is far behind: wait for the oldest
+            if len(rdq) > 8:  # the GPU is far behind: wait for the oldest
                 rdq[0].gpu_finished_evt.synchronize()
             i = 0
             while i < len(rdq):
                 delta = rdq[i].get_host_result()
                 if delta is None:
                     if not rdq[i].gpu_finished:
-                        break              # the later ones are not done either
+                        break  # the later ones are not done either
                     i += 1
                     continue
                 rdq.pop(i)
                 value = float(np.asarray(delta))
                 if not np.isfinite(value):
-                    raise ConvergenceError("cg: the residual became %s (is the matrix "
-                                           "symmetric positive definite?)" % value)
+                    raise ConvergenceError(
+                        "cg: the residual became %s (is the matrix "
+                        "symmetric positive definite?)" % value
+                    )
                 if abs(value) < tol * tol * abs(delta_0):
                     if debug_callback is not None:
-                        debug_callback("end", iterations, self.x, self.residual, self.d,
-                                       self.delta)
+                        debug_callback("end", iterations, self.x, self.residual, self.d, self.delta)
                     return self.x
             iterations += 1
         # the last queued checks
@@ -198,16 +216,26 @@ class CGStateContainer:
         raise ConvergenceError("cg failed to converge")
 
 
-def solve_pkt_with_cg(pkt_spmv, b, precon=None, x=None, tol=1e-7, max_iterations=None,
-                      debug=False, pagelocked_allocator=None):
+def solve_pkt_with_cg(
+    pkt_spmv,
+    b,
+    precon=None,
+    x=None,
+    tol=1e-7,
+    max_iterations=None,
+    debug=False,
+    pagelocked_allocator=None,
+):
     """Solve A x = b (A: a PacketedSpMV of an SPD matrix; b, x: GPUArrays in
     the original numbering).  Returns (x, iterations, residual
     recomputations).  precon works in the packets' numbering."""
     if not isinstance(b, gpuarray.GPUArray):
         raise TypeError("solve_pkt_with_cg(): b must be a GPUArray, not %s" % type(b).__name__)
     if b.shape != (pkt_spmv.shape[0],) or b.dtype != pkt_spmv.dtype:
-        raise ValueError("solve_pkt_with_cg(): b must have shape (%d,) and dtype %s, not "
-                         "%r %s" % (pkt_spmv.shape[0], pkt_spmv.dtype, b.shape, b.dtype))
+        raise ValueError(
+            "solve_pkt_with_cg(): b must have shape (%d,) and dtype %s, not "
+            "%r %s" % (pkt_spmv.shape[0], pkt_spmv.dtype, b.shape, b.dtype)
+        )
     if x is None:
         x = gpuarray.zeros(pkt_spmv.shape[0], dtype=pkt_spmv.dtype, allocator=b.allocator)
     else:

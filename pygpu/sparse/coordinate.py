@@ -8,6 +8,7 @@ for float, and for double on sm_60 and newer), grid-stride over the
 nonzeros [0, tail); the serial kernel takes the rest [tail, nnz) (empty
 unless tail is set lower), as in PyCUDA.
 """
+
 import numpy as np
 
 import pygpu.driver as drv
@@ -68,6 +69,7 @@ class CoordinateSpMV:
 
     def __init__(self, mat, dtype):
         from scipy.sparse import coo_matrix
+
         self.dtype = np.dtype(dtype)
         if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise TypeError("CoordinateSpMV supports float32 and float64, not %s" % self.dtype)
@@ -89,10 +91,16 @@ class CoordinateSpMV:
             self.col_gpu = gpuarray.to_gpu(col.astype(self.index_dtype))
             self.data_gpu = gpuarray.to_gpu(np.ascontiguousarray(data, dtype=self.dtype))
             dev = drv.Context.get_device()
-            max_threads = (dev.get_attribute(drv.device_attribute.MAX_THREADS_PER_MULTIPROCESSOR)
-                           * dev.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT))
-            self.num_blocks = max(1, min((self.nnz + self.block_size - 1) // self.block_size,
-                                         4 * max_threads // self.block_size))
+            max_threads = dev.get_attribute(
+                drv.device_attribute.MAX_THREADS_PER_MULTIPROCESSOR
+            ) * dev.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
+            self.num_blocks = max(
+                1,
+                min(
+                    (self.nnz + self.block_size - 1) // self.block_size,
+                    4 * max_threads // self.block_size,
+                ),
+            )
             self.interval_size = (self.nnz + self.num_blocks - 1) // self.num_blocks
             self.tail = self.nnz
         else:
@@ -100,9 +108,11 @@ class CoordinateSpMV:
             self.num_blocks = self.interval_size = self.tail = 0
 
     def _source_args(self):
-        return {"value_type": dtype_to_ctype(self.dtype),
-                "index_type": dtype_to_ctype(self.index_dtype),
-                "block_size": self.block_size}
+        return {
+            "value_type": dtype_to_ctype(self.dtype),
+            "index_type": dtype_to_ctype(self.index_dtype),
+            "block_size": self.block_size,
+        }
 
     def get_flat_kernel(self):
         """The grid-stride atomic kernel, prepared (compiled once per object)."""
@@ -116,8 +126,7 @@ class CoordinateSpMV:
     def get_serial_kernel(self):
         """The one-thread kernel for the entries from tail on, prepared."""
         if getattr(self, "_serial", None) is None:
-            mod = SourceModule(COO_SERIAL_KERNEL_TEMPLATE % self._source_args(),
-                               no_extern_c=True)
+            mod = SourceModule(COO_SERIAL_KERNEL_TEMPLATE % self._source_args(), no_extern_c=True)
             func = mod.get_function("spmv_coo_serial_kernel")
             func.prepare("iPPPPP")
             self._serial = func
@@ -134,15 +143,27 @@ class CoordinateSpMV:
             return y
         if self.tail:
             self.get_flat_kernel().prepared_call(
-                (self.num_blocks, 1), (self.block_size, 1, 1), self.tail, self.interval_size,
-                self.row_gpu.gpudata, self.col_gpu.gpudata, self.data_gpu.gpudata,
-                x.gpudata, y.gpudata)
+                (self.num_blocks, 1),
+                (self.block_size, 1, 1),
+                self.tail,
+                self.interval_size,
+                self.row_gpu.gpudata,
+                self.col_gpu.gpudata,
+                self.data_gpu.gpudata,
+                x.gpudata,
+                y.gpudata,
+            )
         if self.nnz > self.tail:
             isz = self.index_dtype.itemsize
             vsz = self.dtype.itemsize
             self.get_serial_kernel().prepared_call(
-                (1, 1), (1, 1, 1), self.nnz - self.tail,
+                (1, 1),
+                (1, 1, 1),
+                self.nnz - self.tail,
                 int(self.row_gpu.gpudata) + self.tail * isz,
                 int(self.col_gpu.gpudata) + self.tail * isz,
-                int(self.data_gpu.gpudata) + self.tail * vsz, x.gpudata, y.gpudata)
+                int(self.data_gpu.gpudata) + self.tail * vsz,
+                x.gpudata,
+                y.gpudata,
+            )
         return y

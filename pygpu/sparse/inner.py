@@ -1,5 +1,6 @@
 """Inner products whose result reaches the host without blocking the GPU
 (PyCUDA's pycuda.sparse.inner)."""
+
 import atexit
 
 import pygpu.driver as drv
@@ -35,9 +36,9 @@ class AsyncInnerProduct:
                 self.gpu_finished = True
                 self.copy_stream = get_stream()
                 self.host_dest = self.pagelocked_allocator(
-                    self.gpu_result.shape, self.gpu_result.dtype)
-                drv.memcpy_dtoh_async(self.host_dest, self.gpu_result.gpudata,
-                                      self.copy_stream)
+                    self.gpu_result.shape, self.gpu_result.dtype
+                )
+                drv.memcpy_dtoh_async(self.host_dest, self.gpu_result.gpudata, self.copy_stream)
                 self.copy_finished_evt = drv.Event()
                 self.copy_finished_evt.record(self.copy_stream)
             return None

@@ -1,7 +1,6 @@
 """Linear operators for the CG solver (PyCUDA's pycuda.sparse.operator)."""
 
-__all__ = ["OperatorBase", "IdentityOperator", "DiagonalPreconditioner",
-           "IdentityPreconditioner"]
+__all__ = ["OperatorBase", "IdentityOperator", "DiagonalPreconditioner", "IdentityPreconditioner"]
 
 
 class OperatorBase:

@@ -8,6 +8,7 @@ The product works in that numbering: ``spmv(spmv.permute(x))`` is
 ``spmv.permute(A @ x)``; ``spmv.unpermute`` goes back.  Calling it adds
 A x to y (zeros when not given) and returns y.
 """
+
 import numpy as np
 
 import pygpu.gpuarray as gpuarray
@@ -82,28 +83,40 @@ class PacketedSpMV:
     fit in a block's shared memory, less 100 bytes).
     """
 
-    def __init__(self, mat, is_symmetric, dtype, *, partition=None, threads_per_packet=None,
-                 rows_per_packet=None):
+    def __init__(
+        self,
+        mat,
+        is_symmetric,
+        dtype,
+        *,
+        partition=None,
+        threads_per_packet=None,
+        rows_per_packet=None,
+    ):
         self.dtype = np.dtype(dtype)
         if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise TypeError("PacketedSpMV supports float32 and float64, not %s" % self.dtype)
         self.index_dtype = np.dtype(np.int32)
         self.packed_index_dtype = np.dtype(np.uint32)
         if len(getattr(mat, "shape", ())) != 2 or mat.shape[0] != mat.shape[1]:
-            raise ValueError("only square matrices are supported, got shape %r"
-                             % (getattr(mat, "shape", None),))
+            raise ValueError(
+                "only square matrices are supported, got shape %r" % (getattr(mat, "shape", None),)
+            )
         devdata = DeviceData()
         if threads_per_packet is None:
             threads_per_packet = devdata.max_threads
         if rows_per_packet is None:
             rows_per_packet = (min(devdata.shared_memory, 48 * 1024) - 100) // (
-                2 * self.dtype.itemsize)
+                2 * self.dtype.itemsize
+            )
         if 2 * rows_per_packet * self.dtype.itemsize > 48 * 1024:
-            raise ValueError("rows_per_packet=%d needs %d bytes of static shared memory; "
-                             "at most 49152" % (rows_per_packet,
-                                                2 * rows_per_packet * self.dtype.itemsize))
-        plan = pkt_build.make_plan(mat, is_symmetric, self.dtype, threads_per_packet,
-                                   rows_per_packet, partition)
+            raise ValueError(
+                "rows_per_packet=%d needs %d bytes of static shared memory; "
+                "at most 49152" % (rows_per_packet, 2 * rows_per_packet * self.dtype.itemsize)
+            )
+        plan = pkt_build.make_plan(
+            mat, is_symmetric, self.dtype, threads_per_packet, rows_per_packet, partition
+        )
         self.plan = plan
         self.shape = plan.shape
         self.threads_per_packet = plan.threads_per_packet
@@ -118,49 +131,69 @@ class PacketedSpMV:
         self.old2new_fetch_indices = gpuarray.to_gpu(plan.old2new_fetch_indices)
 
         from pygpu.sparse.coordinate import CoordinateSpMV
+
         self.remaining_coo_gpu = CoordinateSpMV(plan.remaining_coo, self.dtype)
 
     # the host-side steps under PyCUDA's names (pygpu.sparse.pkt_build has them)
     def find_simple_index_stuff(self, packet_nr_to_dofs):
         """(new2old_fetch_indices, old2new_fetch_indices, packet_base_rows)."""
-        return pkt_build.find_simple_index_stuff(packet_nr_to_dofs, self.shape[0],
-                                                 self.index_dtype)
+        return pkt_build.find_simple_index_stuff(packet_nr_to_dofs, self.shape[0], self.index_dtype)
 
-    def find_local_row_costs_and_remaining_coo(self, csr_mat, dof_to_packet_nr,
-                                               old2new_fetch_indices):
+    def find_local_row_costs_and_remaining_coo(
+        self, csr_mat, dof_to_packet_nr, old2new_fetch_indices
+    ):
         """(local_row_costs, remaining_coo)."""
         return pkt_build.find_local_row_costs_and_remaining_coo(
-            csr_mat, np.asarray(dof_to_packet_nr), np.asarray(old2new_fetch_indices),
-            self.dtype)
+            csr_mat, np.asarray(dof_to_packet_nr), np.asarray(old2new_fetch_indices), self.dtype
+        )
 
     def find_thread_assignment(self, packet_nr_to_dofs, local_row_cost, thread_count):
         """(thread_assignments, thread_costs): per thread, the rows it owns."""
         thread_of_row, rank_of_row, costs = pkt_build.find_thread_assignment(
-            packet_nr_to_dofs, local_row_cost, self.threads_per_packet)
+            packet_nr_to_dofs, local_row_cost, self.threads_per_packet
+        )
         assignments = [[] for _ in range(thread_count)]
         for r in np.lexsort((rank_of_row, thread_of_row)):
             assignments[int(thread_of_row[r])].append(int(r))
         return assignments, costs.astype(np.float64)
 
-    def build_gpu_data_structure(self, packet_nr_to_dofs, max_thread_costs,
-                                 old2new_fetch_indices, csr_mat, thread_count,
-                                 thread_assignments, local_row_costs):
+    def build_gpu_data_structure(
+        self,
+        packet_nr_to_dofs,
+        max_thread_costs,
+        old2new_fetch_indices,
+        csr_mat,
+        thread_count,
+        thread_assignments,
+        local_row_costs,
+    ):
         """Rebuild and upload the packed arrays (pkt_build.build_pkt_data_structure)."""
-        pkt_build.build_pkt_data_structure(self, packet_nr_to_dofs, max_thread_costs,
-                                           old2new_fetch_indices, csr_mat, thread_count,
-                                           thread_assignments, local_row_costs)
+        pkt_build.build_pkt_data_structure(
+            self,
+            packet_nr_to_dofs,
+            max_thread_costs,
+            old2new_fetch_indices,
+            csr_mat,
+            thread_count,
+            thread_assignments,
+            local_row_costs,
+        )
 
     # execution
     def get_kernel(self):
         """The packet kernel, prepared (compiled once per object)."""
         if getattr(self, "_kernel", None) is None:
-            mod = SourceModule(PKT_KERNEL_TEMPLATE % {
-                "value_type": dtype_to_ctype(self.dtype),
-                "index_type": dtype_to_ctype(self.index_dtype),
-                "packed_index_type": dtype_to_ctype(self.packed_index_dtype),
-                "threads_per_packet": self.threads_per_packet,
-                "rows_per_packet": self.rows_per_packet,
-            }, no_extern_c=True)
+            mod = SourceModule(
+                PKT_KERNEL_TEMPLATE
+                % {
+                    "value_type": dtype_to_ctype(self.dtype),
+                    "index_type": dtype_to_ctype(self.index_dtype),
+                    "packed_index_type": dtype_to_ctype(self.packed_index_dtype),
+                    "threads_per_packet": self.threads_per_packet,
+                    "rows_per_packet": self.rows_per_packet,
+                },
+                no_extern_c=True,
+            )
             func = mod.get_function("spmv_pkt_kernel")
             func.prepare("PPPPPPP")
             self._kernel = func
@@ -176,6 +209,7 @@ class PacketedSpMV:
 
     def __call__(self, x, y=None):
         from pygpu.sparse.coordinate import _check_vector
+
         _check_vector(x, self.shape[0], self.dtype, "x")
         if y is None:
             y = gpuarray.zeros(self.shape[0], dtype=self.dtype, allocator=x.allocator)
@@ -183,9 +217,15 @@ class PacketedSpMV:
             _check_vector(y, self.shape[0], self.dtype, "y")
         if self.block_count:
             self.get_kernel().prepared_call(
-                (self.block_count, 1), (self.threads_per_packet, 1, 1),
-                self.packet_base_rows.gpudata, self.thread_starts.gpudata,
-                self.thread_ends.gpudata, self.index_array.gpudata, self.data_array.gpudata,
-                x.gpudata, y.gpudata)
+                (self.block_count, 1),
+                (self.threads_per_packet, 1, 1),
+                self.packet_base_rows.gpudata,
+                self.thread_starts.gpudata,
+                self.thread_ends.gpudata,
+                self.index_array.gpudata,
+                self.data_array.gpudata,
+                x.gpudata,
+                y.gpudata,
+            )
         self.remaining_coo_gpu(x, y)
         return y

@@ -20,14 +20,22 @@ The format (the same as PyCUDA's):
 - Every other entry goes to the coordinate-format remainder, in the new
   numbering.
 """
+
 import numpy as np
 
-__all__ = ["partition", "PacketPlan", "make_plan", "build_pkt_data_structure",
-           "build_pkt_host_arrays", "simulate"]
+__all__ = [
+    "partition",
+    "PacketPlan",
+    "make_plan",
+    "build_pkt_data_structure",
+    "build_pkt_host_arrays",
+    "simulate",
+]
 
 
 def _csr(mat, dtype):
     from scipy.sparse import csr_matrix
+
     m = csr_matrix(mat, dtype=dtype)
     m.sum_duplicates()
     m.sort_indices()
@@ -36,6 +44,7 @@ def _csr(mat, dtype):
 
 def _rcm_order(adj):
     from scipy.sparse.csgraph import reverse_cuthill_mckee
+
     return np.asarray(reverse_cuthill_mckee(adj.tocsr(), symmetric_mode=True), dtype=np.int64)
 
 
@@ -54,30 +63,37 @@ def partition(csr_mat, is_symmetric, block_count, rows_per_packet, method=None):
     if method is None:
         try:
             import pymetis  # noqa: F401
+
             method = "metis"
         except ImportError:
             method = "rcm"
     if method not in ("metis", "rcm", "contiguous"):
-        raise ValueError("partition method must be 'metis', 'rcm', 'contiguous' or None, "
-                         "not %r" % (method,))
+        raise ValueError(
+            "partition method must be 'metis', 'rcm', 'contiguous' or None, not %r" % (method,)
+        )
     if rows_per_packet < 2:
         raise ValueError("rows_per_packet must be at least 2, got %d" % rows_per_packet)
-    cap = rows_per_packet - 1          # a packet has fewer than rows_per_packet rows
+    cap = rows_per_packet - 1  # a packet has fewer than rows_per_packet rows
     block_count = max(int(block_count), (h + cap - 1) // cap, 1)
     if method == "metis":
         from pymetis import part_graph
+
         adj = csr_mat if is_symmetric else (csr_mat + csr_mat.T).tocsr()
         adj = adj.tocoo()
-        keep = adj.row != adj.col          # METIS takes no self loops
+        keep = adj.row != adj.col  # METIS takes no self loops
         from scipy.sparse import csr_matrix
-        adj = csr_matrix((np.ones(int(keep.sum()), dtype=np.int8),
-                          (adj.row[keep], adj.col[keep])), shape=csr_mat.shape)
+
+        adj = csr_matrix(
+            (np.ones(int(keep.sum()), dtype=np.int8), (adj.row[keep], adj.col[keep])),
+            shape=csr_mat.shape,
+        )
         while True:
             if block_count == 1:
                 parts = np.zeros(h, dtype=np.int64)
             else:
-                _cut, parts = part_graph(int(block_count), xadj=adj.indptr.tolist(),
-                                         adjncy=adj.indices.tolist())
+                _cut, parts = part_graph(
+                    int(block_count), xadj=adj.indptr.tolist(), adjncy=adj.indices.tolist()
+                )
                 parts = np.asarray(parts, dtype=np.int64)
             sizes = np.bincount(parts, minlength=block_count)
             if sizes.max(initial=0) <= cap:
@@ -93,7 +109,7 @@ def partition(csr_mat, is_symmetric, block_count, rows_per_packet, method=None):
         bounds = (np.arange(block_count + 1) * h) // block_count
         parts = np.empty(h, dtype=np.int64)
         for p in range(block_count):
-            parts[order[bounds[p]:bounds[p + 1]]] = p
+            parts[order[bounds[p] : bounds[p + 1]]] = p
     # renumber the non-empty parts 0..k-1
     used = np.unique(parts)
     remap = np.full(max(int(parts.max(initial=0)) + 1, 1), -1, dtype=np.int64)
@@ -132,15 +148,21 @@ def find_local_row_costs_and_remaining_coo(csr_mat, dof_to_packet_nr, old2new, d
     own packet, and the other entries as a scipy COO matrix in the new
     numbering."""
     from scipy.sparse import coo_matrix
+
     h = csr_mat.shape[0]
     rows = _entry_rows(csr_mat)
     cols = csr_mat.indices.astype(np.int64)
     local = dof_to_packet_nr[rows] == dof_to_packet_nr[cols]
     local_row_costs = np.bincount(rows[local], minlength=h).astype(np.int64)
     rem = ~local
-    remaining = coo_matrix((csr_mat.data[rem], (old2new[rows[rem]].astype(np.int64),
-                                                old2new[cols[rem]].astype(np.int64))),
-                           shape=csr_mat.shape, dtype=dtype)
+    remaining = coo_matrix(
+        (
+            csr_mat.data[rem],
+            (old2new[rows[rem]].astype(np.int64), old2new[cols[rem]].astype(np.int64)),
+        ),
+        shape=csr_mat.shape,
+        dtype=dtype,
+    )
     return local_row_costs, remaining
 
 
@@ -158,20 +180,30 @@ def find_thread_assignment(packet_nr_to_dofs, local_row_cost, threads_per_packet
     cost = np.asarray(local_row_cost, dtype=np.int64)
     for p, dofs in enumerate(packet_nr_to_dofs):
         d = np.asarray(dofs, dtype=np.int64)
-        order = np.lexsort((-d, -cost[d]))          # cost desc, then row desc
+        order = np.lexsort((-d, -cost[d]))  # cost desc, then row desc
         srt = d[order]
         k = np.arange(len(srt))
         r = k % (2 * T)
         off = np.where(r < T, r, 2 * T - 1 - r)
         thread_of_row[srt] = p * T + off
-        rank_of_row[srt] = k // T                   # zigzag: one row per pass
+        rank_of_row[srt] = k // T  # zigzag: one row per pass
         np.add.at(thread_costs, p * T + off, cost[srt])
     return thread_of_row, rank_of_row, thread_costs
 
 
-def build_pkt_host_arrays(csr_mat, dof_to_packet_nr, packet_nr_to_dofs, old2new, base,
-                          thread_of_row, rank_of_row, threads_per_packet, dtype,
-                          index_dtype=np.int32, packed_index_dtype=np.uint32):
+def build_pkt_host_arrays(
+    csr_mat,
+    dof_to_packet_nr,
+    packet_nr_to_dofs,
+    old2new,
+    base,
+    thread_of_row,
+    rank_of_row,
+    threads_per_packet,
+    dtype,
+    index_dtype=np.int32,
+    packed_index_dtype=np.uint32,
+):
     """(thread_starts, thread_ends, index_array, data_array) as NumPy arrays:
     thread t's entries are at thread_starts[t], + T, ... < thread_ends[t]."""
     T = threads_per_packet
@@ -189,7 +221,7 @@ def build_pkt_host_arrays(csr_mat, dof_to_packet_nr, packet_nr_to_dofs, old2new,
     lr, lc, ld, thr = lr[order], lc[order], ld[order], thr[order]
     counts = np.bincount(thr, minlength=thread_count)
     first = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    j = np.arange(len(thr)) - first[thr]            # the entry's number in its thread
+    j = np.arange(len(thr)) - first[thr]  # the entry's number in its thread
     per_packet_max = counts.reshape(block_count, T).max(axis=1) if block_count else counts
     packet_start = np.concatenate(([0], np.cumsum(per_packet_max * T)))
     total = int(packet_start[-1])
@@ -212,8 +244,7 @@ class PacketPlan:
     named as PacketedSpMV's)."""
 
 
-def make_plan(mat, is_symmetric, dtype, threads_per_packet, rows_per_packet,
-              partition_method=None):
+def make_plan(mat, is_symmetric, dtype, threads_per_packet, rows_per_packet, partition_method=None):
     """The packeted format of mat as a :class:`PacketPlan` (NumPy arrays
     only; no GPU needed)."""
     plan = PacketPlan()
@@ -226,27 +257,41 @@ def make_plan(mat, is_symmetric, dtype, threads_per_packet, rows_per_packet,
     if threads_per_packet < 1:
         raise ValueError("threads_per_packet must be >= 1, got %d" % threads_per_packet)
     if rows_per_packet > 65536:
-        rows_per_packet = 65536          # the packed index has 16 bits a side
+        rows_per_packet = 65536  # the packed index has 16 bits a side
     plan.threads_per_packet = int(threads_per_packet)
     plan.rows_per_packet = int(rows_per_packet)
     csr_mat = _csr(mat, plan.dtype)
     plan.csr_mat = csr_mat
     block_count = (h + plan.rows_per_packet - 1) // plan.rows_per_packet
     plan.dof_to_packet_nr, plan.packet_nr_to_dofs = partition(
-        csr_mat, is_symmetric, block_count, plan.rows_per_packet, partition_method)
+        csr_mat, is_symmetric, block_count, plan.rows_per_packet, partition_method
+    )
     plan.block_count = len(plan.packet_nr_to_dofs)
-    plan.new2old_fetch_indices, plan.old2new_fetch_indices, plan.packet_base_rows = \
+    plan.new2old_fetch_indices, plan.old2new_fetch_indices, plan.packet_base_rows = (
         find_simple_index_stuff(plan.packet_nr_to_dofs, h, plan.index_dtype)
+    )
     plan.local_row_costs, plan.remaining_coo = find_local_row_costs_and_remaining_coo(
-        csr_mat, plan.dof_to_packet_nr, plan.old2new_fetch_indices, plan.dtype)
+        csr_mat, plan.dof_to_packet_nr, plan.old2new_fetch_indices, plan.dtype
+    )
     assert plan.remaining_coo.nnz == csr_mat.nnz - int(plan.local_row_costs.sum())
     plan.thread_of_row, plan.rank_of_row, plan.thread_costs = find_thread_assignment(
-        plan.packet_nr_to_dofs, plan.local_row_costs, plan.threads_per_packet)
-    (plan.thread_starts, plan.thread_ends, plan.index_array,
-     plan.data_array) = build_pkt_host_arrays(
-        csr_mat, plan.dof_to_packet_nr, plan.packet_nr_to_dofs, plan.old2new_fetch_indices,
-        plan.packet_base_rows, plan.thread_of_row, plan.rank_of_row, plan.threads_per_packet,
-        plan.dtype, plan.index_dtype, plan.packed_index_dtype)
+        plan.packet_nr_to_dofs, plan.local_row_costs, plan.threads_per_packet
+    )
+    (plan.thread_starts, plan.thread_ends, plan.index_array, plan.data_array) = (
+        build_pkt_host_arrays(
+            csr_mat,
+            plan.dof_to_packet_nr,
+            plan.packet_nr_to_dofs,
+            plan.old2new_fetch_indices,
+            plan.packet_base_rows,
+            plan.thread_of_row,
+            plan.rank_of_row,
+            plan.threads_per_packet,
+            plan.dtype,
+            plan.index_dtype,
+            plan.packed_index_dtype,
+        )
+    )
     return plan
 
 
@@ -267,14 +312,23 @@ def simulate(plan, x_new):
     return y
 
 
-def build_pkt_data_structure(spmv, packet_nr_to_dofs, max_thread_costs, old2new_fetch_indices,
-                             csr_mat, thread_count, thread_assignments, local_row_costs):
+def build_pkt_data_structure(
+    spmv,
+    packet_nr_to_dofs,
+    max_thread_costs,
+    old2new_fetch_indices,
+    csr_mat,
+    thread_count,
+    thread_assignments,
+    local_row_costs,
+):
     """PyCUDA's signature: computes the packed arrays and uploads them as
     spmv.thread_starts, thread_ends, index_array, data_array (GPUArrays).
     thread_assignments is a list, per thread, of the rows it owns in order
     (or a (thread_of_row, rank_of_row) pair); max_thread_costs and
     local_row_costs are not needed (kept for the signature)."""
     import pygpu.gpuarray as gpuarray
+
     h = csr_mat.shape[0]
     dof_to_packet_nr = np.zeros(h, dtype=np.int64)
     for p, dofs in enumerate(packet_nr_to_dofs):
@@ -291,9 +345,18 @@ def build_pkt_data_structure(spmv, packet_nr_to_dofs, max_thread_costs, old2new_
     base = np.zeros(len(packet_nr_to_dofs) + 1, dtype=np.int64)
     base[1:] = np.cumsum([len(d) for d in packet_nr_to_dofs])
     ts, te, ia, da = build_pkt_host_arrays(
-        csr_mat, dof_to_packet_nr, packet_nr_to_dofs, np.asarray(old2new_fetch_indices),
-        base, thread_of_row, rank_of_row, spmv.threads_per_packet, spmv.dtype,
-        spmv.index_dtype, spmv.packed_index_dtype)
+        csr_mat,
+        dof_to_packet_nr,
+        packet_nr_to_dofs,
+        np.asarray(old2new_fetch_indices),
+        base,
+        thread_of_row,
+        rank_of_row,
+        spmv.threads_per_packet,
+        spmv.dtype,
+        spmv.index_dtype,
+        spmv.packed_index_dtype,
+    )
     spmv.thread_starts = gpuarray.to_gpu(ts)
     spmv.thread_ends = gpuarray.to_gpu(te)
     spmv.index_array = gpuarray.to_gpu(ia)

@@ -29,6 +29,7 @@ would fail.  So:
    own (--junitxml, from the command line or addopts): its reports reach
    the file through this process, which writes the whole session once.
 """
+
 import json
 import os
 import subprocess
@@ -67,7 +68,8 @@ def _probe():
         code = _standin.StandIn().sticky()
         if code:
             return "%s (the driver stand-in's injected sticky error)" % (
-                _standin.STICKY_CODES.get(code, "CUresult %d" % code))
+                _standin.STICKY_CODES.get(code, "CUresult %d" % code)
+            )
         return None
     try:
         if drv.Context.get_current() is None:
@@ -82,8 +84,8 @@ class _Child:
     """A child pytest serving test ids over two pipes."""
 
     def __init__(self, config, number):
-        r1, w1 = os.pipe()      # to the child
-        r2, w2 = os.pipe()      # from the child
+        r1, w1 = os.pipe()  # to the child
+        r2, w2 = os.pipe()  # from the child
         env = dict(os.environ)
         env[SERVE_ENV] = "%d:%d" % (r1, w2)
         args = [sys.executable, "-m", "pytest"] + [str(a) for a in config.invocation_params.args]
@@ -92,12 +94,18 @@ class _Child:
         try:
             base = config._tmp_path_factory.getbasetemp()
             args.append("--basetemp=%s" % os.path.join(str(base), "pygpu-fresh-%d" % number))
-        except Exception:    # no tmp_path plugin
+        except Exception:  # no tmp_path plugin
             pass
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(args, cwd=str(config.invocation_params.dir), env=env,
-                                     pass_fds=(r1, w2), stdin=subprocess.DEVNULL,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            args,
+            cwd=str(config.invocation_params.dir),
+            env=env,
+            pass_fds=(r1, w2),
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         os.close(r1)
         os.close(w2)
         self.tx = os.fdopen(w1, "w", buffering=1)
@@ -108,7 +116,7 @@ class _Child:
             self.tx.write(json.dumps(msg) + "\n")
             self.tx.flush()
             return True
-        except OSError:     # the child is gone
+        except OSError:  # the child is gone
             return False
 
     def recv(self):
@@ -143,7 +151,7 @@ class Isolation:
         self.faults = 0
         self.children = 0
         self.child = None
-        serve = os.environ.pop(SERVE_ENV, None)     # not for our own children
+        serve = os.environ.pop(SERVE_ENV, None)  # not for our own children
         self.serving = None
         if serve:
             r, w = (int(x) for x in serve.split(":"))
@@ -179,9 +187,10 @@ class Isolation:
             return
         item._pygpu_fault_note = (
             "the CUDA context of this process is unusable after %s: the tests after this "
-            "one run in a fresh process" % fresh)
+            "one run in a fresh process" % fresh
+        )
         if getattr(item, "_pygpu_fault_reported", False):
-            return          # the test failed with the fault itself
+            return  # the test failed with the fault itself
         if item.get_closest_marker("sticky_fault") is not None:
             return
         passed_call = not getattr(item, "_pygpu_call_failed", False)
@@ -189,7 +198,9 @@ class Isolation:
             err = pytest.fail.Exception(
                 "pygpu: the test left its CUDA context with a sticky fault, %s; the tests after "
                 "it run in a fresh process (mark the test sticky_fault if that is on purpose)"
-                % fresh, pytrace=False)
+                % fresh,
+                pytrace=False,
+            )
             if hasattr(outcome, "force_exception"):
                 outcome.force_exception(err)
             else:
@@ -197,8 +208,7 @@ class Isolation:
 
     def pytest_runtest_logreport(self, report):
         if self.serving is not None:
-            data = self.config.hook.pytest_report_to_serializable(config=self.config,
-                                                                   report=report)
+            data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
             self._serve_send({"report": data})
 
     def _poison(self, why):
@@ -229,8 +239,9 @@ class Isolation:
             if msg is None:
                 break
             if "report" in msg:
-                rep = self.config.hook.pytest_report_from_serializable(config=self.config,
-                                                                       data=msg["report"])
+                rep = self.config.hook.pytest_report_from_serializable(
+                    config=self.config, data=msg["report"]
+                )
                 phases.add(rep.when)
                 item.ihook.pytest_runtest_logreport(report=rep)
             elif "done" in msg:
@@ -247,10 +258,17 @@ class Isolation:
         self.child = None
         when = "teardown" if "call" in phases else "call" if "setup" in phases else "setup"
         from _pytest.reports import TestReport
-        rep = TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, "failed",
-                         "pygpu fault isolation: the fresh process running this test died "
-                         "(exit status %s); the tests after it run in another one.\n"
-                         "Its last output:\n%s" % (rc, tail), when)
+
+        rep = TestReport(
+            item.nodeid,
+            item.location,
+            {k: 1 for k in item.keywords},
+            "failed",
+            "pygpu fault isolation: the fresh process running this test died "
+            "(exit status %s); the tests after it run in another one.\n"
+            "Its last output:\n%s" % (rc, tail),
+            when,
+        )
         item.ihook.pytest_runtest_logreport(report=rep)
 
     # -- the child that serves tests --
@@ -264,14 +282,14 @@ class Isolation:
         # with the tests after the fault only
         config = self.config
         try:
-            from _pytest.junitxml import xml_key        # pytest 7+
+            from _pytest.junitxml import xml_key  # pytest 7+
         except ImportError:
             xml_key = None
         xml = config.stash.get(xml_key, None) if xml_key is not None else None
         if xml is not None:
             del config.stash[xml_key]
         else:
-            xml = getattr(config, "_xml", None)         # older pytest
+            xml = getattr(config, "_xml", None)  # older pytest
             if xml is not None:
                 del config._xml
         if xml is not None and config.pluginmanager.is_registered(xml):
@@ -282,7 +300,7 @@ class Isolation:
             self.serving[1].write(json.dumps(msg, default=repr) + "\n")
             self.serving[1].flush()
         except OSError:
-            os._exit(3)     # the driving process is gone
+            os._exit(3)  # the driving process is gone
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session):
@@ -301,9 +319,15 @@ class Isolation:
             item = items.get(msg["run"])
             if item is None:
                 from _pytest.reports import TestReport
-                rep = TestReport(msg["run"], (msg["run"], None, msg["run"]), {}, "failed",
-                                 "pygpu fault isolation: the fresh process did not collect "
-                                 "this test", "setup")
+
+                rep = TestReport(
+                    msg["run"],
+                    (msg["run"], None, msg["run"]),
+                    {},
+                    "failed",
+                    "pygpu fault isolation: the fresh process did not collect this test",
+                    "setup",
+                )
                 self.pytest_runtest_logreport(rep)
             else:
                 nxt = items.get(msg["next"]) if msg.get("next") else None
@@ -323,5 +347,7 @@ class Isolation:
     def pytest_terminal_summary(self, terminalreporter):
         if self.faults and self.serving is None:
             terminalreporter.write_sep(
-                "-", "pygpu: %d sticky CUDA fault(s); the session went on in %d fresh "
-                "process(es)" % (self.faults, self.children))
+                "-",
+                "pygpu: %d sticky CUDA fault(s); the session went on in %d fresh "
+                "process(es)" % (self.faults, self.children),
+            )

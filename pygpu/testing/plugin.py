@@ -25,6 +25,7 @@ fault (CUDA_ERROR_ILLEGAL_ADDRESS and kin).  If so the test fails alone and
 every later test runs in a fresh pytest process that this one drives and
 whose reports it relays, with or without pytest-xdist.
 """
+
 import os
 import sys
 
@@ -35,15 +36,15 @@ from pygpu.testing import standin as _standin
 
 _MARKERS = {
     "gpu": "gpu: needs a real CUDA GPU: runs kernels (skipped without one; a failure "
-           "with --require-gpu or PYGPU_REQUIRE_GPU=1)",
+    "with --require-gpu or PYGPU_REQUIRE_GPU=1)",
     "driver": "driver: needs a CUDA driver, runs no kernel: runs on a GPU and against "
-              "the driver stand-in",
+    "the driver stand-in",
     "standin": "standin: runs only against the driver stand-in (failure injection, "
-               "recorded launches)",
+    "recorded launches)",
     "leak_check": "leak_check: fail the test if it leaves pygpu handles (or, against the "
-                  "stand-in, driver handles) alive",
+    "stand-in, driver handles) alive",
     "sticky_fault": "sticky_fault: the test provokes a sticky CUDA fault on purpose; the "
-                    "tests after it run in a fresh process",
+    "tests after it run in a fresh process",
 }
 
 _KINDS = ("gpu", "driver", "standin")
@@ -52,17 +53,32 @@ _gpu = None
 
 def pytest_addoption(parser):
     group = parser.getgroup("pygpu", "pygpu (CUDA) testing")
-    group.addoption("--require-gpu", action="store_true", default=False,
-                    help="a gpu/driver test without a GPU fails instead of skipping "
-                         "(also PYGPU_REQUIRE_GPU=1)")
-    group.addoption("--pygpu-standin", action="store_true", default=False,
-                    help="build the CUDA driver stand-in (a fake libcuda) and run against "
-                         "it: gpu tests skip, driver and standin tests run")
-    group.addoption("--pygpu-leak-check", action="store_true", default=False,
-                    help="leak-check every test, not only those marked leak_check")
-    group.addoption("--pygpu-no-isolate", action="store_true", default=False,
-                    help="after a sticky CUDA fault, go on in this process (the later "
-                         "tests will fail) instead of a fresh one")
+    group.addoption(
+        "--require-gpu",
+        action="store_true",
+        default=False,
+        help="a gpu/driver test without a GPU fails instead of skipping (also PYGPU_REQUIRE_GPU=1)",
+    )
+    group.addoption(
+        "--pygpu-standin",
+        action="store_true",
+        default=False,
+        help="build the CUDA driver stand-in (a fake libcuda) and run against "
+        "it: gpu tests skip, driver and standin tests run",
+    )
+    group.addoption(
+        "--pygpu-leak-check",
+        action="store_true",
+        default=False,
+        help="leak-check every test, not only those marked leak_check",
+    )
+    group.addoption(
+        "--pygpu-no-isolate",
+        action="store_true",
+        default=False,
+        help="after a sticky CUDA fault, go on in this process (the later "
+        "tests will fail) instead of a fresh one",
+    )
 
 
 def pytest_configure(config):
@@ -71,13 +87,15 @@ def pytest_configure(config):
     if config.getoption("pygpu_standin") and not _standin.active():
         mod = sys.modules.get("pygpu._driver")
         if mod is not None and mod._driver_loaded():
-            raise pytest.UsageError("--pygpu-standin: pygpu already loaded the CUDA driver "
-                                    "(something imported at start-up used it)")
+            raise pytest.UsageError(
+                "--pygpu-standin: pygpu already loaded the CUDA driver "
+                "(something imported at start-up used it)"
+            )
         try:
             path = _standin.build()
         except _standin.StandInBuildError as e:
             raise pytest.UsageError("--pygpu-standin: %s" % e) from None
-        os.environ["PYGPU_LIBCUDA"] = path          # read when pygpu first loads libcuda
+        os.environ["PYGPU_LIBCUDA"] = path  # read when pygpu first loads libcuda
     if not config.getoption("pygpu_no_isolate"):
         config.pluginmanager.register(_isolate.Isolation(config), "pygpu-isolation")
 
@@ -102,6 +120,7 @@ def gpu_reason():
     if _gpu is None:
         try:
             import pygpu.driver as cuda
+
             cuda.init()
             n = cuda.Device.count()
             _gpu = "" if n > 0 else "no CUDA device is visible"
@@ -127,8 +146,10 @@ def check(kind, config=None):
     if reason is None:
         return
     if require_gpu(config):
-        pytest.fail("a GPU is required (--require-gpu or PYGPU_REQUIRE_GPU=1) but there is "
-                    "none: " + reason, pytrace=False)
+        pytest.fail(
+            "a GPU is required (--require-gpu or PYGPU_REQUIRE_GPU=1) but there is none: " + reason,
+            pytrace=False,
+        )
     pytest.skip("no GPU: " + reason)
 
 
@@ -142,12 +163,14 @@ def pytest_runtest_setup(item):
 
 # ---- fixtures ----
 
+
 @pytest.fixture
 def cuda_device(request):
     """The pygpu Device under test: $PYGPU_DEVICE, default 0.  Skips (or
     fails, with --require-gpu) where there is no driver."""
     check("driver", request.config)
     import pygpu.driver as cuda
+
     cuda.init()
     return cuda.Device(int(os.environ.get("PYGPU_DEVICE", "0")))
 
@@ -158,6 +181,7 @@ def cuda_context(request, cuda_device):
     popped after it (no synchronize after a sticky fault: the plugin
     reports that)."""
     import pygpu.driver as cuda
+
     c = cuda_device.retain_primary_context()
     c.push()
     try:
@@ -172,6 +196,7 @@ def cuda_context(request, cuda_device):
 def cuda_stream(request, cuda_context):
     """A new stream in cuda_context, synchronized after the test."""
     import pygpu.driver as cuda
+
     s = cuda.Stream()
     yield s
     if not _isolate.poisoned(request.config):
@@ -203,17 +228,31 @@ def cuda_leak_check():
 
 # ---- leak check ----
 
+
 def _wants_leak_check(item):
-    return (item.config.getoption("pygpu_leak_check")
-            or item.get_closest_marker("leak_check") is not None
-            or "cuda_leak_check" in getattr(item, "fixturenames", ()))
+    return (
+        item.config.getoption("pygpu_leak_check")
+        or item.get_closest_marker("leak_check") is not None
+        or "cuda_leak_check" in getattr(item, "fixturenames", ())
+    )
 
 
 def _leak_types():
     from pygpu import _driver
-    return tuple(getattr(_driver, n) for n in (
-        "DeviceAllocation", "HostAllocation", "Module", "Function", "Stream", "Event",
-        "BoundLaunch") if hasattr(_driver, n))
+
+    return tuple(
+        getattr(_driver, n)
+        for n in (
+            "DeviceAllocation",
+            "HostAllocation",
+            "Module",
+            "Function",
+            "Stream",
+            "Event",
+            "BoundLaunch",
+        )
+        if hasattr(_driver, n)
+    )
 
 
 def _cached_ids():
@@ -228,6 +267,7 @@ def _cached_ids():
 
 def _snapshot():
     import gc
+
     if "pygpu._driver" not in sys.modules:
         return {}
     gc.collect()
@@ -257,8 +297,11 @@ def _snapshot():
 
 
 def _leaks(before, after):
-    return ["%s: %d more" % (k, after[k] - before.get(k, 0))
-            for k in sorted(after) if after[k] > before.get(k, 0)]
+    return [
+        "%s: %d more" % (k, after[k] - before.get(k, 0))
+        for k in sorted(after)
+        if after[k] > before.get(k, 0)
+    ]
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -269,12 +312,14 @@ def pytest_runtest_call(item):
     before = _snapshot()
     outcome = yield
     if outcome.excinfo is not None:
-        return              # its traceback holds the test's objects
+        return  # its traceback holds the test's objects
     found = _leaks(before, _snapshot())
     if found:
         err = pytest.fail.Exception(
             "pygpu leak check: the test left handles alive (%s); free them (.free(), del, "
-            "a with block) before it returns" % ", ".join(found), pytrace=False)
+            "a with block) before it returns" % ", ".join(found),
+            pytrace=False,
+        )
         if hasattr(outcome, "force_exception"):
             outcome.force_exception(err)
         else:

@@ -23,6 +23,7 @@ StandIn() is the control side, through ctypes, of the stand-in loaded in
 this process: failure injection (also sticky, as after an illegal address),
 call counts and traces, live-handle counts and the bytes of the last launch.
 """
+
 import ctypes
 import hashlib
 import os
@@ -31,25 +32,55 @@ import sys
 import tempfile
 from collections import namedtuple
 
-__all__ = ["SOURCE", "LIBNAME", "KINDS", "Launch", "StandIn", "StandInBuildError",
-           "build", "active", "include_dir", "default_dir", "STICKY_CODES"]
+__all__ = [
+    "SOURCE",
+    "LIBNAME",
+    "KINDS",
+    "Launch",
+    "StandIn",
+    "StandInBuildError",
+    "build",
+    "active",
+    "include_dir",
+    "default_dir",
+    "STICKY_CODES",
+]
 
 CSRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
 SOURCE = os.path.join(CSRC, "fakecuda.c")
 DEPENDS = [SOURCE, os.path.join(CSRC, "cuda_api.h"), os.path.join(CSRC, "cuda_enums.h")]
 LIBNAME = "libfakecuda.so"
 
-KINDS = ("contexts", "streams", "events", "modules", "device", "managed", "host", "registered",
-         "arrays", "textures", "surfaces",
-         "ipc", "pools", "vmm", "reservations")
+KINDS = (
+    "contexts",
+    "streams",
+    "events",
+    "modules",
+    "device",
+    "managed",
+    "host",
+    "registered",
+    "arrays",
+    "textures",
+    "surfaces",
+    "ipc",
+    "pools",
+    "vmm",
+    "reservations",
+)
 
 #: CUresult codes after which a real context is unusable (the fault is sticky).
 STICKY_CODES = {
-    700: "CUDA_ERROR_ILLEGAL_ADDRESS", 702: "CUDA_ERROR_LAUNCH_TIMEOUT",
-    710: "CUDA_ERROR_ASSERT", 714: "CUDA_ERROR_HARDWARE_STACK_ERROR",
-    715: "CUDA_ERROR_ILLEGAL_INSTRUCTION", 716: "CUDA_ERROR_MISALIGNED_ADDRESS",
-    717: "CUDA_ERROR_INVALID_ADDRESS_SPACE", 718: "CUDA_ERROR_INVALID_PC",
-    719: "CUDA_ERROR_LAUNCH_FAILED", 214: "CUDA_ERROR_ECC_UNCORRECTABLE",
+    700: "CUDA_ERROR_ILLEGAL_ADDRESS",
+    702: "CUDA_ERROR_LAUNCH_TIMEOUT",
+    710: "CUDA_ERROR_ASSERT",
+    714: "CUDA_ERROR_HARDWARE_STACK_ERROR",
+    715: "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+    716: "CUDA_ERROR_MISALIGNED_ADDRESS",
+    717: "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+    718: "CUDA_ERROR_INVALID_PC",
+    719: "CUDA_ERROR_LAUNCH_FAILED",
+    214: "CUDA_ERROR_ECC_UNCORRECTABLE",
 }
 
 Launch = namedtuple("Launch", "name grid block cluster shared stream cooperative pdl params")
@@ -68,10 +99,11 @@ def include_dir():
             return os.path.join(os.environ[var], "include")
     try:
         from pygpu import _loader
+
         for d in _loader.cuda_include_dirs():
             if os.path.isfile(os.path.join(d, "cuda.h")):
                 return d
-    except Exception:   # an older or partial pygpu: fall back to the usual place
+    except Exception:  # an older or partial pygpu: fall back to the usual place
         pass
     return "/usr/local/cuda/include"
 
@@ -83,38 +115,61 @@ def default_dir():
         return d
     base = os.environ.get("PYGPU_CACHE_DIR")
     if not base:
-        base = os.path.join(os.environ.get("XDG_CACHE_HOME")
-                            or os.path.join(os.path.expanduser("~"), ".cache"), "pygpu")
+        base = os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+            "pygpu",
+        )
     return os.path.join(base, "standin")
 
 
 def _command(out, extra):
     cc = os.environ.get("CC", "cc")
-    return [cc, "-shared", "-fPIC", "-O1", "-g", "-std=gnu11", "-Wall", "-Wextra",
-            "-Wno-unused-parameter", "-Wno-unused-variable",
-            "-Werror=incompatible-pointer-types", "-fvisibility=hidden",
-            "-I", include_dir(), "-o", out, SOURCE, "-lpthread"] + list(extra)
+    return [
+        cc,
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-g",
+        "-std=gnu11",
+        "-Wall",
+        "-Wextra",
+        "-Wno-unused-parameter",
+        "-Wno-unused-variable",
+        "-Werror=incompatible-pointer-types",
+        "-fvisibility=hidden",
+        "-I",
+        include_dir(),
+        "-o",
+        out,
+        SOURCE,
+        "-lpthread",
+    ] + list(extra)
 
 
 def _compile(out, extra):
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(out)), prefix=".tmp-",
-                               suffix=".so")
+    fd, tmp = tempfile.mkstemp(
+        dir=os.path.dirname(os.path.abspath(out)), prefix=".tmp-", suffix=".so"
+    )
     os.close(fd)
     cmd = _command(tmp, extra)
     try:
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           universal_newlines=True)
+        r = subprocess.run(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True
+        )
     except OSError as e:
         os.unlink(tmp)
-        raise StandInBuildError("cannot run the C compiler %r to build the driver stand-in: "
-                                "%s (set CC)" % (cmd[0], e)) from None
+        raise StandInBuildError(
+            "cannot run the C compiler %r to build the driver stand-in: %s (set CC)" % (cmd[0], e)
+        ) from None
     if r.returncode != 0:
         os.unlink(tmp)
-        raise StandInBuildError("building the driver stand-in failed (%s; cuda.h looked for "
-                                "in %s, set PYGPU_CUDA_INCLUDE or CUDA_HOME):\n%s"
-                                % (" ".join(cmd[:1]), include_dir(), r.stdout.strip()))
-    os.replace(tmp, out)     # atomic: a concurrent build or reader sees all or nothing
+        raise StandInBuildError(
+            "building the driver stand-in failed (%s; cuda.h looked for "
+            "in %s, set PYGPU_CUDA_INCLUDE or CUDA_HOME):\n%s"
+            % (" ".join(cmd[:1]), include_dir(), r.stdout.strip())
+        )
+    os.replace(tmp, out)  # atomic: a concurrent build or reader sees all or nothing
 
 
 def build(out=None, cflags=None):
@@ -165,9 +220,10 @@ class StandIn:
     def __init__(self, path=None):
         path = path or os.environ.get("PYGPU_LIBCUDA", "")
         if os.path.basename(path) != LIBNAME:
-            raise RuntimeError("not running against the driver stand-in (PYGPU_LIBCUDA=%r); "
-                               "use pytest --pygpu-standin or build() and set PYGPU_LIBCUDA"
-                               % path)
+            raise RuntimeError(
+                "not running against the driver stand-in (PYGPU_LIBCUDA=%r); "
+                "use pytest --pygpu-standin or build() and set PYGPU_LIBCUDA" % path
+            )
         lib = self.lib = ctypes.CDLL(path)
         lib.fakecuda_fail.argtypes = [ctypes.c_char_p, ctypes.c_long, ctypes.c_int]
         lib.fakecuda_fail_sticky.argtypes = [ctypes.c_char_p, ctypes.c_long, ctypes.c_int]
@@ -182,9 +238,15 @@ class StandIn:
         lib.fakecuda_thread_last_params.restype = ctypes.c_size_t
         lib.fakecuda_thread_last_params.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.fakecuda_last_launch.argtypes = [
-            ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint),
-            ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_void_p),
-            ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_size_t]
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+            ctypes.POINTER(ctypes.c_uint),
+            ctypes.POINTER(ctypes.c_uint),
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_int),
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+        ]
 
     def fail(self, name, nth=1, code=999, sticky=False):
         """Make the nth next call of `name` ('*': any) return `code`.  With
@@ -265,11 +327,27 @@ class StandIn:
         stream = ctypes.c_void_p()
         flags = ctypes.c_int()
         params = ctypes.create_string_buffer(4096)
-        n = self.lib.fakecuda_last_launch(name, 256, dims, ctypes.byref(shared),
-                                          ctypes.byref(stream), ctypes.byref(flags), params, 4096)
-        return Launch(name.value.decode(), tuple(dims[0:3]), tuple(dims[3:6]), tuple(dims[6:9]),
-                      shared.value, stream.value or 0, bool(flags.value & 1),
-                      bool(flags.value & 2), params.raw[:n])
+        n = self.lib.fakecuda_last_launch(
+            name,
+            256,
+            dims,
+            ctypes.byref(shared),
+            ctypes.byref(stream),
+            ctypes.byref(flags),
+            params,
+            4096,
+        )
+        return Launch(
+            name.value.decode(),
+            tuple(dims[0:3]),
+            tuple(dims[3:6]),
+            tuple(dims[6:9]),
+            shared.value,
+            stream.value or 0,
+            bool(flags.value & 1),
+            bool(flags.value & 2),
+            params.raw[:n],
+        )
 
 
 if __name__ == "__main__":

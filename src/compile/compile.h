@@ -3,11 +3,10 @@
 #define PYGPU_COMPILE_H
 
 typedef struct {
-    PyObject_HEAD
-    CUmodule handle;           /* owned */
-    pygpu_Context *context;    /* strong ref */
-    PyObject *functions;       /* dict name -> Function (cache) */
-    PyObject *info_log;        /* str */
+    PyObject_HEAD CUmodule handle; /* owned */
+    pygpu_Context *context;        /* strong ref */
+    PyObject *functions;           /* dict name -> Function (cache) */
+    PyObject *info_log;            /* str */
     int unloaded;
 } pygpu_Module;
 

@@ -36,9 +36,14 @@ static int
 image_kind(const char *image, size_t len)
 {
     const unsigned char *u = (const unsigned char *)image;
-    if (len >= 4 && memcmp(u, "\x7f" "ELF", 4) == 0) {
+    if (len >= 4
+        && memcmp(u,
+                  "\x7f"
+                  "ELF",
+                  4)
+               == 0) {
         uint64_t shoff, phoff, shnum, phnum, shsize, phsize;
-        if (len < 64 || u[4] != 2)                 /* ELF64 only */
+        if (len < 64 || u[4] != 2) /* ELF64 only */
             return -1;
         phoff = read_le(u + 32, 8);
         shoff = read_le(u + 40, 8);
@@ -46,8 +51,8 @@ image_kind(const char *image, size_t len)
         phnum = read_le(u + 56, 2);
         shsize = read_le(u + 58, 2);
         shnum = read_le(u + 60, 2);
-        if (phoff > len || phnum * phsize > len - phoff
-            || shoff > len || shnum * shsize > len - shoff)
+        if (phoff > len || phnum * phsize > len - phoff || shoff > len
+            || shnum * shsize > len - shoff)
             return -1;
         return 1;
     }
@@ -77,8 +82,8 @@ check_jit_option(long key)
         if (e->value == (long long)key)
             name = e->name;
     if (name == NULL) {
-        PyErr_Format(PyExc_ValueError,
-                     "module_from_buffer(): %ld is not a jit_option pygpu knows", key);
+        PyErr_Format(PyExc_ValueError, "module_from_buffer(): %ld is not a jit_option pygpu knows",
+                     key);
         return -1;
     }
     switch (key) {
@@ -89,7 +94,8 @@ check_jit_option(long key)
         PyErr_Format(PyExc_ValueError,
                      "module_from_buffer(): jit_option.%s belongs to pygpu, which passes "
                      "its own log buffers; the logs come back through message_handler, "
-                     "Module.info_log and the exception of a failed load", name);
+                     "Module.info_log and the exception of a failed load",
+                     name);
         return -1;
     case CU_JIT_GLOBAL_SYMBOL_NAMES:
     case CU_JIT_GLOBAL_SYMBOL_ADDRESSES:
@@ -100,10 +106,10 @@ check_jit_option(long key)
     case CU_JIT_REFERENCED_VARIABLE_COUNT:
         PyErr_Format(PyExc_ValueError,
                      "module_from_buffer(): jit_option.%s describes a C array of "
-                     "pointers, which module_from_buffer cannot pass", name);
+                     "pointers, which module_from_buffer cannot pass",
+                     name);
         return -1;
-    default:
-        return 0;
+    default: return 0;
     }
 }
 
@@ -128,13 +134,12 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
     CUresult rc;
     int kind;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO:module_from_buffer", kwlist,
-                                     &data, &options, &handler))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO:module_from_buffer", kwlist, &data, &options,
+                                     &handler))
         return NULL;
     if (PyUnicode_Check(data)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "module_from_buffer() takes bytes (PTX, cubin or fatbin); "
-                        "encode PTX text first, or use SourceModule for CUDA C");
+        PyErr_SetString(PyExc_TypeError, "module_from_buffer() takes bytes (PTX, cubin or fatbin); "
+                                         "encode PTX text first, or use SourceModule for CUDA C");
         return NULL;
     }
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
@@ -168,10 +173,14 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
         image = copy;
     }
     info[0] = err[0] = '\0';
-    opts[nopts] = CU_JIT_INFO_LOG_BUFFER; vals[nopts++] = info;
-    opts[nopts] = CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES; vals[nopts++] = (void *)(uintptr_t)LOG_SIZE;
-    opts[nopts] = CU_JIT_ERROR_LOG_BUFFER; vals[nopts++] = err;
-    opts[nopts] = CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES; vals[nopts++] = (void *)(uintptr_t)LOG_SIZE;
+    opts[nopts] = CU_JIT_INFO_LOG_BUFFER;
+    vals[nopts++] = info;
+    opts[nopts] = CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES;
+    vals[nopts++] = (void *)(uintptr_t)LOG_SIZE;
+    opts[nopts] = CU_JIT_ERROR_LOG_BUFFER;
+    vals[nopts++] = err;
+    opts[nopts] = CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES;
+    vals[nopts++] = (void *)(uintptr_t)LOG_SIZE;
     if (options != Py_None) {
         seq = PySequence_Fast(options, "options must be a sequence of (jit_option, value) pairs");
         if (seq == NULL)
@@ -186,7 +195,8 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
             long key;
             PyObject *v;
             if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
-                PyErr_SetString(PyExc_TypeError, "each JIT option must be a (jit_option, value) pair");
+                PyErr_SetString(PyExc_TypeError,
+                                "each JIT option must be a (jit_option, value) pair");
                 goto error;
             }
             key = PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
@@ -215,18 +225,16 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
         /* legal during a capture on an H100 (driver 580); relaxed all the
          * same, so no driver's rule about it can invalidate one (graph.c) */
         CUstreamCaptureMode mode = pygpu_capture_relax();
-        Py_BEGIN_ALLOW_THREADS
-        rc = cu.cuModuleLoadDataEx(&h, image, nopts, opts, vals);
-        Py_END_ALLOW_THREADS
-        pygpu_capture_restore(mode);
+        Py_BEGIN_ALLOW_THREADS rc = cu.cuModuleLoadDataEx(&h, image, nopts, opts, vals);
+        Py_END_ALLOW_THREADS pygpu_capture_restore(mode);
     }
     if (handler != Py_None) {
         PyObject *r = NULL;
         PyObject *i_s = PyUnicode_DecodeUTF8(info, (Py_ssize_t)strlen(info), "replace");
         PyObject *e_s = PyUnicode_DecodeUTF8(err, (Py_ssize_t)strlen(err), "replace");
         if (i_s != NULL && e_s != NULL)
-            r = PyObject_CallFunction(handler, "OOO", rc == CUDA_SUCCESS ? Py_True : Py_False,
-                                      i_s, e_s);
+            r = PyObject_CallFunction(handler, "OOO", rc == CUDA_SUCCESS ? Py_True : Py_False, i_s,
+                                      e_s);
         Py_XDECREF(i_s);
         Py_XDECREF(e_s);
         if (r == NULL) {
@@ -238,7 +246,8 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
     }
     if (rc == CUDA_SUCCESS && ctx->detached) {
         /* the module died with its context */
-        PyErr_SetString(st->LogicError, "module_from_buffer(): the context was detached "
+        PyErr_SetString(st->LogicError,
+                        "module_from_buffer(): the context was detached "
                         "while the module loaded (by message_handler or another thread)");
         goto error;
     }
@@ -284,8 +293,7 @@ c_name(PyObject *name, const char *what)
     Py_ssize_t n;
     const char *c = PyUnicode_AsUTF8AndSize(name, &n);
     if (c != NULL && (size_t)n != strlen(c)) {
-        PyErr_Format(PyExc_ValueError, "%s(): the name %R contains a NUL character", what,
-                     name);
+        PyErr_Format(PyExc_ValueError, "%s(): the name %R contains a NUL character", what, name);
         return NULL;
     }
     return c;
@@ -315,7 +323,7 @@ module_get_function(pygpu_Module *self, PyObject *name)
     f = PyDict_GetItemWithError(self->functions, name);
     if (f != NULL) {
 #if PY_VERSION_HEX >= 0x030D0000
-        PyObject *live;          /* PyWeakref_GetObject is deprecated from 3.13 */
+        PyObject *live; /* PyWeakref_GetObject is deprecated from 3.13 */
         if (PyWeakref_GetRef(f, &live) < 0)
             return NULL;
         if (live != NULL)
@@ -412,15 +420,13 @@ static PyMethodDef module_methods[] = {
     {"get_global", (PyCFunction)module_get_global, METH_O,
      "get_global($self, name, /)\n--\n\n"
      "(DeviceAllocation, nbytes) of a __device__ or __constant__ variable."},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef module_getset[] = {
     {"info_log", (getter)module_get_info_log, NULL, "The JIT's info log.", NULL},
     {"context", (getter)module_get_context, NULL, "The Context the module is loaded in.", NULL},
     {"handle", (getter)module_get_handle, NULL, "The CUmodule as an int.", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyType_Slot module_slots[] = {
     {Py_tp_dealloc, module_dealloc},
@@ -428,15 +434,12 @@ static PyType_Slot module_slots[] = {
     {Py_tp_getset, module_getset},
     {Py_tp_doc, "A loaded module (from module_from_buffer, module_from_file or "
                 "SourceModule). Unloaded when it and all its functions are gone."},
-    {0, NULL}
-};
+    {0, NULL}};
 
-static PyType_Spec module_spec = {
-    "pygpu.driver.Module", sizeof(pygpu_Module), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION
-    | Py_TPFLAGS_BASETYPE,
-    module_slots
-};
+static PyType_Spec module_spec = {"pygpu.driver.Module", sizeof(pygpu_Module), 0,
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
+                                      | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_BASETYPE,
+                                  module_slots};
 
 #define CF(f) (PyCFunction)(void (*)(void))(f)
 static PyMethodDef module_funcs[] = {
@@ -445,8 +448,7 @@ static PyMethodDef module_funcs[] = {
      "Load PTX, cubin or fatbin bytes into the current context. options: "
      "(jit_option, value) pairs. message_handler(success, info_log, error_log) "
      "is called after the load. A failed load raises with the JIT error log."},
-    {NULL}
-};
+    {NULL}};
 
 int
 pygpu_module_setup(PyObject *m, pygpu_state *st)

@@ -11,20 +11,19 @@
 #define LINK_MAX_OPTIONS 60
 
 typedef struct {
-    PyObject_HEAD
-    CUlinkState handle;         /* owned: destroyed by linker_release */
-    pygpu_Context *context;     /* strong ref: the context the link was made in */
-    PyObject *message_handler;  /* strong ref, or NULL */
-    PyObject *image;            /* bytes: the linked cubin once complete, or NULL */
-    char *info_log, *error_log; /* owned (PyMem): the driver writes into them until
+    PyObject_HEAD CUlinkState handle; /* owned: destroyed by linker_release */
+    pygpu_Context *context;           /* strong ref: the context the link was made in */
+    PyObject *message_handler;        /* strong ref, or NULL */
+    PyObject *image;                  /* bytes: the linked cubin once complete, or NULL */
+    char *info_log, *error_log;       /* owned (PyMem): the driver writes into them until
                                    the state is destroyed */
     /* owned (PyMem): cuLinkCreate's option arrays, which the driver keeps
      * using until the state is destroyed (on the stack, they crashed
      * cuLinkAddFile on a real driver) */
     CUjit_option *opts;
     void **vals;
-    int ninputs;                /* inputs added */
-    int closed;                 /* 1: completed, failed to complete, or close()d */
+    int ninputs; /* inputs added */
+    int closed;  /* 1: completed, failed to complete, or close()d */
 } pygpu_Linker;
 
 /* Destroy the link state in its context; idempotent, never raises.  GIL held. */
@@ -96,7 +95,8 @@ check_link_option(long key)
         PyErr_Format(PyExc_ValueError,
                      "Linker(): jit_option.%s belongs to pygpu, which passes its own log "
                      "buffers; the logs come back as Linker.info_log/error_log, through "
-                     "message_handler and in the exception of a failed link", name);
+                     "message_handler and in the exception of a failed link",
+                     name);
         return -1;
     case CU_JIT_GLOBAL_SYMBOL_NAMES:
     case CU_JIT_GLOBAL_SYMBOL_ADDRESSES:
@@ -107,10 +107,10 @@ check_link_option(long key)
     case CU_JIT_REFERENCED_VARIABLE_COUNT:
         PyErr_Format(PyExc_ValueError,
                      "Linker(): jit_option.%s describes a C array of pointers, which "
-                     "Linker cannot pass", name);
+                     "Linker cannot pass",
+                     name);
         return -1;
-    default:
-        return 0;
+    default: return 0;
     }
 }
 
@@ -129,8 +129,8 @@ parse_link_options(PyObject *options, CUjit_option *opts, void **vals, unsigned 
         return -1;
     len = PySequence_Fast_GET_SIZE(seq);
     if (len > LINK_MAX_OPTIONS) {
-        PyErr_Format(PyExc_ValueError, "Linker(): at most %d options, not %zd",
-                     LINK_MAX_OPTIONS, len);
+        PyErr_Format(PyExc_ValueError, "Linker(): at most %d options, not %zd", LINK_MAX_OPTIONS,
+                     len);
         goto error;
     }
     for (i = 0; i < len; i++) {
@@ -183,8 +183,10 @@ linker_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:Linker", kwlist, &handler, &options))
         return NULL;
     if (handler != Py_None && !PyCallable_Check(handler)) {
-        PyErr_Format(PyExc_TypeError, "Linker(): message_handler must be callable or None, "
-                     "not %.100s", Py_TYPE(handler)->tp_name);
+        PyErr_Format(PyExc_TypeError,
+                     "Linker(): message_handler must be callable or None, "
+                     "not %.100s",
+                     Py_TYPE(handler)->tp_name);
         return NULL;
     }
     self = (pygpu_Linker *)tp->tp_alloc(tp, 0);
@@ -200,10 +202,12 @@ linker_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     }
     if (handler != Py_None)
         self->message_handler = Py_NewRef(handler);
-    opts[nopts] = CU_JIT_INFO_LOG_BUFFER; vals[nopts++] = self->info_log;
+    opts[nopts] = CU_JIT_INFO_LOG_BUFFER;
+    vals[nopts++] = self->info_log;
     opts[nopts] = CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES;
     vals[nopts++] = (void *)(uintptr_t)LINK_LOG_SIZE;
-    opts[nopts] = CU_JIT_ERROR_LOG_BUFFER; vals[nopts++] = self->error_log;
+    opts[nopts] = CU_JIT_ERROR_LOG_BUFFER;
+    vals[nopts++] = self->error_log;
     opts[nopts] = CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES;
     vals[nopts++] = (void *)(uintptr_t)LINK_LOG_SIZE;
     if (parse_link_options(options, opts, vals, &nopts) < 0)
@@ -233,8 +237,10 @@ parse_input_type(PyObject *obj, CUjitInputType *out, const char *what)
 {
     long v;
     if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s: input_type must be a jit_input_type (an int), "
-                     "not %.100s", what, Py_TYPE(obj)->tp_name);
+        PyErr_Format(PyExc_TypeError,
+                     "%s: input_type must be a jit_input_type (an int), "
+                     "not %.100s",
+                     what, Py_TYPE(obj)->tp_name);
         return -1;
     }
     v = PyLong_AsLong(obj);
@@ -244,7 +250,8 @@ parse_input_type(PyObject *obj, CUjitInputType *out, const char *what)
         PyErr_Format(PyExc_ValueError,
                      "%s: input_type %ld is not one the driver's linker takes: "
                      "jit_input_type.CUBIN (0), PTX (1), FATBINARY (2), OBJECT (3) or "
-                     "LIBRARY (4)", what, v);
+                     "LIBRARY (4)",
+                     what, v);
         return -1;
     }
     *out = (CUjitInputType)v;
@@ -256,8 +263,8 @@ static int
 linker_check_open(pygpu_state *st, pygpu_Linker *self, const char *what)
 {
     if (self->closed) {
-        PyErr_Format(st->LogicError, "Linker.%s(): this link is %s; make a new Linker",
-                     what, self->image != NULL ? "complete" : "closed");
+        PyErr_Format(st->LogicError, "Linker.%s(): this link is %s; make a new Linker", what,
+                     self->image != NULL ? "complete" : "closed");
         return -1;
     }
     return 0;
@@ -294,7 +301,8 @@ linker_add_data(pygpu_Linker *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OO|s:add_data", &data, &type_obj, &name))
         return NULL;
     if (PyUnicode_Check(data)) {
-        PyErr_SetString(PyExc_TypeError, "Linker.add_data() takes bytes (PTX text encoded, "
+        PyErr_SetString(PyExc_TypeError,
+                        "Linker.add_data() takes bytes (PTX text encoded, "
                         "cubin, fatbin, object or library); encode PTX text first");
         return NULL;
     }
@@ -314,9 +322,11 @@ linker_add_data(pygpu_Linker *self, PyObject *args)
         /* PTX is text: a NUL inside it would end it early */
         const char *nul = memchr(buf, '\0', size);
         if (nul != NULL && (size_t)(nul - (const char *)buf) != size - 1) {
-            PyErr_Format(PyExc_ValueError, "Linker.add_data(): the PTX input %s is not "
+            PyErr_Format(PyExc_ValueError,
+                         "Linker.add_data(): the PTX input %s is not "
                          "text (a NUL byte at offset %zd); pass a binary as CUBIN, "
-                         "FATBINARY or OBJECT", name, (Py_ssize_t)(nul - (const char *)buf));
+                         "FATBINARY or OBJECT",
+                         name, (Py_ssize_t)(nul - (const char *)buf));
             goto error;
         }
         if (nul == NULL) {
@@ -334,10 +344,9 @@ linker_add_data(pygpu_Linker *self, PyObject *args)
     if (pygpu_scope_enter(st, self->context, &s) < 0)
         goto error;
     self->error_log[0] = '\0';
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuLinkAddData(self->handle, type, buf, size, name, 0, NULL, NULL);
-    Py_END_ALLOW_THREADS
-    pygpu_scope_exit(&s);
+    Py_BEGIN_ALLOW_THREADS rc =
+        cu.cuLinkAddData(self->handle, type, buf, size, name, 0, NULL, NULL);
+    Py_END_ALLOW_THREADS pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS) {
         linker_error(st, self, rc, "cuLinkAddData", name);
         goto error;
@@ -383,10 +392,8 @@ linker_add_file(pygpu_Linker *self, PyObject *args)
     if (pygpu_scope_enter(st, self->context, &s) < 0)
         goto error;
     self->error_log[0] = '\0';
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuLinkAddFile(self->handle, type, path, 0, NULL, NULL);
-    Py_END_ALLOW_THREADS
-    pygpu_scope_exit(&s);
+    Py_BEGIN_ALLOW_THREADS rc = cu.cuLinkAddFile(self->handle, type, path, 0, NULL, NULL);
+    Py_END_ALLOW_THREADS pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS) {
         linker_error(st, self, rc, "cuLinkAddFile", path);
         goto error;
@@ -416,8 +423,8 @@ linker_report(pygpu_Linker *self, int success)
     info = log_str(self->info_log);
     err = log_str(self->error_log);
     if (info != NULL && err != NULL)
-        r = PyObject_CallFunctionObjArgs(self->message_handler,
-                                         success ? Py_True : Py_False, info, err, NULL);
+        r = PyObject_CallFunctionObjArgs(self->message_handler, success ? Py_True : Py_False, info,
+                                         err, NULL);
     Py_XDECREF(info);
     Py_XDECREF(err);
     if (r == NULL)
@@ -441,17 +448,17 @@ linker_complete(pygpu_Linker *self, PyObject *unused)
         return NULL;
     if (self->ninputs == 0) {
         PyErr_SetString(st->LogicError, "Linker.complete(): nothing to link; add inputs "
-                        "with add_data() or add_file() first");
+                                        "with add_data() or add_file() first");
         return NULL;
     }
     if (pygpu_scope_enter(st, self->context, &s) < 0)
         return NULL;
     self->error_log[0] = '\0';
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuLinkComplete(self->handle, &cubin, &size);
+    Py_BEGIN_ALLOW_THREADS rc = cu.cuLinkComplete(self->handle, &cubin, &size);
     Py_END_ALLOW_THREADS
-    /* the image belongs to the link state: copy it before the state goes */
-    if (rc == CUDA_SUCCESS) {
+        /* the image belongs to the link state: copy it before the state goes */
+        if (rc == CUDA_SUCCESS)
+    {
         self->image = PyBytes_FromStringAndSize(cubin, (Py_ssize_t)size);
         if (self->image == NULL) {
             pygpu_scope_exit(&s);
@@ -459,7 +466,7 @@ linker_complete(pygpu_Linker *self, PyObject *unused)
         }
     }
     pygpu_scope_exit(&s);
-    linker_release(self);     /* complete or failed: the state is spent */
+    linker_release(self); /* complete or failed: the state is spent */
     if (linker_report(self, rc == CUDA_SUCCESS) < 0)
         return NULL;
     if (rc != CUDA_SUCCESS) {
@@ -476,7 +483,7 @@ linker_link_module(pygpu_Linker *self, PyObject *unused)
     image = linker_complete(self, NULL);
     if (image == NULL)
         return NULL;
-    mod = pygpu_module_from_type(Py_TYPE(self));      /* borrowed: pygpu._driver */
+    mod = pygpu_module_from_type(Py_TYPE(self)); /* borrowed: pygpu._driver */
     r = mod == NULL ? NULL : PyObject_CallMethod(mod, "module_from_buffer", "O", image);
     Py_DECREF(image);
     return r;
@@ -533,8 +540,7 @@ static PyMethodDef linker_methods[] = {
      "complete(), then load the image into the linker's context: a Module."},
     {"close", (PyCFunction)linker_close, METH_NOARGS,
      "close($self, /)\n--\n\nFree the driver's link state now (idempotent)."},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef linker_getset[] = {
     {"info_log", (getter)linker_get_info_log, NULL, "The JIT linker's info log.", NULL},
@@ -543,8 +549,7 @@ static PyGetSetDef linker_getset[] = {
     {"context", (getter)linker_get_context, NULL, "The Context the link was made in.", NULL},
     {"closed", (getter)linker_get_closed, NULL,
      "True once complete()d (or failed) or close()d: no more inputs.", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyType_Slot linker_slots[] = {
     {Py_tp_new, linker_new},
@@ -561,14 +566,12 @@ static PyType_Slot linker_slots[] = {
                 "or link_module() to a Module. options: (jit_option, value) pairs. "
                 "message_handler(success, info_log, error_log) is called when the link "
                 "completes."},
-    {0, NULL}
-};
+    {0, NULL}};
 
-static PyType_Spec linker_spec = {
-    "pygpu.driver.Linker", sizeof(pygpu_Linker), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE,
-    linker_slots
-};
+static PyType_Spec linker_spec = {"pygpu.driver.Linker", sizeof(pygpu_Linker), 0,
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE
+                                      | Py_TPFLAGS_BASETYPE,
+                                  linker_slots};
 
 int
 pygpu_linker_setup(PyObject *m, pygpu_state *st)

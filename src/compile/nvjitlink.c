@@ -26,22 +26,22 @@ typedef int nvjl_result;
 #define NVJL_INPUT_CUBIN 1
 #define NVJL_INPUT_ANY 10
 
-#define PYGPU_NVJITLINK_API(J)                                                \
-    J(nvJitLinkCreate, (nvjl_handle *, uint32_t, const char **))              \
-    J(nvJitLinkDestroy, (nvjl_handle *))                                      \
+#define PYGPU_NVJITLINK_API(J)                                                  \
+    J(nvJitLinkCreate, (nvjl_handle *, uint32_t, const char **))                \
+    J(nvJitLinkDestroy, (nvjl_handle *))                                        \
     J(nvJitLinkAddData, (nvjl_handle, int, const void *, size_t, const char *)) \
-    J(nvJitLinkAddFile, (nvjl_handle, int, const char *))                     \
-    J(nvJitLinkComplete, (nvjl_handle))                                       \
-    J(nvJitLinkGetLinkedCubinSize, (nvjl_handle, size_t *))                   \
-    J(nvJitLinkGetLinkedCubin, (nvjl_handle, void *))                         \
-    J(nvJitLinkGetLinkedPtxSize, (nvjl_handle, size_t *))                     \
-    J(nvJitLinkGetLinkedPtx, (nvjl_handle, char *))                           \
-    J(nvJitLinkGetErrorLogSize, (nvjl_handle, size_t *))                      \
-    J(nvJitLinkGetErrorLog, (nvjl_handle, char *))                            \
-    J(nvJitLinkGetInfoLogSize, (nvjl_handle, size_t *))                       \
+    J(nvJitLinkAddFile, (nvjl_handle, int, const char *))                       \
+    J(nvJitLinkComplete, (nvjl_handle))                                         \
+    J(nvJitLinkGetLinkedCubinSize, (nvjl_handle, size_t *))                     \
+    J(nvJitLinkGetLinkedCubin, (nvjl_handle, void *))                           \
+    J(nvJitLinkGetLinkedPtxSize, (nvjl_handle, size_t *))                       \
+    J(nvJitLinkGetLinkedPtx, (nvjl_handle, char *))                             \
+    J(nvJitLinkGetErrorLogSize, (nvjl_handle, size_t *))                        \
+    J(nvJitLinkGetErrorLog, (nvjl_handle, char *))                              \
+    J(nvJitLinkGetInfoLogSize, (nvjl_handle, size_t *))                         \
     J(nvJitLinkGetInfoLog, (nvjl_handle, char *))
 
-#define NVJL_FIELD(name, args) nvjl_result (*name) args;
+#define NVJL_FIELD(name, args) nvjl_result(*name) args;
 typedef struct {
     PYGPU_NVJITLINK_API(NVJL_FIELD)
     /* optional: nvJitLinkVersion came with CUDA 12.3 */
@@ -55,15 +55,24 @@ static char jl_path[1024];
 
 /* nvJitLinkResult's names, in nvJitLink.h's order (CUDA 13.0). */
 static const char *const jl_names[] = {
-    "NVJITLINK_SUCCESS", "NVJITLINK_ERROR_UNRECOGNIZED_OPTION",
-    "NVJITLINK_ERROR_MISSING_ARCH", "NVJITLINK_ERROR_INVALID_INPUT",
-    "NVJITLINK_ERROR_PTX_COMPILE", "NVJITLINK_ERROR_NVVM_COMPILE",
-    "NVJITLINK_ERROR_INTERNAL", "NVJITLINK_ERROR_THREADPOOL",
-    "NVJITLINK_ERROR_UNRECOGNIZED_INPUT", "NVJITLINK_ERROR_FINALIZE",
-    "NVJITLINK_ERROR_NULL_INPUT", "NVJITLINK_ERROR_INCOMPATIBLE_OPTIONS",
-    "NVJITLINK_ERROR_INCORRECT_INPUT_TYPE", "NVJITLINK_ERROR_ARCH_MISMATCH",
-    "NVJITLINK_ERROR_OUTDATED_LIBRARY", "NVJITLINK_ERROR_MISSING_FATBIN",
-    "NVJITLINK_ERROR_UNRECOGNIZED_ARCH", "NVJITLINK_ERROR_UNSUPPORTED_ARCH",
+    "NVJITLINK_SUCCESS",
+    "NVJITLINK_ERROR_UNRECOGNIZED_OPTION",
+    "NVJITLINK_ERROR_MISSING_ARCH",
+    "NVJITLINK_ERROR_INVALID_INPUT",
+    "NVJITLINK_ERROR_PTX_COMPILE",
+    "NVJITLINK_ERROR_NVVM_COMPILE",
+    "NVJITLINK_ERROR_INTERNAL",
+    "NVJITLINK_ERROR_THREADPOOL",
+    "NVJITLINK_ERROR_UNRECOGNIZED_INPUT",
+    "NVJITLINK_ERROR_FINALIZE",
+    "NVJITLINK_ERROR_NULL_INPUT",
+    "NVJITLINK_ERROR_INCOMPATIBLE_OPTIONS",
+    "NVJITLINK_ERROR_INCORRECT_INPUT_TYPE",
+    "NVJITLINK_ERROR_ARCH_MISMATCH",
+    "NVJITLINK_ERROR_OUTDATED_LIBRARY",
+    "NVJITLINK_ERROR_MISSING_FATBIN",
+    "NVJITLINK_ERROR_UNRECOGNIZED_ARCH",
+    "NVJITLINK_ERROR_UNSUPPORTED_ARCH",
     "NVJITLINK_ERROR_LTO_NOT_ENABLED",
 };
 
@@ -129,12 +138,13 @@ nvjitlink_load(PyObject *module, PyObject *candidates)
             Py_DECREF(bytes);
             continue;
         }
-#define NVJL_RESOLVE(name, args) \
-        if (ok && (t.name = (nvjl_result (*) args)jl_symbol(lib, #name)) == NULL) ok = 0;
+#define NVJL_RESOLVE(name, args)                                             \
+    if (ok && (t.name = (nvjl_result(*) args)jl_symbol(lib, #name)) == NULL) \
+        ok = 0;
         PYGPU_NVJITLINK_API(NVJL_RESOLVE)
 #undef NVJL_RESOLVE
-        t.nvJitLinkVersion = (nvjl_result (*)(unsigned int *, unsigned int *))
-            jl_symbol(lib, "nvJitLinkVersion");
+        t.nvJitLinkVersion =
+            (nvjl_result(*)(unsigned int *, unsigned int *))jl_symbol(lib, "nvJitLinkVersion");
         if (!ok) {
             dlclose(lib);
             if (note_tried(tried, path, "missing nvJitLink entry points") < 0) {
@@ -160,7 +170,8 @@ nvjitlink_load(PyObject *module, PyObject *candidates)
                      "nvJitLink (the CUDA JIT linker library, libnvJitLink.so) was not "
                      "found; tried:\n  %U\nInstall the CUDA toolkit, set CUDA_HOME, set "
                      "PYGPU_NVJITLINK to the library's path, or pip install "
-                     "nvidia-nvjitlink", joined);
+                     "nvidia-nvjitlink",
+                     joined);
         Py_DECREF(joined);
     }
 error:
@@ -195,7 +206,7 @@ nvjitlink_version(PyObject *module, PyObject *unused)
     if (ensure_loaded(st) < 0)
         return NULL;
     if (jl.nvJitLinkVersion == NULL)
-        Py_RETURN_NONE;        /* older than CUDA 12.3: the caller decides */
+        Py_RETURN_NONE; /* older than CUDA 12.3: the caller decides */
     r = jl.nvJitLinkVersion(&major, &minor);
     if (r != 0) {
         PyErr_Format(st->RuntimeError, "nvJitLinkVersion failed: %d", r);
@@ -206,19 +217,19 @@ nvjitlink_version(PyObject *module, PyObject *unused)
 
 /* One input of a link, as the GIL-free part sees it. */
 typedef struct {
-    int kind;                 /* nvJitLinkInputType */
+    int kind; /* nvJitLinkInputType */
     int is_file;
-    Py_buffer view;           /* the data (is_file 0), held until the end */
-    const char *path;         /* borrowed from fs (is_file 1) */
-    PyObject *fs;             /* owned: the path as bytes */
-    const char *name;         /* borrowed from the input's str */
+    Py_buffer view;   /* the data (is_file 0), held until the end */
+    const char *path; /* borrowed from fs (is_file 1) */
+    PyObject *fs;     /* owned: the path as bytes */
+    const char *name; /* borrowed from the input's str */
 } jl_input;
 
 /* What the GIL-free part reports: every buffer PyMem_Raw, owned here. */
 typedef struct {
     nvjl_result rc;
-    const char *routine;      /* the call that failed, or NULL */
-    Py_ssize_t failed_input;  /* its index, or -1 */
+    const char *routine;     /* the call that failed, or NULL */
+    Py_ssize_t failed_input; /* its index, or -1 */
     char *image, *info, *err;
     size_t image_size;
 } jl_outcome;
@@ -231,8 +242,8 @@ jl_log(nvjl_handle h, int info)
     if ((info ? jl.nvJitLinkGetInfoLogSize(h, &n) : jl.nvJitLinkGetErrorLogSize(h, &n)) != 0)
         n = 0;
     buf = PyMem_RawCalloc(n + 1, 1);
-    if (buf != NULL && n > 0 && (info ? jl.nvJitLinkGetInfoLog(h, buf)
-                                      : jl.nvJitLinkGetErrorLog(h, buf)) != 0)
+    if (buf != NULL && n > 0
+        && (info ? jl.nvJitLinkGetInfoLog(h, buf) : jl.nvJitLinkGetErrorLog(h, buf)) != 0)
         buf[0] = '\0';
     return buf;
 }
@@ -260,8 +271,8 @@ jl_run(const char **opts, uint32_t nopts, jl_input *in, Py_ssize_t nin, int want
         if (in[i].is_file)
             out->rc = jl.nvJitLinkAddFile(h, in[i].kind, in[i].path);
         else
-            out->rc = jl.nvJitLinkAddData(h, in[i].kind, in[i].view.buf,
-                                          (size_t)in[i].view.len, in[i].name);
+            out->rc = jl.nvJitLinkAddData(h, in[i].kind, in[i].view.buf, (size_t)in[i].view.len,
+                                          in[i].name);
         if (out->rc != 0) {
             out->routine = in[i].is_file ? "nvJitLinkAddFile" : "nvJitLinkAddData";
             out->failed_input = i;
@@ -273,15 +284,15 @@ jl_run(const char **opts, uint32_t nopts, jl_input *in, Py_ssize_t nin, int want
         out->rc = want_ptx ? jl.nvJitLinkGetLinkedPtxSize(h, &out->image_size)
                            : jl.nvJitLinkGetLinkedCubinSize(h, &out->image_size);
         if (out->rc != 0)
-            out->routine = want_ptx ? "nvJitLinkGetLinkedPtxSize"
-                                    : "nvJitLinkGetLinkedCubinSize";
+            out->routine = want_ptx ? "nvJitLinkGetLinkedPtxSize" : "nvJitLinkGetLinkedCubinSize";
     }
     if (out->rc == 0) {
         out->image = PyMem_RawMalloc(out->image_size ? out->image_size : 1);
         if (out->image == NULL)
             oom = 1;
         else if ((out->rc = want_ptx ? jl.nvJitLinkGetLinkedPtx(h, out->image)
-                                     : jl.nvJitLinkGetLinkedCubin(h, out->image)) != 0)
+                                     : jl.nvJitLinkGetLinkedCubin(h, out->image))
+                 != 0)
             out->routine = want_ptx ? "nvJitLinkGetLinkedPtx" : "nvJitLinkGetLinkedCubin";
     }
     out->info = jl_log(h, 1);
@@ -395,10 +406,9 @@ nvjitlink_link(PyObject *module, PyObject *args)
             goto done;
         }
     }
-    Py_BEGIN_ALLOW_THREADS
-    failed = jl_run(copts, (uint32_t)nopt, in, nin, want_ptx, &out);
-    Py_END_ALLOW_THREADS
-    if (failed) {
+    Py_BEGIN_ALLOW_THREADS failed = jl_run(copts, (uint32_t)nopt, in, nin, want_ptx, &out);
+    Py_END_ALLOW_THREADS if (failed)
+    {
         PyErr_NoMemory();
         goto done;
     }
@@ -412,11 +422,10 @@ nvjitlink_link(PyObject *module, PyObject *args)
         if ((image_o = PyBytes_FromStringAndSize(out.image, (Py_ssize_t)size)) == NULL)
             goto done;
     }
-    res = Py_BuildValue("(OOOOzin)", out.rc == 0 ? Py_True : Py_False,
-                        image_o ? image_o : Py_None, info_o, err_o, out.routine,
-                        out.rc, out.failed_input);
+    res = Py_BuildValue("(OOOOzin)", out.rc == 0 ? Py_True : Py_False, image_o ? image_o : Py_None,
+                        info_o, err_o, out.routine, out.rc, out.failed_input);
 done:
-    for (i = 0; in != NULL && i < nin; i++) {      /* calloc'd: unset entries are 0 */
+    for (i = 0; in != NULL && i < nin; i++) { /* calloc'd: unset entries are 0 */
         Py_XDECREF(in[i].fs);
         if (in[i].view.obj != NULL)
             PyBuffer_Release(&in[i].view);
@@ -460,8 +469,7 @@ static PyMethodDef nvjitlink_methods[] = {
      "error_log, routine, code, failed_input)."},
     {"_nvjitlink_result_name", nvjitlink_result_name, METH_O,
      "_nvjitlink_result_name($module, code, /)\n--\n\nThe name of an nvJitLinkResult."},
-    {NULL}
-};
+    {NULL}};
 
 int
 pygpu_nvjitlink_setup(PyObject *m, pygpu_state *st)

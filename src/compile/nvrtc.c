@@ -75,8 +75,10 @@ utf8_no_nul(PyObject *o, const char *what)
     if ((s = PyUnicode_AsUTF8AndSize(o, &n)) == NULL)
         return NULL;
     if ((size_t)n != strlen(s)) {
-        PyErr_Format(PyExc_ValueError, "%s %R contains a NUL character (NVRTC would stop "
-                     "reading it there)", what, o);
+        PyErr_Format(PyExc_ValueError,
+                     "%s %R contains a NUL character (NVRTC would stop "
+                     "reading it there)",
+                     what, o);
         return NULL;
     }
     return s;
@@ -101,8 +103,8 @@ nvrtc_compile(PyObject *m, PyObject *args)
     char *log = NULL;
     int want_cubin, want_ltoir;
 
-    if (!PyArg_ParseTuple(args, "ssOOOs:_nvrtc_compile", &source, &name, &opts_o, &hdrs_o,
-                          &names_o, &target))
+    if (!PyArg_ParseTuple(args, "ssOOOs:_nvrtc_compile", &source, &name, &opts_o, &hdrs_o, &names_o,
+                          &target))
         return NULL;
     if (ensure_nvrtc(st) < 0)
         return NULL;
@@ -156,10 +158,8 @@ nvrtc_compile(PyObject *m, PyObject *args)
             goto done;
         }
     }
-    Py_BEGIN_ALLOW_THREADS
-    cr = nv.nvrtcCompileProgram(prog, (int)nopt, copts);
-    Py_END_ALLOW_THREADS
-    r = nv.nvrtcGetProgramLogSize(prog, &logsize);
+    Py_BEGIN_ALLOW_THREADS cr = nv.nvrtcCompileProgram(prog, (int)nopt, copts);
+    Py_END_ALLOW_THREADS r = nv.nvrtcGetProgramLogSize(prog, &logsize);
     if (r != NVRTC_SUCCESS) {
         nvrtc_error(st, r, "nvrtcGetProgramLogSize");
         goto done;
@@ -183,8 +183,9 @@ nvrtc_compile(PyObject *m, PyObject *args)
     if (cr != NVRTC_SUCCESS) {
         if (cr != NVRTC_ERROR_COMPILATION) {
             /* an invalid option and the like: say which */
-            PyObject *t = PyUnicode_FromFormat("%U%s%s", log_o, PyUnicode_GET_LENGTH(log_o) ? "\n" : "",
-                                               nv.nvrtcGetErrorString(cr));
+            PyObject *t =
+                PyUnicode_FromFormat("%U%s%s", log_o, PyUnicode_GET_LENGTH(log_o) ? "\n" : "",
+                                     nv.nvrtcGetErrorString(cr));
             if (t == NULL)
                 goto done;
             Py_SETREF(log_o, t);
@@ -192,11 +193,14 @@ nvrtc_compile(PyObject *m, PyObject *args)
         res = Py_BuildValue("(OOOO)", Py_False, log_o, Py_None, lowered);
         goto done;
     }
-    r = want_cubin ? nv.nvrtcGetCUBINSize(prog, &size)
-        : want_ltoir ? nv.nvrtcGetLTOIRSize(prog, &size) : nv.nvrtcGetPTXSize(prog, &size);
+    r = want_cubin   ? nv.nvrtcGetCUBINSize(prog, &size)
+        : want_ltoir ? nv.nvrtcGetLTOIRSize(prog, &size)
+                     : nv.nvrtcGetPTXSize(prog, &size);
     if (r != NVRTC_SUCCESS) {
-        nvrtc_error(st, r, want_cubin ? "nvrtcGetCUBINSize"
-                    : want_ltoir ? "nvrtcGetLTOIRSize" : "nvrtcGetPTXSize");
+        nvrtc_error(st, r,
+                    want_cubin   ? "nvrtcGetCUBINSize"
+                    : want_ltoir ? "nvrtcGetLTOIRSize"
+                                 : "nvrtcGetPTXSize");
         goto done;
     }
     if (want_ltoir && size == 0) {
@@ -213,12 +217,14 @@ nvrtc_compile(PyObject *m, PyObject *args)
     image_o = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
     if (image_o == NULL)
         goto done;
-    r = want_cubin ? nv.nvrtcGetCUBIN(prog, PyBytes_AS_STRING(image_o))
+    r = want_cubin   ? nv.nvrtcGetCUBIN(prog, PyBytes_AS_STRING(image_o))
         : want_ltoir ? nv.nvrtcGetLTOIR(prog, PyBytes_AS_STRING(image_o))
                      : nv.nvrtcGetPTX(prog, PyBytes_AS_STRING(image_o));
     if (r != NVRTC_SUCCESS) {
-        nvrtc_error(st, r, want_cubin ? "nvrtcGetCUBIN"
-                    : want_ltoir ? "nvrtcGetLTOIR" : "nvrtcGetPTX");
+        nvrtc_error(st, r,
+                    want_cubin   ? "nvrtcGetCUBIN"
+                    : want_ltoir ? "nvrtcGetLTOIR"
+                                 : "nvrtcGetPTX");
         goto done;
     }
     for (i = 0; i < nname; i++) {
@@ -257,8 +263,7 @@ static PyMethodDef nvrtc_methods[] = {
     {"_nvrtc_version", nvrtc_version, METH_NOARGS, NULL},
     {"_nvrtc_supported_archs", nvrtc_supported_archs, METH_NOARGS, NULL},
     {"_nvrtc_compile", nvrtc_compile, METH_VARARGS, NULL},
-    {NULL}
-};
+    {NULL}};
 
 int
 pygpu_nvrtc_setup(PyObject *m, pygpu_state *st)

@@ -5,8 +5,7 @@
 /* errors.c */
 PyObject *pygpu_cuda_error(pygpu_state *st, CUresult rc, const char *routine);
 /* the same, with a sentence appended to the message (extra may be NULL) */
-PyObject *pygpu_cuda_error_ex(pygpu_state *st, CUresult rc, const char *routine,
-                              const char *extra);
+PyObject *pygpu_cuda_error_ex(pygpu_state *st, CUresult rc, const char *routine, const char *extra);
 int pygpu_errors_setup(PyObject *m, pygpu_state *st);
 /* Parse a Python int argument into an unsigned int / int: TypeError,
  * OverflowError naming `what` ("make_context(): flags") instead of
@@ -18,9 +17,8 @@ int pygpu_parse_int(PyObject *obj, int *out, const char *what);
  * PyArg_ParseTupleAndKeywords's "O" gives them but with no tuple or dict
  * made: out[i] is borrowed, NULL where not given.  0, or -1 with the
  * TypeError CPython's own parser would raise. */
-int pygpu_fast_args(const char *fname, PyObject *const *args, Py_ssize_t nargs,
-                    PyObject *kwnames, const char *const *names, Py_ssize_t nreq,
-                    PyObject **out);
+int pygpu_fast_args(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                    const char *const *names, Py_ssize_t nreq, PyObject **out);
 
 /* loader.c: pygpu_ensure_driver() loads libcuda and calls cuInit once per
  * process; returns 0, or -1 with CudaUnavailableError set.  GIL held. */

@@ -1,3 +1,4 @@
+/* clang-format off */
 /* Every CUDA driver and NVRTC entry point pygpu calls, as X-macro tables.
  *
  * CU_REQUIRED(name, version): resolved through cuGetProcAddress at first use;

@@ -18,10 +18,8 @@ is_sticky(CUresult rc)
     case CUDA_ERROR_ILLEGAL_INSTRUCTION:
     case CUDA_ERROR_INVALID_ADDRESS_SPACE:
     case CUDA_ERROR_INVALID_PC:
-    case CUDA_ERROR_ASSERT:
-        return 1;
-    default:
-        return 0;
+    case CUDA_ERROR_ASSERT: return 1;
+    default: return 0;
     }
 }
 
@@ -29,8 +27,7 @@ static PyObject *
 class_for(pygpu_state *st, CUresult rc)
 {
     switch (rc) {
-    case CUDA_ERROR_OUT_OF_MEMORY:
-        return st->MemoryError;
+    case CUDA_ERROR_OUT_OF_MEMORY: return st->MemoryError;
     case CUDA_ERROR_LAUNCH_FAILED:
     case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES:
     case CUDA_ERROR_LAUNCH_TIMEOUT:
@@ -42,8 +39,7 @@ class_for(pygpu_state *st, CUresult rc)
     case CUDA_ERROR_INVALID_ADDRESS_SPACE:
     case CUDA_ERROR_INVALID_PC:
     case CUDA_ERROR_ASSERT:
-    case CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE:
-        return st->LaunchError;
+    case CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: return st->LaunchError;
     case CUDA_ERROR_INVALID_VALUE:
     case CUDA_ERROR_NOT_INITIALIZED:
     case CUDA_ERROR_DEINITIALIZED:
@@ -81,10 +77,8 @@ class_for(pygpu_state *st, CUresult rc)
     case CUDA_ERROR_STREAM_CAPTURE_IMPLICIT:
     case CUDA_ERROR_CAPTURED_EVENT:
     case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD:
-    case CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE:
-        return st->LogicError;
-    default:
-        return st->RuntimeError;
+    case CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE: return st->LogicError;
+    default: return st->RuntimeError;
     }
 }
 
@@ -110,15 +104,13 @@ capture_hint(CUresult rc)
                "back before end_capture() (record an event there and wait for it)";
     case CUDA_ERROR_STREAM_CAPTURE_ISOLATION:
     case CUDA_ERROR_STREAM_CAPTURE_MERGE:
-    case CUDA_ERROR_STREAM_CAPTURE_UNMATCHED:
-        return "streams of different captures were mixed";
+    case CUDA_ERROR_STREAM_CAPTURE_UNMATCHED: return "streams of different captures were mixed";
     case CUDA_ERROR_CAPTURED_EVENT:
         return "an event recorded during capture cannot be queried or synchronized";
     case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD:
         return "end_capture() must run on the thread that began a thread-local/global "
                "capture";
-    default:
-        return NULL;
+    default: return NULL;
     }
 }
 
@@ -136,10 +128,9 @@ pygpu_cuda_error_ex(pygpu_state *st, CUresult rc, const char *routine, const cha
     PyObject *cls = class_for(st, rc), *exc = NULL, *msg = NULL, *val = NULL;
 
     if (rc == CUDA_ERROR_INVALID_CONTEXT || rc == CUDA_ERROR_CONTEXT_IS_DESTROYED)
-        pygpu_context_forget_current();   /* this thread's remembered answer may be stale */
+        pygpu_context_forget_current(); /* this thread's remembered answer may be stale */
 
-    if (cu.cuGetErrorName == NULL || cu.cuGetErrorName(rc, &name) != CUDA_SUCCESS
-        || name == NULL) {
+    if (cu.cuGetErrorName == NULL || cu.cuGetErrorName(rc, &name) != CUDA_SUCCESS || name == NULL) {
         const pygpu_enum_entry *e;
         for (e = pygpu_enum_error_code; e->name != NULL; e++)
             if (e->value == (long long)rc)
@@ -153,10 +144,10 @@ pygpu_cuda_error_ex(pygpu_state *st, CUresult rc, const char *routine, const cha
         || text == NULL)
         text = "no description (the driver is not loaded)";
     if (is_sticky(rc))
-        msg = PyUnicode_FromFormat(
-            "%s failed: %s: %s (a kernel faulted; the context is now unusable "
-            "and every later call in it fails: restart the process)",
-            routine, name, text);
+        msg =
+            PyUnicode_FromFormat("%s failed: %s: %s (a kernel faulted; the context is now unusable "
+                                 "and every later call in it fails: restart the process)",
+                                 routine, name, text);
     else
         msg = PyUnicode_FromFormat("%s failed: %s: %s", routine, name, text);
     if (msg == NULL)
@@ -174,12 +165,10 @@ pygpu_cuda_error_ex(pygpu_state *st, CUresult rc, const char *routine, const cha
     Py_DECREF(msg);
     if (exc == NULL)
         return NULL;
-    if ((val = PyLong_FromLong((long)rc)) == NULL
-        || PyObject_SetAttrString(exc, "code", val) < 0)
+    if ((val = PyLong_FromLong((long)rc)) == NULL || PyObject_SetAttrString(exc, "code", val) < 0)
         goto error;
     Py_DECREF(val);
-    if ((val = PyUnicode_FromString(name)) == NULL
-        || PyObject_SetAttrString(exc, "name", val) < 0)
+    if ((val = PyUnicode_FromString(name)) == NULL || PyObject_SetAttrString(exc, "name", val) < 0)
         goto error;
     Py_DECREF(val);
     if ((val = PyUnicode_FromString(routine)) == NULL
@@ -207,12 +196,10 @@ errors_raise_for_code(PyObject *module, PyObject *args)
     return pygpu_cuda_error(PyModule_GetState(module), (CUresult)code, routine);
 }
 
-static PyMethodDef errors_methods[] = {
-    {"_raise_for_code", errors_raise_for_code, METH_VARARGS,
-     "_raise_for_code($module, code, routine, /)\n--\n\n"
-     "Raise the pygpu exception for a CUresult code."},
-    {NULL}
-};
+static PyMethodDef errors_methods[] = {{"_raise_for_code", errors_raise_for_code, METH_VARARGS,
+                                        "_raise_for_code($module, code, routine, /)\n--\n\n"
+                                        "Raise the pygpu exception for a CUresult code."},
+                                       {NULL}};
 
 static PyObject *
 new_exc(PyObject *m, const char *name, const char *doc, PyObject *bases)
@@ -233,39 +220,43 @@ pygpu_errors_setup(PyObject *m, pygpu_state *st)
 {
     PyObject *bases;
     st->Error = new_exc(m, "pygpu.driver.Error",
-        "Base of every pygpu CUDA error.\n\n"
-        ".code is the CUresult number, .name its name "
-        "(CUDA_ERROR_OUT_OF_MEMORY), .routine the driver call that failed.",
-        NULL);
+                        "Base of every pygpu CUDA error.\n\n"
+                        ".code is the CUresult number, .name its name "
+                        "(CUDA_ERROR_OUT_OF_MEMORY), .routine the driver call that failed.",
+                        NULL);
     if (st->Error == NULL)
         return -1;
     if (PyObject_SetAttrString(st->Error, "code", Py_None) < 0
         || PyObject_SetAttrString(st->Error, "name", Py_None) < 0
         || PyObject_SetAttrString(st->Error, "routine", Py_None) < 0)
         return -1;
-    st->LogicError = new_exc(m, "pygpu.driver.LogicError",
-        "A call was made wrongly: invalid value, handle or context.", st->Error);
+    st->LogicError =
+        new_exc(m, "pygpu.driver.LogicError",
+                "A call was made wrongly: invalid value, handle or context.", st->Error);
     st->LaunchError = new_exc(m, "pygpu.driver.LaunchError",
-        "A kernel failed to launch or faulted while running.", st->Error);
+                              "A kernel failed to launch or faulted while running.", st->Error);
     if (st->LogicError == NULL || st->LaunchError == NULL)
         return -1;
     bases = PyTuple_Pack(2, st->Error, PyExc_MemoryError);
     if (bases == NULL)
         return -1;
-    st->MemoryError = new_exc(m, "pygpu.driver.MemoryError",
-        "Device or host memory ran out (also a built-in MemoryError).", bases);
+    st->MemoryError =
+        new_exc(m, "pygpu.driver.MemoryError",
+                "Device or host memory ran out (also a built-in MemoryError).", bases);
     Py_DECREF(bases);
     bases = PyTuple_Pack(2, st->Error, PyExc_RuntimeError);
     if (bases == NULL)
         return -1;
     st->RuntimeError = new_exc(m, "pygpu.driver.RuntimeError",
-        "Any other CUDA failure (also a built-in RuntimeError).", bases);
+                               "Any other CUDA failure (also a built-in RuntimeError).", bases);
     Py_DECREF(bases);
     if (st->MemoryError == NULL || st->RuntimeError == NULL)
         return -1;
-    st->CudaUnavailableError = new_exc(m, "pygpu.driver.CudaUnavailableError",
-        "No usable CUDA driver, device or NVRTC library; the message says "
-        "what was looked for and where.", st->RuntimeError);
+    st->CudaUnavailableError =
+        new_exc(m, "pygpu.driver.CudaUnavailableError",
+                "No usable CUDA driver, device or NVRTC library; the message says "
+                "what was looked for and where.",
+                st->RuntimeError);
     if (st->CudaUnavailableError == NULL)
         return -1;
     return PyModule_AddFunctions(m, errors_methods);
@@ -278,8 +269,7 @@ parse_long_long(PyObject *obj, long long *out, const char *what)
 {
     int overflow = 0;
     if (!PyIndex_Check(obj) || PyBool_Check(obj) || PyFloat_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
-                     Py_TYPE(obj)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what, Py_TYPE(obj)->tp_name);
         return -1;
     }
     *out = PyLong_AsLongLongAndOverflow(obj, &overflow);
@@ -299,8 +289,7 @@ pygpu_parse_uint(PyObject *obj, unsigned int *out, const char *what)
     if (parse_long_long(obj, &v, what) < 0)
         return -1;
     if (v < 0 || (unsigned long long)v > UINT_MAX) {
-        PyErr_Format(PyExc_OverflowError, "%s=%R is out of range (0 to %u)", what, obj,
-                     UINT_MAX);
+        PyErr_Format(PyExc_OverflowError, "%s=%R is out of range (0 to %u)", what, obj, UINT_MAX);
         return -1;
     }
     *out = (unsigned int)v;
@@ -314,8 +303,8 @@ pygpu_parse_int(PyObject *obj, int *out, const char *what)
     if (parse_long_long(obj, &v, what) < 0)
         return -1;
     if (v < INT_MIN || v > INT_MAX) {
-        PyErr_Format(PyExc_OverflowError, "%s=%R is out of range (%d to %d)", what, obj,
-                     INT_MIN, INT_MAX);
+        PyErr_Format(PyExc_OverflowError, "%s=%R is out of range (%d to %d)", what, obj, INT_MIN,
+                     INT_MAX);
         return -1;
     }
     *out = (int)v;
@@ -325,16 +314,15 @@ pygpu_parse_int(PyObject *obj, int *out, const char *what)
 /* ---- arguments of METH_FASTCALL | METH_KEYWORDS functions ---- */
 
 int
-pygpu_fast_args(const char *fname, PyObject *const *args, Py_ssize_t nargs,
-                PyObject *kwnames, const char *const *names, Py_ssize_t nreq,
-                PyObject **out)
+pygpu_fast_args(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                const char *const *names, Py_ssize_t nreq, PyObject **out)
 {
     Py_ssize_t nnames = 0, i, j, nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
     while (names[nnames] != NULL)
         nnames++;
     if (nargs > nnames) {
-        PyErr_Format(PyExc_TypeError, "%s() takes at most %zd arguments (%zd given)", fname,
-                     nnames, nargs + nkw);
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %zd arguments (%zd given)", fname, nnames,
+                     nargs + nkw);
         return -1;
     }
     for (i = 0; i < nnames; i++)
@@ -345,21 +333,20 @@ pygpu_fast_args(const char *fname, PyObject *const *args, Py_ssize_t nargs,
             if (PyUnicode_CompareWithASCIIString(k, names[i]) == 0)
                 break;
         if (i == nnames) {
-            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument %R",
-                         fname, k);
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument %R", fname, k);
             return -1;
         }
         if (out[i] != NULL) {
-            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'",
-                         fname, names[i]);
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", fname,
+                         names[i]);
             return -1;
         }
         out[i] = args[nargs + j];
     }
     for (i = 0; i < nreq; i++)
         if (out[i] == NULL) {
-            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %zd)",
-                         fname, names[i], i + 1);
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %zd)", fname,
+                         names[i], i + 1);
             return -1;
         }
     return 0;

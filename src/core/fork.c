@@ -16,7 +16,7 @@ static void
 mark_detached(pygpu_Context *ctx)
 {
     if (ctx != NULL && !ctx->detached)
-        ctx->detached = 3;    /* forked: never touch the driver for it again */
+        ctx->detached = 3; /* forked: never touch the driver for it again */
 }
 
 static PyObject *
@@ -39,7 +39,7 @@ after_fork_child(PyObject *module, PyObject *unused)
         mark_detached(c);
     st->last_ctx = NULL;
     st->last_handle = NULL;
-    pygpu_context_forget_all();   /* no thread's remembered context holds */
+    pygpu_context_forget_all(); /* no thread's remembered context holds */
     Py_RETURN_NONE;
 }
 
@@ -57,8 +57,7 @@ static PyMethodDef fork_methods[] = {
      "forked_from($module, /)\n--\n\n"
      "The parent's pid when this process was forked from one that had "
      "initialised CUDA (pygpu cannot be used here), else None."},
-    {NULL}
-};
+    {NULL}};
 
 int
 pygpu_fork_setup(PyObject *m, pygpu_state *st)
@@ -70,7 +69,7 @@ pygpu_fork_setup(PyObject *m, pygpu_state *st)
         return -1;
     reg = PyObject_GetAttrString(os, "register_at_fork");
     Py_DECREF(os);
-    if (reg == NULL) {            /* no fork on this platform */
+    if (reg == NULL) { /* no fork on this platform */
         PyErr_Clear();
         return 0;
     }

@@ -17,8 +17,8 @@ pygpu_cuda_table pygpu_cu;
 pygpu_nvrtc_table pygpu_nv;
 
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
-static int driver_status = 1;          /* 1 not tried, 0 ok, -1 failed */
-static int driver_ready = 0;           /* set with release order once ok */
+static int driver_status = 1; /* 1 not tried, 0 ok, -1 failed */
+static int driver_ready = 0;  /* set with release order once ok */
 static CUresult driver_rc = CUDA_SUCCESS;
 static char driver_msg[2048];
 static void *nvrtc_handle = NULL;
@@ -33,18 +33,16 @@ resolve(const char *name, int version, void **slot, int required)
     CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
     *slot = NULL;
     if (pygpu_cu.getProcAddress)
-        rc = pygpu_cu.getProcAddress(name, slot, version,
-                                     CU_GET_PROC_ADDRESS_DEFAULT, &status);
+        rc = pygpu_cu.getProcAddress(name, slot, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
     else
-        rc = pygpu_cu.getProcAddress_v1(name, slot, version,
-                                        CU_GET_PROC_ADDRESS_DEFAULT);
+        rc = pygpu_cu.getProcAddress_v1(name, slot, version, CU_GET_PROC_ADDRESS_DEFAULT);
     if (rc != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS)
         *slot = NULL;
     if (*slot == NULL && required) {
         snprintf(driver_msg, sizeof driver_msg,
                  "the CUDA driver library was found but lacks %s (ABI version "
-                 "%d); the installed NVIDIA driver is too old for pygpu", name,
-                 version);
+                 "%d); the installed NVIDIA driver is too old for pygpu",
+                 name, version);
         return -1;
     }
     return 0;
@@ -75,11 +73,11 @@ driver_init_once(void)
     /* cuInit first, through dlsym: a stub or broken driver is reported as
      * such rather than as a missing entry point */
     {
-        CUresult (*init)(unsigned int) = (CUresult (*)(unsigned int))dlsym(lib, "cuInit");
+        CUresult (*init)(unsigned int) = (CUresult(*)(unsigned int))dlsym(lib, "cuInit");
         CUresult (*errname)(CUresult, const char **) =
-            (CUresult (*)(CUresult, const char **))dlsym(lib, "cuGetErrorName");
+            (CUresult(*)(CUresult, const char **))dlsym(lib, "cuGetErrorName");
         CUresult (*errstr)(CUresult, const char **) =
-            (CUresult (*)(CUresult, const char **))dlsym(lib, "cuGetErrorString");
+            (CUresult(*)(CUresult, const char **))dlsym(lib, "cuGetErrorString");
         if (init == NULL) {
             snprintf(driver_msg, sizeof driver_msg, "%s is not a CUDA driver (no cuInit)", shown);
             driver_status = -1;
@@ -89,8 +87,10 @@ driver_init_once(void)
         if (rc != CUDA_SUCCESS) {
             const char *name = NULL, *text = NULL;
             driver_rc = rc;
-            if (errname) errname(rc, &name);
-            if (errstr) errstr(rc, &text);
+            if (errname)
+                errname(rc, &name);
+            if (errstr)
+                errstr(rc, &text);
             if (rc == CUDA_ERROR_NO_DEVICE)
                 snprintf(driver_msg, sizeof driver_msg,
                          "no CUDA device: cuInit failed with %s (%s) using %s; "
@@ -99,7 +99,8 @@ driver_init_once(void)
             else if (rc == CUDA_ERROR_STUB_LIBRARY)
                 snprintf(driver_msg, sizeof driver_msg,
                          "no CUDA driver: %s is the toolkit's stub library, not a "
-                         "real driver (cuInit: %s)", shown, name ? name : "?");
+                         "real driver (cuInit: %s)",
+                         shown, name ? name : "?");
             else
                 snprintf(driver_msg, sizeof driver_msg,
                          "no usable CUDA driver: cuInit failed with %s (%s) using %s",
@@ -114,17 +115,17 @@ driver_init_once(void)
     if (pygpu_cu.getProcAddress == NULL && pygpu_cu.getProcAddress_v1 == NULL) {
         snprintf(driver_msg, sizeof driver_msg,
                  "%s has no cuGetProcAddress: the NVIDIA driver is older than "
-                 "CUDA 11.3, which pygpu needs", shown);
+                 "CUDA 11.3, which pygpu needs",
+                 shown);
         driver_status = -1;
         return;
     }
-#define RESOLVE_REQ(name, version)                                         \
-    if (resolve(#name, version, (void **)&pygpu_cu.name, 1) < 0) {        \
-        driver_status = -1;                                                \
-        return;                                                            \
+#define RESOLVE_REQ(name, version)                                 \
+    if (resolve(#name, version, (void **)&pygpu_cu.name, 1) < 0) { \
+        driver_status = -1;                                        \
+        return;                                                    \
     }
-#define RESOLVE_OPT(name, version) \
-    (void)resolve(#name, version, (void **)&pygpu_cu.name, 0);
+#define RESOLVE_OPT(name, version) (void)resolve(#name, version, (void **)&pygpu_cu.name, 0);
     PYGPU_CUDA_API(RESOLVE_REQ, RESOLVE_OPT)
 #undef RESOLVE_REQ
 #undef RESOLVE_OPT
@@ -138,11 +139,8 @@ pygpu_ensure_driver(pygpu_state *st)
 {
     if (__atomic_load_n(&driver_ready, __ATOMIC_ACQUIRE))
         return 0;
-    Py_BEGIN_ALLOW_THREADS
-    pthread_once(&driver_once, driver_init_once);
-    Py_END_ALLOW_THREADS
-    if (driver_status == 0)
-        return 0;
+    Py_BEGIN_ALLOW_THREADS pthread_once(&driver_once, driver_init_once);
+    Py_END_ALLOW_THREADS if (driver_status == 0) return 0;
     PyObject *exc = PyObject_CallFunction(st->CudaUnavailableError, "s", driver_msg);
     if (exc == NULL)
         return -1;
@@ -228,8 +226,9 @@ loader_load_nvrtc(PyObject *module, PyObject *candidates)
         }
         pygpu_nvrtc_table t;
         int ok = 1;
-#define NV_RESOLVE(ret, name, args) \
-        if (ok && (t.name = (ret (*) args)dlsym(lib, #name)) == NULL) ok = 0;
+#define NV_RESOLVE(ret, name, args)                              \
+    if (ok && (t.name = (ret(*) args)dlsym(lib, #name)) == NULL) \
+        ok = 0;
         PYGPU_NVRTC_API(NV_RESOLVE)
 #undef NV_RESOLVE
         if (!ok) {
@@ -302,16 +301,17 @@ loader_get_driver_version(PyObject *module, PyObject *unused)
 /* benchmarks/run.py times a loop calling this with a launch's arguments: the
  * interpreter's share of a launch, which no binding can remove */
 static PyObject *
-loader_null_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
-                 PyObject *kwnames)
+loader_null_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    (void)module; (void)args; (void)nargs; (void)kwnames;
+    (void)module;
+    (void)args;
+    (void)nargs;
+    (void)kwnames;
     Py_RETURN_NONE;
 }
 
 static PyMethodDef loader_methods[] = {
-    {"_null_call", (PyCFunction)(void (*)(void))loader_null_call,
-     METH_FASTCALL | METH_KEYWORDS,
+    {"_null_call", (PyCFunction)(void (*)(void))loader_null_call, METH_FASTCALL | METH_KEYWORDS,
      "_null_call($module, /, *args, **kwargs)\n--\n\n"
      "Do nothing (the benchmarks' interpreter floor for a call)."},
     {"_load_nvrtc", loader_load_nvrtc, METH_O,
@@ -327,8 +327,7 @@ static PyMethodDef loader_methods[] = {
     {"get_driver_version", loader_get_driver_version, METH_NOARGS,
      "get_driver_version($module, /)\n--\n\n"
      "The CUDA version the driver supports, as an int (13000 for 13.0)."},
-    {NULL}
-};
+    {NULL}};
 
 int
 pygpu_loader_setup(PyObject *m)

@@ -13,7 +13,7 @@ pygpu_add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **slot)
     if (pygpu_keep_text_signature((PyTypeObject *)tp, spec) < 0)
         return -1;
 #if PY_VERSION_HEX < 0x030A0000
-    {   /* no Py_TPFLAGS_DISALLOW_INSTANTIATION before 3.10 */
+    { /* no Py_TPFLAGS_DISALLOW_INSTANTIATION before 3.10 */
         PyType_Slot *s;
         int has_new = 0;
         for (s = spec->slots; s->slot; s++)
@@ -55,8 +55,8 @@ enum_member_format(PyObject *unused, PyObject *args)
     return res;
 }
 
-static PyMethodDef enum_member_str_def = {
-    "__str__", enum_member_str, METH_O, "The member's name, as PyCUDA's enums print."};
+static PyMethodDef enum_member_str_def = {"__str__", enum_member_str, METH_O,
+                                          "The member's name, as PyCUDA's enums print."};
 static PyMethodDef enum_member_format_def = {
     "__format__", enum_member_format, METH_VARARGS,
     "The member's name for an empty spec, else its value formatted."};
@@ -140,8 +140,7 @@ static PyMethodDef enum_functions[] = {
     {"_enum_tables", module_enum_tables, METH_O,
      "_enum_tables($module, enum_class, /)\n--\n\nGive an enum class PyCUDA's names and values "
      "dictionaries; returns enum_class."},
-    {NULL, NULL, 0, NULL}
-};
+    {NULL, NULL, 0, NULL}};
 
 /* Build each enum as an IntEnum in pygpu.driver's namespace; its members
  * print their names. */
@@ -211,8 +210,9 @@ driver_exec(PyObject *m)
     Py_DECREF(gc);
     if (st->gc_collect == NULL)
         return -1;
-#define INTERN(field, text) \
-    if ((st->field = PyUnicode_InternFromString(text)) == NULL) return -1;
+#define INTERN(field, text)                                     \
+    if ((st->field = PyUnicode_InternFromString(text)) == NULL) \
+        return -1;
     INTERN(str_cai, "__cuda_array_interface__")
     INTERN(str_dlpack, "__dlpack__")
     INTERN(str_cuda_stream, "__cuda_stream__")
@@ -222,40 +222,29 @@ driver_exec(PyObject *m)
     INTERN(str_stream, "stream")
     INTERN(str_time_kernel, "time_kernel")
 #undef INTERN
-    if (pygpu_errors_setup(m, st) < 0
-        || pygpu_loader_setup(m) < 0
-        || add_enums(m) < 0
-        || pygpu_device_setup(m, st) < 0
-        || pygpu_context_setup(m, st) < 0
-        || pygpu_stream_setup(m, st) < 0
-        || pygpu_event_setup(m, st) < 0
+    if (pygpu_errors_setup(m, st) < 0 || pygpu_loader_setup(m) < 0 || add_enums(m) < 0
+        || pygpu_device_setup(m, st) < 0 || pygpu_context_setup(m, st) < 0
+        || pygpu_stream_setup(m, st) < 0 || pygpu_event_setup(m, st) < 0
         || pygpu_memory_setup(m, st) < 0 || pygpu_copies_setup(m, st) < 0
-        || pygpu_hostmem_setup(m, st) < 0
-        || pygpu_module_setup(m, st) < 0
-        || pygpu_args_setup(m, st) < 0
-        || pygpu_launch_setup(m, st) < 0
-        || pygpu_function_setup(m, st) < 0
-        || pygpu_nvrtc_setup(m, st) < 0
-        || pygpu_staging_setup(m, st) < 0
-        || pygpu_linker_setup(m, st) < 0
-        || pygpu_nvjitlink_setup(m, st) < 0
-        || pygpu_cuarray_setup(m, st) < 0 || pygpu_texobj_setup(m, st) < 0
-        || pygpu_tensormap_setup(m, st) < 0
-        || pygpu_graph_setup(m, st) < 0
-        || pygpu_nvtx_setup(m, st) < 0
-        || pygpu_ipc_setup(m, st) < 0 || pygpu_vmm_setup(m, st) < 0
-        || pygpu_mempool_setup(m, st) < 0 || pygpu_fork_setup(m, st) < 0
-        || pygpu_blockcache_setup(m, st) < 0)
+        || pygpu_hostmem_setup(m, st) < 0 || pygpu_module_setup(m, st) < 0
+        || pygpu_args_setup(m, st) < 0 || pygpu_launch_setup(m, st) < 0
+        || pygpu_function_setup(m, st) < 0 || pygpu_nvrtc_setup(m, st) < 0
+        || pygpu_staging_setup(m, st) < 0 || pygpu_linker_setup(m, st) < 0
+        || pygpu_nvjitlink_setup(m, st) < 0 || pygpu_cuarray_setup(m, st) < 0
+        || pygpu_texobj_setup(m, st) < 0 || pygpu_tensormap_setup(m, st) < 0
+        || pygpu_graph_setup(m, st) < 0 || pygpu_nvtx_setup(m, st) < 0 || pygpu_ipc_setup(m, st) < 0
+        || pygpu_vmm_setup(m, st) < 0 || pygpu_mempool_setup(m, st) < 0
+        || pygpu_fork_setup(m, st) < 0 || pygpu_blockcache_setup(m, st) < 0)
         return -1;
     if (PyModule_AddIntConstant(m, "CUDA_HEADER_VERSION", CUDA_VERSION) < 0)
         return -1;
-    if (pygpu_graphics_setup(m, st) < 0)     /* graphics.c: OpenGL interop */
+    if (pygpu_graphics_setup(m, st) < 0) /* graphics.c: OpenGL interop */
         return -1;
     if (pygpu_memextra_setup(m, st) < 0)
         return -1;
     if (pygpu_hostblock_setup(m, st) < 0)
         return -1;
-    if (pygpu_fastops_setup(m, st) < 0)       /* fastops.c: the array operators */
+    if (pygpu_fastops_setup(m, st) < 0) /* fastops.c: the array operators */
         return -1;
     return 0;
 }
@@ -370,10 +359,7 @@ driver_free(void *m)
     driver_clear((PyObject *)m);
 }
 
-static PyModuleDef_Slot driver_slots[] = {
-    {Py_mod_exec, driver_exec},
-    {0, NULL}
-};
+static PyModuleDef_Slot driver_slots[] = {{Py_mod_exec, driver_exec}, {0, NULL}};
 
 PyModuleDef pygpu_moduledef = {
     PyModuleDef_HEAD_INIT,

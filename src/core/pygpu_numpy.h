@@ -9,6 +9,6 @@
 #include <numpy/arrayobject.h>
 #include <numpy/arrayscalars.h>
 #ifndef NPY_2_0_API_VERSION
-#define PyDataType_ELSIZE(d) ((d)->elsize)   /* NumPy 1.x headers */
+#define PyDataType_ELSIZE(d) ((d)->elsize) /* NumPy 1.x headers */
 #endif
 #endif

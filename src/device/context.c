@@ -22,10 +22,10 @@
  * changes this thread's current context must call Context.get_current()
  * (or use pygpu's push/pop) before pygpu's next call on the thread. */
 typedef struct {
-    unsigned long gen;         /* pygpu_context_generation when filled; 0: unknown */
-    CUcontext handle;          /* the current handle (NULL: none) */
-    pygpu_state *st;           /* the module state ctx belongs to, or NULL */
-    pygpu_Context *ctx;        /* borrowed: handle's Context in st, or NULL (not looked up) */
+    unsigned long gen;  /* pygpu_context_generation when filled; 0: unknown */
+    CUcontext handle;   /* the current handle (NULL: none) */
+    pygpu_state *st;    /* the module state ctx belongs to, or NULL */
+    pygpu_Context *ctx; /* borrowed: handle's Context in st, or NULL (not looked up) */
 } current_cache;
 
 static _Thread_local current_cache tl_current;
@@ -42,7 +42,7 @@ void
 pygpu_context_forget_all(void)
 {
     unsigned long g = __atomic_add_fetch(&context_generation, 1, __ATOMIC_ACQ_REL);
-    if (g == 0)              /* wrapped: 0 means "unknown" */
+    if (g == 0) /* wrapped: 0 means "unknown" */
         __atomic_store_n(&context_generation, 1, __ATOMIC_RELEASE);
 }
 
@@ -213,7 +213,7 @@ context_dealloc(pygpu_Context *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     context_forget(st, self);
     (void)context_release(self);
-    pygpu_blockcache_drop(self);    /* what release could not give back (forked, gone) */
+    pygpu_blockcache_drop(self); /* what release could not give back (forked, gone) */
     Py_CLEAR(self->device);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
@@ -253,7 +253,7 @@ get_primary(pygpu_state *st, int ordinal)
         Py_DECREF(ctx);
         goto error;
     }
-    Py_DECREF(ctx);   /* the dict holds it */
+    Py_DECREF(ctx); /* the dict holds it */
     Py_DECREF(key);
     return ctx;
 error:
@@ -365,8 +365,8 @@ pygpu_current_context(pygpu_state *st)
         }
         if (ordinal < 0 || ordinal >= count) {
             PyErr_Format(st->CudaUnavailableError,
-                         "PYGPU_DEVICE=%d names no device: %d device%s visible",
-                         ordinal, count, count == 1 ? " is" : "s are");
+                         "PYGPU_DEVICE=%d names no device: %d device%s visible", ordinal, count,
+                         count == 1 ? " is" : "s are");
             return NULL;
         }
         ctx = get_primary(st, ordinal);
@@ -383,7 +383,7 @@ pygpu_current_context(pygpu_state *st)
     }
     ctx = pygpu_context_for_handle(st, h);
     if (ctx != NULL && known_current(&h) && h == ctx->handle)
-        remember_current(h, st, ctx);     /* (the lookup made no context die) */
+        remember_current(h, st, ctx); /* (the lookup made no context die) */
     return ctx;
 }
 
@@ -431,10 +431,9 @@ pygpu_context_check(pygpu_state *st, pygpu_Context *ctx)
 {
     if (ctx->detached) {
         if (ctx->detached == 3)
-            pygpu_ensure_driver(st);   /* CudaUnavailableError: forked */
+            pygpu_ensure_driver(st); /* CudaUnavailableError: forked */
         else
-            PyErr_SetString(st->LogicError,
-                            "the context this object belongs to was detached");
+            PyErr_SetString(st->LogicError, "the context this object belongs to was detached");
         return -1;
     }
     return 0;
@@ -509,7 +508,7 @@ pygpu_context_exit(int pushed)
     CUcontext dummy;
     if (pushed) {
         cu.cuCtxPopCurrent(&dummy);
-        tl_current.gen = 0;       /* what is current below: asked when needed */
+        tl_current.gen = 0; /* what is current below: asked when needed */
     }
 }
 
@@ -517,9 +516,12 @@ int
 pygpu_context_read_limits(pygpu_state *st, pygpu_Context *ctx)
 {
     static const CUdevice_attribute attrs[8] = {
-        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
-        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X,
-        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z,
+        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
+        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
+        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z,
+        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X,
+        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z,
         CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
         CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN};
     int vals[8], i;
@@ -573,18 +575,15 @@ pygpu_device_make_context(pygpu_Device *self, PyObject *args, PyObject *kwds)
         return NULL;
     if (fobj != NULL && pygpu_parse_uint(fobj, &flags, "make_context(): flags") < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuCtxCreate(&h, flags, self->handle);
-    Py_END_ALLOW_THREADS
-    if (rc != CUDA_SUCCESS)
-        return pygpu_cuda_error(st, rc, "cuCtxCreate");
+    Py_BEGIN_ALLOW_THREADS rc = cu.cuCtxCreate(&h, flags, self->handle);
+    Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS) return pygpu_cuda_error(st, rc, "cuCtxCreate");
     ctx = context_alloc(st, h, self->ordinal, 0, 1);
     if (ctx == NULL) {
         cu.cuCtxDestroy(h);
         tl_current.gen = 0;
         return NULL;
     }
-    remember_current(h, st, ctx);      /* cuCtxCreate pushed it */
+    remember_current(h, st, ctx); /* cuCtxCreate pushed it */
     return (PyObject *)ctx;
 }
 
@@ -619,7 +618,7 @@ context_pop(PyObject *cls, PyObject *unused)
         PyErr_SetString(st->LogicError, "Context.pop(): no context is current");
         return NULL;
     }
-    tl_current.gen = 0;       /* what is under it: asked when needed */
+    tl_current.gen = 0; /* what is under it: asked when needed */
     rc = cu.cuCtxPopCurrent(&h);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuCtxPopCurrent");
@@ -635,7 +634,7 @@ context_get_current(PyObject *cls, PyObject *unused)
     pygpu_Context *ctx;
     if (pygpu_ensure_driver(st) < 0)
         return NULL;
-    rc = ask_current(&h);     /* always the driver's answer; remembered */
+    rc = ask_current(&h); /* always the driver's answer; remembered */
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuCtxGetCurrent");
     if (h == NULL)
@@ -667,11 +666,9 @@ context_synchronize(PyObject *cls, PyObject *unused)
     if ((ctx = pygpu_current_context(st)) == NULL
         || pygpu_capture_context_check(st, ctx, "Context.synchronize()") < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuCtxSynchronize();
-    Py_END_ALLOW_THREADS
-    if (rc != CUDA_SUCCESS)
-        return pygpu_cuda_error(st, rc, "cuCtxSynchronize");
+    Py_BEGIN_ALLOW_THREADS rc = cu.cuCtxSynchronize();
+    Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS) return pygpu_cuda_error(st, rc,
+                                                                         "cuCtxSynchronize");
     Py_RETURN_NONE;
 }
 
@@ -710,7 +707,7 @@ context_detach(pygpu_Context *self, PyObject *unused)
         key = PyLong_FromLong(self->ordinal);
         if (key == NULL)
             return NULL;
-        Py_INCREF(self);   /* the dict may hold the last reference */
+        Py_INCREF(self); /* the dict may hold the last reference */
         if (PyDict_GetItemWithError(st->primary_contexts, key) == (PyObject *)self
             && PyDict_DelItem(st->primary_contexts, key) < 0) {
             Py_DECREF(key);
@@ -735,7 +732,7 @@ context_detach(pygpu_Context *self, PyObject *unused)
                 break;
         }
     }
-    rc = context_release(self);   /* cuCtxDestroy also pops it if current */
+    rc = context_release(self); /* cuCtxDestroy also pops it if current */
     Py_DECREF(self);
     if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_DEINITIALIZED)
         return pygpu_cuda_error(st, rc, routine);
@@ -877,7 +874,7 @@ context_get_api_version(pygpu_Context *self, PyObject *unused)
         return NULL;
     if (cu.cuCtxGetApiVersion == NULL) {
         PyErr_SetString(st->LogicError, "get_api_version(): the driver has no "
-                        "cuCtxGetApiVersion");
+                                        "cuCtxGetApiVersion");
         return NULL;
     }
     rc = cu.cuCtxGetApiVersion(self->handle, &version);
@@ -902,7 +899,7 @@ context_set_shared_config(PyObject *cls, PyObject *arg)
         return NULL;
     if (cu.cuCtxSetSharedMemConfig == NULL) {
         PyErr_SetString(st->LogicError, "set_shared_config(): the driver has no "
-                        "cuCtxSetSharedMemConfig");
+                                        "cuCtxSetSharedMemConfig");
         return NULL;
     }
     rc = cu.cuCtxSetSharedMemConfig((CUsharedconfig)which);
@@ -921,7 +918,7 @@ context_get_shared_config(PyObject *cls, PyObject *unused)
         return NULL;
     if (cu.cuCtxGetSharedMemConfig == NULL) {
         PyErr_SetString(st->LogicError, "get_shared_config(): the driver has no "
-                        "cuCtxGetSharedMemConfig");
+                                        "cuCtxGetSharedMemConfig");
         return NULL;
     }
     rc = cu.cuCtxGetSharedMemConfig(&value);
@@ -939,13 +936,12 @@ context_enable_peer_access(pygpu_Context *self, PyObject *args, PyObject *kwds)
     unsigned int flags = 0;
     pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!|O:enable_peer_access", kwlist,
-                                     st->ContextType, &peer, &fobj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!|O:enable_peer_access", kwlist, st->ContextType,
+                                     &peer, &fobj))
         return NULL;
     if (fobj != NULL && pygpu_parse_uint(fobj, &flags, "enable_peer_access(): flags") < 0)
         return NULL;
-    if (pygpu_context_check(st, (pygpu_Context *)peer) < 0
-        || pygpu_scope_enter(st, self, &s) < 0)
+    if (pygpu_context_check(st, (pygpu_Context *)peer) < 0 || pygpu_scope_enter(st, self, &s) < 0)
         return NULL;
     rc = cu.cuCtxEnablePeerAccess(((pygpu_Context *)peer)->handle, flags);
     pygpu_scope_exit(&s);
@@ -964,8 +960,7 @@ context_disable_peer_access(pygpu_Context *self, PyObject *peer)
         PyErr_SetString(PyExc_TypeError, "disable_peer_access() takes a Context");
         return NULL;
     }
-    if (pygpu_context_check(st, (pygpu_Context *)peer) < 0
-        || pygpu_scope_enter(st, self, &s) < 0)
+    if (pygpu_context_check(st, (pygpu_Context *)peer) < 0 || pygpu_scope_enter(st, self, &s) < 0)
         return NULL;
     rc = cu.cuCtxDisablePeerAccess(((pygpu_Context *)peer)->handle);
     pygpu_scope_exit(&s);
@@ -1004,8 +999,8 @@ context_repr(pygpu_Context *self)
 {
     return PyUnicode_FromFormat("<pygpu.driver.Context %s%s on device %d at %p>",
                                 self->is_primary ? "primary" : (self->owns ? "created" : "foreign"),
-                                self->detached ? " (detached)" : "",
-                                self->ordinal, (void *)self->handle);
+                                self->detached ? " (detached)" : "", self->ordinal,
+                                (void *)self->handle);
 }
 
 static PyObject *
@@ -1072,21 +1067,18 @@ static PyMethodDef context_methods[] = {
      "__enter__($self, /)\n--\n\nPush this context; returns it."},
     {"__exit__", (PyCFunction)context_exit, METH_VARARGS,
      "__exit__($self, /, *exc_info)\n--\n\nPop the current context."},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef context_getset[] = {
     {"handle", (getter)context_get_handle, NULL, "The CUcontext as an int.", NULL},
     {"device", (getter)context_get_device_attr, NULL, "This context's Device.", NULL},
-    {"is_primary", (getter)context_get_is_primary, NULL, "Whether this is a primary context.", NULL},
+    {"is_primary", (getter)context_get_is_primary, NULL, "Whether this is a primary context.",
+     NULL},
     {"detached", (getter)context_get_detached, NULL, "Whether detach() was called.", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyMemberDef context_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Context, weakreflist), READONLY},
-    {NULL}
-};
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Context, weakreflist), READONLY}, {NULL}};
 
 static PyType_Slot context_slots[] = {
     {Py_tp_dealloc, context_dealloc},
@@ -1098,22 +1090,19 @@ static PyType_Slot context_slots[] = {
     {Py_tp_hash, context_hash},
     {Py_tp_doc, "A CUDA context. Get one from Device.retain_primary_context() "
                 "(the default) or Device.make_context(); usable as a with block."},
-    {0, NULL}
-};
+    {0, NULL}};
 
-static PyType_Spec context_spec = {
-    "pygpu.driver.Context", sizeof(pygpu_Context), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION
-    | Py_TPFLAGS_BASETYPE, context_slots
-};
+static PyType_Spec context_spec = {"pygpu.driver.Context", sizeof(pygpu_Context), 0,
+                                   Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
+                                       | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_BASETYPE,
+                                   context_slots};
 
 static PyMethodDef context_functions[] = {
     {"_current_context", context_current_fast, METH_NOARGS,
      "_current_context($module, /)\n--\n\n"
      "The current Context or None, as Context.get_current(), from this "
      "thread's remembered answer when it has one (no driver call)."},
-    {NULL}
-};
+    {NULL}};
 
 int
 pygpu_context_setup(PyObject *m, pygpu_state *st)

@@ -25,8 +25,8 @@ device_of_type(pygpu_state *st, PyTypeObject *tp, int ordinal)
     if (ordinal < 0 || ordinal >= count) {
         PyErr_Format(PyExc_ValueError,
                      "no CUDA device with ordinal %d: %d device%s visible "
-                     "(ordinals 0 to %d)", ordinal, count, count == 1 ? " is" : "s are",
-                     count - 1);
+                     "(ordinals 0 to %d)",
+                     ordinal, count, count == 1 ? " is" : "s are", count - 1);
         return NULL;
     }
     rc = cu.cuDeviceGet(&dev, ordinal);
@@ -64,8 +64,7 @@ device_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         rc = cu.cuDeviceGetByPCIBusId(&dev, bus);
         if (rc != CUDA_SUCCESS) {
             if (rc == CUDA_ERROR_INVALID_VALUE || rc == CUDA_ERROR_INVALID_DEVICE) {
-                PyErr_Format(PyExc_ValueError,
-                             "no CUDA device at PCI bus id %R", which);
+                PyErr_Format(PyExc_ValueError, "no CUDA device at PCI bus id %R", which);
                 return NULL;
             }
             return pygpu_cuda_error(st, rc, "cuDeviceGetByPCIBusId");
@@ -252,7 +251,7 @@ attribute_value(PyObject *self, int attr, int value)
     res = PyObject_CallFunction(cls, "i", value);
     Py_DECREF(cls);
     if (res == NULL && PyErr_ExceptionMatches(PyExc_ValueError)) {
-        PyErr_Clear();                  /* a mode newer than the enum: the int */
+        PyErr_Clear(); /* a mode newer than the enum: the int */
         res = PyLong_FromLong(value);
     }
     return res;
@@ -367,7 +366,8 @@ device_getattro(pygpu_Device *self, PyObject *name)
             const char *tn = Py_TYPE(self)->tp_name, *dot = strrchr(tn, '.');
             PyErr_Format(PyExc_AttributeError,
                          "'%.100s' object has no attribute %R (nor is it a "
-                         "device_attribute name)", dot ? dot + 1 : tn, name);
+                         "device_attribute name)",
+                         dot ? dot + 1 : tn, name);
         }
         return NULL;
     }
@@ -418,14 +418,14 @@ device_repr(pygpu_Device *self)
 {
     char buf[256];
     int major = 0, minor = 0;
-    if (pygpu_forked_from != 0)     /* no driver in a forked child */
+    if (pygpu_forked_from != 0) /* no driver in a forked child */
         return PyUnicode_FromFormat("<pygpu.driver.Device %d>", self->ordinal);
     if (cu.cuDeviceGetName(buf, sizeof buf, self->handle) != CUDA_SUCCESS)
         snprintf(buf, sizeof buf, "?");
     cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self->handle);
     cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self->handle);
-    return PyUnicode_FromFormat("<pygpu.driver.Device %d: %s, sm_%d%d>",
-                                self->ordinal, buf, major, minor);
+    return PyUnicode_FromFormat("<pygpu.driver.Device %d: %s, sm_%d%d>", self->ordinal, buf, major,
+                                minor);
 }
 
 static PyObject *
@@ -469,14 +469,12 @@ static PyMethodDef device_methods[] = {
      "make_context($self, /, flags=0)\n--\n\n"
      "Create a new context on this device and push it (PyCUDA style). "
      "Prefer the primary context, which other libraries share."},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef device_getset[] = {
     {"uuid", (getter)device_uuid, NULL, "The device's UUID (uuid.UUID).", NULL},
     {"ordinal", (getter)device_get_ordinal, NULL, "The device ordinal.", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyType_Slot device_slots[] = {
     {Py_tp_new, device_new},
@@ -492,13 +490,11 @@ static PyType_Slot device_slots[] = {
     {Py_tp_doc, "Device(device)\n--\n\n"
                 "A CUDA device, by ordinal (int) or PCI bus id (str).\n"
                 "Attributes by name: dev.max_threads_per_block, dev.multiprocessor_count, ..."},
-    {0, NULL}
-};
+    {0, NULL}};
 
 static PyType_Spec device_spec = {
     "pygpu.driver.Device", sizeof(pygpu_Device), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, device_slots
-};
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, device_slots};
 
 int
 pygpu_device_setup(PyObject *m, pygpu_state *st)

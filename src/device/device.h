@@ -3,25 +3,23 @@
 #define PYGPU_DEVICE_H
 
 typedef struct {
-    PyObject_HEAD
-    CUdevice handle;
+    PyObject_HEAD CUdevice handle;
     int ordinal;
 } pygpu_Device;
 
 struct pygpu_Context {
-    PyObject_HEAD
-    CUcontext handle;          /* owned unless !owns */
-    PyObject *device;          /* strong ref: the pygpu_Device */
+    PyObject_HEAD CUcontext handle; /* owned unless !owns */
+    PyObject *device;               /* strong ref: the pygpu_Device */
     int ordinal;
-    int is_primary;            /* handle is a retained primary context */
-    int owns;                  /* destroy/release on detach or dealloc */
+    int is_primary; /* handle is a retained primary context */
+    int owns;       /* destroy/release on detach or dealloc */
     int detached;
     pygpu_Context *next_other; /* link in state->other_contexts */
     /* launch limits, read once on first launch in this context */
     int limits_read;
-    int pool_configured;       /* the default mem pool's release threshold set */
+    int pool_configured; /* the default mem pool's release threshold set */
     int max_block[3], max_grid[3], max_threads, max_shared_optin;
-    struct pygpu_staging *staging;  /* owned: pinned buffers for pageable copies */
+    struct pygpu_staging *staging; /* owned: pinned buffers for pageable copies */
     PyObject *weakreflist;
     /* borrowed: the DeviceAllocations made in this context (each unlinks
      * itself when its memory is freed or it dies); detach() frees them and
@@ -35,19 +33,17 @@ struct pygpu_Context {
 };
 
 typedef struct {
-    PyObject_HEAD
-    CUstream handle;           /* owned unless !owns */
-    pygpu_Context *context;    /* strong ref (may be NULL for the null stream before use) */
-    PyObject *owner;           /* strong ref to a foreign owner, or NULL */
+    PyObject_HEAD CUstream handle; /* owned unless !owns */
+    pygpu_Context *context;        /* strong ref (may be NULL for the null stream before use) */
+    PyObject *owner;               /* strong ref to a foreign owner, or NULL */
     int owns;
     PyObject *weakreflist;
-    PyObject *capture_keep;    /* strong list while capturing (graph.c), else NULL */
+    PyObject *capture_keep; /* strong list while capturing (graph.c), else NULL */
 } pygpu_Stream;
 
 typedef struct {
-    PyObject_HEAD
-    CUevent handle;            /* owned */
-    pygpu_Context *context;    /* strong ref */
+    PyObject_HEAD CUevent handle; /* owned */
+    pygpu_Context *context;       /* strong ref */
 } pygpu_Event;
 
 /* context.c */
@@ -82,7 +78,7 @@ int pygpu_context_check(pygpu_state *st, pygpu_Context *ctx);
  * released) stays a valid object until the scope ends.  GIL held at enter and
  * exit. */
 typedef struct {
-    pygpu_Context *ctx;        /* strong ref */
+    pygpu_Context *ctx; /* strong ref */
     int pushed;
 } pygpu_scope;
 int pygpu_scope_enter(pygpu_state *st, pygpu_Context *ctx, pygpu_scope *s);

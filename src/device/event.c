@@ -64,7 +64,7 @@ check_alive(pygpu_Event *self)
         return -1;
     }
     if (self->context != NULL && self->context->detached) {
-        if (self->context->detached == 3)     /* forked: CudaUnavailableError */
+        if (self->context->detached == 3) /* forked: CudaUnavailableError */
             return pygpu_ensure_driver(PYGPU_STATE(self));
         PyErr_SetString(PYGPU_STATE(self)->LogicError,
                         "the context this Event belongs to was detached");
@@ -84,7 +84,7 @@ event_record(pygpu_Event *self, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:record", kwlist, &sobj))
         return NULL;
     if (check_alive(self) < 0
-        || (pygpu_captures_active != 0   /* the default stream inside a capture: graph.c */
+        || (pygpu_captures_active != 0 /* the default stream inside a capture: graph.c */
             && (pygpu_capture_default(st, &sobj, 0, "Event.record()", NULL) < 0
                 || pygpu_capture_check(st, sobj, 0, "Event.record()") < 0))
         || pygpu_get_stream(st, sobj, &s) < 0)
@@ -105,11 +105,9 @@ event_synchronize(pygpu_Event *self, PyObject *unused)
     CUresult rc;
     if (check_alive(self) < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuEventSynchronize(self->handle);
-    Py_END_ALLOW_THREADS
-    if (rc != CUDA_SUCCESS)
-        return pygpu_cuda_error(st, rc, "cuEventSynchronize");
+    Py_BEGIN_ALLOW_THREADS rc = cu.cuEventSynchronize(self->handle);
+    Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS) return pygpu_cuda_error(st, rc,
+                                                                         "cuEventSynchronize");
     Py_INCREF(self);
     return (PyObject *)self;
 }
@@ -181,7 +179,8 @@ event_ipc_handle(pygpu_Event *self, PyObject *unused)
     CUresult rc;
     if (check_alive(self) < 0
         || pygpu_need_entry(st, (void *)cu.cuIpcGetEventHandle, "cuIpcGetEventHandle",
-                            "Event.ipc_handle()") < 0)
+                            "Event.ipc_handle()")
+               < 0)
         return NULL;
     rc = cu.cuIpcGetEventHandle(&h, self->handle);
     if (rc != CUDA_SUCCESS)
@@ -205,14 +204,15 @@ event_from_ipc_handle(PyObject *cls, PyObject *arg)
     if (pygpu_ipc_handle_bytes(arg, &h, sizeof h, "Event.from_ipc_handle()") < 0
         || (ctx = pygpu_current_context(st)) == NULL
         || pygpu_need_entry(st, (void *)cu.cuIpcOpenEventHandle, "cuIpcOpenEventHandle",
-                            "Event.from_ipc_handle()") < 0)
+                            "Event.from_ipc_handle()")
+               < 0)
         return NULL;
     rc = cu.cuIpcOpenEventHandle(&ev, h);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error_ex(st, rc, "cuIpcOpenEventHandle",
                                    "the handle may be invalid or its event destroyed, "
                                    "or the exporting process may have exited");
-    self = (pygpu_Event *)type->tp_alloc(type, 0);   /* cls: a subclass gives its own */
+    self = (pygpu_Event *)type->tp_alloc(type, 0); /* cls: a subclass gives its own */
     if (self == NULL) {
         cu.cuEventDestroy(ev);
         return NULL;
@@ -242,13 +242,10 @@ static PyMethodDef event_methods[] = {
      "time_since($self, event, /)\n--\n\nMilliseconds from event to self."},
     {"time_till", (PyCFunction)event_time_till, METH_O,
      "time_till($self, event, /)\n--\n\nMilliseconds from self to event."},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef event_getset[] = {
-    {"handle", (getter)event_get_handle, NULL, "The CUevent as an int.", NULL},
-    {NULL}
-};
+    {"handle", (getter)event_get_handle, NULL, "The CUevent as an int.", NULL}, {NULL}};
 
 static PyType_Slot event_slots[] = {
     {Py_tp_new, event_new},
@@ -257,13 +254,11 @@ static PyType_Slot event_slots[] = {
     {Py_tp_methods, event_methods},
     {Py_tp_getset, event_getset},
     {Py_tp_doc, "Event(flags=0)\n--\n\nA CUDA event in the current context."},
-    {0, NULL}
-};
+    {0, NULL}};
 
 static PyType_Spec event_spec = {
     "pygpu.driver.Event", sizeof(pygpu_Event), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, event_slots
-};
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, event_slots};
 
 int
 pygpu_event_setup(PyObject *m, pygpu_state *st)

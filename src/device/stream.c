@@ -32,13 +32,12 @@ stream_check(pygpu_Stream *self)
 {
     pygpu_state *st = PYGPU_STATE(self);
     if (self->context != NULL && self->context->detached) {
-        if (self->context->detached == 3)     /* forked: CudaUnavailableError */
+        if (self->context->detached == 3) /* forked: CudaUnavailableError */
             return pygpu_ensure_driver(st);
-        PyErr_SetString(st->LogicError,
-                        "the context this Stream belongs to was detached");
+        PyErr_SetString(st->LogicError, "the context this Stream belongs to was detached");
         return -1;
     }
-    if (pygpu_forked_from != 0)               /* a null stream, forked */
+    if (pygpu_forked_from != 0) /* a null stream, forked */
         return pygpu_ensure_driver(st);
     return 0;
 }
@@ -69,7 +68,8 @@ pygpu_get_stream(pygpu_state *st, PyObject *obj, CUstream *out)
         }
         PyErr_Format(PyExc_TypeError,
                      "stream=%R: an int stream must be 0 (the default stream), 1 (legacy) "
-                     "or 2 (per-thread); wrap another handle with Stream.from_handle()", obj);
+                     "or 2 (per-thread); wrap another handle with Stream.from_handle()",
+                     obj);
         return -1;
     }
     if (pygpu_getattr_opt(obj, st->str_cuda_stream, &r) < 0)
@@ -90,10 +90,10 @@ pygpu_get_stream(pygpu_state *st, PyObject *obj, CUstream *out)
     }
     PyErr_Format(PyExc_TypeError,
                  "stream must be a pygpu Stream, None, 0/1/2 or an object with "
-                 "__cuda_stream__, not %.100s", Py_TYPE(obj)->tp_name);
+                 "__cuda_stream__, not %.100s",
+                 Py_TYPE(obj)->tp_name);
     return -1;
 }
-
 
 static int
 stream_traverse(pygpu_Stream *self, visitproc visit, void *arg)
@@ -182,7 +182,7 @@ stream_from_handle(PyObject *cls, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:from_handle", kwlist, &hobj, &owner))
         return NULL;
     if (PyLong_Check(hobj) && !PyBool_Check(hobj)) {
-        h = (CUstream)PyLong_AsVoidPtr(hobj);      /* trusted: the caller vouches */
+        h = (CUstream)PyLong_AsVoidPtr(hobj); /* trusted: the caller vouches */
         if (h == NULL && PyErr_Occurred())
             return NULL;
     } else if (pygpu_get_stream(st, hobj, &h) < 0) {
@@ -226,8 +226,10 @@ refuse_while_capturing(pygpu_state *st, pygpu_Stream *self, const char *what)
     if (pygpu_captures_active == 0)
         return 0;
     if (self->capture_keep != NULL) {
-        PyErr_Format(st->LogicError, "%s: this Stream is capturing a graph (its work is "
-                     "recorded, not run); end_capture() first, then launch the graph", what);
+        PyErr_Format(st->LogicError,
+                     "%s: this Stream is capturing a graph (its work is "
+                     "recorded, not run); end_capture() first, then launch the graph",
+                     what);
         return -1;
     }
     /* the legacy stream: inside this thread's capture it means the
@@ -250,10 +252,8 @@ stream_synchronize(pygpu_Stream *self, PyObject *unused)
     if ((self->context == NULL && stream_check(self) < 0)
         || (self->context != NULL && pygpu_scope_enter(st, self->context, &s) < 0))
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuStreamSynchronize(self->handle);
-    Py_END_ALLOW_THREADS
-    pygpu_scope_exit(&s);
+    Py_BEGIN_ALLOW_THREADS rc = cu.cuStreamSynchronize(self->handle);
+    Py_END_ALLOW_THREADS pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuStreamSynchronize");
     Py_RETURN_NONE;
@@ -287,8 +287,7 @@ stream_wait_for_event(pygpu_Stream *self, PyObject *event)
     if (stream_check(self) < 0)
         return NULL;
     if (((pygpu_Event *)event)->handle == NULL
-        || (((pygpu_Event *)event)->context != NULL
-            && ((pygpu_Event *)event)->context->detached)) {
+        || (((pygpu_Event *)event)->context != NULL && ((pygpu_Event *)event)->context->detached)) {
         PyErr_SetString(st->LogicError, "wait_for_event(): the Event's context was detached");
         return NULL;
     }
@@ -341,9 +340,11 @@ stream_get_flags(pygpu_Stream *self, void *c)
 static PyObject *
 stream_repr(pygpu_Stream *self)
 {
-    const char *kind = self->handle == CU_STREAM_LEGACY || self->handle == NULL ? " (legacy default)"
-                     : self->handle == CU_STREAM_PER_THREAD ? " (per-thread default)"
-                     : self->owns ? "" : " (foreign)";
+    const char *kind = self->handle == CU_STREAM_LEGACY || self->handle == NULL
+                           ? " (legacy default)"
+                       : self->handle == CU_STREAM_PER_THREAD ? " (per-thread default)"
+                       : self->owns                           ? ""
+                                                              : " (foreign)";
     return PyUnicode_FromFormat("<pygpu.driver.Stream %p%s>", (void *)self->handle, kind);
 }
 
@@ -390,20 +391,16 @@ static PyMethodDef stream_methods[] = {
      "is_capturing($self, /)\n--\n\nWhether the stream is capturing."},
     {"__cuda_stream__", (PyCFunction)stream_cuda_stream, METH_NOARGS,
      "__cuda_stream__($self, /)\n--\n\n(0, handle): the CUDA stream protocol."},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef stream_getset[] = {
     {"handle", (getter)stream_get_handle, NULL, "The CUstream as an int.", NULL},
     {"priority", (getter)stream_get_priority, NULL, "The stream's priority.", NULL},
     {"flags", (getter)stream_get_flags, NULL, "The stream's flags.", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyMemberDef stream_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Stream, weakreflist), READONLY},
-    {NULL}
-};
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Stream, weakreflist), READONLY}, {NULL}};
 
 static PyType_Slot stream_slots[] = {
     {Py_tp_new, stream_new},
@@ -419,14 +416,12 @@ static PyType_Slot stream_slots[] = {
     {Py_tp_hash, stream_hash},
     {Py_tp_doc, "Stream(flags=0, priority=0)\n--\n\n"
                 "A CUDA stream in the current context, destroyed when this object dies."},
-    {0, NULL}
-};
+    {0, NULL}};
 
-static PyType_Spec stream_spec = {
-    "pygpu.driver.Stream", sizeof(pygpu_Stream), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
-    stream_slots
-};
+static PyType_Spec stream_spec = {"pygpu.driver.Stream", sizeof(pygpu_Stream), 0,
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC
+                                      | Py_TPFLAGS_BASETYPE,
+                                  stream_slots};
 
 int
 pygpu_stream_setup(PyObject *m, pygpu_state *st)

@@ -3,17 +3,16 @@
  * checks the copy, launch and allocation paths make (graph.h). */
 #include "pygpu.h"
 
-
 /* The streams that pygpu is capturing, in every thread: while there is
  * none, pygpu_capture_relax() and pygpu_capture_check() cost no driver
  * call.  Process-wide, as the driver's capture state is; changed with the
  * GIL held.  A record is added by begin_capture() and removed when the
  * capture ends (end_capture, abort, drop). */
 typedef struct capturing {
-    pygpu_Stream *stream;       /* borrowed: removes itself before it dies */
-    int blocking;               /* not CU_STREAM_NON_BLOCKING: the legacy stream waits for it */
-    unsigned long thread;       /* the thread that began it (PyThread_get_thread_ident) */
-    struct capturing *next;     /* newest first */
+    pygpu_Stream *stream;   /* borrowed: removes itself before it dies */
+    int blocking;           /* not CU_STREAM_NON_BLOCKING: the legacy stream waits for it */
+    unsigned long thread;   /* the thread that began it (PyThread_get_thread_ident) */
+    struct capturing *next; /* newest first */
 } capturing;
 static capturing *captures;
 /* how many records `captures` holds: the one flag the launch and copy paths
@@ -27,8 +26,8 @@ Py_ssize_t pygpu_captures_active;
 typedef struct deferred_free {
     CUdeviceptr ptr;
     CUstream stream;
-    pygpu_Context *context;     /* strong */
-    PyObject *owner;            /* strong or NULL: the stream object `stream` belongs to */
+    pygpu_Context *context; /* strong */
+    PyObject *owner;        /* strong or NULL: the stream object `stream` belongs to */
     struct deferred_free *next;
 } deferred_free;
 static deferred_free *deferred;
@@ -88,14 +87,16 @@ pygpu_stream_begin_capture(pygpu_Stream *self, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|i:begin_capture", kwlist, &mode))
         return NULL;
     if (mode < 0 || mode > 2) {
-        PyErr_Format(PyExc_ValueError, "begin_capture(): mode must be a capture_mode "
-                     "(GLOBAL 0, THREAD_LOCAL 1, RELAXED 2), not %d", mode);
+        PyErr_Format(PyExc_ValueError,
+                     "begin_capture(): mode must be a capture_mode "
+                     "(GLOBAL 0, THREAD_LOCAL 1, RELAXED 2), not %d",
+                     mode);
         return NULL;
     }
     if (self->handle == NULL || self->handle == CU_STREAM_LEGACY
         || self->handle == CU_STREAM_PER_THREAD || self->context == NULL) {
         PyErr_SetString(st->LogicError, "begin_capture(): the default streams cannot be "
-                        "captured; capture on a Stream()");
+                                        "captured; capture on a Stream()");
         return NULL;
     }
     if (self->capture_keep != NULL) {
@@ -130,7 +131,7 @@ pygpu_stream_begin_capture(pygpu_Stream *self, PyObject *args, PyObject *kwds)
     {
         capturing *c = PyMem_Malloc(sizeof *c);
         if (c == NULL) {
-            pygpu_stream_capture_abort(self);   /* ends it: no record, no capture */
+            pygpu_stream_capture_abort(self); /* ends it: no record, no capture */
             return PyErr_NoMemory();
         }
         c->stream = self;
@@ -154,10 +155,10 @@ pygpu_stream_end_capture(pygpu_Stream *self, PyObject *unused)
     pygpu_Graph *g;
     if (list == NULL) {
         PyErr_SetString(st->LogicError, "end_capture(): this stream is not capturing "
-                        "(begin_capture() first)");
+                                        "(begin_capture() first)");
         return NULL;
     }
-    self->capture_keep = NULL;     /* ended, whatever the driver says */
+    self->capture_keep = NULL; /* ended, whatever the driver says */
     capture_forget(self);
     if (pygpu_scope_enter(st, self->context, &s) < 0) {
         Py_DECREF(list);
@@ -174,9 +175,10 @@ pygpu_stream_end_capture(pygpu_Stream *self, PyObject *unused)
         Py_DECREF(list);
         return pygpu_cuda_error_ex(st, rc, "cuStreamEndCapture",
                                    rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
-                                   ? "end_capture(): an operation that is illegal during "
-                                     "capture failed earlier, so no graph was made; the "
-                                     "stream is no longer capturing" : NULL);
+                                       ? "end_capture(): an operation that is illegal during "
+                                         "capture failed earlier, so no graph was made; the "
+                                         "stream is no longer capturing"
+                                       : NULL);
     }
     g = pygpu_graph_alloc(st, h, self->context, 1, NULL);
     if (g == NULL) {
@@ -271,7 +273,7 @@ pygpu_capture_relax(void)
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     if (captures_active == 0 || cu.cuThreadExchangeStreamCaptureMode == NULL
         || cu.cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
-        return CU_STREAM_CAPTURE_MODE_RELAXED;     /* nothing to restore */
+        return CU_STREAM_CAPTURE_MODE_RELAXED; /* nothing to restore */
     return mode;
 }
 
@@ -355,11 +357,12 @@ pygpu_capture_default(pygpu_state *st, PyObject **sobj, int blocking, const char
     if ((cur = pygpu_capture_current(ctx)) == NULL)
         return 0;
     if (blocking) {
-        PyErr_Format(st->LogicError, "%s: this thread is capturing a graph, and inside the "
+        PyErr_Format(st->LogicError,
+                     "%s: this thread is capturing a graph, and inside the "
                      "capture the default stream is the capturing stream, whose work is "
                      "recorded, not run: a blocking call cannot wait for it; %s, or call it "
-                     "after end_capture()", what,
-                     instead != NULL ? instead : "use the _async form (it is captured)");
+                     "after end_capture()",
+                     what, instead != NULL ? instead : "use the _async form (it is captured)");
         return -1;
     }
     *sobj = (PyObject *)cur;
@@ -382,7 +385,8 @@ pygpu_capture_legacy_launch(pygpu_state *st, pygpu_Context *ctx, const char *ker
 {
     if (captures_active == 0 || blocking_capture(ctx) == NULL)
         return 0;
-    PyErr_Format(st->LogicError, "kernel '%s': a stream of this context is capturing a "
+    PyErr_Format(st->LogicError,
+                 "kernel '%s': a stream of this context is capturing a "
                  "graph in another thread, and a launch on the legacy default stream would "
                  "wait for it (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, which would invalidate "
                  "the capture); pass stream=, or launch it before or after the capture",
@@ -398,10 +402,12 @@ pygpu_capture_context_check(pygpu_state *st, pygpu_Context *ctx, const char *wha
         return 0;
     for (c = captures; c != NULL; c = c->next) {
         if (ctx == NULL || c->stream->context == ctx) {
-            PyErr_Format(st->LogicError, "%s: a stream of this context is capturing a graph "
+            PyErr_Format(st->LogicError,
+                         "%s: a stream of this context is capturing a graph "
                          "(its work is recorded, not run), which this call would wait for "
                          "(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, which would invalidate the "
-                         "capture); call it before or after the capture", what);
+                         "capture); call it before or after the capture",
+                         what);
             return -1;
         }
     }
@@ -442,19 +448,20 @@ pygpu_capture_check(pygpu_state *st, PyObject *sobj, int blocking, const char *w
     if (sobj != NULL && PyObject_TypeCheck(sobj, st->StreamType)) {
         pygpu_Stream *ps = (pygpu_Stream *)sobj;
         if (blocking && ps->capture_keep != NULL) {
-            PyErr_Format(st->LogicError, "%s: the stream is capturing a graph, whose work "
+            PyErr_Format(st->LogicError,
+                         "%s: the stream is capturing a graph, whose work "
                          "is recorded, not run: a blocking call cannot wait for it; use "
                          "the _async form (it is captured), or call it after "
-                         "end_capture()", what);
+                         "end_capture()",
+                         what);
             return -1;
         }
         if (ps->handle != NULL && ps->handle != CU_STREAM_LEGACY)
             return 0;
     } else if (sobj != NULL && sobj != Py_None
-               && !(PyLong_Check(sobj) && (PyLong_AsLong(sobj) == 0
-                                           || PyLong_AsLong(sobj) == 1))) {
+               && !(PyLong_Check(sobj) && (PyLong_AsLong(sobj) == 0 || PyLong_AsLong(sobj) == 1))) {
         PyErr_Clear();
-        return 0;           /* the per-thread stream, or another library's */
+        return 0; /* the per-thread stream, or another library's */
     }
     /* the legacy default stream waits for every blocking stream of its
      * context: one of them capturing, that is CUDA_ERROR_STREAM_CAPTURE_
@@ -463,11 +470,13 @@ pygpu_capture_check(pygpu_state *st, PyObject *sobj, int blocking, const char *w
         return -1;
     for (c = captures; c != NULL; c = c->next) {
         if (c->blocking && c->stream->context == ctx) {
-            PyErr_Format(st->LogicError, "%s: a stream of this context is capturing a "
+            PyErr_Format(st->LogicError,
+                         "%s: a stream of this context is capturing a "
                          "graph, and work on the legacy default stream would wait for it "
                          "(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, which would invalidate the "
                          "capture); pass the capturing stream to the _async form, or call "
-                         "it before or after the capture", what);
+                         "it before or after the capture",
+                         what);
             return -1;
         }
     }
@@ -484,9 +493,7 @@ pygpu_stream_capture_abort(pygpu_Stream *self)
     Py_CLEAR(self->capture_keep);
     capture_forget(self);
     if (self->handle != NULL && cu.cuStreamEndCapture != NULL
-        && cu.cuStreamEndCapture(self->handle, &h) == CUDA_SUCCESS
-        && h != NULL)
+        && cu.cuStreamEndCapture(self->handle, &h) == CUDA_SUCCESS && h != NULL)
         cu.cuGraphDestroy(h);
     capture_ended();
 }
-

@@ -4,7 +4,12 @@
 
 #define CF(f) (PyCFunction)(void (*)(void))(f)
 #if PY_VERSION_HEX < 0x030A0000
-static inline PyObject *Py_XNewRef(PyObject *o) { Py_XINCREF(o); return o; }
+static inline PyObject *
+Py_XNewRef(PyObject *o)
+{
+    Py_XINCREF(o);
+    return o;
+}
 #endif
 
 /* ---- GraphExec ---- */
@@ -38,10 +43,9 @@ pygpu_graph_exec_create(pygpu_state *st, pygpu_Graph *g, unsigned long long flag
     const char *where = "cuGraphInstantiateWithFlags";
     if (pygpu_scope_enter(st, g->context, &s) < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuGraphInstantiateWithFlags(&h, g->handle, flags);
-    Py_END_ALLOW_THREADS
-    if (rc == CUDA_SUCCESS) {
+    Py_BEGIN_ALLOW_THREADS rc = cu.cuGraphInstantiateWithFlags(&h, g->handle, flags);
+    Py_END_ALLOW_THREADS if (rc == CUDA_SUCCESS)
+    {
         where = "cuEventCreate";
         rc = cu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
         if (rc != CUDA_SUCCESS)
@@ -89,8 +93,7 @@ exec_release(pygpu_GraphExec *e)
     if (pygpu_scope_enter_quiet(e->graph->context, &s) < 0)
         return;
     if (e->launched) {
-        Py_BEGIN_ALLOW_THREADS
-        cu.cuEventSynchronize(ev);
+        Py_BEGIN_ALLOW_THREADS cu.cuEventSynchronize(ev);
         Py_END_ALLOW_THREADS
     }
     cu.cuGraphExecDestroy(h);
@@ -150,8 +153,7 @@ exec_launch_or_upload(pygpu_GraphExec *e, PyObject *args, PyObject *kwds, int la
     pygpu_scope s;
     CUresult rc;
     const char *where = launch ? "cuGraphLaunch" : "cuGraphUpload";
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, launch ? "|O:launch" : "|O:upload", kwlist,
-                                     &sobj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, launch ? "|O:launch" : "|O:upload", kwlist, &sobj))
         return NULL;
     if (pygpu_captures_active != 0) {
         /* the default stream inside this thread's capture is the capturing
@@ -161,7 +163,8 @@ exec_launch_or_upload(pygpu_GraphExec *e, PyObject *args, PyObject *kwds, int la
         const char *what = launch ? "GraphExec.launch()" : "GraphExec.upload()";
         if (pygpu_capture_is_default(st, sobj)
             && pygpu_capture_current(e->graph->context) != NULL) {
-            PyErr_Format(st->LogicError, "%s: this thread is capturing a graph, and inside "
+            PyErr_Format(st->LogicError,
+                         "%s: this thread is capturing a graph, and inside "
                          "the capture the default stream is the capturing stream; a graph "
                          "is not launched into a capture: add it as a child graph node "
                          "(Graph.add_child_graph_node), or launch it after end_capture()",
@@ -209,10 +212,8 @@ exec_synchronize(pygpu_GraphExec *e, PyObject *unused)
     CUresult rc;
     if (exec_enter(st, e, &s) < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuEventSynchronize(e->done);
-    Py_END_ALLOW_THREADS
-    pygpu_scope_exit(&s);
+    Py_BEGIN_ALLOW_THREADS rc = cu.cuEventSynchronize(e->done);
+    Py_END_ALLOW_THREADS pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuEventSynchronize");
     Py_RETURN_NONE;
@@ -225,8 +226,7 @@ update_reason(CUgraphExecUpdateResult r)
     case CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED:
         return "the topology differs (nodes or dependencies were added, removed or "
                "reordered); instantiate the new graph instead";
-    case CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED:
-        return "a node's type differs";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED: return "a node's type differs";
     case CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED:
         return "a kernel node's function changed in a way that cannot be updated";
     case CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED:
@@ -235,10 +235,8 @@ update_reason(CUgraphExecUpdateResult r)
         return "a node's change is not supported by update";
     case CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE:
         return "a kernel node changed to or from a kernel that cannot be swapped in";
-    case CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED:
-        return "a node's attributes changed";
-    default:
-        return "the driver gave no reason";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED: return "a node's attributes changed";
+    default: return "the driver gave no reason";
     }
 }
 
@@ -326,8 +324,10 @@ exec_set_kernel_node_params(pygpu_GraphExec *e, PyObject *const *args, Py_ssize_
     CUresult rc;
     PYGPU_ARGPACK_INIT(&pack);
     if (nargs < 1 || !PyObject_TypeCheck(args[0], st->GraphNodeType)) {
-        PyErr_Format(PyExc_TypeError, "set_kernel_node_params() takes a GraphNode first, "
-                     "not %.100s", nargs < 1 ? "nothing" : Py_TYPE(args[0])->tp_name);
+        PyErr_Format(PyExc_TypeError,
+                     "set_kernel_node_params() takes a GraphNode first, "
+                     "not %.100s",
+                     nargs < 1 ? "nothing" : Py_TYPE(args[0])->tp_name);
         return NULL;
     }
     n = (pygpu_GraphNode *)args[0];
@@ -339,40 +339,50 @@ exec_set_kernel_node_params(pygpu_GraphExec *e, PyObject *const *args, Py_ssize_
     for (root = n->graph; root->parent != NULL; root = (pygpu_Graph *)root->parent)
         ;
     if (root != e->graph) {
-        PyErr_Format(PyExc_ValueError, "set_kernel_node_params(): node #%d is not a node of "
-                     "the graph this GraphExec was instantiated from", n->index);
+        PyErr_Format(PyExc_ValueError,
+                     "set_kernel_node_params(): node #%d is not a node of "
+                     "the graph this GraphExec was instantiated from",
+                     n->index);
         return NULL;
     }
     if (n->type != CU_GRAPH_NODE_TYPE_KERNEL) {
-        PyErr_Format(PyExc_TypeError, "set_kernel_node_params(): node #%d is a %s node, not "
-                     "a kernel node", n->index, pygpu_graph_node_type_name(n->type));
+        PyErr_Format(PyExc_TypeError,
+                     "set_kernel_node_params(): node #%d is a %s node, not "
+                     "a kernel node",
+                     n->index, pygpu_graph_node_type_name(n->type));
         return NULL;
     }
     if (fobj != NULL && fobj != Py_None && !PyObject_TypeCheck(fobj, st->FunctionType)) {
-        PyErr_Format(PyExc_TypeError, "set_kernel_node_params(): function must be a "
-                     "Function, not %.100s", Py_TYPE(fobj)->tp_name);
+        PyErr_Format(PyExc_TypeError,
+                     "set_kernel_node_params(): function must be a "
+                     "Function, not %.100s",
+                     Py_TYPE(fobj)->tp_name);
         return NULL;
     }
     f = fobj != NULL && fobj != Py_None ? (pygpu_Function *)fobj : n->function;
     if (f == NULL) {
-        PyErr_Format(PyExc_TypeError, "set_kernel_node_params(): node #%d was captured; "
+        PyErr_Format(PyExc_TypeError,
+                     "set_kernel_node_params(): node #%d was captured; "
                      "pass function= (the kernel it launches) so its arguments can be "
-                     "checked", n->index);
+                     "checked",
+                     n->index);
         return NULL;
     }
     if (pygpu_function_check(st, f) < 0)
         return NULL;
     if (f->module->context != e->graph->context) {
-        PyErr_Format(PyExc_ValueError, "set_kernel_node_params(): node #%d: kernel '%s' "
+        PyErr_Format(PyExc_ValueError,
+                     "set_kernel_node_params(): node #%d: kernel '%s' "
                      "belongs to another context than the graph; a kernel node cannot "
-                     "move between contexts", n->index, pygpu_function_name(f));
+                     "move between contexts",
+                     n->index, pygpu_function_name(f));
         return NULL;
     }
     memset(&cfg, 0, sizeof cfg);
     memset(&p, 0, sizeof p);
     if ((key = PyLong_FromVoidPtr(n->handle)) == NULL)
         return NULL;
-    kept = PyDict_GetItemWithError(e->configs, key);     /* borrowed */
+    kept = PyDict_GetItemWithError(e->configs, key); /* borrowed */
     if (kept != NULL) {
         config_read(kept, &cfg);
         kept = NULL;
@@ -388,8 +398,12 @@ exec_set_kernel_node_params(pygpu_GraphExec *e, PyObject *const *args, Py_ssize_
             pygpu_cuda_error(st, rc, "cuGraphKernelNodeGetParams");
             goto done;
         }
-        cfg.block[0] = p.blockDimX; cfg.block[1] = p.blockDimY; cfg.block[2] = p.blockDimZ;
-        cfg.grid[0] = p.gridDimX; cfg.grid[1] = p.gridDimY; cfg.grid[2] = p.gridDimZ;
+        cfg.block[0] = p.blockDimX;
+        cfg.block[1] = p.blockDimY;
+        cfg.block[2] = p.blockDimZ;
+        cfg.grid[0] = p.gridDimX;
+        cfg.grid[1] = p.gridDimY;
+        cfg.grid[2] = p.gridDimZ;
         cfg.shared = p.sharedMemBytes;
     }
     if (pygpu_graph_parse_config(st, f, block, grid, shared, &cfg) < 0) {
@@ -402,7 +416,8 @@ exec_set_kernel_node_params(pygpu_GraphExec *e, PyObject *const *args, Py_ssize_
         PyObject *t = pygpu_graph_args_tuple((PyObject *)f, args + 1, nargs - 1), *h = NULL;
         if (t != NULL
             && (h = pygpu_graph_node_holds(st, args + 1, nargs - 1, n->index, "kernel",
-                               pygpu_function_name(f))) == NULL)
+                                           pygpu_function_name(f)))
+                   == NULL)
             pygpu_graph_prefix_error(n->index);
         if (h != NULL)
             kept = PyTuple_Pack(2, t, h);
@@ -413,8 +428,12 @@ exec_set_kernel_node_params(pygpu_GraphExec *e, PyObject *const *args, Py_ssize_
     }
     memset(&p, 0, sizeof p);
     p.func = f->handle;
-    p.gridDimX = cfg.grid[0]; p.gridDimY = cfg.grid[1]; p.gridDimZ = cfg.grid[2];
-    p.blockDimX = cfg.block[0]; p.blockDimY = cfg.block[1]; p.blockDimZ = cfg.block[2];
+    p.gridDimX = cfg.grid[0];
+    p.gridDimY = cfg.grid[1];
+    p.gridDimZ = cfg.grid[2];
+    p.blockDimX = cfg.block[0];
+    p.blockDimY = cfg.block[1];
+    p.blockDimZ = cfg.block[2];
     p.sharedMemBytes = cfg.shared;
     p.kernelParams = pack.ptrs;
     if (exec_enter(st, e, &s) < 0)
@@ -423,12 +442,15 @@ exec_set_kernel_node_params(pygpu_GraphExec *e, PyObject *const *args, Py_ssize_
     pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS) {
         char msg[300];
-        snprintf(msg, sizeof msg, "set_kernel_node_params(): the driver refused kernel "
-                 "'%s' for node #%d%s%s%s", pygpu_function_name(f), n->index,
+        snprintf(msg, sizeof msg,
+                 "set_kernel_node_params(): the driver refused kernel "
+                 "'%s' for node #%d%s%s%s",
+                 pygpu_function_name(f), n->index,
                  n->function && n->function != f ? " (it launched '" : "",
                  n->function && n->function != f ? pygpu_function_name(n->function) : "",
                  n->function && n->function != f ? "'; the new kernel is not compatible "
-                 "with the instantiated node)" : "");
+                                                   "with the instantiated node)"
+                                                 : "");
         pygpu_cuda_error_ex(st, rc, "cuGraphExecKernelNodeSetParams", msg);
         goto done;
     }
@@ -479,21 +501,18 @@ static PyMethodDef exec_methods[] = {
     {"update", CF(exec_update), METH_O,
      "update($self, graph, /)\n--\n\nTake the parameters of graph, which must have the "
      "same topology; a mismatch raises an Error that names the reason."},
-    {"set_kernel_node_params", CF(exec_set_kernel_node_params),
-     METH_FASTCALL | METH_KEYWORDS,
+    {"set_kernel_node_params", CF(exec_set_kernel_node_params), METH_FASTCALL | METH_KEYWORDS,
      "set_kernel_node_params($self, node, /, *args, block=None, grid=None, shared=None, "
      "function=None)\n--\n\nNew arguments (checked as a launch checks them) and "
      "optionally a new configuration or kernel for one kernel node."},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef exec_getset[] = {
     {"graph", (getter)exec_get_graph, NULL, "The Graph this was instantiated from.", NULL},
     {"handle", (getter)exec_get_handle, NULL, "The CUgraphExec as an int.", NULL},
     {"callback_errors", (getter)exec_get_errors, NULL,
      "The graph's host-callback exceptions (a list).", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyType_Slot exec_slots[] = {
     {Py_tp_dealloc, exec_dealloc},
@@ -502,14 +521,12 @@ static PyType_Slot exec_slots[] = {
     {Py_tp_methods, exec_methods},
     {Py_tp_getset, exec_getset},
     {Py_tp_doc, "An instantiated graph (Graph.instantiate()): launch it on a stream."},
-    {0, NULL}
-};
+    {0, NULL}};
 
-static PyType_Spec exec_spec = {
-    "pygpu.driver.GraphExec", sizeof(pygpu_GraphExec), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC |
-    Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_BASETYPE, exec_slots
-};
+static PyType_Spec exec_spec = {"pygpu.driver.GraphExec", sizeof(pygpu_GraphExec), 0,
+                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC
+                                    | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_BASETYPE,
+                                exec_slots};
 
 int
 pygpu_graphexec_setup(PyObject *m, pygpu_state *st)

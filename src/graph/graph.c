@@ -18,15 +18,18 @@
 #include "pygpu.h"
 
 #if PY_VERSION_HEX < 0x030A0000
-static inline PyObject *Py_XNewRef(PyObject *o) { Py_XINCREF(o); return o; }
+static inline PyObject *
+Py_XNewRef(PyObject *o)
+{
+    Py_XINCREF(o);
+    return o;
+}
 #endif
 
-
 static const char *const type_names[] = {
-    "kernel", "memcpy", "memset", "host", "graph", "empty", "wait_event", "event_record",
-    "ext_semas_signal", "ext_semas_wait", "mem_alloc", "mem_free", "batch_mem_op",
-    "conditional"
-};
+    "kernel",       "memcpy",       "memset",           "host",           "graph",     "empty",
+    "wait_event",   "event_record", "ext_semas_signal", "ext_semas_wait", "mem_alloc", "mem_free",
+    "batch_mem_op", "conditional"};
 
 const char *
 pygpu_graph_node_type_name(int t)
@@ -44,7 +47,10 @@ pygpu_graph_node_type_name(int t)
 int
 pygpu_graph_api_check(pygpu_state *st)
 {
-    const struct { const char *name; void *fn; } need[] = {
+    const struct {
+        const char *name;
+        void *fn;
+    } need[] = {
         {"cuStreamBeginCapture", (void *)cu.cuStreamBeginCapture},
         {"cuStreamEndCapture", (void *)cu.cuStreamEndCapture},
         {"cuStreamIsCapturing", (void *)cu.cuStreamIsCapturing},
@@ -76,9 +82,11 @@ pygpu_graph_api_check(pygpu_state *st)
     size_t i;
     for (i = 0; i < sizeof need / sizeof need[0]; i++) {
         if (need[i].fn == NULL) {
-            PyErr_Format(st->LogicError, "CUDA graphs need the driver entry point %s, which "
+            PyErr_Format(st->LogicError,
+                         "CUDA graphs need the driver entry point %s, which "
                          "this driver does not provide (a CUDA 11.4 or newer driver has "
-                         "it)", need[i].name);
+                         "it)",
+                         need[i].name);
             return -1;
         }
     }
@@ -103,103 +111,6 @@ static int
 keep(pygpu_Graph *g, PyObject *obj)
 {
     return PyList_Append(g->keep, obj);
-}
-
-PyObject *
-pygpu_graph_node_wrap(pygpu_state *st, pygpu_Graph *g, CUgraphNode h, int type)
-{
-    PyObject *key = PyLong_FromVoidPtr(h), *n;
-    pygpu_GraphNode *node;
-    if (key == NULL)
-        return NULL;
-    n = PyDict_GetItemWithError(g->nodes, key);
-    if (n != NULL || PyErr_Occurred()) {
-        Py_DECREF(key);
-        return Py_XNewRef(n);
-    }
-    if (type < 0) {
-        CUgraphNodeType t;
-        CUresult rc = cu.cuGraphNodeGetType(h, &t);
-        if (rc != CUDA_SUCCESS) {
-            Py_DECREF(key);
-            return pygpu_cuda_error(st, rc, "cuGraphNodeGetType");
-        }
-        type = (int)t;
-    }
-    node = PyObject_GC_New(pygpu_GraphNode, st->GraphNodeType);
-    if (node == NULL) {
-        Py_DECREF(key);
-        return NULL;
-    }
-    node->handle = h;
-    node->graph = (pygpu_Graph *)Py_NewRef((PyObject *)g);
-    node->index = g->count++;
-    node->type = type;
-    node->function = NULL;
-    node->have_config = 0;
-    node->shared = 0;
-    node->dptr = 0;
-    node->bytesize = 0;
-    node->bodies = NULL;
-    PyObject_GC_Track(node);
-    if (PyDict_SetItem(g->nodes, key, (PyObject *)node) < 0) {
-        Py_DECREF(key);
-        Py_DECREF(node);
-        return NULL;
-    }
-    Py_DECREF(key);
-    return (PyObject *)node;
-}
-
-/* dependencies=None | node | sequence of nodes, each of graph g.  *out is
- * PyMem-allocated (or NULL when there are none). */
-static int
-parse_deps(pygpu_state *st, pygpu_Graph *g, PyObject *deps, CUgraphNode **out, size_t *n,
-           const char *what)
-{
-    PyObject *seq;
-    Py_ssize_t i, len;
-    *out = NULL;
-    *n = 0;
-    if (deps == NULL || deps == Py_None)
-        return 0;
-    if (PyObject_TypeCheck(deps, st->GraphNodeType))
-        seq = PyTuple_Pack(1, deps);
-    else
-        seq = PySequence_Tuple(deps);
-    if (seq == NULL) {
-        PyErr_Format(PyExc_TypeError, "%s: dependencies must be a GraphNode or a sequence "
-                     "of GraphNodes, not %.100s", what, Py_TYPE(deps)->tp_name);
-        return -1;
-    }
-    len = PyTuple_GET_SIZE(seq);
-    if (len > 0 && (*out = PyMem_Malloc((size_t)len * sizeof(CUgraphNode))) == NULL) {
-        Py_DECREF(seq);
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (i = 0; i < len; i++) {
-        PyObject *d = PyTuple_GET_ITEM(seq, i);
-        if (!PyObject_TypeCheck(d, st->GraphNodeType)) {
-            PyErr_Format(PyExc_TypeError, "%s: dependencies[%zd] must be a GraphNode, not "
-                         "%.100s", what, i, Py_TYPE(d)->tp_name);
-            goto error;
-        }
-        if (((pygpu_GraphNode *)d)->graph != g) {
-            PyErr_Format(PyExc_ValueError, "%s: dependencies[%zd] (node #%d) belongs to "
-                         "another graph", what, i, ((pygpu_GraphNode *)d)->index);
-            goto error;
-        }
-        (*out)[i] = ((pygpu_GraphNode *)d)->handle;
-    }
-    *n = (size_t)len;
-    Py_DECREF(seq);
-    return 0;
-error:
-    Py_DECREF(seq);
-    PyMem_Free(*out);
-    *out = NULL;
-    return -1;
 }
 
 /* Re-raise a packing/configuration error with the node named first: the
@@ -258,8 +169,8 @@ pygpu_graph_prefix_error(int index)
 /* The holds a node's arguments take (hold.c), kept with the graph: a list
  * of tokens, or NULL with an exception. */
 PyObject *
-pygpu_graph_node_holds(pygpu_state *st, PyObject *const *args, Py_ssize_t n, int index, const char *kind,
-           const char *name)
+pygpu_graph_node_holds(pygpu_state *st, PyObject *const *args, Py_ssize_t n, int index,
+                       const char *kind, const char *name)
 {
     char what[112];
     if (name != NULL)
@@ -272,7 +183,7 @@ pygpu_graph_node_holds(pygpu_state *st, PyObject *const *args, Py_ssize_t n, int
 /* block/grid/shared of a kernel node; NULL keeps the value in out */
 int
 pygpu_graph_parse_config(pygpu_state *st, pygpu_Function *f, PyObject *block, PyObject *grid,
-             PyObject *shared, pygpu_launch_config *cfg)
+                         PyObject *shared, pygpu_launch_config *cfg)
 {
     if (block != NULL && block != Py_None && pygpu_parse_dims(block, cfg->block, "block") < 0)
         return -1;
@@ -297,9 +208,11 @@ refuse_handlers(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ss
     Py_ssize_t i;
     for (i = 0; i < n; i++) {
         if (PyObject_TypeCheck(args[i], st->ArgumentHandlerType)) {
-            PyErr_Format(PyExc_TypeError, "kernel '%s': parameter %zd: graph nodes do not "
+            PyErr_Format(PyExc_TypeError,
+                         "kernel '%s': parameter %zd: graph nodes do not "
                          "take In/Out/InOut (a graph replays without copying back); pass "
-                         "device memory", pygpu_function_name(f), i);
+                         "device memory",
+                         pygpu_function_name(f), i);
             return -1;
         }
     }
@@ -323,8 +236,10 @@ node_kwargs(PyObject *kwnames, PyObject *const *kwargs, PyObject **block, PyObje
         else if (PyUnicode_CompareWithASCIIString(k, "dependencies") == 0)
             *deps = kwargs[i];
         else {
-            PyErr_Format(PyExc_TypeError, "add_kernel_node() got an unexpected keyword "
-                         "argument %R (options: block, grid, shared, dependencies)", k);
+            PyErr_Format(PyExc_TypeError,
+                         "add_kernel_node() got an unexpected keyword "
+                         "argument %R (options: block, grid, shared, dependencies)",
+                         k);
             return -1;
         }
     }
@@ -333,8 +248,8 @@ node_kwargs(PyObject *kwnames, PyObject *const *kwargs, PyObject **block, PyObje
 
 /* set_kernel_node_params's keywords: block, grid, shared, function (borrowed) */
 int
-pygpu_graph_update_kwargs(PyObject *kwnames, PyObject *const *kwargs, PyObject **block, PyObject **grid,
-              PyObject **shared, PyObject **function)
+pygpu_graph_update_kwargs(PyObject *kwnames, PyObject *const *kwargs, PyObject **block,
+                          PyObject **grid, PyObject **shared, PyObject **function)
 {
     Py_ssize_t i, nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (i = 0; i < nkw; i++) {
@@ -348,8 +263,10 @@ pygpu_graph_update_kwargs(PyObject *kwnames, PyObject *const *kwargs, PyObject *
         else if (PyUnicode_CompareWithASCIIString(k, "function") == 0)
             *function = kwargs[i];
         else {
-            PyErr_Format(PyExc_TypeError, "set_kernel_node_params() got an unexpected "
-                         "keyword argument %R (options: block, grid, shared, function)", k);
+            PyErr_Format(PyExc_TypeError,
+                         "set_kernel_node_params() got an unexpected "
+                         "keyword argument %R (options: block, grid, shared, function)",
+                         k);
             return -1;
         }
     }
@@ -358,10 +275,9 @@ pygpu_graph_update_kwargs(PyObject *kwnames, PyObject *const *kwargs, PyObject *
 
 int
 pygpu_graph_pack_node(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ssize_t nargs,
-          int index, pygpu_argpack *pack)
+                      int index, pygpu_argpack *pack)
 {
-    if (refuse_handlers(st, f, args, nargs) < 0
-        || pygpu_pack(st, f, args, nargs, NULL, pack) < 0) {
+    if (refuse_handlers(st, f, args, nargs) < 0 || pygpu_pack(st, f, args, nargs, NULL, pack) < 0) {
         pygpu_graph_prefix_error(index);
         return -1;
     }
@@ -387,7 +303,7 @@ pygpu_graph_args_tuple(PyObject *f, PyObject *const *args, Py_ssize_t n)
 static pygpu_Graph *
 graph_alloc_type(PyTypeObject *tp, CUgraph h, pygpu_Context *ctx, int owns, PyObject *parent)
 {
-    pygpu_Graph *g = (pygpu_Graph *)tp->tp_alloc(tp, 0);   /* zeroed, tracked */
+    pygpu_Graph *g = (pygpu_Graph *)tp->tp_alloc(tp, 0); /* zeroed, tracked */
     if (g == NULL)
         return NULL;
     g->handle = h;
@@ -510,8 +426,7 @@ graph_enter(pygpu_state *st, pygpu_Graph *g, pygpu_scope *s)
 
 /* add_kernel_node(function, *args, block, grid=(1,1,1), shared=0, dependencies=None) */
 static PyObject *
-graph_add_kernel_node(pygpu_Graph *g, PyObject *const *args, Py_ssize_t nargs,
-                      PyObject *kwnames)
+graph_add_kernel_node(pygpu_Graph *g, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     pygpu_state *st = PYGPU_STATE(g);
     PyObject *block = NULL, *grid = NULL, *shared = NULL, *deps = NULL, *kept = NULL;
@@ -535,15 +450,19 @@ graph_add_kernel_node(pygpu_Graph *g, PyObject *const *args, Py_ssize_t nargs,
     if (node_kwargs(kwnames, args + nargs, &block, &grid, &shared, &deps) < 0)
         return NULL;
     if (block == NULL || block == Py_None) {
-        PyErr_Format(PyExc_TypeError, "graph node #%d: kernel '%s': add_kernel_node() needs "
-                     "block=(x, y, z)", index, pygpu_function_name(f));
+        PyErr_Format(PyExc_TypeError,
+                     "graph node #%d: kernel '%s': add_kernel_node() needs "
+                     "block=(x, y, z)",
+                     index, pygpu_function_name(f));
         return NULL;
     }
     if (pygpu_graph_check(st, g) < 0 || pygpu_function_check(st, f) < 0)
         return NULL;
     if (f->module->context != g->context) {
-        PyErr_Format(PyExc_ValueError, "graph node #%d: kernel '%s' belongs to another "
-                     "context than the graph", index, pygpu_function_name(f));
+        PyErr_Format(PyExc_ValueError,
+                     "graph node #%d: kernel '%s' belongs to another "
+                     "context than the graph",
+                     index, pygpu_function_name(f));
         return NULL;
     }
     memset(&cfg, 0, sizeof cfg);
@@ -553,20 +472,25 @@ graph_add_kernel_node(pygpu_Graph *g, PyObject *const *args, Py_ssize_t nargs,
         pygpu_graph_prefix_error(index);
         return NULL;
     }
-    if (parse_deps(st, g, deps, &dv, &nd, "add_kernel_node()") < 0)
+    if (pygpu_graph_parse_deps(st, g, deps, &dv, &nd, "add_kernel_node()") < 0)
         return NULL;
     if (pygpu_graph_pack_node(st, f, args + 1, nargs - 1, index, &pack) < 0)
         goto done;
     if ((kept = pygpu_graph_args_tuple((PyObject *)f, args + 1, nargs - 1)) == NULL
         || (holds = pygpu_graph_node_holds(st, args + 1, nargs - 1, index, "kernel",
-                               pygpu_function_name(f))) == NULL) {
+                                           pygpu_function_name(f)))
+               == NULL) {
         pygpu_graph_prefix_error(index);
         goto done;
     }
     memset(&p, 0, sizeof p);
     p.func = f->handle;
-    p.gridDimX = cfg.grid[0]; p.gridDimY = cfg.grid[1]; p.gridDimZ = cfg.grid[2];
-    p.blockDimX = cfg.block[0]; p.blockDimY = cfg.block[1]; p.blockDimZ = cfg.block[2];
+    p.gridDimX = cfg.grid[0];
+    p.gridDimY = cfg.grid[1];
+    p.gridDimZ = cfg.grid[2];
+    p.blockDimX = cfg.block[0];
+    p.blockDimY = cfg.block[1];
+    p.blockDimZ = cfg.block[2];
     p.sharedMemBytes = cfg.shared;
     p.kernelParams = pack.ptrs;
     if (graph_enter(st, g, &s) < 0)
@@ -602,8 +526,8 @@ typedef struct {
     int host;
     void *hptr;
     CUdeviceptr dptr;
-    size_t size;            /* (size_t)-1: unknown */
-    PyObject *kept;         /* strong */
+    size_t size;    /* (size_t)-1: unknown */
+    PyObject *kept; /* strong */
 } endpoint;
 
 static int
@@ -612,24 +536,24 @@ parse_endpoint(pygpu_state *st, PyObject *obj, int writable, endpoint *e, const 
 {
     e->kept = NULL;
     e->host = 0;
-    if (!pygpu_is_allocation(st, obj) && !PyLong_Check(obj)
-        && PyObject_CheckBuffer(obj)) {
+    if (!pygpu_is_allocation(st, obj) && !PyLong_Check(obj) && PyObject_CheckBuffer(obj)) {
         Py_buffer v;
         PyObject *mv = PyMemoryView_FromObject(obj);
         if (mv == NULL)
             return -1;
-        if (PyObject_GetBuffer(mv, &v, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0))
-            < 0) {
+        if (PyObject_GetBuffer(mv, &v, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) {
             Py_DECREF(mv);
             PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "add_memcpy_node(): %s must be a C-contiguous%s "
-                         "host buffer or device memory", what, writable ? " writable" : "");
+            PyErr_Format(PyExc_TypeError,
+                         "add_memcpy_node(): %s must be a C-contiguous%s "
+                         "host buffer or device memory",
+                         what, writable ? " writable" : "");
             return -1;
         }
         e->host = 1;
         e->hptr = v.buf;
         e->size = (size_t)v.len;
-        PyBuffer_Release(&v);      /* the memoryview keeps the export */
+        PyBuffer_Release(&v); /* the memoryview keeps the export */
         e->kept = mv;
         return 0;
     }
@@ -671,8 +595,8 @@ graph_add_memcpy_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     size_t nd = 0;
     pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OO:add_memcpy_node", kwlist, &dobj,
-                                     &sobj, &nobj, &deps))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OO:add_memcpy_node", kwlist, &dobj, &sobj,
+                                     &nobj, &deps))
         return NULL;
     if (pygpu_graph_check(st, g) < 0)
         return NULL;
@@ -681,14 +605,14 @@ graph_add_memcpy_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
         goto done;
     if (d.host && sr.host) {
         PyErr_SetString(PyExc_TypeError, "add_memcpy_node(): dest and src are both host "
-                        "buffers; one side must be device memory");
+                                         "buffers; one side must be device memory");
         goto done;
     }
     if (nobj == Py_None) {
         n = d.size < sr.size ? d.size : sr.size;
         if (n == (size_t)-1) {
             PyErr_SetString(PyExc_ValueError, "add_memcpy_node(): nbytes is needed when "
-                            "neither side's size is known (int addresses)");
+                                              "neither side's size is known (int addresses)");
             goto done;
         }
     } else {
@@ -697,11 +621,13 @@ graph_add_memcpy_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
             goto done;
     }
     if (n == 0 || (d.size != (size_t)-1 && n > d.size) || (sr.size != (size_t)-1 && n > sr.size)) {
-        PyErr_Format(PyExc_ValueError, "add_memcpy_node(): %zu bytes do not fit (dest has "
-                     "%zd, src %zd)", n, (Py_ssize_t)d.size, (Py_ssize_t)sr.size);
+        PyErr_Format(PyExc_ValueError,
+                     "add_memcpy_node(): %zu bytes do not fit (dest has "
+                     "%zd, src %zd)",
+                     n, (Py_ssize_t)d.size, (Py_ssize_t)sr.size);
         goto done;
     }
-    if (parse_deps(st, g, deps, &dv, &nd, "add_memcpy_node()") < 0)
+    if (pygpu_graph_parse_deps(st, g, deps, &dv, &nd, "add_memcpy_node()") < 0)
         goto done;
     memset(&c, 0, sizeof c);
     memcpy_side(&c, &d, 1);
@@ -756,19 +682,23 @@ graph_add_memset_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     size_t nd = 0;
     pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|IO:add_memset_node", kwlist, &dobj,
-                                     &vobj, &cobj, &esize, &deps))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|IO:add_memset_node", kwlist, &dobj, &vobj,
+                                     &cobj, &esize, &deps))
         return NULL;
     if (esize != 1 && esize != 2 && esize != 4) {
-        PyErr_Format(PyExc_ValueError, "add_memset_node(): element_size must be 1, 2 or 4, "
-                     "not %u", esize);
+        PyErr_Format(PyExc_ValueError,
+                     "add_memset_node(): element_size must be 1, 2 or 4, "
+                     "not %u",
+                     esize);
         return NULL;
     }
     if (pygpu_parse_uint(vobj, &value, "add_memset_node(): value") < 0)
         return NULL;
     if (esize < 4 && value >= (1u << (8 * esize))) {
-        PyErr_Format(PyExc_ValueError, "add_memset_node(): value %u does not fit in %u "
-                     "byte%s", value, esize, esize == 1 ? "" : "s");
+        PyErr_Format(PyExc_ValueError,
+                     "add_memset_node(): value %u does not fit in %u "
+                     "byte%s",
+                     value, esize, esize == 1 ? "" : "s");
         return NULL;
     }
     count = PyLong_AsSize_t(cobj);
@@ -783,11 +713,13 @@ graph_add_memset_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
         return NULL;
     }
     if (count == 0 || (cap != (size_t)-1 && count > cap / esize)) {
-        PyErr_Format(PyExc_ValueError, "add_memset_node(): %zu elements of %u bytes do not "
-                     "fit in %zd bytes", count, esize, (Py_ssize_t)cap);
+        PyErr_Format(PyExc_ValueError,
+                     "add_memset_node(): %zu elements of %u bytes do not "
+                     "fit in %zd bytes",
+                     count, esize, (Py_ssize_t)cap);
         return NULL;
     }
-    if (parse_deps(st, g, deps, &dv, &nd, "add_memset_node()") < 0)
+    if (pygpu_graph_parse_deps(st, g, deps, &dv, &nd, "add_memset_node()") < 0)
         return NULL;
     memset(&p, 0, sizeof p);
     p.dst = ptr;
@@ -865,11 +797,14 @@ graph_add_host_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:add_host_node", kwlist, &fn, &deps))
         return NULL;
     if (!PyCallable_Check(fn)) {
-        PyErr_Format(PyExc_TypeError, "add_host_node(): callback must be callable, not "
-                     "%.100s", Py_TYPE(fn)->tp_name);
+        PyErr_Format(PyExc_TypeError,
+                     "add_host_node(): callback must be callable, not "
+                     "%.100s",
+                     Py_TYPE(fn)->tp_name);
         return NULL;
     }
-    if (pygpu_graph_check(st, g) < 0 || parse_deps(st, g, deps, &dv, &nd, "add_host_node()") < 0)
+    if (pygpu_graph_check(st, g) < 0
+        || pygpu_graph_parse_deps(st, g, deps, &dv, &nd, "add_host_node()") < 0)
         return NULL;
     if ((h = PyMem_Malloc(sizeof *h)) == NULL) {
         PyErr_NoMemory();
@@ -883,7 +818,7 @@ graph_add_host_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     h->errors = g->errors;
     h->index = g->count;
     h->next = g->hostfns;
-    g->hostfns = h;     /* freed with the graph, even if the node is not added */
+    g->hostfns = h; /* freed with the graph, even if the node is not added */
     p.fn = host_trampoline;
     p.userData = h;
     if (graph_enter(st, g, &s) < 0)
@@ -911,19 +846,19 @@ add_event_node(pygpu_Graph *g, PyObject *args, PyObject *kwds, int record)
     size_t nd = 0;
     pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, record ? "O|O:add_event_record_node"
-                                     : "O|O:add_event_wait_node", kwlist, &ev, &deps))
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwds, record ? "O|O:add_event_record_node" : "O|O:add_event_wait_node", kwlist,
+            &ev, &deps))
         return NULL;
     if (!PyObject_TypeCheck(ev, st->EventType)) {
-        PyErr_Format(PyExc_TypeError, "%s takes an Event, not %.100s", what,
-                     Py_TYPE(ev)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s takes an Event, not %.100s", what, Py_TYPE(ev)->tp_name);
         return NULL;
     }
     if (((pygpu_Event *)ev)->handle == NULL || ((pygpu_Event *)ev)->context->detached) {
         PyErr_Format(st->LogicError, "%s: the Event's context was detached", what);
         return NULL;
     }
-    if (pygpu_graph_check(st, g) < 0 || parse_deps(st, g, deps, &dv, &nd, what) < 0)
+    if (pygpu_graph_check(st, g) < 0 || pygpu_graph_parse_deps(st, g, deps, &dv, &nd, what) < 0)
         return NULL;
     if (graph_enter(st, g, &s) < 0)
         goto done;
@@ -933,13 +868,12 @@ add_event_node(pygpu_Graph *g, PyObject *args, PyObject *kwds, int record)
         rc = cu.cuGraphAddEventWaitNode(&node, g->handle, dv, nd, ((pygpu_Event *)ev)->handle);
     pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS) {
-        pygpu_cuda_error(st, rc, record ? "cuGraphAddEventRecordNode"
-                                        : "cuGraphAddEventWaitNode");
+        pygpu_cuda_error(st, rc, record ? "cuGraphAddEventRecordNode" : "cuGraphAddEventWaitNode");
         goto done;
     }
     if (keep(g, ev) == 0)
-        res = pygpu_graph_node_wrap(st, g, node, record ? CU_GRAPH_NODE_TYPE_EVENT_RECORD
-                                            : CU_GRAPH_NODE_TYPE_WAIT_EVENT);
+        res = pygpu_graph_node_wrap(
+            st, g, node, record ? CU_GRAPH_NODE_TYPE_EVENT_RECORD : CU_GRAPH_NODE_TYPE_WAIT_EVENT);
 done:
     PyMem_Free(dv);
     return res;
@@ -967,8 +901,7 @@ graph_add_child_graph_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     size_t nd = 0;
     pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:add_child_graph_node", kwlist, &child,
-                                     &deps))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:add_child_graph_node", kwlist, &child, &deps))
         return NULL;
     if (!PyObject_TypeCheck(child, st->GraphType)) {
         PyErr_Format(PyExc_TypeError, "add_child_graph_node() takes a Graph, not %.100s",
@@ -977,7 +910,7 @@ graph_add_child_graph_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     }
     if (child == (PyObject *)g) {
         PyErr_SetString(PyExc_ValueError, "add_child_graph_node(): a graph cannot contain "
-                        "itself");
+                                          "itself");
         return NULL;
     }
     {
@@ -986,7 +919,8 @@ graph_add_child_graph_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
         PyObject *up;
         for (up = g->parent; up != NULL; up = ((pygpu_Graph *)up)->parent) {
             if (up == child) {
-                PyErr_SetString(PyExc_ValueError, "add_child_graph_node(): a graph cannot "
+                PyErr_SetString(PyExc_ValueError,
+                                "add_child_graph_node(): a graph cannot "
                                 "contain itself: this graph is a conditional body inside "
                                 "the child graph");
                 return NULL;
@@ -994,7 +928,7 @@ graph_add_child_graph_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
         }
     }
     if (pygpu_graph_check(st, g) < 0 || pygpu_graph_check(st, (pygpu_Graph *)child) < 0
-        || parse_deps(st, g, deps, &dv, &nd, "add_child_graph_node()") < 0)
+        || pygpu_graph_parse_deps(st, g, deps, &dv, &nd, "add_child_graph_node()") < 0)
         return NULL;
     if (graph_enter(st, g, &s) < 0)
         goto done;
@@ -1025,7 +959,8 @@ graph_add_empty_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     CUresult rc;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:add_empty_node", kwlist, &deps))
         return NULL;
-    if (pygpu_graph_check(st, g) < 0 || parse_deps(st, g, deps, &dv, &nd, "add_empty_node()") < 0)
+    if (pygpu_graph_check(st, g) < 0
+        || pygpu_graph_parse_deps(st, g, deps, &dv, &nd, "add_empty_node()") < 0)
         return NULL;
     if (graph_enter(st, g, &s) < 0)
         goto done;
@@ -1051,8 +986,7 @@ graph_add_mem_alloc_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     size_t nd = 0, n;
     pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:add_mem_alloc_node", kwlist, &nobj,
-                                     &deps))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:add_mem_alloc_node", kwlist, &nobj, &deps))
         return NULL;
     n = PyLong_AsSize_t(nobj);
     if (n == (size_t)-1 && PyErr_Occurred())
@@ -1061,7 +995,8 @@ graph_add_mem_alloc_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "add_mem_alloc_node(): nbytes must be positive");
         return NULL;
     }
-    if (pygpu_graph_check(st, g) < 0 || parse_deps(st, g, deps, &dv, &nd, "add_mem_alloc_node()") < 0)
+    if (pygpu_graph_check(st, g) < 0
+        || pygpu_graph_parse_deps(st, g, deps, &dv, &nd, "add_mem_alloc_node()") < 0)
         return NULL;
     memset(&p, 0, sizeof p);
     p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -1098,21 +1033,23 @@ graph_add_mem_free_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     size_t nd = 0;
     pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:add_mem_free_node", kwlist, &pobj,
-                                     &deps))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:add_mem_free_node", kwlist, &pobj, &deps))
         return NULL;
     if (PyObject_TypeCheck(pobj, st->GraphNodeType)) {
         pygpu_GraphNode *an = (pygpu_GraphNode *)pobj;
         if (an->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
-            PyErr_Format(PyExc_TypeError, "add_mem_free_node(): node #%d is a %s node, not a "
-                         "mem_alloc node", an->index, pygpu_graph_node_type_name(an->type));
+            PyErr_Format(PyExc_TypeError,
+                         "add_mem_free_node(): node #%d is a %s node, not a "
+                         "mem_alloc node",
+                         an->index, pygpu_graph_node_type_name(an->type));
             return NULL;
         }
         ptr = an->dptr;
     } else if (pygpu_get_device_ptr(st, pobj, &ptr, &cap, 0) < 0) {
         return NULL;
     }
-    if (pygpu_graph_check(st, g) < 0 || parse_deps(st, g, deps, &dv, &nd, "add_mem_free_node()") < 0)
+    if (pygpu_graph_check(st, g) < 0
+        || pygpu_graph_parse_deps(st, g, deps, &dv, &nd, "add_mem_free_node()") < 0)
         return NULL;
     if (graph_enter(st, g, &s) < 0)
         goto done;
@@ -1137,12 +1074,11 @@ graph_conditional_handle(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     CUgraphConditionalHandle h = 0;
     pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|Ip:conditional_handle", kwlist, &dflt,
-                                     &assign))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|Ip:conditional_handle", kwlist, &dflt, &assign))
         return NULL;
     if (cu.cuGraphConditionalHandleCreate == NULL || cu.cuGraphAddNode == NULL) {
         PyErr_SetString(st->LogicError, "conditional graph nodes need a CUDA 12.3 or newer "
-                        "driver");
+                                        "driver");
         return NULL;
     }
     if (graph_enter(st, g, &s) < 0)
@@ -1168,13 +1104,16 @@ graph_add_conditional_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     size_t nd = 0;
     pygpu_scope s;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|IO:add_conditional_node", kwlist, &hobj,
-                                     &kobj, &size, &deps))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|IO:add_conditional_node", kwlist, &hobj, &kobj,
+                                     &size, &deps))
         return NULL;
     if (PyUnicode_Check(kobj)) {
-        if (PyUnicode_CompareWithASCIIString(kobj, "if") == 0) kind = CU_GRAPH_COND_TYPE_IF;
-        else if (PyUnicode_CompareWithASCIIString(kobj, "while") == 0) kind = CU_GRAPH_COND_TYPE_WHILE;
-        else if (PyUnicode_CompareWithASCIIString(kobj, "switch") == 0) kind = CU_GRAPH_COND_TYPE_SWITCH;
+        if (PyUnicode_CompareWithASCIIString(kobj, "if") == 0)
+            kind = CU_GRAPH_COND_TYPE_IF;
+        else if (PyUnicode_CompareWithASCIIString(kobj, "while") == 0)
+            kind = CU_GRAPH_COND_TYPE_WHILE;
+        else if (PyUnicode_CompareWithASCIIString(kobj, "switch") == 0)
+            kind = CU_GRAPH_COND_TYPE_SWITCH;
     } else if (PyLong_Check(kobj)) {
         long k = PyLong_AsLong(kobj);
         if (k >= 0 && k <= 2)
@@ -1182,29 +1121,37 @@ graph_add_conditional_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
         PyErr_Clear();
     }
     if (kind < 0) {
-        PyErr_Format(PyExc_ValueError, "add_conditional_node(): kind must be 'if', 'while' "
-                     "or 'switch', not %R", kobj);
+        PyErr_Format(PyExc_ValueError,
+                     "add_conditional_node(): kind must be 'if', 'while' "
+                     "or 'switch', not %R",
+                     kobj);
         return NULL;
     }
     if (size < 1 || (kind == CU_GRAPH_COND_TYPE_WHILE && size != 1)
         || (kind == CU_GRAPH_COND_TYPE_IF && size > 2)) {
-        PyErr_Format(PyExc_ValueError, "add_conditional_node(): size %u is not valid for "
+        PyErr_Format(PyExc_ValueError,
+                     "add_conditional_node(): size %u is not valid for "
                      "'%s' (while: 1; if: 1, or 2 with an else body; switch: 1 or more)",
-                     size, kind == 0 ? "if" : kind == 1 ? "while" : "switch");
+                     size,
+                     kind == 0   ? "if"
+                     : kind == 1 ? "while"
+                                 : "switch");
         return NULL;
     }
     if (!PyLong_Check(hobj)) {
-        PyErr_Format(PyExc_TypeError, "add_conditional_node(): handle must be the int from "
-                     "conditional_handle(), not %.100s", Py_TYPE(hobj)->tp_name);
+        PyErr_Format(PyExc_TypeError,
+                     "add_conditional_node(): handle must be the int from "
+                     "conditional_handle(), not %.100s",
+                     Py_TYPE(hobj)->tp_name);
         return NULL;
     }
     if (cu.cuGraphConditionalHandleCreate == NULL || cu.cuGraphAddNode == NULL) {
         PyErr_SetString(st->LogicError, "conditional graph nodes need a CUDA 12.3 or newer "
-                        "driver");
+                                        "driver");
         return NULL;
     }
     if (pygpu_graph_check(st, g) < 0
-        || parse_deps(st, g, deps, &dv, &nd, "add_conditional_node()") < 0)
+        || pygpu_graph_parse_deps(st, g, deps, &dv, &nd, "add_conditional_node()") < 0)
         return NULL;
     memset(&p, 0, sizeof p);
     p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
@@ -1226,8 +1173,8 @@ graph_add_conditional_node(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     if ((bodies = PyTuple_New(size)) == NULL)
         goto done;
     for (i = 0; i < size; i++) {
-        pygpu_Graph *b = pygpu_graph_alloc(st, p.conditional.phGraph_out[i], g->context, 0,
-                                     (PyObject *)g);
+        pygpu_Graph *b =
+            pygpu_graph_alloc(st, p.conditional.phGraph_out[i], g->context, 0, (PyObject *)g);
         if (b == NULL)
             goto done;
         PyTuple_SET_ITEM(bodies, i, (PyObject *)b);
@@ -1256,12 +1203,14 @@ graph_add_dependencies(pygpu_Graph *g, PyObject *args)
     if (!PyArg_ParseTuple(args, "OO:add_dependencies", &a, &b))
         return NULL;
     if (pygpu_graph_check(st, g) < 0
-        || parse_deps(st, g, a, &from, &nf, "add_dependencies()") < 0
-        || parse_deps(st, g, b, &to, &nt, "add_dependencies()") < 0)
+        || pygpu_graph_parse_deps(st, g, a, &from, &nf, "add_dependencies()") < 0
+        || pygpu_graph_parse_deps(st, g, b, &to, &nt, "add_dependencies()") < 0)
         goto done;
     if (nf != nt || nf == 0) {
-        PyErr_Format(PyExc_ValueError, "add_dependencies(): %zu source and %zu destination "
-                     "nodes; give one of each per edge", nf, nt);
+        PyErr_Format(PyExc_ValueError,
+                     "add_dependencies(): %zu source and %zu destination "
+                     "nodes; give one of each per edge",
+                     nf, nt);
         goto done;
     }
     if (graph_enter(st, g, &s) < 0)
@@ -1314,7 +1263,6 @@ done:
     return list;
 }
 
-
 static PyObject *
 graph_instantiate(pygpu_Graph *g, PyObject *args, PyObject *kwds)
 {
@@ -1325,7 +1273,7 @@ graph_instantiate(pygpu_Graph *g, PyObject *args, PyObject *kwds)
         return NULL;
     if (!g->owns) {
         PyErr_SetString(PyExc_ValueError, "instantiate(): this graph is the body of a "
-                        "conditional node; instantiate the graph that holds it");
+                                          "conditional node; instantiate the graph that holds it");
         return NULL;
     }
     if (pygpu_graph_check(st, g) < 0)
@@ -1342,8 +1290,8 @@ graph_debug_dot(pygpu_Graph *g, PyObject *args, PyObject *kwds)
     unsigned int flags = CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE;
     CUresult rc;
     pygpu_scope s;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&|I:debug_dot", kwlist,
-                                     PyUnicode_FSConverter, &path, &flags))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&|I:debug_dot", kwlist, PyUnicode_FSConverter,
+                                     &path, &flags))
         return NULL;
     if (graph_enter(st, g, &s) < 0) {
         Py_DECREF(path);
@@ -1378,9 +1326,9 @@ graph_get_parent(pygpu_Graph *g, void *c)
 static PyObject *
 graph_repr(pygpu_Graph *g)
 {
-    return PyUnicode_FromFormat("<pygpu.driver.Graph %p%s, %d node%s numbered>",
-                                (void *)g->handle, g->owns ? "" : " (conditional body)",
-                                g->count, g->count == 1 ? "" : "s");
+    return PyUnicode_FromFormat("<pygpu.driver.Graph %p%s, %d node%s numbered>", (void *)g->handle,
+                                g->owns ? "" : " (conditional body)", g->count,
+                                g->count == 1 ? "" : "s");
 }
 
 #define CF(f) (PyCFunction)(void (*)(void))(f)
@@ -1439,8 +1387,7 @@ static PyMethodDef graph_methods[] = {
      "instantiate($self, flags=0)\n--\n\nAn executable GraphExec."},
     {"debug_dot", CF(graph_debug_dot), METH_VARARGS | METH_KEYWORDS,
      "debug_dot($self, path, flags=1)\n--\n\nWrite the graph as Graphviz DOT to path."},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef graph_getset[] = {
     {"handle", (getter)graph_get_handle, NULL, "The CUgraph as an int.", NULL},
@@ -1448,13 +1395,10 @@ static PyGetSetDef graph_getset[] = {
      "Exceptions raised by host-node callbacks (a list; clear it when handled).", NULL},
     {"parent", (getter)graph_get_parent, NULL,
      "For a conditional body, the graph holding it; else None.", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyMemberDef graph_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Graph, weakreflist), READONLY},
-    {NULL}
-};
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Graph, weakreflist), READONLY}, {NULL}};
 
 static PyType_Slot graph_slots[] = {
     {Py_tp_new, graph_new},
@@ -1468,20 +1412,17 @@ static PyType_Slot graph_slots[] = {
     {Py_tp_repr, graph_repr},
     {Py_tp_doc, "Graph()\n--\n\nA CUDA graph in the current context: add nodes, then "
                 "instantiate().  Stream.end_capture() returns one too."},
-    {0, NULL}
-};
+    {0, NULL}};
 
-static PyType_Spec graph_spec = {
-    "pygpu.driver.Graph", sizeof(pygpu_Graph), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
-    graph_slots
-};
+static PyType_Spec graph_spec = {"pygpu.driver.Graph", sizeof(pygpu_Graph), 0,
+                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC
+                                     | Py_TPFLAGS_BASETYPE,
+                                 graph_slots};
 
 int
 pygpu_graph_setup(PyObject *m, pygpu_state *st)
 {
-    if (pygpu_add_type(m, &graph_spec, &st->GraphType) < 0
-        || pygpu_graphnode_setup(m, st) < 0
+    if (pygpu_add_type(m, &graph_spec, &st->GraphType) < 0 || pygpu_graphnode_setup(m, st) < 0
         || pygpu_graphexec_setup(m, st) < 0)
         return -1;
     return 0;

@@ -4,48 +4,45 @@
 #define PYGPU_GRAPH_H
 
 typedef struct pygpu_hostfn {
-    PyObject *callable;         /* borrowed: kept alive by the graph's `keep` */
-    PyObject *errors;           /* borrowed: the graph's `errors` list */
-    int index;                  /* the node's number, for messages */
-    struct pygpu_hostfn *next;  /* owned: the graph's list */
+    PyObject *callable;        /* borrowed: kept alive by the graph's `keep` */
+    PyObject *errors;          /* borrowed: the graph's `errors` list */
+    int index;                 /* the node's number, for messages */
+    struct pygpu_hostfn *next; /* owned: the graph's list */
 } pygpu_hostfn;
 
 typedef struct pygpu_Graph {
-    PyObject_HEAD
-    CUgraph handle;             /* owned when owns (a conditional body is its node's) */
-    pygpu_Context *context;     /* strong ref */
-    PyObject *parent;           /* strong: a conditional body's graph, or NULL */
-    PyObject *keep;             /* list, strong: what the nodes reference */
-    PyObject *errors;           /* list, strong: exceptions raised by host callbacks */
-    PyObject *nodes;            /* dict, strong: node handle (int) -> GraphNode */
-    pygpu_hostfn *hostfns;      /* owned: callback records, freed at dealloc */
+    PyObject_HEAD CUgraph handle; /* owned when owns (a conditional body is its node's) */
+    pygpu_Context *context;       /* strong ref */
+    PyObject *parent;             /* strong: a conditional body's graph, or NULL */
+    PyObject *keep;               /* list, strong: what the nodes reference */
+    PyObject *errors;             /* list, strong: exceptions raised by host callbacks */
+    PyObject *nodes;              /* dict, strong: node handle (int) -> GraphNode */
+    pygpu_hostfn *hostfns;        /* owned: callback records, freed at dealloc */
     int owns;
-    int count;                  /* nodes numbered so far */
+    int count; /* nodes numbered so far */
     PyObject *weakreflist;
 } pygpu_Graph;
 
 typedef struct {
-    PyObject_HEAD
-    CUgraphNode handle;         /* owned by the graph */
-    pygpu_Graph *graph;         /* strong ref */
-    int index;                  /* its number in the graph (order of addition) */
-    int type;                   /* CUgraphNodeType */
-    pygpu_Function *function;   /* strong or NULL: a kernel node's Function */
-    unsigned int block[3], grid[3], shared;  /* a kernel node's configuration */
+    PyObject_HEAD CUgraphNode handle;       /* owned by the graph */
+    pygpu_Graph *graph;                     /* strong ref */
+    int index;                              /* its number in the graph (order of addition) */
+    int type;                               /* CUgraphNodeType */
+    pygpu_Function *function;               /* strong or NULL: a kernel node's Function */
+    unsigned int block[3], grid[3], shared; /* a kernel node's configuration */
     int have_config;
-    CUdeviceptr dptr;           /* a mem-alloc node's address */
+    CUdeviceptr dptr; /* a mem-alloc node's address */
     size_t bytesize;
-    PyObject *bodies;           /* strong: a conditional node's body Graphs (tuple) */
+    PyObject *bodies; /* strong: a conditional node's body Graphs (tuple) */
 } pygpu_GraphNode;
 
 typedef struct {
-    PyObject_HEAD
-    CUgraphExec handle;         /* owned */
-    CUevent done;               /* owned: recorded after each launch */
-    pygpu_Graph *graph;         /* strong ref: the graph it was instantiated from */
-    PyObject *keep;             /* list, strong: graphs given to update() */
-    PyObject *node_keep;        /* dict, strong: node handle -> what its update packed */
-    PyObject *configs;          /* dict, strong: node handle -> bytes, a kernel node's
+    PyObject_HEAD CUgraphExec handle; /* owned */
+    CUevent done;                     /* owned: recorded after each launch */
+    pygpu_Graph *graph;               /* strong ref: the graph it was instantiated from */
+    PyObject *keep;                   /* list, strong: graphs given to update() */
+    PyObject *node_keep;              /* dict, strong: node handle -> what its update packed */
+    PyObject *configs;                /* dict, strong: node handle -> bytes, a kernel node's
                                    configuration in this exec when it differs from the
                                    node's (set_kernel_node_params, update) */
     int launched;
@@ -55,16 +52,24 @@ typedef struct {
 const char *pygpu_graph_node_type_name(int t);
 PyObject *pygpu_graph_node_wrap(pygpu_state *st, pygpu_Graph *g, CUgraphNode h, int type);
 int pygpu_graph_check(pygpu_state *st, pygpu_Graph *g);
-PyObject *pygpu_graph_node_holds(pygpu_state *st, PyObject *const *args, Py_ssize_t n, int index, const char *kind, const char *name);
+PyObject *pygpu_graph_node_holds(pygpu_state *st, PyObject *const *args, Py_ssize_t n, int index,
+                                 const char *kind, const char *name);
 PyObject *pygpu_graph_args_tuple(PyObject *f, PyObject *const *args, Py_ssize_t n);
-int pygpu_graph_pack_node(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ssize_t nargs, int index, pygpu_argpack *pack);
+int pygpu_graph_pack_node(pygpu_state *st, pygpu_Function *f, PyObject *const *args,
+                          Py_ssize_t nargs, int index, pygpu_argpack *pack);
 void pygpu_graph_prefix_error(int index);
-int pygpu_graph_parse_config(pygpu_state *st, pygpu_Function *f, PyObject *block, PyObject *grid, PyObject *shared, pygpu_launch_config *cfg);
-int pygpu_graph_update_kwargs(PyObject *kwnames, PyObject *const *kwargs, PyObject **block, PyObject **grid, PyObject **shared, PyObject **function);
-pygpu_Graph *pygpu_graph_alloc(pygpu_state *st, CUgraph h, pygpu_Context *ctx, int owns, PyObject *parent);
+int pygpu_graph_parse_config(pygpu_state *st, pygpu_Function *f, PyObject *block, PyObject *grid,
+                             PyObject *shared, pygpu_launch_config *cfg);
+int pygpu_graph_update_kwargs(PyObject *kwnames, PyObject *const *kwargs, PyObject **block,
+                              PyObject **grid, PyObject **shared, PyObject **function);
+pygpu_Graph *pygpu_graph_alloc(pygpu_state *st, CUgraph h, pygpu_Context *ctx, int owns,
+                               PyObject *parent);
 int pygpu_graph_api_check(pygpu_state *st);
 int pygpu_graph_node_check(pygpu_state *st, pygpu_GraphNode *n);
 PyObject *pygpu_graph_exec_create(pygpu_state *st, pygpu_Graph *g, unsigned long long flags);
+
+int pygpu_graph_parse_deps(pygpu_state *st, pygpu_Graph *g, PyObject *deps, CUgraphNode **out,
+                           size_t *n, const char *what);
 
 int pygpu_graphnode_setup(PyObject *m, pygpu_state *st);
 int pygpu_graphexec_setup(PyObject *m, pygpu_state *st);
@@ -76,8 +81,8 @@ int pygpu_graphexec_setup(PyObject *m, pygpu_state *st);
 PyObject *pygpu_stream_begin_capture(pygpu_Stream *self, PyObject *args, PyObject *kwds);
 PyObject *pygpu_stream_end_capture(pygpu_Stream *self, PyObject *unused);
 PyObject *pygpu_stream_is_capturing(pygpu_Stream *self, PyObject *unused);
-int pygpu_capture_note(pygpu_state *st, PyObject *stream_obj, PyObject *f,
-                       PyObject *const *args, Py_ssize_t nargs);
+int pygpu_capture_note(pygpu_state *st, PyObject *stream_obj, PyObject *f, PyObject *const *args,
+                       Py_ssize_t nargs);
 void pygpu_stream_capture_abort(pygpu_Stream *self);
 /* the same without ending it (not our handle, or the context is gone) */
 void pygpu_stream_capture_drop(pygpu_Stream *self);

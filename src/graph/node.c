@@ -4,8 +4,116 @@
 
 #define CF(f) (PyCFunction)(void (*)(void))(f)
 #if PY_VERSION_HEX < 0x030A0000
-static inline PyObject *Py_XNewRef(PyObject *o) { Py_XINCREF(o); return o; }
+static inline PyObject *
+Py_XNewRef(PyObject *o)
+{
+    Py_XINCREF(o);
+    return o;
+}
 #endif
+
+PyObject *
+pygpu_graph_node_wrap(pygpu_state *st, pygpu_Graph *g, CUgraphNode h, int type)
+{
+    PyObject *key = PyLong_FromVoidPtr(h), *n;
+    pygpu_GraphNode *node;
+    if (key == NULL)
+        return NULL;
+    n = PyDict_GetItemWithError(g->nodes, key);
+    if (n != NULL || PyErr_Occurred()) {
+        Py_DECREF(key);
+        return Py_XNewRef(n);
+    }
+    if (type < 0) {
+        CUgraphNodeType t;
+        CUresult rc = cu.cuGraphNodeGetType(h, &t);
+        if (rc != CUDA_SUCCESS) {
+            Py_DECREF(key);
+            return pygpu_cuda_error(st, rc, "cuGraphNodeGetType");
+        }
+        type = (int)t;
+    }
+    node = PyObject_GC_New(pygpu_GraphNode, st->GraphNodeType);
+    if (node == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    node->handle = h;
+    node->graph = (pygpu_Graph *)Py_NewRef((PyObject *)g);
+    node->index = g->count++;
+    node->type = type;
+    node->function = NULL;
+    node->have_config = 0;
+    node->shared = 0;
+    node->dptr = 0;
+    node->bytesize = 0;
+    node->bodies = NULL;
+    PyObject_GC_Track(node);
+    if (PyDict_SetItem(g->nodes, key, (PyObject *)node) < 0) {
+        Py_DECREF(key);
+        Py_DECREF(node);
+        return NULL;
+    }
+    Py_DECREF(key);
+    return (PyObject *)node;
+}
+
+/* dependencies=None | node | sequence of nodes, each of graph g.  *out is
+ * PyMem-allocated (or NULL when there are none). */
+int
+pygpu_graph_parse_deps(pygpu_state *st, pygpu_Graph *g, PyObject *deps, CUgraphNode **out,
+                       size_t *n, const char *what)
+{
+    PyObject *seq;
+    Py_ssize_t i, len;
+    *out = NULL;
+    *n = 0;
+    if (deps == NULL || deps == Py_None)
+        return 0;
+    if (PyObject_TypeCheck(deps, st->GraphNodeType))
+        seq = PyTuple_Pack(1, deps);
+    else
+        seq = PySequence_Tuple(deps);
+    if (seq == NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s: dependencies must be a GraphNode or a sequence "
+                     "of GraphNodes, not %.100s",
+                     what, Py_TYPE(deps)->tp_name);
+        return -1;
+    }
+    len = PyTuple_GET_SIZE(seq);
+    if (len > 0 && (*out = PyMem_Malloc((size_t)len * sizeof(CUgraphNode))) == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (i = 0; i < len; i++) {
+        PyObject *d = PyTuple_GET_ITEM(seq, i);
+        if (!PyObject_TypeCheck(d, st->GraphNodeType)) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s: dependencies[%zd] must be a GraphNode, not "
+                         "%.100s",
+                         what, i, Py_TYPE(d)->tp_name);
+            goto error;
+        }
+        if (((pygpu_GraphNode *)d)->graph != g) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: dependencies[%zd] (node #%d) belongs to "
+                         "another graph",
+                         what, i, ((pygpu_GraphNode *)d)->index);
+            goto error;
+        }
+        (*out)[i] = ((pygpu_GraphNode *)d)->handle;
+    }
+    *n = (size_t)len;
+    Py_DECREF(seq);
+    return 0;
+error:
+    Py_DECREF(seq);
+    PyMem_Free(*out);
+    *out = NULL;
+    return -1;
+}
 
 /* ---- GraphNode ---- */
 
@@ -124,8 +232,10 @@ static PyObject *
 node_get_dptr(pygpu_GraphNode *n, void *c)
 {
     if (n->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
-        PyErr_Format(PyExc_AttributeError, "node #%d is a %s node; only mem_alloc nodes "
-                     "have dptr", n->index, pygpu_graph_node_type_name(n->type));
+        PyErr_Format(PyExc_AttributeError,
+                     "node #%d is a %s node; only mem_alloc nodes "
+                     "have dptr",
+                     n->index, pygpu_graph_node_type_name(n->type));
         return NULL;
     }
     return PyLong_FromUnsignedLongLong(n->dptr);
@@ -165,7 +275,8 @@ static PyGetSetDef node_getset[] = {
     {"type", (getter)node_get_type, NULL, "The CUgraphNodeType (graph_node_type).", NULL},
     {"kind", (getter)node_get_kind, NULL,
      "The type's name: 'kernel', 'memcpy', 'memset', 'host', 'graph', 'empty', "
-     "'wait_event', 'event_record', 'mem_alloc', 'mem_free', 'conditional'.", NULL},
+     "'wait_event', 'event_record', 'mem_alloc', 'mem_free', 'conditional'.",
+     NULL},
     {"graph", (getter)node_get_graph, NULL, "The Graph this node belongs to.", NULL},
     {"index", (getter)node_get_index, NULL,
      "The node's number in its graph (the order pygpu first saw it).", NULL},
@@ -176,8 +287,7 @@ static PyGetSetDef node_getset[] = {
     {"bytesize", (getter)node_get_bytesize, NULL, "A mem_alloc node's size.", NULL},
     {"bodies", (getter)node_get_bodies, NULL,
      "A conditional node's body Graphs (a tuple), else None.", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyType_Slot node_slots[] = {
     {Py_tp_dealloc, node_dealloc},
@@ -187,14 +297,12 @@ static PyType_Slot node_slots[] = {
     {Py_tp_repr, node_repr},
     {Py_nb_int, node_int},
     {Py_tp_doc, "A node of a Graph; pass it in another node's dependencies."},
-    {0, NULL}
-};
+    {0, NULL}};
 
-static PyType_Spec node_spec = {
-    "pygpu.driver.GraphNode", sizeof(pygpu_GraphNode), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC |
-    Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_BASETYPE, node_slots
-};
+static PyType_Spec node_spec = {"pygpu.driver.GraphNode", sizeof(pygpu_GraphNode), 0,
+                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC
+                                    | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_BASETYPE,
+                                node_slots};
 
 int
 pygpu_graphnode_setup(PyObject *m, pygpu_state *st)

@@ -27,25 +27,23 @@
 typedef struct pygpu_RegisteredMapping pygpu_RegisteredMapping;
 
 typedef struct {
-    PyObject_HEAD
-    CUgraphicsResource handle;        /* owned: cuGraphicsUnregisterResource */
-    pygpu_Context *context;           /* strong ref: where it was registered */
-    unsigned int gl_handle;           /* the GL buffer or texture name */
-    unsigned int target;              /* the GL target of an image, 0 for a buffer */
-    unsigned int flags;               /* the registration flags */
-    pygpu_RegisteredMapping *mapping; /* borrowed: the live mapping, or NULL (the
+    PyObject_HEAD CUgraphicsResource handle; /* owned: cuGraphicsUnregisterResource */
+    pygpu_Context *context;                  /* strong ref: where it was registered */
+    unsigned int gl_handle;                  /* the GL buffer or texture name */
+    unsigned int target;                     /* the GL target of an image, 0 for a buffer */
+    unsigned int flags;                      /* the registration flags */
+    pygpu_RegisteredMapping *mapping;        /* borrowed: the live mapping, or NULL (the
                                          mapping clears it when it unmaps or dies) */
     PyObject *weakreflist;
 } pygpu_Registered;
 
 struct pygpu_RegisteredMapping {
-    PyObject_HEAD
-    pygpu_Registered *robj;           /* strong ref: the mapped resource */
-    PyObject *stream;                 /* strong ref: the Stream it was mapped on, or None */
+    PyObject_HEAD pygpu_Registered *robj; /* strong ref: the mapped resource */
+    PyObject *stream;                     /* strong ref: the Stream it was mapped on, or None */
     CUstream hstream;
     int mapped;
-    PyObject *arrays;                 /* strong: list of the Arrays handed out, or NULL */
-    PyObject *allocs;                 /* strong: list of the DeviceAllocations handed
+    PyObject *arrays; /* strong: list of the Arrays handed out, or NULL */
+    PyObject *allocs; /* strong: list of the DeviceAllocations handed
                                          out, or NULL; both marked freed at unmap */
     PyObject *weakreflist;
 };
@@ -99,11 +97,12 @@ mapping_check_views(pygpu_state *st, pygpu_RegisteredMapping *self)
     for (i = 0; self->arrays != NULL && i < PyList_GET_SIZE(self->arrays); i++) {
         pygpu_Array *a = (pygpu_Array *)PyList_GET_ITEM(self->arrays, i);
         if (a->busy > 0 || a->holds != NULL) {
-            PyErr_SetString(st->LogicError, a->busy > 0
-                            ? "RegisteredMapping.unmap(): a copy using the mapped array "
-                              "is still running in another thread"
-                            : "RegisteredMapping.unmap(): a texture or surface object "
-                              "still uses the mapped array; free or drop it first");
+            PyErr_SetString(st->LogicError,
+                            a->busy > 0
+                                ? "RegisteredMapping.unmap(): a copy using the mapped array "
+                                  "is still running in another thread"
+                                : "RegisteredMapping.unmap(): a texture or surface object "
+                                  "still uses the mapped array; free or drop it first");
             return -1;
         }
     }
@@ -111,7 +110,7 @@ mapping_check_views(pygpu_state *st, pygpu_RegisteredMapping *self)
         pygpu_DeviceAllocation *a = (pygpu_DeviceAllocation *)PyList_GET_ITEM(self->allocs, i);
         if (a->busy > 0) {
             PyErr_SetString(st->LogicError, "RegisteredMapping.unmap(): a copy using the "
-                            "mapped memory is still running in another thread");
+                                            "mapped memory is still running in another thread");
             return -1;
         }
     }
@@ -129,7 +128,7 @@ mapping_drop_views(pygpu_RegisteredMapping *self)
     self->allocs = NULL;
     for (i = 0; arrays != NULL && i < PyList_GET_SIZE(arrays); i++) {
         pygpu_Array *a = (pygpu_Array *)PyList_GET_ITEM(arrays, i);
-        a->handle = NULL;        /* the resource owns it: never cuArrayDestroy'd */
+        a->handle = NULL; /* the resource owns it: never cuArrayDestroy'd */
         a->freed = 1;
     }
     PyErr_Fetch(&et, &ev, &tb);
@@ -170,11 +169,9 @@ mapping_unmap_impl(pygpu_state *st, pygpu_RegisteredMapping *self, CUstream s, i
     } else if (pygpu_scope_enter_quiet(r->context, &sc) < 0) {
         return 0;
     }
-    h = r->handle;            /* a copy: another thread may run while the GIL is out */
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuGraphicsUnmapResources(1, &h, s);
-    Py_END_ALLOW_THREADS
-    pygpu_scope_exit(&sc);
+    h = r->handle; /* a copy: another thread may run while the GIL is out */
+    Py_BEGIN_ALLOW_THREADS rc = cu.cuGraphicsUnmapResources(1, &h, s);
+    Py_END_ALLOW_THREADS pygpu_scope_exit(&sc);
     if (rc != CUDA_SUCCESS && raise) {
         pygpu_cuda_error(st, rc, "cuGraphicsUnmapResources");
         return -1;
@@ -208,13 +205,14 @@ mapping_check(pygpu_state *st, pygpu_RegisteredMapping *self, const char *what)
         return -1;
     }
     if (self->robj->handle == NULL) {
-        PyErr_Format(st->LogicError, "RegisteredMapping.%s: the resource was unregistered",
-                     what);
+        PyErr_Format(st->LogicError, "RegisteredMapping.%s: the resource was unregistered", what);
         return -1;
     }
     if (self->robj->context->detached) {
-        PyErr_Format(st->LogicError, "RegisteredMapping.%s: the resource's context was "
-                     "detached", what);
+        PyErr_Format(st->LogicError,
+                     "RegisteredMapping.%s: the resource's context was "
+                     "detached",
+                     what);
         return -1;
     }
     return 0;
@@ -231,7 +229,7 @@ mapping_unmap(pygpu_RegisteredMapping *self, PyObject *args, PyObject *kwds)
         return NULL;
     if (!self->mapped) {
         PyErr_SetString(st->LogicError, "RegisteredMapping.unmap(): the resource is not "
-                        "mapped (unmapped already)");
+                                        "mapped (unmapped already)");
         return NULL;
     }
     if (sobj == NULL || sobj == Py_None) {
@@ -247,8 +245,8 @@ mapping_unmap(pygpu_RegisteredMapping *self, PyObject *args, PyObject *kwds)
 /* The mapped buffer's device address and size, after mapping_check(); -1
  * with the exception set when the mapping is gone or the driver refuses. */
 static int
-mapping_pointer(pygpu_state *st, pygpu_RegisteredMapping *self, const char *what,
-                CUdeviceptr *p, size_t *n)
+mapping_pointer(pygpu_state *st, pygpu_RegisteredMapping *self, const char *what, CUdeviceptr *p,
+                size_t *n)
 {
     CUresult rc;
     pygpu_scope sc;
@@ -260,9 +258,8 @@ mapping_pointer(pygpu_state *st, pygpu_RegisteredMapping *self, const char *what
     pygpu_scope_exit(&sc);
     if (rc != CUDA_SUCCESS) {
         pygpu_cuda_error_ex(st, rc, "cuGraphicsResourceGetMappedPointer",
-                            self->robj->target != 0
-                                ? "an image is mapped as an array: use array()"
-                                : NULL);
+                            self->robj->target != 0 ? "an image is mapped as an array: use array()"
+                                                    : NULL);
         return -1;
     }
     return 0;
@@ -318,8 +315,7 @@ mapping_array(pygpu_RegisteredMapping *self, PyObject *args, PyObject *kwds)
     CUresult rc;
     pygpu_scope sc;
     pygpu_Array *a;
-    if (st == NULL || !PyArg_ParseTupleAndKeywords(args, kwds, "OO:array", kwlist,
-                                                   &iobj, &lobj))
+    if (st == NULL || !PyArg_ParseTupleAndKeywords(args, kwds, "OO:array", kwlist, &iobj, &lobj))
         return NULL;
     if (pygpu_parse_uint(iobj, &index, "RegisteredMapping.array(): index") < 0
         || pygpu_parse_uint(lobj, &level, "RegisteredMapping.array(): level") < 0
@@ -333,10 +329,9 @@ mapping_array(pygpu_RegisteredMapping *self, PyObject *args, PyObject *kwds)
     pygpu_scope_exit(&sc);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error_ex(st, rc, "cuGraphicsSubResourceGetMappedArray",
-                                   self->robj->target == 0
-                                       ? "a buffer is mapped as a pointer: use "
-                                         "device_ptr_and_size()"
-                                       : NULL);
+                                   self->robj->target == 0 ? "a buffer is mapped as a pointer: use "
+                                                             "device_ptr_and_size()"
+                                                           : NULL);
     a = PyObject_New(pygpu_Array, st->ArrayType);
     if (a == NULL)
         return NULL;
@@ -351,7 +346,7 @@ mapping_array(pygpu_RegisteredMapping *self, PyObject *args, PyObject *kwds)
     a->busy = 0;
     a->free_pending = 0;
     if (mapping_keep(&self->arrays, (PyObject *)a) < 0) {
-        a->handle = NULL;            /* not ours to destroy */
+        a->handle = NULL; /* not ours to destroy */
         a->freed = 1;
         Py_DECREF(a);
         return NULL;
@@ -415,21 +410,16 @@ static PyMethodDef mapping_methods[] = {
      "__enter__($self, /)\n--\n\nThe mapping itself, unmapped at the block's end."},
     {"__exit__", (PyCFunction)mapping_exit, METH_VARARGS,
      "__exit__($self, /, *exc_info)\n--\n\nUnmap."},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef mapping_getset[] = {
-    {"mapped", (getter)mapping_get_mapped, NULL, "Whether the resource is still mapped.",
-     NULL},
+    {"mapped", (getter)mapping_get_mapped, NULL, "Whether the resource is still mapped.", NULL},
     {"resource", (getter)mapping_get_resource, NULL, "The RegisteredObject mapped.", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyMemberDef mapping_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_RegisteredMapping, weakreflist),
-     READONLY},
-    {NULL}
-};
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_RegisteredMapping, weakreflist), READONLY},
+    {NULL}};
 
 static PyType_Slot mapping_slots[] = {
     {Py_tp_dealloc, mapping_dealloc},
@@ -439,14 +429,13 @@ static PyType_Slot mapping_slots[] = {
     {Py_tp_repr, mapping_repr},
     {Py_tp_doc, "A mapped RegisteredObject (from RegisteredObject.map()); unmaps at "
                 "unmap(), at the end of a with block, or when it dies."},
-    {0, NULL}
-};
+    {0, NULL}};
 
-static PyType_Spec mapping_spec = {
-    "pygpu.driver.RegisteredMapping", sizeof(pygpu_RegisteredMapping), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE
-    | Py_TPFLAGS_DISALLOW_INSTANTIATION, mapping_slots
-};
+static PyType_Spec mapping_spec = {"pygpu.driver.RegisteredMapping",
+                                   sizeof(pygpu_RegisteredMapping), 0,
+                                   Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
+                                       | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+                                   mapping_slots};
 
 /* ---- RegisteredObject, RegisteredBuffer, RegisteredImage ---- */
 
@@ -482,7 +471,7 @@ registered_dealloc(pygpu_Registered *self)
     if (st == NULL)
         PyErr_Clear();
     if (self->context != NULL)
-        registered_release(st, self);   /* no mapping: it would hold self */
+        registered_release(st, self); /* no mapping: it would hold self */
     Py_CLEAR(self->context);
     PyErr_Restore(et, ev, tb);
     tp->tp_free((PyObject *)self);
@@ -518,46 +507,49 @@ registered_make(PyTypeObject *type, PyObject *hobj, unsigned int target, PyObjec
             return NULL;
     }
     if (flags & ~0xFu) {
-        PyErr_Format(PyExc_ValueError, "%s(): flags must combine graphics_register_flags "
+        PyErr_Format(PyExc_ValueError,
+                     "%s(): flags must combine graphics_register_flags "
                      "(NONE, READ_ONLY, WRITE_DISCARD, SURFACE_LDST, TEXTURE_GATHER), "
-                     "got %u", what, flags);
+                     "got %u",
+                     what, flags);
         return NULL;
     }
     if (gl_handle == 0) {
-        PyErr_Format(PyExc_ValueError, "%s(): gl_handle must be a GL object name "
-                     "(from glGenBuffers/glGenTextures), not 0", what);
+        PyErr_Format(PyExc_ValueError,
+                     "%s(): gl_handle must be a GL object name "
+                     "(from glGenBuffers/glGenTextures), not 0",
+                     what);
         return NULL;
     }
     if (pygpu_ensure_driver(st) < 0)
         return NULL;
-    if (need_graphics(st, (void *)(tobj ? (void *)cu.cuGraphicsGLRegisterImage
-                                         : (void *)cu.cuGraphicsGLRegisterBuffer),
-                      tobj ? "cuGraphicsGLRegisterImage" : "cuGraphicsGLRegisterBuffer",
-                      what) < 0
+    if (need_graphics(st,
+                      (void *)(tobj ? (void *)cu.cuGraphicsGLRegisterImage
+                                    : (void *)cu.cuGraphicsGLRegisterBuffer),
+                      tobj ? "cuGraphicsGLRegisterImage" : "cuGraphicsGLRegisterBuffer", what)
+            < 0
         || need_graphics(st, (void *)cu.cuGraphicsUnregisterResource,
-                         "cuGraphicsUnregisterResource", what) < 0
-        || need_graphics(st, (void *)cu.cuGraphicsMapResources, "cuGraphicsMapResources",
-                         what) < 0
-        || need_graphics(st, (void *)cu.cuGraphicsUnmapResources,
-                         "cuGraphicsUnmapResources", what) < 0)
+                         "cuGraphicsUnregisterResource", what)
+               < 0
+        || need_graphics(st, (void *)cu.cuGraphicsMapResources, "cuGraphicsMapResources", what) < 0
+        || need_graphics(st, (void *)cu.cuGraphicsUnmapResources, "cuGraphicsUnmapResources", what)
+               < 0)
         return NULL;
     if ((ctx = pygpu_current_context(st)) == NULL)
         return NULL;
     if (pygpu_scope_enter(st, ctx, &sc) < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    if (tobj != NULL)
-        rc = cu.cuGraphicsGLRegisterImage(&h, gl_handle, target, flags);
-    else
-        rc = cu.cuGraphicsGLRegisterBuffer(&h, gl_handle, flags);
-    Py_END_ALLOW_THREADS
-    if (rc != CUDA_SUCCESS) {
+    Py_BEGIN_ALLOW_THREADS if (tobj != NULL) rc =
+        cu.cuGraphicsGLRegisterImage(&h, gl_handle, target, flags);
+    else rc = cu.cuGraphicsGLRegisterBuffer(&h, gl_handle, flags);
+    Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS)
+    {
         pygpu_scope_exit(&sc);
-        return pygpu_cuda_error_ex(st, rc, tobj ? "cuGraphicsGLRegisterImage"
-                                                : "cuGraphicsGLRegisterBuffer",
-                                   "an OpenGL context must be current in this thread, on "
-                                   "the GPU of the current CUDA context, and the name must "
-                                   "be a live GL object of that context");
+        return pygpu_cuda_error_ex(
+            st, rc, tobj ? "cuGraphicsGLRegisterImage" : "cuGraphicsGLRegisterBuffer",
+            "an OpenGL context must be current in this thread, on "
+            "the GPU of the current CUDA context, and the name must "
+            "be a live GL object of that context");
     }
     self = (pygpu_Registered *)type->tp_alloc(type, 0);
     if (self == NULL) {
@@ -582,8 +574,7 @@ buffer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"gl_handle", "flags", NULL};
     PyObject *hobj, *fobj = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:RegisteredBuffer", kwlist,
-                                     &hobj, &fobj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:RegisteredBuffer", kwlist, &hobj, &fobj))
         return NULL;
     return registered_make(type, hobj, 0, NULL, fobj, "RegisteredBuffer");
 }
@@ -593,8 +584,8 @@ image_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"gl_handle", "target", "flags", NULL};
     PyObject *hobj, *tobj, *fobj = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:RegisteredImage", kwlist,
-                                     &hobj, &tobj, &fobj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:RegisteredImage", kwlist, &hobj, &tobj,
+                                     &fobj))
         return NULL;
     return registered_make(type, hobj, 0, tobj, fobj, "RegisteredImage");
 }
@@ -627,7 +618,7 @@ registered_unregister(pygpu_Registered *self, PyObject *unused)
         return NULL;
     if (self->handle == NULL) {
         PyErr_SetString(st->LogicError, "RegisteredObject.unregister(): the resource was "
-                        "unregistered already");
+                                        "unregistered already");
         return NULL;
     }
     if (self->mapping != NULL && mapping_check_views(st, self->mapping) < 0)
@@ -655,7 +646,7 @@ registered_map(pygpu_Registered *self, PyObject *args, PyObject *kwds)
         return NULL;
     if (self->mapping != NULL) {
         PyErr_SetString(st->LogicError, "RegisteredObject.map(): the resource is mapped "
-                        "already; unmap() its mapping first");
+                                        "already; unmap() its mapping first");
         return NULL;
     }
     if ((m = graphics_module(Py_TYPE(self))) == NULL)
@@ -683,11 +674,9 @@ registered_map(pygpu_Registered *self, PyObject *args, PyObject *kwds)
         Py_DECREF(mp);
         return NULL;
     }
-    h = self->handle;         /* a copy: another thread may run while the GIL is out */
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuGraphicsMapResources(1, &h, s);
-    Py_END_ALLOW_THREADS
-    pygpu_scope_exit(&sc);
+    h = self->handle; /* a copy: another thread may run while the GIL is out */
+    Py_BEGIN_ALLOW_THREADS rc = cu.cuGraphicsMapResources(1, &h, s);
+    Py_END_ALLOW_THREADS pygpu_scope_exit(&sc);
     if (rc != CUDA_SUCCESS) {
         Py_DECREF(mp);
         return pygpu_cuda_error(st, rc, "cuGraphicsMapResources");
@@ -725,8 +714,8 @@ registered_get_mapped(pygpu_Registered *self, void *c)
 static PyObject *
 registered_repr(pygpu_Registered *self)
 {
-    return PyUnicode_FromFormat("<%s of GL object %u%s>", Py_TYPE(self)->tp_name,
-                                self->gl_handle, self->handle == NULL ? ", unregistered" : "");
+    return PyUnicode_FromFormat("<%s of GL object %u%s>", Py_TYPE(self)->tp_name, self->gl_handle,
+                                self->handle == NULL ? ", unregistered" : "");
 }
 
 static PyMethodDef registered_methods[] = {
@@ -738,8 +727,7 @@ static PyMethodDef registered_methods[] = {
     {"map", CF(registered_map), METH_VARARGS | METH_KEYWORDS,
      "map($self, /, stream=None)\n--\n\nMap the resource for CUDA (OpenGL must not use "
      "it meanwhile); returns a RegisteredMapping."},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef registered_getset[] = {
     {"handle", (getter)registered_get_handle, NULL,
@@ -748,13 +736,10 @@ static PyGetSetDef registered_getset[] = {
      "The GL target an image was registered with (0 for a buffer).", NULL},
     {"flags", (getter)registered_get_flags, NULL, "The registration flags.", NULL},
     {"mapped", (getter)registered_get_mapped, NULL, "Whether a mapping of it is live.", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyMemberDef registered_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Registered, weakreflist), READONLY},
-    {NULL}
-};
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Registered, weakreflist), READONLY}, {NULL}};
 
 static PyType_Slot registered_slots[] = {
     {Py_tp_dealloc, registered_dealloc},
@@ -764,27 +749,23 @@ static PyType_Slot registered_slots[] = {
     {Py_tp_repr, registered_repr},
     {Py_tp_doc, "An OpenGL object registered with CUDA (RegisteredBuffer or "
                 "RegisteredImage); unregistered at unregister() or when it dies."},
-    {0, NULL}
-};
+    {0, NULL}};
 
-static PyType_Spec registered_spec = {
-    "pygpu.driver.RegisteredObject", sizeof(pygpu_Registered), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE
-    | Py_TPFLAGS_DISALLOW_INSTANTIATION, registered_slots
-};
+static PyType_Spec registered_spec = {"pygpu.driver.RegisteredObject", sizeof(pygpu_Registered), 0,
+                                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
+                                          | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+                                      registered_slots};
 
 static PyType_Slot buffer_slots[] = {
     {Py_tp_new, buffer_new},
     {Py_tp_doc, "RegisteredBuffer(gl_handle, flags=graphics_register_flags.NONE)\n--\n\n"
                 "An OpenGL buffer object registered with CUDA (cuGraphicsGLRegisterBuffer) "
                 "in the current context; a GL context must be current in this thread."},
-    {0, NULL}
-};
+    {0, NULL}};
 
 static PyType_Spec buffer_spec = {
     "pygpu.driver.RegisteredBuffer", sizeof(pygpu_Registered), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, buffer_slots
-};
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, buffer_slots};
 
 static PyType_Slot image_slots[] = {
     {Py_tp_new, image_new},
@@ -792,13 +773,11 @@ static PyType_Slot image_slots[] = {
                 "--\n\nAn OpenGL texture or renderbuffer registered with CUDA "
                 "(cuGraphicsGLRegisterImage; target GL_TEXTURE_2D, GL_RENDERBUFFER, ...) "
                 "in the current context; a GL context must be current in this thread."},
-    {0, NULL}
-};
+    {0, NULL}};
 
 static PyType_Spec image_spec = {
     "pygpu.driver.RegisteredImage", sizeof(pygpu_Registered), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, image_slots
-};
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, image_slots};
 
 static int
 add_subtype(PyObject *m, PyType_Spec *spec, PyObject *base)
@@ -812,12 +791,12 @@ add_subtype(PyObject *m, PyType_Spec *spec, PyObject *base)
     Py_XDECREF(bases);
     if (tp == NULL)
         return -1;
-    if (pygpu_keep_text_signature((PyTypeObject *)tp, spec) < 0) {   /* 3.9 drops it */
+    if (pygpu_keep_text_signature((PyTypeObject *)tp, spec) < 0) { /* 3.9 drops it */
         Py_DECREF(tp);
         return -1;
     }
 #if PY_VERSION_HEX < 0x030A0000
-    if (spec == &mapping_spec)     /* no Py_TPFLAGS_DISALLOW_INSTANTIATION before 3.10 */
+    if (spec == &mapping_spec) /* no Py_TPFLAGS_DISALLOW_INSTANTIATION before 3.10 */
         ((PyTypeObject *)tp)->tp_new = NULL;
 #endif
     rc = pygpu_module_add_ref(m, strrchr(spec->name, '.') + 1, tp);

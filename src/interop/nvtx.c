@@ -51,23 +51,24 @@ domain(void)
 #endif
 
 typedef struct {
-    PyObject_HEAD
-    PyObject *name;            /* strong ref: str; its UTF-8 buffer is the message */
+    PyObject_HEAD PyObject *name; /* strong ref: str; its UTF-8 buffer is the message */
     uint32_t argb;
     int has_color;
 #ifdef PYGPU_HAVE_NVTX
-    nvtxEventAttributes_t attr;    /* message points into name's UTF-8 */
+    nvtxEventAttributes_t attr; /* message points into name's UTF-8 */
 #endif
 } pygpu_TimeRange;
 
-static const struct { const char *name; uint32_t argb; } named_colors[] = {
-    {"green", 0xFF76B900}, {"blue", 0xFF1F77B4}, {"yellow", 0xFFFFD700},
-    {"purple", 0xFF9467BD}, {"cyan", 0xFF17BECF}, {"red", 0xFFD62728},
-    {"white", 0xFFFFFFFF}, {"orange", 0xFFFF7F0E}, {"gray", 0xFF7F7F7F},
-    {"grey", 0xFF7F7F7F}, {"black", 0xFF000000}, {"pink", 0xFFE377C2},
-    {"brown", 0xFF8C564B},
-    {NULL, 0}
-};
+static const struct {
+    const char *name;
+    uint32_t argb;
+} named_colors[] = {{"green", 0xFF76B900},  {"blue", 0xFF1F77B4},
+                    {"yellow", 0xFFFFD700}, {"purple", 0xFF9467BD},
+                    {"cyan", 0xFF17BECF},   {"red", 0xFFD62728},
+                    {"white", 0xFFFFFFFF},  {"orange", 0xFFFF7F0E},
+                    {"gray", 0xFF7F7F7F},   {"grey", 0xFF7F7F7F},
+                    {"black", 0xFF000000},  {"pink", 0xFFE377C2},
+                    {"brown", 0xFF8C564B},  {NULL, 0}};
 
 /* color: None (0 returned, no color), an int 0xRRGGBB (opaque) or
  * 0xAARRGGBB, a name of named_colors, or "#rrggbb".  Returns 1 with *argb
@@ -217,7 +218,7 @@ range_exit(pygpu_TimeRange *self, PyObject *const *exc_info, Py_ssize_t n)
 #ifdef PYGPU_HAVE_NVTX
     nvtxDomainRangePop(domain());
 #endif
-    Py_RETURN_FALSE;           /* never swallows the exception */
+    Py_RETURN_FALSE; /* never swallows the exception */
 }
 
 /* range(func): the decorated function, made by the wrapper that
@@ -260,22 +261,17 @@ range_get_color(pygpu_TimeRange *self, void *closure)
 }
 
 static PyMemberDef range_members[] = {
-    {"name", T_OBJECT_EX, offsetof(pygpu_TimeRange, name), READONLY, "The range's name."},
-    {NULL}
-};
+    {"name", T_OBJECT_EX, offsetof(pygpu_TimeRange, name), READONLY, "The range's name."}, {NULL}};
 
 static PyGetSetDef range_getset[] = {
-    {"color", (getter)range_get_color, NULL, "The color as 0xAARRGGBB, or None.", NULL},
-    {NULL}
-};
+    {"color", (getter)range_get_color, NULL, "The color as 0xAARRGGBB, or None.", NULL}, {NULL}};
 
 static PyMethodDef range_methods[] = {
     {"__enter__", (PyCFunction)range_enter, METH_NOARGS,
      "__enter__($self, /)\n--\n\nPush the range on this thread; returns the range."},
     {"__exit__", (PyCFunction)(void (*)(void))range_exit, METH_FASTCALL,
      "__exit__($self, /, *exc_info)\n--\n\nPop the range (an exception passes on)."},
-    {NULL}
-};
+    {NULL}};
 
 static PyType_Slot range_slots[] = {
     {Py_tp_doc, "TimeRange(name, color=None)\n--\n\n"
@@ -292,8 +288,7 @@ static PyType_Slot range_slots[] = {
     {Py_tp_methods, range_methods},
     {Py_tp_members, range_members},
     {Py_tp_getset, range_getset},
-    {0, NULL}
-};
+    {0, NULL}};
 
 static PyType_Spec range_spec = {
     .name = "pygpu.driver.TimeRange",
@@ -366,9 +361,9 @@ static PyObject *
 nvtx_attached(PyObject *module, PyObject *unused)
 {
 #ifdef PYGPU_HAVE_NVTX
-    (void)domain();            /* initializes NVTX (loads the injection, if any) */
-    return PyBool_FromLong(
-        NVTX_VERSIONED_IDENTIFIER(nvtxGlobals).nvtxDomainRangePushEx_impl_fnptr != NULL);
+    (void)domain(); /* initializes NVTX (loads the injection, if any) */
+    return PyBool_FromLong(NVTX_VERSIONED_IDENTIFIER(nvtxGlobals).nvtxDomainRangePushEx_impl_fnptr
+                           != NULL);
 #else
     Py_RETURN_FALSE;
 #endif
@@ -403,8 +398,7 @@ profiler_call(PyObject *module, int start)
         PyErr_Format(st->LogicError, "%s is not available in this CUDA driver", routine);
         return NULL;
     }
-    if ((ctx = pygpu_current_context(st)) == NULL
-        || pygpu_scope_enter(st, ctx, &s) < 0)
+    if ((ctx = pygpu_current_context(st)) == NULL || pygpu_scope_enter(st, ctx, &s) < 0)
         return NULL;
     rc = start ? cu.cuProfilerStart() : cu.cuProfilerStop();
     pygpu_scope_exit(&s);
@@ -446,8 +440,7 @@ static PyMethodDef nvtx_methods[] = {
      "cuProfilerStart: start collecting profile data (nsys --capture-range=cudaProfilerApi)."},
     {"profiler_stop", nvtx_profiler_stop, METH_NOARGS,
      "profiler_stop($module, /)\n--\n\ncuProfilerStop: stop collecting profile data."},
-    {NULL}
-};
+    {NULL}};
 
 int
 pygpu_nvtx_setup(PyObject *m, pygpu_state *st)

@@ -118,11 +118,14 @@ pygpu_layout_get(pygpu_state *st, pygpu_Function *f)
         f->layout = l;
     else
         pygpu_layout_decref(l);
-    if (warn && PyErr_WarnEx(PyExc_RuntimeWarning,
-                             "this CUDA driver has no cuFuncGetParamInfo (it is older "
-                             "than 12.4): kernel arguments are packed by PyCUDA's rules "
-                             "(Python int -> int64, float -> float64) and not checked "
-                             "against the kernel's parameters", 1) < 0)
+    if (warn
+        && PyErr_WarnEx(PyExc_RuntimeWarning,
+                        "this CUDA driver has no cuFuncGetParamInfo (it is older "
+                        "than 12.4): kernel arguments are packed by PyCUDA's rules "
+                        "(Python int -> int64, float -> float64) and not checked "
+                        "against the kernel's parameters",
+                        1)
+               < 0)
         return NULL;
     return f->layout;
 }
@@ -133,11 +136,25 @@ static size_t
 char_size(char c)
 {
     switch (c) {
-    case 'b': case 'B': case 'c': case '?': return 1;
-    case 'h': case 'H': case 'e': return 2;
-    case 'i': case 'I': case 'f': return 4;
-    case 'l': case 'L': case 'q': case 'Q': case 'n': case 'N': case 'd': case 'P': case 'p':
-        return 8;
+    case 'b':
+    case 'B':
+    case 'c':
+    case '?': return 1;
+    case 'h':
+    case 'H':
+    case 'e': return 2;
+    case 'i':
+    case 'I':
+    case 'f': return 4;
+    case 'l':
+    case 'L':
+    case 'q':
+    case 'Q':
+    case 'n':
+    case 'N':
+    case 'd':
+    case 'P':
+    case 'p': return 8;
     default: return 0;
     }
 }
@@ -173,8 +190,8 @@ pygpu_layout_prepared(pygpu_state *st, pygpu_Function *f, PyObject *types)
     char *chars = NULL;
     if (base == NULL)
         return NULL;
-    base->refs++;      /* the conversions below can run Python code */
-    seq = PySequence_List(types);    /* "PPif" or a sequence of dtypes */
+    base->refs++;                 /* the conversions below can run Python code */
+    seq = PySequence_List(types); /* "PPif" or a sequence of dtypes */
     if (seq == NULL)
         goto error;
     n = PyList_GET_SIZE(seq);
@@ -192,8 +209,7 @@ pygpu_layout_prepared(pygpu_state *st, pygpu_Function *f, PyObject *types)
         Py_INCREF(item);
         int r = type_char(item, &chars[i]);
         if (r == 0 && char_size(chars[i]) == 0 && chars[i] != 'V') {
-            PyErr_Format(PyExc_ValueError, "prepare(): unknown type %R at position %zd",
-                         item, i);
+            PyErr_Format(PyExc_ValueError, "prepare(): unknown type %R at position %zd", item, i);
             r = -1;
         }
         Py_DECREF(item);
@@ -212,8 +228,9 @@ pygpu_layout_prepared(pygpu_state *st, pygpu_Function *f, PyObject *types)
             if (cs && cs != base->params[i].size) {
                 PyErr_Format(PyExc_TypeError,
                              "prepare(): kernel '%s' parameter %zd is %zu bytes but type "
-                             "'%c' is %zu bytes", pygpu_function_name(f), i,
-                             base->params[i].size, (int)(unsigned char)chars[i], cs);
+                             "'%c' is %zu bytes",
+                             pygpu_function_name(f), i, base->params[i].size,
+                             (int)(unsigned char)chars[i], cs);
                 goto error;
             }
         }
@@ -224,7 +241,7 @@ pygpu_layout_prepared(pygpu_state *st, pygpu_Function *f, PyObject *types)
         l->known = 1;
         l->total = base->total;
     } else {
-        l = layout_new((int)n);    /* sizes are chosen per call */
+        l = layout_new((int)n); /* sizes are chosen per call */
         if (l == NULL)
             goto error;
     }
@@ -250,7 +267,7 @@ alloc_ptr(pygpu_state *st, pygpu_DeviceAllocation *a, CUdeviceptr *ptr)
     }
     if (a->context->detached) {
         if (a->context->detached == 3)
-            return pygpu_ensure_driver(st);   /* forked: CudaUnavailableError */
+            return pygpu_ensure_driver(st); /* forked: CudaUnavailableError */
         PyErr_SetString(st->LogicError,
                         "the DeviceAllocation's context was detached, which freed it");
         return -1;
@@ -268,7 +285,7 @@ cai_extent(PyObject *shape, PyObject *typestr, PyObject *strides)
     size_t item = ts && strlen(ts) > 2 ? (size_t)atoi(ts + 2) : 0, total = item, last = 0;
     int strided = strides != NULL && strides != Py_None;
     if (item == 0)
-        return (size_t)-1;            /* unknown item size: no bound check */
+        return (size_t)-1; /* unknown item size: no bound check */
     if (strided && (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != n))
         return (size_t)-1;
     for (i = 0; i < n; i++) {
@@ -276,7 +293,7 @@ cai_extent(PyObject *shape, PyObject *typestr, PyObject *strides)
         if (d < 0 || PyErr_Occurred())
             return (size_t)-1;
         if (d == 0)
-            return 0;                 /* no elements */
+            return 0; /* no elements */
         if (strided) {
             long long st = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
             if (st < 0 || PyErr_Occurred())
@@ -309,14 +326,17 @@ cai_read(PyObject *cai, CUdeviceptr *ptr, size_t *size)
         return -1;
     }
     Py_INCREF(cai);
-    if ((data = PyDict_GetItemString(cai, "data")) != NULL) Py_INCREF(data);
-    if ((shape = PyDict_GetItemString(cai, "shape")) != NULL) Py_INCREF(shape);
-    if ((typestr = PyDict_GetItemString(cai, "typestr")) != NULL) Py_INCREF(typestr);
-    if ((strides = PyDict_GetItemString(cai, "strides")) != NULL) Py_INCREF(strides);
+    if ((data = PyDict_GetItemString(cai, "data")) != NULL)
+        Py_INCREF(data);
+    if ((shape = PyDict_GetItemString(cai, "shape")) != NULL)
+        Py_INCREF(shape);
+    if ((typestr = PyDict_GetItemString(cai, "typestr")) != NULL)
+        Py_INCREF(typestr);
+    if ((strides = PyDict_GetItemString(cai, "strides")) != NULL)
+        Py_INCREF(strides);
     if (data == NULL || !PyTuple_Check(data) || PyTuple_GET_SIZE(data) < 1
         || !PyLong_Check(PyTuple_GET_ITEM(data, 0))) {
-        PyErr_SetString(PyExc_TypeError,
-                        "__cuda_array_interface__ has no valid 'data' entry");
+        PyErr_SetString(PyExc_TypeError, "__cuda_array_interface__ has no valid 'data' entry");
         goto done;
     }
     *ptr = (CUdeviceptr)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(data, 0));
@@ -347,9 +367,14 @@ done:
 /* DLPack, as much of it as a pointer needs */
 typedef struct {
     void *data;
-    struct { int32_t device_type, device_id; } device;
+    struct {
+        int32_t device_type, device_id;
+    } device;
     int32_t ndim;
-    struct { uint8_t code, bits; uint16_t lanes; } dtype;
+    struct {
+        uint8_t code, bits;
+        uint16_t lanes;
+    } dtype;
     int64_t *shape, *strides;
     uint64_t byte_offset;
 } pygpu_DLTensor;
@@ -373,7 +398,7 @@ pygpu_get_dlpack_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr)
     pygpu_DLTensor *t;
     int r;
     if ((r = pygpu_getattr_opt(obj, st->str_dlpack, &fn)) <= 0)
-        return r == 0 ? 1 : -1;   /* 1: no __dlpack__ */
+        return r == 0 ? 1 : -1; /* 1: no __dlpack__ */
     cap = PyObject_CallNoArgs(fn);
     Py_DECREF(fn);
     if (cap == NULL)
@@ -400,9 +425,8 @@ pygpu_get_dlpack_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr)
         return -1;
     }
     Py_DECREF(cap);
-    if (r != 2 && r != 3 && r != 13) {  /* kDLCUDA, kDLCUDAHost, kDLCUDAManaged */
-        PyErr_Format(PyExc_TypeError,
-                     "a %.100s on DLPack device type %d is not CUDA memory",
+    if (r != 2 && r != 3 && r != 13) { /* kDLCUDA, kDLCUDAHost, kDLCUDAManaged */
+        PyErr_Format(PyExc_TypeError, "a %.100s on DLPack device type %d is not CUDA memory",
                      Py_TYPE(obj)->tp_name, r);
         return -1;
     }
@@ -427,8 +451,7 @@ foreign_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr, size_t *size)
 }
 
 int
-pygpu_get_device_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr,
-                     size_t *size, int allow_none)
+pygpu_get_device_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr, size_t *size, int allow_none)
 {
     int r;
     if (pygpu_is_allocation(st, obj)) {
@@ -453,9 +476,8 @@ pygpu_get_device_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr,
     if (r <= 0)
         return r;
     if (PyObject_TypeCheck(obj, st->HostAllocationType)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "a HostAllocation is host memory: use "
-                        "get_device_pointer() for mapped memory");
+        PyErr_SetString(PyExc_TypeError, "a HostAllocation is host memory: use "
+                                         "get_device_pointer() for mapped memory");
         return -1;
     }
     PyErr_Format(PyExc_TypeError,
@@ -471,9 +493,10 @@ static int
 alloc_check(pygpu_state *st, PyObject *fn, int i, pygpu_DeviceAllocation *a)
 {
     if (a->freed || a->context->detached) {
-        PyErr_Format(st->LogicError, "kernel '%U': parameter %d is a freed "
-                     "DeviceAllocation%s", fn, i, a->freed ? ""
-                     : " (its context was detached)");
+        PyErr_Format(st->LogicError,
+                     "kernel '%U': parameter %d is a freed "
+                     "DeviceAllocation%s",
+                     fn, i, a->freed ? "" : " (its context was detached)");
         return -1;
     }
     return 0;
@@ -516,27 +539,40 @@ pack_int(PyObject *fn, int i, PyObject *obj, char *dst, size_t size)
     switch (size) {
     case 8: memcpy(dst, &v, 8); return 0;
     case 4:
-        if (v < INT32_MIN || v > (long long)UINT32_MAX) goto too_big;
-        { int32_t x = (int32_t)(uint32_t)v; memcpy(dst, &x, 4); }
+        if (v < INT32_MIN || v > (long long)UINT32_MAX)
+            goto too_big;
+        {
+            int32_t x = (int32_t)(uint32_t)v;
+            memcpy(dst, &x, 4);
+        }
         return 0;
     case 2:
-        if (v < INT16_MIN || v > (long long)UINT16_MAX) goto too_big;
-        { int16_t x = (int16_t)(uint16_t)v; memcpy(dst, &x, 2); }
+        if (v < INT16_MIN || v > (long long)UINT16_MAX)
+            goto too_big;
+        {
+            int16_t x = (int16_t)(uint16_t)v;
+            memcpy(dst, &x, 2);
+        }
         return 0;
     case 1:
-        if (v < INT8_MIN || v > (long long)UINT8_MAX) goto too_big;
-        { int8_t x = (int8_t)(uint8_t)v; memcpy(dst, &x, 1); }
+        if (v < INT8_MIN || v > (long long)UINT8_MAX)
+            goto too_big;
+        {
+            int8_t x = (int8_t)(uint8_t)v;
+            memcpy(dst, &x, 1);
+        }
         return 0;
     default:
         PyErr_Format(PyExc_TypeError,
                      "kernel '%U': parameter %d is %zu bytes, which a Python int cannot "
-                     "fill; pass a NumPy scalar or bytes of that size", fn, i, size);
+                     "fill; pass a NumPy scalar or bytes of that size",
+                     fn, i, size);
         return -1;
     }
 too_big:
     PyErr_Clear();
-    PyErr_Format(PyExc_OverflowError,
-                 "kernel '%U': parameter %d is %zu bytes; %R does not fit", fn, i, size, obj);
+    PyErr_Format(PyExc_OverflowError, "kernel '%U': parameter %d is %zu bytes; %R does not fit", fn,
+                 i, size, obj);
     return -1;
 }
 
@@ -555,8 +591,8 @@ pack_float(PyObject *fn, int i, double d, char *dst, size_t size)
     if (size == 2)
         return PyFloat_Pack2(d, dst, 1);
     PyErr_Format(PyExc_TypeError,
-                 "kernel '%U': parameter %d is %zu bytes, which a Python float cannot fill",
-                 fn, i, size);
+                 "kernel '%U': parameter %d is %zu bytes, which a Python float cannot fill", fn, i,
+                 size);
     return -1;
 }
 
@@ -567,7 +603,8 @@ need_pointer(PyObject *fn, int i, size_t size, PyObject *obj)
         return 0;
     PyErr_Format(PyExc_TypeError,
                  "kernel '%U': parameter %d is %zu bytes, not a pointer, but got a "
-                 "device pointer (%.100s)", fn, i, size, Py_TYPE(obj)->tp_name);
+                 "device pointer (%.100s)",
+                 fn, i, size, Py_TYPE(obj)->tp_name);
     return -1;
 }
 
@@ -583,11 +620,14 @@ pack_buffer(PyObject *fn, int i, PyObject *obj, char *dst, size_t size, int nump
             PyArray_Descr *d = PyArray_DescrFromScalar(obj);
             PyErr_Format(PyExc_TypeError,
                          "kernel '%U': parameter %d is %zu bytes but got a NumPy %S "
-                         "(%zd bytes)", fn, i, size, d ? (PyObject *)d : Py_None, view.len);
+                         "(%zd bytes)",
+                         fn, i, size, d ? (PyObject *)d : Py_None, view.len);
             Py_XDECREF(d);
         } else {
-            PyErr_Format(PyExc_TypeError, "kernel '%U': parameter %d is %zu bytes but got "
-                         "%zd bytes", fn, i, size, view.len);
+            PyErr_Format(PyExc_TypeError,
+                         "kernel '%U': parameter %d is %zu bytes but got "
+                         "%zd bytes",
+                         fn, i, size, view.len);
         }
         PyBuffer_Release(&view);
         return -1;
@@ -614,7 +654,8 @@ refuse_object_fields(PyObject *fn, int i, PyObject *obj)
     if (has_objects) {
         PyErr_Format(PyExc_TypeError,
                      "kernel '%U': parameter %d is a NumPy structured scalar with Python "
-                     "object fields, which have no device representation", fn, i);
+                     "object fields, which have no device representation",
+                     fn, i);
         return -1;
     }
     return 0;
@@ -629,20 +670,23 @@ pack_resource(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, si
     unsigned long long h;
     if (PyObject_TypeCheck(obj, st->TensorMapType)) {
         if (size != sizeof(CUtensorMap)) {
-            PyErr_Format(PyExc_TypeError, "kernel '%U': parameter %d is %zu bytes but a "
+            PyErr_Format(PyExc_TypeError,
+                         "kernel '%U': parameter %d is %zu bytes but a "
                          "TensorMap is a %zu-byte CUtensorMap (declare the parameter "
-                         "`const __grid_constant__ CUtensorMap`)", fn, i, size,
-                         sizeof(CUtensorMap));
+                         "`const __grid_constant__ CUtensorMap`)",
+                         fn, i, size, sizeof(CUtensorMap));
             return -1;
         }
         memcpy(dst, pygpu_tensormap_bytes(obj), sizeof(CUtensorMap));
         return 0;
     }
     if (size != sizeof h) {
-        PyErr_Format(PyExc_TypeError, "kernel '%U': parameter %d is %zu bytes but a %.100s "
-                     "is a 64-bit %s", fn, i, size, Py_TYPE(obj)->tp_name,
+        PyErr_Format(PyExc_TypeError,
+                     "kernel '%U': parameter %d is %zu bytes but a %.100s "
+                     "is a 64-bit %s",
+                     fn, i, size, Py_TYPE(obj)->tp_name,
                      PyObject_TypeCheck(obj, st->SurfaceObjectType) ? "cudaSurfaceObject_t"
-                                                            : "cudaTextureObject_t");
+                                                                    : "cudaTextureObject_t");
         return -1;
     }
     if (pygpu_texobj_handle(st, obj, &h) < 0) {
@@ -662,11 +706,10 @@ pack_resource(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, si
  * Python code may have run (a foreign array's conversion), or 2 for an
  * In/Out/InOut handler (nothing packed). */
 static int
-pack_one(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, size_t size,
-         char prep)
+pack_one(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, size_t size, char prep)
 {
     PyTypeObject *tp = Py_TYPE(obj);
-    if (pygpu_is_allocation(st, obj)) {     /* a subclass's too */
+    if (pygpu_is_allocation(st, obj)) { /* a subclass's too */
         pygpu_DeviceAllocation *a = (pygpu_DeviceAllocation *)obj;
         if (need_pointer(fn, i, size, obj) < 0 || alloc_check(st, fn, i, a) < 0)
             return -1;
@@ -689,17 +732,19 @@ pack_one(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, size_t 
     if (tp == &PyBool_Type) {
         long long v = obj == Py_True;
         if (size > 8 || size == 0 || (size & (size - 1))) {
-            PyErr_Format(PyExc_TypeError, "kernel '%U': parameter %d is %zu bytes; "
-                         "a bool cannot fill it", fn, i, size);
+            PyErr_Format(PyExc_TypeError,
+                         "kernel '%U': parameter %d is %zu bytes; "
+                         "a bool cannot fill it",
+                         fn, i, size);
             return -1;
         }
-        memcpy(dst, &v, size);   /* little-endian */
+        memcpy(dst, &v, size); /* little-endian */
         return 0;
     }
     if (PyArray_IsScalar(obj, Generic)) {
         if (refuse_object_fields(fn, i, obj) < 0 || pack_buffer(fn, i, obj, dst, size, 1) < 0)
             return -1;
-        return tp->tp_flags & Py_TPFLAGS_HEAPTYPE ? 1 : 0;   /* a subclass's buffer */
+        return tp->tp_flags & Py_TPFLAGS_HEAPTYPE ? 1 : 0; /* a subclass's buffer */
     }
     if (obj == Py_None) {
         CUdeviceptr z = 0;
@@ -712,13 +757,13 @@ pack_one(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, size_t 
         return pack_int(fn, i, obj, dst, size);
     if (PyFloat_Check(obj))
         return pack_float(fn, i, PyFloat_AS_DOUBLE(obj), dst, size);
-    if ((tp->tp_flags & Py_TPFLAGS_HEAPTYPE)      /* a subclass of one (a Python class) */
+    if ((tp->tp_flags & Py_TPFLAGS_HEAPTYPE) /* a subclass of one (a Python class) */
         && (PyObject_TypeCheck(obj, st->TextureObjectType)
             || PyObject_TypeCheck(obj, st->SurfaceObjectType)
             || PyObject_TypeCheck(obj, st->TensorMapType)))
         return pack_resource(st, fn, i, obj, dst, size);
     if (PyObject_TypeCheck(obj, st->ArgumentHandlerType))
-        return 2;    /* the caller decides */
+        return 2; /* the caller decides */
     if (PyArray_Check(obj) && PyArray_NDIM((PyArrayObject *)obj) == 0) {
         /* a 0-d array is a value (PyCUDA's gpuarray.vec.make_float3 gives one) */
         PyArrayObject *a = (PyArrayObject *)obj;
@@ -726,14 +771,15 @@ pack_one(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, size_t 
         if (PyDataType_REFCHK(d)) {
             PyErr_Format(PyExc_TypeError,
                          "kernel '%U': parameter %d is a 0-d NumPy array of Python objects, "
-                         "which have no device representation", fn, i);
+                         "which have no device representation",
+                         fn, i);
             return -1;
         }
         if ((size_t)PyDataType_ELSIZE(d) != size) {
             PyErr_Format(PyExc_TypeError,
                          "kernel '%U': parameter %d is %zu bytes but got a 0-d NumPy %S "
-                         "array (%zd bytes)", fn, i, size, (PyObject *)d,
-                         (Py_ssize_t)PyDataType_ELSIZE(d));
+                         "array (%zd bytes)",
+                         fn, i, size, (PyObject *)d, (Py_ssize_t)PyDataType_ELSIZE(d));
             return -1;
         }
         memcpy(dst, PyArray_DATA(a), size);
@@ -743,7 +789,8 @@ pack_one(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, size_t 
         PyErr_Format(PyExc_TypeError,
                      "kernel '%U': parameter %d got a NumPy array, which lives in host "
                      "memory; wrap it in In(), Out() or InOut(), or copy it with "
-                     "to_device()", fn, i);
+                     "to_device()",
+                     fn, i);
         return -1;
     }
     if (PyBytes_Check(obj) || PyByteArray_Check(obj) || PyMemoryView_Check(obj))
@@ -768,7 +815,8 @@ unknown:
     PyErr_Format(PyExc_TypeError,
                  "kernel '%U': parameter %d (%zu bytes) cannot take a %.100s; pass a "
                  "DeviceAllocation or GPU array, an int, a float, a NumPy scalar, "
-                 "bytes, or In/Out/InOut", fn, i, size, tp->tp_name);
+                 "bytes, or In/Out/InOut",
+                 fn, i, size, tp->tp_name);
     return -1;
 }
 
@@ -801,7 +849,7 @@ fallback_sizes(pygpu_state *st, const pygpu_layout *l, PyObject *const *args, Py
         }
         align = sz >= 8 ? 8 : (sz >= 4 ? 4 : (sz >= 2 ? 2 : 1));
         if (PyObject_TypeCheck(o, st->TensorMapType))
-            align = 64;        /* a CUtensorMap parameter's alignment */
+            align = 64; /* a CUtensorMap parameter's alignment */
         off = (off + align - 1) & ~(align - 1);
         params[i].offset = off;
         params[i].size = sz;
@@ -816,11 +864,9 @@ static int
 pack_storage(pygpu_argpack *pack, size_t total, int nparams, int own_params)
 {
     size_t need_ptrs = (size_t)(nparams > 0 ? nparams : 1) * sizeof(void *);
-    size_t need_params = own_params ? (size_t)(nparams > 0 ? nparams : 1)
-                                      * sizeof(pygpu_param) : 0;
+    size_t need_params = own_params ? (size_t)(nparams > 0 ? nparams : 1) * sizeof(pygpu_param) : 0;
     size_t tot = (total + 15) & ~(size_t)15;
-    if (!own_params && tot <= PYGPU_PACK_INLINE_BYTES
-        && nparams <= PYGPU_PACK_INLINE_PARAMS) {
+    if (!own_params && tot <= PYGPU_PACK_INLINE_BYTES && nparams <= PYGPU_PACK_INLINE_PARAMS) {
         pack->buf = pack->inline_buf;
         pack->ptrs = pack->inline_ptrs;
     } else {
@@ -835,14 +881,14 @@ pack_storage(pygpu_argpack *pack, size_t total, int nparams, int own_params)
         if (own_params)
             pack->params = (pygpu_param *)(h + tot + need_ptrs);
     }
-    return 0;    /* padding bytes are never read: the driver copies each parameter */
+    return 0; /* padding bytes are never read: the driver copies each parameter */
 }
 
 /* In/Out/InOut: pygpu.driver's hook allocates and copies in; the call packs
  * the device copies it returns.  Returns the new argument tuple (strong). */
 static PyObject *
-begin_handlers(pygpu_state *st, PyObject *const *args, Py_ssize_t nargs,
-               PyObject *stream_obj, pygpu_argpack *pack)
+begin_handlers(pygpu_state *st, PyObject *const *args, Py_ssize_t nargs, PyObject *stream_obj,
+               pygpu_argpack *pack)
 {
     PyObject *tup, *res, *newargs;
     if (st->handlers_begin == NULL || st->handlers_end == NULL) {
@@ -857,8 +903,8 @@ begin_handlers(pygpu_state *st, PyObject *const *args, Py_ssize_t nargs,
         Py_INCREF(args[i]);
         PyTuple_SET_ITEM(tup, i, args[i]);
     }
-    res = PyObject_CallFunctionObjArgs(st->handlers_begin, tup,
-                                       stream_obj ? stream_obj : Py_None, NULL);
+    res = PyObject_CallFunctionObjArgs(st->handlers_begin, tup, stream_obj ? stream_obj : Py_None,
+                                       NULL);
     Py_DECREF(tup);
     if (res == NULL)
         return NULL;
@@ -881,18 +927,29 @@ begin_handlers(pygpu_state *st, PyObject *const *args, Py_ssize_t nargs,
 static int
 numpy_number(PyTypeObject *tp, PyObject *o, const void **data, size_t *n)
 {
-#define PYGPU_NS(T, C)                                  \
-    if (tp == &Py##T##ArrType_Type) {                    \
-        *data = &PyArrayScalar_VAL(o, T);                \
-        *n = sizeof(C);                                  \
-        return 1;                                        \
+#define PYGPU_NS(T, C)                    \
+    if (tp == &Py##T##ArrType_Type) {     \
+        *data = &PyArrayScalar_VAL(o, T); \
+        *n = sizeof(C);                   \
+        return 1;                         \
     }
-    PYGPU_NS(Float, npy_float) PYGPU_NS(Int, npy_int) PYGPU_NS(Double, npy_double)
-    PYGPU_NS(LongLong, npy_longlong) PYGPU_NS(Long, npy_long) PYGPU_NS(UInt, npy_uint)
-    PYGPU_NS(ULongLong, npy_ulonglong) PYGPU_NS(ULong, npy_ulong)
-    PYGPU_NS(Short, npy_short) PYGPU_NS(UShort, npy_ushort) PYGPU_NS(Byte, npy_byte)
-    PYGPU_NS(UByte, npy_ubyte) PYGPU_NS(Half, npy_half) PYGPU_NS(CFloat, npy_cfloat)
+    /* clang-format off */
+    PYGPU_NS(Float, npy_float)
+    PYGPU_NS(Int, npy_int)
+    PYGPU_NS(Double, npy_double)
+    PYGPU_NS(LongLong, npy_longlong)
+    PYGPU_NS(Long, npy_long)
+    PYGPU_NS(UInt, npy_uint)
+    PYGPU_NS(ULongLong, npy_ulonglong)
+    PYGPU_NS(ULong, npy_ulong)
+    PYGPU_NS(Short, npy_short)
+    PYGPU_NS(UShort, npy_ushort)
+    PYGPU_NS(Byte, npy_byte)
+    PYGPU_NS(UByte, npy_ubyte)
+    PYGPU_NS(Half, npy_half)
+    PYGPU_NS(CFloat, npy_cfloat)
     PYGPU_NS(CDouble, npy_cdouble)
+    /* clang-format on */
 #undef PYGPU_NS
     return 0;
 }
@@ -901,8 +958,8 @@ numpy_number(PyTypeObject *tp, PyObject *o, const void **data, size_t *n)
  * conversions are pack_one's for the same argument; anything else makes
  * pack_one decide (and word any error). */
 int
-pygpu_pack_fast(pygpu_state *st, const pygpu_layout *l, PyObject *const *args,
-                Py_ssize_t nargs, char *buf, void **ptrs)
+pygpu_pack_fast(pygpu_state *st, const pygpu_layout *l, PyObject *const *args, Py_ssize_t nargs,
+                char *buf, void **ptrs)
 {
     Py_ssize_t i;
     const char *prep = l->prepared;
@@ -930,7 +987,7 @@ pygpu_pack_fast(pygpu_state *st, const pygpu_layout *l, PyObject *const *args,
             } else
 #endif
             {
-                v = PyLong_AsLongLongAndOverflow(o, &overflow);   /* an exact int: no error */
+                v = PyLong_AsLongLongAndOverflow(o, &overflow); /* an exact int: no error */
                 if (overflow)
                     return 0;
             }
@@ -970,7 +1027,7 @@ pygpu_pack(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ssize_t
 {
     PyObject *fn = f->name;
     pygpu_layout *l = f->layout != NULL ? f->layout : pygpu_layout_get(st, f);
-    PyObject *owned = NULL;   /* the handlers' argument tuple */
+    PyObject *owned = NULL; /* the handlers' argument tuple */
     Py_ssize_t i;
     int r = -1, ran_python = 0;
     if (l == NULL)
@@ -986,12 +1043,14 @@ pygpu_pack(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ssize_t
     }
     if (l->nparams >= 0 && nargs != l->nparams) {
         if (l->prepared && !l->known)
-            PyErr_Format(PyExc_TypeError, "kernel '%U' was prepared for %d argument%s but "
-                         "%zd %s given", fn, l->nparams, l->nparams == 1 ? "" : "s", nargs,
+            PyErr_Format(PyExc_TypeError,
+                         "kernel '%U' was prepared for %d argument%s but "
+                         "%zd %s given",
+                         fn, l->nparams, l->nparams == 1 ? "" : "s", nargs,
                          nargs == 1 ? "was" : "were");
         else
-            PyErr_Format(PyExc_TypeError, "kernel '%U' takes %d argument%s but %zd %s given",
-                         fn, l->nparams, l->nparams == 1 ? "" : "s", nargs,
+            PyErr_Format(PyExc_TypeError, "kernel '%U' takes %d argument%s but %zd %s given", fn,
+                         l->nparams, l->nparams == 1 ? "" : "s", nargs,
                          nargs == 1 ? "was" : "were");
         return -1;
     }
@@ -1040,16 +1099,20 @@ pygpu_pack(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ssize_t
             /* In/Out/InOut: the hook makes device copies (pointer-sized, as
              * the handler was); pack its arguments from the start */
             if (hcfg == NULL || owned != NULL) {
-                PyErr_Format(PyExc_TypeError, "kernel '%U': parameter %zd: prepared and "
-                             "configured launches do not take In/Out/InOut", fn, i);
+                PyErr_Format(PyExc_TypeError,
+                             "kernel '%U': parameter %zd: prepared and "
+                             "configured launches do not take In/Out/InOut",
+                             fn, i);
                 goto done;
             }
             if (pygpu_captures_active != 0 && pygpu_capture_current(NULL) != NULL) {
                 /* their copies wait for the launch: not inside a capture (graph.c) */
-                PyErr_Format(st->LogicError, "kernel '%U': parameter %zd: In/Out/InOut copy "
+                PyErr_Format(st->LogicError,
+                             "kernel '%U': parameter %zd: In/Out/InOut copy "
                              "synchronously around the launch, which this thread is "
                              "capturing into a graph (recorded, not run); pass device "
-                             "memory and capture memcpy_*_async copies instead", fn, i);
+                             "memory and capture memcpy_*_async copies instead",
+                             fn, i);
                 goto done;
             }
             owned = begin_handlers(st, args, nargs, hcfg->stream_obj, pack);
@@ -1073,13 +1136,12 @@ pygpu_pack_finish(pygpu_state *st, pygpu_argpack *pack, int launched, PyObject *
     if (pack->handlers != NULL) {
         PyObject *exc, *val, *tb, *res;
         PyErr_Fetch(&exc, &val, &tb);
-        res = PyObject_CallFunctionObjArgs(st->handlers_end,
-                                           PyTuple_GET_ITEM(pack->handlers, 1),
+        res = PyObject_CallFunctionObjArgs(st->handlers_end, PyTuple_GET_ITEM(pack->handlers, 1),
                                            stream_obj ? stream_obj : Py_None,
                                            launched ? Py_True : Py_False, NULL);
         if (res == NULL) {
             r = -1;
-            if (exc != NULL) {     /* the launch's own error comes first */
+            if (exc != NULL) { /* the launch's own error comes first */
                 PyErr_Clear();
                 PyErr_Restore(exc, val, tb);
                 exc = NULL;
@@ -1104,15 +1166,10 @@ pygpu_pack_finish(pygpu_state *st, pygpu_argpack *pack, int launched, PyObject *
 
 /* ---- ArgumentHandler: base of pygpu.driver.In/Out/InOut (defined in Python) ---- */
 
-static PyType_Slot handler_slots[] = {
-    {Py_tp_doc, "Base of In, Out and InOut."},
-    {0, NULL}
-};
+static PyType_Slot handler_slots[] = {{Py_tp_doc, "Base of In, Out and InOut."}, {0, NULL}};
 
-static PyType_Spec handler_spec = {
-    "pygpu.driver.ArgumentHandler", sizeof(PyObject), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, handler_slots
-};
+static PyType_Spec handler_spec = {"pygpu.driver.ArgumentHandler", sizeof(PyObject), 0,
+                                   Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, handler_slots};
 
 static PyObject *
 set_handler_hooks(PyObject *m, PyObject *args)
@@ -1129,9 +1186,7 @@ set_handler_hooks(PyObject *m, PyObject *args)
 }
 
 static PyMethodDef args_module_methods[] = {
-    {"_set_handler_hooks", set_handler_hooks, METH_VARARGS, NULL},
-    {NULL}
-};
+    {"_set_handler_hooks", set_handler_hooks, METH_VARARGS, NULL}, {NULL}};
 
 int
 pygpu_args_setup(PyObject *m, pygpu_state *st)

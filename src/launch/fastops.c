@@ -28,51 +28,60 @@
  */
 #include "pygpu.h"
 
-#define FO_SLOTS 16                 /* kernels remembered per table */
-#define FO_BLOCK 256                /* splay()'s block (gpuarray._BLOCK) */
+#define FO_SLOTS 16  /* kernels remembered per table */
+#define FO_BLOCK 256 /* splay()'s block (gpuarray._BLOCK) */
 
-enum { FO_AA, FO_AS, FO_SA, FO_TABLES };          /* array-array, array-scalar, scalar-array */
-enum { FO_BINARY, FO_REFLECTED, FO_INPLACE };     /* x op y; y op x (__radd__); x op= y */
-enum { FO_PLAIN, FO_AS_IS, FO_TO_FLOAT };         /* how a scalar is passed */
+enum { FO_AA, FO_AS, FO_SA, FO_TABLES };      /* array-array, array-scalar, scalar-array */
+enum { FO_BINARY, FO_REFLECTED, FO_INPLACE }; /* x op y; y op x (__radd__); x op= y */
+enum { FO_PLAIN, FO_AS_IS, FO_TO_FLOAT };     /* how a scalar is passed */
 
 /* the attributes read, interned once */
-enum { S_SHAPE, S_STRIDES, S_C, S_F, S_GPUDATA, S_DTYPE, S_NBYTES, S_SIZE, S_ALLOCATOR,
-       S_BASE, S_COUNT };
-static const char *const attr_names[S_COUNT] = {
-    "shape", "strides", "_c", "_f", "gpudata", "dtype", "nbytes", "size", "allocator", "base"
+enum {
+    S_SHAPE,
+    S_STRIDES,
+    S_C,
+    S_F,
+    S_GPUDATA,
+    S_DTYPE,
+    S_NBYTES,
+    S_SIZE,
+    S_ALLOCATOR,
+    S_BASE,
+    S_COUNT
 };
+static const char *const attr_names[S_COUNT] = {"shape", "strides", "_c",   "_f",        "gpudata",
+                                                "dtype", "nbytes",  "size", "allocator", "base"};
 
 typedef struct {
-    PyObject *ctx;                  /* strong: the Context the kernel belongs to */
-    PyObject *k1, *k2;              /* strong: the operands' keys (dtype, or scalar type) */
-    pygpu_Function *func;           /* strong */
-    PyObject *res;                  /* strong: the result dtype */
-    int conv;                       /* FO_*: how the scalar operand is passed */
-    int neg_refused;                /* a negative int scalar takes the Python path
+    PyObject *ctx;           /* strong: the Context the kernel belongs to */
+    PyObject *k1, *k2;       /* strong: the operands' keys (dtype, or scalar type) */
+    pygpu_Function *func;    /* strong */
+    PyObject *res;           /* strong: the result dtype */
+    int conv;                /* FO_*: how the scalar operand is passed */
+    int neg_refused;         /* a negative int scalar takes the Python path
                                        (power with an integer result: its ValueError) */
-    unsigned int max_blocks;        /* splay()'s grid limit (32 a multiprocessor) */
+    unsigned int max_blocks; /* splay()'s grid limit (32 a multiprocessor) */
 } fo_entry;
 
 typedef struct {
     fo_entry e[FO_SLOTS];
-    int n;                          /* entries in use */
-    int next;                       /* the one replaced next when full */
+    int n;    /* entries in use */
+    int next; /* the one replaced next when full */
 } fo_table;
 
 typedef struct pygpu_ArrayOperator {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    pygpu_state *st;                /* the module state (the type keeps the module alive) */
-    int mode;                       /* FO_BINARY, FO_REFLECTED, FO_INPLACE */
-    PyObject *name;                 /* strong: str, __name__ */
-    PyObject *fallback;             /* strong: the Python path, called with the same args */
-    struct pygpu_ArrayOperator *tables_of;  /* strong, or NULL: whose tables are used */
-    PyObject *array_type;           /* strong: GPUArray (exact operands only) */
-    PyObject *default_allocator;    /* strong: gpuarray._default_allocator */
-    Py_ssize_t nattrs;              /* the attributes of a plain GPUArray */
-    PyObject *empty;                /* strong: () for object.__new__ */
-    PyObject *dict_descr;           /* strong: array_type's __dict__ descriptor */
-    PyObject *str[S_COUNT];         /* strong: interned attribute names */
+    PyObject_HEAD vectorcallfunc vectorcall;
+    pygpu_state *st;                       /* the module state (the type keeps the module alive) */
+    int mode;                              /* FO_BINARY, FO_REFLECTED, FO_INPLACE */
+    PyObject *name;                        /* strong: str, __name__ */
+    PyObject *fallback;                    /* strong: the Python path, called with the same args */
+    struct pygpu_ArrayOperator *tables_of; /* strong, or NULL: whose tables are used */
+    PyObject *array_type;                  /* strong: GPUArray (exact operands only) */
+    PyObject *default_allocator;           /* strong: gpuarray._default_allocator */
+    Py_ssize_t nattrs;                     /* the attributes of a plain GPUArray */
+    PyObject *empty;                       /* strong: () for object.__new__ */
+    PyObject *dict_descr;                  /* strong: array_type's __dict__ descriptor */
+    PyObject *str[S_COUNT];                /* strong: interned attribute names */
     fo_table t[FO_TABLES];
 } pygpu_ArrayOperator;
 
@@ -191,8 +200,7 @@ proven(pygpu_ArrayOperator *o, PyObject *d, PyObject *ctx, PyObject **g, PyObjec
         return 0;
     a = (pygpu_DeviceAllocation *)*g;
     *nb = item(d, o->str[S_NBYTES]);
-    return (PyObject *)a->context == ctx && !a->freed && size_of(*nb, nbytes)
-           && *nbytes <= a->size;
+    return (PyObject *)a->context == ctx && !a->freed && size_of(*nb, nbytes) && *nbytes <= a->size;
 }
 
 /* The scalar as the kernel takes it (a new reference), or NULL (no
@@ -204,7 +212,7 @@ scalar_value(const fo_entry *e, PyObject *s)
         int overflow = 0;
         long long v = PyLong_AsLongLongAndOverflow(s, &overflow);
         if (v < 0 || overflow < 0) {
-            PyErr_Clear();      /* (an exact int: nothing was raised) */
+            PyErr_Clear(); /* (an exact int: nothing was raised) */
             return NULL;
         }
     }
@@ -252,8 +260,8 @@ error:
 /* ---- the operation ---- */
 
 typedef struct {
-    PyObject *x, *y;                /* the operands (borrowed: the call's) */
-    int kind;                       /* FO_AA, FO_AS, FO_SA */
+    PyObject *x, *y; /* the operands (borrowed: the call's) */
+    int kind;        /* FO_AA, FO_AS, FO_SA */
     int inplace;
 } fo_call;
 
@@ -262,7 +270,7 @@ static int
 fast_op(pygpu_ArrayOperator *o, const fo_call *c, PyObject **out)
 {
     pygpu_state *st = o->st;
-    PyObject *arr = c->kind == FO_SA ? c->y : c->x;   /* the result's template */
+    PyObject *arr = c->kind == FO_SA ? c->y : c->x; /* the result's template */
     PyObject *da = NULL, *db = NULL, *ctx = NULL, *ga, *gb = NULL, *k1, *k2, *dt;
     PyObject *nobj, *nb, *nbb, *args[4] = {NULL, NULL, NULL, NULL}, *r;
     pygpu_Function *func = NULL;
@@ -334,7 +342,7 @@ fast_op(pygpu_ArrayOperator *o, const fo_call *c, PyObject **out)
         int k;
         Py_INCREF(nb);
         k = pygpu_blockcache_allocation(st, (pygpu_Context *)ctx, nbytes, &args[0]);
-        if (k == 0)     /* the allocator as the Python path calls it (Python code) */
+        if (k == 0) /* the allocator as the Python path calls it (Python code) */
             args[0] = PyObject_CallOneArg(o->default_allocator, nb);
         Py_DECREF(nb);
         if (k < 0 || args[0] == NULL)
@@ -342,8 +350,8 @@ fast_op(pygpu_ArrayOperator *o, const fo_call *c, PyObject **out)
         if ((*out = result_new(o, da, args[0])) == NULL)
             goto error;
     }
-    grid = (unsigned int)((n + FO_BLOCK - 1) / FO_BLOCK < max_blocks
-                          ? (n + FO_BLOCK - 1) / FO_BLOCK : max_blocks);
+    grid = (unsigned int)((n + FO_BLOCK - 1) / FO_BLOCK < max_blocks ? (n + FO_BLOCK - 1) / FO_BLOCK
+                                                                     : max_blocks);
     r = pygpu_launch_plain(st, func, grid ? grid : 1, FO_BLOCK, args, 4);
     if (r == NULL) {
         if (!c->inplace)
@@ -409,8 +417,8 @@ op_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
 static PyObject *
 op_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"name", "fallback", "array_type", "default_allocator",
-                             "nattrs", "tables_of", "mode", NULL};
+    static char *kwlist[] = {"name",   "fallback",  "array_type", "default_allocator",
+                             "nattrs", "tables_of", "mode",       NULL};
     PyObject *name, *fallback, *atype, *alloc, *tables_of = Py_None, *ns;
     Py_ssize_t nattrs;
     int mode = FO_BINARY, i;
@@ -429,8 +437,10 @@ op_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     if (tables_of != Py_None && !Py_IS_TYPE(tables_of, type)) {
-        PyErr_Format(PyExc_TypeError, "_ArrayOperator(): tables_of must be an _ArrayOperator "
-                     "or None, not %.100s", Py_TYPE(tables_of)->tp_name);
+        PyErr_Format(PyExc_TypeError,
+                     "_ArrayOperator(): tables_of must be an _ArrayOperator "
+                     "or None, not %.100s",
+                     Py_TYPE(tables_of)->tp_name);
         return NULL;
     }
     if (mode < FO_BINARY || mode > FO_INPLACE) {
@@ -445,8 +455,7 @@ op_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     o->mode = mode;
     o->name = Py_NewRef(name);
     o->fallback = Py_NewRef(fallback);
-    o->tables_of = tables_of == Py_None ? NULL
-                   : (pygpu_ArrayOperator *)Py_NewRef(tables_of);
+    o->tables_of = tables_of == Py_None ? NULL : (pygpu_ArrayOperator *)Py_NewRef(tables_of);
     o->array_type = Py_NewRef(atype);
     o->default_allocator = Py_NewRef(alloc);
     o->nattrs = nattrs;
@@ -474,14 +483,14 @@ error:
 }
 
 PyDoc_STRVAR(op_learn_doc,
-"_learn($self, kind, context, key1, key2, function, result_dtype, conv, neg_refused,\n"
-"       max_blocks, /)\n--\n\n"
-"Remember the kernel of the Python fast path for (context, key1, key2) in\n"
-"table kind (0 array-array, 1 array-scalar, 2 scalar-array): function (a\n"
-"prepared Function taking z, x, y, n), result_dtype, conv (how a scalar is\n"
-"passed: 1 as given, 2 an int as a float), neg_refused (a negative int\n"
-"scalar takes the Python path), max_blocks (splay()'s grid limit).\n"
-"Returns False when the launch configuration does not fit the kernel.");
+             "_learn($self, kind, context, key1, key2, function, result_dtype, conv, neg_refused,\n"
+             "       max_blocks, /)\n--\n\n"
+             "Remember the kernel of the Python fast path for (context, key1, key2) in\n"
+             "table kind (0 array-array, 1 array-scalar, 2 scalar-array): function (a\n"
+             "prepared Function taking z, x, y, n), result_dtype, conv (how a scalar is\n"
+             "passed: 1 as given, 2 an int as a float), neg_refused (a negative int\n"
+             "scalar takes the Python path), max_blocks (splay()'s grid limit).\n"
+             "Returns False when the launch configuration does not fit the kernel.");
 
 static PyObject *
 op_learn(pygpu_ArrayOperator *o, PyObject *const *args, Py_ssize_t nargs)
@@ -502,16 +511,20 @@ op_learn(pygpu_ArrayOperator *o, PyObject *const *args, Py_ssize_t nargs)
     maxb = PyLong_AsLong(args[8]);
     if (PyErr_Occurred())
         return NULL;
-    if (kind < 0 || kind >= FO_TABLES || conv < FO_PLAIN || conv > FO_TO_FLOAT
-        || maxb < 1 || maxb > INT_MAX) {
-        PyErr_Format(PyExc_ValueError, "_learn(): kind %ld, conv %ld or max_blocks %ld out of "
-                     "range", kind, conv, maxb);
+    if (kind < 0 || kind >= FO_TABLES || conv < FO_PLAIN || conv > FO_TO_FLOAT || maxb < 1
+        || maxb > INT_MAX) {
+        PyErr_Format(PyExc_ValueError,
+                     "_learn(): kind %ld, conv %ld or max_blocks %ld out of "
+                     "range",
+                     kind, conv, maxb);
         return NULL;
     }
     if (!PyObject_TypeCheck(args[1], st->ContextType)
         || !PyObject_TypeCheck(args[4], st->FunctionType)) {
-        PyErr_Format(PyExc_TypeError, "_learn(): expected a Context and a Function, got "
-                     "%.100s and %.100s", Py_TYPE(args[1])->tp_name, Py_TYPE(args[4])->tp_name);
+        PyErr_Format(PyExc_TypeError,
+                     "_learn(): expected a Context and a Function, got "
+                     "%.100s and %.100s",
+                     Py_TYPE(args[1])->tp_name, Py_TYPE(args[4])->tp_name);
         return NULL;
     }
     /* the configuration's limits, once: the largest grid splay() makes */
@@ -522,7 +535,7 @@ op_learn(pygpu_ArrayOperator *o, PyObject *const *args, Py_ssize_t nargs)
     cfg.block[1] = cfg.block[2] = 1;
     if (pygpu_function_check(st, (pygpu_Function *)args[4]) < 0
         || pygpu_config_check(st, (pygpu_Function *)args[4], &cfg) < 0) {
-        PyErr_Clear();      /* the Python path's launch says what is wrong */
+        PyErr_Clear(); /* the Python path's launch says what is wrong */
         Py_RETURN_FALSE;
     }
     fresh.ctx = Py_NewRef(args[1]);
@@ -545,7 +558,7 @@ op_learn(pygpu_ArrayOperator *o, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     {
-        fo_entry old = *e;          /* dropped after the new one is in place */
+        fo_entry old = *e; /* dropped after the new one is in place */
         *e = fresh;
         entry_clear(&old);
     }
@@ -655,21 +668,18 @@ static PyMethodDef op_methods[] = {
     {"_learned", (PyCFunction)op_learned, METH_NOARGS,
      "_learned($self, /)\n--\n\n"
      "How many kernels are remembered: (array-array, array-scalar, scalar-array)."},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef op_getset[] = {
     {"__name__", (getter)op_get_name, NULL, NULL, NULL},
     {"__qualname__", (getter)op_get_name, NULL, NULL, NULL},
     {"__text_signature__", (getter)op_get_text_signature, NULL, NULL, NULL},
     {"_fallback", (getter)op_get_fallback, NULL, "The Python path.", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyMemberDef op_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(pygpu_ArrayOperator, vectorcall), READONLY},
-    {NULL}
-};
+    {NULL}};
 
 static PyType_Slot op_slots[] = {
     {Py_tp_new, op_new},
@@ -688,15 +698,13 @@ static PyType_Slot op_slots[] = {
                 "(docs/arrays.md, \"The operators' fast path\"); what it does not take "
                 "goes to fallback, the Python path. mode 0: x op y; 1: reflected "
                 "(called as (self, other), computes other op self); 2: in place."},
-    {0, NULL}
-};
+    {0, NULL}};
 
-static PyType_Spec op_spec = {
-    "pygpu.driver._ArrayOperator", sizeof(pygpu_ArrayOperator), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
-    Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_BASETYPE,
-    op_slots
-};
+static PyType_Spec op_spec = {"pygpu.driver._ArrayOperator", sizeof(pygpu_ArrayOperator), 0,
+                              Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE
+                                  | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR
+                                  | Py_TPFLAGS_BASETYPE,
+                              op_slots};
 
 int
 pygpu_fastops_setup(PyObject *m, pygpu_state *st)

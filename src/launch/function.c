@@ -20,7 +20,7 @@ pygpu_function_check(pygpu_state *st, pygpu_Function *f)
 {
     if (f->module->context->detached) {
         if (f->module->context->detached == 3)
-            return pygpu_ensure_driver(st);   /* forked: CudaUnavailableError */
+            return pygpu_ensure_driver(st); /* forked: CudaUnavailableError */
         PyErr_Format(st->LogicError, "kernel '%s': its context was detached",
                      pygpu_function_name(f));
         return -1;
@@ -31,8 +31,7 @@ pygpu_function_check(pygpu_state *st, pygpu_Function *f)
 /* f(*args, block=(x,y,z), grid=(x,y,z), shared=0, stream=None,
  *   time_kernel=False, cluster=None, cooperative=False, pdl=False) */
 static PyObject *
-function_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
-                    PyObject *kwnames)
+function_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     pygpu_Function *f = (pygpu_Function *)callable;
     pygpu_state *st = f->st;
@@ -42,8 +41,8 @@ function_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
     PyObject *res = NULL;
     if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) == 2
         && PyTuple_GET_ITEM(kwnames, 0) == st->str_block
-        && PyTuple_GET_ITEM(kwnames, 1) == st->str_grid
-        && args[nargs] == f->last_block && args[nargs + 1] == f->last_grid) {
+        && PyTuple_GET_ITEM(kwnames, 1) == st->str_grid && args[nargs] == f->last_block
+        && args[nargs + 1] == f->last_grid) {
         /* the common call, f(*args, block=B, grid=G), with a pair checked before */
         if (pygpu_launch_cached(st, f, args, nargs, &res))
             return res;
@@ -111,8 +110,7 @@ parse_int_arg(PyObject *obj, const char *what, int *out)
     int overflow = 0;
     long long v;
     if (PyBool_Check(obj) || !PyIndex_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
-                     Py_TYPE(obj)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what, Py_TYPE(obj)->tp_name);
         return -1;
     }
     {
@@ -188,7 +186,9 @@ function_set_cache_config(pygpu_Function *f, PyObject *arg)
 
 #define ATTR_GETTER(pyname, cattr)                                     \
     static PyObject *function_get_##pyname(pygpu_Function *f, void *c) \
-    { return func_attr(f, cattr); }
+    {                                                                  \
+        return func_attr(f, cattr);                                    \
+    }
 ATTR_GETTER(num_regs, CU_FUNC_ATTRIBUTE_NUM_REGS)
 ATTR_GETTER(shared_size_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
 ATTR_GETTER(const_size_bytes, CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES)
@@ -207,8 +207,8 @@ function_max_active_blocks(pygpu_Function *f, PyObject *args, PyObject *kwds)
     Py_ssize_t dyn = 0;
     CUresult rc;
     pygpu_scope scope;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|n:max_active_blocks_per_multiprocessor",
-                                     kwlist, &bs, &dyn))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|n:max_active_blocks_per_multiprocessor", kwlist,
+                                     &bs, &dyn))
         return NULL;
     if (dyn < 0) {
         PyErr_Format(PyExc_ValueError, "dynamic_shared must be >= 0, got %zd", dyn);
@@ -232,18 +232,19 @@ function_max_potential_block_size(pygpu_Function *f, PyObject *args, PyObject *k
     Py_ssize_t dyn = 0;
     CUresult rc;
     pygpu_scope scope;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|ni:max_potential_block_size", kwlist,
-                                     &dyn, &limit))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|ni:max_potential_block_size", kwlist, &dyn,
+                                     &limit))
         return NULL;
     if (dyn < 0 || limit < 0) {
-        PyErr_Format(PyExc_ValueError, "dynamic_shared and block_size_limit must be >= 0, "
-                     "got %zd and %d", dyn, limit);
+        PyErr_Format(PyExc_ValueError,
+                     "dynamic_shared and block_size_limit must be >= 0, "
+                     "got %zd and %d",
+                     dyn, limit);
         return NULL;
     }
     if (pygpu_scope_enter(st, f->module->context, &scope) < 0)
         return NULL;
-    rc = cu.cuOccupancyMaxPotentialBlockSize(&grid, &block, f->handle, NULL, (size_t)dyn,
-                                             limit);
+    rc = cu.cuOccupancyMaxPotentialBlockSize(&grid, &block, f->handle, NULL, (size_t)dyn, limit);
     pygpu_scope_exit(&scope);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuOccupancyMaxPotentialBlockSize");
@@ -275,16 +276,16 @@ function_prepare(pygpu_Function *f, PyObject *args, PyObject *kwds)
 
 /* prepared_call(grid, block, *args, shared_size=0) and the async/timed forms */
 static PyObject *
-prepared_common(pygpu_Function *f, PyObject *const *args, Py_ssize_t nargs,
-                PyObject *kwnames, int with_stream, int timed)
+prepared_common(pygpu_Function *f, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                int with_stream, int timed)
 {
     pygpu_state *st = f->st;
     pygpu_launch_config cfg;
     pygpu_argpack pack;
     PyObject *res = NULL;
     Py_ssize_t first;
-    if (!with_stream && !timed && kwnames == NULL && nargs >= 2
-        && args[1] == f->last_block && args[0] == f->last_grid && args[1] != NULL) {
+    if (!with_stream && !timed && kwnames == NULL && nargs >= 2 && args[1] == f->last_block
+        && args[0] == f->last_grid && args[1] != NULL) {
         /* the common prepared_call(grid, block, *args) with a pair checked
          * before (as __call__'s): no shared_size, the default stream */
         if (pygpu_launch_cached(st, f, args + 2, nargs - 2, &res))
@@ -302,8 +303,8 @@ prepared_common(pygpu_Function *f, PyObject *const *args, Py_ssize_t nargs,
     if (pygpu_function_check(st, f) == 0
         && pygpu_pack(st, f, args + first, nargs - first, NULL, &pack) == 0)
         res = pygpu_launch(st, f, &cfg, &pack);
-    if (res != NULL && pygpu_capture_note(st, cfg.stream_obj, (PyObject *)f, args + first,
-                                          nargs - first) < 0)
+    if (res != NULL
+        && pygpu_capture_note(st, cfg.stream_obj, (PyObject *)f, args + first, nargs - first) < 0)
         Py_CLEAR(res);
     pygpu_pack_finish(st, &pack, res != NULL, NULL);
     return res;
@@ -492,7 +493,8 @@ static PyObject *
 legacy_params(pygpu_Function *f, size_t n)
 {
     Py_ssize_t have;
-    if (f->legacy_params == NULL && (f->legacy_params = PyByteArray_FromStringAndSize("", 0)) == NULL)
+    if (f->legacy_params == NULL
+        && (f->legacy_params = PyByteArray_FromStringAndSize("", 0)) == NULL)
         return NULL;
     have = PyByteArray_GET_SIZE(f->legacy_params);
     if (n > (size_t)PY_SSIZE_T_MAX) {
@@ -682,8 +684,7 @@ static PyMethodDef function_methods[] = {
      "configure($self, /, grid, block, stream=None, shared=0)\n--\n\n"
      "A callable that launches this kernel with a frozen configuration: "
      "each call only packs the arguments."},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef function_getset[] = {
     {"name", (getter)function_get_name, NULL, "The kernel's (lowered) name.", NULL},
@@ -692,23 +693,24 @@ static PyGetSetDef function_getset[] = {
     {"param_sizes", (getter)function_get_param_sizes, NULL,
      "Size in bytes of each parameter (from cuFuncGetParamInfo), or None.", NULL},
     {"num_regs", (getter)function_get_num_regs, NULL, "Registers per thread.", NULL},
-    {"shared_size_bytes", (getter)function_get_shared_size_bytes, NULL, "Static shared memory.", NULL},
+    {"shared_size_bytes", (getter)function_get_shared_size_bytes, NULL, "Static shared memory.",
+     NULL},
     {"const_size_bytes", (getter)function_get_const_size_bytes, NULL, "Constant memory.", NULL},
-    {"local_size_bytes", (getter)function_get_local_size_bytes, NULL, "Local memory per thread.", NULL},
+    {"local_size_bytes", (getter)function_get_local_size_bytes, NULL, "Local memory per thread.",
+     NULL},
     {"max_threads_per_block", (getter)function_get_max_threads_per_block, NULL,
      "Largest block this kernel can launch with.", NULL},
     {"ptx_version", (getter)function_get_ptx_version, NULL, "PTX version (e.g. 90).", NULL},
-    {"binary_version", (getter)function_get_binary_version, NULL, "Binary version (e.g. 90).", NULL},
+    {"binary_version", (getter)function_get_binary_version, NULL, "Binary version (e.g. 90).",
+     NULL},
     {"max_dynamic_shared_size_bytes", (getter)function_get_max_dynamic_shared_size_bytes, NULL,
      "Dynamic shared memory limit (raise with set_attribute).", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyMemberDef function_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(pygpu_Function, vectorcall), READONLY},
     {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Function, weakreflist), READONLY},
-    {NULL}
-};
+    {NULL}};
 
 static PyType_Slot function_slots[] = {
     {Py_tp_dealloc, function_dealloc},
@@ -724,15 +726,13 @@ static PyType_Slot function_slots[] = {
                 "driver reports (``param_sizes``); In/Out/InOut wrap host arrays. "
                 "Returns None, or with time_kernel=True the kernel's time in seconds "
                 "(after waiting for it)."},
-    {0, NULL}
-};
+    {0, NULL}};
 
-static PyType_Spec function_spec = {
-    "pygpu.driver.Function", sizeof(pygpu_Function), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION |
-    Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_BASETYPE,
-    function_slots
-};
+static PyType_Spec function_spec = {"pygpu.driver.Function", sizeof(pygpu_Function), 0,
+                                    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
+                                        | Py_TPFLAGS_DISALLOW_INSTANTIATION
+                                        | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_BASETYPE,
+                                    function_slots};
 
 static PyObject *
 kernel_time_call(PyObject *self, PyObject *args, PyObject *kwds)
@@ -748,14 +748,11 @@ static PyType_Slot kernel_time_slots[] = {
     {Py_tp_call, kernel_time_call},
     {Py_tp_doc, "A kernel's time in seconds (a float), from prepared_timed_call(); "
                 "calling it returns the same float, as PyCUDA's callable does."},
-    {0, NULL}
-};
+    {0, NULL}};
 
 static PyType_Spec kernel_time_spec = {
     "pygpu.driver.KernelTime", 0, 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE,
-    kernel_time_slots
-};
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, kernel_time_slots};
 
 int
 pygpu_function_setup(PyObject *m, pygpu_state *st)
@@ -763,7 +760,7 @@ pygpu_function_setup(PyObject *m, pygpu_state *st)
     PyObject *tp, *bases;
     if (pygpu_add_type(m, &function_spec, &st->FunctionType) < 0)
         return -1;
-    bases = PyTuple_Pack(1, (PyObject *)&PyFloat_Type);   /* 3.9 takes only a tuple */
+    bases = PyTuple_Pack(1, (PyObject *)&PyFloat_Type); /* 3.9 takes only a tuple */
     if (bases == NULL)
         return -1;
     tp = PyType_FromModuleAndSpec(m, &kernel_time_spec, bases);

@@ -16,16 +16,17 @@
 
 /* a dimension value: an int or anything with __index__ (np.int64) */
 static int
-dim_value(PyObject *item, const char *what, Py_ssize_t i, PyObject *whole,
-          unsigned int *out)
+dim_value(PyObject *item, const char *what, Py_ssize_t i, PyObject *whole, unsigned int *out)
 {
     PyObject *v;
     int overflow = 0;
     long long x;
     if (PyBool_Check(item) || (!PyLong_Check(item) && !PyIndex_Check(item))) {
         if (i < 0)
-            PyErr_Format(PyExc_TypeError, "%s must be a tuple of 1 to 3 ints or an int, "
-                         "not %.100s", what, Py_TYPE(item)->tp_name);
+            PyErr_Format(PyExc_TypeError,
+                         "%s must be a tuple of 1 to 3 ints or an int, "
+                         "not %.100s",
+                         what, Py_TYPE(item)->tp_name);
         else
             PyErr_Format(PyExc_TypeError, "%s[%zd] must be an int, not %.100s", what, i,
                          Py_TYPE(item)->tp_name);
@@ -42,16 +43,16 @@ dim_value(PyObject *item, const char *what, Py_ssize_t i, PyObject *whole,
         if (i < 0)
             PyErr_Format(PyExc_ValueError, "%s is %R; at most %u", what, item, UINT_MAX);
         else
-            PyErr_Format(PyExc_ValueError, "%s[%zd] is %R; at most %u (%s=%R)", what, i,
-                         item, UINT_MAX, what, whole);
+            PyErr_Format(PyExc_ValueError, "%s[%zd] is %R; at most %u (%s=%R)", what, i, item,
+                         UINT_MAX, what, whole);
         return -1;
     }
     if (overflow < 0 || x <= 0) {
         if (i < 0)
             PyErr_Format(PyExc_ValueError, "%s must be positive, got %R", what, item);
         else
-            PyErr_Format(PyExc_ValueError, "%s[%zd] must be positive, got %R (%s=%R)",
-                         what, i, item, what, whole);
+            PyErr_Format(PyExc_ValueError, "%s[%zd] must be positive, got %R (%s=%R)", what, i,
+                         item, what, whole);
         return -1;
     }
     *out = (unsigned int)x;
@@ -72,7 +73,7 @@ pygpu_parse_dims(PyObject *obj, unsigned int out[3], const char *what)
         memcpy(out, tmp, sizeof tmp);
         return 0;
     }
-    seq = PySequence_Tuple(obj);     /* a list can change under __index__ */
+    seq = PySequence_Tuple(obj); /* a list can change under __index__ */
     if (seq == NULL)
         return -1;
     n = PyTuple_GET_SIZE(seq);
@@ -95,8 +96,7 @@ parse_shared(PyObject *obj, const char *what, unsigned int *out)
     int overflow = 0;
     long long x;
     if (PyBool_Check(obj) || !PyIndex_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
-                     Py_TYPE(obj)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what, Py_TYPE(obj)->tp_name);
         return -1;
     }
     v = PyNumber_Index(obj);
@@ -107,8 +107,8 @@ parse_shared(PyObject *obj, const char *what, unsigned int *out)
     if (x == -1 && PyErr_Occurred())
         return -1;
     if (overflow != 0 || x < 0 || x > (long long)UINT_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s must be between 0 and %u bytes, got %R", what,
-                     UINT_MAX, obj);
+        PyErr_Format(PyExc_ValueError, "%s must be between 0 and %u bytes, got %R", what, UINT_MAX,
+                     obj);
         return -1;
     }
     *out = (unsigned int)x;
@@ -167,9 +167,13 @@ config_dims(pygpu_state *st, pygpu_Function *f, PyObject *block, PyObject *grid,
     static const unsigned int one[3] = {1, 1, 1};
     if (block == f->last_block && grid == f->last_grid && block != NULL) {
         const CUlaunchConfig *lc = &f->last_lc;
-        cfg->block[0] = lc->blockDimX; cfg->block[1] = lc->blockDimY; cfg->block[2] = lc->blockDimZ;
-        cfg->grid[0] = lc->gridDimX; cfg->grid[1] = lc->gridDimY; cfg->grid[2] = lc->gridDimZ;
-        return 1;    /* checked before */
+        cfg->block[0] = lc->blockDimX;
+        cfg->block[1] = lc->blockDimY;
+        cfg->block[2] = lc->blockDimZ;
+        cfg->grid[0] = lc->gridDimX;
+        cfg->grid[1] = lc->gridDimY;
+        cfg->grid[2] = lc->gridDimZ;
+        return 1; /* checked before */
     }
     if (block == NULL) {
         PyErr_Format(PyExc_TypeError, "kernel '%s': launching needs block=(x, y, z)",
@@ -188,8 +192,7 @@ config_dims(pygpu_state *st, pygpu_Function *f, PyObject *block, PyObject *grid,
 /* remember a checked pair of exact tuples of exact ints (no code can run
  * when they are dropped again) */
 static void
-config_remember(pygpu_Function *f, PyObject *block, PyObject *grid,
-                const pygpu_launch_config *cfg)
+config_remember(pygpu_Function *f, PyObject *block, PyObject *grid, const pygpu_launch_config *cfg)
 {
     Py_ssize_t i;
     if (grid == NULL || !PyTuple_CheckExact(block) || !PyTuple_CheckExact(grid))
@@ -205,18 +208,19 @@ config_remember(pygpu_Function *f, PyObject *block, PyObject *grid,
     Py_INCREF(grid);
     Py_XSETREF(f->last_grid, grid);
     memset(&f->last_lc, 0, sizeof f->last_lc);
-    f->last_lc.gridDimX = cfg->grid[0]; f->last_lc.gridDimY = cfg->grid[1];
+    f->last_lc.gridDimX = cfg->grid[0];
+    f->last_lc.gridDimY = cfg->grid[1];
     f->last_lc.gridDimZ = cfg->grid[2];
-    f->last_lc.blockDimX = cfg->block[0]; f->last_lc.blockDimY = cfg->block[1];
+    f->last_lc.blockDimX = cfg->block[0];
+    f->last_lc.blockDimY = cfg->block[1];
     f->last_lc.blockDimZ = cfg->block[2];
 }
 
 /* parse block/grid and the rest, then check the limits once per new pair */
 static int
-config_build(pygpu_state *st, pygpu_Function *f, PyObject *block, PyObject *grid,
-             PyObject *shared, PyObject *stream, PyObject *timed, PyObject *cluster,
-             PyObject *coop, PyObject *pdl, const char *shared_name,
-             pygpu_launch_config *cfg)
+config_build(pygpu_state *st, pygpu_Function *f, PyObject *block, PyObject *grid, PyObject *shared,
+             PyObject *stream, PyObject *timed, PyObject *cluster, PyObject *coop, PyObject *pdl,
+             const char *shared_name, pygpu_launch_config *cfg)
 {
     int cached = config_dims(st, f, block, grid, cfg);
     if (cached < 0
@@ -240,43 +244,58 @@ pygpu_config_from_kwargs(pygpu_state *st, pygpu_Function *f, PyObject *const *kw
     Py_ssize_t i, nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (i = 0; i < nkw; i++) {
         PyObject *k = PyTuple_GET_ITEM(kwnames, i), *v = kwargs[i], **slot;
-        if (k == st->str_block) slot = &block;
-        else if (k == st->str_grid) slot = &grid;
-        else if (k == st->str_shared) slot = &shared;
-        else if (k == st->str_stream) slot = &stream;
-        else if (k == st->str_time_kernel) slot = &timed;
-        else if (PyUnicode_CompareWithASCIIString(k, "block") == 0) slot = &block;
-        else if (PyUnicode_CompareWithASCIIString(k, "grid") == 0) slot = &grid;
-        else if (PyUnicode_CompareWithASCIIString(k, "shared") == 0) slot = &shared;
-        else if (PyUnicode_CompareWithASCIIString(k, "stream") == 0) slot = &stream;
-        else if (PyUnicode_CompareWithASCIIString(k, "time_kernel") == 0) slot = &timed;
-        else if (PyUnicode_CompareWithASCIIString(k, "cluster") == 0) slot = &cluster;
-        else if (PyUnicode_CompareWithASCIIString(k, "cooperative") == 0) slot = &coop;
-        else if (PyUnicode_CompareWithASCIIString(k, "pdl") == 0) slot = &pdl;
+        if (k == st->str_block)
+            slot = &block;
+        else if (k == st->str_grid)
+            slot = &grid;
+        else if (k == st->str_shared)
+            slot = &shared;
+        else if (k == st->str_stream)
+            slot = &stream;
+        else if (k == st->str_time_kernel)
+            slot = &timed;
+        else if (PyUnicode_CompareWithASCIIString(k, "block") == 0)
+            slot = &block;
+        else if (PyUnicode_CompareWithASCIIString(k, "grid") == 0)
+            slot = &grid;
+        else if (PyUnicode_CompareWithASCIIString(k, "shared") == 0)
+            slot = &shared;
+        else if (PyUnicode_CompareWithASCIIString(k, "stream") == 0)
+            slot = &stream;
+        else if (PyUnicode_CompareWithASCIIString(k, "time_kernel") == 0)
+            slot = &timed;
+        else if (PyUnicode_CompareWithASCIIString(k, "cluster") == 0)
+            slot = &cluster;
+        else if (PyUnicode_CompareWithASCIIString(k, "cooperative") == 0)
+            slot = &coop;
+        else if (PyUnicode_CompareWithASCIIString(k, "pdl") == 0)
+            slot = &pdl;
         else {
             PyErr_Format(PyExc_TypeError,
                          "kernel '%s' got an unexpected keyword argument %R (launch "
-                         "options: " PYGPU_LAUNCH_KEYWORDS ")", pygpu_function_name(f), k);
+                         "options: " PYGPU_LAUNCH_KEYWORDS ")",
+                         pygpu_function_name(f), k);
             return -1;
         }
         *slot = v;
     }
-    return config_build(st, f, block, grid, shared, stream, timed, cluster, coop, pdl,
-                        "shared", cfg);
+    return config_build(st, f, block, grid, shared, stream, timed, cluster, coop, pdl, "shared",
+                        cfg);
 }
 
 /* prepared_call(grid, block, [stream,] *args, shared_size=0): the positional
  * configuration; returns the index of the first kernel argument or -1 */
 Py_ssize_t
-pygpu_config_prepared(pygpu_state *st, pygpu_Function *f, PyObject *const *args,
-                      Py_ssize_t nargs, PyObject *kwnames, int with_stream, int timed,
-                      pygpu_launch_config *cfg)
+pygpu_config_prepared(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ssize_t nargs,
+                      PyObject *kwnames, int with_stream, int timed, pygpu_launch_config *cfg)
 {
     Py_ssize_t first = with_stream ? 3 : 2, nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0, i;
     PyObject *shared = NULL;
     if (nargs < first) {
-        PyErr_Format(PyExc_TypeError, "prepared call takes grid, block%s, then the kernel's "
-                     "arguments", with_stream ? ", stream" : "");
+        PyErr_Format(PyExc_TypeError,
+                     "prepared call takes grid, block%s, then the kernel's "
+                     "arguments",
+                     with_stream ? ", stream" : "");
         return -1;
     }
     for (i = 0; i < nkw; i++) {
@@ -284,13 +303,16 @@ pygpu_config_prepared(pygpu_state *st, pygpu_Function *f, PyObject *const *args,
         if (PyUnicode_CompareWithASCIIString(k, "shared_size") == 0) {
             shared = args[nargs + i];
         } else {
-            PyErr_Format(PyExc_TypeError, "kernel '%s': prepared calls take no keyword "
-                         "argument %R (only shared_size)", pygpu_function_name(f), k);
+            PyErr_Format(PyExc_TypeError,
+                         "kernel '%s': prepared calls take no keyword "
+                         "argument %R (only shared_size)",
+                         pygpu_function_name(f), k);
             return -1;
         }
     }
     if (config_build(st, f, args[1], args[0], shared, with_stream ? args[2] : NULL,
-                     timed ? Py_True : NULL, NULL, NULL, NULL, "shared_size", cfg) < 0)
+                     timed ? Py_True : NULL, NULL, NULL, NULL, "shared_size", cfg)
+        < 0)
         return -1;
     return first;
 }
@@ -322,8 +344,7 @@ pygpu_config_check(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config
     if (f->max_threads == 0) {
         /* __launch_bounds__ and register use can lower it below the device's */
         int v = 0;
-        CUresult rc = cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-                                            f->handle);
+        CUresult rc = cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f->handle);
         if (rc != CUDA_SUCCESS) {
             pygpu_cuda_error(st, rc, "cuFuncGetAttribute");
             return -1;
@@ -334,31 +355,31 @@ pygpu_config_check(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config
         PyErr_Format(PyExc_ValueError,
                      "kernel '%s': block (%u, %u, %u) has %llu threads; this kernel's "
                      "limit is %d a block (from __launch_bounds__ or its register use)",
-                     pygpu_function_name(f), block[0], block[1], block[2], threads,
-                     f->max_threads);
+                     pygpu_function_name(f), block[0], block[1], block[2], threads, f->max_threads);
         return -1;
     }
     if (threads > (unsigned long long)ctx->max_threads) {
         PyErr_Format(PyExc_ValueError,
                      "kernel '%s': block (%u, %u, %u) has %llu threads; the device's "
-                     "limit is %d a block", pygpu_function_name(f), block[0], block[1],
-                     block[2], threads, ctx->max_threads);
+                     "limit is %d a block",
+                     pygpu_function_name(f), block[0], block[1], block[2], threads,
+                     ctx->max_threads);
         return -1;
     }
     if (cfg->shared > (unsigned int)ctx->max_shared_optin) {
         PyErr_Format(PyExc_ValueError,
                      "kernel '%s': %u bytes of dynamic shared memory exceed the device's "
-                     "limit of %d bytes a block", pygpu_function_name(f), cfg->shared,
-                     ctx->max_shared_optin);
+                     "limit of %d bytes a block",
+                     pygpu_function_name(f), cfg->shared, ctx->max_shared_optin);
         return -1;
     }
     if (cfg->has_cluster
-        && (grid[0] % cfg->cluster[0] || grid[1] % cfg->cluster[1]
-            || grid[2] % cfg->cluster[2])) {
+        && (grid[0] % cfg->cluster[0] || grid[1] % cfg->cluster[1] || grid[2] % cfg->cluster[2])) {
         PyErr_Format(PyExc_ValueError,
                      "kernel '%s': grid (%u, %u, %u) is not a multiple of cluster "
-                     "(%u, %u, %u)", pygpu_function_name(f), grid[0], grid[1], grid[2],
-                     cfg->cluster[0], cfg->cluster[1], cfg->cluster[2]);
+                     "(%u, %u, %u)",
+                     pygpu_function_name(f), grid[0], grid[1], grid[2], cfg->cluster[0],
+                     cfg->cluster[1], cfg->cluster[2]);
         return -1;
     }
     return 0;
@@ -370,8 +391,12 @@ pygpu_config_check(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config
 static void
 launch_config_ex(const pygpu_launch_config *cfg, CUlaunchConfig *lc)
 {
-    lc->gridDimX = cfg->grid[0]; lc->gridDimY = cfg->grid[1]; lc->gridDimZ = cfg->grid[2];
-    lc->blockDimX = cfg->block[0]; lc->blockDimY = cfg->block[1]; lc->blockDimZ = cfg->block[2];
+    lc->gridDimX = cfg->grid[0];
+    lc->gridDimY = cfg->grid[1];
+    lc->gridDimZ = cfg->grid[2];
+    lc->blockDimX = cfg->block[0];
+    lc->blockDimY = cfg->block[1];
+    lc->blockDimZ = cfg->block[2];
     lc->sharedMemBytes = cfg->shared;
     lc->hStream = cfg->stream;
     lc->attrs = NULL;
@@ -385,8 +410,7 @@ launch_config_ex(const pygpu_launch_config *cfg, CUlaunchConfig *lc)
  * quicker a launch (C loops of both, interleaved bursts; run.py shows both);
  * cuLaunchKernel serves drivers before CUDA 12. */
 static CUresult
-enqueue(pygpu_Function *f, const pygpu_launch_config *cfg, void **params,
-        const char **routine)
+enqueue(pygpu_Function *f, const pygpu_launch_config *cfg, void **params, const char **routine)
 {
     CUlaunchConfig lc;
     CUlaunchAttribute attrs[3];
@@ -394,9 +418,9 @@ enqueue(pygpu_Function *f, const pygpu_launch_config *cfg, void **params,
     if (cu.cuLaunchKernelEx == NULL) {
         /* pygpu_launch refused cluster/cooperative/pdl already */
         *routine = "cuLaunchKernel";
-        return cu.cuLaunchKernel(f->handle, cfg->grid[0], cfg->grid[1], cfg->grid[2],
-                                 cfg->block[0], cfg->block[1], cfg->block[2], cfg->shared,
-                                 cfg->stream, params, NULL);
+        return cu.cuLaunchKernel(f->handle, cfg->grid[0], cfg->grid[1], cfg->grid[2], cfg->block[0],
+                                 cfg->block[1], cfg->block[2], cfg->shared, cfg->stream, params,
+                                 NULL);
     }
     *routine = "cuLaunchKernelEx";
     launch_config_ex(cfg, &lc);
@@ -430,8 +454,7 @@ enqueue(pygpu_Function *f, const pygpu_launch_config *cfg, void **params,
 /* the launch between two events; waits for the end event with the GIL
  * released.  The context is current. */
 static PyObject *
-enqueue_timed(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config *cfg,
-              void **params)
+enqueue_timed(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config *cfg, void **params)
 {
     CUevent start = NULL, end = NULL;
     CUresult rc;
@@ -450,11 +473,8 @@ enqueue_timed(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config *cfg
     if ((rc = cu.cuEventRecord(end, cfg->stream)) != CUDA_SUCCESS)
         goto done;
     where = "cuEventSynchronize";
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuEventSynchronize(end);
-    Py_END_ALLOW_THREADS
-    if (rc != CUDA_SUCCESS)
-        goto done;
+    Py_BEGIN_ALLOW_THREADS rc = cu.cuEventSynchronize(end);
+    Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS) goto done;
     where = "cuEventElapsedTime";
     if ((rc = cu.cuEventElapsedTime(&ms, start, end)) != CUDA_SUCCESS)
         goto done;
@@ -512,15 +532,17 @@ pygpu_launch(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config *cfg,
             local.stream = cur->handle;
             local.stream_obj = (PyObject *)cur;
             cfg = &local;
-        } else if (pygpu_capture_legacy_launch(st, f->module->context,
-                                               pygpu_function_name(f)) < 0) {
+        } else if (pygpu_capture_legacy_launch(st, f->module->context, pygpu_function_name(f))
+                   < 0) {
             return NULL;
         }
     }
     if (cfg->timed && pygpu_stream_capturing(st, cfg->stream_obj)) {
-        PyErr_Format(st->LogicError, "kernel '%s': time_kernel=True waits for the launch, "
+        PyErr_Format(st->LogicError,
+                     "kernel '%s': time_kernel=True waits for the launch, "
                      "but the stream is capturing a graph (its work is recorded, not run); "
-                     "time the graph's launch instead", pygpu_function_name(f));
+                     "time the graph's launch instead",
+                     pygpu_function_name(f));
         return NULL;
     }
     if (pygpu_scope_enter(st, f->module->context, &scope) < 0)
@@ -529,9 +551,8 @@ pygpu_launch(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config *cfg,
         res = enqueue_timed(st, f, cfg, pack->ptrs);
     } else {
         rc = enqueue(f, cfg, pack->ptrs, &routine);
-        if (stale_context_error(rc) && !scope.pushed
-            && pygpu_context_recheck(f->module->context)) {
-            pygpu_scope_exit(&scope);       /* (pushed nothing) */
+        if (stale_context_error(rc) && !scope.pushed && pygpu_context_recheck(f->module->context)) {
+            pygpu_scope_exit(&scope); /* (pushed nothing) */
             if (pygpu_scope_enter(st, f->module->context, &scope) < 0)
                 return NULL;
             rc = enqueue(f, cfg, pack->ptrs, &routine);
@@ -563,9 +584,9 @@ quick_run(pygpu_state *st, pygpu_Function *f, const CUlaunchConfig *lc, PyObject
     pygpu_Context *ctx = f->module->context;
     CUresult rc;
     if (pygpu_captures_active != 0)
-        return 0;    /* a capture runs: the full path resolves the default stream */
+        return 0; /* a capture runs: the full path resolves the default stream */
     if (stream_obj != NULL) {
-        pygpu_Stream *s = (pygpu_Stream *)stream_obj;   /* a Stream: quick_config */
+        pygpu_Stream *s = (pygpu_Stream *)stream_obj; /* a Stream: quick_config */
         if (s->context != NULL && s->context->detached)
             return 0;
     }
@@ -575,7 +596,7 @@ quick_run(pygpu_state *st, pygpu_Function *f, const CUlaunchConfig *lc, PyObject
         return 0;
     rc = cu.cuLaunchKernelEx(lc, f->handle, ptrs, NULL);
     if (stale_context_error(rc) && pygpu_context_recheck(ctx))
-        return 0;      /* it was not current after all: the full path activates it */
+        return 0; /* it was not current after all: the full path activates it */
     *res = rc == CUDA_SUCCESS ? Py_NewRef(Py_None) : pygpu_cuda_error(st, rc, "cuLaunchKernelEx");
     return 1;
 }
@@ -587,8 +608,8 @@ static int
 quick_config(pygpu_state *st, const pygpu_launch_config *cfg, CUlaunchConfig *lc)
 {
     if ((cfg->stream_obj != NULL && !Py_IS_TYPE(cfg->stream_obj, st->StreamType))
-        || (cfg->stream_obj == NULL && cfg->stream != NULL) || cfg->has_cluster
-        || cfg->cooperative || cfg->pdl || cfg->timed || cu.cuLaunchKernelEx == NULL)
+        || (cfg->stream_obj == NULL && cfg->stream != NULL) || cfg->has_cluster || cfg->cooperative
+        || cfg->pdl || cfg->timed || cu.cuLaunchKernelEx == NULL)
         return 0;
     launch_config_ex(cfg, lc);
     return 1;
@@ -596,8 +617,8 @@ quick_config(pygpu_state *st, const pygpu_launch_config *cfg, CUlaunchConfig *lc
 
 /* the cached pair's launch: f->last_lc is a plain launch's configuration */
 int
-pygpu_launch_cached(pygpu_state *st, pygpu_Function *f, PyObject *const *args,
-                    Py_ssize_t nargs, PyObject **res)
+pygpu_launch_cached(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ssize_t nargs,
+                    PyObject **res)
 {
     return cu.cuLaunchKernelEx != NULL && quick_run(st, f, &f->last_lc, NULL, args, nargs, res);
 }
@@ -631,15 +652,19 @@ bound_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObj
         && quick_run(st, f, &b->lc, b->cfg.stream_obj, args, PyVectorcall_NARGS(nargsf), &res))
         return res;
     if (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) {
-        PyErr_Format(PyExc_TypeError, "kernel '%s': a configured launch takes only the "
-                     "kernel's arguments", pygpu_function_name(f));
+        PyErr_Format(PyExc_TypeError,
+                     "kernel '%s': a configured launch takes only the "
+                     "kernel's arguments",
+                     pygpu_function_name(f));
         return NULL;
     }
     PYGPU_ARGPACK_INIT(&pack);
     if (pygpu_pack(st, f, args, PyVectorcall_NARGS(nargsf), NULL, &pack) == 0)
         res = pygpu_launch(st, f, &b->cfg, &pack);
-    if (res != NULL && pygpu_capture_note(st, b->cfg.stream_obj, (PyObject *)f, args,
-                                          PyVectorcall_NARGS(nargsf)) < 0)
+    if (res != NULL
+        && pygpu_capture_note(st, b->cfg.stream_obj, (PyObject *)f, args,
+                              PyVectorcall_NARGS(nargsf))
+               < 0)
         Py_CLEAR(res);
     pygpu_pack_finish(st, &pack, res != NULL, NULL);
     return res;
@@ -668,12 +693,12 @@ pygpu_configure(pygpu_state *st, pygpu_Function *f, PyObject *args, PyObject *kw
     static char *kwlist[] = {"grid", "block", "stream", "shared", NULL};
     PyObject *grid, *block, *sobj = NULL, *shared = NULL;
     pygpu_launch_config cfg;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OO:configure", kwlist, &grid, &block,
-                                     &sobj, &shared))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OO:configure", kwlist, &grid, &block, &sobj,
+                                     &shared))
         return NULL;
     if (pygpu_function_check(st, f) < 0
-        || config_build(st, f, block, grid, shared, sobj, NULL, NULL, NULL, NULL, "shared",
-                        &cfg) < 0
+        || config_build(st, f, block, grid, shared, sobj, NULL, NULL, NULL, NULL, "shared", &cfg)
+               < 0
         || pygpu_layout_get(st, f) == NULL)
         return NULL;
     return pygpu_bound_new(st, f, &cfg);
@@ -694,15 +719,14 @@ bound_repr(pygpu_BoundLaunch *b)
 {
     const pygpu_launch_config *c = &b->cfg;
     return PyUnicode_FromFormat("<pygpu.driver.BoundLaunch of '%U' grid=(%u, %u, %u) "
-                                "block=(%u, %u, %u) shared=%u>", b->function->name,
-                                c->grid[0], c->grid[1], c->grid[2], c->block[0],
+                                "block=(%u, %u, %u) shared=%u>",
+                                b->function->name, c->grid[0], c->grid[1], c->grid[2], c->block[0],
                                 c->block[1], c->block[2], c->shared);
 }
 
 static PyMemberDef bound_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(pygpu_BoundLaunch, vectorcall), READONLY},
-    {NULL}
-};
+    {NULL}};
 
 static PyType_Slot bound_slots[] = {
     {Py_tp_dealloc, bound_dealloc},
@@ -711,15 +735,13 @@ static PyType_Slot bound_slots[] = {
     {Py_tp_repr, bound_repr},
     {Py_tp_doc, "A kernel launch with its configuration frozen; call it with the "
                 "kernel's arguments."},
-    {0, NULL}
-};
+    {0, NULL}};
 
-static PyType_Spec bound_spec = {
-    "pygpu.driver.BoundLaunch", sizeof(pygpu_BoundLaunch), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION |
-    Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_BASETYPE,
-    bound_slots
-};
+static PyType_Spec bound_spec = {"pygpu.driver.BoundLaunch", sizeof(pygpu_BoundLaunch), 0,
+                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
+                                     | Py_TPFLAGS_DISALLOW_INSTANTIATION
+                                     | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_BASETYPE,
+                                 bound_slots};
 
 int
 pygpu_launch_setup(PyObject *m, pygpu_state *st)

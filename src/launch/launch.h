@@ -15,11 +15,11 @@ typedef struct {
  * prepare() or a second thread replacing it never frees what a call reads. */
 typedef struct pygpu_layout {
     Py_ssize_t refs;
-    int nparams;              /* -1: unknown (no cuFuncGetParamInfo, not prepared) */
-    int known;                /* 1: sizes from cuFuncGetParamInfo */
-    size_t total;             /* bytes the packed values span */
-    char *prepared;           /* owned: prepare() type codes, nparams of them, or NULL */
-    pygpu_param params[];     /* nparams entries when nparams > 0 */
+    int nparams;          /* -1: unknown (no cuFuncGetParamInfo, not prepared) */
+    int known;            /* 1: sizes from cuFuncGetParamInfo */
+    size_t total;         /* bytes the packed values span */
+    char *prepared;       /* owned: prepare() type codes, nparams of them, or NULL */
+    pygpu_param params[]; /* nparams entries when nparams > 0 */
 } pygpu_layout;
 
 #define PYGPU_PACK_INLINE_BYTES 512
@@ -29,13 +29,13 @@ typedef struct pygpu_layout {
  * on the C stack, up to the sizes above; heap beyond), never to the Function,
  * so concurrent and re-entrant launches cannot see each other's values. */
 typedef struct {
-    pygpu_layout *layout;     /* counted reference */
+    pygpu_layout *layout; /* counted reference */
     const pygpu_param *params;
     int nparams;
-    char *buf;                /* the values */
-    void **ptrs;              /* kernelParams: ptrs[i] = buf + params[i].offset */
-    void *heap;               /* owned: buf/ptrs/params beyond the inline storage */
-    PyObject *handlers;       /* strong: In/Out/InOut bookkeeping, or NULL */
+    char *buf;          /* the values */
+    void **ptrs;        /* kernelParams: ptrs[i] = buf + params[i].offset */
+    void *heap;         /* owned: buf/ptrs/params beyond the inline storage */
+    PyObject *handlers; /* strong: In/Out/InOut bookkeeping, or NULL */
     _Alignas(16) char inline_buf[PYGPU_PACK_INLINE_BYTES];
     void *inline_ptrs[PYGPU_PACK_INLINE_PARAMS];
 } pygpu_argpack;
@@ -45,39 +45,37 @@ typedef struct {
     unsigned int grid[3], block[3], cluster[3];
     unsigned int shared;
     CUstream stream;
-    PyObject *stream_obj;     /* borrowed for a call (the caller's argument);
+    PyObject *stream_obj; /* borrowed for a call (the caller's argument);
                                  strong in a BoundLaunch */
     int has_cluster, cooperative, pdl, timed;
 } pygpu_launch_config;
 
 typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    CUfunction handle;         /* owned by the module */
-    pygpu_Module *module;      /* strong ref */
-    PyObject *name;            /* str */
-    pygpu_layout *layout;      /* counted reference; NULL until first needed */
-    int max_threads;           /* the kernel's own block limit; 0 until read */
+    PyObject_HEAD vectorcallfunc vectorcall;
+    CUfunction handle;    /* owned by the module */
+    pygpu_Module *module; /* strong ref */
+    PyObject *name;       /* str */
+    pygpu_layout *layout; /* counted reference; NULL until first needed */
+    int max_threads;      /* the kernel's own block limit; 0 until read */
     /* the last checked (block, grid) pair, reused while the same tuple
      * objects come back (the common `block=(256, 1, 1)` literal) */
-    PyObject *last_block, *last_grid;   /* strong refs */
-    CUlaunchConfig last_lc;    /* the pair as a plain launch on the default
+    PyObject *last_block, *last_grid; /* strong refs */
+    CUlaunchConfig last_lc;           /* the pair as a plain launch on the default
                                   stream: grid, block, nothing else */
     PyObject *weakreflist;
-    pygpu_state *st;           /* the module state (the type keeps the module alive) */
+    pygpu_state *st; /* the module state (the type keeps the module alive) */
     /* PyCUDA's legacy launch API (_set_block_shape, _param_set*, _launch*):
      * the state cuFuncSetBlockShape and cuParamSet* kept in the driver */
     unsigned int legacy_block[3], legacy_shared;
-    PyObject *legacy_params;   /* strong: bytearray, the parameter buffer, or NULL */
+    PyObject *legacy_params; /* strong: bytearray, the parameter buffer, or NULL */
 } pygpu_Function;
 
 typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    pygpu_Function *function;  /* strong ref */
-    pygpu_launch_config cfg;   /* cfg.stream_obj: strong ref, keeps the stream alive */
-    int quick;                 /* 1: a plain launch that cuLaunchKernelEx takes as lc */
-    CUlaunchConfig lc;         /* cfg as cuLaunchKernelEx takes it, no attributes */
+    PyObject_HEAD vectorcallfunc vectorcall;
+    pygpu_Function *function; /* strong ref */
+    pygpu_launch_config cfg;  /* cfg.stream_obj: strong ref, keeps the stream alive */
+    int quick;                /* 1: a plain launch that cuLaunchKernelEx takes as lc */
+    CUlaunchConfig lc;        /* cfg as cuLaunchKernelEx takes it, no attributes */
 } pygpu_BoundLaunch;
 
 /* args.c.  GIL held throughout. */
@@ -92,13 +90,12 @@ pygpu_layout *pygpu_layout_prepared(pygpu_state *st, pygpu_Function *f, PyObject
  * exception.  With a configuration hcfg, In/Out/InOut arguments are replaced
  * by device copies made on hcfg's stream (pack->handlers then holds what
  * pygpu_pack_finish copies back); without, they are refused. */
-int pygpu_pack(pygpu_state *st, pygpu_Function *f, PyObject *const *args,
-               Py_ssize_t nargs, const pygpu_launch_config *hcfg, pygpu_argpack *pack);
+int pygpu_pack(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ssize_t nargs,
+               const pygpu_launch_config *hcfg, pygpu_argpack *pack);
 /* Copy Out/InOut arrays back (when launched) and free the handlers' device
  * copies; releases pack's storage.  Returns 0 or -1 (an exception already
  * set by the launch is kept). */
-int pygpu_pack_finish(pygpu_state *st, pygpu_argpack *pack, int launched,
-                      PyObject *stream_obj);
+int pygpu_pack_finish(pygpu_state *st, pygpu_argpack *pack, int launched, PyObject *stream_obj);
 #define PYGPU_ARGPACK_INIT(p) ((p)->layout = NULL, (p)->heap = NULL, (p)->handlers = NULL)
 
 /* The common arguments packed in the fewest steps (args.c): a known layout
@@ -106,8 +103,8 @@ int pygpu_pack_finish(pygpu_state *st, pygpu_argpack *pack, int launched,
  * every argument an exact DeviceAllocation (live), int or float of a size it
  * fills, or a NumPy number scalar (exact type) of the parameter's size.  Runs no Python code, raises nothing: 1 with buf and ptrs filled,
  * or 0 (nothing kept) when pygpu_pack must decide. */
-int pygpu_pack_fast(pygpu_state *st, const pygpu_layout *l, PyObject *const *args,
-                    Py_ssize_t nargs, char *buf, void **ptrs);
+int pygpu_pack_fast(pygpu_state *st, const pygpu_layout *l, PyObject *const *args, Py_ssize_t nargs,
+                    char *buf, void **ptrs);
 
 /* launch.c: the launch in the fewest steps when cfg is a plain launch on the
  * default stream and pygpu_pack_fast takes the arguments and the kernel's
@@ -117,15 +114,15 @@ int pygpu_pack_fast(pygpu_state *st, const pygpu_layout *l, PyObject *const *arg
  * configuration to build; pygpu_config_cached fills cfg with that pair for
  * the full path. */
 void pygpu_config_cached(const pygpu_Function *f, pygpu_launch_config *cfg);
-int pygpu_launch_cached(pygpu_state *st, pygpu_Function *f, PyObject *const *args,
-                        Py_ssize_t nargs, PyObject **res);
-int pygpu_launch_quick(pygpu_state *st, pygpu_Function *f,
-                       const pygpu_launch_config *cfg, PyObject *const *args,
-                       Py_ssize_t nargs, PyObject **res);
+int pygpu_launch_cached(pygpu_state *st, pygpu_Function *f, PyObject *const *args, Py_ssize_t nargs,
+                        PyObject **res);
+int pygpu_launch_quick(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config *cfg,
+                       PyObject *const *args, Py_ssize_t nargs, PyObject **res);
 
 /* launch.c.  GIL held. */
-#define PYGPU_LAUNCH_KEYWORDS "block, grid, shared, stream, time_kernel, cluster, " \
-                              "cooperative, pdl"
+#define PYGPU_LAUNCH_KEYWORDS                             \
+    "block, grid, shared, stream, time_kernel, cluster, " \
+    "cooperative, pdl"
 int pygpu_parse_dims(PyObject *obj, unsigned int out[3], const char *what);
 /* the keyword launch options of Function.__call__ */
 int pygpu_config_from_kwargs(pygpu_state *st, pygpu_Function *f, PyObject *const *kwargs,
@@ -133,8 +130,8 @@ int pygpu_config_from_kwargs(pygpu_state *st, pygpu_Function *f, PyObject *const
 /* prepared_call(grid, block, [stream,] *args, shared_size=0): returns the
  * index of the first kernel argument, or -1 */
 Py_ssize_t pygpu_config_prepared(pygpu_state *st, pygpu_Function *f, PyObject *const *args,
-                                 Py_ssize_t nargs, PyObject *kwnames, int with_stream,
-                                 int timed, pygpu_launch_config *cfg);
+                                 Py_ssize_t nargs, PyObject *kwnames, int with_stream, int timed,
+                                 pygpu_launch_config *cfg);
 /* Function.configure(grid, block, stream=None, shared=0) */
 PyObject *pygpu_configure(pygpu_state *st, pygpu_Function *f, PyObject *args, PyObject *kwds);
 /* the device's and kernel's limits; the context is alive */

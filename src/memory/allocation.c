@@ -21,13 +21,13 @@ buffer_has_objects(PyObject *obj, Py_buffer *view)
     while (PyMemoryView_Check(base) && PyMemoryView_GET_BUFFER(base)->obj != NULL
            && PyMemoryView_GET_BUFFER(base)->obj != base)
         base = PyMemoryView_GET_BUFFER(base)->obj;
-    if (PyArray_Check(base))        /* (a memoryview cannot cast to 'O') */
+    if (PyArray_Check(base)) /* (a memoryview cannot cast to 'O') */
         return PyDataType_REFCHK(PyArray_DESCR((PyArrayObject *)base)) ? 1 : 0;
-    if (base != obj) {              /* a cast ('B') hides the exporter's own format */
+    if (base != obj) { /* a cast ('B') hides the exporter's own format */
         Py_buffer bview;
         if (PyObject_GetBuffer(base, &bview, PyBUF_FULL_RO) < 0) {
             PyErr_Clear();
-            return 1;               /* not understood: not trusted */
+            return 1; /* not understood: not trusted */
         }
         r = buffer_has_objects(base, &bview);
         PyBuffer_Release(&bview);
@@ -43,7 +43,7 @@ buffer_has_objects(PyObject *obj, Py_buffer *view)
     Py_DECREF(mv);
     if (arr == NULL) {
         PyErr_Clear();
-        return 1;                   /* not understood: not trusted */
+        return 1; /* not understood: not trusted */
     }
     r = PyDataType_REFCHK(PyArray_DESCR((PyArrayObject *)arr))
         || (Py_ssize_t)PyArray_ITEMSIZE((PyArrayObject *)arr) != view->itemsize;
@@ -75,8 +75,8 @@ get_host_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what)
     if (!PyObject_CheckBuffer(obj)) {
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError,
-                     "%s: expected a host buffer (NumPy array, bytes, ...), not %.100s",
-                     what, Py_TYPE(obj)->tp_name);
+                     "%s: expected a host buffer (NumPy array, bytes, ...), not %.100s", what,
+                     Py_TYPE(obj)->tp_name);
         return -1;
     }
     PyErr_Clear();
@@ -87,8 +87,7 @@ get_host_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what)
     }
     PyErr_Clear();
     PyErr_Format(PyExc_ValueError,
-                 "%s: the host buffer is not contiguous (use numpy.ascontiguousarray)",
-                 what);
+                 "%s: the host buffer is not contiguous (use numpy.ascontiguousarray)", what);
     return -1;
 }
 
@@ -142,8 +141,9 @@ allocation_free_memory(pygpu_DeviceAllocation *self)
          * another stream is unsafe during a GLOBAL capture). */
         int node = self->in_capture && self->owner != NULL
                    && pygpu_stream_capturing(PYGPU_STATE(self), self->owner);
-        if (node || !pygpu_capture_defer_free(self->context, self->ptr, self->free_stream,
-                                              self->owner)) {
+        if (node
+            || !pygpu_capture_defer_free(self->context, self->ptr, self->free_stream,
+                                         self->owner)) {
             CUstreamCaptureMode m = pygpu_capture_relax();
             cu.cuMemFreeAsync(self->ptr, self->free_stream);
             pygpu_capture_restore(m);
@@ -178,8 +178,9 @@ allocation_release(pygpu_DeviceAllocation *self)
         self->free_pending = 1;
         return;
     }
-    if (self->holds != NULL && !(self->kind == 2 && self->in_capture && self->owner != NULL
-                                 && pygpu_stream_capturing(PYGPU_STATE(self), self->owner))) {
+    if (self->holds != NULL
+        && !(self->kind == 2 && self->in_capture && self->owner != NULL
+             && pygpu_stream_capturing(PYGPU_STATE(self), self->owner))) {
         self->free_pending = 1;
         return;
     }
@@ -207,7 +208,7 @@ pygpu_allocation_check(pygpu_state *st, pygpu_DeviceAllocation *a)
 {
     if (a->freed == 2) {
         PyErr_SetString(st->LogicError, "the DeviceAllocation's context was detached: "
-                        "its memory is gone");
+                                        "its memory is gone");
         return -1;
     }
     if (a->freed) {
@@ -292,7 +293,7 @@ pygpu_allocations_detach(pygpu_state *st, pygpu_Context *ctx)
         if (was_freed)
             allocation_unlink(a);
         else
-            allocation_free_memory(a);   /* unlinks it */
+            allocation_free_memory(a); /* unlinks it */
     }
     return 0;
 }
@@ -337,8 +338,8 @@ new_allocation(pygpu_state *st, pygpu_Context *ctx, CUdeviceptr ptr, size_t size
 }
 
 PyObject *
-pygpu_allocation_new(pygpu_state *st, PyTypeObject *tp, pygpu_Context *ctx,
-                     CUdeviceptr ptr, size_t size, int kind)
+pygpu_allocation_new(pygpu_state *st, PyTypeObject *tp, pygpu_Context *ctx, CUdeviceptr ptr,
+                     size_t size, int kind)
 {
     pygpu_DeviceAllocation *self = (pygpu_DeviceAllocation *)tp->tp_alloc(tp, 0);
     if (self == NULL)
@@ -372,8 +373,8 @@ pygpu_allocation_new(pygpu_state *st, PyTypeObject *tp, pygpu_Context *ctx,
 }
 
 PyObject *
-pygpu_borrowed_allocation(pygpu_state *st, pygpu_Context *ctx, CUdeviceptr ptr,
-                          size_t size, PyObject *owner)
+pygpu_borrowed_allocation(pygpu_state *st, pygpu_Context *ctx, CUdeviceptr ptr, size_t size,
+                          PyObject *owner)
 {
     PyObject *a = new_allocation(st, ctx, ptr, size, 3);
     if (a != NULL) {
@@ -387,8 +388,7 @@ int
 pygpu_parse_nbytes(PyObject *obj, size_t *out, const char *what)
 {
     if (!PyIndex_Check(obj) || PyBool_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
-                     Py_TYPE(obj)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what, Py_TYPE(obj)->tp_name);
         return -1;
     }
     PyObject *n = PyNumber_Index(obj);
@@ -446,7 +446,7 @@ mem_alloc(PyObject *module, PyObject *arg)
         if (ctx->detached) {
             pygpu_scope_exit(&s);
             PyErr_SetString(st->LogicError, "mem_alloc(): the current context was detached "
-                            "by a finalizer during garbage collection");
+                                            "by a finalizer during garbage collection");
             return NULL;
         }
         mode = pygpu_capture_relax();
@@ -461,8 +461,7 @@ mem_alloc(PyObject *module, PyObject *arg)
             cu.cuMemGetInfo(&free_b, &total_b);
             pygpu_capture_restore(mode);
             char note[160];
-            snprintf(note, sizeof note,
-                     "asked for %zu bytes; %zu of %zu bytes free on the device",
+            snprintf(note, sizeof note, "asked for %zu bytes; %zu of %zu bytes free on the device",
                      n, free_b, total_b);
             pygpu_cuda_error_ex(st, rc, "cuMemAlloc", note);
             return NULL;
@@ -567,7 +566,7 @@ mem_alloc_async(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObj
         nobj = args[0];
         n = (size_t)v;
     } else {
-        PyErr_Clear();            /* (an int too large for a Py_ssize_t: parsed below) */
+        PyErr_Clear(); /* (an int too large for a Py_ssize_t: parsed below) */
         if (pygpu_fast_args("mem_alloc_async", args, nargs, kwnames, argnames, 1, a) < 0)
             return NULL;
         nobj = a[0];
@@ -617,7 +616,7 @@ mem_alloc_async(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObj
         block = 0;
     if (!ctx->pool_configured)
         pygpu_keep_pool_memory(ctx);
-    mode = pygpu_capture_relax();       /* unsafe on a stream that does not capture */
+    mode = pygpu_capture_relax(); /* unsafe on a stream that does not capture */
     rc = cu.cuMemAllocAsync(&p, block != 0 ? block : n, s);
     pygpu_capture_restore(mode);
     if (rc == CUDA_ERROR_OUT_OF_MEMORY && pygpu_blockcache_flush_oom(ctx) > 0) {
@@ -629,8 +628,9 @@ mem_alloc_async(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObj
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error_ex(st, rc, "cuMemAllocAsync",
                                    rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
-                                   ? "the stream's capture was invalidated by an earlier "
-                                     "operation that is illegal during capture" : NULL);
+                                       ? "the stream's capture was invalidated by an earlier "
+                                         "operation that is illegal during capture"
+                                       : NULL);
     return async_allocation(st, ctx, p, n, block, s, sobj);
 }
 
@@ -655,7 +655,7 @@ mem_alloc_managed(PyObject *module, PyObject *args, PyObject *kwds)
         return NULL;
     if (n == 0)
         return new_allocation(st, ctx, 0, 0, 1);
-    mode = pygpu_capture_relax();       /* made now, never captured */
+    mode = pygpu_capture_relax(); /* made now, never captured */
     rc = cu.cuMemAllocManaged(&p, n, flags);
     pygpu_capture_restore(mode);
     if (rc != CUDA_SUCCESS)
@@ -688,7 +688,7 @@ pygpu_managed_allocation(pygpu_state *st, size_t n, unsigned int flags)
     }
     a = new_allocation(st, ctx, p, n, 1);
     if (a != NULL)
-        ((pygpu_DeviceAllocation *)a)->host_view = 1;    /* the array's .base */
+        ((pygpu_DeviceAllocation *)a)->host_view = 1; /* the array's .base */
     if (a == NULL && p) {
         CUstreamCaptureMode mode = pygpu_capture_relax();
         cu.cuMemFree(p);
@@ -718,13 +718,13 @@ mem_alloc_pitch(PyObject *module, PyObject *args)
         return NULL;
     }
     if (esize != 4 && esize != 8 && esize != 16) {
-        PyErr_Format(PyExc_ValueError,
-                     "mem_alloc_pitch(): access_size must be 4, 8 or 16, got %u", esize);
+        PyErr_Format(PyExc_ValueError, "mem_alloc_pitch(): access_size must be 4, 8 or 16, got %u",
+                     esize);
         return NULL;
     }
     if ((ctx = pygpu_current_context(st)) == NULL)
         return NULL;
-    mode = pygpu_capture_relax();       /* made now, never captured */
+    mode = pygpu_capture_relax(); /* made now, never captured */
     rc = cu.cuMemAllocPitch(&p, &pitch, (size_t)width, (size_t)height, esize);
     pygpu_capture_restore(mode);
     if (rc != CUDA_SUCCESS)
@@ -777,9 +777,8 @@ allocation_cai(pygpu_DeviceAllocation *self, void *c)
         PyErr_SetString(PYGPU_STATE(self)->LogicError, "the DeviceAllocation was freed");
         return NULL;
     }
-    return Py_BuildValue("{s:(n),s:s,s:(KO),s:i,s:O,s:O}",
-                         "shape", (Py_ssize_t)self->size, "typestr", "|u1",
-                         "data", (unsigned long long)self->ptr, Py_False,
+    return Py_BuildValue("{s:(n),s:s,s:(KO),s:i,s:O,s:O}", "shape", (Py_ssize_t)self->size,
+                         "typestr", "|u1", "data", (unsigned long long)self->ptr, Py_False,
                          "version", 3, "strides", Py_None, "stream", Py_None);
 }
 
@@ -828,13 +827,13 @@ allocation_repr(pygpu_DeviceAllocation *self)
     if (self->freed && self->free_pending && self->host_view && self->holds == NULL)
         return PyUnicode_FromFormat("<pygpu.driver.DeviceAllocation (freed; the memory goes "
                                     "with this object, which arrays or buffers on the host "
-                                    "use), %zu bytes>", self->size);
+                                    "use), %zu bytes>",
+                                    self->size);
     if (self->freed && self->free_pending)
         return PyUnicode_FromFormat("<pygpu.driver.DeviceAllocation (freed; the memory "
                                     "waits for %zd holder%s), %zu bytes>",
                                     pygpu_holds_count(self->holds),
-                                    pygpu_holds_count(self->holds) == 1 ? "" : "s",
-                                    self->size);
+                                    pygpu_holds_count(self->holds) == 1 ? "" : "s", self->size);
     if (self->freed)
         return PyUnicode_FromFormat("<pygpu.driver.DeviceAllocation (freed), %zu bytes>",
                                     self->size);
@@ -842,8 +841,8 @@ allocation_repr(pygpu_DeviceAllocation *self)
         /* PyUnicode_FromFormat has no %llx */
         char addr[32];
         snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)self->ptr);
-        return PyUnicode_FromFormat("<pygpu.driver.DeviceAllocation at %s, %zu bytes>",
-                                    addr, self->size);
+        return PyUnicode_FromFormat("<pygpu.driver.DeviceAllocation at %s, %zu bytes>", addr,
+                                    self->size);
     }
 }
 
@@ -862,12 +861,12 @@ host_view(PyObject *owner, uintptr_t p, size_t n)
         return NULL;
     }
     dims[0] = (npy_intp)n;
-    arr = PyArray_New(&PyArray_Type, 1, dims, NPY_UINT8, NULL,
-                      n ? (void *)p : (void *)empty, 0, NPY_ARRAY_CARRAY, NULL);
+    arr = PyArray_New(&PyArray_Type, 1, dims, NPY_UINT8, NULL, n ? (void *)p : (void *)empty, 0,
+                      NPY_ARRAY_CARRAY, NULL);
     if (arr == NULL)
         return NULL;
     Py_INCREF(owner);
-    if (PyArray_SetBaseObject((PyArrayObject *)arr, owner) < 0) {   /* steals owner */
+    if (PyArray_SetBaseObject((PyArrayObject *)arr, owner) < 0) { /* steals owner */
         Py_DECREF(arr);
         return NULL;
     }
@@ -885,8 +884,10 @@ view_extent(PyObject *sobj, PyObject *oobj, size_t cap, size_t *size, size_t *of
         || (oobj != NULL && pygpu_parse_nbytes(oobj, offset, "as_buffer(): offset") < 0))
         return -1;
     if (cap != (size_t)-1 && (*offset > cap || *size > cap - *offset)) {
-        PyErr_Format(PyExc_ValueError, "as_buffer(): %zu bytes at offset %zu do not fit in "
-                     "the allocation's %zu bytes", *size, *offset, cap);
+        PyErr_Format(PyExc_ValueError,
+                     "as_buffer(): %zu bytes at offset %zu do not fit in "
+                     "the allocation's %zu bytes",
+                     *size, *offset, cap);
         return -1;
     }
     return 0;
@@ -904,19 +905,17 @@ host_accessible(pygpu_state *st, CUdeviceptr p, size_t n)
     if (pygpu_current_context(st) == NULL)
         return -1;
     if (cu.cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p) != CUDA_SUCCESS
-        || cu.cuPointerGetAttribute(&mtype, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p)
-           != CUDA_SUCCESS)
-        return 0;       /* not memory the driver knows */
+        || cu.cuPointerGetAttribute(&mtype, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) != CUDA_SUCCESS)
+        return 0; /* not memory the driver knows */
     if (!managed && mtype != CU_MEMORYTYPE_HOST)
         return 0;
-    if (cu.cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p)
-            == CUDA_SUCCESS
-        && cu.cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p)
-            == CUDA_SUCCESS
+    if (cu.cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p) == CUDA_SUCCESS
+        && cu.cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p) == CUDA_SUCCESS
         && range != 0 && (p - start > range || n > range - (p - start))) {
-        PyErr_Format(PyExc_ValueError, "as_buffer(): %zu bytes at 0x%llx run past the end "
-                     "of the allocation (%zu bytes from 0x%llx)", n, (unsigned long long)p,
-                     range, (unsigned long long)start);
+        PyErr_Format(PyExc_ValueError,
+                     "as_buffer(): %zu bytes at 0x%llx run past the end "
+                     "of the allocation (%zu bytes from 0x%llx)",
+                     n, (unsigned long long)p, range, (unsigned long long)start);
         return -1;
     }
     return 1;
@@ -938,7 +937,8 @@ allocation_as_buffer(pygpu_DeviceAllocation *self, PyObject *args, PyObject *kwd
     size_t size, offset;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:as_buffer", kwlist, &sobj, &oobj))
         return NULL;
-    if (pygpu_allocation_check(st, self) < 0 || view_extent(sobj, oobj, self->size, &size, &offset) < 0)
+    if (pygpu_allocation_check(st, self) < 0
+        || view_extent(sobj, oobj, self->size, &size, &offset) < 0)
         return NULL;
     if (self->kind != 1) {
         int ok = self->size ? host_accessible(st, self->ptr, self->size) : 0;
@@ -997,11 +997,11 @@ allocation_attach(pygpu_DeviceAllocation *self, PyObject *args, PyObject *kwds)
         return NULL;
     if (self->kind != 1) {
         PyErr_SetString(st->LogicError, "attach(): the allocation is not managed memory "
-                        "(mem_alloc_managed(), managed_empty())");
+                                        "(mem_alloc_managed(), managed_empty())");
         return NULL;
     }
     if (self->size == 0)
-        Py_RETURN_NONE;         /* no memory to attach */
+        Py_RETURN_NONE; /* no memory to attach */
     if (cu.cuStreamAttachMemAsync == NULL) {
         PyErr_SetString(st->LogicError, "attach(): the driver has no cuStreamAttachMemAsync");
         return NULL;
@@ -1027,12 +1027,10 @@ static PyMethodDef allocation_methods[] = {
      "the address for later use (a graph, a texture, a tensor map, an IPC export: see "
      "holders), the allocation reads as freed at once and the memory goes back when the "
      "last holder goes."},
-    {"__enter__", allocation_enter, METH_NOARGS, 
-     "__enter__($self, /)\n--\n\nReturns self."},
+    {"__enter__", allocation_enter, METH_NOARGS, "__enter__($self, /)\n--\n\nReturns self."},
     {"__exit__", (PyCFunction)allocation_exit, METH_VARARGS,
      "__exit__($self, /, *exc_info)\n--\n\nFree the memory."},
-    {"as_buffer", (PyCFunction)(void (*)(void))allocation_as_buffer,
-     METH_VARARGS | METH_KEYWORDS,
+    {"as_buffer", (PyCFunction)(void (*)(void))allocation_as_buffer, METH_VARARGS | METH_KEYWORDS,
      "as_buffer($self, /, size, offset=0)\n--\n\nA writable memoryview of size bytes "
      "from offset, for memory the host can reach (managed memory); LogicError for "
      "device memory.  After it, free() waits for this object's end."},
@@ -1042,8 +1040,7 @@ static PyMethodDef allocation_methods[] = {
     {"get_device_pointer", (PyCFunction)allocation_get_device_pointer, METH_NOARGS,
      "get_device_pointer($self, /)\n--\n\nThe device address (int(self)), as "
      "PyCUDA's ManagedAllocation gives it."},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef allocation_getset[] = {
     {"__cuda_array_interface__", (getter)allocation_cai, NULL,
@@ -1053,15 +1050,14 @@ static PyGetSetDef allocation_getset[] = {
     {"holders", (getter)allocation_get_holders, NULL,
      "Who keeps the address for later use (graph nodes, textures, tensor maps, IPC "
      "exports), a tuple of names; free() of held memory is deferred until the last "
-     "holder goes.", NULL},
+     "holder goes.",
+     NULL},
     {"context", (getter)allocation_get_context, NULL, "The owning Context.", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyMemberDef allocation_members[] = {
     {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_DeviceAllocation, weakreflist), READONLY},
-    {NULL}
-};
+    {NULL}};
 
 static PyType_Slot allocation_slots[] = {
     {Py_tp_dealloc, allocation_dealloc},
@@ -1073,15 +1069,13 @@ static PyType_Slot allocation_slots[] = {
     {Py_nb_index, allocation_int},
     {Py_tp_doc, "Device memory from mem_alloc(); freed when this object dies "
                 "or at free(). int(a) is the device address."},
-    {0, NULL}
-};
+    {0, NULL}};
 
 static PyType_Spec allocation_spec = {
     "pygpu.driver.DeviceAllocation", sizeof(pygpu_DeviceAllocation), 0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION
-    | Py_TPFLAGS_BASETYPE,  /* for IPCMemoryHandle and VirtualBuffer (C subtypes) */
-    allocation_slots
-};
+        | Py_TPFLAGS_BASETYPE, /* for IPCMemoryHandle and VirtualBuffer (C subtypes) */
+    allocation_slots};
 
 static PyObject *
 mem_prefetch(PyObject *module, PyObject *args, PyObject *kwds)
@@ -1095,11 +1089,11 @@ mem_prefetch(PyObject *module, PyObject *args, PyObject *kwds)
     CUstream s;
     CUresult rc;
     CUmemLocation loc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|iO:mem_prefetch", kwlist,
-                                     &pobj, &nobj, &device, &sobj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|iO:mem_prefetch", kwlist, &pobj, &nobj,
+                                     &device, &sobj))
         return NULL;
-    if (pygpu_allocation_ptr(st, pobj, &p, &cap) < 0
-        || pygpu_parse_nbytes(nobj, &n, "size") < 0 || pygpu_get_stream(st, sobj, &s) < 0)
+    if (pygpu_allocation_ptr(st, pobj, &p, &cap) < 0 || pygpu_parse_nbytes(nobj, &n, "size") < 0
+        || pygpu_get_stream(st, sobj, &s) < 0)
         return NULL;
     if (pygpu_check_fits(n, cap, "mem_prefetch()", "allocation") < 0)
         return NULL;
@@ -1144,8 +1138,7 @@ static PyMethodDef memory_methods[] = {
     {"mem_prefetch", CF(mem_prefetch), KW,
      "mem_prefetch($module, /, ptr, size, device=-1, stream=None)\n--\n\n"
      "Prefetch managed memory to a device ordinal (-1: to the host)."},
-    {NULL}
-};
+    {NULL}};
 
 int
 pygpu_memory_setup(PyObject *m, pygpu_state *st)

@@ -32,10 +32,10 @@
 #include <limits.h>
 #include <stdlib.h>
 
-#define SMALL_STEP 512                      /* bytes: the small classes' step */
-#define SMALL_MAX 8192                      /* the largest small class */
+#define SMALL_STEP 512 /* bytes: the small classes' step */
+#define SMALL_MAX 8192 /* the largest small class */
 #define SMALL_CLASSES (SMALL_MAX / SMALL_STEP)
-#define MAX_LOG 30                          /* max_block <= 1 GiB */
+#define MAX_LOG 30 /* max_block <= 1 GiB */
 /* classes above SMALL_MAX: 4 per doubling, for n in (2^b, 2^(b+1)], b = 13..MAX_LOG-1 */
 #define NCLASSES (SMALL_CLASSES + 4 * (MAX_LOG - 13))
 
@@ -53,12 +53,12 @@ typedef struct bc_stream {
     CUstream handle;
     struct bc_stream *next;
     Py_ssize_t blocks;
-    bc_block *lists[NCLASSES];              /* owned: free blocks by class */
+    bc_block *lists[NCLASSES]; /* owned: free blocks by class */
 } bc_stream;
 
 struct pygpu_blockcache {
-    bc_stream *streams;                     /* owned list, newest first */
-    size_t bytes;                           /* cached bytes (class sizes) */
+    bc_stream *streams; /* owned list, newest first */
+    size_t bytes;       /* cached bytes (class sizes) */
     Py_ssize_t blocks;
     unsigned long long hits, misses, returned, full, oom_flushes;
 };
@@ -66,8 +66,8 @@ struct pygpu_blockcache {
 /* process-wide settings, read from the environment on first use */
 static struct {
     int loaded;
-    size_t limit;                           /* per context; 0: the cache is off */
-    size_t max_block;                       /* largest request cached */
+    size_t limit;     /* per context; 0: the cache is off */
+    size_t max_block; /* largest request cached */
 } settings;
 
 /* ---- size classes ---- */
@@ -82,9 +82,9 @@ class_index(size_t n, size_t *size)
         *size = k * SMALL_STEP;
         return (int)k - 1;
     }
-    b = 63 - __builtin_clzll((unsigned long long)(n - 1));     /* 2^b < n <= 2^(b+1) */
+    b = 63 - __builtin_clzll((unsigned long long)(n - 1)); /* 2^b < n <= 2^(b+1) */
     step = (size_t)1 << (b - 2);
-    m = (n + step - 1) / step;                                  /* 5..8 */
+    m = (n + step - 1) / step; /* 5..8 */
     *size = m * step;
     return SMALL_CLASSES + (b - 13) * 4 + (int)(m - 5);
 }
@@ -127,9 +127,21 @@ env_bytes(const char *name, size_t dflt, size_t *out)
         v = v * 10 + (unsigned long long)(*p - '0');
     }
     switch (*p) {
-    case 'k': case 'K': mul = 1ull << 10; p++; break;
-    case 'm': case 'M': mul = 1ull << 20; p++; break;
-    case 'g': case 'G': mul = 1ull << 30; p++; break;
+    case 'k':
+    case 'K':
+        mul = 1ull << 10;
+        p++;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1ull << 20;
+        p++;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1ull << 30;
+        p++;
+        break;
     default: break;
     }
     if (mul > 1 && (*p == 'i' || *p == 'I'))
@@ -145,7 +157,8 @@ env_bytes(const char *name, size_t dflt, size_t *out)
 bad:
     PyErr_Format(PyExc_ValueError,
                  "environment variable %s='%.100s' is not a byte count "
-                 "(digits, optionally followed by K, M or G; or off)", name, e);
+                 "(digits, optionally followed by K, M or G; or off)",
+                 name, e);
     return -1;
 }
 
@@ -153,8 +166,10 @@ static int
 check_max_block(size_t v, const char *what)
 {
     if (v > MAX_BLOCK_LIMIT) {
-        PyErr_Format(PyExc_ValueError, "%s: max_block=%zu is larger than the largest cached "
-                     "size, %zu bytes (1 GiB)", what, v, (size_t)MAX_BLOCK_LIMIT);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: max_block=%zu is larger than the largest cached "
+                     "size, %zu bytes (1 GiB)",
+                     what, v, (size_t)MAX_BLOCK_LIMIT);
         return -1;
     }
     return 0;
@@ -455,8 +470,8 @@ context_arg(pygpu_state *st, PyObject *obj, int any, pygpu_Context **ctx, const 
         return (*ctx = pygpu_current_context_known(st)) == NULL ? -1 : 0;
     }
     if (!PyObject_TypeCheck(obj, st->ContextType)) {
-        PyErr_Format(PyExc_TypeError, "%s: context must be a Context or None, not %.100s",
-                     what, Py_TYPE(obj)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s: context must be a Context or None, not %.100s", what,
+                     Py_TYPE(obj)->tp_name);
         return -1;
     }
     *ctx = (pygpu_Context *)obj;
@@ -479,11 +494,11 @@ trim_in(pygpu_state *st, pygpu_Context *ctx, size_t keep)
 }
 
 PyDoc_STRVAR(bc_trim_doc,
-"_block_cache_trim(context=None, keep=0)\n--\n\n"
-"Give the block cache's blocks back to the driver's pool (cuMemFreeAsync on\n"
-"the stream each was freed on) until at most keep bytes stay cached; blocks\n"
-"the settings no longer allow go too.  context None: every context pygpu\n"
-"knows.  Returns the number of blocks given back.");
+             "_block_cache_trim(context=None, keep=0)\n--\n\n"
+             "Give the block cache's blocks back to the driver's pool (cuMemFreeAsync on\n"
+             "the stream each was freed on) until at most keep bytes stay cached; blocks\n"
+             "the settings no longer allow go too.  context None: every context pygpu\n"
+             "knows.  Returns the number of blocks given back.");
 
 static PyObject *
 bc_trim(PyObject *module, PyObject *args, PyObject *kwds)
@@ -494,8 +509,7 @@ bc_trim(PyObject *module, PyObject *args, PyObject *kwds)
     pygpu_Context *ctx, *o;
     Py_ssize_t n = 0, r, pos = 0;
     size_t keep = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:_block_cache_trim", kwlist,
-                                     &cobj, &kobj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:_block_cache_trim", kwlist, &cobj, &kobj))
         return NULL;
     if (kobj != NULL && kobj != Py_None) {
         if (!PyLong_Check(kobj) || PyBool_Check(kobj)) {
@@ -506,8 +520,7 @@ bc_trim(PyObject *module, PyObject *args, PyObject *kwds)
         keep = PyLong_AsSize_t(kobj);
         if (keep == (size_t)-1 && PyErr_Occurred()) {
             PyErr_Clear();
-            PyErr_Format(PyExc_ValueError, "trim(): keep must be a byte count >= 0, not %R",
-                         kobj);
+            PyErr_Format(PyExc_ValueError, "trim(): keep must be a byte count >= 0, not %R", kobj);
             return NULL;
         }
     }
@@ -536,11 +549,11 @@ bc_trim(PyObject *module, PyObject *args, PyObject *kwds)
 }
 
 PyDoc_STRVAR(bc_stats_doc,
-"_block_cache_stats(context=None)\n--\n\n"
-"The block cache of context (None: the current one) as a dict: hits,\n"
-"misses, cached_bytes, cached_blocks, returned_blocks (given back to the\n"
-"pool), full (frees not kept: the cache was at its limit), oom_flushes,\n"
-"limit, max_block.");
+             "_block_cache_stats(context=None)\n--\n\n"
+             "The block cache of context (None: the current one) as a dict: hits,\n"
+             "misses, cached_bytes, cached_blocks, returned_blocks (given back to the\n"
+             "pool), full (frees not kept: the cache was at its limit), oom_flushes,\n"
+             "limit, max_block.");
 
 static PyObject *
 bc_stats(PyObject *module, PyObject *args, PyObject *kwds)
@@ -555,13 +568,11 @@ bc_stats(PyObject *module, PyObject *args, PyObject *kwds)
     if (settings_load() < 0 || context_arg(st, cobj, 0, &ctx, "stats()") < 0)
         return NULL;
     c = ctx->blocks != NULL ? ctx->blocks : &zero;
-    return Py_BuildValue("{sKsKsnsnsKsKsKsnsn}",
-                         "hits", c->hits, "misses", c->misses,
+    return Py_BuildValue("{sKsKsnsnsKsKsKsnsn}", "hits", c->hits, "misses", c->misses,
                          "cached_bytes", (Py_ssize_t)c->bytes, "cached_blocks", c->blocks,
-                         "returned_blocks", c->returned, "full", c->full,
-                         "oom_flushes", c->oom_flushes,
-                         "limit", (Py_ssize_t)settings.limit,
-                         "max_block", (Py_ssize_t)settings.max_block);
+                         "returned_blocks", c->returned, "full", c->full, "oom_flushes",
+                         c->oom_flushes, "limit", (Py_ssize_t)settings.limit, "max_block",
+                         (Py_ssize_t)settings.max_block);
 }
 
 /* an int >= 0 (a byte count) from obj; -1 with TypeError/ValueError */
@@ -569,26 +580,28 @@ static int
 get_bytes(PyObject *obj, const char *what, size_t *out)
 {
     if (!PyLong_Check(obj) || PyBool_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "set_block_cache(): %s must be an int, not %.100s",
-                     what, Py_TYPE(obj)->tp_name);
+        PyErr_Format(PyExc_TypeError, "set_block_cache(): %s must be an int, not %.100s", what,
+                     Py_TYPE(obj)->tp_name);
         return -1;
     }
     *out = PyLong_AsSize_t(obj);
     if (*out == (size_t)-1 && PyErr_Occurred()) {
         PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "set_block_cache(): %s must be a byte count >= 0, "
-                     "not %R", what, obj);
+        PyErr_Format(PyExc_ValueError,
+                     "set_block_cache(): %s must be a byte count >= 0, "
+                     "not %R",
+                     what, obj);
         return -1;
     }
     return 0;
 }
 
 PyDoc_STRVAR(bc_set_doc,
-"_set_block_cache(limit=None, max_block=None)\n--\n\n"
-"Change the block cache's settings (None keeps one) and return the previous\n"
-"ones as (limit, max_block): limit, the bytes of blocks each context keeps\n"
-"(0 turns the cache off); max_block, the largest request cached (at most\n"
-"1 GiB).  Blocks already cached stay until trimmed.");
+             "_set_block_cache(limit=None, max_block=None)\n--\n\n"
+             "Change the block cache's settings (None keeps one) and return the previous\n"
+             "ones as (limit, max_block): limit, the bytes of blocks each context keeps\n"
+             "(0 turns the cache off); max_block, the largest request cached (at most\n"
+             "1 GiB).  Blocks already cached stay until trimmed.");
 
 static PyObject *
 bc_set(PyObject *module, PyObject *args, PyObject *kwds)
@@ -596,8 +609,7 @@ bc_set(PyObject *module, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"limit", "max_block", NULL};
     PyObject *lobj = Py_None, *mobj = Py_None, *old;
     size_t limit, max_block;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:_set_block_cache", kwlist,
-                                     &lobj, &mobj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:_set_block_cache", kwlist, &lobj, &mobj))
         return NULL;
     if (settings_load() < 0)
         return NULL;
@@ -615,9 +627,8 @@ bc_set(PyObject *module, PyObject *args, PyObject *kwds)
     return old;
 }
 
-PyDoc_STRVAR(bc_get_doc,
-"_block_cache_settings()\n--\n\n"
-"The block cache's settings: (limit, max_block).");
+PyDoc_STRVAR(bc_get_doc, "_block_cache_settings()\n--\n\n"
+                         "The block cache's settings: (limit, max_block).");
 
 static PyObject *
 bc_get(PyObject *module, PyObject *unused)
@@ -635,8 +646,7 @@ static PyMethodDef blockcache_methods[] = {
     {"_set_block_cache", (PyCFunction)(void (*)(void))bc_set, METH_VARARGS | METH_KEYWORDS,
      bc_set_doc},
     {"_block_cache_settings", bc_get, METH_NOARGS, bc_get_doc},
-    {NULL}
-};
+    {NULL}};
 
 int
 pygpu_blockcache_setup(PyObject *m, pygpu_state *st)

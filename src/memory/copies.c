@@ -11,8 +11,7 @@ int
 pygpu_check_fits(size_t n, size_t cap, const char *what, const char *side)
 {
     if (cap != (size_t)-1 && n > cap) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: %zu bytes do not fit in the %s, which holds %zu bytes",
+        PyErr_Format(PyExc_ValueError, "%s: %zu bytes do not fit in the %s, which holds %zu bytes",
                      what, n, side, cap);
         return -1;
     }
@@ -23,8 +22,8 @@ pygpu_check_fits(size_t n, size_t cap, const char *what, const char *side)
  * device pointer; htod says which is which.  The blocking forms given a
  * stream queue the copy on it (after its earlier work) and wait for it. */
 static PyObject *
-do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-             int htod, int async)
+do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, int htod,
+             int async)
 {
     pygpu_state *st = PyModule_GetState(module);
     static const char *const argnames[] = {"dest", "src", "stream", NULL};
@@ -56,7 +55,8 @@ do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
                                  htod ? "use memcpy_htod_async (it is captured: each replay "
                                         "reads the host buffer then)"
                                       : "use memcpy_dtoh_async (it is captured: each replay "
-                                        "writes the host buffer then)") < 0)
+                                        "writes the host buffer then)")
+               < 0)
         return NULL;
     on_stream = async || sobj != Py_None;
     if (pygpu_allocation_ptr(st, htod ? dst : src, &d, &cap) < 0
@@ -73,7 +73,7 @@ do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
     if (n > 0 && !on_stream) {
         int r = pygpu_staged_copy(st, htod, view.buf, d, n);
         if (r == 2)
-            cold = 1;               /* the plain call, then wake the helpers */
+            cold = 1; /* the plain call, then wake the helpers */
         else if (r != 0) {
             if (r > 0)
                 res = Py_NewRef(Py_None);
@@ -83,11 +83,10 @@ do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
     rc = CUDA_SUCCESS;
     routine = routines[htod][on_stream];
     if (n > 0) {
-        Py_BEGIN_ALLOW_THREADS
-        if (htod)
-            rc = on_stream ? cu.cuMemcpyHtoDAsync(d, view.buf, n, s) : cu.cuMemcpyHtoD(d, view.buf, n);
-        else
-            rc = on_stream ? cu.cuMemcpyDtoHAsync(view.buf, d, n, s) : cu.cuMemcpyDtoH(view.buf, d, n);
+        Py_BEGIN_ALLOW_THREADS if (htod) rc =
+            on_stream ? cu.cuMemcpyHtoDAsync(d, view.buf, n, s) : cu.cuMemcpyHtoD(d, view.buf, n);
+        else rc =
+            on_stream ? cu.cuMemcpyDtoHAsync(view.buf, d, n, s) : cu.cuMemcpyDtoH(view.buf, d, n);
         if (rc == CUDA_SUCCESS && on_stream && !async) {
             routine = "cuStreamSynchronize";
             rc = cu.cuStreamSynchronize(s);
@@ -99,7 +98,7 @@ do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
     if (rc != CUDA_SUCCESS)
         pygpu_cuda_error(st, rc, routine);
     else if (on_stream && pygpu_capture_note(st, sobj, dst, &src, 1) < 0)
-        ;   /* a captured copy's graph keeps both sides alive (the host buffer too) */
+        ; /* a captured copy's graph keeps both sides alive (the host buffer too) */
     else
         res = Py_NewRef(Py_None);
 done:
@@ -130,8 +129,7 @@ memcpy_dtoh_async(PyObject *m, PyObject *const *a, Py_ssize_t n, PyObject *k)
 }
 
 static PyObject *
-do_dtod(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-        int async)
+do_dtod(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, int async)
 {
     pygpu_state *st = PyModule_GetState(module);
     static const char *const names[] = {"dest", "src", "size", "stream", NULL};
@@ -145,8 +143,9 @@ do_dtod(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     CUstream s = NULL;
     CUresult rc;
     int on_stream;
-    if (pygpu_fast_args(async ? "memcpy_dtod_async" : "memcpy_dtod", args, nargs, kwnames,
-                        names, 3, a) < 0)
+    if (pygpu_fast_args(async ? "memcpy_dtod_async" : "memcpy_dtod", args, nargs, kwnames, names, 3,
+                        a)
+        < 0)
         return NULL;
     dst = a[0], src = a[1], nobj = a[2];
     if (a[3] != NULL)
@@ -164,8 +163,7 @@ do_dtod(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     }
     on_stream = async || sobj != Py_None;
     if (pygpu_allocation_ptr(st, dst, &d, &dcap) < 0
-        || pygpu_allocation_ptr(st, src, &sp, &scap) < 0
-        || pygpu_parse_nbytes(nobj, &n, "size") < 0
+        || pygpu_allocation_ptr(st, src, &sp, &scap) < 0 || pygpu_parse_nbytes(nobj, &n, "size") < 0
         || (on_stream && pygpu_get_stream(st, sobj, &s) < 0)
         || pygpu_capture_check(st, sobj, !async, what) < 0)
         return NULL;
@@ -181,8 +179,8 @@ do_dtod(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     rc = CUDA_SUCCESS;
     routine = on_stream ? "cuMemcpyDtoDAsync" : "cuMemcpyDtoD";
     if (n > 0) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = on_stream ? cu.cuMemcpyDtoDAsync(d, sp, n, s) : cu.cuMemcpyDtoD(d, sp, n);
+        Py_BEGIN_ALLOW_THREADS rc =
+            on_stream ? cu.cuMemcpyDtoDAsync(d, sp, n, s) : cu.cuMemcpyDtoD(d, sp, n);
         if (rc == CUDA_SUCCESS && on_stream && !async) {
             routine = "cuStreamSynchronize";
             rc = cu.cuStreamSynchronize(s);
@@ -231,11 +229,10 @@ peer_context(pygpu_state *st, PyObject *obj, PyObject **ctx, const char *what)
 }
 
 static PyObject *
-do_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-        int async)
+do_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, int async)
 {
     pygpu_state *st = PyModule_GetState(module);
-    static const char *const names[] = {"dest", "src", "size", "dest_context",
+    static const char *const names[] = {"dest",        "src",    "size", "dest_context",
                                         "src_context", "stream", NULL};
     PyObject *a[6];
     const char *routine;
@@ -246,8 +243,9 @@ do_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     CUstream s = NULL;
     CUresult rc;
     int on_stream;
-    if (pygpu_fast_args(async ? "memcpy_peer_async" : "memcpy_peer", args, nargs, kwnames,
-                        names, 3, a) < 0)
+    if (pygpu_fast_args(async ? "memcpy_peer_async" : "memcpy_peer", args, nargs, kwnames, names, 3,
+                        a)
+        < 0)
         return NULL;
     dst = a[0], src = a[1], nobj = a[2];
     if (a[3] != NULL)
@@ -257,9 +255,9 @@ do_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     if (a[5] != NULL)
         sobj = a[5];
     if (pygpu_captures_active != 0
-        && pygpu_capture_default(st, &sobj, !async,
-                                 async ? "memcpy_peer_async()" : "memcpy_peer()",
-                                 "use memcpy_peer_async (it is captured)") < 0)
+        && pygpu_capture_default(st, &sobj, !async, async ? "memcpy_peer_async()" : "memcpy_peer()",
+                                 "use memcpy_peer_async (it is captured)")
+               < 0)
         return NULL;
     /* PyCUDA's defaults: a context left out is the allocation's own (a
      * DeviceAllocation knows it), else the current one */
@@ -268,11 +266,10 @@ do_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         return NULL;
     on_stream = async || sobj != Py_None;
     if (pygpu_allocation_ptr(st, dst, &d, &dcap) < 0
-        || pygpu_allocation_ptr(st, src, &sp, &scap) < 0
-        || pygpu_parse_nbytes(nobj, &n, "size") < 0
+        || pygpu_allocation_ptr(st, src, &sp, &scap) < 0 || pygpu_parse_nbytes(nobj, &n, "size") < 0
         || (on_stream && pygpu_get_stream(st, sobj, &s) < 0)
-        || pygpu_capture_check(st, sobj, !async,
-                               async ? "memcpy_peer_async()" : "memcpy_peer()") < 0)
+        || pygpu_capture_check(st, sobj, !async, async ? "memcpy_peer_async()" : "memcpy_peer()")
+               < 0)
         return NULL;
     if (pygpu_check_fits(n, dcap, "memcpy_peer()", "destination allocation") < 0
         || pygpu_check_fits(n, scap, "memcpy_peer()", "source allocation") < 0
@@ -286,17 +283,16 @@ do_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         return NULL;
     }
     routine = on_stream ? "cuMemcpyPeerAsync" : "cuMemcpyPeer";
-    Py_BEGIN_ALLOW_THREADS
-    rc = on_stream ? cu.cuMemcpyPeerAsync(d, ((pygpu_Context *)dctx)->handle, sp,
-                                          ((pygpu_Context *)sctx)->handle, n, s)
-                   : cu.cuMemcpyPeer(d, ((pygpu_Context *)dctx)->handle, sp,
-                                     ((pygpu_Context *)sctx)->handle, n);
+    Py_BEGIN_ALLOW_THREADS rc = on_stream
+                                    ? cu.cuMemcpyPeerAsync(d, ((pygpu_Context *)dctx)->handle, sp,
+                                                           ((pygpu_Context *)sctx)->handle, n, s)
+                                    : cu.cuMemcpyPeer(d, ((pygpu_Context *)dctx)->handle, sp,
+                                                      ((pygpu_Context *)sctx)->handle, n);
     if (rc == CUDA_SUCCESS && on_stream && !async) {
         routine = "cuStreamSynchronize";
         rc = cu.cuStreamSynchronize(s);
     }
-    Py_END_ALLOW_THREADS
-    pygpu_allocation_unhold(hs);
+    Py_END_ALLOW_THREADS pygpu_allocation_unhold(hs);
     pygpu_allocation_unhold(hd);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, routine);
@@ -341,8 +337,7 @@ do_memset(PyObject *module, PyObject *args, int width, int async)
         if (r > 0)
             async = 1;
     }
-    if (pygpu_allocation_ptr(st, dst, &d, &cap) < 0
-        || pygpu_parse_nbytes(nobj, &n, "count") < 0
+    if (pygpu_allocation_ptr(st, dst, &d, &cap) < 0 || pygpu_parse_nbytes(nobj, &n, "count") < 0
         || (async && pygpu_get_stream(st, sobj, &s) < 0)
         || pygpu_capture_check(st, sobj, !async, what) < 0)
         return NULL;
@@ -360,15 +355,16 @@ do_memset(PyObject *module, PyObject *args, int width, int async)
         PyErr_Clear();
         long long lo = -(1LL << (width * 8 - 1)), hi = (1LL << (width * 8)) - 1;
         if (overflow || sv < lo || sv > hi) {
-            PyErr_Format(PyExc_OverflowError, "%s: value %R does not fit in %d bits",
-                         what, vobj, width * 8);
+            PyErr_Format(PyExc_OverflowError, "%s: value %R does not fit in %d bits", what, vobj,
+                         width * 8);
             return NULL;
         }
     }
     if (cap != (size_t)-1 && (n > cap / (size_t)width)) {
         PyErr_Format(PyExc_ValueError,
                      "%s: %zu elements of %d bytes do not fit in the allocation, "
-                     "which holds %zu bytes", what, n, width, cap);
+                     "which holds %zu bytes",
+                     what, n, width, cap);
         return NULL;
     }
     if (d % (CUdeviceptr)width) {
@@ -384,11 +380,14 @@ do_memset(PyObject *module, PyObject *args, int width, int async)
         && pygpu_allocation_check(st, (pygpu_DeviceAllocation *)dst) < 0)
         return NULL;
     if (width == 1)
-        rc = async ? cu.cuMemsetD8Async(d, (unsigned char)v, n, s) : cu.cuMemsetD8(d, (unsigned char)v, n);
+        rc = async ? cu.cuMemsetD8Async(d, (unsigned char)v, n, s)
+                   : cu.cuMemsetD8(d, (unsigned char)v, n);
     else if (width == 2)
-        rc = async ? cu.cuMemsetD16Async(d, (unsigned short)v, n, s) : cu.cuMemsetD16(d, (unsigned short)v, n);
+        rc = async ? cu.cuMemsetD16Async(d, (unsigned short)v, n, s)
+                   : cu.cuMemsetD16(d, (unsigned short)v, n);
     else
-        rc = async ? cu.cuMemsetD32Async(d, (unsigned int)v, n, s) : cu.cuMemsetD32(d, (unsigned int)v, n);
+        rc = async ? cu.cuMemsetD32Async(d, (unsigned int)v, n, s)
+                   : cu.cuMemsetD32(d, (unsigned int)v, n);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuMemset");
     if (async && pygpu_capture_note(st, sobj, dst, NULL, 0) < 0)
@@ -396,12 +395,36 @@ do_memset(PyObject *module, PyObject *args, int width, int async)
     Py_RETURN_NONE;
 }
 
-static PyObject *memset_d8(PyObject *m, PyObject *a) { return do_memset(m, a, 1, 0); }
-static PyObject *memset_d16(PyObject *m, PyObject *a) { return do_memset(m, a, 2, 0); }
-static PyObject *memset_d32(PyObject *m, PyObject *a) { return do_memset(m, a, 4, 0); }
-static PyObject *memset_d8_async(PyObject *m, PyObject *a) { return do_memset(m, a, 1, 1); }
-static PyObject *memset_d16_async(PyObject *m, PyObject *a) { return do_memset(m, a, 2, 1); }
-static PyObject *memset_d32_async(PyObject *m, PyObject *a) { return do_memset(m, a, 4, 1); }
+static PyObject *
+memset_d8(PyObject *m, PyObject *a)
+{
+    return do_memset(m, a, 1, 0);
+}
+static PyObject *
+memset_d16(PyObject *m, PyObject *a)
+{
+    return do_memset(m, a, 2, 0);
+}
+static PyObject *
+memset_d32(PyObject *m, PyObject *a)
+{
+    return do_memset(m, a, 4, 0);
+}
+static PyObject *
+memset_d8_async(PyObject *m, PyObject *a)
+{
+    return do_memset(m, a, 1, 1);
+}
+static PyObject *
+memset_d16_async(PyObject *m, PyObject *a)
+{
+    return do_memset(m, a, 2, 1);
+}
+static PyObject *
+memset_d32_async(PyObject *m, PyObject *a)
+{
+    return do_memset(m, a, 4, 1);
+}
 
 /* The bytes a pitched copy touches, counted from the base: pitch * (y +
  * height - 1) + x + width; -1 when that does not fit in a size_t. */
@@ -413,10 +436,8 @@ extent_2d(size_t pitch, size_t x, size_t y, size_t width, size_t height, size_t 
         *out = 0;
         return 0;
     }
-    if (__builtin_add_overflow(y, height - 1, &rows)
-        || __builtin_mul_overflow(pitch, rows, &t)
-        || __builtin_add_overflow(t, x, &t)
-        || __builtin_add_overflow(t, width, &t))
+    if (__builtin_add_overflow(y, height - 1, &rows) || __builtin_mul_overflow(pitch, rows, &t)
+        || __builtin_add_overflow(t, x, &t) || __builtin_add_overflow(t, width, &t))
         return -1;
     *out = t;
     return 0;
@@ -437,11 +458,10 @@ memcpy_2d(PyObject *module, PyObject *args)
     CUstream s = NULL;
     CUresult rc;
     size_t cap, sneed, dneed;
-    if (!PyArg_ParseTuple(args, "OnpOnpnnnnnnO:_memcpy_2d", &dst, &dpitch, &dhost,
-                          &src, &spitch, &shost, &width, &height, &sx, &sy, &dx, &dy, &sobj))
+    if (!PyArg_ParseTuple(args, "OnpOnpnnnnnnO:_memcpy_2d", &dst, &dpitch, &dhost, &src, &spitch,
+                          &shost, &width, &height, &sx, &sy, &dx, &dy, &sobj))
         return NULL;
-    if (width < 0 || height < 0 || sx < 0 || sy < 0 || dx < 0 || dy < 0
-        || dpitch < 0 || spitch < 0
+    if (width < 0 || height < 0 || sx < 0 || sy < 0 || dx < 0 || dy < 0 || dpitch < 0 || spitch < 0
         || (size_t)dpitch < (size_t)width + (size_t)dx
         || (size_t)spitch < (size_t)width + (size_t)sx) {
         PyErr_SetString(PyExc_ValueError,
@@ -449,30 +469,39 @@ memcpy_2d(PyObject *module, PyObject *args)
                         "row must fit within its pitch");
         return NULL;
     }
-    if (extent_2d((size_t)spitch, (size_t)sx, (size_t)sy, (size_t)width, (size_t)height,
-                  &sneed) < 0) {
-        PyErr_Format(PyExc_ValueError, "Memcpy2D: the source's %zd rows of pitch %zd from "
-                     "row %zd reach past the end of the address space", height, spitch, sy);
+    if (extent_2d((size_t)spitch, (size_t)sx, (size_t)sy, (size_t)width, (size_t)height, &sneed)
+        < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "Memcpy2D: the source's %zd rows of pitch %zd from "
+                     "row %zd reach past the end of the address space",
+                     height, spitch, sy);
         return NULL;
     }
-    if (extent_2d((size_t)dpitch, (size_t)dx, (size_t)dy, (size_t)width, (size_t)height,
-                  &dneed) < 0) {
-        PyErr_Format(PyExc_ValueError, "Memcpy2D: the destination's %zd rows of pitch %zd "
-                     "from row %zd reach past the end of the address space", height, dpitch, dy);
+    if (extent_2d((size_t)dpitch, (size_t)dx, (size_t)dy, (size_t)width, (size_t)height, &dneed)
+        < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "Memcpy2D: the destination's %zd rows of pitch %zd "
+                     "from row %zd reach past the end of the address space",
+                     height, dpitch, dy);
         return NULL;
     }
     if (pygpu_captures_active != 0
         && (pygpu_capture_default(st, &sobj, sobj == Py_None, "Memcpy2D",
-                                  "pass it the capturing stream (it is captured)") < 0
+                                  "pass it the capturing stream (it is captured)")
+                < 0
             || pygpu_capture_check(st, sobj, sobj == Py_None, "Memcpy2D") < 0))
         return NULL;
     if (sobj != Py_None && pygpu_get_stream(st, sobj, &s) < 0)
         return NULL;
     memset(&p, 0, sizeof p);
-    p.srcXInBytes = (size_t)sx; p.srcY = (size_t)sy;
-    p.dstXInBytes = (size_t)dx; p.dstY = (size_t)dy;
-    p.srcPitch = (size_t)spitch; p.dstPitch = (size_t)dpitch;
-    p.WidthInBytes = (size_t)width; p.Height = (size_t)height;
+    p.srcXInBytes = (size_t)sx;
+    p.srcY = (size_t)sy;
+    p.dstXInBytes = (size_t)dx;
+    p.dstY = (size_t)dy;
+    p.srcPitch = (size_t)spitch;
+    p.dstPitch = (size_t)dpitch;
+    p.WidthInBytes = (size_t)width;
+    p.Height = (size_t)height;
     if (shost) {
         if (pygpu_get_host_buffer(src, &sview, 0, "Memcpy2D source") < 0)
             return NULL;
@@ -505,10 +534,9 @@ memcpy_2d(PyObject *module, PyObject *args)
         || (!shost && pygpu_allocation_hold(st, src, &hs) < 0))
         goto error;
     if (width && height) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = sobj == Py_None ? cu.cuMemcpy2D(&p) : cu.cuMemcpy2DAsync(&p, s);
-        Py_END_ALLOW_THREADS
-        if (rc != CUDA_SUCCESS) {
+        Py_BEGIN_ALLOW_THREADS rc = sobj == Py_None ? cu.cuMemcpy2D(&p) : cu.cuMemcpy2DAsync(&p, s);
+        Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS)
+        {
             pygpu_cuda_error(st, rc, sobj == Py_None ? "cuMemcpy2D" : "cuMemcpy2DAsync");
             goto error;
         }
@@ -517,14 +545,18 @@ memcpy_2d(PyObject *module, PyObject *args)
     }
     pygpu_allocation_unhold(hs);
     pygpu_allocation_unhold(hd);
-    if (sview.obj) PyBuffer_Release(&sview);
-    if (dview.obj) PyBuffer_Release(&dview);
+    if (sview.obj)
+        PyBuffer_Release(&sview);
+    if (dview.obj)
+        PyBuffer_Release(&dview);
     Py_RETURN_NONE;
 error:
     pygpu_allocation_unhold(hs);
     pygpu_allocation_unhold(hd);
-    if (sview.obj) PyBuffer_Release(&sview);
-    if (dview.obj) PyBuffer_Release(&dview);
+    if (sview.obj)
+        PyBuffer_Release(&sview);
+    if (dview.obj)
+        PyBuffer_Release(&dview);
     return NULL;
 }
 
@@ -553,12 +585,14 @@ static PyMethodDef copies_methods[] = {
      "memcpy_dtod_async($module, /, dest, src, size, stream=None)\n--\n\n"
      "Asynchronous device-to-device copy."},
     {"memcpy_peer", CF(memcpy_peer), FKW,
-     "memcpy_peer($module, /, dest, src, size, dest_context=None, src_context=None, stream=None)\n--\n\n"
+     "memcpy_peer($module, /, dest, src, size, dest_context=None, src_context=None, "
+     "stream=None)\n--\n\n"
      "Copy between the memory of two contexts (devices); a context left out is the "
      "DeviceAllocation's own, else the current one. Given a stream, the copy "
      "is queued on it (after its earlier work) and waited for."},
     {"memcpy_peer_async", CF(memcpy_peer_async), FKW,
-     "memcpy_peer_async($module, /, dest, src, size, dest_context=None, src_context=None, stream=None)\n--\n\n"
+     "memcpy_peer_async($module, /, dest, src, size, dest_context=None, src_context=None, "
+     "stream=None)\n--\n\n"
      "Asynchronous peer copy."},
     {"memset_d8", memset_d8, METH_VARARGS,
      "memset_d8($module, dest, value, count, /)\n--\n\nSet count bytes."},
@@ -573,8 +607,7 @@ static PyMethodDef copies_methods[] = {
     {"memset_d32_async", memset_d32_async, METH_VARARGS,
      "memset_d32_async($module, dest, value, count, stream=None, /)\n--\n\n"},
     {"_memcpy_2d", memcpy_2d, METH_VARARGS, NULL},
-    {NULL}
-};
+    {NULL}};
 
 int
 pygpu_copies_setup(PyObject *m, pygpu_state *st)

@@ -32,32 +32,31 @@
 #include <sys/mman.h>
 
 #define HUGE_PAGE ((size_t)2 << 20)
-#define MAX_SLOTS 64                      /* the most blocks max_blocks allows */
+#define MAX_SLOTS 64 /* the most blocks max_blocks allows */
 #define DEFAULT_MAX_BYTES ((size_t)1 << 30)
 #define DEFAULT_MAX_BLOCKS 4
 
 typedef struct {
-    PyObject_HEAD
-    char *ptr;                 /* owned: the mapping (HUGE_PAGE aligned) */
-    size_t mapped;             /* its length, a multiple of HUGE_PAGE */
-    size_t size;               /* the bytes exported (<= mapped) */
-    int reused;                /* the mapping came from the cache */
+    PyObject_HEAD char *ptr; /* owned: the mapping (HUGE_PAGE aligned) */
+    size_t mapped;           /* its length, a multiple of HUGE_PAGE */
+    size_t size;             /* the bytes exported (<= mapped) */
+    int reused;              /* the mapping came from the cache */
 } pygpu_HostBlock;
 
 typedef struct {
     char *ptr;
     size_t len;
-    unsigned long long freed_at;   /* cache.clock when it came back */
+    unsigned long long freed_at; /* cache.clock when it came back */
 } cache_slot;
 
 /* Process-wide (the mappings are the process's); guarded by the GIL. */
 static struct {
     cache_slot slot[MAX_SLOTS];
-    int n;                         /* slots in use: slot[0..n) */
-    size_t bytes;                  /* their lengths' sum */
+    int n;        /* slots in use: slot[0..n) */
+    size_t bytes; /* their lengths' sum */
     size_t max_bytes;
     int max_blocks;
-    int loaded;                    /* max_bytes read from the environment */
+    int loaded; /* max_bytes read from the environment */
     unsigned long long clock, hits, misses, evictions;
 } cache;
 
@@ -86,9 +85,21 @@ settings_load(void)
         v = v * 10 + (unsigned long long)(*p - '0');
     }
     switch (*p) {
-    case 'k': case 'K': mul = 1ull << 10; p++; break;
-    case 'm': case 'M': mul = 1ull << 20; p++; break;
-    case 'g': case 'G': mul = 1ull << 30; p++; break;
+    case 'k':
+    case 'K':
+        mul = 1ull << 10;
+        p++;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1ull << 20;
+        p++;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1ull << 30;
+        p++;
+        break;
     default: break;
     }
     if (mul > 1 && (*p == 'i' || *p == 'I'))
@@ -143,8 +154,8 @@ cache_take(size_t len)
 static int
 cache_evict_for(size_t len, int extra, cache_slot *victims, int nv)
 {
-    while (cache.n > 0 && (cache.n + extra > cache.max_blocks
-                           || cache.bytes > cache.max_bytes - len)) {
+    while (cache.n > 0
+           && (cache.n + extra > cache.max_blocks || cache.bytes > cache.max_bytes - len)) {
         int i, old = 0;
         for (i = 1; i < cache.n; i++)
             if (cache.slot[i].freed_at < cache.slot[old].freed_at)
@@ -164,9 +175,7 @@ unmap_all(cache_slot *v, int n)
     int i;
     if (n == 0)
         return;
-    Py_BEGIN_ALLOW_THREADS
-    for (i = 0; i < n; i++)
-        munmap(v[i].ptr, v[i].len);
+    Py_BEGIN_ALLOW_THREADS for (i = 0; i < n; i++) munmap(v[i].ptr, v[i].len);
     Py_END_ALLOW_THREADS
 }
 
@@ -224,7 +233,7 @@ map_new(size_t len)
     if (tail)
         munmap((char *)a + len, tail);
 #ifdef MADV_HUGEPAGE
-    (void)madvise((void *)a, len, MADV_HUGEPAGE);   /* a kernel without THP: 4 KiB pages */
+    (void)madvise((void *)a, len, MADV_HUGEPAGE); /* a kernel without THP: 4 KiB pages */
 #endif
     return (char *)a;
 }
@@ -245,8 +254,7 @@ hostblock_dealloc(pygpu_HostBlock *self)
 static int
 hostblock_getbuffer(pygpu_HostBlock *self, Py_buffer *view, int flags)
 {
-    return PyBuffer_FillInfo(view, (PyObject *)self, self->ptr, (Py_ssize_t)self->size,
-                             0, flags);
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->ptr, (Py_ssize_t)self->size, 0, flags);
 }
 
 static PyObject *
@@ -287,9 +295,9 @@ static PyGetSetDef hostblock_getset[] = {
      "Bytes of the mapping (size rounded up to 2 MiB).", NULL},
     {"reused", (getter)hostblock_get_reused, NULL,
      "True when the mapping was taken from the host cache (its bytes are a "
-     "former block's, not zeros).", NULL},
-    {NULL}
-};
+     "former block's, not zeros).",
+     NULL},
+    {NULL}};
 
 static PyType_Slot hostblock_slots[] = {
     {Py_tp_dealloc, hostblock_dealloc},
@@ -300,23 +308,21 @@ static PyType_Slot hostblock_slots[] = {
                 "writable bytes (the .base of a large array from GPUArray.get()). When "
                 "it dies its mapping goes to the host cache for the next one of its "
                 "size (host_cache_stats())."},
-    {0, NULL}
-};
+    {0, NULL}};
 
 static PyType_Spec hostblock_spec = {
     "pygpu.driver.HostBlock", sizeof(pygpu_HostBlock), 0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION
-    | Py_TPFLAGS_BASETYPE,   /* every pygpu type can be subclassed (issue 24); made by
+        | Py_TPFLAGS_BASETYPE, /* every pygpu type can be subclassed (issue 24); made by
                               * _host_block() only, so neither it nor a subclass can be
                               * instantiated from Python */
-    hostblock_slots
-};
+    hostblock_slots};
 
 PyDoc_STRVAR(host_block_doc,
-"_host_block(nbytes)\n--\n\n"
-"A HostBlock of nbytes (> 0): a cached mapping of nbytes rounded up to\n"
-"2 MiB (its bytes are a former block's, NOT zeros) or a new one (zeros).\n"
-"Only for memory that is written whole before it is read.");
+             "_host_block(nbytes)\n--\n\n"
+             "A HostBlock of nbytes (> 0): a cached mapping of nbytes rounded up to\n"
+             "2 MiB (its bytes are a former block's, NOT zeros) or a new one (zeros).\n"
+             "Only for memory that is written whole before it is read.");
 
 static PyObject *
 host_block(PyObject *module, PyObject *arg)
@@ -345,21 +351,19 @@ host_block(PyObject *module, PyObject *arg)
     } else {
         cache.misses++;
         reused = 0;
-        Py_BEGIN_ALLOW_THREADS
-        p = map_new(len);
+        Py_BEGIN_ALLOW_THREADS p = map_new(len);
         err = errno;
-        Py_END_ALLOW_THREADS
-        if (p == NULL && err == ENOMEM && cache.n > 0) {
+        Py_END_ALLOW_THREADS if (p == NULL && err == ENOMEM && cache.n > 0)
+        {
             /* the cached mappings may be what is in the way */
             cache_drain();
-            Py_BEGIN_ALLOW_THREADS
-            p = map_new(len);
+            Py_BEGIN_ALLOW_THREADS p = map_new(len);
             err = errno;
             Py_END_ALLOW_THREADS
         }
         if (p == NULL) {
-            PyErr_Format(PyExc_MemoryError, "cannot map %zu bytes of host memory: %s",
-                         len, strerror(err));
+            PyErr_Format(PyExc_MemoryError, "cannot map %zu bytes of host memory: %s", len,
+                         strerror(err));
             return NULL;
         }
     }
@@ -378,18 +382,18 @@ host_block(PyObject *module, PyObject *arg)
 static PyObject *
 limits_dict(void)
 {
-    return Py_BuildValue("{snsi}", "max_bytes", (Py_ssize_t)cache.max_bytes,
-                         "max_blocks", cache.max_blocks);
+    return Py_BuildValue("{snsi}", "max_bytes", (Py_ssize_t)cache.max_bytes, "max_blocks",
+                         cache.max_blocks);
 }
 
 PyDoc_STRVAR(host_cache_stats_doc,
-"host_cache_stats(reset=False)\n--\n\n"
-"The host cache of large get() destinations (docs/memory.md, \"Pageable\n"
-"copies\"), process-wide, as a dict: hits (blocks that took a cached\n"
-"mapping), misses (blocks that made a new one), evictions (cached mappings\n"
-"unmapped to keep the limits), cached_bytes and cached_blocks (kept now),\n"
-"max_bytes and max_blocks (the limits).  reset=True zeroes hits, misses\n"
-"and evictions after reading them.");
+             "host_cache_stats(reset=False)\n--\n\n"
+             "The host cache of large get() destinations (docs/memory.md, \"Pageable\n"
+             "copies\"), process-wide, as a dict: hits (blocks that took a cached\n"
+             "mapping), misses (blocks that made a new one), evictions (cached mappings\n"
+             "unmapped to keep the limits), cached_bytes and cached_blocks (kept now),\n"
+             "max_bytes and max_blocks (the limits).  reset=True zeroes hits, misses\n"
+             "and evictions after reading them.");
 
 static PyObject *
 host_cache_stats(PyObject *module, PyObject *args, PyObject *kwds)
@@ -401,21 +405,19 @@ host_cache_stats(PyObject *module, PyObject *args, PyObject *kwds)
         return NULL;
     if (settings_load() < 0)
         return NULL;
-    d = Py_BuildValue("{sKsKsKsnsisnsi}",
-                      "hits", cache.hits, "misses", cache.misses,
-                      "evictions", cache.evictions,
-                      "cached_bytes", (Py_ssize_t)cache.bytes, "cached_blocks", cache.n,
-                      "max_bytes", (Py_ssize_t)cache.max_bytes,
-                      "max_blocks", cache.max_blocks);
+    d = Py_BuildValue("{sKsKsKsnsisnsi}", "hits", cache.hits, "misses", cache.misses, "evictions",
+                      cache.evictions, "cached_bytes", (Py_ssize_t)cache.bytes, "cached_blocks",
+                      cache.n, "max_bytes", (Py_ssize_t)cache.max_bytes, "max_blocks",
+                      cache.max_blocks);
     if (d != NULL && reset)
         cache.hits = cache.misses = cache.evictions = 0;
     return d;
 }
 
 PyDoc_STRVAR(free_host_cache_doc,
-"free_host_cache()\n--\n\n"
-"Unmap every mapping the host cache keeps; returns the bytes given back.\n"
-"Blocks in use are not touched (theirs come back when they die).");
+             "free_host_cache()\n--\n\n"
+             "Unmap every mapping the host cache keeps; returns the bytes given back.\n"
+             "Blocks in use are not touched (theirs come back when they die).");
 
 static PyObject *
 free_host_cache(PyObject *module, PyObject *unused)
@@ -435,12 +437,12 @@ get_limit(PyObject *obj, const char *what, unsigned long long top, unsigned long
                      what, Py_TYPE(obj)->tp_name);
         return -1;
     }
-    v = PyNumber_AsSsize_t(obj, NULL);    /* clipped: too large is caught below */
+    v = PyNumber_AsSsize_t(obj, NULL); /* clipped: too large is caught below */
     if (v == -1 && PyErr_Occurred())
         return -1;
     if (v < 0 || (unsigned long long)v > top) {
-        PyErr_Format(PyExc_ValueError, "set_host_cache(): %s must be 0 to %llu, not %R",
-                     what, top, obj);
+        PyErr_Format(PyExc_ValueError, "set_host_cache(): %s must be 0 to %llu, not %R", what, top,
+                     obj);
         return -1;
     }
     *out = (unsigned long long)v;
@@ -448,13 +450,13 @@ get_limit(PyObject *obj, const char *what, unsigned long long top, unsigned long
 }
 
 PyDoc_STRVAR(set_host_cache_doc,
-"set_host_cache(max_bytes=None, max_blocks=None)\n--\n\n"
-"Change the host cache's limits (None keeps one) and return the previous\n"
-"ones as a dict: set_host_cache(**old) restores them.  max_bytes: the most\n"
-"bytes of mappings kept, 0 turns the cache off (the environment variable\n"
-"PYGPU_HOST_CACHE_BYTES sets it at start, default 1 GiB); max_blocks: the\n"
-"most mappings kept, 0 to 64 (default 4).  Mappings beyond new limits are\n"
-"unmapped at once, the least recently freed first.");
+             "set_host_cache(max_bytes=None, max_blocks=None)\n--\n\n"
+             "Change the host cache's limits (None keeps one) and return the previous\n"
+             "ones as a dict: set_host_cache(**old) restores them.  max_bytes: the most\n"
+             "bytes of mappings kept, 0 turns the cache off (the environment variable\n"
+             "PYGPU_HOST_CACHE_BYTES sets it at start, default 1 GiB); max_blocks: the\n"
+             "most mappings kept, 0 to 64 (default 4).  Mappings beyond new limits are\n"
+             "unmapped at once, the least recently freed first.");
 
 static PyObject *
 set_host_cache(PyObject *module, PyObject *args, PyObject *kwds)
@@ -506,8 +508,7 @@ host_cache_at_exit(PyObject *module, PyObject *unused)
 #define CF(f) (PyCFunction)(void (*)(void))(f)
 static PyMethodDef hostblock_methods[] = {
     {"_host_block", host_block, METH_O, host_block_doc},
-    {"host_cache_stats", CF(host_cache_stats), METH_VARARGS | METH_KEYWORDS,
-     host_cache_stats_doc},
+    {"host_cache_stats", CF(host_cache_stats), METH_VARARGS | METH_KEYWORDS, host_cache_stats_doc},
     {"free_host_cache", free_host_cache, METH_NOARGS, free_host_cache_doc},
     {"set_host_cache", CF(set_host_cache), METH_VARARGS | METH_KEYWORDS, set_host_cache_doc},
     {"_host_cache_after_fork", host_cache_after_fork, METH_NOARGS,
@@ -516,14 +517,12 @@ static PyMethodDef hostblock_methods[] = {
     {"_host_cache_at_exit", host_cache_at_exit, METH_NOARGS,
      "_host_cache_at_exit($module, /)\n--\n\n"
      "atexit's hook: unmap the cached mappings and cache no more."},
-    {NULL}
-};
+    {NULL}};
 
 /* modname.attr(fname's function) or, with kw, modname.attr(**{kw: it}):
  * 0 or -1; 0 without a call where modname has no attr (no fork here). */
 static int
-register_hook(PyObject *m, const char *modname, const char *attr, const char *kw,
-              const char *fname)
+register_hook(PyObject *m, const char *modname, const char *attr, const char *kw, const char *fname)
 {
     PyObject *mod, *reg, *hook = NULL, *args = NULL, *kwargs = NULL, *r = NULL;
     if ((mod = PyImport_ImportModule(modname)) == NULL)
@@ -563,8 +562,8 @@ pygpu_hostblock_setup(PyObject *m, pygpu_state *st)
     if (pygpu_add_type(m, &hostblock_spec, &st->HostBlockType) < 0
         || PyModule_AddFunctions(m, hostblock_methods) < 0
         || register_hook(m, "atexit", "register", NULL, "_host_cache_at_exit") < 0
-        || register_hook(m, "os", "register_at_fork", "after_in_child",
-                         "_host_cache_after_fork") < 0)
+        || register_hook(m, "os", "register_at_fork", "after_in_child", "_host_cache_after_fork")
+               < 0)
         return -1;
     return 0;
 }

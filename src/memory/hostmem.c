@@ -17,7 +17,7 @@ hostalloc_release(pygpu_HostAllocation *self)
         return;
     self->freed = 1;
     if (self->ptr != NULL && pygpu_scope_enter_quiet(self->context, &s) == 0) {
-        CUstreamCaptureMode mode = pygpu_capture_relax();   /* unsafe while capturing */
+        CUstreamCaptureMode mode = pygpu_capture_relax(); /* unsafe while capturing */
         if (self->registered)
             cu.cuMemHostUnregister(self->ptr);
         else
@@ -75,8 +75,8 @@ hostalloc_new(pygpu_state *st, pygpu_Context *ctx)
 /* Parse an array's (shape, dtype, order): *descr is a new reference, dims
  * must be freed with PyDimMem_FREE(dims->ptr).  Returns 0 or -1. */
 static int
-parse_array_spec(PyObject *shape_obj, PyObject *dtype_obj, const char *order,
-                 PyArray_Descr **descr, PyArray_Dims *dims, size_t *nbytes, int *fortran)
+parse_array_spec(PyObject *shape_obj, PyObject *dtype_obj, const char *order, PyArray_Descr **descr,
+                 PyArray_Dims *dims, size_t *nbytes, int *fortran)
 {
     int i;
     *descr = NULL;
@@ -92,8 +92,10 @@ parse_array_spec(PyObject *shape_obj, PyObject *dtype_obj, const char *order,
     if (PyDataType_REFCHK(*descr)) {
         /* the memory starts as garbage (or is written by the GPU): it must
          * never be read as object pointers */
-        PyErr_Format(PyExc_TypeError, "dtype %R holds Python objects, which cannot live "
-                     "in page-locked or managed memory", (PyObject *)*descr);
+        PyErr_Format(PyExc_TypeError,
+                     "dtype %R holds Python objects, which cannot live "
+                     "in page-locked or managed memory",
+                     (PyObject *)*descr);
         Py_CLEAR(*descr);
         return -1;
     }
@@ -133,18 +135,18 @@ static PyObject *
 wrap_array(PyArray_Descr *descr, PyArray_Dims *dims, void *p, int fortran, PyObject *owner)
 {
     static char empty[16] __attribute__((aligned(16)));
-    PyObject *arr = PyArray_NewFromDescr(&PyArray_Type, descr, dims->len, dims->ptr, NULL,
-                                         p ? p : (void *)empty,
-                                         NPY_ARRAY_WRITEABLE | NPY_ARRAY_ALIGNED |
-                                         (fortran ? NPY_ARRAY_F_CONTIGUOUS : NPY_ARRAY_C_CONTIGUOUS),
-                                         NULL);
+    PyObject *arr = PyArray_NewFromDescr(
+        &PyArray_Type, descr, dims->len, dims->ptr, NULL, p ? p : (void *)empty,
+        NPY_ARRAY_WRITEABLE | NPY_ARRAY_ALIGNED
+            | (fortran ? NPY_ARRAY_F_CONTIGUOUS : NPY_ARRAY_C_CONTIGUOUS),
+        NULL);
     PyDimMem_FREE(dims->ptr);
     dims->ptr = NULL;
     if (arr == NULL) {
         Py_DECREF(owner);
         return NULL;
     }
-    if (PyArray_SetBaseObject((PyArrayObject *)arr, owner) < 0) {   /* steals owner */
+    if (PyArray_SetBaseObject((PyArrayObject *)arr, owner) < 0) { /* steals owner */
         Py_DECREF(arr);
         return NULL;
     }
@@ -169,8 +171,7 @@ hostmem_pagelocked(PyObject *module, PyObject *args)
     CUresult rc;
     void *p = NULL;
 
-    if (!PyArg_ParseTuple(args, "OOsOp:_pagelocked", &shape_obj, &dtype_obj, &order,
-                          &fobj, &zero))
+    if (!PyArg_ParseTuple(args, "OOsOp:_pagelocked", &shape_obj, &dtype_obj, &order, &fobj, &zero))
         return NULL;
     if (pygpu_parse_uint(fobj, &flags, "pagelocked_empty(): mem_flags") < 0)
         return NULL;
@@ -181,16 +182,14 @@ hostmem_pagelocked(PyObject *module, PyObject *args)
     if ((ctx = pygpu_current_context(st)) == NULL || pygpu_scope_enter(st, ctx, &s) < 0)
         goto error;
     if (nbytes > 0) {
-        CUstreamCaptureMode mode = pygpu_capture_relax();   /* unsafe while capturing */
-        Py_BEGIN_ALLOW_THREADS
-        rc = cu.cuMemHostAlloc(&p, nbytes, flags);
-        Py_END_ALLOW_THREADS
-        pygpu_capture_restore(mode);
+        CUstreamCaptureMode mode = pygpu_capture_relax(); /* unsafe while capturing */
+        Py_BEGIN_ALLOW_THREADS rc = cu.cuMemHostAlloc(&p, nbytes, flags);
+        Py_END_ALLOW_THREADS pygpu_capture_restore(mode);
         if (rc == CUDA_SUCCESS && ctx->detached) {
             /* the memory died with the context: nothing to free */
             pygpu_scope_exit(&s);
             PyErr_SetString(st->LogicError, "pagelocked_empty(): the context was detached "
-                            "by another thread during the allocation");
+                                            "by another thread during the allocation");
             goto error;
         }
         if (rc != CUDA_SUCCESS) {
@@ -281,8 +280,7 @@ hostmem_register(PyObject *module, PyObject *args, PyObject *kwds)
     pygpu_HostAllocation *ha;
     PyArrayObject *src;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:register_host_memory", kwlist,
-                                     &ary, &fobj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:register_host_memory", kwlist, &ary, &fobj))
         return NULL;
     if (fobj != NULL && pygpu_parse_uint(fobj, &flags, "register_host_memory(): flags") < 0)
         return NULL;
@@ -309,10 +307,9 @@ hostmem_register(PyObject *module, PyObject *args, PyObject *kwds)
     ha->flags = flags;
     ha->size = (size_t)ha->view.len;
     if (ha->size > 0) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = cu.cuMemHostRegister(ha->view.buf, ha->size, flags);
-        Py_END_ALLOW_THREADS
-        if (rc != CUDA_SUCCESS) {
+        Py_BEGIN_ALLOW_THREADS rc = cu.cuMemHostRegister(ha->view.buf, ha->size, flags);
+        Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS)
+        {
             Py_DECREF(ha);
             return pygpu_cuda_error(st, rc, "cuMemHostRegister");
         }
@@ -321,8 +318,9 @@ hostmem_register(PyObject *module, PyObject *args, PyObject *kwds)
     Py_INCREF(PyArray_DESCR(src));
     arr = PyArray_NewFromDescr(&PyArray_Type, PyArray_DESCR(src), PyArray_NDIM(src),
                                PyArray_DIMS(src), PyArray_STRIDES(src), PyArray_DATA(src),
-                               PyArray_FLAGS(src) & (NPY_ARRAY_WRITEABLE | NPY_ARRAY_ALIGNED |
-                                                     NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_F_CONTIGUOUS),
+                               PyArray_FLAGS(src)
+                                   & (NPY_ARRAY_WRITEABLE | NPY_ARRAY_ALIGNED
+                                      | NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_F_CONTIGUOUS),
                                NULL);
     if (arr == NULL) {
         Py_DECREF(ha);
@@ -362,11 +360,11 @@ hostalloc_free(pygpu_HostAllocation *self, PyObject *unused)
     self->closed = 1;
     if (self->registered && self->ptr != NULL && !self->freed
         && pygpu_scope_enter_quiet(self->context, &s) == 0) {
-        CUstreamCaptureMode mode = pygpu_capture_relax();   /* unsafe while capturing */
+        CUstreamCaptureMode mode = pygpu_capture_relax(); /* unsafe while capturing */
         cu.cuMemHostUnregister(self->ptr);
         pygpu_capture_restore(mode);
         pygpu_scope_exit(&s);
-        self->ptr = NULL;       /* hostalloc_release gives the buffer back only */
+        self->ptr = NULL; /* hostalloc_release gives the buffer back only */
     }
     Py_RETURN_NONE;
 }
@@ -454,11 +452,10 @@ hostalloc_get_freed(pygpu_HostAllocation *self, void *c)
 static PyObject *
 hostalloc_repr(pygpu_HostAllocation *self)
 {
-    return PyUnicode_FromFormat("<pygpu.driver.HostAllocation %s%s%zu bytes at %p>",
-                                self->closed ? (self->registered ? "(unregistered) "
-                                                                 : "(freed) ") : "",
-                                self->registered ? "registered, " : "page-locked, ",
-                                self->size, self->ptr);
+    return PyUnicode_FromFormat(
+        "<pygpu.driver.HostAllocation %s%s%zu bytes at %p>",
+        self->closed ? (self->registered ? "(unregistered) " : "(freed) ") : "",
+        self->registered ? "registered, " : "page-locked, ", self->size, self->ptr);
 }
 
 static PyMethodDef hostalloc_methods[] = {
@@ -475,8 +472,7 @@ static PyMethodDef hostalloc_methods[] = {
      "get_flags($self, /)\n--\n\nThe driver's host_alloc_flags of page-locked memory "
      "(cuMemHostGetFlags; it may add DEVICEMAP), or the flags memory was registered "
      "with."},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef hostalloc_getset[] = {
     {"size", (getter)hostalloc_get_size, NULL, "Size in bytes.", NULL},
@@ -484,10 +480,9 @@ static PyGetSetDef hostalloc_getset[] = {
     {"address", (getter)hostalloc_get_address, NULL, "Host address.", NULL},
     {"registered", (getter)hostalloc_get_registered, NULL,
      "True for memory from register_host_memory().", NULL},
-    {"freed", (getter)hostalloc_get_freed, NULL,
-     "Whether free() (or unregister()) was called.", NULL},
-    {NULL}
-};
+    {"freed", (getter)hostalloc_get_freed, NULL, "Whether free() (or unregister()) was called.",
+     NULL},
+    {NULL}};
 
 static PyType_Slot hostalloc_slots[] = {
     {Py_tp_dealloc, hostalloc_dealloc},
@@ -498,15 +493,13 @@ static PyType_Slot hostalloc_slots[] = {
     {Py_tp_doc, "Page-locked host memory; the .base of arrays from pagelocked_empty() "
                 "and register_host_memory(). Freed or unregistered when the last "
                 "array using it dies."},
-    {0, NULL}
-};
+    {0, NULL}};
 
-static PyType_Spec hostalloc_spec = {
-    "pygpu.driver.HostAllocation", sizeof(pygpu_HostAllocation), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC |
-    Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_BASETYPE,
-    hostalloc_slots
-};
+static PyType_Spec hostalloc_spec = {"pygpu.driver.HostAllocation", sizeof(pygpu_HostAllocation), 0,
+                                     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
+                                         | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION
+                                         | Py_TPFLAGS_BASETYPE,
+                                     hostalloc_slots};
 
 #define CF(f) (PyCFunction)(void (*)(void))(f)
 static PyMethodDef hostmem_methods[] = {
@@ -516,8 +509,7 @@ static PyMethodDef hostmem_methods[] = {
      "register_host_memory($module, /, ary, flags=0)\n--\n\n"
      "Page-lock a contiguous array's memory; returns an array over the same "
      "memory whose .base unregisters it when the last user dies."},
-    {NULL}
-};
+    {NULL}};
 
 int
 pygpu_hostmem_setup(PyObject *m, pygpu_state *st)

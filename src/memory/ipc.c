@@ -13,8 +13,8 @@ pygpu_need_entry(pygpu_state *st, const void *fn, const char *routine, const cha
 {
     if (fn != NULL)
         return 0;
-    PyErr_Format(st->LogicError, "%s needs %s, which this CUDA driver does not provide",
-                 what, routine);
+    PyErr_Format(st->LogicError, "%s needs %s, which this CUDA driver does not provide", what,
+                 routine);
     return -1;
 }
 
@@ -38,16 +38,20 @@ handle_bytes(PyObject *obj, void *out, size_t n, const char *what)
         p = PyBytes_AS_STRING(obj);
         len = PyBytes_GET_SIZE(obj);
     } else {
-        PyErr_Format(PyExc_TypeError, "%s: the handle must be bytes or a bytearray "
-                     "(from %s), not %.100s", what,
-                     n == sizeof(CUipcEventHandle) && strstr(what, "Event")
-                         ? "Event.ipc_handle()" : "the exporting call",
+        PyErr_Format(PyExc_TypeError,
+                     "%s: the handle must be bytes or a bytearray "
+                     "(from %s), not %.100s",
+                     what,
+                     n == sizeof(CUipcEventHandle) && strstr(what, "Event") ? "Event.ipc_handle()"
+                                                                            : "the exporting call",
                      Py_TYPE(obj)->tp_name);
         return -1;
     }
     if ((size_t)len != n) {
-        PyErr_Format(PyExc_ValueError, "%s: the handle has %zd bytes; a CUDA IPC handle "
-                     "has %zu", what, len, n);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: the handle has %zd bytes; a CUDA IPC handle "
+                     "has %zu",
+                     what, len, n);
         return -1;
     }
     memcpy(out, p, n);
@@ -75,14 +79,16 @@ mem_get_ipc_handle(PyObject *module, PyObject *arg)
     if (pygpu_is_allocation(st, arg)) {
         pygpu_DeviceAllocation *a = (pygpu_DeviceAllocation *)arg;
         if (a->kind == 4 || a->kind == 5) {
-            PyErr_Format(PyExc_TypeError, "mem_get_ipc_handle(): %s memory cannot be "
-                         "exported with a legacy IPC handle%s", Py_TYPE(arg)->tp_name,
+            PyErr_Format(PyExc_TypeError,
+                         "mem_get_ipc_handle(): %s memory cannot be "
+                         "exported with a legacy IPC handle%s",
+                         Py_TYPE(arg)->tp_name,
                          a->kind == 5 ? " (use VirtualBuffer.export())" : "");
             return NULL;
         }
         if (a->freed) {
             PyErr_SetString(st->LogicError, "mem_get_ipc_handle(): the DeviceAllocation "
-                            "was freed");
+                                            "was freed");
             return NULL;
         }
         ctx = a->context;
@@ -94,7 +100,8 @@ mem_get_ipc_handle(PyObject *module, PyObject *arg)
     if (ctx == NULL && (ctx = pygpu_current_context(st)) == NULL)
         return NULL;
     if (pygpu_need_entry(st, (void *)cu.cuIpcGetMemHandle, "cuIpcGetMemHandle",
-                         "mem_get_ipc_handle()") < 0
+                         "mem_get_ipc_handle()")
+            < 0
         || pygpu_scope_enter(st, ctx, &s) < 0)
         return NULL;
     rc = cu.cuIpcGetMemHandle(&h, p);
@@ -133,17 +140,16 @@ ipchandle_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if ((ctx = pygpu_current_context(st)) == NULL)
         return NULL;
     if (pygpu_need_entry(st, (void *)cu.cuIpcOpenMemHandle, "cuIpcOpenMemHandle",
-                         "IPCMemoryHandle()") < 0)
+                         "IPCMemoryHandle()")
+        < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuIpcOpenMemHandle(&p, h, flags);
-    Py_END_ALLOW_THREADS
-    if (rc != CUDA_SUCCESS)
-        return pygpu_cuda_error_ex(st, rc, "cuIpcOpenMemHandle",
-                                   "the handle may be invalid, the exporting process may "
-                                   "have freed the memory or exited, or this is the "
-                                   "process that exported it (a process cannot open its "
-                                   "own handle)");
+    Py_BEGIN_ALLOW_THREADS rc = cu.cuIpcOpenMemHandle(&p, h, flags);
+    Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS) return pygpu_cuda_error_ex(
+        st, rc, "cuIpcOpenMemHandle",
+        "the handle may be invalid, the exporting process may "
+        "have freed the memory or exited, or this is the "
+        "process that exported it (a process cannot open its "
+        "own handle)");
     /* its size: the range the driver mapped */
     if (cu.cuMemGetAddressRange != NULL
         && (rc = cu.cuMemGetAddressRange(&base, &size, p)) != CUDA_SUCCESS) {
@@ -173,16 +179,15 @@ ipchandle_repr(pygpu_DeviceAllocation *self)
         return PyUnicode_FromFormat("<pygpu.driver.IPCMemoryHandle (closed), %zu bytes>",
                                     self->size);
     snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)self->ptr);
-    return PyUnicode_FromFormat("<pygpu.driver.IPCMemoryHandle at %s, %zu bytes>",
-                                addr, self->size);
+    return PyUnicode_FromFormat("<pygpu.driver.IPCMemoryHandle at %s, %zu bytes>", addr,
+                                self->size);
 }
 
 static PyMethodDef ipchandle_methods[] = {
     {"close", ipchandle_close, METH_NOARGS,
      "close($self, /)\n--\n\nClose the mapping (cuIpcCloseMemHandle); idempotent. "
      "The exporting process still owns the memory."},
-    {NULL}
-};
+    {NULL}};
 
 static PyType_Slot ipchandle_slots[] = {
     {Py_tp_new, ipchandle_new},
@@ -195,32 +200,28 @@ static PyType_Slot ipchandle_slots[] = {
                 "int(h) is the address, it goes to kernels and copies; close() "
                 "(or free(), or garbage collection) unmaps it with "
                 "cuIpcCloseMemHandle and never frees the exporter's memory."},
-    {0, NULL}
-};
+    {0, NULL}};
 
 static PyType_Spec ipchandle_spec = {
     "pygpu.driver.IPCMemoryHandle", sizeof(pygpu_DeviceAllocation), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, ipchandle_slots
-};
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, ipchandle_slots};
 
 static PyMethodDef ipc_methods[] = {
     {"mem_get_ipc_handle", mem_get_ipc_handle, METH_O,
      "mem_get_ipc_handle($module, alloc, /)\n--\n\n"
      "The legacy CUDA IPC handle of memory from mem_alloc(): a bytearray of 64 "
      "bytes (it pickles), opened in another process by IPCMemoryHandle()."},
-    {NULL}
-};
+    {NULL}};
 
 /* Make a subtype of DeviceAllocation from spec and add it to the module.
  * Shared with vmm.c. */
 int pygpu_add_allocation_subtype(PyObject *m, pygpu_state *st, PyType_Spec *spec,
                                  PyTypeObject **slot);
 int
-pygpu_add_allocation_subtype(PyObject *m, pygpu_state *st, PyType_Spec *spec,
-                             PyTypeObject **slot)
+pygpu_add_allocation_subtype(PyObject *m, pygpu_state *st, PyType_Spec *spec, PyTypeObject **slot)
 {
     PyObject *tp, *bases = PyTuple_Pack(1, (PyObject *)st->DeviceAllocationType);
-    if (bases == NULL)   /* a tuple: Python 3.9 takes no single class */
+    if (bases == NULL) /* a tuple: Python 3.9 takes no single class */
         return -1;
     tp = PyType_FromModuleAndSpec(m, spec, bases);
     Py_DECREF(bases);

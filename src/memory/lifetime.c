@@ -22,11 +22,11 @@
 #define HOLD_CAPSULE "pygpu.hold"
 
 struct pygpu_hold {
-    PyObject *target;           /* strong unless forever: DeviceAllocation or Array */
-    pygpu_hold **list;          /* the target's `holds` field */
-    int is_array;               /* target is an Array */
-    int forever;                /* owned by the target itself (dropped at its dealloc) */
-    char what[112];             /* the holder's name */
+    PyObject *target;  /* strong unless forever: DeviceAllocation or Array */
+    pygpu_hold **list; /* the target's `holds` field */
+    int is_array;      /* target is an Array */
+    int forever;       /* owned by the target itself (dropped at its dealloc) */
+    char what[112];    /* the holder's name */
     struct pygpu_hold *prev, *next;
 };
 
@@ -42,8 +42,7 @@ holds_of(pygpu_state *st, PyObject *target, int *is_array)
         *is_array = 1;
         return &((pygpu_Array *)target)->holds;
     }
-    PyErr_Format(PyExc_TypeError, "a %.100s holds no device memory",
-                 Py_TYPE(target)->tp_name);
+    PyErr_Format(PyExc_TypeError, "a %.100s holds no device memory", Py_TYPE(target)->tp_name);
     return NULL;
 }
 
@@ -56,8 +55,10 @@ hold_check(pygpu_state *st, PyObject *target, int is_array, const char *what)
     {
         pygpu_DeviceAllocation *a = (pygpu_DeviceAllocation *)target;
         if (a->freed == 2 || (a->context != NULL && a->context->detached)) {
-            PyErr_Format(st->LogicError, "%s: the DeviceAllocation's context was detached: "
-                         "its memory is gone", what);
+            PyErr_Format(st->LogicError,
+                         "%s: the DeviceAllocation's context was detached: "
+                         "its memory is gone",
+                         what);
             return -1;
         }
         if (a->freed) {
@@ -157,7 +158,7 @@ pygpu_hold_forever(pygpu_state *st, PyObject *target, const char *what)
         return -1;
     for (h = *list; h != NULL; h = h->next)
         if (h->forever && strcmp(h->what, what) == 0)
-            return 0;           /* one is enough */
+            return 0; /* one is enough */
     return hold_add(st, target, what, 1) == NULL ? -1 : 0;
 }
 
@@ -264,7 +265,7 @@ pygpu_hold_arg(pygpu_state *st, PyObject *obj, const char *what)
     if (r < 0)
         return NULL;
     if (r == 0)
-        Py_RETURN_NONE;     /* DLPack and other memory: the caller's to keep */
+        Py_RETURN_NONE; /* DLPack and other memory: the caller's to keep */
     if (PyDict_Check(cai)) {
         PyObject *data = PyDict_GetItemString(cai, "data");
         if (data != NULL && PyTuple_Check(data) && PyTuple_GET_SIZE(data) >= 1) {

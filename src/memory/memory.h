@@ -4,43 +4,41 @@
 #define PYGPU_MEMORY_H
 
 typedef struct pygpu_DeviceAllocation {
-    PyObject_HEAD
-    CUdeviceptr ptr;           /* owned: freed by allocation_release */
+    PyObject_HEAD CUdeviceptr ptr; /* owned: freed by allocation_release */
     size_t size;
-    pygpu_Context *context;    /* strong ref */
-    int kind;                  /* 0 cuMemAlloc, 1 managed, 2 async (pool), 3 not owned */
-    PyObject *owner;           /* strong ref: kind 3, what owns the memory (e.g. the
+    pygpu_Context *context; /* strong ref */
+    int kind;               /* 0 cuMemAlloc, 1 managed, 2 async (pool), 3 not owned */
+    PyObject *owner;        /* strong ref: kind 3, what owns the memory (e.g. the
                                   Module of a global); kind 2, its stream */
-    int freed;                 /* 1 free()d, 2 its context was detached */
-    CUstream free_stream;      /* for kind 2: stream to free on */
+    int freed;              /* 1 free()d, 2 its context was detached */
+    CUstream free_stream;   /* for kind 2: stream to free on */
     PyObject *weakreflist;
-    int busy;                  /* driver calls using the memory with the GIL released */
-    int free_pending;          /* free() came while busy or held: the last user frees */
-    struct pygpu_hold *holds;  /* owned list (hold.c): who keeps the address for later */
-    int in_capture;            /* kind 2 made on a stream while pygpu captured it */
-    size_t block;              /* kind 2: the bytes of the block-cache block it lies in
+    int busy;                 /* driver calls using the memory with the GIL released */
+    int free_pending;         /* free() came while busy or held: the last user frees */
+    struct pygpu_hold *holds; /* owned list (hold.c): who keeps the address for later */
+    int in_capture;           /* kind 2 made on a stream while pygpu captured it */
+    size_t block;             /* kind 2: the bytes of the block-cache block it lies in
                                   (its class, >= size); 0: not the cache's (freed to the
                                   driver, never cached) */
     /* borrowed links in context->allocations */
     struct pygpu_DeviceAllocation *ctx_prev, *ctx_next;
-    int host_view;             /* kind 1: host code may read the memory through an ndarray
+    int host_view; /* kind 1: host code may read the memory through an ndarray
                                   or buffer that keeps this object alive (managed_empty(),
                                   as_buffer()): free() marks it freed, the memory goes with
                                   this object */
 } pygpu_DeviceAllocation;
 
 typedef struct {
-    PyObject_HEAD
-    void *ptr;                 /* owned: cuMemFreeHost or cuMemHostUnregister */
+    PyObject_HEAD void *ptr; /* owned: cuMemFreeHost or cuMemHostUnregister */
     size_t size;
     unsigned int flags;
-    int registered;            /* 1: cuMemHostRegister'd memory of `owner` */
-    PyObject *owner;           /* strong ref for registered memory */
-    Py_buffer view;            /* held for registered memory */
-    pygpu_Context *context;    /* strong ref */
+    int registered;         /* 1: cuMemHostRegister'd memory of `owner` */
+    PyObject *owner;        /* strong ref for registered memory */
+    Py_buffer view;         /* held for registered memory */
+    pygpu_Context *context; /* strong ref */
     int freed;
-    Py_ssize_t exports;        /* live buffer exports */
-    int closed;                /* free() or unregister() called: no further use through
+    Py_ssize_t exports; /* live buffer exports */
+    int closed;         /* free() or unregister() called: no further use through
                                   this object; registered memory is unregistered then,
                                   page-locked memory goes with this object (arrays over
                                   it may live on) */
@@ -50,8 +48,8 @@ typedef struct {
 /* resolve a device pointer: DeviceAllocation, int, __cuda_array_interface__,
  * None (-> 0 when allow_none).  Returns 0 or -1; *size = capacity or
  * (size_t)-1 when unknown. */
-int pygpu_get_device_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr,
-                         size_t *size, int allow_none);
+int pygpu_get_device_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr, size_t *size,
+                         int allow_none);
 int pygpu_get_dlpack_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr);
 /* a DeviceAllocation that does not own ptr; owner is kept alive with it */
 PyObject *pygpu_borrowed_allocation(pygpu_state *st, pygpu_Context *ctx, CUdeviceptr ptr,
@@ -76,7 +74,7 @@ pygpu_is_allocation(pygpu_state *st, PyObject *o)
 {
     PyTypeObject *t = Py_TYPE(o);
     return t == st->DeviceAllocationType || t->tp_base == st->DeviceAllocationType
-           || PyType_IsSubtype(t, st->DeviceAllocationType);   /* a Python subclass */
+           || PyType_IsSubtype(t, st->DeviceAllocationType); /* a Python subclass */
 }
 /* memory.c: a new allocation object of type tp (DeviceAllocationType or a
  * subtype) owning ptr; kinds: 0 cuMemAlloc, 1 managed, 2 async (pool),
@@ -116,8 +114,7 @@ PyObject *pygpu_hold_arg(pygpu_state *st, PyObject *obj, const char *what);
  * side): a hold on the live pygpu allocation containing it, or None. */
 PyObject *pygpu_hold_address(pygpu_state *st, PyObject *obj, const char *what);
 /* Tokens for each argument of a launch: a list (maybe empty), or NULL. */
-PyObject *pygpu_hold_args(pygpu_state *st, PyObject *const *args, Py_ssize_t n,
-                          const char *what);
+PyObject *pygpu_hold_args(pygpu_state *st, PyObject *const *args, Py_ssize_t n, const char *what);
 /* A hold owned by target itself (an IPC export: another process may use
  * the memory until target dies).  0 or -1. */
 int pygpu_hold_forever(pygpu_state *st, PyObject *target, const char *what);

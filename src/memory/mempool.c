@@ -14,12 +14,11 @@
 #include <unistd.h>
 
 typedef struct {
-    PyObject_HEAD
-    CUmemoryPool handle;       /* owned: cuMemPoolDestroy (imported ones too) */
-    pygpu_Context *context;    /* strong ref */
+    PyObject_HEAD CUmemoryPool handle; /* owned: cuMemPoolDestroy (imported ones too) */
+    pygpu_Context *context;            /* strong ref */
     int device;
-    int ipc;                   /* made with POSIX fd handles */
-    int imported;              /* from another process: cannot allocate */
+    int ipc;      /* made with POSIX fd handles */
+    int imported; /* from another process: cannot allocate */
     PyObject *weakreflist;
 } pygpu_MemoryPool;
 
@@ -64,8 +63,10 @@ need_pools(pygpu_state *st, const char *what)
 {
     if (cu.cuMemPoolCreate == NULL || cu.cuMemPoolDestroy == NULL
         || cu.cuMemAllocFromPoolAsync == NULL || cu.cuMemFreeAsync == NULL) {
-        PyErr_Format(st->LogicError, "%s needs stream-ordered memory pools (CUDA 11.2+), "
-                     "which this CUDA driver does not provide", what);
+        PyErr_Format(st->LogicError,
+                     "%s needs stream-ordered memory pools (CUDA 11.2+), "
+                     "which this CUDA driver does not provide",
+                     what);
         return -1;
     }
     return 0;
@@ -104,16 +105,14 @@ pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pn:MemoryPool", kwlist, &ipc, &max_size))
         return NULL;
     if (max_size < 0) {
-        PyErr_Format(PyExc_ValueError, "MemoryPool(): max_size must be >= 0, got %zd",
-                     max_size);
+        PyErr_Format(PyExc_ValueError, "MemoryPool(): max_size must be >= 0, got %zd", max_size);
         return NULL;
     }
     if ((ctx = pygpu_current_context(st)) == NULL || need_pools(st, "MemoryPool()") < 0)
         return NULL;
     memset(&props, 0, sizeof props);
     props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-    props.handleTypes = ipc ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-                            : CU_MEM_HANDLE_TYPE_NONE;
+    props.handleTypes = ipc ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
     props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     props.location.id = ctx->ordinal;
     props.maxSize = (size_t)max_size;
@@ -125,7 +124,8 @@ pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return pygpu_cuda_error_ex(st, rc, "cuMemPoolCreate",
                                    ipc ? "the device may not support POSIX file "
                                          "descriptor handles (ipc=False makes a private "
-                                         "pool)" : NULL);
+                                         "pool)"
+                                       : NULL);
     self = pool_wrap(st, type, ctx, h);
     if (self == NULL) {
         cu.cuMemPoolDestroy(h);
@@ -138,17 +138,16 @@ pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 /* a DeviceAllocation of kind 2 (cuMemFreeAsync on stream s), keeping the
  * pool (and the stream object, when one) alive until it is freed */
 static PyObject *
-pool_allocation(pygpu_state *st, pygpu_MemoryPool *self, CUdeviceptr p, size_t n,
-                CUstream s, PyObject *sobj)
+pool_allocation(pygpu_state *st, pygpu_MemoryPool *self, CUdeviceptr p, size_t n, CUstream s,
+                PyObject *sobj)
 {
     PyObject *res = pygpu_allocation_new(st, st->DeviceAllocationType, self->context, p, n, 2);
     PyObject *owner;
     if (res == NULL)
         return NULL;
-    owner = sobj == Py_None ? Py_NewRef((PyObject *)self)
-                            : PyTuple_Pack(2, (PyObject *)self, sobj);
+    owner = sobj == Py_None ? Py_NewRef((PyObject *)self) : PyTuple_Pack(2, (PyObject *)self, sobj);
     if (owner == NULL) {
-        Py_DECREF(res);   /* frees p on the null stream */
+        Py_DECREF(res); /* frees p on the null stream */
         return NULL;
     }
     ((pygpu_DeviceAllocation *)res)->free_stream = s;
@@ -176,7 +175,8 @@ pool_allocate(pygpu_MemoryPool *self, PyObject *args, PyObject *kwds)
     if (pool_check(st, self, "allocate()") < 0 || pygpu_get_stream(st, sobj, &s) < 0)
         return NULL;
     if (self->imported) {
-        PyErr_SetString(PyExc_ValueError, "allocate(): a MemoryPool imported from another "
+        PyErr_SetString(PyExc_ValueError,
+                        "allocate(): a MemoryPool imported from another "
                         "process cannot allocate (CUDA allows only import_pointer())");
         return NULL;
     }
@@ -204,12 +204,14 @@ pool_export_fd(pygpu_MemoryPool *self, PyObject *unused)
     int fd = -1;
     if (pool_check(st, self, "export_pool()") < 0
         || pygpu_need_entry(st, (void *)cu.cuMemPoolExportToShareableHandle,
-                            "cuMemPoolExportToShareableHandle", "export_pool()") < 0)
+                            "cuMemPoolExportToShareableHandle", "export_pool()")
+               < 0)
         return NULL;
     if (!self->ipc || self->imported) {
-        PyErr_SetString(PyExc_ValueError, self->imported
-                        ? "export_pool(): an imported MemoryPool cannot be exported again"
-                        : "export_pool(): the MemoryPool was made with ipc=False");
+        PyErr_SetString(PyExc_ValueError,
+                        self->imported
+                            ? "export_pool(): an imported MemoryPool cannot be exported again"
+                            : "export_pool(): the MemoryPool was made with ipc=False");
         return NULL;
     }
     if (pygpu_scope_enter(st, self->context, &s) < 0)
@@ -237,10 +239,10 @@ pool_import_fd(PyObject *cls, PyObject *arg)
     int fd = (int)PyLong_AsLong(arg);
     if (fd == -1 && PyErr_Occurred())
         return NULL;
-    if ((ctx = pygpu_current_context(st)) == NULL
-        || need_pools(st, "import_pool()") < 0
+    if ((ctx = pygpu_current_context(st)) == NULL || need_pools(st, "import_pool()") < 0
         || pygpu_need_entry(st, (void *)cu.cuMemPoolImportFromShareableHandle,
-                            "cuMemPoolImportFromShareableHandle", "import_pool()") < 0
+                            "cuMemPoolImportFromShareableHandle", "import_pool()")
+               < 0
         || pygpu_scope_enter(st, ctx, &s) < 0)
         return NULL;
     rc = cu.cuMemPoolImportFromShareableHandle(&h, (void *)(intptr_t)fd,
@@ -296,7 +298,8 @@ pool_export_pointer(pygpu_MemoryPool *self, PyObject *arg)
     CUresult rc;
     if (pool_check(st, self, "export_pointer()") < 0
         || pygpu_need_entry(st, (void *)cu.cuMemPoolExportPointer, "cuMemPoolExportPointer",
-                            "MemoryPool.export_pointer()") < 0)
+                            "MemoryPool.export_pointer()")
+               < 0)
         return NULL;
     if (pygpu_is_allocation(st, arg) && ((pygpu_DeviceAllocation *)arg)->freed) {
         PyErr_SetString(st->LogicError, "export_pointer(): the DeviceAllocation was freed");
@@ -335,21 +338,26 @@ pool_import_pointer(pygpu_MemoryPool *self, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|n:import_pointer", kwlist, &dobj, &n))
         return NULL;
     if (!PyBytes_Check(dobj) && !PyByteArray_Check(dobj)) {
-        PyErr_Format(PyExc_TypeError, "import_pointer(): data must be the bytes of "
-                     "export_pointer(), not %.100s", Py_TYPE(dobj)->tp_name);
+        PyErr_Format(PyExc_TypeError,
+                     "import_pointer(): data must be the bytes of "
+                     "export_pointer(), not %.100s",
+                     Py_TYPE(dobj)->tp_name);
         return NULL;
     }
     buf = PyBytes_Check(dobj) ? PyBytes_AS_STRING(dobj) : PyByteArray_AS_STRING(dobj);
     len = PyBytes_Check(dobj) ? PyBytes_GET_SIZE(dobj) : PyByteArray_GET_SIZE(dobj);
     if ((size_t)len != sizeof data) {
-        PyErr_Format(PyExc_ValueError, "import_pointer(): data has %zd bytes; an exported "
-                     "pool pointer has %zu", len, sizeof data);
+        PyErr_Format(PyExc_ValueError,
+                     "import_pointer(): data has %zd bytes; an exported "
+                     "pool pointer has %zu",
+                     len, sizeof data);
         return NULL;
     }
     memcpy(&data, buf, sizeof data);
     if (pool_check(st, self, "import_pointer()") < 0
         || pygpu_need_entry(st, (void *)cu.cuMemPoolImportPointer, "cuMemPoolImportPointer",
-                            "MemoryPool.import_pointer()") < 0
+                            "MemoryPool.import_pointer()")
+               < 0
         || pygpu_scope_enter(st, self->context, &s) < 0)
         return NULL;
     rc = cu.cuMemPoolImportPointer(&p, self->handle, &data);
@@ -390,7 +398,8 @@ pool_set_access(pygpu_MemoryPool *self, PyObject *args, PyObject *kwds)
         return NULL;
     if (pool_check(st, self, "set_access()") < 0
         || pygpu_need_entry(st, (void *)cu.cuMemPoolSetAccess, "cuMemPoolSetAccess",
-                            "MemoryPool.set_access()") < 0
+                            "MemoryPool.set_access()")
+               < 0
         || pygpu_scope_enter(st, self->context, &s) < 0)
         return NULL;
     memset(&desc, 0, sizeof desc);
@@ -439,7 +448,9 @@ static PyObject *
 pool_repr(pygpu_MemoryPool *self)
 {
     return PyUnicode_FromFormat("<pygpu.driver.MemoryPool on device %d%s%s>", self->device,
-                                self->imported ? ", imported" : self->ipc ? ", ipc" : "",
+                                self->imported ? ", imported"
+                                : self->ipc    ? ", ipc"
+                                               : "",
                                 self->handle == NULL ? ", destroyed" : "");
 }
 
@@ -465,21 +476,17 @@ static PyMethodDef pool_methods[] = {
      "when this object and every allocation from it are gone."},
     {"_export_fd", (PyCFunction)pool_export_fd, METH_NOARGS, NULL},
     {"_import_fd", (PyCFunction)pool_import_fd, METH_O | METH_CLASS, NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef pool_getset[] = {
     {"handle", (getter)pool_get_handle, NULL, "The CUmemoryPool as an int.", NULL},
     {"imported", (getter)pool_get_imported, NULL, "Imported from another process.", NULL},
     {"ipc", (getter)pool_get_ipc, NULL, "Made to be shared with other processes.", NULL},
     {"device", (getter)pool_get_device, NULL, "The device ordinal.", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyMemberDef pool_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_MemoryPool, weakreflist), READONLY},
-    {NULL}
-};
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_MemoryPool, weakreflist), READONLY}, {NULL}};
 
 static PyType_Slot pool_slots[] = {
     {Py_tp_new, pool_new},
@@ -493,13 +500,11 @@ static PyType_Slot pool_slots[] = {
                 "A stream-ordered memory pool on the current context's device "
                 "(cuMemPoolCreate). With ipc=True, pygpu.ipc.export_pool() hands it to "
                 "another process and export_pointer() names its allocations there."},
-    {0, NULL}
-};
+    {0, NULL}};
 
-static PyType_Spec pool_spec = {
-    "pygpu.driver.MemoryPool", sizeof(pygpu_MemoryPool), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, pool_slots
-};
+static PyType_Spec pool_spec = {"pygpu.driver.MemoryPool", sizeof(pygpu_MemoryPool), 0,
+                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE,
+                                pool_slots};
 
 int
 pygpu_mempool_setup(PyObject *m, pygpu_state *st)

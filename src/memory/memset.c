@@ -95,10 +95,8 @@ do_memset2d(PyObject *module, PyObject *const *o, int width, int async)
     CUresult rc;
     char fname[40];
     memset2d_name(fname, sizeof fname, width, async);
-    if (parse_size(pobj, &pitch, fname, "pitch") < 0
-        || parse_value(vobj, width, &v, fname) < 0
-        || parse_size(wobj, &w, fname, "width") < 0
-        || parse_size(hobj, &h, fname, "height") < 0)
+    if (parse_size(pobj, &pitch, fname, "pitch") < 0 || parse_value(vobj, width, &v, fname) < 0
+        || parse_size(wobj, &w, fname, "width") < 0 || parse_size(hobj, &h, fname, "height") < 0)
         return NULL;
     if (async && pygpu_get_stream(st, sobj, &s) < 0)
         return NULL;
@@ -112,13 +110,17 @@ do_memset2d(PyObject *module, PyObject *const *o, int width, int async)
     }
     row = w * (size_t)width;
     if (h > 1 && pitch < row) {
-        PyErr_Format(PyExc_ValueError, "%s: pitch (%zu bytes) is less than a row's %zu "
-                     "elements of %d bytes", fname, pitch, w, width);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: pitch (%zu bytes) is less than a row's %zu "
+                     "elements of %d bytes",
+                     fname, pitch, w, width);
         goto error;
     }
     if (d % (CUdeviceptr)width || (h > 1 && pitch % (size_t)width)) {
-        PyErr_Format(PyExc_ValueError, "%s: the address and the pitch must be %d-byte "
-                     "aligned", fname, width);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: the address and the pitch must be %d-byte "
+                     "aligned",
+                     fname, width);
         goto error;
     }
     if (w == 0 || h == 0) {
@@ -131,9 +133,10 @@ do_memset2d(PyObject *module, PyObject *const *o, int width, int async)
     }
     extent = pitch * (h - 1) + row;
     if (cap != (size_t)-1 && extent > cap) {
-        PyErr_Format(PyExc_ValueError, "%s: %zu rows of %zu elements, %zu bytes apart, "
-                     "reach %zu bytes; the allocation holds %zu", fname, h, w, pitch,
-                     extent, cap);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: %zu rows of %zu elements, %zu bytes apart, "
+                     "reach %zu bytes; the allocation holds %zu",
+                     fname, h, w, pitch, extent, cap);
         goto error;
     }
     if (pygpu_current_context(st) == NULL)
@@ -150,9 +153,9 @@ do_memset2d(PyObject *module, PyObject *const *o, int width, int async)
     pygpu_allocation_unhold(held);
     held = NULL;
     if (rc != CUDA_SUCCESS) {
-        const char *routine = width == 1 ? (async ? "cuMemsetD2D8Async" : "cuMemsetD2D8")
-                            : width == 2 ? (async ? "cuMemsetD2D16Async" : "cuMemsetD2D16")
-                            : (async ? "cuMemsetD2D32Async" : "cuMemsetD2D32");
+        const char *routine = width == 1   ? (async ? "cuMemsetD2D8Async" : "cuMemsetD2D8")
+                              : width == 2 ? (async ? "cuMemsetD2D16Async" : "cuMemsetD2D16")
+                                           : (async ? "cuMemsetD2D32Async" : "cuMemsetD2D32");
         return pygpu_cuda_error(st, rc, routine);
     }
     if (async && pygpu_capture_note(st, sobj, dobj, NULL, 0) < 0)
@@ -168,8 +171,8 @@ memset_d2d8(PyObject *m, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"dest", "pitch", "data", "width", "height", NULL};
     PyObject *o[6] = {NULL, NULL, NULL, NULL, NULL, Py_None};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:memset_d2d8", kwlist,
-                                     &o[0], &o[1], &o[2], &o[3], &o[4]))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:memset_d2d8", kwlist, &o[0], &o[1], &o[2],
+                                     &o[3], &o[4]))
         return NULL;
     return do_memset2d(m, o, 1, 0);
 }
@@ -179,8 +182,8 @@ memset_d2d8_async(PyObject *m, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"dest", "pitch", "data", "width", "height", "stream", NULL};
     PyObject *o[6] = {NULL, NULL, NULL, NULL, NULL, Py_None};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|O:memset_d2d8_async", kwlist,
-                                     &o[0], &o[1], &o[2], &o[3], &o[4], &o[5]))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|O:memset_d2d8_async", kwlist, &o[0], &o[1],
+                                     &o[2], &o[3], &o[4], &o[5]))
         return NULL;
     return do_memset2d(m, o, 1, 1);
 }
@@ -190,8 +193,8 @@ memset_d2d16(PyObject *m, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"dest", "pitch", "data", "width", "height", NULL};
     PyObject *o[6] = {NULL, NULL, NULL, NULL, NULL, Py_None};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:memset_d2d16", kwlist,
-                                     &o[0], &o[1], &o[2], &o[3], &o[4]))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:memset_d2d16", kwlist, &o[0], &o[1], &o[2],
+                                     &o[3], &o[4]))
         return NULL;
     return do_memset2d(m, o, 2, 0);
 }
@@ -201,8 +204,8 @@ memset_d2d16_async(PyObject *m, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"dest", "pitch", "data", "width", "height", "stream", NULL};
     PyObject *o[6] = {NULL, NULL, NULL, NULL, NULL, Py_None};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|O:memset_d2d16_async", kwlist,
-                                     &o[0], &o[1], &o[2], &o[3], &o[4], &o[5]))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|O:memset_d2d16_async", kwlist, &o[0], &o[1],
+                                     &o[2], &o[3], &o[4], &o[5]))
         return NULL;
     return do_memset2d(m, o, 2, 1);
 }
@@ -212,8 +215,8 @@ memset_d2d32(PyObject *m, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"dest", "pitch", "data", "width", "height", NULL};
     PyObject *o[6] = {NULL, NULL, NULL, NULL, NULL, Py_None};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:memset_d2d32", kwlist,
-                                     &o[0], &o[1], &o[2], &o[3], &o[4]))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO:memset_d2d32", kwlist, &o[0], &o[1], &o[2],
+                                     &o[3], &o[4]))
         return NULL;
     return do_memset2d(m, o, 4, 0);
 }
@@ -223,8 +226,8 @@ memset_d2d32_async(PyObject *m, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"dest", "pitch", "data", "width", "height", "stream", NULL};
     PyObject *o[6] = {NULL, NULL, NULL, NULL, NULL, Py_None};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|O:memset_d2d32_async", kwlist,
-                                     &o[0], &o[1], &o[2], &o[3], &o[4], &o[5]))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|O:memset_d2d32_async", kwlist, &o[0], &o[1],
+                                     &o[2], &o[3], &o[4], &o[5]))
         return NULL;
     return do_memset2d(m, o, 4, 1);
 }
@@ -242,10 +245,10 @@ mem_get_address_range(PyObject *module, PyObject *obj)
     if (pygpu_allocation_hold(st, obj, &held) < 0)
         return NULL;
     pygpu_allocation_unhold(held);
-    if (pygpu_get_device_ptr(st, obj, &p, &cap, 0) < 0
-        || pygpu_ensure_driver(st) < 0
+    if (pygpu_get_device_ptr(st, obj, &p, &cap, 0) < 0 || pygpu_ensure_driver(st) < 0
         || pygpu_need_entry(st, (const void *)cu.cuMemGetAddressRange, "cuMemGetAddressRange",
-                            "mem_get_address_range()") < 0
+                            "mem_get_address_range()")
+               < 0
         || pygpu_current_context(st) == NULL)
         return NULL;
     rc = cu.cuMemGetAddressRange(&base, &size, p);
@@ -270,13 +273,16 @@ initialize_profiler(PyObject *module, PyObject *args, PyObject *kwds)
     if (pygpu_parse_int(mobj, &mode, "initialize_profiler(): output_mode") < 0)
         goto done;
     if (mode != 0 && mode != 1) {
-        PyErr_Format(PyExc_ValueError, "initialize_profiler(): output_mode must be "
-                     "profiler_output_mode.KEY_VALUE_PAIR (0) or CSV (1), got %d", mode);
+        PyErr_Format(PyExc_ValueError,
+                     "initialize_profiler(): output_mode must be "
+                     "profiler_output_mode.KEY_VALUE_PAIR (0) or CSV (1), got %d",
+                     mode);
         goto done;
     }
     if (pygpu_ensure_driver(st) < 0
         || pygpu_need_entry(st, (const void *)cu.cuProfilerInitialize, "cuProfilerInitialize",
-                            "initialize_profiler()") < 0
+                            "initialize_profiler()")
+               < 0
         || pygpu_current_context(st) == NULL)
         goto done;
     rc = cu.cuProfilerInitialize(PyBytes_AS_STRING(cfg), PyBytes_AS_STRING(out), mode);
@@ -341,8 +347,7 @@ static PyMethodDef memextra_methods[] = {
     {"_allocation_kind", allocation_kind, METH_O,
      "_allocation_kind($module, obj, /)\n--\n\n"
      "A DeviceAllocation's kind (1: managed memory), -1 for anything else."},
-    {NULL}
-};
+    {NULL}};
 
 int
 pygpu_memextra_setup(PyObject *m, pygpu_state *st)

@@ -104,16 +104,16 @@
 #include <unistd.h>
 
 #ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23                 /* Linux 5.14 */
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
 #define MAX_THREADS 16
-#define MIN_CHUNK ((size_t)64 << 10)           /* smallest chunk setting */
-#define MAX_CHUNK ((size_t)256 << 20)          /* largest chunk setting */
-#define PIECE_ALIGN ((size_t)64 << 10)         /* pieces are a multiple of this */
-#define PIECES_PER_THREAD 4                    /* a copy's target piece count per thread */
-#define MAX_SPIN_US 100000                     /* largest spin_us setting (0.1 s) */
-#define WAIT_SPIN_NS 2000000L                  /* the caller polls this long for helpers */
+#define MIN_CHUNK ((size_t)64 << 10)   /* smallest chunk setting */
+#define MAX_CHUNK ((size_t)256 << 20)  /* largest chunk setting */
+#define PIECE_ALIGN ((size_t)64 << 10) /* pieces are a multiple of this */
+#define PIECES_PER_THREAD 4            /* a copy's target piece count per thread */
+#define MAX_SPIN_US 100000             /* largest spin_us setting (0.1 s) */
+#define WAIT_SPIN_NS 2000000L          /* the caller polls this long for helpers */
 
 /* Defaults, from first principles (docs/memory.md, "Pageable copies"):
  * - threshold 1 MiB: the calling thread copies from the first byte, so a
@@ -145,44 +145,44 @@
 /* One copying thread's share: slot 0 is the calling thread, 1.. helpers. */
 typedef struct {
     pthread_t thread;
-    int running;              /* a helper thread was started: join it */
+    int running; /* a helper thread was started: join it */
     int index;
-    struct pygpu_staging *s;  /* borrowed: the struct this slot lives in */
-    void *buf[2];             /* owned: cuMemHostAlloc, s->chunk bytes each */
-    CUstream stream;          /* owned */
-    CUevent ev[2];            /* owned: the last DMA in or out of buf[b] */
+    struct pygpu_staging *s; /* borrowed: the struct this slot lives in */
+    void *buf[2];            /* owned: cuMemHostAlloc, s->chunk bytes each */
+    CUstream stream;         /* owned */
+    CUevent ev[2];           /* owned: the last DMA in or out of buf[b] */
     /* written by the slot's own thread inside a job, read by the caller
      * once inside == 0 (see the protocol above) */
-    unsigned job;             /* the last job this slot joined */
-    size_t pieces;            /* pieces it copied in that job */
-    CUresult rc;              /* result of the slot's share of that job */
-    const char *where;        /* the routine that failed */
+    unsigned job;      /* the last job this slot joined */
+    size_t pieces;     /* pieces it copied in that job */
+    CUresult rc;       /* result of the slot's share of that job */
+    const char *where; /* the routine that failed */
 } staging_slot;
 
 /* Allocated with the GIL held on a context's first staged copy, freed by
  * pygpu_staging_free() (GIL held, context current).  The resources (slots)
  * are made and unmade with `busy` held and the GIL released. */
 typedef struct pygpu_staging {
-    pid_t pid;                /* the process that made it */
-    CUcontext ctx;            /* borrowed: the owning Context's handle */
-    pthread_mutex_t busy;     /* held while a staged copy runs */
-    pthread_mutex_t mu;       /* with wake/done: helpers' sleep and wake-up */
+    pid_t pid;            /* the process that made it */
+    CUcontext ctx;        /* borrowed: the owning Context's handle */
+    pthread_mutex_t busy; /* held while a staged copy runs */
+    pthread_mutex_t mu;   /* with wake/done: helpers' sleep and wake-up */
     pthread_cond_t wake, done;
-    atomic_uint open;         /* the job helpers may join; 0: none */
-    atomic_uint nudge;        /* bumped when a copy is on its way */
-    atomic_int inside;        /* helpers inside the open job */
-    atomic_int sleepers;      /* helpers asleep on wake (changed under mu) */
-    atomic_int booting;       /* helpers yet to report their start-up */
-    atomic_size_t next;       /* the next unclaimed piece */
-    atomic_int failed;        /* a share failed: the others stop early */
+    atomic_uint open;    /* the job helpers may join; 0: none */
+    atomic_uint nudge;   /* bumped when a copy is on its way */
+    atomic_int inside;   /* helpers inside the open job */
+    atomic_int sleepers; /* helpers asleep on wake (changed under mu) */
+    atomic_int booting;  /* helpers yet to report their start-up */
+    atomic_size_t next;  /* the next unclaimed piece */
+    atomic_int failed;   /* a share failed: the others stop early */
     atomic_int quit;
-    atomic_long spin_ns;      /* how long helpers poll after their last piece */
-    unsigned last_id;         /* the last job's id (busy held) */
+    atomic_long spin_ns; /* how long helpers poll after their last piece */
+    unsigned last_id;    /* the last job's id (busy held) */
     /* the resources: made for these settings (busy held) */
     int ready;
-    int want_threads;         /* the setting they were made for */
-    int nthreads;             /* slots in use (fewer if a thread failed to start) */
-    size_t chunk;             /* size of each pinned buffer */
+    int want_threads; /* the setting they were made for */
+    int nthreads;     /* slots in use (fewer if a thread failed to start) */
+    size_t chunk;     /* size of each pinned buffer */
     /* the current job: see the protocol */
     int htod, prefault;
     char *host;
@@ -196,13 +196,13 @@ typedef struct pygpu_staging {
 /* Process-wide: read from the environment on first use; changed and read
  * only with the GIL held. */
 typedef struct {
-    size_t threshold;          /* 0: staging off */
+    size_t threshold; /* 0: staging off */
     int threads;
     size_t chunk;
-    size_t piece;              /* smallest piece */
+    size_t piece; /* smallest piece */
     long spin_us;
     int prefault;
-    size_t cold;               /* below it, sleeping helpers: the plain call */
+    size_t cold; /* below it, sleeping helpers: the plain call */
 } staging_settings;
 
 static int settings_loaded;
@@ -216,9 +216,9 @@ static struct {
     atomic_ullong last_piece;
     atomic_int last_threads;
     atomic_int helpers_alive;
-    atomic_ullong wakeups;         /* a helper left its sleep (for a job or a nudge) */
-    atomic_ullong late_wakes;      /* a copy was posted while a helper slept */
-    atomic_ullong prefault_bytes;  /* destination bytes populated ahead */
+    atomic_ullong wakeups;        /* a helper left its sleep (for a job or a nudge) */
+    atomic_ullong late_wakes;     /* a copy was posted while a helper slept */
+    atomic_ullong prefault_bytes; /* destination bytes populated ahead */
 } stats;
 
 /* Parse "<digits>[K|M|G][iB|B]" (binary units) from an environment
@@ -242,9 +242,21 @@ env_size(const char *name, size_t dflt, size_t *out)
         v = v * 10 + (unsigned long long)(*p - '0');
     }
     switch (*p) {
-    case 'k': case 'K': mul = 1ull << 10; p++; break;
-    case 'm': case 'M': mul = 1ull << 20; p++; break;
-    case 'g': case 'G': mul = 1ull << 30; p++; break;
+    case 'k':
+    case 'K':
+        mul = 1ull << 10;
+        p++;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1ull << 20;
+        p++;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1ull << 30;
+        p++;
+        break;
     default: break;
     }
     if (mul > 1 && (*p == 'i' || *p == 'I'))
@@ -260,7 +272,8 @@ env_size(const char *name, size_t dflt, size_t *out)
 bad:
     PyErr_Format(PyExc_ValueError,
                  "environment variable %s='%.100s' is not a byte count "
-                 "(digits, optionally followed by K, M or G)", name, e);
+                 "(digits, optionally followed by K, M or G)",
+                 name, e);
     return -1;
 }
 
@@ -269,8 +282,8 @@ static int
 check_threads(unsigned long long threads, const char *from)
 {
     if (threads < 1 || threads > MAX_THREADS) {
-        PyErr_Format(PyExc_ValueError, "%s: threads must be 1 to %d, not %llu",
-                     from, MAX_THREADS, threads);
+        PyErr_Format(PyExc_ValueError, "%s: threads must be 1 to %d, not %llu", from, MAX_THREADS,
+                     threads);
         return -1;
     }
     return 0;
@@ -280,9 +293,8 @@ static int
 check_chunk(unsigned long long chunk, const char *from)
 {
     if (chunk < MIN_CHUNK || chunk > MAX_CHUNK) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: chunk must be %zu KiB to %zu MiB, not %llu bytes",
-                     from, MIN_CHUNK >> 10, MAX_CHUNK >> 20, chunk);
+        PyErr_Format(PyExc_ValueError, "%s: chunk must be %zu KiB to %zu MiB, not %llu bytes", from,
+                     MIN_CHUNK >> 10, MAX_CHUNK >> 20, chunk);
         return -1;
     }
     return 0;
@@ -294,8 +306,8 @@ check_piece(unsigned long long piece, const char *from)
     if (piece < PIECE_ALIGN || piece > MAX_CHUNK || piece % PIECE_ALIGN != 0) {
         PyErr_Format(PyExc_ValueError,
                      "%s: piece must be a multiple of %zu KiB from %zu KiB to %zu MiB, "
-                     "not %llu bytes", from, PIECE_ALIGN >> 10, PIECE_ALIGN >> 10,
-                     MAX_CHUNK >> 20, piece);
+                     "not %llu bytes",
+                     from, PIECE_ALIGN >> 10, PIECE_ALIGN >> 10, MAX_CHUNK >> 20, piece);
         return -1;
     }
     return 0;
@@ -305,8 +317,8 @@ static int
 check_spin(unsigned long long spin_us, const char *from)
 {
     if (spin_us > MAX_SPIN_US) {
-        PyErr_Format(PyExc_ValueError, "%s: spin_us must be 0 to %d, not %llu",
-                     from, MAX_SPIN_US, spin_us);
+        PyErr_Format(PyExc_ValueError, "%s: spin_us must be 0 to %d, not %llu", from, MAX_SPIN_US,
+                     spin_us);
         return -1;
     }
     return 0;
@@ -316,8 +328,7 @@ static int
 check_prefault(unsigned long long prefault, const char *from)
 {
     if (prefault > 1) {
-        PyErr_Format(PyExc_ValueError, "%s: prefault must be 0 or 1, not %llu",
-                     from, prefault);
+        PyErr_Format(PyExc_ValueError, "%s: prefault must be 0 or 1, not %llu", from, prefault);
         return -1;
     }
     return 0;
@@ -327,8 +338,8 @@ static int
 check_cold(unsigned long long cold, const char *from)
 {
     if (cold > MAX_COLD) {
-        PyErr_Format(PyExc_ValueError, "%s: cold must be 0 to %zu bytes, not %llu",
-                     from, MAX_COLD, cold);
+        PyErr_Format(PyExc_ValueError, "%s: cold must be 0 to %zu bytes, not %llu", from, MAX_COLD,
+                     cold);
         return -1;
     }
     return 0;
@@ -369,7 +380,7 @@ settings_load(void)
 
 /* ---- helpers' wake-up and completion (the protocol at the top) ---- */
 
-static long page_size = 4096;   /* set once at module setup */
+static long page_size = 4096; /* set once at module setup */
 
 static long
 elapsed_ns(const struct timespec *t0)
@@ -429,7 +440,7 @@ wait_job(pygpu_staging *s, unsigned last)
             return 0;
         if (v != 0 && v != last)
             return v;
-        nudge = atomic_load(&s->nudge);      /* nudged: poll again */
+        nudge = atomic_load(&s->nudge); /* nudged: poll again */
         spin = atomic_load(&s->spin_ns);
     }
 found:
@@ -579,8 +590,7 @@ share_htod(pygpu_staging *s, staging_slot *w)
         }
     }
     /* always drained: no DMA may read a buffer after the share ends */
-    if (k > 0 && (rc = cu.cuStreamSynchronize(w->stream)) != CUDA_SUCCESS
-        && w->rc == CUDA_SUCCESS)
+    if (k > 0 && (rc = cu.cuStreamSynchronize(w->stream)) != CUDA_SUCCESS && w->rc == CUDA_SUCCESS)
         slot_fail(w, rc, "cuStreamSynchronize (staged)");
 }
 
@@ -625,7 +635,7 @@ share_dtoh(pygpu_staging *s, staging_slot *w)
             memcpy(s->host + prev_off, w->buf[b], prev_len);
     }
     if (w->rc != CUDA_SUCCESS)
-        (void)cu.cuStreamSynchronize(w->stream);   /* drained after a failure */
+        (void)cu.cuStreamSynchronize(w->stream); /* drained after a failure */
 }
 
 static void
@@ -794,8 +804,8 @@ piece_size(size_t n, int threads, size_t min_piece, size_t chunk)
  * helpers join as they come.  busy held, GIL released, resources ready.
  * *joined: threads that copied a piece. */
 static CUresult
-run_copy(pygpu_staging *s, const staging_settings *snap, int htod, char *host,
-         CUdeviceptr dev, size_t n, const char **where, int *joined)
+run_copy(pygpu_staging *s, const staging_settings *snap, int htod, char *host, CUdeviceptr dev,
+         size_t n, const char **where, int *joined)
 {
     unsigned id;
     int i;
@@ -952,8 +962,8 @@ pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t
         return 0;
     }
     /* pinned or registered host memory goes straight to the DMA engine */
-    if (cu.cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                 (CUdeviceptr)host) == CUDA_SUCCESS) {
+    if (cu.cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)host)
+        == CUDA_SUCCESS) {
         atomic_fetch_add(&stats.pinned, 1);
         return 0;
     }
@@ -980,21 +990,21 @@ pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t
      * may follow; woken before it, they spin beside the copy and slow it
      * (DEFAULT_COLD says why the plain call) */
     if (n < snap.cold && s->ready && s->nthreads > 1
-            && atomic_load(&s->sleepers) >= s->nthreads - 1) {
+        && atomic_load(&s->sleepers) >= s->nthreads - 1) {
         pthread_mutex_unlock(&s->busy);
         atomic_fetch_add(&stats.cold, 1);
         return 2;
     }
     Py_INCREF(ctx);
-    Py_BEGIN_ALLOW_THREADS
-    if (s->ready && s->nthreads > 1) {
+    Py_BEGIN_ALLOW_THREADS if (s->ready && s->nthreads > 1)
+    {
         atomic_store(&s->spin_ns, snap.spin_us * 1000L);
-        nudge(s);               /* they wake while the default stream drains */
+        nudge(s); /* they wake while the default stream drains */
     }
     rc = resources_get(s, &snap, &where);
     if (rc == CUDA_SUCCESS) {
         where = "cuStreamSynchronize (staged)";
-        rc = cu.cuStreamSynchronize(CU_STREAM_LEGACY);   /* ordered like cuMemcpy */
+        rc = cu.cuStreamSynchronize(CU_STREAM_LEGACY); /* ordered like cuMemcpy */
     }
     if (rc == CUDA_SUCCESS)
         rc = run_copy(s, &snap, htod, (char *)host, dev, n, &where, &joined);
@@ -1003,8 +1013,7 @@ pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t
         atomic_store(&stats.last_threads, joined);
     }
     pthread_mutex_unlock(&s->busy);
-    Py_END_ALLOW_THREADS
-    Py_DECREF(ctx);
+    Py_END_ALLOW_THREADS Py_DECREF(ctx);
     if (rc != CUDA_SUCCESS) {
         pygpu_cuda_error(st, rc, where);
         return -1;
@@ -1039,8 +1048,8 @@ get_count(PyObject *obj, const char *what, unsigned long long *out)
     long long v;
     if (PyBool_Check(obj) || (idx = PyNumber_Index(obj)) == NULL) {
         PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "set_staging(): %s must be an int, not %.100s",
-                     what, Py_TYPE(obj)->tp_name);
+        PyErr_Format(PyExc_TypeError, "set_staging(): %s must be an int, not %.100s", what,
+                     Py_TYPE(obj)->tp_name);
         return -1;
     }
     v = PyLong_AsLongLongAndOverflow(idx, &overflow);
@@ -1065,12 +1074,12 @@ get_count(PyObject *obj, const char *what, unsigned long long *out)
 }
 
 PyDoc_STRVAR(set_staging_doc,
-"_set_staging(threshold=None, threads=None, chunk=None)\n--\n\n"
-"Change the pageable-copy staging settings (None keeps one); return the\n"
-"previous ones as (threshold, threads, chunk).  threshold: bytes from which\n"
-"a copy is staged, 0 turns staging off; threads: 1 to 16 copying threads\n"
-"(the caller's included); chunk: bytes of each pinned buffer (64 KiB to\n"
-"256 MiB).  Copies already running keep the settings they started with.");
+             "_set_staging(threshold=None, threads=None, chunk=None)\n--\n\n"
+             "Change the pageable-copy staging settings (None keeps one); return the\n"
+             "previous ones as (threshold, threads, chunk).  threshold: bytes from which\n"
+             "a copy is staged, 0 turns staging off; threads: 1 to 16 copying threads\n"
+             "(the caller's included); chunk: bytes of each pinned buffer (64 KiB to\n"
+             "256 MiB).  Copies already running keep the settings they started with.");
 
 static PyObject *
 set_staging(PyObject *m, PyObject *args, PyObject *kwds)
@@ -1078,8 +1087,7 @@ set_staging(PyObject *m, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"threshold", "threads", "chunk", NULL};
     PyObject *tobj = Py_None, *nobj = Py_None, *cobj = Py_None, *old;
     unsigned long long threshold, threads, chunk;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOO:_set_staging", kwlist,
-                                     &tobj, &nobj, &cobj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOO:_set_staging", kwlist, &tobj, &nobj, &cobj))
         return NULL;
     if (settings_load() < 0)
         return NULL;
@@ -1094,8 +1102,7 @@ set_staging(PyObject *m, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "set_staging(): threshold is too large");
         return NULL;
     }
-    if (check_threads(threads, "set_staging()") < 0
-        || check_chunk(chunk, "set_staging()") < 0)
+    if (check_threads(threads, "set_staging()") < 0 || check_chunk(chunk, "set_staging()") < 0)
         return NULL;
     if ((old = settings_tuple()) == NULL)
         return NULL;
@@ -1105,14 +1112,15 @@ set_staging(PyObject *m, PyObject *args, PyObject *kwds)
     return old;
 }
 
-PyDoc_STRVAR(set_staging_tuning_doc,
-"_set_staging_tuning(piece=None, spin_us=None, prefault=None, cold=None)\n--\n\n"
-"Change the staging knobs (None keeps one); return the previous ones as\n"
-"(piece, spin_us, prefault, cold).  piece: the smallest piece, bytes, a multiple\n"
-"of 64 KiB up to 256 MiB; spin_us: how long helpers poll after their last\n"
-"piece before they sleep, 0 to 100000; prefault: 1 faults a device-to-host\n"
-"copy's destination in ahead of the memcpy, 0 does not; cold: bytes below which a copy whose\n"
-"helpers all sleep takes the plain driver call and wakes them, 0 to 1 GiB.");
+PyDoc_STRVAR(
+    set_staging_tuning_doc,
+    "_set_staging_tuning(piece=None, spin_us=None, prefault=None, cold=None)\n--\n\n"
+    "Change the staging knobs (None keeps one); return the previous ones as\n"
+    "(piece, spin_us, prefault, cold).  piece: the smallest piece, bytes, a multiple\n"
+    "of 64 KiB up to 256 MiB; spin_us: how long helpers poll after their last\n"
+    "piece before they sleep, 0 to 100000; prefault: 1 faults a device-to-host\n"
+    "copy's destination in ahead of the memcpy, 0 does not; cold: bytes below which a copy whose\n"
+    "helpers all sleep takes the plain driver call and wakes them, 0 to 1 GiB.");
 
 static PyObject *
 set_staging_tuning(PyObject *m, PyObject *args, PyObject *kwds)
@@ -1120,8 +1128,8 @@ set_staging_tuning(PyObject *m, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"piece", "spin_us", "prefault", "cold", NULL};
     PyObject *pobj = Py_None, *sobj = Py_None, *fobj = Py_None, *cobj = Py_None, *old;
     unsigned long long piece, spin_us, prefault, cold;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOOO:_set_staging_tuning", kwlist,
-                                     &pobj, &sobj, &fobj, &cobj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOOO:_set_staging_tuning", kwlist, &pobj, &sobj,
+                                     &fobj, &cobj))
         return NULL;
     if (settings_load() < 0)
         return NULL;
@@ -1137,10 +1145,8 @@ set_staging_tuning(PyObject *m, PyObject *args, PyObject *kwds)
         || (sobj != Py_None && get_count(sobj, "spin_us", &spin_us) < 0)
         || (cobj != Py_None && get_count(cobj, "cold", &cold) < 0))
         return NULL;
-    if (check_piece(piece, "set_staging()") < 0
-        || check_spin(spin_us, "set_staging()") < 0
-        || check_prefault(prefault, "set_staging()") < 0
-        || check_cold(cold, "set_staging()") < 0)
+    if (check_piece(piece, "set_staging()") < 0 || check_spin(spin_us, "set_staging()") < 0
+        || check_prefault(prefault, "set_staging()") < 0 || check_cold(cold, "set_staging()") < 0)
         return NULL;
     if ((old = tuning_tuple()) == NULL)
         return NULL;
@@ -1151,9 +1157,8 @@ set_staging_tuning(PyObject *m, PyObject *args, PyObject *kwds)
     return old;
 }
 
-PyDoc_STRVAR(get_staging_doc,
-"_get_staging()\n--\n\n"
-"The pageable-copy staging settings: (threshold, threads, chunk).");
+PyDoc_STRVAR(get_staging_doc, "_get_staging()\n--\n\n"
+                              "The pageable-copy staging settings: (threshold, threads, chunk).");
 
 static PyObject *
 get_staging(PyObject *m, PyObject *unused)
@@ -1163,9 +1168,8 @@ get_staging(PyObject *m, PyObject *unused)
     return settings_tuple();
 }
 
-PyDoc_STRVAR(get_staging_tuning_doc,
-"_get_staging_tuning()\n--\n\n"
-"The staging knobs: (piece, spin_us, prefault, cold).");
+PyDoc_STRVAR(get_staging_tuning_doc, "_get_staging_tuning()\n--\n\n"
+                                     "The staging knobs: (piece, spin_us, prefault, cold).");
 
 static PyObject *
 get_staging_tuning(PyObject *m, PyObject *unused)
@@ -1176,8 +1180,8 @@ get_staging_tuning(PyObject *m, PyObject *unused)
 }
 
 PyDoc_STRVAR(staging_applies_doc,
-"_staging_applies(nbytes)\n--\n\n"
-"True if a synchronous pageable copy of nbytes would be staged (by size).");
+             "_staging_applies(nbytes)\n--\n\n"
+             "True if a synchronous pageable copy of nbytes would be staged (by size).");
 
 static PyObject *
 staging_applies(PyObject *m, PyObject *arg)
@@ -1196,20 +1200,20 @@ staging_applies(PyObject *m, PyObject *arg)
 }
 
 PyDoc_STRVAR(staging_stats_doc,
-"staging_stats(reset=False)\n--\n\n"
-"Counters of the synchronous pageable-copy paths, process-wide, as a dict:\n"
-"staged_htod, staged_dtoh (copies that went through staging), staged_bytes;\n"
-"copies that took the plain driver call: below_threshold (smaller than the\n"
-"threshold, or staging off), pinned (page-locked host memory), busy\n"
-"(another staged copy was running in the context), other (a context pygpu\n"
-"does not own, or a forked child), cold (a copy below the cold setting\n"
-"while every helper slept); last_threads (threads that copied a\n"
-"piece of the last staged copy) and last_piece (its piece size);\n"
-"helper_threads (staging threads alive now); helper_wakeups (times a\n"
-"sleeping helper was woken, for a copy or ahead of one); late_wakeups\n"
-"(copies posted while a helper still slept); prefault_bytes (destination\n"
-"bytes faulted in ahead of the memcpy).  reset=True zeroes the counters (not\n"
-"helper_threads) after reading them.");
+             "staging_stats(reset=False)\n--\n\n"
+             "Counters of the synchronous pageable-copy paths, process-wide, as a dict:\n"
+             "staged_htod, staged_dtoh (copies that went through staging), staged_bytes;\n"
+             "copies that took the plain driver call: below_threshold (smaller than the\n"
+             "threshold, or staging off), pinned (page-locked host memory), busy\n"
+             "(another staged copy was running in the context), other (a context pygpu\n"
+             "does not own, or a forked child), cold (a copy below the cold setting\n"
+             "while every helper slept); last_threads (threads that copied a\n"
+             "piece of the last staged copy) and last_piece (its piece size);\n"
+             "helper_threads (staging threads alive now); helper_wakeups (times a\n"
+             "sleeping helper was woken, for a copy or ahead of one); late_wakeups\n"
+             "(copies posted while a helper still slept); prefault_bytes (destination\n"
+             "bytes faulted in ahead of the memcpy).  reset=True zeroes the counters (not\n"
+             "helper_threads) after reading them.");
 
 static PyObject *
 staging_stats(PyObject *m, PyObject *args, PyObject *kwds)
@@ -1219,21 +1223,21 @@ staging_stats(PyObject *m, PyObject *args, PyObject *kwds)
     PyObject *d;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:staging_stats", kwlist, &reset))
         return NULL;
-    d = Py_BuildValue("{sKsKsKsKsKsKsKsKsisKsisKsKsK}",
-                      "staged_htod", (unsigned long long)atomic_load(&stats.staged_htod),
-                      "staged_dtoh", (unsigned long long)atomic_load(&stats.staged_dtoh),
-                      "staged_bytes", (unsigned long long)atomic_load(&stats.staged_bytes),
-                      "below_threshold", (unsigned long long)atomic_load(&stats.small),
-                      "pinned", (unsigned long long)atomic_load(&stats.pinned),
-                      "busy", (unsigned long long)atomic_load(&stats.busy),
-                      "other", (unsigned long long)atomic_load(&stats.other),
-                      "cold", (unsigned long long)atomic_load(&stats.cold),
-                      "last_threads", atomic_load(&stats.last_threads),
-                      "last_piece", (unsigned long long)atomic_load(&stats.last_piece),
-                      "helper_threads", atomic_load(&stats.helpers_alive),
-                      "helper_wakeups", (unsigned long long)atomic_load(&stats.wakeups),
-                      "late_wakeups", (unsigned long long)atomic_load(&stats.late_wakes),
-                      "prefault_bytes", (unsigned long long)atomic_load(&stats.prefault_bytes));
+    d = Py_BuildValue("{sKsKsKsKsKsKsKsKsisKsisKsKsK}", "staged_htod",
+                      (unsigned long long)atomic_load(&stats.staged_htod), "staged_dtoh",
+                      (unsigned long long)atomic_load(&stats.staged_dtoh), "staged_bytes",
+                      (unsigned long long)atomic_load(&stats.staged_bytes), "below_threshold",
+                      (unsigned long long)atomic_load(&stats.small), "pinned",
+                      (unsigned long long)atomic_load(&stats.pinned), "busy",
+                      (unsigned long long)atomic_load(&stats.busy), "other",
+                      (unsigned long long)atomic_load(&stats.other), "cold",
+                      (unsigned long long)atomic_load(&stats.cold), "last_threads",
+                      atomic_load(&stats.last_threads), "last_piece",
+                      (unsigned long long)atomic_load(&stats.last_piece), "helper_threads",
+                      atomic_load(&stats.helpers_alive), "helper_wakeups",
+                      (unsigned long long)atomic_load(&stats.wakeups), "late_wakeups",
+                      (unsigned long long)atomic_load(&stats.late_wakes), "prefault_bytes",
+                      (unsigned long long)atomic_load(&stats.prefault_bytes));
     if (d != NULL && reset) {
         atomic_store(&stats.staged_htod, 0);
         atomic_store(&stats.staged_dtoh, 0);
@@ -1262,8 +1266,7 @@ static PyMethodDef staging_methods[] = {
     {"_staging_applies", staging_applies, METH_O, staging_applies_doc},
     {"staging_stats", (PyCFunction)(void (*)(void))staging_stats, METH_VARARGS | METH_KEYWORDS,
      staging_stats_doc},
-    {NULL}
-};
+    {NULL}};
 
 /* A forked child starts with no helper threads. */
 static void

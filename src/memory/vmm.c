@@ -27,26 +27,26 @@ typedef struct {
 
 /* An address range a moving grow() kept mapped for holders. */
 typedef struct vmm_retired {
-    CUdeviceptr at;                /* where the chunks are mapped */
-    size_t *sizes;                 /* owned: the mapped chunks' sizes, in order */
+    CUdeviceptr at; /* where the chunks are mapped */
+    size_t *sizes;  /* owned: the mapped chunks' sizes, in order */
     int n;
-    vmm_range *res;                /* owned: the reservations under it */
+    vmm_range *res; /* owned: the reservations under it */
     int nres;
     struct vmm_retired *next;
 } vmm_retired;
 
 typedef struct {
-    pygpu_DeviceAllocation base;   /* ptr: start of the mapped range */
-    int device;                    /* ordinal the memory lives on */
-    int shareable;                 /* chunks carry POSIX fd handles */
-    size_t gran;                   /* allocation granularity */
-    size_t mapped;                 /* bytes mapped from ptr (chunks' total) */
-    vmm_range *res;                /* owned: the reservations, in address order */
+    pygpu_DeviceAllocation base; /* ptr: start of the mapped range */
+    int device;                  /* ordinal the memory lives on */
+    int shareable;               /* chunks carry POSIX fd handles */
+    size_t gran;                 /* allocation granularity */
+    size_t mapped;               /* bytes mapped from ptr (chunks' total) */
+    vmm_range *res;              /* owned: the reservations, in address order */
     int nres;
-    CUmemGenericAllocationHandle *chunks;  /* owned: each released at the end */
-    size_t *chunk_size;                    /* owned */
+    CUmemGenericAllocationHandle *chunks; /* owned: each released at the end */
+    size_t *chunk_size;                   /* owned */
     int nchunks;
-    vmm_retired *retired;          /* owned: old ranges kept mapped for holders */
+    vmm_retired *retired; /* owned: old ranges kept mapped for holders */
 } pygpu_VirtualBuffer;
 
 static void
@@ -56,13 +56,13 @@ vmm_prop(pygpu_VirtualBuffer *v, CUmemAllocationProp *prop)
     prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop->location.id = v->device;
-    prop->requestedHandleTypes = v->shareable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-                                              : CU_MEM_HANDLE_TYPE_NONE;
+    prop->requestedHandleTypes =
+        v->shareable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
 }
 
 static CUresult
-map_at(pygpu_VirtualBuffer *v, CUdeviceptr at, size_t size,
-       CUmemGenericAllocationHandle h, const char **routine)
+map_at(pygpu_VirtualBuffer *v, CUdeviceptr at, size_t size, CUmemGenericAllocationHandle h,
+       const char **routine)
 {
     CUmemAccessDesc desc;
     CUresult rc;
@@ -147,7 +147,7 @@ vmm_dealloc(pygpu_VirtualBuffer *v)
     vmm_range *res = v->res;
     CUmemGenericAllocationHandle *chunks = v->chunks;
     size_t *sizes = v->chunk_size;
-    retired_free(v, 0);     /* left only when the context went first */
+    retired_free(v, 0); /* left only when the context went first */
     base->tp_dealloc((PyObject *)v);
     PyMem_Free(res);
     PyMem_Free(chunks);
@@ -212,8 +212,8 @@ reserved(pygpu_VirtualBuffer *v)
  * failure (-1, exception set) nothing changed and the caller releases h.
  * The context is current.  GIL held. */
 static int
-append_chunk(pygpu_state *st, pygpu_VirtualBuffer *v, CUmemGenericAllocationHandle h,
-             size_t size, size_t want_reserve)
+append_chunk(pygpu_state *st, pygpu_VirtualBuffer *v, CUmemGenericAllocationHandle h, size_t size,
+             size_t want_reserve)
 {
     const char *routine = "cuMemAddressReserve";
     size_t have = reserved(v), newres;
@@ -226,8 +226,7 @@ append_chunk(pygpu_state *st, pygpu_VirtualBuffer *v, CUmemGenericAllocationHand
             goto driver_error;
         goto mapped;
     }
-    newres = round_up(want_reserve > v->mapped + size ? want_reserve : v->mapped + size,
-                      v->gran);
+    newres = round_up(want_reserve > v->mapped + size ? want_reserve : v->mapped + size, v->gran);
     if (v->nres > 0) {
         /* a range right after the last reservation keeps ptr */
         end = v->res[v->nres - 1].addr + v->res[v->nres - 1].size;
@@ -238,7 +237,7 @@ append_chunk(pygpu_state *st, pygpu_VirtualBuffer *v, CUmemGenericAllocationHand
                 return -1;
             }
             if ((rc = map_at(v, v->base.ptr + v->mapped, size, h, &routine)) != CUDA_SUCCESS)
-                goto driver_error;   /* the extra range stays reserved: harmless */
+                goto driver_error; /* the extra range stays reserved: harmless */
             goto mapped;
         }
         if (rc == CUDA_SUCCESS)
@@ -335,10 +334,9 @@ grow_to(pygpu_state *st, pygpu_VirtualBuffer *v, size_t n, size_t want_reserve)
     }
     need = round_up(n - v->mapped, v->gran);
     vmm_prop(v, &prop);
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuMemCreate(&h, need, &prop, 0);
-    Py_END_ALLOW_THREADS
-    if (rc != CUDA_SUCCESS) {
+    Py_BEGIN_ALLOW_THREADS rc = cu.cuMemCreate(&h, need, &prop, 0);
+    Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS)
+    {
         char note[128];
         snprintf(note, sizeof note, "asked for %zu more bytes on device %d", need, v->device);
         pygpu_cuda_error_ex(st, rc, "cuMemCreate", note);
@@ -358,7 +356,8 @@ need_vmm(pygpu_state *st, const char *what)
     if (cu.cuMemAddressReserve == NULL || cu.cuMemCreate == NULL || cu.cuMemMap == NULL
         || cu.cuMemSetAccess == NULL || cu.cuMemUnmap == NULL || cu.cuMemRelease == NULL
         || cu.cuMemAddressFree == NULL || cu.cuMemGetAllocationGranularity == NULL) {
-        PyErr_Format(st->LogicError, "%s needs the virtual memory management API "
+        PyErr_Format(st->LogicError,
+                     "%s needs the virtual memory management API "
                      "(cuMemCreate, CUDA 10.2+), which this CUDA driver does not provide",
                      what);
         return -1;
@@ -374,8 +373,7 @@ parse_size(PyObject *obj, size_t *out, const char *what)
         return 0;
     }
     if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
-                     Py_TYPE(obj)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what, Py_TYPE(obj)->tp_name);
         return -1;
     }
     {
@@ -424,7 +422,8 @@ vmm_empty(pygpu_state *st, PyTypeObject *type, int shareable, const char *what)
         else
             pygpu_cuda_error_ex(st, rc, "cuMemGetAllocationGranularity",
                                 shareable ? "this device may not support POSIX file "
-                                            "descriptor handles" : NULL);
+                                            "descriptor handles"
+                                          : NULL);
         Py_DECREF(v);
         return NULL;
     }
@@ -440,8 +439,10 @@ vmm_check(pygpu_state *st, pygpu_VirtualBuffer *v, const char *what)
         return -1;
     }
     if (v->base.busy > 0) {
-        PyErr_Format(st->LogicError, "%s: a copy using the VirtualBuffer is running in "
-                     "another thread", what);
+        PyErr_Format(st->LogicError,
+                     "%s: a copy using the VirtualBuffer is running in "
+                     "another thread",
+                     what);
         return -1;
     }
     return 0;
@@ -458,8 +459,8 @@ vmm_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     int shareable = 0;
     size_t n, want;
     pygpu_scope s;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOp:VirtualBuffer", kwlist,
-                                     &nobj, &robj, &shareable))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOp:VirtualBuffer", kwlist, &nobj, &robj,
+                                     &shareable))
         return NULL;
     if (parse_size(nobj, &n, "VirtualBuffer(): nbytes") < 0
         || parse_size(robj, &want, "VirtualBuffer(): reserve") < 0)
@@ -492,17 +493,18 @@ vmm_grow(pygpu_VirtualBuffer *v, PyObject *args, PyObject *kwds)
     int r;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:grow", kwlist, &nobj, &robj))
         return NULL;
-    if (parse_size(nobj, &n, "grow(): nbytes") < 0
-        || parse_size(robj, &want, "grow(): reserve") < 0
+    if (parse_size(nobj, &n, "grow(): nbytes") < 0 || parse_size(robj, &want, "grow(): reserve") < 0
         || vmm_check(st, v, "grow()") < 0)
         return NULL;
     if (n < v->base.size) {
-        PyErr_Format(PyExc_ValueError, "grow(): %zu bytes is less than the buffer's %zu "
-                     "(a VirtualBuffer only grows)", n, v->base.size);
+        PyErr_Format(PyExc_ValueError,
+                     "grow(): %zu bytes is less than the buffer's %zu "
+                     "(a VirtualBuffer only grows)",
+                     n, v->base.size);
         return NULL;
     }
     if (want == 0)
-        want = 2 * n;    /* room to grow again in place */
+        want = 2 * n; /* room to grow again in place */
     if (pygpu_scope_enter(st, v->base.context, &s) < 0)
         return NULL;
     r = grow_to(st, v, n, want);
@@ -523,11 +525,12 @@ vmm_export_fds(pygpu_VirtualBuffer *v, PyObject *unused)
     int i, fd;
     if (vmm_check(st, v, "export_buffer()") < 0
         || pygpu_need_entry(st, (void *)cu.cuMemExportToShareableHandle,
-                            "cuMemExportToShareableHandle", "export_buffer()") < 0)
+                            "cuMemExportToShareableHandle", "export_buffer()")
+               < 0)
         return NULL;
     if (!v->shareable) {
         PyErr_SetString(PyExc_ValueError, "export_buffer(): the VirtualBuffer was made "
-                        "without shareable=True");
+                                          "without shareable=True");
         return NULL;
     }
     if ((list = PyList_New(0)) == NULL)
@@ -585,7 +588,8 @@ vmm_import_fds(PyObject *cls, PyObject *args)
     if ((v = vmm_empty(st, type, 1, "import_buffer()")) == NULL)
         goto error;
     if (pygpu_need_entry(st, (void *)cu.cuMemImportFromShareableHandle,
-                         "cuMemImportFromShareableHandle", "import_buffer()") < 0
+                         "cuMemImportFromShareableHandle", "import_buffer()")
+            < 0
         || pygpu_scope_enter(st, v->base.context, &s) < 0)
         goto error;
     entered = 1;
@@ -598,8 +602,10 @@ vmm_import_fds(PyObject *cls, PyObject *args)
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "in", &fd, &size))
             goto error;
         if (size <= 0 || (size_t)size % v->gran != 0) {
-            PyErr_Format(PyExc_ValueError, "import_buffer(): chunk %zd has %zd "
-                         "bytes, not a multiple of the granularity %zu", i, size, v->gran);
+            PyErr_Format(PyExc_ValueError,
+                         "import_buffer(): chunk %zd has %zd "
+                         "bytes, not a multiple of the granularity %zu",
+                         i, size, v->gran);
             goto error;
         }
         rc = cu.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
@@ -616,8 +622,10 @@ vmm_import_fds(PyObject *cls, PyObject *args)
         }
     }
     if (nbytes < 0 || (size_t)nbytes > v->mapped) {
-        PyErr_Format(PyExc_ValueError, "import_buffer(): nbytes %zd does not fit "
-                     "the %zu bytes of the chunks", nbytes, v->mapped);
+        PyErr_Format(PyExc_ValueError,
+                     "import_buffer(): nbytes %zd does not fit "
+                     "the %zu bytes of the chunks",
+                     nbytes, v->mapped);
         goto error;
     }
     v->base.size = (size_t)nbytes;
@@ -676,7 +684,8 @@ vmm_repr(pygpu_VirtualBuffer *v)
         return PyUnicode_FromFormat("<pygpu.driver.VirtualBuffer (freed)>");
     snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)v->base.ptr);
     return PyUnicode_FromFormat("<pygpu.driver.VirtualBuffer at %s, %zu bytes (%zu mapped, "
-                                "%zu reserved)>", addr, v->base.size, v->mapped, reserved(v));
+                                "%zu reserved)>",
+                                addr, v->base.size, v->mapped, reserved(v));
 }
 
 #define CF(f) (PyCFunction)(void (*)(void))(f)
@@ -689,8 +698,7 @@ static PyMethodDef vmm_methods[] = {
      "a new address."},
     {"_export_fds", (PyCFunction)vmm_export_fds, METH_NOARGS, NULL},
     {"_import_fds", (PyCFunction)vmm_import_fds, METH_VARARGS | METH_CLASS, NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef vmm_getset[] = {
     {"mapped", (getter)vmm_get_mapped, NULL, "Bytes of physical memory mapped.", NULL},
@@ -701,8 +709,7 @@ static PyGetSetDef vmm_getset[] = {
      "Whether the memory can be exported as POSIX file descriptors.", NULL},
     {"device", (getter)vmm_get_device, NULL, "The device ordinal.", NULL},
     {"nchunks", (getter)vmm_get_chunks, NULL, "Physical allocations mapped.", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyType_Slot vmm_slots[] = {
     {Py_tp_new, vmm_new},
@@ -718,13 +725,11 @@ static PyType_Slot vmm_slots[] = {
                 "take it. grow() keeps the contents; shareable=True lets export_buffer() "
                 "hand the memory to another process as POSIX file descriptors"
                 " (pygpu.ipc.export_buffer)."},
-    {0, NULL}
-};
+    {0, NULL}};
 
-static PyType_Spec vmm_spec = {
-    "pygpu.driver.VirtualBuffer", sizeof(pygpu_VirtualBuffer), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, vmm_slots
-};
+static PyType_Spec vmm_spec = {"pygpu.driver.VirtualBuffer", sizeof(pygpu_VirtualBuffer), 0,
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE,
+                               vmm_slots};
 
 int pygpu_add_allocation_subtype(PyObject *m, pygpu_state *st, PyType_Spec *spec,
                                  PyTypeObject **slot);

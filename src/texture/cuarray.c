@@ -15,17 +15,21 @@
 #include "pygpu.h"
 #include "core/pygpu_numpy.h"
 
-#define KNOWN_ARRAY3D_FLAGS (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST \
-                             | CUDA_ARRAY3D_CUBEMAP | CUDA_ARRAY3D_TEXTURE_GATHER)
+#define KNOWN_ARRAY3D_FLAGS                                                  \
+    (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_CUBEMAP \
+     | CUDA_ARRAY3D_TEXTURE_GATHER)
 
 size_t
 pygpu_array_format_size(unsigned int format)
 {
     switch (format) {
-    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
     case CU_AD_FORMAT_HALF: return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32: case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
     case CU_AD_FORMAT_FLOAT: return 4;
     default: return 0;
     }
@@ -49,14 +53,17 @@ pygpu_dtype_array_format(PyObject *dtype, unsigned int *format, const char *what
         if (d->type_num == NPY_UINT32 || (d->type_num == NPY_ULONG && PyDataType_ELSIZE(d) == 4)
             || (d->type_num == NPY_UINT && PyDataType_ELSIZE(d) == 4)) {
             *format = CU_AD_FORMAT_UNSIGNED_INT32;
-        } else if (d->type_num == NPY_INT32 || (d->type_num == NPY_LONG && PyDataType_ELSIZE(d) == 4)
+        } else if (d->type_num == NPY_INT32
+                   || (d->type_num == NPY_LONG && PyDataType_ELSIZE(d) == 4)
                    || (d->type_num == NPY_INT && PyDataType_ELSIZE(d) == 4)) {
             *format = CU_AD_FORMAT_SIGNED_INT32;
         } else {
-            PyErr_Format(PyExc_TypeError, "%s: no array format holds dtype %S (formats: "
+            PyErr_Format(PyExc_TypeError,
+                         "%s: no array format holds dtype %S (formats: "
                          "[u]int8/16/32, float16, float32; pass format= and "
                          "num_channels= to read other data, e.g. float64 as two "
-                         "SIGNED_INT32 channels)", what, (PyObject *)d);
+                         "SIGNED_INT32 channels)",
+                         what, (PyObject *)d);
             r = -1;
         }
     }
@@ -67,8 +74,7 @@ pygpu_dtype_array_format(PyObject *dtype, unsigned int *format, const char *what
 /* ---- ArrayDescriptor, ArrayDescriptor3D: plain records, PyCUDA's names ---- */
 
 typedef struct {
-    PyObject_HEAD
-    Py_ssize_t width, height, depth;
+    PyObject_HEAD Py_ssize_t width, height, depth;
     int format, num_channels, flags;
 } pygpu_ArrayDescriptor;
 
@@ -79,8 +85,12 @@ descr_make(PyTypeObject *type, Py_ssize_t w, Py_ssize_t h, Py_ssize_t d, int fmt
     pygpu_ArrayDescriptor *self = (pygpu_ArrayDescriptor *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    self->width = w; self->height = h; self->depth = d;
-    self->format = fmt; self->num_channels = nch; self->flags = flags;
+    self->width = w;
+    self->height = h;
+    self->depth = d;
+    self->format = fmt;
+    self->num_channels = nch;
+    self->flags = flags;
     return (PyObject *)self;
 }
 
@@ -90,8 +100,8 @@ descr2_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"width", "height", "format", "num_channels", NULL};
     Py_ssize_t w = 0, h = 0;
     int fmt = CU_AD_FORMAT_FLOAT, nch = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|nnii:ArrayDescriptor", kwlist,
-                                     &w, &h, &fmt, &nch))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|nnii:ArrayDescriptor", kwlist, &w, &h, &fmt,
+                                     &nch))
         return NULL;
     return descr_make(type, w, h, 0, fmt, nch, 0);
 }
@@ -99,12 +109,11 @@ descr2_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static PyObject *
 descr3_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"width", "height", "depth", "format", "num_channels", "flags",
-                             NULL};
+    static char *kwlist[] = {"width", "height", "depth", "format", "num_channels", "flags", NULL};
     Py_ssize_t w = 0, h = 0, d = 0;
     int fmt = CU_AD_FORMAT_FLOAT, nch = 1, flags = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|nnniii:ArrayDescriptor3D", kwlist,
-                                     &w, &h, &d, &fmt, &nch, &flags))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|nnniii:ArrayDescriptor3D", kwlist, &w, &h, &d,
+                                     &fmt, &nch, &flags))
         return NULL;
     return descr_make(type, w, h, d, fmt, nch, flags);
 }
@@ -123,23 +132,24 @@ descr_repr(pygpu_ArrayDescriptor *self)
     pygpu_state *st = PYGPU_STATE(self);
     if (PyObject_TypeCheck(self, st->ArrayDescriptor3DType))
         return PyUnicode_FromFormat("ArrayDescriptor3D(width=%zd, height=%zd, depth=%zd, "
-                                    "format=%d, num_channels=%d, flags=%d)", self->width,
-                                    self->height, self->depth, self->format,
+                                    "format=%d, num_channels=%d, flags=%d)",
+                                    self->width, self->height, self->depth, self->format,
                                     self->num_channels, self->flags);
     return PyUnicode_FromFormat("ArrayDescriptor(width=%zd, height=%zd, format=%d, "
-                                "num_channels=%d)", self->width, self->height, self->format,
-                                self->num_channels);
+                                "num_channels=%d)",
+                                self->width, self->height, self->format, self->num_channels);
 }
 
-#define DMEMBER(name, type, field, doc) \
-    {name, type, offsetof(pygpu_ArrayDescriptor, field), 0, doc}
+#define DMEMBER(name, type, field, doc)                            \
+    {                                                              \
+        name, type, offsetof(pygpu_ArrayDescriptor, field), 0, doc \
+    }
 static PyMemberDef descr2_members[] = {
     DMEMBER("width", T_PYSSIZET, width, "Elements per row."),
     DMEMBER("height", T_PYSSIZET, height, "Rows (0: a 1-D array)."),
     DMEMBER("format", T_INT, format, "An array_format."),
     DMEMBER("num_channels", T_INT, num_channels, "Channels per element: 1, 2 or 4."),
-    {NULL}
-};
+    {NULL}};
 static PyMemberDef descr3_members[] = {
     DMEMBER("width", T_PYSSIZET, width, "Elements per row."),
     DMEMBER("height", T_PYSSIZET, height, "Rows (0: a 1-D array)."),
@@ -147,8 +157,7 @@ static PyMemberDef descr3_members[] = {
     DMEMBER("format", T_INT, format, "An array_format."),
     DMEMBER("num_channels", T_INT, num_channels, "Channels per element: 1, 2 or 4."),
     DMEMBER("flags", T_INT, flags, "array3d_flags."),
-    {NULL}
-};
+    {NULL}};
 
 static PyType_Slot descr2_slots[] = {
     {Py_tp_new, descr2_new},
@@ -159,8 +168,7 @@ static PyType_Slot descr2_slots[] = {
     {Py_tp_doc, "ArrayDescriptor(width=0, height=0, format=array_format.FLOAT, num_channels=1)\n"
                 "--\n\nThe shape and element type of a 1-D or 2-D CUDA array "
                 "(CUDA_ARRAY_DESCRIPTOR)."},
-    {0, NULL}
-};
+    {0, NULL}};
 static PyType_Slot descr3_slots[] = {
     {Py_tp_new, descr3_new},
     {Py_tp_init, pygpu_init_made},
@@ -171,23 +179,19 @@ static PyType_Slot descr3_slots[] = {
                 "num_channels=1, flags=0)\n--\n\nThe shape, element type and flags of a "
                 "CUDA array of any kind (CUDA_ARRAY3D_DESCRIPTOR): 1-D, 2-D, 3-D, layered, "
                 "cubemap, surface-writable."},
-    {0, NULL}
-};
+    {0, NULL}};
 static PyType_Spec descr2_spec = {
     "pygpu.driver.ArrayDescriptor", sizeof(pygpu_ArrayDescriptor), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, descr2_slots
-};
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, descr2_slots};
 static PyType_Spec descr3_spec = {
     "pygpu.driver.ArrayDescriptor3D", sizeof(pygpu_ArrayDescriptor), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, descr3_slots
-};
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, descr3_slots};
 
 static PyObject *
 descr_from(pygpu_state *st, const CUDA_ARRAY3D_DESCRIPTOR *d, int is3d)
 {
-    pygpu_ArrayDescriptor *o = PyObject_New(pygpu_ArrayDescriptor,
-                                            is3d ? st->ArrayDescriptor3DType
-                                                 : st->ArrayDescriptorType);
+    pygpu_ArrayDescriptor *o = PyObject_New(pygpu_ArrayDescriptor, is3d ? st->ArrayDescriptor3DType
+                                                                        : st->ArrayDescriptorType);
     if (o == NULL)
         return NULL;
     o->width = (Py_ssize_t)d->Width;
@@ -210,8 +214,8 @@ descr_check(const pygpu_ArrayDescriptor *d, int is3d)
         return -1;
     }
     if (d->height < 0) {
-        PyErr_Format(PyExc_ValueError, "%s.height must be >= 0 (0: a 1-D array), got %zd",
-                     what, d->height);
+        PyErr_Format(PyExc_ValueError, "%s.height must be >= 0 (0: a 1-D array), got %zd", what,
+                     d->height);
         return -1;
     }
     if (is3d && d->depth < 0) {
@@ -220,8 +224,10 @@ descr_check(const pygpu_ArrayDescriptor *d, int is3d)
         return -1;
     }
     if (d->format < 0 || pygpu_array_format_size((unsigned)d->format) == 0) {
-        PyErr_Format(PyExc_ValueError, "%s.format=%d is not one of array_format's "
-                     "UNSIGNED_INT8/16/32, SIGNED_INT8/16/32, HALF, FLOAT", what, d->format);
+        PyErr_Format(PyExc_ValueError,
+                     "%s.format=%d is not one of array_format's "
+                     "UNSIGNED_INT8/16/32, SIGNED_INT8/16/32, HALF, FLOAT",
+                     what, d->format);
         return -1;
     }
     if (d->num_channels != 1 && d->num_channels != 2 && d->num_channels != 4) {
@@ -232,29 +238,39 @@ descr_check(const pygpu_ArrayDescriptor *d, int is3d)
     if (!is3d)
         return 0;
     if (d->flags & ~KNOWN_ARRAY3D_FLAGS) {
-        PyErr_Format(PyExc_ValueError, "%s.flags=%d has bits that are not array3d_flags "
-                     "LAYERED, SURFACE_LDST, CUBEMAP or TEXTURE_GATHER", what, d->flags);
+        PyErr_Format(PyExc_ValueError,
+                     "%s.flags=%d has bits that are not array3d_flags "
+                     "LAYERED, SURFACE_LDST, CUBEMAP or TEXTURE_GATHER",
+                     what, d->flags);
         return -1;
     }
     if (d->height == 0 && d->depth > 0 && !(d->flags & CUDA_ARRAY3D_LAYERED)) {
-        PyErr_Format(PyExc_ValueError, "%s: depth=%zd with height=0; a 3-D array needs a "
-                     "height", what, d->depth);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: depth=%zd with height=0; a 3-D array needs a "
+                     "height",
+                     what, d->depth);
         return -1;
     }
     if ((d->flags & CUDA_ARRAY3D_LAYERED) && d->depth < 1) {
-        PyErr_Format(PyExc_ValueError, "%s.depth is the number of layers of a LAYERED array "
-                     "and must be >= 1, got %zd", what, d->depth);
+        PyErr_Format(PyExc_ValueError,
+                     "%s.depth is the number of layers of a LAYERED array "
+                     "and must be >= 1, got %zd",
+                     what, d->depth);
         return -1;
     }
     if (d->flags & CUDA_ARRAY3D_CUBEMAP) {
         if (d->width != d->height) {
-            PyErr_Format(PyExc_ValueError, "%s: a CUBEMAP array's faces are square; "
-                         "width=%zd and height=%zd differ", what, d->width, d->height);
+            PyErr_Format(PyExc_ValueError,
+                         "%s: a CUBEMAP array's faces are square; "
+                         "width=%zd and height=%zd differ",
+                         what, d->width, d->height);
             return -1;
         }
         if ((d->flags & CUDA_ARRAY3D_LAYERED) ? (d->depth % 6 != 0) : (d->depth != 6)) {
-            PyErr_Format(PyExc_ValueError, "%s.depth of a CUBEMAP array must be 6 (a "
-                         "LAYERED cubemap: a multiple of 6), got %zd", what, d->depth);
+            PyErr_Format(PyExc_ValueError,
+                         "%s.depth of a CUBEMAP array must be 6 (a "
+                         "LAYERED cubemap: a multiple of 6), got %zd",
+                         what, d->depth);
             return -1;
         }
     }
@@ -350,7 +366,7 @@ array_dealloc(pygpu_Array *self)
     PyTypeObject *tp = Py_TYPE(self);
     if (self->weakreflist != NULL)
         PyObject_ClearWeakRefs((PyObject *)self);
-    array_release(self);            /* nobody holds it: busy is 0 */
+    array_release(self); /* nobody holds it: busy is 0 */
     Py_CLEAR(self->context);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
@@ -377,8 +393,10 @@ array_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     } else if (PyObject_TypeCheck(dobj, st->ArrayDescriptorType)) {
         is3d = 0;
     } else {
-        PyErr_Format(PyExc_TypeError, "Array() takes an ArrayDescriptor or "
-                     "ArrayDescriptor3D, not %.100s", Py_TYPE(dobj)->tp_name);
+        PyErr_Format(PyExc_TypeError,
+                     "Array() takes an ArrayDescriptor or "
+                     "ArrayDescriptor3D, not %.100s",
+                     Py_TYPE(dobj)->tp_name);
         return NULL;
     }
     d = (pygpu_ArrayDescriptor *)dobj;
@@ -464,8 +482,7 @@ array_get_descriptor_impl(pygpu_Array *self, int want3d)
     }
     pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS)
-        return pygpu_cuda_error(st, rc, want3d ? "cuArray3DGetDescriptor"
-                                               : "cuArrayGetDescriptor");
+        return pygpu_cuda_error(st, rc, want3d ? "cuArray3DGetDescriptor" : "cuArrayGetDescriptor");
     return descr_from(st, &d3, want3d);
 }
 
@@ -509,8 +526,9 @@ array_repr(pygpu_Array *self)
     if (self->freed)
         return PyUnicode_FromString("<pygpu.driver.Array (freed)>");
     return PyUnicode_FromFormat("<pygpu.driver.Array %zux%zux%zu format=%d channels=%u "
-                                "flags=%u>", d->Width, d->Height, d->Depth, (int)d->Format,
-                                d->NumChannels, d->Flags);
+                                "flags=%u>",
+                                d->Width, d->Height, d->Depth, (int)d->Format, d->NumChannels,
+                                d->Flags);
 }
 
 #define CF(f) (PyCFunction)(void (*)(void))(f)
@@ -525,8 +543,7 @@ static PyMethodDef array_methods[] = {
     {"get_descriptor_3d", (PyCFunction)array_get_descriptor_3d, METH_NOARGS,
      "get_descriptor_3d($self, /)\n--\n\nThe driver's ArrayDescriptor3D of the array "
      "(cuArray3DGetDescriptor)."},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef array_getset[] = {
     {"handle", (getter)array_get_handle, NULL, "The CUarray as an int.", NULL},
@@ -535,14 +552,12 @@ static PyGetSetDef array_getset[] = {
     {"freed", (getter)array_get_freed, NULL, "Whether free() ran.", NULL},
     {"holders", (getter)array_get_holders, NULL,
      "The texture and surface objects over the array, by name: free() is deferred "
-     "until the last one goes.", NULL},
-    {NULL}
-};
+     "until the last one goes.",
+     NULL},
+    {NULL}};
 
 static PyMemberDef array_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Array, weakreflist), READONLY},
-    {NULL}
-};
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Array, weakreflist), READONLY}, {NULL}};
 
 static PyType_Slot array_slots[] = {
     {Py_tp_new, array_new},
@@ -554,24 +569,22 @@ static PyType_Slot array_slots[] = {
     {Py_tp_members, array_members},
     {Py_tp_doc, "Array(descriptor)\n--\n\nA CUDA array in the current context, made from an "
                 "ArrayDescriptor (cuArrayCreate) or an ArrayDescriptor3D (cuArray3DCreate)."},
-    {0, NULL}
-};
+    {0, NULL}};
 
 static PyType_Spec array_spec = {
     "pygpu.driver.Array", sizeof(pygpu_Array), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, array_slots
-};
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, array_slots};
 
 /* ---- _memcpy_3d ---- */
 
 typedef struct {
-    int kind;                  /* 'h' host, 'd' device, 'a' array */
-    PyObject *obj;             /* borrowed from the argument tuple */
+    int kind;      /* 'h' host, 'd' device, 'a' array */
+    PyObject *obj; /* borrowed from the argument tuple */
     size_t x, y, z, pitch, height;
-    Py_buffer view;            /* host: held during the copy */
+    Py_buffer view; /* host: held during the copy */
     pygpu_DeviceAllocation *held;
-    pygpu_Array *array;        /* borrowed */
-    pygpu_Array *array_held;   /* strong ref: held for the copy (pygpu_array_hold) */
+    pygpu_Array *array;      /* borrowed */
+    pygpu_Array *array_held; /* strong ref: held for the copy (pygpu_array_hold) */
 } copy_side;
 
 static int
@@ -586,8 +599,7 @@ extent_3d(const copy_side *c, size_t width, size_t height, size_t depth, size_t 
         || __builtin_mul_overflow(slices, c->height, &rows)
         || __builtin_add_overflow(rows, c->y, &rows)
         || __builtin_add_overflow(rows, height - 1, &rows)
-        || __builtin_mul_overflow(rows, c->pitch, &t)
-        || __builtin_add_overflow(t, c->x, &t)
+        || __builtin_mul_overflow(rows, c->pitch, &t) || __builtin_add_overflow(t, c->x, &t)
         || __builtin_add_overflow(t, width, &t))
         return -1;
     *out = t;
@@ -604,19 +616,21 @@ parse_side(pygpu_state *st, PyObject *tup, copy_side *c, const char *what, const
     if (!PyArg_ParseTuple(tup, "sOnnnnn", &kind, &c->obj, &x, &y, &z, &pitch, &sheight))
         return -1;
     if (x < 0 || y < 0 || z < 0 || pitch < 0 || sheight < 0) {
-        PyErr_Format(PyExc_ValueError, "%s: %s offsets, pitch and height must be >= 0",
-                     what, side);
+        PyErr_Format(PyExc_ValueError, "%s: %s offsets, pitch and height must be >= 0", what, side);
         return -1;
     }
     c->kind = kind[0];
-    c->x = (size_t)x; c->y = (size_t)y; c->z = (size_t)z;
-    c->pitch = (size_t)pitch; c->height = (size_t)sheight;
+    c->x = (size_t)x;
+    c->y = (size_t)y;
+    c->z = (size_t)z;
+    c->pitch = (size_t)pitch;
+    c->height = (size_t)sheight;
     if (c->kind == 'a') {
         pygpu_Array *a;
         size_t esize, wbytes, h, d;
         if (!PyObject_TypeCheck(c->obj, st->ArrayType)) {
-            PyErr_Format(PyExc_TypeError, "%s: set_%s_array() takes an Array, not %.100s",
-                         what, side, Py_TYPE(c->obj)->tp_name);
+            PyErr_Format(PyExc_TypeError, "%s: set_%s_array() takes an Array, not %.100s", what,
+                         side, Py_TYPE(c->obj)->tp_name);
             return -1;
         }
         a = c->array = (pygpu_Array *)c->obj;
@@ -627,24 +641,31 @@ parse_side(pygpu_state *st, PyObject *tup, copy_side *c, const char *what, const
         h = a->desc.Height ? a->desc.Height : 1;
         d = a->desc.Depth ? a->desc.Depth : 1;
         if (c->x % esize) {
-            PyErr_Format(PyExc_ValueError, "%s: %s_x_in_bytes=%zu is not a multiple of the "
-                         "array's %zu-byte elements", what, side, c->x, esize);
+            PyErr_Format(PyExc_ValueError,
+                         "%s: %s_x_in_bytes=%zu is not a multiple of the "
+                         "array's %zu-byte elements",
+                         what, side, c->x, esize);
             return -1;
         }
         if (width > wbytes || c->x > wbytes - width) {
-            PyErr_Format(PyExc_ValueError, "%s: %s_x_in_bytes + width_in_bytes = %zu + %zu "
-                         "exceeds the %s array's rows of %zu bytes", what, side, c->x, width,
-                         side, wbytes);
+            PyErr_Format(PyExc_ValueError,
+                         "%s: %s_x_in_bytes + width_in_bytes = %zu + %zu "
+                         "exceeds the %s array's rows of %zu bytes",
+                         what, side, c->x, width, side, wbytes);
             return -1;
         }
         if (height > h || c->y > h - height) {
-            PyErr_Format(PyExc_ValueError, "%s: %s_y + height = %zu + %zu exceeds the %s "
-                         "array's %zu rows", what, side, c->y, height, side, h);
+            PyErr_Format(PyExc_ValueError,
+                         "%s: %s_y + height = %zu + %zu exceeds the %s "
+                         "array's %zu rows",
+                         what, side, c->y, height, side, h);
             return -1;
         }
         if (depth > d || c->z > d - depth) {
-            PyErr_Format(PyExc_ValueError, "%s: %s_z + depth = %zu + %zu exceeds the %s "
-                         "array's depth of %zu", what, side, c->z, depth, side, d);
+            PyErr_Format(PyExc_ValueError,
+                         "%s: %s_z + depth = %zu + %zu exceeds the %s "
+                         "array's depth of %zu",
+                         what, side, c->z, depth, side, d);
             return -1;
         }
         return 0;
@@ -654,18 +675,22 @@ parse_side(pygpu_state *st, PyObject *tup, copy_side *c, const char *what, const
         return -1;
     }
     if (width > 0 && c->pitch < c->x + width) {
-        PyErr_Format(PyExc_ValueError, "%s: %s_pitch=%zu is less than %s_x_in_bytes + "
-                     "width_in_bytes = %zu", what, side, c->pitch, side, c->x + width);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: %s_pitch=%zu is less than %s_x_in_bytes + "
+                     "width_in_bytes = %zu",
+                     what, side, c->pitch, side, c->x + width);
         return -1;
     }
     if ((depth > 1 || c->z > 0) && c->height < c->y + height) {
-        PyErr_Format(PyExc_ValueError, "%s: %s_height=%zu (rows between slices) is less "
-                     "than %s_y + height = %zu", what, side, c->height, side, c->y + height);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: %s_height=%zu (rows between slices) is less "
+                     "than %s_y + height = %zu",
+                     what, side, c->height, side, c->y + height);
         return -1;
     }
     if (extent_3d(c, width, height, depth, &need) < 0) {
-        PyErr_Format(PyExc_ValueError, "%s: the %s's extent overflows the address space",
-                     what, side);
+        PyErr_Format(PyExc_ValueError, "%s: the %s's extent overflows the address space", what,
+                     side);
         return -1;
     }
     if (c->kind == 'h') {
@@ -680,19 +705,22 @@ parse_side(pygpu_state *st, PyObject *tup, copy_side *c, const char *what, const
             return -1;
     }
     if (cap != (size_t)-1 && need > cap) {
-        PyErr_Format(PyExc_ValueError, "%s: the copy spans %zu bytes of the %s, which "
-                     "holds %zu bytes", what, need, side, cap);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: the copy spans %zu bytes of the %s, which "
+                     "holds %zu bytes",
+                     what, need, side, cap);
         return -1;
     }
     return 0;
 }
 
 static void
-fill_side(const copy_side *c, CUmemorytype *type, const void **host, CUdeviceptr *dev,
-          CUarray *arr, size_t *x, size_t *y, size_t *z, size_t *pitch, size_t *height,
-          CUdeviceptr devptr)
+fill_side(const copy_side *c, CUmemorytype *type, const void **host, CUdeviceptr *dev, CUarray *arr,
+          size_t *x, size_t *y, size_t *z, size_t *pitch, size_t *height, CUdeviceptr devptr)
 {
-    *x = c->x; *y = c->y; *z = c->z;
+    *x = c->x;
+    *y = c->y;
+    *z = c->z;
     if (c->kind == 'a') {
         *type = CU_MEMORYTYPE_ARRAY;
         *arr = c->array->handle;
@@ -719,8 +747,8 @@ peer_side_context(pygpu_state *st, PyObject *given, const copy_side *c, const ch
     pygpu_Context *ctx;
     if (given != Py_None) {
         if (!PyObject_TypeCheck(given, st->ContextType)) {
-            PyErr_Format(PyExc_TypeError, "%s: set_%s_context() takes a Context, not %.100s",
-                         what, side, Py_TYPE(given)->tp_name);
+            PyErr_Format(PyExc_TypeError, "%s: set_%s_context() takes a Context, not %.100s", what,
+                         side, Py_TYPE(given)->tp_name);
             return NULL;
         }
         ctx = (pygpu_Context *)given;
@@ -758,15 +786,13 @@ memcpy_3d_impl(pygpu_state *st, PyObject *args, int peer)
     PyObject *res = NULL;
     memset(&src, 0, sizeof src);
     memset(&dst, 0, sizeof dst);
-    if (peer ? !PyArg_ParseTuple(args, "sO!O!nnnOOO:_memcpy_3d_peer", &what, &PyTuple_Type,
-                                 &stup, &PyTuple_Type, &dtup, &w, &h, &d, &sobj, &sctx_obj,
-                                 &dctx_obj)
+    if (peer ? !PyArg_ParseTuple(args, "sO!O!nnnOOO:_memcpy_3d_peer", &what, &PyTuple_Type, &stup,
+                                 &PyTuple_Type, &dtup, &w, &h, &d, &sobj, &sctx_obj, &dctx_obj)
              : !PyArg_ParseTuple(args, "sO!O!nnnO:_memcpy_3d", &what, &PyTuple_Type, &stup,
                                  &PyTuple_Type, &dtup, &w, &h, &d, &sobj))
         return NULL;
     if (w < 0 || h < 0 || d < 0) {
-        PyErr_Format(PyExc_ValueError, "%s: width_in_bytes, height and depth must be >= 0",
-                     what);
+        PyErr_Format(PyExc_ValueError, "%s: width_in_bytes, height and depth must be >= 0", what);
         return NULL;
     }
     if (parse_side(st, stup, &src, what, "src", (size_t)w, (size_t)h, (size_t)d, 0) < 0
@@ -778,7 +804,8 @@ memcpy_3d_impl(pygpu_state *st, PyObject *args, int peer)
      * work that would wait for a blocking capturing stream is refused */
     if (pygpu_captures_active != 0
         && (pygpu_capture_default(st, &sobj, sobj == Py_None, what,
-                                  "pass it the capturing stream (it is captured)") < 0
+                                  "pass it the capturing stream (it is captured)")
+                < 0
             || pygpu_capture_check(st, sobj, sobj == Py_None, what) < 0))
         goto done;
     if (sobj != Py_None && pygpu_get_stream(st, sobj, &stream) < 0)
@@ -799,8 +826,9 @@ memcpy_3d_impl(pygpu_state *st, PyObject *args, int peer)
             goto done;
         ctx = dctx;
     } else {
-        ctx = src.kind == 'a' ? src.array->context
-            : dst.kind == 'a' ? dst.array->context : pygpu_current_context(st);
+        ctx = src.kind == 'a'   ? src.array->context
+              : dst.kind == 'a' ? dst.array->context
+                                : pygpu_current_context(st);
         if (ctx == NULL)
             goto done;
     }
@@ -809,20 +837,18 @@ memcpy_3d_impl(pygpu_state *st, PyObject *args, int peer)
     if (peer) {
         fill_side(&src, &pp.srcMemoryType, &pp.srcHost, &pp.srcDevice, &pp.srcArray,
                   &pp.srcXInBytes, &pp.srcY, &pp.srcZ, &pp.srcPitch, &pp.srcHeight, sp);
-        fill_side(&dst, &pp.dstMemoryType, (const void **)&pp.dstHost, &pp.dstDevice,
-                  &pp.dstArray, &pp.dstXInBytes, &pp.dstY, &pp.dstZ, &pp.dstPitch,
-                  &pp.dstHeight, dp);
+        fill_side(&dst, &pp.dstMemoryType, (const void **)&pp.dstHost, &pp.dstDevice, &pp.dstArray,
+                  &pp.dstXInBytes, &pp.dstY, &pp.dstZ, &pp.dstPitch, &pp.dstHeight, dp);
         pp.srcContext = sctx->handle;
         pp.dstContext = dctx->handle;
         pp.WidthInBytes = (size_t)w;
         pp.Height = (size_t)h;
         pp.Depth = (size_t)d;
     } else {
-        fill_side(&src, &p.srcMemoryType, &p.srcHost, &p.srcDevice, &p.srcArray,
-                  &p.srcXInBytes, &p.srcY, &p.srcZ, &p.srcPitch, &p.srcHeight, sp);
-        fill_side(&dst, &p.dstMemoryType, (const void **)&p.dstHost, &p.dstDevice,
-                  &p.dstArray, &p.dstXInBytes, &p.dstY, &p.dstZ, &p.dstPitch, &p.dstHeight,
-                  dp);
+        fill_side(&src, &p.srcMemoryType, &p.srcHost, &p.srcDevice, &p.srcArray, &p.srcXInBytes,
+                  &p.srcY, &p.srcZ, &p.srcPitch, &p.srcHeight, sp);
+        fill_side(&dst, &p.dstMemoryType, (const void **)&p.dstHost, &p.dstDevice, &p.dstArray,
+                  &p.dstXInBytes, &p.dstY, &p.dstZ, &p.dstPitch, &p.dstHeight, dp);
         p.WidthInBytes = (size_t)w;
         p.Height = (size_t)h;
         p.Depth = (size_t)d;
@@ -840,13 +866,10 @@ memcpy_3d_impl(pygpu_state *st, PyObject *args, int peer)
         routine = sobj == Py_None ? "cuMemcpy3DPeer" : "cuMemcpy3DPeerAsync";
     else
         routine = sobj == Py_None ? "cuMemcpy3D" : "cuMemcpy3DAsync";
-    Py_BEGIN_ALLOW_THREADS
-    if (peer)
-        rc = sobj == Py_None ? cu.cuMemcpy3DPeer(&pp) : cu.cuMemcpy3DPeerAsync(&pp, stream);
-    else
-        rc = sobj == Py_None ? cu.cuMemcpy3D(&p) : cu.cuMemcpy3DAsync(&p, stream);
-    Py_END_ALLOW_THREADS
-    pygpu_scope_exit(&s);
+    Py_BEGIN_ALLOW_THREADS if (peer) rc =
+        sobj == Py_None ? cu.cuMemcpy3DPeer(&pp) : cu.cuMemcpy3DPeerAsync(&pp, stream);
+    else rc = sobj == Py_None ? cu.cuMemcpy3D(&p) : cu.cuMemcpy3DAsync(&p, stream);
+    Py_END_ALLOW_THREADS pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS) {
         pygpu_cuda_error(st, rc, routine);
         goto done;
@@ -859,8 +882,10 @@ done:
     pygpu_allocation_unhold(dst.held);
     pygpu_array_unhold(src.array_held);
     pygpu_array_unhold(dst.array_held);
-    if (src.view.obj) PyBuffer_Release(&src.view);
-    if (dst.view.obj) PyBuffer_Release(&dst.view);
+    if (src.view.obj)
+        PyBuffer_Release(&src.view);
+    if (dst.view.obj)
+        PyBuffer_Release(&dst.view);
     return res;
 }
 
@@ -899,28 +924,34 @@ linear_array_side(pygpu_state *st, PyObject *obj, Py_ssize_t index, Py_ssize_t l
     if (pygpu_array_check(st, a) < 0)
         return -1;
     if (a->desc.Height != 0 || a->desc.Depth != 0) {
-        PyErr_Format(PyExc_ValueError, "%s: %s is a %s array (%zu x %zu x %zu); it copies "
-                     "1-D arrays (height 0): use Memcpy2D or Memcpy3D", what, argname,
-                     a->desc.Depth ? "3-D or layered" : "2-D", a->desc.Width, a->desc.Height,
-                     a->desc.Depth);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: %s is a %s array (%zu x %zu x %zu); it copies "
+                     "1-D arrays (height 0): use Memcpy2D or Memcpy3D",
+                     what, argname, a->desc.Depth ? "3-D or layered" : "2-D", a->desc.Width,
+                     a->desc.Height, a->desc.Depth);
         return -1;
     }
     esize = pygpu_array_format_size(a->desc.Format) * a->desc.NumChannels;
     total = a->desc.Width * esize;
     if ((size_t)index % esize) {
-        PyErr_Format(PyExc_ValueError, "%s: %s=%zd is not a multiple of %s's %zu-byte "
-                     "elements", what, idxname, index, argname, esize);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: %s=%zd is not a multiple of %s's %zu-byte "
+                     "elements",
+                     what, idxname, index, argname, esize);
         return -1;
     }
     if ((size_t)len % esize) {
-        PyErr_Format(PyExc_ValueError, "%s: len=%zd is not a multiple of %s's %zu-byte "
-                     "elements", what, len, argname, esize);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: len=%zd is not a multiple of %s's %zu-byte "
+                     "elements",
+                     what, len, argname, esize);
         return -1;
     }
     if ((size_t)len > total || (size_t)index > total - (size_t)len) {
-        PyErr_Format(PyExc_ValueError, "%s: %s + len = %zd + %zd bytes exceeds %s, an "
-                     "Array of %zu bytes (%zu elements of %zu bytes)", what, idxname, index,
-                     len, argname, total, a->desc.Width, esize);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: %s + len = %zd + %zd bytes exceeds %s, an "
+                     "Array of %zu bytes (%zu elements of %zu bytes)",
+                     what, idxname, index, len, argname, total, a->desc.Width, esize);
         return -1;
     }
     return 0;
@@ -950,7 +981,8 @@ linear_capture_check(pygpu_state *st, const char *what)
         return 0;
     if (pygpu_capture_default(st, &sobj, 1, what,
                               "copy with a Memcpy3D given the capturing stream (it is "
-                              "captured)") < 0
+                              "captured)")
+            < 0
         || pygpu_capture_check(st, sobj, 1, what) < 0)
         return -1;
     return 0;
@@ -960,8 +992,8 @@ linear_capture_check(pygpu_state *st, const char *what)
  * The device pointer is resolved (and its allocation held) first, since
  * resolving it may run Python code; the array is checked after. */
 static PyObject *
-linear_device_copy(pygpu_state *st, PyObject *ary, Py_ssize_t index, PyObject *dev,
-                   Py_ssize_t len, int to_array)
+linear_device_copy(pygpu_state *st, PyObject *ary, Py_ssize_t index, PyObject *dev, Py_ssize_t len,
+                   int to_array)
 {
     const char *what = to_array ? "memcpy_dtoa()" : "memcpy_atod()";
     const char *routine = to_array ? "cuMemcpyDtoA" : "cuMemcpyAtoD";
@@ -986,9 +1018,10 @@ linear_device_copy(pygpu_state *st, PyObject *ary, Py_ssize_t index, PyObject *d
     if (linear_array_side(st, ary, index, len, what, "ary", "index") < 0)
         goto done;
     if (cap != (size_t)-1 && (size_t)len > cap) {
-        PyErr_Format(PyExc_ValueError, "%s: len=%zd bytes do not fit in the %s allocation, "
-                     "which holds %zu bytes", what, len, to_array ? "source" : "destination",
-                     cap);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: len=%zd bytes do not fit in the %s allocation, "
+                     "which holds %zu bytes",
+                     what, len, to_array ? "source" : "destination", cap);
         goto done;
     }
     if (len == 0) {
@@ -1000,11 +1033,10 @@ linear_device_copy(pygpu_state *st, PyObject *ary, Py_ssize_t index, PyObject *d
         goto done;
     if (pygpu_array_hold(st, a, &aheld) < 0 || pygpu_scope_enter(st, a->context, &s) < 0)
         goto done;
-    Py_BEGIN_ALLOW_THREADS
-    rc = to_array ? cu.cuMemcpyDtoA(a->handle, (size_t)index, ptr, (size_t)len)
-                  : cu.cuMemcpyAtoD(ptr, a->handle, (size_t)index, (size_t)len);
-    Py_END_ALLOW_THREADS
-    pygpu_scope_exit(&s);
+    Py_BEGIN_ALLOW_THREADS rc = to_array
+                                    ? cu.cuMemcpyDtoA(a->handle, (size_t)index, ptr, (size_t)len)
+                                    : cu.cuMemcpyAtoD(ptr, a->handle, (size_t)index, (size_t)len);
+    Py_END_ALLOW_THREADS pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS) {
         pygpu_cuda_error(st, rc, routine);
         goto done;
@@ -1023,8 +1055,8 @@ memcpy_dtoa(PyObject *module, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"ary", "index", "src", "len", NULL};
     PyObject *ary, *dev;
     Py_ssize_t index, len;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnOn:memcpy_dtoa", kwlist, &ary, &index,
-                                     &dev, &len))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnOn:memcpy_dtoa", kwlist, &ary, &index, &dev,
+                                     &len))
         return NULL;
     return linear_device_copy(PyModule_GetState(module), ary, index, dev, len, 1);
 }
@@ -1036,8 +1068,8 @@ memcpy_atod(PyObject *module, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"dest", "ary", "index", "len", NULL};
     PyObject *ary, *dev;
     Py_ssize_t index, len;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOnn:memcpy_atod", kwlist, &dev, &ary,
-                                     &index, &len))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOnn:memcpy_atod", kwlist, &dev, &ary, &index,
+                                     &len))
         return NULL;
     return linear_device_copy(PyModule_GetState(module), ary, index, dev, len, 0);
 }
@@ -1055,8 +1087,8 @@ memcpy_atoa(PyObject *module, PyObject *args, PyObject *kwds)
     pygpu_scope s;
     CUresult rc;
     PyObject *res = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnOnn:memcpy_atoa", kwlist, &dobj, &di,
-                                     &sobj, &si, &len))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnOnn:memcpy_atoa", kwlist, &dobj, &di, &sobj,
+                                     &si, &len))
         return NULL;
     if (linear_nonneg(di, len, what, "dest_index") < 0
         || linear_nonneg(si, len, what, "src_index") < 0
@@ -1067,15 +1099,18 @@ memcpy_atoa(PyObject *module, PyObject *args, PyObject *kwds)
     sa = (pygpu_Array *)sobj;
     if (pygpu_array_format_size(da->desc.Format) * da->desc.NumChannels
         != pygpu_array_format_size(sa->desc.Format) * sa->desc.NumChannels) {
-        PyErr_Format(PyExc_ValueError, "%s: the arrays' elements differ in size (dest %zu "
-                     "bytes, src %zu bytes)", what,
-                     pygpu_array_format_size(da->desc.Format) * da->desc.NumChannels,
+        PyErr_Format(PyExc_ValueError,
+                     "%s: the arrays' elements differ in size (dest %zu "
+                     "bytes, src %zu bytes)",
+                     what, pygpu_array_format_size(da->desc.Format) * da->desc.NumChannels,
                      pygpu_array_format_size(sa->desc.Format) * sa->desc.NumChannels);
         return NULL;
     }
     if (da->context != sa->context) {
-        PyErr_Format(PyExc_ValueError, "%s: dest and src live in different contexts; "
-                     "copy between contexts with Memcpy3DPeer", what);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: dest and src live in different contexts; "
+                     "copy between contexts with Memcpy3DPeer",
+                     what);
         return NULL;
     }
     if (len == 0)
@@ -1085,10 +1120,9 @@ memcpy_atoa(PyObject *module, PyObject *args, PyObject *kwds)
     if (pygpu_array_hold(st, da, &dheld) < 0 || pygpu_array_hold(st, sa, &sheld) < 0
         || pygpu_scope_enter(st, da->context, &s) < 0)
         goto done;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu.cuMemcpyAtoA(da->handle, (size_t)di, sa->handle, (size_t)si, (size_t)len);
-    Py_END_ALLOW_THREADS
-    pygpu_scope_exit(&s);
+    Py_BEGIN_ALLOW_THREADS rc =
+        cu.cuMemcpyAtoA(da->handle, (size_t)di, sa->handle, (size_t)si, (size_t)len);
+    Py_END_ALLOW_THREADS pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS) {
         pygpu_cuda_error(st, rc, "cuMemcpyAtoA");
         goto done;
@@ -1120,8 +1154,7 @@ static PyMethodDef cuarray_functions[] = {
      "memcpy_atoa($module, /, dest, dest_index, src, src_index, len)\n--\n\n"
      "Copy len bytes from byte offset src_index of the 1-D Array src to byte offset "
      "dest_index of the 1-D Array dest (cuMemcpyAtoA)."},
-    {NULL}
-};
+    {NULL}};
 #undef KW
 
 int

@@ -15,10 +15,9 @@
 #define MAX_RANK 5
 
 typedef struct {
-    PyObject_HEAD
-    unsigned char bytes[sizeof(CUtensorMap)];   /* the encoded descriptor */
-    PyObject *tensor;          /* strong ref: the memory it describes */
-    PyObject *hold;            /* strong: the hold on that memory (hold.c), or None */
+    PyObject_HEAD unsigned char bytes[sizeof(CUtensorMap)]; /* the encoded descriptor */
+    PyObject *tensor; /* strong ref: the memory it describes */
+    PyObject *hold;   /* strong: the hold on that memory (hold.c), or None */
     int rank, im2col;
     int data_type;
     CUdeviceptr address;
@@ -103,9 +102,11 @@ dtype_data_type(PyObject *dtype, int *out)
         else if (PyDataType_ELSIZE(d) == 2 && is_bfloat16(d))
             *out = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
         else {
-            PyErr_Format(PyExc_TypeError, "TensorMap: no tensor_map_data_type for dtype %S; "
+            PyErr_Format(PyExc_TypeError,
+                         "TensorMap: no tensor_map_data_type for dtype %S; "
                          "pass data_type= (e.g. tensor_map_data_type.UINT8 to move the bytes "
-                         "of int8 data)", (PyObject *)d);
+                         "of int8 data)",
+                         (PyObject *)d);
             r = -1;
         }
     }
@@ -120,21 +121,20 @@ int_seq(PyObject *obj, Py_ssize_t *vals, int *n, int maxn, const char *what)
     PyObject *seq;
     Py_ssize_t i, len;
     if (PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "TensorMap: %s must be a sequence of ints, not an int",
-                     what);
+        PyErr_Format(PyExc_TypeError, "TensorMap: %s must be a sequence of ints, not an int", what);
         return -1;
     }
     seq = PySequence_Fast(obj, "");
     if (seq == NULL) {
-        PyErr_Format(PyExc_TypeError, "TensorMap: %s must be a sequence of ints, not %.100s",
-                     what, Py_TYPE(obj)->tp_name);
+        PyErr_Format(PyExc_TypeError, "TensorMap: %s must be a sequence of ints, not %.100s", what,
+                     Py_TYPE(obj)->tp_name);
         return -1;
     }
     len = PySequence_Fast_GET_SIZE(seq);
     if (len > maxn) {
         Py_DECREF(seq);
-        PyErr_Format(PyExc_ValueError, "TensorMap: %s has %zd entries; at most %d", what,
-                     len, maxn);
+        PyErr_Format(PyExc_ValueError, "TensorMap: %s has %zd entries; at most %d", what, len,
+                     maxn);
         return -1;
     }
     for (i = 0; i < len; i++) {
@@ -177,8 +177,7 @@ typedef struct {
 
 /* Fill the map's geometry from the tensor and keywords, checked. */
 static int
-tmap_geometry(pygpu_state *st, pygpu_TensorMap *m, tmap_common *a, int min_rank,
-              const char *kind)
+tmap_geometry(pygpu_state *st, pygpu_TensorMap *m, tmap_common *a, int min_rank, const char *kind)
 {
     size_t cap, esize, span;
     int n, i;
@@ -191,21 +190,24 @@ tmap_geometry(pygpu_state *st, pygpu_TensorMap *m, tmap_common *a, int min_rank,
     } else if (attr_seq(a->tensor, "shape", m->shape, &m->rank, "the tensor's shape") < 0) {
         return -1;
     } else if (m->rank < 0) {
-        PyErr_Format(PyExc_TypeError, "TensorMap: a %.100s has no shape; pass shape= and "
-                     "dtype=", Py_TYPE(a->tensor)->tp_name);
+        PyErr_Format(PyExc_TypeError,
+                     "TensorMap: a %.100s has no shape; pass shape= and "
+                     "dtype=",
+                     Py_TYPE(a->tensor)->tp_name);
         return -1;
     }
     if (m->rank < min_rank || m->rank > MAX_RANK) {
-        PyErr_Format(PyExc_ValueError, "TensorMap: %s maps need rank %d to %d; the shape %s "
-                     "%d dimension%s", kind, min_rank, MAX_RANK,
-                     a->shape != Py_None ? "has" : "of the tensor has", m->rank,
-                     m->rank == 1 ? "" : "s");
+        PyErr_Format(PyExc_ValueError,
+                     "TensorMap: %s maps need rank %d to %d; the shape %s "
+                     "%d dimension%s",
+                     kind, min_rank, MAX_RANK, a->shape != Py_None ? "has" : "of the tensor has",
+                     m->rank, m->rank == 1 ? "" : "s");
         return -1;
     }
     for (i = 0; i < m->rank; i++) {
         if (m->shape[i] < 1 || (unsigned long long)m->shape[i] > (1ull << 32)) {
-            PyErr_Format(PyExc_ValueError, "TensorMap: shape[%d]=%zd must be 1 to 2**32",
-                         i, m->shape[i]);
+            PyErr_Format(PyExc_ValueError, "TensorMap: shape[%d]=%zd must be 1 to 2**32", i,
+                         m->shape[i]);
             return -1;
         }
     }
@@ -214,8 +216,10 @@ tmap_geometry(pygpu_state *st, pygpu_TensorMap *m, tmap_common *a, int min_rank,
         if (pygpu_parse_int(a->data_type, &m->data_type, "TensorMap: data_type") < 0)
             return -1;
         if (data_type_size(m->data_type) == 0) {
-            PyErr_Format(PyExc_ValueError, "TensorMap: data_type=%R is not a "
-                         "tensor_map_data_type from UINT8 to TFLOAT32_FTZ", a->data_type);
+            PyErr_Format(PyExc_ValueError,
+                         "TensorMap: data_type=%R is not a "
+                         "tensor_map_data_type from UINT8 to TFLOAT32_FTZ",
+                         a->data_type);
             return -1;
         }
     } else {
@@ -227,8 +231,10 @@ tmap_geometry(pygpu_state *st, pygpu_TensorMap *m, tmap_common *a, int min_rank,
                 if (!PyErr_ExceptionMatches(PyExc_AttributeError))
                     return -1;
                 PyErr_Clear();
-                PyErr_Format(PyExc_TypeError, "TensorMap: a %.100s has no dtype; pass "
-                             "dtype= or data_type=", Py_TYPE(a->tensor)->tp_name);
+                PyErr_Format(PyExc_TypeError,
+                             "TensorMap: a %.100s has no dtype; pass "
+                             "dtype= or data_type=",
+                             Py_TYPE(a->tensor)->tp_name);
                 return -1;
             }
         } else {
@@ -250,19 +256,20 @@ tmap_geometry(pygpu_state *st, pygpu_TensorMap *m, tmap_common *a, int min_rank,
     } else {
         n = -1;
     }
-    if (n < 0) {            /* C-contiguous */
+    if (n < 0) { /* C-contiguous */
         Py_ssize_t s = (Py_ssize_t)esize;
         for (i = m->rank - 1; i >= 0; i--) {
             m->strides[i] = s;
             s *= m->shape[i];
         }
     } else if (n != m->rank) {
-        PyErr_Format(PyExc_ValueError, "TensorMap: strides has %d entries; the shape has %d",
-                     n, m->rank);
+        PyErr_Format(PyExc_ValueError, "TensorMap: strides has %d entries; the shape has %d", n,
+                     m->rank);
         return -1;
     }
     if ((size_t)m->strides[m->rank - 1] != esize) {
-        PyErr_Format(PyExc_ValueError, "TensorMap: the innermost dimension must be "
+        PyErr_Format(PyExc_ValueError,
+                     "TensorMap: the innermost dimension must be "
                      "contiguous: strides[%d]=%zd but the element is %zu bytes",
                      m->rank - 1, m->strides[m->rank - 1], esize);
         return -1;
@@ -271,22 +278,27 @@ tmap_geometry(pygpu_state *st, pygpu_TensorMap *m, tmap_common *a, int min_rank,
     for (i = 0; i < m->rank - 1; i++) {
         if (m->strides[i] <= 0 || m->strides[i] % 16
             || (unsigned long long)m->strides[i] >= (1ull << 40)) {
-            PyErr_Format(PyExc_ValueError, "TensorMap: strides[%d]=%zd bytes must be a "
-                         "positive multiple of 16 below 2**40 (TMA's rule)", i,
-                         m->strides[i]);
+            PyErr_Format(PyExc_ValueError,
+                         "TensorMap: strides[%d]=%zd bytes must be a "
+                         "positive multiple of 16 below 2**40 (TMA's rule)",
+                         i, m->strides[i]);
             return -1;
         }
         span += (size_t)(m->shape[i] - 1) * (size_t)m->strides[i];
     }
     span += (size_t)(m->shape[m->rank - 1] - 1) * esize;
     if (cap != (size_t)-1 && span > cap) {
-        PyErr_Format(PyExc_ValueError, "TensorMap: the tensor spans %zu bytes but its memory "
-                     "holds %zu", span, cap);
+        PyErr_Format(PyExc_ValueError,
+                     "TensorMap: the tensor spans %zu bytes but its memory "
+                     "holds %zu",
+                     span, cap);
         return -1;
     }
     if (m->address % (a->interleave == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16)) {
-        PyErr_Format(PyExc_ValueError, "TensorMap: the tensor's address %p is not "
-                     "%d-byte aligned (TMA's rule)", (void *)(uintptr_t)m->address,
+        PyErr_Format(PyExc_ValueError,
+                     "TensorMap: the tensor's address %p is not "
+                     "%d-byte aligned (TMA's rule)",
+                     (void *)(uintptr_t)m->address,
                      a->interleave == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16);
         return -1;
     }
@@ -312,10 +324,14 @@ parse_common(tmap_common *a, PyObject *il, PyObject *sw, PyObject *l2, PyObject 
 {
     a->interleave = a->swizzle = a->l2 = a->oob = 0;
     return enum_kw(il, CU_TENSOR_MAP_INTERLEAVE_32B, &a->interleave, "TensorMap: interleave")
-        || enum_kw(sw, CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B, &a->swizzle, "TensorMap: swizzle")
-        || enum_kw(l2, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, &a->l2, "TensorMap: l2_promotion")
-        || enum_kw(oob, CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA, &a->oob,
-                   "TensorMap: oob_fill") ? -1 : 0;
+                   || enum_kw(sw, CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B, &a->swizzle,
+                              "TensorMap: swizzle")
+                   || enum_kw(l2, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, &a->l2,
+                              "TensorMap: l2_promotion")
+                   || enum_kw(oob, CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA, &a->oob,
+                              "TensorMap: oob_fill")
+               ? -1
+               : 0;
 }
 
 static int
@@ -330,14 +346,16 @@ element_strides(tmap_common *a, int rank, cuuint32_t *es)
     if (int_seq(a->element_strides, v, &n, MAX_RANK, "element_strides") < 0)
         return -1;
     if (n != rank) {
-        PyErr_Format(PyExc_ValueError, "TensorMap: element_strides has %d entries; the "
-                     "tensor has rank %d", n, rank);
+        PyErr_Format(PyExc_ValueError,
+                     "TensorMap: element_strides has %d entries; the "
+                     "tensor has rank %d",
+                     n, rank);
         return -1;
     }
     for (i = 0; i < rank; i++) {
         if (v[i] < 1 || v[i] > 8) {
-            PyErr_Format(PyExc_ValueError, "TensorMap: element_strides[%d]=%zd must be 1 to 8",
-                         i, v[i]);
+            PyErr_Format(PyExc_ValueError, "TensorMap: element_strides[%d]=%zd must be 1 to 8", i,
+                         v[i]);
             return -1;
         }
         es[rank - 1 - i] = (cuuint32_t)v[i];
@@ -352,14 +370,14 @@ driver_dims(const pygpu_TensorMap *m, cuuint64_t *dims, cuuint64_t *strides)
     int i, r = m->rank;
     for (i = 0; i < r; i++)
         dims[r - 1 - i] = (cuuint64_t)m->shape[i];
-    for (i = 0; i < r - 1; i++)            /* strides of dimensions 1..r-1 */
+    for (i = 0; i < r - 1; i++) /* strides of dimensions 1..r-1 */
         strides[r - 2 - i] = (cuuint64_t)m->strides[i];
 }
 
 static pygpu_TensorMap *
 tmap_alloc(PyTypeObject *type)
 {
-    pygpu_TensorMap *m = (pygpu_TensorMap *)type->tp_alloc(type, 0);   /* tracked */
+    pygpu_TensorMap *m = (pygpu_TensorMap *)type->tp_alloc(type, 0); /* tracked */
     if (m == NULL)
         return NULL;
     memset(m->bytes, 0, sizeof m->bytes);
@@ -379,7 +397,8 @@ tmap_finish(pygpu_state *st, pygpu_TensorMap *m, tmap_common *a, CUresult rc,
 {
     if (rc != CUDA_SUCCESS) {
         Py_DECREF(m);
-        return pygpu_cuda_error_ex(st, rc, routine, "the driver refused the tensor map's "
+        return pygpu_cuda_error_ex(st, rc, routine,
+                                   "the driver refused the tensor map's "
                                    "shape, strides, box, alignment or swizzle");
     }
     memcpy(m->bytes, enc, sizeof m->bytes);
@@ -395,9 +414,9 @@ static PyObject *
 tmap_tiled_impl(PyTypeObject *type, PyObject *args, PyObject *kwds, const char *format)
 {
     pygpu_state *st = pygpu_state_from_type(type);
-    static char *kwlist[] = {"tensor", "box", "shape", "strides", "dtype", "data_type",
-                             "element_strides", "interleave", "swizzle", "l2_promotion",
-                             "oob_fill", NULL};
+    static char *kwlist[] = {"tensor",  "box",          "shape",           "strides",
+                             "dtype",   "data_type",    "element_strides", "interleave",
+                             "swizzle", "l2_promotion", "oob_fill",        NULL};
     tmap_common a = {NULL, Py_None, Py_None, Py_None, Py_None, Py_None, 0, 0, 0, 0};
     PyObject *box_obj, *il = NULL, *sw = NULL, *l2 = NULL, *oob = NULL;
     pygpu_TensorMap *m;
@@ -407,9 +426,9 @@ tmap_tiled_impl(PyTypeObject *type, PyObject *args, PyObject *kwds, const char *
     CUresult rc;
     int n, i;
     size_t inner;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, format, kwlist,
-                                     &a.tensor, &box_obj, &a.shape, &a.strides, &a.dtype,
-                                     &a.data_type, &a.element_strides, &il, &sw, &l2, &oob))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, format, kwlist, &a.tensor, &box_obj, &a.shape,
+                                     &a.strides, &a.dtype, &a.data_type, &a.element_strides, &il,
+                                     &sw, &l2, &oob))
         return NULL;
     if (parse_common(&a, il, sw, l2, oob) < 0)
         return NULL;
@@ -420,31 +439,34 @@ tmap_tiled_impl(PyTypeObject *type, PyObject *args, PyObject *kwds, const char *
         || element_strides(&a, m->rank, es) < 0)
         goto error;
     if (n != m->rank) {
-        PyErr_Format(PyExc_ValueError, "TensorMap: box has %d entries; the tensor has rank %d",
-                     n, m->rank);
+        PyErr_Format(PyExc_ValueError, "TensorMap: box has %d entries; the tensor has rank %d", n,
+                     m->rank);
         goto error;
     }
     for (i = 0; i < m->rank; i++) {
         if (m->box[i] < 1 || m->box[i] > 256) {
-            PyErr_Format(PyExc_ValueError, "TensorMap: box[%d]=%zd must be 1 to 256", i,
-                         m->box[i]);
+            PyErr_Format(PyExc_ValueError, "TensorMap: box[%d]=%zd must be 1 to 256", i, m->box[i]);
             goto error;
         }
         box[m->rank - 1 - i] = (cuuint32_t)m->box[i];
     }
     inner = (size_t)m->box[m->rank - 1] * data_type_size(m->data_type);
     if (a.interleave == CU_TENSOR_MAP_INTERLEAVE_NONE && inner % 16) {
-        PyErr_Format(PyExc_ValueError, "TensorMap: the box's innermost row is %zu bytes "
-                     "(box[%d]=%zd elements); TMA needs a multiple of 16", inner,
-                     m->rank - 1, m->box[m->rank - 1]);
+        PyErr_Format(PyExc_ValueError,
+                     "TensorMap: the box's innermost row is %zu bytes "
+                     "(box[%d]=%zd elements); TMA needs a multiple of 16",
+                     inner, m->rank - 1, m->box[m->rank - 1]);
         goto error;
     }
     if (a.interleave == CU_TENSOR_MAP_INTERLEAVE_NONE && a.swizzle != CU_TENSOR_MAP_SWIZZLE_NONE) {
-        size_t span = a.swizzle == CU_TENSOR_MAP_SWIZZLE_32B ? 32
-                    : a.swizzle == CU_TENSOR_MAP_SWIZZLE_64B ? 64 : 128;
+        size_t span = a.swizzle == CU_TENSOR_MAP_SWIZZLE_32B   ? 32
+                      : a.swizzle == CU_TENSOR_MAP_SWIZZLE_64B ? 64
+                                                               : 128;
         if (inner > span) {
-            PyErr_Format(PyExc_ValueError, "TensorMap: the box's innermost row is %zu bytes, "
-                         "more than the swizzle's span of %zu", inner, span);
+            PyErr_Format(PyExc_ValueError,
+                         "TensorMap: the box's innermost row is %zu bytes, "
+                         "more than the swizzle's span of %zu",
+                         inner, span);
             goto error;
         }
     }
@@ -453,15 +475,13 @@ tmap_tiled_impl(PyTypeObject *type, PyObject *args, PyObject *kwds, const char *
         goto error;
     if (cu.cuTensorMapEncodeTiled == NULL) {
         PyErr_SetString(st->LogicError, "TensorMap needs a CUDA 12.0+ driver "
-                        "(cuTensorMapEncodeTiled)");
+                                        "(cuTensorMapEncodeTiled)");
         goto error;
     }
-    rc = cu.cuTensorMapEncodeTiled(&enc, (CUtensorMapDataType)m->data_type,
-                                   (cuuint32_t)m->rank, (void *)(uintptr_t)m->address, dims,
-                                   strides, box, es, (CUtensorMapInterleave)a.interleave,
-                                   (CUtensorMapSwizzle)a.swizzle,
-                                   (CUtensorMapL2promotion)a.l2,
-                                   (CUtensorMapFloatOOBfill)a.oob);
+    rc = cu.cuTensorMapEncodeTiled(
+        &enc, (CUtensorMapDataType)m->data_type, (cuuint32_t)m->rank, (void *)(uintptr_t)m->address,
+        dims, strides, box, es, (CUtensorMapInterleave)a.interleave, (CUtensorMapSwizzle)a.swizzle,
+        (CUtensorMapL2promotion)a.l2, (CUtensorMapFloatOOBfill)a.oob);
     return tmap_finish(st, m, &a, rc, &enc, "cuTensorMapEncodeTiled");
 error:
     Py_DECREF(m);
@@ -485,10 +505,10 @@ tmap_im2col(PyObject *cls, PyObject *args, PyObject *kwds)
 {
     PyTypeObject *type = (PyTypeObject *)cls;
     pygpu_state *st = pygpu_state_from_type(type);
-    static char *kwlist[] = {"tensor", "lower_corner", "upper_corner", "channels_per_pixel",
-                             "pixels_per_column", "shape", "strides", "dtype", "data_type",
-                             "element_strides", "interleave", "swizzle", "l2_promotion",
-                             "oob_fill", NULL};
+    static char *kwlist[] = {
+        "tensor",     "lower_corner", "upper_corner", "channels_per_pixel", "pixels_per_column",
+        "shape",      "strides",      "dtype",        "data_type",          "element_strides",
+        "interleave", "swizzle",      "l2_promotion", "oob_fill",           NULL};
     tmap_common a = {NULL, Py_None, Py_None, Py_None, Py_None, Py_None, 0, 0, 0, 0};
     PyObject *lo_obj, *hi_obj, *il = NULL, *sw = NULL, *l2 = NULL, *oob = NULL;
     unsigned int cpp, ppc;
@@ -499,10 +519,9 @@ tmap_im2col(PyObject *cls, PyObject *args, PyObject *kwds)
     int lower[MAX_RANK], upper[MAX_RANK], nlo, nhi, i, r;
     CUtensorMap enc;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOII|OOOOOOOOO:im2col", kwlist,
-                                     &a.tensor, &lo_obj, &hi_obj, &cpp, &ppc, &a.shape,
-                                     &a.strides, &a.dtype, &a.data_type, &a.element_strides,
-                                     &il, &sw, &l2, &oob))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOII|OOOOOOOOO:im2col", kwlist, &a.tensor,
+                                     &lo_obj, &hi_obj, &cpp, &ppc, &a.shape, &a.strides, &a.dtype,
+                                     &a.data_type, &a.element_strides, &il, &sw, &l2, &oob))
         return NULL;
     if (parse_common(&a, il, sw, l2, oob) < 0)
         return NULL;
@@ -516,9 +535,11 @@ tmap_im2col(PyObject *cls, PyObject *args, PyObject *kwds)
         goto error;
     r = m->rank;
     if (nlo != r - 2 || nhi != r - 2) {
-        PyErr_Format(PyExc_ValueError, "TensorMap.im2col: lower_corner and upper_corner need "
+        PyErr_Format(PyExc_ValueError,
+                     "TensorMap.im2col: lower_corner and upper_corner need "
                      "%d entries each (the spatial dimensions of a rank-%d tensor), got %d "
-                     "and %d", r - 2, r, nlo, nhi);
+                     "and %d",
+                     r - 2, r, nlo, nhi);
         goto error;
     }
     for (i = 0; i < r - 2; i++) {
@@ -526,14 +547,15 @@ tmap_im2col(PyObject *cls, PyObject *args, PyObject *kwds)
         lower[r - 3 - i] = (int)lo[i];
         upper[r - 3 - i] = (int)hi[i];
         if (lo[i] < -32768 || lo[i] > 32767 || hi[i] < -32768 || hi[i] > 32767) {
-            PyErr_Format(PyExc_ValueError, "TensorMap.im2col: corner %d is out of range",
-                         i);
+            PyErr_Format(PyExc_ValueError, "TensorMap.im2col: corner %d is out of range", i);
             goto error;
         }
     }
     if (cpp < 1 || cpp > 256 || ppc < 1 || ppc > 1024) {
-        PyErr_Format(PyExc_ValueError, "TensorMap.im2col: channels_per_pixel=%u must be 1 to "
-                     "256 and pixels_per_column=%u 1 to 1024", cpp, ppc);
+        PyErr_Format(PyExc_ValueError,
+                     "TensorMap.im2col: channels_per_pixel=%u must be 1 to "
+                     "256 and pixels_per_column=%u 1 to 1024",
+                     cpp, ppc);
         goto error;
     }
     driver_dims(m, dims, strides);
@@ -541,14 +563,13 @@ tmap_im2col(PyObject *cls, PyObject *args, PyObject *kwds)
         goto error;
     if (cu.cuTensorMapEncodeIm2col == NULL) {
         PyErr_SetString(st->LogicError, "TensorMap.im2col needs a CUDA 12.0+ driver "
-                        "(cuTensorMapEncodeIm2col)");
+                                        "(cuTensorMapEncodeIm2col)");
         goto error;
     }
     rc = cu.cuTensorMapEncodeIm2col(&enc, (CUtensorMapDataType)m->data_type, (cuuint32_t)r,
-                                    (void *)(uintptr_t)m->address, dims, strides, lower,
-                                    upper, cpp, ppc, es, (CUtensorMapInterleave)a.interleave,
-                                    (CUtensorMapSwizzle)a.swizzle,
-                                    (CUtensorMapL2promotion)a.l2,
+                                    (void *)(uintptr_t)m->address, dims, strides, lower, upper, cpp,
+                                    ppc, es, (CUtensorMapInterleave)a.interleave,
+                                    (CUtensorMapSwizzle)a.swizzle, (CUtensorMapL2promotion)a.l2,
                                     (CUtensorMapFloatOOBfill)a.oob);
     return tmap_finish(st, m, &a, rc, &enc, "cuTensorMapEncodeIm2col");
 error:
@@ -581,9 +602,15 @@ tuple_of(const Py_ssize_t *v, int n)
 }
 
 static PyObject *
-tmap_get_shape(pygpu_TensorMap *self, void *c) { return tuple_of(self->shape, self->rank); }
+tmap_get_shape(pygpu_TensorMap *self, void *c)
+{
+    return tuple_of(self->shape, self->rank);
+}
 static PyObject *
-tmap_get_strides(pygpu_TensorMap *self, void *c) { return tuple_of(self->strides, self->rank); }
+tmap_get_strides(pygpu_TensorMap *self, void *c)
+{
+    return tuple_of(self->strides, self->rank);
+}
 static PyObject *
 tmap_get_box(pygpu_TensorMap *self, void *c)
 {
@@ -597,7 +624,10 @@ tmap_get_tensor(pygpu_TensorMap *self, void *c)
     return Py_NewRef(self->tensor ? self->tensor : Py_None);
 }
 static PyObject *
-tmap_get_data_type(pygpu_TensorMap *self, void *c) { return PyLong_FromLong(self->data_type); }
+tmap_get_data_type(pygpu_TensorMap *self, void *c)
+{
+    return PyLong_FromLong(self->data_type);
+}
 
 #define CF(f) (PyCFunction)(void (*)(void))(f)
 static PyMethodDef tmap_methods[] = {
@@ -613,8 +643,7 @@ static PyMethodDef tmap_methods[] = {
      "(outermost first); the corners give the spatial dimensions' bounding box offsets."},
     {"__bytes__", (PyCFunction)tmap_bytes, METH_NOARGS,
      "__bytes__($self, /)\n--\n\nThe 128 encoded bytes."},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef tmap_getset[] = {
     {"shape", (getter)tmap_get_shape, NULL, "The tensor's shape, outermost first.", NULL},
@@ -622,8 +651,7 @@ static PyGetSetDef tmap_getset[] = {
     {"box", (getter)tmap_get_box, NULL, "The box (tile) shape, outermost first.", NULL},
     {"tensor", (getter)tmap_get_tensor, NULL, "The memory the map describes.", NULL},
     {"data_type", (getter)tmap_get_data_type, NULL, "A tensor_map_data_type.", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyType_Slot tmap_slots[] = {
     {Py_tp_new, tmap_new},
@@ -640,14 +668,12 @@ static PyType_Slot tmap_slots[] = {
                 "DeviceAllocation (with shape= and dtype=) or a GPU array. Shapes, strides "
                 "(bytes) and the box are outermost first, as NumPy's. A kernel parameter "
                 "declared `const __grid_constant__ CUtensorMap` takes it as it is."},
-    {0, NULL}
-};
+    {0, NULL}};
 
-static PyType_Spec tmap_spec = {
-    "pygpu.driver.TensorMap", sizeof(pygpu_TensorMap), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
-    tmap_slots
-};
+static PyType_Spec tmap_spec = {"pygpu.driver.TensorMap", sizeof(pygpu_TensorMap), 0,
+                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC
+                                    | Py_TPFLAGS_BASETYPE,
+                                tmap_slots};
 
 int
 pygpu_tensormap_setup(PyObject *m, pygpu_state *st)

@@ -10,13 +10,12 @@
 #include "pygpu.h"
 
 typedef struct {
-    PyObject_HEAD
-    unsigned long long handle;     /* owned: CUtexObject or CUsurfObject; 0 when freed */
-    int surface;                   /* 1: a SurfaceObject */
-    pygpu_Context *context;        /* strong ref: where it was made and is destroyed */
-    PyObject *resource;            /* strong ref: what it reads */
-    pygpu_Array *array;            /* strong ref when the resource is an Array */
-    PyObject *hold;                /* strong: the hold on the memory read (hold.c), or
+    PyObject_HEAD unsigned long long handle; /* owned: CUtexObject or CUsurfObject; 0 when freed */
+    int surface;                             /* 1: a SurfaceObject */
+    pygpu_Context *context;                  /* strong ref: where it was made and is destroyed */
+    PyObject *resource;                      /* strong ref: what it reads */
+    pygpu_Array *array;                      /* strong ref when the resource is an Array */
+    PyObject *hold;                          /* strong: the hold on the memory read (hold.c), or
                                       None (an int address: the caller's to keep) */
     CUDA_RESOURCE_DESC res;
     CUDA_TEXTURE_DESC tex;
@@ -161,8 +160,7 @@ shape_arg(PyObject *obj, Py_ssize_t *vals, int *n, int maxn, const char *what)
     len = PySequence_Fast_GET_SIZE(seq);
     if (len < 1 || len > maxn) {
         Py_DECREF(seq);
-        PyErr_Format(PyExc_ValueError, "%s must have 1 to %d entries, got %zd", what, maxn,
-                     len);
+        PyErr_Format(PyExc_ValueError, "%s must have 1 to %d entries, got %zd", what, maxn, len);
         return -1;
     }
     for (i = 0; i < len; i++) {
@@ -197,8 +195,10 @@ linear_resource(pygpu_state *st, PyObject *resource, PyObject *fmt_obj, PyObject
         if (pygpu_parse_uint(nch_obj, &nch, "TextureObject(): num_channels") < 0)
             return -1;
         if (nch != 1 && nch != 2 && nch != 4) {
-            PyErr_Format(PyExc_ValueError, "TextureObject(): num_channels must be 1, 2 or 4, "
-                         "got %u", nch);
+            PyErr_Format(PyExc_ValueError,
+                         "TextureObject(): num_channels must be 1, 2 or 4, "
+                         "got %u",
+                         nch);
             return -1;
         }
     }
@@ -206,7 +206,8 @@ linear_resource(pygpu_state *st, PyObject *resource, PyObject *fmt_obj, PyObject
         if (pygpu_parse_uint(fmt_obj, &format, "TextureObject(): format") < 0)
             return -1;
         if (pygpu_array_format_size(format) == 0) {
-            PyErr_Format(PyExc_ValueError, "TextureObject(): format=%R is not one of "
+            PyErr_Format(PyExc_ValueError,
+                         "TextureObject(): format=%R is not one of "
                          "array_format's UNSIGNED_INT8/16/32, SIGNED_INT8/16/32, HALF, FLOAT",
                          fmt_obj);
             return -1;
@@ -218,7 +219,8 @@ linear_resource(pygpu_state *st, PyObject *resource, PyObject *fmt_obj, PyObject
             if (!PyErr_ExceptionMatches(PyExc_AttributeError))
                 return -1;
             PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "TextureObject(): a %.100s has no dtype; pass "
+            PyErr_Format(PyExc_TypeError,
+                         "TextureObject(): a %.100s has no dtype; pass "
                          "format= (an array_format) and num_channels=",
                          Py_TYPE(resource)->tp_name);
             return -1;
@@ -242,9 +244,11 @@ linear_resource(pygpu_state *st, PyObject *resource, PyObject *fmt_obj, PyObject
             nstrides = nstrides == ndim + 1 ? ndim : -1;
         }
         if (ndim > 2) {
-            PyErr_Format(PyExc_ValueError, "TextureObject(): linear memory is 1-D or 2-D "
+            PyErr_Format(PyExc_ValueError,
+                         "TextureObject(): linear memory is 1-D or 2-D "
                          "(pitched); the %.100s has %d dimensions (copy it into an Array for "
-                         "3-D textures)", Py_TYPE(resource)->tp_name, ndim);
+                         "3-D textures)",
+                         Py_TYPE(resource)->tp_name, ndim);
             return -1;
         }
     }
@@ -252,8 +256,10 @@ linear_resource(pygpu_state *st, PyObject *resource, PyObject *fmt_obj, PyObject
     if (ndim == 2) {
         Py_ssize_t pitch;
         if (shape[0] < 1 || shape[1] < 1) {
-            PyErr_Format(PyExc_ValueError, "TextureObject(): shape (%zd, %zd) must be "
-                         "positive", shape[0], shape[1]);
+            PyErr_Format(PyExc_ValueError,
+                         "TextureObject(): shape (%zd, %zd) must be "
+                         "positive",
+                         shape[0], shape[1]);
             return -1;
         }
         if (pitch_obj != Py_None) {
@@ -262,7 +268,8 @@ linear_resource(pygpu_state *st, PyObject *resource, PyObject *fmt_obj, PyObject
                 return -1;
         } else if (nstrides == 2 && shape_obj == Py_None) {
             if ((size_t)strides[1] != esize) {
-                PyErr_Format(PyExc_ValueError, "TextureObject(): the rows of the %.100s are "
+                PyErr_Format(PyExc_ValueError,
+                             "TextureObject(): the rows of the %.100s are "
                              "not contiguous (stride %zd, elements of %zu bytes)",
                              Py_TYPE(resource)->tp_name, strides[1], esize);
                 return -1;
@@ -272,8 +279,10 @@ linear_resource(pygpu_state *st, PyObject *resource, PyObject *fmt_obj, PyObject
             pitch = shape[1] * (Py_ssize_t)esize;
         }
         if (pitch < shape[1] * (Py_ssize_t)esize) {
-            PyErr_Format(PyExc_ValueError, "TextureObject(): pitch=%zd bytes is less than a "
-                         "row of %zd elements of %zu bytes", pitch, shape[1], esize);
+            PyErr_Format(PyExc_ValueError,
+                         "TextureObject(): pitch=%zd bytes is less than a "
+                         "row of %zd elements of %zu bytes",
+                         pitch, shape[1], esize);
             return -1;
         }
         need = (size_t)pitch * (size_t)(shape[0] - 1) + (size_t)shape[1] * esize;
@@ -287,20 +296,23 @@ linear_resource(pygpu_state *st, PyObject *resource, PyObject *fmt_obj, PyObject
     } else {
         if (pitch_obj != Py_None) {
             PyErr_SetString(PyExc_ValueError, "TextureObject(): pitch= applies to 2-D "
-                            "(pitched) memory; give shape=(height, width) too");
+                                              "(pitched) memory; give shape=(height, width) too");
             return -1;
         }
         if (ndim == 1) {
             if (shape[0] < 1) {
-                PyErr_Format(PyExc_ValueError, "TextureObject(): shape (%zd,) must be "
-                             "positive", shape[0]);
+                PyErr_Format(PyExc_ValueError,
+                             "TextureObject(): shape (%zd,) must be "
+                             "positive",
+                             shape[0]);
                 return -1;
             }
             need = (size_t)shape[0] * esize;
         } else if (cap != (size_t)-1) {
             need = cap - cap % esize;
         } else {
-            PyErr_SetString(PyExc_ValueError, "TextureObject(): the size of memory at a raw "
+            PyErr_SetString(PyExc_ValueError,
+                            "TextureObject(): the size of memory at a raw "
                             "address is unknown; give shape=(n,) or (height, width)");
             return -1;
         }
@@ -315,8 +327,10 @@ linear_resource(pygpu_state *st, PyObject *resource, PyObject *fmt_obj, PyObject
         res->res.linear.sizeInBytes = need;
     }
     if (cap != (size_t)-1 && need > cap) {
-        PyErr_Format(PyExc_ValueError, "TextureObject(): the texture spans %zu bytes but the "
-                     "memory holds %zu", need, cap);
+        PyErr_Format(PyExc_ValueError,
+                     "TextureObject(): the texture spans %zu bytes but the "
+                     "memory holds %zu",
+                     need, cap);
         return -1;
     }
     return 0;
@@ -329,28 +343,31 @@ check_alignment(pygpu_state *st, pygpu_Context *ctx, const CUDA_RESOURCE_DESC *r
 {
     CUdevice dev = ((pygpu_Device *)ctx->device)->handle;
     int align = 0, pitch_align = 0;
-    CUdeviceptr p = res->resType == CU_RESOURCE_TYPE_LINEAR ? res->res.linear.devPtr
-                                                            : res->res.pitch2D.devPtr;
+    CUdeviceptr p =
+        res->resType == CU_RESOURCE_TYPE_LINEAR ? res->res.linear.devPtr : res->res.pitch2D.devPtr;
     CUresult rc = cu.cuDeviceGetAttribute(&align, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, dev);
     if (rc == CUDA_SUCCESS)
-        rc = cu.cuDeviceGetAttribute(&pitch_align, CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT,
-                                     dev);
+        rc =
+            cu.cuDeviceGetAttribute(&pitch_align, CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, dev);
     if (rc != CUDA_SUCCESS) {
         pygpu_cuda_error(st, rc, "cuDeviceGetAttribute");
         return -1;
     }
     if (align > 0 && p % (CUdeviceptr)align) {
-        PyErr_Format(PyExc_ValueError, "TextureObject(): the memory's address %p is not "
+        PyErr_Format(PyExc_ValueError,
+                     "TextureObject(): the memory's address %p is not "
                      "aligned to the device's texture alignment of %d bytes (the start of an "
-                     "allocation is; an offset into one may not be)", (void *)(uintptr_t)p,
-                     align);
+                     "allocation is; an offset into one may not be)",
+                     (void *)(uintptr_t)p, align);
         return -1;
     }
     if (res->resType == CU_RESOURCE_TYPE_PITCH2D && pitch_align > 0
         && res->res.pitch2D.pitchInBytes % (size_t)pitch_align) {
-        PyErr_Format(PyExc_ValueError, "TextureObject(): pitch=%zu bytes is not a multiple "
+        PyErr_Format(PyExc_ValueError,
+                     "TextureObject(): pitch=%zu bytes is not a multiple "
                      "of the device's texture pitch alignment of %d bytes (mem_alloc_pitch "
-                     "gives one that is)", res->res.pitch2D.pitchInBytes, pitch_align);
+                     "gives one that is)",
+                     res->res.pitch2D.pitchInBytes, pitch_align);
         return -1;
     }
     return 0;
@@ -359,7 +376,7 @@ check_alignment(pygpu_state *st, pygpu_Context *ctx, const CUDA_RESOURCE_DESC *r
 static pygpu_TexObject *
 texobj_alloc(PyTypeObject *type, int surface)
 {
-    pygpu_TexObject *self = (pygpu_TexObject *)type->tp_alloc(type, 0);   /* tracked */
+    pygpu_TexObject *self = (pygpu_TexObject *)type->tp_alloc(type, 0); /* tracked */
     if (self == NULL)
         return NULL;
     self->handle = 0;
@@ -384,9 +401,17 @@ static PyObject *
 texobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     pygpu_state *st = pygpu_state_from_type(type);
-    static char *kwlist[] = {"resource", "address_mode", "filter_mode", "read_mode",
-                             "normalized_coords", "border_color", "format", "num_channels",
-                             "shape", "pitch", NULL};
+    static char *kwlist[] = {"resource",
+                             "address_mode",
+                             "filter_mode",
+                             "read_mode",
+                             "normalized_coords",
+                             "border_color",
+                             "format",
+                             "num_channels",
+                             "shape",
+                             "pitch",
+                             NULL};
     PyObject *resource, *am_obj = NULL, *fm_obj = NULL, *rm_obj = NULL, *border = Py_None;
     PyObject *fmt_obj = Py_None, *nch_obj = Py_None, *shape_obj = Py_None, *pitch_obj = Py_None;
     int normalized = 0, filter = CU_TR_FILTER_MODE_POINT, read_mode = 0, i, ndims;
@@ -397,9 +422,9 @@ texobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     pygpu_scope s;
     CUtexObject h;
     CUresult rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OOOpOOOOO:TextureObject", kwlist,
-                                     &resource, &am_obj, &fm_obj, &rm_obj, &normalized,
-                                     &border, &fmt_obj, &nch_obj, &shape_obj, &pitch_obj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OOOpOOOOO:TextureObject", kwlist, &resource,
+                                     &am_obj, &fm_obj, &rm_obj, &normalized, &border, &fmt_obj,
+                                     &nch_obj, &shape_obj, &pitch_obj))
         return NULL;
     if (am_obj != NULL && am_obj != Py_None) {
         if (PyLong_Check(am_obj)) {
@@ -409,13 +434,15 @@ texobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         } else {
             PyObject *seq = PySequence_Fast(am_obj, "");
             if (seq == NULL) {
-                PyErr_Format(PyExc_TypeError, "TextureObject(): address_mode must be an "
+                PyErr_Format(PyExc_TypeError,
+                             "TextureObject(): address_mode must be an "
                              "address_mode or a sequence of up to 3, not %.100s",
                              Py_TYPE(am_obj)->tp_name);
                 return NULL;
             }
             if (PySequence_Fast_GET_SIZE(seq) < 1 || PySequence_Fast_GET_SIZE(seq) > 3) {
-                PyErr_Format(PyExc_ValueError, "TextureObject(): address_mode has %zd "
+                PyErr_Format(PyExc_ValueError,
+                             "TextureObject(): address_mode has %zd "
                              "entries; give one per dimension (1 to 3)",
                              PySequence_Fast_GET_SIZE(seq));
                 Py_DECREF(seq);
@@ -441,10 +468,11 @@ texobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (!normalized) {
         for (i = 0; i < 3; i++) {
             if (am[i] == CU_TR_ADDRESS_MODE_WRAP || am[i] == CU_TR_ADDRESS_MODE_MIRROR) {
-                PyErr_Format(PyExc_ValueError, "TextureObject(): address_mode[%d] %s needs "
+                PyErr_Format(PyExc_ValueError,
+                             "TextureObject(): address_mode[%d] %s needs "
                              "normalized_coords=True (CUDA wraps and mirrors only normalized "
-                             "coordinates)", i, am[i] == CU_TR_ADDRESS_MODE_WRAP ? "WRAP"
-                             : "MIRROR");
+                             "coordinates)",
+                             i, am[i] == CU_TR_ADDRESS_MODE_WRAP ? "WRAP" : "MIRROR");
                 return NULL;
             }
         }
@@ -457,7 +485,7 @@ texobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         if (seq == NULL || PySequence_Fast_GET_SIZE(seq) > 4) {
             Py_XDECREF(seq);
             PyErr_SetString(PyExc_TypeError, "TextureObject(): border_color must be a "
-                            "sequence of up to 4 floats");
+                                             "sequence of up to 4 floats");
             goto error;
         }
         for (i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
@@ -474,7 +502,8 @@ texobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         pygpu_Array *a = (pygpu_Array *)resource;
         if (fmt_obj != Py_None || nch_obj != Py_None || shape_obj != Py_None
             || pitch_obj != Py_None) {
-            PyErr_SetString(PyExc_ValueError, "TextureObject(): format, num_channels, shape "
+            PyErr_SetString(PyExc_ValueError,
+                            "TextureObject(): format, num_channels, shape "
                             "and pitch describe linear memory; an Array has its own");
             goto error;
         }
@@ -486,14 +515,14 @@ texobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         ndims = a->desc.Depth ? 3 : a->desc.Height ? 2 : 1;
         ctx = a->context;
     } else {
-        if (linear_resource(st, resource, fmt_obj, nch_obj, shape_obj, pitch_obj,
-                            &self->res) < 0)
+        if (linear_resource(st, resource, fmt_obj, nch_obj, shape_obj, pitch_obj, &self->res) < 0)
             goto error;
         if (self->res.resType == CU_RESOURCE_TYPE_LINEAR) {
             format = self->res.res.linear.format;
             ndims = 1;
             if (filter != CU_TR_FILTER_MODE_POINT || normalized) {
-                PyErr_SetString(PyExc_ValueError, "TextureObject(): linear (1-D) memory is "
+                PyErr_SetString(PyExc_ValueError,
+                                "TextureObject(): linear (1-D) memory is "
                                 "read with tex1Dfetch: POINT filtering and integer "
                                 "coordinates only");
                 goto error;
@@ -510,7 +539,7 @@ texobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     (void)ndims;
     if (filter == CU_TR_FILTER_MODE_LINEAR && read_mode == 0 && is_integer_format(format)) {
         PyErr_SetString(PyExc_ValueError, "TextureObject(): LINEAR filtering of an integer "
-                        "format needs read_mode=read_mode.NORMALIZED_FLOAT");
+                                          "format needs read_mode=read_mode.NORMALIZED_FLOAT");
         goto error;
     }
     for (i = 0; i < 3; i++)
@@ -553,15 +582,18 @@ surfobj_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:SurfaceObject", kwlist, &resource))
         return NULL;
     if (!PyObject_TypeCheck(resource, st->ArrayType)) {
-        PyErr_Format(PyExc_TypeError, "SurfaceObject() takes an Array (made with "
-                     "array3d_flags.SURFACE_LDST), not %.100s", Py_TYPE(resource)->tp_name);
+        PyErr_Format(PyExc_TypeError,
+                     "SurfaceObject() takes an Array (made with "
+                     "array3d_flags.SURFACE_LDST), not %.100s",
+                     Py_TYPE(resource)->tp_name);
         return NULL;
     }
     a = (pygpu_Array *)resource;
     if (pygpu_array_check(st, a) < 0)
         return NULL;
     if (!(a->desc.Flags & CUDA_ARRAY3D_SURFACE_LDST)) {
-        PyErr_SetString(PyExc_ValueError, "SurfaceObject(): the Array was not made with "
+        PyErr_SetString(PyExc_ValueError,
+                        "SurfaceObject(): the Array was not made with "
                         "array3d_flags.SURFACE_LDST (set it in its ArrayDescriptor3D.flags)");
         return NULL;
     }
@@ -641,49 +673,42 @@ texobj_get_flags(pygpu_TexObject *self, void *c)
 static PyObject *
 texobj_repr(pygpu_TexObject *self)
 {
-    return PyUnicode_FromFormat("<pygpu.driver.%s %s%llu>", self->surface ? "SurfaceObject"
-                                : "TextureObject", self->handle ? "handle=" : "freed ",
-                                self->handle);
+    return PyUnicode_FromFormat("<pygpu.driver.%s %s%llu>",
+                                self->surface ? "SurfaceObject" : "TextureObject",
+                                self->handle ? "handle=" : "freed ", self->handle);
 }
 
 static PyMethodDef texobj_methods[] = {
     {"free", (PyCFunction)texobj_free, METH_NOARGS,
      "free($self, /)\n--\n\nDestroy the object now (idempotent) and let go of its array."},
-    {NULL}
-};
+    {NULL}};
 
 static PyMethodDef surfobj_methods[] = {
     {"free", (PyCFunction)texobj_free, METH_NOARGS,
      "free($self, /)\n--\n\nDestroy the surface now (idempotent) and let go of its array."},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef texobj_getset[] = {
     {"handle", (getter)texobj_get_handle, NULL,
      "The 64-bit handle (cudaTextureObject_t / cudaSurfaceObject_t).", NULL},
     {"resource", (getter)texobj_get_resource, NULL, "What the object reads.", NULL},
     {"resource_type", (getter)texobj_get_resource_type, NULL, "A resource_type.", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyGetSetDef tex_getset[] = {
-    {"handle", (getter)texobj_get_handle, NULL,
-     "The 64-bit handle (cudaTextureObject_t).", NULL},
+    {"handle", (getter)texobj_get_handle, NULL, "The 64-bit handle (cudaTextureObject_t).", NULL},
     {"resource", (getter)texobj_get_resource, NULL, "What the texture reads.", NULL},
     {"resource_type", (getter)texobj_get_resource_type, NULL,
      "A resource_type: ARRAY, LINEAR or PITCH2D.", NULL},
-    {"address_mode", (getter)texobj_get_address_mode, NULL,
-     "The address_mode of each dimension.", NULL},
+    {"address_mode", (getter)texobj_get_address_mode, NULL, "The address_mode of each dimension.",
+     NULL},
     {"filter_mode", (getter)texobj_get_filter_mode, NULL, "The filter_mode.", NULL},
     {"flags", (getter)texobj_get_flags, NULL,
      "CU_TRSF_* flags: 1 read as integer, 2 normalized coordinates.", NULL},
-    {NULL}
-};
+    {NULL}};
 
 static PyMemberDef texobj_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_TexObject, weakreflist), READONLY},
-    {NULL}
-};
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_TexObject, weakreflist), READONLY}, {NULL}};
 
 static PyType_Slot tex_slots[] = {
     {Py_tp_new, texobj_new},
@@ -702,8 +727,7 @@ static PyType_Slot tex_slots[] = {
                 "A texture object (cuTexObjectCreate) over an Array, or over linear "
                 "(1-D) or pitched (2-D) device memory; a kernel argument of type "
                 "cudaTextureObject_t. It keeps its resource alive."},
-    {0, NULL}
-};
+    {0, NULL}};
 
 static PyType_Slot surf_slots[] = {
     {Py_tp_new, surfobj_new},
@@ -718,20 +742,17 @@ static PyType_Slot surf_slots[] = {
     {Py_tp_doc, "SurfaceObject(array)\n--\n\nA surface object (cuSurfObjectCreate) over an "
                 "Array made with array3d_flags.SURFACE_LDST; a kernel argument of type "
                 "cudaSurfaceObject_t. It keeps the array alive."},
-    {0, NULL}
-};
+    {0, NULL}};
 
-static PyType_Spec tex_spec = {
-    "pygpu.driver.TextureObject", sizeof(pygpu_TexObject), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
-    tex_slots
-};
+static PyType_Spec tex_spec = {"pygpu.driver.TextureObject", sizeof(pygpu_TexObject), 0,
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC
+                                   | Py_TPFLAGS_BASETYPE,
+                               tex_slots};
 
-static PyType_Spec surf_spec = {
-    "pygpu.driver.SurfaceObject", sizeof(pygpu_TexObject), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
-    surf_slots
-};
+static PyType_Spec surf_spec = {"pygpu.driver.SurfaceObject", sizeof(pygpu_TexObject), 0,
+                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC
+                                    | Py_TPFLAGS_BASETYPE,
+                                surf_slots};
 
 int
 pygpu_texobj_setup(PyObject *m, pygpu_state *st)

@@ -7,17 +7,16 @@
  * (cuarray.c, texobj.c, tensormap.c) ---- */
 
 typedef struct {
-    PyObject_HEAD
-    CUarray handle;            /* owned: cuArrayDestroy in array_release */
-    pygpu_Context *context;    /* strong ref */
-    CUDA_ARRAY3D_DESCRIPTOR desc;   /* as created (Depth 0 for cuArrayCreate) */
-    int is3d;                  /* made by cuArray3DCreate */
-    int freed;                 /* free() ran: no new use starts (handle may wait) */
-    struct pygpu_hold *holds;  /* owned list (hold.c): texture/surface objects over it;
+    PyObject_HEAD CUarray handle; /* owned: cuArrayDestroy in array_release */
+    pygpu_Context *context;       /* strong ref */
+    CUDA_ARRAY3D_DESCRIPTOR desc; /* as created (Depth 0 for cuArrayCreate) */
+    int is3d;                     /* made by cuArray3DCreate */
+    int freed;                    /* free() ran: no new use starts (handle may wait) */
+    struct pygpu_hold *holds;     /* owned list (hold.c): texture/surface objects over it;
                                   free() is deferred until the last one goes */
     PyObject *weakreflist;
-    int busy;                  /* driver calls using the array with the GIL released */
-    int free_pending;          /* free() came while busy: the last holder destroys */
+    int busy;         /* driver calls using the array with the GIL released */
+    int free_pending; /* free() came while busy: the last holder destroys */
 } pygpu_Array;
 
 /* The bytes one element of an array format takes (0: not a plain format). */

@@ -5,6 +5,7 @@ Three tiers: no driver (argument types), the driver stand-in (`standin`:
 bytes moved, every refusal made before the driver is called, dead
 objects, failure injection at each new entry point) and a GPU (`gpu`:
 every element against NumPy on random data)."""
+
 import gc
 
 import numpy as np
@@ -31,6 +32,7 @@ def _random(rng, n, dtype):
 
 # ---- no driver needed ----
 
+
 def test_linear_copies_name_their_arguments():
     with pytest.raises(TypeError, match="memcpy_dtoa\\(\\): ary must be an Array, not list"):
         cuda.memcpy_dtoa([], 0, 0, 4)
@@ -39,14 +41,19 @@ def test_linear_copies_name_their_arguments():
     with pytest.raises(TypeError, match="memcpy_atoa\\(\\): dest must be an Array, not str"):
         cuda.memcpy_atoa("x", 0, None, 0, 4)
     # Python's own argument parser: its wording changed in 3.10
-    with pytest.raises(TypeError, match="'float' object cannot be interpreted as an integer"
-                                        "|integer argument expected, got float"):
+    with pytest.raises(
+        TypeError,
+        match="'float' object cannot be interpreted as an integer"
+        "|integer argument expected, got float",
+    ):
         cuda.memcpy_dtoa(None, 1.5, 0, 4)
-    with pytest.raises(ValueError, match="memcpy_dtoa\\(\\): index and len must be >= 0, "
-                                         "got -4 and 8"):
+    with pytest.raises(
+        ValueError, match="memcpy_dtoa\\(\\): index and len must be >= 0, got -4 and 8"
+    ):
         cuda.memcpy_dtoa(None, -4, 0, 8)
-    with pytest.raises(ValueError, match="memcpy_atoa\\(\\): src_index and len must be >= 0, "
-                                         "got -1 and 4"):
+    with pytest.raises(
+        ValueError, match="memcpy_atoa\\(\\): src_index and len must be >= 0, got -1 and 4"
+    ):
         cuda.memcpy_atoa(None, 0, None, -1, 4)
 
 
@@ -62,24 +69,30 @@ def test_memcpy3d_peer_is_a_memcpy3d_with_contexts():
 
 # ---- the driver stand-in ----
 
+
 @pytest.mark.standin
-@pytest.mark.parametrize("fmt, nch, dtype", [
-    (FMT.FLOAT, 1, np.float32), (FMT.UNSIGNED_INT8, 1, np.uint8),
-    (FMT.SIGNED_INT16, 2, np.int16), (FMT.FLOAT, 4, np.float32),
-])
+@pytest.mark.parametrize(
+    "fmt, nch, dtype",
+    [
+        (FMT.FLOAT, 1, np.float32),
+        (FMT.UNSIGNED_INT8, 1, np.uint8),
+        (FMT.SIGNED_INT16, 2, np.int16),
+        (FMT.FLOAT, 4, np.float32),
+    ],
+)
 def test_linear_copies_move_the_bytes(standin, ctx, rng, fmt, nch, dtype):
     n = 97
     esize = np.dtype(dtype).itemsize * nch
     src = _random(rng, n * nch, dtype)
     ary = _array1d(n, fmt, nch)
-    cuda.memcpy_htoa(ary, 0, _random(rng, n * nch, dtype))      # not zeros underneath
+    cuda.memcpy_htoa(ary, 0, _random(rng, n * nch, dtype))  # not zeros underneath
     before = cuda.array_to_np(ary).reshape(-1).copy()
     d = cuda.to_device(src)
     # elements [5, 5 + 40) of src into elements [11, 51) of the array, through
     # an int pointer into the middle of the allocation
     cuda.memcpy_dtoa(ary, 11 * esize, int(d) + 5 * esize, 40 * esize)
     want = before.copy()
-    want[11 * nch:51 * nch] = src[5 * nch:45 * nch]
+    want[11 * nch : 51 * nch] = src[5 * nch : 45 * nch]
     np.testing.assert_array_equal(cuda.array_to_np(ary).reshape(-1), want)
     # the whole array back out, into a DeviceAllocation, keyword arguments
     out = cuda.to_device(_random(rng, n * nch, dtype))
@@ -90,7 +103,7 @@ def test_linear_copies_move_the_bytes(standin, ctx, rng, fmt, nch, dtype):
     init = _random(rng, n * nch, dtype)
     cuda.memcpy_htoa(other, 0, init)
     cuda.memcpy_atoa(other, 3 * esize, ary, 20 * esize, 30 * esize)
-    init[3 * nch:33 * nch] = want[20 * nch:50 * nch]
+    init[3 * nch : 33 * nch] = want[20 * nch : 50 * nch]
     np.testing.assert_array_equal(cuda.array_to_np(other).reshape(-1), init)
     # a zero-length copy calls nothing
     calls = standin.calls("cuMemcpyDtoA")
@@ -101,41 +114,94 @@ def test_linear_copies_move_the_bytes(standin, ctx, rng, fmt, nch, dtype):
 def _bad_cases():
     def two_d(f):
         return f(cuda.Array(cuda.ArrayDescriptor(8, 3, FMT.FLOAT, 1)))
+
     return [
-        ("dtoa", lambda a, b, d: cuda.memcpy_dtoa(a, 2, d, 8), ValueError,
-         "memcpy_dtoa\\(\\): index=2 is not a multiple of ary's 4-byte elements"),
-        ("dtoa", lambda a, b, d: cuda.memcpy_dtoa(a, 0, d, 6), ValueError,
-         "memcpy_dtoa\\(\\): len=6 is not a multiple of ary's 4-byte elements"),
-        ("dtoa", lambda a, b, d: cuda.memcpy_dtoa(a, 8, d, 160), ValueError,
-         "memcpy_dtoa\\(\\): index \\+ len = 8 \\+ 160 bytes exceeds ary, an Array of 160 "
-         "bytes \\(40 elements of 4 bytes\\)"),
-        ("dtoa", lambda a, b, d: cuda.memcpy_dtoa(b, 0, d, 164), ValueError,
-         "memcpy_dtoa\\(\\): len=164 bytes do not fit in the source allocation, which holds "
-         "160 bytes"),
-        ("dtoa", lambda a, b, d: two_d(lambda t: cuda.memcpy_dtoa(t, 0, d, 4)), ValueError,
-         "memcpy_dtoa\\(\\): ary is a 2-D array \\(8 x 3 x 0\\); it copies 1-D arrays "
-         "\\(height 0\\): use Memcpy2D or Memcpy3D"),
-        ("atod", lambda a, b, d: cuda.memcpy_atod(d, a, 156, 8), ValueError,
-         "memcpy_atod\\(\\): index \\+ len = 156 \\+ 8 bytes exceeds ary, an Array of 160 "
-         "bytes"),
-        ("atod", lambda a, b, d: cuda.memcpy_atod(d, b, 0, 320), ValueError,
-         "memcpy_atod\\(\\): len=320 bytes do not fit in the destination allocation, which "
-         "holds 160 bytes"),
-        ("atod", lambda a, b, d: cuda.memcpy_atod(d, cuda.Array(cuda.ArrayDescriptor3D(
-            4, 0, 2, FMT.FLOAT, 1, cuda.array3d_flags.LAYERED)), 0, 4), ValueError,
-         "memcpy_atod\\(\\): ary is a 3-D or layered array \\(4 x 0 x 2\\)"),
-        ("atoa", lambda a, b, d: cuda.memcpy_atoa(b, 0, a, 4, 160), ValueError,
-         "memcpy_atoa\\(\\): src_index \\+ len = 4 \\+ 160 bytes exceeds src, an Array of "
-         "160 bytes \\(40 elements of 4 bytes\\)"),
-        ("atoa", lambda a, b, d: cuda.memcpy_atoa(a, 4, b, 0, 160), ValueError,
-         "memcpy_atoa\\(\\): dest_index \\+ len = 4 \\+ 160 bytes exceeds dest, an Array of "
-         "160 bytes"),
-        ("atoa", lambda a, b, d: cuda.memcpy_atoa(a, 0, _array1d(40, FMT.UNSIGNED_INT16, 1),
-                                                  0, 8), ValueError,
-         "memcpy_atoa\\(\\): the arrays' elements differ in size \\(dest 4 bytes, src 2 "
-         "bytes\\)"),
-        ("atoa", lambda a, b, d: cuda.memcpy_atoa(a, 0, d, 0, 8), TypeError,
-         "memcpy_atoa\\(\\): src must be an Array, not pygpu\\.driver\\.DeviceAllocation"),
+        (
+            "dtoa",
+            lambda a, b, d: cuda.memcpy_dtoa(a, 2, d, 8),
+            ValueError,
+            "memcpy_dtoa\\(\\): index=2 is not a multiple of ary's 4-byte elements",
+        ),
+        (
+            "dtoa",
+            lambda a, b, d: cuda.memcpy_dtoa(a, 0, d, 6),
+            ValueError,
+            "memcpy_dtoa\\(\\): len=6 is not a multiple of ary's 4-byte elements",
+        ),
+        (
+            "dtoa",
+            lambda a, b, d: cuda.memcpy_dtoa(a, 8, d, 160),
+            ValueError,
+            "memcpy_dtoa\\(\\): index \\+ len = 8 \\+ 160 bytes exceeds ary, an Array of 160 "
+            "bytes \\(40 elements of 4 bytes\\)",
+        ),
+        (
+            "dtoa",
+            lambda a, b, d: cuda.memcpy_dtoa(b, 0, d, 164),
+            ValueError,
+            "memcpy_dtoa\\(\\): len=164 bytes do not fit in the source allocation, which holds "
+            "160 bytes",
+        ),
+        (
+            "dtoa",
+            lambda a, b, d: two_d(lambda t: cuda.memcpy_dtoa(t, 0, d, 4)),
+            ValueError,
+            "memcpy_dtoa\\(\\): ary is a 2-D array \\(8 x 3 x 0\\); it copies 1-D arrays "
+            "\\(height 0\\): use Memcpy2D or Memcpy3D",
+        ),
+        (
+            "atod",
+            lambda a, b, d: cuda.memcpy_atod(d, a, 156, 8),
+            ValueError,
+            "memcpy_atod\\(\\): index \\+ len = 156 \\+ 8 bytes exceeds ary, an Array of 160 bytes",
+        ),
+        (
+            "atod",
+            lambda a, b, d: cuda.memcpy_atod(d, b, 0, 320),
+            ValueError,
+            "memcpy_atod\\(\\): len=320 bytes do not fit in the destination allocation, which "
+            "holds 160 bytes",
+        ),
+        (
+            "atod",
+            lambda a, b, d: cuda.memcpy_atod(
+                d,
+                cuda.Array(
+                    cuda.ArrayDescriptor3D(4, 0, 2, FMT.FLOAT, 1, cuda.array3d_flags.LAYERED)
+                ),
+                0,
+                4,
+            ),
+            ValueError,
+            "memcpy_atod\\(\\): ary is a 3-D or layered array \\(4 x 0 x 2\\)",
+        ),
+        (
+            "atoa",
+            lambda a, b, d: cuda.memcpy_atoa(b, 0, a, 4, 160),
+            ValueError,
+            "memcpy_atoa\\(\\): src_index \\+ len = 4 \\+ 160 bytes exceeds src, an Array of "
+            "160 bytes \\(40 elements of 4 bytes\\)",
+        ),
+        (
+            "atoa",
+            lambda a, b, d: cuda.memcpy_atoa(a, 4, b, 0, 160),
+            ValueError,
+            "memcpy_atoa\\(\\): dest_index \\+ len = 4 \\+ 160 bytes exceeds dest, an Array of "
+            "160 bytes",
+        ),
+        (
+            "atoa",
+            lambda a, b, d: cuda.memcpy_atoa(a, 0, _array1d(40, FMT.UNSIGNED_INT16, 1), 0, 8),
+            ValueError,
+            "memcpy_atoa\\(\\): the arrays' elements differ in size \\(dest 4 bytes, src 2 "
+            "bytes\\)",
+        ),
+        (
+            "atoa",
+            lambda a, b, d: cuda.memcpy_atoa(a, 0, d, 0, 8),
+            TypeError,
+            "memcpy_atoa\\(\\): src must be an Array, not pygpu\\.driver\\.DeviceAllocation",
+        ),
     ]
 
 
@@ -149,7 +215,7 @@ def test_linear_copy_errors_before_the_driver(standin, ctx, case):
     before = [standin.calls(r) for r in routines]
     with pytest.raises(exc, match=match):
         fn(a, b, d)
-    assert [standin.calls(r) for r in routines] == before   # refused before the driver
+    assert [standin.calls(r) for r in routines] == before  # refused before the driver
 
 
 @pytest.mark.standin
@@ -194,9 +260,12 @@ def test_memcpy_atoa_between_contexts_is_refused(standin, ctx):
     finally:
         cuda.Context.pop()
     try:
-        with pytest.raises(ValueError, match="memcpy_atoa\\(\\): dest and src live in "
-                                             "different contexts; copy between contexts "
-                                             "with Memcpy3DPeer"):
+        with pytest.raises(
+            ValueError,
+            match="memcpy_atoa\\(\\): dest and src live in "
+            "different contexts; copy between contexts "
+            "with Memcpy3DPeer",
+        ):
             cuda.memcpy_atoa(a, 0, b, 0, 64)
     finally:
         del b
@@ -245,8 +314,13 @@ def _peer_ops(rng):
         s.synchronize()
         return a
 
-    return {"cuMemcpyDtoA": dtoa, "cuMemcpyAtoD": atod, "cuMemcpyAtoA": atoa,
-            "cuMemcpy3DPeer": peer, "cuMemcpy3DPeerAsync": peer_async}
+    return {
+        "cuMemcpyDtoA": dtoa,
+        "cuMemcpyAtoD": atod,
+        "cuMemcpyAtoA": atoa,
+        "cuMemcpy3DPeer": peer,
+        "cuMemcpy3DPeerAsync": peer_async,
+    }
 
 
 @pytest.mark.standin
@@ -255,7 +329,7 @@ def test_failure_injection(standin, ctx, rng, routine):
     """The entry point fails: a cuda.Error with its code and routine;
     nothing leaked, no dead handle used."""
     fn = _peer_ops(rng)[routine]
-    r = fn()                     # warm up (the context's staging and the like)
+    r = fn()  # warm up (the context's staging and the like)
     del r
     gc.collect()
     base, stale = standin.live(), standin.stale()
@@ -264,7 +338,7 @@ def test_failure_injection(standin, ctx, rng, routine):
     err = None
     try:
         fn()
-    except cuda.Error as e:      # (no traceback kept: it would hold fn's objects)
+    except cuda.Error as e:  # (no traceback kept: it would hold fn's objects)
         err = (e.code, e.routine, str(e))
     finally:
         standin.cancel()
@@ -343,7 +417,7 @@ def test_memcpy3d_peer_between_devices(standin, rng):
         c()
         c = cuda.Memcpy3DPeer()
         c.set_src_array(ary)
-        c.set_dst_device(back)        # its context: the allocation's own (c0)
+        c.set_dst_device(back)  # its context: the allocation's own (c0)
         c.width_in_bytes = c.dst_pitch = 20
         c.height = c.dst_height = 4
         c.depth = 3
@@ -371,14 +445,17 @@ def test_memcpy3d_peer_errors_before_the_driver(standin, ctx):
         return c
 
     before = standin.calls("cuMemcpy3DPeer")
-    with pytest.raises(ValueError, match="Memcpy3DPeer: src_y \\+ height = 1 \\+ 8 exceeds "
-                                         "the src array's 8 rows"):
+    with pytest.raises(
+        ValueError, match="Memcpy3DPeer: src_y \\+ height = 1 \\+ 8 exceeds the src array's 8 rows"
+    ):
         copy(src_y=1)()
-    with pytest.raises(TypeError, match="Memcpy3DPeer: set_dst_context\\(\\) takes a "
-                                        "Context, not int"):
+    with pytest.raises(
+        TypeError, match="Memcpy3DPeer: set_dst_context\\(\\) takes a Context, not int"
+    ):
         copy(set_dst_context=0)()
-    with pytest.raises(TypeError, match="Memcpy3DPeer: set_src_context\\(\\) takes a "
-                                        "Context, not str"):
+    with pytest.raises(
+        TypeError, match="Memcpy3DPeer: set_src_context\\(\\) takes a Context, not str"
+    ):
         copy(set_src_context="ctx")()
     with pytest.raises(ValueError, match="Memcpy3DPeer: src_lod and dst_lod must be 0"):
         copy(dst_lod=1)()
@@ -395,10 +472,16 @@ def test_memcpy3d_peer_errors_before_the_driver(standin, ctx):
 
 # ---- a GPU ----
 
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("fmt, nch, dtype", [
-    (FMT.FLOAT, 1, np.float32), (FMT.SIGNED_INT32, 2, np.int32), (FMT.UNSIGNED_INT8, 4, np.uint8),
-])
+@pytest.mark.parametrize(
+    "fmt, nch, dtype",
+    [
+        (FMT.FLOAT, 1, np.float32),
+        (FMT.SIGNED_INT32, 2, np.int32),
+        (FMT.UNSIGNED_INT8, 4, np.uint8),
+    ],
+)
 def test_gpu_linear_array_copies(ctx, rng, fmt, nch, dtype):
     n = 1000
     esize = np.dtype(dtype).itemsize * nch
@@ -409,19 +492,20 @@ def test_gpu_linear_array_copies(ctx, rng, fmt, nch, dtype):
     d = cuda.to_device(src)
     cuda.memcpy_dtoa(ary, 16 * esize, int(d) + 64 * esize, 700 * esize)
     want = init.copy()
-    want[16 * nch:716 * nch] = src[64 * nch:764 * nch]
+    want[16 * nch : 716 * nch] = src[64 * nch : 764 * nch]
     out = cuda.to_device(_random(rng, n * nch, dtype))
     cuda.memcpy_atod(out, ary, 0, n * esize)
     np.testing.assert_array_equal(cuda.from_device(out, (n * nch,), dtype), want)
     part = cuda.to_device(_random(rng, 100 * nch, dtype))
     cuda.memcpy_atod(part, ary, 500 * esize, 100 * esize)
-    np.testing.assert_array_equal(cuda.from_device(part, (100 * nch,), dtype),
-                                  want[500 * nch:600 * nch])
+    np.testing.assert_array_equal(
+        cuda.from_device(part, (100 * nch,), dtype), want[500 * nch : 600 * nch]
+    )
     other = _array1d(n, fmt, nch)
     oinit = _random(rng, n * nch, dtype)
     cuda.memcpy_htoa(other, 0, oinit)
     cuda.memcpy_atoa(other, 8 * esize, ary, 300 * esize, 400 * esize)
-    oinit[8 * nch:408 * nch] = want[300 * nch:700 * nch]
+    oinit[8 * nch : 408 * nch] = want[300 * nch : 700 * nch]
     back = np.empty_like(oinit)
     cuda.memcpy_atoh(back, other, 0)
     np.testing.assert_array_equal(back, oinit)

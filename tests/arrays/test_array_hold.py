@@ -14,6 +14,7 @@ Run against the driver stand-in, which makes the copy slow
 copy whose array was destroyed under it as a stale use (the `standin`
 fixture fails a test that made one); `make sanitize` runs them under
 AddressSanitizer."""
+
 import threading
 import time
 
@@ -23,7 +24,7 @@ import pytest
 import pygpu.driver as cuda
 
 FMT = cuda.array_format
-N = 1024                        # float32 elements: 4 KiB
+N = 1024  # float32 elements: 4 KiB
 DELAY_MS = 300
 
 
@@ -45,7 +46,7 @@ class _Thread(threading.Thread):
     def run(self):
         try:
             self.fn()
-        except BaseException as e:      # noqa: B036 - handed to the test
+        except BaseException as e:  # noqa: B036 - handed to the test
             self.error = e
 
 
@@ -78,16 +79,36 @@ def _memcpy2d_atoh_async(out, a):
 CASES = {
     "htoa": ("cuMemcpy3D", "a", lambda a, b, d, x, out: cuda.memcpy_htoa(a, 0, x), False),
     "atoh": ("cuMemcpy3D", "a", lambda a, b, d, x, out: cuda.memcpy_atoh(out, a, 0), True),
-    "dtoa": ("cuMemcpyDtoA", "a",
-             lambda a, b, d, x, out: cuda.memcpy_dtoa(a, 0, d, x.nbytes), False),
-    "atod": ("cuMemcpyAtoD", "a",
-             lambda a, b, d, x, out: cuda.memcpy_atod(d, a, 0, x.nbytes), True),
-    "atoa_dest": ("cuMemcpyAtoA", "a",
-                  lambda a, b, d, x, out: cuda.memcpy_atoa(a, 0, b, 0, x.nbytes), False),
-    "atoa_src": ("cuMemcpyAtoA", "a",
-                 lambda a, b, d, x, out: cuda.memcpy_atoa(b, 0, a, 0, x.nbytes), True),
-    "memcpy2d_async": ("cuMemcpy3DAsync", "a",
-                       lambda a, b, d, x, out: _memcpy2d_atoh_async(out, a), True),
+    "dtoa": (
+        "cuMemcpyDtoA",
+        "a",
+        lambda a, b, d, x, out: cuda.memcpy_dtoa(a, 0, d, x.nbytes),
+        False,
+    ),
+    "atod": (
+        "cuMemcpyAtoD",
+        "a",
+        lambda a, b, d, x, out: cuda.memcpy_atod(d, a, 0, x.nbytes),
+        True,
+    ),
+    "atoa_dest": (
+        "cuMemcpyAtoA",
+        "a",
+        lambda a, b, d, x, out: cuda.memcpy_atoa(a, 0, b, 0, x.nbytes),
+        False,
+    ),
+    "atoa_src": (
+        "cuMemcpyAtoA",
+        "a",
+        lambda a, b, d, x, out: cuda.memcpy_atoa(b, 0, a, 0, x.nbytes),
+        True,
+    ),
+    "memcpy2d_async": (
+        "cuMemcpy3DAsync",
+        "a",
+        lambda a, b, d, x, out: _memcpy2d_atoh_async(out, a),
+        True,
+    ),
     "peer": ("cuMemcpy3DPeer", "a", lambda a, b, d, x, out: _peer_htoa(a, x), False),
 }
 
@@ -100,8 +121,8 @@ def test_array_free_during_a_copy_waits_for_the_copy(standin, ctx, rng, case):
     a, b = _array1d(), _array1d()
     d = cuda.mem_alloc(x.nbytes)
     cuda.memcpy_htod(d, x)
-    cuda.memcpy_htoa(a, 0, x)                 # the freed array holds x ...
-    cuda.memcpy_htoa(b, 0, x[::-1].copy())    # ... the other one something else
+    cuda.memcpy_htoa(a, 0, x)  # the freed array holds x ...
+    cuda.memcpy_htoa(b, 0, x[::-1].copy())  # ... the other one something else
     out = np.zeros_like(x)
     if case == "atod":
         cuda.memcpy_htod(d, np.zeros_like(x))
@@ -113,18 +134,18 @@ def test_array_free_during_a_copy_waits_for_the_copy(standin, ctx, rng, case):
     try:
         t.start()
         _wait_for_call(standin, routine, before)
-        a.free()                               # returns at once ...
+        a.free()  # returns at once ...
         during = standin.live()["arrays"]
         freed_at_once = a.freed
         with pytest.raises(cuda.LogicError, match="the Array was freed"):
-            cuda.memcpy_htoa(a, 0, x)          # ... no new use starts ...
+            cuda.memcpy_htoa(a, 0, x)  # ... no new use starts ...
     finally:
-        t.join()                               # (before any assert: under ASan the old
-        standin.delay(routine, 0)              # code's copy used a destroyed array)
+        t.join()  # (before any assert: under ASan the old
+        standin.delay(routine, 0)  # code's copy used a destroyed array)
     assert freed_at_once
-    assert during == live                      # ... but the array outlived the copy
+    assert during == live  # ... but the array outlived the copy
     assert t.error is None, t.error
-    assert standin.stale() == stale            # no copy touched a destroyed array
+    assert standin.stale() == stale  # no copy touched a destroyed array
     assert standin.live()["arrays"] == live - 1
     assert a.freed and repr(a) == "<pygpu.driver.Array (freed)>"
     with pytest.raises(cuda.LogicError, match="the Array was freed"):
@@ -133,7 +154,7 @@ def test_array_free_during_a_copy_waits_for_the_copy(standin, ctx, rng, case):
         cuda.memcpy_atod(d, a, 0, x.nbytes)
     with pytest.raises(cuda.LogicError, match="the Array was freed"):
         cuda.TextureObject(a)
-    if freed_is_source:                        # the copy read the array's bytes
+    if freed_is_source:  # the copy read the array's bytes
         if case == "atod":
             got = np.empty_like(x)
             cuda.memcpy_dtoh(got, d)
@@ -142,7 +163,7 @@ def test_array_free_during_a_copy_waits_for_the_copy(standin, ctx, rng, case):
         else:
             got = out
         np.testing.assert_array_equal(got, x)
-    a.free()                                   # still idempotent
+    a.free()  # still idempotent
     assert standin.live()["arrays"] == live - 1
 
 
@@ -187,12 +208,15 @@ def test_detach_is_refused_while_an_array_copy_runs(standin, ctx, rng):
             cuda.memcpy_htoa(a, 0, x)
         finally:
             cuda.Context.pop()
+
     t = _Thread(copy)
     try:
         t.start()
         _wait_for_call(standin, "cuMemcpy3D", before)
-        with pytest.raises(cuda.LogicError, match="detach\\(\\): a copy into memory of this "
-                                                  "context is running in another thread"):
+        with pytest.raises(
+            cuda.LogicError,
+            match="detach\\(\\): a copy into memory of this context is running in another thread",
+        ):
             other.detach()
         refused_alive = not other.detached and not a.freed
     finally:

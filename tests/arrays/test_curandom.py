@@ -10,6 +10,7 @@ against a NumPy Gray-code walk of cuRAND's tables (and SciPy's Sobol),
 reproducibility with the same seeds, skip-ahead and offset equivalences,
 Poisson means.
 """
+
 import re
 import types
 import warnings
@@ -27,10 +28,15 @@ KINDS = [
     ("curandStateSobol64", "sobol64"),
     ("curandStateScrambledSobol64", "scrambled_sobol64"),
 ]
-GENERATORS = ["XORWOWRandomNumberGenerator", "MRG32k3aRandomNumberGenerator",
-              "Sobol32RandomNumberGenerator", "ScrambledSobol32RandomNumberGenerator",
-              "Sobol64RandomNumberGenerator", "ScrambledSobol64RandomNumberGenerator"]
-N = 10 ** 6
+GENERATORS = [
+    "XORWOWRandomNumberGenerator",
+    "MRG32k3aRandomNumberGenerator",
+    "Sobol32RandomNumberGenerator",
+    "ScrambledSobol32RandomNumberGenerator",
+    "Sobol64RandomNumberGenerator",
+    "ScrambledSobol64RandomNumberGenerator",
+]
+N = 10**6
 
 
 def _have_libcurand():
@@ -41,11 +47,13 @@ def _have_libcurand():
         return False
 
 
-needs_libcurand = pytest.mark.skipif(not _have_libcurand(),
-                                     reason="the cuRAND host library is not installed")
+needs_libcurand = pytest.mark.skipif(
+    not _have_libcurand(), reason="the cuRAND host library is not installed"
+)
 
 
 # ---- a NumPy Philox-4x32-10 (the reference for rand()) ----
+
 
 def philox4x32(c, k0, k1):
     """c: (n, 4) uint32 counters; keys k0, k1 (uint32 scalars or arrays)."""
@@ -59,8 +67,7 @@ def philox4x32(c, k0, k1):
             k1 = (k1 + np.uint64(0xBB67AE85)) & m
         p0 = np.uint64(0xD2511F53) * c[0]
         p1 = np.uint64(0xCD9E8D57) * c[2]
-        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & m, (p0 >> np.uint64(32)) ^ c[3] ^ k1,
-             p0 & m]
+        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & m, (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & m]
     return np.stack(c, axis=1).astype(np.uint32)
 
 
@@ -77,38 +84,62 @@ def rand_reference(n, seed, dtype):
         hi = np.stack([w[:, 0], w[:, 2]], axis=1).ravel()
         lo = np.stack([w[:, 1], w[:, 3]], axis=1).ravel()
         m = ((hi >> np.uint64(5)) << np.uint64(26)) | (lo >> np.uint64(6))
-        return (m.astype(np.float64) / 2.0 ** 53)[:n]
+        return (m.astype(np.float64) / 2.0**53)[:n]
     words = words.ravel()[:n]
     if dtype == np.float32:
-        return ((words >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24))
+        return (words >> np.uint32(8)).astype(np.float32) * np.float32(2.0**-24)
     return words.view(dtype)
 
 
 def test_philox_reference_known_answers():
     # Random123's kat_vectors for philox4x32_10
-    ctr = np.array([[0, 0, 0, 0], [0xFFFFFFFF] * 4,
-                    [0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344]], np.uint32)
+    ctr = np.array(
+        [[0, 0, 0, 0], [0xFFFFFFFF] * 4, [0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344]],
+        np.uint32,
+    )
     k0 = np.array([0, 0xFFFFFFFF, 0xA4093822], np.uint64)
     k1 = np.array([0, 0xFFFFFFFF, 0x299F31D0], np.uint64)
     got = philox4x32(ctr, k0, k1)
-    np.testing.assert_array_equal(got, np.array(
-        [[0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8],
-         [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD],
-         [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1]], np.uint32))
+    np.testing.assert_array_equal(
+        got,
+        np.array(
+            [
+                [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8],
+                [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD],
+                [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1],
+            ],
+            np.uint32,
+        ),
+    )
 
 
 # ---- CPU: sources ----
+
 
 @pytest.mark.parametrize("state,kind", KINDS)
 def test_generator_source_compiles_to_ptx(state, kind):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        ptx = compiler.compile(curandom.source(state, kind), arch="compute_90",
-                               target="ptx").decode()
-    names = ["uniform_int", "uniform_long", "uniform_float", "uniform_double",
-             "normal_float", "normal_double", "normal_log_float", "normal_log_double",
-             "poisson_int", "poisson_inplace_float", "poisson_inplace_double",
-             "poisson_inplace_int", "prepare", "skip_ahead", "skip_ahead_array"]
+        ptx = compiler.compile(
+            curandom.source(state, kind), arch="compute_90", target="ptx"
+        ).decode()
+    names = [
+        "uniform_int",
+        "uniform_long",
+        "uniform_float",
+        "uniform_double",
+        "normal_float",
+        "normal_double",
+        "normal_log_float",
+        "normal_log_double",
+        "poisson_int",
+        "poisson_inplace_float",
+        "poisson_inplace_double",
+        "poisson_inplace_int",
+        "prepare",
+        "skip_ahead",
+        "skip_ahead_array",
+    ]
     if kind in ("xorwow", "mrg32k3a"):
         names += ["skip_ahead_sequence", "skip_ahead_sequence_array"]
     if kind == "mrg32k3a":
@@ -127,8 +158,9 @@ def test_generator_source_compiles_to_ptx(state, kind):
 def test_rand_source_compiles_to_ptx():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        ptx = compiler.compile(compiler.kernel_source("curandom_philox.cuh"),
-                               arch="compute_90", target="ptx").decode()
+        ptx = compiler.compile(
+            compiler.kernel_source("curandom_philox.cuh"), arch="compute_90", target="ptx"
+        ).decode()
     for name in ("rand_float", "rand_double", "rand_uint"):
         assert ".entry %s(" % name in ptx
 
@@ -141,7 +173,8 @@ def test_sizeof_source_compiles_to_ptx():
 
 def test_characterize_cpu_parts():
     import sys
-    assert characterize.platform_bits() == (64 if sys.maxsize > 2 ** 32 else 32)
+
+    assert characterize.platform_bits() == (64 if sys.maxsize > 2**32 else 32)
     with pytest.raises(TypeError, match="type_name must be a non-empty str, not ''"):
         characterize.sizeof("")
     with pytest.raises(TypeError, match="preamble must be a str, not int"):
@@ -150,13 +183,17 @@ def test_characterize_cpu_parts():
 
 # ---- CPU: the cuRAND host library ----
 
+
 def test_curand_candidates_order():
-    env = {"PYGPU_LIBCURAND": "/x/libcurand.so.10", "CONDA_PREFIX": "/conda",
-           "CUDA_HOME": "/cuda"}
+    env = {"PYGPU_LIBCURAND": "/x/libcurand.so.10", "CONDA_PREFIX": "/conda", "CUDA_HOME": "/cuda"}
     c = curandom.curand_candidates(env, path=[])
     assert c[0] == "/x/libcurand.so.10"
-    assert c.index("/conda/lib/libcurand.so.10") < c.index("libcurand.so.10") \
-        < c.index("/cuda/lib64/libcurand.so.10") < c.index("/usr/local/cuda/lib64/libcurand.so.10")
+    assert (
+        c.index("/conda/lib/libcurand.so.10")
+        < c.index("libcurand.so.10")
+        < c.index("/cuda/lib64/libcurand.so.10")
+        < c.index("/usr/local/cuda/lib64/libcurand.so.10")
+    )
     assert len(c) == len(set(c))
 
 
@@ -164,9 +201,11 @@ def test_missing_library_is_one_clear_error(monkeypatch):
     monkeypatch.setattr(curandom, "_lib", None)
     monkeypatch.setattr(curandom, "curand_candidates", lambda: ["/nowhere/libcurand.so.10"])
     monkeypatch.setenv("PYGPU_LIBCURAND", "/nowhere/libcurand.so.10")
-    with pytest.raises(curandom.CurandNotFoundError,
-                       match=r"the cuRAND library \(libcurand.so.10\) was not found; tried: "
-                             r"/nowhere/libcurand.so.10"):
+    with pytest.raises(
+        curandom.CurandNotFoundError,
+        match=r"the cuRAND library \(libcurand.so.10\) was not found; tried: "
+        r"/nowhere/libcurand.so.10",
+    ):
         curandom.host_direction_vectors()
     # the version then comes from curand.h (or is None with no header either)
     v = curandom.get_curand_version()
@@ -186,9 +225,9 @@ def _scipy_direction_numbers(dims, bits):
     qmc = pytest.importorskip("scipy.stats.qmc")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pts = qmc.Sobol(dims, scramble=False, bits=32).random(2 ** bits)
-    ints = (pts * 2.0 ** 32).astype(np.uint64).astype(np.uint32)
-    return np.stack([ints[2 ** k] ^ ints[2 ** k - 1] for k in range(bits)], axis=1)
+        pts = qmc.Sobol(dims, scramble=False, bits=32).random(2**bits)
+    ints = (pts * 2.0**32).astype(np.uint64).astype(np.uint32)
+    return np.stack([ints[2**k] ^ ints[2**k - 1] for k in range(bits)], axis=1)
 
 
 @needs_libcurand
@@ -222,6 +261,7 @@ def test_table_argument_errors():
 # ---- CPU: 64-bit element counts (PyCUDA's test_curand_wrappers_16gb fills
 # 2**32 float32 and 2**31 float64 elements) ----
 
+
 def narrow_index_ops(ptx, entry, param=-1):
     """PTX instructions of kernel `entry` that compute a 32-bit integer from the
     element count n (its last parameter) or from an index compared with it."""
@@ -236,8 +276,11 @@ def narrow_index_ops(ptx, entry, param=-1):
             continue
         line = re.sub(r"^@!?%p\d+\s+", "", line).rstrip(";")
         parts = line.split(None, 1)
-        ops = [o.strip().strip("[]").split("+")[0] for o in parts[1].split(",")] \
-            if len(parts) > 1 else []
+        ops = (
+            [o.strip().strip("[]").split("+")[0] for o in parts[1].split(",")]
+            if len(parts) > 1
+            else []
+        )
         insns.append((parts[0], ops, line))
     tainted = set()
     for op, ops, _ in insns:
@@ -246,8 +289,11 @@ def narrow_index_ops(ptx, entry, param=-1):
     seeds = set(tainted)
     # (unsigned int)x and (unsigned int)(x >> 32): both words of a 64-bit
     # number kept, as a counter split into two 32-bit words
-    splits = [ops for op, ops, line in insns
-              if op.startswith("shr.") and op.endswith("64") and ops[2] == "32"]
+    splits = [
+        ops
+        for op, ops, line in insns
+        if op.startswith("shr.") and op.endswith("64") and ops[2] == "32"
+    ]
     halves = {ops[1] for ops in splits} | {ops[0] for ops in splits}
     bad = []
     changed = True
@@ -261,7 +307,7 @@ def narrow_index_ops(ptx, entry, param=-1):
             if not any(s in tainted for s in srcs):
                 continue
             if op.startswith("ld."):
-                continue          # a value loaded through an index is no index
+                continue  # a value loaded through an index is no index
             if op.startswith("setp."):
                 if not op.endswith(("64",)):
                     bad.append(line)
@@ -272,7 +318,7 @@ def narrow_index_ops(ptx, entry, param=-1):
                 continue
             dst = ops[0]
             if op.startswith("and.") and srcs[-1] in ("4294967295", "0xffffffff"):
-                bad.append(line)          # (unsigned int) of an index, kept 64-bit
+                bad.append(line)  # (unsigned int) of an index, kept 64-bit
             if re.match(r"%rs?\d+$", dst):
                 # the low word of a 64-bit counter whose high word is kept
                 if op == "cvt.u32.u64" and srcs[0] in halves:
@@ -285,11 +331,18 @@ def narrow_index_ops(ptx, entry, param=-1):
     # widened 32-bit number
     derived = set(seeds)
     for op, ops, line in insns * 2:
-        if (ops and not op.startswith(("st.", "ld.", "setp.", "bra", "ret"))
-                and any(s in derived for s in ops[1:])):
+        if (
+            ops
+            and not op.startswith(("st.", "ld.", "setp.", "bra", "ret"))
+            and any(s in derived for s in ops[1:])
+        ):
             derived.add(ops[0])
-    compared = {s for op, ops, line in insns if op.startswith("setp.")
-                and any(s in derived for s in ops[1:]) for s in ops[1:]}
+    compared = {
+        s
+        for op, ops, line in insns
+        if op.startswith("setp.") and any(s in derived for s in ops[1:])
+        for s in ops[1:]
+    }
     for op, ops, line in insns:
         if re.match(r"cvt\.[us]64\.[us]32$", op) and ops[0] in compared:
             bad.append(line)
@@ -322,8 +375,11 @@ def test_index_check_catches_32_bit_loops():
 def test_kernels_count_elements_in_64_bits(state, kind):
     """No kernel narrows the element count n, or an index compared with it,
     to 32 bits (nor starts its index from a 32-bit product)."""
-    src = (compiler.kernel_source("curandom_philox.cuh") if state is None
-           else curandom.source(state, kind))
+    src = (
+        compiler.kernel_source("curandom_philox.cuh")
+        if state is None
+        else curandom.source(state, kind)
+    )
     ptx = compiler.compile(src, arch="compute_90", target="ptx").decode()
     entries = re.findall(r"\.entry (\w+)\(", ptx)
     assert len(entries) >= 3
@@ -350,7 +406,7 @@ def test_fills_of_2_32_elements_are_one_launch_each():
         gen = _bare(cls_name)
         gen.generators = {name: Recorder(name) for name in curandom._FILL_KERNELS}
         gen._grid, gen._block, gen.state = (132, 1, 1), (128, 1, 1), 1234
-        for dtype, n in ((np.float32, 2 ** 32), (np.float64, 2 ** 31), (np.float32, 2 ** 32 + 1)):
+        for dtype, n in ((np.float32, 2**32), (np.float64, 2**31), (np.float32, 2**32 + 1)):
             del calls[:]
             gen.fill_uniform(_fake(dtype, n))
             gen.fill_normal(_fake(dtype, n))
@@ -360,16 +416,20 @@ def test_fills_of_2_32_elements_are_one_launch_each():
                 ("uniform_" + ("float" if dtype == np.float32 else "double"), n),
                 ("normal_" + ("float" if dtype == np.float32 else "double"), n),
                 ("normal_log_" + ("float" if dtype == np.float32 else "double"), n),
-                ("poisson_inplace_" + ("float" if dtype == np.float32 else "double"), n)]
+                ("poisson_inplace_" + ("float" if dtype == np.float32 else "double"), n),
+            ]
             assert all(c[1][0] == 1234 for c in calls)
         del calls[:]
-        gen.fill_uniform(_fake(np.uint32, 2 ** 32))
-        gen.fill_uniform(_fake(np.int32, 2 ** 32))
-        gen.fill_poisson(_fake(np.uint32, 2 ** 32), 13.0)
-        gen.fill_poisson(_fake(np.uint32, 2 ** 32))
+        gen.fill_uniform(_fake(np.uint32, 2**32))
+        gen.fill_uniform(_fake(np.int32, 2**32))
+        gen.fill_poisson(_fake(np.uint32, 2**32), 13.0)
+        gen.fill_poisson(_fake(np.uint32, 2**32))
         assert [(c[0], c[1][2:]) for c in calls] == [
-            ("uniform_int", (2 ** 32,)), ("uniform_int", (2 ** 32,)),
-            ("poisson_int", (13.0, 2 ** 32)), ("poisson_inplace_int", (2 ** 32,))]
+            ("uniform_int", (2**32,)),
+            ("uniform_int", (2**32,)),
+            ("poisson_int", (13.0, 2**32)),
+            ("poisson_inplace_int", (2**32,)),
+        ]
 
 
 @pytest.mark.parametrize("state,kind", KINDS[4:])
@@ -377,8 +437,7 @@ def test_sobol64_32_bit_numbers_are_the_top_half(state, kind):
     """uint32/int32 fills of a 64-bit Sobol generator store the top 32 bits
     of its 64-bit number (a plain cast stored the low 32, all 0 for the first
     2**32 points of the unscrambled sequence)."""
-    ptx = compiler.compile(curandom.source(state, kind), arch="compute_90",
-                           target="ptx").decode()
+    ptx = compiler.compile(curandom.source(state, kind), arch="compute_90", target="ptx").decode()
     body = re.search(r"\.entry uniform_int\(.*?\n}", ptx, re.S).group(0)
     stored = re.findall(r"st\.global(?:\.v4)?\.u32\s+\[[^\]]*\],\s*\{?([^;]*)", body)
     assert stored
@@ -392,14 +451,26 @@ def test_sobol64_32_bit_numbers_are_the_top_half(state, kind):
 
 # ---- CPU: argument errors that come before any GPU work ----
 
+
 def _fake(dtype=np.float32, n=8, contiguous=True):
     """A GPUArray over a raw address (no allocation: the operand gate checks
     what it can know, nothing reaches a driver)."""
     from pygpu import gpuarray as ga
+
     dtype = np.dtype(dtype)
     st = dtype.itemsize * (1 if contiguous else 2)
-    return ga._new(ga.GPUArray, (n,), dtype, (st,), 0x10000, None, None, n,
-                   contiguous or n <= 1, contiguous or n <= 1)
+    return ga._new(
+        ga.GPUArray,
+        (n,),
+        dtype,
+        (st,),
+        0x10000,
+        None,
+        None,
+        n,
+        contiguous or n <= 1,
+        contiguous or n <= 1,
+    )
 
 
 def _bare(cls_name):
@@ -412,9 +483,10 @@ def _bare(cls_name):
 
 
 def test_rand_refuses_other_dtypes():
-    with pytest.raises(curandom.UnsupportedDtypeError,
-                       match="rand\\(\\) makes float32, float64, int32 or uint32 arrays, not "
-                             "int16"):
+    with pytest.raises(
+        curandom.UnsupportedDtypeError,
+        match="rand\\(\\) makes float32, float64, int32 or uint32 arrays, not int16",
+    ):
         curandom.rand((3,), np.int16)
     # PyCUDA raised NotImplementedError there: both catch it
     with pytest.raises(NotImplementedError):
@@ -428,23 +500,32 @@ def test_fill_argument_errors(cls_name):
         gen.fill_uniform(np.zeros(3, np.float32))
     with pytest.raises(ValueError, match="fill_normal: data must be a contiguous array"):
         gen.fill_normal(_fake(contiguous=False))
-    with pytest.raises(curandom.UnsupportedDtypeError, match="fill_uniform: %s makes float32, "
-                       "float64, int32, uint32.* arrays, not int16" % cls_name):
+    with pytest.raises(
+        curandom.UnsupportedDtypeError,
+        match="fill_uniform: %s makes float32, "
+        "float64, int32, uint32.* arrays, not int16" % cls_name,
+    ):
         gen.fill_uniform(_fake(np.int16))
-    with pytest.raises(curandom.UnsupportedDtypeError,
-                       match="fill_normal: %s makes float32 or float64 arrays, not int32"
-                       % cls_name):
+    with pytest.raises(
+        curandom.UnsupportedDtypeError,
+        match="fill_normal: %s makes float32 or float64 arrays, not int32" % cls_name,
+    ):
         gen.fill_normal(_fake(np.int32))
-    with pytest.raises(curandom.UnsupportedDtypeError,
-                       match="fill_log_normal: %s makes float32 or float64 arrays, not "
-                             "complex64" % cls_name):
+    with pytest.raises(
+        curandom.UnsupportedDtypeError,
+        match="fill_log_normal: %s makes float32 or float64 arrays, not complex64" % cls_name,
+    ):
         gen.fill_log_normal(_fake(np.complex64), 0.0, 1.0)
-    with pytest.raises(curandom.UnsupportedDtypeError,
-                       match="fill_poisson with lambda_value makes uint32 arrays, not float32"):
+    with pytest.raises(
+        curandom.UnsupportedDtypeError,
+        match="fill_poisson with lambda_value makes uint32 arrays, not float32",
+    ):
         gen.fill_poisson(_fake(np.float32), 3.0)
-    with pytest.raises(curandom.UnsupportedDtypeError,
-                       match="fill_poisson without lambda_value takes the means from a "
-                             "float32, float64 or uint32 array, not int64"):
+    with pytest.raises(
+        curandom.UnsupportedDtypeError,
+        match="fill_poisson without lambda_value takes the means from a "
+        "float32, float64 or uint32 array, not int64",
+    ):
         gen.fill_poisson(_fake(np.int64))
     for bad in (0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="lambda_value must be a finite number > 0"):
@@ -455,12 +536,15 @@ def test_fill_argument_errors(cls_name):
 
 def test_32_bit_sobol_refuses_64_bit_integers():
     for name in ("Sobol32RandomNumberGenerator", "ScrambledSobol32RandomNumberGenerator"):
-        with pytest.raises(curandom.UnsupportedDtypeError,
-                           match="makes float32, float64, int32, uint32 arrays, not int64"):
+        with pytest.raises(
+            curandom.UnsupportedDtypeError,
+            match="makes float32, float64, int32, uint32 arrays, not int64",
+        ):
             _bare(name).fill_uniform(_fake(np.int64))
 
 
 # ---------------------------------------------------------------- GPU
+
 
 def _mean_var_ok(x, mean, var, mu4=None, slack=0.0):
     """Sample mean and variance within 5 standard errors of the truth (plus
@@ -470,9 +554,9 @@ def _mean_var_ok(x, mean, var, mu4=None, slack=0.0):
     x = np.asarray(x, np.float64)
     n = x.size
     if mu4 is None:
-        mu4 = 3 * var ** 2          # normal
+        mu4 = 3 * var**2  # normal
     se_mean = np.sqrt(var / n)
-    se_var = np.sqrt((mu4 - var ** 2) / n)
+    se_var = np.sqrt((mu4 - var**2) / n)
     assert abs(x.mean() - mean) < 5 * se_mean + slack * np.sqrt(var) * 0.05, (x.mean(), mean)
     assert abs(x.var() - var) < 5 * se_var + slack * var, (x.var(), var)
 
@@ -489,7 +573,7 @@ def test_rand_is_uniform_and_bit_exact(ctx, dtype):
     assert (a >= 0).all() and (a < 1).all()
     _mean_var_ok(a, 0.5, 1 / 12, mu4=1 / 80)
     np.random.seed(1234)
-    seed = np.random.randint(2 ** 31 - 1)
+    seed = np.random.randint(2**31 - 1)
     np.testing.assert_array_equal(a, rand_reference(N + 3, seed, dtype))
     # np.random.seed makes it repeatable; another seed, other numbers
     np.random.seed(1234)
@@ -503,8 +587,9 @@ def test_rand_integers(ctx, dtype):
     np.random.seed(99)
     a = curandom.rand((10, 1001), dtype).get()
     np.random.seed(99)
-    np.testing.assert_array_equal(a.ravel(), rand_reference(10 * 1001, np.random.randint(
-        2 ** 31 - 1), dtype))
+    np.testing.assert_array_equal(
+        a.ravel(), rand_reference(10 * 1001, np.random.randint(2**31 - 1), dtype)
+    )
     bits = np.unpackbits(a.view(np.uint8)).mean()
     assert abs(bits - 0.5) < 0.005
 
@@ -512,6 +597,7 @@ def test_rand_integers(ctx, dtype):
 @pytest.mark.gpu
 def test_rand_unaligned_view_and_empty(ctx):
     from pygpu import gpuarray
+
     assert curandom.rand((0,)).shape == (0,)
     # a 2-D shape, and the tail of an odd size
     x = curandom.rand((7, 3), np.float64).get()
@@ -522,7 +608,9 @@ def test_rand_unaligned_view_and_empty(ctx):
 def _seeds(value):
     def getter(n):
         from pygpu import gpuarray
+
         return gpuarray.to_gpu(np.full(n, value, np.int32))
+
     return getter
 
 
@@ -551,7 +639,7 @@ def test_uniform_normal_log_normal_statistics(ctx, generators, name, dtype):
     assert u.dtype == dtype and u.shape == (N,)
     assert (u > 0).all() and (u <= 1).all()
     _mean_var_ok(u, 0.5, 1 / 12, mu4=1 / 80, slack=slack)
-    for n in (N, N + 1, N + 3):       # the Box-Muller pairs and the odd tails
+    for n in (N, N + 1, N + 3):  # the Box-Muller pairs and the odd tails
         z = gen.gen_normal(n, dtype).get()
         assert z.shape == (n,) and np.isfinite(z).all()
         _mean_var_ok(z, 0.0, 1.0, slack=slack)
@@ -564,12 +652,13 @@ def test_uniform_normal_log_normal_statistics(ctx, generators, name, dtype):
 @pytest.mark.parametrize("name", GENERATORS)
 def test_integers_and_poisson(ctx, generators, name):
     from pygpu import gpuarray
+
     gen = _gen(generators, name)
     plain = name in PLAIN_SOBOL
     slack = 0.12 if plain else 0.0
     u = gen.gen_uniform(N, np.uint32).get()
     assert u.dtype == np.uint32
-    _mean_var_ok(u / 2.0 ** 32, 0.5, 1 / 12, mu4=1 / 80, slack=slack)
+    _mean_var_ok(u / 2.0**32, 0.5, 1 / 12, mu4=1 / 80, slack=slack)
     i = gen.gen_uniform(N, np.int32).get()
     assert i.dtype == np.int32 and (i < 0).any() and (i > 0).any()
     lam = 13.0
@@ -585,17 +674,17 @@ def test_integers_and_poisson(ctx, generators, name):
         # P(X = 9) for Poisson(10) is 0.12511 (scipy.stats.poisson.pmf(9, 10))
         assert abs((a == 9).mean() - 0.12511) < (0.005 if plain else 0.002)
         _mean_var_ok(a, 10.0, 10.0, mu4=10 * 31, slack=slack)
-    if "Sobol" not in name:       # (quasi-random low bits are not random)
+    if "Sobol" not in name:  # (quasi-random low bits are not random)
         w = gen.gen_uniform(N, np.uint64).get()
         assert w.dtype == np.uint64
         assert abs(np.unpackbits(w.view(np.uint8)).mean() - 0.5) < 0.005
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["XORWOWRandomNumberGenerator",
-                                  "MRG32k3aRandomNumberGenerator"])
+@pytest.mark.parametrize("name", ["XORWOWRandomNumberGenerator", "MRG32k3aRandomNumberGenerator"])
 def test_same_seed_same_numbers_and_skip_ahead(ctx, name):
     from pygpu import gpuarray
+
     cls = getattr(curandom, name)
     a = cls(seed_getter=_seeds(1234))
     b = cls(seed_getter=_seeds(1234))
@@ -607,33 +696,38 @@ def test_same_seed_same_numbers_and_skip_ahead(ctx, name):
     t = a.generator_count
     a.fill_uniform(gpuarray.empty(4 * t, np.uint32))
     d = cls(seed_getter=_seeds(1234))
-    d.gen_normal(N, np.float32)              # catch d up with a's first draw
+    d.gen_normal(N, np.float32)  # catch d up with a's first draw
     d.call_skip_ahead(4)
-    np.testing.assert_array_equal(d.gen_uniform(N, np.uint32).get(),
-                                  a.gen_uniform(N, np.uint32).get())
+    np.testing.assert_array_equal(
+        d.gen_uniform(N, np.uint32).get(), a.gen_uniform(N, np.uint32).get()
+    )
     # offset= starts every generator that far in
     e = cls(seed_getter=_seeds(77), offset=8)
     f = cls(seed_getter=_seeds(77))
     f.fill_uniform(gpuarray.empty(8 * t, np.uint32))
-    np.testing.assert_array_equal(e.gen_uniform(N, np.uint32).get(),
-                                  f.gen_uniform(N, np.uint32).get())
+    np.testing.assert_array_equal(
+        e.gen_uniform(N, np.uint32).get(), f.gen_uniform(N, np.uint32).get()
+    )
     # per-generator skips
     g = cls(seed_getter=_seeds(5))
     h = cls(seed_getter=_seeds(5))
     g.call_skip_ahead_array(gpuarray.to_gpu(np.full(t, 4, np.uint64)))
     h.call_skip_ahead(4)
-    np.testing.assert_array_equal(g.gen_uniform(N, np.uint32).get(),
-                                  h.gen_uniform(N, np.uint32).get())
+    np.testing.assert_array_equal(
+        g.gen_uniform(N, np.uint32).get(), h.gen_uniform(N, np.uint32).get()
+    )
     # a subsequence skip changes the numbers
     h.call_skip_ahead_sequence(1)
     g.call_skip_ahead_sequence_array(gpuarray.to_gpu(np.ones(t, np.uint64)))
-    np.testing.assert_array_equal(g.gen_uniform(N, np.uint32).get(),
-                                  h.gen_uniform(N, np.uint32).get())
+    np.testing.assert_array_equal(
+        g.gen_uniform(N, np.uint32).get(), h.gen_uniform(N, np.uint32).get()
+    )
     if name.startswith("MRG"):
         g.call_skip_ahead_subsequence(2)
         h.call_skip_ahead_subsequence_array(gpuarray.to_gpu(np.full(t, 2, np.uint64)))
-        np.testing.assert_array_equal(g.gen_uniform(N, np.uint32).get(),
-                                      h.gen_uniform(N, np.uint32).get())
+        np.testing.assert_array_equal(
+            g.gen_uniform(N, np.uint32).get(), h.gen_uniform(N, np.uint32).get()
+        )
 
 
 def _sobol_reference(dirs, scramble, points):
@@ -658,10 +752,10 @@ def _uniform_reference(words, dtype):
     wide = words.dtype == np.uint64
     if np.dtype(dtype) == np.float32:
         t = (words >> np.uint64(32)).astype(np.uint32) if wide else words
-        return t.astype(np.float32) * np.float32(2.0 ** -32) + np.float32(2.0 ** -33)
+        return t.astype(np.float32) * np.float32(2.0**-32) + np.float32(2.0**-33)
     if wide:
-        return (words >> np.uint64(11)).astype(np.float64) * 2.0 ** -53 + 2.0 ** -54
-    return words.astype(np.float64) * 2.0 ** -32 + 2.0 ** -32
+        return (words >> np.uint64(11)).astype(np.float64) * 2.0**-53 + 2.0**-54
+    return words.astype(np.float64) * 2.0**-32 + 2.0**-32
 
 
 def _icdf_reference(words, dtype):
@@ -673,23 +767,26 @@ def _icdf_reference(words, dtype):
     erfcinv = pytest.importorskip("scipy.special").erfcinv
     words = np.asarray(words)
     if np.dtype(dtype) == np.float32:
-        t = (words >> np.uint64(32)).astype(np.uint64) if words.dtype == np.uint64 \
+        t = (
+            (words >> np.uint64(32)).astype(np.uint64)
+            if words.dtype == np.uint64
             else words.astype(np.uint64)
+        )
         mirror = t > 0x80000000
         t = np.where(mirror, 0xFFFFFFFF - t, t)
-        p = t.astype(np.float32) * np.float32(2.0 ** -32) + np.float32(2.0 ** -33)
+        p = t.astype(np.float32) * np.float32(2.0**-32) + np.float32(2.0**-33)
         s = np.where(mirror, np.sqrt(2.0), -np.sqrt(2.0))
         return (s * erfcinv(2.0 * p.astype(np.float64))).astype(np.float32)
     if words.dtype == np.uint64:
         x = words >> np.uint64(11)
-        mirror = x > 2 ** 52
-        x = np.where(mirror, np.uint64(2 ** 53 - 1) - x, x)
-        p = x.astype(np.float64) * 2.0 ** -53 + 2.0 ** -54
+        mirror = x > 2**52
+        x = np.where(mirror, np.uint64(2**53 - 1) - x, x)
+        p = x.astype(np.float64) * 2.0**-53 + 2.0**-54
     else:
         x = words.astype(np.uint64)
         mirror = x > 0x80000000
         x = np.where(mirror, 0xFFFFFFFF - x, x)
-        p = x.astype(np.float64) * 2.0 ** -32 + 2.0 ** -33
+        p = x.astype(np.float64) * 2.0**-32 + 2.0**-33
     s = np.where(mirror, np.sqrt(2.0), -np.sqrt(2.0))
     return s * erfcinv(2.0 * p)
 
@@ -704,8 +801,12 @@ def test_sobol_points(ctx, generators, name):
     word = np.uint64 if bits == 64 else np.uint32
     sets = curandom.direction_vector_set
     scrambled = name.startswith("Scrambled")
-    dset = {(32, False): sets.VECTOR_32, (32, True): sets.SCRAMBLED_VECTOR_32,
-            (64, False): sets.VECTOR_64, (64, True): sets.SCRAMBLED_VECTOR_64}[bits, scrambled]
+    dset = {
+        (32, False): sets.VECTOR_32,
+        (32, True): sets.SCRAMBLED_VECTOR_32,
+        (64, False): sets.VECTOR_64,
+        (64, True): sets.SCRAMBLED_VECTOR_64,
+    }[bits, scrambled]
     dirs = curandom.host_direction_vectors(dset)[:t]
     scr = curandom.host_scramble_constants(bits)[:t] if scrambled else np.zeros(t, word)
     fresh = getattr(curandom, name)()
@@ -718,7 +819,7 @@ def test_sobol_points(ctx, generators, name):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ref = qmc.Sobol(50, scramble=False, bits=32).random(points)
-        np.testing.assert_array_equal(got[:, :50], (ref * 2.0 ** 32).astype(np.uint64))
+        np.testing.assert_array_equal(got[:, :50], (ref * 2.0**32).astype(np.uint64))
     # the same points as 32-bit integers (of a 64-bit generator: the top
     # halves, equal to the 32-bit generator's) and as floats
     ref = _sobol_reference(dirs, scr, points)
@@ -726,12 +827,14 @@ def test_sobol_points(ctx, generators, name):
     for dtype in (np.uint32, np.int32):
         twin = getattr(curandom, name)()
         np.testing.assert_array_equal(
-            twin.gen_uniform(points * t, dtype).get().reshape(points, t), top.view(dtype))
+            twin.gen_uniform(points * t, dtype).get().reshape(points, t), top.view(dtype)
+        )
     for dtype in (np.float32, np.float64):
         twin = getattr(curandom, name)()
         np.testing.assert_array_equal(
             twin.gen_uniform(points * t, dtype).get().reshape(points, t),
-            _uniform_reference(ref, dtype))
+            _uniform_reference(ref, dtype),
+        )
     # normals by cuRAND's inverse CDF of the same points (sign included:
     # z = -sqrt(2) * erfcinv(2p), mirrored at 2**31)
     for dtype, rtol in ((np.float32, 1e-5), (np.float64, 1e-13)):
@@ -745,33 +848,39 @@ def test_sobol_points(ctx, generators, name):
     np.testing.assert_array_equal(nxt, _sobol_reference(dirs, scr, points + 6)[-1])
     # offset=
     off = getattr(curandom, name)(offset=points)
-    np.testing.assert_array_equal(off.gen_uniform(t, word).get(),
-                                  _sobol_reference(dirs, scr, points + 1)[-1])
+    np.testing.assert_array_equal(
+        off.gen_uniform(t, word).get(), _sobol_reference(dirs, scr, points + 1)[-1]
+    )
 
 
 @pytest.mark.gpu
 def test_generator_argument_errors(ctx, generators):
     from pygpu import gpuarray
+
     with pytest.raises(TypeError, match="seed must be GPUArray of integers of right length"):
         curandom.XORWOWRandomNumberGenerator(seed_getter=lambda n: np.zeros(n, np.int32))
     with pytest.raises(TypeError, match="seed must be GPUArray of integers of right length"):
         curandom.XORWOWRandomNumberGenerator(
-            seed_getter=lambda n: gpuarray.to_gpu(np.zeros(n + 1, np.int32)))
+            seed_getter=lambda n: gpuarray.to_gpu(np.zeros(n + 1, np.int32))
+        )
     with pytest.raises(TypeError, match="offset must be an int, not float"):
         curandom.XORWOWRandomNumberGenerator(offset=1.5)
     with pytest.raises(TypeError, match="dir_vector must be a uint32 GPUArray of shape"):
         curandom.Sobol32RandomNumberGenerator(
-            dir_vector=gpuarray.to_gpu(np.zeros((3, 32), np.uint32)))
+            dir_vector=gpuarray.to_gpu(np.zeros((3, 32), np.uint32))
+        )
     with pytest.raises(ValueError, match=r"offset must be in \[0, 4294967295\], not 4294967296"):
-        curandom.Sobol32RandomNumberGenerator(offset=2 ** 32)
+        curandom.Sobol32RandomNumberGenerator(offset=2**32)
     gen = _gen(generators, "XORWOWRandomNumberGenerator")
     with pytest.raises(ValueError, match=r"skip_ahead: the count must be in \[0, "):
         gen.call_skip_ahead(-1)
-    with pytest.raises(TypeError, match="skip_ahead_array: the counts must be uint64, not "
-                                        "int32"):
+    with pytest.raises(TypeError, match="skip_ahead_array: the counts must be uint64, not int32"):
         gen.call_skip_ahead_array(gpuarray.to_gpu(np.zeros(gen.generator_count, np.int32)))
-    with pytest.raises(ValueError, match="skip_ahead_sequence_array: the counts must be a "
-                                         "contiguous array of %d" % gen.generator_count):
+    with pytest.raises(
+        ValueError,
+        match="skip_ahead_sequence_array: the counts must be a "
+        "contiguous array of %d" % gen.generator_count,
+    ):
         gen.call_skip_ahead_sequence_array(gpuarray.to_gpu(np.zeros(5, np.uint64)))
     x = gpuarray.to_gpu(np.zeros(20, np.float32))
     with pytest.raises(ValueError, match="fill_uniform: data must be a contiguous array"):

@@ -3,6 +3,7 @@ module PyCUDA builds from them compiles under NVRTC (to PTX, no GPU), the
 MD5 fragment of PyCUDA's rand() computes MD5 (checked against hashlib by
 compiling it as host C), and on a GPU a generator built from the templates
 runs."""
+
 import hashlib
 import shutil
 import struct
@@ -13,45 +14,82 @@ import pytest
 
 from pygpu import compiler, curandom
 
-IV = (0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476)
+IV = (0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476)
 
 GENERATORS = {
     # kind: (state type, vector type, extra sources, skip-ahead source, scramble type)
-    "xorwow": ("curandStateXORWOW", "unsigned long long",
-               curandom.xorwow_random_source + curandom.xorwow_skip_ahead_sequence_source,
-               curandom.random_skip_ahead64_source, None),
-    "mrg32k3a": ("curandStateMRG32k3a", "unsigned long long",
-                 curandom.mrg32k3a_random_source + curandom.mrg32k3a_skip_ahead_sequence_source,
-                 curandom.random_skip_ahead64_source, None),
-    "sobol32": ("curandStateSobol32", "curandDirectionVectors32_t",
-                curandom.sobol_random_source, curandom.random_skip_ahead32_source, None),
-    "scrambled_sobol32": ("curandStateScrambledSobol32", "curandDirectionVectors32_t",
-                          curandom.scrambledsobol_random_source,
-                          curandom.random_skip_ahead32_source, "unsigned int"),
-    "sobol64": ("curandStateSobol64", "curandDirectionVectors64_t",
-                curandom.sobol_random_source, curandom.random_skip_ahead64_source, None),
-    "scrambled_sobol64": ("curandStateScrambledSobol64", "curandDirectionVectors64_t",
-                          curandom.scrambledsobol_random_source,
-                          curandom.random_skip_ahead64_source, "unsigned long long"),
+    "xorwow": (
+        "curandStateXORWOW",
+        "unsigned long long",
+        curandom.xorwow_random_source + curandom.xorwow_skip_ahead_sequence_source,
+        curandom.random_skip_ahead64_source,
+        None,
+    ),
+    "mrg32k3a": (
+        "curandStateMRG32k3a",
+        "unsigned long long",
+        curandom.mrg32k3a_random_source + curandom.mrg32k3a_skip_ahead_sequence_source,
+        curandom.random_skip_ahead64_source,
+        None,
+    ),
+    "sobol32": (
+        "curandStateSobol32",
+        "curandDirectionVectors32_t",
+        curandom.sobol_random_source,
+        curandom.random_skip_ahead32_source,
+        None,
+    ),
+    "scrambled_sobol32": (
+        "curandStateScrambledSobol32",
+        "curandDirectionVectors32_t",
+        curandom.scrambledsobol_random_source,
+        curandom.random_skip_ahead32_source,
+        "unsigned int",
+    ),
+    "sobol64": (
+        "curandStateSobol64",
+        "curandDirectionVectors64_t",
+        curandom.sobol_random_source,
+        curandom.random_skip_ahead64_source,
+        None,
+    ),
+    "scrambled_sobol64": (
+        "curandStateScrambledSobol64",
+        "curandDirectionVectors64_t",
+        curandom.scrambledsobol_random_source,
+        curandom.random_skip_ahead64_source,
+        "unsigned long long",
+    ),
 }
 
 
 def _module_source(kind):
     state, vector, extra, skip, scramble = GENERATORS[kind]
-    gens = [curandom.gen_template % dict(name="gen_uniform_float", state_type=state,
-                                         out_type="float", suffix="_uniform"),
-            curandom.gen_template % dict(name="gen_normal_double", state_type=state,
-                                         out_type="double", suffix="_normal_double"),
-            curandom.gen_log_template % dict(name="gen_log_normal_float", state_type=state,
-                                             out_type="float", in_type="float",
-                                             suffix="_normal")]
+    gens = [
+        curandom.gen_template
+        % dict(name="gen_uniform_float", state_type=state, out_type="float", suffix="_uniform"),
+        curandom.gen_template
+        % dict(
+            name="gen_normal_double", state_type=state, out_type="double", suffix="_normal_double"
+        ),
+        curandom.gen_log_template
+        % dict(
+            name="gen_log_normal_float",
+            state_type=state,
+            out_type="float",
+            in_type="float",
+            suffix="_normal",
+        ),
+    ]
     if kind in ("xorwow", "mrg32k3a"):
-        gens += [curandom.gen_poisson_template % dict(name="gen_poisson_uint",
-                                                      state_type=state,
-                                                      out_type="unsigned int", suffix=""),
-                 curandom.gen_poisson_inplace_template % dict(name="gen_poisson_inplace_float",
-                                                              state_type=state,
-                                                              inout_type="float", suffix="")]
+        gens += [
+            curandom.gen_poisson_template
+            % dict(name="gen_poisson_uint", state_type=state, out_type="unsigned int", suffix=""),
+            curandom.gen_poisson_inplace_template
+            % dict(
+                name="gen_poisson_inplace_float", state_type=state, inout_type="float", suffix=""
+            ),
+        ]
     keys = dict(state_type=state, vector_type=vector, generators="".join(gens))
     if scramble:
         keys["scramble_type"] = scramble
@@ -60,9 +98,15 @@ def _module_source(kind):
 
 def _ptx(src):
     try:
-        return bytes(compiler.compile(src, arch="compute_90", target="ptx",
-                                      include_dirs=curandom._curand_include_dirs(),
-                                      cache_dir=False)).decode()
+        return bytes(
+            compiler.compile(
+                src,
+                arch="compute_90",
+                target="ptx",
+                include_dirs=curandom._curand_include_dirs(),
+                cache_dir=False,
+            )
+        ).decode()
     except compiler.CompileError as e:
         if "curand_kernel.h" in str(e) and "cannot open" in str(e):
             pytest.skip("cuRAND's device headers are not installed here")
@@ -73,11 +117,21 @@ def _ptx(src):
 def test_generator_modules_compile(kind):
     ptx = _ptx(_module_source(kind))
     names = {line.split()[-1].rstrip("(") for line in ptx.splitlines() if ".entry" in line}
-    want = {"prepare", "skip_ahead", "skip_ahead_array", "gen_uniform_float",
-            "gen_normal_double", "gen_log_normal_float"}
+    want = {
+        "prepare",
+        "skip_ahead",
+        "skip_ahead_array",
+        "gen_uniform_float",
+        "gen_normal_double",
+        "gen_log_normal_float",
+    }
     if kind in ("xorwow", "mrg32k3a"):
-        want |= {"skip_ahead_sequence", "skip_ahead_sequence_array", "gen_poisson_uint",
-                 "gen_poisson_inplace_float"}
+        want |= {
+            "skip_ahead_sequence",
+            "skip_ahead_sequence_array",
+            "gen_poisson_uint",
+            "gen_poisson_inplace_float",
+        }
     if kind == "mrg32k3a":
         want |= {"skip_ahead_subsequence", "skip_ahead_subsequence_array"}
     assert want <= names, sorted(want - names)
@@ -85,18 +139,31 @@ def test_generator_modules_compile(kind):
 
 def test_templates_take_pycudas_keys():
     assert set(_keys(curandom.gen_template)) == {"name", "state_type", "out_type", "suffix"}
-    assert set(_keys(curandom.gen_log_template)) == {"name", "state_type", "out_type",
-                                                      "in_type", "suffix"}
-    assert set(_keys(curandom.gen_poisson_inplace_template)) == {"name", "state_type",
-                                                                  "inout_type", "suffix"}
+    assert set(_keys(curandom.gen_log_template)) == {
+        "name",
+        "state_type",
+        "out_type",
+        "in_type",
+        "suffix",
+    }
+    assert set(_keys(curandom.gen_poisson_inplace_template)) == {
+        "name",
+        "state_type",
+        "inout_type",
+        "suffix",
+    }
     assert set(_keys(curandom.random_source)) == {"generators"}
-    assert set(_keys(curandom.scrambledsobol_random_source)) == {"state_type", "vector_type",
-                                                                  "scramble_type"}
+    assert set(_keys(curandom.scrambledsobol_random_source)) == {
+        "state_type",
+        "vector_type",
+        "scramble_type",
+    }
     assert set(_keys(curandom.random_skip_ahead32_source)) == {"state_type"}
 
 
 def _keys(template):
     import re
+
     return re.findall(r"%\((\w+)\)s", template)
 
 
@@ -110,7 +177,8 @@ def _md5_words(message55):
 def _md5_compress(words):
     """MD5's compression of one block from the initial state (RFC 1321)."""
     import math
-    k = [int(abs(math.sin(j + 1)) * 2 ** 32) & 0xFFFFFFFF for j in range(64)]
+
+    k = [int(abs(math.sin(j + 1)) * 2**32) & 0xFFFFFFFF for j in range(64)]
     s = [7, 12, 17, 22] * 4 + [5, 9, 14, 20] * 4 + [4, 11, 16, 23] * 4 + [6, 10, 15, 21] * 4
     a, b, c, d = IV
     m = 0xFFFFFFFF
@@ -166,16 +234,19 @@ def test_md5_code_computes_md5(tmp_path):
     for _ in range(4):
         msg = rng.integers(0, 256, 55, dtype=np.uint8).tobytes()
         words = _md5_words(msg)
-        assert words[15] == 0            # the fragment's sixteenth word is 0
-        out = subprocess.run([str(exe)] + [str(v) for v in words[:15]], capture_output=True,
-                             text=True, check=True).stdout.split()
+        assert words[15] == 0  # the fragment's sixteenth word is 0
+        out = subprocess.run(
+            [str(exe)] + [str(v) for v in words[:15]], capture_output=True, text=True, check=True
+        ).stdout.split()
         assert struct.pack("<4I", *map(int, out)) == hashlib.md5(msg).digest()
 
 
 def test_md5_code_compiles_in_an_elementwise_kernel():
-    src = ('extern "C" __global__ void k(unsigned int *dest, unsigned int seed, '
-           'unsigned int n) { unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; '
-           'if (i < n) {' + curandom.md5_code + ' dest[i] = a ^ b ^ c ^ d; } }')
+    src = (
+        'extern "C" __global__ void k(unsigned int *dest, unsigned int seed, '
+        'unsigned int n) { unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; '
+        'if (i < n) {' + curandom.md5_code + ' dest[i] = a ^ b ^ c ^ d; } }'
+    )
     assert ".entry k" in _ptx(src)
 
 
@@ -183,12 +254,16 @@ def test_md5_code_compiles_in_an_elementwise_kernel():
 def test_md5_code_on_the_gpu(ctx, rng):
     import pygpu.driver as cuda
     from pygpu.compiler import SourceModule
-    src = ('__global__ void k(unsigned int *dest, unsigned int seed, unsigned int n) {'
-           ' unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) {'
-           + curandom.md5_code + ' dest[4*i] = a; dest[4*i+1] = b; dest[4*i+2] = c;'
-           ' dest[4*i+3] = d; } }')
+
+    src = (
+        '__global__ void k(unsigned int *dest, unsigned int seed, unsigned int n) {'
+        ' unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) {'
+        + curandom.md5_code
+        + ' dest[4*i] = a; dest[4*i+1] = b; dest[4*i+2] = c;'
+        ' dest[4*i+3] = d; } }'
+    )
     f = SourceModule(src).get_function("k")
-    n, seed = 200, int(rng.integers(0, 2 ** 31))
+    n, seed = 200, int(rng.integers(0, 2**31))
     out = np.zeros(4 * n, np.uint32)
     f(cuda.Out(out), np.uint32(seed), np.uint32(n), block=(64, 1, 1), grid=(4, 1))
     want = []
@@ -202,14 +277,15 @@ def test_md5_code_on_the_gpu(ctx, rng):
 def test_a_generator_built_from_the_templates_runs(ctx, rng):
     import pygpu.driver as cuda
     from pygpu.compiler import SourceModule
-    mod = SourceModule(_module_source("xorwow"), no_extern_c=True,
-                       include_dirs=curandom._curand_include_dirs())
+
+    mod = SourceModule(
+        _module_source("xorwow"), no_extern_c=True, include_dirs=curandom._curand_include_dirs()
+    )
     nstates = 1024
-    states = cuda.mem_alloc(64 * nstates)     # curandStateXORWOW is 48 bytes
-    seeds = rng.integers(0, 2 ** 63, nstates, dtype=np.uint64)
+    states = cuda.mem_alloc(64 * nstates)  # curandStateXORWOW is 48 bytes
+    seeds = rng.integers(0, 2**63, nstates, dtype=np.uint64)
     prepare = mod.get_function("prepare")
-    prepare(states, np.uintp(nstates), cuda.In(seeds), np.uintp(0),
-            block=(256, 1, 1), grid=(4, 1))
+    prepare(states, np.uintp(nstates), cuda.In(seeds), np.uintp(0), block=(256, 1, 1), grid=(4, 1))
     n = 100000
     out = np.zeros(n, np.float32)
     gen = mod.get_function("gen_uniform_float")
@@ -217,13 +293,13 @@ def test_a_generator_built_from_the_templates_runs(ctx, rng):
     assert ((out > 0) & (out <= 1)).all()
     assert abs(out.mean() - 0.5) < 0.01 and abs(out.var() - 1 / 12) < 0.005
     # the same seeds again give the same numbers
-    prepare(states, np.uintp(nstates), cuda.In(seeds), np.uintp(0),
-            block=(256, 1, 1), grid=(4, 1))
+    prepare(states, np.uintp(nstates), cuda.In(seeds), np.uintp(0), block=(256, 1, 1), grid=(4, 1))
     again = np.zeros(n, np.float32)
     gen(states, cuda.Out(again), np.uintp(n), block=(256, 1, 1), grid=(4, 1))
     np.testing.assert_array_equal(out, again)
     # in-place Poisson: each value's lambda is the value itself
     lam = np.full(n, 7.0, np.float32)
-    mod.get_function("gen_poisson_inplace_float")(states, cuda.InOut(lam), np.uintp(n),
-                                                  block=(256, 1, 1), grid=(4, 1))
+    mod.get_function("gen_poisson_inplace_float")(
+        states, cuda.InOut(lam), np.uintp(n), block=(256, 1, 1), grid=(4, 1)
+    )
     assert (lam == np.round(lam)).all() and abs(lam.mean() - 7.0) < 0.1

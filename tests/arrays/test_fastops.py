@@ -11,6 +11,7 @@ check the driver calls, which path ran, the result's attributes and the
 launch's bytes against the Python path's); `gpu` tests check every result
 against NumPy on fresh random data.
 """
+
 import gc
 import operator
 import sys
@@ -22,15 +23,37 @@ import pytest
 import pygpu.driver as cuda
 from pygpu import _driver, gpuarray as ga, graphs
 
-OPS = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
-       "true_divide": operator.truediv, "floor_divide": operator.floordiv,
-       "remainder": operator.mod, "power": operator.pow}
-IOPS = {"add": operator.iadd, "subtract": operator.isub, "multiply": operator.imul,
-        "true_divide": operator.itruediv, "floor_divide": operator.ifloordiv,
-        "remainder": operator.imod, "power": operator.ipow}
+OPS = {
+    "add": operator.add,
+    "subtract": operator.sub,
+    "multiply": operator.mul,
+    "true_divide": operator.truediv,
+    "floor_divide": operator.floordiv,
+    "remainder": operator.mod,
+    "power": operator.pow,
+}
+IOPS = {
+    "add": operator.iadd,
+    "subtract": operator.isub,
+    "multiply": operator.imul,
+    "true_divide": operator.itruediv,
+    "floor_divide": operator.ifloordiv,
+    "remainder": operator.imod,
+    "power": operator.ipow,
+}
 # the Python code the fallbacks run (their code objects' names)
-FALLBACKS = {"binary", "inplace", "_binary_general", "__radd__", "__rsub__", "__rmul__",
-             "__rtruediv__", "__rfloordiv__", "__rmod__", "__rpow__"}
+FALLBACKS = {
+    "binary",
+    "inplace",
+    "_binary_general",
+    "__radd__",
+    "__rsub__",
+    "__rmul__",
+    "__rtruediv__",
+    "__rfloordiv__",
+    "__rmod__",
+    "__rpow__",
+}
 
 
 def _python_calls(fn):
@@ -40,6 +63,7 @@ def _python_calls(fn):
     def prof(frame, event, arg):
         if event == "call" and frame.f_code.co_name != "<lambda>":
             names.append(frame.f_code.co_name)
+
     sys.setprofile(prof)
     try:
         r = fn()
@@ -76,6 +100,7 @@ def bc(ctx):
 
 # ---------------------------------------------------------------- stand-in
 
+
 @pytest.mark.standin
 def test_operators_are_array_operators():
     for nm in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow"):
@@ -89,6 +114,7 @@ def test_operators_are_array_operators():
     assert ga.GPUArray.__add__._fallback is ga._OPERATORS["add"]
     assert repr(ga.GPUArray.__add__) == "<pygpu array operator _add>"
     import inspect
+
     assert str(inspect.signature(ga.GPUArray.__add__)) == "(self, other, /)"
 
 
@@ -105,14 +131,16 @@ def test_steady_state_is_one_driver_call_and_no_python(standin, ctx, bc, rng, op
     a, b = ga.to_gpu(x), ga.to_gpu(y)
     f, py = OPS[op], ga._OPERATORS[op]
     scalar = 3 if np.dtype(dtype).kind in "iu" else 2.5
-    forms = [(lambda: f(a, b), lambda: py(a, b)),
-             (lambda: f(a, scalar), lambda: py(a, scalar)),
-             (lambda: f(scalar, a), lambda: py(scalar, a)),
-             (lambda: f(a, 2), lambda: py(a, 2))]
+    forms = [
+        (lambda: f(a, b), lambda: py(a, b)),
+        (lambda: f(a, scalar), lambda: py(a, scalar)),
+        (lambda: f(scalar, a), lambda: py(scalar, a)),
+        (lambda: f(a, 2), lambda: py(a, 2)),
+    ]
     if np.dtype(dtype).kind == "c":
-        forms = forms[:1]   # a Python scalar with complex arrays: the Python path
+        forms = forms[:1]  # a Python scalar with complex arrays: the Python path
     if op == "true_divide" and np.dtype(dtype).kind in "iu":
-        forms = []      # an integer quotient is a float64 array: the Python path
+        forms = []  # an integer quotient is a float64 array: the Python path
     for fast, slow in forms:
         want = slow()
         want_launch = standin.last_launch()
@@ -153,6 +181,7 @@ def test_a_small_loop_makes_one_driver_call_an_operation(standin, ctx, bc, rng):
             a * 2.0
             3.0 - a
             b.__iadd__(a)
+
     loop()
     _, trace = standin.trace(loop)
     assert trace == ["cuLaunchKernelEx"] * 400, trace[:10]
@@ -166,9 +195,11 @@ def _fallback_cases(rng, ctx):
 
     class Sub(ga.GPUArray):
         pass
+
     s = Sub(a.shape, a.dtype)
     own = ga.to_gpu(x, allocator=cuda.mem_alloc)
     from pygpu import tools
+
     pool = tools.DeviceMemoryPool()
     pooled = ga.to_gpu(x, allocator=pool.allocate)
     noted = ga.to_gpu(x)
@@ -180,18 +211,29 @@ def _fallback_cases(rng, ctx):
 
     def is_(cls, shape, dtype):
         def check(r):
-            assert type(r) is cls and r.shape == shape and r.dtype == dtype, (type(r), r.shape,
-                                                                           r.dtype)
+            assert type(r) is cls and r.shape == shape and r.dtype == dtype, (
+                type(r),
+                r.shape,
+                r.dtype,
+            )
+
         return check
+
     plain = is_(ga.GPUArray, (1000,), f32)
     return [
         ("subclass", lambda: s + a, is_(Sub, (1000,), f32)),
-        ("subclass on the right", lambda: a + s, plain),     # (PyCUDA: a's class)
-        ("own allocator", lambda: own * 2.0,
-         lambda r: (plain(r), r.allocator is cuda.mem_alloc or pytest.fail("allocator"))),
+        ("subclass on the right", lambda: a + s, plain),  # (PyCUDA: a's class)
+        (
+            "own allocator",
+            lambda: own * 2.0,
+            lambda r: (plain(r), r.allocator is cuda.mem_alloc or pytest.fail("allocator")),
+        ),
         ("pooled memory", lambda: pooled + a, plain),
-        ("an attribute of its own", lambda: noted + a,
-         lambda r: (plain(r), "note" not in r.__dict__ or pytest.fail("note copied"))),
+        (
+            "an attribute of its own",
+            lambda: noted + a,
+            lambda r: (plain(r), "note" not in r.__dict__ or pytest.fail("note copied")),
+        ),
         ("a contiguous view", lambda: a[10:20] + b[10:20], is_(ga.GPUArray, (10,), f32)),
         ("a strided view", lambda: a[::2] - b[::2], is_(ga.GPUArray, (500,), f32)),
         ("broadcasting", lambda: a2 * row, is_(ga.GPUArray, (10, 100), f32)),
@@ -201,9 +243,8 @@ def _fallback_cases(rng, ctx):
         ("a bool scalar", lambda: a + True, plain),
         ("a complex scalar", lambda: a * 1j, is_(ga.GPUArray, (1000,), c64)),
         ("a NumPy scalar", lambda: a * np.float32(2), plain),
-        ("an int past 2**53", lambda: a * 2 ** 60, plain),
-        ("a scalar on the left of an int array", lambda: 2.5 * ai,
-         is_(ga.GPUArray, (1000,), f64)),
+        ("an int past 2**53", lambda: a * 2**60, plain),
+        ("a scalar on the left of an int array", lambda: 2.5 * ai, is_(ga.GPUArray, (1000,), f64)),
         ("in place, mixed dtypes", lambda: a.__iadd__(ai), plain),
         ("in place, a view", lambda: a[10:20].__imul__(2.0), is_(ga.GPUArray, (10,), f32)),
     ]
@@ -223,27 +264,39 @@ def test_errors_are_the_python_paths(standin, ctx, bc, rng):
     a = ga.to_gpu(_rand(rng, 1000, np.float32))
     b = ga.to_gpu(_rand(rng, 1000, np.float32))
     ai = ga.to_gpu(_rand(rng, 1000, np.int32))
-    a + b, ai ** 2, ai * 2
-    with pytest.raises(ValueError, match=r"^Integers to negative integer powers are not "
-                                         r"allowed\.$"):
-        ai ** -1
-    with pytest.raises(TypeError, match="Cannot cast add output from dtype\\('float64'\\) "
-                                        "to dtype\\('int32'\\)"):
+    a + b, ai**2, ai * 2
+    with pytest.raises(
+        ValueError,
+        match=r"^Integers to negative integer powers are not "
+        r"allowed\.$",
+    ):
+        ai**-1
+    with pytest.raises(
+        TypeError, match="Cannot cast add output from dtype\\('float64'\\) to dtype\\('int32'\\)"
+    ):
         ai += 1.5
     ai **= 2
-    with pytest.raises(ValueError, match=r"^Integers to negative integer powers are not "
-                                         r"allowed\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^Integers to negative integer powers are not "
+        r"allowed\.$",
+    ):
         ai **= -1
     with pytest.raises(TypeError, match=r"takes 2 positional arguments but 3 were given"):
         ga.GPUArray.__add__(a, b, b)
-    assert ga.GPUArray.__add__(a, y=b).shape == (1000,)    # (the Python path's names)
+    assert ga.GPUArray.__add__(a, y=b).shape == (1000,)  # (the Python path's names)
     assert a.__add__("text") is NotImplemented
     with pytest.raises(TypeError, match="unsupported operand"):
         a + "text"
     c = ga.to_gpu(_rand(rng, 1000, np.float32))
     c.gpudata.free()
-    for thunk in (lambda: c + b, lambda: b + c, lambda: c * 2.0, lambda: 2.0 * c,
-                  lambda: c.__iadd__(b)):
+    for thunk in (
+        lambda: c + b,
+        lambda: b + c,
+        lambda: c * 2.0,
+        lambda: 2.0 * c,
+        lambda: c.__iadd__(b),
+    ):
         with pytest.raises(cuda.LogicError, match="freed"):
             thunk()
     other = cuda.Device(0).make_context()
@@ -255,7 +308,7 @@ def test_errors_are_the_python_paths(standin, ctx, bc, rng):
     finally:
         cuda.Context.pop()
         other.detach()
-    assert (a + b).shape == (1000,)       # the primary context again: the C path
+    assert (a + b).shape == (1000,)  # the primary context again: the C path
 
 
 @pytest.mark.standin
@@ -264,7 +317,7 @@ def test_reflected_and_bound_forms(standin, ctx, bc, rng):
     b = ga.to_gpu(_rand(rng, 1000, np.float32))
     b - a
     want = standin.last_launch()
-    r, names = _python_calls(lambda: a.__rsub__(b))     # b - a
+    r, names = _python_calls(lambda: a.__rsub__(b))  # b - a
     assert names == [] and _same_launch(standin.last_launch(), want)
     m = a.__sub__
     assert m.__self__ is a and m.__func__ is ga.GPUArray.__sub__
@@ -282,15 +335,16 @@ def test_the_c_path_learns_from_the_python_path(standin, ctx, bc, rng):
     assert "binary" in names and fast._learned() == (1, 0, 0)
     _, names = _python_calls(lambda: a * a)
     assert not FALLBACKS & set(names)
-    a *= 2.0                      # the in-place form teaches the array-scalar kernel
+    a *= 2.0  # the in-place form teaches the array-scalar kernel
     assert fast._learned() == (1, 1, 0)
     _, names = _python_calls(lambda: a.__imul__(2.0))
     assert not FALLBACKS & set(names)
     2.0 * a
     assert fast._learned() == (1, 1, 1)
-    op = _driver._ArrayOperator("_x", lambda x, y: "fallback", ga.GPUArray,
-                                ga._default_allocator, ga._NATTRS)
-    assert op(a, a) == "fallback"           # it learned nothing: the Python path
+    op = _driver._ArrayOperator(
+        "_x", lambda x, y: "fallback", ga.GPUArray, ga._default_allocator, ga._NATTRS
+    )
+    assert op(a, a) == "fallback"  # it learned nothing: the Python path
     with pytest.raises(TypeError, match="has no __dict__ of its own"):
         _driver._ArrayOperator("_x", len, object, None, 12)
     with pytest.raises(TypeError, match="fallback must be callable"):
@@ -315,7 +369,7 @@ def test_inside_a_capture_the_python_path_runs(standin, ctx, bc, rng):
     with graphs.capture_graph(s) as cap:
         c, names = _python_calls(lambda: a + b)
         d, inames = _python_calls(lambda: c.__iadd__(a))
-    assert standin.launches() == before          # recorded, not run
+    assert standin.launches() == before  # recorded, not run
     assert "binary" in names and "inplace" in inames and d is c
     kinds = [n.kind for n in cap.graph.nodes()]
     assert kinds.count("kernel") == 2, kinds
@@ -340,8 +394,20 @@ def test_no_references_or_blocks_leak(standin, ctx, bc, rng):
             c.__imul__(fl)
 
     loop(100)
-    watched = [a, b, c, a.gpudata, b.gpudata, c.gpudata, a.dtype, fl, ctx,
-               ga._fast_aa[(ctx, "add", a.dtype, b.dtype)][0], a.shape, a.strides]
+    watched = [
+        a,
+        b,
+        c,
+        a.gpudata,
+        b.gpudata,
+        c.gpudata,
+        a.dtype,
+        fl,
+        ctx,
+        ga._fast_aa[(ctx, "add", a.dtype, b.dtype)][0],
+        a.shape,
+        a.strides,
+    ]
     refs = [sys.getrefcount(o) for o in watched]
     stats = cuda.block_cache(ctx).stats()
     live = standin.live()
@@ -369,11 +435,19 @@ def test_the_small_ops_benchmark_runs(standin, tmp_path):
     import json
     import os
     import subprocess
+
     out = tmp_path / "small.json"
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                          "benchmarks", "small_ops.py")
-    r = subprocess.run([sys.executable, script, "--number", "300", "--repeat", "1",
-                        "--json", str(out)], capture_output=True, text=True, timeout=120)
+    script = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+        "benchmarks",
+        "small_ops.py",
+    )
+    r = subprocess.run(
+        [sys.executable, script, "--number", "300", "--repeat", "1", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     got = json.loads(out.read_text())
     assert got["size"] == 1000 and len(got["us"]) == 10
@@ -383,9 +457,9 @@ def test_the_small_ops_benchmark_runs(standin, tmp_path):
 
 # ---------------------------------------------------------------- GPU
 
+
 def _tol(dtype):
-    return {"rtol": 2e-6 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-13,
-            "atol": 0}
+    return {"rtol": 2e-6 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-13, "atol": 0}
 
 
 def _check(got, want, rtol=None):
@@ -411,8 +485,7 @@ def _operands(rng, op, dtype, n=1001):
     return x, y
 
 
-GPU_DTYPES = [np.float32, np.float64, np.int32, np.int64, np.uint32, np.complex64,
-              np.complex128]
+GPU_DTYPES = [np.float32, np.float64, np.int32, np.int64, np.uint32, np.complex64, np.complex128]
 
 
 @pytest.mark.gpu
@@ -426,7 +499,7 @@ def test_gpu_every_operator_on_the_c_path_equals_numpy(ctx, rng, op, dtype):
     scalars = [3, 2.5] if kind in "fc" else [3]
     if op == "power" and kind == "f":
         scalars = [3, 1.5]
-    for rep in range(2):          # the second run is the C path (learned in the first)
+    for rep in range(2):  # the second run is the C path (learned in the first)
         x, y = _operands(rng, op, dtype)
         a, b = ga.to_gpu(x), ga.to_gpu(y)
         with np.errstate(all="ignore"):
@@ -434,9 +507,9 @@ def test_gpu_every_operator_on_the_c_path_equals_numpy(ctx, rng, op, dtype):
             for s in scalars:
                 _check(f(a, s).get(), np.asarray(f(x, s)), 1e-5 if op == "power" else None)
                 if op == "power" and kind in "iu":
-                    continue     # s ** x overflows
+                    continue  # s ** x overflows
                 if op in ("true_divide", "floor_divide", "remainder") and kind in "iu":
-                    xs = ga.to_gpu(x)   # (x has no zeros)
+                    xs = ga.to_gpu(x)  # (x has no zeros)
                     _check(f(s, xs).get(), np.asarray(f(s, x)))
                     continue
                 _check(f(s, a).get(), np.asarray(f(s, x)), 1e-5 if op == "power" else None)
@@ -468,7 +541,7 @@ def test_gpu_in_place_operators_on_the_c_path_equal_numpy(ctx, rng, op, dtype):
         s = 2 if op == "power" else 3
         a = ga.to_gpu(x)
         _check(f(a, s).get(), f(x.copy(), s), 1e-5 if op == "power" else None)
-        a += a                      # x op= x: the same memory on both sides
+        a += a  # x op= x: the same memory on both sides
         _check(a.get(), f(x.copy(), s) * 2, 1e-5 if op == "power" else None)
 
 
@@ -494,6 +567,7 @@ def test_gpu_many_small_operations_in_a_loop_equal_numpy(ctx, rng):
 def test_gpu_subclasses_and_other_allocators_still_equal_numpy(ctx, rng):
     class Sub(ga.GPUArray):
         pass
+
     x, y = _rand(rng, 1001, np.float32), _rand(rng, 1001, np.float32)
     s = Sub(x.shape, x.dtype)
     s.set(x)
@@ -506,6 +580,7 @@ def test_gpu_subclasses_and_other_allocators_still_equal_numpy(ctx, rng):
             r = f(b, s)
             _check(r.get(), f(y, x), 1e-5)
     from pygpu import tools
+
     pool = tools.DeviceMemoryPool()
     for alloc in (cuda.mem_alloc, pool.allocate):
         a = ga.to_gpu(x, allocator=alloc)

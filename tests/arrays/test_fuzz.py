@@ -15,6 +15,7 @@ launch's parameter bytes are checked against what its thread passed.
 Against the driver stand-in, where a wild pointer is refused by the stand-in's
 range checks instead of corrupting a real GPU.  PYGPU_FUZZ_SEED and
 PYGPU_FUZZ_ROUNDS repeat or lengthen a run."""
+
 import ctypes
 import gc
 import operator
@@ -50,8 +51,12 @@ class BadCAI:
 
 class BogusCAI:
     def __init__(self, ptr, shape):
-        self.__cuda_array_interface__ = {"shape": shape, "typestr": "<f4", "data": (ptr, False),
-                                         "version": 3}
+        self.__cuda_array_interface__ = {
+            "shape": shape,
+            "typestr": "<f4",
+            "data": (ptr, False),
+            "version": 3,
+        }
 
 
 class BadDLPack:
@@ -142,6 +147,7 @@ def _emptying_dims(rng):
 class Lying(ctypes.Structure):
     """Its buffer format is T{<d:a:b:<O:o:}: the ':' in a field name once
     hid the object field from the check that refuses such host buffers."""
+
     _fields_ = [("a:b", ctypes.c_double), ("o", ctypes.py_object)]
 
 
@@ -160,10 +166,17 @@ def _lying_buffers():
     rec = np.zeros(4, [("a", "f8"), ("o", "O")])
     rec["o"] = SENTINEL
     keep = [one, many, objs, rec]
-    views = [memoryview(one), memoryview(many), memoryview(objs), memoryview(rec),
-             memoryview(many).cast("B"), memoryview(np.zeros(16, np.float32)).cast("B"),
-             memoryview(bytearray(64)).cast("d"), memoryview(bytearray(64)).cast("B", (8, 8)),
-             memoryview(np.zeros((4, 4), np.float64))[::2]]
+    views = [
+        memoryview(one),
+        memoryview(many),
+        memoryview(objs),
+        memoryview(rec),
+        memoryview(many).cast("B"),
+        memoryview(np.zeros(16, np.float32)).cast("B"),
+        memoryview(bytearray(64)).cast("d"),
+        memoryview(bytearray(64)).cast("B", (8, 8)),
+        memoryview(np.zeros((4, 4), np.float64))[::2],
+    ]
     return keep, views
 
 
@@ -172,6 +185,7 @@ def _live(standin):
     its blocks are free memory kept for reuse, and a cache trimmed between
     two counts (an out-of-memory flush) would read as a negative leak."""
     from pygpu import _driver
+
     _driver._block_cache_trim(None, 0)
     return standin.live()
 
@@ -211,11 +225,11 @@ def _hostile(rng, live, funcs, current, pick, lying_views):
         Fresh(lambda: YieldingCAI(int(live))),
         Fresh(lambda: YieldingCAI(int(live), relaunch)),
         Fresh(lambda: YieldingCAI(int(live), reprepare)),
-        Fresh(lambda: YieldingCAI(int(live), lambda: (cuda.Context.synchronize(),
-                                                      time.sleep(0)))),
+        Fresh(lambda: YieldingCAI(int(live), lambda: (cuda.Context.synchronize(), time.sleep(0)))),
         Fresh(lambda: MutatingCAI(int(live), int(rng.integers(0, 128)))),
         Fresh(lambda: MutatingIndex([1, 2, 3], int(rng.integers(0, 64)))),
-        Fresh(freeing), Fresh(bad_struct),
+        Fresh(freeing),
+        Fresh(bad_struct),
     ] + lying_views
 
 
@@ -223,19 +237,77 @@ def _pool(rng, live, freed, stream, event, module, func):
     ro = np.arange(6, dtype=np.float32)
     ro.flags.writeable = False
     values = [
-        None, True, False, 0, 1, 3, 17, 4096, -1, -(2 ** 31), 2 ** 40, 2 ** 63, 2 ** 64, 10 ** 30,
-        Weird(5), BadIndex(), 1.5, float("nan"), float("inf"), -0.0, 1 + 2j, "abc", "", b"",
-        b"\x00" * 16, bytearray(9), memoryview(b"12345678"), [], [1, 2], (), (1, 2, 3),
-        (0, 1, 1), (1025, 1, 1), (2 ** 32, 1, 1), (1, -1, 1), {}, {"shape": (1,)}, object(),
-        np.zeros(3, np.float32), rng.standard_normal((4, 5)), np.zeros(0), ro,
-        rng.standard_normal((6, 6))[:, ::2], np.float32(2.5), np.int64(-5), np.int8(7),
-        np.uint64(2 ** 64 - 1), np.bool_(True), np.zeros((), np.dtype([("a", "i4"), ("b", "f8")],
-                                                                   align=True))[()],
-        np.array([b"xy"]), live, freed, int(live), BadCAI(), BogusCAI(12345, (3,)),
-        BogusCAI(int(live), (10 ** 12,)), BadDLPack(), stream, event, module, func,
-        cuda.In(np.ones(4, np.float32)), cuda.Out(np.zeros(4)), cuda.InOut(np.ones(3)), cuda.In(ro),
-        cuda.Stream.null, cuda.Context.get_current(), cuda.Device(0), np.float64,
-        "PfiP", lambda: 0,
+        None,
+        True,
+        False,
+        0,
+        1,
+        3,
+        17,
+        4096,
+        -1,
+        -(2**31),
+        2**40,
+        2**63,
+        2**64,
+        10**30,
+        Weird(5),
+        BadIndex(),
+        1.5,
+        float("nan"),
+        float("inf"),
+        -0.0,
+        1 + 2j,
+        "abc",
+        "",
+        b"",
+        b"\x00" * 16,
+        bytearray(9),
+        memoryview(b"12345678"),
+        [],
+        [1, 2],
+        (),
+        (1, 2, 3),
+        (0, 1, 1),
+        (1025, 1, 1),
+        (2**32, 1, 1),
+        (1, -1, 1),
+        {},
+        {"shape": (1,)},
+        object(),
+        np.zeros(3, np.float32),
+        rng.standard_normal((4, 5)),
+        np.zeros(0),
+        ro,
+        rng.standard_normal((6, 6))[:, ::2],
+        np.float32(2.5),
+        np.int64(-5),
+        np.int8(7),
+        np.uint64(2**64 - 1),
+        np.bool_(True),
+        np.zeros((), np.dtype([("a", "i4"), ("b", "f8")], align=True))[()],
+        np.array([b"xy"]),
+        live,
+        freed,
+        int(live),
+        BadCAI(),
+        BogusCAI(12345, (3,)),
+        BogusCAI(int(live), (10**12,)),
+        BadDLPack(),
+        stream,
+        event,
+        module,
+        func,
+        cuda.In(np.ones(4, np.float32)),
+        cuda.Out(np.zeros(4)),
+        cuda.InOut(np.ones(3)),
+        cuda.In(ro),
+        cuda.Stream.null,
+        cuda.Context.get_current(),
+        cuda.Device(0),
+        np.float64,
+        "PfiP",
+        lambda: 0,
     ]
     return values
 
@@ -247,8 +319,16 @@ def _ops(rng, pick, module, funcs, current):
     def launch():
         f = current[0] = funcs[int(rng.integers(len(funcs)))]
         kw = {}
-        for key in ("block", "grid", "shared", "stream", "time_kernel", "cluster",
-                    "cooperative", "pdl"):
+        for key in (
+            "block",
+            "grid",
+            "shared",
+            "stream",
+            "time_kernel",
+            "cluster",
+            "cooperative",
+            "pdl",
+        ):
             if rng.random() < (0.9 if key == "block" else 0.25):
                 kw[key] = pick()
                 if key in ("block", "grid", "cluster") and rng.random() < 0.05:
@@ -259,8 +339,9 @@ def _ops(rng, pick, module, funcs, current):
         f = current[0] = funcs[int(rng.integers(len(funcs)))]
         if rng.random() < 0.5:
             f.prepare(pick())
-        return getattr(f, ["prepared_call", "prepared_async_call", "prepared_timed_call"][
-            int(rng.integers(3))])(*args(0, 6))
+        return getattr(
+            f, ["prepared_call", "prepared_async_call", "prepared_timed_call"][int(rng.integers(3))]
+        )(*args(0, 6))
 
     def configured():
         f = current[0] = funcs[int(rng.integers(len(funcs)))]
@@ -270,19 +351,40 @@ def _ops(rng, pick, module, funcs, current):
         return f.configure(*conf)(*args(0, 4))
 
     def copy():
-        fn = [cuda.memcpy_htod, cuda.memcpy_dtoh, cuda.memcpy_dtod, cuda.memcpy_htod_async,
-              cuda.memcpy_dtoh_async, cuda.memcpy_dtod_async, cuda.memcpy_peer][int(rng.integers(7))]
+        fn = [
+            cuda.memcpy_htod,
+            cuda.memcpy_dtoh,
+            cuda.memcpy_dtod,
+            cuda.memcpy_htod_async,
+            cuda.memcpy_dtoh_async,
+            cuda.memcpy_dtod_async,
+            cuda.memcpy_peer,
+        ][int(rng.integers(7))]
         return fn(*args(1, 5))
 
     def memset():
-        fn = [cuda.memset_d8, cuda.memset_d16, cuda.memset_d32, cuda.memset_d8_async,
-              cuda.memset_d16_async, cuda.memset_d32_async][int(rng.integers(6))]
+        fn = [
+            cuda.memset_d8,
+            cuda.memset_d16,
+            cuda.memset_d32,
+            cuda.memset_d8_async,
+            cuda.memset_d16_async,
+            cuda.memset_d32_async,
+        ][int(rng.integers(6))]
         return fn(*args(2, 4))
 
     def alloc():
-        fn = [cuda.mem_alloc, cuda.mem_alloc_async, cuda.mem_alloc_managed, cuda.mem_alloc_pitch,
-              cuda.to_device, cuda.mem_alloc_like, cuda.register_host_memory,
-              cuda.pagelocked_empty, cuda.managed_empty][int(rng.integers(9))]
+        fn = [
+            cuda.mem_alloc,
+            cuda.mem_alloc_async,
+            cuda.mem_alloc_managed,
+            cuda.mem_alloc_pitch,
+            cuda.to_device,
+            cuda.mem_alloc_like,
+            cuda.register_host_memory,
+            cuda.pagelocked_empty,
+            cuda.managed_empty,
+        ][int(rng.integers(9))]
         return fn(*args(1, 3))
 
     def from_device():
@@ -295,7 +397,7 @@ def _ops(rng, pick, module, funcs, current):
             data = bytes(rng.integers(0, 256, int(rng.integers(1, 200)), dtype=np.uint8))
         elif choice < 0.6:
             data = pick()
-        else:     # PTX with a random cut or a flipped byte
+        else:  # PTX with a random cut or a flipped byte
             raw = bytearray(module_ptx)
             i = int(rng.integers(len(raw)))
             if rng.random() < 0.5:
@@ -312,8 +414,16 @@ def _ops(rng, pick, module, funcs, current):
     def memcpy2d():
         c = cuda.Memcpy2D()
         for _ in range(int(rng.integers(0, 8))):
-            attr = ["src_x_in_bytes", "src_y", "src_pitch", "dst_x_in_bytes", "dst_y",
-                    "dst_pitch", "width_in_bytes", "height"][int(rng.integers(8))]
+            attr = [
+                "src_x_in_bytes",
+                "src_y",
+                "src_pitch",
+                "dst_x_in_bytes",
+                "dst_y",
+                "dst_pitch",
+                "width_in_bytes",
+                "height",
+            ][int(rng.integers(8))]
             setattr(c, attr, pick())
         for setter in ("set_src_host", "set_dst_host", "set_src_device", "set_dst_device"):
             if rng.random() < 0.4:
@@ -337,9 +447,23 @@ def _ops(rng, pick, module, funcs, current):
         return [cuda.memcpy_dtod, cuda.memset_d8][int(rng.integers(2))](a, *rest[:2])
 
     module_ptx = MODULE_PTX[0]
-    return [launch, launch, launch, prepared, configured, copy, copy, memset, alloc,
-            from_device, module_load, module_query, memcpy2d, pool_use,
-            freed_by_a_later_argument]
+    return [
+        launch,
+        launch,
+        launch,
+        prepared,
+        configured,
+        copy,
+        copy,
+        memset,
+        alloc,
+        from_device,
+        module_load,
+        module_query,
+        memcpy2d,
+        pool_use,
+        freed_by_a_later_argument,
+    ]
 
 
 MODULE_PTX = [None]
@@ -368,9 +492,30 @@ def test_random_arguments_raise_only_python_exceptions(standin, ctx):
     current = [funcs[1]]
 
     # half the time a value that passes the type checks, so calls reach the driver
-    plausible = [live, int(live), 0, 1, 4, 16, 64, 255, np.zeros(4, np.float32),
-                 np.zeros(64, np.uint8), stream, None, "k0", "k1", "k3", "ks", "table",
-                 (1, 1, 1), (32, 1, 1), (2, 1), 2.0, np.int32(3)]
+    plausible = [
+        live,
+        int(live),
+        0,
+        1,
+        4,
+        16,
+        64,
+        255,
+        np.zeros(4, np.float32),
+        np.zeros(64, np.uint8),
+        stream,
+        None,
+        "k0",
+        "k1",
+        "k3",
+        "ks",
+        "table",
+        (1, 1, 1),
+        (32, 1, 1),
+        (2, 1),
+        2.0,
+        np.int32(3),
+    ]
 
     def pick():
         pool = plausible if rng.random() < 0.5 else values
@@ -387,12 +532,13 @@ def test_random_arguments_raise_only_python_exceptions(standin, ctx):
         try:
             result = op()
             kind = "ok"
-        except SystemError as e:       # a C function that lied about its error state
+        except SystemError as e:  # a C function that lied about its error state
             pytest.fail("seed %d round %d %s: SystemError %s" % (seed, i, op.__name__, e))
         except Exception as e:
             kind = type(e).__name__
-            assert str(e) or isinstance(e, (KeyError, StopIteration)), \
+            assert str(e) or isinstance(e, (KeyError, StopIteration)), (
                 "seed %d round %d %s: %s with no message" % (seed, i, op.__name__, kind)
+            )
         else:
             del result
         outcomes[(op.__name__, kind)] = outcomes.get((op.__name__, kind), 0) + 1
@@ -421,6 +567,7 @@ def _thread_args(rng, f, own, inner, depth=0):
     arrive as; expected is None where the call must be refused.  A pointer
     may relaunch the same kernel while it is converted; inner gets that
     launch's expected bytes."""
+
     def relaunch():
         while True:
             a, e = _thread_args(rng, f, own, inner, depth + 1)
@@ -430,13 +577,13 @@ def _thread_args(rng, f, own, inner, depth=0):
         inner.append(e)
 
     def pointer():
-        p = int(rng.integers(0, 2 ** 48))
+        p = int(rng.integers(0, 2**48))
         r = rng.random()
         if r < 0.3:
             return p, p
         if r < 0.5:
             return own, int(own)
-        if r < 0.8:    # yields the GIL (and sometimes relaunches) while read
+        if r < 0.8:  # yields the GIL (and sometimes relaunches) while read
             hook = relaunch if depth < 2 and rng.random() < 0.2 else None
             return YieldingCAI(p, hook), p
         return np.uint64(p), p
@@ -447,23 +594,27 @@ def _thread_args(rng, f, own, inner, depth=0):
         args, expected = [a], struct.pack("<Q", p)
     elif name == "k3":
         a, p = pointer()
-        n = int(rng.integers(-2 ** 31, 2 ** 31))
+        n = int(rng.integers(-(2**31), 2**31))
         d = float(rng.standard_normal())
-        args = [a, n if rng.random() < 0.5 else np.int32(n),
-                d if rng.random() < 0.5 else np.float64(d)]
+        args = [
+            a,
+            n if rng.random() < 0.5 else np.int32(n),
+            d if rng.random() < 0.5 else np.float64(d),
+        ]
         expected = struct.pack("<Qi4xd", p, n, d)
     else:
         s = np.zeros((), S_DTYPE)
-        s["a"], s["b"] = int(rng.integers(-2 ** 31, 2 ** 31)), float(rng.standard_normal())
+        s["a"], s["b"] = int(rng.integers(-(2**31), 2**31)), float(rng.standard_normal())
         c = int(rng.integers(-128, 256))
         a, p = pointer()
-        q = int(rng.integers(0, 2 ** 63)) * 2 + int(rng.integers(2))
+        q = int(rng.integers(0, 2**63)) * 2 + int(rng.integers(2))
         args = [s[()], c, a, q]
         expected = s.tobytes() + struct.pack("<B7xQQ", c & 0xFF, p, q)
     r = rng.random()
-    if r < 0.05:       # a hostile argument: refused, nothing launched
+    if r < 0.05:  # a hostile argument: refused, nothing launched
         args[int(rng.integers(len(args)))] = [BadIndex(), "x", object(), BadCAI()][
-            int(rng.integers(4))]
+            int(rng.integers(4))
+        ]
         expected = None
     return args, expected
 
@@ -478,11 +629,14 @@ def test_cast_view_of_a_buffer_with_objects_is_refused(standin, ctx):
     dev = cuda.mem_alloc(64)
     cuda.memset_d8(dev, 0, 64)
     for view in (memoryview(many).cast("B"), memoryview(memoryview(many).cast("B"))):
-        with pytest.raises(TypeError, match=r"memcpy_dtoh\(\): the host buffer holds Python "
-                                            r"objects \(format 'B'\)"):
+        with pytest.raises(
+            TypeError,
+            match=r"memcpy_dtoh\(\): the host buffer holds Python "
+            r"objects \(format 'B'\)",
+        ):
             cuda.memcpy_dtoh(view, dev)
     assert all(x.o is SENTINEL for x in many)
-    plain = np.arange(16, dtype=np.float32)      # a cast of plain data still works
+    plain = np.arange(16, dtype=np.float32)  # a cast of plain data still works
     cuda.memcpy_htod(dev, memoryview(plain).cast("B"))
     back = np.zeros(64, np.uint8)
     cuda.memcpy_dtoh(memoryview(back).cast("B"), dev)
@@ -560,6 +714,7 @@ def test_threads_launch_exactly_their_own_arguments(standin, ctx):
 
 # ---- the array layer: every entry point with hostile operands (issue 25) ----
 
+
 class _LyingCAI:
     def __init__(self, **cai):
         self.__cuda_array_interface__ = cai
@@ -571,20 +726,30 @@ class _LyingDLPack:
 
     def __init__(self, ptr, shape, strides=None, code=2, bits=32, lanes=1, ndim=None):
         from pygpu import _dlpack as d
+
         nd = len(shape) if ndim is None else ndim
         self._shape = (ctypes.c_int64 * max(len(shape), 1))(*shape)
-        self._strides = None if strides is None else \
-            (ctypes.c_int64 * max(len(strides), 1))(*strides)
-        t = d.DLTensor(ptr or None, d.DLDevice(2, 0), nd, d.DLDataType(code, bits, lanes),
-                       ctypes.cast(self._shape, ctypes.POINTER(ctypes.c_int64)),
-                       None if self._strides is None else
-                       ctypes.cast(self._strides, ctypes.POINTER(ctypes.c_int64)), 0)
+        self._strides = (
+            None if strides is None else (ctypes.c_int64 * max(len(strides), 1))(*strides)
+        )
+        t = d.DLTensor(
+            ptr or None,
+            d.DLDevice(2, 0),
+            nd,
+            d.DLDataType(code, bits, lanes),
+            ctypes.cast(self._shape, ctypes.POINTER(ctypes.c_int64)),
+            None
+            if self._strides is None
+            else ctypes.cast(self._strides, ctypes.POINTER(ctypes.c_int64)),
+            0,
+        )
         self._m = d.DLManagedTensor(t, None, ctypes.cast(None, d._Deleter))
 
     def __dlpack__(self, stream=None, max_version=None):
         api = ctypes.pythonapi
-        new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p,
-                                ctypes.c_void_p)(("PyCapsule_New", api))
+        new = ctypes.PYFUNCTYPE(
+            ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p
+        )(("PyCapsule_New", api))
         return new(ctypes.addressof(self._m), b"dltensor", None)
 
     def __dlpack_device__(self):
@@ -598,11 +763,22 @@ def _array_operands(rng, keep):
     object that lies or breaks) or "" (refused, if at all, for its type or
     values)."""
     from pygpu import gpuarray as ga
+
     f32 = lambda *shape: ga.to_gpu(rng.standard_normal(shape).astype(np.float32))  # noqa: E731
-    good = [f32(16), f32(16), f32(4, 4), ga.to_gpu(np.asfortranarray(
-        rng.standard_normal((4, 4)).astype(np.float32))), f32(64)[::2][:16], f32(1000),
-        f32(10), ga.to_gpu(rng.integers(0, 16, 16).astype(np.int32)),
-        ga.to_gpu(rng.standard_normal(16)), ga.zeros(0, np.float32), f32(4, 4).T, f32(1)]
+    good = [
+        f32(16),
+        f32(16),
+        f32(4, 4),
+        ga.to_gpu(np.asfortranarray(rng.standard_normal((4, 4)).astype(np.float32))),
+        f32(64)[::2][:16],
+        f32(1000),
+        f32(10),
+        ga.to_gpu(rng.integers(0, 16, 16).astype(np.int32)),
+        ga.to_gpu(rng.standard_normal(16)),
+        ga.zeros(0, np.float32),
+        f32(4, 4).T,
+        f32(1),
+    ]
     hostile = []
     for shape in ((16,), (4, 4)):
         root = f32(*shape)
@@ -623,28 +799,60 @@ def _array_operands(rng, keep):
     hostile += [(elsewhere, "elsewhere"), (elsewhere[2:], "elsewhere")]
     small = cuda.mem_alloc(16)
     keep.append(small)
-    short = ga._new(ga.GPUArray, (1000,), np.dtype(np.float32), (4,), small, None,
-                    ga._default_allocator, 1000, True, True)
-    short2 = ga._new(ga.GPUArray, (4, 4), np.dtype(np.float32), (16, 4), int(small) + 8,
-                     short, ga._default_allocator, 16, True, False)
+    short = ga._new(
+        ga.GPUArray,
+        (1000,),
+        np.dtype(np.float32),
+        (4,),
+        small,
+        None,
+        ga._default_allocator,
+        1000,
+        True,
+        True,
+    )
+    short2 = ga._new(
+        ga.GPUArray,
+        (4, 4),
+        np.dtype(np.float32),
+        (16, 4),
+        int(small) + 8,
+        short,
+        ga._default_allocator,
+        16,
+        True,
+        False,
+    )
     hostile += [(short, "short"), (short2, "short")]
     raw = ga.zeros(64, np.uint8)
     odd = ga.GPUArray((3, 1), np.int32, gpudata=raw.ptr, base=raw, strides=(6, 4))
     buf = ga.zeros(64, np.float32)
     keep.append(buf)
-    hostile += [(odd, ""), (np.zeros(16, np.float32), ""), (None, ""), (3.5, ""),
-                (7, ""), ("x", ""), (cuda.mem_alloc(64), ""),
-                (_LyingCAI(shape=(-4,), typestr="<f4", data=(buf.ptr, False), version=3), "lie"),
-                (_LyingCAI(shape=(16,), typestr="<f4", data=(buf.ptr, False), version=3,
-                           strides=(4, 4)), "lie"),
-                (_LyingCAI(shape=(16,), typestr="<f4", data=(0, False), version=3), "lie"),
-                (_LyingCAI(shape=(16,), typestr="<q9", data=(buf.ptr, False)), "lie"),
-                (_LyingCAI(shape=(16,), typestr="<f4", data=buf.ptr, version=3), "lie"),
-                (_LyingCAI(shape=(16,), typestr="<f4", data=(buf.ptr, False), version=9), "lie"),
-                (_LyingDLPack(buf.ptr, (-2,)), "lie"), (_LyingDLPack(buf.ptr, (4,), bits=12), "lie"),
-                (_LyingDLPack(0, (4,)), "lie"), (_LyingDLPack(buf.ptr, (4,), lanes=2), "lie"),
-                (_LyingDLPack(buf.ptr, (4,), ndim=-3), "lie"),
-                (BadCAI(), "lie"), (BadDLPack(), "lie")]
+    hostile += [
+        (odd, ""),
+        (np.zeros(16, np.float32), ""),
+        (None, ""),
+        (3.5, ""),
+        (7, ""),
+        ("x", ""),
+        (cuda.mem_alloc(64), ""),
+        (_LyingCAI(shape=(-4,), typestr="<f4", data=(buf.ptr, False), version=3), "lie"),
+        (
+            _LyingCAI(shape=(16,), typestr="<f4", data=(buf.ptr, False), version=3, strides=(4, 4)),
+            "lie",
+        ),
+        (_LyingCAI(shape=(16,), typestr="<f4", data=(0, False), version=3), "lie"),
+        (_LyingCAI(shape=(16,), typestr="<q9", data=(buf.ptr, False)), "lie"),
+        (_LyingCAI(shape=(16,), typestr="<f4", data=buf.ptr, version=3), "lie"),
+        (_LyingCAI(shape=(16,), typestr="<f4", data=(buf.ptr, False), version=9), "lie"),
+        (_LyingDLPack(buf.ptr, (-2,)), "lie"),
+        (_LyingDLPack(buf.ptr, (4,), bits=12), "lie"),
+        (_LyingDLPack(0, (4,)), "lie"),
+        (_LyingDLPack(buf.ptr, (4,), lanes=2), "lie"),
+        (_LyingDLPack(buf.ptr, (4,), ndim=-3), "lie"),
+        (BadCAI(), "lie"),
+        (BadDLPack(), "lie"),
+    ]
     return good, hostile
 
 
@@ -656,6 +864,7 @@ def _array_entry_points():
     from pygpu.elementwise import ElementwiseKernel
     from pygpu.reduction import ReductionKernel
     from pygpu.scan import ExclusiveScanKernel, InclusiveScanKernel
+
     ewk = ElementwiseKernel("float *x, float *y", "y[i] = x[i] + 1", "fuzz_inc")
     red = ReductionKernel(np.float32, "0", "a+b", "x[i]*y[i]", "const float *x, const float *y")
     inc = InclusiveScanKernel(np.float32, "a+b")
@@ -713,10 +922,38 @@ def _array_entry_points():
     ]
 
 
-METHODS = {"reverse", "fill", "astype", "copy", "get", "get_out", "set", "setitem", "add",
-           "mul_scalar", "iadd", "eq", "neg", "mul_add", "dlpack", "cai", "transpose", "reshape"}
-ALLOWED = (TypeError, ValueError, RuntimeError, IndexError, BufferError, AttributeError,
-           OverflowError, NotImplementedError, ZeroDivisionError, cuda.Error)
+METHODS = {
+    "reverse",
+    "fill",
+    "astype",
+    "copy",
+    "get",
+    "get_out",
+    "set",
+    "setitem",
+    "add",
+    "mul_scalar",
+    "iadd",
+    "eq",
+    "neg",
+    "mul_add",
+    "dlpack",
+    "cai",
+    "transpose",
+    "reshape",
+}
+ALLOWED = (
+    TypeError,
+    ValueError,
+    RuntimeError,
+    IndexError,
+    BufferError,
+    AttributeError,
+    OverflowError,
+    NotImplementedError,
+    ZeroDivisionError,
+    cuda.Error,
+)
 
 
 def test_array_entry_points_refuse_hostile_operands(standin, ctx):
@@ -727,6 +964,7 @@ def test_array_entry_points_refuse_hostile_operands(standin, ctx):
     never a crash, and never a result from memory that is not there."""
     import warnings
     from pygpu.gpuarray import GPUArray
+
     seed = int(os.environ.get("PYGPU_FUZZ_SEED", int.from_bytes(os.urandom(4), "little")))
     rounds = int(os.environ.get("PYGPU_FUZZ_ROUNDS", "20000")) // 5
     rng = np.random.default_rng(seed)
@@ -756,20 +994,22 @@ def test_array_entry_points_refuse_hostile_operands(standin, ctx):
             except ALLOWED as e:
                 kind = type(e).__name__
                 assert str(e), "seed %d round %d %s: %s with no message" % (seed, i, name, kind)
-            except Exception as e:      # noqa: BLE001 (named in the failure)
-                pytest.fail("seed %d round %d %s(%s): unexpected %s: %s"
-                            % (seed, i, name, ", ".join(type(o).__name__ for o in ops),
-                               type(e).__name__, e))
+            except Exception as e:  # noqa: BLE001 (named in the failure)
+                pytest.fail(
+                    "seed %d round %d %s(%s): unexpected %s: %s"
+                    % (seed, i, name, ", ".join(type(o).__name__ for o in ops), type(e).__name__, e)
+                )
             else:
                 if name in METHODS and not isinstance(ops[0], GPUArray):
-                    bad = ""        # the operand's own method or operator, not pygpu's
+                    bad = ""  # the operand's own method or operator, not pygpu's
                 if name == "eq" and isinstance(result, bool):
-                    bad = ""        # NotImplemented both ways: Python's identity test
+                    bad = ""  # NotImplemented both ways: Python's identity test
                 del result
                 if bad:
-                    pytest.fail("seed %d round %d: %s accepted an operand whose memory is "
-                                "%s: %r" % (seed, i, name, bad,
-                                            [getattr(o, "shape", o) for o in ops]))
+                    pytest.fail(
+                        "seed %d round %d: %s accepted an operand whose memory is "
+                        "%s: %r" % (seed, i, name, bad, [getattr(o, "shape", o) for o in ops])
+                    )
             outcomes[(name, kind)] = outcomes.get((name, kind), 0) + 1
             while cuda.Context.get_current() not in (None, ctx):
                 cuda.Context.pop()

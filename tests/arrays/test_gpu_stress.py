@@ -1,5 +1,6 @@
 """Stress on a real GPU: many threads launching and copying at once, and the
 suite's own kernels under compute-sanitizer."""
+
 import os
 import shutil
 import subprocess
@@ -50,8 +51,16 @@ def test_eight_threads_launch_and_copy_at_once(ctx):
             else:
                 dx = cuda.to_device(x)
             dy, dout = cuda.to_device(y), cuda.mem_alloc(x.nbytes)
-            f(dout, dx, dy, a, n, block=(256, 1, 1), grid=(min(1024, (n + 255) // 256), 1),
-              stream=s)
+            f(
+                dout,
+                dx,
+                dy,
+                a,
+                n,
+                block=(256, 1, 1),
+                grid=(min(1024, (n + 255) // 256), 1),
+                stream=s,
+            )
             out = np.empty_like(x)
             if r % 3 == 0:
                 s.synchronize()
@@ -84,20 +93,45 @@ def test_suite_kernels_are_clean_under_compute_sanitizer(tool):
     here = os.path.dirname(os.path.abspath(__file__))
     targets = [os.path.join(os.path.dirname(here), "launch", "test_launch.py")]
     if tool == "memcheck":
-        targets.append(os.path.join(here, "test_gpu_stress.py") + "::test_eight_threads_launch_and_copy_at_once")
+        targets.append(
+            os.path.join(here, "test_gpu_stress.py")
+            + "::test_eight_threads_launch_and_copy_at_once"
+        )
     env = dict(os.environ, PYGPU_REQUIRE_GPU="1")
     # --report-api-errors no: the suite provokes driver errors on purpose, and
     # pygpu probes cuFuncGetParamInfo past the last parameter; kernels are what
     # is checked here
-    r = subprocess.run([exe, "--tool", tool, "--report-api-errors", "no", "--error-exitcode", "99",
-                        sys.executable, "-m",
-                        "pytest", "-q", "-p", "no:cacheprovider", "-k",
-                        "not illegal_address and not compute_sanitizer"] + targets,
-                       env=env, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [
+            exe,
+            "--tool",
+            tool,
+            "--report-api-errors",
+            "no",
+            "--error-exitcode",
+            "99",
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "not illegal_address and not compute_sanitizer",
+        ]
+        + targets,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     tail = (r.stdout + r.stderr)[-3000:]
     assert r.returncode == 0, tail
-    summary = ("ERROR SUMMARY: 0 errors" if tool == "memcheck"
-               else "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)")
+    summary = (
+        "ERROR SUMMARY: 0 errors"
+        if tool == "memcheck"
+        else "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
+    )
     assert summary in r.stdout + r.stderr, tail
     assert " passed" in r.stdout and " failed" not in r.stdout, tail
 
@@ -137,8 +171,15 @@ def test_frees_race_graph_replays_and_texture_reads(ctx):
             din, dout = cuda.mem_alloc(x.nbytes), cuda.mem_alloc(x.nbytes)
             g = cuda.Graph()
             up = g.add_memcpy_node(din, x)
-            k = g.add_kernel_node(twice, dout, din, np.int32(n), block=(256, 1, 1),
-                                  grid=(n // 256, 1, 1), dependencies=up)
+            k = g.add_kernel_node(
+                twice,
+                dout,
+                din,
+                np.int32(n),
+                block=(256, 1, 1),
+                grid=(n // 256, 1, 1),
+                dependencies=up,
+            )
             g.add_memcpy_node(out, dout, dependencies=k)
             exe = g.instantiate()
             dtex = cuda.to_device(x)
@@ -148,8 +189,7 @@ def test_frees_race_graph_replays_and_texture_reads(ctx):
             racer.start()
             for _ in range(4):
                 exe.launch(s)
-                fetch(tout, tex, np.int32(n), block=(256, 1, 1), grid=(n // 256, 1),
-                      stream=s)
+                fetch(tout, tex, np.int32(n), block=(256, 1, 1), grid=(n // 256, 1), stream=s)
             racer.join()
             s.synchronize()
             np.testing.assert_array_equal(out, 2 * x)
@@ -190,5 +230,6 @@ def test_texture_and_graph_read_memory_freed_under_them(ctx):
     np.testing.assert_array_equal(got, 2 * x)
     del exe, g, tex
     import gc
+
     gc.collect()
     assert d.holders == ()

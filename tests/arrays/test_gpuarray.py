@@ -7,6 +7,7 @@ NumPy on fresh random data, every element checked; tolerances stated
 (float32 rtol 1e-6 unless said, float64 1e-13, transcendental complex
 results 1e-5 / 1e-12).
 """
+
 import operator
 
 import numpy as np
@@ -62,7 +63,7 @@ def test_metadata(ctx):
     assert ga.zeros(10).dtype == np.float64
     grid, block = a._grid, a._block
     assert len(grid) == 2 and len(block) == 3 and grid[0] * block[0] >= 12 or grid[0] > 0
-    assert ga.splay(10 ** 8)[1] == (256, 1, 1)
+    assert ga.splay(10**8)[1] == (256, 1, 1)
     z = ga.empty((0, 5), np.float64)
     assert z.size == 0 and z.gpudata is None and z.get().shape == (0, 5)
 
@@ -73,15 +74,26 @@ def test_remembered_layouts_and_empty_like_match_the_checked_path(ctx, rng):
     # layout from a table, and empty_like of a dense array copies its
     # layout: both must equal what the checked constructor makes
     def meta(a):
-        return (a.shape, a.dtype, a.strides, a.size, a.nbytes, a.itemsize, a._c, a._f,
-                a.allocator, a.base)
+        return (
+            a.shape,
+            a.dtype,
+            a.strides,
+            a.size,
+            a.nbytes,
+            a.itemsize,
+            a._c,
+            a._f,
+            a.allocator,
+            a.base,
+        )
+
     for _ in range(60):
         ndim = int(rng.integers(0, 4))
         shape = tuple(int(v) for v in rng.integers(0, 6, ndim))
         dtype = np.dtype(rng.choice(["f4", "f8", "c8", "i2", "u1", "?"]))
         order = str(rng.choice(["C", "F"]))
-        checked = ga.GPUArray(list(shape), dtype, order=order)    # a list: not remembered
-        for _ in range(2):      # the second from the table
+        checked = ga.GPUArray(list(shape), dtype, order=order)  # a list: not remembered
+        for _ in range(2):  # the second from the table
             a = ga.GPUArray(shape, dtype, order=order)
             assert meta(a) == meta(checked)
             assert (a.gpudata is None) == (a.size == 0)
@@ -98,15 +110,19 @@ def test_remembered_layouts_and_empty_like_match_the_checked_path(ctx, rng):
             ga.GPUArray((3,), np.float32, order="K")
     # equal dtypes that differ in char, metadata or alignment: each array
     # has the one it asked for
-    for first, second in ((np.dtype("l"), np.dtype("q")),
-                          (np.dtype(np.float32, metadata={"unit": "m"}), np.dtype(np.float32)),
-                          (np.dtype([("a", "f4"), ("b", "f8")]),
-                           np.dtype([("a", "f4"), ("b", "f8")], align=True))):
+    for first, second in (
+        (np.dtype("l"), np.dtype("q")),
+        (np.dtype(np.float32, metadata={"unit": "m"}), np.dtype(np.float32)),
+        (np.dtype([("a", "f4"), ("b", "f8")]), np.dtype([("a", "f4"), ("b", "f8")], align=True)),
+    ):
         for dt in (first, second, first):
             got = ga.GPUArray((3,), dt).dtype
-            assert got is dt or (got == dt and got.char == dt.char
-                                 and got.metadata == dt.metadata
-                                 and got.isalignedstruct == dt.isalignedstruct)
+            assert got is dt or (
+                got == dt
+                and got.char == dt.char
+                and got.metadata == dt.metadata
+                and got.isalignedstruct == dt.isalignedstruct
+            )
             assert got.itemsize == dt.itemsize
     # a NumPy scalar as the dtype: its own dtype, never a remembered equal one
     assert ga.GPUArray(3, np.float32(1.0)).dtype == np.float32
@@ -193,9 +209,22 @@ def test_transfer_errors(ctx):
 def test_views(ctx, rng):
     host = rand(rng, (6, 8), np.float32)
     a = ga.to_gpu(host)
-    cases = [np.s_[1:3], np.s_[:, 2], np.s_[2, 3:7], np.s_[..., 1], np.s_[:, None],
-             np.s_[None, 1], np.s_[-1], np.s_[1:5, ...], np.s_[0:1, 1:2], np.s_[:, ::2],
-             np.s_[::-1], np.s_[5:1:-2, ::3], np.s_[4:2], np.s_[-3:]]
+    cases = [
+        np.s_[1:3],
+        np.s_[:, 2],
+        np.s_[2, 3:7],
+        np.s_[..., 1],
+        np.s_[:, None],
+        np.s_[None, 1],
+        np.s_[-1],
+        np.s_[1:5, ...],
+        np.s_[0:1, 1:2],
+        np.s_[:, ::2],
+        np.s_[::-1],
+        np.s_[5:1:-2, ::3],
+        np.s_[4:2],
+        np.s_[-3:],
+    ]
     for idx in cases:
         v, h = a[idx], host[idx]
         assert v.shape == h.shape, idx
@@ -208,7 +237,7 @@ def test_views(ctx, rng):
     t = a.T
     assert t.shape == (8, 6) and t.strides == (4, 32) and t.flags.f_contiguous
     assert a.transpose((1, 0)).strides == t.strides
-    np.testing.assert_array_equal(t.get(), host.T)        # dense: a plain copy
+    np.testing.assert_array_equal(t.get(), host.T)  # dense: a plain copy
     assert a.swapaxes(0, 1).shape == (8, 6)
     assert a.reshape(4, 12).shape == (4, 12) and a.reshape((2, -1, 4)).shape == (2, 6, 4)
     assert a.reshape([48]).shape == (48,) and a.ravel().shape == (48,)
@@ -263,8 +292,9 @@ def test_repr_str_format_are_pycudas(dtype, ctx, rng):
         assert repr(a) == repr(h) and str(a) == str(h)
         assert format(a) == str(h) and "%s|%r" % (a, a) == "%s|%r" % (h, h)
         assert f"{a}" == str(h)
-        with pytest.raises(TypeError, match="unsupported format string passed to "
-                                            "GPUArray.__format__"):
+        with pytest.raises(
+            TypeError, match="unsupported format string passed to GPUArray.__format__"
+        ):
             format(a, ".2f")
     big = ga.to_gpu(rand(rng, 5000, dtype))
     assert repr(big) == repr(big.get()) and "..." in repr(big)
@@ -289,9 +319,12 @@ def test_len_bool_hash_flags_are_pycudas(ctx, rng):
         len(ga.to_gpu(np.float32(2.5)))
     with pytest.raises(TypeError, match=r"^GPUArrays are not hashable\.$"):
         hash(a)
-    assert a.__hash__ is not None        # PyCUDA's raises rather than being None
-    with pytest.raises(ValueError, match=r"^The truth value of an array with more than one "
-                                         r"element is ambiguous\. Use a\.any\(\) or a\.all\(\)$"):
+    assert a.__hash__ is not None  # PyCUDA's raises rather than being None
+    with pytest.raises(
+        ValueError,
+        match=r"^The truth value of an array with more than one "
+        r"element is ambiguous\. Use a\.any\(\) or a\.all\(\)$",
+    ):
         bool(a)
     with pytest.raises(ValueError, match="truth value of an array with more than one"):
         bool(ga.empty(0, np.float32))
@@ -310,8 +343,10 @@ def test_like_functions(ctx, rng):
     for func in (ga.empty_like, ga.zeros_like):
         for arr in (z, zf):
             n = func(arr, order="A")
-            assert (n.flags.c_contiguous, n.flags.f_contiguous) == (arr.flags.c_contiguous,
-                                                                    arr.flags.f_contiguous)
+            assert (n.flags.c_contiguous, n.flags.f_contiguous) == (
+                arr.flags.c_contiguous,
+                arr.flags.f_contiguous,
+            )
             assert func(arr, order="C").flags.c_contiguous
             assert func(arr, order="F").flags.f_contiguous
             n = func(arr, dtype=np.complex64, order="K")
@@ -333,6 +368,7 @@ def test_cuda_array_interface(ctx, rng):
     class Foreign:
         def __init__(self, cai):
             self.__cuda_array_interface__ = cai
+
     f = Foreign(dict(a.T.__cuda_array_interface__))
     w = ga.asarray(f)
     assert w.shape == (4, 3) and w.strides == (8, 32) and w.ptr == a.ptr and w.base is f
@@ -355,6 +391,7 @@ def test_cuda_array_interface(ctx, rng):
 @pytest.mark.driver
 def test_dlpack_roundtrip(ctx, rng):
     from pygpu import _dlpack
+
     host = rand(rng, (5, 6), np.complex64)
     a = ga.to_gpu(host)
     assert a.__dlpack_device__() == (2, drv.Context.get_device().ordinal)
@@ -372,17 +409,17 @@ def test_dlpack_roundtrip(ctx, rng):
 
     for src in (a, a.T, a[1:4, ::2]):
         w = ga.asarray(Producer(src))
-        assert (w.shape, w.strides, w.ptr, w.dtype) == (src.shape, src.strides, src.ptr,
-                                                        src.dtype)
+        assert (w.shape, w.strides, w.ptr, w.dtype) == (src.shape, src.strides, src.ptr, src.dtype)
         if src._dense:
             np.testing.assert_array_equal(w.get(), src.get())
         del w
     import gc
+
     gc.collect()
-    assert len(_dlpack._live) == live           # every consumed tensor was deleted
+    assert len(_dlpack._live) == live  # every consumed tensor was deleted
     cap = a.__dlpack__()
     assert len(_dlpack._live) == live + 1
-    del cap                                      # never consumed: freed by the capsule
+    del cap  # never consumed: freed by the capsule
     gc.collect()
     assert len(_dlpack._live) == live
     with pytest.raises(BufferError, match="copy=True"):
@@ -400,6 +437,7 @@ def test_vec_types(ctx):
     assert v.dtype == ga.vec.float4 and v["w"] == 4
     assert ga.vec.double2.itemsize == 16 and ga.vec.uchar3.itemsize == 3
     from pygpu.tools import dtype_to_ctype
+
     assert dtype_to_ctype(ga.vec.int2) == "int2"
     with pytest.raises(TypeError, match="takes 3 values \\(x, y, z\\), got 2"):
         ga.vec.make_float3(1, 2)
@@ -408,15 +446,17 @@ def test_vec_types(ctx):
 @pytest.mark.driver
 def test_operator_errors(ctx):
     a = ga.zeros((4, 3), np.float32)
-    with pytest.raises(ValueError, match="could not be broadcast together with shapes "
-                                         "\\(4, 3\\) \\(4,\\)"):
+    with pytest.raises(
+        ValueError, match="could not be broadcast together with shapes \\(4, 3\\) \\(4,\\)"
+    ):
         a + ga.zeros(4, np.float32)
     with pytest.raises(TypeError, match="a NumPy array is in host memory"):
         a + np.zeros((4, 3), np.float32)
     with pytest.raises(TypeError, match="unsupported operand"):
         a + "x"
-    with pytest.raises(TypeError, match="Cannot cast add output from dtype\\('float64'\\) to "
-                                        "dtype\\('int32'\\)"):
+    with pytest.raises(
+        TypeError, match="Cannot cast add output from dtype\\('float64'\\) to dtype\\('int32'\\)"
+    ):
         i = ga.zeros(3, np.int32)
         i += 1.5
     with pytest.raises(TypeError, match="boolean negative"):
@@ -460,6 +500,7 @@ def test_other_context_refused(ctx):
 @pytest.mark.driver
 def test_pickle(ctx, rng):
     import pickle
+
     host = rand(rng, (3, 5), np.float32)
     b = pickle.loads(pickle.dumps(ga.to_gpu(host)))
     np.testing.assert_array_equal(b.get(), host)
@@ -472,6 +513,7 @@ def test_allocator_used(ctx):
     def alloc(n):
         calls.append(n)
         return drv.mem_alloc(n)
+
     a = ga.empty((10,), np.float64, allocator=alloc)
     assert calls == [80] and a.allocator is alloc
     assert ga.zeros_like(a).allocator is alloc
@@ -479,8 +521,19 @@ def test_allocator_used(ctx):
 
 # ---- on the GPU: every operation against NumPy ----
 
-BINOPS = [operator.add, operator.sub, operator.mul, operator.truediv, operator.pow,
-          operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge]
+BINOPS = [
+    operator.add,
+    operator.sub,
+    operator.mul,
+    operator.truediv,
+    operator.pow,
+    operator.eq,
+    operator.ne,
+    operator.lt,
+    operator.le,
+    operator.gt,
+    operator.ge,
+]
 
 
 def _np_ok(op, x, y):
@@ -503,10 +556,10 @@ def _check(got, want, dtype=None):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", BINOPS, ids=lambda o: o.__name__)
-@pytest.mark.parametrize("ldt", [np.int32, np.int64, np.float32, np.float64, np.complex64,
-                                 np.complex128])
-@pytest.mark.parametrize("rdt", [np.int32, np.float32, np.float64, np.complex64,
-                                 np.complex128])
+@pytest.mark.parametrize(
+    "ldt", [np.int32, np.int64, np.float32, np.float64, np.complex64, np.complex128]
+)
+@pytest.mark.parametrize("rdt", [np.int32, np.float32, np.float64, np.complex64, np.complex128])
 def test_binary_array_array(ctx, rng, op, ldt, rdt):
     x, y = rand(rng, (37, 11), ldt), rand(rng, (37, 11), rdt)
     if op is operator.pow:
@@ -555,8 +608,9 @@ def test_binary_array_scalar(ctx, rng, op, dt, scalar):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op", [operator.iadd, operator.isub, operator.imul,
-                                operator.itruediv, operator.ipow])
+@pytest.mark.parametrize(
+    "op", [operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ipow]
+)
 @pytest.mark.parametrize("dt", [np.float32, np.float64, np.complex64])
 def test_inplace(ctx, rng, op, dt):
     x = rand(rng, (513,), dt)
@@ -641,11 +695,13 @@ def test_complex_parts(ctx, rng, dt):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("src", ALL + [np.bool_])
-@pytest.mark.parametrize("dst", [np.int32, np.uint8, np.float32, np.float64, np.complex64,
-                                 np.complex128, np.bool_])
+@pytest.mark.parametrize(
+    "dst", [np.int32, np.uint8, np.float32, np.float64, np.complex64, np.complex128, np.bool_]
+)
 def test_astype(ctx, rng, src, dst):
     x = rand(rng, (333,), src)
     import warnings
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         want = x.astype(dst)
@@ -675,8 +731,10 @@ def test_fill_zeros_ones_arange(ctx, rng, dt):
     if np.dtype(dt).kind in "iuf":
         _check(ga.arange(3, 40, 3, dtype=dt).get(), np.arange(3, 40, 3, dtype=dt))
     _check(ga.arange(12, dtype=np.float32).get(), np.arange(12, dtype=np.float32))
-    _check(ga.arange(0.5, 7.25, 0.25, dtype=np.float64).get(),
-           np.arange(0.5, 7.25, 0.25, dtype=np.float64))
+    _check(
+        ga.arange(0.5, 7.25, 0.25, dtype=np.float64).get(),
+        np.arange(0.5, 7.25, 0.25, dtype=np.float64),
+    )
 
 
 @pytest.mark.gpu
@@ -712,8 +770,9 @@ def test_strided_get_set_copy(ctx, rng):
     f = ga.GPUArray((11, 90), np.float64, gpudata=a.gpudata, order="F")
     fh = host.reshape(-1).reshape((11, 90), order="F")
     np.testing.assert_array_equal(f[:, 7:40].get(), fh[:, 7:40])
-    np.testing.assert_array_equal(a.reshape((990,), order="F").get(),
-                                  host.reshape((990,), order="F"))
+    np.testing.assert_array_equal(
+        a.reshape((990,), order="F").get(), host.reshape((990,), order="F")
+    )
 
 
 @pytest.mark.gpu
@@ -723,8 +782,7 @@ def test_module_functions(ctx, rng, dt):
     crit = rand(rng, (4097,), np.float32)
     a, b, c = ga.to_gpu(x), ga.to_gpu(y), ga.to_gpu(crit)
     _check(ga.if_positive(c, a, b).get(), np.where(crit > 0, x, y))
-    _check(ga.where(ga.to_gpu((crit > 0).astype(np.int32)), a, b).get(),
-           np.where(crit > 0, x, y))
+    _check(ga.where(ga.to_gpu((crit > 0).astype(np.int32)), a, b).get(), np.where(crit > 0, x, y))
     _check(ga.where(c, a, 2).get(), np.where(crit != 0, x, np.asarray(2, dt)))
     if np.dtype(dt).kind != "c":
         _check(ga.maximum(a, b).get(), np.maximum(x, y))
@@ -762,8 +820,7 @@ def test_concatenate_stack(ctx, rng):
     zs = [rand(rng, (2, 3), np.complex64) for _ in range(3)]
     for axis in (0, 1, 2, -1):
         _check(ga.stack([ga.to_gpu(z) for z in zs], axis=axis).get(), np.stack(zs, axis))
-    _check(ga.stack([ga.to_gpu(np.asfortranarray(z)) for z in zs], axis=-1).get(),
-           np.stack(zs, -1))
+    _check(ga.stack([ga.to_gpu(np.asfortranarray(z)) for z in zs], axis=-1).get(), np.stack(zs, -1))
 
 
 @pytest.mark.gpu
@@ -779,8 +836,7 @@ def test_floordiv_mod_bitwise(ctx, rng):
     f, g = rand(rng, (3000,), np.float64), rand(rng, (3000,), np.float64)
     g[g == 0] = 1
     np.testing.assert_allclose((ga.to_gpu(f) // ga.to_gpu(g)).get(), f // g)
-    np.testing.assert_allclose((ga.to_gpu(f) % ga.to_gpu(g)).get(), f % g, rtol=1e-12,
-                               atol=1e-12)
+    np.testing.assert_allclose((ga.to_gpu(f) % ga.to_gpu(g)).get(), f % g, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.gpu
@@ -793,9 +849,11 @@ def test_truth_and_scalar_results(ctx):
 @pytest.mark.gpu
 def test_pass_slice_to_kernel(ctx):
     from pygpu.compiler import SourceModule
-    mod = SourceModule("__global__ void twice(float *a) "
-                       "{ a[threadIdx.x + blockIdx.x * blockDim.x] *= 2; }")
-    a = ga.to_gpu(np.ones(256 ** 2, np.float32))
+
+    mod = SourceModule(
+        "__global__ void twice(float *a) { a[threadIdx.x + blockIdx.x * blockDim.x] *= 2; }"
+    )
+    a = ga.to_gpu(np.ones(256**2, np.float32))
     mod.get_function("twice")(a[256:-256], block=(256, 1, 1), grid=(254, 1))
     h = a.get()
     assert (h[:256] == 1).all() and (h[256:-256] == 2).all() and (h[-256:] == 1).all()

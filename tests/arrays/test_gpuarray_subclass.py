@@ -9,6 +9,7 @@ GPUArray keeps its quick paths (they never call _new_like_me).
 standin tests check the types, the calls and that the kernel wrote into the
 subclass's memory (the launch's first pointer); gpu tests check the values
 against NumPy."""
+
 import struct
 
 import numpy as np
@@ -20,6 +21,7 @@ from pygpu import cumath, gpuarray
 class Tagged(gpuarray.GPUArray):
     """reikna's Array's shape: a constructor with other arguments, and a
     _new_like_me that builds through it (and records its calls)."""
+
     calls = []
 
     def __init__(self, tag, shape, dtype):
@@ -80,8 +82,9 @@ def test_results_are_made_by_the_subclass(standin, ctx, rng, expr, calls, dtype)
     r = eval(expr, {"a": a, "b": b, "np": np, "gpuarray": gpuarray, "cumath": cumath})
     assert type(r) is Tagged and r.tag == "a"
     assert r.shape == a.shape and r.dtype == dtype
-    assert [(None if d is None else np.dtype(d), o) for d, o in Tagged.calls] == \
-        [(None if d is None else np.dtype(d), o) for d, o in calls]
+    assert [(None if d is None else np.dtype(d), o) for d, o in Tagged.calls] == [
+        (None if d is None else np.dtype(d), o) for d, o in calls
+    ]
     # the kernel wrote into the subclass's array
     assert int(r.gpudata) in _ptrs(standin)
 
@@ -90,15 +93,18 @@ def test_results_are_made_by_the_subclass(standin, ctx, rng, expr, calls, dtype)
 def test_complex_parts_and_integer_ops_of_a_subclass(standin, ctx, rng):
     z = (rng.standard_normal(64) + 1j * rng.standard_normal(64)).astype(np.complex64)
     c = _tagged(z)
-    for expr, call, dt in (("c.real", (np.float32, "C"), np.float32),
-                           ("c.imag", (np.float32, "C"), np.float32),
-                           ("c.conj()", (None, "C"), np.complex64),
-                           ("abs(c)", (np.float32, "C"), np.float32)):
+    for expr, call, dt in (
+        ("c.real", (np.float32, "C"), np.float32),
+        ("c.imag", (np.float32, "C"), np.float32),
+        ("c.conj()", (None, "C"), np.complex64),
+        ("abs(c)", (np.float32, "C"), np.float32),
+    ):
         Tagged.calls.clear()
         r = eval(expr, {"c": c})
         assert type(r) is Tagged and r.dtype == dt, expr
-        assert [(None if d is None else np.dtype(d), o) for d, o in Tagged.calls] == \
-            [(None if call[0] is None else np.dtype(call[0]), call[1])], expr
+        assert [(None if d is None else np.dtype(d), o) for d, o in Tagged.calls] == [
+            (None if call[0] is None else np.dtype(call[0]), call[1])
+        ], expr
         assert int(r.gpudata) in _ptrs(standin)
     i = _tagged(rng.integers(-50, 50, 64).astype(np.int32))
     Tagged.calls.clear()
@@ -142,8 +148,18 @@ def test_views_and_copies_are_gpuarrays_as_pycudas(standin, ctx, rng):
     x = rng.standard_normal((6, 8)).astype(np.float32)
     t = _tagged(x)
     Tagged.calls.clear()
-    for v in (t[1:4], t[2], t.reshape(8, 6), t.ravel(), t.T, t.transpose(),
-              t.view(np.int32), t[None].squeeze(), t.swapaxes(0, 1), t.copy()):
+    for v in (
+        t[1:4],
+        t[2],
+        t.reshape(8, 6),
+        t.ravel(),
+        t.T,
+        t.transpose(),
+        t.view(np.int32),
+        t[None].squeeze(),
+        t.swapaxes(0, 1),
+        t.copy(),
+    ):
         assert type(v) is gpuarray.GPUArray
     assert Tagged.calls == []
     np.testing.assert_array_equal(t[1:4].get(), x[1:4])
@@ -161,9 +177,20 @@ def test_exact_gpuarrays_never_call_new_like_me(standin, ctx, rng, monkeypatch):
     monkeypatch.setattr(gpuarray.GPUArray, "_new_like_me", refuse)
     x = rng.standard_normal((5, 7)).astype(np.float32)
     g = gpuarray.to_gpu(x)
-    for r in (g + g, g * 2, 2 - g, -g, abs(g), g < g, g.astype(np.float64),
-              g.mul_add(2.0, g, 1.0), cumath.cos(g), g + g[0], g.T + 1,
-              gpuarray.logical_or(g, g)):
+    for r in (
+        g + g,
+        g * 2,
+        2 - g,
+        -g,
+        abs(g),
+        g < g,
+        g.astype(np.float64),
+        g.mul_add(2.0, g, 1.0),
+        cumath.cos(g),
+        g + g[0],
+        g.T + 1,
+        gpuarray.logical_or(g, g),
+    ):
         assert type(r) is gpuarray.GPUArray
 
 
@@ -193,21 +220,36 @@ def test_a_new_like_me_that_returns_no_array_is_named(standin, ctx, rng):
 
     x = rng.standard_normal(50).astype(np.float32)
     b = Bad(x.shape, x.dtype)
-    for op in (lambda: b + b, lambda: -b, lambda: b.astype(np.float64),
-               lambda: cumath.sin(b), lambda: b.mul_add(1.0, b, 2.0)):
-        with pytest.raises(TypeError, match=r"Bad._new_like_me\(\) returned ndarray, not a "
-                                            r"GPUArray"):
+    for op in (
+        lambda: b + b,
+        lambda: -b,
+        lambda: b.astype(np.float64),
+        lambda: cumath.sin(b),
+        lambda: b.mul_add(1.0, b, 2.0),
+    ):
+        with pytest.raises(
+            TypeError,
+            match=r"Bad._new_like_me\(\) returned ndarray, not a "
+            r"GPUArray",
+        ):
             op()
     s = Short(x.shape, x.dtype)
-    with pytest.raises(ValueError, match=r"out has shape \(49,\) but the result has shape "
-                                         r"\(50,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"out has shape \(49,\) but the result has shape "
+        r"\(50,\)",
+    ):
         s + 1
-    with pytest.raises(ValueError, match=r"out has shape \(49,\) but the argument has shape "
-                                         r"\(50,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"out has shape \(49,\) but the argument has shape "
+        r"\(50,\)",
+    ):
         cumath.sin(s)
 
 
 # ---- on a GPU: the values ----
+
 
 @pytest.mark.gpu
 def test_gpu_subclass_results_against_numpy(ctx, rng):
@@ -215,18 +257,30 @@ def test_gpu_subclass_results_against_numpy(ctx, rng):
     y = rng.standard_normal((33, 17)).astype(np.float32) + 3
     a, b = _tagged(x), _tagged(y)
     checks = [
-        (a + b, x + y), (a - 2, x - 2), (2 * a, 2 * x), (a / b, x / y), (-a, -x),
-        (abs(a), np.abs(x)), (b ** 2, y ** 2), (a < b, x < y),
+        (a + b, x + y),
+        (a - 2, x - 2),
+        (2 * a, 2 * x),
+        (a / b, x / y),
+        (-a, -x),
+        (abs(a), np.abs(x)),
+        (b**2, y**2),
+        (a < b, x < y),
         (a.astype(np.float64), x.astype(np.float64)),
-        (a.mul_add(2.0, b, 3.0), 2 * x + 3 * y), (a.reverse(), x.ravel()[::-1].reshape(x.shape)),
-        (cumath.exp(a), np.exp(x)), (gpuarray.logical_not(a > 0), ~(x > 0)),
+        (a.mul_add(2.0, b, 3.0), 2 * x + 3 * y),
+        (a.reverse(), x.ravel()[::-1].reshape(x.shape)),
+        (cumath.exp(a), np.exp(x)),
+        (gpuarray.logical_not(a > 0), ~(x > 0)),
     ]
     for got, want in checks:
         assert type(got) is Tagged
         np.testing.assert_allclose(got.get(), want, rtol=1e-5, atol=1e-6)
     z = (x + 1j * y).astype(np.complex64)
     c = _tagged(z)
-    for got, want in ((c.real, z.real), (c.imag, z.imag), (c.conj(), z.conj()),
-                      (abs(c), np.abs(z))):
+    for got, want in (
+        (c.real, z.real),
+        (c.imag, z.imag),
+        (c.conj(), z.conj()),
+        (abs(c), np.abs(z)),
+    ):
         assert type(got) is Tagged
         np.testing.assert_allclose(got.get(), want, rtol=1e-5)

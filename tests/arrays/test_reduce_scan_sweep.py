@@ -2,6 +2,7 @@
 stand-in (no kernels run, so no result is checked; every configuration is
 built, launched and timed, and the tables and the JSON come out), and it
 exits 0 without a GPU."""
+
 import json
 import os
 import subprocess
@@ -23,6 +24,7 @@ sys.exit(m.main(sys.argv[1:]))
 
 def _module():
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("reduce_scan_sweep", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -32,9 +34,26 @@ def _module():
 @pytest.mark.standin
 def test_sweep_runs_on_the_standin(standin, tmp_path):
     out = tmp_path / "sweep.json"
-    p = subprocess.run([sys.executable, "-c", RUN, "--n", "100003", "--reps", "2", "--batch",
-                        "2", "--no-check", "--json", str(out)],
-                       capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            RUN,
+            "--n",
+            "100003",
+            "--reps",
+            "2",
+            "--batch",
+            "2",
+            "--no-check",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ),
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     r = json.loads(out.read_text())
     m = _module()
@@ -50,12 +69,23 @@ def test_sweep_runs_on_the_standin(standin, tmp_path):
 def test_sweep_without_a_gpu_exits_0(tmp_path):
     env = dict(os.environ)
     env.pop("PYGPU_LIBCUDA", None)
-    p = subprocess.run([sys.executable, "-c", """
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            """
 import sys
 sys.path.insert(0, %r)
 import reduce_scan_sweep as m
 m.gpu_reason = lambda: "no CUDA driver (test)"
 sys.exit(m.main([]))
-""" % os.path.dirname(SCRIPT)], capture_output=True, text=True, timeout=120, env=env)
+"""
+            % os.path.dirname(SCRIPT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert p.returncode == 0
     assert "reduce_scan_sweep: no GPU (no CUDA driver (test)); nothing measured" in p.stdout

@@ -1,5 +1,6 @@
 """pygpu.reduction: generated sources compile (no GPU needed), argument
 errors, and (gpu) results against NumPy on fresh random data."""
+
 import warnings
 
 import numpy as np
@@ -18,35 +19,59 @@ SPECS = [
     (np.float64, "0", "a+b", "a[i]*b[i]", "const double *a, const float *b", ""),
     (np.int32, "0", "a+b", None, "const int *in", ""),
     (np.uint8, "0", "(a+b) & 0b11111111", "x[i]", "unsigned char* x", ""),
-    (np.uint64, "0", "a+b", "in[lookup_tbl[i]]", "const int *lookup_tbl, const unsigned long long *in",
-     ""),
+    (
+        np.uint64,
+        "0",
+        "a+b",
+        "in[lookup_tbl[i]]",
+        "const int *lookup_tbl, const unsigned long long *in",
+        "",
+    ),
     (np.bool_, "0", "(a != 0) || (b != 0)", "in[i] != 0", "const float *in", ""),
     (np.bool_, "1", "(a != 0) && (b != 0)", "in[i] != 0", "const %s *in" % CPLX_F, ""),
     (np.complex64, "0", "a+b", None, "const %s *in" % CPLX_F, ""),
-    (np.complex128, "0", "a+b", "conj(a[i])*b[i]", "const %s *a, const %s *b" % (CPLX_D, CPLX_D),
-     ""),
+    (
+        np.complex128,
+        "0",
+        "a+b",
+        "conj(a[i])*b[i]",
+        "const %s *a, const %s *b" % (CPLX_D, CPLX_D),
+        "",
+    ),
     (np.float32, 0, "max(a,b)", None, "float *in", ""),
     (np.float32, "0", "a+b", "x[i]*s", "const float *x, float s", ""),
-    (np.float64, "MY_INFINITY", "fmin(a,b)", None, "const double *in",
-     "#define MY_INFINITY (1./0)"),
+    (
+        np.float64,
+        "MY_INFINITY",
+        "fmin(a,b)",
+        None,
+        "const double *in",
+        "#define MY_INFINITY (1./0)",
+    ),
 ]
 for what in ("min", "max"):
     for dt in (np.float32, np.float64, np.int8, np.int32, np.int64, np.uint32, np.uint64):
-        SPECS.append((dt, reduction.get_minmax_neutral(what, dt),
-                      reduction._minmax_expr(what, dt), None,
-                      "const %s *in" % reduction.dtype_to_ctype(dt), ""))
+        SPECS.append(
+            (
+                dt,
+                reduction.get_minmax_neutral(what, dt),
+                reduction._minmax_expr(what, dt),
+                None,
+                "const %s *in" % reduction.dtype_to_ctype(dt),
+                "",
+            )
+        )
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: "%s-%s" % (np.dtype(s[0]).name, s[2]))
 def test_sources_compile_to_ptx(spec):
     src, args = reduction_source(*spec[:5], name="red", preamble=spec[5])
     with warnings.catch_warnings():
-        warnings.simplefilter("error")        # no NVRTC warning either
+        warnings.simplefilter("error")  # no NVRTC warning either
         ptx = bytes(compiler.compile(src, target="ptx", arch="compute_90", cache_dir=False))
     assert b".entry red_stage1" in ptx and b".entry red_stage2" in ptx
     assert b"shfl.sync.down" in ptx
-    assert [a.name for a in args] == [d.split("*")[-1].split()[-1]
-                                      for d in spec[4].split(",")]
+    assert [a.name for a in args] == [d.split("*")[-1].split()[-1] for d in spec[4].split(",")]
 
 
 def test_struct_reduction_source_compiles(monkeypatch):
@@ -69,10 +94,17 @@ def test_struct_reduction_source_compiles(monkeypatch):
     """
     dt = np.dtype([("cur_min", np.float32), ("cur_max", np.float32)])
     real = reduction.dtype_to_ctype
-    monkeypatch.setattr(reduction, "dtype_to_ctype",
-                        lambda d: "minmax_collector" if np.dtype(d) == dt else real(d))
-    src, _ = reduction_source(dt, "minmax_collector(10000, -10000)", "agg_mmc(a, b)",
-                              "minmax_collector(x[i], x[i])", "float *x", preamble=preamble)
+    monkeypatch.setattr(
+        reduction, "dtype_to_ctype", lambda d: "minmax_collector" if np.dtype(d) == dt else real(d)
+    )
+    src, _ = reduction_source(
+        dt,
+        "minmax_collector(10000, -10000)",
+        "agg_mmc(a, b)",
+        "minmax_collector(x[i], x[i])",
+        "float *x",
+        preamble=preamble,
+    )
     assert "typedef minmax_collector pygpu_red_t;" in src
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -87,24 +119,33 @@ def test_default_map_expr():
     assert "return (in[i]);" in src
 
 
-@pytest.mark.parametrize("kwargs, exc, match", [
-    (dict(arguments=None), TypeError, "ReductionKernel needs arguments"),
-    (dict(arguments="float s"), ValueError, "at least one vector argument"),
-    (dict(arguments="const float *a, const float *b"), ValueError, "map_expr is needed"),
-    (dict(arguments="const float *x", name="not an identifier"), ValueError,
-     "name must be a C identifier"),
-    (dict(arguments="const float *x", reduce_expr=3), TypeError, "reduce_expr must be a str"),
-    (dict(arguments="const float *x", reduce_expr="  "), ValueError, "reduce_expr is empty"),
-    (dict(arguments="const float *x", neutral=[0]), TypeError, "neutral must be a str"),
-    (dict(arguments="const float *x", map_expr=""), ValueError, "map_expr is empty"),
-    (dict(arguments="const float *x", preamble=None), TypeError, "preamble must be a str"),
-    (dict(arguments="const float *pygpu_x"), ValueError, "reserved"),
-    (dict(arguments="const float *x, const float *x", map_expr="x[i]"), ValueError,
-     "argument names repeat"),
-    (dict(arguments=3), TypeError, "arguments must be a str"),
-    (dict(arguments="const float *x, "), ValueError, "empty argument"),
-    (dict(arguments="const float *x", dtype_out=object), TypeError, "Python objects"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(arguments=None), TypeError, "ReductionKernel needs arguments"),
+        (dict(arguments="float s"), ValueError, "at least one vector argument"),
+        (dict(arguments="const float *a, const float *b"), ValueError, "map_expr is needed"),
+        (
+            dict(arguments="const float *x", name="not an identifier"),
+            ValueError,
+            "name must be a C identifier",
+        ),
+        (dict(arguments="const float *x", reduce_expr=3), TypeError, "reduce_expr must be a str"),
+        (dict(arguments="const float *x", reduce_expr="  "), ValueError, "reduce_expr is empty"),
+        (dict(arguments="const float *x", neutral=[0]), TypeError, "neutral must be a str"),
+        (dict(arguments="const float *x", map_expr=""), ValueError, "map_expr is empty"),
+        (dict(arguments="const float *x", preamble=None), TypeError, "preamble must be a str"),
+        (dict(arguments="const float *pygpu_x"), ValueError, "reserved"),
+        (
+            dict(arguments="const float *x, const float *x", map_expr="x[i]"),
+            ValueError,
+            "argument names repeat",
+        ),
+        (dict(arguments=3), TypeError, "arguments must be a str"),
+        (dict(arguments="const float *x, "), ValueError, "empty argument"),
+        (dict(arguments="const float *x", dtype_out=object), TypeError, "Python objects"),
+    ],
+)
 def test_argument_errors(kwargs, exc, match):
     kw = dict(dtype_out=np.float32, neutral="0", reduce_expr="a+b")
     kw.update(kwargs)
@@ -126,8 +167,7 @@ def test_constructor_reports_compile_error(ctx):
 
 @pytest.mark.driver
 def test_constructor_loads_both_stages(ctx):
-    k = ReductionKernel(np.float32, "0", "a+b", "x[i]*s", "const float *x, float s",
-                        name="axsum")
+    k = ReductionKernel(np.float32, "0", "a+b", "x[i]*s", "const float *x, float s", name="axsum")
     assert k.stage1.name == "axsum_stage1" and k.stage2.name == "axsum_stage2"
     assert k.max_blocks >= 1
     assert k is not None and k.dtype_out == np.float32
@@ -145,6 +185,7 @@ def test_minmax_neutral_and_errors():
 
 
 # ---- on the GPU ----
+
 
 def _gpuarray():
     return pytest.importorskip("pygpu.gpuarray")
@@ -169,8 +210,9 @@ def _random(rng, dtype, n):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", SIZES)
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.uint32,
-                                   np.complex64, np.complex128])
+@pytest.mark.parametrize(
+    "dtype", [np.float32, np.float64, np.int32, np.int64, np.uint32, np.complex64, np.complex128]
+)
 def test_sum(ctx, rng, dtype, n):
     ga = _gpuarray()
     a = _random(rng, dtype, n)
@@ -179,20 +221,22 @@ def test_sum(ctx, rng, dtype, n):
     assert r.shape == () and r.dtype == np.dtype(dtype)
     got = r.get()
     if np.dtype(dtype).kind in "iu":
-        assert got == a.sum(dtype=dtype)              # exact (wrapping like NumPy)
+        assert got == a.sum(dtype=dtype)  # exact (wrapping like NumPy)
     else:
         ref = a.astype(np.complex128 if np.dtype(dtype).kind == "c" else np.float64).sum()
         # float32: 1e-5 of the sum of magnitudes; float64: 1e-12
-        tol = (1e-5 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-12) * \
-            (np.abs(a).astype(np.float64).sum() + 1)
+        tol = (1e-5 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-12) * (
+            np.abs(a).astype(np.float64).sum() + 1
+        )
         assert abs(got - ref) <= tol, (got, ref)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [1, 33, 4097, 1_000_003])
 @pytest.mark.parametrize("what", ["min", "max"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.int32, np.int64,
-                                   np.uint16, np.uint64])
+@pytest.mark.parametrize(
+    "dtype", [np.float32, np.float64, np.int8, np.int32, np.int64, np.uint16, np.uint64]
+)
 def test_minmax_exact(ctx, rng, dtype, what, n):
     ga = _gpuarray()
     a = _random(rng, dtype, n)
@@ -260,17 +304,27 @@ def test_custom_kernel_scalar_range_slice_out(ctx, rng):
     n = 100_003
     x = _random(rng, np.float64, n)
     y = _random(rng, np.float64, n)
-    k = ReductionKernel(np.float64, "0", "a+b", "x[i]*y[i]*s",
-                        "const double *x, const double *y, double s")
+    k = ReductionKernel(
+        np.float64, "0", "a+b", "x[i]*y[i]*s", "const double *x, const double *y, double s"
+    )
     dx, dy = ga.to_gpu(x), ga.to_gpu(y)
     tol = 1e-11 * n
     assert abs(k(dx, dy, 3).get() - 3 * np.dot(x, y)) <= tol
-    assert abs(k(dx, dy, 2.5, range=slice(10, 5000)).get()
-               - 2.5 * np.dot(x[10:5000], y[10:5000])) <= tol
-    assert abs(k(dx, dy, 1.0, range=slice(n - 1, 3, -7)).get()
-               - np.dot(x[n - 1:3:-7], y[n - 1:3:-7])) <= tol
-    assert abs(k(dx, dy, 1.0, slice=slice(-5000, None, 3)).get()
-               - np.dot(x[-5000::3], y[-5000::3])) <= tol
+    assert (
+        abs(k(dx, dy, 2.5, range=slice(10, 5000)).get() - 2.5 * np.dot(x[10:5000], y[10:5000]))
+        <= tol
+    )
+    assert (
+        abs(
+            k(dx, dy, 1.0, range=slice(n - 1, 3, -7)).get()
+            - np.dot(x[n - 1 : 3 : -7], y[n - 1 : 3 : -7])
+        )
+        <= tol
+    )
+    assert (
+        abs(k(dx, dy, 1.0, slice=slice(-5000, None, 3)).get() - np.dot(x[-5000::3], y[-5000::3]))
+        <= tol
+    )
     assert k(dx, dy, 1.0, range=slice(5, 5)).get() == 0.0
     out = ga.empty(4, np.float64)
     for j in range(4):
@@ -282,20 +336,22 @@ def test_custom_kernel_scalar_range_slice_out(ctx, rng):
 def test_sum_with_a_pool_allocator(ctx, rng):
     ga = _gpuarray()
     from pygpu import tools
+
     pool = tools.DeviceMemoryPool()
     a = _random(rng, np.float32, 1_000_003)
-    r = reduction.get_sum_kernel(None, np.dtype(np.float32))(ga.to_gpu(a),
-                                                            allocator=pool.allocate)
+    r = reduction.get_sum_kernel(None, np.dtype(np.float32))(ga.to_gpu(a), allocator=pool.allocate)
     assert abs(r.get() - a.astype(np.float64).sum()) <= 1e-5 * np.abs(a).sum()
 
 
 # ---- the Python side of a call (the stand-in runs it too; no results read) ----
+
 
 @pytest.mark.driver
 @pytest.mark.parametrize("n", [0, 10, 4096, 4097, 8192, 8193, 1_000_003])
 def test_allocator_called_once(ctx, n):
     ga = _gpuarray()
     from pygpu import tools
+
     pool = tools.DeviceMemoryPool()
     calls = []
 
@@ -341,12 +397,15 @@ def test_call_errors(ctx):
 
 # ---- kernel configurations (config= / PYGPU_REDUCTION_CONFIG) ----
 
+
 def _sweep():
     """benchmarks/reduce_scan_sweep.py: the configurations the lead's GPU run times."""
     import importlib.util
     import os
-    path = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "benchmarks",
-                        "reduce_scan_sweep.py")
+
+    path = os.path.join(
+        os.path.dirname(__file__), os.pardir, os.pardir, "benchmarks", "reduce_scan_sweep.py"
+    )
     spec = importlib.util.spec_from_file_location("reduce_scan_sweep", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -358,8 +417,14 @@ F32 = np.dtype(np.float32)
 # (what, dtype_out, neutral, reduce_expr, map_expr, arguments): the sweep's three kernels
 SWEPT = [
     ("sum", F32, "0", "a+b", None, "const float *in"),
-    ("min", F32, reduction.get_minmax_neutral("min", F32), reduction._minmax_expr("min", F32),
-     None, "const float *in"),
+    (
+        "min",
+        F32,
+        reduction.get_minmax_neutral("min", F32),
+        reduction._minmax_expr("min", F32),
+        None,
+        "const float *in",
+    ),
     ("dot", F32, "0", "a+b", "a[i]*b[i]", "const float *a, const float *b"),
 ]
 
@@ -397,30 +462,48 @@ def test_defaults_and_environment(monkeypatch):
     src, _ = reduction_source(np.float32, "0", "a+b", None, "const float *in")
     assert "#define PYGPU_RED_BLOCK 512" in src
     monkeypatch.setenv("PYGPU_REDUCTION_CONFIG", "block=48")
-    with pytest.raises(ValueError, match=r"PYGPU_REDUCTION_CONFIG: block=48: threads a block "
-                                         r"must be a multiple of 32 from 32 to 1024"):
+    with pytest.raises(
+        ValueError,
+        match=r"PYGPU_REDUCTION_CONFIG: block=48: threads a block "
+        r"must be a multiple of 32 from 32 to 1024",
+    ):
         reduction_source(np.float32, "0", "a+b", None, "const float *in")
 
 
-@pytest.mark.parametrize("config, exc, match", [
-    ("blok=256", ValueError, r"config: 'blok' is not a known key \(known: block, unroll, vec, "
-                             r"bps, launch\)"),
-    ("block", ValueError, r"config: 'block' is not key=value"),
-    ("=4", ValueError, r"config: '=4' is not key=value"),
-    ("block=256,block=128", ValueError, r"config: 'block' is given twice"),
-    ("unroll=four", ValueError, r"config: unroll=four is not an integer"),
-    ("unroll=0", ValueError, r"config: unroll=0: vector loads a thread has in flight must be "
-                             r"from 1 to 16"),
-    ("vec=12", ValueError, r"config: vec=12: bytes a vector load \(0: scalar loads\) must be "
-                           r"one of 0, 4, 8, 16"),
-    ("launch=3", ValueError, r"config: launch=3: .* must be one of 1, 2"),
-    ("bps=33", ValueError, r"config: bps=33: .* must be from 0 to 32"),
-    ("block=2048", ValueError, r"config: block=2048: .* multiple of 32 from 32 to 1024"),
-    ({"block": 256.0}, TypeError, r"config: block must be an int, not float"),
-    ({"block": True}, TypeError, r"config: block must be an int, not bool"),
-    ({"speed": 1}, ValueError, r"config: 'speed' is not a known key"),
-    (["block=256"], TypeError, r"config must be a dict or a str 'key=value,...', not list"),
-])
+@pytest.mark.parametrize(
+    "config, exc, match",
+    [
+        (
+            "blok=256",
+            ValueError,
+            r"config: 'blok' is not a known key \(known: block, unroll, vec, "
+            r"bps, launch\)",
+        ),
+        ("block", ValueError, r"config: 'block' is not key=value"),
+        ("=4", ValueError, r"config: '=4' is not key=value"),
+        ("block=256,block=128", ValueError, r"config: 'block' is given twice"),
+        ("unroll=four", ValueError, r"config: unroll=four is not an integer"),
+        (
+            "unroll=0",
+            ValueError,
+            r"config: unroll=0: vector loads a thread has in flight must be "
+            r"from 1 to 16",
+        ),
+        (
+            "vec=12",
+            ValueError,
+            r"config: vec=12: bytes a vector load \(0: scalar loads\) must be "
+            r"one of 0, 4, 8, 16",
+        ),
+        ("launch=3", ValueError, r"config: launch=3: .* must be one of 1, 2"),
+        ("bps=33", ValueError, r"config: bps=33: .* must be from 0 to 32"),
+        ("block=2048", ValueError, r"config: block=2048: .* multiple of 32 from 32 to 1024"),
+        ({"block": 256.0}, TypeError, r"config: block must be an int, not float"),
+        ({"block": True}, TypeError, r"config: block must be an int, not bool"),
+        ({"speed": 1}, ValueError, r"config: 'speed' is not a known key"),
+        (["block=256"], TypeError, r"config must be a dict or a str 'key=value,...', not list"),
+    ],
+)
 def test_config_errors(config, exc, match):
     with pytest.raises(exc, match=match):
         reduction.reduction_config(config)
@@ -428,25 +511,35 @@ def test_config_errors(config, exc, match):
         ReductionKernel(np.float32, "0", "a+b", arguments="const float *in", config=config)
 
 
-@pytest.mark.parametrize("map_expr, arguments, vectorized", [
-    ("in[i]", "const float *in", ["in"]),
-    ("x[ i ]*y[i]", "const float *x, const double *y", ["x", "y"]),
-    ("in[lookup_tbl[i]]", "const int *lookup_tbl, const float *in", ["lookup_tbl"]),
-    ("x[i]*i + x[i+1]", "const float *x", []),            # x[i+1]: not a plain x[i]
-    ("x[i] + s.x[i]", "const float *x, float s", ["x"]),   # a member named x is not x
-    ("(x[i] = 2)", "float *x", []),                         # written: read one at a time
-    ("(x[i] += 2)", "float *x", []),
-    ("x[i] == 2", "float *x", ["x"]),
-    ("++x[i]", "float *x", []),
-    ("f(x)", "const float *x", []),
-    ("in[i]", "const pycuda::complex<float> *in", ["in"]),
-])
+@pytest.mark.parametrize(
+    "map_expr, arguments, vectorized",
+    [
+        ("in[i]", "const float *in", ["in"]),
+        ("x[ i ]*y[i]", "const float *x, const double *y", ["x", "y"]),
+        ("in[lookup_tbl[i]]", "const int *lookup_tbl, const float *in", ["lookup_tbl"]),
+        ("x[i]*i + x[i+1]", "const float *x", []),  # x[i+1]: not a plain x[i]
+        ("x[i] + s.x[i]", "const float *x, float s", ["x"]),  # a member named x is not x
+        ("(x[i] = 2)", "float *x", []),  # written: read one at a time
+        ("(x[i] += 2)", "float *x", []),
+        ("x[i] == 2", "float *x", ["x"]),
+        ("++x[i]", "float *x", []),
+        ("f(x)", "const float *x", []),
+        ("in[i]", "const pycuda::complex<float> *in", ["in"]),
+    ],
+)
 def test_vector_loaded_arguments(map_expr, arguments, vectorized):
     from pygpu._ctypes_util import parse_arguments
+
     args, _ = parse_arguments(arguments)
     assert [n for _, n, _ in reduction._vector_arguments(map_expr, args)] == vectorized
-    src, _ = reduction_source(np.float64, "0", "a+b", map_expr, arguments,
-                              preamble="__device__ float f(const float *p) { return *p; }")
+    src, _ = reduction_source(
+        np.float64,
+        "0",
+        "a+b",
+        map_expr,
+        arguments,
+        preamble="__device__ float f(const float *p) { return *p; }",
+    )
     for name in vectorized:
         assert "pygpu_v_%s[pygpu_c]" % name in src
     if vectorized:
@@ -469,6 +562,7 @@ def test_vector_elements():
 def _stage1_params(p, nargs):
     """(start, step, count, vbase, nvec, ticket, out) from stage 1's parameter bytes."""
     import struct
+
     return struct.unpack_from("<qqQqQQQ", p, 8 * (1 + nargs))
 
 
@@ -479,21 +573,22 @@ def test_vector_span_follows_alignment(standin, ctx):
     assert k.vec == 4
     d = ga.zeros(4000, np.float32)
     for view, kw, want in [
-            (d, {}, (0, 1, 4000, 0, 1000)),
-            (d[1:], {}, (0, 1, 3999, 3, 999)),            # 4 bytes past 16: 3 head elements
-            (d[2:], {}, (0, 1, 3998, 2, 999)),
-            (d[4:], {}, (0, 1, 3996, 0, 999)),
-            (d, dict(range=slice(5, 905)), (5, 1, 900, 8, 224)),
-            (d, dict(range=slice(8, 15)), (8, 1, 7, 8, 0)),      # under two chunks: scalar
-            (d, dict(range=slice(0, 4000, 2)), (0, 2, 2000, 0, 0)),   # a step: scalar
-            (d, dict(slice=slice(-7, None)), (3993, 1, 7, 3993, 0))]:
+        (d, {}, (0, 1, 4000, 0, 1000)),
+        (d[1:], {}, (0, 1, 3999, 3, 999)),  # 4 bytes past 16: 3 head elements
+        (d[2:], {}, (0, 1, 3998, 2, 999)),
+        (d[4:], {}, (0, 1, 3996, 0, 999)),
+        (d, dict(range=slice(5, 905)), (5, 1, 900, 8, 224)),
+        (d, dict(range=slice(8, 15)), (8, 1, 7, 8, 0)),  # under two chunks: scalar
+        (d, dict(range=slice(0, 4000, 2)), (0, 2, 2000, 0, 0)),  # a step: scalar
+        (d, dict(slice=slice(-7, None)), (3993, 1, 7, 3993, 0)),
+    ]:
         k(view, **kw)
         assert _stage1_params(standin.last_launch().params, 1)[:5] == want, (kw, want)
     # two arrays a different distance from alignment: no vector loads
     dot = ReductionKernel(np.float32, "0", "a+b", "a[i]*b[i]", "const float *a, const float *b")
     dot(d[1:3001], d[2:3002])
     assert _stage1_params(standin.last_launch().params, 2)[3:5] == (0, 0)
-    dot(d[1:3001], d[5:3005])       # both 4 bytes past 16
+    dot(d[1:3001], d[5:3005])  # both 4 bytes past 16
     assert _stage1_params(standin.last_launch().params, 2)[3:5] == (3, 749)
 
 
@@ -501,8 +596,9 @@ def test_vector_span_follows_alignment(standin, ctx):
 @pytest.mark.parametrize("launch", [1, 2])
 def test_launches_and_ticket(standin, ctx, launch):
     ga = _gpuarray()
-    k = ReductionKernel(np.float32, "0", "a+b", arguments="const float *in",
-                        config="launch=%d" % launch)
+    k = ReductionKernel(
+        np.float32, "0", "a+b", arguments="const float *in", config="launch=%d" % launch
+    )
     d = ga.zeros(1_000_000, np.float32)
     r, calls = standin.trace(lambda: k(d))
     kernels = [c for c in calls if c.startswith("cuLaunchKernel")]
@@ -528,11 +624,10 @@ def test_launches_and_ticket(standin, ctx, launch):
 def test_grid_follows_config(ctx):
     k = ReductionKernel(np.float32, "0", "a+b", arguments="const float *in", config="bps=3")
     from pygpu import driver
-    sms = driver.Context.get_device().get_attribute(
-        driver.device_attribute.MULTIPROCESSOR_COUNT)
+
+    sms = driver.Context.get_device().get_attribute(driver.device_attribute.MULTIPROCESSOR_COUNT)
     assert k.max_blocks == 3 * sms and k.block == reduction.REDUCTION_DEFAULTS["block"]
-    k = ReductionKernel(np.float32, "0", "a+b", arguments="const float *in",
-                        config="block=128")
+    k = ReductionKernel(np.float32, "0", "a+b", arguments="const float *in", config="block=128")
     assert k.block == 128 and k.max_blocks >= sms
 
 
@@ -559,16 +654,22 @@ def test_swept_configs_on_the_gpu(ctx, rng, config):
     kinds = {}
     for dtype in (np.float32, np.float64, np.int32, np.int64, np.complex64, np.uint8):
         dt = np.dtype(dtype)
-        kinds[dt] = ReductionKernel(dt, "0", "a+b", arguments="const %s *in"
-                                    % reduction.dtype_to_ctype(dt), config=config)
-    mins = {dt: ReductionKernel(dt, reduction.get_minmax_neutral(w, dt),
-                                reduction._minmax_expr(w, dt),
-                                arguments="const %s *in" % reduction.dtype_to_ctype(dt),
-                                config=config)
-            for dt, w in ((F32, "min"), (np.dtype(np.float64), "max"),
-                          (np.dtype(np.int32), "min"))}
-    dot = ReductionKernel(F32, "0", "a+b", "a[i]*b[i]", "const float *a, const float *b",
-                          config=config)
+        kinds[dt] = ReductionKernel(
+            dt, "0", "a+b", arguments="const %s *in" % reduction.dtype_to_ctype(dt), config=config
+        )
+    mins = {
+        dt: ReductionKernel(
+            dt,
+            reduction.get_minmax_neutral(w, dt),
+            reduction._minmax_expr(w, dt),
+            arguments="const %s *in" % reduction.dtype_to_ctype(dt),
+            config=config,
+        )
+        for dt, w in ((F32, "min"), (np.dtype(np.float64), "max"), (np.dtype(np.int32), "min"))
+    }
+    dot = ReductionKernel(
+        F32, "0", "a+b", "a[i]*b[i]", "const float *a, const float *b", config=config
+    )
     for n in CFG_SIZES:
         for dt, k in kinds.items():
             if n > 2_000_000 and dt not in (F32, np.dtype(np.int32)):
@@ -577,23 +678,23 @@ def test_swept_configs_on_the_gpu(ctx, rng, config):
             d = ga.to_gpu(a)
             # whole, and views 1..3 elements in: vector loads see every misalignment
             for off in (0, 1, 2, 3):
-                _check_sum(k(d[off:off + n]).get(), a[off:off + n], dt)
+                _check_sum(k(d[off : off + n]).get(), a[off : off + n], dt)
         for dt, k in mins.items():
             if n == 0 or (n > 2_000_000 and dt != F32):
-                continue                    # NumPy has no min of nothing
+                continue  # NumPy has no min of nothing
             a = _random(rng, dt, n + 1)
             d = ga.to_gpu(a)
             for off in (0, 1):
-                got = k(d[off:off + n]).get()
-                ref = a[off:off + n]
+                got = k(d[off : off + n]).get()
+                ref = a[off : off + n]
                 assert got == (ref.min() if "(a < b" in k.source else ref.max())
         x = _random(rng, F32, n + 2)
         y = _random(rng, F32, n + 2)
         dx, dy = ga.to_gpu(x), ga.to_gpu(y)
         for ox, oy in ((0, 0), (1, 1), (1, 2), (2, 0)):
-            got = dot(dx[ox:ox + n], dy[oy:oy + n]).get()
-            ref = np.dot(x[ox:ox + n].astype(np.float64), y[oy:oy + n].astype(np.float64))
-            tol = 1e-5 * (np.abs(x[ox:ox + n].astype(np.float64) * y[oy:oy + n]).sum() + 1)
+            got = dot(dx[ox : ox + n], dy[oy : oy + n]).get()
+            ref = np.dot(x[ox : ox + n].astype(np.float64), y[oy : oy + n].astype(np.float64))
+            tol = 1e-5 * (np.abs(x[ox : ox + n].astype(np.float64) * y[oy : oy + n]).sum() + 1)
             assert abs(got - ref) <= tol, (n, ox, oy, got, ref)
 
 
@@ -602,25 +703,34 @@ def test_swept_configs_on_the_gpu(ctx, rng, config):
 def test_configs_with_range_slice_out_and_stream(ctx, rng, config):
     ga = _gpuarray()
     from pygpu import driver
+
     n = 1_000_003
     x = _random(rng, np.float64, n)
     y = _random(rng, np.float64, n)
-    k = ReductionKernel(np.float64, "0", "a+b", "x[i]*y[i]*s",
-                        "const double *x, const double *y, double s", config=config)
+    k = ReductionKernel(
+        np.float64,
+        "0",
+        "a+b",
+        "x[i]*y[i]*s",
+        "const double *x, const double *y, double s",
+        config=config,
+    )
     dx, dy = ga.to_gpu(x), ga.to_gpu(y)
     tol = 1e-11 * n
     s = driver.Stream()
-    for kw, ref in ((dict(range=slice(1, 900_001)), np.dot(x[1:900_001], y[1:900_001])),
-                    (dict(range=slice(n - 1, 3, -7)), np.dot(x[n - 1:3:-7], y[n - 1:3:-7])),
-                    (dict(slice=slice(-5003, None)), np.dot(x[-5003:], y[-5003:])),
-                    (dict(stream=s), np.dot(x, y))):
+    for kw, ref in (
+        (dict(range=slice(1, 900_001)), np.dot(x[1:900_001], y[1:900_001])),
+        (dict(range=slice(n - 1, 3, -7)), np.dot(x[n - 1 : 3 : -7], y[n - 1 : 3 : -7])),
+        (dict(slice=slice(-5003, None)), np.dot(x[-5003:], y[-5003:])),
+        (dict(stream=s), np.dot(x, y)),
+    ):
         r = k(dx, dy, 2.0, **kw)
         s.synchronize()
         assert abs(r.get() - 2.0 * ref) <= tol, kw
     out = ga.empty(3, np.float64)
     for j in range(3):
         k(dx, dy, float(j + 1), out=out[j], range=slice(j, n - j))
-    want = [(j + 1) * np.dot(x[j:n - j], y[j:n - j]) for j in range(3)]
+    want = [(j + 1) * np.dot(x[j : n - j], y[j : n - j]) for j in range(3)]
     np.testing.assert_allclose(out.get(), want, rtol=0, atol=tol)
 
 
@@ -631,10 +741,13 @@ def test_nan_propagates_in_every_config(ctx, rng, what, config):
     ga = _gpuarray()
     for dtype in (np.float32, np.float64):
         dt = np.dtype(dtype)
-        k = ReductionKernel(dt, reduction.get_minmax_neutral(what, dt),
-                            reduction._minmax_expr(what, dt),
-                            arguments="const %s *in" % reduction.dtype_to_ctype(dt),
-                            config=config)
+        k = ReductionKernel(
+            dt,
+            reduction.get_minmax_neutral(what, dt),
+            reduction._minmax_expr(what, dt),
+            arguments="const %s *in" % reduction.dtype_to_ctype(dt),
+            config=config,
+        )
         for n in (5, 4097, 1_000_003):
             a = rng.uniform(-1, 1, n).astype(dt)
             for pos in (0, n - 1, int(rng.integers(0, n))):
@@ -656,18 +769,25 @@ def test_subset_and_bool_kernels_in_configs(ctx, rng, config, monkeypatch):
     idx = np.sort(rng.choice(n, size=n // 3, replace=False)).astype(np.int32)
     dx, di = ga.to_gpu(x), ga.to_gpu(idx)
     i32 = np.dtype(np.int32)
-    k = ReductionKernel(i32, "0", "a+b", map_expr="in[lookup_tbl[i]]",
-                        arguments="const int *lookup_tbl, const int *in")
+    k = ReductionKernel(
+        i32,
+        "0",
+        "a+b",
+        map_expr="in[lookup_tbl[i]]",
+        arguments="const int *lookup_tbl, const int *in",
+    )
     assert k.config == reduction.reduction_config(config)
     assert k(di, dx).get() == x[idx].sum()
     assert k(di[1:], dx).get() == x[idx[1:]].sum()
     b = np.dtype(bool)
     f = _random(rng, np.float32, n)
     f[f > 0.999] = 0
-    kany = ReductionKernel(b, "0", "(a != 0) || (b != 0)", map_expr="in[i] != 0",
-                           arguments="const float *in")
-    kall = ReductionKernel(b, "1", "(a != 0) && (b != 0)", map_expr="in[i] != 0",
-                           arguments="const float *in")
+    kany = ReductionKernel(
+        b, "0", "(a != 0) || (b != 0)", map_expr="in[i] != 0", arguments="const float *in"
+    )
+    kall = ReductionKernel(
+        b, "1", "(a != 0) && (b != 0)", map_expr="in[i] != 0", arguments="const float *in"
+    )
     df = ga.to_gpu(f)
     assert kany(df).get() == np.any(f) and kall(df).get() == np.all(f)
     assert kall(df[1:]).get() == np.all(f[1:])
@@ -677,10 +797,16 @@ def test_argument_names_the_kernel_uses_inside_compile():
     """The kernel's own locals are pygpu_-prefixed: arguments may be called
     acc, stride, k, m, r, c, i0, head, tail, gid (before, some shadowed the
     user's or failed to compile)."""
-    args = ("const float *acc, float stride, int k, float m, float r, float c, float i0, "
-            "float head, float tail, float gid, float u, float v")
-    src, _ = reduction_source(np.float32, "0", "a+b",
-                              "acc[i]*stride + k + m + r + c + i0 + head + tail + gid + u + v",
-                              args)
+    args = (
+        "const float *acc, float stride, int k, float m, float r, float c, float i0, "
+        "float head, float tail, float gid, float u, float v"
+    )
+    src, _ = reduction_source(
+        np.float32,
+        "0",
+        "a+b",
+        "acc[i]*stride + k + m + r + c + i0 + head + tail + gid + u + v",
+        args,
+    )
     ptx = _ptx(src, "compute_90")
     assert ".entry reduce_kernel_stage1" in ptx and "ld.global.nc.v4" in ptx

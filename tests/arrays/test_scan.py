@@ -1,6 +1,7 @@
 """pygpu.scan: generated sources compile (no GPU needed), argument errors,
 and (gpu) every element of inclusive and exclusive scans against NumPy or a
 sequential reference on fresh random data."""
+
 import re
 import warnings
 
@@ -47,15 +48,16 @@ SPECS = [
 ]
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: "%s-%s-%s" % (
-    np.dtype(s[0]).name, s[1], "ex" if s[3] else "in"))
+@pytest.mark.parametrize(
+    "spec", SPECS, ids=lambda s: "%s-%s-%s" % (np.dtype(s[0]).name, s[1], "ex" if s[3] else "in")
+)
 def test_sources_compile_to_ptx(spec):
     src = scan_source(spec[0], spec[1], spec[2], spec[3], name="myscan", preamble=spec[4])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ptx = bytes(compiler.compile(src, target="ptx", arch="compute_90", cache_dir=False))
     assert b".entry myscan" in ptx
-    assert b"atom.global.add.u32" in ptx          # the dynamic tile counter
+    assert b"atom.global.add.u32" in ptx  # the dynamic tile counter
 
 
 def test_tile_shape():
@@ -87,8 +89,9 @@ def test_struct_scan_source_compiles(monkeypatch, size):
     """ % (n, n, n, n)
     dt = np.dtype((np.void, size))
     real = scan.dtype_to_ctype
-    monkeypatch.setattr(scan, "dtype_to_ctype",
-                        lambda d: "vecsum" if np.dtype(d) == dt else real(d))
+    monkeypatch.setattr(
+        scan, "dtype_to_ctype", lambda d: "vecsum" if np.dtype(d) == dt else real(d)
+    )
     src = scan_source(dt, "add(a, b)", preamble=preamble)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -96,15 +99,22 @@ def test_struct_scan_source_compiles(monkeypatch, size):
     assert b".entry scan_scan" in ptx
 
 
-@pytest.mark.parametrize("args, kwargs, exc, match", [
-    ((np.int32, "a+b"), {}, ValueError, "neutral element is required for exclusive scan"),
-    ((np.int32, 3, "0"), {}, TypeError, "scan_expr must be a str"),
-    ((np.int32, " ", "0"), {}, ValueError, "scan_expr is empty"),
-    ((np.int32, "a+b", "0"), dict(name_prefix="bad name"), ValueError,
-     "name_prefix must make a C identifier"),
-    ((np.int32, "a+b", "0"), dict(preamble=1), TypeError, "preamble must be a str"),
-    ((object, "a+b", "0"), {}, TypeError, "Python objects"),
-])
+@pytest.mark.parametrize(
+    "args, kwargs, exc, match",
+    [
+        ((np.int32, "a+b"), {}, ValueError, "neutral element is required for exclusive scan"),
+        ((np.int32, 3, "0"), {}, TypeError, "scan_expr must be a str"),
+        ((np.int32, " ", "0"), {}, ValueError, "scan_expr is empty"),
+        (
+            (np.int32, "a+b", "0"),
+            dict(name_prefix="bad name"),
+            ValueError,
+            "name_prefix must make a C identifier",
+        ),
+        ((np.int32, "a+b", "0"), dict(preamble=1), TypeError, "preamble must be a str"),
+        ((object, "a+b", "0"), {}, TypeError, "Python objects"),
+    ],
+)
 def test_exclusive_argument_errors(args, kwargs, exc, match):
     with pytest.raises(exc, match=match):
         ExclusiveScanKernel(*args, **kwargs)
@@ -133,13 +143,29 @@ def test_constructor_loads(ctx):
 
 # ---- on the GPU ----
 
+
 def _gpuarray():
     return pytest.importorskip("pygpu.gpuarray")
 
 
 def _sizes(tile):
-    return sorted({1, 2, 31, 32, 33, tile - 1, tile, tile + 1, 2 * tile, 3 * tile + 5,
-                   33 * tile - 1, 33 * tile + 1, 1000 * tile + 17})
+    return sorted(
+        {
+            1,
+            2,
+            31,
+            32,
+            33,
+            tile - 1,
+            tile,
+            tile + 1,
+            2 * tile,
+            3 * tile + 5,
+            33 * tile - 1,
+            33 * tile + 1,
+            1000 * tile + 17,
+        }
+    )
 
 
 @pytest.mark.gpu
@@ -245,7 +271,7 @@ def test_non_commutative_composition_in_four_bytes(ctx, rng, cls):
         for i in range(n):
             if cls is ExclusiveScanKernel:
                 ref[i] = (acc_m << 16) | acc_c
-            acc_m, acc_c = (mm[i] * acc_m) & 0xffff, (mm[i] * acc_c + cc[i]) & 0xffff
+            acc_m, acc_c = (mm[i] * acc_m) & 0xFFFF, (mm[i] * acc_c + cc[i]) & 0xFFFF
             if cls is InclusiveScanKernel:
                 ref[i] = (acc_m << 16) | acc_c
         bad = np.flatnonzero(got != ref)
@@ -270,10 +296,11 @@ def test_max_scan_and_output_array(ctx, rng):
     out = ga.empty_like(d)
     assert k(d, out) is out
     np.testing.assert_array_equal(out.get(), np.maximum.accumulate(x))
-    np.testing.assert_array_equal(d.get(), x)          # input untouched
+    np.testing.assert_array_equal(d.get(), x)  # input untouched
 
 
 # ---- the Python side of a call (the stand-in runs it too; no results read) ----
+
 
 @pytest.mark.driver
 def test_empty_and_errors(ctx):
@@ -313,6 +340,7 @@ def test_packed_words_are_8_byte_aligned_from_any_allocator(standin, ctx):
 
     def allocator(nbytes):
         from pygpu import driver
+
         a = driver.mem_alloc(nbytes + 4)
         keep.append(a)
         return int(a) + 4
@@ -321,11 +349,11 @@ def test_packed_words_are_8_byte_aligned_from_any_allocator(standin, ctx):
     d = ga.zeros(3 * k.tile + 5, np.float32)
     k(d, allocator=allocator)
     p = standin.last_launch().params
-    counter, words = (int.from_bytes(p[o:o + 8], "little") for o in (24, 32))
+    counter, words = (int.from_bytes(p[o : o + 8], "little") for o in (24, 32))
     start = int(keep[-1]) + 4
     assert counter == start and words % 8 == 0 and start + 16 <= words <= start + 24
     tiles = -(-d.size // k.tile)
-    assert words + 8 * tiles <= start + 24 + 8 * tiles      # every tile's word fits
+    assert words + 8 * tiles <= start + 24 + 8 * tiles  # every tile's word fits
 
 
 @pytest.mark.driver
@@ -333,6 +361,7 @@ def test_packed_words_are_8_byte_aligned_from_any_allocator(standin, ctx):
 def test_scratch_allocations(ctx, n, scratch):
     ga = _gpuarray()
     from pygpu import tools
+
     pool = tools.DeviceMemoryPool()
     calls = []
 
@@ -344,7 +373,7 @@ def test_scratch_allocations(ctx, n, scratch):
     d = ga.zeros(n, np.float32)
     assert k(d, allocator=allocator) is d
     assert len(calls) == scratch
-    if scratch:     # the counter, then one 64-bit flag-and-value word a tile
+    if scratch:  # the counter, then one 64-bit flag-and-value word a tile
         assert calls[0] == 24 + 8 * -(-n // k.tile)
     out = k(d, "new", allocator=allocator)
     assert out.shape == d.shape and out.dtype == d.dtype and out is not d
@@ -353,12 +382,15 @@ def test_scratch_allocations(ctx, n, scratch):
 
 # ---- kernel configurations (config= / PYGPU_SCAN_CONFIG) ----
 
+
 def _sweep():
     """benchmarks/reduce_scan_sweep.py: the configurations the lead's GPU run times."""
     import importlib.util
     import os
-    path = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "benchmarks",
-                        "reduce_scan_sweep.py")
+
+    path = os.path.join(
+        os.path.dirname(__file__), os.pardir, os.pardir, "benchmarks", "reduce_scan_sweep.py"
+    )
     spec = importlib.util.spec_from_file_location("reduce_scan_sweep", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -379,10 +411,12 @@ def _ptx(src, arch):
 def test_every_swept_config_compiles(config):
     oldest = "compute_%d" % min(compiler.supported_archs())
     cfg = scan.scan_config(config)
-    for dtype, expr, neutral, exclusive in ((np.float32, "a+b", None, False),
-                                            (np.float32, "a+b", "0", True),
-                                            (np.float64, "a+b", "0", True),
-                                            (np.uint8, "a+b", None, False)):
+    for dtype, expr, neutral, exclusive in (
+        (np.float32, "a+b", None, False),
+        (np.float32, "a+b", "0", True),
+        (np.float64, "a+b", "0", True),
+        (np.uint8, "a+b", None, False),
+    ):
         src = scan_source(dtype, expr, neutral, exclusive, name="myscan", config=config)
         if dtype is np.float32 and not exclusive:
             assert ".entry myscan" in _ptx(src, oldest)
@@ -396,9 +430,11 @@ def test_every_swept_config_compiles(config):
         assert "#define PYGPU_SCAN_WARP_LOAD %d" % cfg["warp_load"] in src
         assert "#define PYGPU_SCAN_WINDOW %d" % cfg["window"] in src
         # 16-byte loads and stores of full tiles where vec asks for them
-        wide = all(re.search(r"%s\.global\.(v4\.[bfsu]32|v2\.[bfsu]64)" % op, ptx)
-                   or (op == "ld" and cfg["async_copy"] and "cp.async.cg" in ptx)
-                   for op in ("ld", "st"))
+        wide = all(
+            re.search(r"%s\.global\.(v4\.[bfsu]32|v2\.[bfsu]64)" % op, ptx)
+            or (op == "ld" and cfg["async_copy"] and "cp.async.cg" in ptx)
+            for op in ("ld", "st")
+        )
         size = np.dtype(dtype).itemsize
         v = scan._vector_elements(size, scan.tile_shape(dtype, cfg)[1], cfg["vec"])
         if v == 1 or v * size == 16:
@@ -414,8 +450,9 @@ def test_scan_defaults_and_environment(monkeypatch):
     assert scan.scan_config() == scan.SCAN_DEFAULTS
     monkeypatch.setenv("PYGPU_SCAN_CONFIG", "threads=512,items=16,hold=1")
     # async_copy, left unset, is off where hold=1 asks for registers
-    assert scan.scan_config() == dict(scan.SCAN_DEFAULTS, threads=512, items=16, hold=1,
-                                      async_copy=0)
+    assert scan.scan_config() == dict(
+        scan.SCAN_DEFAULTS, threads=512, items=16, hold=1, async_copy=0
+    )
     monkeypatch.setenv("PYGPU_SCAN_CONFIG", "vec=0")
     assert scan.scan_config()["async_copy"] == 0
     monkeypatch.setenv("PYGPU_SCAN_CONFIG", "threads=512,items=16,hold=1")
@@ -435,27 +472,50 @@ def test_scan_defaults_and_environment(monkeypatch):
         InclusiveScanKernel(np.float32, "a+b")
 
 
-@pytest.mark.parametrize("config, exc, match", [
-    ("tile=5", ValueError, r"config: 'tile' is not a known key \(known: threads, items, "
-                           r"min_blocks, warp_load, vec, sleep, hold, async_copy, "
-                           r"window\)"),
-    ("threads=100", ValueError, r"config: threads=100: .* multiple of 32 from 32 to 1024"),
-    ("items=0", ValueError, r"config: items=0: .* must be from 1 to 64"),
-    ("vec=2", ValueError, r"config: vec=2: .* must be one of 0, 4, 8, 16"),
-    ("sleep=-1", ValueError, r"config: sleep=-1: .* must be from 0 to 10000"),
-    ("window=3", ValueError, r"config: window=3: tiles a look-back lane reads a round "
-                             r"\(elements of at most 4 bytes\) must be one of 1, 2, 4, 8"),
-    ("warp_load", ValueError, r"config: 'warp_load' is not key=value"),
-    ("threads=512,items=32", ValueError, r"scan config: a tile of 512 x 32 elements of 4 "
-                                         r"bytes needs 67584 bytes of shared memory, over the "
-                                         r"49152 a block may have"),
-    (3, TypeError, r"config must be a dict or a str 'key=value,...', not int"),
-    ("async_copy=1,hold=1", ValueError, r"scan config: async_copy=1 needs hold=0 and vec=16 "
-                                        r"\(it reads the items from shared memory in 16-byte "
-                                        r"chunks\), not hold=1, vec=16"),
-    ("async_copy=1,vec=8", ValueError, r"async_copy=1 needs hold=0 and vec=16 .*, not hold=0, "
-                                       r"vec=8"),
-])
+@pytest.mark.parametrize(
+    "config, exc, match",
+    [
+        (
+            "tile=5",
+            ValueError,
+            r"config: 'tile' is not a known key \(known: threads, items, "
+            r"min_blocks, warp_load, vec, sleep, hold, async_copy, "
+            r"window\)",
+        ),
+        ("threads=100", ValueError, r"config: threads=100: .* multiple of 32 from 32 to 1024"),
+        ("items=0", ValueError, r"config: items=0: .* must be from 1 to 64"),
+        ("vec=2", ValueError, r"config: vec=2: .* must be one of 0, 4, 8, 16"),
+        ("sleep=-1", ValueError, r"config: sleep=-1: .* must be from 0 to 10000"),
+        (
+            "window=3",
+            ValueError,
+            r"config: window=3: tiles a look-back lane reads a round "
+            r"\(elements of at most 4 bytes\) must be one of 1, 2, 4, 8",
+        ),
+        ("warp_load", ValueError, r"config: 'warp_load' is not key=value"),
+        (
+            "threads=512,items=32",
+            ValueError,
+            r"scan config: a tile of 512 x 32 elements of 4 "
+            r"bytes needs 67584 bytes of shared memory, over the "
+            r"49152 a block may have",
+        ),
+        (3, TypeError, r"config must be a dict or a str 'key=value,...', not int"),
+        (
+            "async_copy=1,hold=1",
+            ValueError,
+            r"scan config: async_copy=1 needs hold=0 and vec=16 "
+            r"\(it reads the items from shared memory in 16-byte "
+            r"chunks\), not hold=1, vec=16",
+        ),
+        (
+            "async_copy=1,vec=8",
+            ValueError,
+            r"async_copy=1 needs hold=0 and vec=16 .*, not hold=0, "
+            r"vec=8",
+        ),
+    ],
+)
 def test_scan_config_errors(config, exc, match):
     with pytest.raises(exc, match=match):
         InclusiveScanKernel(np.float32, "a+b", config=config)
@@ -463,25 +523,32 @@ def test_scan_config_errors(config, exc, match):
 
 def test_vector_elements():
     assert scan._vector_elements(4, 32, 16) == 4
-    assert scan._vector_elements(4, 6, 16) == 2          # divides the items
+    assert scan._vector_elements(4, 6, 16) == 2  # divides the items
     assert scan._vector_elements(4, 7, 16) == 1
     assert scan._vector_elements(1, 32, 16) == 16
     assert scan._vector_elements(8, 8, 16) == 2
     assert scan._vector_elements(16, 4, 16) == 1
-    assert scan._vector_elements(12, 4, 16) == 1         # not a power of two
+    assert scan._vector_elements(12, 4, 16) == 1  # not a power of two
     assert scan._vector_elements(4, 32, 0) == 1
 
 
 @pytest.mark.standin
 def test_vector_flag_follows_alignment(standin, ctx):
     import struct
+
     ga = _gpuarray()
     k = InclusiveScanKernel(np.float32, "a+b")
     assert k.vec == 4
     d = ga.zeros(3 * k.tile + 8, np.float32)
     out = ga.zeros(3 * k.tile + 8, np.float32)
-    for src, dst, ok in ((d, out, 1), (d[1:], out[1:], 0), (d[4:], out[4:], 1),
-                         (d[4:], out[:-4], 1), (d[2:], out[:-2], 0), (d[:k.tile], None, 1)):
+    for src, dst, ok in (
+        (d, out, 1),
+        (d[1:], out[1:], 0),
+        (d[4:], out[4:], 1),
+        (d[4:], out[:-4], 1),
+        (d[2:], out[:-2], 0),
+        (d[: k.tile], None, 1),
+    ):
         k(src, dst)
         assert struct.unpack_from("<I", standin.last_launch().params, 56)[0] == ok
     k = InclusiveScanKernel(np.float32, "a+b", config="vec=0")
@@ -527,10 +594,10 @@ def test_swept_configs_keep_order(ctx, rng, cls, config):
     """A non-commutative scan_expr in four bytes (the packed look-back) and in
     eight: every configuration combines in order."""
     ga = _gpuarray()
-    for dtype, expr, neutral, pre, bits in ((np.uint32, "compose16(a, b)", "0x10000u",
-                                             AFFINE16, 16),
-                                            (np.uint64, "compose(a, b)", "0x100000000ULL",
-                                             AFFINE, 32)):
+    for dtype, expr, neutral, pre, bits in (
+        (np.uint32, "compose16(a, b)", "0x10000u", AFFINE16, 16),
+        (np.uint64, "compose(a, b)", "0x100000000ULL", AFFINE, 32),
+    ):
         k = cls(dtype, expr, neutral, preamble=pre, config=config)
         mask = (1 << bits) - 1
         for n in (5, k.tile + 1, 9 * k.tile + 3):
@@ -561,8 +628,9 @@ def test_configs_float32_random_and_complex(ctx, rng, config):
     assert np.all(np.abs(got - ref) <= 1e-5 * (np.cumsum(np.abs(x.astype(np.float64))) + 1))
     for dtype, eps in ((np.complex64, 1e-5), (np.complex128, 1e-13)):
         k = ExclusiveScanKernel(dtype, "a+b", "0", config=config)
-        z = (rng.uniform(-1, 1, 100 * k.tile + 3)
-             + 1j * rng.uniform(-1, 1, 100 * k.tile + 3)).astype(dtype)
+        z = (
+            rng.uniform(-1, 1, 100 * k.tile + 3) + 1j * rng.uniform(-1, 1, 100 * k.tile + 3)
+        ).astype(dtype)
         got = k(ga.to_gpu(z), "new").get()
         ref = np.concatenate([[0], np.cumsum(z.astype(np.complex128))[:-1]])
         scale = np.cumsum(np.abs(z.astype(np.complex128)))

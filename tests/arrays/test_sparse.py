@@ -3,21 +3,29 @@ scipy.sparse (every row's nonzeros accounted for, no GPU needed), the
 kernels compiled to PTX, the uploads and launches on the driver stand-in,
 and (gpu) the SpMV and the CG solver against SciPy/NumPy on fresh random
 matrices, float32 and float64."""
+# ruff: noqa: E402  (scipy is imported, or the module skipped, first)
+
 import numpy as np
 import pytest
 
 sp = pytest.importorskip("scipy.sparse")
 
-from pygpu import compiler  # noqa: E402
-from pygpu.sparse import pkt_build  # noqa: E402
-from pygpu.sparse.coordinate import (COO_FLAT_KERNEL_TEMPLATE,  # noqa: E402
-                                     COO_SERIAL_KERNEL_TEMPLATE)
-from pygpu.sparse.operator import (DiagonalPreconditioner, IdentityOperator,  # noqa: E402
-                                   IdentityPreconditioner)
-from pygpu.sparse.packeted import PKT_KERNEL_TEMPLATE  # noqa: E402
+from pygpu import compiler
+from pygpu.sparse import pkt_build
+from pygpu.sparse.coordinate import (
+    COO_FLAT_KERNEL_TEMPLATE,
+    COO_SERIAL_KERNEL_TEMPLATE,
+)
+from pygpu.sparse.operator import (
+    DiagonalPreconditioner,
+    IdentityOperator,
+    IdentityPreconditioner,
+)
+from pygpu.sparse.packeted import PKT_KERNEL_TEMPLATE
 
 try:
     import pymetis  # noqa: F401
+
     METHODS = ["rcm", "contiguous", "metis"]
 except ImportError:
     METHODS = ["rcm", "contiguous"]
@@ -25,12 +33,18 @@ except ImportError:
 
 def random_matrix(rng, n, density, dtype, symmetric=False):
     seed = int(rng.integers(1 << 31))
-    a = sp.random(n, n, density=density, format="csr", dtype=np.float64,
-                  random_state=np.random.RandomState(seed))
+    a = sp.random(
+        n,
+        n,
+        density=density,
+        format="csr",
+        dtype=np.float64,
+        random_state=np.random.RandomState(seed),
+    )
     a.data = rng.standard_normal(a.nnz)
     if symmetric:
         a = a + a.T
-    a = a + sp.diags(rng.standard_normal(n))        # a full diagonal
+    a = a + sp.diags(rng.standard_normal(n))  # a full diagonal
     return a.astype(dtype).tocsr()
 
 
@@ -70,8 +84,10 @@ def rebuild(plan):
 
 
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("n,density,T,rpp", [(97, 0.05, 8, 20), (300, 0.02, 32, 41),
-                                             (256, 0.01, 4, 300), (50, 0.3, 64, 7)])
+@pytest.mark.parametrize(
+    "n,density,T,rpp",
+    [(97, 0.05, 8, 20), (300, 0.02, 32, 41), (256, 0.01, 4, 300), (50, 0.3, 64, 7)],
+)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_plan_accounts_for_every_nonzero(rng, method, n, density, T, rpp, dtype):
     a = random_matrix(rng, n, density, dtype)
@@ -85,7 +101,7 @@ def test_plan_accounts_for_every_nonzero(rng, method, n, density, T, rpp, dtype)
     assert (sizes > 0).all() and (sizes < rpp).all()
     assert plan.block_count == len(plan.packet_nr_to_dofs)
     for p, dofs in enumerate(plan.packet_nr_to_dofs):
-        assert list(new2old[plan.packet_base_rows[p]:plan.packet_base_rows[p + 1]]) == dofs
+        assert list(new2old[plan.packet_base_rows[p] : plan.packet_base_rows[p + 1]]) == dofs
         assert (plan.dof_to_packet_nr[dofs] == p).all()
     # every nonzero once, with its value, in the new numbering
     dense, seen = rebuild(plan)
@@ -99,11 +115,11 @@ def test_plan_accounts_for_every_nonzero(rng, method, n, density, T, rpp, dtype)
     local = plan.dof_to_packet_nr[rows] == plan.dof_to_packet_nr[csr.indices]
     np.testing.assert_array_equal(plan.local_row_costs, np.bincount(rows[local], minlength=n))
     assert plan.remaining_coo.nnz == csr.nnz - local.sum()
-    per_thread = np.bincount(plan.thread_of_row, weights=plan.local_row_costs,
-                             minlength=plan.block_count * T)
+    per_thread = np.bincount(
+        plan.thread_of_row, weights=plan.local_row_costs, minlength=plan.block_count * T
+    )
     np.testing.assert_array_equal(per_thread, plan.thread_costs)
-    np.testing.assert_array_equal((plan.thread_ends - plan.thread_starts) // T,
-                                  plan.thread_costs)
+    np.testing.assert_array_equal((plan.thread_ends - plan.thread_starts) // T, plan.thread_costs)
     assert (plan.thread_of_row // T == plan.dof_to_packet_nr).all()
     # the product the kernels compute
     x = rng.standard_normal(n)
@@ -119,7 +135,8 @@ def test_symmetric_flag_and_unsymmetric_pattern(rng, method):
         plan = pkt_build.make_plan(a, sym, np.float64, 16, 30, method)
         dense, seen = rebuild(plan)
         np.testing.assert_array_equal(
-            dense, a.toarray()[np.ix_(plan.new2old_fetch_indices, plan.new2old_fetch_indices)])
+            dense, a.toarray()[np.ix_(plan.new2old_fetch_indices, plan.new2old_fetch_indices)]
+        )
 
 
 def test_rcm_keeps_a_banded_matrix_local(rng):
@@ -138,7 +155,8 @@ def test_rcm_keeps_a_banded_matrix_local(rng):
 def test_thread_assignment_zigzag():
     costs = np.array([5, 1, 7, 3, 3, 0, 2])
     thread_of_row, rank, thread_costs = pkt_build.find_thread_assignment(
-        [[0, 1, 2, 3], [4, 5, 6]], costs, 3)
+        [[0, 1, 2, 3], [4, 5, 6]], costs, 3
+    )
     # packet 0 by cost: 2 (7), 0 (5), 3 (3), 1 (1) -> threads 0, 1, 2, 2
     assert list(thread_of_row[[2, 0, 3, 1]]) == [0, 1, 2, 2]
     assert list(rank[[2, 0, 3, 1]]) == [0, 0, 0, 1]
@@ -149,13 +167,18 @@ def test_thread_assignment_zigzag():
 
 def test_partition_and_plan_errors(rng):
     a = random_matrix(rng, 30, 0.1, np.float64)
-    with pytest.raises(ValueError, match="partition method must be 'metis', 'rcm', "
-                                         "'contiguous' or None, not 'spectral'"):
+    with pytest.raises(
+        ValueError,
+        match="partition method must be 'metis', 'rcm', 'contiguous' or None, not 'spectral'",
+    ):
         pkt_build.partition(a, False, 2, 10, "spectral")
     with pytest.raises(ValueError, match="rows_per_packet must be at least 2, got 1"):
         pkt_build.partition(a, False, 2, 1, "rcm")
-    with pytest.raises(ValueError, match=r"only square matrices are supported, got shape "
-                                         r"\(3, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"only square matrices are supported, got shape "
+        r"\(3, 4\)",
+    ):
         pkt_build.make_plan(sp.random(3, 4, density=0.5), False, np.float32, 4, 8)
     with pytest.raises(ValueError, match="threads_per_packet must be >= 1, got 0"):
         pkt_build.make_plan(a, False, np.float32, 0, 8)
@@ -163,8 +186,9 @@ def test_partition_and_plan_errors(rng):
 
 def test_default_partition_is_metis_only_with_pymetis(rng, monkeypatch):
     import sys
+
     a = random_matrix(rng, 40, 0.1, np.float64)
-    monkeypatch.setitem(sys.modules, "pymetis", None)        # not installed
+    monkeypatch.setitem(sys.modules, "pymetis", None)  # not installed
     got = pkt_build.partition(a, False, 4, 15)
     want = pkt_build.partition(a, False, 4, 15, "rcm")
     assert (got[0] == want[0]).all() and got[1] == want[1]
@@ -186,30 +210,40 @@ def test_duplicates_are_summed(rng):
 def test_kernels_compile_to_ptx(dtype):
     idx = {"index_type": "int", "value_type": dtype}
     for src, entry in (
-            (PKT_KERNEL_TEMPLATE % dict(idx, packed_index_type="unsigned int",
-                                        rows_per_packet=6131 if dtype == "float" else 3065,
-                                        threads_per_packet=1024), b"spmv_pkt_kernel"),
-            (COO_FLAT_KERNEL_TEMPLATE % dict(idx, block_size=128), b"spmv_coo_flat_kernel"),
-            (COO_SERIAL_KERNEL_TEMPLATE % idx, b"spmv_coo_serial_kernel")):
+        (
+            PKT_KERNEL_TEMPLATE
+            % dict(
+                idx,
+                packed_index_type="unsigned int",
+                rows_per_packet=6131 if dtype == "float" else 3065,
+                threads_per_packet=1024,
+            ),
+            b"spmv_pkt_kernel",
+        ),
+        (COO_FLAT_KERNEL_TEMPLATE % dict(idx, block_size=128), b"spmv_coo_flat_kernel"),
+        (COO_SERIAL_KERNEL_TEMPLATE % idx, b"spmv_coo_serial_kernel"),
+    ):
         ptx = bytes(compiler.compile(src, target="ptx", arch="compute_90", cache_dir=False))
         assert b".entry " + entry in ptx
 
 
 def test_pycuda_module_names():
     import importlib
+
     for name, attrs in {
-            "packeted": ["PacketedSpMV", "PKT_KERNEL_TEMPLATE"],
-            "coordinate": ["CoordinateSpMV", "COO_FLAT_KERNEL_TEMPLATE",
-                           "COO_SERIAL_KERNEL_TEMPLATE"],
-            "operator": ["OperatorBase", "IdentityOperator", "DiagonalPreconditioner"],
-            "cg": ["ConvergenceError", "CGStateContainer", "solve_pkt_with_cg"],
-            "inner": ["AsyncInnerProduct", "STREAM_POOL", "get_stream"],
-            "pkt_build": ["build_pkt_data_structure"],
-            "pkt_build_cython": ["build_pkt_data_structure"]}.items():
+        "packeted": ["PacketedSpMV", "PKT_KERNEL_TEMPLATE"],
+        "coordinate": ["CoordinateSpMV", "COO_FLAT_KERNEL_TEMPLATE", "COO_SERIAL_KERNEL_TEMPLATE"],
+        "operator": ["OperatorBase", "IdentityOperator", "DiagonalPreconditioner"],
+        "cg": ["ConvergenceError", "CGStateContainer", "solve_pkt_with_cg"],
+        "inner": ["AsyncInnerProduct", "STREAM_POOL", "get_stream"],
+        "pkt_build": ["build_pkt_data_structure"],
+        "pkt_build_cython": ["build_pkt_data_structure"],
+    }.items():
         mod = importlib.import_module("pygpu.sparse." + name)
         for a in attrs:
             assert hasattr(mod, a), (name, a)
     from pygpu.sparse import pkt_build_cython
+
     assert pkt_build_cython.build_pkt_data_structure is pkt_build.build_pkt_data_structure
 
 
@@ -220,12 +254,13 @@ def test_operators():
     assert ident(x) is x
     assert IdentityPreconditioner is IdentityOperator
 
-    class Diag:                       # shape/dtype as a GPUArray has them
+    class Diag:  # shape/dtype as a GPUArray has them
         shape = (5,)
         dtype = np.dtype(np.float64)
 
         def __mul__(self, other):
             return ("mul", other)
+
     d = DiagonalPreconditioner(Diag())
     assert d.shape == (5, 5) and d.dtype == np.float64
     assert d("v") == ("mul", "v")
@@ -233,38 +268,61 @@ def test_operators():
 
 # ---- the stand-in: uploads and launches (no kernel runs) ----
 
+
 @pytest.mark.standin
 def test_packeted_uploads_and_launches_on_the_standin(standin, ctx, rng):
     import pygpu.gpuarray as gpuarray
     from pygpu.sparse.packeted import PacketedSpMV
+
     a = random_matrix(rng, 150, 0.04, np.float32)
-    spmv = PacketedSpMV(a, False, np.float32, partition="rcm", threads_per_packet=32,
-                        rows_per_packet=40)
+    spmv = PacketedSpMV(
+        a, False, np.float32, partition="rcm", threads_per_packet=32, rows_per_packet=40
+    )
     plan = spmv.plan
-    for name in ("thread_starts", "thread_ends", "index_array", "data_array",
-                 "packet_base_rows", "new2old_fetch_indices", "old2new_fetch_indices"):
+    for name in (
+        "thread_starts",
+        "thread_ends",
+        "index_array",
+        "data_array",
+        "packet_base_rows",
+        "new2old_fetch_indices",
+        "old2new_fetch_indices",
+    ):
         np.testing.assert_array_equal(getattr(spmv, name).get(), getattr(plan, name))
     coo = spmv.remaining_coo_gpu
     assert coo.nnz == plan.remaining_coo.nnz
     got = sorted(zip(coo.row_gpu.get(), coo.col_gpu.get(), coo.data_gpu.get()))
-    want = sorted(zip(plan.remaining_coo.row, plan.remaining_coo.col,
-                      plan.remaining_coo.data.astype(np.float32)))
+    want = sorted(
+        zip(
+            plan.remaining_coo.row,
+            plan.remaining_coo.col,
+            plan.remaining_coo.data.astype(np.float32),
+        )
+    )
     assert got == want
     x = gpuarray.to_gpu(rng.standard_normal(150).astype(np.float32))
     before = standin.calls("cuLaunchKernel") + standin.calls("cuLaunchKernelEx")
     y = spmv(x)
     assert y.shape == (150,) and y.dtype == np.float32
     assert standin.calls("cuLaunchKernel") + standin.calls("cuLaunchKernelEx") - before == 2
-    last = standin.last_launch()                   # the coordinate part comes last
+    last = standin.last_launch()  # the coordinate part comes last
     assert last.name == "spmv_coo_flat_kernel" and last.block == (128, 1, 1)
     # PyCUDA's host-side steps under its names give the same arrays
-    assignments, costs = spmv.find_thread_assignment(plan.packet_nr_to_dofs,
-                                                     plan.local_row_costs,
-                                                     plan.block_count * 32)
-    assert [r for t in assignments for r in t if plan.thread_of_row[r] != assignments.index(t)] == []
-    spmv.build_gpu_data_structure(plan.packet_nr_to_dofs, costs.max(), plan.old2new_fetch_indices,
-                                  plan.csr_mat, plan.block_count * 32, assignments,
-                                  plan.local_row_costs)
+    assignments, costs = spmv.find_thread_assignment(
+        plan.packet_nr_to_dofs, plan.local_row_costs, plan.block_count * 32
+    )
+    assert [
+        r for t in assignments for r in t if plan.thread_of_row[r] != assignments.index(t)
+    ] == []
+    spmv.build_gpu_data_structure(
+        plan.packet_nr_to_dofs,
+        costs.max(),
+        plan.old2new_fetch_indices,
+        plan.csr_mat,
+        plan.block_count * 32,
+        assignments,
+        plan.local_row_costs,
+    )
     np.testing.assert_array_equal(spmv.index_array.get(), plan.index_array)
     np.testing.assert_array_equal(spmv.data_array.get(), plan.data_array)
 
@@ -275,31 +333,43 @@ def test_argument_errors(standin, ctx, rng):
     from pygpu.sparse.cg import solve_pkt_with_cg
     from pygpu.sparse.coordinate import CoordinateSpMV
     from pygpu.sparse.packeted import PacketedSpMV
+
     a = random_matrix(rng, 40, 0.1, np.float64)
     with pytest.raises(TypeError, match="PacketedSpMV supports float32 and float64, not int32"):
         PacketedSpMV(a, False, np.int32)
-    with pytest.raises(ValueError, match=r"only square matrices are supported, got shape "
-                                         r"\(40, 41\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"only square matrices are supported, got shape "
+        r"\(40, 41\)",
+    ):
         PacketedSpMV(sp.random(40, 41, density=0.1), False, np.float64)
-    with pytest.raises(ValueError, match="rows_per_packet=4000 needs 64000 bytes of static "
-                                         "shared memory; at most 49152"):
+    with pytest.raises(
+        ValueError,
+        match="rows_per_packet=4000 needs 64000 bytes of static shared memory; at most 49152",
+    ):
         PacketedSpMV(a, False, np.float64, rows_per_packet=4000)
     spmv = PacketedSpMV(a, False, np.float64, threads_per_packet=16, rows_per_packet=12)
     with pytest.raises(TypeError, match="x must be a GPUArray, not ndarray"):
         spmv(np.zeros(40))
-    with pytest.raises(TypeError, match="x must have dtype float64 \\(the matrix's\\), not "
-                                        "float32"):
+    with pytest.raises(
+        TypeError, match="x must have dtype float64 \\(the matrix's\\), not float32"
+    ):
         spmv(gpuarray.zeros(40, np.float32))
     with pytest.raises(ValueError, match=r"y must have shape \(40,\), not \(39,\)"):
         spmv(gpuarray.zeros(40, np.float64), gpuarray.zeros(39, np.float64))
-    with pytest.raises(TypeError, match="CoordinateSpMV supports float32 and float64, not "
-                                        "complex64"):
+    with pytest.raises(
+        TypeError, match="CoordinateSpMV supports float32 and float64, not complex64"
+    ):
         CoordinateSpMV(a, np.complex64)
-    with pytest.raises(TypeError, match="solve_pkt_with_cg\\(\\): b must be a GPUArray, not "
-                                        "ndarray"):
+    with pytest.raises(
+        TypeError, match="solve_pkt_with_cg\\(\\): b must be a GPUArray, not ndarray"
+    ):
         solve_pkt_with_cg(spmv, np.zeros(40))
-    with pytest.raises(ValueError, match=r"b must have shape \(40,\) and dtype float64, not "
-                                         r"\(40,\) float32"):
+    with pytest.raises(
+        ValueError,
+        match=r"b must have shape \(40,\) and dtype float64, not "
+        r"\(40,\) float32",
+    ):
         solve_pkt_with_cg(spmv, gpuarray.zeros(40, np.float32))
 
 
@@ -310,6 +380,7 @@ def test_cg_search_direction_is_not_the_residual(standin, ctx, rng):
     import pygpu.gpuarray as gpuarray
     from pygpu.sparse.cg import CGStateContainer
     from pygpu.sparse.packeted import PacketedSpMV
+
     a = spd_matrix(rng, 50, 0.1, np.float64)
     spmv = PacketedSpMV(a, True, np.float64, threads_per_packet=16, rows_per_packet=20)
     cg = CGStateContainer(spmv)
@@ -327,15 +398,19 @@ TOL = {np.float32: dict(rtol=2e-4, atol=2e-4), np.float64: dict(rtol=1e-11, atol
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("n,density,kw", [
-    (20000, 0.0005, {}),                                   # device defaults: several packets
-    (3000, 0.003, dict(threads_per_packet=128, rows_per_packet=200)),
-    (1000, 0.02, dict(threads_per_packet=32, rows_per_packet=64, partition="contiguous")),
-    (5, 0.5, {}),
-])
+@pytest.mark.parametrize(
+    "n,density,kw",
+    [
+        (20000, 0.0005, {}),  # device defaults: several packets
+        (3000, 0.003, dict(threads_per_packet=128, rows_per_packet=200)),
+        (1000, 0.02, dict(threads_per_packet=32, rows_per_packet=64, partition="contiguous")),
+        (5, 0.5, {}),
+    ],
+)
 def test_packeted_spmv_against_scipy(ctx, rng, dtype, n, density, kw):
     import pygpu.gpuarray as gpuarray
     from pygpu.sparse.packeted import PacketedSpMV
+
     a = random_matrix(rng, n, density, dtype)
     spmv = PacketedSpMV(a, False, dtype, **kw)
     assert spmv.shape == (n, n) and spmv.dtype == dtype
@@ -361,6 +436,7 @@ def test_packeted_spmv_against_scipy(ctx, rng, dtype, n, density, kw):
 def test_coordinate_spmv_against_scipy(ctx, rng, dtype):
     import pygpu.gpuarray as gpuarray
     from pygpu.sparse.coordinate import CoordinateSpMV
+
     n = 4000
     a = random_matrix(rng, n, 0.002, dtype)
     coo = CoordinateSpMV(a.tocoo(), dtype)
@@ -385,6 +461,7 @@ def test_cg_solves_spd_systems(ctx, rng, dtype, precondition):
     from scipy.sparse.linalg import spsolve
     from pygpu.sparse.cg import solve_pkt_with_cg
     from pygpu.sparse.packeted import PacketedSpMV
+
     n = 3000
     a = spd_matrix(rng, n, 0.002, dtype)
     b = rng.standard_normal(n).astype(dtype)
@@ -396,15 +473,15 @@ def test_cg_solves_spd_systems(ctx, rng, dtype, precondition):
         inv_diag = gpuarray.to_gpu((1 / a.diagonal()).astype(dtype))
         precon = DiagonalPreconditioner(spmv.permute(inv_diag))
     tol = 1e-5 if dtype == np.float32 else 1e-11
-    x, iterations, residuals = solve_pkt_with_cg(spmv, gpuarray.to_gpu(b), precon=precon,
-                                                 tol=tol)
+    x, iterations, residuals = solve_pkt_with_cg(spmv, gpuarray.to_gpu(b), precon=precon, tol=tol)
     x = x.get()
     assert x.dtype == dtype and iterations >= 1 and residuals >= 0
     rel = 1e-3 if dtype == np.float32 else 1e-8
     np.testing.assert_allclose(x, ref, rtol=rel, atol=rel * np.abs(ref).max())
     # a starting guess near the answer converges too
-    x2, it2, _ = solve_pkt_with_cg(spmv, gpuarray.to_gpu(b),
-                                   x=gpuarray.to_gpu((ref * 1.01).astype(dtype)), tol=tol)
+    x2, it2, _ = solve_pkt_with_cg(
+        spmv, gpuarray.to_gpu(b), x=gpuarray.to_gpu((ref * 1.01).astype(dtype)), tol=tol
+    )
     np.testing.assert_allclose(x2.get(), ref, rtol=rel, atol=rel * np.abs(ref).max())
 
 
@@ -413,9 +490,10 @@ def test_cg_small_dense_against_numpy(ctx, rng):
     import pygpu.gpuarray as gpuarray
     from pygpu.sparse.cg import solve_pkt_with_cg
     from pygpu.sparse.packeted import PacketedSpMV
+
     n = 60
     m = rng.standard_normal((n, n))
-    a = m @ m.T + n * np.eye(n)                   # dense SPD
+    a = m @ m.T + n * np.eye(n)  # dense SPD
     b = rng.standard_normal(n)
     spmv = PacketedSpMV(sp.csr_matrix(a), True, np.float64)
     x, _, _ = solve_pkt_with_cg(spmv, gpuarray.to_gpu(b), tol=1e-12)
@@ -427,8 +505,10 @@ def test_cg_gives_up(ctx, rng):
     import pygpu.gpuarray as gpuarray
     from pygpu.sparse.cg import ConvergenceError, solve_pkt_with_cg
     from pygpu.sparse.packeted import PacketedSpMV
+
     a = spd_matrix(rng, 500, 0.01, np.float64)
     spmv = PacketedSpMV(a, True, np.float64)
     with pytest.raises(ConvergenceError, match="cg failed to converge"):
-        solve_pkt_with_cg(spmv, gpuarray.to_gpu(rng.standard_normal(500)), tol=1e-14,
-                          max_iterations=2)
+        solve_pkt_with_cg(
+            spmv, gpuarray.to_gpu(rng.standard_normal(500)), tol=1e-14, max_iterations=2
+        )

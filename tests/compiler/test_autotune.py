@@ -4,6 +4,7 @@ its memory and disk store, skipping with reasons, output checking.
 CPU tests run against the driver stand-in (kernels do not run there, so the
 timing is a fake timer and the outputs are faked where checking is tested);
 the gpu tests time real kernels."""
+
 import json
 import os
 import subprocess
@@ -41,52 +42,88 @@ def _fresh_memory():
 
 # ---- no driver needed ----
 
+
 def test_expand_space_order_and_values():
     v = at.expand_space({"block": [64, 128], "TILE": [1, 2, 4]})
     assert v == [{"block": b, "TILE": t} for b in (64, 128) for t in (1, 2, 4)]
     assert at.expand_space({"x": range(3)}) == [{"x": 0}, {"x": 1}, {"x": 2}]
 
 
-@pytest.mark.parametrize("space, exc, match", [
-    ({}, TypeError, "space must be a non-empty dict"),
-    ([("block", [1])], TypeError, "space must be a non-empty dict"),
-    ({"block": []}, ValueError, r"space\['block'\] is empty"),
-    ({"block": 128}, TypeError, r"space\['block'\] must be a list of values, not int"),
-    ({"block": "128"}, TypeError, r"space\['block'\] must be a list of values, not str"),
-    ({"1x": [1]}, ValueError, "a space name must be an identifier"),
-])
+@pytest.mark.parametrize(
+    "space, exc, match",
+    [
+        ({}, TypeError, "space must be a non-empty dict"),
+        ([("block", [1])], TypeError, "space must be a non-empty dict"),
+        ({"block": []}, ValueError, r"space\['block'\] is empty"),
+        ({"block": 128}, TypeError, r"space\['block'\] must be a list of values, not int"),
+        ({"block": "128"}, TypeError, r"space\['block'\] must be a list of values, not str"),
+        ({"1x": [1]}, ValueError, "a space name must be an identifier"),
+    ],
+)
 def test_expand_space_errors(space, exc, match):
     with pytest.raises(exc, match=match):
         at.expand_space(space)
 
 
 def test_build_spec_maps_a_choice_to_options_and_launch():
-    choice = {"block": 128, "maxrregcount": 32, "options": ["-use_fast_math"], "TILE": 4,
-              "shared": 512}
+    choice = {
+        "block": 128,
+        "maxrregcount": 32,
+        "options": ["-use_fast_math"],
+        "TILE": 4,
+        "shared": 512,
+    }
     src, opts, name, exprs, b, g, sh = at._build_spec(
-        choice, "src", "scale", ["-lineinfo"], None, lambda c: (1000 // c["block"], 1), None)
+        choice, "src", "scale", ["-lineinfo"], None, lambda c: (1000 // c["block"], 1), None
+    )
     assert src == "src" and name == "scale" and exprs == ()
     assert opts == ["-lineinfo", "-maxrregcount=32", "-use_fast_math", "-DTILE=4"]
     assert b == (128, 1, 1) and g == (7, 1) and sh == 512
     # templates: the kernel name formatted with the choice, a name expression
     src, opts, name, exprs, b, g, sh = at._build_spec(
-        {"T": "float", "B": 64}, lambda c: "// %s" % c["T"], "tiled<{T}, {B}>", [],
-        lambda c: (c["B"], 2), (4, 4), lambda c: c["B"] * 8)
-    assert (src, name, exprs, b, g, sh) == ("// float", "tiled<float, 64>", ("tiled<float, 64>",),
-                                            (64, 2, 1), (4, 4), 512)
+        {"T": "float", "B": 64},
+        lambda c: "// %s" % c["T"],
+        "tiled<{T}, {B}>",
+        [],
+        lambda c: (c["B"], 2),
+        (4, 4),
+        lambda c: c["B"] * 8,
+    )
+    assert (src, name, exprs, b, g, sh) == (
+        "// float",
+        "tiled<float, 64>",
+        ("tiled<float, 64>",),
+        (64, 2, 1),
+        (4, 4),
+        512,
+    )
     assert opts == ["-DT=float", "-DB=64"]
 
 
-@pytest.mark.parametrize("kw, exc, match", [
-    (dict(grid=None), ValueError, "no grid: pass grid="),
-    (dict(block=None, choice={"TILE": 1}), ValueError, "no block size"),
-    (dict(source=b"x"), TypeError, "source must be a str or a callable returning one, not bytes"),
-    (dict(kernel=3), TypeError, "kernel must be a str or a callable returning one, not int"),
-    (dict(block=(1, 2, 3, 4)), ValueError, "block must have one to three dimensions"),
-])
+@pytest.mark.parametrize(
+    "kw, exc, match",
+    [
+        (dict(grid=None), ValueError, "no grid: pass grid="),
+        (dict(block=None, choice={"TILE": 1}), ValueError, "no block size"),
+        (
+            dict(source=b"x"),
+            TypeError,
+            "source must be a str or a callable returning one, not bytes",
+        ),
+        (dict(kernel=3), TypeError, "kernel must be a str or a callable returning one, not int"),
+        (dict(block=(1, 2, 3, 4)), ValueError, "block must have one to three dimensions"),
+    ],
+)
 def test_build_spec_errors(kw, exc, match):
-    args = dict(choice={"block": 32}, source="s", kernel="k", options=[], block=None,
-                grid=(1, 1), shared=None)
+    args = dict(
+        choice={"block": 32},
+        source="s",
+        kernel="k",
+        options=[],
+        block=None,
+        grid=(1, 1),
+        shared=None,
+    )
     args.update(kw)
     with pytest.raises(exc, match=match):
         at._build_spec(**args)
@@ -94,8 +131,12 @@ def test_build_spec_errors(kw, exc, match):
 
 class FakeCAI:
     def __init__(self, shape, typestr):
-        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr,
-                                         "data": (0, False), "version": 3}
+        self.__cuda_array_interface__ = {
+            "shape": shape,
+            "typestr": typestr,
+            "data": (0, False),
+            "version": 3,
+        }
 
 
 def test_shape_class_buckets_sizes_to_powers_of_two():
@@ -120,18 +161,26 @@ def test_same_compares_every_element():
 
 # ---- against the stand-in ----
 
+
 def _data(n=1000, dtype=np.float32):
     from pygpu import gpuarray
+
     rng = np.random.default_rng()
     x = rng.standard_normal(n).astype(dtype)
     return gpuarray.to_gpu(x), gpuarray.empty(n, dtype), x
 
 
 def _tune(x, out, n, timer, space=None, **kw):
-    return autotune(SCALE, "scale", [out, x, np.float32(2), np.int32(n)],
-                    space=space or {"block": [64, 128, 256, 512]},
-                    grid=lambda c: ((n + c["block"] - 1) // c["block"], 1),
-                    outputs=[0], timer=timer, **kw)
+    return autotune(
+        SCALE,
+        "scale",
+        [out, x, np.float32(2), np.int32(n)],
+        space=space or {"block": [64, 128, 256, 512]},
+        grid=lambda c: ((n + c["block"] - 1) // c["block"], 1),
+        outputs=[0],
+        timer=timer,
+        **kw,
+    )
 
 
 def fake_timer(times, seen):
@@ -139,6 +188,7 @@ def fake_timer(times, seen):
         run()
         seen.append(dict(choice))
         return times[tuple(choice.values())]
+
     return timer
 
 
@@ -151,8 +201,12 @@ def test_picks_the_fastest_and_launches_it(standin, ctx, tmp_cache):
     assert isinstance(t, Tuned) and t.timed
     assert t.choice == {"block": 128} and t.block == (128, 1, 1) and t.grid == (8, 1)
     assert seen == [{"block": b} for b in (64, 128, 256, 512)]
-    assert [(r["choice"]["block"], r["ms"], r["status"]) for r in t.table] == \
-        [(64, 3.0, "ok"), (128, 1.0, "ok"), (256, 2.0, "ok"), (512, 4.0, "ok")]
+    assert [(r["choice"]["block"], r["ms"], r["status"]) for r in t.table] == [
+        (64, 3.0, "ok"),
+        (128, 1.0, "ok"),
+        (256, 2.0, "ok"),
+        (512, 4.0, "ok"),
+    ]
     t(out, x, np.float32(2), np.int32(1000))
     launch = standin.last_launch()
     assert launch.name == "scale" and launch.block == (128, 1, 1) and launch.grid == (8, 1, 1)
@@ -165,15 +219,24 @@ def test_picks_the_fastest_and_launches_it(standin, ctx, tmp_cache):
 def test_skips_what_fails_to_compile_or_launch_with_the_reason(standin, ctx, tmp_cache):
     x, out, _ = _data()
     seen = []
-    times = {(b, t, bound): float(b) / 100 for b in (128, 512) for t in (1, 3) for bound in (256, 1024)}
+    times = {
+        (b, t, bound): float(b) / 100 for b in (128, 512) for t in (1, 3) for bound in (256, 1024)
+    }
     times[(512, 1, 1024)] = 0.5
-    t = _tune(x, out, 1000, fake_timer(times, seen),
-              space={"block": [128, 512], "TILE": [1, 3], "BOUND": [256, 1024]})
+    t = _tune(
+        x,
+        out,
+        1000,
+        fake_timer(times, seen),
+        space={"block": [128, 512], "TILE": [1, 3], "BOUND": [256, 1024]},
+    )
     rows = {tuple(r["choice"].values()): r for r in t.table}
     assert rows[(128, 3, 256)]["status"].startswith("compile error: ")
     assert "TILE 3 is not supported" in rows[(128, 3, 256)]["status"]
     assert rows[(128, 3, 256)]["ms"] is None
-    assert rows[(512, 1, 256)]["status"].startswith("launch error: kernel 'scale': block (512, 1, 1)")
+    assert rows[(512, 1, 256)]["status"].startswith(
+        "launch error: kernel 'scale': block (512, 1, 1)"
+    )
     assert "this kernel's limit is 256 a block" in rows[(512, 1, 256)]["status"]
     assert [r["status"] for r in t.table].count("ok") == 3
     assert t.choice == {"block": 512, "TILE": 1, "BOUND": 1024}
@@ -183,10 +246,20 @@ def test_skips_what_fails_to_compile_or_launch_with_the_reason(standin, ctx, tmp
 @pytest.mark.standin
 def test_nothing_works_raises_with_the_table(standin, ctx, tmp_cache):
     x, out, _ = _data()
-    with pytest.raises(AutotuneError, match=r"no variant of 'scale' ran correctly:\n  "
-                       r"\{'TILE': 3\}: compile error: .*TILE 3 is not supported") as ei:
-        autotune(SCALE, "scale", [out, x, np.float32(2), np.int32(1000)], space={"TILE": [3]},
-                 block=128, grid=(8, 1), timer=lambda r, c: 1.0)
+    with pytest.raises(
+        AutotuneError,
+        match=r"no variant of 'scale' ran correctly:\n  "
+        r"\{'TILE': 3\}: compile error: .*TILE 3 is not supported",
+    ) as ei:
+        autotune(
+            SCALE,
+            "scale",
+            [out, x, np.float32(2), np.int32(1000)],
+            space={"TILE": [3]},
+            block=128,
+            grid=(8, 1),
+            timer=lambda r, c: 1.0,
+        )
     assert len(ei.value.table) == 1 and isinstance(ei.value, RuntimeError)
 
 
@@ -204,10 +277,11 @@ def test_choice_is_remembered_in_memory_and_on_disk(standin, ctx, tmp_cache):
 
     def no_timing(run, choice):
         raise AssertionError("timed again")
-    again = _tune(x, out, 1000, no_timing)                 # memory
+
+    again = _tune(x, out, 1000, no_timing)  # memory
     assert again.choice == {"block": 256} and not again.timed and again.key == t.key
     at.clear(disk=False)
-    again = _tune(x, out, 1000, no_timing)                 # disk
+    again = _tune(x, out, 1000, no_timing)  # disk
     assert again.choice == {"block": 256} and not again.timed
     assert "nothing was timed in this process" in again.format_table()
     again(out, x, np.float32(2), np.int32(1000))
@@ -254,7 +328,8 @@ def test_cache_off_keeps_memory_only(standin, ctx, tmp_cache, monkeypatch):
 
 @pytest.mark.standin
 def test_a_new_process_launches_the_stored_choice_without_timing(standin, ctx, tmp_cache):
-    code = textwrap.dedent("""
+    code = textwrap.dedent(
+        """
         import sys, numpy as np
         sys.path.insert(0, %r)
         import pygpu.autoinit
@@ -264,11 +339,18 @@ def test_a_new_process_launches_the_stored_choice_without_timing(standin, ctx, t
         times = {(64,): 3.0, (128,): 2.0, (256,): 0.5, (512,): 4.0}
         t = T._tune(x, out, 1000, T.fake_timer(times, seen))
         print(t.choice["block"], t.timed, len(seen))
-    """ % os.path.dirname(os.path.abspath(__file__)))
+    """
+        % os.path.dirname(os.path.abspath(__file__))
+    )
     outs = []
     for _ in range(2):
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           timeout=120, env=dict(os.environ))
+        r = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=dict(os.environ),
+        )
         assert r.returncode == 0, r.stderr
         outs.append(r.stdout)
     assert outs == ["256 True 4\n", "256 False 0\n"]
@@ -281,14 +363,15 @@ def test_wrong_outputs_are_rejected_and_inputs_restored(standin, ctx, tmp_cache,
     in-place input restored, then scribbles on the input, as an in-place
     kernel would) and answers wrongly for block 256, the fastest."""
     from pygpu import driver as cuda
+
     x, out, host = _data()
     calls = []
     real_read = at._read_outputs
 
     def played(args, outputs):
         block = standin.last_launch().block[0]
-        assert np.all(real_read(args, outputs)[0].view(np.uint32) == 0xFFFFFFFF)   # poisoned
-        np.testing.assert_array_equal(args[1].get(), host)          # restored before the run
+        assert np.all(real_read(args, outputs)[0].view(np.uint32) == 0xFFFFFFFF)  # poisoned
+        np.testing.assert_array_equal(args[1].get(), host)  # restored before the run
         cuda.memcpy_htod(args[1].gpudata, np.full(host.shape, block, np.float32))
         calls.append(block)
         res = 2 * host
@@ -296,14 +379,19 @@ def test_wrong_outputs_are_rejected_and_inputs_restored(standin, ctx, tmp_cache,
             res = res.copy()
             res[-1] += 1
         return [res]
+
     monkeypatch.setattr(at, "_read_outputs", played)
     times = {(64,): 3.0, (128,): 2.0, (256,): 0.5, (512,): 4.0}
     t = _tune(x, out, 1000, fake_timer(times, []), inplace=[1])
     assert calls == [64, 128, 256, 512]
     assert t.choice == {"block": 128}
-    assert [r["status"] for r in t.table] == ["ok", "ok", "wrong output 0: 1 of 1000 elements differ",
-                                              "ok"]
-    np.testing.assert_array_equal(x.get(), host)                     # restored at the end
+    assert [r["status"] for r in t.table] == [
+        "ok",
+        "ok",
+        "wrong output 0: 1 of 1000 elements differ",
+        "ok",
+    ]
+    np.testing.assert_array_equal(x.get(), host)  # restored at the end
     # with a reference, the first variant is checked too
     at.clear()
     calls.clear()
@@ -322,11 +410,11 @@ def test_argument_errors(standin, ctx, tmp_cache):
     with pytest.raises(IndexError, match="argument index 4 is out of range for 4 arguments"):
         autotune(SCALE, "scale", args, {"block": [64]}, grid=(16, 1), outputs=[4])
     with pytest.raises(ValueError, match="reference has 2 arrays for 1 outputs"):
-        autotune(SCALE, "scale", args, {"block": [64]}, grid=(16, 1), outputs=[0],
-                 reference=[1, 2])
+        autotune(SCALE, "scale", args, {"block": [64]}, grid=(16, 1), outputs=[0], reference=[1, 2])
     with pytest.raises(TypeError, match="output argument 2 must be a device array"):
-        autotune(SCALE, "scale", args, {"block": [64]}, grid=(16, 1), outputs=[2],
-                 timer=lambda r, c: 1.0)
+        autotune(
+            SCALE, "scale", args, {"block": [64]}, grid=(16, 1), outputs=[2], timer=lambda r, c: 1.0
+        )
 
 
 # ---- on a GPU ----
@@ -373,7 +461,7 @@ def _stage_expect(x, block, tile):
 def _assert_stage(got, want):
     if want.dtype == np.float32:
         np.testing.assert_array_equal(got, want)
-    else:   # float64: FMA against NumPy's two roundings: one rounding of the
+    else:  # float64: FMA against NumPy's two roundings: one rounding of the
         # larger term apart (near 3x + 1 = 0 the relative error is unbounded)
         eps = np.finfo(np.float64).eps
         np.testing.assert_allclose(got, want, rtol=2 * eps, atol=4 * eps * np.abs(want).max())
@@ -382,6 +470,7 @@ def _assert_stage(got, want):
 @pytest.mark.gpu
 def test_gpu_picks_the_measured_fastest_per_dtype(ctx, tmp_cache):
     from pygpu import gpuarray
+
     rng = np.random.default_rng()
     n = 1 << 24
     tile = 8
@@ -394,10 +483,20 @@ def test_gpu_picks_the_measured_fastest_per_dtype(ctx, tmp_cache):
 
         def grid(c):
             return ((n + c["block"] * tile - 1) // (c["block"] * tile), 1)
-        t = autotune(STAGE, name, [out, x, np.int32(n)], space={"block": blocks},
-                     grid=grid, shared=lambda c: c["block"] * tile * item,
-                     options=["-DTILE=%d" % tile], outputs=[0], no_extern_c=True,
-                     warmup=3, repeat=15)
+
+        t = autotune(
+            STAGE,
+            name,
+            [out, x, np.int32(n)],
+            space={"block": blocks},
+            grid=grid,
+            shared=lambda c: c["block"] * tile * item,
+            options=["-DTILE=%d" % tile],
+            outputs=[0],
+            no_extern_c=True,
+            warmup=3,
+            repeat=15,
+        )
         ok = [r for r in t.table if r["status"] == "ok"]
         assert ok, t.format_table()
         fastest = min(ok, key=lambda r: r["ms"])
@@ -405,6 +504,7 @@ def test_gpu_picks_the_measured_fastest_per_dtype(ctx, tmp_cache):
         # an exhaustive timing, independent of the tuner, agrees within noise
         from pygpu.compiler import SourceModule
         import pygpu.driver as cuda
+
         f = SourceModule(STAGE, options=["-DTILE=%d" % tile], no_extern_c=True).get_function(name)
         exhaustive = {}
         for b in blocks:
@@ -424,7 +524,10 @@ def test_gpu_picks_the_measured_fastest_per_dtype(ctx, tmp_cache):
             exhaustive[b] = float(np.median(ts))
             _assert_stage(out.get(), _stage_expect(host, b, tile))
         best = min(exhaustive, key=exhaustive.get)
-        assert exhaustive[t.choice["block"]] <= exhaustive[best] * 1.2, (exhaustive, t.format_table())
+        assert exhaustive[t.choice["block"]] <= exhaustive[best] * 1.2, (
+            exhaustive,
+            t.format_table(),
+        )
         t(out, x, np.int32(n))
         _assert_stage(out.get(), _stage_expect(host, t.choice["block"], tile))
         picks[name] = (t.choice["block"], exhaustive)
@@ -447,15 +550,22 @@ extern "C" __global__ void add1(float *out, const float *x, int n)
 @pytest.mark.gpu
 def test_gpu_never_returns_a_wrong_variant(ctx, tmp_cache):
     from pygpu import gpuarray
+
     rng = np.random.default_rng()
     n = 1 << 20
     host = rng.standard_normal(n).astype(np.float32)
     x, out = gpuarray.to_gpu(host), gpuarray.empty(n, np.float32)
     # the wrong variant is made the fastest by the timer: it must still lose
-    t = autotune(WRONG_AT_256, "add1", [out, x, np.int32(n)],
-                 space={"BLOCK": [128, 256, 512]}, block=lambda c: c["BLOCK"],
-                 grid=lambda c: ((n + c["BLOCK"] - 1) // c["BLOCK"], 1), outputs=[0],
-                 timer=lambda run, c: 0.1 if c["BLOCK"] == 256 else 1.0 + c["BLOCK"] / 1e4)
+    t = autotune(
+        WRONG_AT_256,
+        "add1",
+        [out, x, np.int32(n)],
+        space={"BLOCK": [128, 256, 512]},
+        block=lambda c: c["BLOCK"],
+        grid=lambda c: ((n + c["BLOCK"] - 1) // c["BLOCK"], 1),
+        outputs=[0],
+        timer=lambda run, c: 0.1 if c["BLOCK"] == 256 else 1.0 + c["BLOCK"] / 1e4,
+    )
     rows = {r["choice"]["BLOCK"]: r["status"] for r in t.table}
     assert rows == {128: "ok", 256: "wrong output 0: 1 of 1048576 elements differ", 512: "ok"}
     assert t.choice == {"BLOCK": 128}
@@ -463,24 +573,40 @@ def test_gpu_never_returns_a_wrong_variant(ctx, tmp_cache):
     np.testing.assert_array_equal(out.get(), host + np.float32(1))
     # against a reference, a wrong first variant is rejected too
     at.clear()
-    t = autotune(WRONG_AT_256, "add1", [out, x, np.int32(n)], space={"BLOCK": [256, 512]},
-                 block=lambda c: c["BLOCK"], grid=lambda c: ((n + c["BLOCK"] - 1) // c["BLOCK"], 1),
-                 outputs=[0], reference=[host + np.float32(1)])
+    t = autotune(
+        WRONG_AT_256,
+        "add1",
+        [out, x, np.int32(n)],
+        space={"BLOCK": [256, 512]},
+        block=lambda c: c["BLOCK"],
+        grid=lambda c: ((n + c["BLOCK"] - 1) // c["BLOCK"], 1),
+        outputs=[0],
+        reference=[host + np.float32(1)],
+    )
     assert t.choice == {"BLOCK": 512} and t.table[0]["status"].startswith("wrong output 0")
 
 
 @pytest.mark.gpu
 def test_gpu_in_place_kernel_is_restored_between_variants(ctx, tmp_cache):
     from pygpu import gpuarray
+
     rng = np.random.default_rng()
     n = 100000
     host = rng.standard_normal(n).astype(np.float32)
     x = gpuarray.to_gpu(host)
     src = r"""extern "C" __global__ void twice(float *x, int n)
     { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2.0f; }"""
-    t = autotune(src, "twice", [x, np.int32(n)], space={"block": [128, 256, 512]},
-                 grid=lambda c: ((n + c["block"] - 1) // c["block"], 1), outputs=[0],
-                 inplace=[0], warmup=1, repeat=3)
+    t = autotune(
+        src,
+        "twice",
+        [x, np.int32(n)],
+        space={"block": [128, 256, 512]},
+        grid=lambda c: ((n + c["block"] - 1) // c["block"], 1),
+        outputs=[0],
+        inplace=[0],
+        warmup=1,
+        repeat=3,
+    )
     assert [r["status"] for r in t.table] == ["ok"] * 3, t.format_table()
     np.testing.assert_array_equal(x.get(), host)
     t(x, np.int32(n))
@@ -513,16 +639,20 @@ def test_gpu_new_process_reuses_the_choice_without_timing(ctx, tmp_cache):
     """)
     outs = []
     for _ in range(2):
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           timeout=120, env=dict(os.environ))
+        r = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=dict(os.environ),
+        )
         assert r.returncode == 0, r.stderr
         outs.append(r.stdout)
     assert outs == ["64 True 3\n", "64 False 0\n"]
 
 
 @pytest.mark.standin
-def test_an_unchecked_winner_is_not_served_to_a_checked_call(standin, ctx, tmp_cache,
-                                                              monkeypatch):
+def test_an_unchecked_winner_is_not_served_to_a_checked_call(standin, ctx, tmp_cache, monkeypatch):
     """Issue 25 defect 9: a winner stored by check=False (the fastest, whose
     output is wrong) must not be served, from memory or disk, to a later
     call that asks for checking; that call checks and picks a right one."""
@@ -534,6 +664,7 @@ def test_an_unchecked_winner_is_not_served_to_a_checked_call(standin, ctx, tmp_c
             res = res.copy()
             res[0] += 1
         return [res]
+
     monkeypatch.setattr(at, "_read_outputs", played)
     times = {(64,): 3.0, (128,): 2.0, (256,): 0.5, (512,): 4.0}
     t = _tune(x, out, 1000, fake_timer(times, []), check=False)
@@ -544,7 +675,7 @@ def test_an_unchecked_winner_is_not_served_to_a_checked_call(standin, ctx, tmp_c
         seen = []
         checked = _tune(x, out, 1000, fake_timer(times, seen))
         assert checked.choice == {"block": 128}, where
-        assert checked.timed and len(seen) == 3          # 256 failed its check
+        assert checked.timed and len(seen) == 3  # 256 failed its check
         at.clear(disk=False)
         # and checked against a reference: not the winner checked against the first variant
         seen = []

@@ -3,6 +3,7 @@
 store stays inside its directory, bad arguments are refused, the memos
 hold nothing they should not.  No GPU needed; the SourceModule tests run
 against the driver stand-in (make test's second pass) or a GPU."""
+
 import gc
 import json
 import os
@@ -72,7 +73,7 @@ def check_edit(tmp_cache, header, src, **kw):
     first = compile(src, arch="compute_80", **kw)
     assert has_float(first, 1.5)
     assert stored(tmp_cache) == 1, "the first compile was not cached: the test proves nothing"
-    write(header, "2.5")           # same size; maybe the same mtime tick
+    write(header, "2.5")  # same size; maybe the same mtime tick
     second = compile(src, arch="compute_80", **kw)
     assert has_float(second, 2.5) and not has_float(second, 1.5)
     # and in a fresh memory (the disk entry of 1.5 must not be served)
@@ -83,14 +84,22 @@ def check_edit(tmp_cache, header, src, **kw):
 
 # ---- defect 18: every way a header reaches NVRTC ----
 
+
 def test_header_found_through_the_working_directory(tmp_path, tmp_cache, monkeypatch):
     monkeypatch.chdir(tmp_path)
     check_edit(tmp_cache, tmp_path / "v.cuh", '#include "v.cuh"\n' + KERNEL)
 
 
-@pytest.mark.parametrize("line", ['/**/ #include "v.cuh"', '%:include "v.cuh"',
-                                  '#\\\ninclude "v.cuh"', '#inc\\\nlude "v.cuh"',
-                                  '# /* c */ include /* c */ "v.cuh"'])
+@pytest.mark.parametrize(
+    "line",
+    [
+        '/**/ #include "v.cuh"',
+        '%:include "v.cuh"',
+        '#\\\ninclude "v.cuh"',
+        '#inc\\\nlude "v.cuh"',
+        '# /* c */ include /* c */ "v.cuh"',
+    ],
+)
 def test_unusual_include_spellings(line, tmp_path, tmp_cache):
     inc = tmp_path / "inc"
     inc.mkdir()
@@ -114,8 +123,11 @@ def test_absolute_include(tmp_path, tmp_cache):
 @pytest.mark.parametrize("form", ["-include", "--pre-include="])
 def test_pre_include_options(form, tmp_path, tmp_cache):
     h = tmp_path / "pre.cuh"
-    opts = ["-include", str(h)] if form == "-include" else ["--pre-include=pre.cuh",
-                                                            "-I" + str(tmp_path)]
+    opts = (
+        ["-include", str(h)]
+        if form == "-include"
+        else ["--pre-include=pre.cuh", "-I" + str(tmp_path)]
+    )
     check_edit(tmp_cache, h, KERNEL, options=opts)
 
 
@@ -123,8 +135,12 @@ def test_header_nested_through_a_relative_path(tmp_path, tmp_cache):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     (tmp_path / "a" / "outer.cuh").write_text('#include "../b/v.cuh"\n')
-    check_edit(tmp_cache, tmp_path / "b" / "v.cuh", '#include "outer.cuh"\n' + KERNEL,
-               include_dirs=[str(tmp_path / "a")])
+    check_edit(
+        tmp_cache,
+        tmp_path / "b" / "v.cuh",
+        '#include "outer.cuh"\n' + KERNEL,
+        include_dirs=[str(tmp_path / "a")],
+    )
 
 
 def test_macro_include_is_not_cached(tmp_path, tmp_cache):
@@ -152,15 +168,16 @@ def test_a_header_added_later_that_shadows_another(tmp_path, tmp_cache):
     dirs = [str(a), str(b)]
     assert has_float(compile(src, arch="compute_80", include_dirs=dirs), 1.5)
     assert stored(tmp_cache) == 1
-    write(a / "v.cuh", "2.5")      # now found first
+    write(a / "v.cuh", "2.5")  # now found first
     assert has_float(compile(src, arch="compute_80", include_dirs=dirs), 2.5)
     compiler.clear_cache(disk=False)
     assert has_float(compile(src, arch="compute_80", include_dirs=dirs), 2.5)
 
 
 def test_has_include_sees_a_header_appear(tmp_path, tmp_cache):
-    src = ('#if __has_include("opt.cuh")\n#include "opt.cuh"\n#else\n#define V 1.5f\n#endif\n'
-           + KERNEL)
+    src = (
+        '#if __has_include("opt.cuh")\n#include "opt.cuh"\n#else\n#define V 1.5f\n#endif\n' + KERNEL
+    )
     settle()
     assert has_float(compile(src, arch="compute_80", include_dirs=[str(tmp_path)]), 1.5)
     assert stored(tmp_cache) == 1
@@ -184,7 +201,7 @@ def test_header_changed_while_sources_compile_in_threads(tmp_path, tmp_cache):
     def work(s):
         try:
             compile(s, arch="compute_80", include_dirs=[str(tmp_path)])
-        except Exception as e:   # pragma: no cover - reported below
+        except Exception as e:  # pragma: no cover - reported below
             errors.append(e)
 
     threads = [threading.Thread(target=work, args=(s,)) for s in srcs]
@@ -195,12 +212,18 @@ def test_header_changed_while_sources_compile_in_threads(tmp_path, tmp_cache):
     for t in threads:
         t.join()
     assert not errors
-    wrong = [i for i, s in enumerate(srcs * 2)
-             if not has_float(compile(s, arch="compute_80", include_dirs=[str(tmp_path)]), 2.5)]
+    wrong = [
+        i
+        for i, s in enumerate(srcs * 2)
+        if not has_float(compile(s, arch="compute_80", include_dirs=[str(tmp_path)]), 2.5)
+    ]
     assert wrong == []
     compiler.clear_cache(disk=False)
-    wrong = [i for i, s in enumerate(srcs)
-             if not has_float(compile(s, arch="compute_80", include_dirs=[str(tmp_path)]), 2.5)]
+    wrong = [
+        i
+        for i, s in enumerate(srcs)
+        if not has_float(compile(s, arch="compute_80", include_dirs=[str(tmp_path)]), 2.5)
+    ]
     assert wrong == []
 
 
@@ -222,6 +245,7 @@ def test_scanner_cases():
 
 
 # ---- defect 17: NUL inside options and name expressions ----
+
 
 def test_nul_in_options_is_refused(tmp_cache):
     with pytest.raises(ValueError, match="compiler option .* contains a NUL"):
@@ -248,6 +272,7 @@ def test_key_parts_do_not_collide(tmp_cache):
 
 # ---- defect 19: the disk store stays in its directory, bad arguments ----
 
+
 def test_clear_and_evict_never_leave_the_cache(tmp_path, tmp_cache, monkeypatch):
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -257,7 +282,7 @@ def test_clear_and_evict_never_leave_the_cache(tmp_path, tmp_cache, monkeypatch)
     os.symlink(outside, tmp_cache / "ab")
     os.symlink(victim, tmp_cache / next(tmp_cache.glob("??")).name / ("f" * 64 + ".bin"))
     monkeypatch.setenv("PYGPU_CACHE_SIZE", "10")
-    compile(KERNEL.replace("V", "2.0f"), arch="sm_80")     # evicts
+    compile(KERNEL.replace("V", "2.0f"), arch="sm_80")  # evicts
     compiler.clear_cache()
     assert victim.read_bytes() == b"precious"
     assert compiler.cache_info()["disk_entries"] == 0
@@ -272,6 +297,7 @@ def test_unreadable_subdirectory(tmp_cache, monkeypatch):
         if str(path).endswith(os.sep + "cd"):
             raise PermissionError(13, "Permission denied", str(path))
         return real(path)
+
     monkeypatch.setattr(os, "scandir", lambda p=".": deny(p, real_scandir))
     monkeypatch.setattr(os, "listdir", lambda p=".": deny(p, real_listdir))
     monkeypatch.setenv("PYGPU_CACHE_SIZE", "10")
@@ -283,8 +309,10 @@ def test_unreadable_subdirectory(tmp_cache, monkeypatch):
 
 def test_a_damaged_nvrtc_record_is_ignored(tmp_path):
     d = tmp_path / "c"
-    code = ("import pygpu.compiler as c; b = c.compile(%r, arch='compute_80'); "
-            "print(b'1069547520' in bytes(b))" % KERNEL.replace("V", "1.5f"))
+    code = (
+        "import pygpu.compiler as c; b = c.compile(%r, arch='compute_80'); "
+        "print(b'1069547520' in bytes(b))" % KERNEL.replace("V", "1.5f")
+    )
     env = dict(os.environ, PYGPU_CACHE_DIR=str(d))
     first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert first.stdout.split() == ["True"], first.stderr
@@ -295,15 +323,21 @@ def test_a_damaged_nvrtc_record_is_ignored(tmp_path):
         rec.write_text(json.dumps(meta))
         for e in d.rglob("*.bin"):
             e.unlink()
-        again = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                               text=True)
+        again = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True
+        )
         assert again.returncode == 0 and again.stdout.split() == ["True"], (bad, again.stderr)
 
 
-@pytest.mark.parametrize("bad, exc, msg", [("", ValueError, "cache_dir is empty"),
-                                           (0, TypeError, "cache_dir must be"),
-                                           (b"x", TypeError, "cache_dir must be"),
-                                           (1.5, TypeError, "cache_dir must be")])
+@pytest.mark.parametrize(
+    "bad, exc, msg",
+    [
+        ("", ValueError, "cache_dir is empty"),
+        (0, TypeError, "cache_dir must be"),
+        (b"x", TypeError, "cache_dir must be"),
+        (1.5, TypeError, "cache_dir must be"),
+    ],
+)
 def test_bad_cache_dir(bad, exc, msg, tmp_path, monkeypatch, tmp_cache):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(exc, match=msg):
@@ -322,6 +356,7 @@ def test_strings_where_lists_belong(tmp_cache):
 
 # ---- defect 12: the memos hold nothing they should not ----
 
+
 def test_memos_do_not_keep_sources_alive(tmp_cache):
     src = KERNEL.replace("V", "1.0f") + "// %s\n" % os.urandom(8).hex()
     base = sys.getrefcount(src)
@@ -338,6 +373,7 @@ needs_driver = pytest.mark.driver
 @needs_driver
 def test_source_module_memo_holds_no_created_context(tmp_cache):
     import pygpu.driver as cuda
+
     cuda.init()
     ctx = cuda.Device(0).make_context()
     try:
@@ -355,13 +391,14 @@ def test_source_module_memo_holds_no_created_context(tmp_cache):
 @needs_driver
 def test_source_module_memo_checks_the_modules_context(tmp_cache):
     import pygpu.driver as cuda
+
     cuda.init()
     src = KERNEL.replace("V", "1.0f")
     p = cuda.Device(0).retain_primary_context()
     p.push()
     try:
         a = compiler.SourceModule(src, arch="compute_80")
-        assert compiler.SourceModule(src, arch="compute_80").module is a.module   # memo hit
+        assert compiler.SourceModule(src, arch="compute_80").module is a.module  # memo hit
     finally:
         cuda.Context.pop()
     p.detach()
@@ -370,7 +407,7 @@ def test_source_module_memo_checks_the_modules_context(tmp_cache):
     try:
         b = compiler.SourceModule(src, arch="compute_80")
         assert not b.module.context.detached
-        b.get_function("k")          # a live module, not the detached one
+        b.get_function("k")  # a live module, not the detached one
     finally:
         cuda.Context.pop()
 
@@ -392,7 +429,7 @@ def test_source_module_memo_hit_copies_only_the_modules_own_fields(tmp_cache):
     p.push()
     try:
         first, second = Tagged(src, "first"), Tagged(src, "second")
-        assert second.module is first.module                       # a memo hit
+        assert second.module is first.module  # a memo hit
         assert (first.tag, second.tag) == ("first", "second")
         assert second.binary is first.binary and second.source == first.source
         assert second.get_function("k").handle == first.get_function("k").handle
@@ -405,6 +442,7 @@ def test_source_module_memo_hit_copies_only_the_modules_own_fields(tmp_cache):
 @needs_driver
 def test_source_module_memo_sees_header_edits_and_clear_cache(tmp_path, tmp_cache):
     import pygpu.driver as cuda
+
     cuda.init()
     h = tmp_path / "v.cuh"
     write(h, "1.5")

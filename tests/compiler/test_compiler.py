@@ -1,4 +1,5 @@
 """NVRTC compilation and the cache: no GPU needed."""
+
 import multiprocessing
 import os
 import re
@@ -50,8 +51,10 @@ def test_no_flag_is_forced(tmp_cache):
 def test_name_expressions(tmp_cache):
     src = "template <typename T> __global__ void scale(T *x, T a) { x[threadIdx.x] *= a; }"
     b = compile(src, arch="sm_80", name_expressions=["scale<float>", "scale<double>"])
-    assert b.lowered_names == {"scale<float>": "_Z5scaleIfEvPT_S0_",
-                               "scale<double>": "_Z5scaleIdEvPT_S0_"}
+    assert b.lowered_names == {
+        "scale<float>": "_Z5scaleIfEvPT_S0_",
+        "scale<double>": "_Z5scaleIdEvPT_S0_",
+    }
     ptx = compile(src, arch="compute_80", name_expressions=["scale<float>"])
     assert b"_Z5scaleIfEvPT_S0_" in bytes(ptx)
 
@@ -79,8 +82,9 @@ def test_warnings_become_python_warnings(tmp_cache):
         warnings.simplefilter("always")
         compile(src, arch="sm_80")
     # NVRTC's default warns on a declared-but-unreferenced variable
-    assert any(issubclass(x.category, compiler.CompilerWarning) and "unused" in str(x.message)
-               for x in w), [str(x.message) for x in w]
+    assert any(
+        issubclass(x.category, compiler.CompilerWarning) and "unused" in str(x.message) for x in w
+    ), [str(x.message) for x in w]
 
 
 def test_bad_arguments(tmp_cache):
@@ -99,9 +103,10 @@ def test_defines_std_and_includes(tmp_path, tmp_cache):
     inc.mkdir()
     (inc / "scale.cuh").write_text("#define SCALE 3.0f\n")
     src = '#include "scale.cuh"\nextern "C" __global__ void k(float *x) { x[0] = SCALE * OFFSET; }'
-    b = compile(src, arch="compute_80", include_dirs=[str(inc)], defines={"OFFSET": "2.0f"},
-                std="c++17")
-    assert has_float(b, 6.0)     # SCALE * OFFSET folded
+    b = compile(
+        src, arch="compute_80", include_dirs=[str(inc)], defines={"OFFSET": "2.0f"}, std="c++17"
+    )
+    assert has_float(b, 6.0)  # SCALE * OFFSET folded
 
 
 def test_editing_an_included_header_changes_the_result(tmp_path, tmp_cache):
@@ -112,7 +117,7 @@ def test_editing_an_included_header_changes_the_result(tmp_path, tmp_cache):
     src = '#include "k.cuh"\nextern "C" __global__ void k(float *x) { x[0] = VALUE; }'
     first = compile(src, arch="compute_80", include_dirs=[str(inc)])
     assert has_float(first, 1.5)
-    h.write_text("#define VALUE 2.5f  \n")   # new size and mtime
+    h.write_text("#define VALUE 2.5f  \n")  # new size and mtime
     second = compile(src, arch="compute_80", include_dirs=[str(inc)])
     assert has_float(second, 2.5) and not has_float(second, 1.5)
     # a nested header, reached through -I in the options
@@ -130,6 +135,7 @@ def has_float(binary, value):
     """Whether PTX stores the float32 constant value (as 0fXXXXXXXX or as
     its integer bits)."""
     import struct
+
     bits = struct.unpack("<I", struct.pack("<f", value))[0]
     text = bytes(binary).decode()
     return ("0f%08X" % bits) in text or re.search(r"\b%d\b" % bits, text) is not None
@@ -216,6 +222,7 @@ def _compile_in_child(args):
     cache_dir, src = args
     os.environ["PYGPU_CACHE_DIR"] = cache_dir
     from pygpu.compiler import compile as c
+
     return bytes(c(src, arch="sm_90"))
 
 
@@ -229,7 +236,7 @@ def test_eight_processes_compiling_at_once(tmp_path):
     root = tmp_path / "shared-cache"
     entries = list(root.rglob("*.bin"))
     assert len(entries) == 1, entries
-    assert list(root.rglob(".tmp-*")) == []      # no torn writes left behind
+    assert list(root.rglob(".tmp-*")) == []  # no torn writes left behind
 
 
 def test_nvrtc_version_and_archs():
@@ -242,9 +249,12 @@ def test_disk_hit_in_a_new_process_does_not_open_nvrtc(tmp_path):
     import json
     import subprocess
     import sys
+
     d = tmp_path / "c"
-    code = ("import pygpu.compiler as c; b = c.compile(%r, arch='sm_90'); "
-            "print(c._nvrtc_path is None, c.cache_info()['disk_hits'])" % SAXPY)
+    code = (
+        "import pygpu.compiler as c; b = c.compile(%r, arch='sm_90'); "
+        "print(c._nvrtc_path is None, c.cache_info()['disk_hits'])" % SAXPY
+    )
     env = dict(os.environ, PYGPU_CACHE_DIR=str(d))
     first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert first.stdout.split() == ["False", "0"], first.stderr

@@ -7,6 +7,7 @@ its failure at every driver call, bad inputs.  GPU: PyCUDA's two scenarios
 (a kernel launching a kernel; kernels of two modules linked), checked
 against NumPy.
 """
+
 import ctypes
 import gc
 import os
@@ -17,8 +18,7 @@ import pytest
 
 import pygpu.driver as cuda
 from pygpu import compiler, linking
-from pygpu.compiler import (DEFAULT_NVCC_FLAGS, DynamicModule, DynamicSourceModule,
-                            jit_input_type)
+from pygpu.compiler import DEFAULT_NVCC_FLAGS, DynamicModule, DynamicSourceModule, jit_input_type
 
 OUTER = r"""#include <cstdio>
 __global__ void test_kernel() {
@@ -106,11 +106,19 @@ def _wrap(src):
 
 
 def _ptx(src, options=("-rdc=true",)):
-    return bytes(compiler.compile(_wrap(src), options=list(options), target="ptx",
-                                  arch="compute_90", cache_dir=False)).decode().rstrip("\0")
+    return (
+        bytes(
+            compiler.compile(
+                _wrap(src), options=list(options), target="ptx", arch="compute_90", cache_dir=False
+            )
+        )
+        .decode()
+        .rstrip("\0")
+    )
 
 
 # ---- CPU: NVRTC, options, libraries ----
+
 
 def test_rdc_sources_compile_to_relocatable_ptx():
     outer, inner = _ptx(OUTER), _ptx(INNER)
@@ -121,7 +129,8 @@ def test_rdc_sources_compile_to_relocatable_ptx():
     assert "__cudaCDP2LaunchDeviceV2" in outer and "vprintf" in outer
     assert ".visible .entry test_kernel_inner()" in inner
     assert "test_kernel_inner" not in outer.split(".visible .entry test_kernel()")[0].replace(
-        ".extern .entry test_kernel_inner", "")
+        ".extern .entry test_kernel_inner", ""
+    )
     a, b = _ptx(LIB_A), _ptx(LIB_B)
     assert ".visible .func  (.param .b32 func_retval0) affine" in a
     assert ".extern .func  (.param .b32 func_retval0) affine" in b
@@ -129,13 +138,17 @@ def test_rdc_sources_compile_to_relocatable_ptx():
 
 
 def test_device_launch_needs_rdc():
-    with pytest.raises(compiler.CompileError, match=r"device-side kernel launch could not be processed"):
+    with pytest.raises(
+        compiler.CompileError, match=r"device-side kernel launch could not be processed"
+    ):
         _ptx(OUTER, options=())
 
 
 def test_cstdio_and_cstdlib_shims_compile():
-    src = ('#include <cstdio>\n#include <cstdlib>\nextern "C" __global__ void k(int *d)'
-           ' { int *p = (int *)malloc(4); printf("%d\\n", d[0]); free(p); }')
+    src = (
+        '#include <cstdio>\n#include <cstdlib>\nextern "C" __global__ void k(int *d)'
+        ' { int *p = (int *)malloc(4); printf("%d\\n", d[0]); free(p); }'
+    )
     ptx = bytes(compiler.compile(src, target="ptx", arch="compute_90", cache_dir=False))
     assert b"vprintf" in ptx and b"malloc" in ptx
     libc = os.path.join(compiler.KERNEL_DIR, "libc")
@@ -146,9 +159,30 @@ def test_cstdio_and_cstdlib_shims_compile():
 
 def test_translate_nvcc_options():
     t = linking.translate_nvcc_options(
-        ["-rdc=true", "-lcudadevrt", "-l", "cublas_device", "--library=m,foo", "-L/opt/x",
-         "-arch=sm_80", "-code", "sm_80", "-O3", "-Xcompiler", "-fPIC", "-ccbin", "g++",
-         "-m64", "-g", "-lineinfo", "-DN=3", "--use_fast_math", "-dc", "-std=c++17"])
+        [
+            "-rdc=true",
+            "-lcudadevrt",
+            "-l",
+            "cublas_device",
+            "--library=m,foo",
+            "-L/opt/x",
+            "-arch=sm_80",
+            "-code",
+            "sm_80",
+            "-O3",
+            "-Xcompiler",
+            "-fPIC",
+            "-ccbin",
+            "g++",
+            "-m64",
+            "-g",
+            "-lineinfo",
+            "-DN=3",
+            "--use_fast_math",
+            "-dc",
+            "-std=c++17",
+        ]
+    )
     assert t["nvrtc"] == ["-rdc=true", "-lineinfo", "-DN=3", "--use_fast_math", "-std=c++17"]
     assert t["libraries"] == ["cudadevrt", "cublas_device", "m", "foo"]
     assert t["library_dirs"] == ["/opt/x"]
@@ -179,30 +213,41 @@ def test_find_stdlib(tmp_path, monkeypatch):
     dirs = linking.stdlib_dirs()
     assert str(tmp_path / "cuda" / "lib64") in dirs
     assert dirs.index(str(tmp_path / "cuda" / "lib64")) < dirs.index("/usr/local/cuda/lib64")
-    with pytest.raises(FileNotFoundError, match=r"the CUDA library libno_such_lib_x\.a "
-                                                r"\(for add_stdlib\('no_such_lib_x'\)\) was "
-                                                r"not found; looked in: .*/cuda/lib64"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"the CUDA library libno_such_lib_x\.a "
+        r"\(for add_stdlib\('no_such_lib_x'\)\) was "
+        r"not found; looked in: .*/cuda/lib64",
+    ):
         linking.find_stdlib("no_such_lib_x")
-    with pytest.raises(ValueError, match=r"takes a library name such as 'cudadevrt', not "
-                                         r"'/usr/lib/libx.a' \(use add_file\(\) for a path\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"takes a library name such as 'cudadevrt', not "
+        r"'/usr/lib/libx.a' \(use add_file\(\) for a path\)",
+    ):
         linking.find_stdlib("/usr/lib/libx.a")
     with pytest.raises(TypeError, match=r"not int"):
         linking.find_stdlib(3)
 
 
 def test_the_toolkit_device_runtime_is_found():
-    if not any(os.path.isfile(os.path.join(d, "libcudadevrt.a"))
-               for d in linking.stdlib_dirs()):
+    if not any(os.path.isfile(os.path.join(d, "libcudadevrt.a")) for d in linking.stdlib_dirs()):
         pytest.skip("no libcudadevrt.a (CUDA toolkit or runtime wheel) here")
     assert linking.find_stdlib("cudadevrt").endswith("/libcudadevrt.a")
 
 
 def test_jit_input_type_matches_cuda_h():
     assert [(m.name, int(m)) for m in jit_input_type] == [
-        ("CUBIN", 0), ("PTX", 1), ("FATBINARY", 2), ("OBJECT", 3), ("LIBRARY", 4)]
+        ("CUBIN", 0),
+        ("PTX", 1),
+        ("FATBINARY", 2),
+        ("OBJECT", 3),
+        ("LIBRARY", 4),
+    ]
 
 
 # ---- against the driver stand-in ----
+
 
 def _links(standin):
     return standin.lib.fakecuda_live(b"links")
@@ -223,12 +268,13 @@ def devrt(tmp_path):
 def test_dynamic_module_links(standin, ctx, devrt):
     base_links = _links(standin)
     seen = []
-    mod = DynamicModule(message_handler=lambda *a: seen.append(a), cuda_libdir=devrt,
-                        backend="driver")
+    mod = DynamicModule(
+        message_handler=lambda *a: seen.append(a), cuda_libdir=devrt, backend="driver"
+    )
     opts = ["-rdc=true", "-lcudadevrt", *DEFAULT_NVCC_FLAGS]
     assert mod.add_source(OUTER, nvcc_options=opts) is mod
     assert mod.add_source(INNER, nvcc_options=opts, name="inner.ptx") is mod
-    assert mod.add_stdlib("cudadevrt") is mod          # -lcudadevrt added it already
+    assert mod.add_stdlib("cudadevrt") is mod  # -lcudadevrt added it already
     assert len(mod._stdlibs) == 1 and mod._stdlibs[0].endswith("libcudadevrt.a")
     with pytest.raises(cuda.LogicError, match=r"DynamicModule.get_function\(\): call link"):
         mod.get_function("test_kernel")
@@ -240,10 +286,13 @@ def test_dynamic_module_links(standin, ctx, devrt):
     f(grid=(2, 1), block=(1, 1, 1))
     assert standin.launches() == n + 1
     assert mod.get_function("test_kernel_inner") is not None
-    with pytest.raises(cuda.LogicError, match=r"DynamicModule.add_source\(\): already "
-                                              r"linked; make a new DynamicModule"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"DynamicModule.add_source\(\): already "
+        r"linked; make a new DynamicModule",
+    ):
         mod.add_source(INNER)
-    assert _links(standin) == base_links        # the link state went with complete()
+    assert _links(standin) == base_links  # the link state went with complete()
 
 
 @pytest.mark.standin
@@ -271,13 +320,15 @@ def test_dynamic_source_module(standin, ctx, devrt, capsys):
     bufs = [cuda.mem_alloc(800) for _ in range(6)]
     f(*bufs, block=(100, 1, 1), grid=(1, 1, 1))
     params = standin.thread_last_params()
-    assert [int.from_bytes(params[8 * i:8 * i + 8], "little") for i in range(6)] == \
-        [int(b) for b in bufs]
+    assert [int.from_bytes(params[8 * i : 8 * i + 8], "little") for i in range(6)] == [
+        int(b) for b in bufs
+    ]
 
 
 @pytest.mark.standin
 def test_linker_complete_gives_the_image(standin, ctx):
     from pygpu import _driver
+
     L = _driver.Linker()
     assert L.context == ctx and not L.closed
     a, b = _ptx(LIB_A), _ptx(LIB_B)
@@ -287,8 +338,11 @@ def test_linker_complete_gives_the_image(standin, ctx):
     assert image == (a + "\n" + b + "\n").encode() + b"\0"
     assert L.complete() is image and L.closed
     assert L.info_log == "stand-in: PTX inputs concatenated; nothing was compiled"
-    with pytest.raises(cuda.LogicError, match=r"Linker.add_data\(\): this link is complete; "
-                                              r"make a new Linker"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"Linker.add_data\(\): this link is complete; "
+        r"make a new Linker",
+    ):
         L.add_data(a.encode(), jit_input_type.PTX)
     m = cuda.module_from_buffer(image)
     assert m.get_function("apply") is not None
@@ -299,15 +353,21 @@ def test_unresolved_references_fail_the_link(standin, ctx, devrt):
     base = _links(standin)
     mod = DynamicModule(arch="compute_90", cuda_libdir=devrt, backend="driver")
     mod.add_source(OUTER, nvcc_options=["-rdc=true"]).add_stdlib("cudadevrt")
-    with pytest.raises(cuda.Error, match=r"cuLinkComplete failed: CUDA_ERROR_INVALID_IMAGE: "
-                                         r".*JIT error log:\nstand-in: undefined reference "
-                                         r"to kernel 'test_kernel_inner'") as e:
+    with pytest.raises(
+        cuda.Error,
+        match=r"cuLinkComplete failed: CUDA_ERROR_INVALID_IMAGE: "
+        r".*JIT error log:\nstand-in: undefined reference "
+        r"to kernel 'test_kernel_inner'",
+    ) as e:
         mod.link()
     assert e.value.routine == "cuLinkComplete"
     mod = DynamicModule(arch="compute_90", backend="driver")
     mod.add_source(OUTER, nvcc_options=["-rdc=true"]).add_source(INNER, ["-rdc=true"])
-    with pytest.raises(cuda.Error, match=r"undefined reference to the device runtime "
-                                         r"\(__cudaCDP\*\): link libcudadevrt.a"):
+    with pytest.raises(
+        cuda.Error,
+        match=r"undefined reference to the device runtime "
+        r"\(__cudaCDP\*\): link libcudadevrt.a",
+    ):
         mod.link()
     del mod
     gc.collect()
@@ -317,25 +377,38 @@ def test_unresolved_references_fail_the_link(standin, ctx, devrt):
 @pytest.mark.standin
 def test_bad_inputs(standin, ctx, tmp_path):
     from pygpu import _driver
+
     base = _links(standin)
     L = _driver.Linker()
     ptx = _ptx(INNER).encode()
     with pytest.raises(TypeError, match=r"Linker.add_data\(\) takes bytes .*encode PTX text"):
         L.add_data(ptx.decode(), jit_input_type.PTX)
-    with pytest.raises(ValueError, match=r"Linker.add_data\(\): input_type 7 is not one the "
-                                         r"driver's linker takes: jit_input_type.CUBIN \(0\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"Linker.add_data\(\): input_type 7 is not one the "
+        r"driver's linker takes: jit_input_type.CUBIN \(0\)",
+    ):
         L.add_data(ptx, 7)
-    with pytest.raises(TypeError, match=r"input_type must be a jit_input_type \(an int\), "
-                                        r"not str"):
+    with pytest.raises(
+        TypeError,
+        match=r"input_type must be a jit_input_type \(an int\), "
+        r"not str",
+    ):
         L.add_data(ptx, "ptx")
-    with pytest.raises(ValueError, match=r"the PTX input x.ptx is not text \(a NUL byte at "
-                                         r"offset 3\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"the PTX input x.ptx is not text \(a NUL byte at "
+        r"offset 3\)",
+    ):
         L.add_data(b"abc\0def", jit_input_type.PTX, "x.ptx")
     with pytest.raises(ValueError, match=r"the CUBIN input e is empty"):
         L.add_data(b"", jit_input_type.CUBIN, "e")
-    with pytest.raises(cuda.Error, match=r"cuLinkAddData failed: CUDA_ERROR_INVALID_PTX: .*"
-                                         r"input junk.ptx; JIT error log:\nstand-in: a PTX "
-                                         r"input is not PTX text"):
+    with pytest.raises(
+        cuda.Error,
+        match=r"cuLinkAddData failed: CUDA_ERROR_INVALID_PTX: .*"
+        r"input junk.ptx; JIT error log:\nstand-in: a PTX "
+        r"input is not PTX text",
+    ):
         L.add_data(b"hello", jit_input_type.PTX, "junk.ptx")
     with pytest.raises(cuda.Error, match=r"cuLinkAddData failed: CUDA_ERROR_INVALID_IMAGE"):
         L.add_data(ptx, jit_input_type.CUBIN, "not-elf")
@@ -345,12 +418,18 @@ def test_bad_inputs(standin, ctx, tmp_path):
         L.add_file(tmp_path, jit_input_type.LIBRARY)
     notlib = tmp_path / "libnot.a"
     notlib.write_bytes(b"not an archive")
-    with pytest.raises(cuda.Error, match=r"cuLinkAddFile failed: CUDA_ERROR_INVALID_IMAGE: .*"
-                                         r"libnot\.a; JIT error log:\nstand-in: a LIBRARY "
-                                         r"input is not an ar archive"):
+    with pytest.raises(
+        cuda.Error,
+        match=r"cuLinkAddFile failed: CUDA_ERROR_INVALID_IMAGE: .*"
+        r"libnot\.a; JIT error log:\nstand-in: a LIBRARY "
+        r"input is not an ar archive",
+    ):
         L.add_file(notlib, jit_input_type.LIBRARY)
-    with pytest.raises(cuda.LogicError, match=r"Linker.complete\(\): nothing to link; add "
-                                              r"inputs"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"Linker.complete\(\): nothing to link; add "
+        r"inputs",
+    ):
         L.complete()
     L.close()
     L.close()
@@ -367,8 +446,7 @@ def test_bad_inputs(standin, ctx, tmp_path):
         _driver.Linker(None, [cuda.jit_option.LOG_VERBOSE])
     with pytest.raises(TypeError, match=r"message_handler must be callable or None, not int"):
         _driver.Linker(3)
-    ok = _driver.Linker(None, [(cuda.jit_option.LOG_VERBOSE, 1),
-                               (cuda.jit_option.WALL_TIME, 0.0)])
+    ok = _driver.Linker(None, [(cuda.jit_option.LOG_VERBOSE, 1), (cuda.jit_option.WALL_TIME, 0.0)])
     del ok, L
     with pytest.raises(FileNotFoundError, match=r"libno_such_lib_y\.a"):
         DynamicModule().add_stdlib("no_such_lib_y")
@@ -383,6 +461,7 @@ def test_bad_inputs(standin, ctx, tmp_path):
 @pytest.mark.standin
 def test_message_handler_error_propagates_and_frees(standin, ctx):
     from pygpu import _driver
+
     base = _links(standin)
 
     def handler(ok, info, err):
@@ -399,6 +478,7 @@ def test_message_handler_error_propagates_and_frees(standin, ctx):
 @pytest.mark.standin
 def test_linker_outlives_a_detached_context(standin, ctx):
     from pygpu import _driver
+
     c = cuda.Device(0).make_context()
     try:
         L = _driver.Linker()
@@ -409,13 +489,19 @@ def test_linker_outlives_a_detached_context(standin, ctx):
     c.detach()
     with pytest.raises(cuda.LogicError):
         L.complete()
-    del L       # silent: the context is gone
+    del L  # silent: the context is gone
     gc.collect()
 
 
 UNKNOWN = 999
-TOLERATED = {"cuLinkDestroy", "cuCtxGetCurrent", "cuCtxPushCurrent", "cuCtxPopCurrent",
-             "cuCtxSetCurrent", "cuModuleUnload"}
+TOLERATED = {
+    "cuLinkDestroy",
+    "cuCtxGetCurrent",
+    "cuCtxPushCurrent",
+    "cuCtxPopCurrent",
+    "cuCtxSetCurrent",
+    "cuModuleUnload",
+}
 
 
 @pytest.mark.standin
@@ -423,7 +509,7 @@ def test_failure_at_every_call_site(standin, ctx, devrt):
     """Each driver call of a whole DynamicModule link fails once, in turn: a
     cuda.Error naming that routine and code, nothing leaks (link states
     included), nothing is raised from a dealloc."""
-    compiler.compile(_wrap(OUTER), options=["-rdc=true"], target="ptx")   # warm the cache
+    compiler.compile(_wrap(OUTER), options=["-rdc=true"], target="ptx")  # warm the cache
 
     def op():
         mod = DynamicModule(cuda_libdir=devrt, backend="driver")
@@ -441,8 +527,13 @@ def test_failure_at_every_call_site(standin, ctx, devrt):
     drop()
     base, links = standin.live(), _links(standin)
     _, trace = standin.trace(drop)
-    assert {"cuLinkCreate", "cuLinkAddData", "cuLinkAddFile", "cuLinkComplete",
-            "cuLinkDestroy"} <= set(trace)
+    assert {
+        "cuLinkCreate",
+        "cuLinkAddData",
+        "cuLinkAddFile",
+        "cuLinkComplete",
+        "cuLinkDestroy",
+    } <= set(trace)
     assert standin.live() == base and _links(standin) == links
     seen, sites = {}, []
     for name in trace:
@@ -488,12 +579,16 @@ def test_failure_at_every_call_site(standin, ctx, devrt):
                 assert sum(leaked.values()) + lost_links <= 1, "%s: %s" % (where, leaked)
             else:
                 assert not leaked and lost_links == 0, "%s: leaked %s, %d links" % (
-                    where, leaked, lost_links)
+                    where,
+                    leaked,
+                    lost_links,
+                )
     finally:
         sys.unraisablehook = old_hook
 
 
 # ---- on a GPU ----
+
 
 def _libc_flush():
     ctypes.CDLL(None).fflush(None)
@@ -520,10 +615,11 @@ __global__ void parent_diag(int *status, int *flag, long *p)
 
 
 def _diag_message(status, flag, backend):
-    return ("device runtime (%s backend): parent ran=%d, device-side launch returned "
-            "cudaError %d%s, child ran=%d" % (backend, status[1], status[0],
-                                              " (cudaSuccess)" if status[0] == 0 else "",
-                                              flag[0]))
+    return (
+        "device runtime (%s backend): parent ran=%d, device-side launch returned "
+        "cudaError %d%s, child ran=%d"
+        % (backend, status[1], status[0], " (cudaSuccess)" if status[0] == 0 else "", flag[0])
+    )
 
 
 @pytest.mark.gpu
@@ -573,12 +669,12 @@ def test_gpu_recursive_launch(ctx, rng, backend):
     if backend == "nvjitlink" and not linking.nvjitlink_available():
         pytest.skip("no nvJitLink")
     a = rng.integers(-1000, 1000, size=100).astype(np.int64)
-    a[a == 0] = 7                              # 0 doubled is 0: nothing to see
+    a[a == 0] = 7  # 0 doubled is 0: nothing to see
     b = rng.integers(-1000, 1000, size=100).astype(np.int64)
     bufs = [cuda.mem_alloc(800) for _ in range(6)]
     cuda.memcpy_htod(bufs[0], a)
     cuda.memcpy_htod(bufs[1], b)
-    cuda.memset_d8(bufs[3], 0x5a, 800)        # not zeros: an unwritten d shows
+    cuda.memset_d8(bufs[3], 0x5A, 800)  # not zeros: an unwritten d shows
     mod = DynamicSourceModule(RECURSIVE, backend=backend)
     mod.get_function("math")(*bufs, block=(100, 1, 1), grid=(1, 1, 1))
     cuda.Context.synchronize()
@@ -592,8 +688,10 @@ def test_gpu_recursive_launch(ctx, rng, backend):
     # saxpy reads x (the shared copy of a, taken before any child ran); its
     # a*p + b*q in float is one fused multiply-add: the float64 product is
     # exact, and the sum rounded once to float32 is what the FMA gives
-    want = (np.float64(np.float32(1.0345)) * a.astype(np.float32).astype(np.float64)
-            + (-2 * b).astype(np.float32).astype(np.float64)).astype(np.float32)
+    want = (
+        np.float64(np.float32(1.0345)) * a.astype(np.float32).astype(np.float64)
+        + (-2 * b).astype(np.float32).astype(np.float64)
+    ).astype(np.float32)
     np.testing.assert_array_equal(f, want.astype(np.float64))
     unwritten = np.frombuffer(b"\x5a" * 8, np.int64)[0]
     assert not (d == unwritten).any(), "a child grid never wrote d"
@@ -617,7 +715,7 @@ def test_gpu_recursive_launch_one_child(ctx, rng, backend):
     bufs = [cuda.mem_alloc(800) for _ in range(6)]
     cuda.memcpy_htod(bufs[0], a)
     cuda.memcpy_htod(bufs[1], b)
-    cuda.memset_d8(bufs[3], 0x5a, 800)
+    cuda.memset_d8(bufs[3], 0x5A, 800)
     mod = DynamicSourceModule(src, backend=backend)
     mod.get_function("math")(*bufs, block=(100, 1, 1), grid=(1, 1, 1))
     cuda.Context.synchronize()
@@ -662,12 +760,20 @@ def test_gpu_two_modules_and_device_launch(ctx, rng):
     mod.link()
     mod.set_constant("bias", bias)
     y = np.empty_like(x)
-    mod.get_function("apply")(cuda.Out(y), cuda.In(x), np.float32(2.5), np.float32(-1),
-                              np.int32(n), block=(128, 1, 1), grid=((n + 127) // 128, 1))
+    mod.get_function("apply")(
+        cuda.Out(y),
+        cuda.In(x),
+        np.float32(2.5),
+        np.float32(-1),
+        np.int32(n),
+        block=(128, 1, 1),
+        grid=((n + 127) // 128, 1),
+    )
     np.testing.assert_allclose(y, np.float32(2.5) * x - 1 + bias[0], rtol=1e-6, atol=1e-6)
 
     src = DynamicSourceModule(PARENT)
     y2 = np.empty_like(x)
-    src.get_function("parent")(cuda.Out(y2), cuda.In(x), np.int32(n), block=(32, 1, 1),
-                               grid=((n + 63) // 64, 1))
+    src.get_function("parent")(
+        cuda.Out(y2), cuda.In(x), np.int32(n), block=(32, 1, 1), grid=((n + 63) // 64, 1)
+    )
     np.testing.assert_allclose(y2, x * x, rtol=1e-6)

@@ -1,4 +1,5 @@
 """Devices and contexts on a real GPU."""
+
 import os
 import subprocess
 import sys
@@ -25,7 +26,9 @@ def test_device_queries(ctx):
     assert cuda.Device(bus) == dev and hash(cuda.Device(bus)) == hash(dev)
     assert cuda.Device(0) != cuda.Device(n - 1) or n == 1
     assert "sm_%d%d" % (major, minor) in repr(dev)
-    assert dev.max_threads_per_block == dev.get_attribute(cuda.device_attribute.MAX_THREADS_PER_BLOCK)
+    assert dev.max_threads_per_block == dev.get_attribute(
+        cuda.device_attribute.MAX_THREADS_PER_BLOCK
+    )
     attrs = dev.get_attributes()
     assert attrs[cuda.device_attribute.MULTIPROCESSOR_COUNT] == dev.multiprocessor_count > 0
     assert attrs[cuda.device_attribute.COMPUTE_CAPABILITY_MAJOR] == major
@@ -45,7 +48,11 @@ def test_bad_devices():
 
 
 def test_primary_context_is_the_default():
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
         import pygpu.driver as cuda
         assert cuda.Context.get_current() is None
         a = cuda.mem_alloc(64)          # first use makes the primary current
@@ -53,7 +60,12 @@ def test_primary_context_is_the_default():
         assert c is not None and c.is_primary and a.context is c
         assert c is cuda.Device(0).retain_primary_context()
         print("ok")
-    """)], capture_output=True, text=True, timeout=60)
+    """),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
@@ -73,10 +85,10 @@ def test_make_context_push_pop(ctx):
     finally:
         c.detach()
     assert c.detached
-    c.detach()   # idempotent
+    c.detach()  # idempotent
     with pytest.raises(cuda.LogicError, match="detached"):
         c.push()
-    a.free()     # memory went with the context: silent
+    a.free()  # memory went with the context: silent
 
 
 def test_limits_and_cache_config(ctx):
@@ -99,14 +111,23 @@ def test_limits_and_cache_config(ctx):
 
 
 def test_pop_with_nothing_current():
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
         import pygpu.driver as cuda
         cuda.init()
         try:
             cuda.Context.pop()
         except cuda.LogicError as e:
             print(e)
-    """)], capture_output=True, text=True, timeout=60)
+    """),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "no context is current" in r.stdout, r.stderr
 
 
@@ -134,10 +155,11 @@ def test_exit_with_live_objects_is_silent():
 
 def test_multiple_threads_get_a_context(ctx):
     import threading
+
     results = []
 
     def work():
-        a = cuda.mem_alloc(1024)      # no context on this thread yet
+        a = cuda.mem_alloc(1024)  # no context on this thread yet
         results.append(cuda.Context.get_current() is not None and a.context.is_primary)
 
     ts = [threading.Thread(target=work) for _ in range(4)]
@@ -155,6 +177,7 @@ def test_a_primary_context_retained_again_gets_its_own_kernels():
     # detached one's kernels ("kernel 'pygpu_add': its context was detached")
     import numpy as np
     from pygpu import gpuarray, reduction
+
     rng = np.random.default_rng()
     h = rng.standard_normal(1000).astype(np.float32)
     p = cuda.Device(0).retain_primary_context()
@@ -176,7 +199,7 @@ def test_a_primary_context_retained_again_gets_its_own_kernels():
         c = b + b
         assert reduction.get_sum_kernel(None, np.dtype(np.float32)) is not k
         assert c.shape == (1000,) and c.dtype == np.float32
-        if os.environ.get("PYGPU_LIBCUDA") is None:      # kernels run: check the values
+        if os.environ.get("PYGPU_LIBCUDA") is None:  # kernels run: check the values
             np.testing.assert_allclose(c.get(), h + h, rtol=1e-6)
             want = float((h + h).astype(np.float64).sum())
             np.testing.assert_allclose(float(c.sum().get()), want, rtol=1e-4, atol=1e-3)

@@ -7,6 +7,7 @@ every use of a dead handle (the `standin` fixture fails a test that made
 one) and can make a driver call slow (StandIn.delay) so that a race between
 threads happens the same way every time; `make sanitize` runs them under
 AddressSanitizer, where the old behaviour was a use after free."""
+
 import ctypes
 import gc
 import inspect
@@ -22,7 +23,7 @@ import numpy as np
 import pytest
 
 import pygpu.driver as cuda
-from pygpu import _driver, compiler
+from pygpu import compiler
 
 from threaded import run_in_threads
 
@@ -55,11 +56,12 @@ class _Thread(threading.Thread):
     def run(self):
         try:
             self.result = self.fn()
-        except BaseException as e:      # noqa: B036 - handed to the test
+        except BaseException as e:  # noqa: B036 - handed to the test
             self.error = e
 
 
 # ---- 1: Memcpy2D's bounds check ----
+
 
 @pytest.mark.standin
 def test_memcpy2d_extent_that_overflows_is_refused(standin, ctx):
@@ -69,13 +71,15 @@ def test_memcpy2d_extent_that_overflows_is_refused(standin, ctx):
     c.set_src_host(host)
     c.set_dst_device(dev)
     c.width_in_bytes, c.height = 16, 2**31 + 1
-    c.src_pitch = c.dst_pitch = 2**33          # 2**33 * 2**31 wraps to 0
-    with pytest.raises(ValueError, match="source's 2147483649 rows of pitch 8589934592 "
-                                         "from row 0 reach past the end"):
+    c.src_pitch = c.dst_pitch = 2**33  # 2**33 * 2**31 wraps to 0
+    with pytest.raises(
+        ValueError,
+        match="source's 2147483649 rows of pitch 8589934592 from row 0 reach past the end",
+    ):
         c()
     c.src_pitch, c.dst_pitch = 16, 2**33
     c.height = 1
-    c()                                         # one row: fits, and is copied
+    c()  # one row: fits, and is copied
     c.height = 2**31 + 1
     with pytest.raises(ValueError, match="destination's 2147483649 rows .* reach past"):
         c()
@@ -89,9 +93,10 @@ def test_memcpy2d_extent_that_overflows_is_refused(standin, ctx):
 
 # ---- 3: an allocation of a detached context ----
 
+
 @pytest.mark.standin
 def test_allocation_of_a_detached_context_is_a_logic_error(standin, ctx, rng):
-    gc.collect()        # earlier tests' garbage is not this test's to count
+    gc.collect()  # earlier tests' garbage is not this test's to count
     live = standin.live()["device"]
     other = cuda.Device(0).make_context()
     d = cuda.mem_alloc(64)
@@ -105,16 +110,20 @@ def test_allocation_of_a_detached_context_is_a_logic_error(standin, ctx, rng):
     x = rng.standard_normal(16)
     out = np.empty(8)
     calls = standin.calls()
-    for call in (lambda: cuda.memcpy_htod(d, x), lambda: cuda.memcpy_dtoh(out, d),
-                 lambda: cuda.memcpy_dtod(d, d, 8), lambda: cuda.memset_d8(d, 0, 8),
-                 lambda: cuda.memcpy_htod_async(d, x)):
+    for call in (
+        lambda: cuda.memcpy_htod(d, x),
+        lambda: cuda.memcpy_dtoh(out, d),
+        lambda: cuda.memcpy_dtod(d, d, 8),
+        lambda: cuda.memset_d8(d, 0, 8),
+        lambda: cuda.memcpy_htod_async(d, x),
+    ):
         with pytest.raises(cuda.LogicError, match="DeviceAllocation's context was detached"):
             call()
     with pytest.raises(cuda.LogicError, match="was freed"):
         int(d)
     with pytest.raises(cuda.LogicError, match="was freed"):
         d.__cuda_array_interface__
-    assert standin.calls() == calls          # not one driver call
+    assert standin.calls() == calls  # not one driver call
     d.free()
     del d, e
     gc.collect()
@@ -122,6 +131,7 @@ def test_allocation_of_a_detached_context_is_a_logic_error(standin, ctx, rng):
 
 
 # ---- 7: free() while another thread copies ----
+
 
 @pytest.mark.standin
 @pytest.mark.parametrize("direction", ["htod", "dtoh", "dtod"])
@@ -145,19 +155,19 @@ def test_free_during_a_copy_waits_for_the_copy(standin, ctx, rng, direction):
     t = _Thread(copy)
     t.start()
     _wait_for_call(standin, routine, before)
-    d.free()                                # returns at once ...
+    d.free()  # returns at once ...
     during = standin.live()["device"]
-    t.join()                                # (before any assert: under ASan the old
-    standin.delay(routine, 0)               # code's copy wrote to freed memory here)
+    t.join()  # (before any assert: under ASan the old
+    standin.delay(routine, 0)  # code's copy wrote to freed memory here)
     assert d.freed
     with pytest.raises(cuda.LogicError, match="was freed"):
-        cuda.memset_d8(d, 0, 1)            # ... no new use starts ...
-    assert during == live                   # ... but the memory outlived the copy
+        cuda.memset_d8(d, 0, 1)  # ... no new use starts ...
+    assert during == live  # ... but the memory outlived the copy
     assert t.error is None, t.error
     assert standin.live()["device"] == live - 1
     if direction == "dtoh":
         np.testing.assert_array_equal(out, x)
-    d.free()                                # still idempotent
+    d.free()  # still idempotent
 
 
 @pytest.mark.standin
@@ -175,11 +185,14 @@ def test_detach_waits_for_no_copy_but_refuses(standin, ctx, rng):
             cuda.memcpy_htod(d, x)
         finally:
             cuda.Context.pop()
+
     t = _Thread(copy)
     t.start()
     _wait_for_call(standin, "cuMemcpyHtoD", before)
-    with pytest.raises(cuda.LogicError, match="detach\\(\\): a copy into memory of this "
-                                              "context is running in another thread"):
+    with pytest.raises(
+        cuda.LogicError,
+        match="detach\\(\\): a copy into memory of this context is running in another thread",
+    ):
         other.detach()
     assert not other.detached and not d.freed
     t.join()
@@ -198,8 +211,13 @@ class _FreesOnRead:
     @property
     def __cuda_array_interface__(self):
         self.target.free()
-        return {"shape": (self.n,), "typestr": "|u1", "data": (self.ptr, False),
-                "version": 3, "strides": None}
+        return {
+            "shape": (self.n,),
+            "typestr": "|u1",
+            "data": (self.ptr, False),
+            "version": 3,
+            "strides": None,
+        }
 
 
 @pytest.mark.standin
@@ -218,12 +236,14 @@ def test_allocation_freed_by_a_later_argument_is_refused(standin, ctx):
         def __index__(self):
             self.target.free()
             return 8
+
     e = cuda.mem_alloc(64)
     with pytest.raises(cuda.LogicError, match="the DeviceAllocation was freed"):
         cuda.memset_d8(e, 1, Count(e))
 
 
 # ---- 4: borrowed current context across the GIL release and the JIT handler ----
+
 
 @pytest.mark.standin
 def test_pagelocked_empty_while_another_thread_detaches(standin, ctx):
@@ -234,6 +254,7 @@ def test_pagelocked_empty_while_another_thread_detaches(standin, ctx):
         # only the module state holds the Context: the detach below drops it
         cuda.Device(1).retain_primary_context().push()
         return cuda.pagelocked_empty(1000, np.float32)
+
     t = _Thread(alloc)
     t.start()
     _wait_for_call(standin, "cuMemHostAlloc", before)
@@ -248,15 +269,18 @@ def test_pagelocked_empty_while_another_thread_detaches(standin, ctx):
 
 @pytest.mark.standin
 def test_message_handler_that_detaches_the_context(standin, ctx, ptx):
-    cuda.Device(1).retain_primary_context().push()   # held by the module state only
+    cuda.Device(1).retain_primary_context().push()  # held by the module state only
     seen = []
 
     def handler(ok, info, err):
         seen.append(ok)
         cuda.Context.get_current().detach()
         gc.collect()
-    with pytest.raises(cuda.LogicError, match="module_from_buffer\\(\\): the context was "
-                                              "detached while the module loaded"):
+
+    with pytest.raises(
+        cuda.LogicError,
+        match="module_from_buffer\\(\\): the context was detached while the module loaded",
+    ):
         cuda.module_from_buffer(ptx, message_handler=handler)
     assert seen == [True]
     # the dead primary context was popped: the fixture's is current again
@@ -264,6 +288,7 @@ def test_message_handler_that_detaches_the_context(standin, ctx, ptx):
 
 
 # ---- 5: a buffer format that hides an object field ----
+
 
 class _Hidden(ctypes.Structure):
     # exported as 'T{<d:a:b:<O:c:}': the ':' in the first name hid the 'O'
@@ -280,11 +305,15 @@ def test_object_field_behind_a_colon_in_a_field_name_is_refused():
     for i in range(4):
         hidden[i].c = sentinel
     assert ":<O:" in memoryview(hidden).format
-    for call in (lambda: cuda.memcpy_dtoh(hidden, 0x10000),
-                 lambda: cuda.memcpy_htod(0x10000, hidden),
-                 lambda: cuda.memcpy_dtoh(memoryview(hidden), 0x10000)):
-        with pytest.raises(TypeError, match="the host buffer holds Python objects "
-                                            "\\(format 'T\\{<d:a:b:<O:c:\\}'\\)"):
+    for call in (
+        lambda: cuda.memcpy_dtoh(hidden, 0x10000),
+        lambda: cuda.memcpy_htod(0x10000, hidden),
+        lambda: cuda.memcpy_dtoh(memoryview(hidden), 0x10000),
+    ):
+        with pytest.raises(
+            TypeError,
+            match="the host buffer holds Python objects \\(format 'T\\{<d:a:b:<O:c:\\}'\\)",
+        ):
             call()
     assert all(h.c is sentinel for h in hidden)
 
@@ -295,7 +324,7 @@ def test_object_free_structures_still_copy(standin, ctx, rng):
     plain = (_Plain * 4)()
     d = cuda.mem_alloc(64)
     cuda.memcpy_htod(d, vals)
-    cuda.memcpy_dtoh(plain, d)          # 'T{<d:Obs:<d:x:}': an 'O' in a name only
+    cuda.memcpy_dtoh(plain, d)  # 'T{<d:Obs:<d:x:}': an 'O' in a name only
     np.testing.assert_array_equal([v for p in plain for v in (p.Obs, p.x)], vals)
     rec = np.zeros(4, np.dtype([("Obs", "f8"), ("x", "f8")]))
     cuda.memcpy_dtoh(memoryview(rec), d)
@@ -307,33 +336,45 @@ def test_object_free_structures_still_copy(standin, ctx, rng):
 
 # ---- 6: jit options that are pygpu's own buffers ----
 
-@pytest.mark.parametrize("name", ["ERROR_LOG_BUFFER", "INFO_LOG_BUFFER",
-                                  "ERROR_LOG_BUFFER_SIZE_BYTES",
-                                  "INFO_LOG_BUFFER_SIZE_BYTES"])
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ERROR_LOG_BUFFER",
+        "INFO_LOG_BUFFER",
+        "ERROR_LOG_BUFFER_SIZE_BYTES",
+        "INFO_LOG_BUFFER_SIZE_BYTES",
+    ],
+)
 def test_jit_log_buffer_options_are_refused(name):
     opt = getattr(cuda.jit_option, name)
-    with pytest.raises(ValueError, match="jit_option.%s belongs to pygpu, which passes "
-                                         "its own log buffers" % name):
+    with pytest.raises(
+        ValueError, match="jit_option.%s belongs to pygpu, which passes its own log buffers" % name
+    ):
         cuda.module_from_buffer(b".version 8.0\n", options=[(opt, 0x10)])
 
 
 def test_jit_pointer_and_unknown_options_are_refused():
-    with pytest.raises(ValueError, match="jit_option.GLOBAL_SYMBOL_NAMES describes a C "
-                                         "array of pointers"):
-        cuda.module_from_buffer(b".version 8.0\n",
-                                options=[(cuda.jit_option.GLOBAL_SYMBOL_NAMES, 0x10)])
+    with pytest.raises(
+        ValueError, match="jit_option.GLOBAL_SYMBOL_NAMES describes a C array of pointers"
+    ):
+        cuda.module_from_buffer(
+            b".version 8.0\n", options=[(cuda.jit_option.GLOBAL_SYMBOL_NAMES, 0x10)]
+        )
     with pytest.raises(ValueError, match="12345 is not a jit_option pygpu knows"):
         cuda.module_from_buffer(b".version 8.0\n", options=[(12345, 1)])
 
 
 @pytest.mark.standin
 def test_jit_scalar_options_still_load(standin, ctx, ptx):
-    m = cuda.module_from_buffer(ptx, options=[(cuda.jit_option.MAX_REGISTERS, 32),
-                                              (cuda.jit_option.OPTIMIZATION_LEVEL, 3)])
+    m = cuda.module_from_buffer(
+        ptx, options=[(cuda.jit_option.MAX_REGISTERS, 32), (cuda.jit_option.OPTIMIZATION_LEVEL, 3)]
+    )
     assert m.get_function("k") is not None
 
 
 # ---- 11: register_host_memory lets go of its source ----
+
 
 @pytest.mark.standin
 def test_register_host_memory_releases_the_source(standin, ctx):
@@ -356,6 +397,7 @@ def test_register_host_memory_releases_the_source(standin, ctx):
 
 # ---- 14: the stream argument of the blocking copies ----
 
+
 @pytest.mark.standin
 def test_blocking_copies_honour_their_stream(standin, ctx, rng):
     x = rng.standard_normal(256)
@@ -375,8 +417,9 @@ def test_blocking_copies_honour_their_stream(standin, ctx, rng):
     other = cuda.Device(0).make_context()
     foreign = cuda.Stream()
     cuda.Context.pop()
-    with pytest.raises(cuda.LogicError, match="cuMemcpyHtoDAsync failed: "
-                                              "CUDA_ERROR_INVALID_HANDLE"):
+    with pytest.raises(
+        cuda.LogicError, match="cuMemcpyHtoDAsync failed: CUDA_ERROR_INVALID_HANDLE"
+    ):
         cuda.memcpy_htod(d, x, stream=foreign)
     del foreign
     other.detach()
@@ -389,6 +432,7 @@ def test_blocking_copies_list_their_stream():
 
 
 # ---- 15: integers that were truncated ----
+
 
 @pytest.mark.standin
 def test_integer_arguments_are_never_truncated(standin, ctx):
@@ -403,15 +447,19 @@ def test_integer_arguments_are_never_truncated(standin, ctx):
         (lambda: cuda.Event(flags=2**64), "Event\\(\\): flags="),
         (lambda: dev.make_context(flags=2**64), "make_context\\(\\): flags="),
         (lambda: cuda.mem_alloc_managed(16, flags=2**64), "mem_alloc_managed\\(\\): flags="),
-        (lambda: cuda.register_host_memory(np.ones(4), flags=2**64),
-         "register_host_memory\\(\\): flags="),
+        (
+            lambda: cuda.register_host_memory(np.ones(4), flags=2**64),
+            "register_host_memory\\(\\): flags=",
+        ),
         (lambda: cuda.pagelocked_empty(4, mem_flags=2**64), "pagelocked_empty\\(\\): mem_flags="),
         (lambda: cuda.managed_empty(4, mem_flags=2**64), "managed_empty\\(\\): mem_flags="),
-        (lambda: cuda.mem_alloc_pitch(16, 4, 2**32 + 4),
-         "mem_alloc_pitch\\(\\): access_size=4294967300 is out of range"),
+        (
+            lambda: cuda.mem_alloc_pitch(16, 4, 2**32 + 4),
+            "mem_alloc_pitch\\(\\): access_size=4294967300 is out of range",
+        ),
         (lambda: ctx.enable_peer_access(ctx, flags=-1), "enable_peer_access\\(\\): flags=-1"),
     ]
-    live, calls = standin.live(), standin.calls()
+    live = standin.live()
     for call, message in cases:
         with pytest.raises(OverflowError, match=message):
             call()
@@ -426,8 +474,9 @@ def test_integer_arguments_are_never_truncated(standin, ctx):
 @pytest.mark.standin
 def test_symbol_names_with_nul_are_refused(standin, ctx, ptx):
     m = cuda.module_from_buffer(ptx)
-    with pytest.raises(ValueError, match="get_function\\(\\): the name 'k\\\\x00x' contains "
-                                         "a NUL character"):
+    with pytest.raises(
+        ValueError, match="get_function\\(\\): the name 'k\\\\x00x' contains a NUL character"
+    ):
         m.get_function("k\0x")
     with pytest.raises(ValueError, match="get_global\\(\\): the name 'table\\\\x00' contains"):
         m.get_global("table\0")
@@ -436,12 +485,15 @@ def test_symbol_names_with_nul_are_refused(standin, ctx, ptx):
 
 # ---- 16: mem_alloc_managed when the Python object cannot be made ----
 
+
 @pytest.mark.standin
 def test_allocations_are_given_back_when_the_object_cannot_be_made(standin, ctx):
     _testcapi = pytest.importorskip("_testcapi")
-    for fn, kind in ((lambda: cuda.mem_alloc_managed(4096), "managed"),
-                     (lambda: cuda.mem_alloc(4096), "device"),
-                     (lambda: cuda.mem_alloc_pitch(64, 4, 4), "device")):
+    for fn, kind in (
+        (lambda: cuda.mem_alloc_managed(4096), "managed"),
+        (lambda: cuda.mem_alloc(4096), "device"),
+        (lambda: cuda.mem_alloc_pitch(64, 4, 4), "device"),
+    ):
         live = standin.live()[kind]
         failed = 0
         for start in range(0, 12):
@@ -460,6 +512,7 @@ def test_allocations_are_given_back_when_the_object_cannot_be_made(standin, ctx)
 
 
 # ---- 12: a failed cuInit leaks nothing per call ----
+
 
 @pytest.mark.standin
 def test_failed_cuinit_leaks_nothing():
@@ -480,13 +533,15 @@ def test_failed_cuinit_leaks_nothing():
     print(grown)
     """)
     env = dict(os.environ, FAKECUDA_FAIL="cuInit:1:100")
-    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     assert int(r.stdout) < 20000, "%s bytes kept by 5000 failed init() calls" % r.stdout
 
 
 # ---- 10: dead handles after detach ----
+
 
 @pytest.mark.standin
 def test_objects_of_a_detached_context_never_reach_the_driver(standin, ctx):
@@ -496,19 +551,31 @@ def test_objects_of_a_detached_context_never_reach_the_driver(standin, ctx):
     e2.record()
     h = cuda.pagelocked_empty(16, np.float32, mem_flags=cuda.host_alloc_flags.DEVICEMAP)
     ha = h.base
-    del h                  # its memory dies with the context
+    del h  # its memory dies with the context
     cuda.Context.pop()
     live_event = cuda.Event()
     other.detach()
-    cases = [s.is_done, lambda: s.priority, lambda: s.flags, s.synchronize,
-             lambda: s.wait_for_event(live_event), lambda: cuda.Stream().wait_for_event(e),
-             e.record, lambda: live_event.record(s), e.synchronize, e.query,
-             lambda: e.time_since(e2), lambda: live_event.time_since(e2),
-             lambda: e.time_till(live_event), ha.get_device_pointer,
-             lambda: ctx.disable_peer_access(other), lambda: other.disable_peer_access(ctx),
-             lambda: ctx.enable_peer_access(other),
-             lambda: cuda.mem_alloc_async(16, stream=s),
-             lambda: cuda.memcpy_htod_async(cuda.mem_alloc(8), np.ones(1), s)]
+    cases = [
+        s.is_done,
+        lambda: s.priority,
+        lambda: s.flags,
+        s.synchronize,
+        lambda: s.wait_for_event(live_event),
+        lambda: cuda.Stream().wait_for_event(e),
+        e.record,
+        lambda: live_event.record(s),
+        e.synchronize,
+        e.query,
+        lambda: e.time_since(e2),
+        lambda: live_event.time_since(e2),
+        lambda: e.time_till(live_event),
+        ha.get_device_pointer,
+        lambda: ctx.disable_peer_access(other),
+        lambda: other.disable_peer_access(ctx),
+        lambda: ctx.enable_peer_access(other),
+        lambda: cuda.mem_alloc_async(16, stream=s),
+        lambda: cuda.memcpy_htod_async(cuda.mem_alloc(8), np.ones(1), s),
+    ]
     for call in cases:
         with pytest.raises(cuda.LogicError, match="detached"):
             call()
@@ -521,7 +588,7 @@ def test_detaching_the_current_primary_context_pops_it(standin, ctx):
     p.push()
     assert cuda.Context.get_current() == p
     p.detach()
-    assert cuda.Context.get_current() == ctx        # what was below it
+    assert cuda.Context.get_current() == ctx  # what was below it
     d = cuda.mem_alloc(16)
     assert d.context == ctx
 
@@ -532,6 +599,7 @@ def test_detaching_the_current_primary_context_pops_it(standin, ctx):
         q.detach()
         fresh = cuda.mem_alloc(16).context
         return fresh.is_primary and not fresh.detached
+
     t = _Thread(alone)
     t.start()
     t.join()
@@ -545,6 +613,7 @@ def test_detaching_the_current_primary_context_pops_it(standin, ctx):
 # failed before: the memory went back to the driver at free() while its
 # holder still used it.
 
+
 @pytest.mark.standin
 def test_free_under_a_texture_waits_for_the_texture(standin, ctx, rng):
     """Defect 6: DeviceAllocation.free() succeeded while a TextureObject read
@@ -555,15 +624,16 @@ def test_free_under_a_texture_waits_for_the_texture(standin, ctx, rng):
     gc.collect()
     base = standin.live()["device"]
     d.free()
-    assert standin.live()["device"] == base          # kept for the texture
+    assert standin.live()["device"] == base  # kept for the texture
     assert d.freed and d.holders == ("a TextureObject",)
     with pytest.raises(cuda.LogicError, match="the DeviceAllocation was freed"):
         cuda.TextureObject(d, format=cuda.array_format.FLOAT)
-    t.free()                                          # the last holder: freed now
+    t.free()  # the last holder: freed now
     assert standin.live()["device"] == base - 1 and d.holders == ()
     del t
     # a GPU array's memory is held through its allocation
     from pygpu import gpuarray
+
     a = gpuarray.to_gpu(x)
     t = cuda.TextureObject(a)
     assert a.gpudata.holders == ("a TextureObject",)
@@ -605,19 +675,19 @@ def test_virtual_buffer_grow_keeps_a_held_range_mapped(standin, ctx, rng):
     exe = g.instantiate()
     old = int(vb)
     reservations = standin.live()["reservations"]
-    standin.fail("cuMemAddressReserve", 1, 2)        # no room after it: grow() moves it
+    standin.fail("cuMemAddressReserve", 1, 2)  # no room after it: grow() moves it
     vb.grow(vb.mapped * 4)
     assert int(vb) != old
     exe.launch()
     np.testing.assert_array_equal(out, x)
-    assert standin.live()["reservations"] == reservations + 1    # the old one is kept
+    assert standin.live()["reservations"] == reservations + 1  # the old one is kept
     assert vb.holders == ("graph node #0 (memcpy)", "graph node #1 (memcpy)")
     got = np.empty(1024, np.float32)
-    cuda.memcpy_dtoh(got, vb)                        # the same memory at the new address
+    cuda.memcpy_dtoh(got, vb)  # the same memory at the new address
     np.testing.assert_array_equal(got, x)
     del exe, g, up
     gc.collect()
-    assert standin.live()["reservations"] == reservations        # released with the holds
+    assert standin.live()["reservations"] == reservations  # released with the holds
     vb.free()
 
 
@@ -625,7 +695,7 @@ def test_virtual_buffer_grow_keeps_a_held_range_mapped(standin, ctx, rng):
 def test_ipc_export_holds_the_memory(standin, ctx):
     d = cuda.mem_alloc(256)
     cuda.mem_get_ipc_handle(d)
-    cuda.mem_get_ipc_handle(d)                        # one hold, however many exports
+    cuda.mem_get_ipc_handle(d)  # one hold, however many exports
     assert d.holders == ("an IPC export (mem_get_ipc_handle)",)
     gc.collect()
     base = standin.live()["device"]

@@ -1,4 +1,5 @@
 """Import without a driver, the error classes, the loader's search order."""
+
 import os
 import subprocess
 import sys
@@ -16,8 +17,13 @@ STUB = "/usr/local/cuda/lib64/stubs/libcuda.so"
 def run_py(code, **env):
     e = dict(os.environ)
     e.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_import_loads_no_cuda_library():
@@ -33,7 +39,8 @@ def test_import_loads_no_cuda_library():
 
 
 def test_missing_driver_raises_the_documented_class_every_time():
-    r = run_py("""
+    r = run_py(
+        """
         import pygpu.driver as cuda
         for i in range(2):
             try:
@@ -47,7 +54,9 @@ def test_missing_driver_raises_the_documented_class_every_time():
             cuda.mem_alloc(16)
         except cuda.CudaUnavailableError as e:
             print(e)
-    """, PYGPU_LIBCUDA="/nonexistent/libcuda.so.1")
+    """,
+        PYGPU_LIBCUDA="/nonexistent/libcuda.so.1",
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 3
@@ -58,26 +67,32 @@ def test_missing_driver_raises_the_documented_class_every_time():
 
 @pytest.mark.skipif(not os.path.exists(STUB), reason="the toolkit's stub libcuda is not at " + STUB)
 def test_stub_driver_is_reported_as_no_driver():
-    r = run_py("""
+    r = run_py(
+        """
         import pygpu.driver as cuda
         try:
             cuda.init()
         except cuda.CudaUnavailableError as e:
             print(e.code, e.routine, '|', e)
-    """, PYGPU_LIBCUDA=STUB)
+    """,
+        PYGPU_LIBCUDA=STUB,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("34 cuInit |"), r.stdout
     assert "stub library" in r.stdout
 
 
-@pytest.mark.parametrize("code,cls,name", [
-    (2, cuda.MemoryError, "CUDA_ERROR_OUT_OF_MEMORY"),
-    (1, cuda.LogicError, "CUDA_ERROR_INVALID_VALUE"),
-    (400, cuda.LogicError, "CUDA_ERROR_INVALID_HANDLE"),
-    (700, cuda.LaunchError, "CUDA_ERROR_ILLEGAL_ADDRESS"),
-    (719, cuda.LaunchError, "CUDA_ERROR_LAUNCH_FAILED"),
-    (999, cuda.RuntimeError, "CUDA_ERROR_UNKNOWN"),
-])
+@pytest.mark.parametrize(
+    "code,cls,name",
+    [
+        (2, cuda.MemoryError, "CUDA_ERROR_OUT_OF_MEMORY"),
+        (1, cuda.LogicError, "CUDA_ERROR_INVALID_VALUE"),
+        (400, cuda.LogicError, "CUDA_ERROR_INVALID_HANDLE"),
+        (700, cuda.LaunchError, "CUDA_ERROR_ILLEGAL_ADDRESS"),
+        (719, cuda.LaunchError, "CUDA_ERROR_LAUNCH_FAILED"),
+        (999, cuda.RuntimeError, "CUDA_ERROR_UNKNOWN"),
+    ],
+)
 def test_error_mapping(code, cls, name):
     with pytest.raises(cls) as ei:
         _driver._raise_for_code(code, "cuSomething")
@@ -108,8 +123,13 @@ def test_nvrtc_candidates_order(tmp_path):
     (wheel / "libnvrtc.so.13").write_bytes(b"")
     (wheel / "libnvrtc-builtins.so.13.0").write_bytes(b"")
     (wheel / "libnvrtc.alt.so.13").write_bytes(b"")
-    env = {"PYGPU_NVRTC": "/x/libnvrtc.so", "CUDA_HOME": "/opt/cuda13", "CUDA_PATH": "/opt/cp",
-           "CONDA_PREFIX": "/opt/conda", "LD_LIBRARY_PATH": "/sys/lib"}
+    env = {
+        "PYGPU_NVRTC": "/x/libnvrtc.so",
+        "CUDA_HOME": "/opt/cuda13",
+        "CUDA_PATH": "/opt/cp",
+        "CONDA_PREFIX": "/opt/conda",
+        "LD_LIBRARY_PATH": "/sys/lib",
+    }
     c = _loader.nvrtc_candidates(env, [str(tmp_path / "site")])
     assert c[0] == "/x/libnvrtc.so"
     assert c[1] == str(wheel / "libnvrtc.so.13")
@@ -159,6 +179,7 @@ def test_device_rejects_bad_types_before_touching_the_driver():
 
 def test_text_signatures():
     import inspect
+
     assert str(inspect.signature(cuda.mem_alloc)) == "(nbytes, /)"
     assert "stream=None" in str(inspect.signature(cuda.memcpy_htod_async))
     assert "message_handler=None" in str(inspect.signature(cuda.module_from_buffer))
@@ -170,17 +191,25 @@ def test_every_public_callable_has_a_signature():
     import inspect
     import pygpu.compiler
     import pygpu.tools
+
     missing, checked = [], 0
     for mod in (cuda, pygpu.compiler, pygpu.tools):
         for name in getattr(mod, "__all__", None) or dir(mod):
             obj = getattr(mod, name)
-            if (name.startswith("_") or inspect.ismodule(obj) or hasattr(obj, "__members__")
-                    or (isinstance(obj, type) and issubclass(obj, (BaseException, bytes)))):
+            if (
+                name.startswith("_")
+                or inspect.ismodule(obj)
+                or hasattr(obj, "__members__")
+                or (isinstance(obj, type) and issubclass(obj, (BaseException, bytes)))
+            ):
                 continue
             targets = [(name, obj)] if callable(obj) else []
             if isinstance(obj, type):
-                targets += [("%s.%s" % (name, m), getattr(obj, m)) for m, v in vars(obj).items()
-                            if not m.startswith("_") and (callable(v) or isinstance(v, classmethod))]
+                targets += [
+                    ("%s.%s" % (name, m), getattr(obj, m))
+                    for m, v in vars(obj).items()
+                    if not m.startswith("_") and (callable(v) or isinstance(v, classmethod))
+                ]
             for what, f in targets:
                 checked += 1
                 try:
@@ -193,6 +222,7 @@ def test_every_public_callable_has_a_signature():
 
 def test_compile_error_is_also_in_driver_as_in_pycuda():
     import pygpu.compiler
+
     assert cuda.CompileError is pygpu.compiler.CompileError
     assert issubclass(cuda.CompileError, cuda.Error)
     with pytest.raises(AttributeError, match="has no attribute 'gpuarray'"):
@@ -202,13 +232,24 @@ def test_compile_error_is_also_in_driver_as_in_pycuda():
 def test_star_import_exports_the_python_helpers_too():
     ns = {}
     exec("from pygpu.driver import *", ns)
-    assert {"to_device", "from_device", "In", "Out", "InOut", "pagelocked_empty",
-            "Memcpy2D", "mem_alloc", "Stream", "host_alloc_flags"} <= set(ns)
+    assert {
+        "to_device",
+        "from_device",
+        "In",
+        "Out",
+        "InOut",
+        "pagelocked_empty",
+        "Memcpy2D",
+        "mem_alloc",
+        "Stream",
+        "host_alloc_flags",
+    } <= set(ns)
     assert not any(n.startswith("_") for n in ns if n != "__builtins__")
 
 
 def test_in_out_wrappers_check_their_arrays():
     import numpy as np
+
     a = np.arange(12.0).reshape(3, 4)
     with pytest.raises(ValueError, match="not contiguous"):
         cuda.In(a[:, ::2])
@@ -218,5 +259,5 @@ def test_in_out_wrappers_check_their_arrays():
     ro.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
         cuda.Out(ro)
-    cuda.In(ro)   # read-only is fine for input
+    cuda.In(ro)  # read-only is fine for input
     assert isinstance(cuda.InOut(a), cuda.ArgumentHandler)

@@ -10,6 +10,7 @@ keywords, the others are positional-only (marked with '/').  Then, against
 the driver stand-in, each callable is called with every keyword its signature
 lists; no call may fail for an unknown keyword.
 """
+
 import inspect
 import os
 import re
@@ -41,15 +42,17 @@ ALL_C = "\n".join(v for k, v in SOURCES.items() if k.endswith(".c"))
 
 # every function definition in src/**/*.c: name -> body (C style: the name
 # starts its line, or follows "static PyObject *" on the same line)
-_DEF = re.compile(r"^(?:static )?(?:[A-Za-z_]\w*[ \*]+)*?(\w+)\(([^;{}()]*(?:\([^;{}()]*\)[^;{}()]*)*)\)\s*\{",
-                  re.M)
+_DEF = re.compile(
+    r"^(?:static )?(?:[A-Za-z_]\w*[ \*]+)*?(\w+)\(([^;{}()]*(?:\([^;{}()]*\)[^;{}()]*)*)\)\s*\{",
+    re.M,
+)
 BODIES = {}
 for _m in _DEF.finditer(ALL_C):
     _depth, _i = 1, _m.end()
     while _depth:
         _depth += {"{": 1, "}": -1}.get(ALL_C[_i], 0)
         _i += 1
-    BODIES.setdefault(_m.group(1), ALL_C[_m.end():_i - 1])
+    BODIES.setdefault(_m.group(1), ALL_C[_m.end() : _i - 1])
 
 
 def _closure(fn, seen=None):
@@ -78,8 +81,7 @@ class Expected:
     parameters are required, positional-only count (None: unknown), whether
     extra positionals are taken (*args)."""
 
-    def __init__(self, keywords=(), required=None, positional=0, varargs=False,
-                 kwonly=()):
+    def __init__(self, keywords=(), required=None, positional=0, varargs=False, kwonly=()):
         self.keywords = list(keywords)
         self.required = required
         self.positional = positional
@@ -88,7 +90,12 @@ class Expected:
 
     def __repr__(self):
         return "Expected(keywords=%r, required=%r, positional=%r, varargs=%r, kwonly=%r)" % (
-            self.keywords, self.required, self.positional, self.varargs, self.kwonly)
+            self.keywords,
+            self.required,
+            self.positional,
+            self.varargs,
+            self.kwonly,
+        )
 
 
 def _format_units(fmt):
@@ -105,7 +112,7 @@ def _format_units(fmt):
             pass
         elif c == "(":
             raise AssertionError("tuple formats are not handled: %r" % fmt)
-        elif c in "sz" and fmt[i + 1:i + 2] == "*":
+        elif c in "sz" and fmt[i + 1 : i + 2] == "*":
             counts[part] += 1
             i += 1
         else:
@@ -126,13 +133,15 @@ def _expected(name, func, flags):
     fast = re.search(r"pygpu_fast_args\([^;]*?,\s*(\w+),\s*(\d+),\s*\w+\)", body)
     if "METH_FASTCALL" in flags and fast:
         # pygpu_fast_args(fname, args, nargs, kwnames, NAMES, NREQ, out)
-        arr = re.search(r"static const char \*const %s\[\] = \{(.*?)\};" % fast.group(1),
-                        body, re.S)
+        arr = re.search(
+            r"static const char \*const %s\[\] = \{(.*?)\};" % fast.group(1), body, re.S
+        )
         assert arr, "%s: the names of pygpu_fast_args not found in %s" % (name, func)
-        return Expected(keywords=re.findall(r'"(\w+)"', arr.group(1)),
-                        required=int(fast.group(2)), positional=0)
+        return Expected(
+            keywords=re.findall(r'"(\w+)"', arr.group(1)), required=int(fast.group(2)), positional=0
+        )
     if "METH_FASTCALL" in flags and "METH_KEYWORDS" not in flags:
-        return Expected(varargs=True, positional=None)     # positional only, as it likes
+        return Expected(varargs=True, positional=None)  # positional only, as it likes
     if "METH_FASTCALL" in flags:
         keys = re.findall(r'PyUnicode_CompareWithASCIIString\(k, "(\w+)"\)', body)
         assert keys, "%s: no keyword parser found in %s" % (name, func)
@@ -141,8 +150,7 @@ def _expected(name, func, flags):
     if "METH_KEYWORDS" in flags:
         assert kw, "%s: METH_KEYWORDS but no kwlist in %s" % (name, func)
         keywords = re.findall(r'"(\w*)"', kw.group(1))
-        assert len(formats) == 1, "%s: format with ':%s' not found once: %r" % (
-            name, name, formats)
+        assert len(formats) == 1, "%s: format with ':%s' not found once: %r" % (name, name, formats)
         req, opt = _format_units(formats[0])
         assert req + opt == len(keywords), (name, formats[0], keywords)
         positional = sum(1 for k in keywords if k == "")
@@ -157,10 +165,10 @@ def _expected(name, func, flags):
     if unpack:
         lo, hi = unpack.group(1), unpack.group(2).strip()
         alt = re.fullmatch(r"async \? (\d+) : (\d+)", hi)
-        if alt:     # do_memset(..., async): the _async variants take one more
+        if alt:  # do_memset(..., async): the _async variants take one more
             hi = alt.group(1) if name.endswith("_async") else alt.group(2)
         return Expected(required=int(lo), positional=int(hi))
-    return Expected(varargs=True, positional=None)   # reads args as it likes
+    return Expected(varargs=True, positional=None)  # reads args as it likes
 
 
 def _tables():
@@ -177,11 +185,15 @@ def _tables():
             if re.search(r"PyModule_AddFunctions\(m, %s\)" % table, text):
                 owner = _driver
             else:
-                slots = re.search(r"static PyType_Slot (\w+)\[\] = \{[^;]*?\{Py_tp_methods, %s\}"
-                                  % table, text, re.S)
+                slots = re.search(
+                    r"static PyType_Slot (\w+)\[\] = \{[^;]*?\{Py_tp_methods, %s\}" % table,
+                    text,
+                    re.S,
+                )
                 assert slots, "%s: table %s has no owner" % (fname, table)
-                spec = re.search(r'"pygpu\.driver\.(\w+)",[^;]*?\b%s\b' % slots.group(1),
-                                 text, re.S)
+                spec = re.search(
+                    r'"pygpu\.driver\.(\w+)",[^;]*?\b%s\b' % slots.group(1), text, re.S
+                )
                 owner = getattr(_driver, spec.group(1))
             for em in re.finditer(r'\{\s*"(\w+)",\s*([^,]+),\s*([A-Z_ |]+),', content):
                 name, fexpr, flags = em.groups()
@@ -226,19 +238,34 @@ def _check(label, params, exp):
     kwonly = [p.name for p in params if p.kind == P.KEYWORD_ONLY]
     posonly = [p for p in params if p.kind == P.POSITIONAL_ONLY]
     assert keyword_names == exp.keywords, "%s: signature takes keywords %r, the parser %r" % (
-        label, keyword_names, exp.keywords)
+        label,
+        keyword_names,
+        exp.keywords,
+    )
     assert kwonly == exp.kwonly, "%s: keyword-only %r, the parser %r" % (label, kwonly, exp.kwonly)
     assert (P.VAR_POSITIONAL in kinds) == exp.varargs, "%s: *args %r, the parser %r" % (
-        label, P.VAR_POSITIONAL in kinds, exp.varargs)
+        label,
+        P.VAR_POSITIONAL in kinds,
+        exp.varargs,
+    )
     assert P.VAR_KEYWORD not in kinds, "%s: **kwargs in the signature" % label
     if exp.positional is not None:
         assert len(posonly) == exp.positional, "%s: %d positional-only, the parser %d" % (
-            label, len(posonly), exp.positional)
+            label,
+            len(posonly),
+            exp.positional,
+        )
     if exp.required is not None:
-        required = [p.name for p in params if p.default is P.empty
-                    and p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
+        required = [
+            p.name
+            for p in params
+            if p.default is P.empty and p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)
+        ]
         assert len(required) == exp.required, "%s: required %r, the parser requires %d" % (
-            label, required, exp.required)
+            label,
+            required,
+            exp.required,
+        )
 
 
 def _label(owner, name):
@@ -257,19 +284,24 @@ def test_the_parser_scan_found_everything():
             assert (_driver, n) in seen, n
     for n in dir(_driver):
         tp = getattr(_driver, n)
-        if not isinstance(tp, type) or not tp.__module__.startswith("pygpu") \
-                or issubclass(tp, BaseException) or hasattr(tp, "__members__"):
+        if (
+            not isinstance(tp, type)
+            or not tp.__module__.startswith("pygpu")
+            or issubclass(tp, BaseException)
+            or hasattr(tp, "__members__")
+        ):
             continue
         for m, v in vars(tp).items():
             if m.startswith("_") and not m.startswith("__"):
-                continue    # private helpers (pygpu.ipc's), as for module functions
+                continue  # private helpers (pygpu.ipc's), as for module functions
             if type(v).__name__ in ("method_descriptor", "classmethod_descriptor"):
                 assert (tp, m) in seen, "%s.%s" % (n, m)
     assert len(METHODS) > 60 and len(CONSTRUCTORS) >= 3
 
 
-@pytest.mark.parametrize("owner,name,func,flags", METHODS,
-                         ids=["%s" % _label(o, n) for o, n, _, _ in METHODS])
+@pytest.mark.parametrize(
+    "owner,name,func,flags", METHODS, ids=["%s" % _label(o, n) for o, n, _, _ in METHODS]
+)
 def test_signature_matches_the_parser(owner, name, func, flags):
     obj = getattr(owner, name)
     _check(_label(owner, name), _params(obj), _expected(name, func, flags))
@@ -288,8 +320,9 @@ def test_function_call_keywords_are_the_documented_launch_keywords():
     m = re.search(r'#define PYGPU_LAUNCH_KEYWORDS ((?:"[^"]*"\s*\\?\s*)+)', SOURCES["pygpu.h"])
     declared = "".join(re.findall(r'"([^"]*)"', m.group(1))).split(", ")
     body = BODIES["pygpu_config_from_kwargs"]
-    parsed = list(dict.fromkeys(re.findall(r'PyUnicode_CompareWithASCIIString\(k, "(\w+)"\)',
-                                           body)))
+    parsed = list(
+        dict.fromkeys(re.findall(r'PyUnicode_CompareWithASCIIString\(k, "(\w+)"\)', body))
+    )
     assert sorted(parsed) == sorted(declared)
     doc = _driver.Function.__doc__
     call = re.search(r"``f\(\*args, (.*?)\)``", doc, re.S)
@@ -308,6 +341,7 @@ extern "C" __global__ void k(float *x, int n) { }
 @pytest.fixture(scope="module")
 def kernel_ptx():
     from pygpu import compiler
+
     return bytes(compiler.compile(KERNEL, target="ptx", arch="compute_90"))
 
 
@@ -324,69 +358,139 @@ def _values(cuda, ctx, ptx):
     host = np.zeros(64, np.float32)
     keep = [dev, other, managed, stream, event, module, function, host]
     by_name = {
-        "flags": 0, "priority": 0, "stream": stream, "device": 0, "nbytes": 64,
-        "block_size": 32, "dynamic_shared": 0, "block_size_limit": 0, "arg_types": "Pi",
-        "grid": (1, 1), "block": (32, 1, 1), "shared": 0, "shared_size": 0,
-        "size": 64, "dest_context": ctx, "src_context": ctx, "data": ptx, "options": None,
-        "message_handler": None, "reset": False, "handle": 0, "owner": None,
-        "ary": np.zeros(16, np.float32), "ptr": managed,
+        "flags": 0,
+        "priority": 0,
+        "stream": stream,
+        "device": 0,
+        "nbytes": 64,
+        "block_size": 32,
+        "dynamic_shared": 0,
+        "block_size_limit": 0,
+        "arg_types": "Pi",
+        "grid": (1, 1),
+        "block": (32, 1, 1),
+        "shared": 0,
+        "shared_size": 0,
+        "size": 64,
+        "dest_context": ctx,
+        "src_context": ctx,
+        "data": ptx,
+        "options": None,
+        "message_handler": None,
+        "reset": False,
+        "handle": 0,
+        "owner": None,
+        "ary": np.zeros(16, np.float32),
+        "ptr": managed,
         # graphs
-        "value": 0, "count": 8, "element_size": 4, "dependencies": None,
-        "callback": lambda: None, "event": event, "graph": cuda.Graph(), "default": 0,
-        "assign_default": True, "kind": "if", "mode": 0, "function": function,
+        "value": 0,
+        "count": 8,
+        "element_size": 4,
+        "dependencies": None,
+        "callback": lambda: None,
+        "event": event,
+        "graph": cuda.Graph(),
+        "default": 0,
+        "assign_default": True,
+        "kind": "if",
+        "mode": 0,
+        "function": function,
         "path": os.devnull,
     }
     special = {
-        ("array", "index"): 0, ("array", "level"): 0,        # RegisteredMapping.array
+        ("array", "index"): 0,
+        ("array", "level"): 0,  # RegisteredMapping.array
         ("get_attributes", "every"): True,
-        ("RegisteredBuffer", "gl_handle"): 4, ("RegisteredImage", "gl_handle"): 4,
-        ("RegisteredImage", "target"): 0x0DE1,                # GL_TEXTURE_2D (the stand-in's)
+        ("RegisteredBuffer", "gl_handle"): 4,
+        ("RegisteredImage", "gl_handle"): 4,
+        ("RegisteredImage", "target"): 0x0DE1,  # GL_TEXTURE_2D (the stand-in's)
         ("mem_alloc_managed", "flags"): cuda.mem_attach_flags.GLOBAL,
-        ("TimeRange", "name"): "range", ("TimeRange", "color"): "green",
-        ("memcpy_htod", "dest"): dev, ("memcpy_htod", "src"): host,
-        ("memcpy_htod_async", "dest"): dev, ("memcpy_htod_async", "src"): host,
-        ("memcpy_dtoh", "dest"): host, ("memcpy_dtoh", "src"): dev,
-        ("memcpy_dtoh_async", "dest"): host, ("memcpy_dtoh_async", "src"): dev,
-        ("memcpy_dtod", "dest"): dev, ("memcpy_dtod", "src"): other,
-        ("memcpy_dtod_async", "dest"): dev, ("memcpy_dtod_async", "src"): other,
-        ("memcpy_peer", "dest"): dev, ("memcpy_peer", "src"): other,
-        ("memcpy_peer_async", "dest"): dev, ("memcpy_peer_async", "src"): other,
-        ("add_memcpy_node", "dest"): dev, ("add_memcpy_node", "src"): host,
-        ("add_memset_node", "dest"): dev, ("add_conditional_node", "size"): 1,
+        ("TimeRange", "name"): "range",
+        ("TimeRange", "color"): "green",
+        ("memcpy_htod", "dest"): dev,
+        ("memcpy_htod", "src"): host,
+        ("memcpy_htod_async", "dest"): dev,
+        ("memcpy_htod_async", "src"): host,
+        ("memcpy_dtoh", "dest"): host,
+        ("memcpy_dtoh", "src"): dev,
+        ("memcpy_dtoh_async", "dest"): host,
+        ("memcpy_dtoh_async", "src"): dev,
+        ("memcpy_dtod", "dest"): dev,
+        ("memcpy_dtod", "src"): other,
+        ("memcpy_dtod_async", "dest"): dev,
+        ("memcpy_dtod_async", "src"): other,
+        ("memcpy_peer", "dest"): dev,
+        ("memcpy_peer", "src"): other,
+        ("memcpy_peer_async", "dest"): dev,
+        ("memcpy_peer_async", "src"): other,
+        ("add_memcpy_node", "dest"): dev,
+        ("add_memcpy_node", "src"): host,
+        ("add_memset_node", "dest"): dev,
+        ("add_conditional_node", "size"): 1,
         ("add_mem_free_node", "ptr"): cuda.mem_alloc_async(64, stream),
         # None: keep the host cache's limits as they are
-        ("set_host_cache", "max_bytes"): None, ("set_host_cache", "max_blocks"): None,
+        ("set_host_cache", "max_bytes"): None,
+        ("set_host_cache", "max_blocks"): None,
     }
     # CUDA arrays, textures, surfaces, tensor maps (src/cuarray.c, texobj.c, tensormap.c)
     from pygpu import gpuarray
+
     g2 = gpuarray.to_gpu(np.zeros((8, 64), np.float32))
     g3 = gpuarray.to_gpu(np.zeros((1, 8, 64), np.float32))
-    surf = cuda.Array(cuda.ArrayDescriptor3D(8, 4, 0, cuda.array_format.FLOAT, 1,
-                                             cuda.array3d_flags.SURFACE_LDST))
+    surf = cuda.Array(
+        cuda.ArrayDescriptor3D(8, 4, 0, cuda.array_format.FLOAT, 1, cuda.array3d_flags.SURFACE_LDST)
+    )
     keep += [g2, g3, surf]
-    by_name.update({
-        "width": 8, "height": 4, "depth": 0, "format": cuda.array_format.FLOAT,
-        "num_channels": 1, "descriptor": cuda.ArrayDescriptor(8, 4, cuda.array_format.FLOAT, 1),
-        "array": surf, "resource": g2, "address_mode": cuda.address_mode.CLAMP,
-        "filter_mode": cuda.filter_mode.LINEAR, "read_mode": cuda.read_mode.ELEMENT_TYPE,
-        "normalized_coords": False, "border_color": (0.0, 0.0, 0.0, 0.0), "shape": (8, 64),
-        "pitch": 256, "tensor": g2, "box": (8, 8), "strides": (256, 4), "dtype": np.float32,
-        "data_type": cuda.tensor_map_data_type.FLOAT32, "element_strides": (1, 1),
-        "interleave": 0, "swizzle": 0, "l2_promotion": 0, "oob_fill": 0,
-        "lower_corner": (0,), "upper_corner": (0,), "channels_per_pixel": 4,
-        "pixels_per_column": 8,
-    })
+    by_name.update(
+        {
+            "width": 8,
+            "height": 4,
+            "depth": 0,
+            "format": cuda.array_format.FLOAT,
+            "num_channels": 1,
+            "descriptor": cuda.ArrayDescriptor(8, 4, cuda.array_format.FLOAT, 1),
+            "array": surf,
+            "resource": g2,
+            "address_mode": cuda.address_mode.CLAMP,
+            "filter_mode": cuda.filter_mode.LINEAR,
+            "read_mode": cuda.read_mode.ELEMENT_TYPE,
+            "normalized_coords": False,
+            "border_color": (0.0, 0.0, 0.0, 0.0),
+            "shape": (8, 64),
+            "pitch": 256,
+            "tensor": g2,
+            "box": (8, 8),
+            "strides": (256, 4),
+            "dtype": np.float32,
+            "data_type": cuda.tensor_map_data_type.FLOAT32,
+            "element_strides": (1, 1),
+            "interleave": 0,
+            "swizzle": 0,
+            "l2_promotion": 0,
+            "oob_fill": 0,
+            "lower_corner": (0,),
+            "upper_corner": (0,),
+            "channels_per_pixel": 4,
+            "pixels_per_column": 8,
+        }
+    )
     # the linear copies with a 1-D array side (memcpy_dtoa/atod/atoa)
     lin = [cuda.Array(cuda.ArrayDescriptor(64, 0, cuda.array_format.FLOAT, 1)) for _ in "ab"]
     keep += lin
-    for fn, args in (("memcpy_dtoa", dict(ary=lin[0], index=0, src=dev, len=64)),
-                     ("memcpy_atod", dict(dest=dev, ary=lin[0], index=0, len=64)),
-                     ("memcpy_atoa", dict(dest=lin[0], dest_index=0, src=lin[1], src_index=0,
-                                          len=64))):
+    for fn, args in (
+        ("memcpy_dtoa", dict(ary=lin[0], index=0, src=dev, len=64)),
+        ("memcpy_atod", dict(dest=dev, ary=lin[0], index=0, len=64)),
+        ("memcpy_atoa", dict(dest=lin[0], dest_index=0, src=lin[1], src_index=0, len=64)),
+    ):
         special.update({(fn, k): v for k, v in args.items()})
-    special.update({("im2col", "tensor"): g3, ("im2col", "shape"): (1, 8, 64),
-                    ("im2col", "strides"): (2048, 256, 4),
-                    ("im2col", "element_strides"): (1, 1, 1)})
+    special.update(
+        {
+            ("im2col", "tensor"): g3,
+            ("im2col", "shape"): (1, 8, 64),
+            ("im2col", "strides"): (2048, 256, 4),
+            ("im2col", "element_strides"): (1, 1, 1),
+        }
+    )
     graph = by_name["graph"]
     by_name["handle"] = 0
     special[("add_conditional_node", "handle")] = graph.conditional_handle()
@@ -395,31 +499,63 @@ def _values(cuda, ctx, ptx):
     pool = cuda.MemoryPool()
     pooled = pool.allocate(256)
     from pygpu import ipc
+
     handle = ipc.export_pool(pool)
-    _MULTI.update({_driver.MemoryPool: pool, (_driver.MemoryPool, "import_pointer"):
-                   ipc.import_pool(handle), _driver.VirtualBuffer: cuda.VirtualBuffer(64)})
+    _MULTI.update(
+        {
+            _driver.MemoryPool: pool,
+            (_driver.MemoryPool, "import_pointer"): ipc.import_pool(handle),
+            _driver.VirtualBuffer: cuda.VirtualBuffer(64),
+        }
+    )
     keep += [pool, pooled, handle]
-    by_name.update({"reserve": 0, "shareable": False, "ipc": True, "max_size": 0,
-                    "readwrite": True})
-    special.update({("import_pointer", "data"): pool.export_pointer(pooled),
-                    ("IPCMemoryHandle", "handle"): cuda.mem_get_ipc_handle(other),
-                    ("grow", "nbytes"): 1 << 20})
+    by_name.update(
+        {"reserve": 0, "shareable": False, "ipc": True, "max_size": 0, "readwrite": True}
+    )
+    special.update(
+        {
+            ("import_pointer", "data"): pool.export_pointer(pooled),
+            ("IPCMemoryHandle", "handle"): cuda.mem_get_ipc_handle(other),
+            ("grow", "nbytes"): 1 << 20,
+        }
+    )
     # memset_d2d* and initialize_profiler (src/memextra.c)
     for bits in (8, 16, 32):
         for fn in ("memset_d2d%d" % bits, "memset_d2d%d_async" % bits):
-            special.update({(fn, "dest"): dev, (fn, "pitch"): 64, (fn, "data"): 0,
-                            (fn, "width"): 4, (fn, "height"): 2})
-    special.update({("initialize_profiler", "config_file"): os.devnull,
-                    ("initialize_profiler", "output_file"): os.devnull,
-                    ("initialize_profiler", "output_mode"): 0})
+            special.update(
+                {
+                    (fn, "dest"): dev,
+                    (fn, "pitch"): 64,
+                    (fn, "data"): 0,
+                    (fn, "width"): 4,
+                    (fn, "height"): 2,
+                }
+            )
+    special.update(
+        {
+            ("initialize_profiler", "config_file"): os.devnull,
+            ("initialize_profiler", "output_file"): os.devnull,
+            ("initialize_profiler", "output_mode"): 0,
+        }
+    )
     # PyCUDA's ManagedAllocation methods (as_buffer, attach) on managed memory
     _MULTI[_driver.DeviceAllocation] = managed
     by_name.update({"offset": 0, "mem_flags": cuda.mem_attach_flags.GLOBAL})
     # the array operators' C path (src/fastops.c; made by pygpu.gpuarray)
-    special.update({("_ArrayOperator", k): v for k, v in dict(
-        name="_add", fallback=lambda x, y: None, array_type=type("A", (), {}),
-        default_allocator=None,
-        nattrs=12, tables_of=None, mode=0).items()})
+    special.update(
+        {
+            ("_ArrayOperator", k): v
+            for k, v in dict(
+                name="_add",
+                fallback=lambda x, y: None,
+                array_type=type("A", (), {}),
+                default_allocator=None,
+                nattrs=12,
+                tables_of=None,
+                mode=0,
+            ).items()
+        }
+    )
     return by_name, special, keep, function
 
 
@@ -433,18 +569,29 @@ def _keyword_calls(cuda, ctx, function):
     graph = cuda.Graph()
     node = graph.add_kernel_node(function, cuda.mem_alloc(64), 4, block=(32, 1, 1))
     receivers = {
-        _driver.Function: function, _driver.Event: cuda.Event(), _driver.Stream: cuda.Stream(),
-        _driver.Device: cuda.Device(0), _driver.Context: ctx,
+        _driver.Function: function,
+        _driver.Event: cuda.Event(),
+        _driver.Stream: cuda.Stream(),
+        _driver.Device: cuda.Device(0),
+        _driver.Context: ctx,
         _driver.TensorMap: _driver.TensorMap,
-        _driver.Graph: graph, _driver.GraphExec: graph.instantiate(), "node": node,
+        _driver.Graph: graph,
+        _driver.GraphExec: graph.instantiate(),
+        "node": node,
     }
     if hasattr(_driver, "RegisteredBuffer"):
         # the stand-in takes any GL buffer name (n is n*256 bytes)
         rb = _driver.RegisteredBuffer(4)
-        ri = _driver.RegisteredImage(4, 0x0DE1)             # GL_TEXTURE_2D
-        receivers.update({_driver.RegisteredBuffer: rb, _driver.RegisteredObject: rb,
-                          _driver.RegisteredImage: ri, _driver.RegisteredMapping: rb.map(),
-                          (_driver.RegisteredMapping, "array"): ri.map()})
+        ri = _driver.RegisteredImage(4, 0x0DE1)  # GL_TEXTURE_2D
+        receivers.update(
+            {
+                _driver.RegisteredBuffer: rb,
+                _driver.RegisteredObject: rb,
+                _driver.RegisteredImage: ri,
+                _driver.RegisteredMapping: rb.map(),
+                (_driver.RegisteredMapping, "array"): ri.map(),
+            }
+        )
     receivers.update(_MULTI)
     out = []
     for owner, name, _, _ in METHODS:
@@ -460,13 +607,16 @@ def _keyword_calls(cuda, ctx, function):
     return out, peer_ctx, receivers
 
 
-KEYWORD_ERRORS = re.compile(r"unexpected keyword argument|is an invalid keyword argument|"
-                            r"takes no keyword|got multiple values|keyword argument")
+KEYWORD_ERRORS = re.compile(
+    r"unexpected keyword argument|is an invalid keyword argument|"
+    r"takes no keyword|got multiple values|keyword argument"
+)
 
 
 @pytest.mark.standin
 def test_every_listed_keyword_is_accepted(standin, ctx, kernel_ptx):
     import pygpu.driver as cuda
+
     by_name, special, keep, function = _values(cuda, ctx, kernel_ptx)
     calls, peer_ctx, receivers = _keyword_calls(cuda, ctx, function)
     P = inspect.Parameter
@@ -484,35 +634,45 @@ def test_every_listed_keyword_is_accepted(standin, ctx, kernel_ptx):
         if label.startswith("Function.prepared"):
             pos_values = [(1, 1), (32, 1, 1)] + ([by_name["stream"]] if "async" in label else [])
             pos_values += [keep[0], 4]
-        if label == "Graph.add_kernel_node":       # *args: the kernel's
+        if label == "Graph.add_kernel_node":  # *args: the kernel's
             pos_values = [function, keep[0], 4]
         if label == "GraphExec.set_kernel_node_params":
             pos_values = [receivers["node"], keep[0], 4]
         for kw in keywords:
-            assert kw.name in by_name_local or (name, kw.name) in special, \
+            assert kw.name in by_name_local or (name, kw.name) in special, (
                 "%s: no plausible value for %r; add one" % (label, kw.name)
+            )
         # each keyword on its own (the required ones given by keyword too),
         # then all of them at once
         required = [p for p in keywords if p.default is P.empty]
         trials = [required + [k] for k in keywords if k not in required] + [keywords]
         for trial in trials:
-            kwargs = {p.name: special[(name, p.name)] if (name, p.name) in special
-                      else by_name_local[p.name] for p in trial}
+            kwargs = {
+                p.name: special[(name, p.name)]
+                if (name, p.name) in special
+                else by_name_local[p.name]
+                for p in trial
+            }
             checked += 1
             try:
                 result = obj(*pos_values, **kwargs)
             except Exception as e:
                 assert not KEYWORD_ERRORS.search(str(e)), "%s(**%r): %s: %s" % (
-                    label, sorted(kwargs), type(e).__name__, e)
-                pytest.fail("%s(**%r) failed: %s: %s" % (label, sorted(kwargs),
-                                                         type(e).__name__, e))
+                    label,
+                    sorted(kwargs),
+                    type(e).__name__,
+                    e,
+                )
+                pytest.fail(
+                    "%s(**%r) failed: %s: %s" % (label, sorted(kwargs), type(e).__name__, e)
+                )
             else:
                 ok += 1
                 if label == "Context.enable_peer_access":
                     ctx.disable_peer_access(peer_ctx)
                 if label == "Stream.begin_capture":
                     obj.__self__.end_capture()
-                if label == "RegisteredMapping.unmap":       # map again for the next trial
+                if label == "RegisteredMapping.unmap":  # map again for the next trial
                     obj = obj.__self__.resource.map().unmap
                 del result
     assert checked == ok and checked > 40
@@ -523,10 +683,18 @@ def test_launch_keywords_are_accepted(standin, ctx, kernel_ptx):
     """Function.__call__ takes each of PYGPU_LAUNCH_KEYWORDS; an unknown one
     is refused naming them."""
     import pygpu.driver as cuda
+
     f = cuda.module_from_buffer(kernel_ptx).get_function("k")
     d = cuda.mem_alloc(64)
-    values = {"grid": (2, 1), "shared": 16, "stream": cuda.Stream(), "time_kernel": True,
-              "cluster": (1, 1, 1), "cooperative": True, "pdl": True}
+    values = {
+        "grid": (2, 1),
+        "shared": 16,
+        "stream": cuda.Stream(),
+        "time_kernel": True,
+        "cluster": (1, 1, 1),
+        "cooperative": True,
+        "pdl": True,
+    }
     declared = re.search(r"``f\(\*args, (.*?)\)``", _driver.Function.__doc__, re.S).group(1)
     names = re.findall(r"(\w+)=", declared)
     assert set(names) == set(values) | {"block"}
@@ -534,31 +702,38 @@ def test_launch_keywords_are_accepted(standin, ctx, kernel_ptx):
         n = standin.launches()
         f(d, 4, block=(32, 1, 1), **{key: value})
         assert standin.launches() == n + 1, key
-    with pytest.raises(TypeError, match=r"kernel 'k' got an unexpected keyword argument "
-                                        r"'blocks' \(launch options: block, grid, shared, "
-                                        r"stream, time_kernel, cluster, cooperative, pdl\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"kernel 'k' got an unexpected keyword argument "
+        r"'blocks' \(launch options: block, grid, shared, "
+        r"stream, time_kernel, cluster, cooperative, pdl\)",
+    ):
         f(d, 4, blocks=(32, 1, 1))
 
 
-@pytest.mark.parametrize("fn", ["memcpy_htod", "memcpy_dtoh_async", "memcpy_dtod",
-                                "memcpy_peer_async"])
+@pytest.mark.parametrize(
+    "fn", ["memcpy_htod", "memcpy_dtoh_async", "memcpy_dtod", "memcpy_peer_async"]
+)
 def test_fast_parser_errors_match_cpython(fn):
     """The copies parse their arguments with pygpu_fast_args (no tuple or
     dict per call); a wrong call gets the TypeError CPython's parser gives,
     before anything else is looked at."""
     f = getattr(_driver, fn)
-    with pytest.raises(TypeError, match=r"^%s\(\) got an unexpected keyword argument "
-                                        r"'strem'$" % fn):
+    with pytest.raises(
+        TypeError,
+        match=r"^%s\(\) got an unexpected keyword argument "
+        r"'strem'$" % fn,
+    ):
         f(1, 2, 3, strem=None)
-    with pytest.raises(TypeError, match=r"^%s\(\) got multiple values for argument 'src'$"
-                                        % fn):
+    with pytest.raises(TypeError, match=r"^%s\(\) got multiple values for argument 'src'$" % fn):
         f(1, 2, src=3)
-    with pytest.raises(TypeError, match=r"^%s\(\) missing required argument 'src' \(pos 2\)$"
-                                        % fn):
+    with pytest.raises(TypeError, match=r"^%s\(\) missing required argument 'src' \(pos 2\)$" % fn):
         f(1)
-    with pytest.raises(TypeError, match=r"^%s\(\) missing required argument 'dest' "
-                                        r"\(pos 1\)$" % fn):
+    with pytest.raises(
+        TypeError,
+        match=r"^%s\(\) missing required argument 'dest' "
+        r"\(pos 1\)$" % fn,
+    ):
         f(src=1)
-    with pytest.raises(TypeError, match=r"^%s\(\) takes at most \d arguments \(9 given\)$"
-                                        % fn):
+    with pytest.raises(TypeError, match=r"^%s\(\) takes at most \d arguments \(9 given\)$" % fn):
         f(*range(9))

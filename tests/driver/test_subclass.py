@@ -9,6 +9,7 @@ SourceModule) are subclassable too.
 
 CPU tests need nothing; `driver`/`standin` tests run against the stand-in
 (make test's second pass) or a GPU; `gpu` tests run kernels."""
+
 import enum
 import gc
 import struct
@@ -20,13 +21,27 @@ import pytest
 import pygpu.driver as cuda
 from pygpu import _driver, compiler
 
-C_TYPES = sorted((o for o in vars(_driver).values()
-                  if isinstance(o, type) and not issubclass(o, (BaseException, enum.Enum))),
-                 key=lambda t: t.__name__)
+C_TYPES = sorted(
+    (
+        o
+        for o in vars(_driver).values()
+        if isinstance(o, type) and not issubclass(o, (BaseException, enum.Enum))
+    ),
+    key=lambda t: t.__name__,
+)
 # made only by pygpu (factories, methods): Python cannot instantiate them, nor
 # their subclasses (as PyCUDA's: "This class cannot be instantiated from Python")
-FACTORY_MADE = {"BoundLaunch", "Context", "DeviceAllocation", "Function", "GraphExec",
-                "GraphNode", "HostAllocation", "HostBlock", "Module"}
+FACTORY_MADE = {
+    "BoundLaunch",
+    "Context",
+    "DeviceAllocation",
+    "Function",
+    "GraphExec",
+    "GraphNode",
+    "HostAllocation",
+    "HostBlock",
+    "Module",
+}
 
 KERNELS = r"""
 struct alignas(64) TensorMap { unsigned long long opaque[16]; };
@@ -62,16 +77,27 @@ def _subclass(base, pass_args=True, **extra):
         else:
             base.__init__(self)
         self.tag = "made"
-        self.me = self                      # a cycle: the GC frees it
+        self.me = self  # a cycle: the GC frees it
+
     ns["__init__"] = __init__
-    meth = next((n for n, v in vars(base).items()
-                 if not n.startswith("_") and callable(v) and not isinstance(v, type)
-                 and not isinstance(v, (classmethod, staticmethod))
-                 and type(v).__name__ == "method_descriptor"), None)
+    meth = next(
+        (
+            n
+            for n, v in vars(base).items()
+            if not n.startswith("_")
+            and callable(v)
+            and not isinstance(v, type)
+            and not isinstance(v, (classmethod, staticmethod))
+            and type(v).__name__ == "method_descriptor"
+        ),
+        None,
+    )
     if meth is not None:
+
         def over(self, *args, **kwargs):
             self.calls = getattr(self, "calls", 0) + 1
             return getattr(super(sub, self), meth)(*args, **kwargs)
+
         ns[meth] = over
     ns.update(extra)
     sub = type("My" + base.__name__, (base,), ns)
@@ -80,13 +106,36 @@ def _subclass(base, pass_args=True, **extra):
 
 # ---- every C type, no driver needed ----
 
+
 def test_every_c_type_is_listed():
     names = {t.__name__ for t in C_TYPES}
-    assert {"Device", "Context", "Stream", "Event", "Module", "Function", "DeviceAllocation",
-            "HostAllocation", "Array", "ArrayDescriptor", "ArrayDescriptor3D",
-            "TextureObject", "SurfaceObject", "TensorMap", "Graph", "GraphNode", "GraphExec",
-            "MemoryPool", "VirtualBuffer", "IPCMemoryHandle", "Linker", "BoundLaunch",
-            "KernelTime", "TimeRange", "ArgumentHandler"} <= names
+    assert {
+        "Device",
+        "Context",
+        "Stream",
+        "Event",
+        "Module",
+        "Function",
+        "DeviceAllocation",
+        "HostAllocation",
+        "Array",
+        "ArrayDescriptor",
+        "ArrayDescriptor3D",
+        "TextureObject",
+        "SurfaceObject",
+        "TensorMap",
+        "Graph",
+        "GraphNode",
+        "GraphExec",
+        "MemoryPool",
+        "VirtualBuffer",
+        "IPCMemoryHandle",
+        "Linker",
+        "BoundLaunch",
+        "KernelTime",
+        "TimeRange",
+        "ArgumentHandler",
+    } <= names
     assert FACTORY_MADE <= names
 
 
@@ -115,7 +164,7 @@ def test_factory_made_types_are_not_instantiable_through_a_subclass(name):
 
 
 def test_kernel_time_subclass():
-    sub, _ = _subclass(cuda.KernelTime, pass_args=False)   # float's __init__: no arguments
+    sub, _ = _subclass(cuda.KernelTime, pass_args=False)  # float's __init__: no arguments
     t = sub(0.25)
     assert isinstance(t, cuda.KernelTime) and isinstance(t, float) and t == 0.25
     assert t.tag == "made" and t() == 0.25 and type(t()) is float
@@ -142,6 +191,7 @@ def test_time_range_subclass():
     @Range("deco")
     def f(x):
         return 2 * x
+
     assert f(21) == 42
     with pytest.raises(TypeError):
         Range(3)
@@ -149,9 +199,11 @@ def test_time_range_subclass():
 
 def test_argument_handler_subclass_with_its_own_init():
     """reikna's Buffer(cuda.ArgumentHandler): an __init__ of its own."""
+
     class Buffer(cuda.ArgumentHandler):
         def __init__(self, size):
             self.size = size
+
     b = Buffer(64)
     assert isinstance(b, cuda.ArgumentHandler) and b.size == 64
 
@@ -159,14 +211,25 @@ def test_argument_handler_subclass_with_its_own_init():
 def test_python_classes_are_subclassable():
     from pygpu import elementwise, gpuarray, reduction, scan
     from pygpu.compiler import SourceModule
-    for base in (gpuarray.GPUArray, elementwise.ElementwiseKernel, reduction.ReductionKernel,
-                 scan.InclusiveScanKernel, scan.ExclusiveScanKernel, SourceModule,
-                 cuda.In, cuda.Out, cuda.InOut, cuda.PointerHolderBase):
+
+    for base in (
+        gpuarray.GPUArray,
+        elementwise.ElementwiseKernel,
+        reduction.ReductionKernel,
+        scan.InclusiveScanKernel,
+        scan.ExclusiveScanKernel,
+        SourceModule,
+        cuda.In,
+        cuda.Out,
+        cuda.InOut,
+        cuda.PointerHolderBase,
+    ):
         sub = type("My" + base.__name__, (base,), {"extra": 1})
         assert issubclass(sub, base) and sub.extra == 1
 
 
 # ---- the driver (stand-in or GPU) ----
+
 
 @pytest.fixture(scope="module")
 def ptx():
@@ -177,8 +240,8 @@ def ptx():
 def test_reikna_device_subclass(ctx):
     """reikna 0.9's cluda/cuda.py, verbatim: an instance attribute shadows
     the name() method."""
-    class Device(cuda.Device):
 
+    class Device(cuda.Device):
         def __init__(self, device_num):
             cuda.Device.__init__(self, device_num)
             self.name = self.name()
@@ -190,11 +253,18 @@ def test_reikna_device_subclass(ctx):
     assert d == base and base == d and hash(d) == hash(base) and int(d) == 0
     assert d.ordinal == 0 and d.compute_capability() == base.compute_capability()
     # the attribute hook (tp_getattro) on a subclass instance
-    assert d.max_threads_per_block == base.max_threads_per_block == \
-        base.get_attribute(cuda.device_attribute.MAX_THREADS_PER_BLOCK) > 0
+    assert (
+        d.max_threads_per_block
+        == base.max_threads_per_block
+        == base.get_attribute(cuda.device_attribute.MAX_THREADS_PER_BLOCK)
+        > 0
+    )
     assert d.get_attributes() == base.get_attributes()
-    with pytest.raises(AttributeError, match="'Device' object has no attribute 'no_such_thing' "
-                                             r"\(nor is it a device_attribute name\)"):
+    with pytest.raises(
+        AttributeError,
+        match="'Device' object has no attribute 'no_such_thing' "
+        r"\(nor is it a device_attribute name\)",
+    ):
         d.no_such_thing
     assert d.retain_primary_context() == base.retain_primary_context()
     assert Device.count() == cuda.Device.count()
@@ -208,6 +278,7 @@ def test_device_subclass_forms(ctx):
     class NoSuper(cuda.Device):
         def __init__(self, n):
             self.name = self.name()
+
     assert NoSuper(0).name == cuda.Device(0).name()
 
     # __getattr__ of its own, after the base hook's attribute names
@@ -216,6 +287,7 @@ def test_device_subclass_forms(ctx):
             if name == "answer":
                 return 42
             raise AttributeError(name)
+
     h = Hooked(0)
     assert h.answer == 42 and h.warp_size == cuda.Device(0).warp_size
     with pytest.raises(AttributeError, match="nothing_here"):
@@ -227,6 +299,7 @@ def test_device_subclass_forms(ctx):
             self = super().__new__(cls, 0)
             self.label = label
             return self
+
     b = ByName("first")
     assert b.label == "first" and b.ordinal == 0 and type(b) is ByName
     with pytest.raises(TypeError, match="Device\\(\\) takes an ordinal"):
@@ -254,6 +327,7 @@ def _scale_params(ptr, a, n):
 def test_device_allocation_subclasses_in_launches_and_copies(standin, ctx, ptx, rng):
     """VirtualBuffer and IPCMemoryHandle subclasses: DeviceAllocation
     subclass instances, packed by every launch path as their address."""
+
     class Buffer(cuda.VirtualBuffer):
         def __init__(self, nbytes, label):
             cuda.VirtualBuffer.__init__(self, nbytes)
@@ -286,11 +360,11 @@ def test_device_allocation_subclasses_in_launches_and_copies(standin, ctx, ptx, 
     assert type(opened) is Opened and int(opened) != 0
     for d in (buf, opened):
         want = _scale_params(int(d), 2.0, 300)
-        f(d, 2.0, 300, block=(128, 1, 1), grid=(3, 1))            # Function.__call__
+        f(d, 2.0, 300, block=(128, 1, 1), grid=(3, 1))  # Function.__call__
         assert standin.last_launch().params == want
         f(d, np.float32(2.0), np.int32(300), block=(128, 1, 1), grid=(3, 1))
         assert standin.last_launch().params == want
-        f.configure((3, 1), (128, 1, 1))(d, 2.0, 300)              # BoundLaunch
+        f.configure((3, 1), (128, 1, 1))(d, 2.0, 300)  # BoundLaunch
         assert standin.last_launch().params == want
         f.prepare("Pfi")
         f.prepared_call((3, 1), (128, 1, 1), d, 2.0, 300)
@@ -314,6 +388,7 @@ def test_pycuda_style_argument_handler_subclasses(standin, ctx, ptx):
     """PyCUDA's ArgumentHandler protocol for a subclass of one's own (reikna's
     Buffer): get_device_alloc() is the kernel's pointer, pre_call(stream)
     runs before the launch and post_call(stream) after it."""
+
     class Buffer(cuda.ArgumentHandler):
         def __init__(self, size):
             self._buffer = cuda.mem_alloc(size)
@@ -345,8 +420,9 @@ def test_pycuda_style_argument_handler_subclasses(standin, ctx, ptx):
     f(h, 0.5, 300, block=(128, 1, 1), grid=(3, 1), stream=s)
     assert standin.last_launch().params == _scale_params(int(h), 0.5, 300)
     assert h.events == [("pre", s, before), ("post", s, before + 1)]
-    with pytest.raises(TypeError, match="Bare is an ArgumentHandler without "
-                                        "get_device_alloc\\(\\)"):
+    with pytest.raises(
+        TypeError, match="Bare is an ArgumentHandler without get_device_alloc\\(\\)"
+    ):
         f(Bare(), 1.0, 1, block=(1, 1, 1))
     assert standin.launches() == before + 1
 
@@ -392,7 +468,7 @@ def test_stream_and_event_subclasses(standin, ctx, ptx, rng):
     back = np.empty_like(x)
     cuda.memcpy_dtoh_async(back, d, s)
     s.synchronize()
-    np.testing.assert_array_equal(back, x)        # the stand-in runs no kernel
+    np.testing.assert_array_equal(back, x)  # the stand-in runs no kernel
     n = MyStream.null()
     assert type(n) is MyStream and n.handle == cuda.Stream.null().handle
     # a capture on a subclass stream keeps the launch's arguments
@@ -458,8 +534,10 @@ def test_resource_subclasses_pack_as_resources(standin, ctx, ptx, rng):
     assert m.tensor is d and len(bytes(m)) == 128
     f = cuda.module_from_buffer(ptx).get_function("takes")
     n = int(rng.integers(0, 1000))
-    for call in (lambda: f(t, n, s, m, d, block=(1, 1, 1)),
-                 lambda: f.configure((1, 1), (1, 1, 1))(t, n, s, m, d)):
+    for call in (
+        lambda: f(t, n, s, m, d, block=(1, 1, 1)),
+        lambda: f.configure((1, 1), (1, 1, 1))(t, n, s, m, d),
+    ):
         call()
         p = standin.last_launch().params
         assert len(p) == 200
@@ -469,12 +547,17 @@ def test_resource_subclasses_pack_as_resources(standin, ctx, ptx, rng):
         assert p[64:192] == bytes(m)
         assert p[192:200] == int(d).to_bytes(8, "little")
     g = cuda.module_from_buffer(ptx).get_function("scale")
-    with pytest.raises(TypeError, match="kernel 'scale': parameter 0 is 8 bytes but a "
-                                        "TensorMap is a 128-byte CUtensorMap"):
+    with pytest.raises(
+        TypeError,
+        match="kernel 'scale': parameter 0 is 8 bytes but a TensorMap is a 128-byte CUtensorMap",
+    ):
         g(m, 1.0, 1, block=(1, 1, 1))
-    with pytest.raises(TypeError, match="parameter 1 is 4 bytes but a test_subclass.Tex is "
-                                        "a 64-bit cudaTextureObject_t|parameter 1 is 4 bytes "
-                                        "but a Tex is a 64-bit cudaTextureObject_t"):
+    with pytest.raises(
+        TypeError,
+        match="parameter 1 is 4 bytes but a test_subclass.Tex is "
+        "a 64-bit cudaTextureObject_t|parameter 1 is 4 bytes "
+        "but a Tex is a 64-bit cudaTextureObject_t",
+    ):
         g(d, t, 1, block=(1, 1, 1))
     t.free()
     with pytest.raises(cuda.LogicError, match="the TextureObject was freed"):
@@ -545,9 +628,14 @@ def test_subclass_instances_in_cycles_are_collected(standin, ctx):
     instances in reference cycles are collected and their handles released."""
     base = _live(standin)
     refs = []
-    for b, args in ((cuda.Stream, ()), (cuda.Event, ()), (cuda.VirtualBuffer, (4096,)),
-                    (cuda.MemoryPool, ()), (cuda.Graph, ()),
-                    (cuda.Array, (cuda.ArrayDescriptor(8, 4, cuda.array_format.FLOAT, 1),))):
+    for b, args in (
+        (cuda.Stream, ()),
+        (cuda.Event, ()),
+        (cuda.VirtualBuffer, (4096,)),
+        (cuda.MemoryPool, ()),
+        (cuda.Graph, ()),
+        (cuda.Array, (cuda.ArrayDescriptor(8, 4, cuda.array_format.FLOAT, 1),)),
+    ):
         sub, _ = _subclass(b)
         o = sub(*args)
         assert o.tag == "made" and o.me is o and type(o) is sub
@@ -617,6 +705,7 @@ def test_python_level_subclasses_on_the_standin(standin, ctx, rng):
 
 # ---- on a GPU: kernels run on subclass instances ----
 
+
 @pytest.mark.gpu
 def test_gpu_kernel_on_device_allocation_subclass(ctx, ptx, rng):
     class Buffer(cuda.VirtualBuffer):
@@ -637,11 +726,17 @@ def test_gpu_kernel_on_device_allocation_subclass(ctx, ptx, rng):
     out = np.empty_like(x)
     cuda.memcpy_dtoh(out, bo)
     np.testing.assert_allclose(out, x * np.float32(1.5) + y, rtol=1e-6)
+
     # through the CUDA Array Interface, as a foreign array would pass it
     class Cai:
         def __init__(self, buf):
-            self.__cuda_array_interface__ = {"data": (int(buf), False), "shape": (n,),
-                                             "typestr": "<f4", "version": 3}
+            self.__cuda_array_interface__ = {
+                "data": (int(buf), False),
+                "shape": (n,),
+                "typestr": "<f4",
+                "version": 3,
+            }
+
     f(Cai(bo), np.float32(2.0), np.int32(n), block=(256, 1, 1), grid=((n + 255) // 256, 1))
     cuda.memcpy_dtoh(out, bo)
     np.testing.assert_allclose(out, 2 * (x * np.float32(1.5) + y), rtol=1e-6)
@@ -670,8 +765,9 @@ def test_gpu_subclass_stream_graph_and_gpuarray(ctx, ptx, rng):
     s.synchronize()
     np.testing.assert_allclose(g.get(), 3 * x, rtol=1e-6)
     graph = MyGraph()
-    graph.add_kernel_node(f, g.gpudata, np.float32(0.5), np.int32(n), block=(256, 1, 1),
-                          grid=(n // 256, 1))
+    graph.add_kernel_node(
+        f, g.gpudata, np.float32(0.5), np.int32(n), block=(256, 1, 1), grid=(n // 256, 1)
+    )
     exe = graph.instantiate()
     exe.launch(s)
     s.synchronize()

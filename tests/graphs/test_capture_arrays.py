@@ -13,6 +13,7 @@ invalidates the capture.  `gpu`-marked tests replay captured array
 programs on fresh random data and compare every element with NumPy and
 with the same program run eagerly.
 """
+
 import gc
 import threading
 
@@ -25,16 +26,22 @@ from pygpu.elementwise import ElementwiseKernel
 from pygpu.reduction import ReductionKernel
 from pygpu.scan import ExclusiveScanKernel, InclusiveScanKernel
 
-N = 3000          # not a multiple of a block: the tails are exercised
+N = 3000  # not a multiple of a block: the tails are exercised
 
 
 def _kernels():
     """The generated kernels a program uses (built once per test)."""
     return {
-        "axpb": ElementwiseKernel("float *z, const float *x, const float *y, float a",
-                                  "z[i] = a * x[i] + y[i]", "axpb"),
-        "sumsq": ReductionKernel(np.float32, neutral="0", reduce_expr="a+b",
-                                 map_expr="x[i]*x[i]", arguments="const float *x"),
+        "axpb": ElementwiseKernel(
+            "float *z, const float *x, const float *y, float a", "z[i] = a * x[i] + y[i]", "axpb"
+        ),
+        "sumsq": ReductionKernel(
+            np.float32,
+            neutral="0",
+            reduce_expr="a+b",
+            map_expr="x[i]*x[i]",
+            arguments="const float *x",
+        ),
         "incl": InclusiveScanKernel(np.float32, "a+b"),
         "excl": ExclusiveScanKernel(np.int32, "a+b", 0),
     }
@@ -84,14 +91,26 @@ def _want(x, y, xi):
     part = np.zeros_like(x)
     part[: N // 2] = y[: N // 2]
     return {
-        "add": x + y, "scaled": x * f32(2), "rsub": f32(1.5) - x, "div": x / (y + f32(3)),
-        "less": x < y, "as64": x.astype(np.float64), "filled": np.full_like(x, 0.25),
-        "copy": x, "part": part, "axpb": f32(-0.5) * x + y,
-        "sumsq": np.sum(x.astype(np.float64) ** 2), "sum": np.sum(x, dtype=np.float64),
-        "dot": np.dot(x.astype(np.float64), y.astype(np.float64)), "max": y.max(),
-        "min": y.min(), "incl": np.cumsum(x, dtype=np.float64),
+        "add": x + y,
+        "scaled": x * f32(2),
+        "rsub": f32(1.5) - x,
+        "div": x / (y + f32(3)),
+        "less": x < y,
+        "as64": x.astype(np.float64),
+        "filled": np.full_like(x, 0.25),
+        "copy": x,
+        "part": part,
+        "axpb": f32(-0.5) * x + y,
+        "sumsq": np.sum(x.astype(np.float64) ** 2),
+        "sum": np.sum(x, dtype=np.float64),
+        "dot": np.dot(x.astype(np.float64), y.astype(np.float64)),
+        "max": y.max(),
+        "min": y.min(),
+        "incl": np.cumsum(x, dtype=np.float64),
         "excl": np.concatenate([[0], np.cumsum(xi)[:-1]]).astype(np.int32),
-        "sin": np.sin(x), "exp": np.exp(y), "fmod": np.fmod(y, x + f32(2)),
+        "sin": np.sin(x),
+        "exp": np.exp(y),
+        "fmod": np.fmod(y, x + f32(2)),
     }
 
 
@@ -100,8 +119,18 @@ def _check(got, want, what):
         g = got[name]
         if name in ("sumsq", "sum", "dot", "incl"):
             np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-3, err_msg=what + ": " + name)
-        elif name in ("less", "excl", "filled", "copy", "part", "max", "min", "as64",
-                      "scaled", "rsub"):
+        elif name in (
+            "less",
+            "excl",
+            "filled",
+            "copy",
+            "part",
+            "max",
+            "min",
+            "as64",
+            "scaled",
+            "rsub",
+        ):
             np.testing.assert_array_equal(g, w, err_msg=what + ": " + name)
         else:
             np.testing.assert_allclose(g, w, rtol=2e-6, atol=2e-6, err_msg=what + ": " + name)
@@ -121,6 +150,7 @@ def _inputs(rng):
 
 # ---------------------------------------------------------------- stand-in
 
+
 @pytest.mark.standin
 def test_every_array_operation_is_recorded_by_a_capture(standin, ctx, rng):
     """Before the rule, the first operation's launch on the legacy stream
@@ -133,16 +163,17 @@ def test_every_array_operation_is_recorded_by_a_capture(standin, ctx, rng):
     x, y, xi = _inputs(rng)
     gx, gy, gxi = gpuarray.to_gpu(x), gpuarray.to_gpu(y), gpuarray.to_gpu(xi)
     gen = curandom.XORWOWRandomNumberGenerator(
-        lambda count: gpuarray.to_gpu(np.full(count, 7, np.int32)))
+        lambda count: gpuarray.to_gpu(np.full(count, 7, np.int32))
+    )
     before = standin.launches()
-    eager = _program(k, gx, gy, gxi, gen)       # compiles everything
+    eager = _program(k, gx, gy, gxi, gen)  # compiles everything
     n_eager = standin.launches() - before
     assert n_eager >= len(eager)
     s = cuda.Stream()
     before = standin.launches(), standin.calls("cuMemAllocAsync")
     with graphs.capture_graph(s) as cap:
         captured = _program(k, gx, gy, gxi, gen)
-    assert (standin.launches(), standin.calls("cuMemAllocAsync")) == before   # nothing ran
+    assert (standin.launches(), standin.calls("cuMemAllocAsync")) == before  # nothing ran
     kinds = [n.kind for n in cap.graph.nodes()]
     assert kinds.count("kernel") == n_eager, kinds
     assert "mem_alloc" not in kinds and "mem_free" not in kinds
@@ -154,7 +185,7 @@ def test_every_array_operation_is_recorded_by_a_capture(standin, ctx, rng):
     exe = cap.graph.instantiate()
     exe.launch(s)
     s.synchronize()
-    np.testing.assert_array_equal(captured["copy"].get(), x)    # a memcpy node ran
+    np.testing.assert_array_equal(captured["copy"].get(), x)  # a memcpy node ran
     del eager, captured, exe, cap
     gc.collect()
 
@@ -169,26 +200,26 @@ def test_capture_keeps_temporaries_and_frees_arrays_dropped_inside(standin, ctx,
     whose free would invalidate the capture) is freed when the capture
     ends."""
     x = gpuarray.to_gpu(rng.standard_normal(N).astype(np.float32))
-    (x * 2 + 1).get()                           # compile
-    old = x * 3                                 # made before the capture
+    (x * 2 + 1).get()  # compile
+    old = x * 3  # made before the capture
     live = standin.live()["device"]
     s = cuda.Stream()
     with graphs.capture_graph(s) as cap:
-        y = (x * 2) + 1                         # x * 2 is a temporary
-        t = x.copy()                            # a memcpy node given int addresses
-        del old, t                              # old: freed on the legacy stream, deferred
+        y = (x * 2) + 1  # x * 2 is a temporary
+        t = x.copy()  # a memcpy node given int addresses
+        del old, t  # old: freed on the legacy stream, deferred
         gc.collect()
-        assert standin.live()["device"] == live + 3      # y and the temporaries
-    assert standin.live()["device"] == live + 2           # old's free ran after the capture
+        assert standin.live()["device"] == live + 3  # y and the temporaries
+    assert standin.live()["device"] == live + 2  # old's free ran after the capture
     exe = cap.graph.instantiate()
     del cap
     gc.collect()
-    assert standin.live()["device"] == live + 2           # the graph holds the temporaries
+    assert standin.live()["device"] == live + 2  # the graph holds the temporaries
     exe.launch(s)
     s.synchronize()
     del exe
     gc.collect()
-    assert standin.live()["device"] == live              # the temporary went with the graph
+    assert standin.live()["device"] == live  # the temporary went with the graph
     del y
     gc.collect()
     assert standin.live()["device"] == live - 1
@@ -201,6 +232,7 @@ def test_the_quick_launch_paths_are_captured(standin, ctx):
     stream's graph (and the arguments are kept), and after the capture the
     quick path launches on the legacy stream again."""
     from pygpu.compiler import SourceModule
+
     f = SourceModule("__global__ void k(float *x, int n) { }").get_function("k")
     d = cuda.mem_alloc(64)
     blk, grd = (32, 1, 1), (1, 1)
@@ -236,12 +268,14 @@ def test_kernels_compiled_and_loaded_inside_a_capture(standin, ctx, rng):
     """A kernel compiled and its module loaded inside the capture (an array
     operation's first use): the capture stays valid and records it."""
     from pygpu.compiler import SourceModule
+
     tag = int(rng.integers(1 << 30))
     s = cuda.Stream()
     d = cuda.mem_alloc(64)
     with graphs.capture_graph(s) as cap:
-        f = SourceModule("__global__ void fresh_%d(float *x) { x[0] = %d; }" % (tag, tag)
-                         ).get_function("fresh_%d" % tag)
+        f = SourceModule(
+            "__global__ void fresh_%d(float *x) { x[0] = %d; }" % (tag, tag)
+        ).get_function("fresh_%d" % tag)
         f(d, block=(1, 1, 1))
         k = ElementwiseKernel("float *z", "z[i] = %d" % tag, "fresh_ew_%d" % tag)
         k(gpuarray.empty(16, np.float32))
@@ -274,10 +308,12 @@ def test_another_threads_legacy_work_is_refused_and_the_capture_goes_on(standin,
         t.start()
         t.join()
     assert len(seen) == 1 and seen[0].startswith("kernel '"), seen
-    assert seen[0].endswith("a stream of this context is capturing a graph in another thread, "
-                            "and a launch on the legacy default stream would wait for it "
-                            "(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, which would invalidate the "
-                            "capture); pass stream=, or launch it before or after the capture")
+    assert seen[0].endswith(
+        "a stream of this context is capturing a graph in another thread, "
+        "and a launch on the legacy default stream would wait for it "
+        "(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, which would invalidate the "
+        "capture); pass stream=, or launch it before or after the capture"
+    )
     assert [n.kind for n in cap.graph.nodes()] == ["kernel"]
     del y
 
@@ -292,34 +328,58 @@ def test_what_cannot_run_inside_a_capture_is_refused_by_name(standin, ctx, rng):
     (x + 1).get()
     s = cuda.Stream()
     from pygpu.compiler import SourceModule
+
     f = SourceModule("__global__ void k(float *x) { }").get_function("k")
-    calls = {n: standin.calls(n) for n in ("cuMemcpyDtoH", "cuMemcpyHtoD", "cuCtxSynchronize",
-                                           "cuStreamSynchronize", "cuMemAllocManaged")}
+    calls = {
+        n: standin.calls(n)
+        for n in (
+            "cuMemcpyDtoH",
+            "cuMemcpyHtoD",
+            "cuCtxSynchronize",
+            "cuStreamSynchronize",
+            "cuMemAllocManaged",
+        )
+    }
     with graphs.capture_graph(s) as cap:
         y = x + 1
-        with pytest.raises(cuda.LogicError, match=r"^memcpy_dtoh\(\): this thread is capturing "
-                                                  r"a graph, and inside the capture the default "
-                                                  r"stream is the capturing stream"):
+        with pytest.raises(
+            cuda.LogicError,
+            match=r"^memcpy_dtoh\(\): this thread is capturing "
+            r"a graph, and inside the capture the default "
+            r"stream is the capturing stream",
+        ):
             y.get()
         with pytest.raises(cuda.LogicError, match=r"^memcpy_htod\(\): this thread is capturing"):
             x.set(host)
         with pytest.raises(cuda.LogicError, match=r"^memcpy_htod\(\): this thread is capturing"):
             gpuarray.to_gpu(host)
-        with pytest.raises(cuda.LogicError, match=r"^Context.synchronize\(\): a stream of this "
-                                                  r"context is capturing a graph"):
+        with pytest.raises(
+            cuda.LogicError,
+            match=r"^Context.synchronize\(\): a stream of this "
+            r"context is capturing a graph",
+        ):
             cuda.Context.synchronize()
-        with pytest.raises(cuda.LogicError, match=r"^managed_zeros\(\): a stream of this "
-                                                  r"context is capturing a graph"):
+        with pytest.raises(
+            cuda.LogicError,
+            match=r"^managed_zeros\(\): a stream of this "
+            r"context is capturing a graph",
+        ):
             cuda.managed_zeros(16, np.float32)
-        with pytest.raises(cuda.LogicError, match=r"^kernel 'k': time_kernel=True waits for "
-                                                  r"the launch, but the stream is capturing"):
+        with pytest.raises(
+            cuda.LogicError,
+            match=r"^kernel 'k': time_kernel=True waits for "
+            r"the launch, but the stream is capturing",
+        ):
             f(y, block=(1, 1, 1), time_kernel=True)
         for wrap in (cuda.In, cuda.Out, cuda.InOut):
-            with pytest.raises(cuda.LogicError, match=r"^kernel 'k': parameter 0: In/Out/InOut "
-                                                      r"copy synchronously around the launch, "
-                                                      r"which this thread is capturing"):
+            with pytest.raises(
+                cuda.LogicError,
+                match=r"^kernel 'k': parameter 0: In/Out/InOut "
+                r"copy synchronously around the launch, "
+                r"which this thread is capturing",
+            ):
                 f(wrap(host), block=(1, 1, 1))
-        y.get_async(ary=host)                    # captured: the replay writes host
+        y.get_async(ary=host)  # captured: the replay writes host
     assert {n: standin.calls(n) for n in calls} == calls
     assert [n.kind for n in cap.graph.nodes()] == ["kernel", "memcpy"]
     cap.graph.instantiate().launch(s)
@@ -336,10 +396,15 @@ def test_every_allocation_kind_inside_a_capture(standin, ctx):
         s = cuda.Stream()
         other = cuda.Stream()
         with graphs.capture_graph(s, mode=mode) as cap:
-            made = [cuda.mem_alloc(256), cuda.mem_alloc_async(256),
-                    cuda.mem_alloc_async(256, other), cuda.mem_alloc_managed(256),
-                    cuda.mem_alloc_pitch(64, 4, 4)[0], gpuarray.empty(64, np.float32).gpudata,
-                    gpuarray.zeros(64, np.float32).gpudata]
+            made = [
+                cuda.mem_alloc(256),
+                cuda.mem_alloc_async(256),
+                cuda.mem_alloc_async(256, other),
+                cuda.mem_alloc_managed(256),
+                cuda.mem_alloc_pitch(64, 4, 4)[0],
+                gpuarray.empty(64, np.float32).gpudata,
+                gpuarray.zeros(64, np.float32).gpudata,
+            ]
             pinned = cuda.pagelocked_empty(64, np.float32)
             managed = cuda.managed_empty(64, np.float32)
             node = cuda.mem_alloc_async(256, s)
@@ -349,11 +414,11 @@ def test_every_allocation_kind_inside_a_capture(standin, ctx):
                 a.free()
             del pinned, managed
             gc.collect()
-        assert [n.kind for n in cap.graph.nodes()] == ["memset", "mem_alloc", "memset",
-                                                       "mem_free"]
+        assert [n.kind for n in cap.graph.nodes()] == ["memset", "mem_alloc", "memset", "mem_free"]
 
 
 # ---------------------------------------------------------------- GPU
+
 
 @pytest.mark.gpu
 def test_gpu_captured_array_program_replays_like_numpy_and_eager(ctx, rng):
@@ -367,17 +432,16 @@ def test_gpu_captured_array_program_replays_like_numpy_and_eager(ctx, rng):
     eager = {n: a.get() for n, a in _program(k, gx, gy, gxi).items()}
     _check(eager, _want(x, y, xi), "eager")
     s = cuda.Stream()
-    np.random.seed(1234)                         # rand(): the same seed as eager
+    np.random.seed(1234)  # rand(): the same seed as eager
     with graphs.capture_graph(s) as cap:
         captured = _program(k, gx, gy, gxi)
     exe = cap.graph.instantiate()
     exe.launch(s)
     s.synchronize()
     got = {n: a.get() for n, a in captured.items()}
-    for name in eager:                           # the same data: the eager results
-        if name == "incl":       # a float scan's look-back may add in another order
-            np.testing.assert_allclose(got[name], eager[name], rtol=1e-5, atol=1e-4,
-                                       err_msg=name)
+    for name in eager:  # the same data: the eager results
+        if name == "incl":  # a float scan's look-back may add in another order
+            np.testing.assert_allclose(got[name], eager[name], rtol=1e-5, atol=1e-4, err_msg=name)
         else:
             np.testing.assert_array_equal(got[name], eager[name], err_msg=name)
     for rep in range(3):
@@ -389,7 +453,7 @@ def test_gpu_captured_array_program_replays_like_numpy_and_eager(ctx, rng):
         s.synchronize()
         got = {n: a.get() for n, a in captured.items()}
         _check(got, _want(x, y, xi), "replay %d" % rep)
-        np.testing.assert_array_equal(got["rand"], eager["rand"])   # the seed is captured
+        np.testing.assert_array_equal(got["rand"], eager["rand"])  # the seed is captured
 
 
 @pytest.mark.gpu
@@ -397,6 +461,7 @@ def test_gpu_generator_fill_continues_its_sequence_on_each_replay(ctx):
     """A generator's state lives on the GPU: replaying a captured
     fill_uniform gives the numbers the next eager calls would."""
     n = 1 << 14
+
     def seeds(count):
         return gpuarray.to_gpu(np.full(count, 20261125, np.int32))
 
@@ -436,8 +501,8 @@ def test_gpu_capture_compiles_inside_and_keeps_temporaries(ctx, rng):
     with graphs.capture_graph(s) as cap:
         fresh = ElementwiseKernel("double *z, const double *x", expr, "fresh_capture_kernel")
         z = gpuarray.empty_like(gx)
-        fresh(z, gx)                             # compiled and loaded inside the capture
-        w = cumath.tanh((z - 1) * 0.5) + gx * gx   # temporaries die here
+        fresh(z, gx)  # compiled and loaded inside the capture
+        w = cumath.tanh((z - 1) * 0.5) + gx * gx  # temporaries die here
         del old
     exe = cap.graph.instantiate()
     a = float(expr.split("*")[1].split("+")[0])
@@ -447,17 +512,18 @@ def test_gpu_capture_compiles_inside_and_keeps_temporaries(ctx, rng):
         exe.launch(s)
         s.synchronize()
         np.testing.assert_allclose(z.get(), x * a + 1.0, rtol=1e-14, atol=1e-14)
-        np.testing.assert_allclose(w.get(), np.tanh((x * a) * 0.5) + x * x, rtol=1e-12,
-                                   atol=1e-12)
+        np.testing.assert_allclose(w.get(), np.tanh((x * a) * 0.5) + x * x, rtol=1e-12, atol=1e-12)
 
 
 # ---------------------------------------------------------------- captured()
+
 
 def _step_fn(calls):
     def step(x, y, alpha, scale=1.0):
         calls.append(alpha)
         z = alpha * x + y
         return {"z": z * scale, "total": gpuarray.sum(z), "peak": gpuarray.max(cumath.fabs(y))}
+
     return step
 
 
@@ -468,7 +534,7 @@ def test_captured_function_captures_once_per_signature(standin, ctx, rng):
     x, y = (gpuarray.to_gpu(rng.standard_normal(N).astype(np.float32)) for _ in range(2))
     begin, launch = standin.calls("cuStreamBeginCapture"), standin.calls("cuGraphLaunch")
     out = step(x, y, 2.0)
-    assert calls == [2.0, 2.0]                  # the warm-up, then the capture
+    assert calls == [2.0, 2.0]  # the warm-up, then the capture
     assert standin.calls("cuStreamBeginCapture") == begin + 1
     assert standin.calls("cuGraphLaunch") == launch + 1
     (entry,) = step.graphs.values()
@@ -495,27 +561,37 @@ def test_captured_function_captures_once_per_signature(standin, ctx, rng):
     assert "4 graph(s)" in repr(step)
     step.clear()
     assert step.graphs == {}
-    with pytest.raises(TypeError, match=r"^captured: argument 2 is a list, which is neither a "
-                                        r"GPUArray nor hashable; arguments other than GPUArrays "
-                                        r"are part of the signature a graph is captured for$"):
+    with pytest.raises(
+        TypeError,
+        match=r"^captured: argument 2 is a list, which is neither a "
+        r"GPUArray nor hashable; arguments other than GPUArrays "
+        r"are part of the signature a graph is captured for$",
+    ):
         step(x, y, [1.0])
 
     @graphs.captured
     def not_arrays(a):
         return 1.0
-    with pytest.raises(TypeError, match=r"captured: .*not_arrays must return GPUArrays \(one, "
-                                        r"or a tuple, list or dict of them\) or None, not float"):
+
+    with pytest.raises(
+        TypeError,
+        match=r"captured: .*not_arrays must return GPUArrays \(one, "
+        r"or a tuple, list or dict of them\) or None, not float",
+    ):
         not_arrays(x)
 
     # a captured function called inside a capture: its graph launch is refused
     step(x, y, 2.0)
     s = cuda.Stream()
-    with pytest.raises(cuda.LogicError, match=r"^GraphExec.launch\(\): this thread is "
-                                              r"capturing a graph, and inside the capture the "
-                                              r"default stream is the capturing stream; a graph "
-                                              r"is not launched into a capture: add it as a "
-                                              r"child graph node \(Graph.add_child_graph_node\), "
-                                              r"or launch it after end_capture\(\)$"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"^GraphExec.launch\(\): this thread is "
+        r"capturing a graph, and inside the capture the "
+        r"default stream is the capturing stream; a graph "
+        r"is not launched into a capture: add it as a "
+        r"child graph node \(Graph.add_child_graph_node\), "
+        r"or launch it after end_capture\(\)$",
+    ):
         with graphs.capture_graph(s):
             step(x, y, 2.0)
     assert not s.is_capturing()
@@ -525,6 +601,7 @@ def test_captured_function_captures_once_per_signature(standin, ctx, rng):
         b = a + 1
         b.get()
         return b
+
     with pytest.raises(cuda.LogicError, match=r"^memcpy_dtoh\(\): this thread is capturing"):
         waits(x)
     assert waits.graphs == {}
@@ -542,7 +619,8 @@ def test_gpu_captured_function_equals_numpy_on_every_call(ctx, rng):
             out = step(gpuarray.to_gpu(x), gpuarray.to_gpu(y), alpha, scale=2.0)
             z = alpha * x + y
             np.testing.assert_allclose(out["z"].get(), z * np.float32(2), rtol=1e-6, atol=1e-6)
-            np.testing.assert_allclose(out["total"].get(), z.astype(np.float64).sum(),
-                                       rtol=1e-4, atol=1e-3)
+            np.testing.assert_allclose(
+                out["total"].get(), z.astype(np.float64).sum(), rtol=1e-4, atol=1e-3
+            )
             assert out["peak"].get() == np.abs(y).max()
     assert len(step.graphs) == 2 and len(calls) == 4

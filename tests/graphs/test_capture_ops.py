@@ -19,6 +19,7 @@ inputs (GPUArrays, or NumPy arrays for the answer NumPy gives).
   a generator's replay continues its sequence as eager calls would;
   rand()'s seed is drawn at capture, so every replay repeats one draw.
 """
+
 import gc
 import threading
 
@@ -31,8 +32,8 @@ from pygpu.elementwise import ElementwiseKernel
 from pygpu.reduction import ReductionKernel
 from pygpu.scan import ExclusiveScanKernel, InclusiveScanKernel
 
-N = 3000             # not a multiple of a block: the tails are exercised
-BIG = 1 << 16        # a scan of several tiles (8192 int32 a tile)
+N = 3000  # not a multiple of a block: the tails are exercised
+BIG = 1 << 16  # a scan of several tiles (8192 int32 a tile)
 F32 = np.float32
 
 
@@ -41,19 +42,19 @@ def _host(rng):
     return {
         "x": rng.standard_normal(N).astype(F32),
         "y": rng.standard_normal(N).astype(F32),
-        "p": rng.uniform(0.5, 2.0, N).astype(F32),          # > 0: pow, log, sqrt, divisor
-        "u": rng.uniform(-0.9, 0.9, N).astype(F32),          # asin, acos, atanh
-        "q": rng.uniform(1.1, 3.0, N).astype(F32),           # acosh
+        "p": rng.uniform(0.5, 2.0, N).astype(F32),  # > 0: pow, log, sqrt, divisor
+        "u": rng.uniform(-0.9, 0.9, N).astype(F32),  # asin, acos, atanh
+        "q": rng.uniform(1.1, 3.0, N).astype(F32),  # acosh
         "xi": rng.integers(-1000, 1000, N).astype(np.int32),
-        "yi": rng.integers(1, 50, N).astype(np.int32),       # divisors
-        "sh": rng.integers(-4, 5, N).astype(np.int32),       # ldexp exponents
+        "yi": rng.integers(1, 50, N).astype(np.int32),  # divisors
+        "sh": rng.integers(-4, 5, N).astype(np.int32),  # ldexp exponents
         "xl": rng.integers(-100, 100, BIG).astype(np.int32),
         "xd": rng.standard_normal(N),
         "c": (rng.standard_normal(N) + 1j * rng.standard_normal(N)).astype(np.complex64),
         "m": rng.standard_normal((40, 75)).astype(F32),
         "m3": rng.standard_normal((6, 10, 7)).astype(F32),
         "idx": rng.integers(0, N, 500).astype(np.int32),
-        "perm": rng.permutation(N)[:500].astype(np.int32),   # distinct: put targets
+        "perm": rng.permutation(N)[:500].astype(np.int32),  # distinct: put targets
         "b": rng.integers(0, 2, N).astype(np.bool_),
     }
 
@@ -63,10 +64,14 @@ class _Kernels:
     first use, cached after)."""
 
     def __init__(self):
-        self.axpb = ElementwiseKernel("float *z, const float *x, const float *y, float a",
-                                      "z[i] = a * x[i] + y[i]", "capture_ops_axpb")
-        self.sumsq = ReductionKernel(F32, neutral="0", reduce_expr="a+b",
-                                     map_expr="x[i]*x[i]", arguments="const float *x")
+        self.axpb = ElementwiseKernel(
+            "float *z, const float *x, const float *y, float a",
+            "z[i] = a * x[i] + y[i]",
+            "capture_ops_axpb",
+        )
+        self.sumsq = ReductionKernel(
+            F32, neutral="0", reduce_expr="a+b", map_expr="x[i]*x[i]", arguments="const float *x"
+        )
         self.incl = InclusiveScanKernel(F32, "a+b")
         self.excl = ExclusiveScanKernel(np.int32, "a+b", 0)
 
@@ -91,8 +96,15 @@ def _inplace(op, a, b):
 
 
 def _np_inplace(op, a, b):
-    return {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide,
-            "//": np.floor_divide, "%": np.remainder, "**": np.power}[op](a, b).astype(a.dtype)
+    return {
+        "+": np.add,
+        "-": np.subtract,
+        "*": np.multiply,
+        "/": np.true_divide,
+        "//": np.floor_divide,
+        "%": np.remainder,
+        "**": np.power,
+    }[op](a, b).astype(a.dtype)
 
 
 def _ew_range(k, a):
@@ -135,7 +147,7 @@ def _discontig(a, src, shape):
 
 def _put(a):
     outs = gpuarray.multi_put([a["x"][:500], a["y"][:500]], a["perm"], dest_shape=(N,))
-    return tuple(gpuarray.take(o, a["perm"]) for o in outs)   # the elements put
+    return tuple(gpuarray.take(o, a["perm"]) for o in outs)  # the elements put
 
 
 def _take_put(a):
@@ -173,18 +185,36 @@ OPS = {
     "or": (lambda k, a: a["xi"] | a["yi"], lambda h: h["xi"] | h["yi"], None),
     "xor": (lambda k, a: a["xi"] ^ a["yi"], lambda h: h["xi"] ^ h["yi"], None),
     # in-place operators (on a copy: the inputs stay as they are)
-    "iadd": (lambda k, a: _inplace("+", a["x"], a["y"]),
-            lambda h: _np_inplace("+", h["x"], h["y"]), None),
-    "isub": (lambda k, a: _inplace("-", a["x"], a["y"]),
-            lambda h: _np_inplace("-", h["x"], h["y"]), None),
-    "imul": (lambda k, a: _inplace("*", a["x"], a["y"]),
-            lambda h: _np_inplace("*", h["x"], h["y"]), None),
-    "itruediv": (lambda k, a: _inplace("/", a["x"], a["p"]),
-                 lambda h: _np_inplace("/", h["x"], h["p"]), (1e-6, 1e-7)),
-    "ifloordiv": (lambda k, a: _inplace("//", a["xi"], a["yi"]),
-                  lambda h: _np_inplace("//", h["xi"], h["yi"]), None),
-    "imod": (lambda k, a: _inplace("%", a["xi"], a["yi"]),
-             lambda h: _np_inplace("%", h["xi"], h["yi"]), None),
+    "iadd": (
+        lambda k, a: _inplace("+", a["x"], a["y"]),
+        lambda h: _np_inplace("+", h["x"], h["y"]),
+        None,
+    ),
+    "isub": (
+        lambda k, a: _inplace("-", a["x"], a["y"]),
+        lambda h: _np_inplace("-", h["x"], h["y"]),
+        None,
+    ),
+    "imul": (
+        lambda k, a: _inplace("*", a["x"], a["y"]),
+        lambda h: _np_inplace("*", h["x"], h["y"]),
+        None,
+    ),
+    "itruediv": (
+        lambda k, a: _inplace("/", a["x"], a["p"]),
+        lambda h: _np_inplace("/", h["x"], h["p"]),
+        (1e-6, 1e-7),
+    ),
+    "ifloordiv": (
+        lambda k, a: _inplace("//", a["xi"], a["yi"]),
+        lambda h: _np_inplace("//", h["xi"], h["yi"]),
+        None,
+    ),
+    "imod": (
+        lambda k, a: _inplace("%", a["xi"], a["yi"]),
+        lambda h: _np_inplace("%", h["xi"], h["yi"]),
+        None,
+    ),
     "ipow": (lambda k, a: _inplace("**", a["p"], 2), lambda h: h["p"] ** F32(2), (1e-6, 1e-6)),
     # comparisons
     "eq": (lambda k, a: a["xi"] == a["yi"], lambda h: h["xi"] == h["yi"], None),
@@ -194,10 +224,16 @@ OPS = {
     "gt": (lambda k, a: a["x"] > a["y"], lambda h: h["x"] > h["y"], None),
     "ge": (lambda k, a: a["x"] >= a["y"], lambda h: h["x"] >= h["y"], None),
     # methods
-    "mul_add": (lambda k, a: a["x"].mul_add(2.0, a["y"], -1.0),
-                lambda h: F32(2) * h["x"] - h["y"], (1e-6, 1e-6)),
-    "fill": (lambda k, a: gpuarray.empty_like(a["x"]).fill(F32(3.5)),
-             lambda h: np.full(N, 3.5, F32), None),
+    "mul_add": (
+        lambda k, a: a["x"].mul_add(2.0, a["y"], -1.0),
+        lambda h: F32(2) * h["x"] - h["y"],
+        (1e-6, 1e-6),
+    ),
+    "fill": (
+        lambda k, a: gpuarray.empty_like(a["x"]).fill(F32(3.5)),
+        lambda h: np.full(N, 3.5, F32),
+        None,
+    ),
     "reverse": (lambda k, a: a["x"].reverse(), lambda h: h["x"][::-1], None),
     "astype": (lambda k, a: a["x"].astype(np.float64), lambda h: _f64(h["x"]), None),
     "astype_complex_real": (lambda k, a: a["c"].astype(F32), lambda h: h["c"].real, None),
@@ -211,111 +247,236 @@ OPS = {
     "real": (lambda k, a: a["c"].real, lambda h: h["c"].real, None),
     "imag": (lambda k, a: a["c"].imag, lambda h: h["c"].imag, None),
     "conj": (lambda k, a: a["c"].conj(), lambda h: h["c"].conj(), None),
-    "memcpy_discontig_2d": (lambda k, a: _discontig(a, a["m"][::2], (20, 75)),
-                            lambda h: h["m"][::2], None),
-    "memcpy_discontig_3d": (lambda k, a: _discontig(a, a["m3"][::2, 1::2, :5], (3, 5, 5)),
-                            lambda h: h["m3"][::2, 1::2, :5], None),
+    "memcpy_discontig_2d": (
+        lambda k, a: _discontig(a, a["m"][::2], (20, 75)),
+        lambda h: h["m"][::2],
+        None,
+    ),
+    "memcpy_discontig_3d": (
+        lambda k, a: _discontig(a, a["m3"][::2, 1::2, :5], (3, 5, 5)),
+        lambda h: h["m3"][::2, 1::2, :5],
+        None,
+    ),
     # module functions
     "zeros": (lambda k, a: gpuarray.zeros(N, F32), lambda h: np.zeros(N, F32), None),
     "ones": (lambda k, a: gpuarray.ones(N, F32), lambda h: np.ones(N, F32), None),
-    "zeros_like": (lambda k, a: gpuarray.zeros_like(a["xi"]), lambda h: np.zeros(N, np.int32),
-                   None),
+    "zeros_like": (
+        lambda k, a: gpuarray.zeros_like(a["xi"]),
+        lambda h: np.zeros(N, np.int32),
+        None,
+    ),
     "ones_like": (lambda k, a: gpuarray.ones_like(a["xd"]), lambda h: np.ones(N), None),
-    "arange": (lambda k, a: gpuarray.arange(0, N, 1, dtype=F32), lambda h: np.arange(N, dtype=F32),
-               None),
+    "arange": (
+        lambda k, a: gpuarray.arange(0, N, 1, dtype=F32),
+        lambda h: np.arange(N, dtype=F32),
+        None,
+    ),
     "take": (lambda k, a: gpuarray.take(a["x"], a["idx"]), lambda h: h["x"][h["idx"]], None),
-    "multi_take": (lambda k, a: tuple(gpuarray.multi_take([a["x"], a["y"]], a["idx"])),
-                   lambda h: (h["x"][h["idx"]], h["y"][h["idx"]]), None),
+    "multi_take": (
+        lambda k, a: tuple(gpuarray.multi_take([a["x"], a["y"]], a["idx"])),
+        lambda h: (h["x"][h["idx"]], h["y"][h["idx"]]),
+        None,
+    ),
     "multi_put": (lambda k, a: _put(a), lambda h: (h["x"][:500], h["y"][:500]), None),
-    "multi_take_put": (lambda k, a: _take_put(a),
-                       lambda h: (h["x"][h["idx"]], h["y"][h["idx"]]), None),
-    "concatenate": (lambda k, a: gpuarray.concatenate([a["x"], a["y"]]),
-                    lambda h: np.concatenate([h["x"], h["y"]]), None),
-    "concatenate_axis1": (lambda k, a: gpuarray.concatenate([a["m"], a["m"][:, :10]], axis=1),
-                          lambda h: np.concatenate([h["m"], h["m"][:, :10]], axis=1), None),
-    "stack": (lambda k, a: gpuarray.stack([a["x"], a["y"]], axis=1),
-              lambda h: np.stack([h["x"], h["y"]], axis=1), None),
-    "if_positive": (lambda k, a: gpuarray.if_positive(a["x"], a["y"], a["x"]),
-                    lambda h: np.where(h["x"] > 0, h["y"], h["x"]), None),
-    "where": (lambda k, a: gpuarray.where(a["b"], a["x"], 0.5),
-              lambda h: np.where(h["b"], h["x"], F32(0.5)), None),
-    "maximum": (lambda k, a: gpuarray.maximum(a["x"], a["y"]),
-                lambda h: np.maximum(h["x"], h["y"]), None),
-    "minimum": (lambda k, a: gpuarray.minimum(a["x"], 0.1),
-                lambda h: np.minimum(h["x"], F32(0.1)), None),
-    "logical_and": (lambda k, a: gpuarray.logical_and(a["x"] > 0, a["b"]),
-                    lambda h: np.logical_and(h["x"] > 0, h["b"]), None),
-    "logical_or": (lambda k, a: gpuarray.logical_or(a["xi"] > 0, a["b"]),
-                   lambda h: np.logical_or(h["xi"] > 0, h["b"]), None),
+    "multi_take_put": (
+        lambda k, a: _take_put(a),
+        lambda h: (h["x"][h["idx"]], h["y"][h["idx"]]),
+        None,
+    ),
+    "concatenate": (
+        lambda k, a: gpuarray.concatenate([a["x"], a["y"]]),
+        lambda h: np.concatenate([h["x"], h["y"]]),
+        None,
+    ),
+    "concatenate_axis1": (
+        lambda k, a: gpuarray.concatenate([a["m"], a["m"][:, :10]], axis=1),
+        lambda h: np.concatenate([h["m"], h["m"][:, :10]], axis=1),
+        None,
+    ),
+    "stack": (
+        lambda k, a: gpuarray.stack([a["x"], a["y"]], axis=1),
+        lambda h: np.stack([h["x"], h["y"]], axis=1),
+        None,
+    ),
+    "if_positive": (
+        lambda k, a: gpuarray.if_positive(a["x"], a["y"], a["x"]),
+        lambda h: np.where(h["x"] > 0, h["y"], h["x"]),
+        None,
+    ),
+    "where": (
+        lambda k, a: gpuarray.where(a["b"], a["x"], 0.5),
+        lambda h: np.where(h["b"], h["x"], F32(0.5)),
+        None,
+    ),
+    "maximum": (
+        lambda k, a: gpuarray.maximum(a["x"], a["y"]),
+        lambda h: np.maximum(h["x"], h["y"]),
+        None,
+    ),
+    "minimum": (
+        lambda k, a: gpuarray.minimum(a["x"], 0.1),
+        lambda h: np.minimum(h["x"], F32(0.1)),
+        None,
+    ),
+    "logical_and": (
+        lambda k, a: gpuarray.logical_and(a["x"] > 0, a["b"]),
+        lambda h: np.logical_and(h["x"] > 0, h["b"]),
+        None,
+    ),
+    "logical_or": (
+        lambda k, a: gpuarray.logical_or(a["xi"] > 0, a["b"]),
+        lambda h: np.logical_or(h["xi"] > 0, h["b"]),
+        None,
+    ),
     "logical_not": (lambda k, a: gpuarray.logical_not(a["b"]), lambda h: ~h["b"], None),
     # reductions
-    "sum": (lambda k, a: gpuarray.sum(a["x"]), lambda h: h["x"].sum(dtype=np.float64),
-            (2e-4, 2e-3)),
+    "sum": (
+        lambda k, a: gpuarray.sum(a["x"]),
+        lambda h: h["x"].sum(dtype=np.float64),
+        (2e-4, 2e-3),
+    ),
     "sum_2d": (lambda k, a: a["m"].sum(), lambda h: h["m"].sum(dtype=np.float64), (2e-4, 2e-3)),
     "sum_int": (lambda k, a: gpuarray.sum(a["xi"]), lambda h: h["xi"].sum(), None),
     "any": (lambda k, a: gpuarray.any(a["x"] > 2.5), lambda h: np.any(h["x"] > 2.5), None),
     "all": (lambda k, a: (a["p"] > 0.6).all(), lambda h: np.all(h["p"] > 0.6), None),
-    "subset_sum": (lambda k, a: gpuarray.subset_sum(a["idx"], a["x"]),
-                   lambda h: h["x"][h["idx"]].sum(dtype=np.float64), (2e-4, 2e-3)),
-    "dot": (lambda k, a: gpuarray.dot(a["x"], a["y"]),
-            lambda h: np.dot(_f64(h["x"]), _f64(h["y"])), (2e-4, 2e-3)),
-    "dot_2d": (lambda k, a: gpuarray.dot(a["m"], a["m"].T),
-               lambda h: np.dot(_f64(h["m"]).ravel(), _f64(h["m"].T).ravel()), (2e-4, 2e-3)),
-    "vdot": (lambda k, a: gpuarray.vdot(a["c"], a["c"]),
-             lambda h: np.vdot(h["c"].astype(np.complex128), h["c"].astype(np.complex128)),
-             (2e-4, 2e-3)),
-    "subset_dot": (lambda k, a: gpuarray.subset_dot(a["idx"], a["x"], a["y"]),
-                   lambda h: np.dot(_f64(h["x"][h["idx"]]), _f64(h["y"][h["idx"]])),
-                   (2e-4, 2e-3)),
+    "subset_sum": (
+        lambda k, a: gpuarray.subset_sum(a["idx"], a["x"]),
+        lambda h: h["x"][h["idx"]].sum(dtype=np.float64),
+        (2e-4, 2e-3),
+    ),
+    "dot": (
+        lambda k, a: gpuarray.dot(a["x"], a["y"]),
+        lambda h: np.dot(_f64(h["x"]), _f64(h["y"])),
+        (2e-4, 2e-3),
+    ),
+    "dot_2d": (
+        lambda k, a: gpuarray.dot(a["m"], a["m"].T),
+        lambda h: np.dot(_f64(h["m"]).ravel(), _f64(h["m"].T).ravel()),
+        (2e-4, 2e-3),
+    ),
+    "vdot": (
+        lambda k, a: gpuarray.vdot(a["c"], a["c"]),
+        lambda h: np.vdot(h["c"].astype(np.complex128), h["c"].astype(np.complex128)),
+        (2e-4, 2e-3),
+    ),
+    "subset_dot": (
+        lambda k, a: gpuarray.subset_dot(a["idx"], a["x"], a["y"]),
+        lambda h: np.dot(_f64(h["x"][h["idx"]]), _f64(h["y"][h["idx"]])),
+        (2e-4, 2e-3),
+    ),
     "max": (lambda k, a: gpuarray.max(a["x"]), lambda h: h["x"].max(), None),
     "min": (lambda k, a: a["x"].min(), lambda h: h["x"].min(), None),
-    "subset_max": (lambda k, a: gpuarray.subset_max(a["idx"], a["x"]),
-                   lambda h: h["x"][h["idx"]].max(), None),
-    "subset_min": (lambda k, a: gpuarray.subset_min(a["idx"], a["x"]),
-                   lambda h: h["x"][h["idx"]].min(), None),
+    "subset_max": (
+        lambda k, a: gpuarray.subset_max(a["idx"], a["x"]),
+        lambda h: h["x"][h["idx"]].max(),
+        None,
+    ),
+    "subset_min": (
+        lambda k, a: gpuarray.subset_min(a["idx"], a["x"]),
+        lambda h: h["x"][h["idx"]].min(),
+        None,
+    ),
     # the generators
     "elementwise": (_ew, lambda h: F32(-0.5) * h["x"] + h["y"], (1e-6, 1e-6)),
     "elementwise_range": (_ew_range, _np_ew_range, (1e-6, 1e-6)),
-    "reduction_kernel": (lambda k, a: k.sumsq(a["x"]),
-                         lambda h: (_f64(h["x"]) ** 2).sum(), (2e-4, 2e-3)),
-    "reduction_kernel_range": (lambda k, a: k.sumsq(a["x"], range=slice(5, 2500)),
-                               lambda h: (_f64(h["x"][5:2500]) ** 2).sum(), (2e-4, 2e-3)),
-    "inclusive_scan": (lambda k, a: k.incl(a["x"].copy()),
-                       lambda h: np.cumsum(_f64(h["x"])), (2e-4, 2e-3)),
-    "inclusive_scan_new": (lambda k, a: k.incl(a["x"], "new"),
-                           lambda h: np.cumsum(_f64(h["x"])), (2e-4, 2e-3)),
-    "exclusive_scan": (lambda k, a: k.excl(a["xi"].copy()),
-                       lambda h: np.concatenate([[0], np.cumsum(h["xi"])[:-1]]), None),
-    "exclusive_scan_tiles": (lambda k, a: k.excl(a["xl"], "new"),
-                             lambda h: np.concatenate([[0], np.cumsum(h["xl"])[:-1]]), None),
+    "reduction_kernel": (
+        lambda k, a: k.sumsq(a["x"]),
+        lambda h: (_f64(h["x"]) ** 2).sum(),
+        (2e-4, 2e-3),
+    ),
+    "reduction_kernel_range": (
+        lambda k, a: k.sumsq(a["x"], range=slice(5, 2500)),
+        lambda h: (_f64(h["x"][5:2500]) ** 2).sum(),
+        (2e-4, 2e-3),
+    ),
+    "inclusive_scan": (
+        lambda k, a: k.incl(a["x"].copy()),
+        lambda h: np.cumsum(_f64(h["x"])),
+        (2e-4, 2e-3),
+    ),
+    "inclusive_scan_new": (
+        lambda k, a: k.incl(a["x"], "new"),
+        lambda h: np.cumsum(_f64(h["x"])),
+        (2e-4, 2e-3),
+    ),
+    "exclusive_scan": (
+        lambda k, a: k.excl(a["xi"].copy()),
+        lambda h: np.concatenate([[0], np.cumsum(h["xi"])[:-1]]),
+        None,
+    ),
+    "exclusive_scan_tiles": (
+        lambda k, a: k.excl(a["xl"], "new"),
+        lambda h: np.concatenate([[0], np.cumsum(h["xl"])[:-1]]),
+        None,
+    ),
     # cumath beyond the unary functions (those are added below)
-    "cumath_fmod": (lambda k, a: cumath.fmod(a["x"], a["p"]),
-                    lambda h: np.fmod(h["x"], h["p"]), (1e-6, 1e-6)),
+    "cumath_fmod": (
+        lambda k, a: cumath.fmod(a["x"], a["p"]),
+        lambda h: np.fmod(h["x"], h["p"]),
+        (1e-6, 1e-6),
+    ),
     "cumath_frexp": (lambda k, a: cumath.frexp(a["x"]), lambda h: np.frexp(h["x"]), None),
-    "cumath_ldexp": (lambda k, a: cumath.ldexp(a["x"], a["sh"]),
-                     lambda h: np.ldexp(h["x"], h["sh"]), None),
+    "cumath_ldexp": (
+        lambda k, a: cumath.ldexp(a["x"], a["sh"]),
+        lambda h: np.ldexp(h["x"], h["sh"]),
+        None,
+    ),
     "cumath_modf": (lambda k, a: cumath.modf(a["x"]), lambda h: np.modf(h["x"]), None),
 }
 
-_DOMAIN = {"asin": "u", "acos": "u", "atanh": "u", "acosh": "q", "log": "p", "log2": "p",
-           "log10": "p", "log1p": "p", "sqrt": "p"}
+_DOMAIN = {
+    "asin": "u",
+    "acos": "u",
+    "atanh": "u",
+    "acosh": "q",
+    "log": "p",
+    "log2": "p",
+    "log10": "p",
+    "log1p": "p",
+    "sqrt": "p",
+}
 for _name in cumath.UNARY:
     _arg = _DOMAIN.get(_name, "x")
     OPS["cumath_" + _name] = (
         (lambda n, v: lambda k, a: getattr(cumath, n)(a[v]))(_name, _arg),
-        (lambda n, v: lambda h: getattr(np, {"asin": "arcsin", "acos": "arccos",
-                                             "atan": "arctan", "asinh": "arcsinh",
-                                             "acosh": "arccosh", "atanh": "arctanh"}
-                                        .get(n, n))(_f64(h[v])))(_name, _arg),
-        (2e-6, 2e-6) if _name in ("fabs", "ceil", "floor", "trunc", "rint") else (1e-5, 2e-6))
+        (
+            lambda n, v: (
+                lambda h: getattr(
+                    np,
+                    {
+                        "asin": "arcsin",
+                        "acos": "arccos",
+                        "atan": "arctan",
+                        "asinh": "arcsinh",
+                        "acosh": "arccosh",
+                        "atanh": "arctanh",
+                    }.get(n, n),
+                )(_f64(h[v]))
+            )
+        )(_name, _arg),
+        (2e-6, 2e-6) if _name in ("fabs", "ceil", "floor", "trunc", "rint") else (1e-5, 2e-6),
+    )
 
 # a float scan's decoupled look-back may add tiles in another order from one
 # run to the next, and a float reduction may combine its blocks in another
 # order: these compare with the eager run within a tolerance
 _EAGER_TOL = dict.fromkeys(["inclusive_scan", "inclusive_scan_new"], (1e-5, 1e-4))
-_EAGER_TOL.update(dict.fromkeys(["sum", "sum_2d", "subset_sum", "dot", "dot_2d", "vdot",
-                                 "subset_dot", "reduction_kernel", "reduction_kernel_range"],
-                                (1e-6, 1e-5)))
+_EAGER_TOL.update(
+    dict.fromkeys(
+        [
+            "sum",
+            "sum_2d",
+            "subset_sum",
+            "dot",
+            "dot_2d",
+            "vdot",
+            "subset_dot",
+            "reduction_kernel",
+            "reduction_kernel_range",
+        ],
+        (1e-6, 1e-5),
+    )
+)
 
 
 def _as_tuple(out):
@@ -374,15 +535,18 @@ def test_operation_kind_is_captured(standin, ctx, rng, name):
     k = _Kernels()
     a = _to_gpu(_host(rng))
     run = OPS[name][0]
-    eager, trace = standin.trace(lambda: run(k, a))     # compiles, fills caches
+    eager, trace = standin.trace(lambda: run(k, a))  # compiles, fills caches
     launches = [t for t in trace if t.startswith("cuLaunch")]
     copies = [t for t in trace if t.startswith(("cuMemcpy", "cuMemset"))]
     s = cuda.Stream()
     with graphs.capture_graph(s) as cap:
         got, trace = standin.trace(lambda: run(k, a))
-    ran = [t for t in trace if t.startswith(_WORK) and not t.endswith("Async")
-           and not t.startswith("cuLaunch")]
-    assert ran == [], (name, trace)             # no blocking copy or memset reached the driver
+    ran = [
+        t
+        for t in trace
+        if t.startswith(_WORK) and not t.endswith("Async") and not t.startswith("cuLaunch")
+    ]
+    assert ran == [], (name, trace)  # no blocking copy or memset reached the driver
     kinds = [n.kind for n in cap.graph.nodes()]
     assert kinds.count("kernel") == len(launches), (name, kinds, launches)
     assert len(kinds) - kinds.count("kernel") == len(copies), (name, kinds, copies)
@@ -435,11 +599,14 @@ def test_results_given_the_capturing_stream_are_not_graph_allocations(standin, c
     k = _Kernels()
     a = _to_gpu(_host(rng))
     s = cuda.Stream()
-    calls = [lambda: gpuarray.sum(a["x"], stream=s),
-             lambda: gpuarray.dot(a["x"], a["y"], stream=s),
-             lambda: gpuarray.max(a["x"], stream=s), lambda: k.sumsq(a["x"], stream=s),
-             lambda: gpuarray.subset_sum(a["idx"], a["x"], stream=s),
-             lambda: k.excl(a["xl"], "new", stream=s)]
+    calls = [
+        lambda: gpuarray.sum(a["x"], stream=s),
+        lambda: gpuarray.dot(a["x"], a["y"], stream=s),
+        lambda: gpuarray.max(a["x"], stream=s),
+        lambda: k.sumsq(a["x"], stream=s),
+        lambda: gpuarray.subset_sum(a["idx"], a["x"], stream=s),
+        lambda: k.excl(a["xl"], "new", stream=s),
+    ]
     for call in calls:
         call()
     with graphs.capture_graph(s) as cap:
@@ -455,8 +622,9 @@ def test_results_given_the_capturing_stream_are_not_graph_allocations(standin, c
 
 
 @pytest.mark.standin
-@pytest.mark.parametrize("gen_name", ["XORWOW", "MRG32k3a", "Sobol32", "ScrambledSobol32",
-                                      "Sobol64", "ScrambledSobol64"])
+@pytest.mark.parametrize(
+    "gen_name", ["XORWOW", "MRG32k3a", "Sobol32", "ScrambledSobol32", "Sobol64", "ScrambledSobol64"]
+)
 def test_generator_calls_are_captured(standin, ctx, gen_name):
     """Each fill_*/gen_* call and the skip-aheads of every generator are
     one kernel node each (the state stays on the GPU: see the GPU test)."""
@@ -496,7 +664,7 @@ def test_rand_bakes_the_seed_drawn_at_capture(standin, ctx):
     replay = standin.last_launch()
     assert replay.name == eager.name and replay.grid == eager.grid
     assert replay.params[:8] == int(out.ptr).to_bytes(8, "little")
-    assert replay.params[8:] == eager.params[8:]        # the seed and the count
+    assert replay.params[8:] == eager.params[8:]  # the seed and the count
     exe.launch(s)
     s.synchronize()
     assert standin.last_launch().params == replay.params
@@ -519,7 +687,7 @@ def test_what_the_array_layer_cannot_capture_is_refused_by_name(standin, ctx, rn
     gpuarray._memcpy_discontig(dst, src)
     carray = cuda.np_to_array(h["m"], "C")
     whole = gpuarray.empty((40, 75), F32)
-    line = cuda.Array(cuda.ArrayDescriptor(100, 0, cuda.array_format.FLOAT, 1))   # 1-D
+    line = cuda.Array(cuda.ArrayDescriptor(100, 0, cuda.array_format.FLOAT, 1))  # 1-D
     line2 = cuda.Array(cuda.ArrayDescriptor(100, 0, cuda.array_format.FLOAT, 1))
     seen = []
     s = cuda.Stream()
@@ -539,42 +707,46 @@ def test_what_the_array_layer_cannot_capture_is_refused_by_name(standin, ctx, rn
             a["m"][0:2] = h["m"][0:2]
         # it reads its state's size back and waits for its init kernel
         with pytest.raises(cuda.LogicError, match=r"^memcpy_dtoh\(\): this thread is capturing"):
-            curandom.XORWOWRandomNumberGenerator(
-                lambda count: gpuarray.zeros(count, np.int32))
+            curandom.XORWOWRandomNumberGenerator(lambda count: gpuarray.zeros(count, np.int32))
         copy = cuda.Memcpy3D()
         copy.set_src_device(src.ptr)
         copy.set_dst_device(dst.ptr)
         copy.width_in_bytes = 20
         copy.height, copy.src_pitch, copy.dst_pitch = 5, 56, 20
         copy.src_height, copy.dst_height, copy.depth = 10, 5, 3
-        with pytest.raises(cuda.LogicError,
-                           match=r"^Memcpy3D: this thread is capturing a graph, and inside the "
-                                 r"capture the default stream is the capturing stream, whose "
-                                 r"work is recorded, not run: a blocking call cannot wait for "
-                                 r"it; pass it the capturing stream \(it is captured\), or call "
-                                 r"it after end_capture\(\)$"):
+        with pytest.raises(
+            cuda.LogicError,
+            match=r"^Memcpy3D: this thread is capturing a graph, and inside the "
+            r"capture the default stream is the capturing stream, whose "
+            r"work is recorded, not run: a blocking call cannot wait for "
+            r"it; pass it the capturing stream \(it is captured\), or call "
+            r"it after end_capture\(\)$",
+        ):
             copy()
-        copy(s)                                  # captured
-        from_array = cuda.Memcpy2D()            # a CUDA array side: the 3-D copy
+        copy(s)  # captured
+        from_array = cuda.Memcpy2D()  # a CUDA array side: the 3-D copy
         from_array.set_src_array(carray)
         from_array.set_dst_device(whole.ptr)
         from_array.width_in_bytes = from_array.dst_pitch = 75 * 4
         from_array.height = 40
         with pytest.raises(cuda.LogicError, match=r"^Memcpy2D: this thread is capturing a graph"):
             from_array()
-        from_array(s)                            # captured
+        from_array(s)  # captured
         calls = {n: standin.calls(n) for n in ("cuMemcpyDtoA", "cuMemcpyAtoD", "cuMemcpyAtoA")}
         for what, copy_linear in (
-                ("memcpy_dtoa", lambda: cuda.memcpy_dtoa(line, 0, a["x"].gpudata, 400)),
-                ("memcpy_atod", lambda: cuda.memcpy_atod(a["x"].gpudata, line, 0, 400)),
-                ("memcpy_atoa", lambda: cuda.memcpy_atoa(line2, 0, line, 0, 400))):
-            with pytest.raises(cuda.LogicError,
-                               match=r"^%s\(\): this thread is capturing a graph, and inside "
-                                     r"the capture the default stream is the capturing stream, "
-                                     r"whose work is recorded, not run: a blocking call cannot "
-                                     r"wait for it; copy with a Memcpy3D given the capturing "
-                                     r"stream \(it is captured\), or call it after "
-                                     r"end_capture\(\)$" % what):
+            ("memcpy_dtoa", lambda: cuda.memcpy_dtoa(line, 0, a["x"].gpudata, 400)),
+            ("memcpy_atod", lambda: cuda.memcpy_atod(a["x"].gpudata, line, 0, 400)),
+            ("memcpy_atoa", lambda: cuda.memcpy_atoa(line2, 0, line, 0, 400)),
+        ):
+            with pytest.raises(
+                cuda.LogicError,
+                match=r"^%s\(\): this thread is capturing a graph, and inside "
+                r"the capture the default stream is the capturing stream, "
+                r"whose work is recorded, not run: a blocking call cannot "
+                r"wait for it; copy with a Memcpy3D given the capturing "
+                r"stream \(it is captured\), or call it after "
+                r"end_capture\(\)$" % what,
+            ):
                 copy_linear()
         assert {n: standin.calls(n) for n in calls} == calls
         t = threading.Thread(target=other)
@@ -592,23 +764,26 @@ def test_what_the_array_layer_cannot_capture_is_refused_by_name(standin, ctx, rn
 
 # ---------------------------------------------------------------- random numbers
 
+
 def _generator(name):
     cls = getattr(curandom, name + "RandomNumberGenerator")
     try:
         if "Sobol" in name:
             return cls()
         return cls(lambda count: gpuarray.to_gpu(np.full(count, 20261125, np.int32)))
-    except curandom.CurandNotFoundError as e:       # the Sobol tables need libcurand
+    except curandom.CurandNotFoundError as e:  # the Sobol tables need libcurand
         pytest.skip(str(e))
 
 
 def _generator_calls(gen):
     """name -> a call of gen returning its output GPUArray."""
+
     def fill(method, dtype, *args):
         def f():
             out = gpuarray.empty(N, dtype)
             getattr(gen, method)(out, *args)
             return out
+
         return f
 
     def skip():
@@ -627,6 +802,7 @@ def _generator_calls(gen):
 
 
 # ---------------------------------------------------------------- GPU
+
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(OPS))
@@ -658,8 +834,9 @@ def test_gpu_captured_operation_equals_eager_and_numpy(ctx, rng, name):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("gen_name", ["XORWOW", "MRG32k3a", "Sobol32", "ScrambledSobol32",
-                                      "Sobol64", "ScrambledSobol64"])
+@pytest.mark.parametrize(
+    "gen_name", ["XORWOW", "MRG32k3a", "Sobol32", "ScrambledSobol32", "Sobol64", "ScrambledSobol64"]
+)
 def test_gpu_captured_generator_continues_its_sequence(ctx, gen_name):
     """Two generators made alike: one called eagerly three times, the other
     captured once and replayed three times; replay r equals eager call r,
@@ -669,7 +846,7 @@ def test_gpu_captured_generator_continues_its_sequence(ctx, gen_name):
     eager_calls, cap_calls = _generator_calls(eager_gen), _generator_calls(cap_gen)
     want = []
     for _ in range(3):
-        draw = {n: c() for n, c in eager_calls.items()}       # in the captured order
+        draw = {n: c() for n, c in eager_calls.items()}  # in the captured order
         want.append({n: o.get() for n, o in draw.items() if o is not None})
     s = cuda.Stream()
     with graphs.capture_graph(s) as cap:
@@ -680,8 +857,9 @@ def test_gpu_captured_generator_continues_its_sequence(ctx, gen_name):
         s.synchronize()
         for n, o in outs.items():
             if o is not None:
-                np.testing.assert_array_equal(o.get(), want[r][n], err_msg="%s %s replay %d"
-                                              % (gen_name, n, r))
+                np.testing.assert_array_equal(
+                    o.get(), want[r][n], err_msg="%s %s replay %d" % (gen_name, n, r)
+                )
     assert not np.array_equal(want[0]["fill_uniform"], want[1]["fill_uniform"])
     u = want[0]["fill_uniform"]
     assert 0 < u.min() and u.max() <= 1
@@ -732,8 +910,7 @@ def test_gpu_captured_function_random_numbers(ctx, warmup):
     np.random.seed(7)
     for c in range(3):
         z, r = step(gpuarray.to_gpu(x))
-        np.testing.assert_allclose(z.get(), draws[c + 1 if warmup else c] + x, rtol=1e-6,
-                                   atol=1e-6)
+        np.testing.assert_allclose(z.get(), draws[c + 1 if warmup else c] + x, rtol=1e-6, atol=1e-6)
         np.testing.assert_array_equal(r.get(), rand_draws[1 if warmup else 0])
 
 
@@ -741,8 +918,8 @@ def _hundred_ops(x, y):
     """100 small element-wise operations (and a reduction at the end)."""
     z = x
     for i in range(25):
-        z = z * 0.5 + y         # two operations
-        z = z - x * 0.25        # two operations
+        z = z * 0.5 + y  # two operations
+        z = z - x * 0.25  # two operations
     return z, gpuarray.sum(z)
 
 
@@ -782,8 +959,7 @@ def test_gpu_hundred_small_operations_captured_equal_eager_and_numpy(ctx, rng):
         np.testing.assert_allclose(total.get(), es.get(), rtol=1e-6, atol=1e-5)
         want = _np_hundred_ops(x, y)
         np.testing.assert_allclose(z.get(), want, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(total.get(), want.astype(np.float64).sum(), rtol=1e-4,
-                                   atol=1e-3)
+        np.testing.assert_allclose(total.get(), want.astype(np.float64).sum(), rtol=1e-4, atol=1e-3)
     assert len(step.graphs) == 1
 
 
@@ -801,25 +977,39 @@ def test_captured_first_call_is_ordered_with_a_non_blocking_stream(standin, ctx,
     step = graphs.captured(lambda x: x * 2 + 1, stream=s)
     x = gpuarray.to_gpu(rng.standard_normal(N).astype(F32))
     _, trace = standin.trace(lambda: step(x))
-    order = [t for t in trace if t in ("cuEventRecord", "cuStreamWaitEvent", "cuMemcpyDtoD",
-                                       "cuLaunchKernelEx", "cuLaunchKernel",
-                                       "cuStreamBeginCapture", "cuStreamEndCapture",
-                                       "cuGraphLaunch")]
+    order = [
+        t
+        for t in trace
+        if t
+        in (
+            "cuEventRecord",
+            "cuStreamWaitEvent",
+            "cuMemcpyDtoD",
+            "cuLaunchKernelEx",
+            "cuLaunchKernel",
+            "cuStreamBeginCapture",
+            "cuStreamEndCapture",
+            "cuGraphLaunch",
+        )
+    ]
     first_copy = order.index("cuMemcpyDtoD")
     assert order[:2] == ["cuEventRecord", "cuStreamWaitEvent"], order
-    assert order[first_copy + 1].startswith("cuLaunchKernel"), order     # the warm-up
+    assert order[first_copy + 1].startswith("cuLaunchKernel"), order  # the warm-up
     end = order.index("cuStreamEndCapture")
-    assert order[end + 1:end + 4] == ["cuEventRecord", "cuStreamWaitEvent", "cuGraphLaunch"], \
+    assert order[end + 1 : end + 4] == ["cuEventRecord", "cuStreamWaitEvent", "cuGraphLaunch"], (
         order
+    )
     # a later call: copies in on s, one launch on s
     _, trace = standin.trace(lambda: step(x))
-    assert [t for t in trace if t not in ("cuCtxGetCurrent", "cuEventRecord")] == \
-        ["cuMemcpyDtoDAsync", "cuGraphLaunch"], trace
+    assert [t for t in trace if t not in ("cuCtxGetCurrent", "cuEventRecord")] == [
+        "cuMemcpyDtoDAsync",
+        "cuGraphLaunch",
+    ], trace
 
 
 def _program_with_temporaries(x):
-    t = x * 2                   # a temporary: dies inside the capture
-    u = cumath.exp(t * 0.125)   # two more
+    t = x * 2  # a temporary: dies inside the capture
+    u = cumath.exp(t * 0.125)  # two more
     return u + t
 
 
@@ -835,7 +1025,7 @@ def test_temporaries_of_a_capture_are_not_handed_out_while_the_graph_lives(stand
     seen = []
     real_mul = gpuarray.GPUArray.__mul__
 
-    def mul(self, other):                     # note every temporary's address
+    def mul(self, other):  # note every temporary's address
         r = real_mul(self, other)
         seen.append(int(r.gpudata))
         return r
@@ -881,7 +1071,6 @@ def test_gpu_arrays_made_after_a_capture_keep_their_contents_across_replays(ctx,
         exe.launch(s)
         s.synchronize()
         t = x * F32(2)
-        np.testing.assert_allclose(out.get(), np.exp(_f64(t) * 0.125) + t, rtol=1e-5,
-                                   atol=1e-5)
+        np.testing.assert_allclose(out.get(), np.exp(_f64(t) * 0.125) + t, rtol=1e-5, atol=1e-5)
     for d, m in zip(data, made):
         np.testing.assert_array_equal(m.get(), d)

@@ -7,6 +7,7 @@ work as nodes, and a GraphExec's launch replays them (copies and memsets
 move bytes, kernel nodes are recorded with their parameter bytes, host
 callbacks run).  `gpu`-marked tests check results against NumPy on a GPU.
 """
+
 import ctypes
 import gc
 import os
@@ -46,7 +47,9 @@ extern "C" __global__ void two(float *x, int n) { }
 
 # what a kernel needs to set a conditional node's value under NVRTC: the
 # driver resolves cudaGraphSetConditional when the module loads
-COND_KERNELS = graphs.CONDITIONAL_PREAMBLE + r"""
+COND_KERNELS = (
+    graphs.CONDITIONAL_PREAMBLE
+    + r"""
 // one step of a countdown: the while loop runs while it is > 0
 extern "C" __global__ void step(cudaGraphConditionalHandle h, int *counter)
 {
@@ -66,6 +69,7 @@ extern "C" __global__ void add_const(float *x, float a, int n)
     if (i < n) x[i] += a;
 }
 """
+)
 
 
 @pytest.fixture
@@ -82,19 +86,28 @@ def _unraisable():
 
 # ---------------------------------------------------------------- no driver
 
+
 def test_conditional_preamble_compiles_with_nvrtc():
     """The declaration pygpu ships compiles under NVRTC (no GPU needed); the
     handle is a 64-bit parameter and the call an external the driver
     resolves at load time."""
     ptx = bytes(compiler.compile(COND_KERNELS, target="ptx", arch="compute_90")).decode()
     assert ".extern .func cudaGraphSetConditional" in ptx
-    entry = ptx[ptx.index(".entry step"):]
+    entry = ptx[ptx.index(".entry step") :]
     assert ".param .u64 step_param_0" in entry
 
 
 def test_public_names():
-    for name in ("Graph", "GraphExec", "GraphNode", "capture_graph", "capture_mode",
-                 "graph_node_type", "graph_conditional_type", "graph_instantiate_flags"):
+    for name in (
+        "Graph",
+        "GraphExec",
+        "GraphNode",
+        "capture_graph",
+        "capture_mode",
+        "graph_node_type",
+        "graph_conditional_type",
+        "graph_instantiate_flags",
+    ):
         assert getattr(cuda, name) is getattr(graphs, name)
         assert name in cuda.__all__
     assert cuda.capture_mode.GLOBAL == 0 and cuda.capture_mode.RELAXED == 2
@@ -104,6 +117,7 @@ def test_public_names():
 
 
 # ---------------------------------------------------------------- stand-in
+
 
 def _layout(values):
     """Natural C layout of NumPy scalars."""
@@ -142,17 +156,31 @@ def test_kernel_nodes_pack_exactly_as_launches(standin, mod, rng):
     nodes = []
     for k in range(5):
         c = int(rng.integers(-128, 128))
-        h = int(rng.integers(-2 ** 15, 2 ** 15))
-        i = int(rng.integers(-2 ** 31, 2 ** 31))
-        q = int(rng.integers(-2 ** 63, 2 ** 63 - 1, dtype=np.int64))
+        h = int(rng.integers(-(2**15), 2**15))
+        i = int(rng.integers(-(2**31), 2**31))
+        q = int(rng.integers(-(2**63), 2**63 - 1, dtype=np.int64))
         fl, d = float(rng.standard_normal()), float(rng.standard_normal())
         ptr = cuda.mem_alloc(64)
         f(c, h, i, q, fl, d, ptr, block=(3, 2, 1), grid=(4, 1, 1))
         eager = standin.last_launch().params
-        nodes.append(g.add_kernel_node(f, c, h, i, q, fl, d, ptr, block=(3, 2, 1),
-                                       grid=(4, 1, 1), dependencies=nodes[-1:]))
-        want.append(_layout([np.int8(c), np.int16(h), np.int32(i), np.int64(q),
-                             np.float32(fl), np.float64(d), np.uint64(int(ptr))]))
+        nodes.append(
+            g.add_kernel_node(
+                f, c, h, i, q, fl, d, ptr, block=(3, 2, 1), grid=(4, 1, 1), dependencies=nodes[-1:]
+            )
+        )
+        want.append(
+            _layout(
+                [
+                    np.int8(c),
+                    np.int16(h),
+                    np.int32(i),
+                    np.int64(q),
+                    np.float32(fl),
+                    np.float64(d),
+                    np.uint64(int(ptr)),
+                ]
+            )
+        )
         assert eager == want[-1]
     exe = g.instantiate()
     before = standin.launches()
@@ -174,51 +202,87 @@ def test_kernel_node_argument_errors_name_node_and_parameter(standin, mod):
     d = cuda.mem_alloc(64)
     g = cuda.Graph()
     first = g.add_kernel_node(f, d, 2.0, 16, block=(16, 1, 1))
-    with pytest.raises(TypeError, match=r"^graph node #1: kernel 'scale' takes 3 arguments "
-                                        r"but 2 were given$"):
+    with pytest.raises(
+        TypeError,
+        match=r"^graph node #1: kernel 'scale' takes 3 arguments "
+        r"but 2 were given$",
+    ):
         g.add_kernel_node(f, d, 2.0, block=(16, 1, 1))
-    with pytest.raises(TypeError, match=r"^graph node #1: kernel 'scale': parameter 1 \(4 "
-                                        r"bytes\) cannot take a str"):
+    with pytest.raises(
+        TypeError,
+        match=r"^graph node #1: kernel 'scale': parameter 1 \(4 "
+        r"bytes\) cannot take a str",
+    ):
         g.add_kernel_node(f, d, "2", 16, block=(16, 1, 1))
-    with pytest.raises(OverflowError, match=r"^graph node #1: kernel 'scale': parameter 2 is "
-                                            r"4 bytes; 4294967296 does not fit$"):
-        g.add_kernel_node(f, d, 2.0, 2 ** 32, block=(16, 1, 1))
-    with pytest.raises(TypeError, match=r"^graph node #1: kernel 'scale': parameter 0: graph "
-                                        r"nodes do not take In/Out/InOut"):
+    with pytest.raises(
+        OverflowError,
+        match=r"^graph node #1: kernel 'scale': parameter 2 is "
+        r"4 bytes; 4294967296 does not fit$",
+    ):
+        g.add_kernel_node(f, d, 2.0, 2**32, block=(16, 1, 1))
+    with pytest.raises(
+        TypeError,
+        match=r"^graph node #1: kernel 'scale': parameter 0: graph "
+        r"nodes do not take In/Out/InOut",
+    ):
         g.add_kernel_node(f, cuda.InOut(np.zeros(4, np.float32)), 2.0, 16, block=(4, 1, 1))
-    with pytest.raises(TypeError, match=r"^graph node #1: kernel 'scale': add_kernel_node\(\) "
-                                        r"needs block=\(x, y, z\)$"):
+    with pytest.raises(
+        TypeError,
+        match=r"^graph node #1: kernel 'scale': add_kernel_node\(\) "
+        r"needs block=\(x, y, z\)$",
+    ):
         g.add_kernel_node(f, d, 2.0, 16)
     with pytest.raises(ValueError, match=r"^graph node #1: block\[1\] must be positive, got 0"):
         g.add_kernel_node(f, d, 2.0, 16, block=(16, 0, 1))
-    with pytest.raises(ValueError, match=r"^graph node #1: kernel 'scale': block x dimension "
-                                         r"2048 exceeds the device's limit of 1024$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^graph node #1: kernel 'scale': block x dimension "
+        r"2048 exceeds the device's limit of 1024$",
+    ):
         g.add_kernel_node(f, d, 2.0, 16, block=(2048, 1, 1))
-    with pytest.raises(TypeError, match=r"add_kernel_node\(\) got an unexpected keyword "
-                                        r"argument 'stream'"):
+    with pytest.raises(
+        TypeError,
+        match=r"add_kernel_node\(\) got an unexpected keyword "
+        r"argument 'stream'",
+    ):
         g.add_kernel_node(f, d, 2.0, 16, block=(16, 1, 1), stream=None)
     with pytest.raises(TypeError, match=r"add_kernel_node\(\) takes a Function first, not str"):
         g.add_kernel_node("scale", d, 2.0, 16, block=(16, 1, 1))
     with pytest.raises(TypeError, match=r"dependencies\[0\] must be a GraphNode, not int"):
         g.add_kernel_node(f, d, 2.0, 16, block=(16, 1, 1), dependencies=[3])
     other = cuda.Graph().add_empty_node()
-    with pytest.raises(ValueError, match=r"dependencies\[1\] \(node #0\) belongs to another "
-                                         r"graph"):
+    with pytest.raises(
+        ValueError,
+        match=r"dependencies\[1\] \(node #0\) belongs to another "
+        r"graph",
+    ):
         g.add_kernel_node(f, d, 2.0, 16, block=(16, 1, 1), dependencies=[first, other])
     freed = cuda.mem_alloc(64)
     freed.free()
     # issue 16: the node named first, as for every other mistake
-    with pytest.raises(cuda.LogicError, match=r"^graph node #1: kernel 'scale': parameter 0 is "
-                                              r"a freed DeviceAllocation$"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"^graph node #1: kernel 'scale': parameter 0 is "
+        r"a freed DeviceAllocation$",
+    ):
         g.add_kernel_node(f, freed, 2.0, 16, block=(16, 1, 1))
-    with pytest.raises(cuda.LogicError, match=r"^graph node #1 \(memcpy\): src: the "
-                                              r"DeviceAllocation was freed$"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"^graph node #1 \(memcpy\): src: the "
+        r"DeviceAllocation was freed$",
+    ):
         g.add_memcpy_node(d, freed)
-    with pytest.raises(cuda.LogicError, match=r"^graph node #1 \(memcpy\): dest: the "
-                                              r"DeviceAllocation was freed$"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"^graph node #1 \(memcpy\): dest: the "
+        r"DeviceAllocation was freed$",
+    ):
         g.add_memcpy_node(freed, np.zeros(4, np.float32))
-    with pytest.raises(cuda.LogicError, match=r"^graph node #1 \(memset\): dest: the "
-                                              r"DeviceAllocation was freed$"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"^graph node #1 \(memset\): dest: the "
+        r"DeviceAllocation was freed$",
+    ):
         g.add_memset_node(freed, 0, 4)
     # nothing was added by the failures: the next node is #1
     assert g.add_kernel_node(f, d, 2.0, 16, block=(16, 1, 1)).index == 1
@@ -240,13 +304,13 @@ def test_copies_and_memsets_move_bytes_on_replay(standin, ctx, rng):
     assert [x.kind for x in g.nodes()] == ["memcpy", "memset", "memcpy", "memcpy"]
     assert down.dependencies == [dd]
     exe = g.instantiate()
-    assert not host_out.any()       # instantiating runs nothing
+    assert not host_out.any()  # instantiating runs nothing
     for _ in range(2):
         exe.launch()
         want = host_in.copy()
         want[4:8] = 1.0
         np.testing.assert_array_equal(host_out, want)
-        host_in[:] = rng.standard_normal(n)     # the node reads the buffer at each replay
+        host_in[:] = rng.standard_normal(n)  # the node reads the buffer at each replay
     with pytest.raises(TypeError, match=r"dest and src are both host buffers"):
         g.add_memcpy_node(host_out, host_in)
     with pytest.raises(ValueError, match=r"2048 bytes do not fit \(dest has 1024, src 1024\)"):
@@ -296,6 +360,7 @@ def test_host_callbacks_run_in_order_and_errors_are_kept(standin, ctx):
     def boom():
         order.append("third")
         raise ValueError("callback failed on purpose")
+
     g.add_host_node(boom, dependencies=[n1])
     exe = g.instantiate()
     seen, old = _unraisable()
@@ -332,7 +397,7 @@ def test_capture_records_instead_of_running(standin, mod, rng):
     cuda.memcpy_dtoh_async(out, d, s)
     g = s.end_capture()
     assert not s.is_capturing()
-    assert standin.launches() == launches and not out.any()    # nothing ran
+    assert standin.launches() == launches and not out.any()  # nothing ran
     nodes = g.nodes()
     assert [k.kind for k in nodes] == ["memcpy", "kernel", "memset", "memcpy"]
     assert nodes[2].dependencies == [nodes[1]]
@@ -341,9 +406,10 @@ def test_capture_records_instead_of_running(standin, mod, rng):
     s.synchronize()
     want = x.copy()
     want[0] = 0
-    np.testing.assert_array_equal(out, want)      # copies replayed; the kernel is recorded
-    assert _replayed(standin) == [("scale", _layout([np.uint64(int(d)), np.float32(3),
-                                                     np.int32(n)]))]
+    np.testing.assert_array_equal(out, want)  # copies replayed; the kernel is recorded
+    assert _replayed(standin) == [
+        ("scale", _layout([np.uint64(int(d)), np.float32(3), np.int32(n)]))
+    ]
     # the context manager
     with cuda.capture_graph(s, mode=cuda.capture_mode.THREAD_LOCAL) as cap:
         cuda.memcpy_htod_async(d, x, s)
@@ -370,23 +436,29 @@ def test_capture_errors_are_clear_and_end_cleanly(standin, ctx, rng):
     # capture), and the capture goes on; a device-side copy or memset given
     # no stream is captured
     calls = standin.calls("cuMemcpyHtoD"), standin.calls("cuMemsetD8")
-    with pytest.raises(cuda.LogicError, match=r"^memcpy_htod\(\): this thread is capturing a "
-                                              r"graph, and inside the capture the default "
-                                              r"stream is the capturing stream, whose work is "
-                                              r"recorded, not run: a blocking call cannot wait "
-                                              r"for it; use memcpy_htod_async \(it is captured: "
-                                              r"each replay reads the host buffer then\), or "
-                                              r"call it after end_capture\(\)$"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"^memcpy_htod\(\): this thread is capturing a "
+        r"graph, and inside the capture the default "
+        r"stream is the capturing stream, whose work is "
+        r"recorded, not run: a blocking call cannot wait "
+        r"for it; use memcpy_htod_async \(it is captured: "
+        r"each replay reads the host buffer then\), or "
+        r"call it after end_capture\(\)$",
+    ):
         cuda.memcpy_htod(d, host)
-    with pytest.raises(cuda.LogicError, match=r"^memcpy_dtoh\(\): the stream is capturing a "
-                                              r"graph, whose work is recorded, not run: a "
-                                              r"blocking call cannot wait for it; use the "
-                                              r"_async form \(it is captured\), or call it "
-                                              r"after end_capture\(\)$"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"^memcpy_dtoh\(\): the stream is capturing a "
+        r"graph, whose work is recorded, not run: a "
+        r"blocking call cannot wait for it; use the "
+        r"_async form \(it is captured\), or call it "
+        r"after end_capture\(\)$",
+    ):
         cuda.memcpy_dtoh(host, d, stream=s)
     assert (standin.calls("cuMemcpyHtoD"), standin.calls("cuMemsetD8")) == calls
-    cuda.memset_d8(d, 1, 8)                      # captured on s
-    cuda.memcpy_dtod_async(d, d, 8)              # async, no stream: captured on s
+    cuda.memset_d8(d, 1, 8)  # captured on s
+    cuda.memcpy_dtod_async(d, d, 8)  # async, no stream: captured on s
     cuda.memcpy_htod_async(d, host, s)
     assert [n.kind for n in s.end_capture().nodes()] == ["memset", "memcpy", "memcpy"]
     # in another thread the default stream is the legacy one, which would
@@ -397,8 +469,11 @@ def test_capture_errors_are_clear_and_end_cleanly(standin, ctx, rng):
     def legacy_work():
         ctx.push()
         try:
-            for call in (lambda: cuda.memcpy_htod(d, host), lambda: cuda.memset_d8(d, 1, 8),
-                         lambda: cuda.memcpy_dtod_async(d, d, 8)):
+            for call in (
+                lambda: cuda.memcpy_htod(d, host),
+                lambda: cuda.memset_d8(d, 1, 8),
+                lambda: cuda.memcpy_dtod_async(d, d, 8),
+            ):
                 with pytest.raises(cuda.LogicError) as e:
                     call()
                 errors.append(str(e.value))
@@ -409,13 +484,20 @@ def test_capture_errors_are_clear_and_end_cleanly(standin, ctx, rng):
     t.start()
     t.join()
     assert t.error is None, t.error
-    assert [e.split(":")[0] for e in errors] == ["memcpy_htod()", "memset_d8()",
-                                                 "memcpy_dtod_async()"]
-    assert all(e.endswith("a stream of this context is capturing a graph, and work on the "
-                          "legacy default stream would wait for it (CUDA_ERROR_STREAM_CAPTURE_"
-                          "IMPLICIT, which would invalidate the capture); pass the capturing "
-                          "stream to the _async form, or call it before or after the capture")
-               for e in errors), errors
+    assert [e.split(":")[0] for e in errors] == [
+        "memcpy_htod()",
+        "memset_d8()",
+        "memcpy_dtod_async()",
+    ]
+    assert all(
+        e.endswith(
+            "a stream of this context is capturing a graph, and work on the "
+            "legacy default stream would wait for it (CUDA_ERROR_STREAM_CAPTURE_"
+            "IMPLICIT, which would invalidate the capture); pass the capturing "
+            "stream to the _async form, or call it before or after the capture"
+        )
+        for e in errors
+    ), errors
     cuda.memset_d8_async(d, 1, 8, s)
     assert [n.kind for n in s.end_capture().nodes()] == ["memset"]
     # the legacy stream does not wait for a non-blocking stream: another
@@ -440,12 +522,15 @@ def test_capture_errors_are_clear_and_end_cleanly(standin, ctx, rng):
     # before the driver, and the capture goes on
     s.begin_capture()
     calls = standin.calls("cuCtxSynchronize")
-    with pytest.raises(cuda.LogicError, match=r"^Context.synchronize\(\): a stream of this "
-                                              r"context is capturing a graph \(its work is "
-                                              r"recorded, not run\), which this call would wait "
-                                              r"for \(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "
-                                              r"which would invalidate the capture\); call it "
-                                              r"before or after the capture$"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"^Context.synchronize\(\): a stream of this "
+        r"context is capturing a graph \(its work is "
+        r"recorded, not run\), which this call would wait "
+        r"for \(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "
+        r"which would invalidate the capture\); call it "
+        r"before or after the capture$",
+    ):
         ctx.synchronize()
     assert standin.calls("cuCtxSynchronize") == calls
     cuda.memset_d8_async(d, 1, 8, s)
@@ -454,26 +539,38 @@ def test_capture_errors_are_clear_and_end_cleanly(standin, ctx, rng):
     s.begin_capture()
     assert _driver_entry("cuCtxSynchronize", 2000, ctypes.CFUNCTYPE(ctypes.c_int))() == 900
     # (900: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
-    with pytest.raises(cuda.LogicError, match=r"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: .*"
-                                              r"no graph was made; the stream is no longer "
-                                              r"capturing"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: .*"
+        r"no graph was made; the stream is no longer "
+        r"capturing",
+    ):
         s.end_capture()
     assert not s.is_capturing()
     # synchronizing or querying the capturing stream: refused before the
     # driver (which would invalidate the capture), and the capture goes on
     s.begin_capture()
     calls = standin.calls("cuStreamSynchronize"), standin.calls("cuStreamQuery")
-    with pytest.raises(cuda.LogicError, match=r"^Stream.synchronize\(\): this Stream is "
-                                              r"capturing a graph \(its work is recorded, not "
-                                              r"run\); end_capture\(\) first, then launch "
-                                              r"the graph$"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"^Stream.synchronize\(\): this Stream is "
+        r"capturing a graph \(its work is recorded, not "
+        r"run\); end_capture\(\) first, then launch "
+        r"the graph$",
+    ):
         s.synchronize()
-    with pytest.raises(cuda.LogicError, match=r"^Stream.is_done\(\): this Stream is "
-                                              r"capturing a graph"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"^Stream.is_done\(\): this Stream is "
+        r"capturing a graph",
+    ):
         s.is_done()
-    with pytest.raises(cuda.LogicError, match=r"^Stream.synchronize\(\): this thread is "
-                                              r"capturing a graph, and inside the capture the "
-                                              r"default stream is the capturing stream"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"^Stream.synchronize\(\): this thread is "
+        r"capturing a graph, and inside the capture the "
+        r"default stream is the capturing stream",
+    ):
         cuda.Stream.null().synchronize()
     assert (standin.calls("cuStreamSynchronize"), standin.calls("cuStreamQuery")) == calls
     cuda.memset_d8_async(d, 1, 8, s)
@@ -501,8 +598,13 @@ def _driver_entry(name, version, proto):
     """A driver entry point of the stand-in, called past pygpu."""
     lib = ctypes.CDLL(os.environ["PYGPU_LIBCUDA"])
     get = lib.cuGetProcAddress_v2
-    get.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
-                    ctypes.c_uint64, ctypes.c_void_p]
+    get.argtypes = [
+        ctypes.c_char_p,
+        ctypes.POINTER(ctypes.c_void_p),
+        ctypes.c_int,
+        ctypes.c_uint64,
+        ctypes.c_void_p,
+    ]
     fn = ctypes.c_void_p()
     assert get(name.encode(), ctypes.byref(fn), version, 0, None) == 0
     return proto(fn.value)
@@ -522,7 +624,7 @@ def test_capture_keeps_launch_arguments_alive(standin, mod, rng):
     live = standin.live()["device"]
     del d, bound
     gc.collect()
-    assert wd() is not None and standin.live()["device"] == live    # the graph holds it
+    assert wd() is not None and standin.live()["device"] == live  # the graph holds it
     exe = g.instantiate()
     del g
     gc.collect()
@@ -542,7 +644,7 @@ def test_capture_keeps_quick_launch_arguments_alive(standin, mod):
     d = cuda.mem_alloc(256)
     wd = weakref.ref(d)
     bound = f.configure((1, 1), (64, 1, 1), stream=s)
-    bound(d, 3.0, 64)                                   # not capturing: launched now
+    bound(d, 3.0, 64)  # not capturing: launched now
     assert standin.last_launch().stream == s.handle
     f.prepare("Pfi")
     s.begin_capture()
@@ -578,11 +680,11 @@ def test_capture_keeps_copy_and_memset_operands_alive(standin, ctx, rng):
     c = cuda.mem_alloc(x.nbytes)
     ev = cuda.Event()
     refs = [weakref.ref(o) for o in (host_in, host_out, a, b, c)]
-    ev_refs = sys.getrefcount(ev)              # an Event takes no weak reference
+    ev_refs = sys.getrefcount(ev)  # an Event takes no weak reference
     s.begin_capture()
     cuda.memcpy_htod_async(a, host_in, s)
     cuda.memcpy_dtod_async(b, a, x.nbytes, s)
-    cuda.memset_d8_async(c, 0x5a, x.nbytes, s)
+    cuda.memset_d8_async(c, 0x5A, x.nbytes, s)
     ev.record(s)
     s.wait_for_event(ev)
     cuda.memcpy_dtoh_async(host_out, b, stream=s)
@@ -591,16 +693,16 @@ def test_capture_keeps_copy_and_memset_operands_alive(standin, ctx, rng):
     del host_in, host_out, a, b, c
     gc.collect()
     assert all(r() is not None for r in refs), [r() is None for r in refs]
-    assert sys.getrefcount(ev) == ev_refs + 2          # recorded and waited for
+    assert sys.getrefcount(ev) == ev_refs + 2  # recorded and waited for
     exe = g.instantiate()
     del g
     gc.collect()
     exe.launch(s)
     s.synchronize()
-    np.testing.assert_array_equal(out_ref(), x)        # replayed from the kept buffers
+    np.testing.assert_array_equal(out_ref(), x)  # replayed from the kept buffers
     del exe
     gc.collect()
-    assert all(r() is None for r in refs)              # released with the graph
+    assert all(r() is None for r in refs)  # released with the graph
     assert sys.getrefcount(ev) == ev_refs
 
 
@@ -613,32 +715,38 @@ def test_whole_graph_update(standin, mod, rng):
         g = cuda.Graph()
         m = g.add_memset_node(d, 0, 64, element_size=4)
         if kind == "kernel":
-            g.add_kernel_node(fn, d, np.float32(a), np.int32(64), block=(64, 1, 1),
-                              dependencies=m)
+            g.add_kernel_node(fn, d, np.float32(a), np.int32(64), block=(64, 1, 1), dependencies=m)
         else:
             g.add_empty_node(dependencies=m)
         if extra:
             g.add_empty_node()
         return g
+
     exe = build(1.5).instantiate()
     exe.launch()
     assert _replayed(standin)[0][1][8:12] == struct.pack("<f", 1.5)
     exe.update(build(-4.25))
     exe.launch()
     assert _replayed(standin)[0][1][8:12] == struct.pack("<f", -4.25)
-    exe.update(build(7.0, fn=o))            # another kernel of the same context
+    exe.update(build(7.0, fn=o))  # another kernel of the same context
     exe.launch()
     assert _replayed(standin)[0][0] == "other"
-    with pytest.raises(cuda.LogicError, match=r"cuGraphExecUpdate failed: "
-                                              r"CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE: .*update\(\): "
-                                              r"the topology differs .* \(at node #2, empty\)"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"cuGraphExecUpdate failed: "
+        r"CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE: .*update\(\): "
+        r"the topology differs .* \(at node #2, empty\)",
+    ):
         exe.update(build(1.0, extra=True))
-    with pytest.raises(cuda.LogicError, match=r"update\(\): a node's type differs \(at node "
-                                              r"#1, empty\)"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"update\(\): a node's type differs \(at node "
+        r"#1, empty\)",
+    ):
         exe.update(build(1.0, kind="empty"))
     with pytest.raises(TypeError, match=r"update\(\) takes a Graph, not int"):
         exe.update(3)
-    exe.launch()                            # still the last good parameters
+    exe.launch()  # still the last good parameters
     assert _replayed(standin)[0][0] == "other"
 
 
@@ -650,8 +758,9 @@ def test_kernel_node_parameter_updates(standin, ctx, mod, rng):
     k = g.add_kernel_node(f, d, np.float32(2), np.int32(64), block=(64, 1, 1))
     e = g.add_empty_node(dependencies=k)
     exe = g.instantiate()
-    exe.set_kernel_node_params(k, d2, np.float32(-1), np.int32(32), block=(32, 1, 1),
-                               grid=(3, 2, 1), shared=128)
+    exe.set_kernel_node_params(
+        k, d2, np.float32(-1), np.int32(32), block=(32, 1, 1), grid=(3, 2, 1), shared=128
+    )
     exe.launch()
     rec = standin.last_launch()
     assert rec.params == _layout([np.uint64(int(d2)), np.float32(-1), np.int32(32)])
@@ -661,18 +770,27 @@ def test_kernel_node_parameter_updates(standin, ctx, mod, rng):
     exe.launch()
     rec = standin.last_launch()
     assert rec.name == "other" and rec.block == (32, 1, 1) and rec.grid == (3, 2, 1)
-    with pytest.raises(TypeError, match=r"^graph node #0: kernel 'two' takes 2 arguments but "
-                                        r"3 were given$"):
+    with pytest.raises(
+        TypeError,
+        match=r"^graph node #0: kernel 'two' takes 2 arguments but "
+        r"3 were given$",
+    ):
         exe.set_kernel_node_params(k, d, np.float32(5), np.int32(64), function=two)
-    with pytest.raises(TypeError, match=r"^graph node #0: kernel 'scale': parameter 2 \(4 "
-                                        r"bytes\) cannot take a list"):
+    with pytest.raises(
+        TypeError,
+        match=r"^graph node #0: kernel 'scale': parameter 2 \(4 "
+        r"bytes\) cannot take a list",
+    ):
         exe.set_kernel_node_params(k, d, 1.0, [1])
     with pytest.raises(TypeError, match=r"node #1 is a empty node, not a kernel node"):
         exe.set_kernel_node_params(e, d, 1.0, 1)
     other = cuda.Graph()
     on = other.add_kernel_node(f, d, 1.0, 1, block=(1, 1, 1))
-    with pytest.raises(ValueError, match=r"node #0 is not a node of the graph this GraphExec "
-                                         r"was instantiated from"):
+    with pytest.raises(
+        ValueError,
+        match=r"node #0 is not a node of the graph this GraphExec "
+        r"was instantiated from",
+    ):
         exe.set_kernel_node_params(on, d, 1.0, 1)
     with pytest.raises(TypeError, match=r"function must be a Function, not str"):
         exe.set_kernel_node_params(k, d, 1.0, 1, function="scale")
@@ -684,8 +802,11 @@ def test_kernel_node_parameter_updates(standin, ctx, mod, rng):
         f2 = m2.get_function("scale")
     finally:
         cuda.Context.pop()
-    with pytest.raises(ValueError, match=r"node #0: kernel 'scale' belongs to another "
-                                         r"context than the graph"):
+    with pytest.raises(
+        ValueError,
+        match=r"node #0: kernel 'scale' belongs to another "
+        r"context than the graph",
+    ):
         exe.set_kernel_node_params(k, d, 1.0, 1, function=f2)
     del f2, m2
     other_ctx.detach()
@@ -700,14 +821,18 @@ def test_kernel_node_parameter_updates(standin, ctx, mod, rng):
         cexe.set_kernel_node_params(cnode, d, 3.0, 64)
     cexe.set_kernel_node_params(cnode, d2, np.float32(3), np.int32(64), function=f)
     cexe.launch()
-    assert standin.last_launch().params == _layout([np.uint64(int(d2)), np.float32(3),
-                                                    np.int32(64)])
+    assert standin.last_launch().params == _layout(
+        [np.uint64(int(d2)), np.float32(3), np.int32(64)]
+    )
     assert standin.last_launch().block == (64, 1, 1)
     # the driver refusing is explained, not a bare code
     standin.fail("cuGraphExecKernelNodeSetParams", 1, 1)
-    with pytest.raises(cuda.LogicError, match=r"CUDA_ERROR_INVALID_VALUE: .*the driver refused "
-                                              r"kernel 'other' for node #0 \(it launched "
-                                              r"'scale'; the new kernel is not compatible"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"CUDA_ERROR_INVALID_VALUE: .*the driver refused "
+        r"kernel 'other' for node #0 \(it launched "
+        r"'scale'; the new kernel is not compatible",
+    ):
         exe.set_kernel_node_params(k, d, 1.0, 1, function=o)
 
 
@@ -716,7 +841,7 @@ def test_graph_exec_alone_keeps_everything_alive(standin, mod, rng):
     """Everything but the GraphExec is deleted; its replay touches only live
     memory (the stand-in counts a use of freed memory as stale, which the
     fixture fails on) and the callback still runs."""
-    gc.collect()     # earlier tests' garbage (cycles holding memory) is not this test's
+    gc.collect()  # earlier tests' garbage (cycles holding memory) is not this test's
     base = standin.live()
     gbase = _live_graphs(standin)
     n = 128
@@ -729,11 +854,11 @@ def test_graph_exec_alone_keeps_everything_alive(standin, mod, rng):
         d = cuda.mem_alloc(x.nbytes)
         g = cuda.Graph()
         a = g.add_memcpy_node(d, x)
-        b = g.add_kernel_node(f, d, np.float32(2), np.int32(n), block=(128, 1, 1),
-                              dependencies=a)
+        b = g.add_kernel_node(f, d, np.float32(2), np.int32(n), block=(128, 1, 1), dependencies=a)
         c = g.add_memcpy_node(out, d, dependencies=b)
         g.add_host_node(lambda: calls.append(len(calls)), dependencies=c)
         return g.instantiate(), x.copy()
+
     exe, x = make()
     del mod
     gc.collect()
@@ -753,7 +878,7 @@ def test_graph_exec_alone_keeps_everything_alive(standin, mod, rng):
 def test_cycles_through_callbacks_are_collected(standin, ctx):
     base = _live_graphs(standin)
     g = cuda.Graph()
-    g.add_host_node(lambda: g)          # callback -> graph -> callback
+    g.add_host_node(lambda: g)  # callback -> graph -> callback
     exe = g.instantiate()
     body_holder = cuda.Graph()
     h = body_holder.conditional_handle(default=0)
@@ -781,7 +906,8 @@ def test_conditional_nodes_on_the_standin(standin, ctx):
     def step():
         runs.append(1)
         left[0] -= 1
-        lib.fakecuda_set_conditional(h, left[0])     # what a kernel would do
+        lib.fakecuda_set_conditional(h, left[0])  # what a kernel would do
+
     body.add_host_node(step)
     hi = g.conditional_handle(default=0)
     branch = g.add_conditional_node(hi, "if", 2, dependencies=loop)
@@ -796,14 +922,17 @@ def test_conditional_nodes_on_the_standin(standin, ctx):
     exe.launch()
     assert len(runs) == 5 and taken == ["else", "case2"]
     left[0] = 5
-    exe.launch()               # default values are assigned at each launch
+    exe.launch()  # default values are assigned at each launch
     assert len(runs) == 10 and taken == ["else", "case2", "else", "case2"]
     with pytest.raises(ValueError, match=r"kind must be 'if', 'while' or 'switch', not 'for'"):
         g.add_conditional_node(h, "for")
     with pytest.raises(ValueError, match=r"size 2 is not valid for 'while'"):
         g.add_conditional_node(h, "while", 2)
-    with pytest.raises(TypeError, match=r"handle must be the int from conditional_handle\(\), "
-                                        r"not float"):
+    with pytest.raises(
+        TypeError,
+        match=r"handle must be the int from conditional_handle\(\), "
+        r"not float",
+    ):
         g.add_conditional_node(1.0, "if")
     with pytest.raises(ValueError, match=r"this graph is the body of a conditional node"):
         body.instantiate()
@@ -826,8 +955,14 @@ def test_mem_alloc_free_child_and_event_nodes(standin, ctx, rng):
     rec = g.add_event_record_node(ev, dependencies=ch)
     wait = g.add_event_wait_node(ev, dependencies=rec)
     g.add_mem_free_node(alloc, dependencies=wait)
-    assert [k.kind for k in g.nodes()] == ["mem_alloc", "memcpy", "graph", "event_record",
-                                           "wait_event", "mem_free"]
+    assert [k.kind for k in g.nodes()] == [
+        "mem_alloc",
+        "memcpy",
+        "graph",
+        "event_record",
+        "wait_event",
+        "mem_free",
+    ]
     exe = g.instantiate()
     exe.upload()
     exe.launch()
@@ -849,17 +984,24 @@ def test_mem_alloc_free_child_and_event_nodes(standin, ctx, rng):
 def _run(code, **env):
     import subprocess
     import textwrap
+
     e = dict(os.environ)
     e.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.standin
 def test_driver_without_graphs_keeps_the_rest(standin):
     """A driver lacking a graph entry point loses graphs, with a clear
     error, and nothing else; one lacking conditional nodes, only those."""
-    r = _run("""
+    r = _run(
+        """
     import numpy as np
     import pygpu.driver as cuda
     cuda.init()
@@ -871,14 +1013,19 @@ def test_driver_without_graphs_keeps_the_rest(standin):
             make()
         except cuda.LogicError as e:
             print(type(e).__name__, e)
-    """, FAKECUDA_HIDE="cuGraphExecUpdate")
+    """,
+        FAKECUDA_HIDE="cuGraphExecUpdate",
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "6.0"
-    want = ("LogicError CUDA graphs need the driver entry point cuGraphExecUpdate, which "
-            "this driver does not provide (a CUDA 11.4 or newer driver has it)")
+    want = (
+        "LogicError CUDA graphs need the driver entry point cuGraphExecUpdate, which "
+        "this driver does not provide (a CUDA 11.4 or newer driver has it)"
+    )
     assert lines[1:] == [want, want]
-    r = _run("""
+    r = _run(
+        """
     import pygpu.driver as cuda
     cuda.init()
     cuda.Device(0).retain_primary_context().push()
@@ -888,7 +1035,9 @@ def test_driver_without_graphs_keeps_the_rest(standin):
         g.conditional_handle()
     except cuda.LogicError as e:
         print(e)
-    """, FAKECUDA_HIDE="cuGraphConditionalHandleCreate")
+    """,
+        FAKECUDA_HIDE="cuGraphConditionalHandleCreate",
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout == "conditional graph nodes need a CUDA 12.3 or newer driver\n"
 
@@ -904,8 +1053,7 @@ def _scenarios(mod_src):
         d = cuda.mem_alloc(x.nbytes)
         g = cuda.Graph()
         a = g.add_memcpy_node(d, x)
-        b = g.add_kernel_node(f, d, np.float32(2), np.int32(64), block=(64, 1, 1),
-                              dependencies=a)
+        b = g.add_kernel_node(f, d, np.float32(2), np.int32(64), block=(64, 1, 1), dependencies=a)
         c = g.add_memset_node(d, 0, 4, dependencies=b)
         e = g.add_memcpy_node(out, d, dependencies=c)
         g.add_host_node(lambda: None, dependencies=e)
@@ -973,16 +1121,24 @@ def _scenarios(mod_src):
         g.add_child_graph_node(cuda.Graph(), dependencies=node)
         return g.instantiate()
 
-    return {"explicit": explicit, "capture": capture, "update": update,
-            "conditional": conditional}
+    return {"explicit": explicit, "capture": capture, "update": update, "conditional": conditional}
 
 
-GRAPH_RELEASES = {"cuGraphDestroy", "cuGraphExecDestroy", "cuEventDestroy", "cuStreamDestroy",
-                  "cuMemFree", "cuModuleUnload", "cuEventSynchronize", "cuCtxPushCurrent",
-                  "cuCtxPopCurrent", "cuCtxGetCurrent",
-                  # best effort around the calls that are unsafe during a capture
-                  # (a free relaxes this thread's capture mode, then restores it)
-                  "cuThreadExchangeStreamCaptureMode"}
+GRAPH_RELEASES = {
+    "cuGraphDestroy",
+    "cuGraphExecDestroy",
+    "cuEventDestroy",
+    "cuStreamDestroy",
+    "cuMemFree",
+    "cuModuleUnload",
+    "cuEventSynchronize",
+    "cuCtxPushCurrent",
+    "cuCtxPopCurrent",
+    "cuCtxGetCurrent",
+    # best effort around the calls that are unsafe during a capture
+    # (a free relaxes this thread's capture mode, then restores it)
+    "cuThreadExchangeStreamCaptureMode",
+}
 
 
 @pytest.mark.standin
@@ -1002,6 +1158,7 @@ def test_failure_injection_at_every_call(standin, ctx, scenario):
         d = standin.live()
         d["graphs"], d["execs"] = _live_graphs(standin)
         return d
+
     run()
     base = live()
     _, trace = standin.trace(run)
@@ -1042,8 +1199,11 @@ def test_failure_injection_at_every_call(standin, ctx, scenario):
                 # a failed release (or the push before it) loses that handle, as a
                 # real driver would; a GraphExec's is two (the exec and its event), a
                 # Graph's takes its mem_alloc nodes' memory with it
-                assert (sum(leaked.values()) <= 1 or leaked == {"execs": 1, "events": 1}
-                        or leaked == {"graphs": 1, "device": 1}), where + ": %s" % leaked
+                assert (
+                    sum(leaked.values()) <= 1
+                    or leaked == {"execs": 1, "events": 1}
+                    or leaked == {"graphs": 1, "device": 1}
+                ), where + ": %s" % leaked
             else:
                 assert not leaked, where + ": leaked %s" % leaked
             base = now
@@ -1051,8 +1211,8 @@ def test_failure_injection_at_every_call(standin, ctx, scenario):
         sys.unraisablehook = old
 
 
-
 # ---------------------------------------------------------------- issue 25
+
 
 @pytest.mark.standin
 def test_free_of_memory_a_graph_holds_is_deferred(standin, mod, rng):
@@ -1067,8 +1227,7 @@ def test_free_of_memory_a_graph_holds_is_deferred(standin, mod, rng):
     base = standin.live()["device"]
     g = cuda.Graph()
     up = g.add_memcpy_node(d, x)
-    k = g.add_kernel_node(mod.get_function("scale"), d, 2.0, n, block=(256, 1, 1),
-                          dependencies=up)
+    k = g.add_kernel_node(mod.get_function("scale"), d, 2.0, n, block=(256, 1, 1), dependencies=up)
     ms = g.add_memset_node(int(d) + 8, 0x3F800000, 2, element_size=4, dependencies=k)
     g.add_memcpy_node(out, d, dependencies=ms)
     exe = g.instantiate()
@@ -1078,25 +1237,34 @@ def test_free_of_memory_a_graph_holds_is_deferred(standin, mod, rng):
         exe.launch()
         want = x.copy()
         want[2:4] = 1.0
-        np.testing.assert_array_equal(out, want)    # the stand-in runs no kernel
+        np.testing.assert_array_equal(out, want)  # the stand-in runs no kernel
         x[:] = rng.standard_normal(n)
-    assert standin.live()["device"] == base         # still there
-    assert d.holders == ("graph node #0 (memcpy)", "graph node #1 (kernel 'scale')",
-                         "graph node #3 (memcpy)")  # the int address of #2 holds nothing
+    assert standin.live()["device"] == base  # still there
+    assert d.holders == (
+        "graph node #0 (memcpy)",
+        "graph node #1 (kernel 'scale')",
+        "graph node #3 (memcpy)",
+    )  # the int address of #2 holds nothing
     assert "waits for 3 holders" in repr(d)
     # no new use starts
-    with pytest.raises(cuda.LogicError, match=r"^graph node #4: kernel 'scale': parameter 0 is "
-                                              r"a freed DeviceAllocation$"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"^graph node #4: kernel 'scale': parameter 0 is "
+        r"a freed DeviceAllocation$",
+    ):
         g.add_kernel_node(mod.get_function("scale"), d, 2.0, n, block=(256, 1, 1))
     with pytest.raises(cuda.LogicError, match=r"the DeviceAllocation was freed"):
         cuda.memcpy_htod(d, x)
-    with pytest.raises(cuda.LogicError, match=r"^graph node #1: kernel 'scale': parameter 0 is "
-                                              r"a freed DeviceAllocation$"):
+    with pytest.raises(
+        cuda.LogicError,
+        match=r"^graph node #1: kernel 'scale': parameter 0 is "
+        r"a freed DeviceAllocation$",
+    ):
         exe.set_kernel_node_params(k, d, 3.0, n)
-    d.free()                                        # idempotent
+    d.free()  # idempotent
     del exe, g, up, k, ms
     gc.collect()
-    assert standin.live()["device"] == base - 1     # the last holder went: freed now
+    assert standin.live()["device"] == base - 1  # the last holder went: freed now
     assert d.holders == () and "freed" in repr(d)
 
 
@@ -1113,8 +1281,9 @@ def test_set_kernel_node_params_holds_the_new_arguments(standin, mod, rng):
     b.free()
     assert b.holders == ("graph node #0 (kernel 'scale')",)
     exe.launch()
-    assert _replayed(standin) == [("scale", _layout([np.uint64(addr), np.float32(3.0),
-                                                     np.int32(n)]))]
+    assert _replayed(standin) == [
+        ("scale", _layout([np.uint64(addr), np.float32(3.0), np.int32(n)]))
+    ]
     assert standin.live()["device"] == base
     del exe
     gc.collect()
@@ -1157,20 +1326,19 @@ def test_first_async_allocation_inside_a_capture(standin, ctx, rng):
     other = cuda.Device(0).make_context()
     try:
         s = cuda.Stream()
-        value = int(rng.integers(1, 2 ** 31))
+        value = int(rng.integers(1, 2**31))
         with graphs.capture_graph(s) as cap:
             tmp = cuda.mem_alloc_async(4 * n, s)
             cuda.memset_d32_async(tmp, value, n, s)
             cuda.memcpy_dtoh_async(out, tmp, s)
-            tmp.free()                       # a free node, after the copy
-        assert [x.kind for x in cap.graph.nodes()] == ["mem_alloc", "memset", "memcpy",
-                                                       "mem_free"]
+            tmp.free()  # a free node, after the copy
+        assert [x.kind for x in cap.graph.nodes()] == ["mem_alloc", "memset", "memcpy", "mem_free"]
         exe = cap.graph.instantiate()
         exe.launch(s)
         s.synchronize()
         assert (out == value).all()
         standin.lib.fakecuda_pool_release_threshold.restype = ctypes.c_ulonglong
-        assert standin.lib.fakecuda_pool_release_threshold(0) == 2 ** 64 - 1
+        assert standin.lib.fakecuda_pool_release_threshold(0) == 2**64 - 1
         del exe, cap, tmp
     finally:
         cuda.Context.pop()
@@ -1190,8 +1358,8 @@ def test_implicit_frees_and_allocations_never_invalidate_a_capture(standin, ctx,
     doomed = cuda.mem_alloc(256)
     s = cuda.Stream()
     with graphs.capture_graph(s, mode=getattr(cuda.capture_mode, mode)) as cap:
-        scratch = cuda.mem_alloc(4 * n)      # made now, not captured
-        del doomed                           # a dying object frees its memory
+        scratch = cuda.mem_alloc(4 * n)  # made now, not captured
+        del doomed  # a dying object frees its memory
         gc.collect()
         cuda.memcpy_dtoh_async(out, d, s)
         scratch.free()
@@ -1239,7 +1407,7 @@ class _Thread(threading.Thread):
     def run(self):
         try:
             self.fn()
-        except BaseException as e:      # noqa: B036 - handed to the test
+        except BaseException as e:  # noqa: B036 - handed to the test
             self.error = e
 
 
@@ -1249,16 +1417,22 @@ def test_the_standin_rules_unsafe_calls_during_capture(standin, ctx):
     forbids during one (what made defect 10 visible without a GPU)."""
     lib = ctypes.CDLL(os.environ["PYGPU_LIBCUDA"])
     get = lib.cuGetProcAddress_v2
-    get.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
-                    ctypes.c_uint64, ctypes.c_void_p]
+    get.argtypes = [
+        ctypes.c_char_p,
+        ctypes.POINTER(ctypes.c_void_p),
+        ctypes.c_int,
+        ctypes.c_uint64,
+        ctypes.c_void_p,
+    ]
     fn = ctypes.c_void_p()
     assert get(b"cuMemAlloc", ctypes.byref(fn), 3020, 0, None) == 0
-    mem_alloc = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
-                                 ctypes.c_size_t)(fn.value)
+    mem_alloc = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t)(
+        fn.value
+    )
     s = cuda.Stream()
     s.begin_capture()
     p = ctypes.c_uint64()
-    assert mem_alloc(ctypes.byref(p), 64) == 900     # CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+    assert mem_alloc(ctypes.byref(p), 64) == 900  # CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
     with pytest.raises(cuda.LogicError, match="CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"):
         s.end_capture()
 
@@ -1295,24 +1469,36 @@ def test_graph_inside_its_own_conditional_body_is_refused(standin, ctx):
     as a child of its own conditional body and crashed in the replay (a
     null member access).  It now refuses the cycle as invalid, and pygpu
     refuses it before the driver with a clear error."""
-    r = subprocess.run([sys.executable, "-c", _CYCLE], capture_output=True, text=True,
-                       timeout=120, env=dict(os.environ))
+    r = subprocess.run(
+        [sys.executable, "-c", _CYCLE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
+    )
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
-    assert r.stdout.split() == ["rc", "1", "survived"]      # CUDA_ERROR_INVALID_VALUE
+    assert r.stdout.split() == ["rc", "1", "survived"]  # CUDA_ERROR_INVALID_VALUE
     g = cuda.Graph()
     h = g.conditional_handle(default=1)
     body = g.add_conditional_node(h, "if").bodies[0]
     inner = body.add_conditional_node(body.conditional_handle(default=1), "while").bodies[0]
     for b in (body, inner):
-        with pytest.raises(ValueError, match=r"^add_child_graph_node\(\): a graph cannot "
-                                             r"contain itself: this graph is a conditional "
-                                             r"body inside the child graph$"):
+        with pytest.raises(
+            ValueError,
+            match=r"^add_child_graph_node\(\): a graph cannot "
+            r"contain itself: this graph is a conditional "
+            r"body inside the child graph$",
+        ):
             b.add_child_graph_node(g)
-    with pytest.raises(ValueError, match=r"a graph cannot contain itself: this graph is a "
-                                         r"conditional body inside the child graph$"):
+    with pytest.raises(
+        ValueError,
+        match=r"a graph cannot contain itself: this graph is a "
+        r"conditional body inside the child graph$",
+    ):
         inner.add_child_graph_node(body)
     assert len(body.nodes()) == 1 and len(inner.nodes()) == 0
     g.instantiate().launch()
+
 
 # ---------------------------------------------------------------- GPU
 
@@ -1345,7 +1531,7 @@ def test_gpu_captured_and_explicit_equal_eager(gmod, rng):
     eager = np.empty_like(y)
     cuda.memcpy_dtoh_async(eager, dy, s)
     s.synchronize()
-    np.testing.assert_allclose(eager, want, rtol=1e-5, atol=1e-5)    # the GPU may fuse a*x+y
+    np.testing.assert_allclose(eager, want, rtol=1e-5, atol=1e-5)  # the GPU may fuse a*x+y
     # captured
     out = cuda.pagelocked_zeros(N, np.float32)
     hy = cuda.pagelocked_empty(N, np.float32)
@@ -1380,6 +1566,7 @@ def test_gpu_captured_and_explicit_equal_eager(gmod, rng):
 def test_gpu_capture_array_ops_and_async_alloc(gmod, rng):
     """gpuarray operations and stream-ordered allocations, captured."""
     from pygpu import gpuarray
+
     s = cuda.Stream()
     x = rng.standard_normal(N).astype(np.float32)
     y = rng.standard_normal(N).astype(np.float32)
@@ -1387,14 +1574,13 @@ def test_gpu_capture_array_ops_and_async_alloc(gmod, rng):
     gz = gpuarray.empty_like(gx)
     scale = gmod.get_function("scale")
     out = cuda.pagelocked_zeros(N, np.float32)
-    gx.mul_add(2.0, gy, 3.0, out=gz, stream=s)      # compile outside the capture
+    gx.mul_add(2.0, gy, 3.0, out=gz, stream=s)  # compile outside the capture
     s.synchronize()
     with cuda.capture_graph(s) as cap:
         gx.mul_add(2.0, gy, 3.0, out=gz, stream=s)
         tmp = cuda.mem_alloc_async(x.nbytes, s)
         cuda.memcpy_dtod_async(tmp, gz.gpudata, x.nbytes, s)
-        scale(tmp, np.float32(0.5), np.int32(N), block=(256, 1, 1), grid=(N // 256, 1),
-              stream=s)
+        scale(tmp, np.float32(0.5), np.int32(N), block=(256, 1, 1), grid=(N // 256, 1), stream=s)
         cuda.memcpy_dtoh_async(out, tmp, s)
         tmp.free()
     kinds = [n.kind for n in cap.graph.nodes()]
@@ -1420,8 +1606,9 @@ def test_gpu_every_node_kind(gmod, rng):
     up = g.add_memcpy_node(alloc.dptr, x, x.nbytes, dependencies=alloc)
     ms = g.add_memset_node(alloc.dptr, 0x40000000, 16, element_size=4, dependencies=up)  # 2.0
     child = cuda.Graph()
-    child.add_kernel_node(scale, alloc.dptr, np.float32(3), np.int32(n), block=(256, 1, 1),
-                          grid=(n // 256, 1))
+    child.add_kernel_node(
+        scale, alloc.dptr, np.float32(3), np.int32(n), block=(256, 1, 1), grid=(n // 256, 1)
+    )
     ch = g.add_child_graph_node(child, dependencies=ms)
     emp = g.add_empty_node(dependencies=ch)
     rec = g.add_event_record_node(ev, dependencies=emp)
@@ -1438,7 +1625,7 @@ def test_gpu_every_node_kind(gmod, rng):
     want *= 3
     np.testing.assert_array_equal(out, want)
     assert len(order) == 1
-    np.testing.assert_array_equal(order[0], want)     # the callback ran after the copy
+    np.testing.assert_array_equal(order[0], want)  # the callback ran after the copy
     assert ev.query()
 
 
@@ -1453,8 +1640,15 @@ def test_gpu_host_callback_ordering(gmod, rng):
     g = cuda.Graph()
     prev = None
     for k in range(4):
-        kn = g.add_kernel_node(scale, d, np.float32(2), np.int32(n), block=(256, 1, 1),
-                               grid=(n // 256, 1), dependencies=prev)
+        kn = g.add_kernel_node(
+            scale,
+            d,
+            np.float32(2),
+            np.int32(n),
+            block=(256, 1, 1),
+            grid=(n // 256, 1),
+            dependencies=prev,
+        )
         cp = g.add_memcpy_node(buf, d, dependencies=kn)
         prev = g.add_host_node(lambda k=k: seen.append((k, buf.copy())), dependencies=cp)
     exe = g.instantiate()
@@ -1473,8 +1667,9 @@ def test_gpu_updates_change_arguments_and_configuration(gmod, rng):
     d = cuda.to_device(x)
     d2 = cuda.to_device(x)
     g = cuda.Graph()
-    k = g.add_kernel_node(scale, d, np.float32(2), np.int32(n // 2), block=(128, 1, 1),
-                          grid=(n // 256, 1))
+    k = g.add_kernel_node(
+        scale, d, np.float32(2), np.int32(n // 2), block=(128, 1, 1), grid=(n // 256, 1)
+    )
     exe = g.instantiate()
     exe.launch()
     exe.synchronize()
@@ -1482,8 +1677,9 @@ def test_gpu_updates_change_arguments_and_configuration(gmod, rng):
     want[: n // 2] *= 2
     np.testing.assert_array_equal(cuda.from_device_like(d, x), want)
     # new arguments and a grid covering everything
-    exe.set_kernel_node_params(k, d2, np.float32(-3), np.int32(n), block=(256, 1, 1),
-                               grid=(n // 256, 1))
+    exe.set_kernel_node_params(
+        k, d2, np.float32(-3), np.int32(n), block=(256, 1, 1), grid=(n // 256, 1)
+    )
     exe.launch()
     exe.synchronize()
     np.testing.assert_array_equal(cuda.from_device_like(d2, x), x * np.float32(-3))
@@ -1494,8 +1690,7 @@ def test_gpu_updates_change_arguments_and_configuration(gmod, rng):
     np.testing.assert_array_equal(cuda.from_device_like(d2, x), x * np.float32(-3) + 1.5)
     # whole-graph update
     g2 = cuda.Graph()
-    g2.add_kernel_node(scale, d, np.float32(0.25), np.int32(n), block=(64, 1, 1),
-                       grid=(n // 64, 1))
+    g2.add_kernel_node(scale, d, np.float32(0.25), np.int32(n), block=(64, 1, 1), grid=(n // 64, 1))
     exe.update(g2)
     exe.launch()
     exe.synchronize()
@@ -1519,14 +1714,15 @@ def test_gpu_conditional_while_runs_data_dependent_times(cmod, rng):
         h = g.conditional_handle(default=1)
         loop = g.add_conditional_node(h, "while")
         (body,) = loop.bodies
-        a = body.add_kernel_node(add, d, np.float32(1), np.int32(n), block=(256, 1, 1),
-                                 grid=(n // 256, 1))
+        a = body.add_kernel_node(
+            add, d, np.float32(1), np.int32(n), block=(256, 1, 1), grid=(n // 256, 1)
+        )
         body.add_kernel_node(step, h, counter, block=(1, 1, 1), dependencies=a)
         exe = g.instantiate()
         exe.launch()
         exe.synchronize()
         want = x.copy()
-        for _ in range(iters):          # float32 additions, one a loop iteration
+        for _ in range(iters):  # float32 additions, one a loop iteration
             want += np.float32(1)
         np.testing.assert_array_equal(cuda.from_device_like(d, x), want)
         assert cuda.from_device(counter, 1, np.int32)[0] == 0
@@ -1581,7 +1777,7 @@ def test_gpu_captured_copies_replay_after_the_caller_dropped_them(gmod, rng):
     exe = cap.graph.instantiate()
     del host_in, host_out, d, cap
     gc.collect()
-    junk = [np.full(n, 7, np.float32) for _ in range(64)]    # reuse freed memory, if any
+    junk = [np.full(n, 7, np.float32) for _ in range(64)]  # reuse freed memory, if any
     exe.launch(s)
     s.synchronize()
     np.testing.assert_array_equal(out_ref(), 3 * x)
@@ -1601,8 +1797,16 @@ def test_gpu_graph_replays_after_its_allocations_are_freed(gmod, rng):
     g = cuda.Graph()
     ux = g.add_memcpy_node(dx, x)
     uy = g.add_memcpy_node(dy, y)
-    k = g.add_kernel_node(axpy, dy, dx, np.float32(2.0), np.int32(N), block=(256, 1, 1),
-                          grid=(N // 256, 1, 1), dependencies=[ux, uy])
+    k = g.add_kernel_node(
+        axpy,
+        dy,
+        dx,
+        np.float32(2.0),
+        np.int32(N),
+        block=(256, 1, 1),
+        grid=(N // 256, 1, 1),
+        dependencies=[ux, uy],
+    )
     g.add_memcpy_node(out, dy, dependencies=k)
     exe = g.instantiate()
     dx.free()
@@ -1626,7 +1830,7 @@ def test_gpu_capture_async_alloc_kernel_and_free_in_a_fresh_context(rng):
     used, the first mem_alloc_async inside capture_graph() invalidated the
     capture.  Captured: an allocation, a copy up, a kernel, a copy down and
     the free; replayed on fresh random data."""
-    c = cuda.Device(0).make_context()
+    cuda.Device(0).make_context()
     try:
         scale = SourceModule(KERNELS, no_extern_c=True).get_function("scale")
         s = cuda.Stream()
@@ -1635,11 +1839,12 @@ def test_gpu_capture_async_alloc_kernel_and_free_in_a_fresh_context(rng):
         with graphs.capture_graph(s) as cap:
             tmp = cuda.mem_alloc_async(x.nbytes, s)
             cuda.memcpy_htod_async(tmp, x, s)
-            scale(tmp, np.float32(0.5), np.int32(N), block=(256, 1, 1), grid=(N // 256, 1),
-                  stream=s)
+            scale(
+                tmp, np.float32(0.5), np.int32(N), block=(256, 1, 1), grid=(N // 256, 1), stream=s
+            )
             cuda.memcpy_dtoh_async(out, tmp, s)
             tmp.free()
-            junk = cuda.mem_alloc(256)       # allocated now, relaxed: not part of the graph
+            junk = cuda.mem_alloc(256)  # allocated now, relaxed: not part of the graph
             del junk
         kinds = [n.kind for n in cap.graph.nodes()]
         assert kinds.count("mem_alloc") == 1 and kinds.count("mem_free") == 1

@@ -5,19 +5,19 @@ interpreters.  The two must print the same, apart from NVTX_AVAILABLE, and
 nothing may reach a profiler (an NVTX injection library, tests/support/nvtx_record.c,
 attached as Nsight Systems attaches).  Also the build switch itself
 (tools/pygpu_build_backend.py, setup.py)."""
+
 import importlib.util
 import os
 import re
 import shutil
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
 from pygpu import _driver, profiler
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tests/
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "support"))
 import fakecuda  # noqa: E402
@@ -28,7 +28,8 @@ sys.path.remove(os.path.join(HERE, "support"))
 
 def backend():
     spec = importlib.util.spec_from_file_location(
-        "_pygpu_build_backend_nonvtx", os.path.join(ROOT, "tools", "pygpu_build_backend.py"))
+        "_pygpu_build_backend_nonvtx", os.path.join(ROOT, "tools", "pygpu_build_backend.py")
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -46,8 +47,14 @@ def copy_sources(dest):
 
 def run_setup(folder, switch, *args):
     env = dict(os.environ, PYGPU_BUILD_NVTX=switch)
-    return subprocess.run([sys.executable, "setup.py", "-q"] + list(args), cwd=folder,
-                          env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "setup.py", "-q"] + list(args),
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +65,9 @@ def nonvtx(tmp_path_factory):
     if int(setuptools.__version__.split(".")[0]) < 77:
         # setup.py runs with this interpreter's own setuptools, which must
         # read pyproject.toml's SPDX license (a fresh venv's may be older)
-        pytest.skip("needs setuptools >= 77 here (the build requirement), not %s"
-                    % setuptools.__version__)
+        pytest.skip(
+            "needs setuptools >= 77 here (the build requirement), not %s" % setuptools.__version__
+        )
     folder = str(tmp_path_factory.mktemp("nonvtx") / "pygpu-src")
     copy_sources(folder)
     r = run_setup(folder, "0", "build_ext", "--inplace", "-j", str(os.cpu_count() or 2))
@@ -79,7 +87,11 @@ def test_regular_build_has_nvtx_here():
 
 
 def test_nonvtx_build_has_no_nvtx_code(nonvtx):
-    so = [f for f in os.listdir(os.path.join(nonvtx, "pygpu")) if f.startswith("_driver.") and f.endswith(".so")]
+    so = [
+        f
+        for f in os.listdir(os.path.join(nonvtx, "pygpu"))
+        if f.startswith("_driver.") and f.endswith(".so")
+    ]
     assert len(so) == 1, so
     with open(os.path.join(nonvtx, "pygpu", so[0]), "rb") as f:
         data = f.read()
@@ -226,17 +238,25 @@ def run_api(build_dir, tmp_path, tag, recorder=None):
     """API_SCRIPT in a new interpreter, against the build in build_dir (None:
     the regular one); returns (its stdout lines, the recorded NVTX events or
     None when nothing was recorded)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYGPU_NVTX", "NVTX_INJECTION64_PATH", "NVTX_RECORD_FILE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYGPU_NVTX", "NVTX_INJECTION64_PATH", "NVTX_RECORD_FILE")
+    }
     env.update(PYGPU_LIBCUDA=fakecuda.build(), PYGPU_CACHE_DIR=str(tmp_path / ("cache-" + tag)))
     if build_dir is not None:
-        env["PYTHONPATH"] = os.pathsep.join([build_dir] + [p for p in [env.get("PYTHONPATH")]
-                                                          if p])
+        env["PYTHONPATH"] = os.pathsep.join([build_dir] + [p for p in [env.get("PYTHONPATH")] if p])
     record = tmp_path / ("events-" + tag)
     if recorder is not None:
         env.update(NVTX_INJECTION64_PATH=recorder, NVTX_RECORD_FILE=str(record))
-    r = subprocess.run([sys.executable, "-c", API_SCRIPT], cwd=str(tmp_path), env=env,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", API_SCRIPT],
+        cwd=str(tmp_path),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     assert lines[-1] == "done", lines
@@ -256,30 +276,46 @@ def test_whole_api_behaves_the_same_without_nvtx(nonvtx, tmp_path):
     # everything else identical, with a profiler attached or not
     assert bare[2:] == regular[2:]
     assert watched == bare
-    assert events is None, events[:10]       # NVTX never initialized: nothing recorded
+    assert events is None, events[:10]  # NVTX never initialized: nothing recorded
 
     out = bare[2:]
     assert "attached False False" in out
-    assert "push/pop -2 -2 -2 -2 -2" in out             # NVTX_NO_PUSH_POP_TRACKING
+    assert "push/pop -2 -2 -2 -2 -2" in out  # NVTX_NO_PUSH_POP_TRACKING
     assert "with ['outer', 'inner', True, \"KeyError('x')\"]" in out
     assert "__exit__ False False" in out
     assert "deco 5 3 f f's doc f" in out and "  raises ValueError: from g" in out
     assert "color 'grey' time_range('c', color=0xff7f7f7f) 4286545791 c" in out
     assert "threads []" in out
-    assert out[out.index("annotating False"):][:4] == ["annotating False", "annotating True",
-                                                        "compiled True", "annotating False"]
+    assert out[out.index("annotating False") :][:4] == [
+        "annotating False",
+        "annotating True",
+        "compiled True",
+        "annotating False",
+    ]
     assert "start 1" in out and "stop 0" in out
     fails = [line for line in out if line.startswith("start fails")]
-    assert len(fails) == 1 and fails[0].startswith(
-        "start fails LogicError cuProfilerStart failed: CUDA_ERROR_INVALID_CONTEXT") \
-        and fails[0].endswith(" cuProfilerStart 0"), fails
+    assert (
+        len(fails) == 1
+        and fails[0].startswith(
+            "start fails LogicError cuProfilerStart failed: CUDA_ERROR_INVALID_CONTEXT"
+        )
+        and fails[0].endswith(" cuProfilerStart 0")
+    ), fails
     i = out.index("bad ('x', 'mauve')")
-    assert out[i + 1:i + 4] == ["  raises ValueError: unknown color 'mauve': give 0xRRGGBB, "
-                                "'#rrggbb' or one of green, blue, yellow, purple, cyan, red, "
-                                "white, orange, gray, black, pink, brown"] * 3
+    assert (
+        out[i + 1 : i + 4]
+        == [
+            "  raises ValueError: unknown color 'mauve': give 0xRRGGBB, "
+            "'#rrggbb' or one of green, blue, yellow, purple, cyan, red, "
+            "white, orange, gray, black, pink, brown"
+        ]
+        * 3
+    )
     i = out.index("bad (b'x',)")
-    assert out[i + 1:i + 4] == ["  raises TypeError: a range or mark name must be a str, "
-                                "not bytes"] * 3
+    assert (
+        out[i + 1 : i + 4]
+        == ["  raises TypeError: a range or mark name must be a str, not bytes"] * 3
+    )
 
 
 @pytest.mark.skipif(not profiler.NVTX_AVAILABLE, reason="pygpu was built without NVTX")
@@ -296,8 +332,11 @@ def test_the_same_script_reaches_a_profiler_with_nvtx(tmp_path):
 
 # ---- the switch: PYGPU_BUILD_NVTX ----
 
-@pytest.mark.parametrize("value, want", [(None, None), ("", None), (" ", None), ("0", False),
-                                         ("1", True), (" 1\n", True)])
+
+@pytest.mark.parametrize(
+    "value, want",
+    [(None, None), ("", None), (" ", None), ("0", False), ("1", True), (" 1\n", True)],
+)
 def test_switch_values(value, want):
     env = {} if value is None else {"PYGPU_BUILD_NVTX": value}
     assert backend().nvtx_switch(env) is want
@@ -306,8 +345,10 @@ def test_switch_values(value, want):
 @pytest.mark.parametrize("value", ["yes", "no", "off", "true", "2", "00"])
 def test_switch_rejects_other_values(value):
     b = backend()
-    msg = r"PYGPU_BUILD_NVTX must be 0 \(build without NVTX\), 1 \(require NVTX\) or " \
-          r"empty \(NVTX when its headers are found\), not '%s'" % value
+    msg = (
+        r"PYGPU_BUILD_NVTX must be 0 \(build without NVTX\), 1 \(require NVTX\) or "
+        r"empty \(NVTX when its headers are found\), not '%s'" % value
+    )
     for fn in (b.nvtx_switch, b.nvtx_include_dir, b.nvtx_for_build):
         with pytest.raises(ValueError, match=msg):
             fn({"PYGPU_BUILD_NVTX": value})
@@ -329,14 +370,20 @@ def test_switch_decides_what_setup_builds(tmp_path, monkeypatch):
         assert b.nvtx_for_build(env, site) == (inc, None)
     d, note = b.nvtx_for_build({"PYGPU_BUILD_NVTX": "0"}, site)
     assert d is None and b.nvtx_include_dir({"PYGPU_BUILD_NVTX": "0"}, site) is None
-    assert note == ("PYGPU_BUILD_NVTX=0: building without NVTX (pygpu.profiler's ranges do "
-                    "nothing, NVTX_AVAILABLE is False)")
+    assert note == (
+        "PYGPU_BUILD_NVTX=0: building without NVTX (pygpu.profiler's ranges do "
+        "nothing, NVTX_AVAILABLE is False)"
+    )
     d, note = b.nvtx_for_build({}, empty)
-    assert d is None and note.startswith("NVTX headers (nvtx3/nvToolsExt.h) not found: "
-                                         "building without NVTX")
-    with pytest.raises(ValueError, match=r"PYGPU_BUILD_NVTX=1 but the NVTX headers "
-                       r"\(nvtx3/nvToolsExt.h\) were not found; pip install nvidia-nvtx or "
-                       r"use a CUDA toolkit. Tried:\n  .*tk\n  .*none/nvidia/cu13/include\n"):
+    assert d is None and note.startswith(
+        "NVTX headers (nvtx3/nvToolsExt.h) not found: building without NVTX"
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"PYGPU_BUILD_NVTX=1 but the NVTX headers "
+        r"\(nvtx3/nvToolsExt.h\) were not found; pip install nvidia-nvtx or "
+        r"use a CUDA toolkit. Tried:\n  .*tk\n  .*none/nvidia/cu13/include\n",
+    ):
         b.nvtx_for_build({"PYGPU_BUILD_NVTX": "1"}, empty)
 
 
@@ -347,7 +394,7 @@ def test_switch_off_asks_pip_for_no_nvtx_wheel(monkeypatch):
     assert b._header_requirements() == b.HEADER_WHEELS + [b.NVTX_WHEEL]
     monkeypatch.setenv("PYGPU_BUILD_NVTX", "0")
     assert b._header_requirements() == b.HEADER_WHEELS
-    monkeypatch.setattr(b, "cuda_include_dirs", lambda: None)     # no toolkit
+    monkeypatch.setattr(b, "cuda_include_dirs", lambda: None)  # no toolkit
     monkeypatch.setenv("PYGPU_CUDA_HEADERS_FROM_PIP", "")
     assert b._header_requirements() == b.HEADER_WHEELS
     monkeypatch.setattr(b, "nvtx_include_dir", lambda: None)
@@ -363,8 +410,9 @@ def test_headers_of_the_outer_environment_are_not_relied_on(monkeypatch):
     b = backend()
     monkeypatch.delenv("PYGPU_CUDA_HEADERS_FROM_PIP", raising=False)
     monkeypatch.delenv("PYGPU_BUILD_NVTX", raising=False)
-    monkeypatch.setattr(b, "cuda_include_dirs",
-                        lambda: ["/venv/lib/python3.9/site-packages/nvidia/cu13/include"])
+    monkeypatch.setattr(
+        b, "cuda_include_dirs", lambda: ["/venv/lib/python3.9/site-packages/nvidia/cu13/include"]
+    )
     assert b._header_requirements() == b.HEADER_WHEELS + [b.NVTX_WHEEL]
     tk = b._search.toolkit_include_candidates(None)[-1]
     monkeypatch.setattr(b, "cuda_include_dirs", lambda: [tk])
@@ -374,5 +422,7 @@ def test_headers_of_the_outer_environment_are_not_relied_on(monkeypatch):
 def test_setup_py_refuses_a_bad_switch(nonvtx):
     r = run_setup(nonvtx, "off", "build_ext", "--inplace")
     assert r.returncode == 1
-    assert "pygpu: PYGPU_BUILD_NVTX must be 0 (build without NVTX), 1 (require NVTX) or " \
-           "empty (NVTX when its headers are found), not 'off'" in r.stderr, r.stderr
+    assert (
+        "pygpu: PYGPU_BUILD_NVTX must be 0 (build without NVTX), 1 (require NVTX) or "
+        "empty (NVTX when its headers are found), not 'off'" in r.stderr
+    ), r.stderr

@@ -1,4 +1,5 @@
 """Memory pools."""
+
 import gc
 
 import numpy as np
@@ -11,7 +12,7 @@ from pygpu.tools import DeviceMemoryPool, PageLockedMemoryPool, bin_size
 def test_bin_size():
     assert bin_size(0) == 256 and bin_size(256) == 256
     assert bin_size(257) == 320
-    for n in [1000, 4097, 10 ** 6, 3 * 2 ** 20 + 1]:
+    for n in [1000, 4097, 10**6, 3 * 2**20 + 1]:
         b = bin_size(n)
         assert n <= b <= n * 1.25 + 256, (n, b)
     assert bin_size(1 << 20) == 1 << 20
@@ -30,7 +31,7 @@ def test_device_memory_pool(ctx, rng):
     a.free()
     assert pool.active_blocks == 0 and pool.held_blocks == 1
     b = pool.allocate(9999)
-    assert int(b) == addr               # the block came back
+    assert int(b) == addr  # the block came back
     del b
     gc.collect()
     assert pool.held_blocks == 1
@@ -44,7 +45,10 @@ def test_device_memory_pool(ctx, rng):
 @pytest.mark.gpu
 def test_pooled_allocation_as_kernel_argument(ctx, rng):
     from pygpu.compiler import SourceModule
-    f = SourceModule("__global__ void twice(float *x) { x[threadIdx.x] *= 2; }").get_function("twice")
+
+    f = SourceModule("__global__ void twice(float *x) { x[threadIdx.x] *= 2; }").get_function(
+        "twice"
+    )
     pool = DeviceMemoryPool()
     x = rng.standard_normal(64).astype(np.float32)
     a = pool.allocate(x.nbytes)
@@ -60,7 +64,7 @@ def test_pagelocked_pool(ctx, rng):
     assert a.shape == (30, 40) and a.dtype == np.float64
     base = a
     while not isinstance(base, cuda.HostAllocation):
-        base = base.base            # views down to the pinned block
+        base = base.base  # views down to the pinned block
     assert base.size >= a.nbytes
     a[:] = rng.standard_normal((30, 40))
     d = cuda.mem_alloc(a.nbytes)

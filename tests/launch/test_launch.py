@@ -1,4 +1,5 @@
 """Modules and launches: PyCUDA programs, argument checking, launch features."""
+
 import subprocess
 import sys
 import textwrap
@@ -64,8 +65,15 @@ def test_vector_add_in_out(ctx, rng):
     # on a stream
     s = cuda.Stream()
     z2 = np.full(n, np.nan, np.float32)
-    f(cuda.Out(z2), cuda.In(x), cuda.In(y), np.int32(n), block=(128, 1, 1),
-      grid=((n + 127) // 128, 1), stream=s)
+    f(
+        cuda.Out(z2),
+        cuda.In(x),
+        cuda.In(y),
+        np.int32(n),
+        block=(128, 1, 1),
+        grid=((n + 127) // 128, 1),
+        stream=s,
+    )
     np.testing.assert_array_equal(z2, x + y)
 
 
@@ -85,7 +93,7 @@ def test_prepared_and_configured(ctx, rng):
     s.synchronize()
     np.testing.assert_array_equal(cuda.from_device_like(dz, x), y + x)
     t = f.prepared_timed_call(grid, block, dz, dx, dx, n)
-    assert t > 0 and t() == float(t)      # PyCUDA's form: a callable giving seconds
+    assert t > 0 and t() == float(t)  # PyCUDA's form: a callable giving seconds
     np.testing.assert_array_equal(cuda.from_device_like(dz, x), 2 * x)
     launch = f.configure(grid, block, stream=s)
     assert "vadd" in repr(launch)
@@ -105,7 +113,7 @@ def test_prepared_float_from_int(ctx):
     mod = SourceModule("__global__ void put(float *o, float v) { *o = v; }")
     f = mod.get_function("put").prepare("Pf")
     d = cuda.mem_alloc(4)
-    f.prepared_call((1, 1), (1, 1, 1), d, 3)       # an int for a float parameter
+    f.prepared_call((1, 1), (1, 1, 1), d, 3)  # an int for a float parameter
     assert cuda.from_device(d, (1,), np.float32)[0] == 3.0
 
 
@@ -135,14 +143,18 @@ def test_constant_memory(ctx, rng):
 
 
 def test_templates(ctx, rng):
-    mod = SourceModule("""
+    mod = SourceModule(
+        """
     template <typename T>
     __global__ void scale(T *x, T a, int n)
     {
         int i = blockIdx.x * blockDim.x + threadIdx.x;
         if (i < n) x[i] *= a;
     }
-    """, no_extern_c=True, name_expressions=["scale<float>", "scale<double>"])
+    """,
+        no_extern_c=True,
+        name_expressions=["scale<float>", "scale<double>"],
+    )
     for dtype, expr in ((np.float32, "scale<float>"), (np.float64, "scale<double>")):
         x = rng.standard_normal(777).astype(dtype)
         expect = x * dtype(1.75)
@@ -163,8 +175,7 @@ def test_struct_arguments(ctx, rng):
     """)
     f = mod.get_function("affine")
     assert f.param_sizes == (8, 8, 16, 4)
-    dt = np.dtype([("scale", np.float64), ("offset", np.int32), ("bias", np.float32)],
-                  align=True)
+    dt = np.dtype([("scale", np.float64), ("offset", np.int32), ("bias", np.float32)], align=True)
     assert dt.itemsize == 16
     p = np.zeros((), dt)
     p["scale"], p["offset"], p["bias"] = 1.5, 3, 0.25
@@ -210,6 +221,7 @@ def test_cupy_and_torch_arrays_as_pointers(ctx, rng):
         f(tz, tx, ty, n, block=(256, 1, 1), grid=(16, 1))
         cuda.Context.synchronize()
         np.testing.assert_array_equal(tz.cpu().numpy(), x + y)
+
         # DLPack too: a torch tensor exposes __dlpack__
         class DL:
             def __init__(self, t):
@@ -217,6 +229,7 @@ def test_cupy_and_torch_arrays_as_pointers(ctx, rng):
 
             def __dlpack__(self, **kw):
                 return self.t.__dlpack__(**kw)
+
         tz.zero_()
         torch.cuda.synchronize()
         f(DL(tz), DL(tx), DL(ty), n, block=(256, 1, 1), grid=(16, 1))
@@ -241,7 +254,7 @@ def test_argument_errors(ctx):
     with pytest.raises(TypeError, match="parameter 1 is 4 bytes but got a NumPy float64"):
         k(d, np.float64(1), 1.0, block=b)
     with pytest.raises(OverflowError, match="parameter 1 is 4 bytes; 8589934592 does not fit"):
-        k(d, 2 ** 33, 1.0, block=b)
+        k(d, 2**33, 1.0, block=b)
     with pytest.raises(TypeError, match="parameter 0 got a NumPy array"):
         k(np.zeros(4, np.float32), 1, 1.0, block=b)
     with pytest.raises(TypeError, match="parameter 1 is 4 bytes, not a pointer"):
@@ -252,13 +265,13 @@ def test_argument_errors(ctx):
         k(d, 1, 1.0)
     with pytest.raises(TypeError, match="unexpected keyword argument 'blok'"):
         k(d, 1, 1.0, blok=b)
-    k(d, 1, 1.0, block=b)                   # int/float at the parameters' widths
+    k(d, 1, 1.0, block=b)  # int/float at the parameters' widths
     k(d, np.int32(1), np.float32(1), block=b)
-    k(None, 1, 2.0, block=b)                # None is NULL
-    k(int(d), 0, 0.5, block=b)              # an int address
+    k(None, 1, 2.0, block=b)  # None is NULL
+    k(int(d), 0, 0.5, block=b)  # an int address
     k8 = mod.get_function("k8")
     assert k8.param_sizes == (8, 8, 2, 1)
-    k8(1.0, -(2 ** 63), -32768, 255, block=b)
+    k8(1.0, -(2**63), -32768, 255, block=b)
     with pytest.raises(OverflowError, match="parameter 2 is 2 bytes"):
         k8(1.0, 1, 70000, 1, block=b)
     with pytest.raises(OverflowError, match="parameter 3 is 1 bytes"):
@@ -273,8 +286,9 @@ def test_launch_configuration_errors(ctx):
     k = SourceModule("__global__ void k(int *p) { }").get_function("k")
     dev = cuda.Context.get_device()
     lim = dev.max_threads_per_block
-    with pytest.raises(ValueError, match="has %d threads; the device's limit is %d a block"
-                       % (2 * lim, lim)):
+    with pytest.raises(
+        ValueError, match="has %d threads; the device's limit is %d a block" % (2 * lim, lim)
+    ):
         k(None, block=(lim, 2, 1))
     with pytest.raises(ValueError, match="block z dimension 65 exceeds the device's limit of 64"):
         k(None, block=(1, 1, 65))
@@ -339,7 +353,8 @@ def test_cluster_launch(ctx, rng):
     dev = cuda.Context.get_device()
     if dev.compute_capability() < (9, 0):
         pytest.skip("clusters need sm_90")
-    mod = SourceModule("""
+    mod = SourceModule(
+        """
     #include <cooperative_groups.h>
     namespace cg = cooperative_groups;
     extern "C" __global__ void rank(int *out)
@@ -348,7 +363,9 @@ def test_cluster_launch(ctx, rng):
         if (threadIdx.x == 0)
             out[blockIdx.x] = c.block_rank() * 1000 + c.num_blocks();
     }
-    """, no_extern_c=True)
+    """,
+        no_extern_c=True,
+    )
     out = np.full(8, -1, np.int32)
     mod.get_function("rank")(cuda.Out(out), block=(32, 1, 1), grid=(8, 1), cluster=(4, 1, 1))
     np.testing.assert_array_equal(out, [(i % 4) * 1000 + 4 for i in range(8)])
@@ -357,7 +374,8 @@ def test_cluster_launch(ctx, rng):
 
 
 def test_cooperative_launch(ctx):
-    mod = SourceModule("""
+    mod = SourceModule(
+        """
     #include <cooperative_groups.h>
     extern "C" __global__ void total(int *acc, int *out)
     {
@@ -366,11 +384,14 @@ def test_cooperative_launch(ctx):
         g.sync();
         if (threadIdx.x == 0) out[blockIdx.x] = *acc;
     }
-    """, no_extern_c=True)
+    """,
+        no_extern_c=True,
+    )
     acc = np.zeros(1, np.int32)
     out = np.zeros(4, np.int32)
-    mod.get_function("total")(cuda.InOut(acc), cuda.Out(out), block=(64, 1, 1), grid=(4, 1),
-                              cooperative=True)
+    mod.get_function("total")(
+        cuda.InOut(acc), cuda.Out(out), block=(64, 1, 1), grid=(4, 1), cooperative=True
+    )
     assert acc[0] == 4 and (out == 4).all()
 
 
@@ -411,9 +432,11 @@ def test_module_from_buffer_and_file(ctx, tmp_path, rng):
     for arch in ("compute_80", None):
         binary = compile(src, arch=arch) if arch else compile(src)
         msgs = []
-        mod = cuda.module_from_buffer(bytes(binary),
-                                      options=[(cuda.jit_option.OPTIMIZATION_LEVEL, 3)],
-                                      message_handler=lambda ok, info, err: msgs.append(ok))
+        mod = cuda.module_from_buffer(
+            bytes(binary),
+            options=[(cuda.jit_option.OPTIMIZATION_LEVEL, 3)],
+            message_handler=lambda ok, info, err: msgs.append(ok),
+        )
         assert msgs == [True]
         x = rng.standard_normal(32).astype(np.float32)
         y = x.copy()

@@ -1,6 +1,7 @@
 """The launch path under hostile, re-entrant and concurrent use (issue 13:
 defects 2, 8, 9, 10, 13, 15, 16), checked against the driver stand-in, which
 records each launch's parameter bytes."""
+
 import sys
 import threading
 
@@ -26,7 +27,7 @@ def ptx():
 
 
 def _ptrs(params, n=2):
-    return tuple(int(x) for x in np.frombuffer(params[:8 * n], np.uint64))
+    return tuple(int(x) for x in np.frombuffer(params[: 8 * n], np.uint64))
 
 
 class YieldingArray:
@@ -43,7 +44,8 @@ class YieldingArray:
             hook, self.hook = self.hook, None
             hook()
         import time
-        time.sleep(0)    # let another thread run between this and the next argument
+
+        time.sleep(0)  # let another thread run between this and the next argument
         return {"shape": (4,), "typestr": "<f4", "data": (self.ptr, False), "version": 3}
 
 
@@ -106,9 +108,9 @@ def test_prepare_from_an_argument_conversion(standin, ctx, ptx):
     f.prepared_call((1, 1), (32, 1, 1), x, 3, 7)
     p = standin.last_launch().params
     assert _ptrs(p, 1) == (0x4000,)
-    assert np.frombuffer(p[8:12], np.float32)[0] == 3.0     # 'f': the int became a float
+    assert np.frombuffer(p[8:12], np.float32)[0] == 3.0  # 'f': the int became a float
     assert np.frombuffer(p[12:16], np.int32)[0] == 7
-    f.prepared_call((1, 1), (32, 1, 1), x, 3, 7)      # the new layout from now on
+    f.prepared_call((1, 1), (32, 1, 1), x, 3, 7)  # the new layout from now on
     assert np.frombuffer(standin.last_launch().params[8:12], np.int32)[0] == 3
 
 
@@ -118,8 +120,9 @@ def test_allocation_freed_by_a_later_conversion_is_refused(standin, ctx, ptx):
     f = cuda.module_from_buffer(ptx).get_function("pair")
     a = cuda.mem_alloc(64)
     n = standin.launches()
-    with pytest.raises(cuda.LogicError, match="kernel 'pair': parameter 0 is a freed "
-                                              "DeviceAllocation"):
+    with pytest.raises(
+        cuda.LogicError, match="kernel 'pair': parameter 0 is a freed DeviceAllocation"
+    ):
         f(a, YieldingArray(0x2000, a.free), block=(1, 1, 1))
     assert standin.launches() == n, "a launch with a freed pointer reached the driver"
 
@@ -133,6 +136,7 @@ class MutatingIndex:
     def __index__(self):
         self.d.clear()
         import gc
+
         gc.collect()
         return self.value
 
@@ -158,7 +162,7 @@ def test_cuda_array_interface_mutated_while_read(standin, ctx, rng):
     cuda.memcpy_dtoh(back, dev)
     np.testing.assert_array_equal(back, x)
     with pytest.raises(ValueError, match="256 bytes"):
-        cuda.memcpy_htod(MutatingCAI(int(dev), 16), x)   # 64 bytes: the bound still holds
+        cuda.memcpy_htod(MutatingCAI(int(dev), 16), x)  # 64 bytes: the bound still holds
 
 
 def test_structured_scalar_with_objects_is_not_an_argument(standin, ctx, ptx):
@@ -172,8 +176,10 @@ def test_structured_scalar_with_objects_is_not_an_argument(standin, ctx, ptx):
     bad = np.zeros((), [("x", "O"), ("y", "f8")])
     bad["x"] = object()
     n = standin.launches()
-    with pytest.raises(TypeError, match="kernel 'blob': parameter 0 is a NumPy structured "
-                                        "scalar with Python object fields"):
+    with pytest.raises(
+        TypeError,
+        match="kernel 'blob': parameter 0 is a NumPy structured scalar with Python object fields",
+    ):
         f(bad[()], block=(1, 1, 1))
     assert standin.launches() == n
 
@@ -192,7 +198,7 @@ def test_detached_context_refuses_before_the_driver(standin, ptx):
     stale = standin.stale()
     calls = [
         lambda: f(d, 1.0, 1, block=(32, 1, 1)),
-        lambda: g(0, 0, block=(32, 1, 1)),           # layout never read
+        lambda: g(0, 0, block=(32, 1, 1)),  # layout never read
         lambda: f.num_regs,
         lambda: g.param_sizes,
         lambda: f.get_attribute(0),
@@ -227,17 +233,20 @@ def test_configuration_values_are_not_truncated(standin, ctx, ptx):
     f = cuda.module_from_buffer(ptx).get_function("coop")
     d = cuda.mem_alloc(64)
     n = standin.launches()
-    with pytest.raises(ValueError, match=r"shared must be between 0 and 4294967295 bytes, "
-                                         r"got 4294967296"):
-        f.configure((1, 1), (32, 1, 1), shared=2 ** 32)
+    with pytest.raises(
+        ValueError,
+        match=r"shared must be between 0 and 4294967295 bytes, "
+        r"got 4294967296",
+    ):
+        f.configure((1, 1), (32, 1, 1), shared=2**32)
     with pytest.raises(ValueError, match=r"shared_size must be between 0 and 4294967295"):
-        f.prepared_call((1, 1), (32, 1, 1), d, shared_size=2 ** 32)
+        f.prepared_call((1, 1), (32, 1, 1), d, shared_size=2**32)
     with pytest.raises(ValueError, match=r"grid\[0\] is 4294967296; at most 4294967295"):
-        f(d, block=(32, 1, 1), grid=(2 ** 32,))
+        f(d, block=(32, 1, 1), grid=(2**32,))
     with pytest.raises(ValueError, match=r"block\[1\] must be positive, got -1"):
         f(d, block=(32, -1, 1))
     with pytest.raises(OverflowError, match="attr 4294967297 does not fit a C int"):
-        f.get_attribute(2 ** 32 + 1)
+        f.get_attribute(2**32 + 1)
     with pytest.raises(TypeError, match="block\\[0\\] must be an int, not float"):
         f(d, block=(32.0, 1, 1))
     assert standin.launches() == n
@@ -295,8 +304,8 @@ def test_prepare_takes_ssize_t_codes(standin, ctx, ptx):
     with pytest.raises(TypeError, match="parameter 1 is 8 bytes but type 'i' is 4 bytes"):
         f.prepare("Pi")
     f.prepare("Pn")
-    f.prepared_call((1, 1), (1, 1, 1), 0x1234, 2 ** 40 + 5)
-    assert _ptrs(standin.last_launch().params) == (0x1234, 2 ** 40 + 5)
+    f.prepared_call((1, 1), (1, 1, 1), 0x1234, 2**40 + 5)
+    assert _ptrs(standin.last_launch().params) == (0x1234, 2**40 + 5)
     f.prepare("PN")
     f.prepared_call((1, 1), (1, 1, 1), 0x10, 7)
     assert _ptrs(standin.last_launch().params) == (0x10, 7)
@@ -306,6 +315,7 @@ def test_zero_d_arrays_are_values(standin, ctx, ptx):
     """PyCUDA's gpuarray.vec.make_float3() gives a 0-d array: a by-value
     struct argument, through __call__ and a prepared call with the dtype."""
     from pygpu import gpuarray
+
     f = cuda.module_from_buffer(ptx).get_function("blob")
     v = np.zeros((), [("x", "f8"), ("y", "f8")])
     v["x"], v["y"] = 3.25, -1.5
@@ -316,8 +326,11 @@ def test_zero_d_arrays_are_values(standin, ctx, ptx):
     assert standin.last_launch().params == v.tobytes()
     f3 = gpuarray.vec.make_float3(1, 2, 3)
     assert f3.shape == () and f3.dtype.itemsize == 12
-    with pytest.raises(TypeError, match=r"parameter 0 is 16 bytes but got a 0-d NumPy .* array "
-                                        r"\(12 bytes\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"parameter 0 is 16 bytes but got a 0-d NumPy .* array "
+        r"\(12 bytes\)",
+    ):
         f(f3, block=(1, 1, 1))
     with pytest.raises(TypeError, match="0-d NumPy array of Python objects"):
         f(np.array(object()), block=(1, 1, 1))
@@ -327,8 +340,13 @@ def test_zero_d_arrays_are_values(standin, ctx, ptx):
 
 class StridedCAI:
     def __init__(self, ptr, shape, strides):
-        self.cai = {"shape": shape, "strides": strides, "typestr": "<f4",
-                    "data": (ptr, False), "version": 3}
+        self.cai = {
+            "shape": shape,
+            "strides": strides,
+            "typestr": "<f4",
+            "data": (ptr, False),
+            "version": 3,
+        }
 
     @property
     def __cuda_array_interface__(self):
@@ -340,7 +358,7 @@ def test_copies_bound_strided_interfaces(standin, ctx, rng):
     by the bytes the array spans (its last element's end)."""
     dev = cuda.mem_alloc(4096)
     x = rng.standard_normal(64).astype(np.float32)
-    cuda.memcpy_htod(StridedCAI(int(dev), (8, 8), (32, 4)), x)        # C strides: 256 bytes
+    cuda.memcpy_htod(StridedCAI(int(dev), (8, 8), (32, 4)), x)  # C strides: 256 bytes
     back = np.empty_like(x)
     cuda.memcpy_dtoh(back, dev)
     np.testing.assert_array_equal(back, x)
@@ -376,22 +394,32 @@ def test_the_quick_packer_packs_as_the_full_one(standin, ctx, rng):
     a float for a short, a pointer for an int, a freed allocation) gets the
     full path's result or error."""
     import struct
+
     ptx = bytes(compiler.compile(MIXED, target="ptx", arch="compute_90"))
     f = cuda.module_from_buffer(ptx).get_function("mixed")
     d = cuda.mem_alloc(64)
-    edges = [(-(2 ** 31), 0, -(2 ** 63), 0), (2 ** 31 - 1, 2 ** 32 - 1, 2 ** 63 - 1, 2 ** 64 - 1),
-             (-1, 2 ** 31, -(2 ** 30) - 1, 2 ** 63), (2 ** 30, 2 ** 30, 2 ** 30, 2 ** 30)]
-    cases = [(int(rng.integers(-2 ** 31, 2 ** 31)), int(rng.integers(0, 2 ** 32)),
-              int(rng.integers(-2 ** 63, 2 ** 63)), int(rng.integers(0, 2 ** 63)) * 2 + 1)
-             for _ in range(40)] + edges
+    edges = [
+        (-(2**31), 0, -(2**63), 0),
+        (2**31 - 1, 2**32 - 1, 2**63 - 1, 2**64 - 1),
+        (-1, 2**31, -(2**30) - 1, 2**63),
+        (2**30, 2**30, 2**30, 2**30),
+    ]
+    cases = [
+        (
+            int(rng.integers(-(2**31), 2**31)),
+            int(rng.integers(0, 2**32)),
+            int(rng.integers(-(2**63), 2**63)),
+            int(rng.integers(0, 2**63)) * 2 + 1,
+        )
+        for _ in range(40)
+    ] + edges
     for i, u, q, w in cases:
         x, y = float(rng.standard_normal()), float(rng.standard_normal()) * 1e200
-        s = int(rng.integers(-2 ** 15, 2 ** 15))
+        s = int(rng.integers(-(2**15), 2**15))
         # p 0, i 8, u 12, f 16, (4 bytes of padding), d 24, q 32, w 40, s 48
         want = struct.pack("<QiIf", int(d), i, u, x) + b"...." + struct.pack("<dqQh", y, q, w, s)
         quick = (d, i, u, x, y, q, w, s)
-        full = (d, SubInt(i), SubInt(u), SubFloat(x), SubFloat(y), SubInt(q), SubInt(w),
-                SubInt(s))
+        full = (d, SubInt(i), SubInt(u), SubFloat(x), SubFloat(y), SubInt(q), SubInt(w), SubInt(s))
         for args in (quick, full):
             f(*args, block=(1, 1, 1))
             got = standin.last_launch().params
@@ -399,13 +427,17 @@ def test_the_quick_packer_packs_as_the_full_one(standin, ctx, rng):
     # u as a negative int fills the unsigned parameter with its 32-bit pattern
     f(d, 0, -1, 0.0, 0.0, 0, 0, 0, block=(1, 1, 1))
     assert standin.last_launch().params[12:16] == b"\xff\xff\xff\xff"
-    with pytest.raises(OverflowError, match=r"parameter 1 is 4 bytes; 2147483648\d* does not fit"
-                                            r"|parameter 1 is 4 bytes; 4294967296 does not fit"):
-        f(d, 2 ** 32, 0, 0.0, 0.0, 0, 0, 0, block=(1, 1, 1))
-    with pytest.raises(OverflowError, match="parameter 6 is 8 bytes; 18446744073709551616 "
-                                            "does not fit"):
-        f(d, 0, 0, 0.0, 0.0, 0, 2 ** 64, 0, block=(1, 1, 1))
-    f(d, 0, 0, 0.0, 0.0, 0, 0, 1.5, block=(1, 1, 1))       # declined: a half, the full way
+    with pytest.raises(
+        OverflowError,
+        match=r"parameter 1 is 4 bytes; 2147483648\d* does not fit"
+        r"|parameter 1 is 4 bytes; 4294967296 does not fit",
+    ):
+        f(d, 2**32, 0, 0.0, 0.0, 0, 0, 0, block=(1, 1, 1))
+    with pytest.raises(
+        OverflowError, match="parameter 6 is 8 bytes; 18446744073709551616 does not fit"
+    ):
+        f(d, 0, 0, 0.0, 0.0, 0, 2**64, 0, block=(1, 1, 1))
+    f(d, 0, 0, 0.0, 0.0, 0, 0, 1.5, block=(1, 1, 1))  # declined: a half, the full way
     assert standin.last_launch().params[48:50] == struct.pack("<e", 1.5)
     with pytest.raises(TypeError, match="parameter 1 is 4 bytes, not a pointer"):
         f(d, d, 0, 0.0, 0.0, 0, 0, 0, block=(1, 1, 1))
@@ -420,11 +452,12 @@ def test_a_configured_launch_takes_the_quick_path_only_when_it_may(standin, ctx,
     context, a detached context and a stream each take the full path, with
     its errors, its context switch and its stream."""
     import struct
+
     f = cuda.module_from_buffer(ptx).get_function("scale")
     d = cuda.mem_alloc(64)
     k = f.configure((3, 1), (32, 1, 1))
     for _ in range(5):
-        s, n = float(rng.standard_normal()), int(rng.integers(-2 ** 31, 2 ** 31))
+        s, n = float(rng.standard_normal()), int(rng.integers(-(2**31), 2**31))
         k(d, s, n)
         rec = standin.last_launch()
         assert rec.params[:16] == struct.pack("<Qfi", int(d), s, n)
@@ -447,7 +480,7 @@ def test_a_configured_launch_takes_the_quick_path_only_when_it_may(standin, ctx,
     with pytest.raises(cuda.LogicError, match="parameter 0 is a freed DeviceAllocation"):
         k(e, 1.0, 1)
     with pytest.raises(OverflowError, match="parameter 2 is 4 bytes"):
-        k(d, 1.0, 2 ** 40)
+        k(d, 1.0, 2**40)
     with pytest.raises(TypeError, match="a configured launch takes only the kernel's arguments"):
         k(d, 1.0, 1, block=(1, 1, 1))
 
@@ -466,7 +499,7 @@ def test_a_configured_launch_after_its_context_was_detached(standin):
     with pytest.raises(cuda.LogicError, match="freed DeviceAllocation"):
         k(d, 1.0, 1)
     with pytest.raises(cuda.LogicError, match="the context this object belongs to was detached"):
-        k(0, 1.0, 1)            # a plain pointer: the context check itself
+        k(0, 1.0, 1)  # a plain pointer: the context check itself
     assert standin.stale() == stale, "a dead handle reached the driver"
 
 
@@ -487,8 +520,21 @@ def test_numpy_scalars_take_the_quick_packer_with_the_full_ones_bytes(standin, c
     ptx = bytes(compiler.compile(src, target="ptx", arch="compute_90"))
     f = cuda.module_from_buffer(ptx).get_function("numbers")
     offsets = [0, 4, 8, 16, 24, 32, 40, 42, 44, 45, 46, 48, 64]
-    kinds = [np.float32, np.int32, np.float64, np.int64, np.uint32, np.uint64, np.int16,
-             np.uint16, np.int8, np.uint8, np.float16, np.complex64, np.complex128]
+    kinds = [
+        np.float32,
+        np.int32,
+        np.float64,
+        np.int64,
+        np.uint32,
+        np.uint64,
+        np.int16,
+        np.uint16,
+        np.int8,
+        np.uint8,
+        np.float16,
+        np.complex64,
+        np.complex128,
+    ]
     subs = [type("Sub" + k.__name__, (k,), {}) for k in kinds]
 
     def draw(k):
@@ -506,10 +552,16 @@ def test_numpy_scalars_take_the_quick_packer_with_the_full_ones_bytes(standin, c
             got = standin.last_launch().params
             for off, v in zip(offsets, vals):
                 want = v.tobytes()
-                assert got[off:off + len(want)] == want, (type(args[0]), v.dtype, off)
-    with pytest.raises(TypeError, match=r"parameter 0 is 4 bytes but got a NumPy float64 "
-                                        r"\(8 bytes\)"):
+                assert got[off : off + len(want)] == want, (type(args[0]), v.dtype, off)
+    with pytest.raises(
+        TypeError,
+        match=r"parameter 0 is 4 bytes but got a NumPy float64 "
+        r"\(8 bytes\)",
+    ):
         f(np.float64(1), *vals[1:], block=(1, 1, 1))
-    with pytest.raises(TypeError, match=r"parameter 1 is 4 bytes but got a NumPy int64 "
-                                        r"\(8 bytes\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"parameter 1 is 4 bytes but got a NumPy int64 "
+        r"\(8 bytes\)",
+    ):
         f(vals[0], np.int64(1), *vals[2:], block=(1, 1, 1))

@@ -13,6 +13,7 @@ on a real GPU: threads on several streams allocating, launching and freeing
 quickly on fresh random data, every result checked by content, and the
 pool's own counters after free_all()/trim().
 """
+
 import ctypes
 import gc
 import os
@@ -27,7 +28,7 @@ import pytest
 import pygpu.driver as cuda
 from pygpu import _driver, gpuarray, graphs
 
-OOM = 2                         # CUDA_ERROR_OUT_OF_MEMORY
+OOM = 2  # CUDA_ERROR_OUT_OF_MEMORY
 INVALID_CONTEXT = 201
 
 
@@ -52,11 +53,13 @@ def bc(ctx):
 
 
 def _mem_calls(trace):
-    return [t for t in trace if t in ("cuMemAllocAsync", "cuMemFreeAsync", "cuMemAlloc",
-                                      "cuMemFree")]
+    return [
+        t for t in trace if t in ("cuMemAllocAsync", "cuMemFreeAsync", "cuMemAlloc", "cuMemFree")
+    ]
 
 
 # ---------------------------------------------------------------- the goal
+
 
 @pytest.mark.standin
 def test_small_operation_steady_state_is_one_launch(standin, ctx, bc, rng):
@@ -66,7 +69,7 @@ def test_small_operation_steady_state_is_one_launch(standin, ctx, bc, rng):
     x = rng.standard_normal(1000).astype(np.float32)
     y = rng.standard_normal(1000).astype(np.float32)
     a, b = gpuarray.to_gpu(x), gpuarray.to_gpu(y)
-    for _ in range(3):          # the kernel compiled and loaded, the block made
+    for _ in range(3):  # the kernel compiled and loaded, the block made
         c = a + b
         del c
 
@@ -91,14 +94,22 @@ def test_small_operation_steady_state_is_one_launch(standin, ctx, bc, rng):
 def _small_ops(a, b):
     from pygpu import cumath
     from pygpu.elementwise import ElementwiseKernel
-    k = ElementwiseKernel("float *z, const float *x, const float *y, float a",
-                          "z[i] = a * x[i] + y[i]", "bc_axpb")
+
+    k = ElementwiseKernel(
+        "float *z, const float *x, const float *y, float a", "z[i] = a * x[i] + y[i]", "bc_axpb"
+    )
     return {
-        "sub": lambda: a - b, "less": lambda: a < b, "neg": lambda: -a, "abs": lambda: abs(a),
-        "rpow": lambda: 2.0 ** a, "sin": lambda: cumath.sin(a),
+        "sub": lambda: a - b,
+        "less": lambda: a < b,
+        "neg": lambda: -a,
+        "abs": lambda: abs(a),
+        "rpow": lambda: 2.0**a,
+        "sin": lambda: cumath.sin(a),
         "astype": lambda: a.astype(np.float64),
-        "fill": lambda: a.fill(np.float32(1.5)), "sum": lambda: gpuarray.sum(a),
-        "dot": lambda: gpuarray.dot(a, b), "copy": lambda: a.copy(),
+        "fill": lambda: a.fill(np.float32(1.5)),
+        "sum": lambda: gpuarray.sum(a),
+        "dot": lambda: gpuarray.dot(a, b),
+        "copy": lambda: a.copy(),
         "elementwise": lambda: k(gpuarray.empty_like(a), a, b, np.float32(2)),
     }
 
@@ -145,31 +156,47 @@ def test_scalar_and_reflected_operations_hit_the_cache(standin, ctx, bc, rng):
 
 # ---------------------------------------------------------------- the cache itself
 
+
 @pytest.mark.standin
 def test_hits_misses_and_size_classes(standin, ctx, bc):
     s0 = bc.stats()
     a = cuda.mem_alloc_async(1000)
-    assert a.size == 1000                       # the size asked for, not the block's
+    assert a.size == 1000  # the size asked for, not the block's
     p = int(a)
     assert bc.misses == s0["misses"] + 1 and bc.hits == s0["hits"]
     a.free()
     assert bc.cached_blocks == 1 and bc.cached_bytes == 1024
-    b, trace = standin.trace(lambda: cuda.mem_alloc_async(600))   # same class: 1024 bytes
+    b, trace = standin.trace(lambda: cuda.mem_alloc_async(600))  # same class: 1024 bytes
     assert int(b) == p and b.size == 600 and trace == []
     assert bc.hits == s0["hits"] + 1 and bc.cached_blocks == 0
-    c = cuda.mem_alloc_async(1100)              # the next class: a miss
+    c = cuda.mem_alloc_async(1100)  # the next class: a miss
     assert int(c) != p and bc.misses == s0["misses"] + 2
     for n in (1, 512, 513, 8192, 8193, 10240, 10241, 16384, 16385, 300000, 1 << 20):
         cuda.mem_alloc_async(n).free()
     b.free()
     c.free()
-    want = sum(_class(n) for n in (1, 512, 513, 8192, 8193, 10240, 10241, 16384, 16385,
-                                   300000, 1 << 20)) + 1024 + 1536
+    want = (
+        sum(
+            _class(n)
+            for n in (1, 512, 513, 8192, 8193, 10240, 10241, 16384, 16385, 300000, 1 << 20)
+        )
+        + 1024
+        + 1536
+    )
     # (1 and 512 share a class; 8193 and 10240 too: each freed before the next came)
     assert bc.cached_bytes == want - 512 - 10240
     st = bc.stats()
-    assert set(st) == {"hits", "misses", "cached_bytes", "cached_blocks", "returned_blocks",
-                       "full", "oom_flushes", "limit", "max_block"}
+    assert set(st) == {
+        "hits",
+        "misses",
+        "cached_bytes",
+        "cached_blocks",
+        "returned_blocks",
+        "full",
+        "oom_flushes",
+        "limit",
+        "max_block",
+    }
     assert "blocks" in repr(bc) and "hits" in repr(bc)
 
 
@@ -185,8 +212,11 @@ def test_the_allocation_keeps_its_requested_size_for_extent_checks(standin, ctx,
     """A 1000-byte request lies in a 1024-byte block: an array of 1200 bytes
     over it is still refused (issue 25's extent check reads the size)."""
     a = cuda.mem_alloc_async(1000)
-    with pytest.raises(ValueError, match=r"span bytes \[0, 1200\) of an allocation of 1000 "
-                                         r"bytes"):
+    with pytest.raises(
+        ValueError,
+        match=r"span bytes \[0, 1200\) of an allocation of 1000 "
+        r"bytes",
+    ):
         gpuarray.GPUArray((300,), np.float32, gpudata=a)
 
 
@@ -229,6 +259,7 @@ def test_threads_on_streams_never_share_a_block(standin, ctx, bc):
     release the GIL, so the threads interleave), free; no address is ever
     held by two users and every byte comes back."""
     from threaded import run_in_threads
+
     lock = threading.Lock()
     live = set()
 
@@ -272,16 +303,16 @@ def test_a_block_freed_on_one_stream_is_not_reused_on_another(standin, ctx, bc):
     p = int(a)
     a.free()
     assert int(cuda.mem_alloc_async(1000, t)) != p
-    assert int(cuda.mem_alloc_async(1000)) != p          # the default stream
-    assert int(cuda.mem_alloc_async(1000, 1)) != p       # the legacy stream by name
+    assert int(cuda.mem_alloc_async(1000)) != p  # the default stream
+    assert int(cuda.mem_alloc_async(1000, 1)) != p  # the legacy stream by name
     d = cuda.mem_alloc_async(1000, s)
-    assert int(d) == p                                    # the same stream: reused
+    assert int(d) == p  # the same stream: reused
 
 
 @pytest.mark.standin
 def test_per_thread_and_foreign_streams_are_not_cached(standin, ctx, bc):
     t = cuda.Stream()
-    foreign = cuda.Stream.from_handle(t.handle)           # pygpu does not own it
+    foreign = cuda.Stream.from_handle(t.handle)  # pygpu does not own it
     for stream in (2, foreign):
         a = cuda.mem_alloc_async(1000, stream)
         _, trace = standin.trace(a.free)
@@ -304,8 +335,9 @@ def test_a_destroyed_stream_gives_its_blocks_back_first(standin, ctx, bc):
 
     _, trace = standin.trace(drop)
     assert trace.count("cuMemFreeAsync") == 3
-    assert trace.index("cuStreamDestroy") > max(i for i, t in enumerate(trace)
-                                                if t == "cuMemFreeAsync"), trace
+    assert trace.index("cuStreamDestroy") > max(
+        i for i, t in enumerate(trace) if t == "cuMemFreeAsync"
+    ), trace
     assert bc.cached_blocks == 0
 
 
@@ -316,7 +348,7 @@ def test_free_all_and_trim_give_every_block_back(standin, ctx, bc):
     live = standin.live()["device"]
     del allocs
     assert bc.cached_blocks == 6 and bc.cached_bytes == sum(_class(n) for n in sizes)
-    assert standin.live()["device"] == live              # kept, not freed
+    assert standin.live()["device"] == live  # kept, not freed
     # trim(keep): the largest go first, until at most keep bytes stay
     n, trace = standin.trace(lambda: bc.trim(keep=30000))
     assert n == 2 and trace.count("cuMemFreeAsync") == 2
@@ -327,7 +359,7 @@ def test_free_all_and_trim_give_every_block_back(standin, ctx, bc):
     assert bc.cached_blocks == 0 and bc.cached_bytes == 0
     assert standin.live()["device"] == live - 6
     assert bc.stats()["returned_blocks"] >= 6
-    assert bc.free_all_blocks() == 0                     # CuPy's name
+    assert bc.free_all_blocks() == 0  # CuPy's name
 
 
 @pytest.mark.standin
@@ -338,16 +370,16 @@ def test_out_of_memory_flushes_the_cache_and_retries_once(standin, ctx, bc):
     flushes = bc.stats()["oom_flushes"]
     standin.fail("cuMemAllocAsync", 1, OOM)
     a, trace = standin.trace(lambda: cuda.mem_alloc_async(100000))
-    assert _mem_calls(trace) == ["cuMemAllocAsync"] + ["cuMemFreeAsync"] * 3 \
-        + ["cuMemAllocAsync"], trace
+    assert _mem_calls(trace) == ["cuMemAllocAsync"] + ["cuMemFreeAsync"] * 3 + [
+        "cuMemAllocAsync"
+    ], trace
     assert a.size == 100000 and bc.cached_blocks == 0
     assert bc.stats()["oom_flushes"] == flushes + 1
     # nothing cached: the error, after one try
     a.free()
     bc.free_all()
     standin.fail("cuMemAllocAsync", 1, OOM)
-    with pytest.raises(cuda.MemoryError, match="^cuMemAllocAsync failed: "
-                                               "CUDA_ERROR_OUT_OF_MEMORY"):
+    with pytest.raises(cuda.MemoryError, match="^cuMemAllocAsync failed: CUDA_ERROR_OUT_OF_MEMORY"):
         standin.trace(lambda: cuda.mem_alloc_async(100000))
     assert bc.stats()["oom_flushes"] == flushes + 1
 
@@ -360,7 +392,7 @@ def test_the_cache_keeps_at_most_its_limit(standin, ctx, bc):
         allocs = [cuda.mem_alloc_async(1024) for _ in range(6)]
         full = bc.stats()["full"]
         _, trace = standin.trace(lambda: allocs.clear())
-        assert trace.count("cuMemFreeAsync") == 2           # 4 kept, 2 freed
+        assert trace.count("cuMemFreeAsync") == 2  # 4 kept, 2 freed
         assert bc.cached_bytes == 4096 and bc.stats()["full"] == full + 2
         # off: what is cached goes back at once, nothing more is kept
         _, trace = standin.trace(lambda: cuda.set_block_cache(limit=0))
@@ -382,16 +414,25 @@ def test_the_cache_keeps_at_most_its_limit(standin, ctx, bc):
 def test_bad_settings_are_refused():
     with pytest.raises(TypeError, match=r"^set_block_cache\(\): limit must be an int, not str$"):
         cuda.set_block_cache(limit="64M")
-    with pytest.raises(ValueError, match=r"^set_block_cache\(\): limit must be a byte count "
-                                         r">= 0, not -1$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^set_block_cache\(\): limit must be a byte count "
+        r">= 0, not -1$",
+    ):
         cuda.set_block_cache(limit=-1)
-    with pytest.raises(ValueError, match=r"max_block=2147483648 is larger than the largest "
-                                         r"cached size"):
+    with pytest.raises(
+        ValueError,
+        match=r"max_block=2147483648 is larger than the largest "
+        r"cached size",
+    ):
         cuda.set_block_cache(max_block=1 << 31)
     with pytest.raises(TypeError, match=r"^BlockCache\(\): context must be a Context, not int$"):
         cuda.block_cache(5)
-    with pytest.raises(TypeError, match=r"^trim\(\): context must be a Context or None, not "
-                                        r"str$"):
+    with pytest.raises(
+        TypeError,
+        match=r"^trim\(\): context must be a Context or None, not "
+        r"str$",
+    ):
         _driver._block_cache_trim("x")
 
 
@@ -406,9 +447,14 @@ def test_bad_trim_argument(ctx, bc):
 def _child(code, **env):
     e = dict(os.environ)
     e.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e,
-                          capture_output=True, text=True, timeout=120,
-                          cwd=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"),
+    )
 
 
 CHILD = """
@@ -424,29 +470,43 @@ CHILD = """
 
 @pytest.mark.standin
 def test_environment_turns_the_cache_off_or_sizes_it():
-    r = _child(CHILD + """
+    r = _child(
+        CHILD
+        + """
     a = cuda.mem_alloc_async(1000)
     a.free()
     print(cuda.block_cache().cached_blocks, cuda.block_cache_settings())
-    """, PYGPU_BLOCK_CACHE="0")
+    """,
+        PYGPU_BLOCK_CACHE="0",
+    )
     assert r.returncode == 0 and r.stdout == "0 {'limit': 0, 'max_block': 1048576}\n", r.stderr
-    r = _child(CHILD + """
+    r = _child(
+        CHILD
+        + """
     print(cuda.block_cache_settings())
-    """, PYGPU_BLOCK_CACHE="16M", PYGPU_BLOCK_CACHE_MAX="64KiB")
-    assert r.returncode == 0 and r.stdout == "{'limit': 16777216, 'max_block': 65536}\n", \
-        r.stderr
-    r = _child(CHILD + """
+    """,
+        PYGPU_BLOCK_CACHE="16M",
+        PYGPU_BLOCK_CACHE_MAX="64KiB",
+    )
+    assert r.returncode == 0 and r.stdout == "{'limit': 16777216, 'max_block': 65536}\n", r.stderr
+    r = _child(
+        CHILD
+        + """
     try:
         cuda.mem_alloc_async(1000)
     except ValueError as e:
         print(e)
-    """, PYGPU_BLOCK_CACHE="lots")
+    """,
+        PYGPU_BLOCK_CACHE="lots",
+    )
     assert r.returncode == 0 and r.stdout == (
         "environment variable PYGPU_BLOCK_CACHE='lots' is not a byte count (digits, "
-        "optionally followed by K, M or G; or off)\n"), r.stderr
+        "optionally followed by K, M or G; or off)\n"
+    ), r.stderr
 
 
 # ---------------------------------------------------------------- what bypasses it
+
 
 @pytest.mark.standin
 def test_allocations_inside_a_capture_bypass_the_cache(standin, ctx, bc):
@@ -454,21 +514,21 @@ def test_allocations_inside_a_capture_bypass_the_cache(standin, ctx, bc):
     kept = cuda.mem_alloc_async(1000, s)
     p = int(kept)
     kept.free()
-    del kept                              # cached under s
-    before = cuda.mem_alloc_async(1000)   # made before the capture, on the default stream
+    del kept  # cached under s
+    before = cuda.mem_alloc_async(1000)  # made before the capture, on the default stream
     s0 = bc.stats()
     with graphs.capture_graph(s) as cap:
         a, trace = standin.trace(lambda: cuda.mem_alloc_async(1000, s))
-        assert _mem_calls(trace) == ["cuMemAllocAsync"] and int(a) != p   # a graph node
-        _, trace = standin.trace(a.free)                                  # a free node
+        assert _mem_calls(trace) == ["cuMemAllocAsync"] and int(a) != p  # a graph node
+        _, trace = standin.trace(a.free)  # a free node
         assert _mem_calls(trace) == ["cuMemFreeAsync"]
-        _, trace = standin.trace(before.free)                 # the driver's, as before
+        _, trace = standin.trace(before.free)  # the driver's, as before
         assert _mem_calls(trace) == ["cuMemFreeAsync"]
         del a
     assert cap.graph is not None
     s1 = bc.stats()
     assert (s1["hits"], s1["misses"], s1["cached_blocks"]) == (s0["hits"], s0["misses"], 1)
-    assert int(cuda.mem_alloc_async(1000, s)) == p                # still there, reused now
+    assert int(cuda.mem_alloc_async(1000, s)) == p  # still there, reused now
 
 
 @pytest.mark.standin
@@ -493,6 +553,7 @@ def test_held_memory_is_freed_to_the_driver(standin, ctx, bc, rng):
 
 
 # ---------------------------------------------------------------- teardown
+
 
 @pytest.mark.standin
 def test_detach_gives_the_blocks_back_before_the_context_goes(standin, ctx):
@@ -527,8 +588,9 @@ def test_dropping_a_created_context_gives_the_blocks_back_first(standin, ctx):
 
     _, trace = standin.trace(drop)
     assert trace.count("cuMemFreeAsync") == 3, trace
-    assert trace.index("cuCtxDestroy") > max(i for i, t in enumerate(trace)
-                                             if t == "cuMemFreeAsync"), trace
+    assert trace.index("cuCtxDestroy") > max(
+        i for i, t in enumerate(trace) if t == "cuMemFreeAsync"
+    ), trace
     assert cuda.Context.get_current() == ctx
 
 
@@ -552,24 +614,31 @@ def test_detaching_a_primary_context_gives_the_blocks_back_first(standin, ctx):
 @pytest.mark.standin
 def test_interpreter_exit_gives_the_blocks_back_before_the_context_goes(tmp_path):
     out = tmp_path / "trace"
-    r = _child(CHILD + """
+    r = _child(
+        CHILD
+        + """
     allocs = [cuda.mem_alloc_async(n) for n in (1000, 5000, 70000)]
     del allocs
     assert cuda.block_cache(ctx).cached_blocks == 3
     fake.lib.fakecuda_trace(1)
     print("ok")
-    """, FAKECUDA_TRACE_AT_EXIT=str(out))
+    """,
+        FAKECUDA_TRACE_AT_EXIT=str(out),
+    )
     assert r.returncode == 0 and r.stdout == "ok\n" and r.stderr == "", r.stderr
     trace = out.read_text().split()
     assert trace.count("cuMemFreeAsync") == 3, trace
     if "cuDevicePrimaryCtxRelease" in trace:
         assert trace.index("cuDevicePrimaryCtxRelease") > max(
-            i for i, t in enumerate(trace) if t == "cuMemFreeAsync"), trace
+            i for i, t in enumerate(trace) if t == "cuMemFreeAsync"
+        ), trace
 
 
 @pytest.mark.standin
 def test_forked_child_drops_the_cache_without_the_driver():
-    r = _child(CHILD + """
+    r = _child(
+        CHILD
+        + """
     import os
     allocs = [cuda.mem_alloc_async(n) for n in (1000, 5000)]
     del allocs
@@ -586,23 +655,32 @@ def test_forked_child_drops_the_cache_without_the_driver():
         os._exit(0)
     _, status = os.waitpid(pid, 0)
     print(os.waitstatus_to_exitcode(status), cuda.block_cache(ctx).cached_blocks)
-    """)
+    """
+    )
     assert r.returncode == 0 and r.stdout == "0 2\n", r.stderr
 
 
 # ---------------------------------------------------------------- the current context
 
+
 def _entry(name, *argtypes):
     """A driver entry point of the stand-in, called behind pygpu's back."""
     from pygpu.testing.standin import StandIn
+
     lib = StandIn().lib
     fn = ctypes.c_void_p()
     status = ctypes.c_int()
-    lib.cuGetProcAddress_v2.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p),
-                                        ctypes.c_int, ctypes.c_uint64,
-                                        ctypes.POINTER(ctypes.c_int)]
-    assert lib.cuGetProcAddress_v2(name.encode(), ctypes.byref(fn), 12000, 0,
-                                   ctypes.byref(status)) == 0
+    lib.cuGetProcAddress_v2.argtypes = [
+        ctypes.c_char_p,
+        ctypes.POINTER(ctypes.c_void_p),
+        ctypes.c_int,
+        ctypes.c_uint64,
+        ctypes.POINTER(ctypes.c_int),
+    ]
+    assert (
+        lib.cuGetProcAddress_v2(name.encode(), ctypes.byref(fn), 12000, 0, ctypes.byref(status))
+        == 0
+    )
     return ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)(fn.value)
 
 
@@ -610,7 +688,7 @@ def _entry(name, *argtypes):
 def test_the_current_context_is_remembered(standin, ctx):
     cur, trace = standin.trace(_driver._current_context)
     assert cur == ctx and trace == []
-    cur, trace = standin.trace(cuda.Context.get_current)      # always the driver's answer
+    cur, trace = standin.trace(cuda.Context.get_current)  # always the driver's answer
     assert cur == ctx and trace == ["cuCtxGetCurrent"]
     c2 = cuda.Device(0).make_context()
     try:
@@ -618,7 +696,7 @@ def test_the_current_context_is_remembered(standin, ctx):
         assert cur == c2 and trace == []
         cuda.Context.pop()
         cur, trace = standin.trace(_driver._current_context)
-        assert cur == ctx and trace == ["cuCtxGetCurrent"]    # asked once after a pop
+        assert cur == ctx and trace == ["cuCtxGetCurrent"]  # asked once after a pop
         cur, trace = standin.trace(_driver._current_context)
         assert cur == ctx and trace == []
         with c2:
@@ -635,11 +713,11 @@ def test_the_remembered_context_is_per_thread_and_forgotten_on_detach(standin, c
     seen = []
 
     def other_thread():
-        c3 = cuda.Device(0).make_context()        # current in that thread only
+        c3 = cuda.Device(0).make_context()  # current in that thread only
         seen.append(_driver._current_context() == c3)
         assert _driver._current_context() == c3
         seen.append(True)
-        c3.detach()                               # any detach: every thread asks again
+        c3.detach()  # any detach: every thread asks again
 
     t = threading.Thread(target=other_thread)
     cur, trace = standin.trace(_driver._current_context)
@@ -683,7 +761,7 @@ def test_a_context_made_current_behind_pygpus_back(standin, ctx, rng):
     assert push(other.handle) == 0
     try:
         c, trace = standin.trace(lambda: a + b)
-        assert trace.count("cuLaunchKernelEx") == 2, trace     # refused, then in its context
+        assert trace.count("cuLaunchKernelEx") == 2, trace  # refused, then in its context
         assert trace[-3:] == ["cuCtxPushCurrent", "cuLaunchKernelEx", "cuCtxPopCurrent"], trace
         launch = standin.last_launch()
         assert int.from_bytes(launch.params[:8], "little") == int(c.gpudata)
@@ -723,6 +801,7 @@ def test_gpu_threads_on_streams_never_share_a_block(ctx):
     share an address."""
     from pygpu.compiler import SourceModule
     from threaded import run_in_threads
+
     f = SourceModule(SPIN_SAXPY, options=["-fmad=false"]).get_function("saxpy")
     sizes = [1000, 4097, 30000, 250000]
     lock = threading.Lock()
@@ -758,13 +837,22 @@ def test_gpu_threads_on_streams_never_share_a_block(ctx):
             dout = take(cuda.mem_alloc_async(x.nbytes, s))
             cuda.memcpy_htod_async(dx, x, s)
             cuda.memcpy_htod_async(dy, y, s)
-            f(dout, dx, dy, a, np.int32(n), np.int64(20000 if r % 4 == 0 else 0),
-              block=(256, 1, 1), grid=(min(256, (n + 255) // 256), 1), stream=s)
+            f(
+                dout,
+                dx,
+                dy,
+                a,
+                np.int32(n),
+                np.int64(20000 if r % 4 == 0 else 0),
+                block=(256, 1, 1),
+                grid=(min(256, (n + 255) // 256), 1),
+                stream=s,
+            )
             out = cuda.pagelocked_empty(n, np.float32)
             cuda.memcpy_dtoh_async(out, dout, s)
             give(dx)
             give(dy)
-            give(dout)                # freed while the copy may still run
+            give(dout)  # freed while the copy may still run
             pending.append((s, out, a * x + y))
             if r % 5 == 4:
                 for s_, out_, want in pending:
@@ -773,8 +861,7 @@ def test_gpu_threads_on_streams_never_share_a_block(ctx):
                 pending.clear()
             u = rng.standard_normal(n).astype(np.float32)
             v = rng.standard_normal(n).astype(np.float32)
-            np.testing.assert_array_equal((gpuarray.to_gpu(u) + gpuarray.to_gpu(v)).get(),
-                                          u + v)
+            np.testing.assert_array_equal((gpuarray.to_gpu(u) + gpuarray.to_gpu(v)).get(), u + v)
         for s_, out_, want in pending:
             s_.synchronize()
             np.testing.assert_array_equal(out_, want)
@@ -803,7 +890,7 @@ def test_gpu_free_all_and_trim_return_memory_to_the_pool(ctx, rng):
     bc.free_all()
     cuda.Context.synchronize()
     used0 = _pool_used(ctx)
-    x = rng.standard_normal(200000).astype(np.float32)      # 800 KB: a cached size
+    x = rng.standard_normal(200000).astype(np.float32)  # 800 KB: a cached size
     arrays = [gpuarray.to_gpu(x) for _ in range(8)]
     for a in arrays:
         np.testing.assert_array_equal(a.get(), x)
@@ -813,11 +900,11 @@ def test_gpu_free_all_and_trim_return_memory_to_the_pool(ctx, rng):
     cached = bc.cached_bytes
     assert bc.cached_blocks == 8 and cached == 8 * _class(x.nbytes)
     used_full = _pool_used(ctx)
-    assert used_full >= used0 + cached                       # kept: still the pool's "used"
+    assert used_full >= used0 + cached  # kept: still the pool's "used"
     assert bc.trim(keep=cached // 2) == 4
     cuda.Context.synchronize()
     assert bc.cached_bytes == cached // 2
-    assert used_full - _pool_used(ctx) >= cached // 2        # given back to the pool
+    assert used_full - _pool_used(ctx) >= cached // 2  # given back to the pool
     bc.free_all()
     cuda.Context.synchronize()
     assert bc.cached_blocks == 0 and _pool_used(ctx) <= used0

@@ -6,6 +6,7 @@ The blocks and the cache need no GPU: most tests make blocks through the
 private constructor _driver._host_block and run anywhere.  `driver` tests
 run get() against the driver stand-in (whose copies really move host
 memory) and on a GPU; `gpu` ones need the GPU's staged copy."""
+
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pytest
 import pygpu.driver as cuda
 from pygpu import _driver, gpuarray
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tests/
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 MIB = 1 << 20
 HUGE = 2 * MIB
 
@@ -76,11 +77,18 @@ def owner(a):
 def _run(code, **env):
     e = dict(os.environ)
     e.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e,
-                          capture_output=True, text=True, timeout=120, cwd=os.path.join(HERE, "support"))
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.join(HERE, "support"),
+    )
 
 
 # ---- the block ----
+
 
 @pytest.mark.parametrize("n", [1, 4095, HUGE, 5 * MIB + 3])
 def test_a_block_is_aligned_writable_bytes_of_the_size_asked(host_cache, rng, n):
@@ -96,28 +104,28 @@ def test_a_block_is_aligned_writable_bytes_of_the_size_asked(host_cache, rng, n)
     a[:] = data
     m.release()
     del a
-    np.testing.assert_array_equal(view(b), data)           # the bytes stay with the block
+    np.testing.assert_array_equal(view(b), data)  # the bytes stay with the block
     assert bytes(memoryview(b)) == data.tobytes()
     assert repr(b) == "<pygpu.driver.HostBlock %d bytes at 0x%x, new mapping>" % (n, b.address)
 
 
 def test_host_block_refuses_bad_sizes_and_direct_construction(host_cache):
     for bad in (0, -5):
-        with pytest.raises(ValueError, match=r"_host_block\(\): nbytes must be > 0, not %d"
-                           % bad):
+        with pytest.raises(ValueError, match=r"_host_block\(\): nbytes must be > 0, not %d" % bad):
             _driver._host_block(bad)
     with pytest.raises(TypeError, match="'str' object cannot be interpreted as an integer"):
         _driver._host_block("8")
     with pytest.raises(OverflowError, match=r"_host_block\(\): nbytes \d+ is too large"):
         _driver._host_block(sys.maxsize)
     with pytest.raises(MemoryError, match=r"cannot map \d+ bytes of host memory: "):
-        _driver._host_block(sys.maxsize // 2)       # far beyond any address space
+        _driver._host_block(sys.maxsize // 2)  # far beyond any address space
     with pytest.raises(TypeError, match="cannot create 'pygpu.driver.HostBlock' instances"):
         cuda.HostBlock()
     assert cuda.HostBlock is _driver.HostBlock
 
 
 # ---- recycling ----
+
 
 def test_a_freed_block_is_reused_by_the_next_request_of_its_rounded_size(host_cache, rng):
     before = cuda.host_cache_stats()
@@ -128,13 +136,13 @@ def test_a_freed_block_is_reused_by_the_next_request_of_its_rounded_size(host_ca
     del b
     s = cuda.host_cache_stats()
     assert s["cached_blocks"] == 1 and s["cached_bytes"] == 6 * MIB
-    assert mapped(addr, 6 * MIB)                          # kept, not unmapped
-    other = _driver._host_block(8 * MIB)                  # another size: a new mapping
+    assert mapped(addr, 6 * MIB)  # kept, not unmapped
+    other = _driver._host_block(8 * MIB)  # another size: a new mapping
     assert other.address != addr and not other.reused
-    c = _driver._host_block(6 * MIB)                      # rounds to the same 6 MiB
+    c = _driver._host_block(6 * MIB)  # rounds to the same 6 MiB
     assert c.address == addr and c.reused and c.size == 6 * MIB
     # recycled, NOT zeroed: the former block's bytes (get() overwrites them all)
-    np.testing.assert_array_equal(view(c)[:data.size], data)
+    np.testing.assert_array_equal(view(c)[: data.size], data)
     assert "recycled" in repr(c)
     assert delta(before) == {"hits": 1, "misses": 2, "evictions": 0}
     assert cuda.host_cache_stats()["cached_blocks"] == 0
@@ -149,8 +157,8 @@ def test_a_block_still_referenced_is_never_reused(host_cache, rng):
     datas = [rand_bytes(rng, n) for _ in arrays]
     for a, d in zip(arrays, datas):
         a[:] = d
-    del a                                   # the loop's name held the last one
-    tail = arrays[0][100:]                  # a view: holds block 0
+    del a  # the loop's name held the last one
+    tail = arrays[0][100:]  # a view: holds block 0
     del arrays[0]
     addrs = {a.base.address for a in arrays} | {tail.base.base.address}
     assert len(addrs) == 3
@@ -158,13 +166,13 @@ def test_a_block_still_referenced_is_never_reused(host_cache, rng):
     assert fresh.ctypes.data not in addrs and not fresh.base.reused
     fresh[:] = rand_bytes(rng, n)
     np.testing.assert_array_equal(tail, datas[0][100:])
-    freed = arrays.pop(1).base.address      # the last reference to block 2
+    freed = arrays.pop(1).base.address  # the last reference to block 2
     again = view(_driver._host_block(n))
     assert again.base.reused and again.ctypes.data == freed
     again[:] = rand_bytes(rng, n)
     np.testing.assert_array_equal(tail, datas[0][100:])
-    np.testing.assert_array_equal(arrays[0], datas[1])      # block 1, alive throughout
-    third = view(_driver._host_block(n))    # nothing of its size is free now
+    np.testing.assert_array_equal(arrays[0], datas[1])  # block 1, alive throughout
+    third = view(_driver._host_block(n))  # nothing of its size is free now
     assert not third.base.reused and third.ctypes.data not in addrs
 
 
@@ -186,8 +194,9 @@ def test_threads_never_share_a_block(host_cache):
                 for _ in range(3):
                     os.sched_yield()
                 if not (np.array_equal(a[:4096], d) and np.array_equal(a[-4096:], d)):
-                    errors.append("thread %d, round %d: block %#x changed under it"
-                                  % (seed, i, b.address))
+                    errors.append(
+                        "thread %d, round %d: block %#x changed under it" % (seed, i, b.address)
+                    )
                 del a, b
         except Exception as e:  # reported below
             errors.append(repr(e))
@@ -204,17 +213,18 @@ def test_threads_never_share_a_block(host_cache):
 
 # ---- limits ----
 
+
 def test_the_block_cap_evicts_the_least_recently_freed(host_cache):
     host_cache(max_blocks=2)
     before = cuda.host_cache_stats()
     blocks = [_driver._host_block(k * HUGE) for k in (1, 2, 3)]
     addrs = [(b.address, b.mapped) for b in blocks]
-    for i in range(3):                       # freed in order: 2, 4, 6 MiB
+    for i in range(3):  # freed in order: 2, 4, 6 MiB
         blocks[i] = None
     s = cuda.host_cache_stats()
     assert s["cached_blocks"] == 2 and s["cached_bytes"] == 10 * MIB
     assert delta(before)["evictions"] == 1
-    assert not mapped(*addrs[0])             # the oldest unmapped
+    assert not mapped(*addrs[0])  # the oldest unmapped
     assert mapped(*addrs[1]) and mapped(*addrs[2])
     b = _driver._host_block(HUGE)
     assert not b.reused
@@ -225,12 +235,12 @@ def test_the_byte_cap_evicts_and_a_block_above_it_is_unmapped(host_cache):
     host_cache(max_bytes=10 * MIB)
     blocks = [_driver._host_block(4 * MIB) for _ in range(3)]
     addrs = [b.address for b in blocks]
-    for i in range(3):                       # 4 + 4 fit, the third evicts the first
+    for i in range(3):  # 4 + 4 fit, the third evicts the first
         blocks[i] = None
     s = cuda.host_cache_stats()
     assert s["cached_blocks"] == 2 and s["cached_bytes"] == 8 * MIB
     assert not mapped(addrs[0], 4 * MIB) and mapped(addrs[1], 4 * MIB)
-    big = _driver._host_block(12 * MIB)      # never fits: unmapped when it dies
+    big = _driver._host_block(12 * MIB)  # never fits: unmapped when it dies
     big_addr = big.address
     del big
     assert not mapped(big_addr, 12 * MIB)
@@ -247,7 +257,7 @@ def test_zero_bytes_turns_the_cache_off(host_cache):
     assert cuda.host_cache_stats()["cached_blocks"] == 1
     old = host_cache(max_bytes=0)
     assert old == {"max_bytes": 1 << 30, "max_blocks": 4}
-    assert cuda.host_cache_stats()["cached_blocks"] == 0   # emptied at once
+    assert cuda.host_cache_stats()["cached_blocks"] == 0  # emptied at once
     before = cuda.host_cache_stats()
     for _ in range(2):
         b = _driver._host_block(4 * MIB)
@@ -264,17 +274,29 @@ def test_set_host_cache_round_trip_and_refusals(host_cache):
     assert host_cache(max_blocks=3) == {"max_bytes": 64 * MIB, "max_blocks": 7}  # None keeps
     s = cuda.host_cache_stats()
     assert (s["max_bytes"], s["max_blocks"]) == (64 * MIB, 3)
-    with pytest.raises(ValueError, match=r"set_host_cache\(\): max_blocks must be 0 to 64, "
-                                         r"not 65"):
+    with pytest.raises(
+        ValueError,
+        match=r"set_host_cache\(\): max_blocks must be 0 to 64, "
+        r"not 65",
+    ):
         host_cache(max_blocks=65)
-    with pytest.raises(ValueError, match=r"set_host_cache\(\): max_bytes must be 0 to \d+, "
-                                         r"not -1"):
+    with pytest.raises(
+        ValueError,
+        match=r"set_host_cache\(\): max_bytes must be 0 to \d+, "
+        r"not -1",
+    ):
         host_cache(max_bytes=-1)
-    with pytest.raises(TypeError, match=r"set_host_cache\(\): max_bytes must be an int or "
-                                        r"None, not str"):
+    with pytest.raises(
+        TypeError,
+        match=r"set_host_cache\(\): max_bytes must be an int or "
+        r"None, not str",
+    ):
         host_cache(max_bytes="1G")
-    with pytest.raises(TypeError, match=r"set_host_cache\(\): max_blocks must be an int or "
-                                        r"None, not bool"):
+    with pytest.raises(
+        TypeError,
+        match=r"set_host_cache\(\): max_blocks must be an int or "
+        r"None, not bool",
+    ):
         host_cache(max_blocks=True)
     s = cuda.host_cache_stats()
     assert (s["max_bytes"], s["max_blocks"]) == (64 * MIB, 3)  # refused: nothing changed
@@ -288,8 +310,15 @@ def test_stats_and_free_host_cache(host_cache, rng):
         blocks[i] = None
     again = _driver._host_block(HUGE)
     s = cuda.host_cache_stats()
-    assert s == {"hits": 1, "misses": 3, "evictions": 0, "cached_bytes": 6 * MIB,
-                 "cached_blocks": 2, "max_bytes": 1 << 30, "max_blocks": 4}
+    assert s == {
+        "hits": 1,
+        "misses": 3,
+        "evictions": 0,
+        "cached_bytes": 6 * MIB,
+        "cached_blocks": 2,
+        "max_bytes": 1 << 30,
+        "max_blocks": 4,
+    }
     assert cuda.free_host_cache() == 6 * MIB
     assert cuda.free_host_cache() == 0
     s = cuda.host_cache_stats(reset=True)
@@ -306,6 +335,7 @@ def test_stats_and_free_host_cache(host_cache, rng):
 
 
 # ---- the environment, fork, exit (subprocesses) ----
+
 
 def test_environment_variable_sets_the_byte_cap():
     code = """
@@ -324,9 +354,10 @@ def test_environment_variable_sets_the_byte_cap():
     assert r.stdout.split() == ["0", "4", "0"]
     r = _run(code, PYGPU_HOST_CACHE_BYTES="lots")
     assert r.returncode == 1
-    assert ("ValueError: environment variable PYGPU_HOST_CACHE_BYTES='lots' is not a byte "
-            "count (digits, optionally followed by K, M or G; 0 turns the host cache off)"
-            in r.stderr)
+    assert (
+        "ValueError: environment variable PYGPU_HOST_CACHE_BYTES='lots' is not a byte "
+        "count (digits, optionally followed by K, M or G; 0 turns the host cache off)" in r.stderr
+    )
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork here")
@@ -383,6 +414,7 @@ def test_the_cache_is_emptied_at_exit():
 
 # ---- get()'s destinations ----
 
+
 def test_host_empty_takes_cached_blocks_from_32_mib(host_cache, rng):
     """_host_empty (get()'s new arrays) puts 32 MiB and more over a
     HostBlock, reused once freed; smaller arrays and object dtypes are
@@ -393,7 +425,7 @@ def test_host_empty_takes_cached_blocks_from_32_mib(host_cache, rng):
     assert a.ctypes.data % HUGE == 0 and a.flags.writeable and a.flags.c_contiguous
     addr = a.ctypes.data
     del a
-    b = gpuarray._host_empty(8 * MIB + 100, f4)        # the same 34 MiB mapping
+    b = gpuarray._host_empty(8 * MIB + 100, f4)  # the same 34 MiB mapping
     assert b.ctypes.data == addr and b.base.reused
     data = rng.standard_normal(b.size).astype(np.float32)
     b[:] = data
@@ -413,6 +445,7 @@ def test_host_empty_has_only_the_callers_that_write_every_byte():
     added here."""
     import glob
     import pygpu
+
     root = os.path.dirname(pygpu.__file__)
     calls = []
     for path in sorted(glob.glob(os.path.join(root, "**", "*.py"), recursive=True)):
@@ -442,17 +475,17 @@ def test_get_twice_reuses_the_first_arrays_mapping(ctx, rng, host_cache):
     addr = y.ctypes.data
     x2 = rng.standard_normal(n).astype(np.float32)
     g.set(x2)
-    held = g.get()                           # y alive: its own new mapping
+    held = g.get()  # y alive: its own new mapping
     assert held.ctypes.data != addr and not owner(held).reused
     held_addr = held.ctypes.data
     np.testing.assert_array_equal(held, x2)
     np.testing.assert_array_equal(y, x)
-    del y, held                              # both mappings cached, held's last
+    del y, held  # both mappings cached, held's last
     x3 = rng.standard_normal(n).astype(np.float32)
     g.set(x3)
     z = g.get()
     np.testing.assert_array_equal(z, x3)
-    assert owner(z).reused and z.ctypes.data == held_addr   # the last one freed
+    assert owner(z).reused and z.ctypes.data == held_addr  # the last one freed
     assert delta(before) == {"hits": 1, "misses": 2, "evictions": 0}
     # a 2-D F-order get() lands in a recycled block, right
     a = np.asfortranarray(rng.standard_normal((4096, 4096)).astype(np.float32))
@@ -464,27 +497,32 @@ def test_get_twice_reuses_the_first_arrays_mapping(ctx, rng, host_cache):
 
 
 @pytest.mark.standin
-def test_a_failed_get_returns_no_array_and_its_block_is_overwritten_next(standin, ctx, rng,
-                                                                         host_cache):
+def test_a_failed_get_returns_no_array_and_its_block_is_overwritten_next(
+    standin, ctx, rng, host_cache
+):
     """A get() whose copy fails midway raises and returns nothing; its
     block (part old bytes, part copied) goes back to the cache, and the
     next get() that takes it overwrites every byte (fresh random data)."""
     import gc
-    n = 8 * MIB + 5                          # float32: 32 MiB + 20 bytes, a HostBlock
+
+    n = 8 * MIB + 5  # float32: 32 MiB + 20 bytes, a HostBlock
     x = rng.standard_normal(n).astype(np.float32)
     g = gpuarray.to_gpu(x)
-    first = g.get()                          # a block whose bytes are x
+    first = g.get()  # a block whose bytes are x
     np.testing.assert_array_equal(first, x)
     del first
     x2 = rng.standard_normal(n).astype(np.float32)
     g.set(x2)
     before = cuda.host_cache_stats()
     standin.fail("cuMemcpyDtoHAsync", 4, 999)
-    with pytest.raises(cuda.Error, match=r"^cuMemcpyDtoHAsync \(staged\) failed: "
-                                         r"CUDA_ERROR_UNKNOWN"):
+    with pytest.raises(
+        cuda.Error,
+        match=r"^cuMemcpyDtoHAsync \(staged\) failed: "
+        r"CUDA_ERROR_UNKNOWN",
+    ):
         g.get()
     assert standin.fired()
-    gc.collect()                             # the traceback's frames held the array
+    gc.collect()  # the traceback's frames held the array
     assert delta(before) == {"hits": 1, "misses": 0, "evictions": 0}
     assert cuda.host_cache_stats()["cached_blocks"] == 1
     x3 = rng.standard_normal(n).astype(np.float32)
@@ -520,7 +558,7 @@ def test_gpu_get_of_64_mib_twice_into_fresh_arrays(ctx, rng, host_cache):
     if 0 < settings["threshold"] <= x.nbytes:
         now = cuda.staging_stats()
         assert now["staged_dtoh"] - staged["staged_dtoh"] == 1
-        assert now["prefault_bytes"] == staged["prefault_bytes"]   # pages already in
+        assert now["prefault_bytes"] == staged["prefault_bytes"]  # pages already in
     # strided views (gathered on the device into a temporary, then copied
     # into a recycled block): every element right, the block reused
     a = np.asfortranarray(rng.standard_normal((8192, 4096)).astype(np.float32))
@@ -531,6 +569,6 @@ def test_gpu_get_of_64_mib_twice_into_fresh_arrays(ctx, rng, host_cache):
             got = ga[sl].get()
             np.testing.assert_array_equal(got, a[sl])
             assert isinstance(owner(got), cuda.HostBlock)
-            if k:                                   # the first one's mapping
+            if k:  # the first one's mapping
                 assert delta(before)["hits"] == 1 and owner(got).reused
             del got

@@ -4,6 +4,7 @@ Array.copy calls it with async_= and stream=).  Layouts that nest are one
 cuMemcpy/cuMemcpy2D/cuMemcpy3D (checked on the stand-in, which copies
 memory for real); the others, which PyCUDA refuses, go through pygpu's own
 copies (element-wise kernels: gpu tests)."""
+
 import numpy as np
 import pytest
 
@@ -33,8 +34,9 @@ def _rand(rng, shape, dtype):
 
 
 def _ids(idx):
-    return ",".join("%s:%s:%s" % (s.start, s.stop, s.step) if isinstance(s, slice) else str(s)
-                    for s in idx)
+    return ",".join(
+        "%s:%s:%s" % (s.start, s.stop, s.step) if isinstance(s, slice) else str(s) for s in idx
+    )
 
 
 @pytest.mark.driver
@@ -162,9 +164,11 @@ def test_plans():
 
 # ---- on a GPU: the layouts a pitched copy cannot do ----
 
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", ["c_to_f", "four_axes", "reversed", "interleaved",
-                                  "host_noncontig_dst"])
+@pytest.mark.parametrize(
+    "case", ["c_to_f", "four_axes", "reversed", "interleaved", "host_noncontig_dst"]
+)
 def test_gpu_other_layouts(ctx, rng, case):
     x = _rand(rng, (4, 5, 6, 7), np.float32)
     g = gpuarray.to_gpu(x)

@@ -1,4 +1,5 @@
 """Device memory, transfers, page-locked memory, streams and events on a GPU."""
+
 import gc
 
 import numpy as np
@@ -51,8 +52,8 @@ def test_odd_offsets(ctx, rng):
     cuda.memcpy_htod(int(dev) + 7, src)
     out = np.empty(n + 64, np.uint8)
     cuda.memcpy_dtoh(out, dev)
-    np.testing.assert_array_equal(out[7:7 + n], src)
-    assert (out[:7] == 0xAB).all() and (out[7 + n:] == 0xAB).all()
+    np.testing.assert_array_equal(out[7 : 7 + n], src)
+    assert (out[:7] == 0xAB).all() and (out[7 + n :] == 0xAB).all()
     part = np.empty(n - 11, np.uint8)
     cuda.memcpy_dtoh(part, int(dev) + 18)
     np.testing.assert_array_equal(part, src[11:])
@@ -79,9 +80,14 @@ def test_typed_arrays_and_helpers(ctx, rng):
     np.testing.assert_array_equal(cuda.from_device(dev, x.shape, x.dtype, order="F"), f)
 
 
-@pytest.mark.parametrize("width,fn,dtype", [(1, cuda.memset_d8, np.uint8),
-                                            (2, cuda.memset_d16, np.uint16),
-                                            (4, cuda.memset_d32, np.uint32)])
+@pytest.mark.parametrize(
+    "width,fn,dtype",
+    [
+        (1, cuda.memset_d8, np.uint8),
+        (2, cuda.memset_d16, np.uint16),
+        (4, cuda.memset_d32, np.uint32),
+    ],
+)
 def test_memset(ctx, rng, width, fn, dtype):
     n = 10007
     value = int(rng.integers(1, 1 << (8 * width)))
@@ -90,13 +96,13 @@ def test_memset(ctx, rng, width, fn, dtype):
     fn(dev, value, n)
     out = np.empty(n * width + 8, np.uint8)
     cuda.memcpy_dtoh(out, dev)
-    assert (out[:n * width].view(dtype) == value).all()
-    assert (out[n * width:] == 0x5A).all()
+    assert (out[: n * width].view(dtype) == value).all()
+    assert (out[n * width :] == 0x5A).all()
     s = cuda.Stream()
     getattr(cuda, fn.__name__ + "_async")(dev, value ^ 1, n, s)
     s.synchronize()
     cuda.memcpy_dtoh(out, dev)
-    assert (out[:n * width].view(dtype) == (value ^ 1)).all()
+    assert (out[: n * width].view(dtype) == (value ^ 1)).all()
 
 
 def test_memcpy_2d_pitched(ctx, rng):
@@ -130,7 +136,7 @@ def test_memcpy_2d_pitched(ctx, rng):
     c3.width_in_bytes, c3.src_pitch, c3.dst_pitch, c3.height = 20 * 4, pitch, 20 * 4, 10
     c3()
     np.testing.assert_array_equal(sub, a[5:15, 3:23])
-    c3.height = h   # would read past the destination
+    c3.height = h  # would read past the destination
     with pytest.raises(ValueError, match="do not fit"):
         c3()
 
@@ -149,7 +155,7 @@ def test_register_host_memory(ctx, rng):
     np.testing.assert_array_equal(out, a)
     del r
     gc.collect()
-    a[:] = 1.0    # still valid memory after unregistering
+    a[:] = 1.0  # still valid memory after unregistering
 
 
 def test_mapped_memory(ctx, rng):
@@ -230,10 +236,10 @@ def test_alloc_free_cycles_return_memory(ctx):
     for _ in range(1_000_000):
         cuda.mem_alloc(1 << 16).free()
     for _ in range(100_000):
-        a = cuda.mem_alloc(1 << 16)      # freed when rebound
+        a = cuda.mem_alloc(1 << 16)  # freed when rebound
     del a
     cyc = []
-    for _ in range(1000):               # freed by the garbage collector
+    for _ in range(1000):  # freed by the garbage collector
         x = [cuda.mem_alloc(1 << 20)]
         x.append(x)
         cyc.append(None)
@@ -266,7 +272,7 @@ def test_stream_and_events(ctx, rng):
     assert w == s and "foreign" in repr(w)
     w.synchronize()
     del w
-    s.synchronize()   # the wrapper did not destroy it
+    s.synchronize()  # the wrapper did not destroy it
     cuda.Stream.null().synchronize()
     cuda.Stream.per_thread().synchronize()
     with pytest.raises(TypeError, match="Event"):
@@ -275,16 +281,16 @@ def test_stream_and_events(ctx, rng):
         cuda.memcpy_htod_async(a, np.zeros(4, np.uint8), stream="x")
 
 
-@pytest.mark.gpu          # CuPy talks to the real driver, not the stand-in
+@pytest.mark.gpu  # CuPy talks to the real driver, not the stand-in
 def test_cupy_interop(ctx, rng):
     cp = pytest.importorskip("cupy")
     x = rng.standard_normal(1000).astype(np.float32)
     c = cp.asarray(x)
     out = np.empty_like(x)
-    cuda.memcpy_dtoh(out, c)               # __cuda_array_interface__
+    cuda.memcpy_dtoh(out, c)  # __cuda_array_interface__
     np.testing.assert_array_equal(out, x)
     d = cuda.to_device(x * 2)
-    v = cp.asarray(d).view(cp.float32)     # CuPy reads our allocation
+    v = cp.asarray(d).view(cp.float32)  # CuPy reads our allocation
     np.testing.assert_array_equal(cp.asnumpy(v), x * 2)
     s = cp.cuda.Stream()
     w = cuda.Stream.from_handle(s.ptr, owner=s)
@@ -294,7 +300,8 @@ def test_cupy_interop(ctx, rng):
 @pytest.fixture
 def small_staging():
     from pygpu import _driver
-    old = _driver._set_staging(1 << 20, 3, 1 << 16)   # staged from 1 MiB, 64 KiB chunks
+
+    old = _driver._set_staging(1 << 20, 3, 1 << 16)  # staged from 1 MiB, 64 KiB chunks
     yield
     _driver._set_staging(*old)
 
@@ -307,8 +314,8 @@ def test_staged_pageable_copies(ctx, rng, small_staging, n):
     cuda.memcpy_htod(int(dev) + 5, src)
     out = rand_bytes(rng, n + 32)
     cuda.memcpy_dtoh(out, dev)
-    np.testing.assert_array_equal(out[5:5 + n], src)
-    assert (out[:5] == 0x11).all() and (out[5 + n:] == 0x11).all()
+    np.testing.assert_array_equal(out[5 : 5 + n], src)
+    assert (out[:5] == 0x11).all() and (out[5 + n :] == 0x11).all()
     back = rand_bytes(rng, n)
     cuda.memcpy_dtoh(back, int(dev) + 5)
     np.testing.assert_array_equal(back, src)
@@ -318,7 +325,7 @@ def test_staged_copy_is_ordered_after_queued_work(ctx, small_staging):
     n = 8 << 20
     dev = cuda.mem_alloc(n)
     for v in (1, 2, 3):
-        cuda.memset_d32_async(dev, v, n // 4)          # legacy default stream
+        cuda.memset_d32_async(dev, v, n // 4)  # legacy default stream
         out = np.zeros(n // 4, np.uint32)
         cuda.memcpy_dtoh(out, dev)
         assert (out == v).all()
@@ -331,6 +338,7 @@ def test_staged_copy_is_ordered_after_queued_work(ctx, small_staging):
 
 def test_concurrent_large_copies_from_threads(ctx, rng, small_staging):
     import threading
+
     n = 6 << 20
     srcs = [rand_bytes(rng, n) for _ in range(4)]
     outs = [np.zeros(n, np.uint8) for _ in range(4)]
@@ -360,16 +368,19 @@ def test_concurrent_large_copies_from_threads(ctx, rng, small_staging):
 @pytest.mark.gpu
 def test_managed_arrays(ctx, rng):
     from pygpu.compiler import SourceModule
+
     a = cuda.managed_empty((300, 7), np.float32)
     assert isinstance(a.base, cuda.DeviceAllocation) and a.base.size == a.nbytes
     x = rng.standard_normal((300, 7)).astype(np.float32)
-    a[:] = x                                        # written on the host
-    f = SourceModule("__global__ void inc(float *p, int n) { int i = blockIdx.x * blockDim.x"
-                     " + threadIdx.x; if (i < n) p[i] = 2 * p[i] + 1; }").get_function("inc")
+    a[:] = x  # written on the host
+    f = SourceModule(
+        "__global__ void inc(float *p, int n) { int i = blockIdx.x * blockDim.x"
+        " + threadIdx.x; if (i < n) p[i] = 2 * p[i] + 1; }"
+    ).get_function("inc")
     cuda.mem_prefetch(a.base, a.nbytes, device=0)
     f(a.base, a.size, block=(256, 1, 1), grid=(9, 1))
     cuda.Context.synchronize()
-    np.testing.assert_array_equal(a, 2 * x + 1)     # read on the host
+    np.testing.assert_array_equal(a, 2 * x + 1)  # read on the host
     z = cuda.managed_zeros_like(a)
     assert z.shape == a.shape and not z.any()
     assert cuda.managed_empty(0, np.float64).size == 0
@@ -401,6 +412,6 @@ def test_peer_copies(rng):
     if cuda.Device(0).can_access_peer(cuda.Device(1)):
         with c0:
             c0.enable_peer_access(c1)
-            cuda.memcpy_dtod(a, b, n)           # plain copy across devices
+            cuda.memcpy_dtod(a, b, n)  # plain copy across devices
             np.testing.assert_array_equal(cuda.from_device_like(a, src), src)
             c0.disable_peer_access(c1)

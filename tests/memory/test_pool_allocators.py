@@ -2,6 +2,7 @@
 PageLockedMemoryPool(allocator=...), DeviceMemoryPool(allocator=...) with
 its active/managed byte counts, and DebugMemoryPool (allocation stacks,
 what is outstanding)."""
+
 import gc
 import io
 
@@ -10,8 +11,13 @@ import pytest
 
 import pygpu.driver as cuda
 from pygpu import tools
-from pygpu.tools import (DebugMemoryPool, DeviceMemoryPool, PageLockedAllocator,
-                         PageLockedMemoryPool, bin_size)
+from pygpu.tools import (
+    DebugMemoryPool,
+    DeviceMemoryPool,
+    PageLockedAllocator,
+    PageLockedMemoryPool,
+    bin_size,
+)
 
 
 def _host_allocation(a):
@@ -23,25 +29,29 @@ def _host_allocation(a):
 
 # ---- no driver needed ----
 
+
 def test_allocator_arguments_are_checked():
     with pytest.raises(TypeError, match="'float' object cannot be interpreted as an integer"):
         PageLockedAllocator(1.5)
-    with pytest.raises(ValueError, match="PageLockedAllocator\\(\\): flags must be >= 0, "
-                                         "got -1"):
+    with pytest.raises(ValueError, match="PageLockedAllocator\\(\\): flags must be >= 0, got -1"):
         PageLockedAllocator(-1)
     with pytest.raises(ValueError, match="PageLockedAllocator: nbytes must be >= 0, got -8"):
         PageLockedAllocator()(-8)
-    with pytest.raises(TypeError, match="PageLockedMemoryPool\\(\\): allocator must be "
-                                        "callable .*, not str"):
+    with pytest.raises(
+        TypeError, match="PageLockedMemoryPool\\(\\): allocator must be callable .*, not str"
+    ):
         PageLockedMemoryPool("pinned")
-    with pytest.raises(TypeError, match="DeviceMemoryPool\\(\\): allocator must be callable "
-                                        "\\(nbytes -> allocation\\), not int"):
+    with pytest.raises(
+        TypeError,
+        match="DeviceMemoryPool\\(\\): allocator must be callable "
+        "\\(nbytes -> allocation\\), not int",
+    ):
         DeviceMemoryPool(4096)
-    with pytest.raises(ValueError, match="DebugMemoryPool\\(\\): stack_depth must be >= 1, "
-                                         "got 0"):
+    with pytest.raises(ValueError, match="DebugMemoryPool\\(\\): stack_depth must be >= 1, got 0"):
         DebugMemoryPool(stack_depth=0)
-    assert repr(PageLockedAllocator(cuda.host_alloc_flags.PORTABLE)) == \
-        "PageLockedAllocator(flags=1)"
+    assert (
+        repr(PageLockedAllocator(cuda.host_alloc_flags.PORTABLE)) == "PageLockedAllocator(flags=1)"
+    )
     assert {"PageLockedAllocator", "DebugMemoryPool"} <= set(tools.__all__)
 
 
@@ -70,13 +80,18 @@ def test_pagelocked_pool_with_any_buffer_allocator(rng):
     assert not z.any() and len(made) == 2
 
 
-@pytest.mark.parametrize("block, exc, match", [
-    (lambda n: b"\0" * n, ValueError, "the allocator returned a read-only buffer"),
-    (lambda n: bytearray(n - 1), ValueError, "the allocator returned 255 bytes for a block "
-                                             "of 256"),
-    (lambda n: object(), TypeError, "the allocator returned object, not a C-contiguous "
-                                    "buffer"),
-])
+@pytest.mark.parametrize(
+    "block, exc, match",
+    [
+        (lambda n: b"\0" * n, ValueError, "the allocator returned a read-only buffer"),
+        (
+            lambda n: bytearray(n - 1),
+            ValueError,
+            "the allocator returned 255 bytes for a block of 256",
+        ),
+        (lambda n: object(), TypeError, "the allocator returned object, not a C-contiguous buffer"),
+    ],
+)
 def test_pagelocked_pool_refuses_bad_blocks(block, exc, match):
     pool = PageLockedMemoryPool(allocator=block)
     with pytest.raises(exc, match="PageLockedMemoryPool: " + match):
@@ -98,8 +113,8 @@ def test_pagelocked_pool_frees_held_blocks_when_memory_runs_out():
     del a
     gc.collect()
     assert pool.held_blocks == 1
-    b = pool.empty(300, np.uint8)             # a new size: allocator call 2
-    c = pool.empty(5000, np.uint8)            # call 3 fails: held freed, call 4 succeeds
+    b = pool.empty(300, np.uint8)  # a new size: allocator call 2
+    c = pool.empty(5000, np.uint8)  # call 3 fails: held freed, call 4 succeeds
     assert len(calls) == 4 and pool.held_blocks == 0 and pool.active_blocks == 2
     del b, c
 
@@ -120,7 +135,7 @@ def test_device_pool_with_a_custom_allocator_counts_bytes():
     a.free()
     assert (pool.active_bytes, pool.managed_bytes) == (300, bin_size(1000) + bin_size(300))
     assert pool.held_bytes == bin_size(1000)
-    c = pool.allocate(999)                   # the held block comes back
+    c = pool.allocate(999)  # the held block comes back
     assert int(c) == 0x10000 and pool.active_bytes == 1299
     pool.stop_holding()
     del b, c
@@ -129,6 +144,7 @@ def test_device_pool_with_a_custom_allocator_counts_bytes():
 
 
 # ---- the driver stand-in ----
+
 
 @pytest.mark.standin
 def test_pagelocked_allocator_makes_pinned_blocks(standin, ctx, rng):
@@ -166,7 +182,7 @@ def test_pagelocked_allocator_failures(standin, ctx):
     gc.collect()
     assert pool.held_blocks == 1
     calls = standin.calls("cuMemHostAlloc")
-    standin.fail("cuMemHostAlloc", 1, 2)                 # CUDA_ERROR_OUT_OF_MEMORY
+    standin.fail("cuMemHostAlloc", 1, 2)  # CUDA_ERROR_OUT_OF_MEMORY
     try:
         b = pool.empty(5000, np.uint8)
     finally:
@@ -209,21 +225,21 @@ def test_debug_pool_records_where_each_allocation_was_made(standin, ctx, rng):
     assert [r.nbytes for r in out] == [5000, 1000, 1000, 1000]
     assert "make_other" in out[0].description and "make_buffers" in out[1].description
     assert "test_pool_allocators.py" in out[0].description
-    assert "tools.py" not in out[0].description           # the pool's own frames left out
-    assert out[1].stack[-1].name == "<listcomp>" or "make_buffers" in \
-        [f.name for f in out[1].stack]
+    assert "tools.py" not in out[0].description  # the pool's own frames left out
+    assert out[1].stack[-1].name == "<listcomp>" or "make_buffers" in [f.name for f in out[1].stack]
     text = log.getvalue()
     assert text.count("Allocation of size 1000 occurring") == 3
     assert "Allocation of size 5000 occurring" in text
-    assert "(pool: held:0, active:3)" in text          # logged before the fourth
-    assert "(1000 bytes): 3x" in text                   # the histogram before the fourth
+    assert "(pool: held:0, active:3)" in text  # logged before the fourth
+    assert "(1000 bytes): 3x" in text  # the histogram before the fourth
     free, total = cuda.mem_get_info()
     assert "total:%d" % total in text
     rep = io.StringIO()
     pool.report(rep)
     lines = rep.getvalue().splitlines()
-    assert lines[0] == ("DebugMemoryPool: 4 active block(s) (8000 bytes asked for), 0 held "
-                        "(0 bytes)")
+    assert lines[0] == (
+        "DebugMemoryPool: 4 active block(s) (8000 bytes asked for), 0 held (0 bytes)"
+    )
     assert lines[1].endswith("(5000 bytes): 1x") and "make_other" in lines[1]
     assert lines[2].endswith("(1000 bytes): 3x") and "make_buffers" in lines[2]
     # freed allocations are no longer outstanding; their blocks are held
@@ -239,7 +255,8 @@ def test_debug_pool_records_where_each_allocation_was_made(standin, ctx, rng):
     pool.report(rep)
     assert rep.getvalue().splitlines() == [
         "DebugMemoryPool: 0 active block(s) (0 bytes asked for), 4 held (%d bytes)"
-        % (3 * bin_size(1000) + bin_size(5000))]
+        % (3 * bin_size(1000) + bin_size(5000))
+    ]
     pool.stop_holding()
 
 
@@ -259,13 +276,18 @@ def test_debug_pool_interactive_asks_for_mnemonics(standin, ctx, monkeypatch):
     def site():
         return pool.allocate(100)
 
-    a = site()            # "" (more info: the stack is printed), then the mnemonic, [Enter]
-    b = site()            # the same site and size: no question, [Enter]
-    c = pool.allocate(100)    # another site: its mnemonic, [Enter]
-    assert asked == ["Enter mnemonic or [Enter] for more info:"] * 2 + ["  [Enter]"] * 2 + \
-        ["Enter mnemonic or [Enter] for more info:", "  [Enter]"]
-    assert sorted(r.description for r in pool.outstanding()) == \
-        ["first buffer", "first buffer", "other"]
+    a = site()  # "" (more info: the stack is printed), then the mnemonic, [Enter]
+    b = site()  # the same site and size: no question, [Enter]
+    c = pool.allocate(100)  # another site: its mnemonic, [Enter]
+    assert asked == ["Enter mnemonic or [Enter] for more info:"] * 2 + ["  [Enter]"] * 2 + [
+        "Enter mnemonic or [Enter] for more info:",
+        "  [Enter]",
+    ]
+    assert sorted(r.description for r in pool.outstanding()) == [
+        "first buffer",
+        "first buffer",
+        "other",
+    ]
     assert "at: first buffer" in log.getvalue() and "in site" in log.getvalue()
     assert len(pool.stacktrace_mnemonics) == 2
     del a, b, c
@@ -290,7 +312,7 @@ def test_debug_pool_allocation_failure_records_nothing(standin, ctx):
     assert pool.outstanding() == [] and pool.active_blocks == 0 and pool.active_bytes == 0
     assert pool.held_blocks == 1
     calls = standin.calls("cuMemAlloc")
-    standin.fail("cuMemAlloc", 1, 2)          # out of memory once: mem_alloc's own retry
+    standin.fail("cuMemAlloc", 1, 2)  # out of memory once: mem_alloc's own retry
     try:
         big = pool.allocate(1 << 20)
     finally:
@@ -303,9 +325,12 @@ def test_debug_pool_allocation_failure_records_nothing(standin, ctx):
 @pytest.mark.gpu
 def test_gpu_debug_pool_blocks_hold_data(ctx, rng):
     from pygpu.compiler import SourceModule
-    f = SourceModule("__global__ void axpy(float a, float *x, const float *y, int n) {"
-                     " int i = blockIdx.x * blockDim.x + threadIdx.x;"
-                     " if (i < n) x[i] = a * x[i] + y[i]; }").get_function("axpy")
+
+    f = SourceModule(
+        "__global__ void axpy(float a, float *x, const float *y, int n) {"
+        " int i = blockIdx.x * blockDim.x + threadIdx.x;"
+        " if (i < n) x[i] = a * x[i] + y[i]; }"
+    ).get_function("axpy")
     pool = DebugMemoryPool(logfile=io.StringIO())
     n = 10000
     x = rng.standard_normal(n).astype(np.float32)

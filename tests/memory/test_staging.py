@@ -7,6 +7,7 @@ a fork.
 The `driver` tests run against the driver stand-in (make test's second
 pass), whose copies really move host memory, and on a GPU; `standin` ones
 need the stand-in's call counters; `gpu` ones run a kernel."""
+
 import os
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import pytest
 import pygpu.driver as cuda
 from pygpu import _driver, compiler
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tests/
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 KIB, MIB = 1 << 10, 1 << 20
 
 
@@ -46,17 +47,38 @@ def staging():
 def _run(code, **env):
     e = dict(os.environ)
     e.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e,
-                          capture_output=True, text=True, timeout=120, cwd=HERE)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=HERE,
+    )
 
 
 # ---- settings (no driver needed) ----
 
+
 def test_settings_round_trip(staging):
-    staging(threshold=3 * MIB, threads=5, chunk=512 * KIB, piece=128 * KIB, spin_us=40,
-            prefault=False, cold=2 * MIB)
-    want = {"threshold": 3 * MIB, "threads": 5, "chunk": 512 * KIB, "piece": 128 * KIB,
-            "spin_us": 40, "prefault": 0, "cold": 2 * MIB}
+    staging(
+        threshold=3 * MIB,
+        threads=5,
+        chunk=512 * KIB,
+        piece=128 * KIB,
+        spin_us=40,
+        prefault=False,
+        cold=2 * MIB,
+    )
+    want = {
+        "threshold": 3 * MIB,
+        "threads": 5,
+        "chunk": 512 * KIB,
+        "piece": 128 * KIB,
+        "spin_us": 40,
+        "prefault": 0,
+        "cold": 2 * MIB,
+    }
     assert cuda.staging_settings() == want
     old = staging(threads=2, spin_us=0)  # None keeps the others
     assert old == want
@@ -89,35 +111,60 @@ def test_staging_applies_by_size(staging):
         _driver._staging_applies(1.5)
 
 
-@pytest.mark.parametrize("kwargs, exc, match", [
-    ({"threads": 0}, ValueError, r"set_staging\(\): threads must be 1 to 16, not 0"),
-    ({"threads": 17}, ValueError, r"set_staging\(\): threads must be 1 to 16, not 17"),
-    ({"threads": 2 ** 70}, ValueError, r"set_staging\(\): threads is too large"),
-    ({"chunk": 4096}, ValueError, r"set_staging\(\): chunk must be 64 KiB to 256 MiB, not 4096"),
-    ({"chunk": 1 << 30}, ValueError, r"chunk must be 64 KiB to 256 MiB, not 1073741824 bytes"),
-    ({"threshold": -1}, ValueError, r"set_staging\(\): threshold must be >= 0"),
-    ({"threshold": "1M"}, TypeError, r"set_staging\(\): threshold must be an int, not str"),
-    ({"threads": 2.0}, TypeError, r"set_staging\(\): threads must be an int, not float"),
-    ({"threads": True}, TypeError, r"threads must be an int, not bool"),
-    ({"piece": 100000}, ValueError, r"set_staging\(\): piece must be a multiple of 64 KiB "
-     r"from 64 KiB to 256 MiB, not 100000 bytes"),
-    ({"piece": 0}, ValueError, r"piece must be a multiple of 64 KiB from 64 KiB to 256 MiB, "
-     r"not 0 bytes"),
-    ({"piece": 512 << 20}, ValueError, r"piece must be .* not 536870912 bytes"),
-    ({"spin_us": 100001}, ValueError, r"set_staging\(\): spin_us must be 0 to 100000, not 100001"),
-    ({"spin_us": -1}, ValueError, r"set_staging\(\): spin_us must be >= 0"),
-    ({"spin_us": 1.5}, TypeError, r"set_staging\(\): spin_us must be an int, not float"),
-    ({"prefault": 2}, ValueError, r"set_staging\(\): prefault must be 0 or 1, not 2"),
-    ({"prefault": "yes"}, TypeError, r"set_staging\(\): prefault must be an int, not str"),
-    ({"cold": (1 << 30) + 1}, ValueError,
-     r"set_staging\(\): cold must be 0 to 1073741824 bytes, not 1073741825"),
-    ({"cold": -1}, ValueError, r"set_staging\(\): cold must be >= 0"),
-    ({"cold": "4M"}, TypeError, r"set_staging\(\): cold must be an int, not str"),
-    # a refused setting among good ones changes none of them
-    ({"threads": 0, "piece": 128 * KIB, "spin_us": 7}, ValueError,
-     r"threads must be 1 to 16, not 0"),
-    ({"threads": 3, "piece": 1}, ValueError, r"piece must be a multiple of 64 KiB"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({"threads": 0}, ValueError, r"set_staging\(\): threads must be 1 to 16, not 0"),
+        ({"threads": 17}, ValueError, r"set_staging\(\): threads must be 1 to 16, not 17"),
+        ({"threads": 2**70}, ValueError, r"set_staging\(\): threads is too large"),
+        (
+            {"chunk": 4096},
+            ValueError,
+            r"set_staging\(\): chunk must be 64 KiB to 256 MiB, not 4096",
+        ),
+        ({"chunk": 1 << 30}, ValueError, r"chunk must be 64 KiB to 256 MiB, not 1073741824 bytes"),
+        ({"threshold": -1}, ValueError, r"set_staging\(\): threshold must be >= 0"),
+        ({"threshold": "1M"}, TypeError, r"set_staging\(\): threshold must be an int, not str"),
+        ({"threads": 2.0}, TypeError, r"set_staging\(\): threads must be an int, not float"),
+        ({"threads": True}, TypeError, r"threads must be an int, not bool"),
+        (
+            {"piece": 100000},
+            ValueError,
+            r"set_staging\(\): piece must be a multiple of 64 KiB "
+            r"from 64 KiB to 256 MiB, not 100000 bytes",
+        ),
+        (
+            {"piece": 0},
+            ValueError,
+            r"piece must be a multiple of 64 KiB from 64 KiB to 256 MiB, "
+            r"not 0 bytes",
+        ),
+        ({"piece": 512 << 20}, ValueError, r"piece must be .* not 536870912 bytes"),
+        (
+            {"spin_us": 100001},
+            ValueError,
+            r"set_staging\(\): spin_us must be 0 to 100000, not 100001",
+        ),
+        ({"spin_us": -1}, ValueError, r"set_staging\(\): spin_us must be >= 0"),
+        ({"spin_us": 1.5}, TypeError, r"set_staging\(\): spin_us must be an int, not float"),
+        ({"prefault": 2}, ValueError, r"set_staging\(\): prefault must be 0 or 1, not 2"),
+        ({"prefault": "yes"}, TypeError, r"set_staging\(\): prefault must be an int, not str"),
+        (
+            {"cold": (1 << 30) + 1},
+            ValueError,
+            r"set_staging\(\): cold must be 0 to 1073741824 bytes, not 1073741825",
+        ),
+        ({"cold": -1}, ValueError, r"set_staging\(\): cold must be >= 0"),
+        ({"cold": "4M"}, TypeError, r"set_staging\(\): cold must be an int, not str"),
+        # a refused setting among good ones changes none of them
+        (
+            {"threads": 0, "piece": 128 * KIB, "spin_us": 7},
+            ValueError,
+            r"threads must be 1 to 16, not 0",
+        ),
+        ({"threads": 3, "piece": 1}, ValueError, r"piece must be a multiple of 64 KiB"),
+    ],
+)
 def test_bad_settings_are_refused_and_change_nothing(staging, kwargs, exc, match):
     before = cuda.staging_settings()
     with pytest.raises(exc, match=match):
@@ -130,53 +177,97 @@ def test_settings_from_the_environment():
         import pygpu.driver as cuda
         print(cuda.staging_settings())
     """
-    r = _run(code, PYGPU_STAGING_THRESHOLD="2M", PYGPU_STAGING_THREADS="3",
-             PYGPU_STAGING_CHUNK="512KiB", PYGPU_STAGING_PIECE="128K",
-             PYGPU_STAGING_SPIN_US="50", PYGPU_STAGING_PREFAULT="0", PYGPU_STAGING_COLD="1M")
+    r = _run(
+        code,
+        PYGPU_STAGING_THRESHOLD="2M",
+        PYGPU_STAGING_THREADS="3",
+        PYGPU_STAGING_CHUNK="512KiB",
+        PYGPU_STAGING_PIECE="128K",
+        PYGPU_STAGING_SPIN_US="50",
+        PYGPU_STAGING_PREFAULT="0",
+        PYGPU_STAGING_COLD="1M",
+    )
     assert r.returncode == 0, r.stderr
-    assert r.stdout == ("{'threshold': 2097152, 'threads': 3, 'chunk': 524288, "
-                        "'piece': 131072, 'spin_us': 50, 'prefault': 0, 'cold': 1048576}\n")
+    assert r.stdout == (
+        "{'threshold': 2097152, 'threads': 3, 'chunk': 524288, "
+        "'piece': 131072, 'spin_us': 50, 'prefault': 0, 'cold': 1048576}\n"
+    )
     # the defaults (docs/memory.md)
-    r = _run(code, PYGPU_STAGING_THRESHOLD="", PYGPU_STAGING_THREADS="",
-             PYGPU_STAGING_CHUNK="", PYGPU_STAGING_PIECE="", PYGPU_STAGING_SPIN_US="",
-             PYGPU_STAGING_PREFAULT="", PYGPU_STAGING_COLD="")
+    r = _run(
+        code,
+        PYGPU_STAGING_THRESHOLD="",
+        PYGPU_STAGING_THREADS="",
+        PYGPU_STAGING_CHUNK="",
+        PYGPU_STAGING_PIECE="",
+        PYGPU_STAGING_SPIN_US="",
+        PYGPU_STAGING_PREFAULT="",
+        PYGPU_STAGING_COLD="",
+    )
     assert r.returncode == 0, r.stderr
-    assert r.stdout == ("{'threshold': 1048576, 'threads': 6, 'chunk': 2097152, "
-                        "'piece': 262144, 'spin_us': 300, 'prefault': 1, 'cold': 4194304}\n")
+    assert r.stdout == (
+        "{'threshold': 1048576, 'threads': 6, 'chunk': 2097152, "
+        "'piece': 262144, 'spin_us': 300, 'prefault': 1, 'cold': 4194304}\n"
+    )
 
 
-@pytest.mark.parametrize("var, value, match", [
-    ("PYGPU_STAGING_THRESHOLD", "abc",
-     r"environment variable PYGPU_STAGING_THRESHOLD='abc' is not a byte count"),
-    ("PYGPU_STAGING_THRESHOLD", "-5", r"PYGPU_STAGING_THRESHOLD='-5' is not a byte count"),
-    ("PYGPU_STAGING_THRESHOLD", "4 MiBs", r"PYGPU_STAGING_THRESHOLD='4 MiBs' is not"),
-    ("PYGPU_STAGING_THRESHOLD", "99999999999999999999", r"is not a byte count"),
-    ("PYGPU_STAGING_THREADS", "40",
-     r"environment variable PYGPU_STAGING_THREADS: threads must be 1 to 16, not 40"),
-    ("PYGPU_STAGING_CHUNK", "1K",
-     r"environment variable PYGPU_STAGING_CHUNK: chunk must be 64 KiB to 256 MiB, not 1024"),
-    ("PYGPU_STAGING_PIECE", "96K",
-     r"environment variable PYGPU_STAGING_PIECE: piece must be a multiple of 64 KiB"),
-    ("PYGPU_STAGING_SPIN_US", "1M",
-     r"environment variable PYGPU_STAGING_SPIN_US: spin_us must be 0 to 100000, not 1048576"),
-    ("PYGPU_STAGING_SPIN_US", "x", r"PYGPU_STAGING_SPIN_US='x' is not a byte count"),
-    ("PYGPU_STAGING_PREFAULT", "2",
-     r"environment variable PYGPU_STAGING_PREFAULT: prefault must be 0 or 1, not 2"),
-])
+@pytest.mark.parametrize(
+    "var, value, match",
+    [
+        (
+            "PYGPU_STAGING_THRESHOLD",
+            "abc",
+            r"environment variable PYGPU_STAGING_THRESHOLD='abc' is not a byte count",
+        ),
+        ("PYGPU_STAGING_THRESHOLD", "-5", r"PYGPU_STAGING_THRESHOLD='-5' is not a byte count"),
+        ("PYGPU_STAGING_THRESHOLD", "4 MiBs", r"PYGPU_STAGING_THRESHOLD='4 MiBs' is not"),
+        ("PYGPU_STAGING_THRESHOLD", "99999999999999999999", r"is not a byte count"),
+        (
+            "PYGPU_STAGING_THREADS",
+            "40",
+            r"environment variable PYGPU_STAGING_THREADS: threads must be 1 to 16, not 40",
+        ),
+        (
+            "PYGPU_STAGING_CHUNK",
+            "1K",
+            r"environment variable PYGPU_STAGING_CHUNK: chunk must be 64 KiB to 256 MiB, not 1024",
+        ),
+        (
+            "PYGPU_STAGING_PIECE",
+            "96K",
+            r"environment variable PYGPU_STAGING_PIECE: piece must be a multiple of 64 KiB",
+        ),
+        (
+            "PYGPU_STAGING_SPIN_US",
+            "1M",
+            r"environment variable PYGPU_STAGING_SPIN_US: spin_us must be 0 to 100000, not 1048576",
+        ),
+        ("PYGPU_STAGING_SPIN_US", "x", r"PYGPU_STAGING_SPIN_US='x' is not a byte count"),
+        (
+            "PYGPU_STAGING_PREFAULT",
+            "2",
+            r"environment variable PYGPU_STAGING_PREFAULT: prefault must be 0 or 1, not 2",
+        ),
+    ],
+)
 def test_bad_environment_is_a_clear_error(var, value, match):
-    r = _run("""
+    r = _run(
+        """
         import pygpu.driver as cuda
         try:
             cuda.staging_settings()
         except ValueError as e:
             print(e)
-    """, **{var: value})
+    """,
+        **{var: value},
+    )
     assert r.returncode == 0, r.stderr
     import re
+
     assert re.search(match, r.stdout), r.stdout
 
 
 # ---- which path a copy takes, and its bytes ----
+
 
 @pytest.mark.driver
 def test_large_pageable_copy_is_staged_and_small_is_not(ctx, rng, staging):
@@ -198,7 +289,7 @@ def test_large_pageable_copy_is_staged_and_small_is_not(ctx, rng, staging):
     assert 1 <= s["last_threads"] <= 3 and s["last_piece"] == 64 * KIB
     assert s["helper_threads"] >= 2
 
-    small = rand_bytes(rng, MIB - 1)     # one byte under the threshold
+    small = rand_bytes(rng, MIB - 1)  # one byte under the threshold
     before = cuda.staging_stats()
     cuda.memcpy_htod(dev, small)
     back = np.zeros_like(small)
@@ -207,7 +298,7 @@ def test_large_pageable_copy_is_staged_and_small_is_not(ctx, rng, staging):
     d = delta(before)
     assert d["staged_htod"] == 0 and d["staged_dtoh"] == 0 and d["below_threshold"] == 2
 
-    staging(threshold=0)                 # off
+    staging(threshold=0)  # off
     before = cuda.staging_stats()
     cuda.memcpy_htod(dev, x)
     assert delta(before)["staged_htod"] == 0
@@ -229,15 +320,24 @@ def test_page_locked_memory_is_not_staged(ctx, rng, staging):
     assert d["pinned"] == 2 and d["staged_htod"] == 0 and d["staged_dtoh"] == 0
 
 
-P = 64 * KIB      # the piece size with chunk=64 KiB
+P = 64 * KIB  # the piece size with chunk=64 KiB
 
 
 @pytest.mark.driver
 @pytest.mark.parametrize("threads", [1, 2, 3, 16])
-@pytest.mark.parametrize("n, hoff, doff", [
-    (P, 0, 0), (P + 1, 1, 3), (3 * P - 1, 7, 0), (3 * P, 0, 5), (3 * P + 1, 13, 1),
-    (7 * P + 12345, 4095, 4096), (MIB + 7, 3, 17), (40 * P - 3, 1, 2),
-])
+@pytest.mark.parametrize(
+    "n, hoff, doff",
+    [
+        (P, 0, 0),
+        (P + 1, 1, 3),
+        (3 * P - 1, 7, 0),
+        (3 * P, 0, 5),
+        (3 * P + 1, 13, 1),
+        (7 * P + 12345, 4095, 4096),
+        (MIB + 7, 3, 17),
+        (40 * P - 3, 1, 2),
+    ],
+)
 def test_staged_bytes_at_piece_boundaries(ctx, rng, staging, threads, n, hoff, doff):
     """Every byte lands, nothing around it is touched, on the device and on
     the host, for sizes around piece boundaries, unaligned offsets and more
@@ -247,19 +347,19 @@ def test_staged_bytes_at_piece_boundaries(ctx, rng, staging, threads, n, hoff, d
     dev = cuda.mem_alloc(doff + n + guard)
     cuda.memset_d8(dev, 0x5A, doff + n + guard)
     host = rand_bytes(rng, hoff + n + guard)
-    src = host[hoff:hoff + n]                       # a view at an odd address
+    src = host[hoff : hoff + n]  # a view at an odd address
     before = cuda.staging_stats()
     cuda.memcpy_htod(int(dev) + doff, src)
     whole = np.empty(doff + n + guard, np.uint8)
-    cuda.memcpy_dtoh(whole, dev)                    # staged too: checks the device bytes
-    assert (whole[:doff] == 0x5A).all() and (whole[doff + n:] == 0x5A).all()
-    np.testing.assert_array_equal(whole[doff:doff + n], src)
+    cuda.memcpy_dtoh(whole, dev)  # staged too: checks the device bytes
+    assert (whole[:doff] == 0x5A).all() and (whole[doff + n :] == 0x5A).all()
+    np.testing.assert_array_equal(whole[doff : doff + n], src)
     back_host = rand_bytes(rng, hoff + n + guard)
     keep = back_host.copy()
-    cuda.memcpy_dtoh(back_host[hoff:hoff + n], int(dev) + doff)
-    np.testing.assert_array_equal(back_host[hoff:hoff + n], src)
+    cuda.memcpy_dtoh(back_host[hoff : hoff + n], int(dev) + doff)
+    np.testing.assert_array_equal(back_host[hoff : hoff + n], src)
     np.testing.assert_array_equal(back_host[:hoff], keep[:hoff])
-    np.testing.assert_array_equal(back_host[hoff + n:], keep[hoff + n:])
+    np.testing.assert_array_equal(back_host[hoff + n :], keep[hoff + n :])
     d = delta(before)
     assert d["staged_htod"] == 1 and d["staged_dtoh"] == 2
     npieces = -(-n // P)
@@ -281,7 +381,7 @@ def test_pieces_follow_the_copy_size(ctx, rng, staging, n):
     want = -(-x.nbytes // 12)
     want = -(-want // (64 * KIB)) * 64 * KIB
     assert cuda.staging_stats()["last_piece"] == min(max(want, 256 * KIB), 2 * MIB)
-    staging(piece=1024 * KIB)            # the smallest piece is a setting
+    staging(piece=1024 * KIB)  # the smallest piece is a setting
     cuda.memcpy_dtoh(out, dev)
     np.testing.assert_array_equal(out, x)
     assert cuda.staging_stats()["last_piece"] == min(max(want, 1024 * KIB), 2 * MIB)
@@ -371,7 +471,7 @@ def test_a_running_copy_keeps_its_settings(standin, ctx, rng, staging):
     dev = cuda.mem_alloc(n)
     for attempt in range(10):
         staging(threshold=MIB, threads=4, chunk=64 * KIB)
-        cuda.memcpy_htod(dev, x[:MIB])            # the helpers exist before the copy
+        cuda.memcpy_htod(dev, x[:MIB])  # the helpers exist before the copy
         start = standin.calls("cuMemcpyHtoDAsync")
         changed_at = []
 
@@ -379,11 +479,11 @@ def test_a_running_copy_keeps_its_settings(standin, ctx, rng, staging):
             give_up = time.monotonic() + 30
             while standin.calls("cuMemcpyHtoDAsync") < start + 2 and time.monotonic() < give_up:
                 pass
-            cuda.set_staging(threads=2, chunk=128 * KIB)   # needs the GIL: the copy let it go
+            cuda.set_staging(threads=2, chunk=128 * KIB)  # needs the GIL: the copy let it go
             changed_at.append(standin.calls("cuMemcpyHtoDAsync"))
 
         t = threading.Thread(target=change_when_running)
-        standin.delay("cuMemcpyHtoDAsync", 1)    # the copy outlasts the change on a busy host
+        standin.delay("cuMemcpyHtoDAsync", 1)  # the copy outlasts the change on a busy host
         t.start()
         try:
             cuda.memcpy_htod(dev, x)
@@ -395,7 +495,7 @@ def test_a_running_copy_keeps_its_settings(standin, ctx, rng, staging):
         assert (s["last_threads"], s["last_piece"]) == (4, 64 * KIB)
         assert cuda.staging_settings()["threads"] == 2
         if changed_at[0] < start + pieces:
-            break                                  # the change came while the copy ran
+            break  # the change came while the copy ran
     else:
         pytest.fail("in 10 tries the settings never changed while the copy ran")
     out = np.zeros(n, np.uint8)
@@ -406,19 +506,28 @@ def test_a_running_copy_keeps_its_settings(standin, ctx, rng, staging):
 
 
 @pytest.mark.standin
-@pytest.mark.parametrize("routine, nth", [
-    ("cuMemcpyHtoDAsync", 1), ("cuMemcpyHtoDAsync", 5), ("cuEventRecord", 3),
-    ("cuEventSynchronize", 2), ("cuStreamSynchronize", 1), ("cuStreamSynchronize", 2),
-])
-def test_a_failed_piece_is_an_error_and_the_next_copy_is_whole(standin, ctx, rng, staging,
-                                                               routine, nth):
+@pytest.mark.parametrize(
+    "routine, nth",
+    [
+        ("cuMemcpyHtoDAsync", 1),
+        ("cuMemcpyHtoDAsync", 5),
+        ("cuEventRecord", 3),
+        ("cuEventSynchronize", 2),
+        ("cuStreamSynchronize", 1),
+        ("cuStreamSynchronize", 2),
+    ],
+)
+def test_a_failed_piece_is_an_error_and_the_next_copy_is_whole(
+    standin, ctx, rng, staging, routine, nth
+):
     staging(threshold=MIB, threads=3, chunk=64 * KIB)
     n = 2 * MIB + 77
     dev = cuda.mem_alloc(n)
-    cuda.memcpy_htod(dev, rand_bytes(rng, n))     # helpers made
+    cuda.memcpy_htod(dev, rand_bytes(rng, n))  # helpers made
     standin.fail(routine, nth, 999)
-    with pytest.raises(cuda.Error, match=r"^%s( \(staged\))? failed: CUDA_ERROR_UNKNOWN"
-                       % routine) as e:
+    with pytest.raises(
+        cuda.Error, match=r"^%s( \(staged\))? failed: CUDA_ERROR_UNKNOWN" % routine
+    ) as e:
         cuda.memcpy_htod(dev, rand_bytes(rng, n))
     assert e.value.code == 999
     assert standin.fired()
@@ -430,11 +539,17 @@ def test_a_failed_piece_is_an_error_and_the_next_copy_is_whole(standin, ctx, rng
 
 
 @pytest.mark.standin
-@pytest.mark.parametrize("routine, nth", [
-    ("cuMemcpyDtoHAsync", 4), ("cuEventSynchronize", 1), ("cuEventSynchronize", 6),
-])
-def test_a_failed_piece_out_is_an_error_and_the_next_copy_is_whole(standin, ctx, rng,
-                                                                   staging, routine, nth):
+@pytest.mark.parametrize(
+    "routine, nth",
+    [
+        ("cuMemcpyDtoHAsync", 4),
+        ("cuEventSynchronize", 1),
+        ("cuEventSynchronize", 6),
+    ],
+)
+def test_a_failed_piece_out_is_an_error_and_the_next_copy_is_whole(
+    standin, ctx, rng, staging, routine, nth
+):
     staging(threshold=MIB, threads=3, chunk=64 * KIB)
     n = 2 * MIB + 77
     x = rand_bytes(rng, n)
@@ -452,10 +567,12 @@ def test_a_failed_piece_out_is_an_error_and_the_next_copy_is_whole(standin, ctx,
 
 # ---- issue 27: the caller starts at once, helpers join, pause, prefault ----
 
+
 def fresh_pages(n):
     """n bytes of never-touched anonymous memory (np.empty may come from
     malloc's reused, resident heap)."""
     import mmap
+
     return np.frombuffer(mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE), np.uint8)
 
 
@@ -468,11 +585,11 @@ def test_helpers_join_a_copy_of_slow_pieces(standin, ctx, rng, staging, directio
     n = 8 * MIB + 11
     x = rand_bytes(rng, n)
     dev = cuda.mem_alloc(n)
-    cuda.memcpy_htod(dev, x)                   # helpers made
+    cuda.memcpy_htod(dev, x)  # helpers made
     routine = "cuMemcpyHtoDAsync" if direction == "htod" else "cuMemcpyDtoHAsync"
     y = rand_bytes(rng, n)
     out = rand_bytes(rng, n)
-    time.sleep(0.05)                           # helpers asleep (spin_us=0)
+    time.sleep(0.05)  # helpers asleep (spin_us=0)
     before = cuda.staging_stats()
     standin.delay(routine, 1)
     try:
@@ -504,7 +621,7 @@ def test_helpers_wake_while_the_default_stream_drains(standin, ctx, rng, staging
     dev = cuda.mem_alloc(n)
     for spin_us, late in ((100000, False), (0, True)):
         staging(threshold=MIB, threads=3, chunk=64 * KIB, spin_us=0)
-        cuda.memcpy_htod(dev, rand_bytes(rng, n))   # helpers exist, and sleep at once
+        cuda.memcpy_htod(dev, rand_bytes(rng, n))  # helpers exist, and sleep at once
         time.sleep(0.03)
         staging(spin_us=spin_us)
         before = cuda.staging_stats()
@@ -534,7 +651,7 @@ def test_copies_after_a_pause_are_whole(ctx, rng, staging, spin_us):
         time.sleep(0.05)
         before = cuda.staging_stats()
         cuda.memcpy_htod(dev, x)
-        out = fresh_pages(n + 1)[1:]           # odd address, never touched
+        out = fresh_pages(n + 1)[1:]  # odd address, never touched
         time.sleep(0.05)
         cuda.memcpy_dtoh(out, dev)
         np.testing.assert_array_equal(out, x)
@@ -548,19 +665,18 @@ def test_a_small_copy_while_the_helpers_sleep_is_plain_and_wakes_them(ctx, rng, 
     plain driver call (counted as cold) and wakes them, so the copy after it
     is staged; from `cold` up, or with cold=0, a copy after a pause is
     staged.  Every byte right each time."""
-    staging(threshold=MIB, threads=4, chunk=2 * MIB, piece=256 * KIB, spin_us=0,
-            cold=4 * MIB)
+    staging(threshold=MIB, threads=4, chunk=2 * MIB, piece=256 * KIB, spin_us=0, cold=4 * MIB)
     dev = cuda.mem_alloc(5 * MIB)
     x = rand_bytes(rng, 2 * MIB)
-    cuda.memcpy_htod(dev, x)                     # makes the helpers
+    cuda.memcpy_htod(dev, x)  # makes the helpers
     for htod in (True, False):
-        time.sleep(0.05)                         # spin_us=0: all asleep by now
+        time.sleep(0.05)  # spin_us=0: all asleep by now
         before = cuda.staging_stats()
         y = rand_bytes(rng, 2 * MIB)
         out = np.empty_like(y)
         if htod:
             cuda.memcpy_htod(dev, y)
-            cuda.memcpy_dtoh(out, dev)           # right after: staged or cold, whole
+            cuda.memcpy_dtoh(out, dev)  # right after: staged or cold, whole
         else:
             cuda.memcpy_htod(dev, y)
             time.sleep(0.05)
@@ -577,8 +693,10 @@ def test_a_small_copy_while_the_helpers_sleep_is_plain_and_wakes_them(ctx, rng, 
     y = rand_bytes(rng, 2 * MIB)
     cuda.memcpy_htod(dev, y)
     give_up = time.monotonic() + 2
-    while cuda.staging_stats()["helper_wakeups"] - before["helper_wakeups"] < 3 \
-            and time.monotonic() < give_up:
+    while (
+        cuda.staging_stats()["helper_wakeups"] - before["helper_wakeups"] < 3
+        and time.monotonic() < give_up
+    ):
         time.sleep(0.001)
     cuda.memcpy_htod(dev, y[::-1].copy())
     d = delta(before)
@@ -608,7 +726,7 @@ def test_back_to_back_copies_find_the_helpers_awake(ctx, rng, staging):
     n = 2 * MIB + 1
     x = rand_bytes(rng, n)
     out = np.zeros(n, np.uint8)
-    c = cuda.Device(0).make_context()       # helpers started now, polling from the start
+    c = cuda.Device(0).make_context()  # helpers started now, polling from the start
     try:
         dev = cuda.mem_alloc(n)
         before = cuda.staging_stats()
@@ -626,8 +744,18 @@ def test_back_to_back_copies_find_the_helpers_awake(ctx, rng, staging):
 
 
 @pytest.mark.driver
-@pytest.mark.parametrize("n", [256 * KIB - 1, 256 * KIB, 256 * KIB + 1, 3 * 256 * KIB + 7,
-                               MIB + 1, 8 * MIB + 3, 13 * MIB - 5])
+@pytest.mark.parametrize(
+    "n",
+    [
+        256 * KIB - 1,
+        256 * KIB,
+        256 * KIB + 1,
+        3 * 256 * KIB + 7,
+        MIB + 1,
+        8 * MIB + 3,
+        13 * MIB - 5,
+    ],
+)
 def test_the_piece_setting_sets_the_smallest_piece(ctx, rng, staging, n):
     staging(threshold=64 * KIB, threads=2, chunk=MIB, piece=256 * KIB)
     x = rng.integers(0, 256, n, dtype=np.uint8)
@@ -636,7 +764,7 @@ def test_the_piece_setting_sets_the_smallest_piece(ctx, rng, staging, n):
     out = fresh_pages(n)
     cuda.memcpy_dtoh(out, dev)
     np.testing.assert_array_equal(out, x)
-    want = -(-n // 8)                          # four pieces a thread
+    want = -(-n // 8)  # four pieces a thread
     want = -(-want // (64 * KIB)) * 64 * KIB
     assert cuda.staging_stats()["last_piece"] == min(max(want, 256 * KIB), MIB)
 
@@ -651,7 +779,7 @@ def test_prefault_faults_a_fresh_destination_in(ctx, rng, staging):
     x = rand_bytes(rng, n)
     dev = cuda.mem_alloc(n)
     cuda.memcpy_htod(dev, x)
-    out = fresh_pages(n + 4096)[5:n + 5]       # unaligned, with pages either side
+    out = fresh_pages(n + 4096)[5 : n + 5]  # unaligned, with pages either side
     before = cuda.staging_stats()
     cuda.memcpy_dtoh(out, dev)
     np.testing.assert_array_equal(out, x)
@@ -660,7 +788,7 @@ def test_prefault_faults_a_fresh_destination_in(ctx, rng, staging):
     # huge pages on) those that start a huge page the pieces before had not
     assert 0 < got <= n, got
     before = cuda.staging_stats()
-    cuda.memcpy_dtoh(out, dev)                 # now resident
+    cuda.memcpy_dtoh(out, dev)  # now resident
     np.testing.assert_array_equal(out, x)
     assert delta(before)["prefault_bytes"] == 0
     staging(prefault=0)
@@ -669,13 +797,13 @@ def test_prefault_faults_a_fresh_destination_in(ctx, rng, staging):
     cuda.memcpy_dtoh(out, dev)
     np.testing.assert_array_equal(out, x)
     assert delta(before)["prefault_bytes"] == 0
-    staging(prefault=1)                        # host to device never prefaults
+    staging(prefault=1)  # host to device never prefaults
     before = cuda.staging_stats()
     cuda.memcpy_htod(dev, fresh_pages(n))
     assert delta(before)["prefault_bytes"] == 0
     back = rand_bytes(rng, n)
     cuda.memcpy_dtoh(back, dev)
-    assert not back.any()                      # untouched anonymous memory reads as zeros
+    assert not back.any()  # untouched anonymous memory reads as zeros
 
 
 @pytest.mark.driver
@@ -702,6 +830,7 @@ def test_contexts_stage_at_once_from_several_threads(rng, staging):
     staged copies run at the same time; every byte right, none took the
     busy path, and every helper is joined at detach."""
     import gc
+
     staging(threshold=MIB, threads=3, chunk=64 * KIB, spin_us=50)
     cuda.init()
     base = cuda.staging_stats()["helper_threads"]
@@ -755,7 +884,7 @@ def test_get_of_a_large_array_lands_in_its_own_aligned_mapping(ctx, rng):
         while True:
             if isinstance(a, memoryview):
                 a = a.obj
-            elif getattr(a, "base", None) is not None:   # ndarray, as_strided's DummyArray
+            elif getattr(a, "base", None) is not None:  # ndarray, as_strided's DummyArray
                 a = a.base
             else:
                 return a
@@ -765,20 +894,26 @@ def test_get_of_a_large_array_lands_in_its_own_aligned_mapping(ctx, rng):
     np.testing.assert_array_equal(y, x)
     assert isinstance(owner(y), cuda.HostBlock) and owner(y).size == x.nbytes
     assert y.ctypes.data % (2 * MIB) == 0 and y.flags.writeable and y.flags.c_contiguous
-    y[:] = 1                                    # writable memory of its own
+    y[:] = 1  # writable memory of its own
     assert y.sum() == x.size
-    for a in (rng.standard_normal((2100, 2000)),
-              np.asfortranarray(rng.standard_normal((2000, 2100)))):
+    for a in (
+        rng.standard_normal((2100, 2000)),
+        np.asfortranarray(rng.standard_normal((2000, 2100))),
+    ):
         g = gpuarray.to_gpu(a)
         b = g.get()
         np.testing.assert_array_equal(b, a)
-        assert b.flags.c_contiguous == a.flags.c_contiguous and b.flags.f_contiguous == a.flags.f_contiguous
+        assert (
+            b.flags.c_contiguous == a.flags.c_contiguous
+            and b.flags.f_contiguous == a.flags.f_contiguous
+        )
         assert b.ctypes.data % (2 * MIB) == 0
-    small = rng.standard_normal(4 * MIB - 1)    # just under 32 MiB: np.empty's
+    small = rng.standard_normal(4 * MIB - 1)  # just under 32 MiB: np.empty's
     s = gpuarray.to_gpu(small).get()
     np.testing.assert_array_equal(s, small)
     assert not isinstance(owner(s), cuda.HostBlock)
     import pickle
+
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(y)), y)
 
 
@@ -790,6 +925,7 @@ def test_gpu_get_of_fresh_arrays(ctx, rng, mib):
     (gathered on the device first), every element right; the staged path
     and, for a fresh destination, the prefault counted."""
     from pygpu import gpuarray
+
     n = mib * MIB // 4 + 3
     x = rng.standard_normal(n).astype(np.float32)
     g = gpuarray.to_gpu(x)
@@ -806,7 +942,7 @@ def test_gpu_get_of_fresh_arrays(ctx, rng, mib):
     staged = x.nbytes >= settings["threshold"] > 0 and not cold
     assert (d["staged_dtoh"], d["cold"]) == (1 if staged else 0, 1 if cold else 0), d
     if staged and x.nbytes >= 32 * MIB and settings["prefault"] and fresh:
-        assert d["prefault_bytes"] > 0          # get()'s own new mapping: fresh pages
+        assert d["prefault_bytes"] > 0  # get()'s own new mapping: fresh pages
     a = np.asfortranarray(rng.standard_normal((n // 1000 + 1, 500)).astype(np.float32))
     ga = gpuarray.to_gpu(a)
     time.sleep(0.05)
@@ -818,9 +954,11 @@ def test_gpu_get_of_fresh_arrays(ctx, rng, mib):
 
 # ---- helpers' lifetime ----
 
+
 @pytest.mark.driver
 def test_helpers_are_joined_at_detach_and_at_dealloc(ctx, rng, staging):
     import gc
+
     staging(threshold=MIB, threads=5, chunk=64 * KIB)
     base = cuda.staging_stats()["helper_threads"]
     for how in ("detach", "drop"):
@@ -888,7 +1026,9 @@ def test_exit_with_live_helpers_is_silent():
 
 @pytest.mark.driver
 def test_exit_while_a_daemon_thread_copies_is_silent():
-    r = _run(EXIT_SCRIPT + """
+    r = _run(
+        EXIT_SCRIPT
+        + """
     started = threading.Event()
     def loop():
         ctx.push()
@@ -899,7 +1039,8 @@ def test_exit_while_a_daemon_thread_copies_is_silent():
     threading.Thread(target=loop, daemon=True).start()
     started.wait()
     print('ok')
-    """)
+    """
+    )
     assert r.returncode == 0 and r.stdout == "ok\n" and r.stderr == "", r.stderr
 
 
@@ -908,7 +1049,9 @@ def test_a_forked_child_makes_its_own_helpers():
     """The child has none of its parent's threads and starts none (CUDA is
     refused in a child forked after it was initialised); the parent's keep
     working."""
-    r = _run(EXIT_SCRIPT + """
+    r = _run(
+        EXIT_SCRIPT
+        + """
     import os, warnings
     warnings.simplefilter("ignore", DeprecationWarning)   # fork() with threads, 3.12+
     pid = os.fork()
@@ -932,7 +1075,8 @@ def test_a_forked_child_makes_its_own_helpers():
     cuda.memcpy_dtoh(out, d)
     assert (out == x[::-1]).all()
     print('ok')
-    """)
+    """
+    )
     assert r.returncode == 0 and r.stdout == "child ok\nok\n" and r.stderr == "", r.stderr
 
 
@@ -966,7 +1110,7 @@ def test_inout_of_a_large_array_is_staged(standin, ctx, rng, staging, ptx, use_s
     staging(threshold=MIB, threads=3, chunk=64 * KIB)
     f = cuda.module_from_buffer(ptx).get_function("twice")
     s = cuda.Stream() if use_stream else None
-    for _ in range(2):                  # a pool block may come back: fresh data each time
+    for _ in range(2):  # a pool block may come back: fresh data each time
         x = rng.standard_normal((MIB + 4097) // 4).astype(np.float32)
         want = x.copy()
         before = cuda.staging_stats()
@@ -1018,8 +1162,7 @@ def test_gpu_inout_and_in_out_through_staging(ctx, rng, staging, ptx, use_stream
     b = rng.standard_normal(n).astype(np.float32)
     out = np.zeros(n, np.float32)
     before = cuda.staging_stats()
-    add(cuda.Out(out), cuda.In(a), cuda.In(b), np.int64(n), block=(256, 1, 1), grid=grid,
-        stream=s)
+    add(cuda.Out(out), cuda.In(a), cuda.In(b), np.int64(n), block=(256, 1, 1), grid=grid, stream=s)
     np.testing.assert_array_equal(out, a + b)
     d = delta(before)
     assert d["staged_htod"] == 2 and d["staged_dtoh"] == 1
@@ -1055,22 +1198,41 @@ SWEEP = os.path.join(os.path.dirname(HERE), "benchmarks", "staging_sweep.py")
 
 
 def test_sweep_without_a_driver_says_so_and_exits_0():
-    r = subprocess.run([sys.executable, SWEEP], capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, PYGPU_LIBCUDA="/nonexistent/libcuda.so.1"))
+    r = subprocess.run(
+        [sys.executable, SWEEP],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYGPU_LIBCUDA="/nonexistent/libcuda.so.1"),
+    )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("staging_sweep: no GPU (no CUDA driver: could not load "
-                               "/nonexistent/libcuda.so.1"), r.stdout
+    assert r.stdout.startswith(
+        "staging_sweep: no GPU (no CUDA driver: could not load /nonexistent/libcuda.so.1"
+    ), r.stdout
     assert r.stdout.rstrip().endswith("nothing measured")
 
 
 @pytest.mark.driver
 def test_sweep_quick_run_prints_the_tables_goals_and_a_recommendation(tmp_path):
     out = tmp_path / "sweep.json"
-    r = subprocess.run([sys.executable, SWEEP, "--quick", "--json", str(out)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, SWEEP, "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
-    for series in ("htod", "htod-pause", "dtoh", "dtoh-pause", "fresh", "fresh-pause",
-                   "get", "get-pause", "dtoh-busy"):
+    for series in (
+        "htod",
+        "htod-pause",
+        "dtoh",
+        "dtoh-pause",
+        "fresh",
+        "fresh-pause",
+        "get",
+        "get-pause",
+        "dtoh-busy",
+    ):
         assert "\n%s, GB/s\n| size             |     1M |     4M |\n" % series in r.stdout
     assert "| plain            |" in r.stdout and "| pinned           |" in r.stdout
     assert "| defaults         |" in r.stdout
@@ -1078,10 +1240,19 @@ def test_sweep_quick_run_prints_the_tables_goals_and_a_recommendation(tmp_path):
     assert "goal: staged beats plain from 1 MiB up after a pause (both directions): " in r.stdout
     assert "\nrecommended " in r.stdout and "PYGPU_STAGING_THRESHOLD=" in r.stdout
     import json
+
     data = json.load(open(out))
     assert data["sizes"] == ["1M", "4M"] and set(data["plain"]) == {
-        "htod", "htod-pause", "dtoh", "dtoh-pause", "fresh", "fresh-pause", "get", "get-pause",
-        "dtoh-busy"}
+        "htod",
+        "htod-pause",
+        "dtoh",
+        "dtoh-pause",
+        "fresh",
+        "fresh-pause",
+        "get",
+        "get-pause",
+        "dtoh-busy",
+    }
     assert list(data["staged"]) == ["defaults"]
     assert all(v > 0 for fig in data["staged"]["defaults"].values() for v in fig.values())
     assert set(data["goals"]) == {"get_fresh_vs_pinned", "staged_from_1MiB_after_a_pause"}
@@ -1089,6 +1260,7 @@ def test_sweep_quick_run_prints_the_tables_goals_and_a_recommendation(tmp_path):
 
 def _sweep_module():
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("staging_sweep", SWEEP)
     sw = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sw)
@@ -1101,11 +1273,13 @@ def test_sweep_threshold_rule():
     sw = _sweep_module()
     sizes = [1, 2, 4, 8]
     plain = {"a": {s: 10.0 for s in sizes}, "b": {s: 10.0 for s in sizes}}
-    staged = {"a": {1: 5, 2: 12, 4: 20, 8: 30},      # wins from 2
-              "b": {1: 50, 2: 9, 4: 40, 8: 50}}      # from 4
+    staged = {
+        "a": {1: 5, 2: 12, 4: 20, 8: 30},  # wins from 2
+        "b": {1: 50, 2: 9, 4: 40, 8: 50},
+    }  # from 4
     assert sw.threshold_for(sizes, plain, staged, ["a"], 0.03) == 2
     assert sw.threshold_for(sizes, plain, staged, ["a", "b"], 0.03) == 4
-    staged["b"][8] = 10.2                             # within the margin is not a win
+    staged["b"][8] = 10.2  # within the margin is not a win
     assert sw.threshold_for(sizes, plain, staged, ["a", "b"], 0.03) is None
     assert sw.gmean_speedup(sizes, plain, staged, ["a"], 4) == pytest.approx(math_gmean([2, 3]))
 
@@ -1113,13 +1287,30 @@ def test_sweep_threshold_rule():
 def test_sweep_configs_change_one_knob_at_a_time():
     sw = _sweep_module()
     a = sw.parse_args([])
-    defaults = {"threshold": MIB, "threads": 6, "chunk": 2 * MIB, "piece": 256 * KIB,
-                "spin_us": 300, "prefault": 1}
+    defaults = {
+        "threshold": MIB,
+        "threads": 6,
+        "chunk": 2 * MIB,
+        "piece": 256 * KIB,
+        "spin_us": 300,
+        "prefault": 1,
+    }
     got = sw.configs(a, defaults)
     assert got[0] == ("defaults", None, {})
     assert [n for n, _, _ in got[1:]] == [
-        "piece=64K", "piece=128K", "piece=512K", "piece=1M", "spin_us=0", "spin_us=50",
-        "spin_us=2000", "prefault=0", "threads=4", "threads=8", "threads=12", "chunk=4M"]
+        "piece=64K",
+        "piece=128K",
+        "piece=512K",
+        "piece=1M",
+        "spin_us=0",
+        "spin_us=50",
+        "spin_us=2000",
+        "prefault=0",
+        "threads=4",
+        "threads=8",
+        "threads=12",
+        "chunk=4M",
+    ]
     assert all(len(change) == 1 for _, _, change in got[1:])
     assert sw.parse_size("256K") == 256 * KIB and sw.label(256 * MIB) == "256M"
     q = sw.parse_args(["--quick"])
@@ -1128,4 +1319,5 @@ def test_sweep_configs_change_one_knob_at_a_time():
 
 def math_gmean(xs):
     import math
+
     return math.exp(sum(math.log(x) for x in xs) / len(xs))

@@ -6,6 +6,7 @@ Three tiers: CPU tests run anywhere; `standin` tests run in make test's
 second pass against the driver stand-in (which shares pool and virtual
 memory between processes for real, through memfds); `gpu` tests need a GPU
 (some need 2 and say so when they skip)."""
+
 import concurrent.futures
 import gc
 import multiprocessing
@@ -14,7 +15,6 @@ import pickle
 import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 
 import numpy as np
@@ -30,6 +30,7 @@ SPAWN = multiprocessing.get_context("spawn")
 
 # ---- CPU: handles, pickling, argument checks (no driver needed) ----
 
+
 def test_shared_fd_pickles_to_a_spawned_process(tmp_path, rng):
     data = rng.bytes(4096)
     path = tmp_path / "blob"
@@ -38,9 +39,9 @@ def test_shared_fd_pickles_to_a_spawned_process(tmp_path, rng):
     with SPAWN.Pool(1) as pool:
         got = pool.apply(multi_children.read_shared_fd, (sfd, len(data)))
     assert got == data
-    assert not sfd.closed       # the parent's descriptor is still its own
+    assert not sfd.closed  # the parent's descriptor is still its own
     sfd.close()
-    sfd.close()                 # idempotent
+    sfd.close()  # idempotent
     assert sfd.closed
 
 
@@ -73,11 +74,13 @@ def test_legacy_handles_pickle_as_bytes(rng):
 
 
 def test_ipc_constructors_check_the_handle_before_the_driver():
-    with pytest.raises(TypeError, match="IPCMemoryHandle\\(\\): the handle must be bytes or "
-                                        "a bytearray .* not int"):
+    with pytest.raises(
+        TypeError, match="IPCMemoryHandle\\(\\): the handle must be bytes or a bytearray .* not int"
+    ):
         cuda.IPCMemoryHandle(42)
-    with pytest.raises(ValueError, match="IPCMemoryHandle\\(\\): the handle has 3 bytes; a "
-                                         "CUDA IPC handle has 64"):
+    with pytest.raises(
+        ValueError, match="IPCMemoryHandle\\(\\): the handle has 3 bytes; a CUDA IPC handle has 64"
+    ):
         cuda.IPCMemoryHandle(b"abc")
     with pytest.raises(ValueError, match="Event.from_ipc_handle\\(\\): the handle has 65 bytes"):
         cuda.Event.from_ipc_handle(bytearray(65))
@@ -92,8 +95,7 @@ def test_ipc_helpers_check_their_types():
         ipc.export_pool(3)
     with pytest.raises(TypeError, match="import_pool\\(\\) takes a PoolHandle, not bytes"):
         ipc.import_pool(b"x")
-    with pytest.raises(TypeError, match="export_buffer\\(\\) takes a VirtualBuffer, not "
-                                        "bytes"):
+    with pytest.raises(TypeError, match="export_buffer\\(\\) takes a VirtualBuffer, not bytes"):
         ipc.export_buffer(b"x")
     with pytest.raises(TypeError, match="import_buffer\\(\\) takes a BufferHandle, not list"):
         ipc.import_buffer([])
@@ -104,8 +106,14 @@ def test_not_forked_here():
 
 
 def test_driver_exports_the_new_names():
-    for name in ("IPCMemoryHandle", "MemoryPool", "VirtualBuffer", "mem_get_ipc_handle",
-                 "ipc_mem_flags", "forked_from"):
+    for name in (
+        "IPCMemoryHandle",
+        "MemoryPool",
+        "VirtualBuffer",
+        "mem_get_ipc_handle",
+        "ipc_mem_flags",
+        "forked_from",
+    ):
         assert name in cuda.__all__ and getattr(cuda, name) is getattr(_driver, name)
     assert cuda.ipc_mem_flags.LAZY_ENABLE_PEER_ACCESS == 1
     assert issubclass(cuda.IPCMemoryHandle, cuda.DeviceAllocation)
@@ -115,6 +123,7 @@ def test_driver_exports_the_new_names():
 def test_mpi_cuda_aware_override(monkeypatch):
     pytest.importorskip("mpi4py")
     from pygpu import mpi
+
     monkeypatch.setenv("PYGPU_MPI_CUDA_AWARE", "1")
     assert mpi.cuda_aware() is True
     monkeypatch.setenv("PYGPU_MPI_CUDA_AWARE", "0")
@@ -129,9 +138,14 @@ def test_mpi_device_buffer_reads_the_cai():
 
     class Dev:
         def __init__(self, shape, strides, typestr="<f8"):
-            self.__cuda_array_interface__ = {"shape": shape, "strides": strides,
-                                             "typestr": typestr, "data": (4096, False),
-                                             "version": 3}
+            self.__cuda_array_interface__ = {
+                "shape": shape,
+                "strides": strides,
+                "typestr": typestr,
+                "data": (4096, False),
+                "version": 3,
+            }
+
     assert mpi.device_buffer(np.zeros(3)) is None
     assert mpi.device_buffer(Dev((4, 5), None)) == (4096, 160, np.dtype("<f8"))
     assert mpi.device_buffer(Dev((4, 5), (40, 8))) == (4096, 160, np.dtype("<f8"))
@@ -226,15 +240,23 @@ def test_mpi_staged_helper_on_two_ranks(tmp_path):
     pytest.importorskip("mpi4py")
     exe = _mpiexec()
     if exe is None:
-        pytest.skip("no mpiexec on PATH or beside %s (install an MPI, e.g. the mpich "
-                    "wheel)" % sys.executable)
+        pytest.skip(
+            "no mpiexec on PATH or beside %s (install an MPI, e.g. the mpich "
+            "wheel)" % sys.executable
+        )
     import fakecuda
+
     lib = fakecuda.build()
     script = tmp_path / "staged.py"
     script.write_text(MPI_STAGED)
     env = _mpi_env(dict(os.environ, PYGPU_LIBCUDA=lib))
-    r = subprocess.run([exe, "-n", "2", sys.executable, str(script)], capture_output=True,
-                       text=True, timeout=300, env=env)
+    r = subprocess.run(
+        [exe, "-n", "2", sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "rank 0 ok" in r.stdout and "rank 1 ok" in r.stdout, r.stdout + r.stderr
 
@@ -265,16 +287,16 @@ def test_ipc_memory_opens_closes_and_never_frees(standin, ctx, rng):
     cuda.memcpy_dtoh(got, m)
     np.testing.assert_array_equal(got, x)
     m.close()
-    m.close()                                       # idempotent
+    m.close()  # idempotent
     assert m.freed and "closed" in repr(m)
-    assert standin.live() == base                   # closed, the exporter's memory kept
+    assert standin.live() == base  # closed, the exporter's memory kept
     with pytest.raises(cuda.LogicError, match="the DeviceAllocation was freed"):
         cuda.memcpy_dtoh(got, m)
     m2 = cuda.IPCMemoryHandle(h, flags=cuda.ipc_mem_flags.LAZY_ENABLE_PEER_ACCESS)
     del m2
-    gc.collect()                                    # closed on GC
+    gc.collect()  # closed on GC
     assert standin.live() == base
-    cuda.memcpy_dtoh(got, a)                        # the exporter's memory is intact
+    cuda.memcpy_dtoh(got, a)  # the exporter's memory is intact
     np.testing.assert_array_equal(got, x)
 
 
@@ -286,24 +308,30 @@ def test_ipc_memory_errors(standin, ctx):
     # the export holds the memory (another process may map it): free() is
     # deferred until the object dies (issue 25's hold protocol)
     assert a.holders == ("an IPC export (mem_get_ipc_handle)",)
-    with pytest.raises(cuda.LogicError, match="mem_get_ipc_handle\\(\\): the DeviceAllocation "
-                                              "was freed"):
+    with pytest.raises(
+        cuda.LogicError, match="mem_get_ipc_handle\\(\\): the DeviceAllocation was freed"
+    ):
         cuda.mem_get_ipc_handle(a)
     del a
     gc.collect()
-    with pytest.raises(cuda.Error, match="cuIpcOpenMemHandle failed: CUDA_ERROR_INVALID_VALUE"
-                                         ".* the exporting process may have freed the memory "
-                                         "or exited"):
+    with pytest.raises(
+        cuda.Error,
+        match="cuIpcOpenMemHandle failed: CUDA_ERROR_INVALID_VALUE"
+        ".* the exporting process may have freed the memory "
+        "or exited",
+    ):
         cuda.IPCMemoryHandle(h)
     with pytest.raises(cuda.Error, match="cuIpcOpenMemHandle failed.*INVALID_VALUE"):
         cuda.IPCMemoryHandle(bytes(64))
     m = cuda.mem_alloc_managed(64)
-    with pytest.raises(cuda.Error, match="cuIpcGetMemHandle failed.*only memory from "
-                                         "mem_alloc\\(\\)"):
+    with pytest.raises(
+        cuda.Error, match="cuIpcGetMemHandle failed.*only memory from mem_alloc\\(\\)"
+    ):
         cuda.mem_get_ipc_handle(m)
     vb = cuda.VirtualBuffer(10)
-    with pytest.raises(TypeError, match="VirtualBuffer memory cannot be exported with a legacy "
-                                        "IPC handle \\(use"):
+    with pytest.raises(
+        TypeError, match="VirtualBuffer memory cannot be exported with a legacy IPC handle \\(use"
+    ):
         cuda.mem_get_ipc_handle(vb)
 
 
@@ -314,7 +342,9 @@ def test_ipc_memory_handle_goes_to_a_spawned_process(standin, ctx):
     a = cuda.mem_alloc(128)
     with SPAWN.Pool(1) as pool:
         kind, msg = pool.apply(multi_children.open_ipc_memory, (cuda.mem_get_ipc_handle(a),))
-    assert kind == "LogicError" and "cuIpcOpenMemHandle failed: CUDA_ERROR_NOT_SUPPORTED" in msg, msg
+    assert kind == "LogicError" and "cuIpcOpenMemHandle failed: CUDA_ERROR_NOT_SUPPORTED" in msg, (
+        msg
+    )
 
 
 @standin
@@ -334,8 +364,11 @@ def test_ipc_events(standin, ctx):
     with SPAWN.Pool(1) as pool:
         assert pool.apply(multi_children.open_ipc_event, (h,)) is True
     plain = cuda.Event()
-    with pytest.raises(cuda.Error, match="cuIpcGetEventHandle failed.*Event\\(flags=event_flags"
-                                         ".INTERPROCESS \\| event_flags.DISABLE_TIMING\\)"):
+    with pytest.raises(
+        cuda.Error,
+        match="cuIpcGetEventHandle failed.*Event\\(flags=event_flags"
+        ".INTERPROCESS \\| event_flags.DISABLE_TIMING\\)",
+    ):
         plain.ipc_handle()
 
 
@@ -377,30 +410,40 @@ def test_pool_export_import_across_processes(standin, ctx, rng):
 @standin
 def test_pool_errors(standin, ctx):
     private = cuda.MemoryPool(ipc=False)
-    with pytest.raises(ValueError, match="export_pool\\(\\): the MemoryPool was made with "
-                                         "ipc=False"):
+    with pytest.raises(
+        ValueError, match="export_pool\\(\\): the MemoryPool was made with ipc=False"
+    ):
         ipc.export_pool(private)
     pool = cuda.MemoryPool()
     h = ipc.export_pool(pool)
     imported = ipc.import_pool(h)
     assert imported.imported and "imported" in repr(imported)
-    with pytest.raises(ValueError, match="allocate\\(\\): a MemoryPool imported from another "
-                                         "process cannot allocate"):
+    with pytest.raises(
+        ValueError,
+        match="allocate\\(\\): a MemoryPool imported from another process cannot allocate",
+    ):
         imported.allocate(16)
-    with pytest.raises(ValueError, match="export_pool\\(\\): an imported MemoryPool cannot be "
-                                         "exported again"):
+    with pytest.raises(
+        ValueError, match="export_pool\\(\\): an imported MemoryPool cannot be exported again"
+    ):
         ipc.export_pool(imported)
-    with pytest.raises(ValueError, match="import_pointer\\(\\): data has 3 bytes; an exported "
-                                         "pool pointer has 64"):
+    with pytest.raises(
+        ValueError, match="import_pointer\\(\\): data has 3 bytes; an exported pool pointer has 64"
+    ):
         imported.import_pointer(b"abc")
-    with pytest.raises(TypeError, match="import_pointer\\(\\): data must be the bytes of "
-                                        "export_pointer\\(\\), not str"):
+    with pytest.raises(
+        TypeError,
+        match="import_pointer\\(\\): data must be the bytes of export_pointer\\(\\), not str",
+    ):
         imported.import_pointer("x")
-    with pytest.raises(cuda.Error, match="cuMemPoolImportPointer failed.*must come from "
-                                         "export_pointer\\(\\)"):
+    with pytest.raises(
+        cuda.Error, match="cuMemPoolImportPointer failed.*must come from export_pointer\\(\\)"
+    ):
         imported.import_pointer(bytes(64))
-    with pytest.raises(cuda.Error, match="cuMemPoolExportPointer failed.*only memory from this "
-                                         "pool's allocate\\(\\)"):
+    with pytest.raises(
+        cuda.Error,
+        match="cuMemPoolExportPointer failed.*only memory from this pool's allocate\\(\\)",
+    ):
         pool.export_pointer(cuda.mem_alloc(64))
     with pytest.raises(ValueError, match="allocate\\(\\): nbytes must be > 0, got 0"):
         pool.allocate(0)
@@ -408,8 +451,10 @@ def test_pool_errors(standin, ctx):
         cuda.MemoryPool(max_size=-1)
     r, w = os.pipe()
     os.close(w)
-    with pytest.raises(cuda.Error, match="cuMemPoolImportFromShareableHandle failed.*must "
-                                         "come from export_pool\\(\\)"):
+    with pytest.raises(
+        cuda.Error,
+        match="cuMemPoolImportFromShareableHandle failed.*must come from export_pool\\(\\)",
+    ):
         ipc.import_pool(ipc.PoolHandle(r, 0))
     pool.destroy()
     with pytest.raises(cuda.LogicError, match="allocate\\(\\): the MemoryPool was destroyed"):
@@ -429,16 +474,19 @@ def test_virtual_buffer_grows_keeping_contents(standin, ctx, rng):
         vb.grow(n, reserve=n + 4 * g if n == 3_000_000 else 0)
         assert vb.size == n and vb.mapped >= n and vb.reserved >= vb.mapped
         got = np.empty(len(data))
-        cuda.memcpy_dtoh(got, vb)            # the old contents, across chunks
+        cuda.memcpy_dtoh(got, vb)  # the old contents, across chunks
         np.testing.assert_array_equal(got, data)
         data = rng.standard_normal(n // 8)
-        cuda.memcpy_htod(vb, data)           # the whole buffer is usable
+        cuda.memcpy_htod(vb, data)  # the whole buffer is usable
         sizes.append(n)
     got = np.empty(len(data))
     cuda.memcpy_dtoh(got, vb)
     np.testing.assert_array_equal(got, data)
-    with pytest.raises(ValueError, match="grow\\(\\): 10 bytes is less than the buffer's "
-                                         "9000000 \\(a VirtualBuffer only grows\\)"):
+    with pytest.raises(
+        ValueError,
+        match="grow\\(\\): 10 bytes is less than the buffer's "
+        "9000000 \\(a VirtualBuffer only grows\\)",
+    ):
         vb.grow(10)
     cai = vb.__cuda_array_interface__
     assert cai["data"][0] == int(vb) and cai["shape"] == (9_000_000,)
@@ -449,7 +497,7 @@ def test_virtual_buffer_grows_keeping_contents(standin, ctx, rng):
         vb.grow(10**7)
     vb2 = cuda.VirtualBuffer(1000)
     del vb2
-    gc.collect()                             # released on GC
+    gc.collect()  # released on GC
     assert _mine(standin.live()) == base
     with pytest.raises(ValueError, match="VirtualBuffer\\(\\): nbytes must be >= 0, got -5"):
         cuda.VirtualBuffer(-5)
@@ -464,8 +512,12 @@ def test_virtual_buffer_grows_keeping_contents(standin, ctx, rng):
 @standin
 def test_virtual_buffer_is_a_kernel_argument(standin, ctx):
     from pygpu import compiler
-    ptx = bytes(compiler.compile('extern "C" __global__ void k(double *p, int n) {}',
-                                 target="ptx", arch="compute_90"))
+
+    ptx = bytes(
+        compiler.compile(
+            'extern "C" __global__ void k(double *p, int n) {}', target="ptx", arch="compute_90"
+        )
+    )
     f = cuda.module_from_buffer(ptx).get_function("k")
     vb = cuda.VirtualBuffer(4096)
     f(vb, np.int32(3), block=(32, 1, 1), grid=(1, 1))
@@ -483,7 +535,7 @@ def test_virtual_buffer_export_to_a_spawned_process(standin, ctx, rng):
     n = 40_000
     x = rng.standard_normal(n)
     vb = cuda.VirtualBuffer(x.nbytes // 2, shareable=True)
-    vb.grow(x.nbytes)                        # two chunks
+    vb.grow(x.nbytes)  # two chunks
     cuda.memcpy_htod(vb, x)
     assert vb.shareable and vb.nchunks == 2
     h = ipc.export_buffer(vb)
@@ -497,13 +549,16 @@ def test_virtual_buffer_export_to_a_spawned_process(standin, ctx, rng):
     cuda.memcpy_dtoh(back, vb)
     np.testing.assert_array_equal(back, multi_children.values(seed, n))
     h.close()
-    with pytest.raises(ValueError, match="export_buffer\\(\\): the VirtualBuffer was made "
-                                         "without shareable=True"):
+    with pytest.raises(
+        ValueError, match="export_buffer\\(\\): the VirtualBuffer was made without shareable=True"
+    ):
         ipc.export_buffer(cuda.VirtualBuffer(10))
     r, w = os.pipe()
     os.close(w)
-    with pytest.raises(cuda.Error, match="cuMemImportFromShareableHandle failed.*must come "
-                                         "from export_buffer\\(\\)"):
+    with pytest.raises(
+        cuda.Error,
+        match="cuMemImportFromShareableHandle failed.*must come from export_buffer\\(\\)",
+    ):
         ipc.import_buffer(ipc.BufferHandle([(r, 65536)], 10, 0))
 
 
@@ -514,7 +569,7 @@ def test_memcpy_peer_contexts_default_to_the_allocations(standin, ctx, rng):
     c1 = cuda.Device(1).retain_primary_context()
     with c1:
         b = cuda.mem_alloc(x.nbytes)
-    cuda.memcpy_peer(b, a, x.nbytes)                         # PyCUDA: contexts optional
+    cuda.memcpy_peer(b, a, x.nbytes)  # PyCUDA: contexts optional
     np.testing.assert_array_equal(_read(b, c1, 1000), x)
     y = rng.standard_normal(1000)
     cuda.memcpy_htod(a, y)
@@ -522,12 +577,14 @@ def test_memcpy_peer_contexts_default_to_the_allocations(standin, ctx, rng):
     cuda.memcpy_peer_async(b, a, x.nbytes, dest_context=c1, src_context=ctx, stream=s)
     s.synchronize()
     np.testing.assert_array_equal(_read(b, c1, 1000), y)
-    cuda.memcpy_peer(int(b), int(a), 800, c1)                # ints: src_context = current
-    with pytest.raises(TypeError, match="memcpy_peer\\(\\): dest_context must be a Context or "
-                                        "None, not int"):
+    cuda.memcpy_peer(int(b), int(a), 800, c1)  # ints: src_context = current
+    with pytest.raises(
+        TypeError, match="memcpy_peer\\(\\): dest_context must be a Context or None, not int"
+    ):
         cuda.memcpy_peer(b, a, 8, 1)
-    with pytest.raises(ValueError, match="memcpy_peer\\(\\): 9000 bytes do not fit in the "
-                                         "destination allocation"):
+    with pytest.raises(
+        ValueError, match="memcpy_peer\\(\\): 9000 bytes do not fit in the destination allocation"
+    ):
         cuda.memcpy_peer(b, a, 9000)
 
 
@@ -539,13 +596,16 @@ def _read(alloc, c, n):
 @standin
 def test_gpuarrays_on_two_devices_refuse_to_mix(standin, ctx, rng):
     from pygpu import gpuarray
+
     x = rng.standard_normal(100)
     a = gpuarray.to_gpu(x)
     c1 = cuda.Device(1).retain_primary_context()
     with c1:
         b = gpuarray.to_gpu(x)
-    msg = ("GPUArray operands on different devices: an operand lives on device 1 but the "
-           "operation runs in the current context, on device 0")
+    msg = (
+        "GPUArray operands on different devices: an operand lives on device 1 but the "
+        "operation runs in the current context, on device 0"
+    )
     with pytest.raises(ValueError, match=msg):
         a + b
     with pytest.raises(ValueError, match=msg):
@@ -555,13 +615,26 @@ def test_gpuarrays_on_two_devices_refuse_to_mix(standin, ctx, rng):
     with pytest.raises(ValueError, match=msg):
         a[:10] + b[:10]
     with c1:
-        with pytest.raises(ValueError, match="an operand lives on device 0 but the operation "
-                                             "runs in the current context, on device 1"):
+        with pytest.raises(
+            ValueError,
+            match="an operand lives on device 0 but the operation "
+            "runs in the current context, on device 1",
+        ):
             a + b
 
 
-FORK_CALLS = ("mem_alloc", "memcpy", "launch", "stream", "device", "inherited device",
-              "inherited event", "null stream", "array", "peer")
+FORK_CALLS = (
+    "mem_alloc",
+    "memcpy",
+    "launch",
+    "stream",
+    "device",
+    "inherited device",
+    "inherited event",
+    "null stream",
+    "array",
+    "peer",
+)
 FORK_SCRIPT = r"""
 import os, sys
 import numpy as np
@@ -633,20 +706,20 @@ print("parent ok")
 def test_a_forked_child_gets_a_clear_error(standin, tmp_path):
     script = tmp_path / "fork.py"
     script.write_text(FORK_SCRIPT)
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     for what in FORK_CALLS:
         assert what + ": ok" in lines, r.stdout
-    assert "driver calls in the child: 0" in lines, r.stdout    # the inherited objects too
+    assert "driver calls in the child: 0" in lines, r.stdout  # the inherited objects too
     assert "parent ok" in lines and r.stderr == "", r.stdout + r.stderr
 
 
 @standin
 def test_a_child_forked_before_cuda_may_use_it(standin, tmp_path):
     script = tmp_path / "fork_first.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import os
         import numpy as np
         import pygpu.driver as cuda
@@ -659,13 +732,14 @@ def test_a_child_forked_before_cuda_may_use_it(standin, tmp_path):
             os._exit(0 if ok else 3)
         _, status = os.waitpid(pid, 0)
         print("child", os.waitstatus_to_exitcode(status))
-    """))
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                       timeout=120)
+    """)
+    )
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "child 0" in r.stdout, r.stdout + r.stderr
 
 
 # failure injection at every driver call of every new operation
+
 
 def _scenarios():
     rng = np.random.default_rng()
@@ -746,14 +820,21 @@ SCENARIOS = sorted(_scenarios())
 # releases (dealloc, close, free) and probes whose failure is swallowed: a
 # failed release loses that one handle, as a real driver would; a failed
 # address-space hint (cuMemAddressReserve after the buffer) is retried anywhere
-MULTI_TOLERATED = {"cuIpcCloseMemHandle", "cuMemPoolDestroy", "cuMemUnmap", "cuMemRelease",
-                   "cuMemAddressFree", "cuMemAddressReserve"}
+MULTI_TOLERATED = {
+    "cuIpcCloseMemHandle",
+    "cuMemPoolDestroy",
+    "cuMemUnmap",
+    "cuMemRelease",
+    "cuMemAddressFree",
+    "cuMemAddressReserve",
+}
 
 
 @standin
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_failure_at_every_new_call_site(standin, ctx, scenario):
     from test_standin import TOLERATED, _codes, _drop
+
     tolerated = TOLERATED | MULTI_TOLERATED
     op = _scenarios()[scenario]
     _drop(op)
@@ -797,8 +878,9 @@ def test_failure_at_every_new_call_site(standin, ctx, scenario):
                 assert standin.stale() == stale, where + ": a dead handle was used"
                 if name in tolerated:
                     # one object lost: a VirtualBuffer holds a reservation and its chunks
-                    assert all(v > 0 for v in leaked.values()) and sum(leaked.values()) <= 8, \
+                    assert all(v > 0 for v in leaked.values()) and sum(leaked.values()) <= 8, (
                         where + ": %s" % leaked
+                    )
                 else:
                     assert not leaked, where + ": leaked %s" % leaked
     finally:
@@ -810,8 +892,8 @@ def test_missing_entry_points_are_clear_errors(tmp_path):
     """A driver without the IPC, pool or VMM entry points: each new API
     says which one it needs."""
     import fakecuda
-    hide = ("cuIpcGetMemHandle,cuIpcOpenEventHandle,cuMemPoolCreate,cuMemCreate,"
-            "cuIpcGetEventHandle")
+
+    hide = "cuIpcGetMemHandle,cuIpcOpenEventHandle,cuMemPoolCreate,cuMemCreate,cuIpcGetEventHandle"
     code = textwrap.dedent("""
         import pygpu.driver as cuda, pygpu.autoinit
         a = cuda.mem_alloc(16)
@@ -825,8 +907,9 @@ def test_missing_entry_points_are_clear_errors(tmp_path):
                 print(e)
     """)
     env = dict(os.environ, PYGPU_LIBCUDA=fakecuda.build(), FAKECUDA_HIDE=hide)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env=env, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
         "mem_get_ipc_handle() needs cuIpcGetMemHandle, which this CUDA driver does not provide",
@@ -836,7 +919,8 @@ def test_missing_entry_points_are_clear_errors(tmp_path):
         "which this CUDA driver does not provide",
         "Event.ipc_handle() needs cuIpcGetEventHandle, which this CUDA driver does not provide",
         "Event.from_ipc_handle() needs cuIpcOpenEventHandle, which this CUDA driver does not "
-        "provide"], r.stdout
+        "provide",
+    ], r.stdout
 
 
 # ---- on GPUs ----
@@ -856,19 +940,21 @@ def test_gpu_ipc_memory_and_event_across_processes(ctx, rng):
     n = 1 << 20
     a = cuda.mem_alloc(n * 8)
     cuda.memset_d8(a, 0, n * 8)
-    cuda.Context.synchronize()           # done before the child writes
+    cuda.Context.synchronize()  # done before the child writes
     ev = cuda.Event(flags=cuda.event_flags.INTERPROCESS | cuda.event_flags.DISABLE_TIMING)
     seed = int(rng.integers(2**32))
     parent, child = SPAWN.Pipe()
-    p = SPAWN.Process(target=multi_children.gpu_ipc_writer,
-                      args=(cuda.mem_get_ipc_handle(a), ev.ipc_handle(), n, seed, child))
+    p = SPAWN.Process(
+        target=multi_children.gpu_ipc_writer,
+        args=(cuda.mem_get_ipc_handle(a), ev.ipc_handle(), n, seed, child),
+    )
     p.start()
     try:
         assert parent.poll(120), "the child said nothing in 120 s"
         msg = parent.recv()
         assert msg[0] == "recorded", msg
         assert msg[1] >= n * 8
-        ev.synchronize()                 # the child's kernel is done
+        ev.synchronize()  # the child's kernel is done
         got = cuda.from_device(a, n, np.float64)
     finally:
         parent.send("done")
@@ -889,17 +975,20 @@ def test_gpu_pool_export_import_across_processes(ctx, rng):
     cuda.Context.synchronize()
     seed = int(rng.integers(2**32))
     with SPAWN.Pool(1) as p:
-        got, size = p.apply(multi_children.pool_child,
-                            (ipc.export_pool(pool), pool.export_pointer(a), n, seed))
+        got, size = p.apply(
+            multi_children.pool_child, (ipc.export_pool(pool), pool.export_pointer(a), n, seed)
+        )
     np.testing.assert_array_equal(got, x)
     assert size >= x.nbytes
-    np.testing.assert_array_equal(cuda.from_device(a, n, np.float64),
-                                  multi_children.values(seed, n))
+    np.testing.assert_array_equal(
+        cuda.from_device(a, n, np.float64), multi_children.values(seed, n)
+    )
 
 
 @gpu
 def test_gpu_virtual_buffer_grows_keeping_contents(ctx, rng):
     from pygpu.compiler import SourceModule
+
     f = SourceModule(multi_children.KERNEL).get_function("affine")
     vb = cuda.VirtualBuffer(3 << 20)
     g = vb.granularity
@@ -926,19 +1015,21 @@ def test_gpu_virtual_buffer_export_across_processes(ctx, rng):
     x = rng.standard_normal(n)
     vb.grow(x.nbytes)
     cuda.memcpy_htod(vb, x)
-    cuda.Context.synchronize()           # the copy has landed before the child reads
+    cuda.Context.synchronize()  # the copy has landed before the child reads
     seed = int(rng.integers(2**32))
     with SPAWN.Pool(1) as p:
         got, size = p.apply(multi_children.buffer_child, (ipc.export_buffer(vb), n, seed))
     np.testing.assert_array_equal(got, x)
-    np.testing.assert_array_equal(cuda.from_device(vb, n, np.float64),
-                                  multi_children.values(seed, n))
+    np.testing.assert_array_equal(
+        cuda.from_device(vb, n, np.float64), multi_children.values(seed, n)
+    )
 
 
 @gpu
 def test_gpu_peer_copies_and_access(ctx, rng):
     _need_devices(2)
     from pygpu.compiler import SourceModule
+
     n = 1 << 22
     x = rng.standard_normal(n)
     a = cuda.to_device(x)
@@ -971,18 +1062,22 @@ def test_gpu_peer_copies_and_access(ctx, rng):
 def test_gpu_arrays_on_two_devices(ctx, rng):
     _need_devices(2)
     from pygpu import gpuarray
+
     x, y = rng.standard_normal(1000), rng.standard_normal(1000)
     a = gpuarray.to_gpu(x)
     c1 = cuda.Device(1).retain_primary_context()
     with c1:
         b = gpuarray.to_gpu(y)
-        np.testing.assert_array_equal((b * 2.0).get(), y * 2.0)   # its own device: fine
-    with pytest.raises(ValueError, match="operands on different devices: an operand lives on "
-                                         "device 1 but the operation runs in the current "
-                                         "context, on device 0"):
+        np.testing.assert_array_equal((b * 2.0).get(), y * 2.0)  # its own device: fine
+    with pytest.raises(
+        ValueError,
+        match="operands on different devices: an operand lives on "
+        "device 1 but the operation runs in the current "
+        "context, on device 0",
+    ):
         a + b
     bb = gpuarray.empty_like(a)
-    cuda.memcpy_peer(bb.gpudata, b.gpudata, b.nbytes, ctx, c1)    # copied: then it works
+    cuda.memcpy_peer(bb.gpudata, b.gpudata, b.nbytes, ctx, c1)  # copied: then it works
     np.testing.assert_array_equal((a + bb).get(), x + y)
 
 
@@ -990,6 +1085,7 @@ def test_gpu_arrays_on_two_devices(ctx, rng):
 def test_gpu_primary_contexts_from_threads(rng):
     """Each device's primary context, made current in its own thread."""
     import threading
+
     ndev = cuda.Device.count()
     xs = [rng.standard_normal(1000) for _ in range(ndev)]
     out, errors = [None] * ndev, []
@@ -998,10 +1094,10 @@ def test_gpu_primary_contexts_from_threads(rng):
         try:
             with cuda.Device(i).retain_primary_context():
                 a = cuda.to_device(xs[i])
-                out[i] = (cuda.Context.get_device().ordinal, cuda.from_device(a, 1000,
-                                                                              np.float64))
-        except Exception as e:      # reported below
+                out[i] = (cuda.Context.get_device().ordinal, cuda.from_device(a, 1000, np.float64))
+        except Exception as e:  # reported below
             errors.append(e)
+
     threads = [threading.Thread(target=work, args=(i,)) for i in range(ndev)]
     for t in threads:
         t.start()
@@ -1016,11 +1112,12 @@ def test_gpu_primary_contexts_from_threads(rng):
 @gpu
 def test_gpu_fork_child_gets_a_clear_error(tmp_path):
     script = tmp_path / "fork.py"
-    script.write_text(FORK_SCRIPT.replace("sd = StandIn()", "")
-                      .replace("calls = sd.calls()", "calls = 0")
-                      .replace("(sd.calls() - calls)", "0"))
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                       timeout=120)
+    script.write_text(
+        FORK_SCRIPT.replace("sd = StandIn()", "")
+        .replace("calls = sd.calls()", "calls = 0")
+        .replace("(sd.calls() - calls)", "0")
+    )
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     for what in FORK_CALLS:
         assert what + ": ok" in r.stdout.splitlines(), r.stdout
@@ -1036,10 +1133,18 @@ def _example(name, *args, mpi=0):
 
 @pytest.mark.parametrize("name", ["multi_gpu_lombscargle", "mpi_lombscargle"])
 def test_examples_without_a_gpu_compile_and_exit_0(name, tmp_path):
-    env = dict(os.environ, PYGPU_LIBCUDA=str(tmp_path / "no-libcuda.so"),
-               PYGPU_CACHE_DIR=str(tmp_path / "cache"))
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", name + ".py")],
-                       capture_output=True, text=True, timeout=300, env=env)
+    env = dict(
+        os.environ,
+        PYGPU_LIBCUDA=str(tmp_path / "no-libcuda.so"),
+        PYGPU_CACHE_DIR=str(tmp_path / "cache"),
+    )
+    r = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "examples", name + ".py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "compile" in r.stdout and "no GPU:" in r.stdout, r.stdout
 
@@ -1047,7 +1152,7 @@ def test_examples_without_a_gpu_compile_and_exit_0(name, tmp_path):
 @gpu
 def test_gpu_multi_gpu_example(tmp_path):
     pytest.importorskip("scipy")
-    r = _example("multi_gpu_lombscargle", 1024, 1 << 16, 1 << 16)   # every frequency checked
+    r = _example("multi_gpu_lombscargle", 1024, 1 << 16, 1 << 16)  # every frequency checked
     print(r.stdout)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "FAILED" not in r.stdout and r.stdout.count("ok: ") == 3, r.stdout
@@ -1059,8 +1164,10 @@ def test_gpu_mpi_example_on_two_ranks(tmp_path):
     pytest.importorskip("scipy")
     pytest.importorskip("mpi4py")
     if _mpiexec() is None:
-        pytest.skip("no mpiexec on PATH or beside %s: install an MPI (the system's, or pip "
-                    "install mpich)" % sys.executable)
+        pytest.skip(
+            "no mpiexec on PATH or beside %s: install an MPI (the system's, or pip "
+            "install mpich)" % sys.executable
+        )
     _need_devices(2)
     r = _example("mpi_lombscargle", 1024, 1 << 16, 1 << 16, mpi=2)
     print(r.stdout)
@@ -1084,16 +1191,24 @@ def test_gpu_mpi_device_buffers_on_two_ranks(tmp_path, stage):
     body = MPI_STAGED.replace(
         "import pygpu.autoinit\n",
         "cuda.init()\n_ctx = cuda.Device(MPI.COMM_WORLD.Get_rank()).retain_primary_context()\n"
-        "_ctx.push()\n")
-    body = body.replace("s = mpi.staged(comm, stage=True)",
-                        "if not %r and not mpi.cuda_aware():\n"
-                        "    print('not CUDA-aware')\n"
-                        "    sys.exit(0)\n"
-                        "s = mpi.staged(comm, stage=%r)" % (stage, stage))
+        "_ctx.push()\n",
+    )
+    body = body.replace(
+        "s = mpi.staged(comm, stage=True)",
+        "if not %r and not mpi.cuda_aware():\n"
+        "    print('not CUDA-aware')\n"
+        "    sys.exit(0)\n"
+        "s = mpi.staged(comm, stage=%r)" % (stage, stage),
+    )
     assert body.count("_ctx.push()") == 1 and body.count("stage=%r" % stage) == 1
     script.write_text(body)
-    r = subprocess.run([exe, "-n", "2", sys.executable, str(script)], capture_output=True,
-                       text=True, timeout=300, env=_mpi_env())
+    r = subprocess.run(
+        [exe, "-n", "2", sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_mpi_env(),
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     if "not CUDA-aware" in r.stdout:
         pytest.skip("the MPI library here is not CUDA-aware (mpi.cuda_aware() is False)")

@@ -10,6 +10,7 @@ with a stand-in mpi4py.  On 2 GPUs (``gpu``; skipped with the reason on
 fewer): every collective against NumPy on random data, several GPUs in one
 process and one process per GPU, pygpu streams, the example and the
 benchmark."""
+
 import os
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("NCCL_NVLS_ENABLE", "0")     # NVLink multicast stays off (device README)
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off (device README)
 
 from pygpu import nccl as pnccl  # noqa: E402
 
@@ -28,11 +29,18 @@ from pygpu import nccl as pnccl  # noqa: E402
 def _py(code, env=None):
     e = dict(os.environ)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=300, env=e, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=e,
+        cwd=ROOT,
+    )
 
 
 # ---- without a GPU ----
+
 
 def test_without_nccl4py_the_error_says_what_to_install():
     p = _py("""
@@ -46,32 +54,44 @@ def test_without_nccl4py_the_error_says_what_to_install():
             print(e)
     """)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == ("pygpu.nccl needs NVIDIA's nccl4py and an NCCL library: pip "
-                                "install 'pygpu[nccl]' (nccl4py with nvidia-nccl-cu13)")
+    assert p.stdout.strip() == (
+        "pygpu.nccl needs NVIDIA's nccl4py and an NCCL library: pip "
+        "install 'pygpu[nccl]' (nccl4py with nvidia-nccl-cu13)"
+    )
 
 
 class CAI:
     def __init__(self, shape, typestr, strides=None):
-        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr,
-                                         "strides": strides, "data": (4096, False),
-                                         "version": 3}
+        self.__cuda_array_interface__ = {
+            "shape": shape,
+            "typestr": typestr,
+            "strides": strides,
+            "data": (4096, False),
+            "version": 3,
+        }
 
 
 def test_contiguity_is_checked():
     assert pnccl.contiguous(CAI((4, 5), "<f4")) == ((4, 5), np.dtype(np.float32))
-    assert pnccl.contiguous(CAI((4, 5), "<f4", (20, 4)))[0] == (4, 5)     # C order
-    assert pnccl.contiguous(CAI((4, 5), "<f4", (4, 16)))[0] == (4, 5)     # Fortran order
+    assert pnccl.contiguous(CAI((4, 5), "<f4", (20, 4)))[0] == (4, 5)  # C order
+    assert pnccl.contiguous(CAI((4, 5), "<f4", (4, 16)))[0] == (4, 5)  # Fortran order
     assert pnccl.contiguous(CAI((4, 1, 5), "<f8", (40, 8, 8)))[0] == (4, 1, 5)
-    assert pnccl.contiguous(CAI((1,), "<f8", (800,)))[0] == (1,)          # one element
-    with pytest.raises(ValueError, match=r"pygpu.nccl: sendbuf is not contiguous \(shape "
-                                         r"\(4, 5\), strides \(40, 8\)\); NCCL takes "
-                                         r"contiguous buffers: copy it first"):
+    assert pnccl.contiguous(CAI((1,), "<f8", (800,)))[0] == (1,)  # one element
+    with pytest.raises(
+        ValueError,
+        match=r"pygpu.nccl: sendbuf is not contiguous \(shape "
+        r"\(4, 5\), strides \(40, 8\)\); NCCL takes "
+        r"contiguous buffers: copy it first",
+    ):
         pnccl.contiguous(CAI((4, 5), "<f4", (40, 8)), "sendbuf")
 
 
 def test_host_memory_and_other_objects_are_refused():
-    with pytest.raises(TypeError, match=r"pygpu.nccl: buf is in host memory \(ndarray\); "
-                                        r"NCCL takes device arrays"):
+    with pytest.raises(
+        TypeError,
+        match=r"pygpu.nccl: buf is in host memory \(ndarray\); "
+        r"NCCL takes device arrays",
+    ):
         pnccl.contiguous(np.zeros(3), "buf")
     with pytest.raises(TypeError, match="recvbuf must be a device array .* not list"):
         pnccl.contiguous([1, 2], "recvbuf")
@@ -82,8 +102,11 @@ def test_operators_by_name():
     assert pnccl._op(nccl, "sum") == (nccl.NcclRedOp.SUM, "sum")
     assert pnccl._op(nccl, "MAX") == (nccl.NcclRedOp.MAX, "max")
     assert pnccl._op(nccl, nccl.AVG) == (nccl.NcclRedOp.AVG, "avg")
-    with pytest.raises(ValueError, match="op must be one of sum, prod, max, min, avg "
-                                         r"\(or an nccl4py operator\), not 'mean'"):
+    with pytest.raises(
+        ValueError,
+        match="op must be one of sum, prod, max, min, avg "
+        r"\(or an nccl4py operator\), not 'mean'",
+    ):
         pnccl._op(nccl, "mean")
 
 
@@ -93,16 +116,21 @@ standin = pytest.mark.standin
 @standin
 def test_complex_sums_go_as_pairs_of_reals(ctx, rng):
     from pygpu import gpuarray
-    z = gpuarray.to_gpu((rng.standard_normal((3, 4)) + 1j * rng.standard_normal((3, 4)))
-                        .astype(np.complex64))
+
+    z = gpuarray.to_gpu(
+        (rng.standard_normal((3, 4)) + 1j * rng.standard_normal((3, 4))).astype(np.complex64)
+    )
     v = pnccl._reduce_view(z, z.dtype, "sum", "sendbuf")
     assert v.dtype == np.float32 and v.shape == (3, 8) and v.ptr == z.ptr
-    f = z.T                                   # Fortran order: its transpose is viewed
+    f = z.T  # Fortran order: its transpose is viewed
     v = pnccl._reduce_view(f, f.dtype, "avg", "sendbuf")
     assert v.dtype == np.float32 and v.size == 24 and v.ptr == z.ptr
-    with pytest.raises(TypeError, match=r"pygpu.nccl: sendbuf is complex \(complex64\): NCCL "
-                                        r"reduces it only with sum or avg \(as pairs of "
-                                        r"reals\), not max"):
+    with pytest.raises(
+        TypeError,
+        match=r"pygpu.nccl: sendbuf is complex \(complex64\): NCCL "
+        r"reduces it only with sum or avg \(as pairs of "
+        r"reals\), not max",
+    ):
         pnccl._reduce_view(z, z.dtype, "max", "sendbuf")
     r = gpuarray.to_gpu(rng.standard_normal(5))
     assert pnccl._reduce_view(r, r.dtype, "max", "x") is r
@@ -112,6 +140,7 @@ def test_complex_sums_go_as_pairs_of_reals(ctx, rng):
 def test_moves_take_any_dtype_as_bytes(ctx, rng):
     nccl = pytest.importorskip("nccl.core")
     from pygpu import gpuarray
+
     dt = np.dtype([("a", np.int32), ("b", np.float64)], align=True)
     s = gpuarray.to_gpu(np.zeros(6, dt))
     v = pnccl._move_view(nccl, s, s.dtype, "buf")
@@ -129,6 +158,7 @@ def test_nccl4py_takes_gpuarrays_and_streams_as_they_are(ctx, rng):
     from nccl.core.cuda import get_stream_ptr
     from nccl.core.typing import NcclDataType
     from pygpu import driver, gpuarray
+
     a = gpuarray.to_gpu(rng.standard_normal((3, 5)))
     b = NcclBuffer(a)
     assert (b.ptr, b.count, b.dtype, b.device_id) == (a.ptr, 15, NcclDataType.FLOAT64, 0)
@@ -142,6 +172,7 @@ def test_nccl4py_takes_gpuarrays_and_streams_as_they_are(ctx, rng):
 class FakeNccl:
     """nccl4py's names that pygpu.nccl uses, and a communicator that records
     its calls (with the current context's handle at each)."""
+
     import enum
 
     class NcclRedOp(enum.IntEnum):
@@ -172,8 +203,11 @@ class FakeNccl:
             def __getattr__(self, name):
                 def call(*args, **kw):
                     from pygpu import driver
+
                     fake.log.append((name, args, kw, driver.Context.get_current().handle))
+
                 return call
+
         c = Comm()
         c.__dict__.update(rank=rank, nranks=nranks)
         return c
@@ -182,6 +216,7 @@ class FakeNccl:
 @standin
 def test_wrapper_hands_nccl4py_the_arrays_themselves(ctx, rng, monkeypatch):
     from pygpu import driver, gpuarray
+
     fake = FakeNccl()
     monkeypatch.setattr(pnccl, "_nccl", lambda: fake)
     c1 = driver.Device(1).retain_primary_context()
@@ -193,7 +228,7 @@ def test_wrapper_hands_nccl4py_the_arrays_themselves(ctx, rng, monkeypatch):
         z = gpuarray.to_gpu(np.zeros(4, np.complex64))
         st = gpuarray.to_gpu(np.zeros(3, [("i", np.int32), ("x", np.float64)]))
     s = driver.Stream()
-    assert comm.allreduce(a) is a                         # in place, a sum
+    assert comm.allreduce(a) is a  # in place, a sum
     assert comm.allreduce(a, b, op="max", stream=s) is b
     comm.broadcast(st, root=1)
     comm.reduce(z, root=0)
@@ -205,12 +240,28 @@ def test_wrapper_hands_nccl4py_the_arrays_themselves(ctx, rng, monkeypatch):
     assert driver.Context.get_current().handle == ctx.handle
     calls = [e for e in fake.log if isinstance(e, tuple)]
     assert all(e[3] == c1.handle for e in calls)
-    (n1, a1, k1, _), (n2, a2, k2, _), (n3, a3, k3, _), (n4, a4, k4, _), \
-        (n5, a5, k5, _), (n6, a6, k6, _) = calls
-    assert (n1, a1[0], a1[1], a1[2], k1) == ("allreduce", a, a, FakeNccl.NcclRedOp.SUM,
-                                            {"stream": None})
-    assert (n2, a2[0], a2[1], a2[2], k2) == ("allreduce", a, b, FakeNccl.NcclRedOp.MAX,
-                                            {"stream": s})
+    (
+        (n1, a1, k1, _),
+        (n2, a2, k2, _),
+        (n3, a3, k3, _),
+        (n4, a4, k4, _),
+        (n5, a5, k5, _),
+        (n6, a6, k6, _),
+    ) = calls
+    assert (n1, a1[0], a1[1], a1[2], k1) == (
+        "allreduce",
+        a,
+        a,
+        FakeNccl.NcclRedOp.SUM,
+        {"stream": None},
+    )
+    assert (n2, a2[0], a2[1], a2[2], k2) == (
+        "allreduce",
+        a,
+        b,
+        FakeNccl.NcclRedOp.MAX,
+        {"stream": s},
+    )
     # a structured dtype goes as bytes, complex as pairs of reals: views, same memory
     assert n3 == "broadcast" and a3[0] is a3[1] and a3[0].dtype == np.uint8
     assert a3[0].ptr == st.ptr and a3[0].nbytes == st.nbytes and a3[2] == 1
@@ -219,7 +270,7 @@ def test_wrapper_hands_nccl4py_the_arrays_themselves(ctx, rng, monkeypatch):
     assert (n5, a5[0], a5[1]) == ("send", a, 0)
     assert (n6, a6[0], a6[1]) == ("recv", b, 0)
     assert fake.log[-3] == "group_start" and fake.log[-1] == "group_end"
-    comm.stream = s                                       # the communicator's own stream
+    comm.stream = s  # the communicator's own stream
     comm.allgather(a, b)
     assert fake.log[-1][2] == {"stream": s}
     with pytest.raises(ValueError, match="pygpu.nccl: recvbuf is not contiguous"):
@@ -229,13 +280,16 @@ def test_wrapper_hands_nccl4py_the_arrays_themselves(ctx, rng, monkeypatch):
 @standin
 def test_communicator_needs_the_primary_context(ctx):
     from pygpu import driver
-    other = driver.Device(0).make_context()          # a second, non-primary context
+
+    other = driver.Device(0).make_context()  # a second, non-primary context
     try:
-        with pytest.raises(ValueError, match="pygpu.nccl: the context must be its device's "
-                                             "primary context"):
+        with pytest.raises(
+            ValueError, match="pygpu.nccl: the context must be its device's primary context"
+        ):
             pnccl.Communicator(None, other)
-        with pytest.raises(ValueError, match="pygpu.nccl: the current context is not its "
-                                             "device's primary context"):
+        with pytest.raises(
+            ValueError, match="pygpu.nccl: the current context is not its device's primary context"
+        ):
             pnccl._primary(None)
     finally:
         driver.Context.pop()
@@ -253,8 +307,10 @@ def test_no_current_context_is_a_clear_error():
             print(e)
     """)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == ("pygpu.nccl: no context is current; give device= (an "
-                                "ordinal) or make one current (pygpu.autoinit)")
+    assert p.stdout.strip() == (
+        "pygpu.nccl: no context is current; give device= (an "
+        "ordinal) or make one current (pygpu.autoinit)"
+    )
 
 
 @standin
@@ -262,15 +318,16 @@ def test_the_current_context_comes_back_after_nccl(ctx):
     """NCCL sets the runtime's device (cudaSetDevice replaces the current
     context): afterwards the thread's context is what it was."""
     from pygpu import driver
+
     c1 = driver.Device(1).retain_primary_context()
     with pnccl._current(c1):
         assert driver.Context.get_current().handle == c1.handle
-        driver.Context.pop()                  # as cudaSetDevice(0) would: replaced
+        driver.Context.pop()  # as cudaSetDevice(0) would: replaced
         ctx.push()
     assert driver.Context.get_current().handle == ctx.handle
-    with pnccl._current(ctx):                 # already current: nothing pushed
+    with pnccl._current(ctx):  # already current: nothing pushed
         driver.Context.pop()
-        c1.push()                             # replaced by NCCL
+        c1.push()  # replaced by NCCL
     assert driver.Context.get_current().handle == ctx.handle
 
 
@@ -278,9 +335,15 @@ def test_the_current_context_comes_back_after_nccl(ctx):
 def test_from_mpi_shares_rank_0s_id_and_picks_the_node_local_device(ctx, monkeypatch):
     made = []
     monkeypatch.setattr(pnccl, "unique_id", lambda: "uid-of-rank-0")
-    monkeypatch.setattr(pnccl.Communicator, "init", classmethod(
-        lambda cls, nranks, rank, uid, device=None, stream=None:
-        made.append((nranks, rank, uid, device, stream)) or "comm"))
+    monkeypatch.setattr(
+        pnccl.Communicator,
+        "init",
+        classmethod(
+            lambda cls, nranks, rank, uid, device=None, stream=None: (
+                made.append((nranks, rank, uid, device, stream)) or "comm"
+            )
+        ),
+    )
     MPI = types.SimpleNamespace(COMM_TYPE_SHARED=1)
     mod = types.ModuleType("mpi4py")
     mod.MPI = MPI
@@ -288,7 +351,7 @@ def test_from_mpi_shares_rank_0s_id_and_picks_the_node_local_device(ctx, monkeyp
 
     class Local:
         def Get_rank(self):
-            return 3                              # 4th rank on its node
+            return 3  # 4th rank on its node
 
         def Free(self):
             pass
@@ -325,10 +388,18 @@ def test_spawn_checks_its_arguments():
 
 
 def test_example_without_a_gpu_compiles_and_exits_0(tmp_path):
-    e = dict(os.environ, PYGPU_LIBCUDA=str(tmp_path / "no-libcuda.so"),
-             PYGPU_CACHE_DIR=str(tmp_path / "cache"))
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "nccl_lombscargle.py")],
-                       capture_output=True, text=True, timeout=300, env=e)
+    e = dict(
+        os.environ,
+        PYGPU_LIBCUDA=str(tmp_path / "no-libcuda.so"),
+        PYGPU_CACHE_DIR=str(tmp_path / "cache"),
+    )
+    r = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "examples", "nccl_lombscargle.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=e,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "compile" in r.stdout and "no GPU:" in r.stdout, r.stdout
     assert r.stderr == ""
@@ -337,33 +408,44 @@ def test_example_without_a_gpu_compiles_and_exits_0(tmp_path):
 @standin
 def test_example_without_nccl4py_says_so(tmp_path):
     from pygpu.testing import standin as st
-    p = _py("""
+
+    p = _py(
+        """
         import runpy, sys
         sys.modules["nccl"] = None
         sys.path.insert(0, "examples")
         sys.argv = ["nccl_lombscargle.py"]
         runpy.run_path("examples/nccl_lombscargle.py", run_name="__main__")
-    """, env={"PYGPU_LIBCUDA": st.build(), "PYGPU_CACHE_DIR": str(tmp_path / "cache")})
+    """,
+        env={"PYGPU_LIBCUDA": st.build(), "PYGPU_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert p.returncode == 0, p.stderr
-    assert p.stdout.splitlines()[-1] == ("no NCCL: nccl4py is not importable; pip install "
-                                         "'pygpu[nccl]'")
+    assert p.stdout.splitlines()[-1] == (
+        "no NCCL: nccl4py is not importable; pip install 'pygpu[nccl]'"
+    )
 
 
 def test_benchmark_without_two_gpus_exits_0(tmp_path):
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "nccl_allreduce.py")],
-                       capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, PYGPU_LIBCUDA=str(tmp_path / "none.so")))
+    r = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "nccl_allreduce.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYGPU_LIBCUDA=str(tmp_path / "none.so")),
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.startswith("nccl_allreduce: not run: "), r.stdout
 
 
 # ---- pygpu.mpi: which path it takes ----
 
+
 @pytest.fixture
 def fake_mpi(monkeypatch):
     """A stand-in mpi4py (names only) and a communicator that records."""
-    MPI = types.SimpleNamespace(SUM="SUM", IN_PLACE=object(), BOTTOM=object(), ANY_SOURCE=-1,
-                                ANY_TAG=-1)
+    MPI = types.SimpleNamespace(
+        SUM="SUM", IN_PLACE=object(), BOTTOM=object(), ANY_SOURCE=-1, ANY_TAG=-1
+    )
     mod = types.ModuleType("mpi4py")
     mod.MPI = MPI
     monkeypatch.setitem(sys.modules, "mpi4py", mod)
@@ -381,11 +463,13 @@ def fake_mpi(monkeypatch):
 
         def Bcast(self, buf, root):
             self.got.append(("Bcast", buf, root))
+
     return MPI, Comm
 
 
 def test_mpi_cuda_aware_passes_device_buffers_directly(fake_mpi, monkeypatch):
     from pygpu import mpi
+
     MPI, Comm = fake_mpi
     monkeypatch.setenv("PYGPU_MPI_CUDA_AWARE", "1")
     assert mpi.cuda_aware_why() == (True, "PYGPU_MPI_CUDA_AWARE=1")
@@ -393,27 +477,32 @@ def test_mpi_cuda_aware_passes_device_buffers_directly(fake_mpi, monkeypatch):
     s = mpi.staged(comm)
     assert (s.path, s.stage, s.last_path) == ("direct", False, None)
     assert s.why == "the MPI library is CUDA-aware (PYGPU_MPI_CUDA_AWARE=1)"
-    assert repr(s) == ("<pygpu.mpi.Staged: device buffers passed directly; the MPI library "
-                       "is CUDA-aware (PYGPU_MPI_CUDA_AWARE=1)>")
+    assert repr(s) == (
+        "<pygpu.mpi.Staged: device buffers passed directly; the MPI library "
+        "is CUDA-aware (PYGPU_MPI_CUDA_AWARE=1)>"
+    )
     a, b = CAI((4,), "<f8"), CAI((4,), "<f8")
     s.sync = False
     s.Allreduce(a, b, op=MPI.SUM)
-    assert comm.got == [("Allreduce", a, b, "SUM")]           # the device buffers themselves
+    assert comm.got == [("Allreduce", a, b, "SUM")]  # the device buffers themselves
     assert s.last_path == "direct"
-    s.Bcast(np.zeros(3), root=0)                             # a host buffer
+    s.Bcast(np.zeros(3), root=0)  # a host buffer
     assert s.last_path == "host"
     assert s.calls == {"direct": 1, "staged": 0, "host": 1}
 
 
 def test_mpi_not_cuda_aware_stages_and_says_why(fake_mpi, monkeypatch):
     from pygpu import mpi
+
     _MPI, Comm = fake_mpi
     monkeypatch.setenv("PYGPU_MPI_CUDA_AWARE", "0")
     s = mpi.staged(Comm())
-    assert (s.path, s.why) == ("staged", "the MPI library is not known to be CUDA-aware "
-                                         "(PYGPU_MPI_CUDA_AWARE=0)")
+    assert (s.path, s.why) == (
+        "staged",
+        "the MPI library is not known to be CUDA-aware (PYGPU_MPI_CUDA_AWARE=0)",
+    )
     monkeypatch.delenv("PYGPU_MPI_CUDA_AWARE")
-    ok, why = mpi.cuda_aware_why()           # this process has no MPI library loaded
+    ok, why = mpi.cuda_aware_why()  # this process has no MPI library loaded
     assert ok is False and why.startswith("the MPI library does not say")
     t = mpi.staged(Comm(), stage=False)
     assert (t.path, t.why) == ("direct", "stage=False was given")
@@ -427,10 +516,10 @@ gpu = pytest.mark.gpu
 def _need(n=2):
     pytest.importorskip("nccl.core")
     from pygpu import driver
+
     driver.init()
     if driver.Device.count() < n:
-        pytest.skip("needs %d GPUs (e.g. nvidia-h100-x2), %d visible"
-                    % (n, driver.Device.count()))
+        pytest.skip("needs %d GPUs (e.g. nvidia-h100-x2), %d visible" % (n, driver.Device.count()))
 
 
 @pytest.fixture
@@ -444,6 +533,7 @@ def comms():
 
 def _put(comm, host):
     from pygpu import gpuarray
+
     with comm.context:
         return gpuarray.to_gpu(host)
 
@@ -454,8 +544,9 @@ def _get(comm, a):
 
 
 @gpu
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.complex64,
-                                   np.complex128])
+@pytest.mark.parametrize(
+    "dtype", [np.float32, np.float64, np.int32, np.int64, np.complex64, np.complex128]
+)
 def test_gpu_allreduce_sum_in_one_process(comms, rng, dtype):
     hosts = [(rng.standard_normal((64, 33)) * 100).astype(dtype) for _ in comms]
     if np.dtype(dtype).kind == "c":
@@ -470,7 +561,7 @@ def test_gpu_allreduce_sum_in_one_process(comms, rng, dtype):
     want = hosts[0] + hosts[1]
     for c, x, y, h in zip(comms, a, out, hosts):
         np.testing.assert_allclose(_get(c, y), want, rtol=1e-6)
-        np.testing.assert_array_equal(_get(c, x), h)            # the input untouched
+        np.testing.assert_array_equal(_get(c, x), h)  # the input untouched
 
 
 @gpu
@@ -481,8 +572,12 @@ def test_gpu_allreduce_ops_in_place(comms, rng, op):
     with pnccl.group(comms):
         for c, x in zip(comms, a):
             assert c.allreduce(x, op=op) is x
-    want = {"max": np.maximum, "min": np.minimum, "prod": np.multiply,
-            "avg": lambda p, q: (p + q) / 2}[op](hosts[0], hosts[1])
+    want = {
+        "max": np.maximum,
+        "min": np.minimum,
+        "prod": np.multiply,
+        "avg": lambda p, q: (p + q) / 2,
+    }[op](hosts[0], hosts[1])
     for c, x in zip(comms, a):
         c.synchronize()
         np.testing.assert_allclose(_get(c, x), want, rtol=1e-12)
@@ -526,12 +621,13 @@ def test_gpu_broadcast_reduce_allgather_reduce_scatter(comms, rng):
     for k, (c, y, q) in enumerate(zip(comms, g, ri)):
         c.synchronize()
         np.testing.assert_array_equal(_get(c, y), np.concatenate(hs))
-        np.testing.assert_array_equal(_get(c, q), total[k * 256:(k + 1) * 256])
+        np.testing.assert_array_equal(_get(c, q), total[k * 256 : (k + 1) * 256])
 
 
 @gpu
 def test_gpu_send_recv_and_pygpu_streams(comms, rng):
     from pygpu import driver
+
     h = [rng.standard_normal(10000).astype(np.float32) for _ in comms]
     a = [_put(c, x) for c, x in zip(comms, h)]
     b = [_put(c, np.zeros(10000, np.float32)) for c in comms]
@@ -539,7 +635,7 @@ def test_gpu_send_recv_and_pygpu_streams(comms, rng):
     for c in comms:
         with c.context:
             streams.append(driver.Stream())
-    with pnccl.group(comms):                 # a ring: each sends to the other
+    with pnccl.group(comms):  # a ring: each sends to the other
         for k, (c, x, y, s) in enumerate(zip(comms, a, b, streams)):
             c.send(x, peer=1 - k, stream=s)
             c.recv(y, peer=1 - k, stream=s)
@@ -571,6 +667,7 @@ def test_gpu_noncontiguous_is_refused_before_nccl(comms, rng):
 def _rank_fn(comm, seed):
     """One rank's work in its own process (pygpu.nccl.spawn)."""
     from pygpu import gpuarray
+
     rng = np.random.default_rng(seed + comm.rank)
     h = rng.standard_normal(50000)
     a = gpuarray.to_gpu(h)
@@ -580,6 +677,7 @@ def _rank_fn(comm, seed):
     peer = 1 - comm.rank
     r = gpuarray.zeros(50000, np.float64)
     from pygpu import nccl
+
     with nccl.group():
         comm.send(gpuarray.to_gpu(h * 2), peer)
         comm.recv(r, peer)
@@ -607,9 +705,15 @@ def test_gpu_one_process_per_gpu(rng):
 def test_gpu_example_on_two_gpus(mode, tmp_path):
     _need(2)
     pytest.importorskip("scipy")
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "nccl_lombscargle.py")]
-                       + mode + ["1024", "200000"], capture_output=True, text=True,
-                       timeout=600, env=dict(os.environ, PYGPU_CACHE_DIR=str(tmp_path)))
+    r = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "examples", "nccl_lombscargle.py")]
+        + mode
+        + ["1024", "200000"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYGPU_CACHE_DIR=str(tmp_path)),
+    )
     print(r.stdout)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "2 devices" in r.stdout and r.stdout.count("ok: ") == 3, r.stdout
@@ -619,13 +723,24 @@ def test_gpu_example_on_two_gpus(mode, tmp_path):
 def test_gpu_benchmark_runs_and_checks(tmp_path):
     _need(2)
     try:
-        r = subprocess.run([sys.executable, "-u",
-                            os.path.join(ROOT, "benchmarks", "nccl_allreduce.py"),
-                            "--sizes", "4K,16M", "--iters", "5"], capture_output=True,
-                           text=True, timeout=180)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-u",
+                os.path.join(ROOT, "benchmarks", "nccl_allreduce.py"),
+                "--sizes",
+                "4K,16M",
+                "--iters",
+                "5",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     except subprocess.TimeoutExpired as e:
-        pytest.fail("the benchmark did not finish in 180 s; it printed:\n%s\n%s"
-                    % (e.stdout, e.stderr))
+        pytest.fail(
+            "the benchmark did not finish in 180 s; it printed:\n%s\n%s" % (e.stdout, e.stderr)
+        )
     print(r.stdout)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ok: the all-reduce of" in r.stdout

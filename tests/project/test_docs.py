@@ -1,6 +1,7 @@
 """The manual's code stays true to the code: every Python block in README.md
 and docs/*.md parses, and the names it imports from pygpu exist.  (The
 manual's build itself, `make docs`, runs in CI with warnings as errors.)"""
+
 import ast
 import glob
 import importlib
@@ -40,9 +41,10 @@ def test_python_blocks_parse_and_import_what_exists(code):
             mod = importlib.import_module(node.module)
             for alias in node.names:
                 # a name of the module, or one of its submodules (from pygpu import mpi)
-                assert hasattr(mod, alias.name) or importlib.util.find_spec(
-                    "%s.%s" % (node.module, alias.name)) is not None, \
-                    "%s has no %s" % (node.module, alias.name)
+                assert (
+                    hasattr(mod, alias.name)
+                    or importlib.util.find_spec("%s.%s" % (node.module, alias.name)) is not None
+                ), "%s has no %s" % (node.module, alias.name)
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith("pygpu") and alias.name != "pygpu.autoinit":
@@ -55,6 +57,6 @@ def test_examples_named_in_the_manual_exist():
         with open(page, encoding="utf-8") as f:
             named |= set(re.findall(r"examples/(\w+\.py)", f.read()))
     assert named
-    named.discard("NAME.py")        # "python3 examples/NAME.py", the pattern
+    named.discard("NAME.py")  # "python3 examples/NAME.py", the pattern
     missing = [n for n in sorted(named) if not os.path.exists(os.path.join(ROOT, "examples", n))]
     assert missing == []

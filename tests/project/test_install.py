@@ -25,6 +25,7 @@ Needs the package index (skips, saying so, when pip cannot reach it) and
 unshare (skips where user namespaces are not allowed).  Downloads land in
 pip's cache ($PIP_CACHE_DIR, else ~/.cache/pip), so a rerun fetches nothing.
 """
+
 import os
 import shutil
 import subprocess
@@ -34,17 +35,27 @@ import textwrap
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HIDDEN = sorted({os.path.realpath(p) for p in ["/usr/local/cuda"] + [
-    os.path.join("/usr/local", d) for d in (os.listdir("/usr/local") if os.path.isdir("/usr/local")
-                                            else []) if d.startswith("cuda")]
-    if os.path.isdir(p)})
+HIDDEN = sorted(
+    {
+        os.path.realpath(p)
+        for p in ["/usr/local/cuda"]
+        + [
+            os.path.join("/usr/local", d)
+            for d in (os.listdir("/usr/local") if os.path.isdir("/usr/local") else [])
+            if d.startswith("cuda")
+        ]
+        if os.path.isdir(p)
+    }
+)
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
     # make sanitize preloads ASan into every process, pip and the compilers
     # this test runs included: it is a packaging test, not a memory one
-    pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
-                       reason="not under make sanitize (ASan preloaded into pip and gcc)"),
+    pytest.mark.skipif(
+        "libasan" in os.environ.get("LD_PRELOAD", ""),
+        reason="not under make sanitize (ASan preloaded into pip and gcc)",
+    ),
 ]
 
 KERNEL = r'''
@@ -155,14 +166,46 @@ v3/bin/python check.py kernel.cu
 # would do the same; a venv's or the interpreter's own settings (PYTHONPATH,
 # VIRTUAL_ENV, pip's no-isolation switches), the compiler's and pygpu's or
 # CUDA's variables would put the outer environment into the fresh ones.
-_NOT_INHERITED = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKEFILES",
-                  "GNUMAKEFLAGS", "PYTHON", "PYTEST_ARGS", "VIRTUAL_ENV", "CONDA_PREFIX",
-                  "PIP_NO_BUILD_ISOLATION", "PIP_NO_DEPS", "PIP_TARGET", "PIP_PREFIX",
-                  "PIP_USER", "PIP_REQUIRE_VIRTUALENV", "PIP_CONSTRAINT", "PIP_REQUIREMENT",
-                  "CC", "CXX", "CFLAGS", "CPPFLAGS", "LDFLAGS", "LDSHARED", "LD_PRELOAD",
-                  "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH")
-_NOT_INHERITED_PREFIXES = ("PYTHON", "PYTEST_", "PYGPU_", "CUDA", "NVRTC", "SETUPTOOLS_",
-                           "_PYPROJECT_HOOKS")
+_NOT_INHERITED = (
+    "MAKEFLAGS",
+    "MFLAGS",
+    "MAKELEVEL",
+    "MAKEOVERRIDES",
+    "MAKEFILES",
+    "GNUMAKEFLAGS",
+    "PYTHON",
+    "PYTEST_ARGS",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "PIP_NO_BUILD_ISOLATION",
+    "PIP_NO_DEPS",
+    "PIP_TARGET",
+    "PIP_PREFIX",
+    "PIP_USER",
+    "PIP_REQUIRE_VIRTUALENV",
+    "PIP_CONSTRAINT",
+    "PIP_REQUIREMENT",
+    "CC",
+    "CXX",
+    "CFLAGS",
+    "CPPFLAGS",
+    "LDFLAGS",
+    "LDSHARED",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LIBRARY_PATH",
+    "CPATH",
+    "C_INCLUDE_PATH",
+)
+_NOT_INHERITED_PREFIXES = (
+    "PYTHON",
+    "PYTEST_",
+    "PYGPU_",
+    "CUDA",
+    "NVRTC",
+    "SETUPTOOLS_",
+    "_PYPROJECT_HOOKS",
+)
 
 
 def script_env(environ=None):
@@ -170,50 +213,88 @@ def script_env(environ=None):
     would carry the outer run's choices into them (the index settings, the
     proxy, HOME and PATH stay; PATH loses its CUDA folders in SCRIPT)."""
     environ = os.environ if environ is None else environ
-    env = {k: v for k, v in environ.items()
-           if k not in _NOT_INHERITED and not k.startswith(_NOT_INHERITED_PREFIXES)}
+    env = {
+        k: v
+        for k, v in environ.items()
+        if k not in _NOT_INHERITED and not k.startswith(_NOT_INHERITED_PREFIXES)
+    }
     env.setdefault("PIP_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "pip"))
     return env
 
 
 def test_script_env_leaves_the_outer_run_out():
     # make test PYTHON=... (make's MAKEFLAGS) broke the clone's make demo
-    outer = {"MAKEFLAGS": " -- PYTHON=/outer/venv/bin/python", "MAKELEVEL": "1",
-             "MAKEOVERRIDES": "${-*-command-variables-*-}", "MFLAGS": "-s",
-             "PYTHON": "/outer/venv/bin/python", "PYTEST_ARGS": "-x",
-             "PYTHONPATH": "/outer", "VIRTUAL_ENV": "/outer/venv", "PYGPU_LIBCUDA": "/x.so",
-             "CUDA_HOME": "/usr/local/cuda", "PIP_NO_BUILD_ISOLATION": "0", "CC": "clang",
-             "PATH": "/usr/bin:/bin", "HOME": "/home/u", "PIP_INDEX_URL": "https://i/simple",
-             "HTTPS_PROXY": "http://p:3128", "PIP_CACHE_DIR": "/c"}
-    assert script_env(outer) == {"PATH": "/usr/bin:/bin", "HOME": "/home/u",
-                                 "PIP_INDEX_URL": "https://i/simple",
-                                 "HTTPS_PROXY": "http://p:3128", "PIP_CACHE_DIR": "/c"}
+    outer = {
+        "MAKEFLAGS": " -- PYTHON=/outer/venv/bin/python",
+        "MAKELEVEL": "1",
+        "MAKEOVERRIDES": "${-*-command-variables-*-}",
+        "MFLAGS": "-s",
+        "PYTHON": "/outer/venv/bin/python",
+        "PYTEST_ARGS": "-x",
+        "PYTHONPATH": "/outer",
+        "VIRTUAL_ENV": "/outer/venv",
+        "PYGPU_LIBCUDA": "/x.so",
+        "CUDA_HOME": "/usr/local/cuda",
+        "PIP_NO_BUILD_ISOLATION": "0",
+        "CC": "clang",
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/home/u",
+        "PIP_INDEX_URL": "https://i/simple",
+        "HTTPS_PROXY": "http://p:3128",
+        "PIP_CACHE_DIR": "/c",
+    }
+    assert script_env(outer) == {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/home/u",
+        "PIP_INDEX_URL": "https://i/simple",
+        "HTTPS_PROXY": "http://p:3128",
+        "PIP_CACHE_DIR": "/c",
+    }
     # a make below the test sees none of the outer make's command line
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    r = subprocess.run(["make", "-s", "-f", "-", "show"], input="PYTHON ?= python3\n"
-                       "show:\n\t@echo PYTHON=$(PYTHON)\n", capture_output=True, text=True,
-                       env=dict(script_env(dict(os.environ, **outer)), PATH=os.environ["PATH"]))
+    r = subprocess.run(
+        ["make", "-s", "-f", "-", "show"],
+        input="PYTHON ?= python3\nshow:\n\t@echo PYTHON=$(PYTHON)\n",
+        capture_output=True,
+        text=True,
+        env=dict(script_env(dict(os.environ, **outer)), PATH=os.environ["PATH"]),
+    )
     assert r.stdout.strip() == "PYTHON=python3", r.stdout + r.stderr
 
 
 def _can_unshare():
     if shutil.which("unshare") is None:
         return "unshare is not installed"
-    r = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs tmpfs /mnt"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", "mount -t tmpfs tmpfs /mnt"], capture_output=True, text=True
+    )
     if r.returncode != 0:
-        return "unshare -rm (a private mount namespace) is not allowed here: " + \
-            (r.stderr.strip().splitlines() or ["?"])[-1]
+        return (
+            "unshare -rm (a private mount namespace) is not allowed here: "
+            + (r.stderr.strip().splitlines() or ["?"])[-1]
+        )
     return None
 
 
 def _index_reachable(tmp):
-    r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d",
-                        str(tmp), "cuda-pathfinder"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "-d",
+            str(tmp),
+            "cuda-pathfinder",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
-        return "the package index is not reachable: " + \
-            (r.stderr.strip().splitlines() or ["?"])[-1]
+        return "the package index is not reachable: " + (r.stderr.strip().splitlines() or ["?"])[-1]
     return None
 
 
@@ -222,26 +303,50 @@ def test_wheel_and_sdist_install_and_compile_with_only_nvidia_wheels(tmp_path):
     if why:
         pytest.skip(why)
     src = tmp_path / "src"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
-        ".git", "build", "dist", ".venv", "*.egg-info", "*.so", "__pycache__", "_build",
-        ".pytest_cache"))
+    shutil.copytree(
+        ROOT,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            "build",
+            "dist",
+            ".venv",
+            "*.egg-info",
+            "*.so",
+            "__pycache__",
+            "_build",
+            ".pytest_cache",
+        ),
+    )
     (tmp_path / "kernel.cu").write_text(KERNEL)
     (tmp_path / "check.py").write_text(CHECK)
     (tmp_path / "dist").mkdir()
-    env = dict(script_env(), WORK=str(tmp_path), PY=sys.executable, HIDDEN=" ".join(HIDDEN),
-               CPU_SUBSET=CPU_SUBSET)
-    r = subprocess.run(["unshare", "-rm", "bash", "-c", SCRIPT], env=env,
-                       capture_output=True, text=True, timeout=2400)
+    env = dict(
+        script_env(),
+        WORK=str(tmp_path),
+        PY=sys.executable,
+        HIDDEN=" ".join(HIDDEN),
+        CPU_SUBSET=CPU_SUBSET,
+    )
+    r = subprocess.run(
+        ["unshare", "-rm", "bash", "-c", SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-6000:]
     assert out.count("CHECKED") == 4, out[-3000:]
     # no toolkit: the backend asks pip for the header wheels
-    assert "build asked for: ['nvidia-cuda-runtime>=13,<14', 'nvidia-cuda-nvrtc>=13,<14'" \
-        in out, out[-3000:]
+    assert "build asked for: ['nvidia-cuda-runtime>=13,<14', 'nvidia-cuda-nvrtc>=13,<14'" in out, (
+        out[-3000:]
+    )
     assert "demo: compiled axpb" in out, out[-3000:]
     assert "wheel CPU tests: " in out and " passed" in out and " failed" not in out, out[-3000:]
-    assert "python -m pygpu says: pip install 'cuda-toolkit[nvrtc,cudart,cccl]>=13.0,<14'" \
-        in out, out[-3000:]
+    assert "python -m pygpu says: pip install 'cuda-toolkit[nvrtc,cudart,cccl]>=13.0,<14'" in out, (
+        out[-3000:]
+    )
     dist = sorted(os.listdir(tmp_path / "dist"))
     wheels = [w for w in dist if w.endswith(".whl")]
     assert len(wheels) == 1 and "manylinux_2_17_x86_64" in wheels[0], dist
@@ -252,6 +357,7 @@ def test_wheel_and_sdist_install_and_compile_with_only_nvidia_wheels(tmp_path):
 def _check_wheel_is_stripped(path):
     # no debug information, no symbol table: about 0.4 MB
     import zipfile
+
     with zipfile.ZipFile(path) as z:
         so = [n for n in z.namelist() if n.endswith(".so")]
         assert len(so) == 1, so
@@ -265,10 +371,11 @@ def _check_wheel_is_stripped(path):
 def _elf_section_names(data):
     """The section names of a 64-bit little-endian ELF file."""
     import struct
+
     assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1
-    shoff, = struct.unpack_from("<Q", data, 0x28)
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
     sections = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
     stroff, strsize = sections[shstrndx][4], sections[shstrndx][5]
-    strtab = data[stroff:stroff + strsize]
-    return [strtab[s[0]:strtab.index(b"\0", s[0])].decode() for s in sections]
+    strtab = data[stroff : stroff + strsize]
+    return [strtab[s[0] : strtab.index(b"\0", s[0])].decode() for s in sections]

@@ -3,6 +3,7 @@ found (cuda-pathfinder, loaded lazily, and the same order without it), that
 compile() sees the same headers as SourceModule, the kernels' new home, the
 hint for an old driver, python -m pygpu, the license metadata, the sdist's
 contents, __all__, and the type stubs under mypy --strict."""
+
 import importlib
 import io
 import os
@@ -28,8 +29,14 @@ CWD = ROOT if IN_TREE else os.path.dirname(os.path.dirname(os.path.abspath(compi
 def run_py(code, env=None, **kw):
     e = dict(os.environ)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=e, cwd=CWD, **kw)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=e,
+        cwd=CWD,
+        **kw,
+    )
 
 
 def nvrtc_or_skip():
@@ -42,6 +49,7 @@ def nvrtc_or_skip():
 
 
 # ---- headers: compile() and SourceModule see the same ones
+
 
 def test_compile_finds_the_cuda_headers():
     # before: compile() added no include directory, so both failed to open
@@ -87,13 +95,19 @@ def test_plain_header_search_prefers_the_environments_wheels(tmp_path):
     (home / "cuda_runtime.h").write_text("")
     (home / "cccl" / "cuda" / "std" / "version").write_text("")
     env = {"CUDA_HOME": str(tmp_path / "toolkit")}
-    assert _loader.cuda_include_dirs(env, [str(tmp_path / "site")]) == [str(inc),
-                                                                         str(inc / "cccl")]
-    assert _loader.cuda_include_dirs(env, [str(tmp_path / "elsewhere")]) == [str(home),
-                                                                             str(home / "cccl")]
-    assert _loader.cuda_include_dirs({}, [str(tmp_path / "nothing")]) in ([], [
-        d for d in ("/usr/local/cuda/include", "/usr/local/cuda/include/cccl")
-        if os.path.isdir(d)])
+    assert _loader.cuda_include_dirs(env, [str(tmp_path / "site")]) == [str(inc), str(inc / "cccl")]
+    assert _loader.cuda_include_dirs(env, [str(tmp_path / "elsewhere")]) == [
+        str(home),
+        str(home / "cccl"),
+    ]
+    assert _loader.cuda_include_dirs({}, [str(tmp_path / "nothing")]) in (
+        [],
+        [
+            d
+            for d in ("/usr/local/cuda/include", "/usr/local/cuda/include/cccl")
+            if os.path.isdir(d)
+        ],
+    )
 
 
 class FakePathfinder(types.ModuleType):
@@ -170,6 +184,7 @@ def test_import_does_not_load_pathfinder_and_works_without_it():
 
 # ---- the hint for an old driver names a package that exists
 
+
 def test_nvrtc_pip_requirement():
     assert _loader.nvrtc_pip_requirement(13) == "'nvidia-cuda-nvrtc==13.*'"
     assert _loader.nvrtc_pip_requirement(12) == "'nvidia-cuda-nvrtc-cu12==12.*'"
@@ -183,15 +198,21 @@ def test_cuda12_driver_hint_names_the_cu12_wheel(tmp_path):
     except Exception as e:
         pytest.skip("the driver stand-in does not build here: %s" % e)
     nvrtc_or_skip()
-    r = run_py("""
+    r = run_py(
+        """
         import pygpu.autoinit
         from pygpu import compiler, driver
         try:
             compiler.compile('extern "C" __global__ void k() {}', cache_dir=False)
         except driver.CudaUnavailableError as e:
             print(e)
-    """, env={"PYGPU_LIBCUDA": lib, "FAKECUDA_DRIVER_VERSION": "12080",
-              "PYGPU_CACHE_DIR": str(tmp_path)})
+    """,
+        env={
+            "PYGPU_LIBCUDA": lib,
+            "FAKECUDA_DRIVER_VERSION": "12080",
+            "PYGPU_CACHE_DIR": str(tmp_path),
+        },
+    )
     assert r.returncode == 0, r.stderr
     assert "driver, which supports CUDA 12.8" in r.stdout, r.stdout
     assert "pip install 'nvidia-cuda-nvrtc-cu12==12.*'" in r.stdout, r.stdout
@@ -199,13 +220,16 @@ def test_cuda12_driver_hint_names_the_cu12_wheel(tmp_path):
 
 # ---- kernels/ at the top level, shipped in the package
 
+
 def test_kernel_sources_come_from_the_top_level_kernels_dir():
     assert os.path.isdir(os.path.join(ROOT, "kernels"))
     assert not os.path.isdir(os.path.join(ROOT, "pygpu", "kernels"))
     if IN_TREE:
         assert os.path.samefile(compiler.KERNEL_DIR, os.path.join(ROOT, "kernels"))
-    else:   # an installed wheel carries a copy of each file
-        assert sorted(os.listdir(compiler.KERNEL_DIR)) == sorted(os.listdir(os.path.join(ROOT, "kernels")))
+    else:  # an installed wheel carries a copy of each file
+        assert sorted(os.listdir(compiler.KERNEL_DIR)) == sorted(
+            os.listdir(os.path.join(ROOT, "kernels"))
+        )
     with open(os.path.join(ROOT, "kernels", "matmul.cu")) as f:
         assert compiler.kernel_source("matmul.cu") == f.read()
 
@@ -224,10 +248,18 @@ def test_kernel_dir_prefers_the_installed_copy(tmp_path, monkeypatch):
 
 # ---- python -m pygpu
 
+
 def test_python_m_pygpu_reports_without_a_driver(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "pygpu"], capture_output=True, text=True,
-                       env=dict(os.environ, PYGPU_LIBCUDA=str(tmp_path / "no-libcuda.so"),
-                                PYGPU_CACHE_DIR=str(tmp_path / "cache")))
+    r = subprocess.run(
+        [sys.executable, "-m", "pygpu"],
+        capture_output=True,
+        text=True,
+        env=dict(
+            os.environ,
+            PYGPU_LIBCUDA=str(tmp_path / "no-libcuda.so"),
+            PYGPU_CACHE_DIR=str(tmp_path / "cache"),
+        ),
+    )
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert out.startswith("pygpu 0.1.0")
@@ -245,9 +277,18 @@ def test_python_m_pygpu_lists_devices_and_nvrtc(tmp_path):
     nvrtc_or_skip()
     cache = tmp_path / "cache"
     compiler.compile('extern "C" __global__ void k() {}', arch="sm_80", cache_dir=str(cache))
-    r = subprocess.run([sys.executable, "-m", "pygpu"], capture_output=True, text=True,
-                       env=dict(os.environ, PYGPU_LIBCUDA=lib, FAKECUDA_DEVICES="2",
-                                FAKECUDA_CC="8.6", PYGPU_CACHE_DIR=str(cache)))
+    r = subprocess.run(
+        [sys.executable, "-m", "pygpu"],
+        capture_output=True,
+        text=True,
+        env=dict(
+            os.environ,
+            PYGPU_LIBCUDA=lib,
+            FAKECUDA_DEVICES="2",
+            FAKECUDA_CC="8.6",
+            PYGPU_CACHE_DIR=str(cache),
+        ),
+    )
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "driver: CUDA 13.0 (13000), %s" % lib in out
@@ -257,19 +298,33 @@ def test_python_m_pygpu_lists_devices_and_nvrtc(tmp_path):
     assert "NVRTC: %d.%d, /" % (major, minor) in out and "libnvrtc" in out
     for d in _loader.cuda_include_dirs():
         assert d in out
-    for h in ("cuda_fp16.h", "cooperative_groups.h", "cuda/std/complex",
-              "cub/block/block_reduce.cuh"):
+    for h in (
+        "cuda_fp16.h",
+        "cooperative_groups.h",
+        "cuda/std/complex",
+        "cub/block/block_reduce.cuh",
+    ):
         assert "<%s> compiles" % h in out, out
     assert "compile cache: %s, 1 entries" % cache in out
     assert "everything pygpu needs was found." in out
 
 
 def test_python_m_pygpu_says_what_to_do_without_nvrtc(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "pygpu"], capture_output=True, text=True,
-                       env=dict(os.environ, PYGPU_LIBCUDA=str(tmp_path / "none.so"),
-                                PYGPU_NVRTC=str(tmp_path / "libnvrtc.so"), LD_LIBRARY_PATH="",
-                                CUDA_HOME=str(tmp_path), CUDA_PATH=str(tmp_path),
-                                PYGPU_NO_PATHFINDER="1", PYGPU_CACHE_DIR=str(tmp_path)))
+    r = subprocess.run(
+        [sys.executable, "-m", "pygpu"],
+        capture_output=True,
+        text=True,
+        env=dict(
+            os.environ,
+            PYGPU_LIBCUDA=str(tmp_path / "none.so"),
+            PYGPU_NVRTC=str(tmp_path / "libnvrtc.so"),
+            LD_LIBRARY_PATH="",
+            CUDA_HOME=str(tmp_path),
+            CUDA_PATH=str(tmp_path),
+            PYGPU_NO_PATHFINDER="1",
+            PYGPU_CACHE_DIR=str(tmp_path),
+        ),
+    )
     assert r.returncode == 0, r.stderr
     if "NVRTC: not found" not in r.stdout:
         pytest.skip("an NVRTC is on the system loader path here")
@@ -282,12 +337,12 @@ def test_python_m_pygpu_says_what_to_do_without_nvrtc(tmp_path):
 
 def test_python_m_pygpu_without_nvrtc_names_nvidias_wheels(tmp_path, monkeypatch):
     # the same, in-process where a system NVRTC cannot be hidden
-    import io
     from pygpu import __main__ as diag
     from pygpu.driver import CudaUnavailableError
 
     def missing():
         raise CudaUnavailableError("NVRTC was not found (test)")
+
     monkeypatch.setattr(compiler, "_ensure_nvrtc", missing)
     monkeypatch.setenv("PYGPU_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("PYGPU_LIBCUDA", str(tmp_path / "none.so"))
@@ -296,17 +351,19 @@ def test_python_m_pygpu_without_nvrtc_names_nvidias_wheels(tmp_path, monkeypatch
     assert "NVRTC: not found (CudaUnavailableError: NVRTC was not found (test))" in out.getvalue()
     assert "(no NVRTC: the headers were not compiled)" in out.getvalue()
     msg = [t for t in todo if t.startswith("no NVRTC")]
-    assert msg == ["no NVRTC, so no compiling: pip install 'cuda-toolkit[nvrtc,cudart,cccl]"
-                   ">=13.0,<14' (NVIDIA's wheels: pygpu's [nvrtc] extra), or install the CUDA "
-                   "toolkit, or set PYGPU_NVRTC to libnvrtc.so"], todo
+    assert msg == [
+        "no NVRTC, so no compiling: pip install 'cuda-toolkit[nvrtc,cudart,cccl]"
+        ">=13.0,<14' (NVIDIA's wheels: pygpu's [nvrtc] extra), or install the CUDA "
+        "toolkit, or set PYGPU_NVRTC to libnvrtc.so"
+    ], todo
 
 
 def test_python_m_pygpu_compiles_each_header_it_reports(tmp_path, monkeypatch):
     # issue 26: without CCCL's folder <cooperative_groups.h> does not compile
     # (it needs <nv/target>), though the file is there: the report says so
     nvrtc_or_skip()
-    import io
     from pygpu import __main__ as diag
+
     dirs = _loader.cuda_include_dirs()
     root = [d for d in dirs if os.path.isfile(os.path.join(d, "cuda_runtime.h"))]
     if not root:
@@ -337,6 +394,7 @@ def test_python_m_pygpu_compiles_each_header_it_reports(tmp_path, monkeypatch):
 
 # ---- metadata, sdist, __all__, types
 
+
 def _pyproject():
     try:
         import tomllib
@@ -357,12 +415,14 @@ def test_license_metadata():
     extras = p["project"]["optional-dependencies"]
     # python -m pygpu's advice is the [nvrtc] extra itself; [cccl] its alias
     from pygpu.__main__ import NVRTC_REQUIREMENTS
+
     assert extras["nvrtc"] == list(NVRTC_REQUIREMENTS) == extras["cccl"]
     assert "cuda-pathfinder>=1.3" in p["project"]["dependencies"]
 
 
 def test_metadata_is_ready_to_publish():
     import pygpu
+
     p = _pyproject()
     # the version is written once, in pygpu/__init__.py
     assert "version" not in p["project"] and p["project"]["dynamic"] == ["version"]
@@ -370,9 +430,11 @@ def test_metadata_is_ready_to_publish():
     # classifiers for exactly the Pythons tested (make test on each), as
     # requires-python says
     assert p["project"]["requires-python"] == ">=3.9"
-    versions = sorted(c.rsplit(" ", 1)[1] for c in p["project"]["classifiers"]
-                      if c.startswith("Programming Language :: Python :: 3.")
-                      and c.count("::") == 2)
+    versions = sorted(
+        c.rsplit(" ", 1)[1]
+        for c in p["project"]["classifiers"]
+        if c.startswith("Programming Language :: Python :: 3.") and c.count("::") == 2
+    )
     assert versions == ["3.10", "3.11", "3.12", "3.13", "3.9"], versions
     assert pygpu.__version__ == "0.1.0"
 
@@ -386,22 +448,49 @@ def test_sdist_is_complete(tmp_path):
     if int(setuptools.__version__.split(".")[0]) < 77:
         pytest.skip("needs setuptools >= 77 here (the build requirement)")
     src = tmp_path / "src"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
-        ".git", "build", "dist", ".venv", "*.egg-info", "*.so", "__pycache__", "_build"))
-    r = subprocess.run([sys.executable, "-c", "import pygpu_build_backend as b, sys; "
-                        "print(b.build_sdist(sys.argv[1]))", str(tmp_path / "dist")],
-                       capture_output=True, text=True, cwd=src,
-                       env=dict(os.environ, PYTHONPATH=str(src / "tools")))
+    shutil.copytree(
+        ROOT,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".git", "build", "dist", ".venv", "*.egg-info", "*.so", "__pycache__", "_build"
+        ),
+    )
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import pygpu_build_backend as b, sys; print(b.build_sdist(sys.argv[1]))",
+            str(tmp_path / "dist"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=src,
+        env=dict(os.environ, PYTHONPATH=str(src / "tools")),
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     name = r.stdout.strip().splitlines()[-1]
     with tarfile.open(tmp_path / "dist" / name) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
-    for need in ("LICENSE", "README.md", "Makefile", "setup.py", "pyproject.toml",
-                 "tools/pygpu_build_backend.py", "src/loader.c", "src/pygpu.h",
-                 "kernels/matmul.cu", "pygpu/py.typed", "pygpu/_driver.pyi",
-                 "pygpu/__main__.py", "tests/conftest.py", "tests/support/fakecuda.py",
-                 "pygpu/testing/csrc/fakecuda.c", "tests/project/test_packaging.py", "examples/demo.py",
-                 "docs/install.md"):
+    for need in (
+        "LICENSE",
+        "README.md",
+        "Makefile",
+        "setup.py",
+        "pyproject.toml",
+        "tools/pygpu_build_backend.py",
+        "src/loader.c",
+        "src/pygpu.h",
+        "kernels/matmul.cu",
+        "pygpu/py.typed",
+        "pygpu/_driver.pyi",
+        "pygpu/__main__.py",
+        "tests/conftest.py",
+        "tests/support/fakecuda.py",
+        "pygpu/testing/csrc/fakecuda.c",
+        "tests/project/test_packaging.py",
+        "examples/demo.py",
+        "docs/install.md",
+    ):
         assert need in names, need
     assert not any(n.endswith(".so") or "__pycache__" in n for n in names)
     # ready to publish: the metadata and its long description (the README)
@@ -410,8 +499,11 @@ def test_sdist_is_complete(tmp_path):
         import twine  # noqa: F401
     except ImportError:
         return
-    r = subprocess.run([sys.executable, "-m", "twine", "check", "--strict",
-                        str(tmp_path / "dist" / name)], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(tmp_path / "dist" / name)],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout + r.stderr
 
 
@@ -421,17 +513,26 @@ def test_make_sdist_after_a_build(tmp_path):
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     src = tmp_path / "src"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
-        ".git", "build", "dist", ".venv", "*.egg-info", "*.so", "__pycache__", "_build"))
-    (src / "build" / "standin").mkdir(parents=True)      # what make test leaves
+    shutil.copytree(
+        ROOT,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".git", "build", "dist", ".venv", "*.egg-info", "*.so", "__pycache__", "_build"
+        ),
+    )
+    (src / "build" / "standin").mkdir(parents=True)  # what make test leaves
     (src / "build" / "temp.linux-x86_64").mkdir()
     # a fresh venv without `build`, which make sdist installs (an installed
     # `build` would win over the folder; a missing one did not); then
     # python -m build's isolated environment: setuptools and NumPy from
     # pip's cache or the index
     subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "v")], check=True)
-    r = subprocess.run(["make", "sdist", "PYTHON=" + str(tmp_path / "v" / "bin" / "python")],
-                       cwd=src, capture_output=True, text=True)
+    r = subprocess.run(
+        ["make", "sdist", "PYTHON=" + str(tmp_path / "v" / "bin" / "python")],
+        cwd=src,
+        capture_output=True,
+        text=True,
+    )
     out = r.stdout + r.stderr
     if r.returncode != 0 and "No matching distribution found for" in out:
         pytest.skip("the package index is not reachable")
@@ -439,16 +540,24 @@ def test_make_sdist_after_a_build(tmp_path):
     assert [n for n in os.listdir(src / "dist")] == ["pygpu-0.1.0.tar.gz"]
 
 
-PUBLIC = ["pygpu.driver", "pygpu.compiler", "pygpu.tools", "pygpu.autoinit", "pygpu._loader",
-          "pygpu.__main__"]
+PUBLIC = [
+    "pygpu.driver",
+    "pygpu.compiler",
+    "pygpu.tools",
+    "pygpu.autoinit",
+    "pygpu._loader",
+    "pygpu.__main__",
+]
 
 
 @pytest.mark.parametrize("name", PUBLIC)
 def test_every_public_module_has_all(name):
     if name == "pygpu.autoinit":
-        r = run_py("import ast, pygpu; print('__all__' in [t.id for n in ast.parse("
-                   "open(pygpu.__path__[0] + '/autoinit.py').read()).body "
-                   "if isinstance(n, ast.Assign) for t in n.targets if hasattr(t, 'id')])")
+        r = run_py(
+            "import ast, pygpu; print('__all__' in [t.id for n in ast.parse("
+            "open(pygpu.__path__[0] + '/autoinit.py').read()).body "
+            "if isinstance(n, ast.Assign) for t in n.targets if hasattr(t, 'id')])"
+        )
         assert r.stdout.strip() == "True", r.stderr
         return
     mod = importlib.import_module(name)
@@ -461,6 +570,7 @@ def test_driver_stub_covers_the_extension():
     """Every public name of pygpu._driver is in _driver.pyi, and no more."""
     import ast
     from pygpu import _driver
+
     with open(os.path.join(ROOT, "pygpu", "_driver.pyi")) as f:
         tree = ast.parse(f.read())
     stubbed = set()
@@ -516,15 +626,25 @@ def sines(n: int) -> float:
 
 def test_cumath_stub_names_the_modules_public_names():
     import pygpu.cumath as m
+
     with open(os.path.join(ROOT, "pygpu", "cumath.pyi")) as f:
         import ast
+
         tree = ast.parse(f.read())
     stub = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     stub |= {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign)}
-    stub |= {a.name for n in tree.body if isinstance(n, ast.ImportFrom)      # X as X:
-             for a in n.names if a.asname == a.name}                           # re-exported
-    public = {n for n, v in vars(m).items() if not n.startswith("_")
-              and not isinstance(v, types.ModuleType)}
+    stub |= {
+        a.name
+        for n in tree.body
+        if isinstance(n, ast.ImportFrom)  # X as X:
+        for a in n.names
+        if a.asname == a.name
+    }  # re-exported
+    public = {
+        n
+        for n, v in vars(m).items()
+        if not n.startswith("_") and not isinstance(v, types.ModuleType)
+    }
     assert stub == public, (sorted(stub - public), sorted(public - stub))
 
 
@@ -533,21 +653,40 @@ def test_mypy_strict_accepts_the_examples(tmp_path):
     # typed code against the C types: without the stub each is Any, which
     # --strict rejects (no-any-return)
     (tmp_path / "user.py").write_text(TYPED_USER + TYPED_ARRAYS)
-    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
-                        "--follow-imports=silent", str(tmp_path / "user.py")],
-                       capture_output=True, text=True, cwd=CWD)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--follow-imports=silent",
+            str(tmp_path / "user.py"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=CWD,
+    )
     assert r.returncode == 0, r.stdout[-4000:]
     # the examples as they are, --strict with nothing relaxed (issue 26)
-    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
-                        "examples"], capture_output=True, text=True, cwd=CWD)
+    r = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "examples"],
+        capture_output=True,
+        text=True,
+        cwd=CWD,
+    )
     assert r.returncode == 0 and "Success: no issues found" in r.stdout, r.stdout[-4000:]
     assert "import-untyped" not in r.stdout
 
 
 def test_driver_all_names_every_public_name():
     import pygpu.driver as d
-    public = {n for n, v in vars(d).items() if not n.startswith("_")
-              and not isinstance(v, types.ModuleType) and n != "annotations"}
+
+    public = {
+        n
+        for n, v in vars(d).items()
+        if not n.startswith("_") and not isinstance(v, types.ModuleType) and n != "annotations"
+    }
     assert public - set(d.__all__) == set()
 
 
@@ -556,8 +695,11 @@ def test_kernels_including_stdio_compile(tmp_path, monkeypatch):
     <stdio.h> (PyCUDA's test_large_smem does): pygpu's kernels/libc has it."""
     monkeypatch.setenv("PYGPU_CACHE_DIR", str(tmp_path))
     from pygpu import compiler
-    src = ('#include <stdio.h>\n#include <stdlib.h>\nextern "C" __global__ void k(int *d)'
-           ' { int *p = (int *)malloc(4); printf("%d\\n", d[0]); free(p); }')
+
+    src = (
+        '#include <stdio.h>\n#include <stdlib.h>\nextern "C" __global__ void k(int *d)'
+        ' { int *p = (int *)malloc(4); printf("%d\\n", d[0]); free(p); }'
+    )
     ptx = bytes(compiler.compile(src, target="ptx", arch="compute_90")).decode()
     assert "vprintf" in ptx and "malloc" in ptx
 
@@ -566,7 +708,8 @@ def test_the_build_uses_the_loaders_search(tmp_path):
     # issue 26, item 9: one search (pygpu/_loader.py) for the loader, the
     # compiler and the build backend, which loads it by path
     spec = importlib.util.spec_from_file_location(
-        "_backend_for_test", os.path.join(ROOT, "tools", "pygpu_build_backend.py"))
+        "_backend_for_test", os.path.join(ROOT, "tools", "pygpu_build_backend.py")
+    )
     b = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(b)
     assert os.path.samefile(b._search.__file__, os.path.join(ROOT, "pygpu", "_loader.py"))
@@ -588,18 +731,21 @@ def test_the_build_uses_the_loaders_search(tmp_path):
     assert b.cuda_include_dirs({"CUDA_HOME": str(tmp_path / "toolkit")}, site) == [str(toolkit)]
     assert b.cuda_include_dirs({"PYGPU_CUDA_INCLUDE": str(toolkit)}, []) == [str(toolkit)]
     assert b.tried({"CUDA_HOME": "/x"}, site)[:2] == ["/x/include", "/usr/local/cuda/include"]
-    assert _loader.build_include_dirs({"CUDA_HOME": str(tmp_path / "toolkit")}, site) == \
-        [str(toolkit)]
+    assert _loader.build_include_dirs({"CUDA_HOME": str(tmp_path / "toolkit")}, site) == [
+        str(toolkit)
+    ]
 
 
 # ---- pyright on the README's and the manual's code (issue 26, item 7)
+
 
 def _pyright():
     """basedpyright (the dev extra: it brings its own Node.js wheel, so it
     needs no network when it runs), else a pyright on PATH, else None."""
     for name in ("basedpyright", "pyright"):
-        exe = shutil.which(name, path=os.path.dirname(sys.executable) + os.pathsep
-                           + os.environ.get("PATH", ""))
+        exe = shutil.which(
+            name, path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+        )
         if exe:
             return exe
     return None
@@ -613,9 +759,11 @@ def _code_blocks():
     import ast
     import glob
     import re
+
     out = []
-    for path in [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs",
-                                                                                  "*.md"))):
+    for path in [os.path.join(ROOT, "README.md")] + sorted(
+        glob.glob(os.path.join(ROOT, "docs", "*.md"))
+    ):
         with open(path) as f:
             text = f.read()
         for i, m in enumerate(re.finditer(r"^```(?:python|py)\n(.*?)^```", text, re.S | re.M)):
@@ -623,8 +771,12 @@ def _code_blocks():
                 ast.parse(m.group(1))
             except SyntaxError:
                 continue
-            out.append(("%s_%d" % (os.path.basename(path)[:-3], i),
-                        "import numpy as np\nimport pygpu.driver as cuda\n" + m.group(1)))
+            out.append(
+                (
+                    "%s_%d" % (os.path.basename(path)[:-3], i),
+                    "import numpy as np\nimport pygpu.driver as cuda\n" + m.group(1),
+                )
+            )
     return out
 
 
@@ -638,31 +790,45 @@ def test_pyright_accepts_the_readme_and_the_manual(tmp_path):
         (tmp_path / ("doc_%s.py" % doc)).write_text(source)
     (tmp_path / "typed_user.py").write_text(TYPED_USER + TYPED_ARRAYS)
     import json
+
     optional = {}
     for mod in ("cupy", "cuda.core", "mpi4py", "scipy", "nccl"):
         try:
             importlib.import_module(mod)
         except Exception:
             optional[mod] = True
-    (tmp_path / "pyrightconfig.json").write_text(json.dumps({
-        "typeCheckingMode": "standard",
-        "extraPaths": [CWD],
-        # the snippets are fragments of a chapter: a name the prose defines
-        # (`a`, `kernel`) is not an error; a value Optional in general but
-        # set where the chapter uses it (cap.graph after its with block, a
-        # conditional node's bodies) neither
-        "reportUndefinedVariable": "none",
-        "reportOptionalMemberAccess": "none",
-        "reportOptionalSubscript": "none",
-        # the comparison chapter's peers, MPI and NCCL, where not installed here
-        "reportMissingImports": "error" if not optional else "warning",
-    }))
-    r = subprocess.run([exe, "--pythonpath", sys.executable, "--outputjson"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=600)
+    (tmp_path / "pyrightconfig.json").write_text(
+        json.dumps(
+            {
+                "typeCheckingMode": "standard",
+                "extraPaths": [CWD],
+                # the snippets are fragments of a chapter: a name the prose defines
+                # (`a`, `kernel`) is not an error; a value Optional in general but
+                # set where the chapter uses it (cap.graph after its with block, a
+                # conditional node's bodies) neither
+                "reportUndefinedVariable": "none",
+                "reportOptionalMemberAccess": "none",
+                "reportOptionalSubscript": "none",
+                # the comparison chapter's peers, MPI and NCCL, where not installed here
+                "reportMissingImports": "error" if not optional else "warning",
+            }
+        )
+    )
+    r = subprocess.run(
+        [exe, "--pythonpath", sys.executable, "--outputjson"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     report = json.loads(r.stdout)
     errors = [d for d in report["generalDiagnostics"] if d["severity"] == "error"]
-    missing = [d for d in report["generalDiagnostics"] if d.get("rule") == "reportMissingImports"
-               and not any(m in d["message"] for m in optional)]
+    missing = [
+        d
+        for d in report["generalDiagnostics"]
+        if d.get("rule") == "reportMissingImports" and not any(m in d["message"] for m in optional)
+    ]
     assert not errors and not missing, "\n".join(
         "%s:%d: %s" % (os.path.basename(d["file"]), d["range"]["start"]["line"] + 1, d["message"])
-        for d in errors + missing)
+        for d in errors + missing
+    )

@@ -4,9 +4,8 @@ plugin through its pytest11 entry point as a user's would.
 
 Fault isolation is checked against the driver stand-in's injected sticky
 error (CPU-only) and, marked gpu, against a real illegal-address kernel."""
+
 import os
-import sys
-import textwrap
 
 import pytest
 
@@ -107,10 +106,12 @@ def test_standin_option_runs_driver_tests_without_a_gpu(project):
 
 
 def test_plugin_fixtures_need_a_driver(project):
-    project.makepyfile(test_user="""
+    project.makepyfile(
+        test_user="""
         def test_device(cuda_device):
             pass
-    """)
+    """
+    )
     r, out = run(project, "-rs")
     r.assert_outcomes(skipped=1)
     assert "no GPU: " in out
@@ -145,10 +146,14 @@ def test_leak_check(project):
     project.makepyfile(test_user=LEAKS)
     r, out = run(project, "--pygpu-standin")
     r.assert_outcomes(passed=2, failed=2)
-    assert "pygpu leak check: the test left handles alive (DeviceAllocation: 1 more, " \
-           "driver device: 1 more)" in out
-    assert "pygpu leak check: the test left handles alive (Stream: 1 more, driver streams: " \
-           "1 more)" in out
+    assert (
+        "pygpu leak check: the test left handles alive (DeviceAllocation: 1 more, "
+        "driver device: 1 more)" in out
+    )
+    assert (
+        "pygpu leak check: the test left handles alive (Stream: 1 more, driver streams: "
+        "1 more)" in out
+    )
     r, out = run(project, "--pygpu-standin", "--pygpu-leak-check")
     r.assert_outcomes(passed=1, failed=3)
 
@@ -160,11 +165,14 @@ def fault_project(pytester, kernel_fault=False):
             '    from pygpu.compiler import SourceModule\n'
             '    f = SourceModule("__global__ void bad(int *p) { p[2] = 1; }").get_function("bad")\n'
             '    f(None, block=(1, 1, 1))\n'
-            '    cuda.Context.synchronize()\n')
+            '    cuda.Context.synchronize()\n'
+        )
         fixtures = "cuda_context"
     else:
-        fault = ('    cuda_standin.fail("cuCtxSynchronize", 1, 700, sticky=True)\n'
-                 '    cuda.Context.synchronize()\n')
+        fault = (
+            '    cuda_standin.fail("cuCtxSynchronize", 1, 700, sticky=True)\n'
+            '    cuda.Context.synchronize()\n'
+        )
         fixtures = "cuda_context, cuda_standin"
     pytester.makepyfile(test_fault=FAULT_TEMPLATE % (fixtures, fault))
 
@@ -208,8 +216,9 @@ def pids(pytester):
 def check_isolated(r, out, pytester):
     r.assert_outcomes(passed=3, failed=1)
     assert "LaunchError" in out and "CUDA_ERROR_ILLEGAL_ADDRESS" in out
-    assert "test_fault.py::test_2_fault FAILED" in out or "FAILED test_fault.py::test_2_fault" \
-        in out
+    assert (
+        "test_fault.py::test_2_fault FAILED" in out or "FAILED test_fault.py::test_2_fault" in out
+    )
     p = pids(pytester)
     assert p["before"] == p["fault"]
     assert p["after"] != p["fault"] and p["after2"] == p["after"]
@@ -245,7 +254,8 @@ def test_fault_isolation_with_xdist(project):
 
 
 def test_a_passing_test_that_leaves_a_fault_is_an_error(project):
-    project.makepyfile(test_fault="""
+    project.makepyfile(
+        test_fault="""
         import pytest
         import pygpu.driver as cuda
 
@@ -256,12 +266,16 @@ def test_a_passing_test_that_leaves_a_fault_is_an_error(project):
 
         def test_after(cuda_context):
             cuda.mem_alloc(256).free()
-    """)
+    """
+    )
     r, out = run(project, "--pygpu-standin")
     r.assert_outcomes(passed=2, errors=1)
-    assert ("pygpu: the test left its CUDA context with a sticky fault, "
-            "CUDA_ERROR_LAUNCH_FAILED (the driver stand-in's injected sticky error)") in out
-    project.makepyfile(test_fault="""
+    assert (
+        "pygpu: the test left its CUDA context with a sticky fault, "
+        "CUDA_ERROR_LAUNCH_FAILED (the driver stand-in's injected sticky error)"
+    ) in out
+    project.makepyfile(
+        test_fault="""
         import pytest
         import pygpu.driver as cuda
 
@@ -273,13 +287,15 @@ def test_a_passing_test_that_leaves_a_fault_is_an_error(project):
 
         def test_after(cuda_context):
             cuda.mem_alloc(256).free()
-    """)
+    """
+    )
     r, out = run(project, "--pygpu-standin")
     r.assert_outcomes(passed=2)
 
 
 def test_a_crashing_test_in_the_fresh_process_fails_alone(project):
-    project.makepyfile(test_fault="""
+    project.makepyfile(
+        test_fault="""
         import os
         import pygpu.driver as cuda
 
@@ -292,7 +308,8 @@ def test_a_crashing_test_in_the_fresh_process_fails_alone(project):
 
         def test_after(cuda_context):
             cuda.mem_alloc(256).free()
-    """)
+    """
+    )
     r, out = run(project, "--pygpu-standin")
     r.assert_outcomes(passed=1, failed=2)
     assert "the fresh process running this test died (exit status 7)" in out
@@ -307,19 +324,24 @@ def test_fault_isolation_on_a_real_illegal_address(project):
 
 def _junit_cases(path):
     import xml.etree.ElementTree as ET
+
     root = ET.parse(str(path)).getroot()
     cases = {}
     for tc in root.iter("testcase"):
-        outcome = "failed" if tc.find("failure") is not None or tc.find("error") is not None \
-            else "skipped" if tc.find("skipped") is not None else "passed"
+        outcome = (
+            "failed"
+            if tc.find("failure") is not None or tc.find("error") is not None
+            else "skipped"
+            if tc.find("skipped") is not None
+            else "passed"
+        )
         cases[tc.get("name")] = outcome
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     totals = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors")}
     return cases, totals
 
 
-@pytest.mark.parametrize("form", ["--junitxml=%s", "--junit-xml=%s", "--junitxml %s",
-                                  "addopts"])
+@pytest.mark.parametrize("form", ["--junitxml=%s", "--junit-xml=%s", "--junitxml %s", "addopts"])
 def test_fault_isolation_keeps_the_whole_session_in_junitxml(project, form):
     """Issue 25 defect 15: the fresh process started after a fault wrote the
     same --junitxml file, which then listed only the tests after the fault."""
@@ -333,11 +355,15 @@ def test_fault_isolation_keeps_the_whole_session_in_junitxml(project, form):
     r, out = run(project, "--pygpu-standin", *args)
     r.assert_outcomes(passed=3, failed=1)
     cases, totals = _junit_cases(report)
-    assert cases == {"test_1_before": "passed", "test_2_fault": "failed",
-                     "test_3_after": "passed", "test_4_after": "passed"}
+    assert cases == {
+        "test_1_before": "passed",
+        "test_2_fault": "failed",
+        "test_3_after": "passed",
+        "test_4_after": "passed",
+    }
     assert totals == {"tests": 4, "failures": 1, "errors": 0}
     p = pids(project)
-    assert p["after"] != p["fault"]          # the tests after the fault ran elsewhere
+    assert p["after"] != p["fault"]  # the tests after the fault ran elsewhere
 
 
 def test_fault_isolation_keeps_the_whole_session_in_junitxml_with_xdist(project):
@@ -349,6 +375,8 @@ def test_fault_isolation_keeps_the_whole_session_in_junitxml_with_xdist(project)
     cases, totals = _junit_cases(report)
     assert sorted(cases) == ["test_1_before", "test_2_fault", "test_3_after", "test_4_after"]
     assert totals["tests"] == 4 and totals["failures"] == 1
+
+
 # ---- the plugin is lazy (issue 26, item 8) ----
 
 TRIVIAL = """
@@ -365,6 +393,7 @@ def test_report():
 
 def _loaded(out):
     import re
+
     m = re.search(r"PLUGIN=(\w+) LOADED=([\w.,]*)", out)
     return m.groups() if m else None
 
@@ -378,9 +407,11 @@ def test_a_plain_pytest_run_loads_neither_the_extension_nor_numpy(project):
 
 
 def test_a_marker_or_fixture_loads_pygpu_on_first_use(project):
-    project.makepyfile(test_uses=TRIVIAL.replace("def test_trivial():",
-                                                  "import pytest\n\n@pytest.mark.gpu\n"
-                                                  "def test_trivial():"))
+    project.makepyfile(
+        test_uses=TRIVIAL.replace(
+            "def test_trivial():", "import pytest\n\n@pytest.mark.gpu\ndef test_trivial():"
+        )
+    )
     r, out = run(project, "-s")
     r.assert_outcomes(passed=1, skipped=1)
     assert _loaded(out) == ("True", "pygpu._driver,pygpu.driver,numpy"), out

@@ -3,6 +3,7 @@ doc/ code through the alias (issue 24): the ArgumentHandler protocol of
 In/Out/InOut, CudaModule as a base class, get_texref/get_surfref's error.
 stand-in tests run the launch path (kernels do not run there: the copies
 and the packed parameters are checked)."""
+
 import struct
 
 import numpy as np
@@ -30,8 +31,10 @@ def _scale_params(ptr, a, n):
 
 
 @pytest.mark.driver
-@pytest.mark.parametrize("cls, copies_in, copies_out", [
-    (cuda.In, True, False), (cuda.Out, False, True), (cuda.InOut, True, True)])
+@pytest.mark.parametrize(
+    "cls, copies_in, copies_out",
+    [(cuda.In, True, False), (cuda.Out, False, True), (cuda.InOut, True, True)],
+)
 def test_in_out_have_pycudas_handler_protocol(cls, copies_in, copies_out, ctx, rng):
     """get_device_alloc(), pre_call(stream), post_call(stream) as PyCUDA's
     In/Out/InOut have them, for code that drives them itself."""
@@ -91,6 +94,7 @@ def test_in_subclass_overriding_the_protocol_is_followed(standin, ctx, ptx, rng)
 def test_cudamodule_subclass_as_pycudas(standin, ctx, ptx):
     """PyCUDA code may subclass CudaModule, set self.module and call
     _bind_module(): get_function and get_global then work."""
+
     class FromBuffer(compiler.CudaModule):
         def __init__(self, image):
             self.module = cuda.module_from_buffer(image)
@@ -100,17 +104,21 @@ def test_cudamodule_subclass_as_pycudas(standin, ctx, ptx):
     assert isinstance(m, compiler.CudaModule)
     f = m.get_function("scale")
     assert isinstance(f, cuda.Function)
-    with pytest.raises(cuda.LogicError, match="get_texref\\('tex'\\): texture and surface "
-                                              "references were removed in CUDA 12"):
+    with pytest.raises(
+        cuda.LogicError,
+        match="get_texref\\('tex'\\): texture and surface references were removed in CUDA 12",
+    ):
         m.get_texref("tex")
 
 
 def test_texture_references_are_a_clear_logic_error():
-    msg = (r"^%s\('%s'\): texture and surface references were removed in CUDA 12, so no "
-           r"module has one \(PyCUDA's call fails there too, with cuModule%s's 'named symbol "
-           r"not found'\); pass a TextureObject or SurfaceObject to the kernel as a "
-           r"cudaTextureObject_t / cudaSurfaceObject_t argument instead \(the manual's "
-           r"'textures' chapter\)$")
+    msg = (
+        r"^%s\('%s'\): texture and surface references were removed in CUDA 12, so no "
+        r"module has one \(PyCUDA's call fails there too, with cuModule%s's 'named symbol "
+        r"not found'\); pass a TextureObject or SurfaceObject to the kernel as a "
+        r"cudaTextureObject_t / cudaSurfaceObject_t argument instead \(the manual's "
+        r"'textures' chapter\)$"
+    )
     m = compiler.CudaModule()
     with pytest.raises(cuda.LogicError, match=msg % ("get_texref", "tex", "GetTexRef")):
         m.get_texref("tex")
@@ -126,8 +134,10 @@ def test_texture_references_are_a_clear_logic_error():
 
 # ---- ReductionKernel(..., kernel_wrapper=) (PyCUDA's reduction-perf.py) ----
 
+
 def _timer_wrapper(log):
     """PyCUDA's reduction-perf.py's wrap_with_timer, recording its calls."""
+
     def wrap(f):
         def result(*args, **kwargs):
             start, stop = cuda.Event(), cuda.Event()
@@ -136,7 +146,9 @@ def _timer_wrapper(log):
             stop.record()
             stop.synchronize()
             log.append((args[0], args[1], stop.time_since(start)))
+
         return result
+
     return wrap
 
 
@@ -145,6 +157,7 @@ def _timer_wrapper(log):
 def test_reduction_kernel_wrapper(n, stages, standin, ctx):
     from pygpu import gpuarray as ga
     from pygpu import reduction
+
     k = reduction.get_sum_kernel(None, np.dtype(np.float32))
     a = ga.zeros(n, np.float32)
     log = []
@@ -162,6 +175,7 @@ def test_reduction_kernel_wrapper(n, stages, standin, ctx):
 def test_reduction_kernel_wrapper_result(ctx, rng):
     from pygpu import gpuarray as ga
     from pygpu import reduction
+
     x = rng.standard_normal(1_000_003).astype(np.float32)
     y = rng.standard_normal(1_000_003).astype(np.float32)
     k = reduction.get_dot_kernel(np.float32, np.float32, np.float32)

@@ -1,6 +1,7 @@
 """The import alias pycuda -> pygpu (pygpu/pycuda_alias.py) and the
 compatibility runner (tools/pycuda_compat.py), on the CPU: a fake test file,
 a fake PyCUDA package, a fake sdist.  No PyCUDA file is used."""
+
 import importlib.util
 import io
 import json
@@ -17,7 +18,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _load_runner():
     spec = importlib.util.spec_from_file_location(
-        "pycuda_compat", os.path.join(ROOT, "tools", "pycuda_compat.py"))
+        "pycuda_compat", os.path.join(ROOT, "tools", "pycuda_compat.py")
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -29,8 +31,14 @@ compat = _load_runner()
 def _py(code, cwd=None, env=None, args=()):
     """Run Python code in a fresh interpreter (the alias changes sys.modules
     and sys.meta_path: keep it out of this process)."""
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)] + list(args),
-                          capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)] + list(args),
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+    )
 
 
 def _env(**extra):
@@ -40,6 +48,7 @@ def _env(**extra):
 
 
 # ---- the alias ----
+
 
 def test_alias_gives_pygpus_modules():
     p = _py("""
@@ -77,8 +86,10 @@ def test_alias_missing_module_names_both():
     assert p.returncode == 0, p.stderr
     name, msg = p.stdout.strip().splitlines()
     assert name == "pycuda.no_such_module"
-    assert msg == ("No module named 'pycuda.no_such_module': the pycuda -> pygpu alias maps it "
-                   "to 'pygpu.no_such_module', which pygpu does not have")
+    assert msg == (
+        "No module named 'pycuda.no_such_module': the pycuda -> pygpu alias maps it "
+        "to 'pygpu.no_such_module', which pygpu does not have"
+    )
 
 
 def test_alias_fallback_autoprimaryctx():
@@ -110,7 +121,8 @@ def test_alias_refuses_after_real_pycuda(tmp_path):
     pkg = tmp_path / "pycuda"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("REAL = True\n")
-    p = _py("""
+    p = _py(
+        """
         import pycuda
         import pygpu.pycuda_alias as alias
         try:
@@ -118,11 +130,15 @@ def test_alias_refuses_after_real_pycuda(tmp_path):
         except ImportError as e:
             print(e)
         print(alias.installed())
-    """, env=_env(PYTHONPATH=str(tmp_path)))
+    """,
+        env=_env(PYTHONPATH=str(tmp_path)),
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == [
         "cannot alias pycuda to pygpu: the real PyCUDA is already imported in this process "
-        "(pycuda)", "False"]
+        "(pycuda)",
+        "False",
+    ]
 
 
 def test_alias_uninstall(tmp_path):
@@ -160,34 +176,57 @@ sys.exit(int(sys.argv[-1]) if sys.argv[-1].isdigit() else 0)
 def test_python_m_alias_runs_a_pycuda_program(tmp_path):
     prog = tmp_path / "prog.py"
     prog.write_text(PROGRAM)
-    p = subprocess.run([sys.executable, "-m", "pygpu.pycuda_alias", str(prog), "a b", "x"],
-                       capture_output=True, text=True, cwd=str(tmp_path), timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "pygpu.pycuda_alias", str(prog), "a b", "x"],
+        capture_output=True,
+        text=True,
+        cwd=str(tmp_path),
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
-    assert p.stdout.splitlines() == ["pygpu.driver pygpu.compiler __main__ ['a b', 'x']",
-                                     "True True"]
+    assert p.stdout.splitlines() == [
+        "pygpu.driver pygpu.compiler __main__ ['a b', 'x']",
+        "True True",
+    ]
     # the program's exit status passes through
-    p = subprocess.run([sys.executable, "-m", "pygpu.pycuda_alias", str(prog), "3"],
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "pygpu.pycuda_alias", str(prog), "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 3, p.stderr
 
 
 def test_python_m_alias_module_form(tmp_path):
     (tmp_path / "progmod.py").write_text(PROGRAM)
-    p = subprocess.run([sys.executable, "-m", "pygpu.pycuda_alias", "-m", "progmod", "z"],
-                       capture_output=True, text=True, cwd=str(tmp_path), timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "pygpu.pycuda_alias", "-m", "progmod", "z"],
+        capture_output=True,
+        text=True,
+        cwd=str(tmp_path),
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[0] == "pygpu.driver pygpu.compiler __main__ ['z']"
 
 
-@pytest.mark.parametrize("args, status, message", [
-    ([], 2, "usage: python -m pygpu.pycuda_alias PROGRAM.py"),
-    (["-h"], 0, "usage: python -m pygpu.pycuda_alias PROGRAM.py"),
-    (["-m"], 2, "pygpu.pycuda_alias: -m needs a module name"),
-    (["/no/such/prog.py"], 2, "pygpu.pycuda_alias: no such program: '/no/such/prog.py'"),
-])
+@pytest.mark.parametrize(
+    "args, status, message",
+    [
+        ([], 2, "usage: python -m pygpu.pycuda_alias PROGRAM.py"),
+        (["-h"], 0, "usage: python -m pygpu.pycuda_alias PROGRAM.py"),
+        (["-m"], 2, "pygpu.pycuda_alias: -m needs a module name"),
+        (["/no/such/prog.py"], 2, "pygpu.pycuda_alias: no such program: '/no/such/prog.py'"),
+    ],
+)
 def test_python_m_alias_usage(args, status, message):
-    p = subprocess.run([sys.executable, "-m", "pygpu.pycuda_alias"] + args,
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "pygpu.pycuda_alias"] + args,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == status
     assert p.stderr.startswith(message), p.stderr
 
@@ -265,10 +304,26 @@ def test_runner_on_a_fake_test_file(fake):
     out = fake / "out" / "report.json"
     env = _env(PYCUDA_COMPAT_ASSUME_GPU="1", PYTHONPATH=str(fake / "site"))
     env.pop("COMPAT_OUT", None)
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "pycuda_compat.py"),
-                        "--test-dir", str(fake / "tests"), "--files", "test_fake.py,test_blas.py",
-                        "--test-timeout", "2", "--out", str(out), "--work", str(fake / "work")],
-                       capture_output=True, text=True, env=env, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "tools", "pycuda_compat.py"),
+            "--test-dir",
+            str(fake / "tests"),
+            "--files",
+            "test_fake.py,test_blas.py",
+            "--test-timeout",
+            "2",
+            "--out",
+            str(out),
+            "--work",
+            str(fake / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     rep = json.loads(out.read_text())
     fakef = rep["files"]["test_fake.py"]
@@ -277,7 +332,8 @@ def test_runner_on_a_fake_test_file(fake):
     assert fakef["pygpu"]["counts"] == {"passed": 3, "failed": 4, "skipped": 2}
     t = fakef["pygpu"]["tests"]
     assert t["test_fake.py::test_slow"]["message"] == (
-        "Failed: timed out after 2 s (pycuda_compat's per-test limit)")
+        "Failed: timed out after 2 s (pycuda_compat's per-test limit)"
+    )
     assert t["test_fake.py::test_setup_error"]["message"] == "RuntimeError: fixture broke"
     assert t["test_fake.py::test_skip"]["outcome"] == "skipped"
     assert t["test_fake.py::test_xfail"]["outcome"] == "skipped"
@@ -286,10 +342,15 @@ def test_runner_on_a_fake_test_file(fake):
     assert blas["pycuda"]["collect_error"].startswith("ModuleNotFoundError")
     assert blas["pygpu"]["collect_error"] == (
         "ModuleNotFoundError: No module named 'pycuda.blas': the pycuda -> pygpu alias maps "
-        "it to 'pygpu.blas', which pygpu does not have")
-    assert rep["gaps"] == [{"test": "test_fake.py::test_driver_name", "pygpu": "failed",
-                            "message": "AssertionError: assert 'pygpu.driver' == "
-                                       "'pycuda.driver'"}]
+        "it to 'pygpu.blas', which pygpu does not have"
+    )
+    assert rep["gaps"] == [
+        {
+            "test": "test_fake.py::test_driver_name",
+            "pygpu": "failed",
+            "message": "AssertionError: assert 'pygpu.driver' == 'pycuda.driver'",
+        }
+    ]
     assert rep["wins"] == []
     md = (fake / "out" / "report.md").read_text()
     assert "| test_fake.py | 4 / 3 / 2 | 3 / 4 / 2 | 1 | 0 |" in md
@@ -298,7 +359,8 @@ def test_runner_on_a_fake_test_file(fake):
 
 
 def test_runner_kills_a_hung_test_and_goes_on(tmp_path):
-    (tmp_path / "test_hang.py").write_text(textwrap.dedent('''
+    (tmp_path / "test_hang.py").write_text(
+        textwrap.dedent('''
         import signal, time
         def test_first():
             pass
@@ -307,18 +369,23 @@ def test_runner_kills_a_hung_test_and_goes_on(tmp_path):
             time.sleep(120)
         def test_last():
             pass
-    '''))
+    ''')
+    )
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    tests = compat.run_file("pycuda", str(tmp_path), "test_hang.py",
-                            _env(PYTHONPATH=""), test_timeout=1, hang_grace=2)
+    tests = compat.run_file(
+        "pycuda", str(tmp_path), "test_hang.py", _env(PYTHONPATH=""), test_timeout=1, hang_grace=2
+    )
     assert {k: v["outcome"] for k, v in tests.items()} == {
-        "test_hang.py::test_first": "passed", "test_hang.py::test_hang": "failed",
-        "test_hang.py::test_last": "passed"}
+        "test_hang.py::test_first": "passed",
+        "test_hang.py::test_hang": "failed",
+        "test_hang.py::test_last": "passed",
+    }
     assert tests["test_hang.py::test_hang"]["message"] == "hung: killed after 3 s without progress"
 
 
 def test_runner_survives_a_crashing_test(tmp_path):
-    (tmp_path / "test_crash.py").write_text(textwrap.dedent('''
+    (tmp_path / "test_crash.py").write_text(
+        textwrap.dedent('''
         import os
         def test_first():
             pass
@@ -328,15 +395,21 @@ def test_runner_survives_a_crashing_test(tmp_path):
             pass
         def test_last():
             pass
-    '''))
+    ''')
+    )
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    tests = compat.run_file("pycuda", str(tmp_path), "test_crash.py", _env(PYTHONPATH=""),
-                            test_timeout=10)
+    tests = compat.run_file(
+        "pycuda", str(tmp_path), "test_crash.py", _env(PYTHONPATH=""), test_timeout=10
+    )
     assert {k: v["outcome"] for k, v in tests.items()} == {
-        "test_crash.py::test_first": "passed", "test_crash.py::test_crash": "failed",
-        "test_crash.py::test_first_b": "passed", "test_crash.py::test_last": "passed"}
+        "test_crash.py::test_first": "passed",
+        "test_crash.py::test_crash": "failed",
+        "test_crash.py::test_first_b": "passed",
+        "test_crash.py::test_last": "passed",
+    }
     assert tests["test_crash.py::test_crash"]["message"] == (
-        "crashed: the test process died (exit status -6)")
+        "crashed: the test process died (exit status -6)"
+    )
 
 
 def test_runner_without_gpu_exits_0():
@@ -344,8 +417,13 @@ def test_runner_without_gpu_exits_0():
         pytest.skip("this machine has a GPU: the runner would run")
     env = _env()
     env.pop("PYCUDA_COMPAT_ASSUME_GPU", None)
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "pycuda_compat.py")],
-                       capture_output=True, text=True, env=env, timeout=120)
+    p = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", "pycuda_compat.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert p.returncode == 0
     assert p.stdout.startswith("pycuda-compat: not run: this machine has no usable GPU (")
     assert "run it on a CUDA machine" in p.stdout
@@ -356,8 +434,13 @@ def test_outcomes_fold_the_phases():
         {"nodeid": "a", "when": "start"},
         {"nodeid": "a", "when": "setup", "outcome": "passed", "duration": 0.5},
         {"nodeid": "a", "when": "call", "outcome": "passed", "duration": 1.0},
-        {"nodeid": "a", "when": "teardown", "outcome": "failed", "duration": 0.25,
-         "message": "teardown broke"},
+        {
+            "nodeid": "a",
+            "when": "teardown",
+            "outcome": "failed",
+            "duration": 0.25,
+            "message": "teardown broke",
+        },
         {"nodeid": "b", "when": "start"},
         {"nodeid": "b", "when": "setup", "outcome": "skipped", "message": "no"},
         {"nodeid": "c", "when": "start"},
@@ -369,19 +452,24 @@ def test_outcomes_fold_the_phases():
     t = compat.outcomes(e)
     assert t["a"] == {"outcome": "failed", "message": "teardown broke", "duration": 1.75}
     assert t["b"]["outcome"] == "skipped" and t["b"]["message"] == "no"
-    assert t["c"] == {"outcome": "failed", "duration": 0.0,
-                      "message": "did not finish (the process died or hung)"}
+    assert t["c"] == {
+        "outcome": "failed",
+        "duration": 0.0,
+        "message": "did not finish (the process died or hung)",
+    }
     assert t["d"]["outcome"] == "skipped" and t["d"]["message"] == "xfail"
     assert compat.counts(t) == {"passed": 0, "failed": 2, "skipped": 2}
 
 
 def test_sdist_url_from_the_json_index():
-    index = {"files": [
-        {"filename": "pycuda-2025.1.tar.gz", "url": "https://x/pycuda-2025.1.tar.gz"},
-        {"filename": "pycuda-2026.1.tar.gz", "url": "https://x/old", "yanked": "bad"},
-        {"filename": "pycuda-2026.1.tar.gz", "url": "https://x/pycuda-2026.1.tar.gz"},
-        {"filename": "pycuda-2026.1-cp312-cp312-win_amd64.whl", "url": "https://x/w"},
-    ]}
+    index = {
+        "files": [
+            {"filename": "pycuda-2025.1.tar.gz", "url": "https://x/pycuda-2025.1.tar.gz"},
+            {"filename": "pycuda-2026.1.tar.gz", "url": "https://x/old", "yanked": "bad"},
+            {"filename": "pycuda-2026.1.tar.gz", "url": "https://x/pycuda-2026.1.tar.gz"},
+            {"filename": "pycuda-2026.1-cp312-cp312-win_amd64.whl", "url": "https://x/w"},
+        ]
+    }
     assert compat.sdist_url(index, "2026.1") == "https://x/pycuda-2026.1.tar.gz"
     with pytest.raises(compat.CompatError, match=r"^PyPI's index lists no pycuda-9\.9\.tar\.gz$"):
         compat.sdist_url(index, "9.9")
@@ -413,10 +501,18 @@ def _tar(path, members):
 
 def test_unpack_tests_takes_only_test_files(tmp_path):
     sd = tmp_path / "pycuda-9.9.tar.gz"
-    _tar(sd, [("pycuda-9.9/test/test_a.py", b"A"), ("pycuda-9.9/test/test_b.py", b"B"),
-              ("pycuda-9.9/test/undistributed/x.py", b"X"), ("pycuda-9.9/setup.py", b"S"),
-              ("pycuda-9.9/test/../../evil.py", b"E"), ("pycuda-9.9/test/link.py", None),
-              ("pycuda-9.9/test/.hidden", b"H")])
+    _tar(
+        sd,
+        [
+            ("pycuda-9.9/test/test_a.py", b"A"),
+            ("pycuda-9.9/test/test_b.py", b"B"),
+            ("pycuda-9.9/test/undistributed/x.py", b"X"),
+            ("pycuda-9.9/setup.py", b"S"),
+            ("pycuda-9.9/test/../../evil.py", b"E"),
+            ("pycuda-9.9/test/link.py", None),
+            ("pycuda-9.9/test/.hidden", b"H"),
+        ],
+    )
     dest = tmp_path / "dest"
     dest.mkdir()
     assert compat.unpack_tests(str(sd), str(dest)) == ["test_a.py", "test_b.py"]
@@ -435,28 +531,69 @@ def test_unpack_tests_takes_only_test_files(tmp_path):
 def test_out_paths():
     assert compat.out_paths("r/x.json") == ("r/x.json", "r/x.md")
     assert compat.out_paths("r/x.md") == ("r/x.json", "r/x.md")
-    assert compat.out_paths("r") == (os.path.join("r", "pycuda-compat.json"),
-                                     os.path.join("r", "pycuda-compat.md"))
+    assert compat.out_paths("r") == (
+        os.path.join("r", "pycuda-compat.json"),
+        os.path.join("r", "pycuda-compat.md"),
+    )
 
 
 def test_runner_baseline_fills_pycuda(fake, tmp_path):
     """--impl pygpu with --baseline: PyCUDA's column from an earlier report."""
-    base = {"meta": {"date": "2026-11-22"}, "files": {"test_fake.py": {"pycuda": {"tests": {
-        "test_fake.py::test_both": {"outcome": "passed", "message": "", "duration": 0.1},
-        "test_fake.py::test_skip": {"outcome": "passed", "message": "", "duration": 0.1}}}}}}
+    base = {
+        "meta": {"date": "2026-11-22"},
+        "files": {
+            "test_fake.py": {
+                "pycuda": {
+                    "tests": {
+                        "test_fake.py::test_both": {
+                            "outcome": "passed",
+                            "message": "",
+                            "duration": 0.1,
+                        },
+                        "test_fake.py::test_skip": {
+                            "outcome": "passed",
+                            "message": "",
+                            "duration": 0.1,
+                        },
+                    }
+                }
+            }
+        },
+    }
     bp = tmp_path / "base.json"
     bp.write_text(json.dumps(base))
     out = tmp_path / "o.json"
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "pycuda_compat.py"),
-                        "--impl", "pygpu", "--test-dir", str(fake / "tests"), "--files",
-                        "test_fake.py", "--test-timeout", "1", "--baseline", str(bp),
-                        "--out", str(out)],
-                       capture_output=True, text=True, timeout=600,
-                       env=_env(PYCUDA_COMPAT_ASSUME_GPU="1"))
+    p = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "tools", "pycuda_compat.py"),
+            "--impl",
+            "pygpu",
+            "--test-dir",
+            str(fake / "tests"),
+            "--files",
+            "test_fake.py",
+            "--test-timeout",
+            "1",
+            "--baseline",
+            str(bp),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_env(PYCUDA_COMPAT_ASSUME_GPU="1"),
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     rep = json.loads(out.read_text())
-    assert rep["gaps"] == [{"test": "test_fake.py::test_skip", "pygpu": "skipped",
-                            "message": "Skipped: nothing to see"}]
+    assert rep["gaps"] == [
+        {
+            "test": "test_fake.py::test_skip",
+            "pygpu": "skipped",
+            "message": "Skipped: nothing to see",
+        }
+    ]
     assert rep["meta"]["notes"] == ["PyCUDA's results are from %s (2026-11-22)" % bp]
 
 
@@ -513,7 +650,8 @@ FAKE_ARRAYS = {
 
 def _load_bench():
     spec = importlib.util.spec_from_file_location(
-        "bench_arrays", os.path.join(ROOT, "benchmarks", "arrays.py"))
+        "bench_arrays", os.path.join(ROOT, "benchmarks", "arrays.py")
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -531,8 +669,9 @@ def test_bench_arrays_harness_on_a_fake(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "TRANSFER_BYTES", 1 << 16)
     res = bench.measure("fakearrays", reps=3, ops=10)
     assert sorted(res) == sorted(k for k, *_ in bench.ROWS)
-    assert res["sin_us"] == ("not available: fakearrays.cumath: No module named "
-                             "'fakearrays.cumath'")
+    assert res["sin_us"] == (
+        "not available: fakearrays.cumath: No module named 'fakearrays.cumath'"
+    )
     for k, v in res.items():
         if k != "sin_us":
             assert isinstance(v, float) and v > 0, (k, v)
@@ -549,12 +688,14 @@ def test_bench_arrays_checks_results():
     bench.check_scan(np_.cumsum(x), x)
     bad = np_.cumsum(x)
     bad[500] += 1
-    with pytest.raises(bench.WrongResult, match=r"^inclusive scan: 1 elements differ; first at 500"):
+    with pytest.raises(
+        bench.WrongResult, match=r"^inclusive scan: 1 elements differ; first at 500"
+    ):
         bench.check_scan(bad, x)
     z = rng.standard_normal(50000)
     bench.check_normal(np_.concatenate([z, -z]), "gen_normal")
     with pytest.raises(bench.WrongResult, match=r"^gen_normal: standard deviation (1\.9|2\.0)"):
-        bench.check_normal(2 * np_.concatenate([z, -z]), "gen_normal")      # mean exactly 0
+        bench.check_normal(2 * np_.concatenate([z, -z]), "gen_normal")  # mean exactly 0
     with pytest.raises(bench.WrongResult, match=r"^sum .* relative error over 1e-5$"):
         bench.check_sum(np_.float32(1.0), x + 1)
     with pytest.raises(bench.WrongResult, match=r"^sin: 1 elements off \(rtol"):
@@ -567,8 +708,13 @@ def test_bench_arrays_checks_results():
 def test_bench_arrays_without_gpu_exits_0():
     if compat.gpu_reason() is None:
         pytest.skip("this machine has a GPU")
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "arrays.py")],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "arrays.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0
-    assert p.stdout.startswith("benchmarks/arrays.py: nothing measured: this machine has no "
-                               "usable GPU (")
+    assert p.stdout.startswith(
+        "benchmarks/arrays.py: nothing measured: this machine has no usable GPU ("
+    )

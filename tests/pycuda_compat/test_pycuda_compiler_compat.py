@@ -3,6 +3,7 @@ PyCUDA has it, what nvcc gives a kernel implicitly under NVRTC, source
 objects, keep=True, PyCUDA's cache_dir values, the struct layouts nvcc
 gives (NumPy's align=True, reikna's declarations), enum names.  Everything
 here runs NVRTC only (no GPU), except the tests marked standin/gpu."""
+
 import os
 import pickle
 import re
@@ -31,14 +32,24 @@ def _sm_compile(src, no_extern_c=False, **kw):
 
 # ---- CompileError ----
 
+
 def test_compile_error_is_constructed_as_pycudas():
-    e = CompileError("nvcc compilation of /tmp/x/kernel.cu failed", ["nvcc", "--cubin", "k.cu"],
-                     stdout="out text", stderr="err text")
+    e = CompileError(
+        "nvcc compilation of /tmp/x/kernel.cu failed",
+        ["nvcc", "--cubin", "k.cu"],
+        stdout="out text",
+        stderr="err text",
+    )
     assert (e.msg, e.command_line, e.stdout, e.stderr) == (
-        "nvcc compilation of /tmp/x/kernel.cu failed", ["nvcc", "--cubin", "k.cu"],
-        "out text", "err text")
-    assert str(e) == ("nvcc compilation of /tmp/x/kernel.cu failed\n[command: nvcc --cubin k.cu]"
-                      "\n[stdout:\nout text]\n[stderr:\nerr text]")
+        "nvcc compilation of /tmp/x/kernel.cu failed",
+        ["nvcc", "--cubin", "k.cu"],
+        "out text",
+        "err text",
+    )
+    assert str(e) == (
+        "nvcc compilation of /tmp/x/kernel.cu failed\n[command: nvcc --cubin k.cu]"
+        "\n[stdout:\nout text]\n[stderr:\nerr text]"
+    )
     e2 = CompileError("only a message", None)
     assert str(e2) == "only a message" and e2.stdout is None and e2.stderr is None
     assert isinstance(e, cuda.Error) and cuda.CompileError is CompileError
@@ -48,8 +59,7 @@ def test_compile_error_is_constructed_as_pycudas():
 
 def test_nvrtc_rejection_has_pycudas_attributes(tmp_cache):
     src = "__global__ void k(float *x)\n{\n    x[0] = 1.0f +;\n}\n"
-    with pytest.raises(CompileError, match=r"kernel\.cu\(3\): error: expected an expression") \
-            as ei:
+    with pytest.raises(CompileError, match=r"kernel\.cu\(3\): error: expected an expression") as ei:
         compiler.compile(src, arch="sm_90", options=["-DFOO=1"])
     e = ei.value
     assert isinstance(e.command_line, list) and all(isinstance(c, str) for c in e.command_line)
@@ -63,7 +73,7 @@ def test_nvrtc_rejection_has_pycudas_attributes(tmp_cache):
     # PyCUDA's str(): the message, the command; pygpu's source lines in the message
     assert "->    3 |     x[0] = 1.0f +;" in text
     assert "\n[command: --gpu-architecture=sm_90 " in text
-    assert text.count("expected an expression") == 1      # the log is not shown twice
+    assert text.count("expected an expression") == 1  # the log is not shown twice
     # reporting code written for PyCUDA
     assert "expected an expression" in "%s" % e.stderr
     e2 = pickle.loads(pickle.dumps(e))
@@ -109,20 +119,93 @@ def test_pch_keeps_the_users_lines_and_the_prelude(tmp_cache, tmp_path):
 
 # each compiles under nvcc -arch=sm_90 with no #include (checked with CUDA 13's
 # nvcc: tools would need nvcc, so the list is data here)
-NVCC_TYPES = ["uint", "ushort", "ulong", "u_char", "u_short", "u_int", "u_long", "u_int8_t",
-              "u_int16_t", "u_int32_t", "u_int64_t", "quad_t", "u_quad_t", "int8_t", "int16_t",
-              "int32_t", "int64_t", "size_t", "ssize_t", "ptrdiff_t", "off_t", "time_t",
-              "clock_t", "max_align_t", "div_t", "ldiv_t", "FILE", "std::size_t",
-              "std::ptrdiff_t", "std::nullptr_t", "float_t", "double_t"]
-NVCC_EXPRESSIONS = ["INT_MAX", "INT_MIN", "UINT_MAX", "LONG_MAX", "LLONG_MAX", "ULLONG_MAX",
-                    "CHAR_BIT", "SHRT_MAX", "USHRT_MAX", "UCHAR_MAX", "SCHAR_MIN", "M_PI",
-                    "M_PI_2", "M_PI_4", "M_1_PI", "M_2_PI", "M_E", "M_LN2", "M_LN10", "M_LOG2E",
-                    "M_LOG10E", "M_SQRT2", "M_SQRT1_2", "M_2_SQRTPI", "M_PIf", "HUGE_VAL",
-                    "HUGE_VALF", "INFINITY", "NAN", "FP_NAN", "FP_INFINITE", "MAXFLOAT",
-                    "RAND_MAX", "EXIT_SUCCESS", "EOF", "CLOCKS_PER_SEC", "NULL"]
-NVCC_STATEMENTS = ['printf("%d", 1)', "assert(1)", "malloc(4)", "free(0)", "abs(1)",
-                   "fabs(1.0)", "std::abs(1)", "std::sqrt(1.0f)", "std::isnan(1.0)",
-                   "std::fma(1.0, 1.0, 1.0)", "min(1, 2)", "isnan(1.0)"]
+NVCC_TYPES = [
+    "uint",
+    "ushort",
+    "ulong",
+    "u_char",
+    "u_short",
+    "u_int",
+    "u_long",
+    "u_int8_t",
+    "u_int16_t",
+    "u_int32_t",
+    "u_int64_t",
+    "quad_t",
+    "u_quad_t",
+    "int8_t",
+    "int16_t",
+    "int32_t",
+    "int64_t",
+    "size_t",
+    "ssize_t",
+    "ptrdiff_t",
+    "off_t",
+    "time_t",
+    "clock_t",
+    "max_align_t",
+    "div_t",
+    "ldiv_t",
+    "FILE",
+    "std::size_t",
+    "std::ptrdiff_t",
+    "std::nullptr_t",
+    "float_t",
+    "double_t",
+]
+NVCC_EXPRESSIONS = [
+    "INT_MAX",
+    "INT_MIN",
+    "UINT_MAX",
+    "LONG_MAX",
+    "LLONG_MAX",
+    "ULLONG_MAX",
+    "CHAR_BIT",
+    "SHRT_MAX",
+    "USHRT_MAX",
+    "UCHAR_MAX",
+    "SCHAR_MIN",
+    "M_PI",
+    "M_PI_2",
+    "M_PI_4",
+    "M_1_PI",
+    "M_2_PI",
+    "M_E",
+    "M_LN2",
+    "M_LN10",
+    "M_LOG2E",
+    "M_LOG10E",
+    "M_SQRT2",
+    "M_SQRT1_2",
+    "M_2_SQRTPI",
+    "M_PIf",
+    "HUGE_VAL",
+    "HUGE_VALF",
+    "INFINITY",
+    "NAN",
+    "FP_NAN",
+    "FP_INFINITE",
+    "MAXFLOAT",
+    "RAND_MAX",
+    "EXIT_SUCCESS",
+    "EOF",
+    "CLOCKS_PER_SEC",
+    "NULL",
+]
+NVCC_STATEMENTS = [
+    'printf("%d", 1)',
+    "assert(1)",
+    "malloc(4)",
+    "free(0)",
+    "abs(1)",
+    "fabs(1.0)",
+    "std::abs(1)",
+    "std::sqrt(1.0f)",
+    "std::isnan(1.0)",
+    "std::fma(1.0, 1.0, 1.0)",
+    "min(1, 2)",
+    "isnan(1.0)",
+]
 
 
 def _implicit_kernel():
@@ -139,28 +222,47 @@ def _implicit_kernel():
 def test_nvcc_implicit_names_compile(tmp_cache):
     src = _implicit_kernel()
     with pytest.raises(CompileError, match=r'identifier "uint" is undefined'):
-        compiler.compile(src, arch="sm_90", target="ptx")      # NVRTC alone
+        compiler.compile(src, arch="sm_90", target="ptx")  # NVRTC alone
     ptx = _sm_compile(src)
     assert ".entry k(" in ptx
 
 
-@pytest.mark.parametrize("name, kind", [(n, "T") for n in NVCC_TYPES[:8]]
-                         + [(n, "E") for n in ("INT_MAX", "M_PI", "M_PIf", "RAND_MAX")])
+@pytest.mark.parametrize(
+    "name, kind",
+    [(n, "T") for n in NVCC_TYPES[:8]]
+    + [(n, "E") for n in ("INT_MAX", "M_PI", "M_PIf", "RAND_MAX")],
+)
 def test_each_implicit_name_alone(name, kind, tmp_cache):
-    use = ("%s *p = 0; o[0] = p != 0;" % name) if kind == "T" else \
-          ("o[0] = (int)(long long)(%s);" % name)
+    use = (
+        ("%s *p = 0; o[0] = p != 0;" % name)
+        if kind == "T"
+        else ("o[0] = (int)(long long)(%s);" % name)
+    )
     _sm_compile("__global__ void k(int *o) { %s }" % use)
 
 
 def test_implicit_values_are_glibcs(tmp_cache):
-    checks = ["sizeof(uint) == 4", "sizeof(ushort) == 2", "sizeof(ulong) == sizeof(long)",
-              "sizeof(u_char) == 1", "sizeof(u_int64_t) == 8", "sizeof(int64_t) == 8",
-              "sizeof(int8_t) == 1", "(int8_t)-1 < 0", "(u_int8_t)-1 == 255",
-              "sizeof(ssize_t) == sizeof(size_t)", "INT_MAX == 2147483647",
-              "UINT_MAX == 4294967295U", "LLONG_MAX == 9223372036854775807LL",
-              "CHAR_BIT == 8", "M_PI == 3.14159265358979323846",
-              "M_SQRT2 == 1.41421356237309504880", "M_PIf == 3.14159265358979323846f",
-              "RAND_MAX == 2147483647", "EOF == -1"]
+    checks = [
+        "sizeof(uint) == 4",
+        "sizeof(ushort) == 2",
+        "sizeof(ulong) == sizeof(long)",
+        "sizeof(u_char) == 1",
+        "sizeof(u_int64_t) == 8",
+        "sizeof(int64_t) == 8",
+        "sizeof(int8_t) == 1",
+        "(int8_t)-1 < 0",
+        "(u_int8_t)-1 == 255",
+        "sizeof(ssize_t) == sizeof(size_t)",
+        "INT_MAX == 2147483647",
+        "UINT_MAX == 4294967295U",
+        "LLONG_MAX == 9223372036854775807LL",
+        "CHAR_BIT == 8",
+        "M_PI == 3.14159265358979323846",
+        "M_SQRT2 == 1.41421356237309504880",
+        "M_PIf == 3.14159265358979323846f",
+        "RAND_MAX == 2147483647",
+        "EOF == -1",
+    ]
     src = "\n".join("static_assert(%s, %r);" % (c, c) for c in checks)
     src = src.replace("'", '"') + "\n__global__ void k(int *o) { o[0] = 1; }\n"
     _sm_compile(src)
@@ -196,13 +298,14 @@ def test_compile_alone_adds_nothing(tmp_cache):
 
 def test_prelude_is_in_the_cache_key(tmp_cache, monkeypatch):
     from pygpu import store
+
     src = "__global__ void k(int *o) { o[0] = 1; }"
     compiler.compile(src, arch="sm_90", target="ptx")
     misses = store.stats["misses"]
     compiler.compile(src, arch="sm_90", target="ptx", nvcc_compat=True)
-    assert store.stats["misses"] == misses + 1          # another key
+    assert store.stats["misses"] == misses + 1  # another key
     compiler.compile(src, arch="sm_90", target="ptx", nvcc_compat=True)
-    assert store.stats["misses"] == misses + 1          # the same again: a hit
+    assert store.stats["misses"] == misses + 1  # the same again: a hit
     # a changed prelude (another pygpu) is another key
     monkeypatch.setattr(_nvcc_compat, "_prelude", _nvcc_compat.prelude() + "// changed\n")
     compiler.clear_cache(disk=False)
@@ -213,6 +316,7 @@ def test_prelude_is_in_the_cache_key(tmp_cache, monkeypatch):
 
 
 # ---- source objects ----
+
 
 class _Generated:
     """A code generator's object (cgen's and codepy's give str())."""
@@ -233,9 +337,14 @@ def test_source_object_compiles_through_str(tmp_cache):
     assert ei.value.source == "__global__ void k() { +; }"
 
 
-@pytest.mark.parametrize("bad, msg", [(b"__global__ void k() {}", "decode it first"),
-                                      (None, "an object whose str"),
-                                      (42, "an object whose str")])
+@pytest.mark.parametrize(
+    "bad, msg",
+    [
+        (b"__global__ void k() {}", "decode it first"),
+        (None, "an object whose str"),
+        (42, "an object whose str"),
+    ],
+)
 def test_source_that_is_no_text_is_refused(bad, msg, tmp_cache):
     with pytest.raises(TypeError, match=msg):
         compiler.compile(bad, arch="sm_90")
@@ -245,10 +354,10 @@ def test_source_that_is_no_text_is_refused(bad, msg, tmp_cache):
 
 # ---- keep=True ----
 
+
 def test_keep_writes_source_options_and_binaries(tmp_cache, capsys):
     src = "__global__ void k(uint *x) { x[0] = INT_MAX; }"
-    args = (src, [], "sm_90", None, [], None, (), None, False, None, "kernel.cu", False, True,
-            True)
+    args = (src, [], "sm_90", None, [], None, (), None, False, None, "kernel.cu", False, True, True)
     b, _ = compiler._compile_kept(args)
     out = capsys.readouterr().out
     m = re.fullmatch(r"\*\*\* compiler output in (\S+)\n", out)
@@ -267,8 +376,22 @@ def test_keep_writes_source_options_and_binaries(tmp_cache, capsys):
 
 
 def test_keep_leaves_the_log_of_a_rejected_source(tmp_cache, capsys):
-    args = ("__global__ void k() { +; }", [], "sm_90", None, [], None, (), None, False, None,
-            "kernel.cu", False, True, True)
+    args = (
+        "__global__ void k() { +; }",
+        [],
+        "sm_90",
+        None,
+        [],
+        None,
+        (),
+        None,
+        False,
+        None,
+        "kernel.cu",
+        False,
+        True,
+        True,
+    )
     with pytest.raises(CompileError):
         compiler._compile_kept(args)
     d = re.fullmatch(r"\*\*\* compiler output in (\S+)\n", capsys.readouterr().out).group(1)
@@ -302,12 +425,15 @@ def test_pycuda_cache_dir_values(cache_dir, tmp_cache, tmp_path):
 
 # ---- struct layouts: GCC's attribute places ----
 
+
 def _layout_asserts(ctype, dtype):
     """static_asserts that ctype has dtype's itemsize and field offsets."""
     out = ["static_assert(sizeof(%s) == %d, \"sizeof %s\");" % (ctype, dtype.itemsize, ctype)]
     for name in dtype.names:
-        out.append("static_assert(offsetof(%s, %s) == %d, \"offsetof %s.%s\");"
-                   % (ctype, name, dtype.fields[name][1], ctype, name))
+        out.append(
+            "static_assert(offsetof(%s, %s) == %d, \"offsetof %s.%s\");"
+            % (ctype, name, dtype.fields[name][1], ctype, name)
+        )
     return "\n".join(out)
 
 
@@ -326,18 +452,38 @@ typedef struct outer_ {
 
 
 def _reikna_dtypes():
-    nested = np.dtype(dict(names=["val1", "pad"], formats=[np.int32, np.int8],
-                           offsets=[0, 4], itemsize=8, aligned=True))
-    outer = np.dtype(dict(names=["val1", "val2", "nested"], formats=[np.int32, np.int16, nested],
-                          offsets=[0, 4, 8], itemsize=32, aligned=True))
+    nested = np.dtype(
+        dict(
+            names=["val1", "pad"],
+            formats=[np.int32, np.int8],
+            offsets=[0, 4],
+            itemsize=8,
+            aligned=True,
+        )
+    )
+    outer = np.dtype(
+        dict(
+            names=["val1", "val2", "nested"],
+            formats=[np.int32, np.int16, nested],
+            offsets=[0, 4, 8],
+            itemsize=32,
+            aligned=True,
+        )
+    )
     return nested, outer
 
 
 def test_trailing_align_is_nvccs_under_sourcemodule(tmp_cache):
     # reikna's test_hardcoded_offsets: NumPy and nvcc say 32; NVRTC alone says 16
     nested, outer = _reikna_dtypes()
-    src = "#include <stddef.h>\n" + REIKNA_NESTED + _layout_asserts("nested", nested) + "\n" + \
-          _layout_asserts("outer", outer) + "\n__global__ void k(outer *o) { o->val1 = 1; }\n"
+    src = (
+        "#include <stddef.h>\n"
+        + REIKNA_NESTED
+        + _layout_asserts("nested", nested)
+        + "\n"
+        + _layout_asserts("outer", outer)
+        + "\n__global__ void k(outer *o) { o->val1 = 1; }\n"
+    )
     with pytest.raises(CompileError, match=r'static assertion failed with "sizeof outer"'):
         compiler.compile(src, arch="sm_90", target="ptx")
     for no_extern_c in (False, True):
@@ -362,7 +508,7 @@ def test_gnu_attributes_keeps_lines_and_leaves_the_rest():
     assert out.count("\n") == src.count("\n")
     assert "typedef struct ALIGN(4) nested_ {" in out
     assert "typedef struct ALIGN(32) outer_ {" in out
-    assert "nested ALIGN(8) nested;" in out            # a field's attribute stays
+    assert "nested ALIGN(8) nested;" in out  # a field's attribute stays
     assert out.endswith("// } ALIGN(4) x;\nconst char *s = \"} ALIGN(2) y;\";\n")
     plain = "struct S { int a; };\nvoid f() { if (1) { } }\n"
     assert _nvcc_compat.gnu_attributes(plain) is plain
@@ -380,8 +526,15 @@ def _c_struct(dtype, name, decls):
             cname = "%s_%s" % (name, f)
             _c_struct(base, cname, decls)
         else:
-            cname = {"i1": "signed char", "i2": "short", "i4": "int", "i8": "long long",
-                     "u1": "unsigned char", "f4": "float", "f8": "double"}[base.str[1:]]
+            cname = {
+                "i1": "signed char",
+                "i2": "short",
+                "i4": "int",
+                "i8": "long long",
+                "u1": "unsigned char",
+                "f4": "float",
+                "f8": "double",
+            }[base.str[1:]]
         dims = "".join("[%d]" % d for d in fd.shape)
         align = _alignment(off, dtype, f)
         lines.append("    %s %s %s%s;" % (cname, "ALIGN(%d)" % align if align else "", f, dims))
@@ -421,23 +574,47 @@ def _struct_alignment(dtype):
 
 
 def _numpy_nested_dtypes():
-    inner = np.dtype(dict(names=["a", "b"], formats=[np.int32, np.int8], offsets=[0, 4],
-                          itemsize=32), align=True)
-    yield np.dtype(dict(names=["x", "inner", "z"], formats=[np.int8, inner, np.float64],
-                        offsets=[0, 32, 64], itemsize=128), align=True)
-    inner64 = np.dtype(dict(names=["v", "w"], formats=[np.float64, np.float32],
-                            offsets=[0, 8], itemsize=64), align=True)
-    yield np.dtype(dict(names=["c", "inner"], formats=[np.int16, inner64],
-                        offsets=[0, 64], itemsize=128), align=True)
-    yield np.dtype([("a", np.int32), ("b", np.int16),
-                    ("n", np.dtype([("v", np.int32), ("p", np.int8)], align=True))], align=True)
-    yield np.dtype([("p", np.int32),
-                    ("arr", np.dtype([("v", np.int8), ("w", np.int8)], align=True), (2,)),
-                    ("r", np.int16, (2, 3))], align=True)
+    inner = np.dtype(
+        dict(names=["a", "b"], formats=[np.int32, np.int8], offsets=[0, 4], itemsize=32), align=True
+    )
+    yield np.dtype(
+        dict(
+            names=["x", "inner", "z"],
+            formats=[np.int8, inner, np.float64],
+            offsets=[0, 32, 64],
+            itemsize=128,
+        ),
+        align=True,
+    )
+    inner64 = np.dtype(
+        dict(names=["v", "w"], formats=[np.float64, np.float32], offsets=[0, 8], itemsize=64),
+        align=True,
+    )
+    yield np.dtype(
+        dict(names=["c", "inner"], formats=[np.int16, inner64], offsets=[0, 64], itemsize=128),
+        align=True,
+    )
+    yield np.dtype(
+        [
+            ("a", np.int32),
+            ("b", np.int16),
+            ("n", np.dtype([("v", np.int32), ("p", np.int8)], align=True)),
+        ],
+        align=True,
+    )
+    yield np.dtype(
+        [
+            ("p", np.int32),
+            ("arr", np.dtype([("v", np.int8), ("w", np.int8)], align=True), (2,)),
+            ("r", np.int16, (2, 3)),
+        ],
+        align=True,
+    )
 
 
-@pytest.mark.parametrize("dtype", list(_numpy_nested_dtypes()),
-                         ids=["inner32", "inner64", "nested", "nested_array"])
+@pytest.mark.parametrize(
+    "dtype", list(_numpy_nested_dtypes()), ids=["inner32", "inner64", "nested", "nested_array"]
+)
 def test_numpy_aligned_nested_structs_match(dtype, tmp_cache):
     decls = []
     _c_struct(dtype, "T", decls)
@@ -448,10 +625,15 @@ def test_numpy_aligned_nested_structs_match(dtype, tmp_cache):
         for f in dt.names:
             if dt.fields[f][0].base.names is not None:
                 walk(dt.fields[f][0].base, "%s_%s" % (cname, f))
+
     walk(dtype, "T")
-    src = "#include <stddef.h>\n#define ALIGN(bytes) __align__(bytes)\n" + "\n".join(decls) + \
-          "\n" + "\n".join(checks) + "\n__global__ void k(T *t, int n) { t[n].%s = 0; }\n" \
-          % dtype.names[0]
+    src = (
+        "#include <stddef.h>\n#define ALIGN(bytes) __align__(bytes)\n"
+        + "\n".join(decls)
+        + "\n"
+        + "\n".join(checks)
+        + "\n__global__ void k(T *t, int n) { t[n].%s = 0; }\n" % dtype.names[0]
+    )
     _sm_compile(src, no_extern_c=True)
     _sm_compile(src)
 
@@ -463,10 +645,14 @@ def _reikna_source(dtype):
     rdtypes = pytest.importorskip("reikna.cluda.dtypes")
     kernel = pytest.importorskip("reikna.cluda.kernel")
     checks = ["static_assert(sizeof(${s}) == %d, \"sizeof\");" % dtype.itemsize]
-    checks += ["static_assert(offsetof(${s}, %s) == %d, \"offsetof %s\");"
-               % (f, dtype.fields[f][1], f) for f in dtype.names]
-    main = "\n".join(checks) + "\nextern \"C\" __global__ void k(${s} *t) { t[1].%s = 0; }\n" \
-        % dtype.names[0]
+    checks += [
+        "static_assert(offsetof(${s}, %s) == %d, \"offsetof %s\");" % (f, dtype.fields[f][1], f)
+        for f in dtype.names
+    ]
+    main = (
+        "\n".join(checks)
+        + "\nextern \"C\" __global__ void k(${s} *t) { t[1].%s = 0; }\n" % dtype.names[0]
+    )
     src = kernel.render_template_source(main, render_kwds=dict(s=rdtypes.ctype_module(dtype)))
     return "#include <stddef.h>\n#define ALIGN(bytes) __align__(bytes)\n" + src
 
@@ -481,12 +667,15 @@ def test_reikna_declarations_match_numpy(tmp_cache):
     _sm_compile(src, no_extern_c=True)
 
 
-@pytest.mark.parametrize("dtype", list(_numpy_nested_dtypes()),
-                         ids=["inner32", "inner64", "nested", "nested_array"])
+@pytest.mark.parametrize(
+    "dtype", list(_numpy_nested_dtypes()), ids=["inner32", "inner64", "nested", "nested_array"]
+)
 def test_reikna_declarations_of_numpy_dtypes(dtype, tmp_cache):
     rdtypes = pytest.importorskip("reikna.cluda.dtypes")
-    _sm_compile(_reikna_source(rdtypes.align(dtype) if dtype.names[0] in ("a", "p")
-                               else dtype), no_extern_c=True)
+    _sm_compile(
+        _reikna_source(rdtypes.align(dtype) if dtype.names[0] in ("a", "p") else dtype),
+        no_extern_c=True,
+    )
 
 
 # ---- the driver's exceptions: PyCUDA's names and relations ----
@@ -494,8 +683,14 @@ def test_reikna_declarations_of_numpy_dtypes(dtype, tmp_cache):
 # PyCUDA 2026.1: pycuda._driver's exceptions (src/wrapper/wrap_cudadrv.cpp's
 # DECLARE_EXC: every one a subclass of Error, Error of Exception) and
 # pycuda.driver.CompileError(Error)
-PYCUDA_EXCEPTIONS = {"Error": "Exception", "MemoryError": "Error", "LogicError": "Error",
-                     "LaunchError": "Error", "RuntimeError": "Error", "CompileError": "Error"}
+PYCUDA_EXCEPTIONS = {
+    "Error": "Exception",
+    "MemoryError": "Error",
+    "LogicError": "Error",
+    "LaunchError": "Error",
+    "RuntimeError": "Error",
+    "CompileError": "Error",
+}
 
 
 @pytest.mark.parametrize("name, base", sorted(PYCUDA_EXCEPTIONS.items()))
@@ -509,12 +704,12 @@ def test_exception_hierarchy_is_pycudas(name, base):
             assert not issubclass(cls, getattr(cuda, other)), (name, other)
     # pygpu's additions: MemoryError and RuntimeError are the built-ins too
     import builtins
+
     if name in ("MemoryError", "RuntimeError"):
         assert issubclass(cls, getattr(builtins, name))
 
 
 def test_driver_errors_are_caught_as_pycuda_code_catches_them():
-    from pygpu import _driver
     for code, cls in [(2, cuda.MemoryError), (719, cuda.LaunchError), (1, cuda.LogicError)]:
         with pytest.raises(cuda.Error) as ei:
             _driver._raise_for_code(code, "cuTest")
@@ -522,6 +717,7 @@ def test_driver_errors_are_caught_as_pycuda_code_catches_them():
 
 
 # ---- enum members print their names ----
+
 
 def test_enum_members_print_their_names():
     m = cuda.device_attribute.MAX_THREADS_PER_BLOCK
@@ -557,12 +753,13 @@ def test_get_attributes_gives_pycudas_attributes_under_pycudas_names(standin):
     assert len(names) == len(set(names)) == len(attrs)
     assert set(names) <= set(cuda._PYCUDA_DEVICE_ATTRIBUTES)
     # PyCUDA's aliases: its key for the value is the first name dir() lists
-    for first, other in [("MAXIMUM_TEXTURE2D_ARRAY_WIDTH", "MAXIMUM_TEXTURE2D_LAYERED_WIDTH"),
-                         ("MAXIMUM_TEXTURE2D_ARRAY_HEIGHT", "MAXIMUM_TEXTURE2D_LAYERED_HEIGHT"),
-                         ("MAXIMUM_TEXTURE2D_ARRAY_NUMSLICES",
-                          "MAXIMUM_TEXTURE2D_LAYERED_LAYERS"),
-                         ("MAX_REGISTERS_PER_BLOCK", "REGISTERS_PER_BLOCK"),
-                         ("MAX_SHARED_MEMORY_PER_BLOCK", "SHARED_MEMORY_PER_BLOCK")]:
+    for first, other in [
+        ("MAXIMUM_TEXTURE2D_ARRAY_WIDTH", "MAXIMUM_TEXTURE2D_LAYERED_WIDTH"),
+        ("MAXIMUM_TEXTURE2D_ARRAY_HEIGHT", "MAXIMUM_TEXTURE2D_LAYERED_HEIGHT"),
+        ("MAXIMUM_TEXTURE2D_ARRAY_NUMSLICES", "MAXIMUM_TEXTURE2D_LAYERED_LAYERS"),
+        ("MAX_REGISTERS_PER_BLOCK", "REGISTERS_PER_BLOCK"),
+        ("MAX_SHARED_MEMORY_PER_BLOCK", "SHARED_MEMORY_PER_BLOCK"),
+    ]:
         a, b = getattr(cuda.device_attribute, first), getattr(cuda.device_attribute, other)
         assert a is b and str(b) == first
         if int(a) in attrs:
@@ -573,7 +770,9 @@ def test_get_attributes_gives_pycudas_attributes_under_pycudas_names(standin):
     newer = cuda.device_attribute.CLUSTER_LAUNCH
     assert newer not in attrs and str(newer) not in cuda._PYCUDA_DEVICE_ATTRIBUTES
     assert every.get(newer) == dev.get_attribute(newer)
-    with pytest.raises(TypeError, match="'bogus' is an invalid keyword argument for get_attributes"):
+    with pytest.raises(
+        TypeError, match="'bogus' is an invalid keyword argument for get_attributes"
+    ):
         dev.get_attributes(bogus=1)
 
 
@@ -602,11 +801,12 @@ def test_get_attributes_on_a_gpu_print_names(ctx):
 
 def test_pycuda_cache_environment(tmp_path, monkeypatch):
     from pygpu import store
+
     monkeypatch.delenv("PYGPU_CACHE_DIR", raising=False)
     monkeypatch.setenv("PYCUDA_CACHE_DIR", str(tmp_path / "pc"))
     assert store.default_cache_dir() == str(tmp_path / "pc")
     monkeypatch.setenv("PYGPU_CACHE_DIR", str(tmp_path / "pg"))
-    assert store.default_cache_dir() == str(tmp_path / "pg")     # pygpu's own wins
+    assert store.default_cache_dir() == str(tmp_path / "pg")  # pygpu's own wins
     compiler.clear_cache(disk=False)
     src = "__global__ void k(int *o) { o[0] = 11; }"
     compiler.compile(src, arch="sm_90")
@@ -622,11 +822,12 @@ def test_pycuda_cache_environment(tmp_path, monkeypatch):
 
 def test_attribute_move_is_in_the_cache_key(tmp_cache, monkeypatch):
     from pygpu import store
+
     src = REIKNA_NESTED + "__global__ void k(outer *o) { o->val1 = 1; }\n"
     compiler.compile(src, arch="sm_90", nvcc_compat=True)
     misses = store.stats["misses"]
     compiler.clear_cache(disk=False)
-    compiler.compile(src, arch="sm_90", nvcc_compat=True)          # from the disk
+    compiler.compile(src, arch="sm_90", nvcc_compat=True)  # from the disk
     assert store.stats["misses"] == misses
     compiler.clear_cache(disk=False)
     monkeypatch.setattr(_nvcc_compat, "ATTRIBUTES_VERSION", "gnu-attributes-test")
@@ -643,6 +844,7 @@ def _reikna_cuda_prelude():
 
     class _Thread:
         api = _Api()
+
     return kernel.render_prelude(_Thread())
 
 
@@ -664,7 +866,8 @@ def _reikna_fill_source(dtype):
     rdtypes = pytest.importorskip("reikna.cluda.dtypes")
     kernel = pytest.importorskip("reikna.cluda.kernel")
     return _reikna_cuda_prelude() + kernel.render_template_source(
-        REIKNA_FILL, render_kwds=dict(struct=rdtypes.ctype_module(dtype), dtype=dtype))
+        REIKNA_FILL, render_kwds=dict(struct=rdtypes.ctype_module(dtype), dtype=dtype)
+    )
 
 
 def test_reikna_whole_kernel_source(tmp_cache):
@@ -699,30 +902,43 @@ def test_reikna_struct_fill_on_the_gpu(which, ctx):
 def test_pycuda_kernel_with_nvcc_names_runs(ctx, rng, capsys):
     # a kernel as written for nvcc: uint, ushort, M_PI, INT_MAX, std::sqrt,
     # no #include; given as a code generator's object, kept on disk
-    gen = _Generated([
-        "__global__ void k(float *out, const float *x, uint n, ushort scale)",
-        "{",
-        "    uint i = blockIdx.x * blockDim.x + threadIdx.x;",
-        "    if (i >= n) return;",
-        "    int32_t big = INT_MAX;",
-        "    out[i] = (float)(M_PI * std::sqrt(x[i])) * scale + (big == 2147483647 ? 1.0f : -1.0f);",
-        "}"])
+    gen = _Generated(
+        [
+            "__global__ void k(float *out, const float *x, uint n, ushort scale)",
+            "{",
+            "    uint i = blockIdx.x * blockDim.x + threadIdx.x;",
+            "    if (i >= n) return;",
+            "    int32_t big = INT_MAX;",
+            "    out[i] = (float)(M_PI * std::sqrt(x[i])) * scale + (big == 2147483647 ? 1.0f : -1.0f);",
+            "}",
+        ]
+    )
     mod = compiler.SourceModule(gen, keep=True)
     d = re.search(r"\*\*\* compiler output in (\S+)", capsys.readouterr().out).group(1)
     assert {"kernel.cu", "kernel.options"} <= set(os.listdir(d))
     n = 1000
     x = rng.random(n).astype(np.float32) * 100
     out = np.empty_like(x)
-    mod.get_function("k")(cuda.Out(out), cuda.In(x), np.uint32(n), np.uint16(3),
-                          block=(256, 1, 1), grid=((n + 255) // 256, 1))
-    np.testing.assert_allclose(out, (np.pi * np.sqrt(x)).astype(np.float32) * 3 + 1,
-                               rtol=1e-5)
+    mod.get_function("k")(
+        cuda.Out(out),
+        cuda.In(x),
+        np.uint32(n),
+        np.uint16(3),
+        block=(256, 1, 1),
+        grid=((n + 255) // 256, 1),
+    )
+    np.testing.assert_allclose(out, (np.pi * np.sqrt(x)).astype(np.float32) * 3 + 1, rtol=1e-5)
 
 
 def test_compile_plain_keeps_and_has_the_prelude(tmp_cache, capsys):
-    b = compiler.compile_plain('extern "C" __global__ void k(uint *x) { x[0] = INT_MAX; }',
-                               ["-arch=sm_90", "--compiler-options", "-Wall"], True, "nvcc",
-                               None, target="ptx")
+    b = compiler.compile_plain(
+        'extern "C" __global__ void k(uint *x) { x[0] = INT_MAX; }',
+        ["-arch=sm_90", "--compiler-options", "-Wall"],
+        True,
+        "nvcc",
+        None,
+        target="ptx",
+    )
     d = re.fullmatch(r"\*\*\* compiler output in (\S+)\n", capsys.readouterr().out).group(1)
     assert sorted(os.listdir(d)) == ["kernel.cu", "kernel.options", "kernel.ptx"]
     assert b".entry k(" in b
@@ -734,23 +950,34 @@ def test_sourcemodule_takes_pycudas_nvcc_keyword(standin, tmp_cache):
     assert mod.get_function("k") is not None
 
 
-@pytest.mark.parametrize("include, use", [
-    ("<cuda/std/cstdint>", "cuda::std::int64_t a = INT64_MAX; int64_t b = a; o[0] = b + n;"),
-    ("<cuda/std/type_traits>", "o[0] = cuda::std::is_same<int32_t, int>::value + n;"),
-    ("<cuda/std/limits>", "o[0] = cuda::std::numeric_limits<int>::max() + sizeof(max_align_t);"),
-    ("<stdint.h>\n#include <cuda/std/cstdint>\n#include <cstdint>",
-     "int_fast16_t f = INT_FAST16_MAX; o[0] = INT64_C(5) + f + std::uint32_t(n);"),
-    ("<cub/block/block_reduce.cuh>",
-     "typedef cub::BlockReduce<int, 128> R; __shared__ R::TempStorage t; "
-     "o[0] = R(t).Sum((int)n);"),
-])
+@pytest.mark.parametrize(
+    "include, use",
+    [
+        ("<cuda/std/cstdint>", "cuda::std::int64_t a = INT64_MAX; int64_t b = a; o[0] = b + n;"),
+        ("<cuda/std/type_traits>", "o[0] = cuda::std::is_same<int32_t, int>::value + n;"),
+        (
+            "<cuda/std/limits>",
+            "o[0] = cuda::std::numeric_limits<int>::max() + sizeof(max_align_t);",
+        ),
+        (
+            "<stdint.h>\n#include <cuda/std/cstdint>\n#include <cstdint>",
+            "int_fast16_t f = INT_FAST16_MAX; o[0] = INT64_C(5) + f + std::uint32_t(n);",
+        ),
+        (
+            "<cub/block/block_reduce.cuh>",
+            "typedef cub::BlockReduce<int, 128> R; __shared__ R::TempStorage t; "
+            "o[0] = R(t).Sum((int)n);",
+        ),
+    ],
+)
 def test_cccl_headers_after_the_prelude(include, use, tmp_cache):
     # CCCL declares the integer types and <limits.h>'s macros itself under
     # NVRTC: the prelude's agree with them, and no warning is shown
     src = "#include %s\n__global__ void k(long long *o, uint n) { %s (void)M_PI; }\n" % (
-        include, use)
-    ptx = _sm_compile(src, no_extern_c=True,
-                      include_dirs=[d for d in compiler._trusted_dirs()])
+        include,
+        use,
+    )
+    ptx = _sm_compile(src, no_extern_c=True, include_dirs=[d for d in compiler._trusted_dirs()])
     assert ".entry" in ptx
 
 
@@ -759,25 +986,54 @@ def test_source_module_takes_pycudas_positional_order():
     code, cache_dir, include_dirs): a positional call means the same here."""
     import inspect
     from pygpu.compiler import SourceModule
+
     params = list(inspect.signature(SourceModule.__init__).parameters)[1:10]
-    assert params == ["source", "nvcc", "options", "keep", "no_extern_c", "arch", "code",
-                      "cache_dir", "include_dirs"]
-    kw_only = [p for p in inspect.signature(SourceModule.__init__).parameters.values()
-               if p.kind is p.KEYWORD_ONLY]
+    assert params == [
+        "source",
+        "nvcc",
+        "options",
+        "keep",
+        "no_extern_c",
+        "arch",
+        "code",
+        "cache_dir",
+        "include_dirs",
+    ]
+    kw_only = [
+        p
+        for p in inspect.signature(SourceModule.__init__).parameters.values()
+        if p.kind is p.KEYWORD_ONLY
+    ]
     assert {p.name for p in kw_only} >= {"name_expressions", "std", "defines", "target"}
 
 
-@pytest.mark.parametrize("header", [
-    "cooperative_groups.h", "cuda/std/ctime", "cuda/std/chrono", "cuda/std/cstdlib",
-    "cuda/std/cstdint", "cuda/std/climits", "cuda/std/cmath", "cuda/std/complex",
-    "cub/block/block_reduce.cuh", "cuda/barrier", "cuda_fp16.h", "curand_kernel.h"])
+@pytest.mark.parametrize(
+    "header",
+    [
+        "cooperative_groups.h",
+        "cuda/std/ctime",
+        "cuda/std/chrono",
+        "cuda/std/cstdlib",
+        "cuda/std/cstdint",
+        "cuda/std/climits",
+        "cuda/std/cmath",
+        "cuda/std/complex",
+        "cub/block/block_reduce.cuh",
+        "cuda/barrier",
+        "cuda_fp16.h",
+        "curand_kernel.h",
+    ],
+)
 def test_nvcc_prelude_compiles_beside_the_cuda_headers(header):
     """The prelude's host types agree with what CUDA's headers declare under
     NVRTC (time_t is CCCL's long long: <cooperative_groups.h> reaches
     <cuda/std/ctime>, and failed with the prelude's long)."""
     from pygpu.compiler import compile as nvrtc_compile
-    src = ('#include <%s>\nextern "C" __global__ void k(int *o, time_t t)'
-           '{ uint u = 1; o[0] = (int)u + (int)M_PI + INT_MAX + (int)t; }' % header)
+
+    src = (
+        '#include <%s>\nextern "C" __global__ void k(int *o, time_t t)'
+        '{ uint u = 1; o[0] = (int)u + (int)M_PI + INT_MAX + (int)t; }' % header
+    )
     assert nvrtc_compile(src, arch="sm_90", nvcc_compat=True)
 
 
@@ -789,24 +1045,49 @@ PYC_SRC = "__global__ void k(float *x, uint n) { x[0] = n * VAL; }"
 def _elf_arch(cubin):
     """The sm_XY number an ELF cubin is for (e_flags' second byte, as nvcc's)."""
     import struct
+
     assert bytes(cubin[:4]) == b"\x7fELF"
-    return (struct.unpack_from("<I", cubin, 0x30)[0] >> 8) & 0xff
+    return (struct.unpack_from("<I", cubin, 0x30)[0] >> 8) & 0xFF
 
 
-@pytest.mark.parametrize("call, target", [
-    (lambda c, s: c.compile(s, "nvcc", ["-DVAL=3"], False, False, "sm_90"), "cubin"),
-    (lambda c, s: c.compile(s, "/usr/local/cuda/bin/nvcc", ["-DVAL=3"], False, False,
-                            "sm_90", None, None, [], "ptx"), "ptx"),
-    (lambda c, s: c.compile(s, nvcc="nvcc", options=["-DVAL=3"], arch="sm_90"), "cubin"),
-    (lambda c, s: c.compile(s, options=["-DVAL=3"], keep=False, arch="sm_90",
-                            target="ptx"), "ptx"),
-    (lambda c, s: c.compile(s, options=["-DVAL=3"], no_extern_c=False, code="sm_90"), "cubin"),
-    (lambda c, s: c.compile(s, "nvcc", ["-DVAL=3", "-arch=sm_90"]), "cubin"),
-    (lambda c, s: c.compile(s, "nvcc", ["-DVAL=3"], arch="compute_90", code="sm_90"), "cubin"),
-    (lambda c, s: c.compile(source=s, nvcc="nvcc", options=["-DVAL=3", "-O3", "-Xcompiler",
-                                                             "-Wall", "--gpu-architecture",
-                                                             "sm_90"], target="ptx"), "ptx"),
-])
+@pytest.mark.parametrize(
+    "call, target",
+    [
+        (lambda c, s: c.compile(s, "nvcc", ["-DVAL=3"], False, False, "sm_90"), "cubin"),
+        (
+            lambda c, s: c.compile(
+                s,
+                "/usr/local/cuda/bin/nvcc",
+                ["-DVAL=3"],
+                False,
+                False,
+                "sm_90",
+                None,
+                None,
+                [],
+                "ptx",
+            ),
+            "ptx",
+        ),
+        (lambda c, s: c.compile(s, nvcc="nvcc", options=["-DVAL=3"], arch="sm_90"), "cubin"),
+        (
+            lambda c, s: c.compile(s, options=["-DVAL=3"], keep=False, arch="sm_90", target="ptx"),
+            "ptx",
+        ),
+        (lambda c, s: c.compile(s, options=["-DVAL=3"], no_extern_c=False, code="sm_90"), "cubin"),
+        (lambda c, s: c.compile(s, "nvcc", ["-DVAL=3", "-arch=sm_90"]), "cubin"),
+        (lambda c, s: c.compile(s, "nvcc", ["-DVAL=3"], arch="compute_90", code="sm_90"), "cubin"),
+        (
+            lambda c, s: c.compile(
+                source=s,
+                nvcc="nvcc",
+                options=["-DVAL=3", "-O3", "-Xcompiler", "-Wall", "--gpu-architecture", "sm_90"],
+                target="ptx",
+            ),
+            "ptx",
+        ),
+    ],
+)
 def test_pycuda_style_compile_gives_pycudas_bytes(call, target, tmp_cache):
     """PyCUDA's compile(): extern "C", nvcc's implicit names (uint), nvcc's
     options translated, plain bytes; the same image pygpu's own call with
@@ -815,8 +1096,14 @@ def test_pycuda_style_compile_gives_pycudas_bytes(call, target, tmp_cache):
         warnings.simplefilter("error", compiler.CompilerWarning)
         out = call(compiler, PYC_SRC)
     assert type(out) is bytes
-    mine = compiler.compile(PYC_SRC, options=["-DVAL=3"], arch="sm_90" if target == "cubin"
-                            else "compute_90", target=target, nvcc_compat=True, extern_c=True)
+    mine = compiler.compile(
+        PYC_SRC,
+        options=["-DVAL=3"],
+        arch="sm_90" if target == "cubin" else "compute_90",
+        target=target,
+        nvcc_compat=True,
+        extern_c=True,
+    )
     assert type(mine) is compiler.Binary and out == bytes(mine)
     if target == "cubin":
         assert _elf_arch(out) == 90
@@ -828,25 +1115,37 @@ def test_pycuda_style_compile_gives_pycudas_bytes(call, target, tmp_cache):
 def test_pycuda_compile_no_extern_c_mangles(tmp_cache):
     def entries(ptx):
         return re.findall(r"\.entry (\w+)\(", ptx.decode())
+
     src = PYC_SRC.replace("VAL", "2")
     assert entries(compiler.compile(src, "nvcc", arch="sm_80", target="ptx")) == ["k"]
-    assert entries(compiler.compile(src, "nvcc", no_extern_c=False, arch="sm_80",
-                                    target="ptx")) == ["k"]
-    assert entries(compiler.compile(src, "nvcc", no_extern_c=True, arch="sm_80",
-                                    target="ptx")) == ["_Z1kPfj"]
-    assert entries(compiler.compile(src, "nvcc", None, False, True, "sm_80", None, None, None,
-                                    "ptx")) == ["_Z1kPfj"]
-    assert entries(compiler.compile('extern "C" ' + src, "nvcc", no_extern_c=True,
-                                    arch="sm_80", target="ptx")) == ["k"]
+    assert entries(
+        compiler.compile(src, "nvcc", no_extern_c=False, arch="sm_80", target="ptx")
+    ) == ["k"]
+    assert entries(compiler.compile(src, "nvcc", no_extern_c=True, arch="sm_80", target="ptx")) == [
+        "_Z1kPfj"
+    ]
+    assert entries(
+        compiler.compile(src, "nvcc", None, False, True, "sm_80", None, None, None, "ptx")
+    ) == ["_Z1kPfj"]
+    assert entries(
+        compiler.compile('extern "C" ' + src, "nvcc", no_extern_c=True, arch="sm_80", target="ptx")
+    ) == ["k"]
     # no_extern_c with pygpu's extern_c: agreeing is fine, contradicting is refused
-    assert entries(compiler.compile(src, no_extern_c=True, extern_c=False, arch="sm_80",
-                                    target="ptx")) == ["_Z1kPfj"]
-    with pytest.raises(ValueError, match=r"^compile\(\): extern_c=True and no_extern_c=True say "
-                                         r"opposite things; give one of them$"):
+    assert entries(
+        compiler.compile(src, no_extern_c=True, extern_c=False, arch="sm_80", target="ptx")
+    ) == ["_Z1kPfj"]
+    with pytest.raises(
+        ValueError,
+        match=r"^compile\(\): extern_c=True and no_extern_c=True say "
+        r"opposite things; give one of them$",
+    ):
         compiler.compile(src, no_extern_c=True, extern_c=True, arch="sm_80")
     # a PyCUDA call gets nvcc's implicit names; a source without them compiles too
-    assert entries(compiler.compile("__global__ void q(int *o) { o[0] = INT_MAX; }", "nvcc",
-                                    arch="sm_80", target="ptx")) == ["q"]
+    assert entries(
+        compiler.compile(
+            "__global__ void q(int *o) { o[0] = INT_MAX; }", "nvcc", arch="sm_80", target="ptx"
+        )
+    ) == ["q"]
 
 
 def test_pygpu_compile_is_unchanged(tmp_cache):
@@ -861,10 +1160,15 @@ def test_pygpu_compile_is_unchanged(tmp_cache):
     with pytest.raises(CompileError, match="identifier \"uint\" is undefined"):
         compiler.compile(PYC_SRC, options=["-DVAL=4"], arch="sm_90")
     import inspect
+
     params = inspect.signature(compiler.compile).parameters
     assert list(params)[:4] == ["source", "options", "arch", "target"]
     assert {n for n, p in params.items() if p.kind is p.KEYWORD_ONLY} == {
-        "nvcc", "keep", "no_extern_c", "code"}
+        "nvcc",
+        "keep",
+        "no_extern_c",
+        "code",
+    }
 
 
 @pytest.mark.parametrize("device, want", [(None, None), ("sm_80", 80), ("compute_120", 120)])
@@ -872,13 +1176,16 @@ def test_pycuda_compile_default_arch(device, want, tmp_cache, monkeypatch):
     """arch=None: the current device's; with no driver or device, nvcc's
     default (sm_75 from CUDA 13, sm_52 before), as PyCUDA gets from nvcc."""
     if device is None:
+
         def no_device(target, cache_dir=None):
             raise cuda.CudaUnavailableError("no CUDA driver")
+
         monkeypatch.setattr(compiler, "_device_arch_and_target", no_device)
         want = 75 if compiler.nvrtc_version()[0] >= 13 else 52
     else:
-        monkeypatch.setattr(compiler, "_device_arch_and_target",
-                            lambda target, cache_dir=None: (device, "cubin"))
+        monkeypatch.setattr(
+            compiler, "_device_arch_and_target", lambda target, cache_dir=None: (device, "cubin")
+        )
     src = PYC_SRC.replace("VAL", "5")
     assert _elf_arch(compiler.compile(src, "nvcc")) == want
     assert _elf_arch(compiler.compile(src, keep=False)) == want
@@ -890,6 +1197,7 @@ def test_pycuda_compile_default_options(tmp_cache, monkeypatch):
     """options=None means DEFAULT_NVCC_FLAGS (PYCUDA_DEFAULT_NVCC_FLAGS), as
     in PyCUDA; options=[] means none."""
     from pygpu import linking
+
     monkeypatch.setattr(linking, "DEFAULT_NVCC_FLAGS", ["-DVAL=11", "-O2"])
     ptx = compiler.compile(PYC_SRC, "nvcc", arch="sm_90", target="ptx")
     assert ptx == compiler.compile(PYC_SRC, "nvcc", ["-DVAL=11"], arch="sm_90", target="ptx")
@@ -909,7 +1217,9 @@ def test_pycuda_compile_keep(tmp_cache, capsys):
         assert f.read() == b
     with open(os.path.join(d, "kernel.cu")) as f:
         text = f.read()
-    assert 'extern "C" {\n#line 1\n' + src + "\n}\n" in text and "typedef unsigned int uint;" in text
+    assert (
+        'extern "C" {\n#line 1\n' + src + "\n}\n" in text and "typedef unsigned int uint;" in text
+    )
     with open(os.path.join(d, "kernel.ptx")) as f:
         assert ".entry k(" in f.read()
     p = compiler.compile(src, keep=True, arch="sm_90", target="ptx")
@@ -924,32 +1234,45 @@ def test_pycuda_compile_keep(tmp_cache, capsys):
 
 def test_pycuda_compile_fatbin(tmp_cache):
     from pygpu import _fatbin
+
     src = PYC_SRC.replace("VAL", "7")
     if not _fatbin.available():
-        with pytest.raises(cuda.CudaUnavailableError,
-                           match=r"target='fatbin' needs NVIDIA's nvFatbin library"):
+        with pytest.raises(
+            cuda.CudaUnavailableError, match=r"target='fatbin' needs NVIDIA's nvFatbin library"
+        ):
             compiler.compile(src, "nvcc", arch="sm_90", target="fatbin")
         pytest.skip("nvFatbin is not installed (pip install nvidia-nvfatbin)")
     f = compiler.compile(src, "nvcc", arch="sm_90", target="fatbin")
     assert type(f) is bytes
-    assert f[:8] == b"\x50\xed\x55\xba\x01\x00\x10\x00"     # nvcc --fatbin's header
+    assert f[:8] == b"\x50\xed\x55\xba\x01\x00\x10\x00"  # nvcc --fatbin's header
     cubin = compiler.compile(src, "nvcc", arch="sm_90")
-    assert cubin in f                                       # the sm_90 image itself
+    assert cubin in f  # the sm_90 image itself
     # target="fatbin" alone makes the call PyCUDA's
     assert compiler.compile(src, arch="sm_90", target="fatbin") == f
-    assert compiler.compile_plain('extern "C" {' + src + '}', ["-arch=sm_90"], False, "nvcc",
-                                  None, target="fatbin") == f
+    assert (
+        compiler.compile_plain(
+            'extern "C" {' + src + '}', ["-arch=sm_90"], False, "nvcc", None, target="fatbin"
+        )
+        == f
+    )
 
 
 def test_pycuda_compile_keeps_the_fatbin(tmp_cache, capsys):
     from pygpu import _fatbin
+
     if not _fatbin.available():
         pytest.skip("nvFatbin is not installed (pip install nvidia-nvfatbin)")
-    f = compiler.compile(PYC_SRC.replace("VAL", "8"), "nvcc", keep=True, arch="sm_90",
-                         target="fatbin")
+    f = compiler.compile(
+        PYC_SRC.replace("VAL", "8"), "nvcc", keep=True, arch="sm_90", target="fatbin"
+    )
     d = re.fullmatch(r"\*\*\* compiler output in (\S+)\n", capsys.readouterr().out).group(1)
-    assert sorted(os.listdir(d)) == ["kernel.cu", "kernel.cubin", "kernel.fatbin",
-                                     "kernel.options", "kernel.ptx"]
+    assert sorted(os.listdir(d)) == [
+        "kernel.cu",
+        "kernel.cubin",
+        "kernel.fatbin",
+        "kernel.options",
+        "kernel.ptx",
+    ]
     with open(os.path.join(d, "kernel.fatbin"), "rb") as fh:
         assert fh.read() == f
 
@@ -967,50 +1290,123 @@ def test_pycuda_compile_under_cuda_debugging(tmp_cache, capsys, monkeypatch):
     assert not os.path.exists(str(tmp_cache)) or not os.listdir(str(tmp_cache))
 
 
-@pytest.mark.parametrize("call, exc, msg", [
-    (lambda s: compiler.compile(s, nvcc=5), TypeError,
-     r"^compile\(\): nvcc must be the nvcc command as a str \(PyCUDA's nvcc=; pygpu compiles "
-     r"with NVRTC and does not run it\), not int$"),
-    (lambda s: compiler.compile(s, "-O3"), ValueError,
-     r"^compile\(\): the second positional argument is PyCUDA's nvcc \(the compiler's "
-     r"command\), not an option: '-O3'; give options as options=\['-O3'\]$"),
-    (lambda s: compiler.compile(s, "nvcc", target="elf"), ValueError,
-     r"^compile\(\): target must be 'cubin', 'ptx' or 'fatbin' \(PyCUDA's targets\) or "
-     r"'ltoir', not 'elf'$"),
-    (lambda s: compiler.compile(s, "nvcc", 5), TypeError,
-     r"^compile\(\): options must be a list of str \(nvcc's or NVRTC's options\), not int$"),
-    (lambda s: compiler.compile(s, "nvcc", ["-O3", 5]), TypeError,
-     r"^compile\(\): options must hold str, not int: 5$"),
-    (lambda s: compiler.compile(s, "nvcc", b"-O3"), TypeError,
-     r"^compile\(\): options must be a list of str .*, not bytes$"),
-    (lambda s: compiler.compile(s, "nvcc", arch=[90]), TypeError,
-     r"^compile\(\): arch must be an architecture such as 'sm_90' \(a str\), not list$"),
-    (lambda s: compiler.compile(s, "nvcc", arch="sm90"), ValueError,
-     r"^compile\(\): arch must look like 'sm_90' or 'compute_90', not 'sm90'$"),
-    (lambda s: compiler.compile(s, code=object()), TypeError,
-     r"^compile\(\): code must be an architecture such as 'sm_90' \(a str\), not object$"),
-    (lambda s: compiler.compile(s, "nvcc", ["-arch=sm9"]), ValueError,
-     r"^compile\(\): the option -arch must look like 'sm_90' or 'compute_90', not 'sm9'$"),
-    (lambda s: compiler.compile(s, "nvcc", arch="compute_90"), ValueError,
-     r"^compile\(\): target='cubin' needs a real architecture \(arch= or code= such as "
-     r"'sm_90'\), not only 'compute_90'$"),
-    (lambda s: compiler.compile(s, "nvcc", include_dirs="/usr/include"), TypeError,
-     r"^include_dirs must be a list, not a single str: write include_dirs=\['/usr/include'\]$"),
-    (lambda s: compiler.compile(s, "nvcc", None, False, False, "sm_90", None, None, [], "ptx",
-                                "extra"), TypeError,
-     r"^compile\(\) takes from 1 to 10 positional arguments but 11 were given$"),
-    (lambda s: compiler.compile(s, [], "sm_90", "ptx", [], None, (), None, False, None, "k.cu",
-                                False, False, False, "extra"), TypeError,
-     r"^compile\(\) takes from 1 to 14 positional arguments but 15 were given$"),
-    (lambda s: compiler.compile(s, "nvcc", nvcc="nvcc"), TypeError,
-     r"^compile\(\) got multiple values for argument 'nvcc'$"),
-    (lambda s: compiler.compile(s, ["-O3"], options=[]), TypeError,
-     r"^compile\(\) got multiple values for argument 'options'$"),
-    (lambda s: compiler.compile(s, arch="sm_90", cachedir=False), TypeError,
-     r"^compile\(\) got an unexpected keyword argument 'cachedir'$"),
-    (lambda s: compiler.compile(b"__global__ void k() {}", "nvcc", arch="sm_90"), TypeError,
-     r"^source must be a str, not bytes: decode it first \(source\.decode\(\)\)$"),
-])
+@pytest.mark.parametrize(
+    "call, exc, msg",
+    [
+        (
+            lambda s: compiler.compile(s, nvcc=5),
+            TypeError,
+            r"^compile\(\): nvcc must be the nvcc command as a str \(PyCUDA's nvcc=; pygpu compiles "
+            r"with NVRTC and does not run it\), not int$",
+        ),
+        (
+            lambda s: compiler.compile(s, "-O3"),
+            ValueError,
+            r"^compile\(\): the second positional argument is PyCUDA's nvcc \(the compiler's "
+            r"command\), not an option: '-O3'; give options as options=\['-O3'\]$",
+        ),
+        (
+            lambda s: compiler.compile(s, "nvcc", target="elf"),
+            ValueError,
+            r"^compile\(\): target must be 'cubin', 'ptx' or 'fatbin' \(PyCUDA's targets\) or "
+            r"'ltoir', not 'elf'$",
+        ),
+        (
+            lambda s: compiler.compile(s, "nvcc", 5),
+            TypeError,
+            r"^compile\(\): options must be a list of str \(nvcc's or NVRTC's options\), not int$",
+        ),
+        (
+            lambda s: compiler.compile(s, "nvcc", ["-O3", 5]),
+            TypeError,
+            r"^compile\(\): options must hold str, not int: 5$",
+        ),
+        (
+            lambda s: compiler.compile(s, "nvcc", b"-O3"),
+            TypeError,
+            r"^compile\(\): options must be a list of str .*, not bytes$",
+        ),
+        (
+            lambda s: compiler.compile(s, "nvcc", arch=[90]),
+            TypeError,
+            r"^compile\(\): arch must be an architecture such as 'sm_90' \(a str\), not list$",
+        ),
+        (
+            lambda s: compiler.compile(s, "nvcc", arch="sm90"),
+            ValueError,
+            r"^compile\(\): arch must look like 'sm_90' or 'compute_90', not 'sm90'$",
+        ),
+        (
+            lambda s: compiler.compile(s, code=object()),
+            TypeError,
+            r"^compile\(\): code must be an architecture such as 'sm_90' \(a str\), not object$",
+        ),
+        (
+            lambda s: compiler.compile(s, "nvcc", ["-arch=sm9"]),
+            ValueError,
+            r"^compile\(\): the option -arch must look like 'sm_90' or 'compute_90', not 'sm9'$",
+        ),
+        (
+            lambda s: compiler.compile(s, "nvcc", arch="compute_90"),
+            ValueError,
+            r"^compile\(\): target='cubin' needs a real architecture \(arch= or code= such as "
+            r"'sm_90'\), not only 'compute_90'$",
+        ),
+        (
+            lambda s: compiler.compile(s, "nvcc", include_dirs="/usr/include"),
+            TypeError,
+            r"^include_dirs must be a list, not a single str: write include_dirs=\['/usr/include'\]$",
+        ),
+        (
+            lambda s: compiler.compile(
+                s, "nvcc", None, False, False, "sm_90", None, None, [], "ptx", "extra"
+            ),
+            TypeError,
+            r"^compile\(\) takes from 1 to 10 positional arguments but 11 were given$",
+        ),
+        (
+            lambda s: compiler.compile(
+                s,
+                [],
+                "sm_90",
+                "ptx",
+                [],
+                None,
+                (),
+                None,
+                False,
+                None,
+                "k.cu",
+                False,
+                False,
+                False,
+                "extra",
+            ),
+            TypeError,
+            r"^compile\(\) takes from 1 to 14 positional arguments but 15 were given$",
+        ),
+        (
+            lambda s: compiler.compile(s, "nvcc", nvcc="nvcc"),
+            TypeError,
+            r"^compile\(\) got multiple values for argument 'nvcc'$",
+        ),
+        (
+            lambda s: compiler.compile(s, ["-O3"], options=[]),
+            TypeError,
+            r"^compile\(\) got multiple values for argument 'options'$",
+        ),
+        (
+            lambda s: compiler.compile(s, arch="sm_90", cachedir=False),
+            TypeError,
+            r"^compile\(\) got an unexpected keyword argument 'cachedir'$",
+        ),
+        (
+            lambda s: compiler.compile(b"__global__ void k() {}", "nvcc", arch="sm_90"),
+            TypeError,
+            r"^source must be a str, not bytes: decode it first \(source\.decode\(\)\)$",
+        ),
+    ],
+)
 def test_pycuda_compile_wrong_arguments(call, exc, msg, tmp_cache):
     with pytest.raises(exc, match=msg):
         call(PYC_SRC.replace("VAL", "1"))
@@ -1018,8 +1414,7 @@ def test_pycuda_compile_wrong_arguments(call, exc, msg, tmp_cache):
 
 def test_pycuda_compile_rejection_is_pycudas_compile_error(tmp_cache):
     src = "__global__ void k(float *x)\n{\n    x[0] = 1.0f +;\n}\n"
-    with pytest.raises(CompileError, match=r"kernel\.cu\(3\): error: expected an expression") \
-            as ei:
+    with pytest.raises(CompileError, match=r"kernel\.cu\(3\): error: expected an expression") as ei:
         compiler.compile(src, "nvcc", ["-DX=1"], arch="sm_90")
     e = ei.value
     assert isinstance(e, cuda.CompileError) and e.stdout is None
@@ -1032,6 +1427,7 @@ def test_pycuda_compile_through_the_alias(tmp_path):
     prints what it got, run unmodified through the alias."""
     import subprocess
     import sys
+
     prog = tmp_path / "prog.py"
     prog.write_text(
         "from pycuda.compiler import compile\n"
@@ -1043,14 +1439,22 @@ def test_pycuda_compile_through_the_alias(tmp_path):
         "try:\n"
         "    compile(src, nvcc=['nvcc'])\n"
         "except TypeError as e:\n"
-        "    print('TypeError', str(e).split(',')[0])\n")
+        "    print('TypeError', str(e).split(',')[0])\n"
+    )
     env = dict(os.environ, PYGPU_CACHE_DIR=str(tmp_path / "cache"))
-    r = subprocess.run([sys.executable, "-m", "pygpu.pycuda_alias", str(prog)],
-                       capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "pygpu.pycuda_alias", str(prog)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
-    assert r.stdout == ("bytes True True\nbytes b'\\x7fELF'\n"
-                        "TypeError compile(): nvcc must be the nvcc command as a str "
-                        "(PyCUDA's nvcc=; pygpu compiles with NVRTC and does not run it)\n")
+    assert r.stdout == (
+        "bytes True True\nbytes b'\\x7fELF'\n"
+        "TypeError compile(): nvcc must be the nvcc command as a str "
+        "(PyCUDA's nvcc=; pygpu compiles with NVRTC and does not run it)\n"
+    )
 
 
 @pytest.mark.gpu
@@ -1059,11 +1463,14 @@ def test_pycuda_compile_loads_and_runs(target, ctx, rng, tmp_cache):
     """compile() as PyCUDA calls it, for the current device, loaded with
     module_from_buffer and launched by its unmangled name."""
     from pygpu import _fatbin
+
     if target == "fatbin" and not _fatbin.available():
         pytest.skip("nvFatbin is not installed (pip install nvidia-nvfatbin)")
-    src = ("__global__ void scale(float *out, const float *x, uint n, float a)\n"
-           "{ uint i = blockIdx.x * blockDim.x + threadIdx.x;"
-           "  if (i < n) out[i] = a * x[i] + (float)M_PI; }")
+    src = (
+        "__global__ void scale(float *out, const float *x, uint n, float a)\n"
+        "{ uint i = blockIdx.x * blockDim.x + threadIdx.x;"
+        "  if (i < n) out[i] = a * x[i] + (float)M_PI; }"
+    )
     image = compiler.compile(src, "nvcc", target=target)
     assert type(image) is bytes
     mod = cuda.module_from_buffer(image)
@@ -1071,6 +1478,12 @@ def test_pycuda_compile_loads_and_runs(target, ctx, rng, tmp_cache):
     n = 1000
     x = rng.standard_normal(n).astype(np.float32)
     out = np.zeros_like(x)
-    f(cuda.Out(out), cuda.In(x), np.uint32(n), np.float32(2.5), block=(128, 1, 1),
-      grid=((n + 127) // 128, 1))
+    f(
+        cuda.Out(out),
+        cuda.In(x),
+        np.uint32(n),
+        np.float32(2.5),
+        block=(128, 1, 1),
+        grid=((n + 127) // 128, 1),
+    )
     np.testing.assert_allclose(out, 2.5 * x + np.float32(np.pi), rtol=1e-6, atol=1e-6)

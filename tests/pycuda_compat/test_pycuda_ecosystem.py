@@ -6,6 +6,7 @@ without a GPU; and reikna's import through the alias on the driver stand-in,
 where reikna's sdist and its dependencies' wheels are at hand
 ($ECOSYSTEM_WHEEL_DIR or .whl/ecosystem/).  No third-party file is used
 otherwise."""
+
 import glob
 import importlib.util
 import json
@@ -23,7 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _load():
     spec = importlib.util.spec_from_file_location(
-        "pycuda_ecosystem", os.path.join(ROOT, "tools", "pycuda_ecosystem.py"))
+        "pycuda_ecosystem", os.path.join(ROOT, "tools", "pycuda_ecosystem.py")
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -36,8 +38,7 @@ TOOL = os.path.join(ROOT, "tools", "pycuda_ecosystem.py")
 def _env(**extra):
     env = dict(os.environ)
     for k in list(env):
-        if k.startswith("ECOSYSTEM_") or k in ("REIKNA_SDIST", "PYCUDA_SDIST",
-                                               "PYCUDA_WHEEL_DIR"):
+        if k.startswith("ECOSYSTEM_") or k in ("REIKNA_SDIST", "PYCUDA_SDIST", "PYCUDA_WHEEL_DIR"):
             del env[k]
     if "ASAN_OPTIONS" in env:
         # under make sanitize: these tests' children segfault on purpose, and
@@ -84,30 +85,44 @@ def suite(tmp_path):
     (d / "test").mkdir(parents=True)
     (d / "pytest.ini").write_text("[pytest]\n")
     (d / "test" / "test_a.py").write_text(SUITE)
-    (d / "test" / "test_broken.py").write_text("import no_such_module_here\n\n"
-                                               "def test_x():\n    pass\n")
+    (d / "test" / "test_broken.py").write_text(
+        "import no_such_module_here\n\ndef test_x():\n    pass\n"
+    )
     return d
 
 
 def test_run_suite_survives_crash_hang_and_collection_error(suite, tmp_path):
     rec = str(tmp_path / "rec.jsonl")
-    tests, complete = eco.run_suite("pycuda", str(suite), ["test",
-                                                           "--continue-on-collection-errors"],
-                                    _env(PYTHONPATH=""), rec, test_timeout=1, hang_grace=2)
+    tests, complete = eco.run_suite(
+        "pycuda",
+        str(suite),
+        ["test", "--continue-on-collection-errors"],
+        _env(PYTHONPATH=""),
+        rec,
+        test_timeout=1,
+        hang_grace=2,
+    )
     assert complete
     got = {k: v["outcome"] for k, v in tests.items()}
-    assert got == {"test/test_a.py::test_pass": "passed", "test/test_a.py::test_fail": "failed",
-                   "test/test_a.py::test_skip": "skipped",
-                   "test/test_a.py::test_crash": "failed",
-                   "test/test_a.py::test_after_crash": "passed",
-                   "test/test_a.py::test_hang": "failed", "test/test_a.py::test_last": "passed",
-                   "test/test_broken.py": "failed"}
+    assert got == {
+        "test/test_a.py::test_pass": "passed",
+        "test/test_a.py::test_fail": "failed",
+        "test/test_a.py::test_skip": "skipped",
+        "test/test_a.py::test_crash": "failed",
+        "test/test_a.py::test_after_crash": "passed",
+        "test/test_a.py::test_hang": "failed",
+        "test/test_a.py::test_last": "passed",
+        "test/test_broken.py": "failed",
+    }
     assert tests["test/test_a.py::test_crash"]["message"] == (
-        "crashed: the test process died (signal SIGSEGV)")
+        "crashed: the test process died (signal SIGSEGV)"
+    )
     assert tests["test/test_a.py::test_hang"]["message"] == (
-        "hung: killed after 3 s without progress")
+        "hung: killed after 3 s without progress"
+    )
     assert tests["test/test_broken.py"]["message"] == (
-        "collection error: ModuleNotFoundError: No module named 'no_such_module_here'")
+        "collection error: ModuleNotFoundError: No module named 'no_such_module_here'"
+    )
     assert tests["test/test_broken.py"]["collect"] is True
     assert eco.suite_counts(tests) == {"passed": 3, "failed": 4, "skipped": 1}
 
@@ -116,30 +131,44 @@ def test_run_suite_with_xdist_workers(suite, tmp_path):
     """pytest-xdist's processes (ECOSYSTEM_WORKERS): xdist reports the crash,
     the runner the hang and the collection error."""
     pytest.importorskip("xdist")
-    tests, complete = eco.run_suite("pycuda", str(suite), ["test",
-                                                           "--continue-on-collection-errors"],
-                                    _env(PYTHONPATH=""), str(tmp_path / "rec.jsonl"),
-                                    test_timeout=1, hang_grace=2, workers=2,
-                                    done_file=str(tmp_path / "done"))
+    tests, complete = eco.run_suite(
+        "pycuda",
+        str(suite),
+        ["test", "--continue-on-collection-errors"],
+        _env(PYTHONPATH=""),
+        str(tmp_path / "rec.jsonl"),
+        test_timeout=1,
+        hang_grace=2,
+        workers=2,
+        done_file=str(tmp_path / "done"),
+    )
     assert complete
     got = {k: v["outcome"] for k, v in tests.items()}
-    assert got == {"test/test_a.py::test_pass": "passed", "test/test_a.py::test_fail": "failed",
-                   "test/test_a.py::test_skip": "skipped",
-                   "test/test_a.py::test_crash": "failed",
-                   "test/test_a.py::test_after_crash": "passed",
-                   "test/test_a.py::test_hang": "failed", "test/test_a.py::test_last": "passed",
-                   "test/test_broken.py": "failed"}
-    assert "crashed while running 'test/test_a.py::test_crash'" in \
-        tests["test/test_a.py::test_crash"]["message"]
+    assert got == {
+        "test/test_a.py::test_pass": "passed",
+        "test/test_a.py::test_fail": "failed",
+        "test/test_a.py::test_skip": "skipped",
+        "test/test_a.py::test_crash": "failed",
+        "test/test_a.py::test_after_crash": "passed",
+        "test/test_a.py::test_hang": "failed",
+        "test/test_a.py::test_last": "passed",
+        "test/test_broken.py": "failed",
+    }
+    assert (
+        "crashed while running 'test/test_a.py::test_crash'"
+        in tests["test/test_a.py::test_crash"]["message"]
+    )
     assert tests["test/test_a.py::test_hang"]["message"] == (
-        "hung: killed after 3 s without progress")
+        "hung: killed after 3 s without progress"
+    )
 
 
 def test_run_suite_stops_at_the_budget_and_resumes(tmp_path):
     d = tmp_path / "s"
     d.mkdir()
     (d / "pytest.ini").write_text("[pytest]\n")
-    (d / "test_b.py").write_text(textwrap.dedent('''
+    (d / "test_b.py").write_text(
+        textwrap.dedent('''
         import time
         def test_1():
             pass
@@ -147,24 +176,35 @@ def test_run_suite_stops_at_the_budget_and_resumes(tmp_path):
             time.sleep(30)
         def test_3():
             pass
-    '''))
+    ''')
+    )
     rec = str(tmp_path / "rec.jsonl")
     import time
-    tests, complete = eco.run_suite("pycuda", str(d), ["test_b.py"], _env(PYTHONPATH=""), rec,
-                                    test_timeout=100, deadline=time.monotonic() + 6)
+
+    tests, complete = eco.run_suite(
+        "pycuda",
+        str(d),
+        ["test_b.py"],
+        _env(PYTHONPATH=""),
+        rec,
+        test_timeout=100,
+        deadline=time.monotonic() + 6,
+    )
     assert not complete
     # test_2 was in flight: left out, to run again; test_3 never started
     assert {k: v["outcome"] for k, v in tests.items()} == {"test_b.py::test_1": "passed"}
-    (d / "test_b.py").write_text((d / "test_b.py").read_text().replace("time.sleep(30)",
-                                                                        "pass"))
-    tests, complete = eco.run_suite("pycuda", str(d), ["test_b.py"], _env(PYTHONPATH=""), rec,
-                                    test_timeout=100)
+    (d / "test_b.py").write_text((d / "test_b.py").read_text().replace("time.sleep(30)", "pass"))
+    tests, complete = eco.run_suite(
+        "pycuda", str(d), ["test_b.py"], _env(PYTHONPATH=""), rec, test_timeout=100
+    )
     assert complete
     assert {k: v["outcome"] for k, v in tests.items()} == {
-        "test_b.py::test_1": "passed", "test_b.py::test_2": "passed",
-        "test_b.py::test_3": "passed"}
+        "test_b.py::test_1": "passed",
+        "test_b.py::test_2": "passed",
+        "test_b.py::test_3": "passed",
+    }
     starts = [json.loads(ln) for ln in open(rec) if '"start"' in ln]
-    assert [e["nodeid"] for e in starts].count("test_b.py::test_1") == 1   # not run again
+    assert [e["nodeid"] for e in starts].count("test_b.py::test_1") == 1  # not run again
 
 
 def test_run_suite_records_a_crash_at_collection(tmp_path):
@@ -173,12 +213,23 @@ def test_run_suite_records_a_crash_at_collection(tmp_path):
     (d / "pytest.ini").write_text("[pytest]\n")
     (d / "conftest.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
     (d / "test_c.py").write_text("def test_1():\n    pass\n")
-    tests, complete = eco.run_suite("pycuda", str(d), ["test_c.py"], _env(PYTHONPATH=""),
-                                    str(tmp_path / "rec.jsonl"), test_timeout=10)
+    tests, complete = eco.run_suite(
+        "pycuda",
+        str(d),
+        ["test_c.py"],
+        _env(PYTHONPATH=""),
+        str(tmp_path / "rec.jsonl"),
+        test_timeout=10,
+    )
     assert complete
-    assert tests == {"<collect>": {"outcome": "failed", "duration": 0.0, "collect": True,
-                                   "message": "collection error: pytest ran no test "
-                                              "(signal SIGSEGV)"}}
+    assert tests == {
+        "<collect>": {
+            "outcome": "failed",
+            "duration": 0.0,
+            "collect": True,
+            "message": "collection error: pytest ran no test (signal SIGSEGV)",
+        }
+    }
 
 
 def test_run_suite_says_why_pytest_ran_nothing(tmp_path):
@@ -188,17 +239,24 @@ def test_run_suite_says_why_pytest_ran_nothing(tmp_path):
     d = tmp_path / "s"
     d.mkdir()
     (d / "pytest.ini").write_text("[pytest]\n")
-    (d / "conftest.py").write_text(textwrap.dedent('''
+    (d / "conftest.py").write_text(
+        textwrap.dedent('''
         def pytest_sessionstart(session):      # an INTERNALERROR
             raise TypeError("type 'pygpu.driver.Device' is not an acceptable base type")
-    '''))
+    ''')
+    )
     (d / "test_c.py").write_text("def test_1():\n    pass\n")
-    tests, complete = eco.run_suite("pycuda", str(d), ["test_c.py"], _env(PYTHONPATH=""),
-                                    str(tmp_path / "rec.jsonl"), test_timeout=10)
+    tests, complete = eco.run_suite(
+        "pycuda",
+        str(d),
+        ["test_c.py"],
+        _env(PYTHONPATH=""),
+        str(tmp_path / "rec.jsonl"),
+        test_timeout=10,
+    )
     msg = tests["<collect>"]["message"]
     assert msg.startswith("collection error: ")
-    assert msg.endswith("TypeError: type 'pygpu.driver.Device' is not an acceptable base "
-                        "type"), msg
+    assert msg.endswith("TypeError: type 'pygpu.driver.Device' is not an acceptable base type"), msg
 
 
 def test_suite_outcomes_and_gaps():
@@ -206,37 +264,45 @@ def test_suite_outcomes_and_gaps():
         {"nodeid": "t.py::a", "when": "start"},
         {"nodeid": "t.py::a", "when": "call", "outcome": "passed"},
         {"nodeid": "t.py::b", "when": "start"},
-        {"nodeid": "t.py::b", "when": "abandon"},         # cut by the budget
+        {"nodeid": "t.py::b", "when": "abandon"},  # cut by the budget
         {"nodeid": "u.py", "when": "collect", "outcome": "failed", "message": "TypeError: x"},
     ]
     t = eco.suite_outcomes(entries)
     assert sorted(t) == ["t.py::a", "u.py"]
     assert t["u.py"]["message"] == "collection error: TypeError: x"
-    pc = {"t.py::a": {"outcome": "passed", "message": ""},
-          "u.py::c": {"outcome": "passed", "message": ""},
-          "t.py::d": {"outcome": "failed", "message": "E"}}
+    pc = {
+        "t.py::a": {"outcome": "passed", "message": ""},
+        "u.py::c": {"outcome": "passed", "message": ""},
+        "t.py::d": {"outcome": "failed", "message": "E"},
+    }
     pg = dict(t, **{"t.py::d": {"outcome": "passed", "message": ""}})
     gaps, wins = eco.suite_gaps(pc, pg)
-    assert gaps == [{"test": "u.py::c", "pygpu": "not run",
-                     "message": "collection error: TypeError: x"}]
+    assert gaps == [
+        {"test": "u.py::c", "pygpu": "not run", "message": "collection error: TypeError: x"}
+    ]
     assert wins == [{"test": "t.py::d", "pycuda": "failed", "message": "E"}]
-    kinds = eco.gap_kinds([{"message": "Error: 12 bytes"}, {"message": "Error: 16 bytes"},
-                           {"message": "other"}])
+    kinds = eco.gap_kinds(
+        [{"message": "Error: 12 bytes"}, {"message": "Error: 16 bytes"}, {"message": "other"}]
+    )
     assert kinds == [(2, "Error: 12 bytes"), (1, "other")]
 
 
 # ---- comparing printed results ----
+
 
 def test_compare_output_deterministic_text_and_numbers():
     ref = "device: H100\nsum = 42.0\nok\n"
     assert eco.compare_output(ref, ref, ref) is None
     assert eco.compare_output(ref, ref, "device: H100\nsum = 42.000001\nok\n") is None
     assert eco.compare_output(ref, ref, "device: H100\nsum = 41.0\nok\n") == (
-        "line 2: 41.0 where PyCUDA prints 42.0 ('sum = 42.0')")
+        "line 2: 41.0 where PyCUDA prints 42.0 ('sum = 42.0')"
+    )
     assert eco.compare_output(ref, ref, "device: H100\ntotal = 42.0\nok\n") == (
-        "line 2: 'total = 42.0' where PyCUDA prints 'sum = 42.0'")
+        "line 2: 'total = 42.0' where PyCUDA prints 'sum = 42.0'"
+    )
     assert eco.compare_output(ref, ref, "device: H100\nsum = 42.0\n") == (
-        "prints 2 lines where PyCUDA prints 3")
+        "prints 2 lines where PyCUDA prints 3"
+    )
 
 
 def test_compare_output_ignores_what_varies_between_pycudas_runs():
@@ -245,7 +311,8 @@ def test_compare_output_ignores_what_varies_between_pycudas_runs():
     mine = "took 0.9 s at 0x55\n[0.77 0.5 0.2]\nerror 0.0\n"
     assert eco.compare_output(r1, r2, mine) is None
     assert eco.compare_output(r1, r2, "took 0.9 s at 0x55\n[0.77 0.6 0.2]\nerror 0.0\n") == (
-        "line 2: 0.6 where PyCUDA prints 0.5 ('[0.12 0.5 0.9]')")
+        "line 2: 0.6 where PyCUDA prints 0.5 ('[0.12 0.5 0.9]')"
+    )
     # close is not the same: 1.00001 and 1.00002 vary between PyCUDA's runs
     assert eco.compare_output("x 1.00001\n", "x 1.00002\n", "x 7\n") is None
     # PyCUDA's own runs differ in their text: nothing can be compared
@@ -254,38 +321,41 @@ def test_compare_output_ignores_what_varies_between_pycudas_runs():
 
 def test_examples_screening(tmp_path):
     (tmp_path / "gl.py").write_text("import pycuda.gl as cuda_gl\nfrom OpenGL.GL import *\n")
-    (tmp_path / "plain.py").write_text("from __future__ import print_function\n"
-                                       "import numpy\nimport pycuda.autoinit\n"
-                                       "from pycuda import gpuarray\n"
-                                       "def f():\n    import no_such_pkg_xyz.sub\n")
+    (tmp_path / "plain.py").write_text(
+        "from __future__ import print_function\n"
+        "import numpy\nimport pycuda.autoinit\n"
+        "from pycuda import gpuarray\n"
+        "def f():\n    import no_such_pkg_xyz.sub\n"
+    )
     (tmp_path / "py2.py").write_text("print 'hello'\n")
     assert eco.example_imports(str(tmp_path / "py2.py")) is None
     imps = eco.example_imports(str(tmp_path / "plain.py"))
-    assert imps == ["no_such_pkg_xyz.sub", "numpy", "pycuda", "pycuda.autoinit",
-                    "pycuda.gpuarray"]
+    assert imps == ["no_such_pkg_xyz.sub", "numpy", "pycuda", "pycuda.autoinit", "pycuda.gpuarray"]
     assert eco.needs_display(imps) == []
     assert eco.needs_display(eco.example_imports(str(tmp_path / "gl.py"))) == [
-        "OpenGL.GL", "pycuda.gl"]
+        "OpenGL.GL",
+        "pycuda.gl",
+    ]
     assert eco.missing_modules(imps, _env(), str(tmp_path)) == ["no_such_pkg_xyz"]
 
 
 def test_platform_args_name_the_target_interpreter():
     a = eco.platform_args("3.12")
-    assert a[:5] == ["--only-binary=:all:", "--python-version", "3.12", "--implementation",
-                     "cp"]
+    assert a[:5] == ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp"]
     assert "manylinux_2_28_x86_64" in a and eco.platform_args(None) == []
 
 
 # ---- the whole runner on fakes ----
 
+
 @pytest.fixture(scope="module")
 def standin_lib():
     from pygpu.testing import standin
+
     try:
         return standin.build()
     except standin.StandInBuildError as e:
         pytest.skip("no driver stand-in: %s" % e)
-
 
 
 FAKE_PYCUDA = {
@@ -351,52 +421,107 @@ def fakes(tmp_path):
 
 def test_runner_on_fakes(fakes, standin_lib):
     out = fakes / "out"
-    env = _env(PYCUDA_COMPAT_ASSUME_GPU="1", PYTHONPATH=str(fakes / "site"),
-               PYGPU_LIBCUDA=standin_lib)         # pygpu.autoinit on the stand-in
-    p = subprocess.run([sys.executable, TOOL, "--reikna-dir", str(fakes / "reikna"),
-                        "--examples-dir", str(fakes / "examples"), "--pytest-args", "test",
-                        "--out", str(out), "--work", str(fakes / "work"),
-                        "--test-timeout", "60", "--example-timeout", "60"],
-                       capture_output=True, text=True, env=env, timeout=600)
+    env = _env(
+        PYCUDA_COMPAT_ASSUME_GPU="1", PYTHONPATH=str(fakes / "site"), PYGPU_LIBCUDA=standin_lib
+    )  # pygpu.autoinit on the stand-in
+    p = subprocess.run(
+        [
+            sys.executable,
+            TOOL,
+            "--reikna-dir",
+            str(fakes / "reikna"),
+            "--examples-dir",
+            str(fakes / "examples"),
+            "--pytest-args",
+            "test",
+            "--out",
+            str(out),
+            "--work",
+            str(fakes / "work"),
+            "--test-timeout",
+            "60",
+            "--example-timeout",
+            "60",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     rep = json.loads((out / "pycuda-ecosystem.json").read_text())
     r = rep["reikna"]
     assert r["pycuda"]["counts"] == {"passed": 2, "failed": 1, "skipped": 0}
     assert r["pygpu"]["counts"] == {"passed": 1, "failed": 2, "skipped": 0}
-    assert r["gaps"] == [{"test": "test/test_r.py::test_driver_name", "pygpu": "failed",
-                          "message": "AssertionError: assert 'pygpu.driver' == "
-                                     "'pycuda.driver'"}]
+    assert r["gaps"] == [
+        {
+            "test": "test/test_r.py::test_driver_name",
+            "pygpu": "failed",
+            "message": "AssertionError: assert 'pygpu.driver' == 'pycuda.driver'",
+        }
+    ]
     progs = rep["examples"]["programs"]
     assert progs["same.py"] == {"skip": None, "pycuda": 1, "pygpu": 1}
     assert progs["differs.py"]["pycuda"] == 1 and progs["differs.py"]["pygpu"] == 0
     assert progs["differs.py"]["pygpu_why"] == (
-        "prints differently: line 1: 'driver module False' where PyCUDA prints "
-        "'driver module True'")
+        "prints differently: line 1: 'driver module False' where PyCUDA prints 'driver module True'"
+    )
     assert progs["crash.py"]["pygpu_why"] == "crashed (signal SIGSEGV)"
     assert progs["from-wiki/viewer.py"]["skip"] == "needs a display (OpenGL.GLUT)"
     assert progs["from-wiki/needs.py"]["skip"] == "needs Cheetah_not_here, missing here"
     assert progs["from-wiki/old.py"]["skip"] == "does not parse (Python 2?)"
     # the one table, printed and written
     for text in (p.stdout, (out / "pycuda-ecosystem.md").read_text()):
-        assert ("| reikna 0.9.0 tests (`--api=cuda -m \"not perf\"`) | 2 / 1 / 0 "
-                "passed/failed/skipped | 1 / 2 / 0 passed/failed/skipped | 1 |") in text
+        assert (
+            "| reikna 0.9.0 tests (`--api=cuda -m \"not perf\"`) | 2 / 1 / 0 "
+            "passed/failed/skipped | 1 / 2 / 0 passed/failed/skipped | 1 |"
+        ) in text
         assert "| PyCUDA examples (3 run, 3 skipped) | 3 / 3 ran | 1 / 3 ran | 2 |" in text
         assert "| &nbsp; `same.py` | pass | pass |  |" in text
         assert "| &nbsp; `crash.py` | pass | FAIL (crashed (signal SIGSEGV)) | yes |" in text
 
 
 def test_runner_baseline_stands_in_for_an_impl_not_run(fakes, standin_lib):
-    env = _env(PYCUDA_COMPAT_ASSUME_GPU="1", PYTHONPATH=str(fakes / "site"),
-               PYGPU_LIBCUDA=standin_lib)
-    common = ["--reikna-dir", str(fakes / "reikna"), "--examples-dir", str(fakes / "examples"),
-              "--pytest-args", "test", "--work", str(fakes / "work"),
-              "--examples", "same.py"]
-    p = subprocess.run([sys.executable, TOOL, "--impl", "pycuda", "--out", str(fakes / "a")]
-                       + common, capture_output=True, text=True, env=env, timeout=600)
+    env = _env(
+        PYCUDA_COMPAT_ASSUME_GPU="1", PYTHONPATH=str(fakes / "site"), PYGPU_LIBCUDA=standin_lib
+    )
+    common = [
+        "--reikna-dir",
+        str(fakes / "reikna"),
+        "--examples-dir",
+        str(fakes / "examples"),
+        "--pytest-args",
+        "test",
+        "--work",
+        str(fakes / "work"),
+        "--examples",
+        "same.py",
+    ]
+    p = subprocess.run(
+        [sys.executable, TOOL, "--impl", "pycuda", "--out", str(fakes / "a")] + common,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr
-    p = subprocess.run([sys.executable, TOOL, "--impl", "pygpu", "--out", str(fakes / "b"),
-                        "--baseline", str(fakes / "a" / "pycuda-ecosystem.json")] + common,
-                       capture_output=True, text=True, env=env, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            TOOL,
+            "--impl",
+            "pygpu",
+            "--out",
+            str(fakes / "b"),
+            "--baseline",
+            str(fakes / "a" / "pycuda-ecosystem.json"),
+        ]
+        + common,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr
     rep = json.loads((fakes / "b" / "pycuda-ecosystem.json").read_text())
     assert rep["reikna"]["pycuda"]["counts"]["passed"] == 2
@@ -410,8 +535,7 @@ def test_runner_without_gpu_exits_0():
         pytest.skip("this machine has a GPU: the runner would run")
     env = _env()
     env.pop("PYCUDA_COMPAT_ASSUME_GPU", None)
-    p = subprocess.run([sys.executable, TOOL], capture_output=True, text=True, env=env,
-                       timeout=120)
+    p = subprocess.run([sys.executable, TOOL], capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("pycuda-ecosystem: not run: this machine has no usable GPU (")
     assert "run it on a CUDA machine" in p.stdout
@@ -419,10 +543,14 @@ def test_runner_without_gpu_exits_0():
 
 def test_unpack_keeps_to_the_folder(tmp_path):
     import io
+
     sd = tmp_path / "x-1.0.tar.gz"
     with tarfile.open(sd, "w:gz") as tf:
-        for name, data in (("x-1.0/examples/a.py", b"print(1)\n"),
-                           ("x-1.0/setup.py", b""), ("x-1.0/../evil.py", b"")):
+        for name, data in (
+            ("x-1.0/examples/a.py", b"print(1)\n"),
+            ("x-1.0/setup.py", b""),
+            ("x-1.0/../evil.py", b""),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tf.addfile(info, io.BytesIO(data))
@@ -436,16 +564,22 @@ def test_unpack_keeps_to_the_folder(tmp_path):
 
 # ---- reikna through the alias, on the driver stand-in ----
 
+
 def _reikna_inputs():
     """(unpacked reikna sdist folder, [wheels]) or a reason to skip."""
     d = os.environ.get("ECOSYSTEM_WHEEL_DIR") or os.path.join(ROOT, ".whl", "ecosystem")
     sd = glob.glob(os.path.join(d, "reikna-%s.tar.gz" % eco.REIKNA_VERSION))
-    wheels = [w for w in glob.glob(os.path.join(d, "*.whl"))
-              if os.path.basename(w).split("-")[0].lower() in ("mako", "markupsafe",
-                                                                 "funcsigs")]
+    wheels = [
+        w
+        for w in glob.glob(os.path.join(d, "*.whl"))
+        if os.path.basename(w).split("-")[0].lower() in ("mako", "markupsafe", "funcsigs")
+    ]
     if not sd or len(wheels) < 3:
-        return None, "reikna's sdist and mako/markupsafe/funcsigs wheels are not in %s " \
-                     "(python tools/pycuda_ecosystem.py --fetch %s)" % (d, d)
+        return (
+            None,
+            "reikna's sdist and mako/markupsafe/funcsigs wheels are not in %s "
+            "(python tools/pycuda_ecosystem.py --fetch %s)" % (d, d),
+        )
     return sd[0], wheels
 
 
@@ -464,12 +598,20 @@ def reikna(tmp_path_factory):
 def _alias_run(reikna, code, standin_lib):
     root, path = reikna
     env = _env(PYGPU_LIBCUDA=standin_lib, PYTHONPATH=os.pathsep.join([root, path, ROOT]))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_reikna_imports_through_the_alias(reikna, standin_lib):
-    p = _alias_run(reikna, """
+    p = _alias_run(
+        reikna,
+        """
         import pygpu.pycuda_alias as alias
         alias.install()
         import reikna.cluda as cluda
@@ -480,7 +622,9 @@ def test_reikna_imports_through_the_alias(reikna, standin_lib):
         import numpy as np
         a = np.arange(10, dtype=np.float32)
         print("roundtrip", (thr.to_device(a).get() == a).all())
-    """, standin_lib)
+    """,
+        standin_lib,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.splitlines() == ["device pygpu driver stand-in 0", "roundtrip True"]
 
@@ -489,12 +633,32 @@ def test_reikna_suite_collects_through_the_alias(reikna, standin_lib):
     root, path = reikna
     env = _env(PYGPU_LIBCUDA=standin_lib, PYTHONPATH=os.pathsep.join([path, ROOT]))
     # test_cbrng.py imports SciPy (the GPU machine has it)
-    ignore = [] if importlib.util.find_spec("scipy") else [
-        "--ignore", "test/test_cbrng/test_cbrng.py"]
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        "-p", "pygpu.pycuda_alias", "--collect-only", "test", "--api=cuda",
-                        "-m", "not perf"] + ignore, cwd=root, env=env, capture_output=True,
-                       text=True, timeout=600)
+    ignore = (
+        [] if importlib.util.find_spec("scipy") else ["--ignore", "test/test_cbrng/test_cbrng.py"]
+    )
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "pygpu.pycuda_alias",
+            "--collect-only",
+            "test",
+            "--api=cuda",
+            "-m",
+            "not perf",
+        ]
+        + ignore,
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     assert "error" not in p.stdout.splitlines()[-1]
     assert " tests collected" in p.stdout.splitlines()[-1]
@@ -505,7 +669,9 @@ def test_reikna_arrays_keep_their_type_and_copy_through_the_alias(reikna, standi
     # test_array_type_after_binop), copy() is gpuarray._memcpy_discontig with
     # async_= and stream= (a pitched memcpy for a view: right on the stand-in
     # too; reikna's get() of a view runs a kernel, so it is not read here)
-    p = _alias_run(reikna, """
+    p = _alias_run(
+        reikna,
+        """
         import pygpu.pycuda_alias as alias
         alias.install()
         import numpy as np
@@ -529,15 +695,21 @@ def test_reikna_arrays_keep_their_type_and_copy_through_the_alias(reikna, standi
         h = np.empty(w.shape, w.dtype)
         ga._memcpy_discontig(h, w)
         print("view copy", type(w).__name__, (h == a[2:10, 3:7]).all())
-    """, standin_lib)
+    """,
+        standin_lib,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
-    assert p.stdout.splitlines() == ["binop Array Array Array Array float32",
-                                     "copy Array True True", "view Array (8, 4) False",
-                                     "view copy Array True"]
+    assert p.stdout.splitlines() == [
+        "binop Array Array Array Array float32",
+        "copy Array True True",
+        "view Array (8, 4) False",
+        "view copy Array True",
+    ]
 
 
 # ---- the pygpu gaps reikna met past Device (found on the stand-in with
 # Device patched out), each closed and kept here as a test ----
+
 
 @pytest.mark.standin
 def test_gap_argument_handler_subclass_is_a_kernel_argument(standin, ctx):
@@ -545,7 +717,7 @@ def test_gap_argument_handler_subclass_is_a_kernel_argument(standin, ctx):
     import pygpu.driver as drv
     from pygpu.compiler import SourceModule
 
-    class Buffer(drv.ArgumentHandler):            # reikna.cluda.cuda.Buffer's shape
+    class Buffer(drv.ArgumentHandler):  # reikna.cluda.cuda.Buffer's shape
         def __init__(self, size):
             self._buffer = drv.mem_alloc(size)
 
@@ -555,8 +727,9 @@ def test_gap_argument_handler_subclass_is_a_kernel_argument(standin, ctx):
         def get_device_alloc(self):
             return self._buffer
 
-    f = SourceModule('extern "C" __global__ void k(float *p) {}', no_extern_c=True)\
-        .get_function("k")
+    f = SourceModule('extern "C" __global__ void k(float *p) {}', no_extern_c=True).get_function(
+        "k"
+    )
     b = Buffer(256)
     f(b, block=(1, 1, 1), grid=(1, 1))
     assert struct.unpack("Q", standin.last_launch().params[:8])[0] == int(b)
@@ -566,8 +739,11 @@ def test_gap_memcpy_discontig_exists():
     # reikna's Array.copy calls it (tests/memory/test_memcpy_discontig.py: its copies)
     import inspect
     from pygpu import gpuarray
-    assert str(inspect.signature(gpuarray._memcpy_discontig)) == \
-        "(dst, src, async_=False, stream=None)"
+
+    assert (
+        str(inspect.signature(gpuarray._memcpy_discontig))
+        == "(dst, src, async_=False, stream=None)"
+    )
 
 
 @pytest.mark.standin
@@ -610,14 +786,17 @@ def test_pycuda_complex_header_compiles():
     # (C++ linkage in the header), pow() with an int operand (PyCUDA's plain
     # float/double overloads); to PTX, no GPU needed
     from pygpu import compiler
-    ptx = compiler.compile('extern "C" {\n%s\n}\n' % COMPLEX_KERNEL, target="ptx",
-                           arch="compute_80")
+
+    ptx = compiler.compile(
+        'extern "C" {\n%s\n}\n' % COMPLEX_KERNEL, target="ptx", arch="compute_80"
+    )
     assert ptx.target == "ptx" and b".entry k(" in bytes(ptx)
 
 
 @pytest.mark.driver
 def test_pycuda_complex_header_in_source_module(ctx):
     from pygpu.compiler import SourceModule
+
     f = SourceModule(COMPLEX_KERNEL).get_function("k")
     assert len(f.param_sizes) == 4
 
@@ -626,18 +805,19 @@ def test_pycuda_complex_header_in_source_module(ctx):
 def test_gpu_pycuda_complex_header_against_numpy(ctx, rng):
     import pygpu.driver as drv
     from pygpu.compiler import SourceModule
+
     n = 256
     z = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex128)
     out = np.empty(4 * n, np.complex128)
     outf = np.empty(2 * n, np.complex64)
     f = SourceModule(COMPLEX_KERNEL).get_function("k")
     f(drv.In(z), drv.Out(out), drv.Out(outf), np.int32(5), block=(128, 1, 1), grid=(2, 1))
-    np.testing.assert_allclose(out[0::4], z ** 5 + z, rtol=1e-10)
-    np.testing.assert_allclose(out[1::4], 2 ** z, rtol=1e-10)
+    np.testing.assert_allclose(out[0::4], z**5 + z, rtol=1e-10)
+    np.testing.assert_allclose(out[1::4], 2**z, rtol=1e-10)
     np.testing.assert_allclose(out[2::4], np.exp(z) * np.conj(z) / 3, rtol=1e-10)
     np.testing.assert_allclose(out[3::4], np.abs(z) ** 2 + 1j * np.abs(z), rtol=1e-10)
     v = z.astype(np.complex64)
-    np.testing.assert_allclose(outf[0::2], v ** 3 * 2, rtol=2e-5, atol=1e-5)
+    np.testing.assert_allclose(outf[0::2], v**3 * 2, rtol=2e-5, atol=1e-5)
     np.testing.assert_allclose(outf[1::2], np.sqrt(v) - 1, rtol=2e-5, atol=1e-5)
 
 
@@ -649,6 +829,7 @@ def test_float_grid_and_block_are_refused_as_pycuda_refuses_them(ctx):
     # raises TypeError there too), so pygpu refuses it as well, naming it
     import pygpu.driver as drv
     from pygpu.compiler import SourceModule
+
     f = SourceModule("__global__ void k(float *p) {}").get_function("k")
     a = drv.mem_alloc(64)
     with pytest.raises(TypeError, match=r"grid\[0\] must be an int, not float"):
@@ -658,4 +839,4 @@ def test_float_grid_and_block_are_refused_as_pycuda_refuses_them(ctx):
     f.prepare("P")
     with pytest.raises(TypeError, match=r"grid\[1\] must be an int, not float"):
         f.prepared_call((1, 1.0), (32, 1, 1), a)
-    f(a, block=(32, 1, 1), grid=(np.int64(5), 1))      # pygpu takes NumPy ints (__index__)
+    f(a, block=(32, 1, 1), grid=(np.int64(5), 1))  # pygpu takes NumPy ints (__index__)

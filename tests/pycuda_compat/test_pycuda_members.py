@@ -3,6 +3,7 @@
 enum tables, Memcpy fields, host and managed allocations' free/get_flags/
 unregister/attach/as_buffer, Context's API version and shared memory
 configuration, pool statistics and Function's legacy launch API."""
+
 import struct
 import sys
 
@@ -15,11 +16,20 @@ from pygpu import tools
 
 # ---- enums: PyCUDA's names and values tables, the odd members ----
 
+
 def test_enum_tables_are_pycudas():
-    for cls in (cuda.device_attribute, cuda.ctx_flags, cuda.function_attribute,
-                cuda.shared_config, cuda.compute_mode, cuda.jit_input_type,
-                cuda.graphics_register_flags, cuda.direction_vector_set, cuda.memory_type,
-                cuda.host_alloc_flags):
+    for cls in (
+        cuda.device_attribute,
+        cuda.ctx_flags,
+        cuda.function_attribute,
+        cuda.shared_config,
+        cuda.compute_mode,
+        cuda.jit_input_type,
+        cuda.graphics_register_flags,
+        cuda.direction_vector_set,
+        cuda.memory_type,
+        cuda.host_alloc_flags,
+    ):
         assert cls.names == dict(cls.__members__)
         assert set(cls.values) == {int(m) for m in cls}
         for value, member in cls.values.items():
@@ -31,11 +41,11 @@ def test_enum_tables_are_pycudas():
     assert a.names["SHARED_MEMORY_PER_BLOCK"] is a.MAX_SHARED_MEMORY_PER_BLOCK
     assert a.values[8] is a.MAX_SHARED_MEMORY_PER_BLOCK
     assert a.MAX_THREADS_PER_BLOCK.name == "MAX_THREADS_PER_BLOCK"
-    assert a.MAX_THREADS_PER_BLOCK.names is a.names     # PyCUDA's members see them too
+    assert a.MAX_THREADS_PER_BLOCK.names is a.names  # PyCUDA's members see them too
 
 
 def test_enum_odd_members():
-    assert cuda.ctx_flags.LMEM_RESIZE_TO_MAX == 0x10            # CU_CTX_LMEM_RESIZE_TO_MAX
+    assert cuda.ctx_flags.LMEM_RESIZE_TO_MAX == 0x10  # CU_CTX_LMEM_RESIZE_TO_MAX
     assert str(cuda.ctx_flags.LMEM_RESIZE_TO_MAX) == "LMEM_RESIZE_TO_MAX"
     # cuda.h's CU_FUNC_ATTRIBUTE_MAX, after the last attribute
     assert cuda.function_attribute.MAX == max(int(m) for m in cuda.function_attribute)
@@ -47,17 +57,27 @@ def test_enum_odd_members():
 
 def test_enum_tables_refuse_a_non_class():
     from pygpu import _driver
+
     with pytest.raises(TypeError, match="takes an enum class, not int"):
         _driver._enum_tables(3)
 
 
 # ---- Memcpy2D/3D/3DPeer fields ----
 
+
 @pytest.mark.parametrize("cls", [cuda.Memcpy2D, cuda.Memcpy3D, cuda.Memcpy3DPeer])
 def test_memcpy_fields_read_back(cls, rng):
     c = cls()
-    fields = ["src_x_in_bytes", "src_y", "src_pitch", "dst_x_in_bytes", "dst_y", "dst_pitch",
-              "width_in_bytes", "height"]
+    fields = [
+        "src_x_in_bytes",
+        "src_y",
+        "src_pitch",
+        "dst_x_in_bytes",
+        "dst_y",
+        "dst_pitch",
+        "width_in_bytes",
+        "height",
+    ]
     if cls is not cuda.Memcpy2D:
         fields += ["src_z", "src_lod", "src_height", "dst_z", "dst_lod", "dst_height", "depth"]
     for f in fields:
@@ -67,7 +87,7 @@ def test_memcpy_fields_read_back(cls, rng):
     for f, v in values.items():
         setattr(c, f, v)
     assert {f: getattr(c, f) for f in fields} == values
-    assert cls().src_x_in_bytes == 0            # another copy's fields are its own
+    assert cls().src_x_in_bytes == 0  # another copy's fields are its own
     assert (c.src_memory_type, c.dst_memory_type, c.src_device, c.dst_device) == (0, 0, 0, 0)
 
 
@@ -85,7 +105,7 @@ def test_memcpy_memory_types_follow_the_setters(cls):
     c.set_dst_unified(host)
     assert c.src_memory_type is mt.UNIFIED and c.dst_memory_type is mt.UNIFIED
     assert c.src_device == 0
-    c.src_device = 0x1000               # PyCUDA's field: the side becomes that address
+    c.src_device = 0x1000  # PyCUDA's field: the side becomes that address
     assert c.src_memory_type is mt.DEVICE and c.src_device == 0x1000
     c.dst_memory_type = mt.HOST
     assert c.dst_memory_type is mt.HOST
@@ -101,8 +121,8 @@ def test_memcpy2d_and_3d_through_unified_sides(ctx, rng):
     x = rng.standard_normal((rows, cols)).astype(np.float32)
     d = cuda.mem_alloc(x.nbytes)
     c = cuda.Memcpy2D()
-    c.set_src_unified(x)                 # a host buffer: read as host memory
-    c.set_dst_unified(int(d))            # an address: read as device memory
+    c.set_src_unified(x)  # a host buffer: read as host memory
+    c.set_dst_unified(int(d))  # an address: read as device memory
     c.width_in_bytes = c.src_pitch = c.dst_pitch = x.strides[0]
     c.height = rows
     c(aligned=True)
@@ -125,6 +145,7 @@ def test_memcpy2d_without_sides_says_so():
 
 # ---- the allocation kinds' methods, on the driver (stand-in or GPU) ----
 
+
 @pytest.mark.driver
 def test_pagelocked_free_get_flags_and_use_after_free(ctx, rng):
     a = cuda.pagelocked_empty(257, np.float32, mem_flags=cuda.host_alloc_flags.DEVICEMAP)
@@ -138,7 +159,7 @@ def test_pagelocked_free_get_flags_and_use_after_free(ctx, rng):
     assert base.get_device_pointer() == cuda.HostPointer.get_device_pointer(base) != 0
     cuda.PagelockedHostAllocation.free(base)
     assert base.freed and "(freed)" in repr(base)
-    base.free()                                 # a second free() does nothing
+    base.free()  # a second free() does nothing
     # the array stays readable and writable: its memory goes with it
     np.testing.assert_array_equal(a, x)
     a *= 2
@@ -164,7 +185,7 @@ def test_registered_unregister_leaves_the_array_valid(ctx, rng):
     with pytest.raises(cuda.LogicError, match="the HostAllocation was unregistered"):
         base.get_device_pointer()
     del host
-    np.testing.assert_array_equal(r, x)         # the source array's memory lives on
+    np.testing.assert_array_equal(r, x)  # the source array's memory lives on
     r[:] = 1
     assert r.sum() == 1024
 
@@ -186,8 +207,9 @@ def test_managed_allocation_methods(ctx, rng):
     base.attach(cuda.mem_attach_flags.HOST)
     base.attach(mem_flags=cuda.mem_attach_flags.GLOBAL, stream=None)
     cuda.ManagedAllocation.attach(base, cuda.mem_attach_flags.SINGLE, cuda.Stream())
-    with pytest.raises(ValueError, match="16 bytes at offset 248 do not fit in the "
-                                         "allocation's 256 bytes"):
+    with pytest.raises(
+        ValueError, match="16 bytes at offset 248 do not fit in the allocation's 256 bytes"
+    ):
         base.as_buffer(16, 248)
     with pytest.raises(TypeError, match="as_buffer\\(\\): size must be an int, not float"):
         base.as_buffer(1.5)
@@ -200,8 +222,12 @@ def test_managed_allocation_methods(ctx, rng):
     np.testing.assert_array_equal(np.frombuffer(buf, np.float64)[1:], x.ravel()[2:3])
     a[3, 7] = 1.25
     assert a[3, 7] == 1.25
-    for call in (lambda: int(base), base.get_device_pointer, lambda: base.as_buffer(8),
-                 lambda: base.attach(cuda.mem_attach_flags.GLOBAL)):
+    for call in (
+        lambda: int(base),
+        base.get_device_pointer,
+        lambda: base.as_buffer(8),
+        lambda: base.attach(cuda.mem_attach_flags.GLOBAL),
+    ):
         with pytest.raises(cuda.LogicError, match="the DeviceAllocation was freed"):
             call()
 
@@ -216,18 +242,19 @@ def test_mem_alloc_managed_as_buffer_keeps_the_memory(ctx, rng):
     np.testing.assert_array_equal(np.frombuffer(view, np.uint8), x)
     m.free()
     assert m.freed
-    np.testing.assert_array_equal(np.frombuffer(view, np.uint8), x)   # still readable
+    np.testing.assert_array_equal(np.frombuffer(view, np.uint8), x)  # still readable
     del view
 
 
 @pytest.mark.driver
 def test_as_buffer_and_attach_refuse_device_memory(ctx):
     d = cuda.mem_alloc(64)
-    with pytest.raises(cuda.LogicError, match="as_buffer\\(\\): the memory is device memory, "
-                                              "which the host cannot read"):
+    with pytest.raises(
+        cuda.LogicError,
+        match="as_buffer\\(\\): the memory is device memory, which the host cannot read",
+    ):
         d.as_buffer(16)
-    with pytest.raises(cuda.LogicError, match="attach\\(\\): the allocation is not managed "
-                                              "memory"):
+    with pytest.raises(cuda.LogicError, match="attach\\(\\): the allocation is not managed memory"):
         d.attach(cuda.mem_attach_flags.GLOBAL)
     assert d.get_device_pointer() == int(d)
 
@@ -255,13 +282,13 @@ def test_attach_refuses_bad_flags(ctx):
     m = cuda.managed_empty(8, np.float32)
     with pytest.raises(TypeError, match="attach\\(\\): mem_flags must be"):
         m.base.attach("GLOBAL")
-    with pytest.raises(cuda.Error, match="cuStreamAttachMemAsync failed: "
-                                         "CUDA_ERROR_INVALID_VALUE"):
+    with pytest.raises(cuda.Error, match="cuStreamAttachMemAsync failed: CUDA_ERROR_INVALID_VALUE"):
         m.base.attach(3)
-    cuda.managed_empty(0, np.float32).base.attach(cuda.mem_attach_flags.HOST)   # nothing
+    cuda.managed_empty(0, np.float32).base.attach(cuda.mem_attach_flags.HOST)  # nothing
 
 
 # ---- Context ----
+
 
 @pytest.mark.driver
 def test_context_api_version_and_shared_config(ctx):
@@ -287,8 +314,9 @@ def test_context_api_version_and_shared_config(ctx):
 
 @pytest.mark.standin
 def test_set_shared_config_passes_on_the_drivers_refusal(ctx, standin):
-    with pytest.raises(cuda.Error, match="cuCtxSetSharedMemConfig failed: "
-                                         "CUDA_ERROR_INVALID_VALUE"):
+    with pytest.raises(
+        cuda.Error, match="cuCtxSetSharedMemConfig failed: CUDA_ERROR_INVALID_VALUE"
+    ):
         cuda.Context.set_shared_config(7)
 
 
@@ -296,26 +324,40 @@ def test_set_shared_config_passes_on_the_drivers_refusal(ctx, standin):
 def test_context_calls_without_the_entry_points(tmp_path):
     import subprocess
     import fakecuda
-    code = ("import pygpu.driver as d, pygpu.autoinit, numpy as np\n"
-            "for f in (d.Context.get_current().get_api_version, d.Context.get_shared_config,"
-            " lambda: d.managed_empty(4).base.attach(1),"
-            " d.pagelocked_empty(4).base.get_flags):\n"
-            "    try: f()\n"
-            "    except d.LogicError as e: print(e)\n")
-    env = dict(__import__("os").environ, PYGPU_LIBCUDA=fakecuda.build(),
-               FAKECUDA_HIDE="cuCtxGetApiVersion,cuCtxGetSharedMemConfig,"
-                             "cuStreamAttachMemAsync,cuMemHostGetFlags")
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       cwd=str(tmp_path), timeout=120)
+
+    code = (
+        "import pygpu.driver as d, pygpu.autoinit, numpy as np\n"
+        "for f in (d.Context.get_current().get_api_version, d.Context.get_shared_config,"
+        " lambda: d.managed_empty(4).base.attach(1),"
+        " d.pagelocked_empty(4).base.get_flags):\n"
+        "    try: f()\n"
+        "    except d.LogicError as e: print(e)\n"
+    )
+    env = dict(
+        __import__("os").environ,
+        PYGPU_LIBCUDA=fakecuda.build(),
+        FAKECUDA_HIDE="cuCtxGetApiVersion,cuCtxGetSharedMemConfig,"
+        "cuStreamAttachMemAsync,cuMemHostGetFlags",
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=str(tmp_path),
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
         "get_api_version(): the driver has no cuCtxGetApiVersion",
         "get_shared_config(): the driver has no cuCtxGetSharedMemConfig",
         "attach(): the driver has no cuStreamAttachMemAsync",
-        "get_flags(): the driver has no cuMemHostGetFlags"]
+        "get_flags(): the driver has no cuMemHostGetFlags",
+    ]
 
 
 # ---- pools ----
+
 
 @pytest.mark.driver
 def test_pool_statistics(ctx):
@@ -335,6 +377,7 @@ def test_pool_statistics(ctx):
     assert hp.managed_bytes == hp.alloc_size(hp.bin_number(1000))
     del x
     import gc
+
     gc.collect()
     assert (hp.active_blocks, hp.active_bytes, hp.held_blocks) == (0, 0, 1)
     assert hp.managed_bytes == hp.held_bytes
@@ -355,6 +398,7 @@ extern "C" __global__ void axpb(float *out, const float *x, float a, unsigned in
 @pytest.fixture
 def axpb(ctx):
     from pygpu.compiler import SourceModule
+
     return SourceModule(LEGACY_SRC, no_extern_c=True).get_function("axpb")
 
 
@@ -443,15 +487,17 @@ def test_legacy_launch_computes(axpb, rng):
     axpb._param_seti(20, n)
     axpb._param_setf(24, 0.25)
     axpb._param_set_size(28)
-    axpb._launch_grid(4, 2)                 # 1024 threads
-    np.testing.assert_allclose(cuda.from_device(out, n, np.float32),
-                               _fma(-2.0, x, 0.25), rtol=1e-6, atol=1e-7)
+    axpb._launch_grid(4, 2)  # 1024 threads
+    np.testing.assert_allclose(
+        cuda.from_device(out, n, np.float32), _fma(-2.0, x, 0.25), rtol=1e-6, atol=1e-7
+    )
     s = cuda.Stream()
     axpb._param_setf(16, 0.5)
     axpb._launch_grid_async(8, 1, s)
     s.synchronize()
-    np.testing.assert_allclose(cuda.from_device(out, n, np.float32),
-                               _fma(0.5, x, 0.25), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        cuda.from_device(out, n, np.float32), _fma(0.5, x, 0.25), rtol=1e-6, atol=1e-7
+    )
 
 
 @pytest.mark.gpu
@@ -464,8 +510,16 @@ def test_managed_attach_then_kernel_and_host_read(axpb, rng):
     s = cuda.Stream()
     x.base.attach(cuda.mem_attach_flags.SINGLE, s)
     out.base.attach(cuda.mem_attach_flags.SINGLE, s)
-    axpb(out.base, x.base, np.float32(2.0), np.uint32(n), np.float32(1.0),
-         block=(128, 1, 1), grid=(7, 1), stream=s)
+    axpb(
+        out.base,
+        x.base,
+        np.float32(2.0),
+        np.uint32(n),
+        np.float32(1.0),
+        block=(128, 1, 1),
+        grid=(7, 1),
+        stream=s,
+    )
     s.synchronize()
     want = _fma(2.0, xv, 1.0)
     np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-7)
@@ -482,6 +536,7 @@ def test_managed_memory_host_views_go_back_with_the_object(ctx, standin):
     as_buffer) keeps its memory until the object dies, then frees it: none
     leaks (the first version kept it forever)."""
     import gc
+
     base = standin.live()["managed"]
     a = cuda.managed_empty(64, np.float32)
     m = cuda.mem_alloc_managed(64)
@@ -489,14 +544,14 @@ def test_managed_memory_host_views_go_back_with_the_object(ctx, standin):
     assert standin.live()["managed"] == base + 2
     a.base.free()
     m.free()
-    assert standin.live()["managed"] == base + 2        # views still read it
+    assert standin.live()["managed"] == base + 2  # views still read it
     del a, view
     gc.collect()
-    assert standin.live()["managed"] == base + 1        # m lives: its memory waits
+    assert standin.live()["managed"] == base + 1  # m lives: its memory waits
     del m
     gc.collect()
     assert standin.live()["managed"] == base
     b = cuda.managed_empty(16, np.float64)
-    del b                                               # no free(): gone with the array
+    del b  # no free(): gone with the array
     gc.collect()
     assert standin.live()["managed"] == base

@@ -3,6 +3,7 @@ every public operation, the packed bytes of launches, teardown after detach,
 after CUDA_ERROR_DEINITIALIZED and at exit, and drivers that lack entry points.
 
 These run in make test's second pass (PYGPU_LIBCUDA = the stand-in)."""
+
 import gc
 import os
 import subprocess
@@ -12,13 +13,12 @@ import textwrap
 import numpy as np
 import pytest
 
-import fakecuda
 import pygpu.driver as cuda
 from pygpu import _driver, compiler, tools
 
 pytestmark = pytest.mark.standin
 
-UNKNOWN = 999           # CUDA_ERROR_UNKNOWN: never produced by the stand-in itself
+UNKNOWN = 999  # CUDA_ERROR_UNKNOWN: never produced by the stand-in itself
 OOM = 2
 
 KERNELS = r"""
@@ -49,12 +49,25 @@ def ptx():
     return bytes(compiler.compile(KERNELS, target="ptx", arch="compute_90"))
 
 
-RELEASES = {"cuMemFree", "cuMemFreeAsync", "cuMemFreeHost", "cuMemHostUnregister",
-            "cuModuleUnload", "cuStreamDestroy", "cuEventDestroy", "cuCtxDestroy",
-            "cuDevicePrimaryCtxRelease"}
+RELEASES = {
+    "cuMemFree",
+    "cuMemFreeAsync",
+    "cuMemFreeHost",
+    "cuMemHostUnregister",
+    "cuModuleUnload",
+    "cuStreamDestroy",
+    "cuEventDestroy",
+    "cuCtxDestroy",
+    "cuDevicePrimaryCtxRelease",
+}
 # calls whose failure may be swallowed (they run in dealloc or are probes)
-TOLERATED = RELEASES | {"cuCtxGetCurrent", "cuCtxPushCurrent", "cuCtxPopCurrent",
-                        "cuCtxSetCurrent", "cuPointerGetAttribute"}
+TOLERATED = RELEASES | {
+    "cuCtxGetCurrent",
+    "cuCtxPushCurrent",
+    "cuCtxPopCurrent",
+    "cuCtxSetCurrent",
+    "cuPointerGetAttribute",
+}
 
 
 def _scenarios(ptx):
@@ -94,16 +107,16 @@ def _scenarios(ptx):
         d = cuda.mem_alloc(64)
         cuda.memset_d8(d, 0x12, 64)
         cuda.memset_d16(int(d) + 16, 0x3456, 8)
-        cuda.memset_d32_async(int(d) + 32, 0x789abcde, 8)
-        cuda.memset_d8_async(d, 0x7f, 2)
+        cuda.memset_d32_async(int(d) + 32, 0x789ABCDE, 8)
+        cuda.memset_d8_async(d, 0x7F, 2)
         cuda.memset_d16_async(int(d) + 60, 0x1111, 2)
         cuda.memset_d32(int(d) + 56, 0x22222222, 1)
         cuda.Context.synchronize()
         out = cuda.from_device(d, 64, np.uint8)
         want = np.full(64, 0x12, np.uint8)
         want[16:32] = np.full(8, 0x3456, np.uint16).view(np.uint8)
-        want[32:64] = np.full(8, 0x789abcde, np.uint32).view(np.uint8)
-        want[0:2] = 0x7f
+        want[32:64] = np.full(8, 0x789ABCDE, np.uint32).view(np.uint8)
+        want[0:2] = 0x7F
         want[56:60] = 0x22
         want[60:64] = 0x11
         np.testing.assert_array_equal(out, want)
@@ -199,7 +212,7 @@ def _scenarios(ptx):
         c1 = cuda.Device(1).retain_primary_context()
         try:
             c0.enable_peer_access(c1)
-        except cuda.Error as e:     # left enabled by a failed disable in an earlier round
+        except cuda.Error as e:  # left enabled by a failed disable in an earlier round
             if e.name != "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED":
                 raise
         c0.disable_peer_access(c1)
@@ -207,11 +220,20 @@ def _scenarios(ptx):
 
     def devices():
         d = cuda.Device(1)
-        info = (cuda.Device.count(), d.name(), d.compute_capability(), d.total_memory(),
-                d.pci_bus_id(), d.uuid, d.get_attributes(), d.can_access_peer(cuda.Device(0)),
-                d.get_attribute(cuda.device_attribute.WARP_SIZE), cuda.get_driver_version())
+        info = (
+            cuda.Device.count(),
+            d.name(),
+            d.compute_capability(),
+            d.total_memory(),
+            d.pci_bus_id(),
+            d.uuid,
+            d.get_attributes(),
+            d.can_access_peer(cuda.Device(0)),
+            d.get_attribute(cuda.device_attribute.WARP_SIZE),
+            cuda.get_driver_version(),
+        )
         assert info[7] is True and info[8] == 32
-        assert cuda.Device(d.pci_bus_id()).ordinal == 1          # by PCI bus id
+        assert cuda.Device(d.pci_bus_id()).ordinal == 1  # by PCI bus id
         return info
 
     def contexts():
@@ -273,8 +295,7 @@ def _scenarios(ptx):
         d = cuda.to_device(x)
         s = cuda.Stream()
         f(d, 2.0, 300, block=(128, 1, 1), grid=(3, 1))
-        f(d, np.float32(0.5), np.int32(300), block=(128, 1, 1), grid=(3, 1), stream=s,
-          shared=16)
+        f(d, np.float32(0.5), np.int32(300), block=(128, 1, 1), grid=(3, 1), stream=s, shared=16)
         t = f(d, 1.0, 300, block=(128, 1, 1), grid=(3, 1), time_kernel=True)
         assert t >= 0
         f(cuda.InOut(x), 1.0, 300, block=(128, 1, 1), grid=(3, 1))
@@ -323,9 +344,9 @@ def _scenarios(ptx):
     counter = [0]
 
     def source_module():
-        counter[0] += 1     # a new source each time: the module cache would hide the load
+        counter[0] += 1  # a new source each time: the module cache would hide the load
         mod = compiler.SourceModule(KERNELS + "// %d\n" % counter[0], arch="compute_90")
-        compiler.clear_cache(disk=False)   # SourceModule's memo keeps loaded modules by design
+        compiler.clear_cache(disk=False)  # SourceModule's memo keeps loaded modules by design
         f = mod.get_function("scale")
         vals = rng.standard_normal(16).astype(np.float32)
         mod.set_constant("table", vals)
@@ -345,8 +366,11 @@ def _scenarios(ptx):
         h = hp.empty((10, 10), np.float32)
         return pool, b, c, hp, h
 
-    return {name: fn for name, fn in locals().items() if callable(fn) and not name.startswith("_")
-            and name not in ("rng",)}
+    return {
+        name: fn
+        for name, fn in locals().items()
+        if callable(fn) and not name.startswith("_") and name not in ("rng",)
+    }
 
 
 def _drop(op):
@@ -364,8 +388,13 @@ def _live(standin):
 
 
 def _codes(name):
-    if name in ("cuMemAlloc", "cuMemAllocAsync", "cuMemAllocManaged", "cuMemAllocPitch",
-                "cuMemHostAlloc"):
+    if name in (
+        "cuMemAlloc",
+        "cuMemAllocAsync",
+        "cuMemAllocManaged",
+        "cuMemAllocPitch",
+        "cuMemHostAlloc",
+    ):
         return (UNKNOWN, OOM)
     return (UNKNOWN,)
 
@@ -379,7 +408,7 @@ def test_failure_at_every_call_site(standin, ctx, ptx, scenario):
     a cuda.Error carrying that code (or, for a release or a probe, success),
     nothing else escapes, dealloc stays silent, and no handle leaks."""
     op = _scenarios(ptx)[scenario]
-    _drop(op)       # first use makes what lives until exit (primary contexts, caches)
+    _drop(op)  # first use makes what lives until exit (primary contexts, caches)
     base = _live(standin)
     _, trace = standin.trace(lambda: _drop(op))
     assert trace, "the operation made no driver call"
@@ -406,7 +435,7 @@ def test_failure_at_every_call_site(standin, ctx, ptx, scenario):
                 finally:
                     standin.cancel()
                     while cuda.Context.get_current() not in (None, ctx):
-                        cuda.Context.pop()      # a scenario that failed between push and pop
+                        cuda.Context.pop()  # a scenario that failed between push and pop
                     if cuda.Context.get_current() is None:
                         ctx.push()
                 gc.collect()
@@ -426,10 +455,11 @@ def test_failure_at_every_call_site(standin, ctx, ptx, scenario):
                 elif name in TOLERATED:
                     # a failed release (or the push before it) loses that handle, as
                     # a real driver would; nothing else may be lost
-                    assert sum(leaked.values()) <= 1 and all(v > 0 for v in leaked.values()), \
+                    assert sum(leaked.values()) <= 1 and all(v > 0 for v in leaked.values()), (
                         where + ": %s" % leaked
+                    )
                     if leaked.get("registered"):
-                        standin.forget_registrations()   # or the next round meets it
+                        standin.forget_registrations()  # or the next round meets it
                 else:
                     assert not leaked, where + ": leaked %s" % leaked
     finally:
@@ -455,32 +485,73 @@ def test_packed_parameters_byte_for_byte(standin, ctx, ptx, rng):
     vec_t = np.dtype([("x", "f4"), ("y", "f4"), ("z", "f4")], align=True)
     for _ in range(50):
         c = int(rng.integers(-128, 128))
-        h = int(rng.integers(-2 ** 15, 2 ** 15))
-        i = int(rng.integers(-2 ** 31, 2 ** 31))
-        q = int(rng.integers(-2 ** 63, 2 ** 63 - 1, dtype=np.int64))
+        h = int(rng.integers(-(2**15), 2**15))
+        i = int(rng.integers(-(2**31), 2**31))
+        q = int(rng.integers(-(2**63), 2**63 - 1, dtype=np.int64))
         fl, d = float(rng.standard_normal()), float(rng.standard_normal())
         ptr = cuda.mem_alloc(64)
         pair = np.zeros((), pair_t)
         pair["c"], pair["d"] = c, d
         vec = rng.standard_normal(3).astype(np.float32).view(vec_t).reshape(())
         b, u = bool(rng.integers(0, 2)), int(rng.integers(0, 256))
-        f(c, h, i, q, fl, d, ptr, pair[()], vec[()], b, u, block=(7, 3, 2), grid=(5, 4, 1),
-          shared=96)
+        f(
+            c,
+            h,
+            i,
+            q,
+            fl,
+            d,
+            ptr,
+            pair[()],
+            vec[()],
+            b,
+            u,
+            block=(7, 3, 2),
+            grid=(5, 4, 1),
+            shared=96,
+        )
         rec = standin.last_launch()
-        want = _layout([np.int8(c), np.int16(h), np.int32(i), np.int64(q), np.float32(fl),
-                        np.float64(d), np.uint64(int(ptr)), pair, vec, np.bool_(b),
-                        np.uint8(u)])
+        want = _layout(
+            [
+                np.int8(c),
+                np.int16(h),
+                np.int32(i),
+                np.int64(q),
+                np.float32(fl),
+                np.float64(d),
+                np.uint64(int(ptr)),
+                pair,
+                vec,
+                np.bool_(b),
+                np.uint8(u),
+            ]
+        )
         assert rec.name == "mixed"
         assert rec.grid == (5, 4, 1) and rec.block == (7, 3, 2) and rec.shared == 96
         assert rec.params == want, (rec.params.hex(), want.hex())
         # the same through prepared_call and a configured launch
-        f.prepare([np.int8, np.int16, np.int32, np.int64, np.float32, np.float64, np.intp,
-                   pair_t, vec_t, np.bool_, np.uint8])
-        f.prepared_call((5, 4, 1), (7, 3, 2), c, h, i, q, fl, d, ptr, pair[()], vec[()], b, u,
-                        shared_size=96)
+        f.prepare(
+            [
+                np.int8,
+                np.int16,
+                np.int32,
+                np.int64,
+                np.float32,
+                np.float64,
+                np.intp,
+                pair_t,
+                vec_t,
+                np.bool_,
+                np.uint8,
+            ]
+        )
+        f.prepared_call(
+            (5, 4, 1), (7, 3, 2), c, h, i, q, fl, d, ptr, pair[()], vec[()], b, u, shared_size=96
+        )
         assert standin.last_launch().params == want
-        f.configure((5, 4, 1), (7, 3, 2), shared=96)(c, h, i, q, fl, d, ptr, pair[()], vec[()],
-                                                     b, u)
+        f.configure((5, 4, 1), (7, 3, 2), shared=96)(
+            c, h, i, q, fl, d, ptr, pair[()], vec[()], b, u
+        )
         assert standin.last_launch().params == want
         # pointers: In/Out/InOut and the array protocols put their device address there
         host = rng.standard_normal(8).astype(np.float32)
@@ -510,7 +581,9 @@ def test_launch_records_configuration(standin, ctx, ptx):
         f(d, 3.0, 1000, block=(256, 1, 1), grid=(3, 1), cluster=(2, 1, 1))
     assert standin.launches() == n
     # what only the driver knows comes back as its error
-    with pytest.raises(cuda.Error, match="cuLaunchKernelEx failed: CUDA_ERROR_INVALID_CLUSTER_SIZE"):
+    with pytest.raises(
+        cuda.Error, match="cuLaunchKernelEx failed: CUDA_ERROR_INVALID_CLUSTER_SIZE"
+    ):
         f(d, 3.0, 1000, block=(32, 1, 1), grid=(16, 1), cluster=(16, 1, 1))
     with pytest.raises(cuda.Error, match="COOPERATIVE_LAUNCH_TOO_LARGE"):
         f(d, 3.0, 1000, block=(256, 1, 1), grid=(100000, 1), cooperative=True)
@@ -519,7 +592,7 @@ def test_launch_records_configuration(standin, ctx, ptx):
 def test_sticky_error_then_teardown_is_silent(standin, ctx):
     d = cuda.mem_alloc(100)
     s = cuda.Stream()
-    standin.fail("cuCtxSynchronize", 1, 700)          # CUDA_ERROR_ILLEGAL_ADDRESS
+    standin.fail("cuCtxSynchronize", 1, 700)  # CUDA_ERROR_ILLEGAL_ADDRESS
     with pytest.raises(cuda.LaunchError, match="ILLEGAL_ADDRESS.*context is now unusable"):
         cuda.Context.synchronize()
     del d, s
@@ -530,9 +603,14 @@ def _run(*code, **env):
     e = dict(os.environ)
     e.update(env)
     script = "".join(textwrap.dedent(c) for c in code)
-    return subprocess.run([sys.executable, "-c", script], env=e,
-                          capture_output=True, text=True, timeout=120,
-                          cwd=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"),
+    )
 
 
 LIVE_OBJECTS = """
@@ -566,19 +644,24 @@ def test_exit_with_live_objects_is_silent():
 def test_teardown_after_deinitialized_is_silent():
     """Every call returns CUDA_ERROR_DEINITIALIZED (a driver shutting down
     first): dropping everything, and exit, print nothing."""
-    r = _run(LIVE_OBJECTS, """
+    r = _run(
+        LIVE_OBJECTS,
+        """
     fake.deinit()
     del keep, cycle, other
     gc.collect()
     print('ok')
-    """)
+    """,
+    )
     assert r.returncode == 0 and r.stdout == "ok\n" and r.stderr == "", r.stderr
     r = _run(LIVE_OBJECTS, "fake.deinit()\nprint('ok')\n")
     assert r.returncode == 0 and r.stdout == "ok\n" and r.stderr == "", r.stderr
 
 
 def test_teardown_after_detach_is_silent_and_complete():
-    r = _run(LIVE_OBJECTS, """
+    r = _run(
+        LIVE_OBJECTS,
+        """
     before = fake.live()
     other.detach()
     assert fake.live()["contexts"] == before["contexts"] - 1, (before, fake.live())
@@ -596,12 +679,15 @@ def test_teardown_after_detach_is_silent_and_complete():
     assert live["modules"] == 0 and live["host"] == 0 and live["registered"] == 0, live
     assert fake.stale() == 0, fake.stale()
     print('ok')
-    """)
+    """,
+    )
     assert r.returncode == 0 and r.stdout == "ok\n" and r.stderr == "", r.stderr
 
 
 def test_everything_is_released_when_dropped():
-    r = _run(LIVE_OBJECTS, """
+    r = _run(
+        LIVE_OBJECTS,
+        """
     del keep, cycle, other
     gc.collect()
     live = fake.live()
@@ -609,14 +695,16 @@ def test_everything_is_released_when_dropped():
                         registered=0), live
     assert fake.stale() == 0
     print('ok')
-    """)
+    """,
+    )
     assert r.returncode == 0 and r.stdout == "ok\n" and r.stderr == "", r.stderr
 
 
 def test_driver_without_param_info_packs_by_pycuda_rules():
     """A driver older than 12.4 (no cuFuncGetParamInfo): one RuntimeWarning,
     then int -> int64 and float -> float64, as PyCUDA packs them."""
-    r = _run("""
+    r = _run(
+        """
     import warnings, numpy as np
     import pygpu.driver as cuda
     from pygpu import compiler
@@ -637,12 +725,15 @@ def test_driver_without_param_info_packs_by_pycuda_rules():
     assert p == (np.int64(-5).tobytes() + np.float64(2.5).tobytes()
                  + np.uint64(int(d)).tobytes() + np.int32(7).tobytes()), p.hex()
     print('ok')
-    """, FAKECUDA_HIDE="cuFuncGetParamInfo")
+    """,
+        FAKECUDA_HIDE="cuFuncGetParamInfo",
+    )
     assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
 
 
 def test_driver_without_launch_ex():
-    r = _run("""
+    r = _run(
+        """
     import pygpu.driver as cuda
     from pygpu import compiler
     cuda.init()
@@ -658,9 +749,11 @@ def test_driver_without_launch_ex():
         f(block=(1, 1, 1), pdl=True)
     except cuda.Error as e:
         print(type(e).__name__, e)
-    """, FAKECUDA_HIDE="cuLaunchKernelEx")
+    """,
+        FAKECUDA_HIDE="cuLaunchKernelEx",
+    )
     assert r.returncode == 0, r.stderr
-    assert "plain launches: 2\n" in r.stdout, r.stdout      # the fallback launched both
+    assert "plain launches: 2\n" in r.stdout, r.stdout  # the fallback launched both
     assert "need a CUDA 12 driver" in r.stdout, r.stdout
 
 
@@ -669,8 +762,12 @@ def test_launches_go_through_cuLaunchKernelEx(standin, ctx):
     # no attributes (quicker a launch than cuLaunchKernel on an H200), by
     # every route: __call__, prepared_call, configure(), In/Out, timed
     from pygpu import compiler
-    ptx = bytes(compiler.compile('extern "C" __global__ void k(float *p) {}', target="ptx",
-                                 arch="compute_90"))
+
+    ptx = bytes(
+        compiler.compile(
+            'extern "C" __global__ void k(float *p) {}', target="ptx", arch="compute_90"
+        )
+    )
     f = cuda.module_from_buffer(ptx).get_function("k")
     d = cuda.mem_alloc(64)
     ex, plain = standin.calls("cuLaunchKernelEx"), standin.calls("cuLaunchKernel")
@@ -692,8 +789,11 @@ def test_a_cached_block_grid_pair_launches_with_its_own_dims(standin, ctx, rng):
     # the dims of the tuples it was given: new pairs, the cached pair on the
     # quick path, the cached pair on the full path (an argument the quick
     # packer declines), and pairs that replace one another
-    ptx = bytes(compiler.compile('extern "C" __global__ void k(float *p, int n) {}',
-                                 target="ptx", arch="compute_90"))
+    ptx = bytes(
+        compiler.compile(
+            'extern "C" __global__ void k(float *p, int n) {}', target="ptx", arch="compute_90"
+        )
+    )
     f = cuda.module_from_buffer(ptx).get_function("k")
     g = cuda.module_from_buffer(ptx).get_function("k")
     g.prepare("Pi")
@@ -710,9 +810,8 @@ def test_a_cached_block_grid_pair_launches_with_its_own_dims(standin, ctx, rng):
     pairs = [pair() for _ in range(3)]
     for b, gr in pairs + pairs[:1] + pairs[::-1]:
         for n in (int(rng.integers(1, 1000)), Int(rng.integers(1, 1000))):
-            for launch in (lambda: f(d, n, block=b, grid=gr),
-                           lambda: g.prepared_call(gr, b, d, n)):
-                for _ in range(2):      # the second: the pair is the cached one
+            for launch in (lambda: f(d, n, block=b, grid=gr), lambda: g.prepared_call(gr, b, d, n)):
+                for _ in range(2):  # the second: the pair is the cached one
                     before = standin.launches()
                     launch()
                     assert standin.launches() == before + 1
@@ -723,14 +822,17 @@ def test_a_cached_block_grid_pair_launches_with_its_own_dims(standin, ctx, rng):
 
 
 def test_driver_lacking_a_required_entry_point():
-    r = _run("""
+    r = _run(
+        """
     import pygpu.driver as cuda
     for _ in range(2):
         try:
             cuda.Device.count()
         except cuda.CudaUnavailableError as e:
             print(e)
-    """, FAKECUDA_HIDE="cuMemcpy2DAsync")
+    """,
+        FAKECUDA_HIDE="cuMemcpy2DAsync",
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 2 and lines[0] == lines[1]
@@ -738,16 +840,20 @@ def test_driver_lacking_a_required_entry_point():
 
 
 def test_cuinit_failure():
-    r = _run("""
+    r = _run(
+        """
     import pygpu.driver as cuda
     try:
         cuda.init()
     except cuda.CudaUnavailableError as e:
         print(e.code, e.routine, e)
-    """, FAKECUDA_FAIL="cuInit:1:100")
+    """,
+        FAKECUDA_FAIL="cuInit:1:100",
+    )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("100 cuInit no CUDA device: cuInit failed with "
-                               "CUDA_ERROR_NO_DEVICE"), r.stdout
+    assert r.stdout.startswith(
+        "100 cuInit no CUDA device: cuInit failed with CUDA_ERROR_NO_DEVICE"
+    ), r.stdout
 
 
 @pytest.mark.driver
@@ -756,15 +862,20 @@ def test_module_images_are_checked(ctx):
     buffer holds is refused before it is handed over."""
     elf = bytearray(64)
     elf[0:5] = b"\x7fELF\x02"
-    elf[40:48] = (1 << 20).to_bytes(8, "little")        # section headers past the end
+    elf[40:48] = (1 << 20).to_bytes(8, "little")  # section headers past the end
     elf[58:60] = (64).to_bytes(2, "little")
     elf[60:62] = (3).to_bytes(2, "little")
     with pytest.raises(ValueError, match="cubin .* truncated or damaged"):
         cuda.module_from_buffer(bytes(elf))
     with pytest.raises(ValueError, match="cubin .* truncated or damaged"):
         cuda.module_from_buffer(b"\x7fELF\x02\x01")
-    fat = (0xBA55ED50).to_bytes(4, "little") + (1).to_bytes(2, "little") \
-        + (16).to_bytes(2, "little") + (4096).to_bytes(8, "little") + bytes(100)
+    fat = (
+        (0xBA55ED50).to_bytes(4, "little")
+        + (1).to_bytes(2, "little")
+        + (16).to_bytes(2, "little")
+        + (4096).to_bytes(8, "little")
+        + bytes(100)
+    )
     with pytest.raises(ValueError, match="fatbin .* truncated or damaged"):
         cuda.module_from_buffer(fat)
     with pytest.raises(ValueError, match="the image is empty"):
@@ -793,6 +904,6 @@ def test_object_arrays_are_refused(ctx, rng):
     with pytest.raises(TypeError, match="stream must be a pygpu Stream, None, 0/1/2 .* not bool"):
         cuda.memcpy_htod_async(d, ok, True)
     x = rng.standard_normal(8)
-    cuda.memcpy_htod_async(d, x, 1)        # the legacy default stream
+    cuda.memcpy_htod_async(d, x, 1)  # the legacy default stream
     cuda.Context.synchronize()
     np.testing.assert_array_equal(cuda.from_device(d, 8, np.float64), x)

@@ -6,6 +6,7 @@ pygpu.testing.standin (source: pygpu/testing/csrc/fakecuda.c).
 Without PATH it builds build/standin/libfakecuda.so (make test's STANDIN_RUN
 loads that one through PYGPU_LIBCUDA).
 """
+
 import os
 import sys
 
@@ -14,13 +15,20 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 # loaded by path, not through `import pygpu`: make sanitize builds the
 # stand-in while pygpu's extension is an ASan build that only loads with the
 # ASan runtime preloaded
-import importlib.util
+import importlib.util  # noqa: E402
+
 _spec = importlib.util.spec_from_file_location(
-    "_pygpu_standin", os.path.join(ROOT, "pygpu", "testing", "standin.py"))
+    "_pygpu_standin", os.path.join(ROOT, "pygpu", "testing", "standin.py")
+)
 _standin = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_standin)
 
-DEPENDS, KINDS, LIBNAME, SOURCE = _standin.DEPENDS, _standin.KINDS, _standin.LIBNAME, _standin.SOURCE
+DEPENDS, KINDS, LIBNAME, SOURCE = (
+    _standin.DEPENDS,
+    _standin.KINDS,
+    _standin.LIBNAME,
+    _standin.SOURCE,
+)
 STICKY_CODES, Launch, StandIn = _standin.STICKY_CODES, _standin.Launch, _standin.StandIn
 active, include_dir = _standin.active, _standin.include_dir
 

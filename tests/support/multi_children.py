@@ -1,5 +1,6 @@
 """What the spawned children of tests/multi/test_multi.py run (a module of its own:
 a spawn child imports it by name, without the test module's imports)."""
+
 import os
 
 import numpy as np
@@ -21,6 +22,7 @@ def pool_child(handle, ptr_data, n, seed):
     values(seed) for the parent to read; returns what was read."""
     import pygpu.driver as cuda
     from pygpu import ipc
+
     pool = ipc.import_pool(handle)
     a = pool.import_pointer(ptr_data)
     got = np.empty(n)
@@ -38,6 +40,7 @@ def buffer_child(handle, n, seed):
     """Map the parent's VirtualBuffer, read it, write values(seed)."""
     import pygpu.driver as cuda
     from pygpu import ipc
+
     buf = ipc.import_buffer(handle)
     handle.close()
     got = np.empty(n)
@@ -53,9 +56,10 @@ def open_ipc_memory(handle):
     """(exception class name, message) of opening a legacy IPC handle, or
     ('ok', size)."""
     import pygpu.driver as cuda
+
     try:
         m = cuda.IPCMemoryHandle(handle)
-    except Exception as e:       # reported to the parent, which checks it
+    except Exception as e:  # reported to the parent, which checks it
         return type(e).__name__, str(e)
     size = m.size
     m.close()
@@ -64,6 +68,7 @@ def open_ipc_memory(handle):
 
 def open_ipc_event(handle):
     import pygpu.driver as cuda
+
     e = cuda.Event.from_ipc_handle(handle)
     e.synchronize()
     return e.query()
@@ -86,17 +91,17 @@ def gpu_ipc_writer(mem_handle, event_handle, n, seed, conn):
     import pygpu.autoinit  # noqa: F401
     import pygpu.driver as cuda
     from pygpu.compiler import SourceModule
+
     try:
         mem = cuda.IPCMemoryHandle(mem_handle)
         ev = cuda.Event.from_ipc_handle(event_handle)
         f = SourceModule(KERNEL).get_function("affine")
         src = cuda.to_device(values(seed, n))
         s = cuda.Stream()
-        f(mem, src, 2.0, 1.0, np.int32(n), block=(256, 1, 1), grid=((n + 255) // 256, 1),
-          stream=s)
+        f(mem, src, 2.0, 1.0, np.int32(n), block=(256, 1, 1), grid=((n + 255) // 256, 1), stream=s)
         ev.record(s)
         conn.send(("recorded", mem.size))
-        conn.recv()                  # the parent has read
+        conn.recv()  # the parent has read
         s.synchronize()
         mem.close()
     except Exception as e:

@@ -1,5 +1,6 @@
 """A helper of the thread hammers (tests/arrays/test_gpu_stress.py,
 tests/driver/test_driver_trust.py): run one body in several threads at once."""
+
 import threading
 
 import pygpu.driver as cuda
@@ -15,7 +16,7 @@ def run_in_threads(ctx, count, work):
         try:
             ctx.push()
             work(tid)
-        except BaseException as e:      # reported by the main thread
+        except BaseException as e:  # reported by the main thread
             errors.append((tid, e))
         finally:
             cuda.Context.pop()

@@ -62,7 +62,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cuda_api.h"        /* links to src/: the list pygpu resolves */
+#include "cuda_api.h" /* links to src/: the list pygpu resolves */
 #include "cuda_enums.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -75,12 +75,18 @@
 enum { PYGPU_CUDA_API(AS_INDEX, AS_INDEX) F_COUNT };
 #undef AS_INDEX
 #define AS_NAME(name, version) #name,
-static const char *const fn_names[F_COUNT] = { PYGPU_CUDA_API(AS_NAME, AS_NAME) };
+static const char *const fn_names[F_COUNT] = {PYGPU_CUDA_API(AS_NAME, AS_NAME)};
 #undef AS_NAME
 
 /* ---- objects ---- */
-enum { MAGIC_CTX = 0x43545831, MAGIC_STREAM = 0x53545231, MAGIC_EVENT = 0x45564e31,
-       MAGIC_MODULE = 0x4d4f4431, MAGIC_FUNC = 0x46554e31, MAGIC_LINK = 0x4c4e4b31 };
+enum {
+    MAGIC_CTX = 0x43545831,
+    MAGIC_STREAM = 0x53545231,
+    MAGIC_EVENT = 0x45564e31,
+    MAGIC_MODULE = 0x4d4f4431,
+    MAGIC_FUNC = 0x46554e31,
+    MAGIC_LINK = 0x4c4e4b31
+};
 
 /* K_VMM: an accessible range of a cuMemMap mapping (the memory belongs to the
  * mapping); K_MAPPED: an mmap of a pool's memfd (pool allocations, imported
@@ -89,10 +95,10 @@ enum { K_DEVICE, K_MANAGED, K_ASYNC, K_HOST, K_REGISTERED, K_GLOBAL, K_VMM, K_MA
 
 typedef struct fake_ctx {
     unsigned magic;
-    int alive;            /* 0 once destroyed (or an inactive primary) */
+    int alive; /* 0 once destroyed (or an inactive primary) */
     int dev;
     int primary;
-    int retains;          /* primary: retain count */
+    int retains; /* primary: retain count */
     unsigned flags;
     size_t limits[CU_LIMIT_MAX];
     CUfunc_cache cache;
@@ -106,10 +112,10 @@ typedef struct fake_stream {
     fake_ctx *ctx;
     unsigned flags;
     int priority;
-    struct fake_graph *cap;       /* the graph being captured, or NULL */
-    struct fake_node *cap_last;   /* the capture's last node */
+    struct fake_graph *cap;     /* the graph being captured, or NULL */
+    struct fake_node *cap_last; /* the capture's last node */
     int cap_mode, cap_invalid;
-    pthread_t cap_thread;         /* the thread that began the capture */
+    pthread_t cap_thread; /* the thread that began the capture */
 } fake_stream;
 
 typedef struct fake_event {
@@ -128,9 +134,9 @@ typedef struct fake_alloc {
     int kind;
     unsigned flags;
     fake_ctx *ctx;
-    struct fake_module *module;   /* K_GLOBAL: owner */
-    struct fake_pool *pool;       /* K_MAPPED: the pool (for export) */
-    size_t pool_off;              /* K_MAPPED: offset in the pool's memfd */
+    struct fake_module *module; /* K_GLOBAL: owner */
+    struct fake_pool *pool;     /* K_MAPPED: the pool (for export) */
+    size_t pool_off;            /* K_MAPPED: offset in the pool's memfd */
     struct fake_alloc *next;
 } fake_alloc;
 
@@ -145,7 +151,7 @@ typedef struct fake_func {
     size_t param_bytes;
     int maxntid;
     int max_dynamic_shared;
-    size_t static_shared;       /* .shared declared in the body */
+    size_t static_shared; /* .shared declared in the body */
     CUfunc_cache cache;
     struct fake_func *next;
 } fake_func;
@@ -177,15 +183,15 @@ static int cc_major = 9, cc_minor = 9;
 static char hidden[4096];
 static fake_ctx *primary_ctx[MAXDEV];
 static fake_alloc *allocs;
-static struct fake_stream *all_streams;     /* every stream, event, module ever made */
+static struct fake_stream *all_streams; /* every stream, event, module ever made */
 static struct fake_event *all_events;
 static struct fake_module *all_modules;
 
 static long calls_total;
 static long calls_by_fn[F_COUNT];
 static long delay_ms[F_COUNT];
-static __thread int cur_fn = -1;      /* the entry point this thread is in */
-static int inject_fn = -2;            /* -2 none, -1 any */
+static __thread int cur_fn = -1; /* the entry point this thread is in */
+static int inject_fn = -2;       /* -2 none, -1 any */
 static long inject_nth;
 static CUresult inject_code;
 static int inject_fired;
@@ -226,8 +232,7 @@ static CUresult cap_violation(fake_ctx *c, CUresult code);
 static CUresult cap_unsafe(void);
 /* the legacy default stream (which waits for every blocking stream) */
 #define IS_LEGACY(s) ((s) == NULL || (s) == CU_STREAM_LEGACY)
-static void cap_memcpy(struct fake_node *n, void *dst, const void *src, size_t len, int dd,
-                       int sd);
+static void cap_memcpy(struct fake_node *n, void *dst, const void *src, size_t len, int dd, int sd);
 static void cap_memcpy_pitched(struct fake_node *n, unsigned char *dst, const unsigned char *src,
                                size_t width, size_t rows, size_t depth, size_t dpitch,
                                size_t spitch, size_t dslice, size_t sslice);
@@ -264,7 +269,8 @@ remember(const void *h)
         for (j = 0; j < known_cap; j++) {
             if (known_set[j]) {
                 size_t k = known_slot(known_set[j], cap);
-                while (t[k]) k = (k + 1) & (cap - 1);
+                while (t[k])
+                    k = (k + 1) & (cap - 1);
                 t[k] = known_set[j];
             }
         }
@@ -302,9 +308,17 @@ static CUresult sticky_code;
 static int
 sticky_exempt(int fn)
 {
-    static const char *const keep[] = {"cuInit", "cuDriverGetVersion", "cuGetErrorName",
-        "cuGetErrorString", "cuGetProcAddress", "cuCtxGetCurrent", "cuCtxSetCurrent",
-        "cuCtxPushCurrent", "cuCtxPopCurrent", "cuCtxGetDevice", NULL};
+    static const char *const keep[] = {"cuInit",
+                                       "cuDriverGetVersion",
+                                       "cuGetErrorName",
+                                       "cuGetErrorString",
+                                       "cuGetProcAddress",
+                                       "cuCtxGetCurrent",
+                                       "cuCtxSetCurrent",
+                                       "cuCtxPushCurrent",
+                                       "cuCtxPopCurrent",
+                                       "cuCtxGetDevice",
+                                       NULL};
     const char *const *k;
     if (strncmp(fn_names[fn], "cuDeviceGet", 11) == 0)
         return 1;
@@ -485,7 +499,9 @@ add_alloc(void *base, size_t size, int kind, unsigned flags, fake_ctx *c)
     a->next = allocs;
     allocs = a;
     switch (kind) {
-    case K_DEVICE: case K_ASYNC: case K_MAPPED: live_device++; break;
+    case K_DEVICE:
+    case K_ASYNC:
+    case K_MAPPED: live_device++; break;
     case K_MANAGED: live_managed++; break;
     case K_HOST: live_host++; break;
     case K_REGISTERED: live_registered++; break;
@@ -508,7 +524,9 @@ drop_alloc(fake_alloc *target)
         }
     }
     switch (target->kind) {
-    case K_DEVICE: case K_ASYNC: case K_MAPPED: live_device--; break;
+    case K_DEVICE:
+    case K_ASYNC:
+    case K_MAPPED: live_device--; break;
     case K_MANAGED: live_managed--; break;
     case K_HOST: live_host--; break;
     case K_REGISTERED: live_registered--; break;
@@ -596,8 +614,10 @@ read_env(void)
     done = 1;
     if ((s = getenv("FAKECUDA_DEVICES")) && *s) {
         ndev = atoi(s);
-        if (ndev < 0) ndev = 0;
-        if (ndev > MAXDEV) ndev = MAXDEV;
+        if (ndev < 0)
+            ndev = 0;
+        if (ndev > MAXDEV)
+            ndev = MAXDEV;
     }
     if ((s = getenv("FAKECUDA_MEMORY")) && *s)
         dev_memory = (size_t)strtoull(s, NULL, 0);
@@ -635,7 +655,8 @@ error_text(CUresult rc)
     case CUDA_ERROR_INVALID_DEVICE: return "invalid device ordinal";
     case CUDA_ERROR_INVALID_IMAGE: return "device kernel image is invalid";
     case CUDA_ERROR_INVALID_CONTEXT: return "invalid device context";
-    case CUDA_ERROR_NO_BINARY_FOR_GPU: return "no kernel image is available for execution on the device";
+    case CUDA_ERROR_NO_BINARY_FOR_GPU:
+        return "no kernel image is available for execution on the device";
     case CUDA_ERROR_INVALID_PTX: return "a PTX JIT compilation failed";
     case CUDA_ERROR_INVALID_HANDLE: return "invalid resource handle";
     case CUDA_ERROR_NOT_FOUND: return "named symbol not found";
@@ -697,8 +718,10 @@ static CUresult
 fake_cuDriverGetVersion(int *v)
 {
     CUresult rc = enter(F_cuDriverGetVersion);
-    if (rc) return rc;
-    if (v == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (v == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     *v = driver_version;
     return CUDA_SUCCESS;
 }
@@ -714,9 +737,12 @@ static CUresult
 fake_cuDeviceGet(CUdevice *d, int ordinal)
 {
     CUresult rc = enter(F_cuDeviceGet);
-    if (rc) return rc;
-    if (d == NULL) return CUDA_ERROR_INVALID_VALUE;
-    if (!dev_ok(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+    if (rc)
+        return rc;
+    if (d == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(ordinal))
+        return CUDA_ERROR_INVALID_DEVICE;
     *d = ordinal;
     return CUDA_SUCCESS;
 }
@@ -725,8 +751,10 @@ static CUresult
 fake_cuDeviceGetCount(int *n)
 {
     CUresult rc = enter(F_cuDeviceGetCount);
-    if (rc) return rc;
-    if (n == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (n == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     *n = ndev;
     return CUDA_SUCCESS;
 }
@@ -735,9 +763,12 @@ static CUresult
 fake_cuDeviceGetName(char *name, int len, CUdevice d)
 {
     CUresult rc = enter(F_cuDeviceGetName);
-    if (rc) return rc;
-    if (name == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-    if (!dev_ok(d)) return CUDA_ERROR_INVALID_DEVICE;
+    if (rc)
+        return rc;
+    if (name == NULL || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(d))
+        return CUDA_ERROR_INVALID_DEVICE;
     snprintf(name, (size_t)len, "pygpu driver stand-in %d", (int)d);
     return CUDA_SUCCESS;
 }
@@ -790,9 +821,12 @@ static CUresult
 fake_cuDeviceGetAttribute(int *pi, CUdevice_attribute a, CUdevice d)
 {
     CUresult rc = enter(F_cuDeviceGetAttribute);
-    if (rc) return rc;
-    if (pi == NULL || (int)a <= 0 || a >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
-    if (!dev_ok(d)) return CUDA_ERROR_INVALID_DEVICE;
+    if (rc)
+        return rc;
+    if (pi == NULL || (int)a <= 0 || a >= CU_DEVICE_ATTRIBUTE_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(d))
+        return CUDA_ERROR_INVALID_DEVICE;
     *pi = attribute(a, d);
     return CUDA_SUCCESS;
 }
@@ -801,9 +835,12 @@ static CUresult
 fake_cuDeviceTotalMem(size_t *bytes, CUdevice d)
 {
     CUresult rc = enter(F_cuDeviceTotalMem);
-    if (rc) return rc;
-    if (bytes == NULL) return CUDA_ERROR_INVALID_VALUE;
-    if (!dev_ok(d)) return CUDA_ERROR_INVALID_DEVICE;
+    if (rc)
+        return rc;
+    if (bytes == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(d))
+        return CUDA_ERROR_INVALID_DEVICE;
     *bytes = dev_memory;
     return CUDA_SUCCESS;
 }
@@ -812,9 +849,12 @@ static CUresult
 fake_cuDeviceGetPCIBusId(char *out, int len, CUdevice d)
 {
     CUresult rc = enter(F_cuDeviceGetPCIBusId);
-    if (rc) return rc;
-    if (out == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-    if (!dev_ok(d)) return CUDA_ERROR_INVALID_DEVICE;
+    if (rc)
+        return rc;
+    if (out == NULL || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(d))
+        return CUDA_ERROR_INVALID_DEVICE;
     snprintf(out, (size_t)len, "00000000:%02X:00.0", 0x10 + (int)d);
     return CUDA_SUCCESS;
 }
@@ -824,8 +864,10 @@ fake_cuDeviceGetByPCIBusId(CUdevice *d, const char *bus)
 {
     unsigned dom, b, dv, fn;
     CUresult rc = enter(F_cuDeviceGetByPCIBusId);
-    if (rc) return rc;
-    if (d == NULL || bus == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (d == NULL || bus == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     if (sscanf(bus, "%x:%x:%x.%x", &dom, &b, &dv, &fn) != 4
         && (dom = 0, sscanf(bus, "%x:%x.%x", &b, &dv, &fn) != 3))
         return CUDA_ERROR_INVALID_VALUE;
@@ -840,9 +882,12 @@ fake_cuDeviceGetUuid(CUuuid *u, CUdevice d)
 {
     int i;
     CUresult rc = enter(F_cuDeviceGetUuid);
-    if (rc) return rc;
-    if (u == NULL) return CUDA_ERROR_INVALID_VALUE;
-    if (!dev_ok(d)) return CUDA_ERROR_INVALID_DEVICE;
+    if (rc)
+        return rc;
+    if (u == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(d))
+        return CUDA_ERROR_INVALID_DEVICE;
     for (i = 0; i < 16; i++)
         u->bytes[i] = (char)(0x40 + i + 16 * d);
     return CUDA_SUCCESS;
@@ -852,9 +897,12 @@ static CUresult
 fake_cuDeviceCanAccessPeer(int *can, CUdevice d, CUdevice peer)
 {
     CUresult rc = enter(F_cuDeviceCanAccessPeer);
-    if (rc) return rc;
-    if (can == NULL) return CUDA_ERROR_INVALID_VALUE;
-    if (!dev_ok(d) || !dev_ok(peer)) return CUDA_ERROR_INVALID_DEVICE;
+    if (rc)
+        return rc;
+    if (can == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(d) || !dev_ok(peer))
+        return CUDA_ERROR_INVALID_DEVICE;
     *can = d != peer;
     return CUDA_SUCCESS;
 }
@@ -887,9 +935,12 @@ fake_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice d)
 {
     CUresult rc = enter(F_cuDevicePrimaryCtxRetain);
     fake_ctx *c;
-    if (rc) return rc;
-    if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
-    if (!dev_ok(d)) return CUDA_ERROR_INVALID_DEVICE;
+    if (rc)
+        return rc;
+    if (pctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(d))
+        return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&lock);
     c = primary_ctx[d];
     if (c == NULL) {
@@ -914,12 +965,14 @@ fake_cuDevicePrimaryCtxRelease(CUdevice d)
 {
     CUresult rc = enter(F_cuDevicePrimaryCtxRelease);
     fake_ctx *c;
-    if (rc) return rc;
-    if (!dev_ok(d)) return CUDA_ERROR_INVALID_DEVICE;
+    if (rc)
+        return rc;
+    if (!dev_ok(d))
+        return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&lock);
     c = primary_ctx[d];
     if (c == NULL || c->retains == 0) {
-        stale_uses++;                 /* released more often than retained */
+        stale_uses++; /* released more often than retained */
         unlock();
         return CUDA_ERROR_INVALID_CONTEXT;
     }
@@ -946,9 +999,12 @@ fake_cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice d)
 {
     CUresult rc = enter(F_cuCtxCreate);
     fake_ctx *c;
-    if (rc) return rc;
-    if (pctx == NULL || (flags & ~0x3fu) != 0) return CUDA_ERROR_INVALID_VALUE;
-    if (!dev_ok(d)) return CUDA_ERROR_INVALID_DEVICE;
+    if (rc)
+        return rc;
+    if (pctx == NULL || (flags & ~0x3fu) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(d))
+        return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&lock);
     c = new_ctx(d, 0, flags);
     if (c == NULL || (rc = push(c)) != CUDA_SUCCESS) {
@@ -968,13 +1024,14 @@ fake_cuCtxDestroy(CUcontext h)
     CUresult rc = enter(F_cuCtxDestroy);
     fake_ctx *c = (fake_ctx *)h;
     int i;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if (!ctx_ok(c)) {
         unlock();
         return CUDA_ERROR_INVALID_CONTEXT;
     }
-    if (c->primary) {            /* a primary context is released, never destroyed */
+    if (c->primary) { /* a primary context is released, never destroyed */
         unlock();
         return CUDA_ERROR_INVALID_CONTEXT;
     }
@@ -996,7 +1053,8 @@ static CUresult
 fake_cuCtxPushCurrent(CUcontext h)
 {
     CUresult rc = enter(F_cuCtxPushCurrent);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if (!ctx_ok((fake_ctx *)h)) {
         unlock();
@@ -1011,7 +1069,8 @@ static CUresult
 fake_cuCtxPopCurrent(CUcontext *pctx)
 {
     CUresult rc = enter(F_cuCtxPopCurrent);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (ctx_depth == 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     ctx_depth--;
@@ -1024,8 +1083,10 @@ static CUresult
 fake_cuCtxGetCurrent(CUcontext *pctx)
 {
     CUresult rc = enter(F_cuCtxGetCurrent);
-    if (rc) return rc;
-    if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (pctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     *pctx = (CUcontext)current();
     return CUDA_SUCCESS;
 }
@@ -1034,7 +1095,8 @@ static CUresult
 fake_cuCtxSetCurrent(CUcontext h)
 {
     CUresult rc = enter(F_cuCtxSetCurrent);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (h == NULL) {
         if (ctx_depth > 0)
             ctx_depth--;
@@ -1058,11 +1120,14 @@ fake_cuCtxGetDevice(CUdevice *d)
 {
     CUresult rc = enter(F_cuCtxGetDevice);
     fake_ctx *c;
-    if (rc) return rc;
-    if (d == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (d == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     c = need_ctx(&rc);
-    if (c) *d = c->dev;
+    if (c)
+        *d = c->dev;
     unlock();
     return rc;
 }
@@ -1072,7 +1137,8 @@ fake_cuCtxSynchronize(void)
 {
     CUresult rc = enter(F_cuCtxSynchronize);
     fake_ctx *c;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if ((c = need_ctx(&rc)) != NULL)
         rc = cap_violation(c, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
@@ -1085,11 +1151,14 @@ fake_cuCtxSetLimit(CUlimit limit, size_t value)
 {
     CUresult rc = enter(F_cuCtxSetLimit);
     fake_ctx *c;
-    if (rc) return rc;
-    if ((int)limit < 0 || limit >= CU_LIMIT_SHMEM_SIZE) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    if (rc)
+        return rc;
+    if ((int)limit < 0 || limit >= CU_LIMIT_SHMEM_SIZE)
+        return CUDA_ERROR_UNSUPPORTED_LIMIT;
     pthread_mutex_lock(&lock);
     c = need_ctx(&rc);
-    if (c) c->limits[limit] = value;
+    if (c)
+        c->limits[limit] = value;
     unlock();
     return rc;
 }
@@ -1099,12 +1168,16 @@ fake_cuCtxGetLimit(size_t *v, CUlimit limit)
 {
     CUresult rc = enter(F_cuCtxGetLimit);
     fake_ctx *c;
-    if (rc) return rc;
-    if (v == NULL) return CUDA_ERROR_INVALID_VALUE;
-    if ((int)limit < 0 || limit >= CU_LIMIT_MAX) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    if (rc)
+        return rc;
+    if (v == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((int)limit < 0 || limit >= CU_LIMIT_MAX)
+        return CUDA_ERROR_UNSUPPORTED_LIMIT;
     pthread_mutex_lock(&lock);
     c = need_ctx(&rc);
-    if (c) *v = c->limits[limit];
+    if (c)
+        *v = c->limits[limit];
     unlock();
     return rc;
 }
@@ -1114,11 +1187,14 @@ fake_cuCtxSetCacheConfig(CUfunc_cache config)
 {
     CUresult rc = enter(F_cuCtxSetCacheConfig);
     fake_ctx *c;
-    if (rc) return rc;
-    if ((int)config < 0 || config > CU_FUNC_CACHE_PREFER_EQUAL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if ((int)config < 0 || config > CU_FUNC_CACHE_PREFER_EQUAL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     c = need_ctx(&rc);
-    if (c) c->cache = config;
+    if (c)
+        c->cache = config;
     unlock();
     return rc;
 }
@@ -1128,11 +1204,14 @@ fake_cuCtxGetCacheConfig(CUfunc_cache *config)
 {
     CUresult rc = enter(F_cuCtxGetCacheConfig);
     fake_ctx *c;
-    if (rc) return rc;
-    if (config == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (config == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     c = need_ctx(&rc);
-    if (c) *config = c->cache;
+    if (c)
+        *config = c->cache;
     unlock();
     return rc;
 }
@@ -1142,8 +1221,10 @@ fake_cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
 {
     CUresult rc = enter(F_cuCtxEnablePeerAccess);
     fake_ctx *c, *p = (fake_ctx *)peer;
-    if (rc) return rc;
-    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     c = need_ctx(&rc);
     if (c != NULL) {
@@ -1165,7 +1246,8 @@ fake_cuCtxDisablePeerAccess(CUcontext peer)
 {
     CUresult rc = enter(F_cuCtxDisablePeerAccess);
     fake_ctx *c, *p = (fake_ctx *)peer;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     c = need_ctx(&rc);
     if (c != NULL) {
@@ -1187,7 +1269,8 @@ device_alloc(CUdeviceptr *dptr, size_t n, int kind, unsigned flags)
     CUresult rc = CUDA_SUCCESS;
     fake_ctx *c;
     void *p;
-    if (dptr == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (dptr == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     c = need_ctx(&rc);
     if (c == NULL)
@@ -1219,8 +1302,10 @@ static CUresult
 fake_cuMemAlloc(CUdeviceptr *dptr, size_t n)
 {
     CUresult rc = enter(F_cuMemAlloc);
-    if (rc) return rc;
-    if ((rc = cap_unsafe()) != CUDA_SUCCESS) return rc;
+    if (rc)
+        return rc;
+    if ((rc = cap_unsafe()) != CUDA_SUCCESS)
+        return rc;
     return device_alloc(dptr, n, K_DEVICE, 0);
 }
 
@@ -1230,8 +1315,10 @@ fake_cuMemAllocPitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t heig
 {
     CUresult rc = enter(F_cuMemAllocPitch);
     size_t p;
-    if (rc) return rc;
-    if ((rc = cap_unsafe()) != CUDA_SUCCESS) return rc;
+    if (rc)
+        return rc;
+    if ((rc = cap_unsafe()) != CUDA_SUCCESS)
+        return rc;
     if (pitch == NULL || (elem != 4 && elem != 8 && elem != 16) || width == 0 || height == 0)
         return CUDA_ERROR_INVALID_VALUE;
     p = (width + 511) / 512 * 512;
@@ -1250,11 +1337,10 @@ free_kind(CUdeviceptr d, int host_side)
     CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     a = find_base((uintptr_t)d);
-    if (a == NULL
-        || (host_side && a->kind != K_HOST)
+    if (a == NULL || (host_side && a->kind != K_HOST)
         || (!host_side && a->kind != K_DEVICE && a->kind != K_MANAGED && a->kind != K_ASYNC
             && a->kind != K_MAPPED)) {
-        stale_uses++;             /* freeing what is not (or no longer) allocated */
+        stale_uses++; /* freeing what is not (or no longer) allocated */
         rc = CUDA_ERROR_INVALID_VALUE;
     } else {
         drop_alloc(a);
@@ -1267,9 +1353,12 @@ static CUresult
 fake_cuMemFree(CUdeviceptr d)
 {
     CUresult rc = enter(F_cuMemFree);
-    if (rc) return rc;
-    if ((rc = cap_unsafe()) != CUDA_SUCCESS) return rc;
-    if (d == 0) return CUDA_SUCCESS;
+    if (rc)
+        return rc;
+    if ((rc = cap_unsafe()) != CUDA_SUCCESS)
+        return rc;
+    if (d == 0)
+        return CUDA_SUCCESS;
     return free_kind(d, 0);
 }
 
@@ -1278,8 +1367,10 @@ fake_cuMemGetInfo(size_t *freeb, size_t *total)
 {
     CUresult rc = enter(F_cuMemGetInfo);
     fake_ctx *c;
-    if (rc) return rc;
-    if (freeb == NULL || total == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (freeb == NULL || total == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     c = need_ctx(&rc);
     if (c) {
@@ -1295,10 +1386,14 @@ fake_cuMemHostAlloc(void **pp, size_t n, unsigned int flags)
 {
     CUresult rc = enter(F_cuMemHostAlloc);
     void *p;
-    if (rc) return rc;
-    if (pp == NULL || (flags & ~0x7u) != 0) return CUDA_ERROR_INVALID_VALUE;
-    if (n == 0) return CUDA_ERROR_INVALID_VALUE;
-    if (n > dev_memory) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc)
+        return rc;
+    if (pp == NULL || (flags & ~0x7u) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (n == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (n > dev_memory)
+        return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&lock);
     if (need_ctx(&rc) == NULL)
         goto done;
@@ -1324,7 +1419,8 @@ static CUresult
 fake_cuMemFreeHost(void *p)
 {
     CUresult rc = enter(F_cuMemFreeHost);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return free_kind((CUdeviceptr)(uintptr_t)p, 1);
 }
 
@@ -1333,14 +1429,16 @@ fake_cuMemHostGetDevicePointer(CUdeviceptr *out, void *p, unsigned int flags)
 {
     CUresult rc = enter(F_cuMemHostGetDevicePointer);
     fake_alloc *a;
-    if (rc) return rc;
-    if (out == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (out == NULL || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     a = find_alloc((uintptr_t)p, 1);
     if (a == NULL || (a->kind != K_HOST && a->kind != K_REGISTERED))
         rc = CUDA_ERROR_INVALID_VALUE;
-    else if (!(a->flags & (a->kind == K_HOST ? CU_MEMHOSTALLOC_DEVICEMAP
-                                             : CU_MEMHOSTREGISTER_DEVICEMAP)))
+    else if (!(a->flags
+               & (a->kind == K_HOST ? CU_MEMHOSTALLOC_DEVICEMAP : CU_MEMHOSTREGISTER_DEVICEMAP)))
         rc = CUDA_ERROR_INVALID_VALUE;
     else
         *out = (CUdeviceptr)(uintptr_t)p;
@@ -1353,8 +1451,10 @@ fake_cuMemHostRegister(void *p, size_t n, unsigned int flags)
 {
     CUresult rc = enter(F_cuMemHostRegister);
     fake_alloc *a;
-    if (rc) return rc;
-    if (p == NULL || n == 0 || (flags & ~0xfu) != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (p == NULL || n == 0 || (flags & ~0xfu) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if (need_ctx(&rc) == NULL)
         goto done;
@@ -1377,7 +1477,8 @@ fake_cuMemHostUnregister(void *p)
 {
     CUresult rc = enter(F_cuMemHostUnregister);
     fake_alloc *a;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     a = find_base((uintptr_t)p);
     if (a == NULL || a->kind != K_REGISTERED) {
@@ -1394,8 +1495,10 @@ static CUresult
 fake_cuMemAllocManaged(CUdeviceptr *dptr, size_t n, unsigned int flags)
 {
     CUresult rc = enter(F_cuMemAllocManaged);
-    if (rc) return rc;
-    if ((rc = cap_unsafe()) != CUDA_SUCCESS) return rc;
+    if (rc)
+        return rc;
+    if ((rc = cap_unsafe()) != CUDA_SUCCESS)
+        return rc;
     if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)
         return CUDA_ERROR_INVALID_VALUE;
     return device_alloc(dptr, n, K_MANAGED, flags);
@@ -1421,7 +1524,7 @@ copy(void *dst, const void *src, size_t n, int dst_dev, int src_dev, CUstream s,
         rc = CUDA_ERROR_INVALID_VALUE;
         goto done;
     }
-    if (check_s && cap_stream(s) != NULL) {      /* captured: a node, nothing moves */
+    if (check_s && cap_stream(s) != NULL) { /* captured: a node, nothing moves */
         struct fake_node *node = cap_node(cap_stream(s), CU_GRAPH_NODE_TYPE_MEMCPY, &rc);
         if (node != NULL)
             cap_memcpy(node, dst, src, n, dst_dev, src_dev);
@@ -1452,7 +1555,8 @@ static CUresult
 fake_cuMemcpyHtoD(CUdeviceptr d, const void *h, size_t n)
 {
     CUresult rc = enter(F_cuMemcpyHtoD);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return copy(DPTR(d), h, n, 1, 0, NULL, 0);
 }
 
@@ -1460,7 +1564,8 @@ static CUresult
 fake_cuMemcpyDtoH(void *h, CUdeviceptr d, size_t n)
 {
     CUresult rc = enter(F_cuMemcpyDtoH);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return copy(h, DPTR(d), n, 0, 1, NULL, 0);
 }
 
@@ -1468,7 +1573,8 @@ static CUresult
 fake_cuMemcpyDtoD(CUdeviceptr d, CUdeviceptr s, size_t n)
 {
     CUresult rc = enter(F_cuMemcpyDtoD);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return copy(DPTR(d), DPTR(s), n, 1, 1, NULL, 0);
 }
 
@@ -1476,7 +1582,8 @@ static CUresult
 fake_cuMemcpyHtoDAsync(CUdeviceptr d, const void *h, size_t n, CUstream s)
 {
     CUresult rc = enter(F_cuMemcpyHtoDAsync);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return copy(DPTR(d), h, n, 1, 0, s, 1);
 }
 
@@ -1484,7 +1591,8 @@ static CUresult
 fake_cuMemcpyDtoHAsync(void *h, CUdeviceptr d, size_t n, CUstream s)
 {
     CUresult rc = enter(F_cuMemcpyDtoHAsync);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return copy(h, DPTR(d), n, 0, 1, s, 1);
 }
 
@@ -1492,7 +1600,8 @@ static CUresult
 fake_cuMemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st)
 {
     CUresult rc = enter(F_cuMemcpyDtoDAsync);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return copy(DPTR(d), DPTR(s), n, 1, 1, st, 1);
 }
 
@@ -1513,7 +1622,8 @@ static CUresult
 fake_cuMemcpyPeer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n)
 {
     CUresult rc = enter(F_cuMemcpyPeer);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return peer_copy(d, dc, s, sc, n, NULL, 0);
 }
 
@@ -1522,13 +1632,14 @@ fake_cuMemcpyPeerAsync(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc,
                        CUstream st)
 {
     CUresult rc = enter(F_cuMemcpyPeerAsync);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return peer_copy(d, dc, s, sc, n, st, 1);
 }
 
 static CUresult
-side(CUmemorytype t, const void *host, CUdeviceptr dev, size_t x, size_t y, size_t pitch,
-     size_t w, size_t h, unsigned char **out)
+side(CUmemorytype t, const void *host, CUdeviceptr dev, size_t x, size_t y, size_t pitch, size_t w,
+     size_t h, unsigned char **out)
 {
     uintptr_t base;
     if (t == CU_MEMORYTYPE_HOST)
@@ -1536,7 +1647,7 @@ side(CUmemorytype t, const void *host, CUdeviceptr dev, size_t x, size_t y, size
     else if (t == CU_MEMORYTYPE_DEVICE || t == CU_MEMORYTYPE_UNIFIED)
         base = (uintptr_t)dev;
     else
-        return CUDA_ERROR_INVALID_VALUE;     /* arrays: not in the stand-in */
+        return CUDA_ERROR_INVALID_VALUE; /* arrays: not in the stand-in */
     if (base == 0 || (h > 1 && pitch < x + w))
         return CUDA_ERROR_INVALID_VALUE;
     if (h > 0 && w > 0 && t != CU_MEMORYTYPE_HOST) {
@@ -1555,18 +1666,19 @@ copy2d(const CUDA_MEMCPY2D *p, CUstream s, int check_s)
     unsigned char *src, *dst;
     size_t r;
     fake_ctx *c;
-    if (p == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (p == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     c = need_ctx(&rc);
     if (c != NULL && check_s)
         rc = check_stream(s, c);
     if (rc == CUDA_SUCCESS)
-        rc = side(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY,
-                  p->srcPitch, p->WidthInBytes, p->Height, &src);
+        rc = side(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcPitch,
+                  p->WidthInBytes, p->Height, &src);
     if (rc == CUDA_SUCCESS)
-        rc = side(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY,
-                  p->dstPitch, p->WidthInBytes, p->Height, &dst);
-    if (rc == CUDA_SUCCESS && check_s && cap_stream(s) != NULL) {  /* captured: a node */
+        rc = side(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstPitch,
+                  p->WidthInBytes, p->Height, &dst);
+    if (rc == CUDA_SUCCESS && check_s && cap_stream(s) != NULL) { /* captured: a node */
         struct fake_node *node = cap_node(cap_stream(s), CU_GRAPH_NODE_TYPE_MEMCPY, &rc);
         if (node != NULL)
             cap_memcpy_pitched(node, dst, src, p->WidthInBytes, p->Height, 1, p->dstPitch,
@@ -1589,7 +1701,8 @@ static CUresult
 fake_cuMemcpy2D(const CUDA_MEMCPY2D *p)
 {
     CUresult rc = enter(F_cuMemcpy2D);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return copy2d(p, NULL, 0);
 }
 
@@ -1597,7 +1710,8 @@ static CUresult
 fake_cuMemcpy2DAsync(const CUDA_MEMCPY2D *p, CUstream s)
 {
     CUresult rc = enter(F_cuMemcpy2DAsync);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return copy2d(p, s, 1);
 }
 
@@ -1611,8 +1725,9 @@ memset_n(CUdeviceptr d, unsigned value, size_t n, size_t width, CUstream s, int 
     c = need_ctx(&rc);
     if (c != NULL && check_s)
         rc = check_stream(s, c);
-    if (rc == CUDA_SUCCESS && ((uintptr_t)d % width != 0 || n > ((size_t)-1) / width
-                               || !device_range_ok(d, n * width)))
+    if (rc == CUDA_SUCCESS
+        && ((uintptr_t)d % width != 0 || n > ((size_t)-1) / width
+            || !device_range_ok(d, n * width)))
         rc = CUDA_ERROR_INVALID_VALUE;
     if (rc == CUDA_SUCCESS && check_s && cap_stream(s) != NULL) {
         struct fake_node *node = cap_node(cap_stream(s), CU_GRAPH_NODE_TYPE_MEMSET, &rc);
@@ -1628,9 +1743,13 @@ memset_n(CUdeviceptr d, unsigned value, size_t n, size_t width, CUstream s, int 
         return rc;
     for (i = 0; i < n; i++) {
         unsigned char *p = (unsigned char *)(uintptr_t)d + i * width;
-        if (width == 1) *p = (unsigned char)value;
-        else if (width == 2) { unsigned short v = (unsigned short)value; memcpy(p, &v, 2); }
-        else memcpy(p, &value, 4);
+        if (width == 1)
+            *p = (unsigned char)value;
+        else if (width == 2) {
+            unsigned short v = (unsigned short)value;
+            memcpy(p, &v, 2);
+        } else
+            memcpy(p, &value, 4);
     }
     return CUDA_SUCCESS;
 }
@@ -1639,7 +1758,8 @@ static CUresult
 fake_cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n)
 {
     CUresult rc = enter(F_cuMemsetD8);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return memset_n(d, v, n, 1, NULL, 0);
 }
 
@@ -1647,7 +1767,8 @@ static CUresult
 fake_cuMemsetD16(CUdeviceptr d, unsigned short v, size_t n)
 {
     CUresult rc = enter(F_cuMemsetD16);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return memset_n(d, v, n, 2, NULL, 0);
 }
 
@@ -1655,7 +1776,8 @@ static CUresult
 fake_cuMemsetD32(CUdeviceptr d, unsigned int v, size_t n)
 {
     CUresult rc = enter(F_cuMemsetD32);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return memset_n(d, v, n, 4, NULL, 0);
 }
 
@@ -1663,7 +1785,8 @@ static CUresult
 fake_cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s)
 {
     CUresult rc = enter(F_cuMemsetD8Async);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return memset_n(d, v, n, 1, s, 1);
 }
 
@@ -1671,7 +1794,8 @@ static CUresult
 fake_cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s)
 {
     CUresult rc = enter(F_cuMemsetD16Async);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return memset_n(d, v, n, 2, s, 1);
 }
 
@@ -1679,7 +1803,8 @@ static CUresult
 fake_cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s)
 {
     CUresult rc = enter(F_cuMemsetD32Async);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return memset_n(d, v, n, 4, s, 1);
 }
 
@@ -1687,8 +1812,8 @@ fake_cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s)
  * (its range checked inside one allocation; a capture records one memset
  * node a row). */
 static CUresult
-memset_2d(CUdeviceptr d, size_t pitch, unsigned value, size_t w, size_t h, size_t width,
-          CUstream s, int check_s)
+memset_2d(CUdeviceptr d, size_t pitch, unsigned value, size_t w, size_t h, size_t width, CUstream s,
+          int check_s)
 {
     CUresult rc = CUDA_SUCCESS;
     size_t r;
@@ -1703,7 +1828,8 @@ static CUresult
 fake_cuMemsetD2D8(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h)
 {
     CUresult rc = enter(F_cuMemsetD2D8);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return memset_2d(d, p, v, w, h, 1, NULL, 0);
 }
 
@@ -1711,7 +1837,8 @@ static CUresult
 fake_cuMemsetD2D16(CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h)
 {
     CUresult rc = enter(F_cuMemsetD2D16);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return memset_2d(d, p, v, w, h, 2, NULL, 0);
 }
 
@@ -1719,34 +1846,35 @@ static CUresult
 fake_cuMemsetD2D32(CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h)
 {
     CUresult rc = enter(F_cuMemsetD2D32);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return memset_2d(d, p, v, w, h, 4, NULL, 0);
 }
 
 static CUresult
-fake_cuMemsetD2D8Async(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h,
-                       CUstream s)
+fake_cuMemsetD2D8Async(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream s)
 {
     CUresult rc = enter(F_cuMemsetD2D8Async);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return memset_2d(d, p, v, w, h, 1, s, 1);
 }
 
 static CUresult
-fake_cuMemsetD2D16Async(CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h,
-                        CUstream s)
+fake_cuMemsetD2D16Async(CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h, CUstream s)
 {
     CUresult rc = enter(F_cuMemsetD2D16Async);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return memset_2d(d, p, v, w, h, 2, s, 1);
 }
 
 static CUresult
-fake_cuMemsetD2D32Async(CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h,
-                        CUstream s)
+fake_cuMemsetD2D32Async(CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h, CUstream s)
 {
     CUresult rc = enter(F_cuMemsetD2D32Async);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return memset_2d(d, p, v, w, h, 4, s, 1);
 }
 
@@ -1755,8 +1883,10 @@ fake_cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p)
 {
     CUresult rc = enter(F_cuPointerGetAttribute);
     fake_alloc *a;
-    if (rc) return rc;
-    if (data == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (data == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     a = find_alloc((uintptr_t)p, 1);
     if (a == NULL) {
@@ -1766,23 +1896,15 @@ fake_cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p)
     switch (attr) {
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
         *(unsigned int *)data = (a->kind == K_HOST || a->kind == K_REGISTERED)
-            ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+                                    ? CU_MEMORYTYPE_HOST
+                                    : CU_MEMORYTYPE_DEVICE;
         break;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-        *(unsigned int *)data = a->kind == K_MANAGED;
-        break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned int *)data = a->kind == K_MANAGED; break;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        *(uintptr_t *)data = (uintptr_t)p;
-        break;
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        *(uintptr_t *)data = a->base;
-        break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        *(size_t *)data = a->size;
-        break;
-    default:
-        rc = CUDA_ERROR_INVALID_VALUE;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: *(uintptr_t *)data = (uintptr_t)p; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(uintptr_t *)data = a->base; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = a->size; break;
+    default: rc = CUDA_ERROR_INVALID_VALUE;
     }
     unlock();
     return rc;
@@ -1799,7 +1921,8 @@ async_outside_capture(CUresult rc, CUstream s)
     if (rc == CUDA_SUCCESS && IS_LEGACY(s))
         rc = cap_violation(current(), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
     unlock();
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return cap_unsafe();
 }
 
@@ -1807,7 +1930,8 @@ static CUresult
 fake_cuMemAllocAsync(CUdeviceptr *dptr, size_t n, CUstream s)
 {
     CUresult rc = enter(F_cuMemAllocAsync);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     rc = check_stream(s, current());
     if (rc == CUDA_SUCCESS && dptr != NULL && cap_stream(s) != NULL) {
@@ -1817,7 +1941,8 @@ fake_cuMemAllocAsync(CUdeviceptr *dptr, size_t n, CUstream s)
         unlock();
         return rc;
     }
-    if ((rc = async_outside_capture(rc, s)) != CUDA_SUCCESS) return rc;
+    if ((rc = async_outside_capture(rc, s)) != CUDA_SUCCESS)
+        return rc;
     return device_alloc(dptr, n, K_ASYNC, 0);
 }
 
@@ -1825,7 +1950,8 @@ static CUresult
 fake_cuMemFreeAsync(CUdeviceptr d, CUstream s)
 {
     CUresult rc = enter(F_cuMemFreeAsync);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     rc = check_stream(s, NULL);
     if (rc == CUDA_SUCCESS && cap_stream(s) != NULL) {
@@ -1835,7 +1961,8 @@ fake_cuMemFreeAsync(CUdeviceptr d, CUstream s)
         unlock();
         return rc;
     }
-    if ((rc = async_outside_capture(rc, s)) != CUDA_SUCCESS) return rc;
+    if ((rc = async_outside_capture(rc, s)) != CUDA_SUCCESS)
+        return rc;
     return free_kind(d, 0);
 }
 
@@ -1847,9 +1974,12 @@ static CUresult
 fake_cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
 {
     CUresult rc = enter(F_cuDeviceGetDefaultMemPool);
-    if (rc) return rc;
-    if (pool == NULL) return CUDA_ERROR_INVALID_VALUE;
-    if (!dev_ok(dev) || dev < 0 || dev >= 8) return CUDA_ERROR_INVALID_DEVICE;
+    if (rc)
+        return rc;
+    if (pool == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(dev) || dev < 0 || dev >= 8)
+        return CUDA_ERROR_INVALID_DEVICE;
     *pool = (CUmemoryPool)(uintptr_t)(0x9000 + 16 * (uintptr_t)dev);
     return CUDA_SUCCESS;
 }
@@ -1859,8 +1989,10 @@ fake_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *va
 {
     CUresult rc = enter(F_cuMemPoolSetAttribute);
     uintptr_t h = (uintptr_t)pool;
-    if (rc) return rc;
-    if ((rc = cap_unsafe()) != CUDA_SUCCESS) return rc;
+    if (rc)
+        return rc;
+    if ((rc = cap_unsafe()) != CUDA_SUCCESS)
+        return rc;
     if (value == NULL || h < 0x9000 || h >= 0x9000 + 16 * 8 || (h - 0x9000) % 16)
         return CUDA_ERROR_INVALID_VALUE;
     if (attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) {
@@ -1878,13 +2010,14 @@ fakecuda_pool_release_threshold(int dev)
 }
 
 static CUresult
-fake_cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags,
-                        CUstream s)
+fake_cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags, CUstream s)
 {
     CUresult rc = enter(F_cuMemPrefetchAsync);
     fake_alloc *a;
-    if (rc) return rc;
-    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     a = find_alloc((uintptr_t)p, n);
     if (a == NULL || a->kind != K_MANAGED)
@@ -1906,17 +2039,17 @@ fake_cuStreamAttachMemAsync(CUstream s, CUdeviceptr p, size_t n, unsigned int fl
 {
     CUresult rc = enter(F_cuStreamAttachMemAsync);
     fake_alloc *a;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST
         && flags != CU_MEM_ATTACH_SINGLE)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     a = find_alloc((uintptr_t)p, 1);
-    if (a == NULL || a->kind != K_MANAGED || a->base != (uintptr_t)p
-        || (n != 0 && n != a->size))
+    if (a == NULL || a->kind != K_MANAGED || a->base != (uintptr_t)p || (n != 0 && n != a->size))
         rc = CUDA_ERROR_INVALID_VALUE;
     else if (flags == CU_MEM_ATTACH_SINGLE && s == NULL)
-        rc = CUDA_ERROR_INVALID_VALUE;     /* SINGLE needs a stream of its own */
+        rc = CUDA_ERROR_INVALID_VALUE; /* SINGLE needs a stream of its own */
     else
         rc = check_stream(s, NULL);
     if (rc == CUDA_SUCCESS)
@@ -1931,8 +2064,10 @@ fake_cuMemHostGetFlags(unsigned int *out, void *p)
 {
     CUresult rc = enter(F_cuMemHostGetFlags);
     fake_alloc *a;
-    if (rc) return rc;
-    if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (out == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     a = find_alloc((uintptr_t)p, 1);
     if (a == NULL || a->kind != K_HOST)
@@ -1950,8 +2085,10 @@ fake_cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
 {
     CUresult rc = enter(F_cuCtxGetApiVersion);
     fake_ctx *c = (fake_ctx *)ctx;
-    if (rc) return rc;
-    if (version == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (version == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if (c == NULL)
         c = need_ctx(&rc);
@@ -1969,8 +2106,10 @@ static CUresult
 fake_cuCtxGetSharedMemConfig(CUsharedconfig *config)
 {
     CUresult rc = enter(F_cuCtxGetSharedMemConfig);
-    if (rc) return rc;
-    if (config == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (config == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if (need_ctx(&rc) != NULL)
         *config = CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE;
@@ -1982,7 +2121,8 @@ static CUresult
 fake_cuCtxSetSharedMemConfig(CUsharedconfig config)
 {
     CUresult rc = enter(F_cuCtxSetSharedMemConfig);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if ((int)config < 0 || config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
@@ -2013,10 +2153,13 @@ skip_ws(const char *p)
 static size_t
 type_size(const char *t, size_t n)
 {
-    static const struct { const char *name; size_t size; } types[] = {
-        {".b8", 1}, {".u8", 1}, {".s8", 1}, {".b16", 2}, {".u16", 2}, {".s16", 2},
-        {".f16", 2}, {".bf16", 2}, {".b32", 4}, {".u32", 4}, {".s32", 4}, {".f32", 4},
-        {".b64", 8}, {".u64", 8}, {".s64", 8}, {".f64", 8}, {".f16x2", 4}, {".b128", 16},
+    static const struct {
+        const char *name;
+        size_t size;
+    } types[] = {
+        {".b8", 1},  {".u8", 1},   {".s8", 1},  {".b16", 2}, {".u16", 2},   {".s16", 2},
+        {".f16", 2}, {".bf16", 2}, {".b32", 4}, {".u32", 4}, {".s32", 4},   {".f32", 4},
+        {".b64", 8}, {".u64", 8},  {".s64", 8}, {".f64", 8}, {".f16x2", 4}, {".b128", 16},
     };
     size_t i;
     for (i = 0; i < sizeof types / sizeof types[0]; i++)
@@ -2077,7 +2220,7 @@ module_free(fake_module *m)
     fake_func *f;
     fake_global *g, *gn;
     for (f = m->funcs; f != NULL; f = f->next)
-        f->alive = 0;                    /* functions stay, dead, to catch reuse */
+        f->alive = 0; /* functions stay, dead, to catch reuse */
     for (g = m->globals; g != NULL; g = gn) {
         gn = g->next;
         drop_alloc(g->mem);
@@ -2097,7 +2240,7 @@ reap_context(fake_ctx *c)
     fake_module *m;
     for (m = all_modules; m != NULL; m = m->next_all) {
         if (m->ctx == c && m->alive) {
-            module_free(m);              /* drops its globals' records */
+            module_free(m); /* drops its globals' records */
             m->alive = 0;
             live_modules--;
             reaped++;
@@ -2132,14 +2275,15 @@ parse_ptx(fake_module *m, const char *src, char *err, size_t errcap)
 {
     const char *p = src;
     if (strstr(src, ".version") == NULL || strstr(src, ".target") == NULL) {
-        snprintf(err, errcap, "stand-in: the image is neither PTX text (.version, .target) "
+        snprintf(err, errcap,
+                 "stand-in: the image is neither PTX text (.version, .target) "
                  "nor anything else the stand-in loads");
         return CUDA_ERROR_INVALID_IMAGE;
     }
     while ((p = strchr(p, '.')) != NULL) {
         if (strncmp(p, ".entry", 6) == 0 && isspace((unsigned char)p[6])) {
             fake_func *f;
-            {   /* ".extern .entry name ( ... );" declares a kernel of another input */
+            { /* ".extern .entry name ( ... );" declares a kernel of another input */
                 const char *b = p;
                 while (b > src && b[-1] != '\n')
                     b--;
@@ -2203,8 +2347,13 @@ parse_ptx(fake_module *m, const char *src, char *err, size_t errcap)
                     const char *q = p + 8;
                     x = strtol(q, (char **)&q, 10);
                     q = skip_ws(q);
-                    if (*q == ',') { y = strtol(q + 1, (char **)&q, 10); q = skip_ws(q); }
-                    if (*q == ',') { z = strtol(q + 1, (char **)&q, 10); }
+                    if (*q == ',') {
+                        y = strtol(q + 1, (char **)&q, 10);
+                        q = skip_ws(q);
+                    }
+                    if (*q == ',') {
+                        z = strtol(q + 1, (char **)&q, 10);
+                    }
                     if (x * y * z > 0 && x * y * z < f->maxntid)
                         f->maxntid = (int)(x * y * z);
                     p = q;
@@ -2215,12 +2364,15 @@ parse_ptx(fake_module *m, const char *src, char *err, size_t errcap)
                     break;
                 }
             }
-            if (*p == '{') {           /* skip the body, adding up its .shared */
+            if (*p == '{') { /* skip the body, adding up its .shared */
                 int depth = 0;
                 for (; *p; p++) {
-                    if (*p == '{') depth++;
-                    else if (*p == '}' && --depth == 0) { p++; break; }
-                    else if (strncmp(p, ".shared", 7) == 0 && isspace((unsigned char)p[7])) {
+                    if (*p == '{')
+                        depth++;
+                    else if (*p == '}' && --depth == 0) {
+                        p++;
+                        break;
+                    } else if (strncmp(p, ".shared", 7) == 0 && isspace((unsigned char)p[7])) {
                         char sname[256];
                         size_t size, align;
                         const char *q = parse_decl(p + 7, sname, sizeof sname, &size, &align);
@@ -2294,8 +2446,8 @@ write_log(void *buf, size_t cap, const char *text)
 }
 
 static CUresult
-fake_cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned int nopts,
-                        CUjit_option *opts, void **vals)
+fake_cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned int nopts, CUjit_option *opts,
+                        void **vals)
 {
     CUresult rc = enter(F_cuModuleLoadDataEx);
     void *info = NULL, *errbuf = NULL;
@@ -2304,16 +2456,21 @@ fake_cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned int nopts,
     fake_module *m;
     fake_ctx *c;
     unsigned i;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (out == NULL || image == NULL || (nopts && (opts == NULL || vals == NULL)))
         return CUDA_ERROR_INVALID_VALUE;
     for (i = 0; i < nopts; i++) {
         if ((int)opts[i] < 0 || opts[i] >= CU_JIT_NUM_OPTIONS)
             return CUDA_ERROR_INVALID_VALUE;
-        if (opts[i] == CU_JIT_INFO_LOG_BUFFER) info = vals[i];
-        if (opts[i] == CU_JIT_ERROR_LOG_BUFFER) errbuf = vals[i];
-        if (opts[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES) info_cap = (size_t)(uintptr_t)vals[i];
-        if (opts[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) err_cap = (size_t)(uintptr_t)vals[i];
+        if (opts[i] == CU_JIT_INFO_LOG_BUFFER)
+            info = vals[i];
+        if (opts[i] == CU_JIT_ERROR_LOG_BUFFER)
+            errbuf = vals[i];
+        if (opts[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES)
+            info_cap = (size_t)(uintptr_t)vals[i];
+        if (opts[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
+            err_cap = (size_t)(uintptr_t)vals[i];
     }
     pthread_mutex_lock(&lock);
     c = need_ctx(&rc);
@@ -2321,7 +2478,12 @@ fake_cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned int nopts,
         unlock();
         return rc;
     }
-    if (strncmp(image, "\x7f" "ELF", 4) == 0 || ((const unsigned char *)image)[0] == 0x50) {
+    if (strncmp(image,
+                "\x7f"
+                "ELF",
+                4)
+            == 0
+        || ((const unsigned char *)image)[0] == 0x50) {
         unlock();
         write_log(errbuf, err_cap, "stand-in: loads PTX only, not cubin or fatbin");
         return CUDA_ERROR_NO_BINARY_FOR_GPU;
@@ -2338,7 +2500,7 @@ fake_cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned int nopts,
     rc = parse_ptx(m, image, err, sizeof err);
     if (rc != CUDA_SUCCESS) {
         module_free(m);
-        m->alive = 0;                      /* kept (dead), with its dead functions */
+        m->alive = 0; /* kept (dead), with its dead functions */
         unlock();
         write_log(errbuf, err_cap, err);
         return rc;
@@ -2369,7 +2531,8 @@ fake_cuModuleUnload(CUmodule h)
 {
     CUresult rc = enter(F_cuModuleUnload);
     fake_module *m = (fake_module *)h;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if (!module_ok(m)) {
         rc = CUDA_ERROR_INVALID_HANDLE;
@@ -2388,8 +2551,10 @@ fake_cuModuleGetFunction(CUfunction *out, CUmodule h, const char *name)
     CUresult rc = enter(F_cuModuleGetFunction);
     fake_module *m = (fake_module *)h;
     fake_func *f;
-    if (rc) return rc;
-    if (out == NULL || name == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (out == NULL || name == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if (!module_ok(m)) {
         unlock();
@@ -2413,8 +2578,10 @@ fake_cuModuleGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUmodule h, const char 
     CUresult rc = enter(F_cuModuleGetGlobal);
     fake_module *m = (fake_module *)h;
     fake_global *g;
-    if (rc) return rc;
-    if (name == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (name == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if (!module_ok(m)) {
         unlock();
@@ -2423,8 +2590,10 @@ fake_cuModuleGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUmodule h, const char 
     rc = CUDA_ERROR_NOT_FOUND;
     for (g = m->globals; g != NULL; g = g->next) {
         if (strcmp(g->name, name) == 0) {
-            if (dptr) *dptr = (CUdeviceptr)g->mem->base;
-            if (bytes) *bytes = g->mem->size;
+            if (dptr)
+                *dptr = (CUdeviceptr)g->mem->base;
+            if (bytes)
+                *bytes = g->mem->size;
             rc = CUDA_SUCCESS;
             break;
         }
@@ -2459,8 +2628,10 @@ fake_cuFuncGetAttribute(int *pi, CUfunction_attribute a, CUfunction h)
 {
     CUresult rc = enter(F_cuFuncGetAttribute);
     fake_func *f;
-    if (rc) return rc;
-    if (pi == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (pi == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if ((f = func_ok(h)) == NULL) {
         unlock();
@@ -2492,13 +2663,15 @@ fake_cuFuncSetAttribute(CUfunction h, CUfunction_attribute a, int value)
 {
     CUresult rc = enter(F_cuFuncSetAttribute);
     fake_func *f;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if ((f = func_ok(h)) == NULL)
         rc = CUDA_ERROR_INVALID_HANDLE;
     else if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
-        if (value < 0 || (size_t)value + static_shared(f)
-                             > (size_t)attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 0))
+        if (value < 0
+            || (size_t)value + static_shared(f)
+                   > (size_t)attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 0))
             rc = CUDA_ERROR_INVALID_VALUE;
         else
             f->max_dynamic_shared = value;
@@ -2517,7 +2690,8 @@ fake_cuFuncSetCacheConfig(CUfunction h, CUfunc_cache config)
 {
     CUresult rc = enter(F_cuFuncSetCacheConfig);
     fake_func *f;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if ((f = func_ok(h)) == NULL)
         rc = CUDA_ERROR_INVALID_HANDLE;
@@ -2534,15 +2708,18 @@ fake_cuFuncGetParamInfo(CUfunction h, size_t index, size_t *off, size_t *size)
 {
     CUresult rc = enter(F_cuFuncGetParamInfo);
     fake_func *f;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if ((f = func_ok(h)) == NULL)
         rc = CUDA_ERROR_INVALID_HANDLE;
     else if (index >= (size_t)f->nparams)
         rc = CUDA_ERROR_INVALID_VALUE;
     else {
-        if (off) *off = f->offset[index];
-        if (size) *size = f->size[index];
+        if (off)
+            *off = f->offset[index];
+        if (size)
+            *size = f->size[index];
     }
     unlock();
     return rc;
@@ -2553,8 +2730,10 @@ fake_cuFuncGetName(const char **name, CUfunction h)
 {
     CUresult rc = enter(F_cuFuncGetName);
     fake_func *f;
-    if (rc) return rc;
-    if (name == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (name == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if ((f = func_ok(h)) == NULL)
         rc = CUDA_ERROR_INVALID_HANDLE;
@@ -2572,7 +2751,8 @@ static CUresult
 fake_cuProfilerStart(void)
 {
     CUresult rc = enter(F_cuProfilerStart);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if (need_ctx(&rc) != NULL)
         profiler_on = 1;
@@ -2584,7 +2764,8 @@ static CUresult
 fake_cuProfilerStop(void)
 {
     CUresult rc = enter(F_cuProfilerStop);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if (need_ctx(&rc) != NULL)
         profiler_on = 0;
@@ -2598,7 +2779,8 @@ static CUresult
 fake_cuProfilerInitialize(const char *config, const char *output, int mode)
 {
     CUresult rc = enter(F_cuProfilerInitialize);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (config == NULL || output == NULL || (mode != 0 && mode != 1))
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
@@ -2614,7 +2796,8 @@ max_active(fake_func *f, int block, size_t smem)
     if (block <= 0 || block > f->maxntid)
         return 0;
     n = 64 / warps;
-    if (n > 32) n = 32;
+    if (n > 32)
+        n = 32;
     smem += static_shared(f);
     if (smem > 0 && (size_t)n * smem > 233472)
         n = (int)(233472 / smem);
@@ -2634,7 +2817,7 @@ do_launch(fake_func *f, const unsigned grid[3], const unsigned block[3], unsigne
     if (c == NULL)
         return rc;
     if (f->module->ctx != c)
-        return CUDA_ERROR_INVALID_HANDLE;    /* a function of another context */
+        return CUDA_ERROR_INVALID_HANDLE; /* a function of another context */
     if ((rc = check_stream(s, c)) != CUDA_SUCCESS)
         return rc;
     if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || block[0] == 0 || block[1] == 0
@@ -2643,14 +2826,15 @@ do_launch(fake_func *f, const unsigned grid[3], const unsigned block[3], unsigne
         return CUDA_ERROR_INVALID_VALUE;
     if (threads > (unsigned long long)f->maxntid)
         return CUDA_ERROR_INVALID_VALUE;
-    if (shared > (unsigned)f->max_dynamic_shared
-        || shared + static_shared(f) > 232448)
+    if (shared > (unsigned)f->max_dynamic_shared || shared + static_shared(f) > 232448)
         return CUDA_ERROR_INVALID_VALUE;
-    if (cluster[0] && (grid[0] % cluster[0] || grid[1] % cluster[1] || grid[2] % cluster[2]
-                       || (unsigned long long)cluster[0] * cluster[1] * cluster[2] > 8))
+    if (cluster[0]
+        && (grid[0] % cluster[0] || grid[1] % cluster[1] || grid[2] % cluster[2]
+            || (unsigned long long)cluster[0] * cluster[1] * cluster[2] > 8))
         return CUDA_ERROR_INVALID_CLUSTER_SIZE;
-    if (cooperative && (unsigned long long)grid[0] * grid[1] * grid[2]
-                           > (unsigned long long)max_active(f, (int)threads, shared) * 132)
+    if (cooperative
+        && (unsigned long long)grid[0] * grid[1] * grid[2]
+               > (unsigned long long)max_active(f, (int)threads, shared) * 132)
         return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
     if ((params != NULL) == (extra != NULL) && f->nparams > 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -2660,7 +2844,7 @@ do_launch(fake_func *f, const unsigned grid[3], const unsigned block[3], unsigne
      * driver refuses the launch and invalidates the capture */
     if (IS_LEGACY(s) && (rc = cap_violation(c, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)) != CUDA_SUCCESS)
         return rc;
-    if (cap_stream(s) != NULL) {       /* captured: a kernel node */
+    if (cap_stream(s) != NULL) { /* captured: a kernel node */
         struct fake_node *node = cap_node(cap_stream(s), CU_GRAPH_NODE_TYPE_KERNEL, &rc);
         if (node == NULL)
             return rc;
@@ -2704,14 +2888,14 @@ do_launch(fake_func *f, const unsigned grid[3], const unsigned block[3], unsigne
 }
 
 static CUresult
-fake_cuLaunchKernel(CUfunction h, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                    unsigned by, unsigned bz, unsigned shared, CUstream s, void **params,
-                    void **extra)
+fake_cuLaunchKernel(CUfunction h, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                    unsigned bz, unsigned shared, CUstream s, void **params, void **extra)
 {
     CUresult rc = enter(F_cuLaunchKernel);
     const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz}, none[3] = {0, 0, 0};
     fake_func *f;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if ((f = func_ok(h)) == NULL)
         rc = CUDA_ERROR_INVALID_HANDLE;
@@ -2722,14 +2906,14 @@ fake_cuLaunchKernel(CUfunction h, unsigned gx, unsigned gy, unsigned gz, unsigne
 }
 
 static CUresult
-fake_cuLaunchCooperativeKernel(CUfunction h, unsigned gx, unsigned gy, unsigned gz,
-                               unsigned bx, unsigned by, unsigned bz, unsigned shared,
-                               CUstream s, void **params)
+fake_cuLaunchCooperativeKernel(CUfunction h, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                               unsigned by, unsigned bz, unsigned shared, CUstream s, void **params)
 {
     CUresult rc = enter(F_cuLaunchCooperativeKernel);
     const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz}, none[3] = {0, 0, 0};
     fake_func *f;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if ((f = func_ok(h)) == NULL)
         rc = CUDA_ERROR_INVALID_HANDLE;
@@ -2747,10 +2931,16 @@ fake_cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction h, void **params, vo
     int cooperative = 0, pdl = 0;
     unsigned i;
     fake_func *f;
-    if (rc) return rc;
-    if (cfg == NULL || (cfg->numAttrs && cfg->attrs == NULL)) return CUDA_ERROR_INVALID_VALUE;
-    grid[0] = cfg->gridDimX; grid[1] = cfg->gridDimY; grid[2] = cfg->gridDimZ;
-    block[0] = cfg->blockDimX; block[1] = cfg->blockDimY; block[2] = cfg->blockDimZ;
+    if (rc)
+        return rc;
+    if (cfg == NULL || (cfg->numAttrs && cfg->attrs == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    grid[0] = cfg->gridDimX;
+    grid[1] = cfg->gridDimY;
+    grid[2] = cfg->gridDimZ;
+    block[0] = cfg->blockDimX;
+    block[1] = cfg->blockDimY;
+    block[2] = cfg->blockDimZ;
     for (i = 0; i < cfg->numAttrs; i++) {
         const CUlaunchAttribute *a = &cfg->attrs[i];
         switch (a->id) {
@@ -2761,14 +2951,11 @@ fake_cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction h, void **params, vo
             if (!cluster[0] || !cluster[1] || !cluster[2])
                 return CUDA_ERROR_INVALID_CLUSTER_SIZE;
             break;
-        case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
-            cooperative = a->value.cooperative != 0;
-            break;
+        case CU_LAUNCH_ATTRIBUTE_COOPERATIVE: cooperative = a->value.cooperative != 0; break;
         case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
             pdl = a->value.programmaticStreamSerializationAllowed != 0;
             break;
-        default:
-            return CUDA_ERROR_INVALID_VALUE;
+        default: return CUDA_ERROR_INVALID_VALUE;
         }
     }
     pthread_mutex_lock(&lock);
@@ -2786,8 +2973,10 @@ fake_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction h, int block
 {
     CUresult rc = enter(F_cuOccupancyMaxActiveBlocksPerMultiprocessor);
     fake_func *f;
-    if (rc) return rc;
-    if (n == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (n == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if ((f = func_ok(h)) == NULL)
         rc = CUDA_ERROR_INVALID_HANDLE;
@@ -2804,8 +2993,10 @@ fake_cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUfunction h,
     CUresult rc = enter(F_cuOccupancyMaxPotentialBlockSize);
     fake_func *f;
     int b;
-    if (rc) return rc;
-    if (min_grid == NULL || block == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (min_grid == NULL || block == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if ((f = func_ok(h)) == NULL) {
         unlock();
@@ -2859,7 +3050,8 @@ static CUresult
 fake_cuStreamCreate(CUstream *out, unsigned int flags)
 {
     CUresult rc = enter(F_cuStreamCreate);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return stream_new(out, flags, 0);
 }
 
@@ -2867,7 +3059,8 @@ static CUresult
 fake_cuStreamCreateWithPriority(CUstream *out, unsigned int flags, int prio)
 {
     CUresult rc = enter(F_cuStreamCreateWithPriority);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return stream_new(out, flags, prio);
 }
 
@@ -2887,10 +3080,13 @@ fake_cuStreamDestroy(CUstream h)
 {
     CUresult rc = enter(F_cuStreamDestroy);
     fake_stream *s;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     s = real_stream(h, &rc);
-    if (rc) return rc;
-    if (s == NULL) return CUDA_ERROR_INVALID_HANDLE;
+    if (rc)
+        return rc;
+    if (s == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
     pthread_mutex_lock(&lock);
     cap_end_on_destroy(s);
     s->alive = 0;
@@ -2904,7 +3100,8 @@ fake_cuStreamSynchronize(CUstream h)
 {
     CUresult rc = enter(F_cuStreamSynchronize);
     fake_stream *s;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     s = real_stream(h, &rc);
     pthread_mutex_lock(&lock);
     if (rc == CUDA_SUCCESS && s != NULL && s->cap != NULL) {
@@ -2923,7 +3120,8 @@ static CUresult
 fake_cuStreamQuery(CUstream h)
 {
     CUresult rc = enter(F_cuStreamQuery);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     real_stream(h, &rc);
     return rc;
 }
@@ -2933,10 +3131,13 @@ fake_cuStreamGetPriority(CUstream h, int *prio)
 {
     CUresult rc = enter(F_cuStreamGetPriority);
     fake_stream *s;
-    if (rc) return rc;
-    if (prio == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (prio == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     s = real_stream(h, &rc);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     *prio = s ? s->priority : 0;
     return CUDA_SUCCESS;
 }
@@ -2946,10 +3147,13 @@ fake_cuStreamGetFlags(CUstream h, unsigned int *flags)
 {
     CUresult rc = enter(F_cuStreamGetFlags);
     fake_stream *s;
-    if (rc) return rc;
-    if (flags == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (flags == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     s = real_stream(h, &rc);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     *flags = s ? s->flags : 0;
     return CUDA_SUCCESS;
 }
@@ -2971,10 +3175,13 @@ static CUresult
 fake_cuStreamWaitEvent(CUstream h, CUevent ev, unsigned int flags)
 {
     CUresult rc = enter(F_cuStreamWaitEvent);
-    if (rc) return rc;
-    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
     real_stream(h, &rc);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if (event_ok(ev) == NULL) {
         rc = CUDA_ERROR_INVALID_HANDLE;
@@ -2993,8 +3200,10 @@ fake_cuEventCreate(CUevent *out, unsigned int flags)
     CUresult rc = enter(F_cuEventCreate);
     fake_ctx *c;
     fake_event *e;
-    if (rc) return rc;
-    if (out == NULL || (flags & ~0xfu) != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (out == NULL || (flags & ~0xfu) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     c = need_ctx(&rc);
     if (c != NULL) {
@@ -3022,7 +3231,8 @@ fake_cuEventDestroy(CUevent h)
 {
     CUresult rc = enter(F_cuEventDestroy);
     fake_event *e;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if ((e = event_ok(h)) == NULL) {
         rc = CUDA_ERROR_INVALID_HANDLE;
@@ -3039,7 +3249,8 @@ fake_cuEventRecord(CUevent h, CUstream s)
 {
     CUresult rc = enter(F_cuEventRecord);
     fake_event *e;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if ((e = event_ok(h)) == NULL)
         rc = CUDA_ERROR_INVALID_HANDLE;
@@ -3059,7 +3270,8 @@ static CUresult
 fake_cuEventSynchronize(CUevent h)
 {
     CUresult rc = enter(F_cuEventSynchronize);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if (event_ok(h) == NULL)
         rc = CUDA_ERROR_INVALID_HANDLE;
@@ -3071,7 +3283,8 @@ static CUresult
 fake_cuEventQuery(CUevent h)
 {
     CUresult rc = enter(F_cuEventQuery);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if (event_ok(h) == NULL)
         rc = CUDA_ERROR_INVALID_HANDLE;
@@ -3084,8 +3297,10 @@ fake_cuEventElapsedTime(float *ms, CUevent a, CUevent b)
 {
     CUresult rc = enter(F_cuEventElapsedTime);
     fake_event *ea, *eb;
-    if (rc) return rc;
-    if (ms == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (ms == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     ea = event_ok(a);
     eb = event_ok(b);
@@ -3108,11 +3323,11 @@ typedef struct fake_link {
     unsigned magic;
     int alive;
     fake_ctx *ctx;
-    char *ptx;                 /* the PTX inputs, concatenated, NUL-terminated */
+    char *ptx; /* the PTX inputs, concatenated, NUL-terminated */
     size_t ptx_len;
     int ninputs, nlibraries;
-    char *image;               /* cuLinkComplete's output, owned by the state */
-    char *info, *err;          /* the log buffers given at cuLinkCreate */
+    char *image;      /* cuLinkComplete's output, owned by the state */
+    char *info, *err; /* the log buffers given at cuLinkCreate */
     size_t info_cap, err_cap;
 } fake_link;
 
@@ -3133,8 +3348,8 @@ link_ok(CUlinkState h)
 
 /* Read the log buffer options; CUDA_ERROR_INVALID_VALUE for a bad one. */
 static CUresult
-link_options(unsigned n, CUjit_option *opts, void **vals, char **info, size_t *info_cap,
-             char **err, size_t *err_cap)
+link_options(unsigned n, CUjit_option *opts, void **vals, char **info, size_t *info_cap, char **err,
+             size_t *err_cap)
 {
     unsigned i;
     if (n && (opts == NULL || vals == NULL))
@@ -3142,8 +3357,10 @@ link_options(unsigned n, CUjit_option *opts, void **vals, char **info, size_t *i
     for (i = 0; i < n; i++) {
         if ((int)opts[i] < 0 || opts[i] >= CU_JIT_NUM_OPTIONS)
             return CUDA_ERROR_INVALID_VALUE;
-        if (opts[i] == CU_JIT_INFO_LOG_BUFFER && info) *info = vals[i];
-        if (opts[i] == CU_JIT_ERROR_LOG_BUFFER && err) *err = vals[i];
+        if (opts[i] == CU_JIT_INFO_LOG_BUFFER && info)
+            *info = vals[i];
+        if (opts[i] == CU_JIT_ERROR_LOG_BUFFER && err)
+            *err = vals[i];
         if (opts[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES && info_cap)
             *info_cap = (size_t)(uintptr_t)vals[i];
         if (opts[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES && err_cap)
@@ -3158,7 +3375,8 @@ fake_cuLinkCreate(unsigned int n, CUjit_option *opts, void **vals, CUlinkState *
     CUresult rc = enter(F_cuLinkCreate);
     fake_link *l;
     fake_ctx *c;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (out == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     l = calloc(1, sizeof *l);
@@ -3201,7 +3419,8 @@ link_add(fake_link *l, CUjitInputType type, const char *data, size_t size, const
         char *grown;
         if ((nul != NULL && len != size - 1) || memmem(data, len, ".version", 8) == NULL
             || memmem(data, len, ".target", 7) == NULL) {
-            write_log(l->err, l->err_cap, "stand-in: a PTX input is not PTX text "
+            write_log(l->err, l->err_cap,
+                      "stand-in: a PTX input is not PTX text "
                       "(.version and .target, no NUL before its end)");
             return CUDA_ERROR_INVALID_PTX;
         }
@@ -3217,7 +3436,12 @@ link_add(fake_link *l, CUjitInputType type, const char *data, size_t size, const
     }
     case CU_JIT_INPUT_CUBIN:
     case CU_JIT_INPUT_OBJECT:
-        if (size < 4 || memcmp(data, "\x7f" "ELF", 4) != 0)
+        if (size < 4
+            || memcmp(data,
+                      "\x7f"
+                      "ELF",
+                      4)
+                   != 0)
             what = "stand-in: a CUBIN/OBJECT input is not an ELF image";
         break;
     case CU_JIT_INPUT_FATBINARY:
@@ -3231,7 +3455,8 @@ link_add(fake_link *l, CUjitInputType type, const char *data, size_t size, const
             l->nlibraries++;
         break;
     default:
-        write_log(l->err, l->err_cap, "stand-in: NVVM input needs LTO, which the stand-in "
+        write_log(l->err, l->err_cap,
+                  "stand-in: NVVM input needs LTO, which the stand-in "
                   "does not link");
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -3245,12 +3470,13 @@ link_add(fake_link *l, CUjitInputType type, const char *data, size_t size, const
 }
 
 static CUresult
-fake_cuLinkAddData(CUlinkState h, CUjitInputType type, void *data, size_t size,
-                   const char *name, unsigned int n, CUjit_option *opts, void **vals)
+fake_cuLinkAddData(CUlinkState h, CUjitInputType type, void *data, size_t size, const char *name,
+                   unsigned int n, CUjit_option *opts, void **vals)
 {
     CUresult rc = enter(F_cuLinkAddData);
     fake_link *l;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if ((rc = link_options(n, opts, vals, NULL, NULL, NULL, NULL)) != CUDA_SUCCESS)
         return rc;
     pthread_mutex_lock(&lock);
@@ -3273,7 +3499,8 @@ fake_cuLinkAddFile(CUlinkState h, CUjitInputType type, const char *path, unsigne
     FILE *f;
     char *data = NULL;
     long size;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (path == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     if ((rc = link_options(n, opts, vals, NULL, NULL, NULL, NULL)) != CUDA_SUCCESS)
@@ -3290,8 +3517,7 @@ fake_cuLinkAddFile(CUlinkState h, CUjitInputType type, const char *path, unsigne
         return CUDA_ERROR_FILE_NOT_FOUND;
     }
     if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0
-        && (data = malloc((size_t)size)) != NULL
-        && fread(data, 1, (size_t)size, f) == (size_t)size)
+        && (data = malloc((size_t)size)) != NULL && fread(data, 1, (size_t)size, f) == (size_t)size)
         rc = link_add(l, type, data, (size_t)size, path);
     else
         rc = data == NULL && size > 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
@@ -3345,7 +3571,8 @@ link_unresolved(fake_link *l, char *buf, size_t cap)
             const char *cdp = strstr(q, "__cudaCDP");
             const char *eol = strchr(q, '\n');
             if (cdp != NULL && (eol == NULL || cdp < eol)) {
-                snprintf(buf, cap, "stand-in: undefined reference to the device runtime "
+                snprintf(buf, cap,
+                         "stand-in: undefined reference to the device runtime "
                          "(__cudaCDP*): link libcudadevrt.a as a LIBRARY input");
                 return;
             }
@@ -3359,7 +3586,8 @@ fake_cuLinkComplete(CUlinkState h, void **cubin, size_t *size)
     CUresult rc = enter(F_cuLinkComplete);
     fake_link *l;
     char why[512];
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (cubin == NULL || size == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
@@ -3369,8 +3597,10 @@ fake_cuLinkComplete(CUlinkState h, void **cubin, size_t *size)
     }
     if (l->image == NULL) {
         if (l->ptx == NULL) {
-            write_log(l->err, l->err_cap, l->ninputs ? "stand-in: no PTX input; the "
-                      "stand-in links PTX only" : "stand-in: nothing to link");
+            write_log(l->err, l->err_cap,
+                      l->ninputs ? "stand-in: no PTX input; the "
+                                   "stand-in links PTX only"
+                                 : "stand-in: nothing to link");
             unlock();
             return CUDA_ERROR_INVALID_VALUE;
         }
@@ -3386,7 +3616,8 @@ fake_cuLinkComplete(CUlinkState h, void **cubin, size_t *size)
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         memcpy(l->image, l->ptx, l->ptx_len + 1);
-        write_log(l->info, l->info_cap, "stand-in: PTX inputs concatenated; nothing was "
+        write_log(l->info, l->info_cap,
+                  "stand-in: PTX inputs concatenated; nothing was "
                   "compiled");
     }
     *cubin = l->image;
@@ -3400,7 +3631,8 @@ fake_cuLinkDestroy(CUlinkState h)
 {
     CUresult rc = enter(F_cuLinkDestroy);
     fake_link *l;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if ((l = link_ok(h)) == NULL) {
         rc = CUDA_ERROR_INVALID_HANDLE;
@@ -3408,7 +3640,7 @@ fake_cuLinkDestroy(CUlinkState h)
         free(l->ptx);
         free(l->image);
         l->ptx = l->image = NULL;
-        l->alive = 0;              /* kept, dead, to catch reuse */
+        l->alive = 0; /* kept, dead, to catch reuse */
         live_links--;
     }
     unlock();
@@ -3424,9 +3656,9 @@ typedef struct fake_array {
     int alive;
     fake_ctx *ctx;
     CUDA_ARRAY3D_DESCRIPTOR desc;
-    size_t esize;               /* bytes an element (all channels) */
-    unsigned char *data;        /* Width * max(Height,1) * max(Depth,1) elements */
-    int users;                  /* live texture/surface objects over it */
+    size_t esize;        /* bytes an element (all channels) */
+    unsigned char *data; /* Width * max(Height,1) * max(Depth,1) elements */
+    int users;           /* live texture/surface objects over it */
     struct fake_array *next_all;
 } fake_array;
 
@@ -3460,7 +3692,10 @@ reap_arrays(fake_ctx *c)
     for (o = all_texobjs; o != NULL; o = o->next_all) {
         if (o->ctx == c && o->alive) {
             o->alive = 0;
-            if (o->magic == MAGIC_SURF) live_surfaces--; else live_textures--;
+            if (o->magic == MAGIC_SURF)
+                live_surfaces--;
+            else
+                live_textures--;
             reaped++;
         }
     }
@@ -3480,10 +3715,13 @@ static size_t
 format_size(CUarray_format f)
 {
     switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
     case CU_AD_FORMAT_HALF: return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32: case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
     case CU_AD_FORMAT_FLOAT: return 4;
     default: return 0;
     }
@@ -3510,8 +3748,8 @@ array_create(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d)
     fake_ctx *c = need_ctx(&rc);
     fake_array *a;
     size_t es, h, dd, n;
-    unsigned known_flags = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST
-                           | CUDA_ARRAY3D_CUBEMAP | CUDA_ARRAY3D_TEXTURE_GATHER;
+    unsigned known_flags = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_CUBEMAP
+                           | CUDA_ARRAY3D_TEXTURE_GATHER;
     if (c == NULL)
         return rc;
     if (out == NULL || d == NULL)
@@ -3520,8 +3758,9 @@ array_create(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d)
     if (es == 0 || (d->NumChannels != 1 && d->NumChannels != 2 && d->NumChannels != 4)
         || d->Width == 0 || (d->Flags & ~known_flags)
         || ((d->Flags & CUDA_ARRAY3D_LAYERED) && d->Depth == 0)
-        || ((d->Flags & CUDA_ARRAY3D_CUBEMAP) && (d->Width != d->Height
-            || ((d->Flags & CUDA_ARRAY3D_LAYERED) ? d->Depth % 6 : d->Depth != 6))))
+        || ((d->Flags & CUDA_ARRAY3D_CUBEMAP)
+            && (d->Width != d->Height
+                || ((d->Flags & CUDA_ARRAY3D_LAYERED) ? d->Depth % 6 : d->Depth != 6))))
         return CUDA_ERROR_INVALID_VALUE;
     h = d->Height ? d->Height : 1;
     dd = d->Depth ? d->Depth : 1;
@@ -3554,8 +3793,10 @@ fake_cuArrayCreate(CUarray *out, const CUDA_ARRAY_DESCRIPTOR *d)
 {
     CUresult rc = enter(F_cuArrayCreate);
     CUDA_ARRAY3D_DESCRIPTOR d3;
-    if (rc) return rc;
-    if (d == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (d == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     memset(&d3, 0, sizeof d3);
     d3.Width = d->Width;
     d3.Height = d->Height;
@@ -3571,7 +3812,8 @@ static CUresult
 fake_cuArray3DCreate(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d)
 {
     CUresult rc = enter(F_cuArray3DCreate);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     rc = array_create(out, d);
     unlock();
@@ -3594,12 +3836,13 @@ fake_cuArrayDestroy(CUarray h)
 {
     CUresult rc = enter(F_cuArrayDestroy);
     fake_array *a;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     a = array_ok(h);
     if (a == NULL) {
         rc = CUDA_ERROR_INVALID_HANDLE;
-    } else {                     /* (a texture object left over it reads freed memory) */
+    } else { /* (a texture object left over it reads freed memory) */
         array_release(a);
     }
     unlock();
@@ -3611,7 +3854,8 @@ fake_cuArrayGetDescriptor(CUDA_ARRAY_DESCRIPTOR *out, CUarray h)
 {
     CUresult rc = enter(F_cuArrayGetDescriptor);
     fake_array *a;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     a = array_ok(h);
     if (a == NULL || out == NULL) {
@@ -3631,7 +3875,8 @@ fake_cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR *out, CUarray h)
 {
     CUresult rc = enter(F_cuArray3DGetDescriptor);
     fake_array *a;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     a = array_ok(h);
     if (a == NULL || out == NULL)
@@ -3645,7 +3890,7 @@ fake_cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR *out, CUarray h)
 /* One side of a 3-D copy: the address of each row comes from row(). Lock held. */
 typedef struct {
     unsigned char *base;
-    size_t pitch, slice;         /* bytes between rows, between slices */
+    size_t pitch, slice; /* bytes between rows, between slices */
 } side3d;
 
 static CUresult
@@ -3694,7 +3939,8 @@ copy3d(const CUDA_MEMCPY3D *p, CUstream s, int check_s)
     side3d src, dst;
     size_t i, j;
     fake_ctx *c;
-    if (p == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (p == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     if (p->WidthInBytes == 0 || p->Height == 0 || p->Depth == 0 || p->srcLOD || p->dstLOD)
         return p->srcLOD || p->dstLOD ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
@@ -3707,7 +3953,7 @@ copy3d(const CUDA_MEMCPY3D *p, CUstream s, int check_s)
     if (rc == CUDA_SUCCESS)
         rc = side_3d(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes,
                      p->dstY, p->dstZ, p->dstPitch, p->dstHeight, p, &dst);
-    if (rc == CUDA_SUCCESS && check_s && cap_stream(s) != NULL) {  /* captured: a node */
+    if (rc == CUDA_SUCCESS && check_s && cap_stream(s) != NULL) { /* captured: a node */
         struct fake_node *node = cap_node(cap_stream(s), CU_GRAPH_NODE_TYPE_MEMCPY, &rc);
         if (node != NULL)
             cap_memcpy_pitched(node, dst.base, src.base, p->WidthInBytes, p->Height, p->Depth,
@@ -3718,8 +3964,8 @@ copy3d(const CUDA_MEMCPY3D *p, CUstream s, int check_s)
     /* on the legacy stream: it waits for a blocking capturing stream */
     if (rc == CUDA_SUCCESS && (!check_s || IS_LEGACY(s)))
         rc = cap_violation(c, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
-    if (rc == CUDA_SUCCESS && (p->srcMemoryType == CU_MEMORYTYPE_ARRAY
-                               || p->dstMemoryType == CU_MEMORYTYPE_ARRAY)) {
+    if (rc == CUDA_SUCCESS
+        && (p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY)) {
         /* the driver is busy here (fakecuda_delay); an array destroyed
          * meanwhile is a use after free: counted, nothing moves */
         unlock();
@@ -3731,7 +3977,7 @@ copy3d(const CUDA_MEMCPY3D *p, CUstream s, int check_s)
             return CUDA_SUCCESS;
         }
     }
-    if (rc == CUDA_SUCCESS)        /* under the lock: an array cannot go meanwhile */
+    if (rc == CUDA_SUCCESS) /* under the lock: an array cannot go meanwhile */
         for (i = 0; i < p->Depth; i++)
             for (j = 0; j < p->Height; j++)
                 memmove(dst.base + i * dst.slice + j * dst.pitch,
@@ -3744,7 +3990,8 @@ static CUresult
 fake_cuMemcpy3D(const CUDA_MEMCPY3D *p)
 {
     CUresult rc = enter(F_cuMemcpy3D);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return copy3d(p, NULL, 0);
 }
 
@@ -3752,7 +3999,8 @@ static CUresult
 fake_cuMemcpy3DAsync(const CUDA_MEMCPY3D *p, CUstream s)
 {
     CUresult rc = enter(F_cuMemcpy3DAsync);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return copy3d(p, s, 1);
 }
 
@@ -3763,7 +4011,8 @@ copy3d_peer(const CUDA_MEMCPY3D_PEER *pp, CUstream s, int check_s)
 {
     CUDA_MEMCPY3D p;
     int ok;
-    if (pp == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (pp == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     ok = (pp->srcMemoryType == CU_MEMORYTYPE_ARRAY || ctx_ok((fake_ctx *)pp->srcContext))
          && (pp->dstMemoryType == CU_MEMORYTYPE_ARRAY || ctx_ok((fake_ctx *)pp->dstContext));
@@ -3771,15 +4020,29 @@ copy3d_peer(const CUDA_MEMCPY3D_PEER *pp, CUstream s, int check_s)
     if (!ok)
         return CUDA_ERROR_INVALID_CONTEXT;
     memset(&p, 0, sizeof p);
-    p.srcXInBytes = pp->srcXInBytes; p.srcY = pp->srcY; p.srcZ = pp->srcZ;
-    p.srcLOD = pp->srcLOD; p.srcMemoryType = pp->srcMemoryType; p.srcHost = pp->srcHost;
-    p.srcDevice = pp->srcDevice; p.srcArray = pp->srcArray; p.srcPitch = pp->srcPitch;
+    p.srcXInBytes = pp->srcXInBytes;
+    p.srcY = pp->srcY;
+    p.srcZ = pp->srcZ;
+    p.srcLOD = pp->srcLOD;
+    p.srcMemoryType = pp->srcMemoryType;
+    p.srcHost = pp->srcHost;
+    p.srcDevice = pp->srcDevice;
+    p.srcArray = pp->srcArray;
+    p.srcPitch = pp->srcPitch;
     p.srcHeight = pp->srcHeight;
-    p.dstXInBytes = pp->dstXInBytes; p.dstY = pp->dstY; p.dstZ = pp->dstZ;
-    p.dstLOD = pp->dstLOD; p.dstMemoryType = pp->dstMemoryType; p.dstHost = pp->dstHost;
-    p.dstDevice = pp->dstDevice; p.dstArray = pp->dstArray; p.dstPitch = pp->dstPitch;
+    p.dstXInBytes = pp->dstXInBytes;
+    p.dstY = pp->dstY;
+    p.dstZ = pp->dstZ;
+    p.dstLOD = pp->dstLOD;
+    p.dstMemoryType = pp->dstMemoryType;
+    p.dstHost = pp->dstHost;
+    p.dstDevice = pp->dstDevice;
+    p.dstArray = pp->dstArray;
+    p.dstPitch = pp->dstPitch;
     p.dstHeight = pp->dstHeight;
-    p.WidthInBytes = pp->WidthInBytes; p.Height = pp->Height; p.Depth = pp->Depth;
+    p.WidthInBytes = pp->WidthInBytes;
+    p.Height = pp->Height;
+    p.Depth = pp->Depth;
     return copy3d(&p, s, check_s);
 }
 
@@ -3787,7 +4050,8 @@ static CUresult
 fake_cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *p)
 {
     CUresult rc = enter(F_cuMemcpy3DPeer);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return copy3d_peer(p, NULL, 0);
 }
 
@@ -3795,7 +4059,8 @@ static CUresult
 fake_cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *p, CUstream s)
 {
     CUresult rc = enter(F_cuMemcpy3DPeerAsync);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return copy3d_peer(p, s, 1);
 }
 
@@ -3858,11 +4123,12 @@ array_linear_copy(CUarray darr, size_t doff, CUdeviceptr ddev, CUarray sarr, siz
     pthread_mutex_lock(&lock);
     if ((darr != NULL && array_ok(darr) == NULL) || (sarr != NULL && array_ok(sarr) == NULL))
         goto done;
-    if ((darr == NULL && !device_range_ok(ddev, n)) || (sarr == NULL && !device_range_ok(sdev, n))) {
+    if ((darr == NULL && !device_range_ok(ddev, n))
+        || (sarr == NULL && !device_range_ok(sdev, n))) {
         stale_uses++;
         goto done;
     }
-    if (n)                       /* under the lock: an array cannot go meanwhile */
+    if (n) /* under the lock: an array cannot go meanwhile */
         memmove(dst, src, n);
 done:
     unlock();
@@ -3873,7 +4139,8 @@ static CUresult
 fake_cuMemcpyDtoA(CUarray dst, size_t off, CUdeviceptr src, size_t n)
 {
     CUresult rc = enter(F_cuMemcpyDtoA);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return array_linear_copy(dst, off, 0, NULL, 0, src, n);
 }
 
@@ -3881,7 +4148,8 @@ static CUresult
 fake_cuMemcpyAtoD(CUdeviceptr dst, CUarray src, size_t off, size_t n)
 {
     CUresult rc = enter(F_cuMemcpyAtoD);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return array_linear_copy(NULL, 0, dst, src, off, 0, n);
 }
 
@@ -3889,7 +4157,8 @@ static CUresult
 fake_cuMemcpyAtoA(CUarray dst, size_t doff, CUarray src, size_t soff, size_t n)
 {
     CUresult rc = enter(F_cuMemcpyAtoA);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return array_linear_copy(dst, doff, 0, src, soff, 0, n);
 }
 
@@ -3917,12 +4186,12 @@ resource_ok(const CUDA_RESOURCE_DESC *r, fake_array **arr)
         if (es == 0 || r->res.pitch2D.devPtr % 512 || r->res.pitch2D.pitchInBytes % 32
             || r->res.pitch2D.width == 0 || r->res.pitch2D.height == 0
             || r->res.pitch2D.pitchInBytes < r->res.pitch2D.width * es
-            || !device_range_ok(r->res.pitch2D.devPtr, (r->res.pitch2D.height - 1)
-                                * r->res.pitch2D.pitchInBytes + r->res.pitch2D.width * es))
+            || !device_range_ok(r->res.pitch2D.devPtr,
+                                (r->res.pitch2D.height - 1) * r->res.pitch2D.pitchInBytes
+                                    + r->res.pitch2D.width * es))
             return CUDA_ERROR_INVALID_VALUE;
         return CUDA_SUCCESS;
-    default:
-        return CUDA_ERROR_INVALID_VALUE;
+    default: return CUDA_ERROR_INVALID_VALUE;
     }
 }
 
@@ -3949,9 +4218,9 @@ texobj_create(unsigned long long *out, const CUDA_RESOURCE_DESC *r, const CUDA_T
         goto done;
     }
     if (!surface) {
-        CUarray_format f = r->resType == CU_RESOURCE_TYPE_ARRAY ? a->desc.Format
-                         : r->resType == CU_RESOURCE_TYPE_LINEAR ? r->res.linear.format
-                         : r->res.pitch2D.format;
+        CUarray_format f = r->resType == CU_RESOURCE_TYPE_ARRAY    ? a->desc.Format
+                           : r->resType == CU_RESOURCE_TYPE_LINEAR ? r->res.linear.format
+                                                                   : r->res.pitch2D.format;
         int i;
         for (i = 0; i < 3; i++)
             if ((unsigned)t->addressMode[i] > CU_TR_ADDRESS_MODE_BORDER) {
@@ -3982,7 +4251,10 @@ texobj_create(unsigned long long *out, const CUDA_RESOURCE_DESC *r, const CUDA_T
     remember(o);
     o->next_all = all_texobjs;
     all_texobjs = o;
-    if (surface) live_surfaces++; else live_textures++;
+    if (surface)
+        live_surfaces++;
+    else
+        live_textures++;
     *out = (unsigned long long)(uintptr_t)o;
 done:
     unlock();
@@ -4004,19 +4276,24 @@ texobj_destroy(unsigned long long h, int surface)
         o->alive = 0;
         if (o->array)
             o->array->users--;
-        if (surface) live_surfaces--; else live_textures--;
+        if (surface)
+            live_surfaces--;
+        else
+            live_textures--;
     }
     unlock();
     return rc;
 }
 
 static CUresult
-fake_cuTexObjectCreate(CUtexObject *out, const CUDA_RESOURCE_DESC *r,
-                       const CUDA_TEXTURE_DESC *t, const CUDA_RESOURCE_VIEW_DESC *v)
+fake_cuTexObjectCreate(CUtexObject *out, const CUDA_RESOURCE_DESC *r, const CUDA_TEXTURE_DESC *t,
+                       const CUDA_RESOURCE_VIEW_DESC *v)
 {
     CUresult rc = enter(F_cuTexObjectCreate);
-    if (rc) return rc;
-    if (v != NULL) return CUDA_ERROR_NOT_SUPPORTED;     /* views: not in the stand-in */
+    if (rc)
+        return rc;
+    if (v != NULL)
+        return CUDA_ERROR_NOT_SUPPORTED; /* views: not in the stand-in */
     return texobj_create((unsigned long long *)out, r, t, 0);
 }
 
@@ -4024,7 +4301,8 @@ static CUresult
 fake_cuTexObjectDestroy(CUtexObject h)
 {
     CUresult rc = enter(F_cuTexObjectDestroy);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return texobj_destroy(h, 0);
 }
 
@@ -4032,7 +4310,8 @@ static CUresult
 fake_cuSurfObjectCreate(CUsurfObject *out, const CUDA_RESOURCE_DESC *r)
 {
     CUresult rc = enter(F_cuSurfObjectCreate);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return texobj_create((unsigned long long *)out, r, NULL, 1);
 }
 
@@ -4040,7 +4319,8 @@ static CUresult
 fake_cuSurfObjectDestroy(CUsurfObject h)
 {
     CUresult rc = enter(F_cuSurfObjectDestroy);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return texobj_destroy(h, 1);
 }
 
@@ -4054,8 +4334,10 @@ fakecuda_texobj(unsigned long long h, CUDA_RESOURCE_DESC *r, CUDA_TEXTURE_DESC *
     pthread_mutex_lock(&lock);
     ok = known(o) && (o->magic == MAGIC_TEX || o->magic == MAGIC_SURF) && o->alive;
     if (ok) {
-        if (r) *r = o->res;
-        if (t) *t = o->tex;
+        if (r)
+            *r = o->res;
+        if (t)
+            *t = o->tex;
     }
     unlock();
     return ok ? 0 : -1;
@@ -4082,15 +4364,16 @@ tmap_check(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t rank, void *addr,
     cuuint32_t i;
     if (m == NULL || ((uintptr_t)m % 64) || (unsigned)t >= 13 || rank < (cuuint32_t)min_rank
         || rank > 5 || dims == NULL || es == NULL || (rank > 1 && strides == NULL)
-        || (uintptr_t)addr % (il == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16)
-        || (unsigned)il > 2 || (unsigned)sw > 6 || (unsigned)l2 > 3 || (unsigned)oob > 1
+        || (uintptr_t)addr % (il == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16) || (unsigned)il > 2
+        || (unsigned)sw > 6 || (unsigned)l2 > 3 || (unsigned)oob > 1
         || (il != CU_TENSOR_MAP_INTERLEAVE_NONE && rank < 3))
         return CUDA_ERROR_INVALID_VALUE;
     for (i = 0; i < rank; i++) {
         if (dims[i] == 0 || dims[i] > (1ull << 32) || es[i] == 0 || es[i] > 8)
             return CUDA_ERROR_INVALID_VALUE;
-        if (i + 1 < rank && (strides[i] % (il == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16)
-                             || strides[i] >= (1ull << 40)))
+        if (i + 1 < rank
+            && (strides[i] % (il == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16)
+                || strides[i] >= (1ull << 40)))
             return CUDA_ERROR_INVALID_VALUE;
     }
     memset(m, 0, sizeof *m);
@@ -4108,15 +4391,16 @@ tmap_check(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t rank, void *addr,
 }
 
 static CUresult
-fake_cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t rank,
-                            void *addr, const cuuint64_t *dims, const cuuint64_t *strides,
-                            const cuuint32_t *box, const cuuint32_t *es,
-                            CUtensorMapInterleave il, CUtensorMapSwizzle sw,
-                            CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob)
+fake_cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t rank, void *addr,
+                            const cuuint64_t *dims, const cuuint64_t *strides,
+                            const cuuint32_t *box, const cuuint32_t *es, CUtensorMapInterleave il,
+                            CUtensorMapSwizzle sw, CUtensorMapL2promotion l2,
+                            CUtensorMapFloatOOBfill oob)
 {
     CUresult rc = enter(F_cuTensorMapEncodeTiled);
     cuuint32_t i;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (box == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     for (i = 0; i < rank && i < 5; i++)
@@ -4126,11 +4410,14 @@ fake_cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t ra
         && (box[0] * tmap_sizes[t]) % 16)
         return CUDA_ERROR_INVALID_VALUE;
     if ((unsigned)t < 13 && il == CU_TENSOR_MAP_INTERLEAVE_NONE && sw != CU_TENSOR_MAP_SWIZZLE_NONE
-        && rank >= 1 && box[0] * tmap_sizes[t] > (sw == CU_TENSOR_MAP_SWIZZLE_32B ? 32u
-                                                  : sw == CU_TENSOR_MAP_SWIZZLE_64B ? 64u : 128u))
+        && rank >= 1
+        && box[0] * tmap_sizes[t] > (sw == CU_TENSOR_MAP_SWIZZLE_32B   ? 32u
+                                     : sw == CU_TENSOR_MAP_SWIZZLE_64B ? 64u
+                                                                       : 128u))
         return CUDA_ERROR_INVALID_VALUE;
     rc = tmap_check(m, t, rank, addr, dims, strides, es, il, sw, l2, oob, 1);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     for (i = 0; i < rank; i++) {
         if (i < 4)
             m->opaque[12] |= (cuuint64_t)box[i] << (16 * i);
@@ -4141,20 +4428,21 @@ fake_cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t ra
 }
 
 static CUresult
-fake_cuTensorMapEncodeIm2col(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t rank,
-                             void *addr, const cuuint64_t *dims, const cuuint64_t *strides,
-                             const int *lower, const int *upper, cuuint32_t cpp,
-                             cuuint32_t ppc, const cuuint32_t *es, CUtensorMapInterleave il,
-                             CUtensorMapSwizzle sw, CUtensorMapL2promotion l2,
-                             CUtensorMapFloatOOBfill oob)
+fake_cuTensorMapEncodeIm2col(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t rank, void *addr,
+                             const cuuint64_t *dims, const cuuint64_t *strides, const int *lower,
+                             const int *upper, cuuint32_t cpp, cuuint32_t ppc, const cuuint32_t *es,
+                             CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                             CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob)
 {
     CUresult rc = enter(F_cuTensorMapEncodeIm2col);
     cuuint32_t i;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (lower == NULL || upper == NULL || cpp == 0 || cpp > 256 || ppc == 0 || ppc > 1024)
         return CUDA_ERROR_INVALID_VALUE;
     rc = tmap_check(m, t, rank, addr, dims, strides, es, il, sw, l2, oob, 3);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     m->opaque[2] |= (cuuint64_t)1 << 48;
     m->opaque[14] = (cuuint64_t)cpp | (cuuint64_t)ppc << 16;
     for (i = 0; i + 2 < rank; i++)
@@ -4176,9 +4464,9 @@ typedef struct fake_node {
     fake_graph *graph;
     int type, idx;
     int ndeps;
-    struct fake_node **deps;        /* malloc'd */
-    struct fake_node *orig;         /* in an exec's copy: the node copied */
-    struct fake_node *next;         /* the graph's order */
+    struct fake_node **deps; /* malloc'd */
+    struct fake_node *orig;  /* in an exec's copy: the node copied */
+    struct fake_node *next;  /* the graph's order */
     /* kernel */
     fake_func *func;
     unsigned grid[3], block[3], shared;
@@ -4218,15 +4506,15 @@ struct fake_graph {
     fake_ctx *ctx;
     fake_node *first, *last;
     int count;
-    int sub;                /* a child copy or conditional body: dies with its node */
-    struct fake_graph *parent;  /* a conditional body: the graph of its node */
+    int sub;                   /* a child copy or conditional body: dies with its node */
+    struct fake_graph *parent; /* a conditional body: the graph of its node */
 };
 
 typedef struct {
     unsigned magic;
     int alive;
-    fake_graph *g;          /* the executable copy */
-    fake_graph *src;        /* the graph instantiated (its nodes are the update keys) */
+    fake_graph *g;   /* the executable copy */
+    fake_graph *src; /* the graph instantiated (its nodes are the update keys) */
 } fake_exec;
 
 static long live_graphs, live_execs;
@@ -4478,7 +4766,7 @@ static void
 replay_kernel(fake_node *n, CUstream s)
 {
     if (!n->func->alive || !n->func->module->alive) {
-        stale_uses++;         /* the module was unloaded under the graph */
+        stale_uses++; /* the module was unloaded under the graph */
         return;
     }
     memcpy(last_launch.params, n->params, n->psize);
@@ -4506,20 +4794,18 @@ replay(fake_graph *g, CUstream s, int depth)
         return CUDA_ERROR_INVALID_VALUE;
     for (n = g->first; n != NULL && rc == CUDA_SUCCESS; n = n->next) {
         switch (n->type) {
-        case CU_GRAPH_NODE_TYPE_KERNEL:
-            replay_kernel(n, s);
-            break;
+        case CU_GRAPH_NODE_TYPE_KERNEL: replay_kernel(n, s); break;
         case CU_GRAPH_NODE_TYPE_MEMCPY:
             if (n->rows) {
                 size_t i, j;
                 for (i = 0; i < n->depth; i++)
                     for (j = 0; j < n->rows; j++)
                         memmove((unsigned char *)n->dst + i * n->dslice + j * n->dpitch,
-                                (const unsigned char *)n->src + i * n->sslice
-                                + j * n->spitch, n->n);
+                                (const unsigned char *)n->src + i * n->sslice + j * n->spitch,
+                                n->n);
             } else if ((n->dst_dev && !device_range_ok((CUdeviceptr)(uintptr_t)n->dst, n->n))
-                || (n->src_dev && !device_range_ok((CUdeviceptr)(uintptr_t)n->src, n->n)))
-                stale_uses++;         /* device memory freed under the graph */
+                       || (n->src_dev && !device_range_ok((CUdeviceptr)(uintptr_t)n->src, n->n)))
+                stale_uses++; /* device memory freed under the graph */
             else
                 memmove(n->dst, n->src, n->n);
             break;
@@ -4531,11 +4817,15 @@ replay(fake_graph *g, CUstream s, int depth)
             }
             for (r = 0; r < n->height; r++)
                 for (i = 0; i < n->width; i++) {
-                    unsigned char *p = (unsigned char *)(uintptr_t)n->mdst + r * n->pitch
-                                       + i * n->esize;
-                    if (n->esize == 1) *p = (unsigned char)n->value;
-                    else if (n->esize == 2) { unsigned short v = (unsigned short)n->value; memcpy(p, &v, 2); }
-                    else memcpy(p, &n->value, 4);
+                    unsigned char *p =
+                        (unsigned char *)(uintptr_t)n->mdst + r * n->pitch + i * n->esize;
+                    if (n->esize == 1)
+                        *p = (unsigned char)n->value;
+                    else if (n->esize == 2) {
+                        unsigned short v = (unsigned short)n->value;
+                        memcpy(p, &v, 2);
+                    } else
+                        memcpy(p, &n->value, 4);
                 }
             break;
         }
@@ -4568,8 +4858,7 @@ replay(fake_graph *g, CUstream s, int depth)
             }
             break;
         }
-        default:    /* empty, wait, mem alloc/free: nothing to do on the host */
-            break;
+        default: /* empty, wait, mem alloc/free: nothing to do on the host */ break;
         }
     }
     return rc;
@@ -4630,10 +4919,11 @@ fake_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
     CUresult rc = enter(F_cuThreadExchangeStreamCaptureMode);
     int old;
-    if (rc) return rc;
-    if (mode == NULL || (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL
-                         && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-                         && *mode != CU_STREAM_CAPTURE_MODE_RELAXED))
+    if (rc)
+        return rc;
+    if (mode == NULL
+        || (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+            && *mode != CU_STREAM_CAPTURE_MODE_RELAXED))
         return CUDA_ERROR_INVALID_VALUE;
     old = tl_capture_mode;
     tl_capture_mode = *mode;
@@ -4674,13 +4964,16 @@ fake_cuStreamBeginCapture(CUstream h, CUstreamCaptureMode mode)
 {
     CUresult rc = enter(F_cuStreamBeginCapture);
     fake_stream *s;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
         && mode != CU_STREAM_CAPTURE_MODE_RELAXED)
         return CUDA_ERROR_INVALID_VALUE;
     s = real_stream(h, &rc);
-    if (rc) return rc;
-    if (s == NULL) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (rc)
+        return rc;
+    if (s == NULL)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     pthread_mutex_lock(&lock);
     if (s->cap != NULL) {
         rc = CUDA_ERROR_ILLEGAL_STATE;
@@ -4702,10 +4995,13 @@ fake_cuStreamEndCapture(CUstream h, CUgraph *out)
 {
     CUresult rc = enter(F_cuStreamEndCapture);
     fake_stream *s;
-    if (rc) return rc;
-    if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (out == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     s = real_stream(h, &rc);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     *out = NULL;
     if (s == NULL || s->cap == NULL) {
@@ -4730,14 +5026,17 @@ fake_cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *status)
 {
     CUresult rc = enter(F_cuStreamIsCapturing);
     fake_stream *s;
-    if (rc) return rc;
-    if (status == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (status == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     s = real_stream(h, &rc);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     *status = s == NULL || s->cap == NULL ? CU_STREAM_CAPTURE_STATUS_NONE
-              : s->cap_invalid ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
-              : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+              : s->cap_invalid            ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                          : CU_STREAM_CAPTURE_STATUS_ACTIVE;
     unlock();
     return CUDA_SUCCESS;
 }
@@ -4748,8 +5047,10 @@ fake_cuGraphCreate(CUgraph *out, unsigned int flags)
     CUresult rc = enter(F_cuGraphCreate);
     fake_ctx *c;
     fake_graph *g;
-    if (rc) return rc;
-    if (out == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (out == NULL || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if ((c = need_ctx(&rc)) != NULL) {
         if ((g = graph_new(c, 0)) == NULL)
@@ -4766,7 +5067,8 @@ fake_cuGraphDestroy(CUgraph h)
 {
     CUresult rc = enter(F_cuGraphDestroy);
     fake_graph *g;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if ((g = graph_ok(h)) == NULL || g->sub)
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -4784,7 +5086,8 @@ add_start(int fn, CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t n
     fake_graph *g;
     fake_node *n;
     *rc = enter(fn);
-    if (*rc) return NULL;
+    if (*rc)
+        return NULL;
     if (out == NULL) {
         *rc = CUDA_ERROR_INVALID_VALUE;
         return NULL;
@@ -4829,10 +5132,11 @@ fake_cuGraphAddKernelNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, 
                           const CUDA_KERNEL_NODE_PARAMS_v1 *p)
 {
     CUresult rc;
-    fake_node *n = add_start(F_cuGraphAddKernelNode, out, h, deps, nd,
-                             CU_GRAPH_NODE_TYPE_KERNEL, &rc);
+    fake_node *n =
+        add_start(F_cuGraphAddKernelNode, out, h, deps, nd, CU_GRAPH_NODE_TYPE_KERNEL, &rc);
     fake_func *f;
-    if (n == NULL) return rc;
+    if (n == NULL)
+        return rc;
     if (p == NULL || (f = func_ok(p->func)) == NULL || f->module->ctx != n->graph->ctx
         || !p->gridDimX || !p->gridDimY || !p->gridDimZ || !p->blockDimX || !p->blockDimY
         || !p->blockDimZ
@@ -4841,8 +5145,12 @@ fake_cuGraphAddKernelNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, 
         add_undo(n, out);
         return rc ? rc : CUDA_ERROR_INVALID_VALUE;
     }
-    n->grid[0] = p->gridDimX; n->grid[1] = p->gridDimY; n->grid[2] = p->gridDimZ;
-    n->block[0] = p->blockDimX; n->block[1] = p->blockDimY; n->block[2] = p->blockDimZ;
+    n->grid[0] = p->gridDimX;
+    n->grid[1] = p->gridDimY;
+    n->grid[2] = p->gridDimZ;
+    n->block[0] = p->blockDimX;
+    n->block[1] = p->blockDimY;
+    n->block[2] = p->blockDimZ;
     n->shared = p->sharedMemBytes;
     unlock();
     return CUDA_SUCCESS;
@@ -4853,9 +5161,10 @@ fake_cuGraphAddMemcpyNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, 
                           const CUDA_MEMCPY3D *p, CUcontext ctx)
 {
     CUresult rc;
-    fake_node *n = add_start(F_cuGraphAddMemcpyNode, out, h, deps, nd,
-                             CU_GRAPH_NODE_TYPE_MEMCPY, &rc);
-    if (n == NULL) return rc;
+    fake_node *n =
+        add_start(F_cuGraphAddMemcpyNode, out, h, deps, nd, CU_GRAPH_NODE_TYPE_MEMCPY, &rc);
+    if (n == NULL)
+        return rc;
     if (p == NULL || p->Height != 1 || p->Depth != 1 || p->WidthInBytes == 0
         || (p->dstMemoryType != CU_MEMORYTYPE_HOST && p->dstMemoryType != CU_MEMORYTYPE_DEVICE)
         || (p->srcMemoryType != CU_MEMORYTYPE_HOST && p->srcMemoryType != CU_MEMORYTYPE_DEVICE)
@@ -4880,9 +5189,10 @@ fake_cuGraphAddMemsetNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, 
                           const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
 {
     CUresult rc;
-    fake_node *n = add_start(F_cuGraphAddMemsetNode, out, h, deps, nd,
-                             CU_GRAPH_NODE_TYPE_MEMSET, &rc);
-    if (n == NULL) return rc;
+    fake_node *n =
+        add_start(F_cuGraphAddMemsetNode, out, h, deps, nd, CU_GRAPH_NODE_TYPE_MEMSET, &rc);
+    if (n == NULL)
+        return rc;
     if (p == NULL || (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4)
         || p->width == 0 || p->height == 0 || p->dst % p->elementSize
         || !device_range_ok(p->dst, p->pitch * (p->height - 1) + p->width * p->elementSize)) {
@@ -4904,9 +5214,9 @@ fake_cuGraphAddHostNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, si
                         const CUDA_HOST_NODE_PARAMS *p)
 {
     CUresult rc;
-    fake_node *n = add_start(F_cuGraphAddHostNode, out, h, deps, nd, CU_GRAPH_NODE_TYPE_HOST,
-                             &rc);
-    if (n == NULL) return rc;
+    fake_node *n = add_start(F_cuGraphAddHostNode, out, h, deps, nd, CU_GRAPH_NODE_TYPE_HOST, &rc);
+    if (n == NULL)
+        return rc;
     if (p == NULL || p->fn == NULL) {
         add_undo(n, out);
         return CUDA_ERROR_INVALID_VALUE;
@@ -4934,10 +5244,11 @@ fake_cuGraphAddChildGraphNode(CUgraphNode *out, CUgraph h, const CUgraphNode *de
                               CUgraph child)
 {
     CUresult rc;
-    fake_node *n = add_start(F_cuGraphAddChildGraphNode, out, h, deps, nd,
-                             CU_GRAPH_NODE_TYPE_GRAPH, &rc);
+    fake_node *n =
+        add_start(F_cuGraphAddChildGraphNode, out, h, deps, nd, CU_GRAPH_NODE_TYPE_GRAPH, &rc);
     fake_graph *c;
-    if (n == NULL) return rc;
+    if (n == NULL)
+        return rc;
     if ((c = graph_ok(child)) == NULL || graph_encloses(c, n->graph)
         || (n->child = graph_copy(c, 1)) == NULL) {
         add_undo(n, out);
@@ -4951,9 +5262,10 @@ static CUresult
 fake_cuGraphAddEmptyNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t nd)
 {
     CUresult rc;
-    fake_node *n = add_start(F_cuGraphAddEmptyNode, out, h, deps, nd, CU_GRAPH_NODE_TYPE_EMPTY,
-                             &rc);
-    if (n == NULL) return rc;
+    fake_node *n =
+        add_start(F_cuGraphAddEmptyNode, out, h, deps, nd, CU_GRAPH_NODE_TYPE_EMPTY, &rc);
+    if (n == NULL)
+        return rc;
     unlock();
     return CUDA_SUCCESS;
 }
@@ -4964,7 +5276,8 @@ add_event(int fn, int type, CUgraphNode *out, CUgraph h, const CUgraphNode *deps
 {
     CUresult rc;
     fake_node *n = add_start(fn, out, h, deps, nd, type, &rc);
-    if (n == NULL) return rc;
+    if (n == NULL)
+        return rc;
     if ((n->event = event_ok(ev)) == NULL) {
         add_undo(n, out);
         return CUDA_ERROR_INVALID_HANDLE;
@@ -4977,8 +5290,8 @@ static CUresult
 fake_cuGraphAddEventRecordNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t nd,
                                CUevent ev)
 {
-    return add_event(F_cuGraphAddEventRecordNode, CU_GRAPH_NODE_TYPE_EVENT_RECORD, out, h, deps,
-                     nd, ev);
+    return add_event(F_cuGraphAddEventRecordNode, CU_GRAPH_NODE_TYPE_EVENT_RECORD, out, h, deps, nd,
+                     ev);
 }
 
 static CUresult
@@ -5014,9 +5327,10 @@ fake_cuGraphAddMemAllocNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps
                             CUDA_MEM_ALLOC_NODE_PARAMS *p)
 {
     CUresult rc;
-    fake_node *n = add_start(F_cuGraphAddMemAllocNode, out, h, deps, nd,
-                             CU_GRAPH_NODE_TYPE_MEM_ALLOC, &rc);
-    if (n == NULL) return rc;
+    fake_node *n =
+        add_start(F_cuGraphAddMemAllocNode, out, h, deps, nd, CU_GRAPH_NODE_TYPE_MEM_ALLOC, &rc);
+    if (n == NULL)
+        return rc;
     if (p == NULL || p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED
         || p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE
         || p->poolProps.location.id != n->graph->ctx->dev
@@ -5034,10 +5348,11 @@ fake_cuGraphAddMemFreeNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps,
                            CUdeviceptr d)
 {
     CUresult rc;
-    fake_node *n = add_start(F_cuGraphAddMemFreeNode, out, h, deps, nd,
-                             CU_GRAPH_NODE_TYPE_MEM_FREE, &rc);
+    fake_node *n =
+        add_start(F_cuGraphAddMemFreeNode, out, h, deps, nd, CU_GRAPH_NODE_TYPE_MEM_FREE, &rc);
     fake_alloc *a;
-    if (n == NULL) return rc;
+    if (n == NULL)
+        return rc;
     a = find_base((uintptr_t)d);
     if (a == NULL || a->kind != K_ASYNC) {
         add_undo(n, out);
@@ -5049,14 +5364,15 @@ fake_cuGraphAddMemFreeNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps,
 }
 
 static CUresult
-fake_cuGraphAddDependencies(CUgraph h, const CUgraphNode *from, const CUgraphNode *to,
-                            size_t n)
+fake_cuGraphAddDependencies(CUgraph h, const CUgraphNode *from, const CUgraphNode *to, size_t n)
 {
     CUresult rc = enter(F_cuGraphAddDependencies);
     fake_graph *g;
     size_t i;
-    if (rc) return rc;
-    if (n > 0 && (from == NULL || to == NULL)) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (n > 0 && (from == NULL || to == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if ((g = graph_ok(h)) == NULL)
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -5064,7 +5380,7 @@ fake_cuGraphAddDependencies(CUgraph h, const CUgraphNode *from, const CUgraphNod
         fake_node *a = node_ok(from[i]), *b = node_ok(to[i]);
         fake_node **d;
         if (a == NULL || b == NULL || a->graph != g || b->graph != g || a == b
-            || a->idx > b->idx) {   /* the stand-in keeps nodes in a topological order */
+            || a->idx > b->idx) { /* the stand-in keeps nodes in a topological order */
             rc = CUDA_ERROR_INVALID_VALUE;
             break;
         }
@@ -5086,8 +5402,10 @@ fake_cuGraphGetNodes(CUgraph h, CUgraphNode *nodes, size_t *n)
     fake_graph *g;
     fake_node *x;
     size_t i = 0;
-    if (rc) return rc;
-    if (n == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (n == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if ((g = graph_ok(h)) == NULL) {
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -5107,7 +5425,8 @@ fake_cuGraphNodeGetType(CUgraphNode h, CUgraphNodeType *t)
 {
     CUresult rc = enter(F_cuGraphNodeGetType);
     fake_node *n;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if (t == NULL || (n = node_ok(h)) == NULL)
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -5123,7 +5442,8 @@ fake_cuGraphNodeGetDependencies(CUgraphNode h, CUgraphNode *deps, size_t *nd)
     CUresult rc = enter(F_cuGraphNodeGetDependencies);
     fake_node *n;
     int i;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if (nd == NULL || (n = node_ok(h)) == NULL) {
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -5143,15 +5463,20 @@ fake_cuGraphKernelNodeGetParams(CUgraphNode h, CUDA_KERNEL_NODE_PARAMS_v1 *p)
 {
     CUresult rc = enter(F_cuGraphKernelNodeGetParams);
     fake_node *n;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if (p == NULL || (n = node_ok(h)) == NULL || n->type != CU_GRAPH_NODE_TYPE_KERNEL) {
         rc = CUDA_ERROR_INVALID_VALUE;
     } else {
         memset(p, 0, sizeof *p);
         p->func = (CUfunction)n->func;
-        p->gridDimX = n->grid[0]; p->gridDimY = n->grid[1]; p->gridDimZ = n->grid[2];
-        p->blockDimX = n->block[0]; p->blockDimY = n->block[1]; p->blockDimZ = n->block[2];
+        p->gridDimX = n->grid[0];
+        p->gridDimY = n->grid[1];
+        p->gridDimZ = n->grid[2];
+        p->blockDimX = n->block[0];
+        p->blockDimY = n->block[1];
+        p->blockDimZ = n->block[2];
         p->sharedMemBytes = n->shared;
     }
     unlock();
@@ -5164,8 +5489,10 @@ fake_cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph h, unsigned long long
     CUresult rc = enter(F_cuGraphInstantiateWithFlags);
     fake_graph *g;
     fake_exec *e;
-    if (rc) return rc;
-    if (out == NULL || (flags & ~0xfULL)) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (out == NULL || (flags & ~0xfULL))
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if ((g = graph_ok(h)) == NULL || g->sub) {
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -5188,7 +5515,8 @@ fake_cuGraphExecDestroy(CUgraphExec h)
 {
     CUresult rc = enter(F_cuGraphExecDestroy);
     fake_exec *e;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if ((e = exec_ok(h)) == NULL) {
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -5208,16 +5536,18 @@ fake_cuGraphLaunch(CUgraphExec h, CUstream s)
     fake_exec *e;
     fake_ctx *c;
     int i;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if ((e = exec_ok(h)) == NULL) {
         rc = CUDA_ERROR_INVALID_VALUE;
     } else if ((c = need_ctx(&rc)) != NULL && (rc = check_stream(s, c)) == CUDA_SUCCESS) {
         if (cap_stream(s) != NULL) {
-            rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;   /* not modelled */
+            rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* not modelled */
         } else {
             replay_len = 0;
-            if (replay_log) replay_log[0] = '\0';
+            if (replay_log)
+                replay_log[0] = '\0';
             for (i = 0; i < cond_count; i++)
                 if (cond_assign[i])
                     cond_value[i] = cond_default[i];
@@ -5232,7 +5562,8 @@ static CUresult
 fake_cuGraphUpload(CUgraphExec h, CUstream s)
 {
     CUresult rc = enter(F_cuGraphUpload);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if (exec_ok(h) == NULL)
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -5268,17 +5599,21 @@ fake_cuGraphExecKernelNodeSetParams(CUgraphExec h, CUgraphNode node,
     fake_exec *e;
     fake_node *n, *c;
     fake_func *f;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if (p == NULL || (e = exec_ok(h)) == NULL || (n = node_ok(node)) == NULL
         || n->type != CU_GRAPH_NODE_TYPE_KERNEL || (c = find_copy(e->g, n)) == NULL
-        || (f = func_ok(p->func)) == NULL || f->module->ctx != c->func->module->ctx
-        || !p->gridDimX || !p->gridDimY || !p->gridDimZ || !p->blockDimX || !p->blockDimY
-        || !p->blockDimZ) {
+        || (f = func_ok(p->func)) == NULL || f->module->ctx != c->func->module->ctx || !p->gridDimX
+        || !p->gridDimY || !p->gridDimZ || !p->blockDimX || !p->blockDimY || !p->blockDimZ) {
         rc = CUDA_ERROR_INVALID_VALUE;
     } else if ((rc = node_params(c, f, p->kernelParams, p->extra)) == CUDA_SUCCESS) {
-        c->grid[0] = p->gridDimX; c->grid[1] = p->gridDimY; c->grid[2] = p->gridDimZ;
-        c->block[0] = p->blockDimX; c->block[1] = p->blockDimY; c->block[2] = p->blockDimZ;
+        c->grid[0] = p->gridDimX;
+        c->grid[1] = p->gridDimY;
+        c->grid[2] = p->gridDimZ;
+        c->block[0] = p->blockDimX;
+        c->block[1] = p->blockDimY;
+        c->block[2] = p->blockDimZ;
         c->shared = p->sharedMemBytes;
     }
     unlock();
@@ -5327,22 +5662,24 @@ map_orig(fake_graph *copy, fake_graph *src)
 }
 
 static CUresult
-fake_cuGraphExecUpdate(CUgraphExec h, CUgraph hg, CUgraphNode *bad,
-                       CUgraphExecUpdateResult *result)
+fake_cuGraphExecUpdate(CUgraphExec h, CUgraph hg, CUgraphNode *bad, CUgraphExecUpdateResult *result)
 {
     CUresult rc = enter(F_cuGraphExecUpdate);
     fake_exec *e;
     fake_graph *g, *copy;
     fake_node *d;
     CUgraphExecUpdateResult why = CU_GRAPH_EXEC_UPDATE_ERROR;
-    if (rc) return rc;
-    if (bad == NULL || result == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (bad == NULL || result == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     *bad = NULL;
     *result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
     if ((e = exec_ok(h)) == NULL || (g = graph_ok(hg)) == NULL) {
         rc = CUDA_ERROR_INVALID_VALUE;
-    } else if ((d = shape_differs(e->src, g, &why)) != NULL || (d == NULL && why != CU_GRAPH_EXEC_UPDATE_ERROR)) {
+    } else if ((d = shape_differs(e->src, g, &why)) != NULL
+               || (d == NULL && why != CU_GRAPH_EXEC_UPDATE_ERROR)) {
         *bad = (CUgraphNode)d;
         *result = why;
         rc = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
@@ -5361,15 +5698,19 @@ static CUresult
 fake_cuGraphDebugDotPrint(CUgraph h, const char *path, unsigned int flags)
 {
     CUresult rc = enter(F_cuGraphDebugDotPrint);
-    static const char *const names[] = {"kernel", "memcpy", "memset", "host", "graph", "empty",
-        "wait_event", "event_record", "ext_semas_signal", "ext_semas_wait", "mem_alloc",
-        "mem_free", "batch_mem_op", "conditional"};
+    static const char *const names[] = {"kernel",         "memcpy",       "memset",
+                                        "host",           "graph",        "empty",
+                                        "wait_event",     "event_record", "ext_semas_signal",
+                                        "ext_semas_wait", "mem_alloc",    "mem_free",
+                                        "batch_mem_op",   "conditional"};
     fake_graph *g;
     fake_node *n;
     FILE *f;
     int i;
-    if (rc) return rc;
-    if (path == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (path == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if ((g = graph_ok(h)) == NULL) {
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -5379,8 +5720,8 @@ fake_cuGraphDebugDotPrint(CUgraph h, const char *path, unsigned int flags)
         fprintf(f, "digraph dot {\n");
         for (n = g->first; n != NULL; n = n->next) {
             fprintf(f, "  node%d [label=\"%d %s%s%s\"];\n", n->idx, n->idx,
-                    n->type >= 0 && n->type < 14 ? names[n->type] : "?",
-                    n->func ? " " : "", n->func ? n->func->name : "");
+                    n->type >= 0 && n->type < 14 ? names[n->type] : "?", n->func ? " " : "",
+                    n->func ? n->func->name : "");
             for (i = 0; i < n->ndeps; i++)
                 fprintf(f, "  node%d -> node%d;\n", n->deps[i]->idx, n->idx);
         }
@@ -5397,8 +5738,10 @@ fake_cuGraphConditionalHandleCreate(CUgraphConditionalHandle *out, CUgraph h, CU
 {
     CUresult rc = enter(F_cuGraphConditionalHandleCreate);
     fake_graph *g;
-    if (rc) return rc;
-    if (out == NULL || (flags & ~(unsigned)CU_GRAPH_COND_ASSIGN_DEFAULT)) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (out == NULL || (flags & ~(unsigned)CU_GRAPH_COND_ASSIGN_DEFAULT))
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if ((g = graph_ok(h)) == NULL || (fake_ctx *)ctx != g->ctx) {
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -5422,10 +5765,11 @@ fake_cuGraphAddNode(CUgraphNode *out, CUgraph h, const CUgraphNode *deps, size_t
     unsigned k;
     if (p == NULL || p->type != CU_GRAPH_NODE_TYPE_CONDITIONAL) {
         rc = enter(F_cuGraphAddNode);
-        return rc ? rc : CUDA_ERROR_NOT_SUPPORTED;   /* only conditionals are modelled */
+        return rc ? rc : CUDA_ERROR_NOT_SUPPORTED; /* only conditionals are modelled */
     }
     n = add_start(F_cuGraphAddNode, out, h, deps, nd, CU_GRAPH_NODE_TYPE_CONDITIONAL, &rc);
-    if (n == NULL) return rc;
+    if (n == NULL)
+        return rc;
     if (p->conditional.handle == 0 || p->conditional.handle > (CUgraphConditionalHandle)cond_count
         || p->conditional.size < 1 || p->conditional.size > 16
         || (p->conditional.type == CU_GRAPH_COND_TYPE_WHILE && p->conditional.size != 1)
@@ -5579,11 +5923,11 @@ cap_end_on_destroy(fake_stream *s)
  * a mapping a device range copies accept; exported as a dup of the memfd. */
 
 enum { MAGIC_POOL = 0x504f4f31, MAGIC_VMEM = 0x564d4d31 };
-#define IPC_MEM_MAGIC 0x464b4950434d454dull     /* "FKIPCMEM" */
-#define IPC_EVT_MAGIC 0x464b495043455654ull     /* "FKIPCEVT" */
-#define POOL_PTR_MAGIC 0x464b504f4f4c5054ull    /* "FKPOOLPT" */
-#define POOL_FD_MAGIC 0x464b504f4f4c4644ull     /* "FKPOOLFD" */
-#define POOL_BYTES ((size_t)1 << 30)            /* sparse */
+#define IPC_MEM_MAGIC 0x464b4950434d454dull  /* "FKIPCMEM" */
+#define IPC_EVT_MAGIC 0x464b495043455654ull  /* "FKIPCEVT" */
+#define POOL_PTR_MAGIC 0x464b504f4f4c5054ull /* "FKPOOLPT" */
+#define POOL_FD_MAGIC 0x464b504f4f4c4644ull  /* "FKPOOLFD" */
+#define POOL_BYTES ((size_t)1 << 30)         /* sparse */
 #define VMM_GRAN ((size_t)65536)
 
 typedef struct fake_pool {
@@ -5593,14 +5937,14 @@ typedef struct fake_pool {
     int dev;
     int imported;
     unsigned handle_types;
-    size_t used;                  /* bump offset in the memfd */
-    unsigned access;              /* devices granted by cuMemPoolSetAccess */
+    size_t used;     /* bump offset in the memfd */
+    unsigned access; /* devices granted by cuMemPoolSetAccess */
     struct fake_pool *next_all;
 } fake_pool;
 
 typedef struct fake_vmem {
     unsigned magic;
-    int alive;                    /* 0 once cuMemRelease'd */
+    int alive; /* 0 once cuMemRelease'd */
     int fd;
     int dev;
     int shareable;
@@ -5611,8 +5955,8 @@ typedef struct fake_vmem {
 typedef struct fake_range {
     uintptr_t base;
     size_t size;
-    fake_vmem *mem;               /* mappings: the physical memory */
-    fake_alloc *access;           /* mappings: the K_VMM record once accessible */
+    fake_vmem *mem;     /* mappings: the physical memory */
+    fake_alloc *access; /* mappings: the K_VMM record once accessible */
     struct fake_range *next;
 } fake_range;
 
@@ -5633,14 +5977,17 @@ fake_cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
     CUresult rc = enter(F_cuMemGetAddressRange);
     fake_alloc *a;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     a = find_alloc((uintptr_t)dptr, 1);
     if (a == NULL || a->kind == K_HOST || a->kind == K_REGISTERED) {
         rc = CUDA_ERROR_NOT_FOUND;
     } else {
-        if (pbase) *pbase = (CUdeviceptr)a->base;
-        if (psize) *psize = a->size;
+        if (pbase)
+            *pbase = (CUdeviceptr)a->base;
+        if (psize)
+            *psize = a->size;
     }
     unlock();
     return rc;
@@ -5652,8 +5999,10 @@ fake_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr)
     CUresult rc = enter(F_cuIpcGetMemHandle);
     unsigned long long w[4];
     fake_alloc *a;
-    if (rc) return rc;
-    if (h == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (h == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if (need_ctx(&rc) == NULL)
         goto done;
@@ -5680,19 +6029,21 @@ fake_cuIpcOpenMemHandle(CUdeviceptr *out, CUipcMemHandle h, unsigned int flags)
     unsigned long long w[4];
     fake_alloc *a;
     ipc_open *o;
-    if (rc) return rc;
-    if (out == NULL || flags > 1) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (out == NULL || flags > 1)
+        return CUDA_ERROR_INVALID_VALUE;
     memcpy(w, h.reserved, sizeof w);
     if (w[0] != IPC_MEM_MAGIC)
         return CUDA_ERROR_INVALID_VALUE;
     if (w[1] != (unsigned long long)getpid())
-        return CUDA_ERROR_NOT_SUPPORTED;    /* see above: within one process only */
+        return CUDA_ERROR_NOT_SUPPORTED; /* see above: within one process only */
     pthread_mutex_lock(&lock);
     if (need_ctx(&rc) == NULL)
         goto done;
     a = find_base((uintptr_t)w[2]);
     if (a == NULL || a->kind != K_DEVICE || a->size != w[3]) {
-        rc = CUDA_ERROR_INVALID_VALUE;       /* the exporter freed it */
+        rc = CUDA_ERROR_INVALID_VALUE; /* the exporter freed it */
         goto done;
     }
     for (o = ipc_opens; o != NULL && o->ptr != a->base; o = o->next)
@@ -5719,7 +6070,8 @@ fake_cuIpcCloseMemHandle(CUdeviceptr p)
 {
     CUresult rc = enter(F_cuIpcCloseMemHandle);
     ipc_open *o;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     for (o = ipc_opens; o != NULL && o->ptr != (uintptr_t)p; o = o->next)
         ;
@@ -5786,13 +6138,16 @@ fake_cuGraphicsGLRegisterBuffer(CUgraphicsResource *out, unsigned int buffer, un
 {
     CUresult rc = enter(F_cuGraphicsGLRegisterBuffer);
     CUdeviceptr p;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (out == NULL || buffer == 0 || buffer > 1024 || (flags & ~0xFu))
         return CUDA_ERROR_INVALID_VALUE;
     rc = device_alloc(&p, (size_t)buffer * 256, K_DEVICE, 0);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     rc = gfx_new(out, p, (size_t)buffer * 256, NULL);
-    if (rc) free_kind(p, 0);
+    if (rc)
+        free_kind(p, 0);
     return rc;
 }
 
@@ -5803,7 +6158,8 @@ fake_cuGraphicsGLRegisterImage(CUgraphicsResource *out, unsigned int image, unsi
     CUresult rc = enter(F_cuGraphicsGLRegisterImage);
     CUDA_ARRAY3D_DESCRIPTOR d;
     CUarray arr;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (out == NULL || image == 0 || image > 1024 || (flags & ~0xFu)
         || (target != 0x0DE1 && target != 0x8D41))
         return CUDA_ERROR_INVALID_VALUE;
@@ -5815,7 +6171,8 @@ fake_cuGraphicsGLRegisterImage(CUgraphicsResource *out, unsigned int image, unsi
     pthread_mutex_lock(&lock);
     rc = array_create(&arr, &d);
     unlock();
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return gfx_new(out, 0, 0, arr);
 }
 
@@ -5852,7 +6209,8 @@ fake_cuGraphicsMapResources(unsigned int count, CUgraphicsResource *res, CUstrea
 {
     CUresult rc = enter(F_cuGraphicsMapResources);
     (void)s;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return gfx_map(count, res, 1);
 }
 
@@ -5861,7 +6219,8 @@ fake_cuGraphicsUnmapResources(unsigned int count, CUgraphicsResource *res, CUstr
 {
     CUresult rc = enter(F_cuGraphicsUnmapResources);
     (void)s;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     return gfx_map(count, res, 0);
 }
 
@@ -5870,8 +6229,10 @@ fake_cuGraphicsResourceGetMappedPointer(CUdeviceptr *p, size_t *n, CUgraphicsRes
 {
     CUresult rc = enter(F_cuGraphicsResourceGetMappedPointer);
     fake_gfx *g;
-    if (rc) return rc;
-    if (p == NULL || n == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (p == NULL || n == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if ((g = gfx_ok(h)) == NULL)
         rc = CUDA_ERROR_INVALID_HANDLE;
@@ -5893,8 +6254,10 @@ fake_cuGraphicsSubResourceGetMappedArray(CUarray *out, CUgraphicsResource h, uns
 {
     CUresult rc = enter(F_cuGraphicsSubResourceGetMappedArray);
     fake_gfx *g;
-    if (rc) return rc;
-    if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (out == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if ((g = gfx_ok(h)) == NULL)
         rc = CUDA_ERROR_INVALID_HANDLE;
@@ -5916,7 +6279,8 @@ fake_cuGraphicsUnregisterResource(CUgraphicsResource h)
     CUresult rc = enter(F_cuGraphicsUnregisterResource);
     fake_gfx *g;
     CUdeviceptr p = 0;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if ((g = gfx_ok(h)) == NULL) {
         rc = CUDA_ERROR_INVALID_HANDLE;
@@ -5940,8 +6304,10 @@ fake_cuIpcGetEventHandle(CUipcEventHandle *h, CUevent ev)
     CUresult rc = enter(F_cuIpcGetEventHandle);
     unsigned long long w[3];
     fake_event *e;
-    if (rc) return rc;
-    if (h == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (h == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if ((e = event_ok(ev)) == NULL)
         rc = CUDA_ERROR_INVALID_HANDLE;
@@ -5965,8 +6331,10 @@ fake_cuIpcOpenEventHandle(CUevent *out, CUipcEventHandle h)
     unsigned long long w[3];
     fake_ctx *c;
     fake_event *e;
-    if (rc) return rc;
-    if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (out == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     memcpy(w, h.reserved, sizeof w);
     if (w[0] != IPC_EVT_MAGIC)
         return CUDA_ERROR_INVALID_VALUE;
@@ -6032,7 +6400,8 @@ fake_cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *props)
     unsigned long long hdr[2];
     fake_pool *p;
     int fd;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (out == NULL || props == NULL || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED
         || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE
         || (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE
@@ -6042,7 +6411,8 @@ fake_cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *props)
         return CUDA_ERROR_INVALID_DEVICE;
     fd = memfd_create("fakecuda-pool", MFD_CLOEXEC);
     if (fd < 0 || ftruncate(fd, (off_t)POOL_BYTES) != 0) {
-        if (fd >= 0) close(fd);
+        if (fd >= 0)
+            close(fd);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     hdr[0] = POOL_FD_MAGIC;
@@ -6067,7 +6437,8 @@ fake_cuMemPoolDestroy(CUmemoryPool h)
 {
     CUresult rc = enter(F_cuMemPoolDestroy);
     fake_pool *p;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if ((p = pool_ok(h)) == NULL) {
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -6082,12 +6453,13 @@ fake_cuMemPoolDestroy(CUmemoryPool h)
 }
 
 static CUresult
-fake_cuMemPoolExportToShareableHandle(void *out, CUmemoryPool h,
-                                      CUmemAllocationHandleType type, unsigned long long flags)
+fake_cuMemPoolExportToShareableHandle(void *out, CUmemoryPool h, CUmemAllocationHandleType type,
+                                      unsigned long long flags)
 {
     CUresult rc = enter(F_cuMemPoolExportToShareableHandle);
     fake_pool *p;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (out == NULL || flags != 0 || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
@@ -6102,14 +6474,14 @@ fake_cuMemPoolExportToShareableHandle(void *out, CUmemoryPool h,
 
 static CUresult
 fake_cuMemPoolImportFromShareableHandle(CUmemoryPool *out, void *handle,
-                                        CUmemAllocationHandleType type,
-                                        unsigned long long flags)
+                                        CUmemAllocationHandleType type, unsigned long long flags)
 {
     CUresult rc = enter(F_cuMemPoolImportFromShareableHandle);
     unsigned long long hdr[2];
     int fd = (int)(intptr_t)handle, mine;
     fake_pool *p;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (out == NULL || flags != 0 || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return CUDA_ERROR_INVALID_VALUE;
     if (pread(fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr || hdr[0] != POOL_FD_MAGIC)
@@ -6154,8 +6526,10 @@ fake_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t n, CUmemoryPool h, CUstre
     fake_pool *p;
     fake_ctx *c;
     size_t need;
-    if (rc) return rc;
-    if (dptr == NULL || n == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (dptr == NULL || n == 0)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if ((c = need_ctx(&rc)) == NULL || (rc = check_stream(s, c)) != CUDA_SUCCESS)
         goto done;
@@ -6181,8 +6555,10 @@ fake_cuMemPoolExportPointer(CUmemPoolPtrExportData *out, CUdeviceptr ptr)
     CUresult rc = enter(F_cuMemPoolExportPointer);
     unsigned long long w[3];
     fake_alloc *a;
-    if (rc) return rc;
-    if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (out == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     a = find_base((uintptr_t)ptr);
     if (a == NULL || a->kind != K_MAPPED || a->pool == NULL || a->pool->imported
@@ -6206,8 +6582,10 @@ fake_cuMemPoolImportPointer(CUdeviceptr *out, CUmemoryPool h, CUmemPoolPtrExport
     unsigned long long w[3];
     fake_pool *p;
     fake_ctx *c;
-    if (rc) return rc;
-    if (out == NULL || data == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (out == NULL || data == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     memcpy(w, data->reserved, sizeof w);
     if (w[0] != POOL_PTR_MAGIC || w[2] == 0 || w[1] + w[2] > POOL_BYTES)
         return CUDA_ERROR_INVALID_VALUE;
@@ -6229,8 +6607,10 @@ fake_cuMemPoolSetAccess(CUmemoryPool h, const CUmemAccessDesc *map, size_t count
 {
     CUresult rc = enter(F_cuMemPoolSetAccess);
     size_t i;
-    if (rc) return rc;
-    if (map == NULL && count) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (map == NULL && count)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if (pool_ok(h) == NULL)
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -6255,8 +6635,10 @@ fake_cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool h, CUmemLocation 
 {
     CUresult rc = enter(F_cuMemPoolGetAccess);
     fake_pool *p;
-    if (rc) return rc;
-    if (flags == NULL || loc == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (rc)
+        return rc;
+    if (flags == NULL || loc == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     if (loc->type != CU_MEM_LOCATION_TYPE_DEVICE || !dev_ok(loc->id))
         return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&lock);
@@ -6264,7 +6646,8 @@ fake_cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool h, CUmemLocation 
         rc = CUDA_ERROR_INVALID_VALUE;
     else
         *flags = (!p->imported && loc->id == p->dev) || (p->access & (1u << loc->id))
-            ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+                     ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                     : CU_MEM_ACCESS_FLAGS_PROT_NONE;
     unlock();
     return rc;
 }
@@ -6310,12 +6693,12 @@ fake_cuMemAddressReserve(CUdeviceptr *out, size_t size, size_t align, CUdevicept
     CUresult rc = enter(F_cuMemAddressReserve);
     fake_range *r;
     void *m;
-    if (rc) return rc;
-    if (out == NULL || size == 0 || size % VMM_GRAN || flags != 0
-        || (align & (align - 1)) != 0)
+    if (rc)
+        return rc;
+    if (out == NULL || size == 0 || size % VMM_GRAN || flags != 0 || (align & (align - 1)) != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    m = mmap((void *)(uintptr_t)addr, size, PROT_NONE,
-             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    m = mmap((void *)(uintptr_t)addr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+             -1, 0);
     if (m == MAP_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
     if ((r = calloc(1, sizeof *r)) == NULL) {
@@ -6338,7 +6721,8 @@ fake_cuMemAddressFree(CUdeviceptr p, size_t size)
 {
     CUresult rc = enter(F_cuMemAddressFree);
     fake_range *r, *m;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     r = range_find(reservations, (uintptr_t)p);
     if (r == NULL || r->base != (uintptr_t)p || r->size != size) {
@@ -6348,7 +6732,7 @@ fake_cuMemAddressFree(CUdeviceptr p, size_t size)
     }
     for (m = mappings; m != NULL; m = m->next)
         if (m->base >= r->base && m->base - r->base < r->size) {
-            rc = CUDA_ERROR_INVALID_VALUE;     /* still mapped */
+            rc = CUDA_ERROR_INVALID_VALUE; /* still mapped */
             goto done;
         }
     range_unlink(&reservations, r);
@@ -6361,14 +6745,15 @@ done:
 }
 
 static CUresult
-fake_cuMemCreate(CUmemGenericAllocationHandle *out, size_t size,
-                 const CUmemAllocationProp *prop, unsigned long long flags)
+fake_cuMemCreate(CUmemGenericAllocationHandle *out, size_t size, const CUmemAllocationProp *prop,
+                 unsigned long long flags)
 {
     CUresult rc = enter(F_cuMemCreate);
     fake_vmem *v;
     void *m;
     int fd;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (out == NULL || prop == NULL || size == 0 || size % VMM_GRAN || flags != 0
         || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED
         || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE
@@ -6385,12 +6770,14 @@ fake_cuMemCreate(CUmemGenericAllocationHandle *out, size_t size,
     unlock();
     fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
     if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
-        if (fd >= 0) close(fd);
+        if (fd >= 0)
+            close(fd);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED || (v = calloc(1, sizeof *v)) == NULL) {
-        if (m != MAP_FAILED) munmap(m, size);
+        if (m != MAP_FAILED)
+            munmap(m, size);
         close(fd);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -6418,7 +6805,8 @@ fake_cuMemRelease(CUmemGenericAllocationHandle h)
 {
     CUresult rc = enter(F_cuMemRelease);
     fake_vmem *v;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
     if ((v = vmem_ok(h)) == NULL) {
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -6441,7 +6829,8 @@ fake_cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationH
     fake_range *r, *m;
     fake_vmem *v;
     uintptr_t at = (uintptr_t)p;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (size == 0 || size % VMM_GRAN || offset % VMM_GRAN || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
@@ -6451,20 +6840,20 @@ fake_cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationH
     }
     r = range_find(reservations, at);
     if (r == NULL || size > r->size - (at - r->base)) {
-        rc = CUDA_ERROR_INVALID_VALUE;         /* not (all) reserved */
+        rc = CUDA_ERROR_INVALID_VALUE; /* not (all) reserved */
         goto done;
     }
     for (m = mappings; m != NULL; m = m->next)
         if (at < m->base + m->size && m->base < at + size) {
-            rc = CUDA_ERROR_INVALID_VALUE;     /* already mapped */
+            rc = CUDA_ERROR_INVALID_VALUE; /* already mapped */
             goto done;
         }
     if ((m = calloc(1, sizeof *m)) == NULL) {
         rc = CUDA_ERROR_OUT_OF_MEMORY;
         goto done;
     }
-    if (mmap((void *)at, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, v->fd,
-             (off_t)offset) == MAP_FAILED) {
+    if (mmap((void *)at, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, v->fd, (off_t)offset)
+        == MAP_FAILED) {
         free(m);
         rc = CUDA_ERROR_OUT_OF_MEMORY;
         goto done;
@@ -6486,7 +6875,8 @@ fake_cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *desc, siz
     uintptr_t at = (uintptr_t)p, end = at + size;
     fake_range *m;
     size_t i;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (desc == NULL || count == 0 || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     for (i = 0; i < count; i++)
@@ -6494,7 +6884,7 @@ fake_cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *desc, siz
             return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&lock);
     /* every byte must be mapped */
-    for (i = at; i < end; ) {
+    for (i = at; i < end;) {
         m = range_find(mappings, i);
         if (m == NULL) {
             rc = CUDA_ERROR_INVALID_VALUE;
@@ -6502,7 +6892,7 @@ fake_cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *desc, siz
         }
         i = m->base + m->size;
     }
-    for (i = at; i < end; ) {
+    for (i = at; i < end;) {
         m = range_find(mappings, i);
         if (m->access == NULL
             && (m->access = add_alloc((void *)m->base, m->size, K_VMM, 0, NULL)) == NULL) {
@@ -6522,9 +6912,10 @@ fake_cuMemUnmap(CUdeviceptr p, size_t size)
     CUresult rc = enter(F_cuMemUnmap);
     uintptr_t at = (uintptr_t)p, end = at + size, i;
     fake_range *m;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&lock);
-    for (i = at; i < end; ) {      /* whole mappings only */
+    for (i = at; i < end;) { /* whole mappings only */
         m = range_find(mappings, i);
         if (m == NULL || m->base != i || m->base + m->size > end) {
             stale_uses++;
@@ -6533,7 +6924,7 @@ fake_cuMemUnmap(CUdeviceptr p, size_t size)
         }
         i = m->base + m->size;
     }
-    for (i = at; i < end; ) {
+    for (i = at; i < end;) {
         m = range_find(mappings, i);
         i = m->base + m->size;
         if (m->access != NULL)
@@ -6553,7 +6944,8 @@ fake_cuMemGetAllocationGranularity(size_t *out, const CUmemAllocationProp *prop,
                                    CUmemAllocationGranularity_flags option)
 {
     CUresult rc = enter(F_cuMemGetAllocationGranularity);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (out == NULL || prop == NULL || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
         return CUDA_ERROR_INVALID_VALUE;
     if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !dev_ok(prop->location.id))
@@ -6569,7 +6961,8 @@ fake_cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h,
 {
     CUresult rc = enter(F_cuMemExportToShareableHandle);
     fake_vmem *v;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (out == NULL || flags != 0 || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
@@ -6589,7 +6982,8 @@ fake_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *out, void *han
     int fd = (int)(intptr_t)handle, mine;
     struct stat sb;
     fake_vmem *v;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     if (out == NULL || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return CUDA_ERROR_INVALID_VALUE;
     if (fstat(fd, &sb) != 0 || sb.st_size <= 0 || (size_t)sb.st_size % VMM_GRAN)
@@ -6623,7 +7017,11 @@ fake_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *out, void *han
 PYGPU_CUDA_API(CHECK_TYPE, CHECK_TYPE)
 #undef CHECK_TYPE
 
-static const struct { const char *name; int version; void *fn; } table[] = {
+static const struct {
+    const char *name;
+    int version;
+    void *fn;
+} table[] = {
 #define ENTRY(name, version) {#name, version, (void *)fake_##name},
     PYGPU_CUDA_API(ENTRY, ENTRY)
 #undef ENTRY
@@ -6654,15 +7052,18 @@ cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flag
     for (i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (strcmp(table[i].name, symbol) == 0 && !is_hidden(symbol)) {
             if (version < table[i].version) {
-                if (status) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+                if (status)
+                    *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
                 return CUDA_ERROR_NOT_FOUND;
             }
             *pfn = table[i].fn;
-            if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+            if (status)
+                *status = CU_GET_PROC_ADDRESS_SUCCESS;
             return CUDA_SUCCESS;
         }
     }
-    if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (status)
+        *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     return CUDA_ERROR_NOT_FOUND;
 }
 
@@ -6730,7 +7131,8 @@ fakecuda_trace(int on)
     tracing = on;
     if (on) {
         trace_len = 0;
-        if (trace) trace[0] = '\0';
+        if (trace)
+            trace[0] = '\0';
     }
     unlock();
 }
@@ -6762,7 +7164,8 @@ fakecuda_trace_get(char *buf, size_t cap)
     n = trace_len;
     if (buf && cap) {
         size_t k = n < cap - 1 ? n : cap - 1;
-        if (k) memcpy(buf, trace, k);
+        if (k)
+            memcpy(buf, trace, k);
         buf[k] = '\0';
     }
     unlock();
@@ -6792,28 +7195,50 @@ fakecuda_live(const char *kind)
 {
     long n = -1;
     pthread_mutex_lock(&lock);
-    if (!strcmp(kind, "contexts")) n = live_ctx;
-    else if (!strcmp(kind, "streams")) n = live_streams;
-    else if (!strcmp(kind, "events")) n = live_events;
-    else if (!strcmp(kind, "modules")) n = live_modules;
-    else if (!strcmp(kind, "device")) n = live_device;
-    else if (!strcmp(kind, "managed")) n = live_managed;
-    else if (!strcmp(kind, "host")) n = live_host;
-    else if (!strcmp(kind, "registered")) n = live_registered;
-    else if (!strcmp(kind, "stale")) n = stale_uses;
-    else if (!strcmp(kind, "launches")) n = launches;
-    else if (!strcmp(kind, "reaped")) n = reaped;
-    else if (!strcmp(kind, "links")) n = live_links;
-    else if (!strcmp(kind, "ipc")) n = live_ipc;
-    else if (!strcmp(kind, "pools")) n = live_pools;
-    else if (!strcmp(kind, "vmm")) n = live_vmem;
-    else if (!strcmp(kind, "reservations")) n = live_reservations;
-    else if (!strcmp(kind, "graphs")) n = live_graphs;
-    else if (!strcmp(kind, "graph_execs")) n = live_execs;
-    else if (!strcmp(kind, "arrays")) n = live_arrays;
-    else if (!strcmp(kind, "textures")) n = live_textures;
-    else if (!strcmp(kind, "surfaces")) n = live_surfaces;
-    else if (!strcmp(kind, "profiler")) n = profiler_on;
+    if (!strcmp(kind, "contexts"))
+        n = live_ctx;
+    else if (!strcmp(kind, "streams"))
+        n = live_streams;
+    else if (!strcmp(kind, "events"))
+        n = live_events;
+    else if (!strcmp(kind, "modules"))
+        n = live_modules;
+    else if (!strcmp(kind, "device"))
+        n = live_device;
+    else if (!strcmp(kind, "managed"))
+        n = live_managed;
+    else if (!strcmp(kind, "host"))
+        n = live_host;
+    else if (!strcmp(kind, "registered"))
+        n = live_registered;
+    else if (!strcmp(kind, "stale"))
+        n = stale_uses;
+    else if (!strcmp(kind, "launches"))
+        n = launches;
+    else if (!strcmp(kind, "reaped"))
+        n = reaped;
+    else if (!strcmp(kind, "links"))
+        n = live_links;
+    else if (!strcmp(kind, "ipc"))
+        n = live_ipc;
+    else if (!strcmp(kind, "pools"))
+        n = live_pools;
+    else if (!strcmp(kind, "vmm"))
+        n = live_vmem;
+    else if (!strcmp(kind, "reservations"))
+        n = live_reservations;
+    else if (!strcmp(kind, "graphs"))
+        n = live_graphs;
+    else if (!strcmp(kind, "graph_execs"))
+        n = live_execs;
+    else if (!strcmp(kind, "arrays"))
+        n = live_arrays;
+    else if (!strcmp(kind, "textures"))
+        n = live_textures;
+    else if (!strcmp(kind, "surfaces"))
+        n = live_surfaces;
+    else if (!strcmp(kind, "profiler"))
+        n = profiler_on;
     unlock();
     return n;
 }
@@ -6850,8 +7275,8 @@ fakecuda_thread_last_params(unsigned char *params, size_t cap)
 
 /* The last launch: copies its parameter bytes; returns their count. */
 EXPORT size_t
-fakecuda_last_launch(char *name, size_t namecap, unsigned *dims, unsigned *shared,
-                     void **stream, int *flags, unsigned char *params, size_t cap)
+fakecuda_last_launch(char *name, size_t namecap, unsigned *dims, unsigned *shared, void **stream,
+                     int *flags, unsigned char *params, size_t cap)
 {
     size_t n;
     pthread_mutex_lock(&lock);
@@ -6862,9 +7287,12 @@ fakecuda_last_launch(char *name, size_t namecap, unsigned *dims, unsigned *share
         memcpy(dims + 3, last_launch.block, sizeof last_launch.block);
         memcpy(dims + 6, last_launch.cluster, sizeof last_launch.cluster);
     }
-    if (shared) *shared = last_launch.shared;
-    if (stream) *stream = last_launch.stream;
-    if (flags) *flags = last_launch.cooperative | (last_launch.pdl << 1);
+    if (shared)
+        *shared = last_launch.shared;
+    if (stream)
+        *stream = last_launch.stream;
+    if (flags)
+        *flags = last_launch.cooperative | (last_launch.pdl << 1);
     n = last_launch.size;
     if (params)
         memcpy(params, last_launch.params, n < cap ? n : cap);

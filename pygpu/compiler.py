@@ -1296,8 +1296,15 @@ class SourceModule(CudaModule):
                 )
 
     def get_function(self, name: str) -> "driver.Function":
-        """The kernel called name, or registered as name in name_expressions."""
-        return self.module.get_function(self._lowered.get(name, name))
+        """The kernel called name, or registered as name in name_expressions:
+        this SourceModule's own Function (the same one on each call), so
+        that its prepare() is never another SourceModule's, even where both
+        share one loaded image (identical binaries)."""
+        fns = self.__dict__.setdefault("_functions", {})
+        f = fns.get(name)
+        if f is None:
+            f = fns[name] = self.module._new_function(self._lowered.get(name, name))
+        return f
 
     def get_global(self, name):
         """(DeviceAllocation, nbytes) of a __device__ or __constant__ variable."""

@@ -36,7 +36,17 @@ Py_NewRef(PyObject *o)
 
 /* ---- loader.c: the one process-wide global, a table of C pointers ---- */
 
-#define PYGPU_CU_FIELD(name, version) PFN_##name##_v##version name;
+/* The table's slot of an entry point is named by its capture class
+ * (core/cuda_api.h): ANY entries under their own name, the others behind a
+ * prefix that only the class's accessor below uses. */
+#define PYGPU_CU_SLOT_ANY(name) name
+#define PYGPU_CU_SLOT_STREAM(name) stream_##name
+#define PYGPU_CU_SLOT_LEGACY(name) legacy_##name
+#define PYGPU_CU_SLOT_RELAX(name) relax_##name
+#define PYGPU_CU_TYPEDEF(name, version, cls) typedef PFN_##name##_v##version pygpu_pfn_##name;
+PYGPU_CUDA_API(PYGPU_CU_TYPEDEF, PYGPU_CU_TYPEDEF)
+#undef PYGPU_CU_TYPEDEF
+#define PYGPU_CU_FIELD(name, version, cls) pygpu_pfn_##name PYGPU_CU_SLOT_##cls(name);
 typedef struct {
     PYGPU_CUDA_API(PYGPU_CU_FIELD, PYGPU_CU_FIELD)
     CUresult (*getProcAddress)(const char *, void **, int, cuuint64_t,
@@ -214,6 +224,30 @@ pygpu_getattr_opt(PyObject *obj, PyObject *name, PyObject **res)
     }
     return -1;
 }
+
+/* The accessors of the capture classes (core/cuda_api.h); the gate is
+ * graph/capture.c's pygpu_capture_gate, which costs one compare while
+ * nothing captures.  PYGPU_CU_STREAM and PYGPU_CU_LEGACY give the entry
+ * point, or NULL with a LogicError naming `what` (the call would invalidate
+ * a capture); PYGPU_CU_RELAX is a statement that calls it with this
+ * thread's capture mode relaxed.  GIL held for the first two. */
+typedef void (*pygpu_fn)(void);
+/* whether the driver has an optional entry point of class cls */
+#define PYGPU_CU_HAVE(cls, name) (cu.PYGPU_CU_SLOT_##cls(name) != NULL)
+pygpu_fn pygpu_capture_gate(pygpu_state *st, CUstream s, int blocking, const char *what,
+                            const char *routine, pygpu_fn fn);
+#define PYGPU_CU_STREAM(st, name, s, blocking, what)                            \
+    ((pygpu_pfn_##name)pygpu_capture_gate((st), (s), (blocking), (what), #name, \
+                                          (pygpu_fn)cu.PYGPU_CU_SLOT_STREAM(name)))
+#define PYGPU_CU_LEGACY(st, name, what)                                             \
+    ((pygpu_pfn_##name)pygpu_capture_gate((st), CU_STREAM_LEGACY, 1, (what), #name, \
+                                          (pygpu_fn)cu.PYGPU_CU_SLOT_LEGACY(name)))
+#define PYGPU_CU_RELAX(rc, name, ...)                            \
+    do {                                                         \
+        CUstreamCaptureMode relax_mode_ = pygpu_capture_relax(); \
+        (rc) = cu.PYGPU_CU_SLOT_RELAX(name)(__VA_ARGS__);        \
+        pygpu_capture_restore(relax_mode_);                      \
+    } while (0)
 
 /* ---- the areas (each folder's header; docs/design.md "Layout") ---- */
 #include "core/core.h"

@@ -52,6 +52,15 @@ spmv_coo_serial_kernel(const index_type num_nonzeros,
 """
 
 
+def _gated(what, *arrays):
+    """The kernel arguments for arrays, after the operand gate (gpuarray's
+    _check_operands: freed memory, another context, elements outside their
+    allocation): library code hands the gate array objects, never raw
+    addresses, and passes the arrays themselves to the launch."""
+    gpuarray._check_operands(what, arrays)
+    return arrays
+
+
 def _check_vector(v, n, dtype, what):
     if not isinstance(v, gpuarray.GPUArray):
         raise TypeError("%s must be a GPUArray, not %s" % (what, type(v).__name__))
@@ -73,11 +82,14 @@ class CoordinateSpMV:
         self.dtype = np.dtype(dtype)
         if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise TypeError("CoordinateSpMV supports float32 and float64, not %s" % self.dtype)
-        self.index_dtype = np.dtype(np.int32)
         self.shape = tuple(mat.shape)
         self.block_size = 128
 
         coo_mat = coo_matrix(mat, dtype=self.dtype)
+        # int32 indices where every row, column and entry number fits, else
+        # int64: an index is never narrowed past its type
+        big = max(self.shape + (int(coo_mat.nnz),)) > 2**31 - 1
+        self.index_dtype = np.dtype(np.int64 if big else np.int32)
         if coo_mat.nnz:
             # row-major order: neighbouring threads add to the same rows
             order = np.lexsort((coo_mat.col, coo_mat.row))
@@ -119,7 +131,7 @@ class CoordinateSpMV:
         if getattr(self, "_flat", None) is None:
             mod = SourceModule(COO_FLAT_KERNEL_TEMPLATE % self._source_args(), no_extern_c=True)
             func = mod.get_function("spmv_coo_flat_kernel")
-            func.prepare("iiPPPPP")
+            func.prepare(2 * self.index_dtype.char + "PPPPP")
             self._flat = func
         return self._flat
 
@@ -128,7 +140,7 @@ class CoordinateSpMV:
         if getattr(self, "_serial", None) is None:
             mod = SourceModule(COO_SERIAL_KERNEL_TEMPLATE % self._source_args(), no_extern_c=True)
             func = mod.get_function("spmv_coo_serial_kernel")
-            func.prepare("iPPPPP")
+            func.prepare(self.index_dtype.char + "PPPPP")
             self._serial = func
         return self._serial
 
@@ -141,29 +153,28 @@ class CoordinateSpMV:
             _check_vector(y, self.shape[0], self.dtype, "y")
         if self.nnz == 0:
             return y
+        # array objects through the operand gate, never raw addresses
         if self.tail:
             self.get_flat_kernel().prepared_call(
                 (self.num_blocks, 1),
                 (self.block_size, 1, 1),
                 self.tail,
                 self.interval_size,
-                self.row_gpu.gpudata,
-                self.col_gpu.gpudata,
-                self.data_gpu.gpudata,
-                x.gpudata,
-                y.gpudata,
+                *_gated("CoordinateSpMV", self.row_gpu, self.col_gpu, self.data_gpu, x, y),
             )
         if self.nnz > self.tail:
-            isz = self.index_dtype.itemsize
-            vsz = self.dtype.itemsize
+            t = self.tail
             self.get_serial_kernel().prepared_call(
                 (1, 1),
                 (1, 1, 1),
-                self.nnz - self.tail,
-                int(self.row_gpu.gpudata) + self.tail * isz,
-                int(self.col_gpu.gpudata) + self.tail * isz,
-                int(self.data_gpu.gpudata) + self.tail * vsz,
-                x.gpudata,
-                y.gpudata,
+                self.nnz - t,
+                *_gated(
+                    "CoordinateSpMV",
+                    self.row_gpu[t:],
+                    self.col_gpu[t:],
+                    self.data_gpu[t:],
+                    x,
+                    y,
+                ),
             )
         return y

@@ -18,6 +18,8 @@ from pygpu.tools import DeviceData, dtype_to_ctype
 
 __all__ = ["PacketedSpMV", "PKT_KERNEL_TEMPLATE"]
 
+_INT32_MAX = 2**31 - 1
+
 PKT_KERNEL_TEMPLATE = """
 typedef %(index_type)s index_type;
 typedef %(value_type)s value_type;
@@ -101,6 +103,15 @@ class PacketedSpMV:
         if len(getattr(mat, "shape", ())) != 2 or mat.shape[0] != mat.shape[1]:
             raise ValueError(
                 "only square matrices are supported, got shape %r" % (getattr(mat, "shape", None),)
+            )
+        # the packets index rows, thread ranges and entries with int32: refuse
+        # what does not fit rather than wrap it (docs/design.md, index widths)
+        nnz = int(getattr(mat, "nnz", 0))
+        if mat.shape[0] > _INT32_MAX or nnz > _INT32_MAX:
+            raise ValueError(
+                "PacketedSpMV indexes with int32: a matrix of shape %r with %d nonzeros "
+                "does not fit; use CoordinateSpMV, which indexes with int64 where needed"
+                % (tuple(mat.shape), nnz)
             )
         devdata = DeviceData()
         if threads_per_packet is None:
@@ -208,7 +219,7 @@ class PacketedSpMV:
         return gpuarray.take(x, self.old2new_fetch_indices)
 
     def __call__(self, x, y=None):
-        from pygpu.sparse.coordinate import _check_vector
+        from pygpu.sparse.coordinate import _check_vector, _gated
 
         _check_vector(x, self.shape[0], self.dtype, "x")
         if y is None:
@@ -216,16 +227,20 @@ class PacketedSpMV:
         else:
             _check_vector(y, self.shape[0], self.dtype, "y")
         if self.block_count:
+            # array objects through the operand gate, never raw addresses
             self.get_kernel().prepared_call(
                 (self.block_count, 1),
                 (self.threads_per_packet, 1, 1),
-                self.packet_base_rows.gpudata,
-                self.thread_starts.gpudata,
-                self.thread_ends.gpudata,
-                self.index_array.gpudata,
-                self.data_array.gpudata,
-                x.gpudata,
-                y.gpudata,
+                *_gated(
+                    "PacketedSpMV",
+                    self.packet_base_rows,
+                    self.thread_starts,
+                    self.thread_ends,
+                    self.index_array,
+                    self.data_array,
+                    x,
+                    y,
+                ),
             )
         self.remaining_coo_gpu(x, y)
         return y

@@ -10,7 +10,9 @@ module_dealloc(pygpu_Module *self)
     PyTypeObject *tp = Py_TYPE(self);
     pygpu_scope s;
     if (self->handle != NULL && pygpu_scope_enter_quiet(self->context, &s) == 0) {
-        cu.cuModuleUnload(self->handle);
+        CUresult ignored;
+        PYGPU_CU_RELAX(ignored, cuModuleUnload, self->handle);
+        (void)ignored;
         pygpu_scope_exit(&s);
     }
     self->handle = NULL;
@@ -224,9 +226,9 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
     {
         /* legal during a capture on an H100 (driver 580); relaxed all the
          * same, so no driver's rule about it can invalidate one (graph.c) */
-        CUstreamCaptureMode mode = pygpu_capture_relax();
-        Py_BEGIN_ALLOW_THREADS rc = cu.cuModuleLoadDataEx(&h, image, nopts, opts, vals);
-        Py_END_ALLOW_THREADS pygpu_capture_restore(mode);
+        Py_BEGIN_ALLOW_THREADS
+            PYGPU_CU_RELAX(rc, cuModuleLoadDataEx, &h, image, nopts, opts, vals);
+        Py_END_ALLOW_THREADS
     }
     if (handler != Py_None) {
         PyObject *r = NULL;
@@ -238,8 +240,11 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
         Py_XDECREF(i_s);
         Py_XDECREF(e_s);
         if (r == NULL) {
-            if (rc == CUDA_SUCCESS && !ctx->detached)
-                cu.cuModuleUnload(h);
+            if (rc == CUDA_SUCCESS && !ctx->detached) {
+                CUresult ignored;
+                PYGPU_CU_RELAX(ignored, cuModuleUnload, h);
+                (void)ignored;
+            }
             goto error;
         }
         Py_DECREF(r);
@@ -259,7 +264,9 @@ module_from_buffer(PyObject *m, PyObject *args, PyObject *kwds)
     }
     self = PyObject_New(pygpu_Module, st->ModuleType);
     if (self == NULL) {
-        cu.cuModuleUnload(h);
+        CUresult ignored;
+        PYGPU_CU_RELAX(ignored, cuModuleUnload, h);
+        (void)ignored;
         goto error;
     }
     self->handle = h;
@@ -302,8 +309,12 @@ c_name(PyObject *name, const char *what)
 /* in function.c */
 PyObject *pygpu_function_new(pygpu_state *st, pygpu_Module *mod, CUfunction h, PyObject *name);
 
+/* The kernel called name; cached: the module's own Function (get_function),
+ * else a Function of its own (_new_function: a SourceModule's, so that two
+ * SourceModules sharing one loaded image never share a Function's prepared
+ * layout). */
 static PyObject *
-module_get_function(pygpu_Module *self, PyObject *name)
+module_function(pygpu_Module *self, PyObject *name, int cached)
 {
     pygpu_state *st = PYGPU_STATE(self);
     PyObject *f;
@@ -320,7 +331,7 @@ module_get_function(pygpu_Module *self, PyObject *name)
     if (pygpu_context_check(st, self->context) < 0)
         return NULL;
     /* the cache holds weak references: a Function holds its Module */
-    f = PyDict_GetItemWithError(self->functions, name);
+    f = cached ? PyDict_GetItemWithError(self->functions, name) : NULL;
     if (f != NULL) {
 #if PY_VERSION_HEX >= 0x030D0000
         PyObject *live; /* PyWeakref_GetObject is deprecated from 3.13 */
@@ -351,8 +362,8 @@ module_get_function(pygpu_Module *self, PyObject *name)
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuModuleGetFunction");
     f = pygpu_function_new(st, self, h, name);
-    if (f == NULL)
-        return NULL;
+    if (f == NULL || !cached)
+        return f;
     PyObject *ref = PyWeakref_NewRef(f, NULL);
     if (ref == NULL || PyDict_SetItem(self->functions, name, ref) < 0) {
         Py_XDECREF(ref);
@@ -361,6 +372,18 @@ module_get_function(pygpu_Module *self, PyObject *name)
     }
     Py_DECREF(ref);
     return f;
+}
+
+static PyObject *
+module_get_function(pygpu_Module *self, PyObject *name)
+{
+    return module_function(self, name, 1);
+}
+
+static PyObject *
+module_new_function(pygpu_Module *self, PyObject *name)
+{
+    return module_function(self, name, 0);
 }
 
 static PyObject *
@@ -415,18 +438,23 @@ module_get_handle(pygpu_Module *self, void *c)
 }
 
 static PyMethodDef module_methods[] = {
+    {"_new_function", (PyCFunction)module_new_function, METH_O,
+     "_new_function($self, name, /)\n--\n\nThe kernel called name as a Function of "
+     "its own (not the module's cached one): SourceModule.get_function's."},
     {"get_function", (PyCFunction)module_get_function, METH_O,
      "get_function($self, name, /)\n--\n\nThe kernel called name (a Function)."},
     {"get_global", (PyCFunction)module_get_global, METH_O,
      "get_global($self, name, /)\n--\n\n"
      "(DeviceAllocation, nbytes) of a __device__ or __constant__ variable."},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef module_getset[] = {
     {"info_log", (getter)module_get_info_log, NULL, "The JIT's info log.", NULL},
     {"context", (getter)module_get_context, NULL, "The Context the module is loaded in.", NULL},
     {"handle", (getter)module_get_handle, NULL, "The CUmodule as an int.", NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyType_Slot module_slots[] = {
     {Py_tp_dealloc, module_dealloc},
@@ -434,7 +462,8 @@ static PyType_Slot module_slots[] = {
     {Py_tp_getset, module_getset},
     {Py_tp_doc, "A loaded module (from module_from_buffer, module_from_file or "
                 "SourceModule). Unloaded when it and all its functions are gone."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec module_spec = {"pygpu.driver.Module", sizeof(pygpu_Module), 0,
                                   Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
@@ -448,7 +477,8 @@ static PyMethodDef module_funcs[] = {
      "Load PTX, cubin or fatbin bytes into the current context. options: "
      "(jit_option, value) pairs. message_handler(success, info_log, error_log) "
      "is called after the load. A failed load raises with the JIT error log."},
-    {NULL}};
+    {NULL},
+};
 
 int
 pygpu_module_setup(PyObject *m, pygpu_state *st)

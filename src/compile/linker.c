@@ -344,9 +344,10 @@ linker_add_data(pygpu_Linker *self, PyObject *args)
     if (pygpu_scope_enter(st, self->context, &s) < 0)
         goto error;
     self->error_log[0] = '\0';
-    Py_BEGIN_ALLOW_THREADS rc =
-        cu.cuLinkAddData(self->handle, type, buf, size, name, 0, NULL, NULL);
-    Py_END_ALLOW_THREADS pygpu_scope_exit(&s);
+    Py_BEGIN_ALLOW_THREADS
+        rc = cu.cuLinkAddData(self->handle, type, buf, size, name, 0, NULL, NULL);
+    Py_END_ALLOW_THREADS
+    pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS) {
         linker_error(st, self, rc, "cuLinkAddData", name);
         goto error;
@@ -392,8 +393,10 @@ linker_add_file(pygpu_Linker *self, PyObject *args)
     if (pygpu_scope_enter(st, self->context, &s) < 0)
         goto error;
     self->error_log[0] = '\0';
-    Py_BEGIN_ALLOW_THREADS rc = cu.cuLinkAddFile(self->handle, type, path, 0, NULL, NULL);
-    Py_END_ALLOW_THREADS pygpu_scope_exit(&s);
+    Py_BEGIN_ALLOW_THREADS
+        rc = cu.cuLinkAddFile(self->handle, type, path, 0, NULL, NULL);
+    Py_END_ALLOW_THREADS
+    pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS) {
         linker_error(st, self, rc, "cuLinkAddFile", path);
         goto error;
@@ -454,11 +457,11 @@ linker_complete(pygpu_Linker *self, PyObject *unused)
     if (pygpu_scope_enter(st, self->context, &s) < 0)
         return NULL;
     self->error_log[0] = '\0';
-    Py_BEGIN_ALLOW_THREADS rc = cu.cuLinkComplete(self->handle, &cubin, &size);
+    Py_BEGIN_ALLOW_THREADS
+        rc = cu.cuLinkComplete(self->handle, &cubin, &size);
     Py_END_ALLOW_THREADS
-        /* the image belongs to the link state: copy it before the state goes */
-        if (rc == CUDA_SUCCESS)
-    {
+    /* the image belongs to the link state: copy it before the state goes */
+    if (rc == CUDA_SUCCESS) {
         self->image = PyBytes_FromStringAndSize(cubin, (Py_ssize_t)size);
         if (self->image == NULL) {
             pygpu_scope_exit(&s);
@@ -540,7 +543,8 @@ static PyMethodDef linker_methods[] = {
      "complete(), then load the image into the linker's context: a Module."},
     {"close", (PyCFunction)linker_close, METH_NOARGS,
      "close($self, /)\n--\n\nFree the driver's link state now (idempotent)."},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef linker_getset[] = {
     {"info_log", (getter)linker_get_info_log, NULL, "The JIT linker's info log.", NULL},
@@ -549,7 +553,8 @@ static PyGetSetDef linker_getset[] = {
     {"context", (getter)linker_get_context, NULL, "The Context the link was made in.", NULL},
     {"closed", (getter)linker_get_closed, NULL,
      "True once complete()d (or failed) or close()d: no more inputs.", NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyType_Slot linker_slots[] = {
     {Py_tp_new, linker_new},
@@ -566,7 +571,8 @@ static PyType_Slot linker_slots[] = {
                 "or link_module() to a Module. options: (jit_option, value) pairs. "
                 "message_handler(success, info_log, error_log) is called when the link "
                 "completes."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec linker_spec = {"pygpu.driver.Linker", sizeof(pygpu_Linker), 0,
                                   Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE

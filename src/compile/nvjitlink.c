@@ -406,9 +406,10 @@ nvjitlink_link(PyObject *module, PyObject *args)
             goto done;
         }
     }
-    Py_BEGIN_ALLOW_THREADS failed = jl_run(copts, (uint32_t)nopt, in, nin, want_ptx, &out);
-    Py_END_ALLOW_THREADS if (failed)
-    {
+    Py_BEGIN_ALLOW_THREADS
+        failed = jl_run(copts, (uint32_t)nopt, in, nin, want_ptx, &out);
+    Py_END_ALLOW_THREADS
+    if (failed) {
         PyErr_NoMemory();
         goto done;
     }
@@ -469,7 +470,8 @@ static PyMethodDef nvjitlink_methods[] = {
      "error_log, routine, code, failed_input)."},
     {"_nvjitlink_result_name", nvjitlink_result_name, METH_O,
      "_nvjitlink_result_name($module, code, /)\n--\n\nThe name of an nvJitLinkResult."},
-    {NULL}};
+    {NULL},
+};
 
 int
 pygpu_nvjitlink_setup(PyObject *m, pygpu_state *st)

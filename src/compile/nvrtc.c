@@ -158,8 +158,10 @@ nvrtc_compile(PyObject *m, PyObject *args)
             goto done;
         }
     }
-    Py_BEGIN_ALLOW_THREADS cr = nv.nvrtcCompileProgram(prog, (int)nopt, copts);
-    Py_END_ALLOW_THREADS r = nv.nvrtcGetProgramLogSize(prog, &logsize);
+    Py_BEGIN_ALLOW_THREADS
+        cr = nv.nvrtcCompileProgram(prog, (int)nopt, copts);
+    Py_END_ALLOW_THREADS
+    r = nv.nvrtcGetProgramLogSize(prog, &logsize);
     if (r != NVRTC_SUCCESS) {
         nvrtc_error(st, r, "nvrtcGetProgramLogSize");
         goto done;
@@ -263,7 +265,8 @@ static PyMethodDef nvrtc_methods[] = {
     {"_nvrtc_version", nvrtc_version, METH_NOARGS, NULL},
     {"_nvrtc_supported_archs", nvrtc_supported_archs, METH_NOARGS, NULL},
     {"_nvrtc_compile", nvrtc_compile, METH_VARARGS, NULL},
-    {NULL}};
+    {NULL},
+};
 
 int
 pygpu_nvrtc_setup(PyObject *m, pygpu_state *st)

@@ -196,10 +196,12 @@ errors_raise_for_code(PyObject *module, PyObject *args)
     return pygpu_cuda_error(PyModule_GetState(module), (CUresult)code, routine);
 }
 
-static PyMethodDef errors_methods[] = {{"_raise_for_code", errors_raise_for_code, METH_VARARGS,
-                                        "_raise_for_code($module, code, routine, /)\n--\n\n"
-                                        "Raise the pygpu exception for a CUresult code."},
-                                       {NULL}};
+static PyMethodDef errors_methods[] = {
+    {"_raise_for_code", errors_raise_for_code, METH_VARARGS,
+     "_raise_for_code($module, code, routine, /)\n--\n\n"
+     "Raise the pygpu exception for a CUresult code."},
+    {NULL},
+};
 
 static PyObject *
 new_exc(PyObject *m, const char *name, const char *doc, PyObject *bases)

@@ -57,7 +57,8 @@ static PyMethodDef fork_methods[] = {
      "forked_from($module, /)\n--\n\n"
      "The parent's pid when this process was forked from one that had "
      "initialised CUDA (pygpu cannot be used here), else None."},
-    {NULL}};
+    {NULL},
+};
 
 int
 pygpu_fork_setup(PyObject *m, pygpu_state *st)

@@ -120,12 +120,13 @@ driver_init_once(void)
         driver_status = -1;
         return;
     }
-#define RESOLVE_REQ(name, version)                                 \
-    if (resolve(#name, version, (void **)&pygpu_cu.name, 1) < 0) { \
-        driver_status = -1;                                        \
-        return;                                                    \
+#define RESOLVE_REQ(name, version, cls)                                                 \
+    if (resolve(#name, version, (void **)&pygpu_cu.PYGPU_CU_SLOT_##cls(name), 1) < 0) { \
+        driver_status = -1;                                                             \
+        return;                                                                         \
     }
-#define RESOLVE_OPT(name, version) (void)resolve(#name, version, (void **)&pygpu_cu.name, 0);
+#define RESOLVE_OPT(name, version, cls) \
+    (void)resolve(#name, version, (void **)&pygpu_cu.PYGPU_CU_SLOT_##cls(name), 0);
     PYGPU_CUDA_API(RESOLVE_REQ, RESOLVE_OPT)
 #undef RESOLVE_REQ
 #undef RESOLVE_OPT
@@ -139,8 +140,11 @@ pygpu_ensure_driver(pygpu_state *st)
 {
     if (__atomic_load_n(&driver_ready, __ATOMIC_ACQUIRE))
         return 0;
-    Py_BEGIN_ALLOW_THREADS pthread_once(&driver_once, driver_init_once);
-    Py_END_ALLOW_THREADS if (driver_status == 0) return 0;
+    Py_BEGIN_ALLOW_THREADS
+        pthread_once(&driver_once, driver_init_once);
+    Py_END_ALLOW_THREADS
+    if (driver_status == 0)
+        return 0;
     PyObject *exc = PyObject_CallFunction(st->CudaUnavailableError, "s", driver_msg);
     if (exc == NULL)
         return -1;
@@ -327,7 +331,8 @@ static PyMethodDef loader_methods[] = {
     {"get_driver_version", loader_get_driver_version, METH_NOARGS,
      "get_driver_version($module, /)\n--\n\n"
      "The CUDA version the driver supports, as an int (13000 for 13.0)."},
-    {NULL}};
+    {NULL},
+};
 
 int
 pygpu_loader_setup(PyObject *m)

@@ -140,7 +140,8 @@ static PyMethodDef enum_functions[] = {
     {"_enum_tables", module_enum_tables, METH_O,
      "_enum_tables($module, enum_class, /)\n--\n\nGive an enum class PyCUDA's names and values "
      "dictionaries; returns enum_class."},
-    {NULL, NULL, 0, NULL}};
+    {NULL, NULL, 0, NULL},
+};
 
 /* Build each enum as an IntEnum in pygpu.driver's namespace; its members
  * print their names. */
@@ -228,13 +229,14 @@ driver_exec(PyObject *m)
         || pygpu_memory_setup(m, st) < 0 || pygpu_copies_setup(m, st) < 0
         || pygpu_hostmem_setup(m, st) < 0 || pygpu_module_setup(m, st) < 0
         || pygpu_args_setup(m, st) < 0 || pygpu_launch_setup(m, st) < 0
-        || pygpu_function_setup(m, st) < 0 || pygpu_nvrtc_setup(m, st) < 0
-        || pygpu_staging_setup(m, st) < 0 || pygpu_linker_setup(m, st) < 0
-        || pygpu_nvjitlink_setup(m, st) < 0 || pygpu_cuarray_setup(m, st) < 0
-        || pygpu_texobj_setup(m, st) < 0 || pygpu_tensormap_setup(m, st) < 0
-        || pygpu_graph_setup(m, st) < 0 || pygpu_nvtx_setup(m, st) < 0 || pygpu_ipc_setup(m, st) < 0
-        || pygpu_vmm_setup(m, st) < 0 || pygpu_mempool_setup(m, st) < 0
-        || pygpu_fork_setup(m, st) < 0 || pygpu_blockcache_setup(m, st) < 0)
+        || pygpu_scalars_setup(m, st) < 0 || pygpu_function_setup(m, st) < 0
+        || pygpu_nvrtc_setup(m, st) < 0 || pygpu_staging_setup(m, st) < 0
+        || pygpu_linker_setup(m, st) < 0 || pygpu_nvjitlink_setup(m, st) < 0
+        || pygpu_cuarray_setup(m, st) < 0 || pygpu_texobj_setup(m, st) < 0
+        || pygpu_tensormap_setup(m, st) < 0 || pygpu_graph_setup(m, st) < 0
+        || pygpu_nvtx_setup(m, st) < 0 || pygpu_ipc_setup(m, st) < 0 || pygpu_vmm_setup(m, st) < 0
+        || pygpu_mempool_setup(m, st) < 0 || pygpu_fork_setup(m, st) < 0
+        || pygpu_blockcache_setup(m, st) < 0)
         return -1;
     if (PyModule_AddIntConstant(m, "CUDA_HEADER_VERSION", CUDA_VERSION) < 0)
         return -1;
@@ -359,7 +361,10 @@ driver_free(void *m)
     driver_clear((PyObject *)m);
 }
 
-static PyModuleDef_Slot driver_slots[] = {{Py_mod_exec, driver_exec}, {0, NULL}};
+static PyModuleDef_Slot driver_slots[] = {
+    {Py_mod_exec, driver_exec},
+    {0, NULL},
+};
 
 PyModuleDef pygpu_moduledef = {
     PyModuleDef_HEAD_INIT,

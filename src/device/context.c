@@ -130,6 +130,8 @@ context_alloc(pygpu_state *st, CUcontext h, int ordinal, int is_primary, int own
     self->weakreflist = NULL;
     self->allocations = NULL;
     self->arrays_busy = 0;
+    self->host_allocs = 0;
+    self->release_deferred = 0;
     self->blocks = NULL;
     if (!is_primary) {
         self->next_other = st->other_contexts;
@@ -154,13 +156,9 @@ unlink_other(pygpu_state *st, pygpu_Context *ctx)
 /* Give the handle back: destroy a created context, release a primary one.
  * Idempotent, never raises; returns the CUresult of the call. */
 static CUresult
-context_release(pygpu_Context *self)
+context_release_handle(pygpu_Context *self)
 {
     CUresult rc = CUDA_SUCCESS;
-    if (self->detached)
-        return rc;
-    self->detached = 1;
-    pygpu_context_forget_all();
     if (!self->owns || cu.cuCtxGetCurrent == NULL)
         return rc;
     if (self->blocks != NULL) {
@@ -190,6 +188,25 @@ context_release(pygpu_Context *self)
     return rc;
 }
 
+static CUresult
+context_release(pygpu_Context *self)
+{
+    if (self->detached)
+        return CUDA_SUCCESS;
+    self->detached = 1;
+    pygpu_context_forget_all();
+    return context_release_handle(self);
+}
+
+void
+pygpu_context_release_deferred(pygpu_Context *ctx)
+{
+    if (!ctx->release_deferred)
+        return;
+    ctx->release_deferred = 0;
+    (void)context_release_handle(ctx);
+}
+
 static void
 context_forget(pygpu_state *st, pygpu_Context *self)
 {
@@ -212,6 +229,7 @@ context_dealloc(pygpu_Context *self)
     if (self->weakreflist != NULL)
         PyObject_ClearWeakRefs((PyObject *)self);
     context_forget(st, self);
+    pygpu_context_release_deferred(self); /* (its host views held it: all gone now) */
     (void)context_release(self);
     pygpu_blockcache_drop(self); /* what release could not give back (forked, gone) */
     Py_CLEAR(self->device);
@@ -575,8 +593,11 @@ pygpu_device_make_context(pygpu_Device *self, PyObject *args, PyObject *kwds)
         return NULL;
     if (fobj != NULL && pygpu_parse_uint(fobj, &flags, "make_context(): flags") < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS rc = cu.cuCtxCreate(&h, flags, self->handle);
-    Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS) return pygpu_cuda_error(st, rc, "cuCtxCreate");
+    Py_BEGIN_ALLOW_THREADS
+        rc = cu.cuCtxCreate(&h, flags, self->handle);
+    Py_END_ALLOW_THREADS
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuCtxCreate");
     ctx = context_alloc(st, h, self->ordinal, 0, 1);
     if (ctx == NULL) {
         cu.cuCtxDestroy(h);
@@ -662,13 +683,17 @@ context_synchronize(PyObject *cls, PyObject *unused)
 {
     pygpu_state *st = pygpu_state_from_type((PyTypeObject *)cls);
     pygpu_Context *ctx;
+    pygpu_pfn_cuCtxSynchronize sync;
     CUresult rc;
     if ((ctx = pygpu_current_context(st)) == NULL
-        || pygpu_capture_context_check(st, ctx, "Context.synchronize()") < 0)
+        || pygpu_capture_context_check(st, ctx, "Context.synchronize()") < 0
+        || (sync = PYGPU_CU_LEGACY(st, cuCtxSynchronize, "Context.synchronize()")) == NULL)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS rc = cu.cuCtxSynchronize();
-    Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS) return pygpu_cuda_error(st, rc,
-                                                                         "cuCtxSynchronize");
+    Py_BEGIN_ALLOW_THREADS
+        rc = sync();
+    Py_END_ALLOW_THREADS
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuCtxSynchronize");
     Py_RETURN_NONE;
 }
 
@@ -689,18 +714,15 @@ context_detach(pygpu_Context *self, PyObject *unused)
     pygpu_state *st = PYGPU_STATE(self);
     CUresult rc;
     PyObject *key;
+    int views;
     if (self->detached)
         Py_RETURN_NONE;
     /* the context's memory goes first, in the context (a primary context
-     * may outlive this release, retained by another library); refused while
-     * a copy into one of its allocations runs in another thread */
-    if (self->arrays_busy > 0) {
-        PyErr_SetString(st->LogicError,
-                        "detach(): a copy into memory of this context is running in "
-                        "another thread; detach after it ends");
-        return NULL;
-    }
-    if (pygpu_allocations_detach(st, self) < 0)
+     * may outlive this release, retained by another library), as the
+     * lifetime rule decides (memory/lifetime.c): refused while a copy into
+     * it runs in another thread; memory under a live host view kept, and
+     * the context's release deferred until the last view goes */
+    if ((views = pygpu_lifetime_detach(st, self)) < 0)
         return NULL;
     if (self->is_primary) {
         /* the next use of this device gets a fresh primary Context */
@@ -731,6 +753,24 @@ context_detach(pygpu_Context *self, PyObject *unused)
                 || cu.cuCtxPopCurrent(&dummy) != CUDA_SUCCESS)
                 break;
         }
+    }
+    if (views > 0) {
+        /* detached now; the handle stays for the host views */
+        self->detached = 1;
+        self->release_deferred = 1;
+        pygpu_context_forget_all();
+        if (!self->is_primary && self->owns) {
+            /* off this thread's stack, as cuCtxDestroy would take it */
+            CUcontext cur = NULL, dummy;
+            int guard;
+            for (guard = 0; guard < 64; guard++) {
+                if (cu.cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur != self->handle
+                    || cu.cuCtxPopCurrent(&dummy) != CUDA_SUCCESS)
+                    break;
+            }
+        }
+        Py_DECREF(self);
+        Py_RETURN_NONE;
     }
     rc = context_release(self); /* cuCtxDestroy also pops it if current */
     Py_DECREF(self);
@@ -1067,7 +1107,8 @@ static PyMethodDef context_methods[] = {
      "__enter__($self, /)\n--\n\nPush this context; returns it."},
     {"__exit__", (PyCFunction)context_exit, METH_VARARGS,
      "__exit__($self, /, *exc_info)\n--\n\nPop the current context."},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef context_getset[] = {
     {"handle", (getter)context_get_handle, NULL, "The CUcontext as an int.", NULL},
@@ -1075,10 +1116,13 @@ static PyGetSetDef context_getset[] = {
     {"is_primary", (getter)context_get_is_primary, NULL, "Whether this is a primary context.",
      NULL},
     {"detached", (getter)context_get_detached, NULL, "Whether detach() was called.", NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyMemberDef context_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Context, weakreflist), READONLY}, {NULL}};
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Context, weakreflist), READONLY},
+    {NULL},
+};
 
 static PyType_Slot context_slots[] = {
     {Py_tp_dealloc, context_dealloc},
@@ -1090,7 +1134,8 @@ static PyType_Slot context_slots[] = {
     {Py_tp_hash, context_hash},
     {Py_tp_doc, "A CUDA context. Get one from Device.retain_primary_context() "
                 "(the default) or Device.make_context(); usable as a with block."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec context_spec = {"pygpu.driver.Context", sizeof(pygpu_Context), 0,
                                    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
@@ -1102,7 +1147,8 @@ static PyMethodDef context_functions[] = {
      "_current_context($module, /)\n--\n\n"
      "The current Context or None, as Context.get_current(), from this "
      "thread's remembered answer when it has one (no driver call)."},
-    {NULL}};
+    {NULL},
+};
 
 int
 pygpu_context_setup(PyObject *m, pygpu_state *st)

@@ -469,12 +469,14 @@ static PyMethodDef device_methods[] = {
      "make_context($self, /, flags=0)\n--\n\n"
      "Create a new context on this device and push it (PyCUDA style). "
      "Prefer the primary context, which other libraries share."},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef device_getset[] = {
     {"uuid", (getter)device_uuid, NULL, "The device's UUID (uuid.UUID).", NULL},
     {"ordinal", (getter)device_get_ordinal, NULL, "The device ordinal.", NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyType_Slot device_slots[] = {
     {Py_tp_new, device_new},
@@ -490,7 +492,8 @@ static PyType_Slot device_slots[] = {
     {Py_tp_doc, "Device(device)\n--\n\n"
                 "A CUDA device, by ordinal (int) or PCI bus id (str).\n"
                 "Attributes by name: dev.max_threads_per_block, dev.multiprocessor_count, ..."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec device_spec = {
     "pygpu.driver.Device", sizeof(pygpu_Device), 0,

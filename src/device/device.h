@@ -28,6 +28,12 @@ struct pygpu_Context {
     /* copies using one of this context's Arrays running with the GIL
      * released (pygpu_array_hold): detach() is refused meanwhile */
     Py_ssize_t arrays_busy;
+    /* page-locked blocks (cuMemHostAlloc) of this context alive: host views
+     * that a detach must not free (memory/lifetime.c) */
+    Py_ssize_t host_allocs;
+    /* detached while host views of its memory live: the handle's release
+     * waits for the last one (memory/lifetime.c) */
+    int release_deferred;
     /* owned (blockcache.c): freed device blocks kept for reuse, or NULL */
     struct pygpu_blockcache *blocks;
 };
@@ -89,6 +95,9 @@ int pygpu_scope_enter_quiet(pygpu_Context *ctx, pygpu_scope *s);
 /* push ctx if it is not current; *pushed says whether to pop.  No GIL needed. */
 CUresult pygpu_context_enter(pygpu_Context *ctx, int *pushed);
 void pygpu_context_exit(int pushed);
+/* The release of a detached context's handle that waited for its host views
+ * (memory/lifetime.c).  GIL held; never raises. */
+void pygpu_context_release_deferred(pygpu_Context *ctx);
 int pygpu_context_read_limits(pygpu_state *st, pygpu_Context *ctx);
 PyObject *pygpu_device_new(pygpu_state *st, int ordinal);
 

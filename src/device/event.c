@@ -105,9 +105,11 @@ event_synchronize(pygpu_Event *self, PyObject *unused)
     CUresult rc;
     if (check_alive(self) < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS rc = cu.cuEventSynchronize(self->handle);
-    Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS) return pygpu_cuda_error(st, rc,
-                                                                         "cuEventSynchronize");
+    Py_BEGIN_ALLOW_THREADS
+        rc = cu.cuEventSynchronize(self->handle);
+    Py_END_ALLOW_THREADS
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error(st, rc, "cuEventSynchronize");
     Py_INCREF(self);
     return (PyObject *)self;
 }
@@ -242,10 +244,13 @@ static PyMethodDef event_methods[] = {
      "time_since($self, event, /)\n--\n\nMilliseconds from event to self."},
     {"time_till", (PyCFunction)event_time_till, METH_O,
      "time_till($self, event, /)\n--\n\nMilliseconds from self to event."},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef event_getset[] = {
-    {"handle", (getter)event_get_handle, NULL, "The CUevent as an int.", NULL}, {NULL}};
+    {"handle", (getter)event_get_handle, NULL, "The CUevent as an int.", NULL},
+    {NULL},
+};
 
 static PyType_Slot event_slots[] = {
     {Py_tp_new, event_new},
@@ -254,7 +259,8 @@ static PyType_Slot event_slots[] = {
     {Py_tp_methods, event_methods},
     {Py_tp_getset, event_getset},
     {Py_tp_doc, "Event(flags=0)\n--\n\nA CUDA event in the current context."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec event_spec = {
     "pygpu.driver.Event", sizeof(pygpu_Event), 0,

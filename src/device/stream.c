@@ -252,8 +252,10 @@ stream_synchronize(pygpu_Stream *self, PyObject *unused)
     if ((self->context == NULL && stream_check(self) < 0)
         || (self->context != NULL && pygpu_scope_enter(st, self->context, &s) < 0))
         return NULL;
-    Py_BEGIN_ALLOW_THREADS rc = cu.cuStreamSynchronize(self->handle);
-    Py_END_ALLOW_THREADS pygpu_scope_exit(&s);
+    Py_BEGIN_ALLOW_THREADS
+        rc = cu.cuStreamSynchronize(self->handle);
+    Py_END_ALLOW_THREADS
+    pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuStreamSynchronize");
     Py_RETURN_NONE;
@@ -391,16 +393,20 @@ static PyMethodDef stream_methods[] = {
      "is_capturing($self, /)\n--\n\nWhether the stream is capturing."},
     {"__cuda_stream__", (PyCFunction)stream_cuda_stream, METH_NOARGS,
      "__cuda_stream__($self, /)\n--\n\n(0, handle): the CUDA stream protocol."},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef stream_getset[] = {
     {"handle", (getter)stream_get_handle, NULL, "The CUstream as an int.", NULL},
     {"priority", (getter)stream_get_priority, NULL, "The stream's priority.", NULL},
     {"flags", (getter)stream_get_flags, NULL, "The stream's flags.", NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyMemberDef stream_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Stream, weakreflist), READONLY}, {NULL}};
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Stream, weakreflist), READONLY},
+    {NULL},
+};
 
 static PyType_Slot stream_slots[] = {
     {Py_tp_new, stream_new},
@@ -416,7 +422,8 @@ static PyType_Slot stream_slots[] = {
     {Py_tp_hash, stream_hash},
     {Py_tp_doc, "Stream(flags=0, priority=0)\n--\n\n"
                 "A CUDA stream in the current context, destroyed when this object dies."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec stream_spec = {"pygpu.driver.Stream", sizeof(pygpu_Stream), 0,
                                   Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC

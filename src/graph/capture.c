@@ -483,6 +483,60 @@ pygpu_capture_check(pygpu_state *st, PyObject *sobj, int blocking, const char *w
     return 0;
 }
 
+/* The gate of the capture classes STREAM and LEGACY (core/cuda_api.h,
+ * pygpu.h's PYGPU_CU_STREAM/PYGPU_CU_LEGACY): work on stream s (NULL or
+ * CU_STREAM_LEGACY: the legacy default stream), blocking or not, named
+ * `what`.  While pygpu captures, work on the legacy stream when a blocking
+ * stream of the current context captures would wait for it
+ * (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, an invalidated capture), and a
+ * blocking call on a capturing stream cannot wait for work that is only
+ * recorded: each a LogicError before the driver.  Returns fn, or NULL with
+ * the exception set (a LogicError too when the driver lacks the optional
+ * entry point `routine`).  One compare while nothing captures.  GIL held. */
+pygpu_fn
+pygpu_capture_gate(pygpu_state *st, CUstream s, int blocking, const char *what, const char *routine,
+                   pygpu_fn fn)
+{
+    capturing *c;
+    pygpu_Context *ctx;
+    if (fn == NULL) {
+        PyErr_Format(st->LogicError, "%s: the driver has no %s", what, routine);
+        return NULL;
+    }
+    if (captures_active == 0)
+        return fn;
+    if (s != NULL && s != CU_STREAM_LEGACY) {
+        if (!blocking)
+            return fn;
+        for (c = captures; c != NULL; c = c->next) {
+            if (c->stream->handle == s) {
+                PyErr_Format(st->LogicError,
+                             "%s: the stream is capturing a graph, whose work is recorded, "
+                             "not run: a blocking call cannot wait for it; use the _async "
+                             "form (it is captured), or call it after end_capture()",
+                             what);
+                return NULL;
+            }
+        }
+        return fn;
+    }
+    if ((ctx = pygpu_current_context(st)) == NULL)
+        return NULL;
+    for (c = captures; c != NULL; c = c->next) {
+        if (c->blocking && c->stream->context == ctx) {
+            PyErr_Format(st->LogicError,
+                         "%s: a stream of this context is capturing a graph, and work on "
+                         "the legacy default stream would wait for it "
+                         "(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, which would invalidate the "
+                         "capture); pass the capturing stream to the _async form, or call "
+                         "it before or after the capture",
+                         what);
+            return NULL;
+        }
+    }
+    return fn;
+}
+
 /* Stream dealloc while capturing: end the capture and drop its graph. */
 void
 pygpu_stream_capture_abort(pygpu_Stream *self)

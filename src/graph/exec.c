@@ -43,9 +43,10 @@ pygpu_graph_exec_create(pygpu_state *st, pygpu_Graph *g, unsigned long long flag
     const char *where = "cuGraphInstantiateWithFlags";
     if (pygpu_scope_enter(st, g->context, &s) < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS rc = cu.cuGraphInstantiateWithFlags(&h, g->handle, flags);
-    Py_END_ALLOW_THREADS if (rc == CUDA_SUCCESS)
-    {
+    Py_BEGIN_ALLOW_THREADS
+        rc = cu.cuGraphInstantiateWithFlags(&h, g->handle, flags);
+    Py_END_ALLOW_THREADS
+    if (rc == CUDA_SUCCESS) {
         where = "cuEventCreate";
         rc = cu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
         if (rc != CUDA_SUCCESS)
@@ -93,7 +94,8 @@ exec_release(pygpu_GraphExec *e)
     if (pygpu_scope_enter_quiet(e->graph->context, &s) < 0)
         return;
     if (e->launched) {
-        Py_BEGIN_ALLOW_THREADS cu.cuEventSynchronize(ev);
+        Py_BEGIN_ALLOW_THREADS
+            cu.cuEventSynchronize(ev);
         Py_END_ALLOW_THREADS
     }
     cu.cuGraphExecDestroy(h);
@@ -212,8 +214,10 @@ exec_synchronize(pygpu_GraphExec *e, PyObject *unused)
     CUresult rc;
     if (exec_enter(st, e, &s) < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS rc = cu.cuEventSynchronize(e->done);
-    Py_END_ALLOW_THREADS pygpu_scope_exit(&s);
+    Py_BEGIN_ALLOW_THREADS
+        rc = cu.cuEventSynchronize(e->done);
+    Py_END_ALLOW_THREADS
+    pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuEventSynchronize");
     Py_RETURN_NONE;
@@ -505,14 +509,16 @@ static PyMethodDef exec_methods[] = {
      "set_kernel_node_params($self, node, /, *args, block=None, grid=None, shared=None, "
      "function=None)\n--\n\nNew arguments (checked as a launch checks them) and "
      "optionally a new configuration or kernel for one kernel node."},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef exec_getset[] = {
     {"graph", (getter)exec_get_graph, NULL, "The Graph this was instantiated from.", NULL},
     {"handle", (getter)exec_get_handle, NULL, "The CUgraphExec as an int.", NULL},
     {"callback_errors", (getter)exec_get_errors, NULL,
      "The graph's host-callback exceptions (a list).", NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyType_Slot exec_slots[] = {
     {Py_tp_dealloc, exec_dealloc},
@@ -521,7 +527,8 @@ static PyType_Slot exec_slots[] = {
     {Py_tp_methods, exec_methods},
     {Py_tp_getset, exec_getset},
     {Py_tp_doc, "An instantiated graph (Graph.instantiate()): launch it on a stream."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec exec_spec = {"pygpu.driver.GraphExec", sizeof(pygpu_GraphExec), 0,
                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC

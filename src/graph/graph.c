@@ -1387,7 +1387,8 @@ static PyMethodDef graph_methods[] = {
      "instantiate($self, flags=0)\n--\n\nAn executable GraphExec."},
     {"debug_dot", CF(graph_debug_dot), METH_VARARGS | METH_KEYWORDS,
      "debug_dot($self, path, flags=1)\n--\n\nWrite the graph as Graphviz DOT to path."},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef graph_getset[] = {
     {"handle", (getter)graph_get_handle, NULL, "The CUgraph as an int.", NULL},
@@ -1395,10 +1396,13 @@ static PyGetSetDef graph_getset[] = {
      "Exceptions raised by host-node callbacks (a list; clear it when handled).", NULL},
     {"parent", (getter)graph_get_parent, NULL,
      "For a conditional body, the graph holding it; else None.", NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyMemberDef graph_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Graph, weakreflist), READONLY}, {NULL}};
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Graph, weakreflist), READONLY},
+    {NULL},
+};
 
 static PyType_Slot graph_slots[] = {
     {Py_tp_new, graph_new},
@@ -1412,7 +1416,8 @@ static PyType_Slot graph_slots[] = {
     {Py_tp_repr, graph_repr},
     {Py_tp_doc, "Graph()\n--\n\nA CUDA graph in the current context: add nodes, then "
                 "instantiate().  Stream.end_capture() returns one too."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec graph_spec = {"pygpu.driver.Graph", sizeof(pygpu_Graph), 0,
                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC

@@ -287,7 +287,8 @@ static PyGetSetDef node_getset[] = {
     {"bytesize", (getter)node_get_bytesize, NULL, "A mem_alloc node's size.", NULL},
     {"bodies", (getter)node_get_bodies, NULL,
      "A conditional node's body Graphs (a tuple), else None.", NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyType_Slot node_slots[] = {
     {Py_tp_dealloc, node_dealloc},
@@ -297,7 +298,8 @@ static PyType_Slot node_slots[] = {
     {Py_tp_repr, node_repr},
     {Py_nb_int, node_int},
     {Py_tp_doc, "A node of a Graph; pass it in another node's dependencies."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec node_spec = {"pygpu.driver.GraphNode", sizeof(pygpu_GraphNode), 0,
                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC

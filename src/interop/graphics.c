@@ -170,8 +170,10 @@ mapping_unmap_impl(pygpu_state *st, pygpu_RegisteredMapping *self, CUstream s, i
         return 0;
     }
     h = r->handle; /* a copy: another thread may run while the GIL is out */
-    Py_BEGIN_ALLOW_THREADS rc = cu.cuGraphicsUnmapResources(1, &h, s);
-    Py_END_ALLOW_THREADS pygpu_scope_exit(&sc);
+    Py_BEGIN_ALLOW_THREADS
+        rc = cu.cuGraphicsUnmapResources(1, &h, s);
+    Py_END_ALLOW_THREADS
+    pygpu_scope_exit(&sc);
     if (rc != CUDA_SUCCESS && raise) {
         pygpu_cuda_error(st, rc, "cuGraphicsUnmapResources");
         return -1;
@@ -410,16 +412,19 @@ static PyMethodDef mapping_methods[] = {
      "__enter__($self, /)\n--\n\nThe mapping itself, unmapped at the block's end."},
     {"__exit__", (PyCFunction)mapping_exit, METH_VARARGS,
      "__exit__($self, /, *exc_info)\n--\n\nUnmap."},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef mapping_getset[] = {
     {"mapped", (getter)mapping_get_mapped, NULL, "Whether the resource is still mapped.", NULL},
     {"resource", (getter)mapping_get_resource, NULL, "The RegisteredObject mapped.", NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyMemberDef mapping_members[] = {
     {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_RegisteredMapping, weakreflist), READONLY},
-    {NULL}};
+    {NULL},
+};
 
 static PyType_Slot mapping_slots[] = {
     {Py_tp_dealloc, mapping_dealloc},
@@ -429,7 +434,8 @@ static PyType_Slot mapping_slots[] = {
     {Py_tp_repr, mapping_repr},
     {Py_tp_doc, "A mapped RegisteredObject (from RegisteredObject.map()); unmaps at "
                 "unmap(), at the end of a with block, or when it dies."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec mapping_spec = {"pygpu.driver.RegisteredMapping",
                                    sizeof(pygpu_RegisteredMapping), 0,
@@ -539,11 +545,13 @@ registered_make(PyTypeObject *type, PyObject *hobj, unsigned int target, PyObjec
         return NULL;
     if (pygpu_scope_enter(st, ctx, &sc) < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS if (tobj != NULL) rc =
-        cu.cuGraphicsGLRegisterImage(&h, gl_handle, target, flags);
-    else rc = cu.cuGraphicsGLRegisterBuffer(&h, gl_handle, flags);
-    Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS)
-    {
+    Py_BEGIN_ALLOW_THREADS
+        if (tobj != NULL)
+            rc = cu.cuGraphicsGLRegisterImage(&h, gl_handle, target, flags);
+        else
+            rc = cu.cuGraphicsGLRegisterBuffer(&h, gl_handle, flags);
+    Py_END_ALLOW_THREADS
+    if (rc != CUDA_SUCCESS) {
         pygpu_scope_exit(&sc);
         return pygpu_cuda_error_ex(
             st, rc, tobj ? "cuGraphicsGLRegisterImage" : "cuGraphicsGLRegisterBuffer",
@@ -675,8 +683,10 @@ registered_map(pygpu_Registered *self, PyObject *args, PyObject *kwds)
         return NULL;
     }
     h = self->handle; /* a copy: another thread may run while the GIL is out */
-    Py_BEGIN_ALLOW_THREADS rc = cu.cuGraphicsMapResources(1, &h, s);
-    Py_END_ALLOW_THREADS pygpu_scope_exit(&sc);
+    Py_BEGIN_ALLOW_THREADS
+        rc = cu.cuGraphicsMapResources(1, &h, s);
+    Py_END_ALLOW_THREADS
+    pygpu_scope_exit(&sc);
     if (rc != CUDA_SUCCESS) {
         Py_DECREF(mp);
         return pygpu_cuda_error(st, rc, "cuGraphicsMapResources");
@@ -727,7 +737,8 @@ static PyMethodDef registered_methods[] = {
     {"map", CF(registered_map), METH_VARARGS | METH_KEYWORDS,
      "map($self, /, stream=None)\n--\n\nMap the resource for CUDA (OpenGL must not use "
      "it meanwhile); returns a RegisteredMapping."},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef registered_getset[] = {
     {"handle", (getter)registered_get_handle, NULL,
@@ -736,10 +747,13 @@ static PyGetSetDef registered_getset[] = {
      "The GL target an image was registered with (0 for a buffer).", NULL},
     {"flags", (getter)registered_get_flags, NULL, "The registration flags.", NULL},
     {"mapped", (getter)registered_get_mapped, NULL, "Whether a mapping of it is live.", NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyMemberDef registered_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Registered, weakreflist), READONLY}, {NULL}};
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Registered, weakreflist), READONLY},
+    {NULL},
+};
 
 static PyType_Slot registered_slots[] = {
     {Py_tp_dealloc, registered_dealloc},
@@ -749,7 +763,8 @@ static PyType_Slot registered_slots[] = {
     {Py_tp_repr, registered_repr},
     {Py_tp_doc, "An OpenGL object registered with CUDA (RegisteredBuffer or "
                 "RegisteredImage); unregistered at unregister() or when it dies."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec registered_spec = {"pygpu.driver.RegisteredObject", sizeof(pygpu_Registered), 0,
                                       Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
@@ -761,7 +776,8 @@ static PyType_Slot buffer_slots[] = {
     {Py_tp_doc, "RegisteredBuffer(gl_handle, flags=graphics_register_flags.NONE)\n--\n\n"
                 "An OpenGL buffer object registered with CUDA (cuGraphicsGLRegisterBuffer) "
                 "in the current context; a GL context must be current in this thread."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec buffer_spec = {
     "pygpu.driver.RegisteredBuffer", sizeof(pygpu_Registered), 0,
@@ -773,7 +789,8 @@ static PyType_Slot image_slots[] = {
                 "--\n\nAn OpenGL texture or renderbuffer registered with CUDA "
                 "(cuGraphicsGLRegisterImage; target GL_TEXTURE_2D, GL_RENDERBUFFER, ...) "
                 "in the current context; a GL context must be current in this thread."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec image_spec = {
     "pygpu.driver.RegisteredImage", sizeof(pygpu_Registered), 0,

@@ -261,17 +261,22 @@ range_get_color(pygpu_TimeRange *self, void *closure)
 }
 
 static PyMemberDef range_members[] = {
-    {"name", T_OBJECT_EX, offsetof(pygpu_TimeRange, name), READONLY, "The range's name."}, {NULL}};
+    {"name", T_OBJECT_EX, offsetof(pygpu_TimeRange, name), READONLY, "The range's name."},
+    {NULL},
+};
 
 static PyGetSetDef range_getset[] = {
-    {"color", (getter)range_get_color, NULL, "The color as 0xAARRGGBB, or None.", NULL}, {NULL}};
+    {"color", (getter)range_get_color, NULL, "The color as 0xAARRGGBB, or None.", NULL},
+    {NULL},
+};
 
 static PyMethodDef range_methods[] = {
     {"__enter__", (PyCFunction)range_enter, METH_NOARGS,
      "__enter__($self, /)\n--\n\nPush the range on this thread; returns the range."},
     {"__exit__", (PyCFunction)(void (*)(void))range_exit, METH_FASTCALL,
      "__exit__($self, /, *exc_info)\n--\n\nPop the range (an exception passes on)."},
-    {NULL}};
+    {NULL},
+};
 
 static PyType_Slot range_slots[] = {
     {Py_tp_doc, "TimeRange(name, color=None)\n--\n\n"
@@ -288,7 +293,8 @@ static PyType_Slot range_slots[] = {
     {Py_tp_methods, range_methods},
     {Py_tp_members, range_members},
     {Py_tp_getset, range_getset},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec range_spec = {
     .name = "pygpu.driver.TimeRange",
@@ -440,7 +446,8 @@ static PyMethodDef nvtx_methods[] = {
      "cuProfilerStart: start collecting profile data (nsys --capture-range=cudaProfilerApi)."},
     {"profiler_stop", nvtx_profiler_stop, METH_NOARGS,
      "profiler_stop($module, /)\n--\n\ncuProfilerStop: stop collecting profile data."},
-    {NULL}};
+    {NULL},
+};
 
 int
 pygpu_nvtx_setup(PyObject *m, pygpu_state *st)

@@ -516,66 +516,6 @@ recheck_allocations(pygpu_state *st, PyObject *fn, PyObject *const *args, int n)
     return 0;
 }
 
-/* pack a Python int into size bytes; the value must fit signed or unsigned */
-static int
-pack_int(PyObject *fn, int i, PyObject *obj, char *dst, size_t size)
-{
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
-    unsigned long long u = 0;
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    if (overflow > 0) {
-        u = PyLong_AsUnsignedLongLong(obj);
-        if (u == (unsigned long long)-1 && PyErr_Occurred())
-            goto too_big;
-        if (size != 8)
-            goto too_big;
-        memcpy(dst, &u, 8);
-        return 0;
-    }
-    if (overflow < 0)
-        goto too_big;
-    switch (size) {
-    case 8: memcpy(dst, &v, 8); return 0;
-    case 4:
-        if (v < INT32_MIN || v > (long long)UINT32_MAX)
-            goto too_big;
-        {
-            int32_t x = (int32_t)(uint32_t)v;
-            memcpy(dst, &x, 4);
-        }
-        return 0;
-    case 2:
-        if (v < INT16_MIN || v > (long long)UINT16_MAX)
-            goto too_big;
-        {
-            int16_t x = (int16_t)(uint16_t)v;
-            memcpy(dst, &x, 2);
-        }
-        return 0;
-    case 1:
-        if (v < INT8_MIN || v > (long long)UINT8_MAX)
-            goto too_big;
-        {
-            int8_t x = (int8_t)(uint8_t)v;
-            memcpy(dst, &x, 1);
-        }
-        return 0;
-    default:
-        PyErr_Format(PyExc_TypeError,
-                     "kernel '%U': parameter %d is %zu bytes, which a Python int cannot "
-                     "fill; pass a NumPy scalar or bytes of that size",
-                     fn, i, size);
-        return -1;
-    }
-too_big:
-    PyErr_Clear();
-    PyErr_Format(PyExc_OverflowError, "kernel '%U': parameter %d is %zu bytes; %R does not fit", fn,
-                 i, size, obj);
-    return -1;
-}
-
 static int
 pack_float(PyObject *fn, int i, double d, char *dst, size_t size)
 {
@@ -727,7 +667,7 @@ pack_one(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, size_t 
                 return -1;
             return pack_float(fn, i, d, dst, size);
         }
-        return pack_int(fn, i, obj, dst, size);
+        return pygpu_scalar_pack_int(fn, i, obj, prep, dst, size);
     }
     if (tp == &PyBool_Type) {
         long long v = obj == Py_True;
@@ -754,7 +694,7 @@ pack_one(pygpu_state *st, PyObject *fn, int i, PyObject *obj, char *dst, size_t 
         return 0;
     }
     if (PyLong_Check(obj))
-        return pack_int(fn, i, obj, dst, size);
+        return pygpu_scalar_pack_int(fn, i, obj, prep, dst, size);
     if (PyFloat_Check(obj))
         return pack_float(fn, i, PyFloat_AS_DOUBLE(obj), dst, size);
     if ((tp->tp_flags & Py_TPFLAGS_HEAPTYPE) /* a subclass of one (a Python class) */
@@ -991,6 +931,16 @@ pygpu_pack_fast(pygpu_state *st, const pygpu_layout *l, PyObject *const *args, P
                 if (overflow)
                     return 0;
             }
+            if (prep != NULL && prep[i] != 'P') {
+                /* a typed parameter: NumPy's range (scalars.c decides and
+                 * words the error; here only what plainly fits) */
+                long long lo;
+                unsigned long long hi;
+                const char *name;
+                if (pygpu_int_code_range(prep[i], &lo, &hi, &name)
+                    && (v < lo || (v >= 0 && (unsigned long long)v > hi)))
+                    return 0;
+            }
             if (size == 8) {
                 memcpy(dst, &v, 8);
             } else if (size == 4 && v >= INT32_MIN && v <= (long long)UINT32_MAX) {
@@ -1166,7 +1116,10 @@ pygpu_pack_finish(pygpu_state *st, pygpu_argpack *pack, int launched, PyObject *
 
 /* ---- ArgumentHandler: base of pygpu.driver.In/Out/InOut (defined in Python) ---- */
 
-static PyType_Slot handler_slots[] = {{Py_tp_doc, "Base of In, Out and InOut."}, {0, NULL}};
+static PyType_Slot handler_slots[] = {
+    {Py_tp_doc, "Base of In, Out and InOut."},
+    {0, NULL},
+};
 
 static PyType_Spec handler_spec = {"pygpu.driver.ArgumentHandler", sizeof(PyObject), 0,
                                    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, handler_slots};
@@ -1186,7 +1139,9 @@ set_handler_hooks(PyObject *m, PyObject *args)
 }
 
 static PyMethodDef args_module_methods[] = {
-    {"_set_handler_hooks", set_handler_hooks, METH_VARARGS, NULL}, {NULL}};
+    {"_set_handler_hooks", set_handler_hooks, METH_VARARGS, NULL},
+    {NULL},
+};
 
 int
 pygpu_args_setup(PyObject *m, pygpu_state *st)

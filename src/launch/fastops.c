@@ -668,18 +668,21 @@ static PyMethodDef op_methods[] = {
     {"_learned", (PyCFunction)op_learned, METH_NOARGS,
      "_learned($self, /)\n--\n\n"
      "How many kernels are remembered: (array-array, array-scalar, scalar-array)."},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef op_getset[] = {
     {"__name__", (getter)op_get_name, NULL, NULL, NULL},
     {"__qualname__", (getter)op_get_name, NULL, NULL, NULL},
     {"__text_signature__", (getter)op_get_text_signature, NULL, NULL, NULL},
     {"_fallback", (getter)op_get_fallback, NULL, "The Python path.", NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyMemberDef op_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(pygpu_ArrayOperator, vectorcall), READONLY},
-    {NULL}};
+    {NULL},
+};
 
 static PyType_Slot op_slots[] = {
     {Py_tp_new, op_new},
@@ -698,7 +701,8 @@ static PyType_Slot op_slots[] = {
                 "(docs/arrays.md, \"The operators' fast path\"); what it does not take "
                 "goes to fallback, the Python path. mode 0: x op y; 1: reflected "
                 "(called as (self, other), computes other op self); 2: in place."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec op_spec = {"pygpu.driver._ArrayOperator", sizeof(pygpu_ArrayOperator), 0,
                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE

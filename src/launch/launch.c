@@ -403,29 +403,41 @@ launch_config_ex(const pygpu_launch_config *cfg, CUlaunchConfig *lc)
     lc->numAttrs = 0;
 }
 
-/* Enqueue one launch; the context is current.  Returns the CUresult and
- * names the routine.  Every launch goes through cuLaunchKernelEx where the
+/* The one launch sink (docs/design.md, "Rules"): every kernel launch pygpu
+ * makes -- __call__, prepared calls, bound launches, the quick paths, the C
+ * operators, PyCUDA's legacy API -- is enqueued here, the only caller of
+ * cuLaunchKernel and cuLaunchKernelEx (a test greps for it).  The context
+ * is current; no Python code runs.  ready: a plain configuration already in
+ * cuLaunchKernelEx's form (the quick paths), else NULL and cfg is used.
+ * params: the kernel's parameter pointers, or NULL with extra (a parameter
+ * buffer: the legacy API).  Returns the CUresult and names the routine.
+ * Every launch goes through cuLaunchKernelEx where the
  * driver has it: with no attributes it is the same launch as
  * cuLaunchKernel's, and on an H200 with driver 580 it was 0.04-0.06 us
  * quicker a launch (C loops of both, interleaved bursts; run.py shows both);
  * cuLaunchKernel serves drivers before CUDA 12. */
-static CUresult
-enqueue(pygpu_Function *f, const pygpu_launch_config *cfg, void **params, const char **routine)
+CUresult
+pygpu_launch_enqueue(CUfunction h, const pygpu_launch_config *cfg, const CUlaunchConfig *ready,
+                     void **params, void **extra, const char **routine)
 {
     CUlaunchConfig lc;
     CUlaunchAttribute attrs[3];
     unsigned int n = 0;
+    if (ready != NULL) {
+        *routine = "cuLaunchKernelEx";
+        return cu.cuLaunchKernelEx(ready, h, params, extra);
+    }
     if (cu.cuLaunchKernelEx == NULL) {
         /* pygpu_launch refused cluster/cooperative/pdl already */
         *routine = "cuLaunchKernel";
-        return cu.cuLaunchKernel(f->handle, cfg->grid[0], cfg->grid[1], cfg->grid[2], cfg->block[0],
+        return cu.cuLaunchKernel(h, cfg->grid[0], cfg->grid[1], cfg->grid[2], cfg->block[0],
                                  cfg->block[1], cfg->block[2], cfg->shared, cfg->stream, params,
-                                 NULL);
+                                 extra);
     }
     *routine = "cuLaunchKernelEx";
     launch_config_ex(cfg, &lc);
     if (!cfg->has_cluster && !cfg->cooperative && !cfg->pdl)
-        return cu.cuLaunchKernelEx(&lc, f->handle, params, NULL);
+        return cu.cuLaunchKernelEx(&lc, h, params, extra);
     memset(attrs, 0, sizeof attrs);
     if (cfg->has_cluster) {
         attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
@@ -448,7 +460,7 @@ enqueue(pygpu_Function *f, const pygpu_launch_config *cfg, void **params, const 
     }
     lc.attrs = attrs;
     lc.numAttrs = n;
-    return cu.cuLaunchKernelEx(&lc, f->handle, params, NULL);
+    return cu.cuLaunchKernelEx(&lc, h, params, extra);
 }
 
 /* the launch between two events; waits for the end event with the GIL
@@ -467,14 +479,17 @@ enqueue_timed(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config *cfg
     where = "cuEventRecord";
     if ((rc = cu.cuEventRecord(start, cfg->stream)) != CUDA_SUCCESS)
         goto done;
-    if ((rc = enqueue(f, cfg, params, &where)) != CUDA_SUCCESS)
+    if ((rc = pygpu_launch_enqueue(f->handle, cfg, NULL, params, NULL, &where)) != CUDA_SUCCESS)
         goto done;
     where = "cuEventRecord";
     if ((rc = cu.cuEventRecord(end, cfg->stream)) != CUDA_SUCCESS)
         goto done;
     where = "cuEventSynchronize";
-    Py_BEGIN_ALLOW_THREADS rc = cu.cuEventSynchronize(end);
-    Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS) goto done;
+    Py_BEGIN_ALLOW_THREADS
+        rc = cu.cuEventSynchronize(end);
+    Py_END_ALLOW_THREADS
+    if (rc != CUDA_SUCCESS)
+        goto done;
     where = "cuEventElapsedTime";
     if ((rc = cu.cuEventElapsedTime(&ms, start, end)) != CUDA_SUCCESS)
         goto done;
@@ -550,12 +565,12 @@ pygpu_launch(pygpu_state *st, pygpu_Function *f, const pygpu_launch_config *cfg,
     if (cfg->timed) {
         res = enqueue_timed(st, f, cfg, pack->ptrs);
     } else {
-        rc = enqueue(f, cfg, pack->ptrs, &routine);
+        rc = pygpu_launch_enqueue(f->handle, cfg, NULL, pack->ptrs, NULL, &routine);
         if (stale_context_error(rc) && !scope.pushed && pygpu_context_recheck(f->module->context)) {
             pygpu_scope_exit(&scope); /* (pushed nothing) */
             if (pygpu_scope_enter(st, f->module->context, &scope) < 0)
                 return NULL;
-            rc = enqueue(f, cfg, pack->ptrs, &routine);
+            rc = pygpu_launch_enqueue(f->handle, cfg, NULL, pack->ptrs, NULL, &routine);
         }
         res = rc == CUDA_SUCCESS ? Py_NewRef(Py_None) : pygpu_cuda_error(st, rc, routine);
     }
@@ -582,6 +597,7 @@ quick_run(pygpu_state *st, pygpu_Function *f, const CUlaunchConfig *lc, PyObject
     _Alignas(16) char buf[PYGPU_PACK_INLINE_BYTES];
     void *ptrs[PYGPU_PACK_INLINE_PARAMS];
     pygpu_Context *ctx = f->module->context;
+    const char *routine;
     CUresult rc;
     if (pygpu_captures_active != 0)
         return 0; /* a capture runs: the full path resolves the default stream */
@@ -594,10 +610,10 @@ quick_run(pygpu_state *st, pygpu_Function *f, const CUlaunchConfig *lc, PyObject
         || !pygpu_pack_fast(st, f->layout, args, nargs, buf, ptrs)
         || !pygpu_context_is_current(ctx))
         return 0;
-    rc = cu.cuLaunchKernelEx(lc, f->handle, ptrs, NULL);
+    rc = pygpu_launch_enqueue(f->handle, NULL, lc, ptrs, NULL, &routine);
     if (stale_context_error(rc) && pygpu_context_recheck(ctx))
         return 0; /* it was not current after all: the full path activates it */
-    *res = rc == CUDA_SUCCESS ? Py_NewRef(Py_None) : pygpu_cuda_error(st, rc, "cuLaunchKernelEx");
+    *res = rc == CUDA_SUCCESS ? Py_NewRef(Py_None) : pygpu_cuda_error(st, rc, routine);
     return 1;
 }
 
@@ -726,7 +742,8 @@ bound_repr(pygpu_BoundLaunch *b)
 
 static PyMemberDef bound_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(pygpu_BoundLaunch, vectorcall), READONLY},
-    {NULL}};
+    {NULL},
+};
 
 static PyType_Slot bound_slots[] = {
     {Py_tp_dealloc, bound_dealloc},
@@ -735,7 +752,8 @@ static PyType_Slot bound_slots[] = {
     {Py_tp_repr, bound_repr},
     {Py_tp_doc, "A kernel launch with its configuration frozen; call it with the "
                 "kernel's arguments."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec bound_spec = {"pygpu.driver.BoundLaunch", sizeof(pygpu_BoundLaunch), 0,
                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE

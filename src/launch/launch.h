@@ -154,6 +154,32 @@ int pygpu_fastops_setup(PyObject *m, pygpu_state *st);
 PyObject *pygpu_launch_plain(pygpu_state *st, pygpu_Function *f, unsigned int grid,
                              unsigned int block, PyObject *const *args, Py_ssize_t nargs);
 
+/* scalars.c: the one scalar conversion (see there).  A Python int into a
+ * parameter of size bytes and type code (0: only the size known): 0, or -1
+ * with OverflowError/TypeError naming the kernel fn and parameter i.  And a
+ * type code's integer range and NumPy name: 1, or 0 for no integer code. */
+int pygpu_scalar_pack_int(PyObject *fn, int i, PyObject *obj, char code, char *dst, size_t size);
+int pygpu_int_code_range(char code, long long *lo, unsigned long long *hi, const char **name);
+int pygpu_scalars_setup(PyObject *m, pygpu_state *st);
+
+/* launch.c: the one launch sink (see there): the only caller of
+ * cuLaunchKernel(Ex).  The context is current; GIL held or not. */
+CUresult pygpu_launch_enqueue(CUfunction h, const pygpu_launch_config *cfg,
+                              const CUlaunchConfig *ready, void **params, void **extra,
+                              const char **routine);
+/* legacy.c: the methods of PyCUDA's legacy launch API (Function's method
+ * table, function.c) */
+PyObject *pygpu_function_launch_kernel(pygpu_Function *f, PyObject *args);
+PyObject *pygpu_function_set_block_shape(pygpu_Function *f, PyObject *args);
+PyObject *pygpu_function_set_shared_size(pygpu_Function *f, PyObject *arg);
+PyObject *pygpu_function_param_set_size(pygpu_Function *f, PyObject *arg);
+PyObject *pygpu_function_param_seti(pygpu_Function *f, PyObject *args);
+PyObject *pygpu_function_param_setf(pygpu_Function *f, PyObject *args);
+PyObject *pygpu_function_param_setv(pygpu_Function *f, PyObject *args);
+PyObject *pygpu_function_launch_legacy(pygpu_Function *f, PyObject *unused);
+PyObject *pygpu_function_launch_grid(pygpu_Function *f, PyObject *args, PyObject *kwds);
+PyObject *pygpu_function_launch_grid_async(pygpu_Function *f, PyObject *args, PyObject *kwds);
+
 int pygpu_function_setup(PyObject *m, pygpu_state *st);
 int pygpu_args_setup(PyObject *m, pygpu_state *st);
 int pygpu_launch_setup(PyObject *m, pygpu_state *st);

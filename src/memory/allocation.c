@@ -94,8 +94,8 @@ get_host_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what)
 /* ---- DeviceAllocation ---- */
 
 /* Take the allocation out of its context's list.  GIL held. */
-static void
-allocation_unlink(pygpu_DeviceAllocation *self)
+void
+pygpu_allocation_unlink(pygpu_DeviceAllocation *self)
 {
     if (self->ctx_prev != NULL)
         self->ctx_prev->ctx_next = self->ctx_next;
@@ -108,12 +108,12 @@ allocation_unlink(pygpu_DeviceAllocation *self)
 
 /* Give the memory back to the driver, in its own context; never raises.
  * GIL held. */
-static void
-allocation_free_memory(pygpu_DeviceAllocation *self)
+void
+pygpu_allocation_free_memory(pygpu_DeviceAllocation *self)
 {
     pygpu_scope s;
-    allocation_unlink(self);
-    if ((self->ptr == 0 && self->kind != 5) || self->kind == 3)
+    pygpu_allocation_unlink(self);
+    if ((self->ptr == 0 && self->kind != PYGPU_ALLOC_VIRTUAL) || self->kind == PYGPU_ALLOC_BORROWED)
         return;
     /* a block of the block cache goes back to it, kept under the stream it
      * was freed on (no driver call); not while any capture runs (the free
@@ -121,10 +121,10 @@ allocation_free_memory(pygpu_DeviceAllocation *self)
     if (self->block != 0 && pygpu_captures_active == 0 && !self->in_capture
         && pygpu_blockcache_put(self->context, self->free_stream, self->ptr, self->block))
         return;
-    if (pygpu_scope_enter_quiet(self->context, &s) < 0)
+    if (pygpu_lifetime_enter(self->context, &s) < 0)
         return;
-    if (self->kind == 4 || self->kind == 5) {
-        if (self->kind == 4)
+    if (self->kind == PYGPU_ALLOC_IPC || self->kind == PYGPU_ALLOC_VIRTUAL) {
+        if (self->kind == PYGPU_ALLOC_IPC)
             pygpu_ipc_close(self);
         else
             pygpu_vmm_release(self);
@@ -133,7 +133,7 @@ allocation_free_memory(pygpu_DeviceAllocation *self)
     }
     /* an async allocation is freed in order on its stream, which `owner`
      * keeps alive until then (a capturing stream records it as a node) */
-    if (self->kind == 2 && cu.cuMemFreeAsync != NULL) {
+    if (self->kind == PYGPU_ALLOC_POOL && cu.cuMemFreeAsync != NULL) {
         /* while a capture runs, a free on the capturing stream (of memory
          * the graph did not allocate) or on the legacy stream (which would
          * wait for a blocking capturing stream) would break it: deferred
@@ -152,9 +152,11 @@ allocation_free_memory(pygpu_DeviceAllocation *self)
         /* cuMemFree is unsafe during a stream capture: relaxed, a free that
          * comes while the user captures (a dying object) never invalidates
          * the capture */
-        CUstreamCaptureMode m = pygpu_capture_relax();
-        cu.cuMemFree(self->ptr);
-        pygpu_capture_restore(m);
+        {
+            CUresult ignored_;
+            PYGPU_CU_RELAX(ignored_, cuMemFree, self->ptr);
+            (void)ignored_;
+        }
     }
     pygpu_scope_exit(&s);
 }
@@ -179,12 +181,12 @@ allocation_release(pygpu_DeviceAllocation *self)
         return;
     }
     if (self->holds != NULL
-        && !(self->kind == 2 && self->in_capture && self->owner != NULL
+        && !(self->kind == PYGPU_ALLOC_POOL && self->in_capture && self->owner != NULL
              && pygpu_stream_capturing(PYGPU_STATE(self), self->owner))) {
         self->free_pending = 1;
         return;
     }
-    allocation_free_memory(self);
+    pygpu_allocation_free_memory(self);
 }
 
 void
@@ -192,8 +194,8 @@ pygpu_allocation_holds_gone(pygpu_DeviceAllocation *a)
 {
     if (a->busy == 0 && a->free_pending && !a->host_view) {
         a->free_pending = 0;
-        allocation_free_memory(a);
-    } else if (a->kind == 5 && !a->freed) {
+        pygpu_allocation_free_memory(a);
+    } else if (a->kind == PYGPU_ALLOC_VIRTUAL && !a->freed) {
         pygpu_scope s;
         if (pygpu_scope_enter_quiet(a->context, &s) == 0) {
             pygpu_vmm_release_retired(a);
@@ -250,7 +252,7 @@ allocation_unhold(pygpu_DeviceAllocation *a)
         return;
     if (--a->busy == 0 && a->free_pending && a->holds == NULL && !a->host_view) {
         a->free_pending = 0;
-        allocation_free_memory(a);
+        pygpu_allocation_free_memory(a);
     }
     Py_DECREF(a);
 }
@@ -271,31 +273,6 @@ void
 pygpu_allocation_unhold(pygpu_DeviceAllocation *a)
 {
     allocation_unhold(a);
-}
-
-int
-pygpu_allocations_detach(pygpu_state *st, pygpu_Context *ctx)
-{
-    pygpu_DeviceAllocation *a;
-    for (a = ctx->allocations; a != NULL; a = a->ctx_next) {
-        if (a->busy > 0) {
-            PyErr_SetString(st->LogicError,
-                            "detach(): a copy into memory of this context is running in "
-                            "another thread; detach after it ends");
-            return -1;
-        }
-    }
-    while ((a = ctx->allocations) != NULL) {
-        /* a free() deferred for holders: the memory is still there */
-        int was_freed = a->freed && !a->free_pending;
-        a->freed = 2;
-        a->free_pending = 0;
-        if (was_freed)
-            allocation_unlink(a);
-        else
-            allocation_free_memory(a); /* unlinks it */
-    }
-    return 0;
 }
 
 /* A device pointer argument: a DeviceAllocation of a detached context says
@@ -321,10 +298,12 @@ allocation_dealloc(pygpu_DeviceAllocation *self)
     pygpu_holds_drop(&self->holds);
     if (self->free_pending) {
         self->free_pending = 0;
-        allocation_free_memory(self);
+        pygpu_allocation_free_memory(self);
     }
     allocation_release(self);
-    allocation_unlink(self);
+    pygpu_allocation_unlink(self);
+    if (self->context != NULL)
+        pygpu_lifetime_view_gone(self->context); /* a detach waiting for the last view */
     Py_CLEAR(self->owner);
     Py_CLEAR(self->context);
     tp->tp_free(self);
@@ -332,16 +311,17 @@ allocation_dealloc(pygpu_DeviceAllocation *self)
 }
 
 static PyObject *
-new_allocation(pygpu_state *st, pygpu_Context *ctx, CUdeviceptr ptr, size_t size, int kind)
+new_allocation(pygpu_state *st, pygpu_Context *ctx, CUdeviceptr ptr, size_t size,
+               pygpu_alloc_kind kind)
 {
     return pygpu_allocation_new(st, st->DeviceAllocationType, ctx, ptr, size, kind);
 }
 
 PyObject *
 pygpu_allocation_new(pygpu_state *st, PyTypeObject *tp, pygpu_Context *ctx, CUdeviceptr ptr,
-                     size_t size, int kind)
+                     size_t size, pygpu_alloc_kind kind)
 {
-    pygpu_DeviceAllocation *self = (pygpu_DeviceAllocation *)tp->tp_alloc(tp, 0);
+    pygpu_DeviceAllocation *self = (pygpu_DeviceAllocation *)tp->tp_alloc(tp, PYGPU_ALLOC_DEVICE);
     if (self == NULL)
         return NULL;
     self->ptr = ptr;
@@ -376,7 +356,7 @@ PyObject *
 pygpu_borrowed_allocation(pygpu_state *st, pygpu_Context *ctx, CUdeviceptr ptr, size_t size,
                           PyObject *owner)
 {
-    PyObject *a = new_allocation(st, ctx, ptr, size, 3);
+    PyObject *a = new_allocation(st, ctx, ptr, size, PYGPU_ALLOC_BORROWED);
     if (a != NULL) {
         Py_XINCREF(owner);
         ((pygpu_DeviceAllocation *)a)->owner = owner;
@@ -419,17 +399,14 @@ mem_alloc(PyObject *module, PyObject *arg)
     pygpu_scope s;
     CUdeviceptr p = 0;
     CUresult rc;
-    CUstreamCaptureMode mode;
     size_t n;
     if (pygpu_parse_nbytes(arg, &n, "mem_alloc(): nbytes") < 0)
         return NULL;
     if ((ctx = pygpu_current_context(st)) == NULL)
         return NULL;
     if (n == 0)
-        return new_allocation(st, ctx, 0, 0, 0);
-    mode = pygpu_capture_relax();
-    rc = cu.cuMemAlloc(&p, n);
-    pygpu_capture_restore(mode);
+        return new_allocation(st, ctx, 0, 0, PYGPU_ALLOC_DEVICE);
+    PYGPU_CU_RELAX(rc, cuMemAlloc, &p, n);
     if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
         /* dead allocations may be waiting in reference cycles; their
          * finalizers are Python code, which may even detach ctx: the scope
@@ -449,17 +426,17 @@ mem_alloc(PyObject *module, PyObject *arg)
                                             "by a finalizer during garbage collection");
             return NULL;
         }
-        mode = pygpu_capture_relax();
-        rc = cu.cuMemAlloc(&p, n);
-        pygpu_capture_restore(mode);
+        PYGPU_CU_RELAX(rc, cuMemAlloc, &p, n);
         pygpu_scope_exit(&s);
     }
     if (rc != CUDA_SUCCESS) {
         if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
             size_t free_b = 0, total_b = 0;
-            mode = pygpu_capture_relax();
-            cu.cuMemGetInfo(&free_b, &total_b);
-            pygpu_capture_restore(mode);
+            {
+                CUresult ignored_;
+                PYGPU_CU_RELAX(ignored_, cuMemGetInfo, &free_b, &total_b);
+                (void)ignored_;
+            }
             char note[160];
             snprintf(note, sizeof note, "asked for %zu bytes; %zu of %zu bytes free on the device",
                      n, free_b, total_b);
@@ -468,11 +445,13 @@ mem_alloc(PyObject *module, PyObject *arg)
         }
         return pygpu_cuda_error(st, rc, "cuMemAlloc");
     }
-    PyObject *res = new_allocation(st, ctx, p, n, 0);
+    PyObject *res = new_allocation(st, ctx, p, n, PYGPU_ALLOC_DEVICE);
     if (res == NULL) {
-        mode = pygpu_capture_relax();
-        cu.cuMemFree(p);
-        pygpu_capture_restore(mode);
+        {
+            CUresult ignored_;
+            PYGPU_CU_RELAX(ignored_, cuMemFree, p);
+            (void)ignored_;
+        }
     }
     return res;
 }
@@ -491,16 +470,18 @@ pygpu_keep_pool_memory(pygpu_Context *ctx)
 {
     CUdevice dev;
     CUmemoryPool pool;
-    CUstreamCaptureMode mode;
     cuuint64_t keep = ~(cuuint64_t)0;
     ctx->pool_configured = 1;
-    if (cu.cuDeviceGetDefaultMemPool == NULL || cu.cuMemPoolSetAttribute == NULL
+    if (cu.cuDeviceGetDefaultMemPool == NULL || !PYGPU_CU_HAVE(RELAX, cuMemPoolSetAttribute)
         || cu.cuDeviceGet(&dev, ctx->ordinal) != CUDA_SUCCESS
         || cu.cuDeviceGetDefaultMemPool(&pool, dev) != CUDA_SUCCESS)
         return;
-    mode = pygpu_capture_relax();
-    (void)cu.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
-    pygpu_capture_restore(mode);
+    {
+        CUresult ignored_;
+        PYGPU_CU_RELAX(ignored_, cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                       &keep);
+        (void)ignored_;
+    }
 }
 
 /* The block cache keeps blocks of streams whose lifetime pygpu knows: the
@@ -529,7 +510,7 @@ static PyObject *
 async_allocation(pygpu_state *st, pygpu_Context *ctx, CUdeviceptr p, size_t n, size_t block,
                  CUstream s, PyObject *sobj)
 {
-    PyObject *res = new_allocation(st, ctx, p, n, 2);
+    PyObject *res = new_allocation(st, ctx, p, n, PYGPU_ALLOC_POOL);
     pygpu_DeviceAllocation *a = (pygpu_DeviceAllocation *)res;
     if (res == NULL) {
         if (block == 0 || !pygpu_blockcache_put(ctx, s, p, block))
@@ -611,7 +592,7 @@ mem_alloc_async(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObj
         return NULL;
     }
     if (n == 0)
-        return new_allocation(st, ctx, 0, 0, 0);
+        return new_allocation(st, ctx, 0, 0, PYGPU_ALLOC_DEVICE);
     if (block != 0 && !cacheable_stream(st, ctx, sobj, s))
         block = 0;
     if (!ctx->pool_configured)
@@ -644,7 +625,6 @@ mem_alloc_managed(PyObject *module, PyObject *args, PyObject *kwds)
     pygpu_Context *ctx;
     CUdeviceptr p;
     CUresult rc;
-    CUstreamCaptureMode mode;
     size_t n;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:mem_alloc_managed", kwlist, &nobj, &fobj))
         return NULL;
@@ -654,17 +634,17 @@ mem_alloc_managed(PyObject *module, PyObject *args, PyObject *kwds)
     if ((ctx = pygpu_current_context(st)) == NULL)
         return NULL;
     if (n == 0)
-        return new_allocation(st, ctx, 0, 0, 1);
-    mode = pygpu_capture_relax(); /* made now, never captured */
-    rc = cu.cuMemAllocManaged(&p, n, flags);
-    pygpu_capture_restore(mode);
+        return new_allocation(st, ctx, 0, 0, PYGPU_ALLOC_MANAGED);
+    PYGPU_CU_RELAX(rc, cuMemAllocManaged, &p, n, flags); /* made now, never captured */
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuMemAllocManaged");
-    res = new_allocation(st, ctx, p, n, 1);
+    res = new_allocation(st, ctx, p, n, PYGPU_ALLOC_MANAGED);
     if (res == NULL) {
-        mode = pygpu_capture_relax();
-        cu.cuMemFree(p);
-        pygpu_capture_restore(mode);
+        {
+            CUresult ignored_;
+            PYGPU_CU_RELAX(ignored_, cuMemFree, p);
+            (void)ignored_;
+        }
     }
     return res;
 }
@@ -680,19 +660,19 @@ pygpu_managed_allocation(pygpu_state *st, size_t n, unsigned int flags)
     if (ctx == NULL)
         return NULL;
     if (n > 0) {
-        CUstreamCaptureMode mode = pygpu_capture_relax();
-        rc = cu.cuMemAllocManaged(&p, n, flags);
-        pygpu_capture_restore(mode);
+        PYGPU_CU_RELAX(rc, cuMemAllocManaged, &p, n, flags);
         if (rc != CUDA_SUCCESS)
             return pygpu_cuda_error(st, rc, "cuMemAllocManaged");
     }
-    a = new_allocation(st, ctx, p, n, 1);
+    a = new_allocation(st, ctx, p, n, PYGPU_ALLOC_MANAGED);
     if (a != NULL)
         ((pygpu_DeviceAllocation *)a)->host_view = 1; /* the array's .base */
     if (a == NULL && p) {
-        CUstreamCaptureMode mode = pygpu_capture_relax();
-        cu.cuMemFree(p);
-        pygpu_capture_restore(mode);
+        {
+            CUresult ignored_;
+            PYGPU_CU_RELAX(ignored_, cuMemFree, p);
+            (void)ignored_;
+        }
     }
     return a;
 }
@@ -706,7 +686,6 @@ mem_alloc_pitch(PyObject *module, PyObject *args)
     CUdeviceptr p;
     size_t pitch;
     CUresult rc;
-    CUstreamCaptureMode mode;
     pygpu_Context *ctx;
     PyObject *a, *eobj;
     if (!PyArg_ParseTuple(args, "nnO:mem_alloc_pitch", &width, &height, &eobj))
@@ -724,16 +703,17 @@ mem_alloc_pitch(PyObject *module, PyObject *args)
     }
     if ((ctx = pygpu_current_context(st)) == NULL)
         return NULL;
-    mode = pygpu_capture_relax(); /* made now, never captured */
-    rc = cu.cuMemAllocPitch(&p, &pitch, (size_t)width, (size_t)height, esize);
-    pygpu_capture_restore(mode);
+    PYGPU_CU_RELAX(rc, cuMemAllocPitch, &p, &pitch, (size_t)width, (size_t)height,
+                   esize); /* made now, never captured */
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuMemAllocPitch");
-    a = new_allocation(st, ctx, p, pitch * (size_t)height, 0);
+    a = new_allocation(st, ctx, p, pitch * (size_t)height, PYGPU_ALLOC_DEVICE);
     if (a == NULL) {
-        mode = pygpu_capture_relax();
-        cu.cuMemFree(p);
-        pygpu_capture_restore(mode);
+        {
+            CUresult ignored_;
+            PYGPU_CU_RELAX(ignored_, cuMemFree, p);
+            (void)ignored_;
+        }
         return NULL;
     }
     return Py_BuildValue("(Nn)", a, (Py_ssize_t)pitch);
@@ -747,7 +727,7 @@ mem_get_info(PyObject *module, PyObject *unused)
     CUresult rc;
     if (pygpu_current_context(st) == NULL)
         return NULL;
-    rc = cu.cuMemGetInfo(&f, &t);
+    PYGPU_CU_RELAX(rc, cuMemGetInfo, &f, &t);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuMemGetInfo");
     return Py_BuildValue("(nn)", (Py_ssize_t)f, (Py_ssize_t)t);
@@ -940,7 +920,7 @@ allocation_as_buffer(pygpu_DeviceAllocation *self, PyObject *args, PyObject *kwd
     if (pygpu_allocation_check(st, self) < 0
         || view_extent(sobj, oobj, self->size, &size, &offset) < 0)
         return NULL;
-    if (self->kind != 1) {
+    if (self->kind != PYGPU_ALLOC_MANAGED) {
         int ok = self->size ? host_accessible(st, self->ptr, self->size) : 0;
         if (ok < 0)
             return NULL;
@@ -950,7 +930,7 @@ allocation_as_buffer(pygpu_DeviceAllocation *self, PyObject *args, PyObject *kwd
         }
     }
     /* host code may read it now: free() waits for this object's end */
-    if (self->kind == 1)
+    if (self->kind == PYGPU_ALLOC_MANAGED)
         self->host_view = 1;
     return host_view((PyObject *)self, (uintptr_t)self->ptr + offset, size);
 }
@@ -988,6 +968,7 @@ allocation_attach(pygpu_DeviceAllocation *self, PyObject *args, PyObject *kwds)
     unsigned int flags;
     CUstream s = NULL;
     pygpu_scope scope;
+    pygpu_pfn_cuStreamAttachMemAsync attach;
     CUresult rc;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:attach", kwlist, &fobj, &sobj))
         return NULL;
@@ -995,20 +976,21 @@ allocation_attach(pygpu_DeviceAllocation *self, PyObject *args, PyObject *kwds)
         || (sobj != Py_None && pygpu_get_stream(st, sobj, &s) < 0)
         || pygpu_allocation_check(st, self) < 0)
         return NULL;
-    if (self->kind != 1) {
+    if (self->kind != PYGPU_ALLOC_MANAGED) {
         PyErr_SetString(st->LogicError, "attach(): the allocation is not managed memory "
                                         "(mem_alloc_managed(), managed_empty())");
         return NULL;
     }
     if (self->size == 0)
         Py_RETURN_NONE; /* no memory to attach */
-    if (cu.cuStreamAttachMemAsync == NULL) {
-        PyErr_SetString(st->LogicError, "attach(): the driver has no cuStreamAttachMemAsync");
+    /* with no stream, the legacy default stream: refused while a blocking
+     * stream of the context captures (it would invalidate the capture) */
+    attach = PYGPU_CU_STREAM(st, cuStreamAttachMemAsync, s, 0, "attach()");
+    if (attach == NULL)
         return NULL;
-    }
     if (pygpu_scope_enter(st, self->context, &scope) < 0)
         return NULL;
-    rc = cu.cuStreamAttachMemAsync(s, self->ptr, 0, flags);
+    rc = attach(s, self->ptr, 0, flags);
     pygpu_scope_exit(&scope);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuStreamAttachMemAsync");
@@ -1040,7 +1022,8 @@ static PyMethodDef allocation_methods[] = {
     {"get_device_pointer", (PyCFunction)allocation_get_device_pointer, METH_NOARGS,
      "get_device_pointer($self, /)\n--\n\nThe device address (int(self)), as "
      "PyCUDA's ManagedAllocation gives it."},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef allocation_getset[] = {
     {"__cuda_array_interface__", (getter)allocation_cai, NULL,
@@ -1053,11 +1036,13 @@ static PyGetSetDef allocation_getset[] = {
      "holder goes.",
      NULL},
     {"context", (getter)allocation_get_context, NULL, "The owning Context.", NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyMemberDef allocation_members[] = {
     {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_DeviceAllocation, weakreflist), READONLY},
-    {NULL}};
+    {NULL},
+};
 
 static PyType_Slot allocation_slots[] = {
     {Py_tp_dealloc, allocation_dealloc},
@@ -1069,7 +1054,8 @@ static PyType_Slot allocation_slots[] = {
     {Py_nb_index, allocation_int},
     {Py_tp_doc, "Device memory from mem_alloc(); freed when this object dies "
                 "or at free(). int(a) is the device address."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec allocation_spec = {
     "pygpu.driver.DeviceAllocation", sizeof(pygpu_DeviceAllocation), 0,
@@ -1089,6 +1075,7 @@ mem_prefetch(PyObject *module, PyObject *args, PyObject *kwds)
     CUstream s;
     CUresult rc;
     CUmemLocation loc;
+    pygpu_pfn_cuMemPrefetchAsync prefetch;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|iO:mem_prefetch", kwlist, &pobj, &nobj,
                                      &device, &sobj))
         return NULL;
@@ -1099,14 +1086,16 @@ mem_prefetch(PyObject *module, PyObject *args, PyObject *kwds)
         return NULL;
     if (pygpu_current_context(st) == NULL)
         return NULL;
-    if (cu.cuMemPrefetchAsync == NULL) {
+    if (!PYGPU_CU_HAVE(STREAM, cuMemPrefetchAsync)) {
         PyErr_SetString(st->LogicError, "mem_prefetch() needs a CUDA 12.2+ driver");
         return NULL;
     }
+    if ((prefetch = PYGPU_CU_STREAM(st, cuMemPrefetchAsync, s, 0, "mem_prefetch()")) == NULL)
+        return NULL;
     memset(&loc, 0, sizeof loc);
     loc.type = device < 0 ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
     loc.id = device < 0 ? 0 : device;
-    rc = cu.cuMemPrefetchAsync(p, n, loc, 0, s);
+    rc = prefetch(p, n, loc, 0, s);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuMemPrefetchAsync");
     Py_RETURN_NONE;
@@ -1138,7 +1127,8 @@ static PyMethodDef memory_methods[] = {
     {"mem_prefetch", CF(mem_prefetch), KW,
      "mem_prefetch($module, /, ptr, size, device=-1, stream=None)\n--\n\n"
      "Prefetch managed memory to a device ordinal (-1: to the host)."},
-    {NULL}};
+    {NULL},
+};
 
 int
 pygpu_memory_setup(PyObject *m, pygpu_state *st)

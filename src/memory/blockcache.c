@@ -646,7 +646,8 @@ static PyMethodDef blockcache_methods[] = {
     {"_set_block_cache", (PyCFunction)(void (*)(void))bc_set, METH_VARARGS | METH_KEYWORDS,
      bc_set_doc},
     {"_block_cache_settings", bc_get, METH_NOARGS, bc_get_doc},
-    {NULL}};
+    {NULL},
+};
 
 int
 pygpu_blockcache_setup(PyObject *m, pygpu_state *st)

@@ -43,6 +43,10 @@ do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
     Py_buffer view;
     CUresult rc;
     int on_stream, cold = 0;
+    pygpu_pfn_cuMemcpyHtoDAsync htod_async = NULL;
+    pygpu_pfn_cuMemcpyHtoD htod_sync = NULL;
+    pygpu_pfn_cuMemcpyDtoHAsync dtoh_async = NULL;
+    pygpu_pfn_cuMemcpyDtoH dtoh_sync = NULL;
     if (pygpu_fast_args(fnames[htod][async], args, nargs, kwnames, argnames, 2, a) < 0)
         return NULL;
     dst = a[0], src = a[1];
@@ -62,6 +66,17 @@ do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
     if (pygpu_allocation_ptr(st, htod ? dst : src, &d, &cap) < 0
         || (on_stream && pygpu_get_stream(st, sobj, &s) < 0)
         || pygpu_capture_check(st, sobj, !async, what) < 0)
+        return NULL;
+    /* the entry point through its capture class (core/cuda_api.h) */
+    if (htod && on_stream)
+        htod_async = PYGPU_CU_STREAM(st, cuMemcpyHtoDAsync, s, !async, what);
+    else if (htod)
+        htod_sync = PYGPU_CU_LEGACY(st, cuMemcpyHtoD, what);
+    else if (on_stream)
+        dtoh_async = PYGPU_CU_STREAM(st, cuMemcpyDtoHAsync, s, !async, what);
+    else
+        dtoh_sync = PYGPU_CU_LEGACY(st, cuMemcpyDtoH, what);
+    if (!htod_async && !htod_sync && !dtoh_async && !dtoh_sync)
         return NULL;
     if (pygpu_get_host_buffer(htod ? src : dst, &view, !htod, what) < 0)
         return NULL;
@@ -83,14 +98,15 @@ do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
     rc = CUDA_SUCCESS;
     routine = routines[htod][on_stream];
     if (n > 0) {
-        Py_BEGIN_ALLOW_THREADS if (htod) rc =
-            on_stream ? cu.cuMemcpyHtoDAsync(d, view.buf, n, s) : cu.cuMemcpyHtoD(d, view.buf, n);
-        else rc =
-            on_stream ? cu.cuMemcpyDtoHAsync(view.buf, d, n, s) : cu.cuMemcpyDtoH(view.buf, d, n);
-        if (rc == CUDA_SUCCESS && on_stream && !async) {
-            routine = "cuStreamSynchronize";
-            rc = cu.cuStreamSynchronize(s);
-        }
+        Py_BEGIN_ALLOW_THREADS
+            if (htod)
+                rc = on_stream ? htod_async(d, view.buf, n, s) : htod_sync(d, view.buf, n);
+            else
+                rc = on_stream ? dtoh_async(view.buf, d, n, s) : dtoh_sync(view.buf, d, n);
+            if (rc == CUDA_SUCCESS && on_stream && !async) {
+                routine = "cuStreamSynchronize";
+                rc = cu.cuStreamSynchronize(s);
+            }
         Py_END_ALLOW_THREADS
     }
     if (cold)
@@ -143,6 +159,8 @@ do_dtod(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     CUstream s = NULL;
     CUresult rc;
     int on_stream;
+    pygpu_pfn_cuMemcpyDtoDAsync dtod_async = NULL;
+    pygpu_pfn_cuMemcpyDtoD dtod_sync = NULL;
     if (pygpu_fast_args(async ? "memcpy_dtod_async" : "memcpy_dtod", args, nargs, kwnames, names, 3,
                         a)
         < 0)
@@ -172,6 +190,12 @@ do_dtod(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         return NULL;
     if (pygpu_current_context(st) == NULL)
         return NULL;
+    if (on_stream)
+        dtod_async = PYGPU_CU_STREAM(st, cuMemcpyDtoDAsync, s, !async, what);
+    else
+        dtod_sync = PYGPU_CU_LEGACY(st, cuMemcpyDtoD, what);
+    if (!dtod_async && !dtod_sync)
+        return NULL;
     if (pygpu_allocation_hold(st, dst, &hd) < 0 || pygpu_allocation_hold(st, src, &hs) < 0) {
         pygpu_allocation_unhold(hd);
         return NULL;
@@ -179,12 +203,12 @@ do_dtod(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     rc = CUDA_SUCCESS;
     routine = on_stream ? "cuMemcpyDtoDAsync" : "cuMemcpyDtoD";
     if (n > 0) {
-        Py_BEGIN_ALLOW_THREADS rc =
-            on_stream ? cu.cuMemcpyDtoDAsync(d, sp, n, s) : cu.cuMemcpyDtoD(d, sp, n);
-        if (rc == CUDA_SUCCESS && on_stream && !async) {
-            routine = "cuStreamSynchronize";
-            rc = cu.cuStreamSynchronize(s);
-        }
+        Py_BEGIN_ALLOW_THREADS
+            rc = on_stream ? dtod_async(d, sp, n, s) : dtod_sync(d, sp, n);
+            if (rc == CUDA_SUCCESS && on_stream && !async) {
+                routine = "cuStreamSynchronize";
+                rc = cu.cuStreamSynchronize(s);
+            }
         Py_END_ALLOW_THREADS
     }
     pygpu_allocation_unhold(hs);
@@ -242,6 +266,8 @@ do_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     size_t dcap, scap, n;
     CUstream s = NULL;
     CUresult rc;
+    pygpu_pfn_cuMemcpyPeerAsync peer_async = NULL;
+    pygpu_pfn_cuMemcpyPeer peer_sync = NULL;
     int on_stream;
     if (pygpu_fast_args(async ? "memcpy_peer_async" : "memcpy_peer", args, nargs, kwnames, names, 3,
                         a)
@@ -278,21 +304,28 @@ do_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         return NULL;
     if (n == 0)
         Py_RETURN_NONE;
+    if (on_stream)
+        peer_async = PYGPU_CU_STREAM(st, cuMemcpyPeerAsync, s, !async, "memcpy_peer()");
+    else
+        peer_sync = PYGPU_CU_LEGACY(st, cuMemcpyPeer, "memcpy_peer()");
+    if (!peer_async && !peer_sync)
+        return NULL;
     if (pygpu_allocation_hold(st, dst, &hd) < 0 || pygpu_allocation_hold(st, src, &hs) < 0) {
         pygpu_allocation_unhold(hd);
         return NULL;
     }
     routine = on_stream ? "cuMemcpyPeerAsync" : "cuMemcpyPeer";
-    Py_BEGIN_ALLOW_THREADS rc = on_stream
-                                    ? cu.cuMemcpyPeerAsync(d, ((pygpu_Context *)dctx)->handle, sp,
-                                                           ((pygpu_Context *)sctx)->handle, n, s)
-                                    : cu.cuMemcpyPeer(d, ((pygpu_Context *)dctx)->handle, sp,
-                                                      ((pygpu_Context *)sctx)->handle, n);
-    if (rc == CUDA_SUCCESS && on_stream && !async) {
-        routine = "cuStreamSynchronize";
-        rc = cu.cuStreamSynchronize(s);
-    }
-    Py_END_ALLOW_THREADS pygpu_allocation_unhold(hs);
+    Py_BEGIN_ALLOW_THREADS
+        rc = on_stream ? peer_async(d, ((pygpu_Context *)dctx)->handle, sp,
+                                    ((pygpu_Context *)sctx)->handle, n, s)
+                       : peer_sync(d, ((pygpu_Context *)dctx)->handle, sp,
+                                   ((pygpu_Context *)sctx)->handle, n);
+        if (rc == CUDA_SUCCESS && on_stream && !async) {
+            routine = "cuStreamSynchronize";
+            rc = cu.cuStreamSynchronize(s);
+        }
+    Py_END_ALLOW_THREADS
+    pygpu_allocation_unhold(hs);
     pygpu_allocation_unhold(hd);
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, routine);
@@ -379,15 +412,28 @@ do_memset(PyObject *module, PyObject *args, int width, int async)
     if (pygpu_is_allocation(st, dst)
         && pygpu_allocation_check(st, (pygpu_DeviceAllocation *)dst) < 0)
         return NULL;
-    if (width == 1)
-        rc = async ? cu.cuMemsetD8Async(d, (unsigned char)v, n, s)
-                   : cu.cuMemsetD8(d, (unsigned char)v, n);
-    else if (width == 2)
-        rc = async ? cu.cuMemsetD16Async(d, (unsigned short)v, n, s)
-                   : cu.cuMemsetD16(d, (unsigned short)v, n);
-    else
-        rc = async ? cu.cuMemsetD32Async(d, (unsigned int)v, n, s)
-                   : cu.cuMemsetD32(d, (unsigned int)v, n);
+    /* each entry point through its capture class (core/cuda_api.h) */
+    if (width == 1 && async) {
+        pygpu_pfn_cuMemsetD8Async f = PYGPU_CU_STREAM(st, cuMemsetD8Async, s, 0, what);
+        rc = f != NULL ? f(d, (unsigned char)v, n, s) : CUDA_SUCCESS;
+    } else if (width == 1) {
+        pygpu_pfn_cuMemsetD8 f = PYGPU_CU_LEGACY(st, cuMemsetD8, what);
+        rc = f != NULL ? f(d, (unsigned char)v, n) : CUDA_SUCCESS;
+    } else if (width == 2 && async) {
+        pygpu_pfn_cuMemsetD16Async f = PYGPU_CU_STREAM(st, cuMemsetD16Async, s, 0, what);
+        rc = f != NULL ? f(d, (unsigned short)v, n, s) : CUDA_SUCCESS;
+    } else if (width == 2) {
+        pygpu_pfn_cuMemsetD16 f = PYGPU_CU_LEGACY(st, cuMemsetD16, what);
+        rc = f != NULL ? f(d, (unsigned short)v, n) : CUDA_SUCCESS;
+    } else if (async) {
+        pygpu_pfn_cuMemsetD32Async f = PYGPU_CU_STREAM(st, cuMemsetD32Async, s, 0, what);
+        rc = f != NULL ? f(d, (unsigned int)v, n, s) : CUDA_SUCCESS;
+    } else {
+        pygpu_pfn_cuMemsetD32 f = PYGPU_CU_LEGACY(st, cuMemsetD32, what);
+        rc = f != NULL ? f(d, (unsigned int)v, n) : CUDA_SUCCESS;
+    }
+    if (PyErr_Occurred()) /* refused by its capture class */
+        return NULL;
     if (rc != CUDA_SUCCESS)
         return pygpu_cuda_error(st, rc, "cuMemset");
     if (async && pygpu_capture_note(st, sobj, dst, NULL, 0) < 0)
@@ -534,9 +580,18 @@ memcpy_2d(PyObject *module, PyObject *args)
         || (!shost && pygpu_allocation_hold(st, src, &hs) < 0))
         goto error;
     if (width && height) {
-        Py_BEGIN_ALLOW_THREADS rc = sobj == Py_None ? cu.cuMemcpy2D(&p) : cu.cuMemcpy2DAsync(&p, s);
-        Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS)
-        {
+        pygpu_pfn_cuMemcpy2DAsync copy_async = NULL;
+        pygpu_pfn_cuMemcpy2D copy_sync = NULL;
+        if (sobj == Py_None)
+            copy_sync = PYGPU_CU_LEGACY(st, cuMemcpy2D, "Memcpy2D");
+        else
+            copy_async = PYGPU_CU_STREAM(st, cuMemcpy2DAsync, s, 0, "Memcpy2D");
+        if (!copy_sync && !copy_async)
+            goto error;
+        Py_BEGIN_ALLOW_THREADS
+            rc = sobj == Py_None ? copy_sync(&p) : copy_async(&p, s);
+        Py_END_ALLOW_THREADS
+        if (rc != CUDA_SUCCESS) {
             pygpu_cuda_error(st, rc, sobj == Py_None ? "cuMemcpy2D" : "cuMemcpy2DAsync");
             goto error;
         }
@@ -607,7 +662,8 @@ static PyMethodDef copies_methods[] = {
     {"memset_d32_async", memset_d32_async, METH_VARARGS,
      "memset_d32_async($module, dest, value, count, stream=None, /)\n--\n\n"},
     {"_memcpy_2d", memcpy_2d, METH_VARARGS, NULL},
-    {NULL}};
+    {NULL},
+};
 
 int
 pygpu_copies_setup(PyObject *m, pygpu_state *st)

@@ -175,7 +175,9 @@ unmap_all(cache_slot *v, int n)
     int i;
     if (n == 0)
         return;
-    Py_BEGIN_ALLOW_THREADS for (i = 0; i < n; i++) munmap(v[i].ptr, v[i].len);
+    Py_BEGIN_ALLOW_THREADS
+        for (i = 0; i < n; i++)
+            munmap(v[i].ptr, v[i].len);
     Py_END_ALLOW_THREADS
 }
 
@@ -297,7 +299,8 @@ static PyGetSetDef hostblock_getset[] = {
      "True when the mapping was taken from the host cache (its bytes are a "
      "former block's, not zeros).",
      NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyType_Slot hostblock_slots[] = {
     {Py_tp_dealloc, hostblock_dealloc},
@@ -308,7 +311,8 @@ static PyType_Slot hostblock_slots[] = {
                 "writable bytes (the .base of a large array from GPUArray.get()). When "
                 "it dies its mapping goes to the host cache for the next one of its "
                 "size (host_cache_stats())."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec hostblock_spec = {
     "pygpu.driver.HostBlock", sizeof(pygpu_HostBlock), 0,
@@ -351,14 +355,16 @@ host_block(PyObject *module, PyObject *arg)
     } else {
         cache.misses++;
         reused = 0;
-        Py_BEGIN_ALLOW_THREADS p = map_new(len);
-        err = errno;
-        Py_END_ALLOW_THREADS if (p == NULL && err == ENOMEM && cache.n > 0)
-        {
+        Py_BEGIN_ALLOW_THREADS
+            p = map_new(len);
+            err = errno;
+        Py_END_ALLOW_THREADS
+        if (p == NULL && err == ENOMEM && cache.n > 0) {
             /* the cached mappings may be what is in the way */
             cache_drain();
-            Py_BEGIN_ALLOW_THREADS p = map_new(len);
-            err = errno;
+            Py_BEGIN_ALLOW_THREADS
+                p = map_new(len);
+                err = errno;
             Py_END_ALLOW_THREADS
         }
         if (p == NULL) {
@@ -517,7 +523,8 @@ static PyMethodDef hostblock_methods[] = {
     {"_host_cache_at_exit", host_cache_at_exit, METH_NOARGS,
      "_host_cache_at_exit($module, /)\n--\n\n"
      "atexit's hook: unmap the cached mappings and cache no more."},
-    {NULL}};
+    {NULL},
+};
 
 /* modname.attr(fname's function) or, with kw, modname.attr(**{kw: it}):
  * 0 or -1; 0 without a call where modname has no attr (no fork here). */

@@ -13,21 +13,29 @@ static void
 hostalloc_release(pygpu_HostAllocation *self)
 {
     pygpu_scope s;
+    int counted = 0;
     if (self->freed)
         return;
     self->freed = 1;
-    if (self->ptr != NULL && pygpu_scope_enter_quiet(self->context, &s) == 0) {
-        CUstreamCaptureMode mode = pygpu_capture_relax(); /* unsafe while capturing */
+    if (self->ptr != NULL && !self->registered && self->context != NULL) {
+        /* a page-locked block: a host view a detach waits for */
+        self->context->host_allocs--;
+        counted = 1;
+    }
+    if (self->ptr != NULL && pygpu_lifetime_enter(self->context, &s) == 0) {
+        CUresult ignored; /* never raises: a release path */
         if (self->registered)
-            cu.cuMemHostUnregister(self->ptr);
+            PYGPU_CU_RELAX(ignored, cuMemHostUnregister, self->ptr);
         else
-            cu.cuMemFreeHost(self->ptr);
-        pygpu_capture_restore(mode);
+            PYGPU_CU_RELAX(ignored, cuMemFreeHost, self->ptr);
+        (void)ignored;
         pygpu_scope_exit(&s);
     }
     self->ptr = NULL;
     if (self->view.obj != NULL)
         PyBuffer_Release(&self->view);
+    if (counted)
+        pygpu_lifetime_view_gone(self->context);
 }
 
 static int
@@ -182,9 +190,9 @@ hostmem_pagelocked(PyObject *module, PyObject *args)
     if ((ctx = pygpu_current_context(st)) == NULL || pygpu_scope_enter(st, ctx, &s) < 0)
         goto error;
     if (nbytes > 0) {
-        CUstreamCaptureMode mode = pygpu_capture_relax(); /* unsafe while capturing */
-        Py_BEGIN_ALLOW_THREADS rc = cu.cuMemHostAlloc(&p, nbytes, flags);
-        Py_END_ALLOW_THREADS pygpu_capture_restore(mode);
+        Py_BEGIN_ALLOW_THREADS
+            PYGPU_CU_RELAX(rc, cuMemHostAlloc, &p, nbytes, flags);
+        Py_END_ALLOW_THREADS
         if (rc == CUDA_SUCCESS && ctx->detached) {
             /* the memory died with the context: nothing to free */
             pygpu_scope_exit(&s);
@@ -204,12 +212,14 @@ hostmem_pagelocked(PyObject *module, PyObject *args)
     pygpu_scope_exit(&s);
     if (ha == NULL) {
         if (p)
-            cu.cuMemFreeHost(p);
+            PYGPU_CU_RELAX(rc, cuMemFreeHost, p);
         goto error;
     }
     ha->ptr = p;
     ha->size = nbytes;
     ha->flags = flags;
+    if (p != NULL)
+        ctx->host_allocs++; /* (memory/lifetime.c) */
     return wrap_array(descr, &dims, p, fortran, (PyObject *)ha);
 error:
     Py_DECREF(descr);
@@ -251,9 +261,16 @@ hostmem_managed(PyObject *module, PyObject *args)
         goto error;
     p = ((pygpu_DeviceAllocation *)alloc)->ptr;
     if (zero && nbytes) {
-        CUresult rc = cu.cuMemsetD8(p, 0, nbytes);
+        pygpu_pfn_cuMemsetD8 set = PYGPU_CU_LEGACY(st, cuMemsetD8, "managed_zeros()");
+        pygpu_pfn_cuCtxSynchronize sync = PYGPU_CU_LEGACY(st, cuCtxSynchronize, "managed_zeros()");
+        CUresult rc;
+        if (set == NULL || sync == NULL) {
+            Py_DECREF(alloc);
+            goto error;
+        }
+        rc = set(p, 0, nbytes);
         if (rc == CUDA_SUCCESS)
-            rc = cu.cuCtxSynchronize();
+            rc = sync();
         if (rc != CUDA_SUCCESS) {
             Py_DECREF(alloc);
             pygpu_cuda_error(st, rc, "cuMemsetD8");
@@ -307,9 +324,10 @@ hostmem_register(PyObject *module, PyObject *args, PyObject *kwds)
     ha->flags = flags;
     ha->size = (size_t)ha->view.len;
     if (ha->size > 0) {
-        Py_BEGIN_ALLOW_THREADS rc = cu.cuMemHostRegister(ha->view.buf, ha->size, flags);
-        Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS)
-        {
+        Py_BEGIN_ALLOW_THREADS
+            PYGPU_CU_RELAX(rc, cuMemHostRegister, ha->view.buf, ha->size, flags);
+        Py_END_ALLOW_THREADS
+        if (rc != CUDA_SUCCESS) {
             Py_DECREF(ha);
             return pygpu_cuda_error(st, rc, "cuMemHostRegister");
         }
@@ -360,9 +378,11 @@ hostalloc_free(pygpu_HostAllocation *self, PyObject *unused)
     self->closed = 1;
     if (self->registered && self->ptr != NULL && !self->freed
         && pygpu_scope_enter_quiet(self->context, &s) == 0) {
-        CUstreamCaptureMode mode = pygpu_capture_relax(); /* unsafe while capturing */
-        cu.cuMemHostUnregister(self->ptr);
-        pygpu_capture_restore(mode);
+        {
+            CUresult ignored_;
+            PYGPU_CU_RELAX(ignored_, cuMemHostUnregister, self->ptr); /* unsafe while capturing */
+            (void)ignored_;
+        }
         pygpu_scope_exit(&s);
         self->ptr = NULL; /* hostalloc_release gives the buffer back only */
     }
@@ -472,7 +492,8 @@ static PyMethodDef hostalloc_methods[] = {
      "get_flags($self, /)\n--\n\nThe driver's host_alloc_flags of page-locked memory "
      "(cuMemHostGetFlags; it may add DEVICEMAP), or the flags memory was registered "
      "with."},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef hostalloc_getset[] = {
     {"size", (getter)hostalloc_get_size, NULL, "Size in bytes.", NULL},
@@ -482,7 +503,8 @@ static PyGetSetDef hostalloc_getset[] = {
      "True for memory from register_host_memory().", NULL},
     {"freed", (getter)hostalloc_get_freed, NULL, "Whether free() (or unregister()) was called.",
      NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyType_Slot hostalloc_slots[] = {
     {Py_tp_dealloc, hostalloc_dealloc},
@@ -493,7 +515,8 @@ static PyType_Slot hostalloc_slots[] = {
     {Py_tp_doc, "Page-locked host memory; the .base of arrays from pagelocked_empty() "
                 "and register_host_memory(). Freed or unregistered when the last "
                 "array using it dies."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec hostalloc_spec = {"pygpu.driver.HostAllocation", sizeof(pygpu_HostAllocation), 0,
                                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE
@@ -509,7 +532,8 @@ static PyMethodDef hostmem_methods[] = {
      "register_host_memory($module, /, ary, flags=0)\n--\n\n"
      "Page-lock a contiguous array's memory; returns an array over the same "
      "memory whose .base unregisters it when the last user dies."},
-    {NULL}};
+    {NULL},
+};
 
 int
 pygpu_hostmem_setup(PyObject *m, pygpu_state *st)

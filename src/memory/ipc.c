@@ -78,12 +78,12 @@ mem_get_ipc_handle(PyObject *module, PyObject *arg)
     CUresult rc;
     if (pygpu_is_allocation(st, arg)) {
         pygpu_DeviceAllocation *a = (pygpu_DeviceAllocation *)arg;
-        if (a->kind == 4 || a->kind == 5) {
+        if (a->kind == PYGPU_ALLOC_IPC || a->kind == PYGPU_ALLOC_VIRTUAL) {
             PyErr_Format(PyExc_TypeError,
                          "mem_get_ipc_handle(): %s memory cannot be "
                          "exported with a legacy IPC handle%s",
                          Py_TYPE(arg)->tp_name,
-                         a->kind == 5 ? " (use VirtualBuffer.export())" : "");
+                         a->kind == PYGPU_ALLOC_VIRTUAL ? " (use VirtualBuffer.export())" : "");
             return NULL;
         }
         if (a->freed) {
@@ -143,13 +143,15 @@ ipchandle_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                          "IPCMemoryHandle()")
         < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS rc = cu.cuIpcOpenMemHandle(&p, h, flags);
-    Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS) return pygpu_cuda_error_ex(
-        st, rc, "cuIpcOpenMemHandle",
-        "the handle may be invalid, the exporting process may "
-        "have freed the memory or exited, or this is the "
-        "process that exported it (a process cannot open its "
-        "own handle)");
+    Py_BEGIN_ALLOW_THREADS
+        rc = cu.cuIpcOpenMemHandle(&p, h, flags);
+    Py_END_ALLOW_THREADS
+    if (rc != CUDA_SUCCESS)
+        return pygpu_cuda_error_ex(st, rc, "cuIpcOpenMemHandle",
+                                   "the handle may be invalid, the exporting process may "
+                                   "have freed the memory or exited, or this is the "
+                                   "process that exported it (a process cannot open its "
+                                   "own handle)");
     /* its size: the range the driver mapped */
     if (cu.cuMemGetAddressRange != NULL
         && (rc = cu.cuMemGetAddressRange(&base, &size, p)) != CUDA_SUCCESS) {
@@ -158,7 +160,7 @@ ipchandle_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     if (base != 0 && base < p)
         size -= (size_t)(p - base);
-    res = pygpu_allocation_new(st, type, ctx, p, size, 4);
+    res = pygpu_allocation_new(st, type, ctx, p, size, PYGPU_ALLOC_IPC);
     if (res == NULL)
         cu.cuIpcCloseMemHandle(p);
     return res;
@@ -187,7 +189,8 @@ static PyMethodDef ipchandle_methods[] = {
     {"close", ipchandle_close, METH_NOARGS,
      "close($self, /)\n--\n\nClose the mapping (cuIpcCloseMemHandle); idempotent. "
      "The exporting process still owns the memory."},
-    {NULL}};
+    {NULL},
+};
 
 static PyType_Slot ipchandle_slots[] = {
     {Py_tp_new, ipchandle_new},
@@ -200,7 +203,8 @@ static PyType_Slot ipchandle_slots[] = {
                 "int(h) is the address, it goes to kernels and copies; close() "
                 "(or free(), or garbage collection) unmaps it with "
                 "cuIpcCloseMemHandle and never frees the exporter's memory."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec ipchandle_spec = {
     "pygpu.driver.IPCMemoryHandle", sizeof(pygpu_DeviceAllocation), 0,
@@ -211,7 +215,8 @@ static PyMethodDef ipc_methods[] = {
      "mem_get_ipc_handle($module, alloc, /)\n--\n\n"
      "The legacy CUDA IPC handle of memory from mem_alloc(): a bytearray of 64 "
      "bytes (it pickles), opened in another process by IPCMemoryHandle()."},
-    {NULL}};
+    {NULL},
+};
 
 /* Make a subtype of DeviceAllocation from spec and add it to the module.
  * Shared with vmm.c. */

@@ -213,7 +213,7 @@ find_in(pygpu_Context *ctx, CUdeviceptr p)
     for (a = ctx->allocations; a != NULL; a = a->ctx_next) {
         if (a->freed || a->size == 0 || p < a->ptr || p - a->ptr >= a->size)
             continue;
-        if (a->kind != 3)
+        if (a->kind != PYGPU_ALLOC_BORROWED)
             return a;
         if (borrowed == NULL)
             borrowed = a;
@@ -316,4 +316,96 @@ pygpu_hold_address(pygpu_state *st, PyObject *obj, const char *what)
     if ((a = find_allocation(st, p)) == NULL)
         Py_RETURN_NONE;
     return pygpu_hold_new(st, (PyObject *)a, what);
+}
+
+/* ---- context detach and host views ----
+ *
+ * Detach frees a context's memory, but host code may still read some of it
+ * through a view that keeps its owner alive: a managed array
+ * (managed_empty(), its .base the allocation), an as_buffer() memoryview,
+ * a page-locked array (pagelocked_empty(), its .base the HostAllocation).
+ * The decision, one place for all of them:
+ *   - a copy into the context's memory running with the GIL released (a
+ *     pin): refuse the detach (LogicError), nothing done;
+ *   - memory no view can reach: freed now;
+ *   - memory a live host view reaches: kept, read-only to the GPU side (the
+ *     allocation reads as detached: no launch, copy or new view starts), and
+ *     the release of the context itself is deferred until the last such view
+ *     dies, which frees that memory and then releases the context.
+ * So detach never frees memory under a live host view. */
+
+/* 1 when host code may still read a's memory through a view of it */
+static int
+host_viewed(const pygpu_DeviceAllocation *a)
+{
+    return a->host_view && (a->freed == 0 || a->free_pending);
+}
+
+int
+pygpu_lifetime_detach(pygpu_state *st, pygpu_Context *ctx)
+{
+    pygpu_DeviceAllocation *a, *next;
+    int kept = 0;
+    if (ctx->arrays_busy > 0) {
+        PyErr_SetString(st->LogicError, "detach(): a copy into memory of this context is running "
+                                        "in another thread; detach after it ends");
+        return -1;
+    }
+    for (a = ctx->allocations; a != NULL; a = a->ctx_next) {
+        if (a->busy > 0) {
+            PyErr_SetString(st->LogicError,
+                            "detach(): a copy into memory of this context is running in "
+                            "another thread; detach after it ends");
+            return -1;
+        }
+    }
+    for (a = ctx->allocations; a != NULL; a = next) {
+        next = a->ctx_next;
+        if (host_viewed(a)) {
+            /* kept for its views; its dealloc frees it (free_pending) */
+            a->freed = 2;
+            a->free_pending = 1;
+            kept++;
+            continue;
+        }
+        {
+            /* a free() deferred for holders: the memory is still there */
+            int was_freed = a->freed && !a->free_pending;
+            a->freed = 2;
+            a->free_pending = 0;
+            if (was_freed)
+                pygpu_allocation_unlink(a);
+            else
+                pygpu_allocation_free_memory(a); /* unlinks it */
+        }
+    }
+    return kept + (ctx->host_allocs > 0);
+}
+
+int
+pygpu_lifetime_enter(pygpu_Context *ctx, pygpu_scope *s)
+{
+    if (ctx != NULL && ctx->release_deferred) {
+        /* detached, its handle kept for the host views: enter it as it is */
+        s->ctx = NULL;
+        s->pushed = 0;
+        if (pygpu_context_enter(ctx, &s->pushed) != CUDA_SUCCESS)
+            return -1;
+        Py_INCREF(ctx);
+        s->ctx = ctx;
+        return 0;
+    }
+    return pygpu_scope_enter_quiet(ctx, s);
+}
+
+void
+pygpu_lifetime_view_gone(pygpu_Context *ctx)
+{
+    pygpu_DeviceAllocation *a;
+    if (!ctx->release_deferred || ctx->host_allocs > 0)
+        return;
+    for (a = ctx->allocations; a != NULL; a = a->ctx_next)
+        if (host_viewed(a) || a->free_pending)
+            return;
+    pygpu_context_release_deferred(ctx);
 }

@@ -3,26 +3,37 @@
 #ifndef PYGPU_MEMORY_H
 #define PYGPU_MEMORY_H
 
+/* What owns a DeviceAllocation's memory, and so how it goes back
+ * (lifetime.c decides when; allocation.c, ipc.c and vmm.c how). */
+typedef enum {
+    PYGPU_ALLOC_DEVICE = 0,   /* cuMemAlloc: cuMemFree */
+    PYGPU_ALLOC_MANAGED = 1,  /* cuMemAllocManaged: host views may read it */
+    PYGPU_ALLOC_POOL = 2,     /* cuMemAllocAsync (the pool, the block cache): freed on its stream */
+    PYGPU_ALLOC_BORROWED = 3, /* not owned (a module's global, foreign memory): never freed */
+    PYGPU_ALLOC_IPC = 4,      /* an opened IPC handle: cuIpcCloseMemHandle */
+    PYGPU_ALLOC_VIRTUAL = 5,  /* a VirtualBuffer: unmap, release, free the reservation */
+} pygpu_alloc_kind;
+
 typedef struct pygpu_DeviceAllocation {
     PyObject_HEAD CUdeviceptr ptr; /* owned: freed by allocation_release */
     size_t size;
     pygpu_Context *context; /* strong ref */
-    int kind;               /* 0 cuMemAlloc, 1 managed, 2 async (pool), 3 not owned */
-    PyObject *owner;        /* strong ref: kind 3, what owns the memory (e.g. the
-                                  Module of a global); kind 2, its stream */
+    pygpu_alloc_kind kind;  /* what owns the memory, how it goes back */
+    PyObject *owner;        /* strong ref: BORROWED, what owns the memory (e.g. the
+                                  Module of a global); POOL, its stream */
     int freed;              /* 1 free()d, 2 its context was detached */
-    CUstream free_stream;   /* for kind 2: stream to free on */
+    CUstream free_stream;   /* POOL: stream to free on */
     PyObject *weakreflist;
     int busy;                 /* driver calls using the memory with the GIL released */
     int free_pending;         /* free() came while busy or held: the last user frees */
     struct pygpu_hold *holds; /* owned list (hold.c): who keeps the address for later */
-    int in_capture;           /* kind 2 made on a stream while pygpu captured it */
-    size_t block;             /* kind 2: the bytes of the block-cache block it lies in
+    int in_capture;           /* POOL made on a stream while pygpu captured it */
+    size_t block;             /* POOL: the bytes of the block-cache block it lies in
                                   (its class, >= size); 0: not the cache's (freed to the
                                   driver, never cached) */
     /* borrowed links in context->allocations */
     struct pygpu_DeviceAllocation *ctx_prev, *ctx_next;
-    int host_view; /* kind 1: host code may read the memory through an ndarray
+    int host_view; /* MANAGED: host code may read the memory through an ndarray
                                   or buffer that keeps this object alive (managed_empty(),
                                   as_buffer()): free() marks it freed, the memory goes with
                                   this object */
@@ -54,10 +65,23 @@ int pygpu_get_dlpack_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr);
 /* a DeviceAllocation that does not own ptr; owner is kept alive with it */
 PyObject *pygpu_borrowed_allocation(pygpu_state *st, pygpu_Context *ctx, CUdeviceptr ptr,
                                     size_t size, PyObject *owner);
-/* Free the memory of every allocation of ctx and mark them freed (detach).
- * Returns 0, or -1 with LogicError set (nothing done) when one is in use by
- * a copy running with the GIL released.  GIL held. */
-int pygpu_allocations_detach(pygpu_state *st, pygpu_Context *ctx);
+/* lifetime.c, context detach (see there): frees the memory of ctx that no
+ * host view reaches and marks every allocation detached; returns how many
+ * host views keep memory (the context's release then waits:
+ * pygpu_lifetime_view_gone), or -1 with LogicError (nothing done) while a
+ * copy into its memory runs with the GIL released.  GIL held. */
+int pygpu_lifetime_detach(pygpu_state *st, pygpu_Context *ctx);
+/* The scope a release path frees memory in: pygpu_scope_enter_quiet, or
+ * for a detached context whose release waits for host views, its handle as
+ * it is.  0 or -1 (nothing to free there); never raises. */
+int pygpu_lifetime_enter(pygpu_Context *ctx, pygpu_scope *s);
+/* A host view of ctx's memory went (an allocation or a page-locked block
+ * died): the deferred release of a detached ctx happens with the last. */
+void pygpu_lifetime_view_gone(pygpu_Context *ctx);
+/* allocation.c: take a out of its context's list; give its memory back
+ * (unlinks it).  Never raise.  GIL held. */
+void pygpu_allocation_unlink(pygpu_DeviceAllocation *a);
+void pygpu_allocation_free_memory(pygpu_DeviceAllocation *a);
 
 /* memory.c: a contiguous host buffer (no Python objects in it); TypeError
  * naming what otherwise. */
@@ -76,12 +100,11 @@ pygpu_is_allocation(pygpu_state *st, PyObject *o)
     return t == st->DeviceAllocationType || t->tp_base == st->DeviceAllocationType
            || PyType_IsSubtype(t, st->DeviceAllocationType); /* a Python subclass */
 }
-/* memory.c: a new allocation object of type tp (DeviceAllocationType or a
- * subtype) owning ptr; kinds: 0 cuMemAlloc, 1 managed, 2 async (pool),
- * 3 not owned, 4 opened IPC handle, 5 virtual buffer.  GIL held. */
+/* allocation.c: a new allocation object of type tp (DeviceAllocationType
+ * or a subtype) holding ptr, of the given kind.  GIL held. */
 PyObject *pygpu_allocation_new(pygpu_state *st, PyTypeObject *tp, pygpu_Context *ctx,
-                               CUdeviceptr ptr, size_t size, int kind);
-/* ipc.c: frees kinds 4 (cuIpcCloseMemHandle); vmm.c: kind 5 (unmap,
+                               CUdeviceptr ptr, size_t size, pygpu_alloc_kind kind);
+/* ipc.c: frees IPC (cuIpcCloseMemHandle); vmm.c: VIRTUAL (unmap,
  * release, free the reservation).  The context is current; never raises. */
 void pygpu_ipc_close(pygpu_DeviceAllocation *a);
 void pygpu_vmm_release(pygpu_DeviceAllocation *a);

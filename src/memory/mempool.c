@@ -141,7 +141,8 @@ static PyObject *
 pool_allocation(pygpu_state *st, pygpu_MemoryPool *self, CUdeviceptr p, size_t n, CUstream s,
                 PyObject *sobj)
 {
-    PyObject *res = pygpu_allocation_new(st, st->DeviceAllocationType, self->context, p, n, 2);
+    PyObject *res =
+        pygpu_allocation_new(st, st->DeviceAllocationType, self->context, p, n, PYGPU_ALLOC_POOL);
     PyObject *owner;
     if (res == NULL)
         return NULL;
@@ -476,17 +477,21 @@ static PyMethodDef pool_methods[] = {
      "when this object and every allocation from it are gone."},
     {"_export_fd", (PyCFunction)pool_export_fd, METH_NOARGS, NULL},
     {"_import_fd", (PyCFunction)pool_import_fd, METH_O | METH_CLASS, NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef pool_getset[] = {
     {"handle", (getter)pool_get_handle, NULL, "The CUmemoryPool as an int.", NULL},
     {"imported", (getter)pool_get_imported, NULL, "Imported from another process.", NULL},
     {"ipc", (getter)pool_get_ipc, NULL, "Made to be shared with other processes.", NULL},
     {"device", (getter)pool_get_device, NULL, "The device ordinal.", NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyMemberDef pool_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_MemoryPool, weakreflist), READONLY}, {NULL}};
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_MemoryPool, weakreflist), READONLY},
+    {NULL},
+};
 
 static PyType_Slot pool_slots[] = {
     {Py_tp_new, pool_new},
@@ -500,7 +505,8 @@ static PyType_Slot pool_slots[] = {
                 "A stream-ordered memory pool on the current context's device "
                 "(cuMemPoolCreate). With ipc=True, pygpu.ipc.export_pool() hands it to "
                 "another process and export_pointer() names its allocations there."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec pool_spec = {"pygpu.driver.MemoryPool", sizeof(pygpu_MemoryPool), 0,
                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE,

@@ -98,6 +98,17 @@ do_memset2d(PyObject *module, PyObject *const *o, int width, int async)
     if (parse_size(pobj, &pitch, fname, "pitch") < 0 || parse_value(vobj, width, &v, fname) < 0
         || parse_size(wobj, &w, fname, "width") < 0 || parse_size(hobj, &h, fname, "height") < 0)
         return NULL;
+    if (pygpu_captures_active != 0) {
+        /* inside this thread's capture the default stream is the capturing
+         * one: a fill of device memory does not block the host, so the
+         * synchronous form (and the _async one given no stream) is captured
+         * as the _async one on it, as memset_d8() is */
+        int r = pygpu_capture_default(st, &sobj, 0, fname, NULL);
+        if (r < 0)
+            return NULL;
+        if (r > 0)
+            async = 1;
+    }
     if (async && pygpu_get_stream(st, sobj, &s) < 0)
         return NULL;
     /* after the ints: their __index__ may free dest */
@@ -141,17 +152,32 @@ do_memset2d(PyObject *module, PyObject *const *o, int width, int async)
     }
     if (pygpu_current_context(st) == NULL)
         goto error;
-    if (width == 1)
-        rc = async ? cu.cuMemsetD2D8Async(d, pitch, (unsigned char)v, w, h, s)
-                   : cu.cuMemsetD2D8(d, pitch, (unsigned char)v, w, h);
-    else if (width == 2)
-        rc = async ? cu.cuMemsetD2D16Async(d, pitch, (unsigned short)v, w, h, s)
-                   : cu.cuMemsetD2D16(d, pitch, (unsigned short)v, w, h);
-    else
-        rc = async ? cu.cuMemsetD2D32Async(d, pitch, v, w, h, s)
-                   : cu.cuMemsetD2D32(d, pitch, v, w, h);
+    /* each entry point through its capture class (core/cuda_api.h): the
+     * synchronous forms, and the _async ones given no stream, run on the
+     * legacy default stream, which a capture in this context forbids */
+    if (width == 1 && async) {
+        pygpu_pfn_cuMemsetD2D8Async f = PYGPU_CU_STREAM(st, cuMemsetD2D8Async, s, 0, fname);
+        rc = f != NULL ? f(d, pitch, (unsigned char)v, w, h, s) : CUDA_SUCCESS;
+    } else if (width == 1) {
+        pygpu_pfn_cuMemsetD2D8 f = PYGPU_CU_LEGACY(st, cuMemsetD2D8, fname);
+        rc = f != NULL ? f(d, pitch, (unsigned char)v, w, h) : CUDA_SUCCESS;
+    } else if (width == 2 && async) {
+        pygpu_pfn_cuMemsetD2D16Async f = PYGPU_CU_STREAM(st, cuMemsetD2D16Async, s, 0, fname);
+        rc = f != NULL ? f(d, pitch, (unsigned short)v, w, h, s) : CUDA_SUCCESS;
+    } else if (width == 2) {
+        pygpu_pfn_cuMemsetD2D16 f = PYGPU_CU_LEGACY(st, cuMemsetD2D16, fname);
+        rc = f != NULL ? f(d, pitch, (unsigned short)v, w, h) : CUDA_SUCCESS;
+    } else if (async) {
+        pygpu_pfn_cuMemsetD2D32Async f = PYGPU_CU_STREAM(st, cuMemsetD2D32Async, s, 0, fname);
+        rc = f != NULL ? f(d, pitch, v, w, h, s) : CUDA_SUCCESS;
+    } else {
+        pygpu_pfn_cuMemsetD2D32 f = PYGPU_CU_LEGACY(st, cuMemsetD2D32, fname);
+        rc = f != NULL ? f(d, pitch, v, w, h) : CUDA_SUCCESS;
+    }
     pygpu_allocation_unhold(held);
     held = NULL;
+    if (PyErr_Occurred()) /* refused by its capture class */
+        return NULL;
     if (rc != CUDA_SUCCESS) {
         const char *routine = width == 1   ? (async ? "cuMemsetD2D8Async" : "cuMemsetD2D8")
                               : width == 2 ? (async ? "cuMemsetD2D16Async" : "cuMemsetD2D16")
@@ -347,7 +373,8 @@ static PyMethodDef memextra_methods[] = {
     {"_allocation_kind", allocation_kind, METH_O,
      "_allocation_kind($module, obj, /)\n--\n\n"
      "A DeviceAllocation's kind (1: managed memory), -1 for anything else."},
-    {NULL}};
+    {NULL},
+};
 
 int
 pygpu_memextra_setup(PyObject *m, pygpu_state *st)

@@ -185,6 +185,8 @@ typedef struct pygpu_staging {
     size_t chunk;     /* size of each pinned buffer */
     /* the current job: see the protocol */
     int htod, prefault;
+    pygpu_pfn_cuMemcpyHtoDAsync copy_htod; /* the entry points the job calls (GIL held */
+    pygpu_pfn_cuMemcpyDtoHAsync copy_dtoh; /* when set: pygpu_staged_copy) */
     char *host;
     CUdeviceptr dev;
     size_t total, piece, npieces;
@@ -579,7 +581,7 @@ share_htod(pygpu_staging *s, staging_slot *w)
         }
         k++;
         memcpy(w->buf[b], s->host + off, len);
-        if ((rc = cu.cuMemcpyHtoDAsync(s->dev + off, w->buf[b], len, w->stream)) != CUDA_SUCCESS) {
+        if ((rc = s->copy_htod(s->dev + off, w->buf[b], len, w->stream)) != CUDA_SUCCESS) {
             slot_fail(w, rc, "cuMemcpyHtoDAsync (staged)");
             break;
         }
@@ -605,7 +607,7 @@ share_dtoh(pygpu_staging *s, staging_slot *w)
     CUresult rc;
     while (claim(s, &off, &len)) {
         int b = k & 1;
-        if ((rc = cu.cuMemcpyDtoHAsync(w->buf[b], s->dev + off, len, w->stream)) != CUDA_SUCCESS) {
+        if ((rc = s->copy_dtoh(w->buf[b], s->dev + off, len, w->stream)) != CUDA_SUCCESS) {
             slot_fail(w, rc, "cuMemcpyDtoHAsync (staged)");
             break;
         }
@@ -710,8 +712,11 @@ resources_free(pygpu_staging *s)
     for (i = 0; i < MAX_THREADS; i++) {
         staging_slot *w = &s->slot[i];
         for (b = 0; b < 2; b++) {
-            if (w->buf[b] != NULL)
-                (void)cu.cuMemFreeHost(w->buf[b]);
+            if (w->buf[b] != NULL) {
+                CUresult ignored;
+                PYGPU_CU_RELAX(ignored, cuMemFreeHost, w->buf[b]);
+                (void)ignored;
+            }
             if (w->ev[b] != NULL)
                 (void)cu.cuEventDestroy(w->ev[b]);
             w->buf[b] = NULL;
@@ -746,7 +751,7 @@ resources_get(pygpu_staging *s, const staging_settings *want, const char **where
         rc = cu.cuStreamCreate(&w->stream, CU_STREAM_NON_BLOCKING);
         for (b = 0; b < 2 && rc == CUDA_SUCCESS; b++) {
             *where = "cuMemHostAlloc (staged)";
-            rc = cu.cuMemHostAlloc(&w->buf[b], s->chunk, 0);
+            PYGPU_CU_RELAX(rc, cuMemHostAlloc, &w->buf[b], s->chunk, 0);
             if (rc == CUDA_SUCCESS) {
                 *where = "cuEventCreate (staged)";
                 rc = cu.cuEventCreate(&w->ev[b], CU_EVENT_DISABLE_TIMING);
@@ -995,25 +1000,34 @@ pygpu_staged_copy(pygpu_state *st, int htod, void *host, CUdeviceptr dev, size_t
         atomic_fetch_add(&stats.cold, 1);
         return 2;
     }
+    /* the helpers' copies, through their capture class (core/cuda_api.h):
+     * on the helpers' own non-blocking streams, which no capture refuses */
+    s->copy_htod = PYGPU_CU_STREAM(st, cuMemcpyHtoDAsync, CU_STREAM_PER_THREAD, 0, "a staged copy");
+    s->copy_dtoh = PYGPU_CU_STREAM(st, cuMemcpyDtoHAsync, CU_STREAM_PER_THREAD, 0, "a staged copy");
+    if (s->copy_htod == NULL || s->copy_dtoh == NULL) {
+        pthread_mutex_unlock(&s->busy);
+        return -1;
+    }
     Py_INCREF(ctx);
-    Py_BEGIN_ALLOW_THREADS if (s->ready && s->nthreads > 1)
-    {
-        atomic_store(&s->spin_ns, snap.spin_us * 1000L);
-        nudge(s); /* they wake while the default stream drains */
-    }
-    rc = resources_get(s, &snap, &where);
-    if (rc == CUDA_SUCCESS) {
-        where = "cuStreamSynchronize (staged)";
-        rc = cu.cuStreamSynchronize(CU_STREAM_LEGACY); /* ordered like cuMemcpy */
-    }
-    if (rc == CUDA_SUCCESS)
-        rc = run_copy(s, &snap, htod, (char *)host, dev, n, &where, &joined);
-    if (rc == CUDA_SUCCESS) {
-        atomic_store(&stats.last_piece, s->piece);
-        atomic_store(&stats.last_threads, joined);
-    }
-    pthread_mutex_unlock(&s->busy);
-    Py_END_ALLOW_THREADS Py_DECREF(ctx);
+    Py_BEGIN_ALLOW_THREADS
+        if (s->ready && s->nthreads > 1) {
+            atomic_store(&s->spin_ns, snap.spin_us * 1000L);
+            nudge(s); /* they wake while the default stream drains */
+        }
+        rc = resources_get(s, &snap, &where);
+        if (rc == CUDA_SUCCESS) {
+            where = "cuStreamSynchronize (staged)";
+            rc = cu.cuStreamSynchronize(CU_STREAM_LEGACY); /* ordered like cuMemcpy */
+        }
+        if (rc == CUDA_SUCCESS)
+            rc = run_copy(s, &snap, htod, (char *)host, dev, n, &where, &joined);
+        if (rc == CUDA_SUCCESS) {
+            atomic_store(&stats.last_piece, s->piece);
+            atomic_store(&stats.last_threads, joined);
+        }
+        pthread_mutex_unlock(&s->busy);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(ctx);
     if (rc != CUDA_SUCCESS) {
         pygpu_cuda_error(st, rc, where);
         return -1;
@@ -1266,7 +1280,8 @@ static PyMethodDef staging_methods[] = {
     {"_staging_applies", staging_applies, METH_O, staging_applies_doc},
     {"staging_stats", (PyCFunction)(void (*)(void))staging_stats, METH_VARARGS | METH_KEYWORDS,
      staging_stats_doc},
-    {NULL}};
+    {NULL},
+};
 
 /* A forked child starts with no helper threads. */
 static void

@@ -334,9 +334,10 @@ grow_to(pygpu_state *st, pygpu_VirtualBuffer *v, size_t n, size_t want_reserve)
     }
     need = round_up(n - v->mapped, v->gran);
     vmm_prop(v, &prop);
-    Py_BEGIN_ALLOW_THREADS rc = cu.cuMemCreate(&h, need, &prop, 0);
-    Py_END_ALLOW_THREADS if (rc != CUDA_SUCCESS)
-    {
+    Py_BEGIN_ALLOW_THREADS
+        rc = cu.cuMemCreate(&h, need, &prop, 0);
+    Py_END_ALLOW_THREADS
+    if (rc != CUDA_SUCCESS) {
         char note[128];
         snprintf(note, sizeof note, "asked for %zu more bytes on device %d", need, v->device);
         pygpu_cuda_error_ex(st, rc, "cuMemCreate", note);
@@ -404,7 +405,7 @@ vmm_empty(pygpu_state *st, PyTypeObject *type, int shareable, const char *what)
     CUresult rc;
     if ((ctx = pygpu_current_context(st)) == NULL || need_vmm(st, what) < 0)
         return NULL;
-    v = (pygpu_VirtualBuffer *)pygpu_allocation_new(st, type, ctx, 0, 0, 5);
+    v = (pygpu_VirtualBuffer *)pygpu_allocation_new(st, type, ctx, 0, 0, PYGPU_ALLOC_VIRTUAL);
     if (v == NULL)
         return NULL;
     v->device = ctx->ordinal;
@@ -698,7 +699,8 @@ static PyMethodDef vmm_methods[] = {
      "a new address."},
     {"_export_fds", (PyCFunction)vmm_export_fds, METH_NOARGS, NULL},
     {"_import_fds", (PyCFunction)vmm_import_fds, METH_VARARGS | METH_CLASS, NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef vmm_getset[] = {
     {"mapped", (getter)vmm_get_mapped, NULL, "Bytes of physical memory mapped.", NULL},
@@ -709,7 +711,8 @@ static PyGetSetDef vmm_getset[] = {
      "Whether the memory can be exported as POSIX file descriptors.", NULL},
     {"device", (getter)vmm_get_device, NULL, "The device ordinal.", NULL},
     {"nchunks", (getter)vmm_get_chunks, NULL, "Physical allocations mapped.", NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyType_Slot vmm_slots[] = {
     {Py_tp_new, vmm_new},
@@ -725,7 +728,8 @@ static PyType_Slot vmm_slots[] = {
                 "take it. grow() keeps the contents; shareable=True lets export_buffer() "
                 "hand the memory to another process as POSIX file descriptors"
                 " (pygpu.ipc.export_buffer)."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec vmm_spec = {"pygpu.driver.VirtualBuffer", sizeof(pygpu_VirtualBuffer), 0,
                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE,

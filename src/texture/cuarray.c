@@ -149,7 +149,8 @@ static PyMemberDef descr2_members[] = {
     DMEMBER("height", T_PYSSIZET, height, "Rows (0: a 1-D array)."),
     DMEMBER("format", T_INT, format, "An array_format."),
     DMEMBER("num_channels", T_INT, num_channels, "Channels per element: 1, 2 or 4."),
-    {NULL}};
+    {NULL},
+};
 static PyMemberDef descr3_members[] = {
     DMEMBER("width", T_PYSSIZET, width, "Elements per row."),
     DMEMBER("height", T_PYSSIZET, height, "Rows (0: a 1-D array)."),
@@ -157,7 +158,8 @@ static PyMemberDef descr3_members[] = {
     DMEMBER("format", T_INT, format, "An array_format."),
     DMEMBER("num_channels", T_INT, num_channels, "Channels per element: 1, 2 or 4."),
     DMEMBER("flags", T_INT, flags, "array3d_flags."),
-    {NULL}};
+    {NULL},
+};
 
 static PyType_Slot descr2_slots[] = {
     {Py_tp_new, descr2_new},
@@ -168,7 +170,8 @@ static PyType_Slot descr2_slots[] = {
     {Py_tp_doc, "ArrayDescriptor(width=0, height=0, format=array_format.FLOAT, num_channels=1)\n"
                 "--\n\nThe shape and element type of a 1-D or 2-D CUDA array "
                 "(CUDA_ARRAY_DESCRIPTOR)."},
-    {0, NULL}};
+    {0, NULL},
+};
 static PyType_Slot descr3_slots[] = {
     {Py_tp_new, descr3_new},
     {Py_tp_init, pygpu_init_made},
@@ -179,7 +182,8 @@ static PyType_Slot descr3_slots[] = {
                 "num_channels=1, flags=0)\n--\n\nThe shape, element type and flags of a "
                 "CUDA array of any kind (CUDA_ARRAY3D_DESCRIPTOR): 1-D, 2-D, 3-D, layered, "
                 "cubemap, surface-writable."},
-    {0, NULL}};
+    {0, NULL},
+};
 static PyType_Spec descr2_spec = {
     "pygpu.driver.ArrayDescriptor", sizeof(pygpu_ArrayDescriptor), 0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, descr2_slots};
@@ -543,7 +547,8 @@ static PyMethodDef array_methods[] = {
     {"get_descriptor_3d", (PyCFunction)array_get_descriptor_3d, METH_NOARGS,
      "get_descriptor_3d($self, /)\n--\n\nThe driver's ArrayDescriptor3D of the array "
      "(cuArray3DGetDescriptor)."},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef array_getset[] = {
     {"handle", (getter)array_get_handle, NULL, "The CUarray as an int.", NULL},
@@ -554,10 +559,13 @@ static PyGetSetDef array_getset[] = {
      "The texture and surface objects over the array, by name: free() is deferred "
      "until the last one goes.",
      NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyMemberDef array_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Array, weakreflist), READONLY}, {NULL}};
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_Array, weakreflist), READONLY},
+    {NULL},
+};
 
 static PyType_Slot array_slots[] = {
     {Py_tp_new, array_new},
@@ -569,7 +577,8 @@ static PyType_Slot array_slots[] = {
     {Py_tp_members, array_members},
     {Py_tp_doc, "Array(descriptor)\n--\n\nA CUDA array in the current context, made from an "
                 "ArrayDescriptor (cuArrayCreate) or an ArrayDescriptor3D (cuArray3DCreate)."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec array_spec = {
     "pygpu.driver.Array", sizeof(pygpu_Array), 0,
@@ -770,6 +779,10 @@ peer_side_context(pygpu_state *st, PyObject *given, const copy_side *c, const ch
 static PyObject *
 memcpy_3d_impl(pygpu_state *st, PyObject *args, int peer)
 {
+    pygpu_pfn_cuMemcpy3DPeer peer_sync = NULL;
+    pygpu_pfn_cuMemcpy3DPeerAsync peer_async = NULL;
+    pygpu_pfn_cuMemcpy3D copy_sync = NULL;
+    pygpu_pfn_cuMemcpy3DAsync copy_async = NULL;
     const char *what;
     PyObject *stup, *dtup, *sobj, *sctx_obj = Py_None, *dctx_obj = Py_None;
     Py_ssize_t w, h, d;
@@ -857,6 +870,17 @@ memcpy_3d_impl(pygpu_state *st, PyObject *args, int peer)
         res = Py_NewRef(Py_None);
         goto done;
     }
+    /* the entry point through its capture class (core/cuda_api.h) */
+    if (peer && sobj == Py_None)
+        peer_sync = PYGPU_CU_LEGACY(st, cuMemcpy3DPeer, "Memcpy3DPeer");
+    else if (peer)
+        peer_async = PYGPU_CU_STREAM(st, cuMemcpy3DPeerAsync, stream, 0, "Memcpy3DPeer");
+    else if (sobj == Py_None)
+        copy_sync = PYGPU_CU_LEGACY(st, cuMemcpy3D, "Memcpy3D");
+    else
+        copy_async = PYGPU_CU_STREAM(st, cuMemcpy3DAsync, stream, 0, "Memcpy3D");
+    if (!peer_sync && !peer_async && !copy_sync && !copy_async)
+        goto done;
     if ((src.kind == 'd' && pygpu_allocation_hold(st, src.obj, &src.held) < 0)
         || (dst.kind == 'd' && pygpu_allocation_hold(st, dst.obj, &dst.held) < 0))
         goto done;
@@ -866,10 +890,13 @@ memcpy_3d_impl(pygpu_state *st, PyObject *args, int peer)
         routine = sobj == Py_None ? "cuMemcpy3DPeer" : "cuMemcpy3DPeerAsync";
     else
         routine = sobj == Py_None ? "cuMemcpy3D" : "cuMemcpy3DAsync";
-    Py_BEGIN_ALLOW_THREADS if (peer) rc =
-        sobj == Py_None ? cu.cuMemcpy3DPeer(&pp) : cu.cuMemcpy3DPeerAsync(&pp, stream);
-    else rc = sobj == Py_None ? cu.cuMemcpy3D(&p) : cu.cuMemcpy3DAsync(&p, stream);
-    Py_END_ALLOW_THREADS pygpu_scope_exit(&s);
+    Py_BEGIN_ALLOW_THREADS
+        if (peer)
+            rc = sobj == Py_None ? peer_sync(&pp) : peer_async(&pp, stream);
+        else
+            rc = sobj == Py_None ? copy_sync(&p) : copy_async(&p, stream);
+    Py_END_ALLOW_THREADS
+    pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS) {
         pygpu_cuda_error(st, rc, routine);
         goto done;
@@ -995,6 +1022,8 @@ static PyObject *
 linear_device_copy(pygpu_state *st, PyObject *ary, Py_ssize_t index, PyObject *dev, Py_ssize_t len,
                    int to_array)
 {
+    pygpu_pfn_cuMemcpyDtoA dtoa = NULL;
+    pygpu_pfn_cuMemcpyAtoD atod = NULL;
     const char *what = to_array ? "memcpy_dtoa()" : "memcpy_atod()";
     const char *routine = to_array ? "cuMemcpyDtoA" : "cuMemcpyAtoD";
     pygpu_DeviceAllocation *held = NULL;
@@ -1031,12 +1060,19 @@ linear_device_copy(pygpu_state *st, PyObject *ary, Py_ssize_t index, PyObject *d
     a = (pygpu_Array *)ary;
     if (linear_capture_check(st, what) < 0)
         goto done;
+    if (to_array)
+        dtoa = PYGPU_CU_LEGACY(st, cuMemcpyDtoA, what);
+    else
+        atod = PYGPU_CU_LEGACY(st, cuMemcpyAtoD, what);
+    if (dtoa == NULL && atod == NULL)
+        goto done;
     if (pygpu_array_hold(st, a, &aheld) < 0 || pygpu_scope_enter(st, a->context, &s) < 0)
         goto done;
-    Py_BEGIN_ALLOW_THREADS rc = to_array
-                                    ? cu.cuMemcpyDtoA(a->handle, (size_t)index, ptr, (size_t)len)
-                                    : cu.cuMemcpyAtoD(ptr, a->handle, (size_t)index, (size_t)len);
-    Py_END_ALLOW_THREADS pygpu_scope_exit(&s);
+    Py_BEGIN_ALLOW_THREADS
+        rc = to_array ? dtoa(a->handle, (size_t)index, ptr, (size_t)len)
+                      : atod(ptr, a->handle, (size_t)index, (size_t)len);
+    Py_END_ALLOW_THREADS
+    pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS) {
         pygpu_cuda_error(st, rc, routine);
         goto done;
@@ -1078,6 +1114,7 @@ memcpy_atod(PyObject *module, PyObject *args, PyObject *kwds)
 static PyObject *
 memcpy_atoa(PyObject *module, PyObject *args, PyObject *kwds)
 {
+    pygpu_pfn_cuMemcpyAtoA atoa;
     pygpu_state *st = PyModule_GetState(module);
     static char *kwlist[] = {"dest", "dest_index", "src", "src_index", "len", NULL};
     const char *what = "memcpy_atoa()";
@@ -1115,14 +1152,16 @@ memcpy_atoa(PyObject *module, PyObject *args, PyObject *kwds)
     }
     if (len == 0)
         Py_RETURN_NONE;
-    if (linear_capture_check(st, what) < 0)
+    if (linear_capture_check(st, what) < 0
+        || (atoa = PYGPU_CU_LEGACY(st, cuMemcpyAtoA, what)) == NULL)
         return NULL;
     if (pygpu_array_hold(st, da, &dheld) < 0 || pygpu_array_hold(st, sa, &sheld) < 0
         || pygpu_scope_enter(st, da->context, &s) < 0)
         goto done;
-    Py_BEGIN_ALLOW_THREADS rc =
-        cu.cuMemcpyAtoA(da->handle, (size_t)di, sa->handle, (size_t)si, (size_t)len);
-    Py_END_ALLOW_THREADS pygpu_scope_exit(&s);
+    Py_BEGIN_ALLOW_THREADS
+        rc = atoa(da->handle, (size_t)di, sa->handle, (size_t)si, (size_t)len);
+    Py_END_ALLOW_THREADS
+    pygpu_scope_exit(&s);
     if (rc != CUDA_SUCCESS) {
         pygpu_cuda_error(st, rc, "cuMemcpyAtoA");
         goto done;
@@ -1154,7 +1193,8 @@ static PyMethodDef cuarray_functions[] = {
      "memcpy_atoa($module, /, dest, dest_index, src, src_index, len)\n--\n\n"
      "Copy len bytes from byte offset src_index of the 1-D Array src to byte offset "
      "dest_index of the 1-D Array dest (cuMemcpyAtoA)."},
-    {NULL}};
+    {NULL},
+};
 #undef KW
 
 int

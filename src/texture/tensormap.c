@@ -643,7 +643,8 @@ static PyMethodDef tmap_methods[] = {
      "(outermost first); the corners give the spatial dimensions' bounding box offsets."},
     {"__bytes__", (PyCFunction)tmap_bytes, METH_NOARGS,
      "__bytes__($self, /)\n--\n\nThe 128 encoded bytes."},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef tmap_getset[] = {
     {"shape", (getter)tmap_get_shape, NULL, "The tensor's shape, outermost first.", NULL},
@@ -651,7 +652,8 @@ static PyGetSetDef tmap_getset[] = {
     {"box", (getter)tmap_get_box, NULL, "The box (tile) shape, outermost first.", NULL},
     {"tensor", (getter)tmap_get_tensor, NULL, "The memory the map describes.", NULL},
     {"data_type", (getter)tmap_get_data_type, NULL, "A tensor_map_data_type.", NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyType_Slot tmap_slots[] = {
     {Py_tp_new, tmap_new},
@@ -668,7 +670,8 @@ static PyType_Slot tmap_slots[] = {
                 "DeviceAllocation (with shape= and dtype=) or a GPU array. Shapes, strides "
                 "(bytes) and the box are outermost first, as NumPy's. A kernel parameter "
                 "declared `const __grid_constant__ CUtensorMap` takes it as it is."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec tmap_spec = {"pygpu.driver.TensorMap", sizeof(pygpu_TensorMap), 0,
                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC

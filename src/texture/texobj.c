@@ -681,19 +681,22 @@ texobj_repr(pygpu_TexObject *self)
 static PyMethodDef texobj_methods[] = {
     {"free", (PyCFunction)texobj_free, METH_NOARGS,
      "free($self, /)\n--\n\nDestroy the object now (idempotent) and let go of its array."},
-    {NULL}};
+    {NULL},
+};
 
 static PyMethodDef surfobj_methods[] = {
     {"free", (PyCFunction)texobj_free, METH_NOARGS,
      "free($self, /)\n--\n\nDestroy the surface now (idempotent) and let go of its array."},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef texobj_getset[] = {
     {"handle", (getter)texobj_get_handle, NULL,
      "The 64-bit handle (cudaTextureObject_t / cudaSurfaceObject_t).", NULL},
     {"resource", (getter)texobj_get_resource, NULL, "What the object reads.", NULL},
     {"resource_type", (getter)texobj_get_resource_type, NULL, "A resource_type.", NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyGetSetDef tex_getset[] = {
     {"handle", (getter)texobj_get_handle, NULL, "The 64-bit handle (cudaTextureObject_t).", NULL},
@@ -705,10 +708,13 @@ static PyGetSetDef tex_getset[] = {
     {"filter_mode", (getter)texobj_get_filter_mode, NULL, "The filter_mode.", NULL},
     {"flags", (getter)texobj_get_flags, NULL,
      "CU_TRSF_* flags: 1 read as integer, 2 normalized coordinates.", NULL},
-    {NULL}};
+    {NULL},
+};
 
 static PyMemberDef texobj_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_TexObject, weakreflist), READONLY}, {NULL}};
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pygpu_TexObject, weakreflist), READONLY},
+    {NULL},
+};
 
 static PyType_Slot tex_slots[] = {
     {Py_tp_new, texobj_new},
@@ -727,7 +733,8 @@ static PyType_Slot tex_slots[] = {
                 "A texture object (cuTexObjectCreate) over an Array, or over linear "
                 "(1-D) or pitched (2-D) device memory; a kernel argument of type "
                 "cudaTextureObject_t. It keeps its resource alive."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Slot surf_slots[] = {
     {Py_tp_new, surfobj_new},
@@ -742,7 +749,8 @@ static PyType_Slot surf_slots[] = {
     {Py_tp_doc, "SurfaceObject(array)\n--\n\nA surface object (cuSurfObjectCreate) over an "
                 "Array made with array3d_flags.SURFACE_LDST; a kernel argument of type "
                 "cudaSurfaceObject_t. It keeps the array alive."},
-    {0, NULL}};
+    {0, NULL},
+};
 
 static PyType_Spec tex_spec = {"pygpu.driver.TextureObject", sizeof(pygpu_TexObject), 0,
                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC

@@ -512,3 +512,118 @@ def test_cg_gives_up(ctx, rng):
         solve_pkt_with_cg(
             spmv, gpuarray.to_gpu(rng.standard_normal(500)), tol=1e-14, max_iterations=2
         )
+
+
+# ---- the operand gate and index widths (the third review's defects) ----
+
+
+@pytest.mark.standin
+@pytest.mark.parametrize("kind", ["coordinate", "packeted"])
+def test_products_over_freed_views_are_refused(standin, ctx, rng, kind):
+    """Both products pass their arrays through the operand gate: an x or y
+    that is a view of freed memory is a LogicError before any launch
+    (before, they passed raw .gpudata addresses and launched on it)."""
+    import pygpu.driver as cuda
+    import pygpu.gpuarray as gpuarray
+    from pygpu.sparse.coordinate import CoordinateSpMV
+    from pygpu.sparse.packeted import PacketedSpMV
+
+    n = 60
+    a = random_matrix(rng, n, 0.1, np.float32)
+    if kind == "coordinate":
+        spmv = CoordinateSpMV(a.tocoo(), np.float32)
+        spmv.tail = spmv.nnz // 2  # both kernels
+    else:
+        spmv = PacketedSpMV(a, False, np.float32, threads_per_packet=16, rows_per_packet=20)
+    x = rng.standard_normal(n).astype(np.float32)
+    spmv(gpuarray.to_gpu(x))  # a live x launches
+    for which in ("x", "y"):
+        big = gpuarray.to_gpu(rng.standard_normal(2 * n).astype(np.float32))
+        view = big[n:]
+        args = {"x": gpuarray.to_gpu(x), "y": gpuarray.zeros(n, np.float32)}
+        args[which] = view
+        big.gpudata.free()
+        launches = standin.launches()
+        with pytest.raises(cuda.LogicError, match=r"the array's memory was freed"):
+            spmv(args["x"], args["y"])
+        assert standin.launches() == launches
+
+
+@pytest.mark.standin
+def test_coordinate_indices_past_int32_are_kept_exactly(standin, ctx):
+    """A column of 2**31 + 4 was stored as int32 (-2147483644: the kernel
+    read 8 GiB before x); now the indices are int64 wherever one does not
+    fit int32, and the kernels are built and prepared for it."""
+    from pygpu.sparse.coordinate import CoordinateSpMV
+
+    cols = np.array([0, 5, 2**31 + 4, 2**32 + 7], np.int64)
+    rows = np.array([0, 1, 1, 2], np.int64)
+    vals = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    a = sp.coo_matrix((vals, (rows, cols)), shape=(3, 2**32 + 8))
+    spmv = CoordinateSpMV(a, np.float32)
+    assert spmv.index_dtype == np.int64
+    got = sorted(zip(spmv.row_gpu.get(), spmv.col_gpu.get(), spmv.data_gpu.get()))
+    assert got == sorted(zip(rows.tolist(), cols.tolist(), vals.tolist()))
+    spmv.get_flat_kernel(), spmv.get_serial_kernel()  # compile and prepare for int64
+    small = CoordinateSpMV(sp.coo_matrix(np.eye(4, dtype=np.float32)), np.float32)
+    assert small.index_dtype == np.int32  # int32 where everything fits
+
+
+@pytest.mark.standin
+def test_packeted_refuses_indices_past_int32(standin, ctx):
+    from pygpu.sparse.packeted import PacketedSpMV
+
+    big = sp.csr_matrix((2**31 + 2, 2**31 + 2), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"PacketedSpMV indexes with int32: a matrix of shape"):
+        PacketedSpMV(big, False, np.float32)
+
+
+@pytest.mark.gpu
+def test_gpu_coordinate_spmv_past_int32_columns_equals_numpy(ctx, rng):
+    """x of 2**31 + 16 float32 (8 GiB): the entries in columns past int32
+    are read from the right place."""
+    import pygpu.gpuarray as gpuarray
+    from pygpu.sparse.coordinate import CoordinateSpMV
+
+    n = 2**31 + 16
+    cols = np.array([3, 2**31 + 4, 2**31 + 15, 7], np.int64)
+    rows = np.array([0, 0, 1, 2], np.int64)
+    vals = rng.standard_normal(4).astype(np.float32)
+    a = sp.coo_matrix((vals, (rows, cols)), shape=(3, n))
+    spmv = CoordinateSpMV(a, np.float32)
+    x = gpuarray.empty(n, np.float32)
+    picks = rng.standard_normal(4).astype(np.float32)
+    for c, v in zip(cols, picks):
+        x[int(c) : int(c) + 1].set(np.array([v], np.float32))
+    y = spmv(x).get()
+    want = np.zeros(3, np.float32)
+    for r, v, p in zip(rows, vals, picks):
+        want[r] += v * p
+    np.testing.assert_allclose(y, want, rtol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["coordinate", "packeted"])
+def test_gpu_products_over_freed_views_are_refused_and_live_ones_equal_scipy(ctx, rng, kind):
+    import pygpu.driver as cuda
+    import pygpu.gpuarray as gpuarray
+    from pygpu.sparse.coordinate import CoordinateSpMV
+    from pygpu.sparse.packeted import PacketedSpMV
+
+    n = 300
+    a = random_matrix(rng, n, 0.05, np.float64)
+    if kind == "coordinate":
+        spmv, perm = CoordinateSpMV(a.tocoo(), np.float64), None
+    else:
+        spmv = PacketedSpMV(a, False, np.float64)
+        perm = spmv
+    x = rng.standard_normal(n)
+    big = gpuarray.to_gpu(np.concatenate([rng.standard_normal(n), x]))
+    view = big[n:]
+    xin = perm.permute(view) if perm else view
+    y = spmv(xin)
+    y = (perm.unpermute(y) if perm else y).get()
+    np.testing.assert_allclose(y, a @ x, rtol=1e-10, atol=1e-10)
+    big.gpudata.free()
+    with pytest.raises(cuda.LogicError, match=r"the array's memory was freed"):
+        spmv(view)

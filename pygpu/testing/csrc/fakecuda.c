@@ -71,10 +71,10 @@
 #define STACK_DEPTH 64
 
 /* ---- entry point indices ---- */
-#define AS_INDEX(name, version) F_##name,
+#define AS_INDEX(name, version, cls) F_##name,
 enum { PYGPU_CUDA_API(AS_INDEX, AS_INDEX) F_COUNT };
 #undef AS_INDEX
-#define AS_NAME(name, version) #name,
+#define AS_NAME(name, version, cls) #name,
 static const char *const fn_names[F_COUNT] = {PYGPU_CUDA_API(AS_NAME, AS_NAME)};
 #undef AS_NAME
 
@@ -2052,6 +2052,10 @@ fake_cuStreamAttachMemAsync(CUstream s, CUdeviceptr p, size_t n, unsigned int fl
         rc = CUDA_ERROR_INVALID_VALUE; /* SINGLE needs a stream of its own */
     else
         rc = check_stream(s, NULL);
+    /* on the legacy default stream it waits for the blocking streams of the
+     * context: one of them capturing, the capture is invalidated */
+    if (rc == CUDA_SUCCESS && IS_LEGACY(s))
+        rc = cap_violation(current(), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
     if (rc == CUDA_SUCCESS)
         a->flags = flags;
     unlock();
@@ -7012,7 +7016,7 @@ fake_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *out, void *han
 }
 
 /* ---- cuGetProcAddress: the table, type-checked against cudaTypedefs.h ---- */
-#define CHECK_TYPE(name, version) \
+#define CHECK_TYPE(name, version, cls) \
     static PFN_##name##_v##version const check_##name __attribute__((unused)) = fake_##name;
 PYGPU_CUDA_API(CHECK_TYPE, CHECK_TYPE)
 #undef CHECK_TYPE
@@ -7022,7 +7026,7 @@ static const struct {
     int version;
     void *fn;
 } table[] = {
-#define ENTRY(name, version) {#name, version, (void *)fake_##name},
+#define ENTRY(name, version, cls) {#name, version, (void *)fake_##name},
     PYGPU_CUDA_API(ENTRY, ENTRY)
 #undef ENTRY
 };

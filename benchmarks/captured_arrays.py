@@ -121,7 +121,11 @@ def measure(ops=100, n=1000, reps=200):
         s.synchronize()
         want = loop(a0, b).get()
         got = out.get()
-        if not np.allclose(got, want, rtol=1e-5, atol=1e-5):
+        from pygpu.testing import standin
+
+        # (the driver stand-in runs no kernel: both hold whatever the memory
+        # held, so only a GPU's results are compared)
+        if not standin.active() and not np.allclose(got, want, rtol=1e-5, atol=1e-5):
             raise AssertionError(
                 "the replayed loop's result differs from the eager one's "
                 "(%d of %d elements)" % (int((~np.isclose(got, want, 1e-5, 1e-5)).sum()), n)

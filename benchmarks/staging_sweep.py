@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Pageable-copy staging sweep (src/staging.c, docs/memory.md "Pageable
+"""Pageable-copy staging sweep (src/memory/staging.c, docs/memory.md "Pageable
 copies"): in one run, the plain driver call, page-locked copies (the
 ceiling) and staged copies at 256 KiB to 256 MiB, host to device and back,
 back to back and after a pause, into a reused and into a fresh destination

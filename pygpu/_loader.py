@@ -1,5 +1,5 @@
 """Where pygpu looks for NVRTC, the CUDA headers and its own kernel sources
-(the driver is libcuda.so.1, or $PYGPU_LIBCUDA; see src/loader.c).
+(the driver is libcuda.so.1, or $PYGPU_LIBCUDA; see src/core/loader.c).
 
 NVIDIA's ``cuda-pathfinder`` package (``cuda.pathfinder``) does the search
 when it is installed: it prefers the CUDA wheels of the running environment

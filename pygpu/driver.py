@@ -88,7 +88,7 @@ from pygpu.graphs import (  # noqa: F401  (re-exported API: CUDA graphs)
 
 def _named(cls):
     """str(member) is its name, as PyCUDA's enum members print (the C-built
-    enums do the same: src/module.c); a format spec formats the value."""
+    enums do the same: src/core/module.c); a format spec formats the value."""
     cls.__str__ = lambda self: self._name_ if self._name_ is not None else str(int(self))
     cls.__format__ = lambda self, spec: format(int(self), spec) if spec else str(self)
     return _driver._enum_tables(cls)  # PyCUDA's cls.names and cls.values
@@ -165,7 +165,7 @@ def from_device_like(devptr: "object", other_ary: "_np.ndarray") -> "_np.ndarray
     return result
 
 
-# ---- pageable-copy staging (src/staging.c) ----
+# ---- pageable-copy staging (src/memory/staging.c) ----
 
 _STAGING_KEYS = ("threshold", "threads", "chunk")
 _STAGING_TUNING_KEYS = ("piece", "spin_us", "prefault", "cold")
@@ -211,7 +211,7 @@ def set_staging(
     return dict(zip(_STAGING_KEYS + _STAGING_TUNING_KEYS, old + old_tuning))
 
 
-# ---- the block cache (src/blockcache.c, docs/memory.md) ----
+# ---- the block cache (src/memory/blockcache.c, docs/memory.md) ----
 
 _BLOCK_CACHE_KEYS = ("limit", "max_block")
 
@@ -319,7 +319,7 @@ def _block_cache_at_exit():
 
 
 _atexit.register(_block_cache_at_exit)
-# ---- recycled host mappings for large get() destinations (src/hostblock.c) ----
+# ---- recycled host mappings for large get() destinations (src/memory/hostblock.c) ----
 
 from pygpu._driver import (  # noqa: E402,F401  (re-exported API)
     HostBlock,
@@ -486,7 +486,7 @@ class Memcpy2D(_textures._MemcpyFields):
         src_kind = self._resolve(self._src_kind, self._src)
         dst_kind = self._resolve(self._dst_kind, self._dst)
         if "a" in (src_kind, dst_kind):
-            # an array side: the 3-D copy, one slice deep (src/cuarray.c)
+            # an array side: the 3-D copy, one slice deep (src/texture/cuarray.c)
             _driver._memcpy_3d(
                 "Memcpy2D",
                 (src_kind, self._src, self.src_x_in_bytes, self.src_y, 0, self.src_pitch, 0),
@@ -723,7 +723,7 @@ def _handlers_end(state, stream, launched):
 _driver._set_handler_hooks(_handlers_begin, _handlers_end)
 
 
-# Device.get_attributes() (src/device.c) gives the attributes PyCUDA 2026.1
+# Device.get_attributes() (src/device/device.c) gives the attributes PyCUDA 2026.1
 # names (its device_attribute members, one name a value: the first dir()
 # lists, as its get_attributes() keys them), so a ported program prints what
 # it printed under PyCUDA (its examples/dump_properties.py); get_attribute()
@@ -921,7 +921,7 @@ def __getattr__(name):
     raise AttributeError("module 'pygpu.driver' has no attribute %r" % name)
 
 
-# ---- OpenGL interop (src/graphics.c; PyCUDA's names, pygpu.gl wraps them) ----
+# ---- OpenGL interop (src/interop/graphics.c; PyCUDA's names, pygpu.gl wraps them) ----
 
 from pygpu._driver import (  # noqa: E402,F401  (re-exported API)
     RegisteredBuffer,
@@ -961,7 +961,7 @@ __all__ += [
 ]
 # ---- the rest of PyCUDA's pycuda.driver (tests/pycuda_compat/test_pycuda_names.py) ----
 
-from pygpu._driver import (  # noqa: E402,F401  (src/memextra.c, src/cuda_enums.h)
+from pygpu._driver import (  # noqa: E402,F401  (src/memory/memset.c, src/core/cuda_enums.h)
     array_cubemap_face,
     initialize_profiler,
     jit_fallback,

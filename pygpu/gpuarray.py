@@ -1262,7 +1262,7 @@ def _host_empty(size, dtype):
     whole before anyone reads it (get(), _copy_d2h's gather buffer: every
     caller writes every byte, and drops the array if the copy fails).
 
-    From 32 MiB up it lies over a HostBlock (src/hostblock.c): a private
+    From 32 MiB up it lies over a HostBlock (src/memory/hostblock.c): a private
     anonymous mapping started on a 2 MiB boundary and marked
     MADV_HUGEPAGE, so the staged copy's pieces start on huge pages, each
     thread faulting in its own in parallel.  When the array dies the
@@ -1715,7 +1715,7 @@ def _conv(ty, comp):
 
 
 # op -> its _ArrayOperator (GPUArray.__add__ is _FAST["add"]): the steady
-# state of the operators in C (src/fastops.c; docs/arrays.md, "The
+# state of the operators in C (src/launch/fastops.c; docs/arrays.md, "The
 # operators' fast path"), which learns each kernel from the Python path below
 _FAST = {}
 

@@ -3,7 +3,7 @@
 The types (Array, ArrayDescriptor, ArrayDescriptor3D, TextureObject,
 SurfaceObject, TensorMap) and the driver's enums (array_format,
 address_mode, filter_mode, resource_type, tensor_map_*) are C
-(src/cuarray.c, src/texobj.c, src/tensormap.c); this module adds PyCUDA's
+(src/texture/cuarray.c, src/texture/texobj.c, src/texture/tensormap.c); this module adds PyCUDA's
 helpers around them (matrix_to_array, np_to_array, gpuarray_to_array,
 make_multichannel_2d_array), the read-backs (array_to_np, array_to_matrix),
 Memcpy3D and Memcpy3DPeer, the memcpy_htoa/atoh copies (memcpy_dtoa/atod/atoa

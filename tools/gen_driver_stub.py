@@ -81,7 +81,7 @@ RETURNS = {
     "Linker.close": "None",
     "Linker.complete": "bytes",
     "Linker.link_module": "Module",
-    # graphs (src/graph.c)
+    # graphs (src/graph/graph.c)
     "Stream.begin_capture": "None",
     "Stream.end_capture": "Graph",
     "Stream.is_capturing": "bool",

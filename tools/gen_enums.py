@@ -24,7 +24,7 @@ ENUMS = [
     ("CUgraphInstantiate_flags", "graph_instantiate_flags", "CUDA_GRAPH_INSTANTIATE_FLAG_"),
     ("CUgraphConditionalNodeType", "graph_conditional_type", "CU_GRAPH_COND_TYPE_"),
     ("CUresult", "error_code", ""),
-    # arrays, textures, surfaces, tensor maps (src/cuarray.c, texobj.c, tensormap.c)
+    # arrays, textures, surfaces, tensor maps (src/texture/cuarray.c, texobj.c, tensormap.c)
     ("CUarray_format", "array_format", "CU_AD_FORMAT_"),
     ("CUaddress_mode", "address_mode", "CU_TR_ADDRESS_MODE_"),
     ("CUfilter_mode", "filter_mode", "CU_TR_FILTER_MODE_"),
@@ -35,7 +35,7 @@ ENUMS = [
     ("CUtensorMapL2promotion", "tensor_map_l2_promotion", "CU_TENSOR_MAP_L2_PROMOTION_"),
     ("CUtensorMapFloatOOBfill", "tensor_map_float_oob_fill", "CU_TENSOR_MAP_FLOAT_OOB_FILL_"),
     ("CUipcMem_flags", "ipc_mem_flags", "CU_IPC_MEM_"),
-    # PyCUDA's remaining driver enums (pygpu/driver.py, src/memextra.c)
+    # PyCUDA's remaining driver enums (pygpu/driver.py, src/memory/memset.c)
     ("CUpointer_attribute", "pointer_attribute", "CU_POINTER_ATTRIBUTE_"),
     ("CUmemorytype", "memory_type", "CU_MEMORYTYPE_"),
     ("CUsharedconfig", "shared_config", "CU_SHARED_MEM_CONFIG_"),

@@ -500,6 +500,9 @@ pygpu_capture_gate(pygpu_state *st, CUstream s, int blocking, const char *what, 
     capturing *c;
     pygpu_Context *ctx;
     if (fn == NULL) {
+        /* (every caller has loaded the driver: a context is current) */
+        if (pygpu_ensure_driver(st) < 0)
+            return NULL;
         PyErr_Format(st->LogicError, "%s: the driver has no %s", what, routine);
         return NULL;
     }

@@ -42,6 +42,13 @@ pygpu_scalar_pack_int(PyObject *fn, int i, PyObject *obj, char code, char *dst, 
     const char *name;
     if (v == -1 && PyErr_Occurred())
         return -1;
+    if (size != 1 && size != 2 && size != 4 && size != 8) {
+        PyErr_Format(PyExc_TypeError,
+                     "kernel '%U': parameter %d is %zu bytes, which a Python int cannot "
+                     "fill; pass a NumPy scalar or bytes of that size",
+                     fn, i, size);
+        return -1;
+    }
     if (overflow > 0) {
         u = PyLong_AsUnsignedLongLong(obj);
         if (u == (unsigned long long)-1 && PyErr_Occurred()) {

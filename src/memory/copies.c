@@ -67,6 +67,12 @@ do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
         || (on_stream && pygpu_get_stream(st, sobj, &s) < 0)
         || pygpu_capture_check(st, sobj, !async, what) < 0)
         return NULL;
+    if (pygpu_get_host_buffer(htod ? src : dst, &view, !htod, what) < 0)
+        return NULL;
+    n = (size_t)view.len;
+    if (pygpu_check_fits(n, cap, what, htod ? "destination allocation" : "source allocation") < 0
+        || pygpu_current_context(st) == NULL)
+        goto done;
     /* the entry point through its capture class (core/cuda_api.h) */
     if (htod && on_stream)
         htod_async = PYGPU_CU_STREAM(st, cuMemcpyHtoDAsync, s, !async, what);
@@ -76,13 +82,7 @@ do_host_copy(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
         dtoh_async = PYGPU_CU_STREAM(st, cuMemcpyDtoHAsync, s, !async, what);
     else
         dtoh_sync = PYGPU_CU_LEGACY(st, cuMemcpyDtoH, what);
-    if (!htod_async && !htod_sync && !dtoh_async && !dtoh_sync)
-        return NULL;
-    if (pygpu_get_host_buffer(htod ? src : dst, &view, !htod, what) < 0)
-        return NULL;
-    n = (size_t)view.len;
-    if (pygpu_check_fits(n, cap, what, htod ? "destination allocation" : "source allocation") < 0
-        || pygpu_current_context(st) == NULL
+    if ((!htod_async && !htod_sync && !dtoh_async && !dtoh_sync)
         || pygpu_allocation_hold(st, htod ? dst : src, &held) < 0)
         goto done;
     if (n > 0 && !on_stream) {

@@ -1,4 +1,4 @@
-"""Issue 27: the array operators' steady state in C (src/fastops.c).
+"""Issue 27: the array operators' steady state in C (src/launch/fastops.c).
 
 GPUArray's arithmetic operators, their reflected and in-place forms are
 _ArrayOperators: one C call does the whole small operation (the checks,

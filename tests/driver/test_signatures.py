@@ -432,7 +432,7 @@ def _values(cuda, ctx, ptx):
         ("set_host_cache", "max_bytes"): None,
         ("set_host_cache", "max_blocks"): None,
     }
-    # CUDA arrays, textures, surfaces, tensor maps (src/cuarray.c, texobj.c, tensormap.c)
+    # CUDA arrays, textures, surfaces, tensor maps (src/texture/cuarray.c, texobj.c, tensormap.c)
     from pygpu import gpuarray
 
     g2 = gpuarray.to_gpu(np.zeros((8, 64), np.float32))
@@ -519,7 +519,7 @@ def _values(cuda, ctx, ptx):
             ("grow", "nbytes"): 1 << 20,
         }
     )
-    # memset_d2d* and initialize_profiler (src/memextra.c)
+    # memset_d2d* and initialize_profiler (src/memory/memset.c)
     for bits in (8, 16, 32):
         for fn in ("memset_d2d%d" % bits, "memset_d2d%d_async" % bits):
             special.update(
@@ -541,7 +541,7 @@ def _values(cuda, ctx, ptx):
     # PyCUDA's ManagedAllocation methods (as_buffer, attach) on managed memory
     _MULTI[_driver.DeviceAllocation] = managed
     by_name.update({"offset": 0, "mem_flags": cuda.mem_attach_flags.GLOBAL})
-    # the array operators' C path (src/fastops.c; made by pygpu.gpuarray)
+    # the array operators' C path (src/launch/fastops.c; made by pygpu.gpuarray)
     special.update(
         {
             ("_ArrayOperator", k): v

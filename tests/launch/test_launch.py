@@ -481,5 +481,16 @@ def test_illegal_address_is_a_launch_error_in_a_subprocess():
 def test_sourcemodule_cache_returns_loaded_module(ctx, tmp_cache):
     a = SourceModule(VADD)
     b = SourceModule(VADD)
-    assert a.module is b.module
-    assert a.get_function("vadd") is b.get_function("vadd")
+    assert a.module is b.module  # one loaded image
+    fa, fb = a.get_function("vadd"), b.get_function("vadd")
+    assert fa is a.get_function("vadd")  # a SourceModule's own Function, every call
+    # but each SourceModule its own: prepare() on one is never the other's
+    # (two kernels with one binary, prepared with other types, shared one
+    # Function before: the last prepare() won for both)
+    assert fa is not fb
+    fa.prepare("PPPi")
+    fb.prepare("PPPI")
+    z = cuda.mem_alloc(64)
+    fa.prepared_call((1, 1), (1, 1, 1), z, z, z, -1)  # int32: -1 is one
+    with pytest.raises(OverflowError, match=r"Python integer -1 out of bounds for uint32"):
+        fb.prepared_call((1, 1), (1, 1, 1), z, z, z, -1)

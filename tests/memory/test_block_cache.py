@@ -1,9 +1,9 @@
 """Issue 27: a small array operation's steady state is one launch.
 
-The block cache (src/blockcache.c, docs/memory.md "The block cache") keeps
+The block cache (src/memory/blockcache.c, docs/memory.md "The block cache") keeps
 freed stream-ordered blocks on the host side for reuse on the stream they
 were freed on, and each thread remembers its current context
-(src/context.c, docs/contexts.md "The current context"), so `c = a + b` on
+(src/device/context.c, docs/contexts.md "The current context"), so `c = a + b` on
 small arrays in a loop makes no allocation, free or context query call to
 the driver: only the launch.
 

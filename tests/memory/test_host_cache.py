@@ -1,4 +1,4 @@
-"""The host cache (src/hostblock.c): HostBlock, the 2 MiB-aligned anonymous
+"""The host cache (src/memory/hostblock.c): HostBlock, the 2 MiB-aligned anonymous
 mapping that a large get() lands in, and the bounded process-wide cache its
 mapping goes back to when it dies (docs/memory.md, "Pageable copies").
 

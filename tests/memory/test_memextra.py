@@ -1,4 +1,4 @@
-"""PyCUDA's remaining driver functions (src/memextra.c, pygpu/driver.py):
+"""PyCUDA's remaining driver functions (src/memory/memset.c, pygpu/driver.py):
 memset_d2d8/16/32 and their async forms, mem_get_address_range,
 initialize_profiler, start/stop_profiler, the enums PyCUDA has, the host
 and managed allocation classes, aligned host arrays; pygpu.compyte;

@@ -1,4 +1,4 @@
-"""Pageable-copy staging (src/staging.c): which path each copy takes, the
+"""Pageable-copy staging (src/memory/staging.c): which path each copy takes, the
 bytes of staged copies (odd sizes, host and device offsets, piece
 boundaries, thread counts), In/Out/InOut through staging, the settings and
 their snapshot (issue 13, defect 16), teardown at detach, at exit and after

@@ -833,7 +833,7 @@ MULTI_TOLERATED = {
 @standin
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_failure_at_every_new_call_site(standin, ctx, scenario):
-    from test_standin import TOLERATED, _codes, _drop
+    from injection import TOLERATED, codes as _codes, drop as _drop
 
     tolerated = TOLERATED | MULTI_TOLERATED
     op = _scenarios()[scenario]

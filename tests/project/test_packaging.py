@@ -478,7 +478,7 @@ def test_sdist_is_complete(tmp_path):
         "setup.py",
         "pyproject.toml",
         "tools/pygpu_build_backend.py",
-        "src/loader.c",
+        "src/core/loader.c",
         "src/pygpu.h",
         "kernels/matmul.cu",
         "pygpu/py.typed",

@@ -16,10 +16,10 @@ import pytest
 import pygpu.driver as cuda
 from pygpu import _driver, compiler, tools
 
+from injection import OOM, RELEASES, TOLERATED, UNKNOWN, codes as _codes, drop as _drop  # noqa: E402, F401
+
 pytestmark = pytest.mark.standin
 
-UNKNOWN = 999  # CUDA_ERROR_UNKNOWN: never produced by the stand-in itself
-OOM = 2
 
 KERNELS = r"""
 struct Pair { char c; double d; };
@@ -47,27 +47,6 @@ __device__ int counter;
 @pytest.fixture(scope="module")
 def ptx():
     return bytes(compiler.compile(KERNELS, target="ptx", arch="compute_90"))
-
-
-RELEASES = {
-    "cuMemFree",
-    "cuMemFreeAsync",
-    "cuMemFreeHost",
-    "cuMemHostUnregister",
-    "cuModuleUnload",
-    "cuStreamDestroy",
-    "cuEventDestroy",
-    "cuCtxDestroy",
-    "cuDevicePrimaryCtxRelease",
-}
-# calls whose failure may be swallowed (they run in dealloc or are probes)
-TOLERATED = RELEASES | {
-    "cuCtxGetCurrent",
-    "cuCtxPushCurrent",
-    "cuCtxPopCurrent",
-    "cuCtxSetCurrent",
-    "cuPointerGetAttribute",
-}
 
 
 def _scenarios(ptx):
@@ -373,30 +352,12 @@ def _scenarios(ptx):
     }
 
 
-def _drop(op):
-    r = op()
-    del r
-    gc.collect()
-
-
 def _live(standin):
     """Live handles, the block cache emptied first (its blocks are memory
     kept for reuse, not leaks; and an empty cache makes each run of an
     operation reach the same driver calls)."""
     _driver._block_cache_trim(None, 0)
     return standin.live()
-
-
-def _codes(name):
-    if name in (
-        "cuMemAlloc",
-        "cuMemAllocAsync",
-        "cuMemAllocManaged",
-        "cuMemAllocPitch",
-        "cuMemHostAlloc",
-    ):
-        return (UNKNOWN, OOM)
-    return (UNKNOWN,)
 
 
 SCENARIOS = sorted(_scenarios(b"").keys())

@@ -1700,18 +1700,24 @@ def _sa_entry(op, ctx, tx, dy):
     return ent
 
 
+# the C operators' table kinds and scalar conversions (src/launch/fastops.c
+# exports them: one source for both sides)
+_FO_AA, _FO_AS, _FO_SA = _driver._FO_ARRAY_ARRAY, _driver._FO_ARRAY_SCALAR, _driver._FO_SCALAR_ARRAY
+_FO_PYTHON, _FO_AS_IS, _FO_TO_FLOAT = _driver._FO_PYTHON, _driver._FO_AS_IS, _driver._FO_TO_FLOAT
+_FO_REFLECTED, _FO_INPLACE = _driver._FO_REFLECTED, _driver._FO_INPLACE
+
+
 def _conv(ty, comp):
     """How the C fast path passes a Python scalar of type ty to a kernel
-    parameter of dtype comp as _scalar_value() does: 1 as it is, 2 an int
-    as a float (exact below 2**53); 0: it does not (the Python path
-    converts)."""
+    parameter of dtype comp as _scalar_value() does: as it is, an int as a
+    float (exact below 2**53), or not at all (the Python path converts)."""
     if ty is float and comp.kind == "f":
-        return 1
+        return _FO_AS_IS
     if ty is int and comp.kind in "iu":
-        return 1
+        return _FO_AS_IS
     if ty is int and comp.kind == "f" and comp.itemsize in (4, 8):
-        return 2
-    return 0
+        return _FO_TO_FLOAT
+    return _FO_PYTHON
 
 
 # op -> its _ArrayOperator (GPUArray.__add__ is _FAST["add"]): the steady
@@ -1728,11 +1734,11 @@ def _operator(op):
     fast = None  # _FAST[op], made below
 
     def teach(kind, ctx, k1, k2, func, res, comp):
-        if kind == 0:
-            fast._learn(0, ctx, k1, k2, func, res, 0, 0, 32 * _sms())
+        if kind == _FO_AA:
+            fast._learn(_FO_AA, ctx, k1, k2, func, res, _FO_PYTHON, 0, 32 * _sms())
             return
-        conv = _conv(k2 if kind == 1 else k1, comp)
-        if conv:
+        conv = _conv(k2 if kind == _FO_AS else k1, comp)
+        if conv != _FO_PYTHON:
             fast._learn(
                 kind, ctx, k1, k2, func, res, conv, op == "power" and res.kind in "iu", 32 * _sms()
             )
@@ -1773,7 +1779,7 @@ def _operator(op):
                 alloc = zd["allocator"]
                 if alloc is _default_allocator:
                     if proven:  # what the C path takes: teach it the kernel
-                        teach(0, ctx, dx, y.dtype, func, res, None)
+                        teach(_FO_AA, ctx, dx, y.dtype, func, res, None)
                     try:
                         g = _alloc_async(zd["nbytes"])
                     except drv.LogicError:
@@ -1799,7 +1805,7 @@ def _operator(op):
             func, res, comp = _as_entry(op, ctx, x.dtype, ty)
             _check_power_scalar(op, res, y)
             if proven and res is x.dtype and x.allocator is _default_allocator:
-                teach(1, ctx, x.dtype, ty, func, res, comp)
+                teach(_FO_AS, ctx, x.dtype, ty, func, res, comp)
             z = x._like_for_result(res)
             if z.size:
                 n = z.size
@@ -1822,7 +1828,7 @@ def _operator(op):
                 _check_devices((y,), ctx)
             func, res, comp = _sa_entry(op, ctx, tx, y.dtype)
             if proven and res is y.dtype and y.allocator is _default_allocator:
-                teach(2, ctx, tx, y.dtype, func, res, comp)
+                teach(_FO_SA, ctx, tx, y.dtype, func, res, comp)
             z = y._like_for_result(res)
             if z.size:
                 n = z.size
@@ -1864,10 +1870,10 @@ def _operator(op):
             return
         if ty is GPUArray:
             func, res = _aa_entry(op, ctx, x.dtype, k2)
-            teach(0, ctx, x.dtype, k2, func, res, None)
+            teach(_FO_AA, ctx, x.dtype, k2, func, res, None)
         else:
             func, res, comp = _as_entry(op, ctx, x.dtype, ty)
-            teach(1, ctx, x.dtype, ty, func, res, comp)
+            teach(_FO_AS, ctx, x.dtype, ty, func, res, comp)
 
     def inplace(x, y):
         if x.__class__ is GPUArray:
@@ -1929,14 +1935,26 @@ def _install_operators():
             GPUArray,
             "__r%s__" % nm,
             _driver._ArrayOperator(
-                "__r%s__" % nm, reflected, GPUArray, _default_allocator, _NATTRS, fast, 1
+                "__r%s__" % nm,
+                reflected,
+                GPUArray,
+                _default_allocator,
+                _NATTRS,
+                fast,
+                _FO_REFLECTED,
             ),
         )
         setattr(
             GPUArray,
             "__i%s__" % nm,
             _driver._ArrayOperator(
-                "__i%s__" % nm, binary.inplace, GPUArray, _default_allocator, _NATTRS, fast, 2
+                "__i%s__" % nm,
+                binary.inplace,
+                GPUArray,
+                _default_allocator,
+                _NATTRS,
+                fast,
+                _FO_INPLACE,
             ),
         )
     GPUArray.__div__ = GPUArray.__truediv__

@@ -717,5 +717,16 @@ pygpu_fastops_setup(PyObject *m, pygpu_state *st)
     PyTypeObject *tp = NULL;
     int r = pygpu_add_type(m, &op_spec, &tp);
     Py_XDECREF(tp);
+    /* the names gpuarray.py teaches the tables with: one source for both */
+    if (r == 0
+        && (PyModule_AddIntConstant(m, "_FO_ARRAY_ARRAY", FO_AA) < 0
+            || PyModule_AddIntConstant(m, "_FO_ARRAY_SCALAR", FO_AS) < 0
+            || PyModule_AddIntConstant(m, "_FO_SCALAR_ARRAY", FO_SA) < 0
+            || PyModule_AddIntConstant(m, "_FO_PYTHON", FO_PLAIN) < 0
+            || PyModule_AddIntConstant(m, "_FO_AS_IS", FO_AS_IS) < 0
+            || PyModule_AddIntConstant(m, "_FO_TO_FLOAT", FO_TO_FLOAT) < 0
+            || PyModule_AddIntConstant(m, "_FO_REFLECTED", FO_REFLECTED) < 0
+            || PyModule_AddIntConstant(m, "_FO_INPLACE", FO_INPLACE) < 0))
+        r = -1;
     return r;
 }

@@ -372,3 +372,30 @@ def test_the_array_layer_inside_a_green_context(ctx, rng):
     assert total == pytest.approx(float(a_h.astype(np.float64).sum()), rel=1e-4, abs=1e-2)
     assert ((r >= 0) & (r < 1)).all() and len(set(r.tolist())) > 4000
     np.testing.assert_array_equal(neg, -a_h)
+
+
+@pytest.mark.standin
+@pytest.mark.parametrize("hide", ["", "cuGreenCtxCreate,cuCheckpointProcessGetState"])
+def test_python_m_pygpu_reports_partitions_and_checkpoint(tmp_path, hide):
+    sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+    import fakecuda
+
+    env = dict(os.environ, PYGPU_LIBCUDA=fakecuda.build(), FAKECUDA_HIDE=hide)
+    r = subprocess.run(
+        [sys.executable, "-m", "pygpu"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    if not hide:
+        assert "  green contexts: 132 SMs, split_sms() partitions of 8+ in multiples of 8" in lines
+        assert "checkpoint/restore (pygpu.checkpoint): available" in lines
+    else:
+        assert (
+            "  green contexts: not available (LogicError: sm_partitioning() needs "
+            "cuGreenCtxCreate, which this CUDA driver does not provide)" in lines
+        )
+        assert (
+            "checkpoint/restore (pygpu.checkpoint): not available (LogicError: "
+            "checkpoint.state() (a CUDA 12.8 driver or newer) needs "
+            "cuCheckpointProcessGetState, which this CUDA driver does not provide)" in lines
+        )

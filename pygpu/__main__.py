@@ -149,6 +149,24 @@ def report(out=None):
                 )
             except Exception as e:
                 say("device %d: %s" % (i, _first_line(e)))
+                continue
+            try:
+                sms, minimum, align = d.sm_partitioning()
+                say(
+                    "  green contexts: %d SMs, split_sms() partitions of %d+ in multiples of %d"
+                    % (sms, minimum, align)
+                )
+            except Exception as e:
+                say("  green contexts: not available (%s)" % _first_line(e))
+        try:
+            _driver._checkpoint_state(os.getpid())
+            say("checkpoint/restore (pygpu.checkpoint): available")
+        except Exception as e:  # the driver's error answers too: the entry points are there
+            missing = isinstance(e, _driver.LogicError) and not getattr(e, "routine", None)
+            say(
+                "checkpoint/restore (pygpu.checkpoint): %s"
+                % ("not available (%s)" % _first_line(e) if missing else "available")
+            )
 
     # ---- NVRTC
     say()

@@ -103,7 +103,8 @@ typedef struct {
     PyObject *range_wrapper; /* strong: pygpu.profiler's decorator maker */
     /* multi.c / ipc.c / vmm.c / mempool.c (processes, several GPUs) */
     PyTypeObject *IPCMemoryHandleType, *VirtualBufferType, *MemoryPoolType;
-    PyTypeObject *HostBlockType; /* hostblock.c */
+    PyTypeObject *HostBlockType;    /* hostblock.c */
+    PyTypeObject *GreenContextType; /* greenctx.c */
 } pygpu_state;
 
 extern PyModuleDef pygpu_moduledef;

@@ -226,7 +226,21 @@ typedef CUresult (CUDAAPI *PFN_cuProfilerInitialize_v4000)(const char *, const c
     CU_OPTIONAL(cuMemHostGetFlags, 2030, ANY)                        \
     CU_OPTIONAL(cuCtxGetApiVersion, 3020, ANY)                       \
     CU_OPTIONAL(cuCtxGetSharedMemConfig, 4020, ANY)                  \
-    CU_OPTIONAL(cuCtxSetSharedMemConfig, 4020, ANY)
+    CU_OPTIONAL(cuCtxSetSharedMemConfig, 4020, ANY)                  \
+    CU_OPTIONAL(cuDeviceGetDevResource, 12040, ANY)                  \
+    CU_OPTIONAL(cuDevSmResourceSplitByCount, 12040, ANY)             \
+    CU_OPTIONAL(cuDevResourceGenerateDesc, 12040, ANY)               \
+    CU_OPTIONAL(cuGreenCtxCreate, 12040, ANY)                        \
+    CU_OPTIONAL(cuGreenCtxDestroy, 12040, ANY)                       \
+    CU_OPTIONAL(cuCtxFromGreenCtx, 12040, ANY)                       \
+    CU_OPTIONAL(cuGreenCtxGetDevResource, 12040, ANY)                \
+    CU_OPTIONAL(cuGreenCtxStreamCreate, 12050, ANY)                  \
+    CU_OPTIONAL(cuCheckpointProcessGetState, 12080, ANY)             \
+    CU_OPTIONAL(cuCheckpointProcessGetRestoreThreadId, 12080, ANY)   \
+    CU_OPTIONAL(cuCheckpointProcessLock, 12080, ANY)                 \
+    CU_OPTIONAL(cuCheckpointProcessCheckpoint, 12080, ANY)           \
+    CU_OPTIONAL(cuCheckpointProcessRestore, 12080, ANY)              \
+    CU_OPTIONAL(cuCheckpointProcessUnlock, 12080, ANY)
 
 /* NVRTC: every entry is required once the library is found. */
 #define PYGPU_NVRTC_API(NV)                                                   \

@@ -236,7 +236,8 @@ driver_exec(PyObject *m)
         || pygpu_tensormap_setup(m, st) < 0 || pygpu_graph_setup(m, st) < 0
         || pygpu_nvtx_setup(m, st) < 0 || pygpu_ipc_setup(m, st) < 0 || pygpu_vmm_setup(m, st) < 0
         || pygpu_mempool_setup(m, st) < 0 || pygpu_fork_setup(m, st) < 0
-        || pygpu_blockcache_setup(m, st) < 0)
+        || pygpu_blockcache_setup(m, st) < 0 || pygpu_greenctx_setup(m, st) < 0
+        || pygpu_checkpoint_setup(m, st) < 0)
         return -1;
     if (PyModule_AddIntConstant(m, "CUDA_HEADER_VERSION", CUDA_VERSION) < 0)
         return -1;
@@ -287,6 +288,7 @@ driver_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->VirtualBufferType);
     Py_VISIT(st->MemoryPoolType);
     Py_VISIT(st->HostBlockType);
+    Py_VISIT(st->GreenContextType);
     Py_VISIT(st->primary_contexts);
     Py_VISIT(st->foreign_contexts);
     Py_VISIT(st->gc_collect);
@@ -346,6 +348,7 @@ driver_clear(PyObject *m)
     Py_CLEAR(st->VirtualBufferType);
     Py_CLEAR(st->MemoryPoolType);
     Py_CLEAR(st->HostBlockType);
+    Py_CLEAR(st->GreenContextType);
     Py_CLEAR(st->Error);
     Py_CLEAR(st->LogicError);
     Py_CLEAR(st->LaunchError);

@@ -106,13 +106,14 @@ pygpu_context_recheck(pygpu_Context *ctx)
 }
 
 static pygpu_Context *
-context_alloc(pygpu_state *st, CUcontext h, int ordinal, int is_primary, int owns)
+context_alloc_as(pygpu_state *st, PyTypeObject *tp, CUcontext h, int ordinal, int is_primary,
+                 int owns)
 {
     pygpu_Context *self;
     PyObject *dev = pygpu_device_new(st, ordinal);
     if (dev == NULL)
         return NULL;
-    self = PyObject_New(pygpu_Context, st->ContextType);
+    self = PyObject_New(pygpu_Context, tp);
     if (self == NULL) {
         Py_DECREF(dev);
         return NULL;
@@ -133,11 +134,24 @@ context_alloc(pygpu_state *st, CUcontext h, int ordinal, int is_primary, int own
     self->host_allocs = 0;
     self->release_deferred = 0;
     self->blocks = NULL;
+    self->green = NULL;
     if (!is_primary) {
         self->next_other = st->other_contexts;
         st->other_contexts = self;
     }
     return self;
+}
+
+static pygpu_Context *
+context_alloc(pygpu_state *st, CUcontext h, int ordinal, int is_primary, int owns)
+{
+    return context_alloc_as(st, st->ContextType, h, ordinal, is_primary, owns);
+}
+
+pygpu_Context *
+pygpu_context_new_as(pygpu_state *st, PyTypeObject *tp, CUcontext h, int ordinal)
+{
+    return context_alloc_as(st, tp, h, ordinal, 0, 1);
 }
 
 static void
@@ -182,6 +196,9 @@ context_release_handle(pygpu_Context *self)
         CUdevice dev;
         if (cu.cuDeviceGet(&dev, self->ordinal) == CUDA_SUCCESS)
             rc = cu.cuDevicePrimaryCtxRelease(dev);
+    } else if (self->green != NULL) {
+        rc = cu.cuGreenCtxDestroy(self->green);
+        self->green = NULL;
     } else {
         rc = cu.cuCtxDestroy(self->handle);
     }
@@ -740,9 +757,11 @@ context_detach(pygpu_Context *self, PyObject *unused)
     } else {
         Py_INCREF(self);
     }
-    const char *routine = self->is_primary ? "cuDevicePrimaryCtxRelease" : "cuCtxDestroy";
+    const char *routine = self->is_primary      ? "cuDevicePrimaryCtxRelease"
+                          : self->green != NULL ? "cuGreenCtxDestroy"
+                                                : "cuCtxDestroy";
     context_forget(st, self);
-    if (self->is_primary && self->owns) {
+    if ((self->is_primary || self->green != NULL) && self->owns) {
         /* releasing a primary context leaves it on this thread's stack: pop
          * it (as cuCtxDestroy does for a created one), or every later call
          * here would run in a dead context; the next use gets a fresh one */

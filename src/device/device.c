@@ -469,6 +469,13 @@ static PyMethodDef device_methods[] = {
      "make_context($self, /, flags=0)\n--\n\n"
      "Create a new context on this device and push it (PyCUDA style). "
      "Prefer the primary context, which other libraries share."},
+    {"split_sms", (PyCFunction)(void (*)(void))pygpu_device_split_sms, METH_VARARGS | METH_KEYWORDS,
+     "split_sms($self, /, counts)\n--\n\n"
+     "Split the device's SMs into disjoint partitions of counts[i] SMs: a list of\n"
+     "GreenContext, one a partition (docs/green_contexts.md)."},
+    {"sm_partitioning", (PyCFunction)pygpu_device_sm_partitioning, METH_NOARGS,
+     "sm_partitioning($self, /)\n--\n\n"
+     "(sm_count, min_partition, alignment): the rules split_sms() follows."},
     {NULL},
 };
 

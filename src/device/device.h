@@ -36,6 +36,9 @@ struct pygpu_Context {
     int release_deferred;
     /* owned (blockcache.c): freed device blocks kept for reuse, or NULL */
     struct pygpu_blockcache *blocks;
+    /* owned when not NULL: the green context this handle was converted from
+     * (device/greenctx.c); its release is cuGreenCtxDestroy, not cuCtxDestroy */
+    CUgreenCtx green;
 };
 
 typedef struct {
@@ -99,6 +102,11 @@ void pygpu_context_exit(int pushed);
  * (memory/lifetime.c).  GIL held; never raises. */
 void pygpu_context_release_deferred(pygpu_Context *ctx);
 int pygpu_context_read_limits(pygpu_state *st, pygpu_Context *ctx);
+/* A new owned, non-primary Context of type tp (ContextType or a C subtype
+ * of it: device/greenctx.c) for handle h on device ordinal, linked like
+ * make_context()'s; the subtype's own fields are the caller's to set.  New
+ * reference, or NULL with an exception (h is then not released). */
+pygpu_Context *pygpu_context_new_as(pygpu_state *st, PyTypeObject *tp, CUcontext h, int ordinal);
 PyObject *pygpu_device_new(pygpu_state *st, int ordinal);
 
 /* stream.c: resolve a stream argument (None, Stream, int 0/1/2,
@@ -109,5 +117,17 @@ int pygpu_device_setup(PyObject *m, pygpu_state *st);
 int pygpu_context_setup(PyObject *m, pygpu_state *st);
 int pygpu_stream_setup(PyObject *m, pygpu_state *st);
 int pygpu_event_setup(PyObject *m, pygpu_state *st);
+
+/* stream.c: a new Stream owning handle h, made in ctx.  NULL with an
+ * exception (h is then not destroyed). */
+PyObject *pygpu_stream_wrap(pygpu_state *st, CUstream h, pygpu_Context *ctx);
+
+/* greenctx.c: green contexts, SM partitions (docs/green_contexts.md) */
+PyObject *pygpu_device_split_sms(pygpu_Device *self, PyObject *args, PyObject *kwds);
+PyObject *pygpu_device_sm_partitioning(pygpu_Device *self, PyObject *unused);
+int pygpu_greenctx_setup(PyObject *m, pygpu_state *st);
+
+/* checkpoint.c: cuCheckpointProcess* (docs/checkpoint.md) */
+int pygpu_checkpoint_setup(PyObject *m, pygpu_state *st);
 
 #endif

@@ -143,6 +143,12 @@ stream_alloc(PyTypeObject *tp, CUstream h, pygpu_Context *ctx, int owns, PyObjec
     return self;
 }
 
+PyObject *
+pygpu_stream_wrap(pygpu_state *st, CUstream h, pygpu_Context *ctx)
+{
+    return (PyObject *)stream_alloc(st->StreamType, h, ctx, 1, NULL);
+}
+
 static PyObject *
 stream_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {

@@ -103,6 +103,7 @@ typedef struct fake_ctx {
     size_t limits[CU_LIMIT_MAX];
     CUfunc_cache cache;
     int peer[MAXDEV];
+    int green; /* converted from a green context: cuGreenCtxDestroy ends it */
 } fake_ctx;
 
 typedef struct fake_stream {
@@ -1031,7 +1032,7 @@ fake_cuCtxDestroy(CUcontext h)
         unlock();
         return CUDA_ERROR_INVALID_CONTEXT;
     }
-    if (c->primary) { /* a primary context is released, never destroyed */
+    if (c->primary || c->green) { /* released, or ended with its green context */
         unlock();
         return CUDA_ERROR_INVALID_CONTEXT;
     }
@@ -7015,6 +7016,476 @@ fake_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *out, void *han
     return CUDA_SUCCESS;
 }
 
+/* ---- green contexts (CUDA 12.4): SM resources, splits, descriptors ----
+ * The device has 132 SMs; its partition rules are fakecuda_sm_rules()'s
+ * (by default the architecture's: 8 and 8 from sm_90, 4 and 2 on sm_80, 2 and
+ * 2 before), and 0 leaves a field unreported, as drivers before 12.8 do.  A
+ * resource records, in its opaque bytes, its device, the split that made it
+ * (0: the whole device) and its first SM; a split of a cluster-limited
+ * device (fakecuda_sm_groups_cap) makes at most that many groups. */
+enum { MAGIC_RES = 0x52455331, MAGIC_DESC = 0x44455331, MAGIC_GREEN = 0x47524e31 };
+
+typedef struct {
+    unsigned magic;
+    int dev;
+    unsigned split; /* the split instance that made it; 0 for a whole device */
+    unsigned first; /* its first SM */
+} fake_res_tag;
+
+typedef struct {
+    unsigned magic;
+    int dev;
+    unsigned sms;
+} fake_desc;
+
+typedef struct {
+    unsigned magic;
+    int alive;
+    int dev;
+    unsigned sms;
+    fake_ctx *ctx; /* what cuCtxFromGreenCtx gives */
+} fake_green;
+
+static int sm_min = -1, sm_align = -1; /* -1: the architecture's rule */
+static unsigned sm_groups_cap, sm_splits;
+static long live_green;
+
+EXPORT void
+fakecuda_sm_rules(int min_partition, int alignment, unsigned groups_cap)
+{
+    pthread_mutex_lock(&lock);
+    sm_min = min_partition;
+    sm_align = alignment;
+    sm_groups_cap = groups_cap;
+    unlock();
+}
+
+static fake_res_tag *
+res_tag(const CUdevResource *r)
+{
+    return (fake_res_tag *)(void *)r->_internal_padding;
+}
+
+static CUresult
+fake_cuDeviceGetDevResource(CUdevice d, CUdevResource *res, CUdevResourceType type)
+{
+    CUresult rc = enter(F_cuDeviceGetDevResource);
+    int rule_min = cc_major >= 9 ? 8 : cc_major == 8 ? 4 : 2, rule_align = cc_major >= 9 ? 8 : 2;
+    if (rc)
+        return rc;
+    if (res == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(d))
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (type != CU_DEV_RESOURCE_TYPE_SM)
+        return CUDA_ERROR_INVALID_RESOURCE_TYPE;
+    memset(res, 0, sizeof *res);
+    res->type = CU_DEV_RESOURCE_TYPE_SM;
+    res->sm.smCount = 132;
+    pthread_mutex_lock(&lock);
+    res->sm.minSmPartitionSize = (unsigned)(sm_min < 0 ? rule_min : sm_min);
+    res->sm.smCoscheduledAlignment = (unsigned)(sm_align < 0 ? rule_align : sm_align);
+    unlock();
+    res_tag(res)->magic = MAGIC_RES;
+    res_tag(res)->dev = d;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGroups,
+                                 const CUdevResource *input, CUdevResource *remaining,
+                                 unsigned int useFlags, unsigned int minCount)
+{
+    CUresult rc = enter(F_cuDevSmResourceSplitByCount);
+    unsigned size, can, i, align, minp, split;
+    const fake_res_tag *in;
+    if (rc)
+        return rc;
+    if (nbGroups == NULL || input == NULL || (useFlags & ~3u) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    in = (const fake_res_tag *)(const void *)input->_internal_padding;
+    if (input->type != CU_DEV_RESOURCE_TYPE_SM || in->magic != MAGIC_RES)
+        return CUDA_ERROR_INVALID_RESOURCE_TYPE;
+    if (in->split != 0) /* a split's output is split again only through a green context */
+        return CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION;
+    if (minCount > input->sm.smCount)
+        return CUDA_ERROR_INVALID_VALUE;
+    minp = input->sm.minSmPartitionSize ? input->sm.minSmPartitionSize : 2;
+    align = input->sm.smCoscheduledAlignment ? input->sm.smCoscheduledAlignment : 2;
+    size = minCount < minp ? minp : minCount;
+    size = (size + align - 1) / align * align;
+    can = input->sm.smCount / size;
+    pthread_mutex_lock(&lock);
+    if (sm_groups_cap && can > sm_groups_cap)
+        can = sm_groups_cap;
+    split = ++sm_splits;
+    unlock();
+    if (result == NULL) {
+        *nbGroups = can;
+        return CUDA_SUCCESS;
+    }
+    if (*nbGroups < can)
+        can = *nbGroups;
+    for (i = 0; i < can; i++) {
+        memset(&result[i], 0, sizeof result[i]);
+        result[i].type = CU_DEV_RESOURCE_TYPE_SM;
+        result[i].sm.smCount = size;
+        result[i].sm.minSmPartitionSize = minp;
+        result[i].sm.smCoscheduledAlignment = align;
+        res_tag(&result[i])->magic = MAGIC_RES;
+        res_tag(&result[i])->dev = in->dev;
+        res_tag(&result[i])->split = split;
+        res_tag(&result[i])->first = in->first + i * size;
+    }
+    *nbGroups = can;
+    if (remaining != NULL) {
+        memset(remaining, 0, sizeof *remaining);
+        remaining->type = CU_DEV_RESOURCE_TYPE_SM;
+        remaining->sm.smCount = input->sm.smCount - can * size;
+        res_tag(remaining)->magic = MAGIC_RES;
+        res_tag(remaining)->dev = in->dev;
+        res_tag(remaining)->split = split;
+        res_tag(remaining)->first = in->first + can * size;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *resources,
+                               unsigned int nbResources)
+{
+    CUresult rc = enter(F_cuDevResourceGenerateDesc);
+    fake_desc *d;
+    unsigned i, sms = 0;
+    if (rc)
+        return rc;
+    if (phDesc == NULL || resources == NULL || nbResources == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; i < nbResources; i++) {
+        const fake_res_tag *t = res_tag(&resources[i]);
+        if (resources[i].type != CU_DEV_RESOURCE_TYPE_SM || t->magic != MAGIC_RES)
+            return CUDA_ERROR_INVALID_RESOURCE_TYPE;
+        if (i > 0
+            && (t->dev != res_tag(&resources[0])->dev || t->split != res_tag(&resources[0])->split))
+            return CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION;
+        sms += resources[i].sm.smCount;
+    }
+    if ((d = calloc(1, sizeof *d)) == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    d->magic = MAGIC_DESC;
+    d->dev = res_tag(&resources[0])->dev;
+    d->sms = sms;
+    pthread_mutex_lock(&lock);
+    remember(d);
+    unlock();
+    *phDesc = (CUdevResourceDesc)d;
+    return CUDA_SUCCESS;
+}
+
+static fake_green *
+green_ok(CUgreenCtx h)
+{
+    fake_green *g = (fake_green *)h;
+    if (!known(g) || g->magic != MAGIC_GREEN)
+        return NULL;
+    if (!g->alive) {
+        stale_uses++;
+        return NULL;
+    }
+    return g;
+}
+
+static CUresult
+fake_cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)
+{
+    CUresult rc = enter(F_cuGreenCtxCreate);
+    fake_desc *d = (fake_desc *)desc;
+    fake_green *g;
+    if (rc)
+        return rc;
+    if (phCtx == NULL || flags != CU_GREEN_CTX_DEFAULT_STREAM)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    if (!known(d) || d->magic != MAGIC_DESC || d->dev != dev) {
+        unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    g = calloc(1, sizeof *g);
+    if (g == NULL || (g->ctx = new_ctx(dev, 0, 0)) == NULL) {
+        free(g);
+        unlock();
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    g->magic = MAGIC_GREEN;
+    g->alive = 1;
+    g->dev = dev;
+    g->sms = d->sms;
+    g->ctx->green = 1;
+    remember(g);
+    live_ctx++;
+    live_green++;
+    *phCtx = (CUgreenCtx)g;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuGreenCtxDestroy(CUgreenCtx h)
+{
+    CUresult rc = enter(F_cuGreenCtxDestroy);
+    fake_green *g;
+    int i;
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&lock);
+    if ((g = green_ok(h)) == NULL) {
+        unlock();
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    g->alive = 0;
+    g->ctx->alive = 0;
+    live_green--;
+    live_ctx--;
+    reap_context(g->ctx);
+    for (i = ctx_depth - 1; i >= 0; i--) {
+        if (ctx_stack[i] == g->ctx) {
+            if (i == ctx_depth - 1)
+                ctx_depth--;
+            break;
+        }
+    }
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+fake_cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx h)
+{
+    CUresult rc = enter(F_cuCtxFromGreenCtx);
+    fake_green *g;
+    if (rc)
+        return rc;
+    if (pContext == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    g = green_ok(h);
+    if (g != NULL)
+        *pContext = (CUcontext)g->ctx;
+    unlock();
+    return g != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+static CUresult
+fake_cuGreenCtxGetDevResource(CUgreenCtx h, CUdevResource *res, CUdevResourceType type)
+{
+    CUresult rc = enter(F_cuGreenCtxGetDevResource);
+    fake_green *g;
+    if (rc)
+        return rc;
+    if (res == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (type != CU_DEV_RESOURCE_TYPE_SM)
+        return CUDA_ERROR_INVALID_RESOURCE_TYPE;
+    pthread_mutex_lock(&lock);
+    g = green_ok(h);
+    if (g != NULL) {
+        memset(res, 0, sizeof *res);
+        res->type = CU_DEV_RESOURCE_TYPE_SM;
+        res->sm.smCount = g->sms;
+    }
+    unlock();
+    return g != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+static CUresult
+fake_cuGreenCtxStreamCreate(CUstream *out, CUgreenCtx h, unsigned int flags, int prio)
+{
+    CUresult rc = enter(F_cuGreenCtxStreamCreate);
+    fake_green *g;
+    fake_stream *s;
+    if (rc)
+        return rc;
+    if (out == NULL || flags != CU_STREAM_NON_BLOCKING) /* the driver requires it */
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if ((g = green_ok(h)) == NULL) {
+        unlock();
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if ((s = calloc(1, sizeof *s)) == NULL) {
+        unlock();
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    s->magic = MAGIC_STREAM;
+    s->alive = 1;
+    remember(s);
+    s->ctx = g->ctx;
+    s->flags = flags;
+    s->priority = prio < -5 ? -5 : prio > 0 ? 0 : prio;
+    s->next_all = all_streams;
+    all_streams = s;
+    live_streams++;
+    *out = (CUstream)s;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+/* ---- process checkpoint (CUDA 12.8) ----
+ * A CUDA process is one that fakecuda_cuda_process(pid, 1) named (the
+ * stand-in runs in one process; the tests name a child); each goes RUNNING
+ * -> LOCKED -> CHECKPOINTED -> (restore) LOCKED -> (unlock) RUNNING, and a
+ * call out of turn is CUDA_ERROR_ILLEGAL_STATE, as the driver's.  Any other
+ * pid is CUDA_ERROR_INVALID_VALUE. */
+#define MAXPROCS 16
+static struct {
+    int pid;
+    CUprocessState state;
+    unsigned restores;
+} procs[MAXPROCS];
+
+EXPORT int
+fakecuda_cuda_process(int pid, int on)
+{
+    int i, r = -1;
+    pthread_mutex_lock(&lock);
+    for (i = 0; i < MAXPROCS; i++) {
+        if (procs[i].pid == pid) {
+            if (!on)
+                procs[i].pid = 0;
+            r = 0;
+            break;
+        }
+    }
+    for (i = 0; on && r < 0 && i < MAXPROCS; i++) {
+        if (procs[i].pid == 0) {
+            procs[i].pid = pid;
+            procs[i].state = CU_PROCESS_STATE_RUNNING;
+            procs[i].restores = 0;
+            r = 0;
+        }
+    }
+    unlock();
+    return r;
+}
+
+/* Move pid from state `from` to `to`; the CUresult.  Lock held. */
+static CUresult
+proc_step(int pid, CUprocessState from, CUprocessState to)
+{
+    int i;
+    for (i = 0; i < MAXPROCS; i++) {
+        if (pid > 0 && procs[i].pid == pid) {
+            if (procs[i].state != from)
+                return CUDA_ERROR_ILLEGAL_STATE;
+            if (from == CU_PROCESS_STATE_CHECKPOINTED)
+                procs[i].restores++;
+            procs[i].state = to;
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult
+fake_cuCheckpointProcessGetState(int pid, CUprocessState *state)
+{
+    CUresult rc = enter(F_cuCheckpointProcessGetState);
+    int i;
+    if (rc)
+        return rc;
+    if (state == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    for (i = 0; i < MAXPROCS; i++) {
+        if (pid > 0 && procs[i].pid == pid) {
+            *state = procs[i].state;
+            rc = CUDA_SUCCESS;
+        }
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
+{
+    CUresult rc = enter(F_cuCheckpointProcessGetRestoreThreadId);
+    int i;
+    if (rc)
+        return rc;
+    if (tid == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    for (i = 0; i < MAXPROCS; i++) {
+        if (pid > 0 && procs[i].pid == pid) {
+            *tid = pid; /* its main thread restores it */
+            rc = CUDA_SUCCESS;
+        }
+    }
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
+{
+    CUresult rc = enter(F_cuCheckpointProcessLock);
+    if (rc)
+        return rc;
+    if (args != NULL && (args->reserved0 != 0 || args->reserved1[0] != 0))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    rc = proc_step(pid, CU_PROCESS_STATE_RUNNING, CU_PROCESS_STATE_LOCKED);
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
+{
+    CUresult rc = enter(F_cuCheckpointProcessCheckpoint);
+    if (rc)
+        return rc;
+    if (args != NULL && args->reserved[0] != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    rc = proc_step(pid, CU_PROCESS_STATE_LOCKED, CU_PROCESS_STATE_CHECKPOINTED);
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
+{
+    CUresult rc = enter(F_cuCheckpointProcessRestore);
+    if (rc)
+        return rc;
+    if (args != NULL && args->gpuPairsCount != 0 && args->gpuPairs == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    rc = proc_step(pid, CU_PROCESS_STATE_CHECKPOINTED, CU_PROCESS_STATE_LOCKED);
+    unlock();
+    return rc;
+}
+
+static CUresult
+fake_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
+{
+    CUresult rc = enter(F_cuCheckpointProcessUnlock);
+    if (rc)
+        return rc;
+    if (args != NULL && args->reserved[0] != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    rc = proc_step(pid, CU_PROCESS_STATE_LOCKED, CU_PROCESS_STATE_RUNNING);
+    unlock();
+    return rc;
+}
+
 /* ---- cuGetProcAddress: the table, type-checked against cudaTypedefs.h ---- */
 #define CHECK_TYPE(name, version, cls) \
     static PFN_##name##_v##version const check_##name __attribute__((unused)) = fake_##name;
@@ -7243,6 +7714,8 @@ fakecuda_live(const char *kind)
         n = live_surfaces;
     else if (!strcmp(kind, "profiler"))
         n = profiler_on;
+    else if (!strcmp(kind, "green"))
+        n = live_green;
     unlock();
     return n;
 }

@@ -312,13 +312,13 @@ class Communicator:
         makes its own with the same `uid` from :func:`unique_id`).  `device`
         is an ordinal or a pygpu Device; None takes the current context's
         device, which must then be its primary context."""
-        nccl = _nccl()
         nranks, rank = int(nranks), int(rank)
         if nranks < 1 or not 0 <= rank < nranks:
             raise ValueError(
                 "pygpu.nccl: rank %d of %d ranks: a rank is 0 to nranks - 1, and "
                 "nranks at least 1" % (rank, nranks)
             )
+        nccl = _nccl()
         ctx = _primary(device)
         with _current(ctx):
             comm = nccl.Communicator.init(nranks, rank, uid)

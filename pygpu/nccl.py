@@ -550,33 +550,56 @@ def _current(ctx):
             before.push()
 
 
-@contextlib.contextmanager
-def group(comms=None):
+class group:
     """Calls of several communicators (several GPUs in this process, or
     several calls of one) issued as one NCCL group (``ncclGroupStart`` /
-    ``ncclGroupEnd``): needed where one thread drives more than one rank.
-    `comms`: the communicators, whose first context is current while the
-    group is launched."""
-    load()
-    comms = list(comms or [])
-    from pygpu import driver
+    ``ncclGroupEnd``), as a ``with`` block: needed where one thread drives
+    more than one rank.  `comms`: the communicators, whose first context is
+    current while the group is launched (and the thread's context is what
+    it was afterwards).  A class, not a generator: one is made per round of
+    calls, so it costs little."""
 
-    ctx = comms[0].context if comms else driver.Context.get_current()
-    cm = _current(ctx) if ctx is not None else contextlib.nullcontext()
-    with cm:
+    __slots__ = ("_ctx", "_pushed")
+
+    def __init__(self, comms=None):
+        from pygpu import driver
+
+        if _driver._nccl_loaded() is None:
+            load()
+        if comms:
+            self._ctx = (
+                comms[0].context if isinstance(comms, (list, tuple)) else list(comms)[0].context
+            )
+        else:
+            self._ctx = driver.Context.get_current()
+        self._pushed = None
+
+    def __enter__(self):
+        from pygpu import driver
+
+        ctx = self._ctx
+        if ctx is not None:
+            cur = driver.Context.get_current()
+            if cur is None or cur.handle != ctx.handle:
+                self._pushed = _current(ctx)
+                self._pushed.__enter__()
         _driver._nccl_group_start()
-        ok = False
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
         try:
-            yield
-            ok = True
-        finally:
-            if ok:
+            if exc_type is None:
                 _driver._nccl_group_end()
             else:
                 try:
                     _driver._nccl_group_end()
                 except Exception:
                     pass
+        finally:
+            if self._pushed is not None:
+                self._pushed.__exit__(None, None, None)
+                self._pushed = None
+        return False
 
 
 def from_mpi(comm, device=None, stream=None):

@@ -8,8 +8,10 @@ Three ways to drive the same NCCL all-reduce (sum, in place), one
 communicator per GPU (ncclCommInitAll), each call of the round issued in one
 NCCL group, on one stream per GPU:
 
-- pygpu: GPUArrays and pygpu Streams through pygpu.nccl's Communicator
-  (its checks, its context switch, nccl4py underneath);
+- pygpu: GPUArrays and pygpu Streams through pygpu.nccl's Communicator:
+  its checks (the operand gate, dtype, sizes, ranks, context) and the call
+  to ncclAllReduce made from pygpu's C extension (src/interop/nccl.c),
+  group calls through pygpu.nccl.group;
 - nccl4py on GPUArrays: nccl4py's Communicator.allreduce given the same
   GPUArrays and pygpu Streams directly (DLPack, __cuda_stream__);
 - NCCL's own: ncclAllReduce called through nccl4py's raw bindings
@@ -23,7 +25,9 @@ rounds, all streams synchronized at the end (as nccl-tests time it);
 algorithm bandwidth = bytes / time, bus bandwidth = algorithm bandwidth x
 2 (n - 1) / n (nccl-tests' definition for all-reduce, comparable across n).
 The first size's result is checked against NumPy (random data, every GPU's
-copy).  Needs 2 GPUs or more and nccl4py (pip install 'pygpu[nccl]'); says
+copy).  The last columns give pygpu's cost over NCCL's own per call
+((pygpu's round - NCCL's round) / GPUs, in microseconds) and whether it is
+within the goal of 1 us a call (PERFORMANCE.md).  Needs 2 GPUs or more and nccl4py (pip install 'pygpu[nccl]'); says
 why and exits 0 otherwise.
 """
 
@@ -38,7 +42,8 @@ import numpy as np
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-DEFAULT_SIZES = "8K,256K,4M,64M,256M,1G"
+DEFAULT_SIZES = "8K,64K,256K,4M,64M,256M,1G"
+GOAL_US = 1.0  # pygpu within 1 us a call of NCCL's own
 
 
 def parse_size(s):
@@ -193,6 +198,8 @@ def main(argv=None):
                 "algbw_GBs": nbytes / t / 1e9,
                 "busbw_GBs": nbytes / t / 1e9 * factor,
             }
+        row["overhead_us_per_call"] = (t_pg - t_own) * 1e6 / ndev
+        row["goal_met"] = row["overhead_us_per_call"] <= GOAL_US
         rows.append(row)
         for b in bufs:
             nccl.mem_free(b)
@@ -200,26 +207,34 @@ def main(argv=None):
 
     head = (
         "| size per GPU | pygpu: us / bus GB/s | nccl4py on GPUArrays: us / bus GB/s "
-        "| NCCL's own (raw call): us / bus GB/s | pygpu / NCCL's own |"
+        "| NCCL's own (raw call): us / bus GB/s | pygpu / NCCL's own "
+        "| pygpu - NCCL's own, us a call | within %.0f us |" % GOAL_US
     )
     print()
     print(head)
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         cells = [
             "%.1f / %.1f" % (r[k]["us"], r[k]["busbw_GBs"])
             for k in ("pygpu", "nccl4py_gpuarray", "nccl_own")
         ]
         print(
-            "| %s | %s | %s | %s | %.2f |"
+            "| %s | %s | %s | %s | %.2f | %+.2f | %s |"
             % (
                 fmt_size(r["bytes"]),
                 cells[0],
                 cells[1],
                 cells[2],
                 r["pygpu"]["busbw_GBs"] / r["nccl_own"]["busbw_GBs"],
+                r["overhead_us_per_call"],
+                "yes" if r["goal_met"] else "NO",
             )
         )
+    met = sum(r["goal_met"] for r in rows)
+    print(
+        "\ngoal (pygpu within %.0f us a call of NCCL's own): met at %d of %d sizes"
+        % (GOAL_US, met, len(rows))
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(

@@ -249,6 +249,8 @@ driver_exec(PyObject *m)
         return -1;
     if (pygpu_fastops_setup(m, st) < 0) /* fastops.c: the array operators */
         return -1;
+    if (pygpu_nccl_setup(m, st) < 0) /* interop/nccl.c: NCCL's collectives */
+        return -1;
     return 0;
 }
 

@@ -1,0 +1,518 @@
+"""pygpu.nccl's hot path: every collective from C through NCCL's entry
+points (src/interop/nccl.c), without a GPU.
+
+NCCL is a stand-in (tests/support/fakenccl.c) that plays one rank of a
+communicator and runs the collective on the driver stand-in's memory (host
+memory), the other ranks' data taken from one buffer: so each test checks
+what reached NCCL (pointers, counts, types, operators, roots, streams) and
+the results element by element against NumPy.  The loader's errors (NCCL
+missing, not NCCL, not loaded) run in fresh processes."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import fakenccl
+from pygpu import _driver
+from pygpu import nccl as pnccl
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+standin = pytest.mark.standin
+
+
+def _py(code, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=e,
+        cwd=ROOT,
+    )
+
+
+@pytest.fixture(scope="module")
+def fake():
+    path = fakenccl.build()
+    loaded = _driver._nccl_loaded()
+    if loaded is None:
+        _driver._nccl_load([path])
+    elif loaded != path:
+        pytest.skip("another NCCL (%s) is loaded in this process" % loaded)
+    f = fakenccl.FakeNccl(path)
+    yield f
+    f.set_peer(0)
+    f.close()
+
+
+@pytest.fixture
+def comm(ctx, fake):
+    """Rank 0 of 2 on device 0 (the other rank's data: fake.set_peer)."""
+    c = pnccl.Communicator(fake.comm(2, 0, 0), ctx)
+    yield c
+    fake.set_peer(0)
+    c.destroy()
+
+
+def _gpu(a):
+    from pygpu import gpuarray
+
+    return gpuarray.to_gpu(np.ascontiguousarray(a))
+
+
+# ---- the library ----
+
+
+def test_nccl_missing_lists_every_place_tried(tmp_path):
+    notlib = tmp_path / "libnotnccl.so"
+    notlib.write_bytes(b"not a library")
+    p = _py(
+        """
+        import sys
+        from pygpu import _driver, driver
+        try:
+            _driver._nccl_load(["/nonexistent/libnccl.so.2", sys.argv[-1] if False else %r])
+        except driver.CudaUnavailableError as e:
+            print(e)
+        print(_driver._nccl_loaded())
+        """
+        % str(notlib)
+    )
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert out.startswith(
+        "NCCL (libnccl.so.2) was not found; tried:\n  /nonexistent/libnccl.so.2: "
+    )
+    assert "\n  %s: " % notlib in out
+    assert "pip install 'pygpu[nccl]' (nccl4py and nvidia-nccl-cu13), or set PYGPU_NCCL" in out
+    assert out.rstrip().endswith("None")  # nothing was loaded
+
+
+def test_a_library_that_is_not_nccl_is_refused(tmp_path):
+    # a real shared library without NCCL's entry points (the driver stand-in)
+    import fakecuda
+
+    other = fakecuda.build()
+    p = _py(
+        """
+        from pygpu import _driver, driver
+        try:
+            _driver._nccl_load([%r])
+        except driver.CudaUnavailableError as e:
+            print(e)
+        """
+        % other
+    )
+    assert p.returncode == 0, p.stderr
+    assert "%s: not NCCL: missing NCCL entry points" % other in p.stdout
+
+
+def test_a_communicator_before_nccl_is_loaded_says_so():
+    p = _py("""
+        from pygpu import _driver, driver, gpuarray
+        try:
+            _driver.NcclComm(1234, None, gpuarray.GPUArray)
+        except driver.CudaUnavailableError as e:
+            print(e)
+        try:
+            _driver._nccl_group_start()
+        except driver.CudaUnavailableError as e:
+            print(e)
+    """)
+    assert p.returncode == 0, p.stderr
+    want = (
+        "NCCL is not loaded: pygpu.nccl loads it (pygpu.nccl.load()) before the first communicator"
+    )
+    assert p.stdout.splitlines() == [want, want]
+
+
+def test_candidates_put_nccl4pys_library_first(monkeypatch):
+    monkeypatch.setenv("PYGPU_NCCL", "/opt/mine/libnccl.so.2")
+    monkeypatch.setitem(sys.modules, "nccl", None)  # nccl4py absent
+    c = pnccl._candidates()
+    assert c[0] == "/opt/mine/libnccl.so.2" and c[-1] == "libnccl.so.2"
+    assert len(c) == len(set(c))
+
+
+def test_load_returns_the_loaded_path(fake):
+    assert pnccl.load() == fake.path
+    assert _driver._nccl_version() == 23203
+
+
+# ---- the collectives, element by element ----
+
+
+@standin
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "avg"])
+def test_allreduce_from_c(comm, fake, rng, dtype, op):
+    n = 37
+    mine = (rng.standard_normal(n) * 50).astype(dtype)
+    other = (rng.standard_normal(n) * 50).astype(dtype)
+    a, peer = _gpu(mine), _gpu(other)
+    fake.set_peer(peer.ptr)
+    out = _gpu(np.zeros(n, dtype))
+    before = fake.ncalls
+    assert comm.allreduce(a, out, op=op) is out
+    assert fake.ncalls == before + 1
+    last = fake.last
+    assert last.name == b"ncclAllReduce" and (last.send, last.recv) == (a.ptr, out.ptr)
+    assert (last.count, last.op, last.comm) == (n, pnccl.OPS.index(op), comm._c.handle)
+    want = {
+        "sum": mine + other,
+        "prod": mine * other,
+        "max": np.maximum(mine, other),
+        "min": np.minimum(mine, other),
+        "avg": (mine + other) / 2,
+    }[op]
+    if np.dtype(dtype).kind == "i":
+        # NCCL divides integers as C does: towards zero
+        want = want.astype(dtype) if op != "avg" else np.trunc((mine + other) / 2).astype(dtype)
+        np.testing.assert_array_equal(out.get(), want)
+    else:
+        np.testing.assert_allclose(out.get(), want.astype(dtype), rtol=1e-6)
+    np.testing.assert_array_equal(a.get(), mine)  # not in place: the input kept
+
+
+@standin
+def test_in_place_and_the_types_nccl_is_given(comm, fake, rng):
+    types = {
+        np.int8: 0,
+        np.uint8: 1,
+        np.int32: 2,
+        np.uint32: 3,
+        np.int64: 4,
+        np.uint64: 5,
+        np.float16: 6,
+        np.float32: 7,
+        np.float64: 8,
+    }
+    for dt, code in types.items():
+        a = _gpu(rng.integers(0, 100, (3, 4)).astype(dt))
+        assert comm.broadcast(a, root=0) is a
+        last = fake.last
+        assert (last.name, last.send, last.recv) == (b"ncclBroadcast", a.ptr, a.ptr)
+        assert (last.count, last.type, last.root) == (12, code, 0)
+
+
+@standin
+def test_complex_goes_as_pairs_of_reals(comm, fake, rng):
+    z = (rng.standard_normal(6) + 1j * rng.standard_normal(6)).astype(np.complex128)
+    w = (rng.standard_normal(6) + 1j * rng.standard_normal(6)).astype(np.complex128)
+    a, peer = _gpu(z), _gpu(w)
+    fake.set_peer(peer.ptr)
+    comm.allreduce(a)
+    assert (fake.last.count, fake.last.type) == (12, 8)
+    np.testing.assert_allclose(a.get(), z + w, rtol=1e-12)
+    with pytest.raises(
+        TypeError,
+        match=r"pygpu.nccl: sendbuf is complex \(complex128\): NCCL reduces it only "
+        r"with sum or avg \(as pairs of reals\), not max",
+    ):
+        comm.allreduce(a, op="max")
+
+
+@standin
+def test_moves_take_any_dtype_as_bytes(comm, fake, rng):
+    dt = np.dtype([("i", np.int32), ("x", np.float64)], align=True)
+    host = np.zeros(5, dt)
+    host["i"] = rng.integers(-9, 9, 5)
+    host["x"] = rng.standard_normal(5)
+    s = _gpu(host)
+    comm.send(s, peer=1)
+    assert (fake.last.name, fake.last.count, fake.last.type, fake.last.root) == (
+        b"ncclSend",
+        5 * dt.itemsize,
+        1,
+        1,
+    )
+    assert fake.sent(host.nbytes) == host.tobytes()
+    h16 = rng.integers(-999, 999, 9).astype(np.int16)  # NCCL has no int16: bytes
+    peer = _gpu(h16)
+    fake.set_peer(peer.ptr)
+    r = _gpu(np.zeros(9, np.int16))
+    assert comm.recv(r, peer=1) is r
+    assert (fake.last.name, fake.last.count, fake.last.type) == (b"ncclRecv", 18, 1)
+    np.testing.assert_array_equal(r.get(), h16)
+    with pytest.raises(TypeError, match="pygpu.nccl: sendbuf is int16, which NCCL does not reduce"):
+        comm.allreduce(r)
+
+
+@standin
+def test_allgather_reduce_scatter_reduce(comm, fake, rng):
+    mine = rng.standard_normal(8).astype(np.float32)
+    other = rng.standard_normal(16).astype(np.float32)
+    a, peer = _gpu(mine), _gpu(other)
+    fake.set_peer(peer.ptr)
+    whole = _gpu(np.zeros(16, np.float32))
+    assert comm.allgather(a, whole) is whole
+    assert fake.last.count == 8
+    np.testing.assert_array_equal(whole.get(), np.concatenate([mine, other[:8]]))
+    big = rng.standard_normal(16).astype(np.float32)
+    b = _gpu(big)
+    part = _gpu(np.zeros(8, np.float32))
+    assert comm.reduce_scatter(b, part, op="max") is part
+    assert (fake.last.name, fake.last.count) == (b"ncclReduceScatter", 8)
+    np.testing.assert_array_equal(part.get(), np.maximum(big[:8], other[:8]))  # rank 0's part
+    out = _gpu(np.zeros(16, np.float32))
+    assert comm.reduce(b, out, op="sum", root=0) is out
+    assert (fake.last.name, fake.last.root) == (b"ncclReduce", 0)
+    np.testing.assert_allclose(out.get(), big + other, rtol=1e-6)
+
+
+@standin
+def test_views_and_nccl4py_operators_take_the_python_path(comm, fake, rng):
+    base = rng.standard_normal((4, 6))
+    g = _gpu(base)
+    view = g[1:3]  # contiguous rows: gpudata an address, so the full gate
+    other = rng.standard_normal(12)
+    peer = _gpu(other)
+    fake.set_peer(peer.ptr)
+    assert comm.allreduce(view) is view
+    assert (fake.last.send, fake.last.count) == (view.ptr, 12)
+    want = base.copy()
+    want[1:3] += other.reshape(2, 6)
+    np.testing.assert_allclose(g.get(), want)
+
+    import enum
+
+    class RedOp(enum.IntEnum):  # as nccl4py's NcclRedOp
+        SUM, PROD, MAX, MIN, AVG = range(5)
+
+    comm.allreduce(g, op=RedOp.MIN)
+    assert fake.last.op == 3
+    comm.allreduce(g, op="MAX")
+    assert fake.last.op == 2
+
+
+@standin
+def test_streams_reach_nccl(comm, fake, rng):
+    from pygpu import driver
+
+    a = _gpu(rng.standard_normal(4))
+    fake.set_peer(a.ptr)
+    s = driver.Stream()
+    comm.allreduce(a, stream=s)
+    assert fake.last.stream == s.handle
+    comm.allreduce(a)  # the legacy default stream
+    assert fake.last.stream is None
+
+    class Foreign:
+        def __cuda_stream__(self):
+            return (0, s.handle)
+
+    comm.allreduce(a, stream=Foreign())
+    assert fake.last.stream == s.handle
+    comm.stream = s  # the communicator's own
+    comm.broadcast(a)
+    assert fake.last.stream == s.handle
+    with pytest.raises(
+        TypeError, match="stream must be a pygpu Stream, an object with __cuda_stream__"
+    ):
+        comm.allreduce(a, stream="s")
+
+
+@standin
+def test_group_calls_reach_nccl(comm, fake, rng):
+    a = _gpu(rng.standard_normal(4))
+    before = fake.group_calls
+    with pnccl.group([comm]):
+        comm.send(a, peer=1)
+        assert fake.last.group_depth == 1
+        comm.recv(a, peer=1)
+    assert fake.group_calls == before + 1 and fake.last.name == b"ncclGroupEnd"
+    with pytest.raises(pnccl.NcclError, match="ncclGroupEnd failed: ncclRemoteError"):
+        with pnccl.group([comm]):
+            comm.send(a, peer=1)
+            fake.fail(6, "peer 1 went away")  # the group's end fails
+
+
+# ---- errors, each before NCCL ----
+
+
+@standin
+def test_freed_arrays_are_refused(comm, fake, rng):
+    a = _gpu(rng.standard_normal(8))
+    b = _gpu(rng.standard_normal(8))
+    b.gpudata.free()
+    n = fake.ncalls
+    with pytest.raises(
+        _driver.LogicError, match="pygpu.nccl allreduce recvbuf: the array's memory was freed"
+    ):
+        comm.allreduce(a, b)
+    a.gpudata.free()
+    with pytest.raises(
+        _driver.LogicError, match="pygpu.nccl broadcast sendbuf: the array's memory was freed"
+    ):
+        comm.broadcast(a)
+    assert fake.ncalls == n  # NCCL never saw them
+
+
+@standin
+def test_wrong_dtypes_and_sizes_are_refused(comm, fake, rng):
+    a = _gpu(rng.standard_normal(8))
+    n = fake.ncalls
+    with pytest.raises(
+        TypeError,
+        match=r"pygpu.nccl: allreduce: sendbuf is float64 but recvbuf is float32; NCCL "
+        r"moves one type",
+    ):
+        comm.allreduce(a, _gpu(np.zeros(8, np.float32)))
+    with pytest.raises(
+        ValueError,
+        match=r"pygpu.nccl: allreduce: sendbuf holds 8 elements and recvbuf 9; they must "
+        r"hold as many",
+    ):
+        comm.allreduce(a, _gpu(np.zeros(9)))
+    with pytest.raises(
+        ValueError,
+        match=r"pygpu.nccl: allgather: recvbuf holds 8 elements, not nranks \(2\) x "
+        r"sendbuf's 8 = 16",
+    ):
+        comm.allgather(a, _gpu(np.zeros(8)))
+    with pytest.raises(
+        ValueError,
+        match=r"pygpu.nccl: reduce_scatter: sendbuf holds 8 elements, not nranks \(2\) x "
+        r"recvbuf's 8 = 16",
+    ):
+        comm.reduce_scatter(a, _gpu(np.zeros(8)))
+    with pytest.raises(TypeError, match="pygpu.nccl: sendbuf is bool, which NCCL does not reduce"):
+        comm.allreduce(_gpu(np.ones(4, bool)))
+    with pytest.raises(ValueError, match="op must be one of sum, prod, max, min, avg"):
+        comm.allreduce(a, op="mean")
+    with pytest.raises(ValueError, match="pygpu.nccl: recvbuf is not contiguous"):
+        comm.allreduce(a, _gpu(np.zeros(16))[::2])
+    with pytest.raises(TypeError, match=r"pygpu.nccl: buf is in host memory \(ndarray\)"):
+        comm.send(np.zeros(3), peer=1)
+    assert fake.ncalls == n
+
+
+@standin
+def test_bad_ranks_are_refused(comm, fake, rng):
+    a = _gpu(rng.standard_normal(4))
+    n = fake.ncalls
+    with pytest.raises(
+        ValueError,
+        match=r"pygpu.nccl: reduce: root 2 is not a rank of this communicator \(0 to 1\)",
+    ):
+        comm.reduce(a, root=2)
+    with pytest.raises(ValueError, match="pygpu.nccl: broadcast: root -1 is not a rank"):
+        comm.broadcast(a, root=-1)
+    with pytest.raises(ValueError, match="pygpu.nccl: send: peer 5 is not a rank"):
+        comm.send(a, peer=5)
+    with pytest.raises(ValueError, match="pygpu.nccl: recv: peer 2 is not a rank"):
+        comm.recv(a, peer=np.int64(2))  # the Python path converts, C checks
+    with pytest.raises(TypeError):
+        comm.send(a, peer=None)
+    assert fake.ncalls == n
+    with pytest.raises(
+        ValueError, match=r"pygpu.nccl: rank 2 of 2 ranks: a rank is 0 to nranks - 1"
+    ):
+        pnccl.Communicator.init(2, 2, None, device=0)
+
+
+@standin
+def test_another_devices_arrays_and_streams_are_refused(comm, fake, rng):
+    from pygpu import driver, gpuarray
+
+    c1 = driver.Device(1).retain_primary_context()
+    with c1:
+        b = gpuarray.to_gpu(rng.standard_normal(4))
+        s1 = driver.Stream()
+    a = _gpu(rng.standard_normal(4))
+    n = fake.ncalls
+    with pytest.raises(ValueError, match="pygpu.nccl allreduce recvbuf: .*device 1"):
+        comm.allreduce(a, b)
+    with pytest.raises(
+        ValueError,
+        match="pygpu.nccl: the stream belongs to a context of device 1, the communicator",
+    ):
+        comm.allreduce(a, stream=s1)
+    assert fake.ncalls == n
+
+
+@standin
+def test_a_communicator_on_another_device_than_its_context(ctx, fake):
+    with pytest.raises(
+        ValueError,
+        match="pygpu.nccl: the communicator runs on device 1, but the context given is device 0's",
+    ):
+        pnccl.Communicator(fake.comm(2, 0, 1), ctx)
+
+
+@standin
+def test_nccl_errors_carry_code_name_routine_and_last_error(comm, fake, rng):
+    a = _gpu(rng.standard_normal(4))
+    fake.set_peer(a.ptr)
+    fake.fail(4, "allreduce: invalid count")
+    with pytest.raises(pnccl.NcclError) as ei:
+        comm.allreduce(a)
+    e = ei.value
+    assert (e.code, e.name, e.routine) == (4, "ncclInvalidArgument", "ncclAllReduce")
+    assert str(e) == (
+        "ncclAllReduce failed: ncclInvalidArgument: invalid argument (allreduce: invalid count)"
+    )
+    assert isinstance(e, RuntimeError)
+    comm.allreduce(a)  # the next call goes through
+
+
+@standin
+def test_destroyed_communicator(ctx, fake, rng):
+    c = pnccl.Communicator(fake.comm(2, 0, 0), ctx)
+    c.destroy()
+    c.destroy()  # idempotent
+    with pytest.raises(
+        _driver.LogicError, match=r"pygpu.nccl: allreduce: the communicator was destroyed"
+    ):
+        c._c.allreduce(_gpu(np.zeros(2)), None, "sum", None)
+
+
+@standin
+def test_the_context_comes_back_after_a_call_on_another_device(ctx, fake, rng):
+    from pygpu import driver, gpuarray
+
+    c1 = driver.Device(1).retain_primary_context()
+    comm1 = pnccl.Communicator(fake.comm(2, 1, 1), c1)
+    with c1:
+        a = gpuarray.to_gpu(rng.standard_normal(3))
+    fake.set_peer(a.ptr)
+    comm1.allreduce(a)
+    assert driver.Context.get_current().handle == ctx.handle
+    assert comm1.rank == 1 and comm1.device == 1
+
+
+# ---- capture: the graph keeps the arrays ----
+
+
+@standin
+def test_a_captured_collective_keeps_its_arrays(comm, fake, rng):
+    from pygpu import driver, gpuarray
+
+    s = driver.Stream()
+    a = _gpu(rng.standard_normal(4))
+    b = gpuarray.empty(4, np.float64)
+    fake.set_peer(a.ptr)
+    s.begin_capture()
+    try:
+        comm.allreduce(a, b, stream=s)
+        assert fake.last.stream == s.handle
+    finally:
+        g = s.end_capture()
+    # the graph holds both arrays' memory: a free() is deferred to its death
+    assert b.gpudata.holders == ("a captured NCCL collective",)
+    assert a.gpudata.holders == ("a captured NCCL collective",)
+    b.gpudata.free()
+    assert b.gpudata.freed and b.gpudata.holders == ("a captured NCCL collective",)
+    del g
+    import gc
+
+    gc.collect()
+    assert a.gpudata.holders == () and b.gpudata.holders == ()
+    with pytest.raises(_driver.LogicError, match="the array's memory was freed"):
+        comm.allreduce(a, b)

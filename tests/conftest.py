@@ -20,6 +20,16 @@ import fakecuda  # noqa: E402
 
 STANDIN = fakecuda.active()
 
+# the suite's own compile cache (and autotune memory), kept between runs in
+# build/: a run leaves the user's ~/.cache/pygpu as it was.  Set before any
+# test (and the processes tests start inherit it); a PYGPU_CACHE_DIR given
+# from outside wins.
+SUITE_CACHE = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "test-cache"
+)
+if not os.environ.get("PYGPU_CACHE_DIR"):
+    os.environ["PYGPU_CACHE_DIR"] = SUITE_CACHE
+
 if "pygpu.testing.plugin" not in sys.modules:
     # not installed with its entry point (e.g. PYTHONPATH=. pytest): load it
     pytest_plugins = ["pygpu.testing.plugin"]

@@ -38,6 +38,8 @@ import tempfile
 
 import pytest
 
+from pygpu.testing import _markers
+
 from pygpu.testing import standin as _standin
 
 SERVE_ENV = "PYGPU_TESTING_SERVE"
@@ -191,7 +193,7 @@ class Isolation:
         )
         if getattr(item, "_pygpu_fault_reported", False):
             return  # the test failed with the fault itself
-        if item.get_closest_marker("sticky_fault") is not None:
+        if _markers.closest_marker(item, "sticky_fault") is not None:
             return
         passed_call = not getattr(item, "_pygpu_call_failed", False)
         if passed_call and outcome.excinfo is None:

@@ -1,7 +1,16 @@
 """pygpu's pytest plugin, registered through the ``pytest11`` entry point
 (``-p no:pygpu`` turns it off).  docs/pytest.md is the user's guide.
 
-Markers
+The plugin minds its own business: loaded in every pytest run of an
+environment where pygpu is installed, it changes nothing in a project that
+has not opted in.  Its markers are namespaced (pygpu_gpu, pygpu_driver, ...),
+and the plain names below (gpu, driver, ...) are pygpu's only in a project
+that says so: ``pygpu_markers = true`` in its pytest configuration
+(pytest.ini, [tool.pytest.ini_options], setup.cfg, tox.ini) or ``-o
+pygpu_markers=true``.  Elsewhere a test's own @pytest.mark.gpu means what
+that project means by it.
+
+Markers (each also as pygpu_<name>)
     gpu         needs a real GPU (runs kernels): skipped with a one-line
                 reason where there is none, a failure with --require-gpu or
                 PYGPU_REQUIRE_GPU=1; skipped against the driver stand-in.
@@ -32,26 +41,27 @@ import sys
 import pytest
 
 from pygpu.testing import _isolate
+from pygpu.testing._markers import (
+    _MARKERS,
+    _PREFIX,
+    closest_marker,
+    marker_kind,
+    markers_opted_in,
+)
 from pygpu.testing import standin as _standin
-
-_MARKERS = {
-    "gpu": "gpu: needs a real CUDA GPU: runs kernels (skipped without one; a failure "
-    "with --require-gpu or PYGPU_REQUIRE_GPU=1)",
-    "driver": "driver: needs a CUDA driver, runs no kernel: runs on a GPU and against "
-    "the driver stand-in",
-    "standin": "standin: runs only against the driver stand-in (failure injection, "
-    "recorded launches)",
-    "leak_check": "leak_check: fail the test if it leaves pygpu handles (or, against the "
-    "stand-in, driver handles) alive",
-    "sticky_fault": "sticky_fault: the test provokes a sticky CUDA fault on purpose; the "
-    "tests after it run in a fresh process",
-}
 
 _KINDS = ("gpu", "driver", "standin")
 _gpu = None
 
 
 def pytest_addoption(parser):
+    parser.addini(
+        "pygpu_markers",
+        type="bool",
+        default=False,
+        help="pygpu: the plain markers gpu, driver, standin, leak_check and sticky_fault "
+        "are pygpu's (without it only their pygpu_ names are)",
+    )
     group = parser.getgroup("pygpu", "pygpu (CUDA) testing")
     group.addoption(
         "--require-gpu",
@@ -82,8 +92,11 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    config._pygpu_plain_markers = markers_opted_in(config)
     for line in _MARKERS.values():
-        config.addinivalue_line("markers", line)
+        config.addinivalue_line("markers", _PREFIX + line)
+        if config._pygpu_plain_markers:
+            config.addinivalue_line("markers", line)
     if config.getoption("pygpu_standin") and not _standin.active():
         mod = sys.modules.get("pygpu._driver")
         if mod is not None and mod._driver_loaded():
@@ -156,7 +169,10 @@ def check(kind, config=None):
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     # the closest of the three markers decides (a test's own over its module's)
-    kind = next((m.name for m in item.iter_markers() if m.name in _KINDS), None)
+    kind = next(
+        (k for k in (marker_kind(item.config, m.name) for m in item.iter_markers()) if k in _KINDS),
+        None,
+    )
     if kind is not None:
         check(kind, item.config)
 
@@ -232,7 +248,7 @@ def cuda_leak_check():
 def _wants_leak_check(item):
     return (
         item.config.getoption("pygpu_leak_check")
-        or item.get_closest_marker("leak_check") is not None
+        or closest_marker(item, "leak_check") is not None
         or "cuda_leak_check" in getattr(item, "fixturenames", ())
     )
 

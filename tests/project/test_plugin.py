@@ -43,6 +43,8 @@ def project(pytester, monkeypatch, standin_dir, tmp_path, request):
     if request.node.get_closest_marker("gpu") is None:
         monkeypatch.setenv("PYGPU_LIBCUDA", str(tmp_path / "no-gpu" / "libcuda.so.1"))
     monkeypatch.setenv("PYGPU_CACHE_DIR", str(pytester.path / "cache"))
+    # a project that uses pygpu's plain marker names says so (docs/pytest.md)
+    pytester.makeini("[pytest]\npygpu_markers = true\n")
     return pytester
 
 
@@ -348,7 +350,7 @@ def test_fault_isolation_keeps_the_whole_session_in_junitxml(project, form):
     fault_project(project)
     report = project.path / "reports" / "junit.xml"
     if form == "addopts":
-        project.makeini("[pytest]\naddopts = --junitxml=%s\n" % report)
+        project.makeini("[pytest]\npygpu_markers = true\naddopts = --junitxml=%s\n" % report)
         args = []
     else:
         args = (form % report).split()
@@ -415,3 +417,81 @@ def test_a_marker_or_fixture_loads_pygpu_on_first_use(project):
     r, out = run(project, "-s")
     r.assert_outcomes(passed=1, skipped=1)
     assert _loaded(out) == ("True", "pygpu._driver,pygpu.driver,numpy"), out
+
+
+# ---- the plugin minds its own business (issue 33) ----
+
+UNRELATED = """
+import sys
+
+import pytest
+
+@pytest.mark.gpu
+def test_my_own_gpu_marker():
+    # the project's own meaning: pygpu neither skips it nor loads CUDA
+    assert "pygpu._driver" not in sys.modules
+
+@pytest.mark.driver
+@pytest.mark.leak_check
+@pytest.mark.sticky_fault
+def test_my_other_markers():
+    assert "pygpu._driver" not in sys.modules
+"""
+
+
+@pytest.fixture
+def unrelated(project):
+    """A project that has not opted in: no pygpu_markers in its ini."""
+    project.makeini("[pytest]\n")
+    project.makepyfile(test_mine=UNRELATED)
+    return project
+
+
+def test_an_unrelated_projects_gpu_marker_is_left_alone(unrelated, monkeypatch):
+    r, out = run(unrelated, "-rs")
+    r.assert_outcomes(passed=2)
+    r, out = run(unrelated, "--require-gpu")
+    r.assert_outcomes(passed=2)
+    monkeypatch.setenv("PYGPU_REQUIRE_GPU", "1")
+    r, out = run(unrelated)
+    r.assert_outcomes(passed=2)
+
+
+def test_an_unrelated_project_sees_no_plain_markers_registered(unrelated):
+    # --strict-markers answers as if pygpu were not installed
+    r, out = run(unrelated, "--strict-markers")
+    r_off, out_off = run(unrelated, "--strict-markers", "-p", "no:pygpu")
+    assert r.ret == r_off.ret != 0
+    assert "'gpu' not found in `markers` configuration option" in out
+    r, out = run(unrelated, "--markers")
+    assert "@pytest.mark.pygpu_gpu:" in out
+    assert "@pytest.mark.gpu:" not in out
+    assert "@pytest.mark.leak_check:" not in out
+
+
+def test_namespaced_markers_work_without_opting_in(unrelated):
+    unrelated.makepyfile(
+        test_ns="""
+import pytest
+
+@pytest.mark.pygpu_gpu
+def test_ns_gpu():
+    raise AssertionError("ran without a GPU")
+
+@pytest.mark.pygpu_standin
+def test_ns_standin():
+    raise AssertionError("ran without the stand-in")
+"""
+    )
+    r, out = run(unrelated, "-rs", "test_ns.py")
+    r.assert_outcomes(skipped=2)
+    assert "no GPU: " in out
+    r, out = run(unrelated, "test_ns.py", "--require-gpu")
+    r.assert_outcomes(errors=1, skipped=1)
+    assert "a GPU is required" in out
+
+
+def test_opting_in_on_the_command_line(unrelated):
+    r, out = run(unrelated, "-rs", "-o", "pygpu_markers=true")
+    r.assert_outcomes(skipped=2)  # gpu and driver: no driver here
+    assert "no GPU: " in out

@@ -140,6 +140,10 @@ def _expected(name, func, flags):
         return Expected(
             keywords=re.findall(r'"(\w+)"', arr.group(1)), required=int(fast.group(2)), positional=0
         )
+    exact = re.search(r'nargs_check\("%s", n, (\d+)\)' % name, body)
+    if "METH_FASTCALL" in flags and "METH_KEYWORDS" not in flags and exact:
+        # nargs_check(name, nargs, N): exactly N positional arguments
+        return Expected(required=int(exact.group(1)), positional=int(exact.group(1)))
     if "METH_FASTCALL" in flags and "METH_KEYWORDS" not in flags:
         return Expected(varargs=True, positional=None)  # positional only, as it likes
     if "METH_FASTCALL" in flags:
@@ -318,7 +322,7 @@ def test_function_call_keywords_are_the_documented_launch_keywords():
     """Function.__call__'s keywords: PYGPU_LAUNCH_KEYWORDS (src/pygpu.h), the
     names launch.c's parser compares against, and the Function doc agree."""
     m = re.search(
-        r'#define PYGPU_LAUNCH_KEYWORDS ((?:"[^"]*"\s*\\?\s*)+)',
+        r'#define PYGPU_LAUNCH_KEYWORDS\s*\\?\s*((?:"[^"]*"\s*\\?\s*)+)',
         SOURCES[os.path.join("launch", "launch.h")],
     )
     declared = "".join(re.findall(r'"([^"]*)"', m.group(1))).split(", ")

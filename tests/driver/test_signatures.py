@@ -586,6 +586,8 @@ def _keyword_calls(cuda, ctx, function):
         _driver.GraphExec: graph.instantiate(),
         "node": node,
     }
+    if hasattr(_driver, "GreenContext"):
+        receivers[_driver.GreenContext] = cuda.Device(0).split_sms([8])[0]
     if hasattr(_driver, "RegisteredBuffer"):
         # the stand-in takes any GL buffer name (n is n*256 bytes)
         rb = _driver.RegisteredBuffer(4)

@@ -561,7 +561,7 @@ class group:
 
     __slots__ = ("_ctx", "_pushed")
 
-    def __init__(self, comms=None):
+    def __init__(self, comms: "object" = None) -> None:
         from pygpu import driver
 
         if _driver._nccl_loaded() is None:
@@ -574,7 +574,7 @@ class group:
             self._ctx = driver.Context.get_current()
         self._pushed = None
 
-    def __enter__(self):
+    def __enter__(self) -> "group":
         from pygpu import driver
 
         ctx = self._ctx
@@ -586,7 +586,7 @@ class group:
         _driver._nccl_group_start()
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         try:
             if exc_type is None:
                 _driver._nccl_group_end()

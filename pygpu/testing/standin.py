@@ -150,7 +150,10 @@ def _command(out, extra):
         include_dir(),
         "-o",
         out,
-    ] + SOURCES + ["-lpthread"] + list(extra)
+        *SOURCES,
+        "-lpthread",
+        *extra,
+    ]
 
 
 def _compile(out, extra):

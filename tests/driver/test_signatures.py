@@ -317,7 +317,10 @@ def test_constructor_signature_matches_the_parser(tp, func):
 def test_function_call_keywords_are_the_documented_launch_keywords():
     """Function.__call__'s keywords: PYGPU_LAUNCH_KEYWORDS (src/pygpu.h), the
     names launch.c's parser compares against, and the Function doc agree."""
-    m = re.search(r'#define PYGPU_LAUNCH_KEYWORDS ((?:"[^"]*"\s*\\?\s*)+)', SOURCES[os.path.join("launch", "launch.h")])
+    m = re.search(
+        r'#define PYGPU_LAUNCH_KEYWORDS ((?:"[^"]*"\s*\\?\s*)+)',
+        SOURCES[os.path.join("launch", "launch.h")],
+    )
     declared = "".join(re.findall(r'"([^"]*)"', m.group(1))).split(", ")
     body = BODIES["pygpu_config_from_kwargs"]
     parsed = list(

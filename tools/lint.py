@@ -20,7 +20,7 @@ GENERATED = {os.path.join("src", "core", "cuda_enums.h")}
 
 def c_sources():
     out = []
-    for pat in ("src/**/*.c", "src/**/*.h", "pygpu/testing/csrc/*.c"):
+    for pat in ("src/**/*.c", "src/**/*.h", "pygpu/testing/csrc/*.c", "pygpu/testing/csrc/*.h"):
         out += glob.glob(os.path.join(ROOT, pat), recursive=True)
     return sorted(
         p for p in out if os.path.relpath(p, ROOT) not in GENERATED and not os.path.islink(p)

@@ -1,6 +1,7 @@
 """The CUDA driver stand-in: a fake libcuda for tests on machines without a GPU.
 
-The stand-in (csrc/fakecuda.c, shipped inside the package) implements every
+The stand-in (csrc/fake_*.c and their shared csrc/fakecuda.h, shipped
+inside the package, built into one library) implements every
 driver entry point pygpu resolves, backed by host memory: allocations,
 copies, modules from PTX (their kernels' parameter layouts), streams, events
 and contexts behave; launches are checked and recorded but run no kernel;
@@ -25,6 +26,7 @@ call counts and traces, live-handle counts and the bytes of the last launch.
 """
 
 import ctypes
+import glob
 import hashlib
 import os
 import subprocess
@@ -34,6 +36,7 @@ from collections import namedtuple
 
 __all__ = [
     "SOURCE",
+    "SOURCES",
     "LIBNAME",
     "KINDS",
     "Launch",
@@ -47,8 +50,14 @@ __all__ = [
 ]
 
 CSRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
-SOURCE = os.path.join(CSRC, "fakecuda.c")
-DEPENDS = [SOURCE, os.path.join(CSRC, "cuda_api.h"), os.path.join(CSRC, "cuda_enums.h")]
+#: the C files compiled into the one library: every csrc/*.c, by area
+#: (fake_core.c, fake_device.c, fake_memory.c...), mirroring src/'s areas
+SOURCES = sorted(glob.glob(os.path.join(CSRC, "*.c")))
+#: the file with the library's entry points (cuInit, cuGetProcAddress_v2)
+SOURCE = os.path.join(CSRC, "fake_core.c")
+#: what a build depends on: the sources and the headers they include
+#: (fakecuda.h; cuda_api.h and cuda_enums.h, links to src/core/)
+DEPENDS = SOURCES + sorted(glob.glob(os.path.join(CSRC, "*.h")))
 LIBNAME = "libfakecuda.so"
 
 KINDS = (
@@ -141,9 +150,10 @@ def _command(out, extra):
         include_dir(),
         "-o",
         out,
-        SOURCE,
+        *SOURCES,
         "-lpthread",
-    ] + list(extra)
+        *extra,
+    ]
 
 
 def _compile(out, extra):
@@ -178,7 +188,8 @@ def build(out=None, cflags=None):
     out=None: a content-addressed file in default_dir() (its name hashes
     the sources, the flags, the compiler and the include directory).  With
     an explicit out, the file is rebuilt when it is older than the sources
-    or was built with other flags.  cflags (default $FAKECUDA_CFLAGS) adds
+    or was built with other flags or from another set of files (its
+    out.flags stamp records both).  cflags (default $FAKECUDA_CFLAGS) adds
     compiler flags, e.g. the sanitizers'.
     """
     extra = (cflags if cflags is not None else os.environ.get("FAKECUDA_CFLAGS", "")).split()
@@ -186,7 +197,7 @@ def build(out=None, cflags=None):
         h = hashlib.sha256()
         for p in DEPENDS:
             with open(p, "rb") as f:
-                h.update(hashlib.sha256(f.read()).digest())
+                h.update(os.path.basename(p).encode() + b"\0" + hashlib.sha256(f.read()).digest())
         for part in [os.environ.get("CC", "cc"), include_dir()] + extra:
             h.update(part.encode() + b"\0")
         out = os.path.join(default_dir(), "fakecuda-%s" % h.hexdigest()[:20], LIBNAME)
@@ -194,7 +205,8 @@ def build(out=None, cflags=None):
             _compile(out, extra)
         return out
     stamp = out + ".flags"
-    want = " ".join(extra)
+    # the flags, then the files: a file added or removed rebuilds too
+    want = " ".join(extra) + "\n" + " ".join(os.path.basename(p) for p in DEPENDS)
     try:
         with open(stamp) as f:
             same = f.read() == want

@@ -489,12 +489,18 @@ def test_sdist_is_complete(tmp_path):
         "pygpu/__main__.py",
         "tests/conftest.py",
         "tests/support/fakecuda.py",
-        "pygpu/testing/csrc/fakecuda.c",
+        "pygpu/testing/csrc/fakecuda.h",
         "tests/project/test_packaging.py",
         "examples/demo.py",
         "docs/install.md",
     ):
         assert need in names, need
+    # the stand-in: every C file of it, by area (fake_core.c, fake_device.c...)
+    csrc = os.path.join(ROOT, "pygpu", "testing", "csrc")
+    for part in sorted(os.listdir(csrc)):
+        if part.endswith((".c", ".h")):
+            assert "pygpu/testing/csrc/" + part in names, part
+    assert "pygpu/testing/csrc/fake_core.c" in names
     assert not any(n.endswith(".so") or "__pycache__" in n for n in names)
     # ready to publish: the metadata and its long description (the README)
     # render on the index

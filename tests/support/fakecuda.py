@@ -1,5 +1,5 @@
 """The project's handle on the driver stand-in, now shipped to users as
-pygpu.testing.standin (source: pygpu/testing/csrc/fakecuda.c).
+pygpu.testing.standin (sources: pygpu/testing/csrc/fake_*.c, fakecuda.h).
 
     python3 tests/support/fakecuda.py build [PATH]    # prints the library's path
 
@@ -23,11 +23,12 @@ _spec = importlib.util.spec_from_file_location(
 _standin = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_standin)
 
-DEPENDS, KINDS, LIBNAME, SOURCE = (
+DEPENDS, KINDS, LIBNAME, SOURCE, SOURCES = (
     _standin.DEPENDS,
     _standin.KINDS,
     _standin.LIBNAME,
     _standin.SOURCE,
+    _standin.SOURCES,
 )
 STICKY_CODES, Launch, StandIn = _standin.STICKY_CODES, _standin.Launch, _standin.StandIn
 active, include_dir = _standin.active, _standin.include_dir

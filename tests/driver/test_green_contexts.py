@@ -341,7 +341,10 @@ def test_each_partition_runs_on_its_own_sms(ctx, rng):
             expect = host.copy()
             for _ in range(spin):
                 expect = expect * np.float32(0.999) + np.float32(0.001)
-            np.testing.assert_allclose(x.get(), expect, rtol=1e-5)
+            # (the kernel's x * 0.999f + 0.001f is one fused multiply-add, the
+            # host's two roundings: after 20,000 steps both sit at their own
+            # fixed point near 1, 1.3e-5 apart on an H200)
+            np.testing.assert_allclose(x.get(), expect, rtol=5e-5)
     assert not (sets[0] & sets[1]), "partitions shared SMs: %s" % sorted(sets[0] & sets[1])
 
 

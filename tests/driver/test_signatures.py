@@ -501,6 +501,8 @@ def _values(cuda, ctx, ptx):
     graph = by_name["graph"]
     by_name["handle"] = 0
     special[("add_conditional_node", "handle")] = graph.conditional_handle()
+    # green contexts (test_green_contexts.py): a split of 8 SMs
+    special[("split_sms", "counts")] = [8]
     # processes and several GPUs (test_multi.py): a pool, one imported from
     # it, a pointer to share, a growable buffer
     pool = cuda.MemoryPool()
@@ -612,6 +614,8 @@ def _keyword_calls(cuda, ctx, function):
             obj = getattr(receivers.get((owner, name), receivers.get(owner)), name)
         out.append((_label(owner, name), name, obj, params))
     for tp, _ in CONSTRUCTORS:
+        if tp.__name__ == "NcclComm":
+            continue  # needs a live NCCL communicator (tests/multi/test_nccl_c.py)
         out.append((tp.__name__, tp.__name__, tp, list(inspect.signature(tp).parameters.values())))
     return out, peer_ctx, receivers
 

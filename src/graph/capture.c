@@ -438,41 +438,35 @@ pygpu_capture_defer_free(pygpu_Context *ctx, CUdeviceptr p, CUstream s, PyObject
     return 1;
 }
 
-int
-pygpu_capture_check(pygpu_state *st, PyObject *sobj, int blocking, const char *what)
+/* The two refusals of capture safety, one wording each (pygpu_capture_check
+ * and the gate of the capture classes): a blocking call on a capturing
+ * stream; work on the legacy default stream while a blocking stream of the
+ * current context captures (the legacy stream waits for it: that is
+ * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, and the driver invalidates the
+ * capture).  0, or -1 with the LogicError set.  GIL held. */
+static int
+refuse_blocking(pygpu_state *st, const char *what)
+{
+    PyErr_Format(st->LogicError,
+                 "%s: the stream is capturing a graph, whose work is recorded, not run: a "
+                 "blocking call cannot wait for it; use the _async form (it is captured), or "
+                 "call it after end_capture()",
+                 what);
+    return -1;
+}
+
+static int
+legacy_stream_check(pygpu_state *st, const char *what)
 {
     capturing *c;
-    pygpu_Context *ctx;
-    if (captures_active == 0)
-        return 0;
-    if (sobj != NULL && PyObject_TypeCheck(sobj, st->StreamType)) {
-        pygpu_Stream *ps = (pygpu_Stream *)sobj;
-        if (blocking && ps->capture_keep != NULL) {
-            PyErr_Format(st->LogicError,
-                         "%s: the stream is capturing a graph, whose work "
-                         "is recorded, not run: a blocking call cannot wait for it; use "
-                         "the _async form (it is captured), or call it after "
-                         "end_capture()",
-                         what);
-            return -1;
-        }
-        if (ps->handle != NULL && ps->handle != CU_STREAM_LEGACY)
-            return 0;
-    } else if (sobj != NULL && sobj != Py_None
-               && !(PyLong_Check(sobj) && (PyLong_AsLong(sobj) == 0 || PyLong_AsLong(sobj) == 1))) {
-        PyErr_Clear();
-        return 0; /* the per-thread stream, or another library's */
-    }
-    /* the legacy default stream waits for every blocking stream of its
-     * context: one of them capturing, that is CUDA_ERROR_STREAM_CAPTURE_
-     * IMPLICIT, and the driver invalidates the capture */
-    if ((ctx = pygpu_current_context(st)) == NULL)
+    pygpu_Context *ctx = pygpu_current_context(st);
+    if (ctx == NULL)
         return -1;
     for (c = captures; c != NULL; c = c->next) {
         if (c->blocking && c->stream->context == ctx) {
             PyErr_Format(st->LogicError,
-                         "%s: a stream of this context is capturing a "
-                         "graph, and work on the legacy default stream would wait for it "
+                         "%s: a stream of this context is capturing a graph, and work on "
+                         "the legacy default stream would wait for it "
                          "(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, which would invalidate the "
                          "capture); pass the capturing stream to the _async form, or call "
                          "it before or after the capture",
@@ -483,22 +477,37 @@ pygpu_capture_check(pygpu_state *st, PyObject *sobj, int blocking, const char *w
     return 0;
 }
 
+int
+pygpu_capture_check(pygpu_state *st, PyObject *sobj, int blocking, const char *what)
+{
+    if (captures_active == 0)
+        return 0;
+    if (sobj != NULL && PyObject_TypeCheck(sobj, st->StreamType)) {
+        pygpu_Stream *ps = (pygpu_Stream *)sobj;
+        if (blocking && ps->capture_keep != NULL)
+            return refuse_blocking(st, what);
+        if (ps->handle != NULL && ps->handle != CU_STREAM_LEGACY)
+            return 0;
+    } else if (sobj != NULL && sobj != Py_None
+               && !(PyLong_Check(sobj) && (PyLong_AsLong(sobj) == 0 || PyLong_AsLong(sobj) == 1))) {
+        PyErr_Clear();
+        return 0; /* the per-thread stream, or another library's */
+    }
+    return legacy_stream_check(st, what);
+}
+
 /* The gate of the capture classes STREAM and LEGACY (core/cuda_api.h,
  * pygpu.h's PYGPU_CU_STREAM/PYGPU_CU_LEGACY): work on stream s (NULL or
  * CU_STREAM_LEGACY: the legacy default stream), blocking or not, named
- * `what`.  While pygpu captures, work on the legacy stream when a blocking
- * stream of the current context captures would wait for it
- * (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, an invalidated capture), and a
- * blocking call on a capturing stream cannot wait for work that is only
- * recorded: each a LogicError before the driver.  Returns fn, or NULL with
- * the exception set (a LogicError too when the driver lacks the optional
- * entry point `routine`).  One compare while nothing captures.  GIL held. */
+ * `what`, refused as pygpu_capture_check refuses it.  Returns fn, or NULL
+ * with the exception set (a LogicError too when the driver lacks the
+ * optional entry point `routine`).  One compare while nothing captures.
+ * GIL held. */
 pygpu_fn
 pygpu_capture_gate(pygpu_state *st, CUstream s, int blocking, const char *what, const char *routine,
                    pygpu_fn fn)
 {
     capturing *c;
-    pygpu_Context *ctx;
     if (fn == NULL) {
         /* (every caller has loaded the driver: a context is current) */
         if (pygpu_ensure_driver(st) < 0)
@@ -509,35 +518,13 @@ pygpu_capture_gate(pygpu_state *st, CUstream s, int blocking, const char *what, 
     if (captures_active == 0)
         return fn;
     if (s != NULL && s != CU_STREAM_LEGACY) {
-        if (!blocking)
-            return fn;
-        for (c = captures; c != NULL; c = c->next) {
-            if (c->stream->handle == s) {
-                PyErr_Format(st->LogicError,
-                             "%s: the stream is capturing a graph, whose work is recorded, "
-                             "not run: a blocking call cannot wait for it; use the _async "
-                             "form (it is captured), or call it after end_capture()",
-                             what);
-                return NULL;
-            }
-        }
+        if (blocking)
+            for (c = captures; c != NULL; c = c->next)
+                if (c->stream->handle == s)
+                    return refuse_blocking(st, what) < 0 ? NULL : fn;
         return fn;
     }
-    if ((ctx = pygpu_current_context(st)) == NULL)
-        return NULL;
-    for (c = captures; c != NULL; c = c->next) {
-        if (c->blocking && c->stream->context == ctx) {
-            PyErr_Format(st->LogicError,
-                         "%s: a stream of this context is capturing a graph, and work on "
-                         "the legacy default stream would wait for it "
-                         "(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, which would invalidate the "
-                         "capture); pass the capturing stream to the _async form, or call "
-                         "it before or after the capture",
-                         what);
-            return NULL;
-        }
-    }
-    return fn;
+    return legacy_stream_check(st, what) < 0 ? NULL : fn;
 }
 
 /* Stream dealloc while capturing: end the capture and drop its graph. */

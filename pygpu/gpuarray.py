@@ -314,22 +314,58 @@ _alloc_async = drv.mem_alloc_async
 
 def _new(cls, shape, dtype, strides, gpudata, base, allocator, size, c, f):
     """A GPUArray from known parts (no checks: the operators' fast path)."""
-    self = object.__new__(cls)
-    self.__dict__ = {
-        "shape": shape,
-        "dtype": dtype,
-        "strides": strides,
-        "size": size,
-        "mem_size": size,
-        "nbytes": size * dtype.itemsize,
-        "itemsize": dtype.itemsize,
-        "allocator": allocator,
-        "gpudata": gpudata,
-        "base": base,
-        "_c": c,
-        "_f": f,
-    }
+    self = _object_new(cls)
+    self.shape = shape
+    self.dtype = dtype
+    self.strides = strides
+    self.size = self.mem_size = size
+    self.itemsize = dtype.itemsize
+    self.nbytes = size * dtype.itemsize
+    self.allocator = allocator
+    self.gpudata = gpudata
+    self.base = base
+    self._c = c
+    self._f = f
     return self
+
+
+def _clone(x, cls, gpudata):
+    """A new array of class cls with x's attributes, its own gpudata and base
+    None (x's layout and dtype: an element-wise result; the C fast path's
+    result_new)."""
+    z = _object_new(cls)
+    z.shape = x.shape
+    z.dtype = x.dtype
+    z.strides = x.strides
+    z.size = x.size
+    z.mem_size = x.mem_size
+    z.nbytes = x.nbytes
+    z.itemsize = x.itemsize
+    z.allocator = x.allocator
+    z.gpudata = gpudata
+    z.base = None
+    z._c = x._c
+    z._f = x._f
+    return z
+
+
+# Every GPUArray's attributes, slots of the class (GPUArray.__slots__; the C
+# fast path reads and copies them by offset); anything else a user sets goes
+# into the instance's __dict__
+_ATTRS = (
+    "shape",
+    "dtype",
+    "strides",
+    "size",
+    "mem_size",
+    "nbytes",
+    "itemsize",
+    "allocator",
+    "gpudata",
+    "base",
+    "_c",
+    "_f",
+)
 
 
 class GPUArray:
@@ -340,6 +376,7 @@ class GPUArray:
     wraps gpudata (a device pointer, owned elsewhere: base keeps it alive).
     """
 
+    __slots__ = _ATTRS + ("__dict__", "__weakref__")
     __array_priority__ = 100
     __array_ufunc__ = None  # NumPy defers to our reflected operators
 
@@ -378,23 +415,17 @@ class GPUArray:
                 shape, dtype, strides, size, c, f = lay
                 if allocator is None:
                     allocator = _default_allocator
-                nbytes = size * dtype.itemsize
-                self.__dict__.update(
-                    {
-                        "shape": shape,
-                        "dtype": dtype,
-                        "strides": strides,
-                        "size": size,
-                        "mem_size": size,
-                        "nbytes": nbytes,
-                        "itemsize": dtype.itemsize,
-                        "allocator": allocator,
-                        "gpudata": allocator(nbytes) if size else None,
-                        "base": None,
-                        "_c": c,
-                        "_f": f,
-                    }
-                )
+                self.shape = shape
+                self.dtype = dtype
+                self.strides = strides
+                self.size = self.mem_size = size
+                self.itemsize = dtype.itemsize
+                self.nbytes = size * dtype.itemsize
+                self.allocator = allocator
+                self.gpudata = allocator(self.nbytes) if size else None
+                self.base = None
+                self._c = c
+                self._f = f
                 return
         self._init(shape, dtype, allocator, base, gpudata, strides, order)
 
@@ -451,22 +482,17 @@ class GPUArray:
                     "a new array needs dense strides" % (strides, shape)
                 )
             gpudata = allocator(size * itemsize) if size else None
-        self.__dict__.update(
-            {
-                "shape": shape,
-                "dtype": dtype,
-                "strides": strides,
-                "size": size,
-                "mem_size": size,
-                "nbytes": size * itemsize,
-                "itemsize": itemsize,
-                "allocator": allocator,
-                "gpudata": gpudata,
-                "base": base,
-                "_c": _is_c(shape, strides, itemsize),
-                "_f": _is_f(shape, strides, itemsize),
-            }
-        )
+        self.shape = shape
+        self.dtype = dtype
+        self.strides = strides
+        self.size = self.mem_size = size
+        self.nbytes = size * itemsize
+        self.itemsize = itemsize
+        self.allocator = allocator
+        self.gpudata = gpudata
+        self.base = base
+        self._c = _is_c(shape, strides, itemsize)
+        self._f = _is_f(shape, strides, itemsize)
         if size and gpudata is not None:
             g = _allocation(self)
             if g is not None:
@@ -675,24 +701,19 @@ class GPUArray:
         """An uninitialized array of self's shape for an element-wise result
         whose elements are in self's memory order (self dense)."""
         size = self.size
-        d = self.__dict__
-        if dtype is d["dtype"] and size and len(d) == _NATTRS:
+        cls = self.__class__
+        if dtype is self.dtype and size and (cls is GPUArray or not self.__dict__):
             # self's layout and attributes, its own memory (the operators'
             # fast paths; _default_allocator inlined)
-            z = _object_new(self.__class__)
-            zd = d.copy()
-            alloc = zd["allocator"]
+            alloc = self.allocator
             if alloc is _default_allocator:
                 try:
-                    g = _alloc_async(zd["nbytes"])
+                    g = _alloc_async(self.nbytes)
                 except drv.LogicError:
-                    g = drv.mem_alloc(zd["nbytes"])
+                    g = drv.mem_alloc(self.nbytes)
             else:
-                g = alloc(zd["nbytes"])
-            zd["gpudata"] = g
-            zd["base"] = None
-            z.__dict__ = zd
-            return z
+                g = alloc(self.nbytes)
+            return _clone(self, cls, g)
         if dtype is self.dtype or dtype == self.dtype:
             strides = self.strides
         elif self._c:
@@ -1635,7 +1656,6 @@ def _like_me(operands, *args, **kwargs):
 
 
 _object_new = object.__new__
-_NATTRS = 12  # the attributes every GPUArray has (_new, __init__): nothing else
 
 
 def _binary(op, x, y, out=None, stream=None):
@@ -1770,25 +1790,20 @@ def _operator(op):
             dx = x.dtype
             func, res = _aa_entry(op, ctx, dx, y.dtype)
             n = x.size
-            d = x.__dict__
-            if res is dx and n and len(d) == _NATTRS:
+            if res is dx and n:
                 # x._like_for_result(res), inlined (its first branch): x's
                 # layout and attributes, its own memory
-                z = _object_new(GPUArray)
-                zd = d.copy()
-                alloc = zd["allocator"]
+                alloc = x.allocator
                 if alloc is _default_allocator:
                     if proven:  # what the C path takes: teach it the kernel
                         teach(_FO_AA, ctx, dx, y.dtype, func, res, None)
                     try:
-                        g = _alloc_async(zd["nbytes"])
+                        g = _alloc_async(x.nbytes)
                     except drv.LogicError:
-                        g = drv.mem_alloc(zd["nbytes"])
+                        g = drv.mem_alloc(x.nbytes)
                 else:
-                    g = alloc(zd["nbytes"])
-                zd["gpudata"] = g
-                zd["base"] = None
-                z.__dict__ = zd
+                    g = alloc(x.nbytes)
+                z = _clone(x, GPUArray, g)
             else:
                 z = x._like_for_result(res)
                 g = z.gpudata
@@ -1883,7 +1898,7 @@ def _operator(op):
     binary.__name__ = binary.__qualname__ = "_%s" % op
     inplace.__name__ = inplace.__qualname__ = "_i%s" % op
     fast = _FAST[op] = _driver._ArrayOperator(
-        "_%s" % op, binary, GPUArray, _default_allocator, _NATTRS
+        "_%s" % op, binary, GPUArray, _default_allocator, _ATTRS
     )
     binary.inplace = inplace
     return binary
@@ -1939,7 +1954,7 @@ def _install_operators():
                 reflected,
                 GPUArray,
                 _default_allocator,
-                _NATTRS,
+                _ATTRS,
                 fast,
                 _FO_REFLECTED,
             ),
@@ -1952,7 +1967,7 @@ def _install_operators():
                 binary.inplace,
                 GPUArray,
                 _default_allocator,
-                _NATTRS,
+                _ATTRS,
                 fast,
                 _FO_INPLACE,
             ),

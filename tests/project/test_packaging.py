@@ -553,6 +553,7 @@ PUBLIC = [
     "pygpu.driver",
     "pygpu.compiler",
     "pygpu.tools",
+    "pygpu.system",
     "pygpu.autoinit",
     "pygpu._loader",
     "pygpu.__main__",

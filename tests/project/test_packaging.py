@@ -554,6 +554,7 @@ PUBLIC = [
     "pygpu.compiler",
     "pygpu.tools",
     "pygpu.system",
+    "pygpu.cudacore",
     "pygpu.autoinit",
     "pygpu._loader",
     "pygpu.__main__",

@@ -508,6 +508,33 @@ def _mig_handles(nvml, h):
             yield j, mh
 
 
+def _temperature(nvml, g):
+    """The GPU's temperature: nvmlDeviceGetTemperatureV where the binding
+    and the driver have it, else the older call it replaces (deprecated,
+    to go with CUDA 14)."""
+    sensor = getattr(nvml, "NVML_TEMPERATURE_GPU", 0)
+    if hasattr(nvml, "nvmlDeviceGetTemperatureV"):
+        try:
+            return nvml.nvmlDeviceGetTemperatureV(g, sensor)
+        except nvml.NVMLError as e:
+            fallback = {
+                getattr(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13),
+                getattr(nvml, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 25),
+            }
+            if getattr(e, "value", None) not in fallback | _codes(nvml):
+                raise
+    return _get(nvml, "nvmlDeviceGetTemperature", g, sensor)
+
+
+def _process_name(nvml, pid):
+    """A process's name, or None: NVML may not know it (another
+    container's, gone meanwhile), whatever error it says that with."""
+    try:
+        return _str(nvml.nvmlSystemGetProcessName(pid))
+    except (nvml.NVMLError, AttributeError):
+        return None
+
+
 def _watts(mw):
     return None if mw is None else mw / 1000.0
 
@@ -528,8 +555,8 @@ def _processes(nvml, h):
             # NVML_VALUE_NOT_AVAILABLE (ULL -1), or None from the binding
             if used is not None and used >= (1 << 63):
                 used = None
-            name = _get(nvml, "nvmlSystemGetProcessName", p.pid)
-            out.append(GpuProcess(pid=p.pid, name=_str(name), used_memory=used, kind=kind))
+            name = _process_name(nvml, p.pid)
+            out.append(GpuProcess(pid=p.pid, name=name, used_memory=used, kind=kind))
     return tuple(out) if seen else None
 
 
@@ -615,9 +642,7 @@ def _snapshot(nvml, h, parent, index, dev, ordinal):
         clock_memory=_get(nvml, "nvmlDeviceGetClockInfo", g, clk_mem),
         clock_sm_max=_get(nvml, "nvmlDeviceGetMaxClockInfo", g, clk[1]),
         clock_memory_max=_get(nvml, "nvmlDeviceGetMaxClockInfo", g, clk_mem),
-        temperature=_get(
-            nvml, "nvmlDeviceGetTemperature", g, getattr(nvml, "NVML_TEMPERATURE_GPU", 0)
-        ),
+        temperature=_temperature(nvml, g),
         power_draw=_watts(_get(nvml, "nvmlDeviceGetPowerUsage", g)),
         power_limit=_watts(_get(nvml, "nvmlDeviceGetEnforcedPowerLimit", g)),
         performance_state=_get(nvml, "nvmlDeviceGetPerformanceState", g),

@@ -171,6 +171,30 @@ def test_not_supported_is_none(nvml):
         system.device(FakeDevice(U0, 0))
 
 
+def test_temperature_from_the_call_the_driver_has(nvml):
+    """nvmlDeviceGetTemperatureV where it answers; the older call where the
+    binding lacks it or the driver does not know it."""
+    ver = fakenvml.Fail(fakenvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+    nvml([fakenvml.gpu("GPU-" + U0, temperature=40, temperature_v=44)])
+    assert system.device(FakeDevice(U0, 0)).temperature == 44
+    m = nvml([fakenvml.gpu("GPU-" + U0, temperature=40, temperature_v=ver)])
+    assert system.device(FakeDevice(U0, 0)).temperature == 40
+    assert "nvmlDeviceGetTemperature" in m.calls
+    nvml([fakenvml.gpu("GPU-" + U0, temperature=39)], temperature_v=False)
+    assert system.device(FakeDevice(U0, 0)).temperature == 39
+    lost = fakenvml.Fail(fakenvml.NVML_ERROR_GPU_IS_LOST)
+    nvml([fakenvml.gpu("GPU-" + U0, temperature_v=lost)])
+    with pytest.raises(Exception, match="NVML error 15"):
+        system.device(FakeDevice(U0, 0))
+
+
+def test_a_process_name_nvml_cannot_give(nvml):
+    bad = fakenvml.Fail(fakenvml.NVML_ERROR_INVALID_ARGUMENT)
+    nvml([fakenvml.gpu("GPU-" + U0, process_names={4242: bad})])
+    (p,) = system.device(FakeDevice(U0, 0)).processes
+    assert (p.pid, p.name, p.used_memory) == (4242, None, 512 << 20)
+
+
 def test_mig_instances(nvml):
     """A GPU in MIG mode: its instances are listed, and a pygpu device that
     is a MIG instance (CUDA_VISIBLE_DEVICES=MIG-...) is matched by the

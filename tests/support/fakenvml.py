@@ -20,6 +20,7 @@ NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
 
 
 class Fail:
@@ -58,9 +59,13 @@ def gpu(uuid, **kw):
     return d
 
 
-def module(gpus, driver="570.124.06", nvml="12.570.124.06", cuda=12080, init=None):
+def module(
+    gpus, driver="570.124.06", nvml="12.570.124.06", cuda=12080, init=None, temperature_v=True
+):
     """A module standing in for pynvml over `gpus` (dicts from gpu()).
-    init: an NVML error code nvmlInit() fails with."""
+    init: an NVML error code nvmlInit() fails with; temperature_v: whether
+    it has nvmlDeviceGetTemperatureV (a gpu's temperature_v, else its
+    temperature)."""
     m = types.ModuleType("pynvml")
     m.__file__ = __file__
     for k, v in globals().items():
@@ -174,6 +179,12 @@ def module(gpus, driver="570.124.06", nvml="12.570.124.06", cuda=12080, init=Non
     @fn
     def nvmlDeviceGetTemperature(h, sensor):
         return val(h.d["temperature"])
+
+    if temperature_v:
+
+        @fn
+        def nvmlDeviceGetTemperatureV(h, sensor):
+            return val(val(h.d.get("temperature_v", h.d["temperature"])))
 
     @fn
     def nvmlDeviceGetPowerUsage(h):

@@ -86,7 +86,9 @@ def _stream_ptr(stream: object) -> int:
     if stream is None:
         return -1  # cuda.core: no stream ordering
     if isinstance(stream, drv.Stream):
-        return int(stream.handle or 0)
+        # the null stream (handle 0) is the legacy default stream: 1 in
+        # DLPack's and CAI's terms (0 is refused there as ambiguous)
+        return int(stream.handle or 0) or 1
     f = getattr(stream, "__cuda_stream__", None)
     if f is not None:
         return int(f()[1])
@@ -98,13 +100,15 @@ def _stream_ptr(stream: object) -> int:
 
 def as_view(obj: object, stream: object = None) -> Any:
     """A cuda.core ``StridedMemoryView`` of a pygpu GPUArray (or any array
-    cuda.core views), ordered after the work pygpu queued before it on
+    cuda.core views: ``StridedMemoryView.from_any_interface``), ordered after the work pygpu queued before it on
     ``stream``, the stream the view will be used on (a pygpu or cuda.core
     Stream); ``stream=None`` asks for no ordering (cuda.core's
     ``stream_ptr=-1``)."""
-    core = _core()
-    smv = getattr(core, "utils", None)
-    smv = getattr(smv, "StridedMemoryView", None)
-    if smv is None:  # pragma: no cover - a cuda.core before 0.2
-        from cuda.core.utils import StridedMemoryView as smv
-    return smv(obj, stream_ptr=_stream_ptr(stream))
+    _core()
+    from cuda.core.utils import StridedMemoryView
+
+    ptr = _stream_ptr(stream)
+    make = getattr(StridedMemoryView, "from_any_interface", None)
+    if make is not None:  # cuda.core 1.x (the constructor is deprecated there)
+        return make(obj, stream_ptr=ptr)
+    return StridedMemoryView(obj, stream_ptr=ptr)

@@ -263,10 +263,14 @@ def test_a_cuda_core_kernel_on_pygpu_arrays(core, rng):
     # a cuda.core StridedMemoryView of a pygpu array, ordered on the stream
     view = cudacore.as_view(gy, stream=s)
     assert view.ptr == gy.ptr and view.shape == (n,) and view.dtype == np.float32
-    direct = core.utils.StridedMemoryView(gx, stream_ptr=-1)  # DLPack or CAI, cuda.core's choice
-    assert direct.ptr == gx.ptr and direct.shape == (n,)
-    alloc = cuda.mem_alloc(64)
-    assert core.utils.StridedMemoryView(alloc, stream_ptr=-1).ptr == int(alloc)
+    smv = core.utils.StridedMemoryView
+    direct = smv.from_dlpack(gx, stream_ptr=-1)  # pygpu's DLPack export
+    assert direct.ptr == gx.ptr and direct.shape == (n,) and direct.dtype == np.float32
+    cai = smv.from_cuda_array_interface(gx, stream_ptr=-1)
+    assert cai.ptr == gx.ptr and cai.shape == (n,)
+    alloc = cuda.mem_alloc(64)  # a DeviceAllocation: CAI bytes
+    v = smv.from_any_interface(alloc, stream_ptr=-1)
+    assert v.ptr == int(alloc) and v.shape == (64,)
 
 
 @pytest.mark.gpu

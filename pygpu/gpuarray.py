@@ -2945,7 +2945,7 @@ def asarray(obj, dtype=None):
     __dlpack__, or is a cuda.core StridedMemoryView or Buffer (a Buffer is
     bytes: a 1-d array of dtype, uint8 unless given, over all of it).  The
     GPUArray keeps obj alive (its .base)."""
-    core = _cudacore.kind(obj)
+    core = None if isinstance(obj, GPUArray) else _cudacore.kind(obj)
     if isinstance(obj, GPUArray):
         result = obj
     elif core == _cudacore.BUFFER:
@@ -2966,7 +2966,7 @@ def asarray(obj, dtype=None):
     else:
         raise TypeError(
             "asarray() takes an object with __cuda_array_interface__ or "
-            "__dlpack__, not %s" % type(obj).__name__
+            "__dlpack__, or a cuda.core Buffer or StridedMemoryView, not %s" % type(obj).__name__
         )
     if dtype is not None and np.dtype(dtype) != result.dtype:
         raise TypeError(

@@ -373,3 +373,40 @@ def test_agrees_with_nvidia_smi(ctx):
         )
     assert system.nvml_version().endswith(system.driver_version())
     assert "pygpu device" in repr(mine) and mine._repr_html_().startswith("<table>")
+
+
+@pytest.mark.standin
+def test_python_m_pygpu_shows_the_system(tmp_path):
+    """python -m pygpu's system section, with the fake NVML as the pynvml
+    the process imports, over the stand-in's two devices."""
+    import os
+
+    import fakecuda
+
+    support = os.path.dirname(os.path.abspath(fakenvml.__file__))
+    (tmp_path / "pynvml.py").write_text(
+        "import sys\nsys.path.insert(0, %r)\nimport fakenvml\n"
+        "sys.modules[__name__] = fakenvml.module([fakenvml.gpu('GPU-%s', name='one'), "
+        "fakenvml.gpu('GPU-%s', name='zero', temperature=63)])\n" % (support, U1, U0)
+    )
+    env = dict(os.environ, PYGPU_LIBCUDA=fakecuda.build(), PYTHONPATH=str(tmp_path))
+    r = subprocess.run(
+        [sys.executable, "-m", "pygpu"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    i = lines.index("NVML 12.570.124.06, driver 570.124.06")
+    assert lines[i + 1].startswith(
+        "  device 0: 1.0 GiB used of 80.0 GiB, 63 C, 123 W, GPU 37% busy"
+    )
+    assert lines[i + 2].startswith("  device 1: 1.0 GiB used of 80.0 GiB, 41 C")
+    # without the binding: one line saying what to install
+    (tmp_path / "pynvml.py").write_text("raise ImportError('no pynvml here')\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "pygpu"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    assert any(
+        ln.startswith("system (pygpu.system): not available") and 'pip install "pygpu[nvml]"' in ln
+        for ln in r.stdout.splitlines()
+    ), r.stdout

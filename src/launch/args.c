@@ -527,15 +527,22 @@ view_extent(PyObject *obj)
             goto done;
         }
         if (strides == Py_None) {
+            if (count > SIZE_MAX / (size_t)d)
+                goto done; /* unknown: no bound check */
             count *= (size_t)d;
             continue;
         }
         st = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
         if (st < 0 || PyErr_Occurred())
             goto done;
+        if (d > 1 && (size_t)st > (SIZE_MAX / 2 - last) / (size_t)(d - 1))
+            goto done;
         last += (size_t)(d - 1) * (size_t)st;
     }
-    total = strides == Py_None ? count * item : (last + 1) * item;
+    if (strides != Py_None)
+        count = last + 1;
+    if (item != 0 && count <= SIZE_MAX / item)
+        total = count * item;
 done:
     PyErr_Clear();
     Py_XDECREF(shape);

@@ -156,6 +156,11 @@ def test_copy_into_a_buffer_of_the_wrong_size():
         cuda.memcpy_htod(Buffer(0, 64), host)
     with pytest.raises(TypeError, match="cuda.core Buffer"):
         cuda.memcpy_htod(NotCore(), host)
+    # a view's extent: its last element's end (strides in elements)
+    with pytest.raises(ValueError, match="128 bytes.*124|124.*128"):
+        cuda.memcpy_htod(StridedMemoryView(0x6000_0000, (31,), None, "f4"), host)
+    with pytest.raises(ValueError, match="128 bytes.*120|120.*128"):
+        cuda.memcpy_htod(StridedMemoryView(0x6000_0000, (2, 15), (15, 1), "f4"), host)
 
 
 def test_as_view_arguments():
@@ -188,6 +193,50 @@ def test_launch_arguments(standin, axpb):
         axpb(Buffer(-5, 64), b, np.float32(1), np.int32(1), block=(1, 1, 1))
     with pytest.raises(TypeError, match="cannot take a"):
         axpb(NotCore(), b, np.float32(1), np.int32(1), block=(1, 1, 1))
+    y.free()
+
+
+class _Raises:
+    def __get__(self, obj, tp=None):
+        raise RuntimeError("a property that fails")
+
+
+class BrokenBuffer(Buffer):
+    handle = _Raises()
+
+
+class BrokenView(StridedMemoryView):
+    is_device_accessible = _Raises()
+
+
+@pytest.mark.standin
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p: BrokenBuffer.__new__(BrokenBuffer),
+        lambda p: Buffer(p, -1),
+        lambda p: Buffer(p, 1 << 70),
+        lambda p: Buffer(p, "64"),
+        lambda p: Buffer(2.5, 64),
+        lambda p: BrokenView.__new__(BrokenView),
+        lambda p: StridedMemoryView(p, "shape", (1,), "f4"),
+        lambda p: StridedMemoryView(p, (4,), "strides", "f4"),
+        lambda p: StridedMemoryView(p, (4, -1), (1, 1), "f4"),
+        lambda p: StridedMemoryView(p, (4,), (-1,), "f4"),
+        lambda p: StridedMemoryView(p, (1 << 62, 1 << 62), None, "f4"),
+        lambda p: StridedMemoryView(-p, (4,), None, "f4"),
+    ],
+)
+def test_broken_imitations_raise_ordinary_errors(standin, axpb, make):
+    """Objects that claim to be cuda.core's with broken fields: an ordinary
+    exception or a launch, never a crash or a SystemError."""
+    y = cuda.mem_alloc(64)
+    try:
+        axpb(make(int(y)), y, np.float32(1), np.int32(1), block=(1, 1, 1))
+    except SystemError:  # pragma: no cover - the failure this test looks for
+        raise
+    except (TypeError, ValueError, RuntimeError, OverflowError, cuda.LogicError):
+        pass
     y.free()
 
 

@@ -32,6 +32,8 @@ import threading
 import uuid as _uuid
 from typing import Any
 
+from pygpu import driver as drv
+
 __all__ = [
     "NVMLUnavailableError",
     "DeviceStatus",
@@ -662,8 +664,6 @@ def _snapshot(nvml, h, parent, index, dev, ordinal):
 def _cuda_device(dev):
     """pygpu's Device for dev: a Device (or anything with a uuid), an int
     ordinal, or None (the current context's device, else device 0)."""
-    from pygpu import driver as drv
-
     if dev is None:
         drv.init()
         ctx = drv.Context.get_current()
@@ -709,8 +709,6 @@ def devices(all: bool = False) -> list[DeviceStatus]:
     """A DeviceStatus for each device pygpu sees, in pygpu's order.  With
     all=True, the GPUs NVML sees that CUDA does not (hidden by
     CUDA_VISIBLE_DEVICES) follow, with device and ordinal None."""
-    from pygpu import driver as drv
-
     nvml = _load()
     index = _uuid_index(nvml)
     out, used = [], set()

@@ -30,7 +30,7 @@ import numbers
 
 import numpy as np
 
-from pygpu import _driver
+from pygpu import _cudacore, _driver
 from pygpu import driver as drv
 from pygpu import elementwise
 from pygpu.tools import PooledDeviceAllocation, dtype_to_ctype, get_or_register_dtype
@@ -473,6 +473,20 @@ class GPUArray:
                 raise ValueError("strides %r do not match shape %r" % (strides, shape))
         if allocator is None:
             allocator = _default_allocator
+        if gpudata is not None and _cudacore.kind(gpudata) == _cudacore.BUFFER:
+            # a cuda.core Buffer: its address, kept alive as the base, and
+            # big enough for the array's extent
+            buf = gpudata
+            gpudata, have = _cudacore.buffer_span(buf, "gpudata= (a cuda.core Buffer)")
+            ext = _extent(shape, strides, itemsize)
+            if ext is not None and (ext[0] < 0 or ext[1] > have):
+                raise ValueError(
+                    "GPUArray(): gpudata= is a cuda.core Buffer of %d bytes; an array of "
+                    "shape %r and strides %r spans bytes [%d, %d)"
+                    % (have, shape, strides, ext[0], ext[1])
+                )
+            if base is None:
+                base = buf
         if gpudata is None:
             if base is not None:
                 raise ValueError("base= needs gpudata= (the memory it keeps alive)")
@@ -2942,10 +2956,17 @@ _CAI_STREAM_LEGACY, _CAI_STREAM_PER_THREAD = 1, 2
 
 def asarray(obj, dtype=None):
     """A GPUArray over obj's device memory, without copying: obj is a
-    GPUArray, or has __cuda_array_interface__ (CuPy, PyTorch, Numba, ...)
-    or __dlpack__.  The GPUArray keeps obj alive (its .base)."""
+    GPUArray, has __cuda_array_interface__ (CuPy, PyTorch, Numba, ...) or
+    __dlpack__, or is a cuda.core StridedMemoryView or Buffer (a Buffer is
+    bytes: a 1-d array of dtype, uint8 unless given, over all of it).  The
+    GPUArray keeps obj alive (its .base)."""
+    core = None if isinstance(obj, GPUArray) else _cudacore.kind(obj)
     if isinstance(obj, GPUArray):
         result = obj
+    elif core == _cudacore.BUFFER:
+        return _from_core_buffer(obj, np.uint8 if dtype is None else dtype)
+    elif core == _cudacore.VIEW:
+        result = _from_core_view(obj)
     elif hasattr(obj, "__cuda_array_interface__"):
         result = _from_cai(obj)
     elif isinstance(obj, np.ndarray):
@@ -2960,13 +2981,82 @@ def asarray(obj, dtype=None):
     else:
         raise TypeError(
             "asarray() takes an object with __cuda_array_interface__ or "
-            "__dlpack__, not %s" % type(obj).__name__
+            "__dlpack__, or a cuda.core Buffer or StridedMemoryView, not %s" % type(obj).__name__
         )
     if dtype is not None and np.dtype(dtype) != result.dtype:
         raise TypeError(
             "asarray() does not copy: the array is %s, not %s" % (result.dtype, np.dtype(dtype))
         )
     return result
+
+
+def _from_core_buffer(buf, dtype):
+    """A 1-d GPUArray of dtype over all of a cuda.core Buffer."""
+    ptr, size = _cudacore.buffer_span(buf)
+    dtype = _check_dtype(dtype)
+    if size % dtype.itemsize:
+        raise ValueError(
+            "a cuda.core Buffer of %d bytes is not a whole number of %s items (%d bytes each)"
+            % (size, dtype, dtype.itemsize)
+        )
+    n = size // dtype.itemsize
+    _check_core_device(buf if size else None)
+    return _new(
+        GPUArray,
+        (n,),
+        dtype,
+        (dtype.itemsize,),
+        ptr if n else None,
+        buf,
+        _default_allocator,
+        n,
+        True,
+        True,
+    )
+
+
+def _from_core_view(view):
+    """A GPUArray over a cuda.core StridedMemoryView of device memory."""
+    ptr, shape, strides, dtype, _ = _cudacore.view_parts(view)
+    dtype = _check_dtype(dtype)
+    if strides is None:
+        strides = _c_strides(dtype.itemsize, shape)
+    size = 1
+    for n in shape:
+        size *= n
+    if size and not ptr:
+        raise ValueError("a cuda.core StridedMemoryView of shape %r has a NULL pointer" % (shape,))
+    _check_core_device(view if size else None)
+    return _new(
+        GPUArray,
+        shape,
+        dtype,
+        strides,
+        ptr if (ptr or size) else None,
+        view,
+        _default_allocator,
+        size,
+        _is_c(shape, strides, dtype.itemsize),
+        _is_f(shape, strides, dtype.itemsize),
+    )
+
+
+def _check_core_device(obj):
+    """cuda.core memory on another device than the current context's is
+    refused, as DLPack's is (where cuda.core can say its device)."""
+    try:
+        device_id = obj.device_id if obj is not None else None
+    except Exception:  # a Buffer from a handle asks the driver; no answer, no check
+        return
+    if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
+        return
+    ctx = drv.Context.get_current()
+    if ctx is not None and ctx.device.ordinal != device_id:
+        raise ValueError(
+            "the cuda.core memory is on CUDA device %d but the current context is on "
+            "device %d: make device %d's context current to use it there, or copy it"
+            % (device_id, ctx.device.ordinal, device_id)
+        )
 
 
 def _cai_ints(value, what, nonneg):

@@ -8,7 +8,7 @@ tool such as CRIU's CUDA plugin) moves it through the driver's states::
 
 While CHECKPOINTED the process's device memory lives in host memory and its
 GPU is free for others; restore() puts it back (on the same GPUs, or others
-of the same kind: ``gpu_map``) and the process goes on where it stopped.
+of the same kind: ``gpu_map``) and the process goes on where it stopped::
 
     from pygpu import checkpoint
     with checkpoint.suspended(pid):     # lock + checkpoint, then restore + unlock

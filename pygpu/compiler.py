@@ -590,7 +590,7 @@ def _pygpu_signature(
     cache_dir: "object" = None,
     name: str = "kernel.cu",
     rdc: bool = False,
-    nvcc_compat: bool = False,
+    nvcc_compat: bool = True,
     extern_c: bool = False,
     *,
     nvcc: "str | None" = None,
@@ -644,7 +644,7 @@ _PYGPU_DEFAULTS = {
     "cache_dir": None,
     "name": "kernel.cu",
     "rdc": False,
-    "nvcc_compat": False,
+    "nvcc_compat": True,
     "extern_c": False,
 }
 
@@ -698,7 +698,7 @@ def compile(source: object, *args: _Any, **kwargs: _Any) -> "Binary | bytes":  #
 
     compile(source, options=(), arch=None, target=None, include_dirs=(),
     defines=None, name_expressions=(), std=None, fast_math=False,
-    cache_dir=None, name="kernel.cu", rdc=False, nvcc_compat=False,
+    cache_dir=None, name="kernel.cu", rdc=False, nvcc_compat=True,
     extern_c=False) -> Binary
 
     arch: 'sm_90', 'compute_90', 90 or (9, 0); None means the current
@@ -711,10 +711,12 @@ def compile(source: object, *args: _Any, **kwargs: _Any) -> "Binary | bytes":  #
     options are passed to NVRTC unchanged, and nothing else is added but
     what the arguments ask for: no hidden -ftz or fast math.  cache_dir: a
     directory, None for the default, False for no cache.  name: the file
-    name NVRTC's messages use.  nvcc_compat=True compiles the source as
-    SourceModule does: with the names nvcc's host headers give implicitly
-    (uint, INT_MAX, M_PI, ...) and struct attributes read where GCC reads
-    them.  extern_c=True wraps the source in extern "C" { } as SourceModule
+    name NVRTC's messages use.  nvcc_compat=True (the default) compiles
+    the source as SourceModule does: with the names nvcc's host headers give
+    implicitly (uint, INT_MAX, M_PI, ...) and struct attributes read where
+    GCC reads them; nvcc_compat=False compiles it as NVRTC reads it.  Either
+    way the C and C++ headers of kernels/libc (<inttypes.h>, <type_traits>,
+    ...) can be included.  extern_c=True wraps the source in extern "C" { } as SourceModule
     does (the messages keep the source's own line numbers).  source: a str,
     or an object whose str() is the source.  Returns a Binary (bytes) with
     .lowered_names for the name_expressions.

@@ -62,7 +62,7 @@ import os
 import statistics
 import threading
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, cast
 
 import numpy as np
 
@@ -518,8 +518,9 @@ def _recheck(
         want = [np.asarray(r) for r in reference] if reference is not None else None
         if want is None and (ref_index is None or ref_index == index):
             return None, build(specs[index])
-        launches = [] if want is not None else [ref_index]
-        launches.append(index)
+        launches: "list[int]" = [index]
+        if want is None and ref_index is not None:  # the reference variant first
+            launches.insert(0, ref_index)
         got = None
         built = None
         for i in launches:
@@ -601,7 +602,9 @@ def autotune(
         raise ValueError("reference has %d arrays for %d outputs" % (len(reference), len(outputs)))
     specs = [_build_spec(c, source, kernel, options, block, grid, shared) for c in variants]
     disk = store.resolve_dir(cache_dir)
-    mode = _check_mode(check, outputs, reference, rtol, atol, inplace)
+    refs = cast("Optional[Sequence[Any]]", reference)
+    argv = cast("list[Any]", args)
+    mode = _check_mode(check, outputs, refs, rtol, atol, inplace)
     checked = mode[0] == "checked"
     k = _tune_key(_device_key(), specs, space, shape_class(args), key, mode)
 
@@ -622,10 +625,10 @@ def autotune(
                 specs,
                 index,
                 ref_index,
-                args,
+                argv,
                 outputs,
                 inplace,
-                reference,
+                refs,
                 rtol,
                 atol,
                 stream,
@@ -668,7 +671,7 @@ def autotune(
 
             try:
                 if check and outputs:
-                    got = _checking_run(run, args, outputs, saved)
+                    got = _checking_run(run, argv, outputs, saved)
                     if ref is None:
                         ref = got
                         ref_index = i

@@ -1168,6 +1168,7 @@ def test_pygpu_compile_is_unchanged(tmp_cache):
     params = inspect.signature(compiler.compile).parameters
     assert list(params)[:4] == ["source", "options", "arch", "target"]
     assert {n for n, p in params.items() if p.kind is p.KEYWORD_ONLY} == {
+        "compiler",  # the opt-in nvcc back end (both forms of the call)
         "nvcc",
         "keep",
         "no_extern_c",

@@ -270,6 +270,25 @@ __global__ void dump(const int64_t *v, uint64_t n)
     assert ", ".join(str(c) for c in fmt).encode() in ptx
 
 
+@pytest.mark.standin
+def test_a_library_header_with_inttypes_through_sourcemodule(standin, ctx, tmp_cache, tmp_path):
+    # a library built on PyCUDA: its own header, unmodified, includes
+    # <inttypes.h> and <stdint.h>; the kernel includes that header
+    (tmp_path / "mylib.h").write_text(
+        "#pragma once\n#include <inttypes.h>\n#include <stdint.h>\n"
+        "__device__ inline void mylib_log(int64_t v, uint32_t w)\n"
+        '{ printf("v=%" PRId64 " w=%" PRIu32 " x=%" PRIx64 "\\n", v, w, (uint64_t)v); }\n'
+    )
+    src = "#include \"mylib.h\"\n__global__ void dump(const int64_t *v) { mylib_log(v[0], 1u); }\n"
+    from pygpu.compiler import SourceModule
+
+    mod = SourceModule(src, include_dirs=[str(tmp_path)])
+    mod.get_function("dump")
+    mod = SourceModule(src, include_dirs=[str(tmp_path)], arch="sm_90", target="ptx")
+    fmt = b"v=%lld w=%u x=%llx\n"
+    assert ", ".join(str(c) for c in fmt).encode() in bytes(mod.binary)
+
+
 def test_inttypes_macros_match_the_types():
     # each PRI macro's length modifier fits its type's size (printf reads
     # the argument by it): checked at compile time for every one

@@ -623,8 +623,8 @@ def _compile_nvcc(
 ) -> "tuple[Binary, store.Deps | None]":
     """_compile() with the nvcc back end: the same arguments, cache and
     errors, nvcc run in a subprocess (pygpu/_nvcc.py).  No prelude and no
-    attribute move (nvcc is what they imitate), no kernels/libc (nvcc has
-    the host's headers), no name_expressions (NVRTC's lowering)."""
+    attribute move (nvcc is what they imitate), kernels/libc searched only
+    after the host's headers, no name_expressions (NVRTC's lowering)."""
     path = _nvcc.find(nvcc)
     if path is None:
         raise _nvcc.missing_error(nvcc)
@@ -647,6 +647,10 @@ def _compile_nvcc(
                 "target='cubin' needs a real architecture such as 'sm_%s', not %r" % (num, arch_opt)
             )
     opts = _build_options(options, arch_opt, include_dirs, defines, std, fast_math)
+    # kernels/libc after the host's own headers (GCC's -idirafter): PyCUDA's
+    # <pycuda-complex.hpp> is found, and no shim stands in for a host header
+    libc = _loader.libc_shim_dir()
+    opts += ["-Xcompiler", "-idirafter", "-Xcompiler", libc]
     text = _WRAP_OPEN + "#line 1\n" + source + _WRAP_CLOSE if wrap else source
     if info is not None:
         info["text"] = text
@@ -655,7 +659,7 @@ def _compile_nvcc(
     if cache is not None:
         toolkit = os.path.join(os.path.dirname(os.path.dirname(path)), "include")
         try:
-            deps = store.scan(text, opts, name, (toolkit,))
+            deps = store.scan(text, opts + ["--include-path=" + libc], name, (toolkit,))
         except store.Uncacheable as e:
             store.debug("not cached: %s" % e)
             store.stats["uncacheable"] += 1

@@ -60,6 +60,20 @@ def test_compiles_what_needs_the_host_toolchain(tmp_cache):
 
 
 @needs_nvcc
+def test_pycudas_complex_header_and_the_hosts_own_headers(tmp_cache):
+    # <pycuda-complex.hpp> from kernels/libc; <stdio.h> and <inttypes.h> the
+    # host's (glibc's PRId64 is "ld": pygpu's shim would say "lld")
+    src = (
+        "#include <pycuda-complex.hpp>\n#include <stdio.h>\n#include <inttypes.h>\n"
+        "__global__ void k(pycuda::complex<float> *z, int64_t v)\n"
+        '{ z[0] = z[0] * z[0]; printf("%" PRId64 "\\n", v); }\n'
+    )
+    b = compiler.compile(src, arch="sm_90", target="ptx", compiler="nvcc", extern_c=True)
+    fmt = ", ".join(str(c) for c in b"%ld\n")
+    assert fmt.encode() in bytes(b)
+
+
+@needs_nvcc
 def test_pycuda_compile_runs_the_nvcc_it_names(tmp_cache):
     src = "__global__ void k(uint *o) { o[0] = 1; }"
     cubin = compiler.compile(src, NVCC, options=["-arch=sm_90"], compiler="nvcc")

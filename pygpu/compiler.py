@@ -1535,7 +1535,17 @@ class SourceModule(CudaModule):
 
 def get_nvcc_version(nvcc="nvcc"):
     """PyCUDA asks nvcc --version; pygpu compiles with NVRTC in-process, so
-    this names NVRTC's version (nvcc is never run)."""
+    this names NVRTC's version (nvcc is not run) -- unless $PYGPU_COMPILER
+    picks the nvcc back end: then it is that nvcc's ``--version`` output, as
+    PyCUDA's."""
+    if _nvcc.backend() == "nvcc":
+        path = _nvcc.find(nvcc)
+        if path is None:
+            raise _nvcc.missing_error(nvcc)
+        import subprocess
+
+        r = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+        return r.stdout
     return "NVRTC %d.%d (pygpu compiles in-process with NVRTC; %s is not run)" % (
         tuple(nvrtc_version()) + (nvcc,)
     )

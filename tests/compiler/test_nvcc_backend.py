@@ -196,3 +196,12 @@ def test_python_m_pygpu_reports_nvcc():
     )
     assert "nvcc: %s, %s" % (version[2], NVCC) in r.stdout, r.stdout
     assert "kernels compile with nvcc (PYGPU_COMPILER=nvcc)" in r.stdout, r.stdout
+
+
+@needs_nvcc
+def test_get_nvcc_version_asks_nvcc_when_it_compiles(monkeypatch):
+    monkeypatch.delenv("PYGPU_COMPILER", raising=False)
+    assert "NVRTC" in compiler.get_nvcc_version()
+    monkeypatch.setenv("PYGPU_COMPILER", "nvcc")
+    out = compiler.get_nvcc_version()
+    assert "Cuda compilation tools" in out and _nvcc.version(NVCC)[2] in out

@@ -51,8 +51,8 @@ def probe_header(header, arch):
     source = "".join("#include <%s>\n" % h for h in headers)
     source += "extern \"C\" __global__ void pygpu_probe() {}\n"
     try:
-        compiler.compile(source, arch=arch)
-    except compiler.CompileError as e:
+        compiler.compile(source, arch=arch, compiler="nvrtc")  # NVRTC's headers, whatever
+    except compiler.CompileError as e:  # PYGPU_COMPILER says
         lines = [ln.strip() for ln in str(e).splitlines() if "error" in ln]
         return (lines or [_first_line(e)])[0]
     except Exception as e:
@@ -205,6 +205,40 @@ def report(out=None):
                 "update the driver or pip install %s"
                 % (nvrtc_major, dv // 1000, _loader.nvrtc_pip_requirement(dv // 1000))
             )
+
+    # ---- nvcc: the opt-in back end (compiler="nvcc", PYGPU_COMPILER=nvcc)
+    from pygpu import _nvcc
+
+    try:
+        backend = _nvcc.backend()
+    except (TypeError, ValueError) as e:
+        backend = None
+        todo.append(str(e))
+    nvcc_path = _nvcc.find()
+    if nvcc_path is None:
+        say(
+            "nvcc: not found (needed only for compiler='nvcc'; tried %s)" % ", ".join(_nvcc.tried())
+        )
+    else:
+        try:
+            say("nvcc: %s, %s" % (_nvcc.version(nvcc_path)[2], nvcc_path))
+        except Exception as e:
+            say("nvcc: %s does not run (%s)" % (nvcc_path, _first_line(e)))
+    if backend is not None:
+        say(
+            "  kernels compile with %s%s"
+            % (
+                "nvcc" if backend == "nvcc" else "NVRTC",
+                " (%s=nvcc)" % _nvcc.ENV
+                if backend == "nvcc"
+                else " (compiler='nvcc' or %s=nvcc for nvcc)" % _nvcc.ENV,
+            )
+        )
+    if backend == "nvcc" and nvcc_path is None:
+        todo.append(
+            "%s=nvcc but no nvcc was found: install the CUDA toolkit (or put its bin/ on "
+            "PATH, or set CUDA_HOME), or unset %s to compile with NVRTC" % (_nvcc.ENV, _nvcc.ENV)
+        )
 
     # the compile cache as found (the header probes below may add entries)
     try:

@@ -75,7 +75,7 @@ def map_log(log, source, name="kernel.cu", offset=None):
     return pat.sub(lambda m: "%s(%d)" % (name, user_line(int(m.group(1)))), log)
 
 
-def format_compile_error(log, source, name="kernel.cu", offset=None):
+def format_compile_error(log, source, name="kernel.cu", offset=None, compiler="NVRTC"):
     """The message of a CompileError: NVRTC's log, then each failing line of
     the user's source with its number and two lines around it."""
     text, _, _ = _mapper(source, name, offset)
@@ -84,7 +84,7 @@ def format_compile_error(log, source, name="kernel.cu", offset=None):
     for n, kind, _msg in parse_log(log, source, name, offset):
         if kind in ("error", "catastrophic error") and n not in shown:
             shown.append(n)
-    parts = ["NVRTC compilation failed:", map_log(log, source, name, offset).strip()]
+    parts = ["%s compilation failed:" % compiler, map_log(log, source, name, offset).strip()]
     for n in shown[:10]:
         lo, hi = max(1, n - 2), min(len(lines), n + 2)
         parts.append("")

@@ -40,11 +40,19 @@ once more at the end, so the caller's data is as it was.
 
 The winner is remembered per device (name, compute capability, UUID), per
 kernel (a hash of every variant's source and options, the kernel name and
-the space) and per argument shape class (each array's dtype and its sizes
-rounded up to a power of two; scalars by type), in memory and on disk in
+the space), per argument shape class (each array's dtype and its sizes
+rounded up to a power of two; scalars by type) and per way of checking
+(which outputs and in-place arguments, the tolerances, and whether the
+reference is the first variant or ``reference=`` arrays -- their dtypes and
+shape classes, never their values), in memory and on disk in
 ``<compile cache>/autotune/``, so a later process launches it at once,
-without timing.  ``PYGPU_DISABLE_CACHE=1`` or ``cache_dir=False`` keeps it
-in memory only.
+without timing.  A checked winner is served to other data only after one
+checking launch on this call's arguments: its outputs are compared with
+``reference=`` (or, without one, with those of the variant that was the
+reference when it was tuned: one launch more, none when that variant is the
+winner itself); if they differ, or it no longer compiles or launches, the
+space is tuned again and the new winner stored.  ``PYGPU_DISABLE_CACHE=1``
+or ``cache_dir=False`` keeps it in memory only.
 """
 
 import hashlib
@@ -54,6 +62,8 @@ import os
 import statistics
 import threading
 
+from typing import Any, Callable, Optional, Sequence, cast
+
 import numpy as np
 
 from pygpu import driver, store
@@ -61,9 +71,10 @@ from pygpu._errors import CompileError
 
 __all__ = ["autotune", "Tuned", "AutotuneError", "expand_space", "shape_class", "clear"]
 
-SCHEMA = 1
+SCHEMA = 2  # 2: keyed by how outputs are checked, not by the reference's bytes
 _lock = threading.Lock()
-_memory = {}  # key -> (index, table)
+# key -> (winner's index, table, index of the reference variant or None)
+_memory: "dict[str, tuple[int, list[dict[str, Any]], int | None]]" = {}
 
 #: CUresult codes after which the context cannot be used again: not a
 #: variant's fault to skip, the tuning stops.
@@ -193,22 +204,29 @@ def _device_key():
     return "%s|%d.%d|%s" % ((dev.name(),) + tuple(dev.compute_capability()) + (uuid,))
 
 
-def _check_mode(check, outputs, reference, rtol, atol):
-    """What a tuning checked, part of its key: a winner found without
-    checking (check=False, or no outputs) is never served to a call that asks
-    for checking, nor one checked against another reference or tolerance."""
+def _check_mode(
+    check: bool,
+    outputs: "Sequence[int]",
+    reference: "Optional[Sequence[Any]]",
+    rtol: float,
+    atol: float,
+    inplace: "Sequence[int]" = (),
+) -> "tuple[Any, ...]":
+    """What a tuning checked and how, part of its key: a winner found
+    without checking (check=False, or no outputs) is never served to a call
+    that asks for checking, nor one checked on other outputs, in-place
+    arguments or tolerances, or against another kind of reference.  The
+    reference's values are not in it (a new call's data are checked by
+    _recheck instead): its dtypes and shape classes are."""
     if not (check and outputs):
         return ("unchecked",)
     if reference is None:
-        ref = "first variant"
+        ref: "tuple[Any, ...]" = ("first variant",)
     else:
-        h = hashlib.sha256()
-        for r in reference:
-            r = np.ascontiguousarray(r)
-            h.update(repr((r.dtype.str, r.shape)).encode())
-            h.update(r.tobytes())
-        ref = h.hexdigest()
-    return ("checked", tuple(outputs), float(rtol), float(atol), ref)
+        ref = ("reference",) + tuple(
+            (np.asarray(r).dtype.str, tuple(_bucket(n) for n in np.shape(r))) for r in reference
+        )
+    return ("checked", tuple(outputs), tuple(inplace), float(rtol), float(atol), ref)
 
 
 def _tune_key(device_key, specs, space, shapes, key, mode=("unchecked",)):
@@ -233,9 +251,12 @@ def _path(cache_dir, key):
     return os.path.join(cache_dir, "autotune", key[:2], key + ".json")
 
 
-def _load(cache_dir, key, n, checked=False):
-    """(index, table) stored under key, or None (a damaged file is ignored,
-    and so is an unchecked winner where checked=True asks for a checked one)."""
+def _load(
+    cache_dir: str, key: str, n: int, checked: bool = False
+) -> "Optional[tuple[int, list[dict[str, Any]], Optional[int]]]":
+    """(index, table, reference index) stored under key, or None (a damaged
+    file is ignored, and so is an unchecked winner where checked=True asks
+    for a checked one)."""
     try:
         with open(_path(cache_dir, key)) as f:
             rec = json.load(f)
@@ -246,14 +267,31 @@ def _load(cache_dir, key, n, checked=False):
         index = rec["index"]
         if not isinstance(index, int) or not 0 <= index < n:
             return None
-        return index, rec.get("table", [])
+        ref_index = rec.get("ref_index")
+        if ref_index is not None and (not isinstance(ref_index, int) or not 0 <= ref_index < n):
+            return None
+        return index, rec.get("table", []), ref_index
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def _save(cache_dir, key, index, table, checked=False):
+def _save(
+    cache_dir: str,
+    key: str,
+    index: int,
+    table: "list[dict[str, Any]]",
+    checked: bool = False,
+    ref_index: "Optional[int]" = None,
+) -> None:
     data = json.dumps(
-        {"key": key, "schema": SCHEMA, "index": index, "table": table, "checked": bool(checked)},
+        {
+            "key": key,
+            "schema": SCHEMA,
+            "index": index,
+            "table": table,
+            "checked": bool(checked),
+            "ref_index": ref_index,
+        },
         default=repr,
         indent=1,
     ).encode()
@@ -365,7 +403,11 @@ class Tuned:
     .choice: the winning choice (a dict); .table: one row per variant (its
     choice, "ms" the median time or None, "status" "ok" or why it was
     skipped); .timed: False when the choice came from the memory or disk
-    store; .function, .module, .block, .grid, .shared."""
+    store; .rechecked: True when that stored choice was checked on this
+    call's arguments first (a checked tuning); .function, .module, .block,
+    .grid, .shared."""
+
+    rechecked: bool = False
 
     def __init__(self, module, function, choice, block, grid, shared, table, timed, key):
         self.module = module
@@ -400,7 +442,12 @@ class Tuned:
                 "  ".join("%-*s" % (k, r["choice"][n]) for k, n in zip(w, names))
                 + "  %s  %s%s" % (ms, r["status"], mark)
             )
-        if not self.timed:
+        if not self.timed and self.rechecked:
+            lines.append(
+                "(chosen from the stored tuning and checked on this call's arguments; "
+                "nothing was timed in this process)"
+            )
+        elif not self.timed:
             lines.append("(chosen from the stored tuning; nothing was timed in this process)")
         return "\n".join(lines)
 
@@ -425,6 +472,83 @@ def _compile_variant(spec, no_extern_c, arch, include_dirs, cache_dir):
         cache_dir=cache_dir,
     )
     return mod, mod.get_function(name)
+
+
+def _checking_run(
+    run: "Callable[[], None]",
+    args: "Sequence[Any]",
+    outputs: "Sequence[int]",
+    saved: "Optional[_Saved]",
+) -> "list[np.ndarray]":
+    """One checking launch: the in-place arguments restored, the outputs
+    filled with 0xFF bytes (so that a variant that writes nothing cannot pass
+    on what another left), run(), then host copies of the outputs."""
+    if saved is not None:
+        saved.restore()
+    for j in outputs:
+        ptr, nbytes, _, _ = _view(args[j], "output argument %d" % j)
+        if nbytes:
+            driver.memset_d8(ptr, 0xFF, nbytes)
+    run()
+    driver.Context.synchronize()
+    return _read_outputs(args, outputs)
+
+
+def _recheck(
+    specs: "Sequence[tuple[Any, ...]]",
+    index: int,
+    ref_index: "Optional[int]",
+    args: "Sequence[Any]",
+    outputs: "Sequence[int]",
+    inplace: "Sequence[int]",
+    reference: "Optional[Sequence[Any]]",
+    rtol: float,
+    atol: float,
+    stream: object,
+    build: "Callable[[tuple[Any, ...]], tuple[Any, Any]]",
+) -> "tuple[Optional[str], Any]":
+    """A stored checked winner tried on this call's arguments: (None, its
+    (module, function)) when its outputs match this call's reference, else
+    (why not, None).  The reference is reference= (one launch), or the
+    output of the variant that was the reference when the winner was tuned
+    (one launch more; none at all when that is the winner itself).  The
+    in-place arguments are as they were afterwards."""
+    saved = _Saved(args, inplace) if inplace else None
+    try:
+        want = [np.asarray(r) for r in reference] if reference is not None else None
+        if want is None and (ref_index is None or ref_index == index):
+            return None, build(specs[index])
+        launches: "list[int]" = [index]
+        if want is None and ref_index is not None:  # the reference variant first
+            launches.insert(0, ref_index)
+        got = None
+        built = None
+        for i in launches:
+            try:
+                built = build(specs[i])
+            except CompileError as e:
+                return "variant %d does not compile: %s" % (i, _first_line(e.log or str(e))), None
+            f = built[1]
+            b, g, sh = specs[i][4], specs[i][5], specs[i][6]
+
+            def run(f: Any = f, b: Any = b, g: Any = g, sh: Any = sh) -> None:
+                f(*args, block=b, grid=g, shared=sh, stream=stream)
+
+            try:
+                got = _checking_run(run, args, outputs, saved)
+            except driver.Error as e:
+                if getattr(e, "code", None) in _STICKY:
+                    raise
+                return "variant %d does not launch: %s" % (i, _first_line(e)), None
+            except ValueError as e:
+                return "variant %d does not launch: %s" % (i, _first_line(e)), None
+            if want is None:
+                want = got
+        why = _same(got, want, rtol, atol)
+        return (why, None) if why is not None else (None, built)
+    finally:
+        if saved is not None:
+            saved.restore()
 
 
 def _first_line(e):
@@ -478,9 +602,14 @@ def autotune(
         raise ValueError("reference has %d arrays for %d outputs" % (len(reference), len(outputs)))
     specs = [_build_spec(c, source, kernel, options, block, grid, shared) for c in variants]
     disk = store.resolve_dir(cache_dir)
-    mode = _check_mode(check, outputs, reference, rtol, atol)
+    refs = cast("Optional[Sequence[Any]]", reference)
+    argv = cast("list[Any]", args)
+    mode = _check_mode(check, outputs, refs, rtol, atol, inplace)
     checked = mode[0] == "checked"
     k = _tune_key(_device_key(), specs, space, shape_class(args), key, mode)
+
+    def build(spec: "tuple[Any, ...]") -> "tuple[Any, Any]":
+        return _compile_variant(spec, no_extern_c, arch, include_dirs, cache_dir)
 
     with _lock:
         hit = _memory.get(k)
@@ -490,15 +619,41 @@ def autotune(
             with _lock:
                 _memory[k] = hit
     if hit is not None:
-        index, table = hit
-        mod, f = _compile_variant(specs[index], no_extern_c, arch, include_dirs, cache_dir)
-        s = specs[index]
-        return Tuned(mod, f, variants[index], s[4], s[5], s[6], table, False, k)
+        index, table, ref_index = hit
+        if checked:
+            why, built_hit = _recheck(
+                specs,
+                index,
+                ref_index,
+                argv,
+                outputs,
+                inplace,
+                refs,
+                rtol,
+                atol,
+                stream,
+                build,
+            )
+            if why is None:
+                mod, f = built_hit
+                s = specs[index]
+                t = Tuned(mod, f, variants[index], s[4], s[5], s[6], table, False, k)
+                t.rechecked = True
+                return t
+            store.debug(
+                "autotune: the stored winner %s fails here (%s): tuning again"
+                % (variants[index], why)
+            )
+        else:
+            mod, f = build(specs[index])
+            s = specs[index]
+            return Tuned(mod, f, variants[index], s[4], s[5], s[6], table, False, k)
 
     table = []
     ref = [np.asarray(r) for r in reference] if reference is not None else None
     saved = _Saved(args, inplace) if inplace else None
     best = None
+    ref_index = None
     built = {}
     try:
         for i, (choice, spec) in enumerate(zip(variants, specs)):
@@ -516,17 +671,10 @@ def autotune(
 
             try:
                 if check and outputs:
-                    if saved is not None:
-                        saved.restore()
-                    for j in outputs:
-                        ptr, nbytes, _, _ = _view(args[j], "output argument %d" % j)
-                        if nbytes:
-                            driver.memset_d8(ptr, 0xFF, nbytes)
-                    run()
-                    driver.Context.synchronize()
-                    got = _read_outputs(args, outputs)
+                    got = _checking_run(run, argv, outputs, saved)
                     if ref is None:
                         ref = got
+                        ref_index = i
                     else:
                         why = _same(got, ref, rtol, atol)
                         if why is not None:
@@ -557,9 +705,9 @@ def autotune(
             table,
         )
     with _lock:
-        _memory[k] = (best, table)
+        _memory[k] = (best, table, ref_index)
     if disk is not None:
-        _save(disk, k, best, table, checked)
+        _save(disk, k, best, table, checked, ref_index)
     mod, f = built[best]
     s = specs[best]
     return Tuned(mod, f, variants[best], s[4], s[5], s[6], table, True, k)

@@ -20,7 +20,7 @@ import threading
 import warnings
 from typing import Any as _Any, overload as _overload
 
-from pygpu import _driver, _loader, _nvcc_compat, driver, profiler, store
+from pygpu import _driver, _loader, _nvcc, _nvcc_compat, driver, profiler, store
 from pygpu._errors import CompileError
 from pygpu.store import CACHE_SCHEMA, Binary, default_cache_dir  # noqa: F401  (API)
 
@@ -445,11 +445,14 @@ def _compile(
     rdc=False,
     nvcc_compat=False,
     wrap=False,
+    backend="nvrtc",
+    nvcc=None,
     info=None,
 ):
     """compile() itself; returns (Binary, Deps or None when not cacheable).
-    wrap: SourceModule's extern "C" { }.  info: a dict, filled with the text
-    and options given to NVRTC (keep=True)."""
+    wrap: SourceModule's extern "C" { }.  backend: 'nvrtc' or 'nvcc' (the
+    nvcc to run: nvcc, else found by pygpu._nvcc.find).  info: a dict,
+    filled with the text and options given to the compiler (keep=True)."""
     source = _source_text(source)
     _no_nul(source, "source")
     if not isinstance(name, str):
@@ -470,6 +473,11 @@ def _compile(
     name_expressions = tuple(_str_list(name_expressions, "name_expressions", None))
     defines = _check_defines(defines)
     cache = store.resolve_dir(cache_dir)
+    if backend == "nvcc":
+        return _compile_nvcc(
+            source, options, arch, target, include_dirs, defines, name_expressions, std,
+            fast_math, cache, name, wrap, nvcc, info,
+        )  # fmt: skip
     if arch is None:
         if cache is None:
             _ensure_nvrtc()
@@ -577,6 +585,127 @@ def _compile(
     return b, deps
 
 
+def _nvcc_target(path: str, target: "str | None") -> "tuple[str, str]":
+    """(arch, target) for the current device with the nvcc at path: its
+    cubin where nvcc knows the device's architecture, else PTX of the newest
+    one it knows below it (as _device_arch_and_target does for NVRTC)."""
+    dev = driver.Context.get_device()
+    major, minor = dev.compute_capability()
+    cc = major * 10 + minor
+    archs = _nvcc.archs(path)
+    if cc in archs and target in (None, "cubin"):
+        return "sm_%d" % cc, "cubin"
+    if cc in archs:
+        return "compute_%d" % cc, "ptx"
+    below = [a for a in archs if a <= cc]
+    if not below:
+        raise driver.CudaUnavailableError(
+            "this GPU (sm_%d) is older than every architecture %s compiles for" % (cc, path)
+        )
+    return "compute_%d" % max(below), "ptx"
+
+
+def _compile_nvcc(
+    source: str,
+    options: "list[str]",
+    arch: object,
+    target: "str | None",
+    include_dirs: "list[str]",
+    defines: "dict[str, object] | None",
+    name_expressions: "tuple[str, ...]",
+    std: "str | None",
+    fast_math: bool,
+    cache: "str | None",
+    name: str,
+    wrap: bool,
+    nvcc: "str | None",
+    info: "dict[str, object] | None",
+) -> "tuple[Binary, store.Deps | None]":
+    """_compile() with the nvcc back end: the same arguments, cache and
+    errors, nvcc run in a subprocess (pygpu/_nvcc.py).  No prelude and no
+    attribute move (nvcc is what they imitate), kernels/libc searched only
+    after the host's headers, no name_expressions (NVRTC's lowering)."""
+    path = _nvcc.find(nvcc)
+    if path is None:
+        raise _nvcc.missing_error(nvcc)
+    if name_expressions:
+        raise ValueError(
+            "name_expressions are NVRTC's (it lowers the names); the nvcc back end has "
+            "none: compile with compiler='nvrtc', or give the kernels extern \"C\" names"
+        )
+    if target == "ltoir":
+        raise ValueError("target='ltoir' is NVRTC's (-dlto): compile with compiler='nvrtc'")
+    if arch is None:
+        arch_opt, target = _nvcc_target(path, target)
+    else:
+        kind, num = _parse_arch(arch)
+        arch_opt = "%s_%s" % (kind, num)
+        if target is None:
+            target = "cubin" if kind == "sm" else "ptx"
+        elif target == "cubin" and kind == "compute":
+            raise ValueError(
+                "target='cubin' needs a real architecture such as 'sm_%s', not %r" % (num, arch_opt)
+            )
+    opts = _build_options(options, arch_opt, include_dirs, defines, std, fast_math)
+    # kernels/libc after the host's own headers (GCC's -idirafter): PyCUDA's
+    # <pycuda-complex.hpp> is found, and no shim stands in for a host header
+    libc = _loader.libc_shim_dir()
+    opts += ["-Xcompiler", "-idirafter", "-Xcompiler", libc]
+    text = _WRAP_OPEN + "#line 1\n" + source + _WRAP_CLOSE if wrap else source
+    if info is not None:
+        info["text"] = text
+        info["options"] = list(opts)
+    deps = key = None
+    if cache is not None:
+        toolkit = os.path.join(os.path.dirname(os.path.dirname(path)), "include")
+        try:
+            deps = store.scan(text, opts + ["--include-path=" + libc], name, (toolkit,))
+        except store.Uncacheable as e:
+            store.debug("not cached: %s" % e)
+            store.stats["uncacheable"] += 1
+        if deps is not None:
+            version = _nvcc.version(path, cache)
+            parts = ["nvcc", path, version[2], target, name, text, "%d" % len(opts)] + opts
+            key = store.make_key(parts, deps)
+            b = store.memory.get(key)
+            if b is not None:
+                store.stats["memory_hits"] += 1
+                return b, deps
+            b = store.read_entry(cache, key)
+            if b is not None:
+                store.stats["disk_hits"] += 1
+                store.memory[key] = b
+                return b, deps
+            store.stats["misses"] += 1
+    image, log, cmd, stdout, stderr = _nvcc.run(path, text, name, opts, target)
+    if image is None:
+        from pygpu import _display
+
+        err = CompileError(
+            _display.format_compile_error(log, source, name, compiler="nvcc"),
+            cmd,
+            stdout,
+            stderr,
+            log=log,
+            source=source,
+            show_stderr=False,
+        )
+        err.routine = "nvcc"
+        raise err
+    if log.strip():
+        warnings.warn("nvcc: " + log.strip(), CompilerWarning, stacklevel=3)
+    b = store.make_binary(image, target, arch_opt, log, {})
+    if key is None or deps is None:
+        return b, None
+    if deps.racy or not deps.unchanged():
+        store.debug("not cached %s: a header changed during the compile" % key[:16])
+        store.stats["uncacheable"] += 1
+        return b, None
+    store.memory[key] = b
+    store.write_entry(cache, key, b)
+    return b, deps
+
+
 def _pygpu_signature(
     source: object,
     options: "object" = (),
@@ -590,9 +719,10 @@ def _pygpu_signature(
     cache_dir: "object" = None,
     name: str = "kernel.cu",
     rdc: bool = False,
-    nvcc_compat: bool = False,
+    nvcc_compat: bool = True,
     extern_c: bool = False,
     *,
+    compiler: "str | None" = None,
     nvcc: "str | None" = None,
     keep: bool = False,
     no_extern_c: "bool | None" = None,
@@ -632,6 +762,19 @@ _PYCUDA_ORDER = (
 )
 # keywords only PyCUDA's compile() has: any of them makes a call PyCUDA's
 _PYCUDA_ONLY = ("nvcc", "keep", "no_extern_c", "code")
+
+
+def _backend(compiler: "str | None", name_expressions: object = ()) -> str:
+    """The back end of one compile: compiler= when given, else
+    $PYGPU_COMPILER, else NVRTC.  A compile with name_expressions (NVRTC's
+    lowered names: pygpu's own template kernels among them) stays with
+    NVRTC when nvcc came from the environment only."""
+    name = _nvcc.backend(compiler)
+    if name == "nvcc" and compiler is None and name_expressions:
+        return "nvrtc"
+    return name
+
+
 _PYGPU_DEFAULTS = {
     "options": (),
     "arch": None,
@@ -644,8 +787,9 @@ _PYGPU_DEFAULTS = {
     "cache_dir": None,
     "name": "kernel.cu",
     "rdc": False,
-    "nvcc_compat": False,
+    "nvcc_compat": True,
     "extern_c": False,
+    "compiler": None,
 }
 
 
@@ -665,6 +809,8 @@ def compile(
     rdc: bool = ...,
     nvcc_compat: bool = ...,
     extern_c: bool = ...,
+    *,
+    compiler: "str | None" = ...,
 ) -> Binary: ...
 @_overload  # noqa: E302  (PyCUDA's positional order: a str second argument is nvcc)
 def compile(
@@ -678,6 +824,8 @@ def compile(
     cache_dir: object = ...,
     include_dirs: object = ...,
     target: str = ...,
+    *,
+    compiler: "str | None" = ...,
 ) -> bytes: ...
 @_overload  # noqa: E302  (PyCUDA's keywords)
 def compile(
@@ -692,14 +840,15 @@ def compile(
     cache_dir: object = ...,
     include_dirs: object = ...,
     target: str = ...,
+    compiler: "str | None" = ...,
 ) -> bytes: ...
 def compile(source: object, *args: _Any, **kwargs: _Any) -> "Binary | bytes":  # noqa: E302
     """Compile CUDA C++ source to cubin, PTX or LTO-IR bytes through NVRTC.
 
     compile(source, options=(), arch=None, target=None, include_dirs=(),
     defines=None, name_expressions=(), std=None, fast_math=False,
-    cache_dir=None, name="kernel.cu", rdc=False, nvcc_compat=False,
-    extern_c=False) -> Binary
+    cache_dir=None, name="kernel.cu", rdc=False, nvcc_compat=True,
+    extern_c=False, *, compiler=None) -> Binary
 
     arch: 'sm_90', 'compute_90', 90 or (9, 0); None means the current
     device's (which needs a GPU).  target: 'cubin', 'ptx' or 'ltoir'; None
@@ -711,13 +860,17 @@ def compile(source: object, *args: _Any, **kwargs: _Any) -> "Binary | bytes":  #
     options are passed to NVRTC unchanged, and nothing else is added but
     what the arguments ask for: no hidden -ftz or fast math.  cache_dir: a
     directory, None for the default, False for no cache.  name: the file
-    name NVRTC's messages use.  nvcc_compat=True compiles the source as
-    SourceModule does: with the names nvcc's host headers give implicitly
-    (uint, INT_MAX, M_PI, ...) and struct attributes read where GCC reads
-    them.  extern_c=True wraps the source in extern "C" { } as SourceModule
+    name NVRTC's messages use.  nvcc_compat=True (the default) compiles
+    the source as SourceModule does: with the names nvcc's host headers give
+    implicitly (uint, INT_MAX, M_PI, ...) and struct attributes read where
+    GCC reads them; nvcc_compat=False compiles it as NVRTC reads it.  Either
+    way the C and C++ headers of kernels/libc (<inttypes.h>, <type_traits>,
+    ...) can be included.  extern_c=True wraps the source in extern "C" { } as SourceModule
     does (the messages keep the source's own line numbers).  source: a str,
-    or an object whose str() is the source.  Returns a Binary (bytes) with
-    .lowered_names for the name_expressions.
+    or an object whose str() is the source.  compiler: 'nvrtc' or 'nvcc'
+    (the opt-in nvcc back end, a subprocess of the toolkit's nvcc, as PyCUDA
+    compiles); None means $PYGPU_COMPILER, else NVRTC.  Returns a Binary
+    (bytes) with .lowered_names for the name_expressions.
 
     PyCUDA's call, pycuda.compiler.compile(source, nvcc="nvcc",
     options=None, keep=False, no_extern_c=False, arch=None, code=None,
@@ -730,7 +883,11 @@ def compile(source: object, *args: _Any, **kwargs: _Any) -> "Binary | bytes":  #
     'cubin' by default, for the current device's architecture (nvcc's
     default, sm_75 under CUDA 13, where there is no device), keep=True
     keeping the files and printing PyCUDA's ``*** compiler output in DIR``
-    -- and returns plain bytes.  nvcc is not run.
+    -- and returns plain bytes.  nvcc is not run, unless compiler="nvcc"
+    (or $PYGPU_COMPILER=nvcc) asks for the nvcc back end: then nvcc (when
+    not the plain "nvcc") is the one run, else the one found on PATH,
+    $CUDA_HOME/bin, /usr/local/cuda/bin (docs/compiling.md, "The nvcc back
+    end").  compiler= is taken by both forms of the call.
     """
     pycuda_order = bool(args) and isinstance(args[0], (str, os.PathLike))
     order = _PYCUDA_ORDER if pycuda_order else _PYGPU_ORDER
@@ -749,6 +906,7 @@ def compile(source: object, *args: _Any, **kwargs: _Any) -> "Binary | bytes":  #
     if pycuda_order or any(k in bound for k in _PYCUDA_ONLY) or bound.get("target") == "fatbin":
         return _pycuda_compile(source, **bound)
     a = dict(_PYGPU_DEFAULTS, **bound)
+    backend = _backend(a["compiler"], a["name_expressions"])
     return _compile(
         source,
         a["options"],
@@ -764,6 +922,7 @@ def compile(source: object, *args: _Any, **kwargs: _Any) -> "Binary | bytes":  #
         a["rdc"],
         a["nvcc_compat"],
         a["extern_c"],
+        backend,
     )[0]
 
 
@@ -799,11 +958,21 @@ def _arch_arg(value, what):
     return "%s_%s" % (kind, num)
 
 
-def _nvcc_default_arch(cache_dir):
+def _nvcc_default_arch(cache_dir, backend="nvrtc", nvcc=None):
     """The architecture PyCUDA's compile() gets with arch=None: the current
     device's (pygpu's rule: the default device's primary context), or
     where there is no driver or device nvcc's default (sm_75 from CUDA 13,
-    sm_52 before), as the same toolkit's nvcc would pick."""
+    sm_52 before), as the same toolkit's nvcc would pick.  backend: whose
+    architectures count ('nvcc': the nvcc that nvcc names or find() finds)."""
+    if backend == "nvcc":
+        path = _nvcc.find(nvcc)
+        if path is None:
+            raise _nvcc.missing_error(nvcc)
+        try:
+            arch, _ = _nvcc_target(path, "cubin")
+            return "sm_" + arch.split("_", 1)[1]
+        except driver.Error:
+            return "sm_%d" % (75 if _nvcc.version(path, cache_dir)[0] >= 13 else 52)
     try:
         arch, _ = _device_arch_and_target("cubin", cache_dir)
         return "sm_" + arch.split("_", 1)[1]
@@ -835,6 +1004,7 @@ def _pycuda_compile(
     rdc=False,
     nvcc_compat=True,
     extern_c=None,
+    compiler=None,
 ):
     """pycuda.compiler.compile(): plain bytes, as PyCUDA returns them."""
     from pygpu import linking
@@ -895,8 +1065,9 @@ def _pycuda_compile(
             "compile(): target=%r needs a real architecture (arch= or code= "
             "such as 'sm_%s'), not only %r" % (target, virtual[8:], virtual)
         )
+    backend = _backend(compiler, name_expressions)
     if real is None and virtual is None:
-        real = _nvcc_default_arch(store.resolve_dir(cache_dir))
+        real = _nvcc_default_arch(store.resolve_dir(cache_dir), backend, nvcc)
     if target == "ptx":
         use, kind = (virtual or "compute_" + real[3:]), "ptx"
     elif target == "ltoir":
@@ -918,6 +1089,8 @@ def _pycuda_compile(
         rdc,
         nvcc_compat,
         wrap,
+        backend,
+        nvcc,
     )
     kept = []
     if keep:
@@ -966,6 +1139,7 @@ _get_current = driver.Context.get_current
 
 
 _environ, _DISABLE, _OFF = store.environ_data, store.DISABLE_KEY, store.OFF
+_COMPILER_KEY = store.env_key(_nvcc.ENV)  # PYGPU_COMPILER, read on SourceModule's warm path
 
 
 def _memo_key(args):
@@ -1096,7 +1270,12 @@ class SourceModule(CudaModule):
     INT_MAX, M_PI, ...) and struct attributes read where GCC reads them.
     keep=True keeps the source, the options and the binaries in a new
     directory and prints ``*** compiler output in DIR``, as PyCUDA does.
-    nvcc= (PyCUDA's path to nvcc) is accepted and not used.
+    compiler="nvcc" (or $PYGPU_COMPILER=nvcc) compiles with the toolkit's
+    nvcc in a subprocess instead of NVRTC, as PyCUDA does, for code that
+    needs the host toolchain: nvcc= (PyCUDA's path to nvcc) is then the one
+    run (else nvcc on PATH, $CUDA_HOME/bin, /usr/local/cuda/bin); the same
+    cache (keyed by the back end) and CompileError.  With NVRTC, nvcc= is
+    accepted and not used.
     get_function() also takes a template expression listed in
     name_expressions ("scale<float>").
     """
@@ -1119,6 +1298,7 @@ class SourceModule(CudaModule):
         defines: "object" = None,
         target: "str | None" = None,
         nvcc_compat: bool = True,
+        compiler: "str | None" = None,
     ) -> None:
         # PyCUDA's positional order (source, nvcc, options, keep, no_extern_c,
         # arch, code, cache_dir, include_dirs); nvcc: PyCUDA's path to nvcc,
@@ -1128,6 +1308,11 @@ class SourceModule(CudaModule):
         if type(source) is not str:
             # a code generator's object: its text now (it may change later)
             source = _source_text(source)
+        backend = (
+            "nvrtc"
+            if compiler is None and _environ.get(_COMPILER_KEY) in (None, b"", "")
+            else _backend(compiler, name_expressions)
+        )
         # the warm path: the same arguments again, in the same live context
         try:
             ctx = _get_current()
@@ -1149,6 +1334,8 @@ class SourceModule(CudaModule):
                 defines,
                 target,
                 nvcc_compat,
+                backend,
+                nvcc if backend == "nvcc" else None,
                 ctx,
             )
             hit = _modules.get(memo_key)
@@ -1169,6 +1356,8 @@ class SourceModule(CudaModule):
                     defines,
                     target,
                     nvcc_compat,
+                    backend,
+                    nvcc if backend == "nvcc" else None,
                     ctx,
                 )
             )
@@ -1207,6 +1396,8 @@ class SourceModule(CudaModule):
             target,
             nvcc_compat,
             memo_key,
+            backend,
+            nvcc,
         )
 
     def _build(
@@ -1226,11 +1417,13 @@ class SourceModule(CudaModule):
         target,
         nvcc_compat,
         memo_key,
+        backend="nvrtc",
+        nvcc=None,
     ):
         source = _source_text(source)
-        dirs = _str_list(include_dirs, "include_dirs", None) + list(
-            _trusted_dirs(store.resolve_dir(cache_dir))
-        )
+        dirs = _str_list(include_dirs, "include_dirs", None)
+        if backend == "nvrtc":  # nvcc knows its own toolkit's headers
+            dirs += list(_trusted_dirs(store.resolve_dir(cache_dir)))
         if isinstance(options, str):
             options = options.split()
         options = list(options or ())
@@ -1251,6 +1444,8 @@ class SourceModule(CudaModule):
             False,
             nvcc_compat,
             not no_extern_c,
+            backend,
+            nvcc,
         )
         if keep:
             binary, deps = _compile_kept(args)
@@ -1340,7 +1535,17 @@ class SourceModule(CudaModule):
 
 def get_nvcc_version(nvcc="nvcc"):
     """PyCUDA asks nvcc --version; pygpu compiles with NVRTC in-process, so
-    this names NVRTC's version (nvcc is never run)."""
+    this names NVRTC's version (nvcc is not run) -- unless $PYGPU_COMPILER
+    picks the nvcc back end: then it is that nvcc's ``--version`` output, as
+    PyCUDA's."""
+    if _nvcc.backend() == "nvcc":
+        path = _nvcc.find(nvcc)
+        if path is None:
+            raise _nvcc.missing_error(nvcc)
+        import subprocess
+
+        r = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+        return r.stdout
     return "NVRTC %d.%d (pygpu compiles in-process with NVRTC; %s is not run)" % (
         tuple(nvrtc_version()) + (nvcc,)
     )

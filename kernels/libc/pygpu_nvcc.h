@@ -21,6 +21,9 @@
 #include <math.h>
 #include <cmath>
 #include <cstddef>
+#include <stdlib.h>
+#include <stdio.h>
+#include <time.h>
 
 /* <sys/types.h> (glibc, _GNU_SOURCE) */
 typedef unsigned char u_char;
@@ -46,36 +49,15 @@ typedef long int quad_t;
 typedef unsigned long int u_quad_t;
 typedef long int ssize_t;
 typedef long int off_t;
-typedef long long int time_t;   /* as CCCL declares it under NVRTC (<cuda/std/ctime>) */
 typedef long int register_t;
 #else
 typedef long long int quad_t;
 typedef unsigned long long int u_quad_t;
 typedef int ssize_t;
 typedef long int off_t;
-typedef long long int time_t;   /* as CCCL declares it under NVRTC (<cuda/std/ctime>) */
 typedef int register_t;
 #endif
 typedef char *caddr_t;
-
-/* <stdlib.h> */
-typedef struct { int quot; int rem; } div_t;
-typedef struct { long int quot; long int rem; } ldiv_t;
-typedef struct { long long int quot; long long int rem; } lldiv_t;
-#define RAND_MAX 2147483647
-#define EXIT_FAILURE 1
-#define EXIT_SUCCESS 0
-
-/* <stdio.h> (FILE is a name only: no device code opens a file) */
-typedef struct _IO_FILE FILE;
-#define EOF (-1)
-#define SEEK_SET 0
-#define SEEK_CUR 1
-#define SEEK_END 2
-#define BUFSIZ 8192
-
-/* <time.h> */
-#define CLOCKS_PER_SEC ((clock_t) 1000000)
 
 /* <math.h> (glibc, _GNU_SOURCE) */
 typedef float float_t;

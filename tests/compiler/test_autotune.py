@@ -686,3 +686,123 @@ def test_an_unchecked_winner_is_not_served_to_a_checked_call(standin, ctx, tmp_c
     # the record says what was checked
     rec = json.loads(next((tmp_cache / "autotune").rglob("*.json")).read_text())
     assert rec["checked"] is False
+
+
+# ---- a checked tuning, remembered across processes with other data ----
+
+_RECHECK_CHILD = textwrap.dedent(
+    """
+    import json, sys, numpy as np
+    sys.path.insert(0, %r)
+    import pygpu.autoinit
+    from pygpu import autotune as at
+    from pygpu.testing.standin import StandIn
+    import test_autotune as T
+    wrong = int(sys.argv[1])  # the block size whose output is wrong here (0: none)
+    x, out, host = T._data()  # fresh random data in each process
+    checks = []
+
+    def played(args, outputs):
+        # kernels do not run on the stand-in: play the kernel out = 2 * x
+        block = StandIn().last_launch().block[0]
+        checks.append(block)
+        res = 2 * args[1].get()
+        if block == wrong:
+            res[0] += 1
+        return [res]
+
+    at._read_outputs = played
+    seen = []
+    times = {(64,): 3.0, (128,): 2.0, (256,): 0.5, (512,): 4.0}
+    before = StandIn().launches()
+    t = T._tune(x, out, 1000, T.fake_timer(times, seen), reference=[2 * host], rtol=0, atol=0)
+    launches = StandIn().launches() - before - len(seen)  # less the timed ones
+    print(json.dumps([t.choice["block"], t.timed, t.rechecked, len(seen), checks, launches]))
+"""
+    % os.path.dirname(os.path.abspath(__file__))
+)
+
+
+def _recheck_child(wrong=0):
+    r = subprocess.run(
+        [sys.executable, "-c", _RECHECK_CHILD, str(wrong)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
+    )
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.standin
+def test_a_new_process_with_other_data_checks_the_stored_winner_once(standin, ctx, tmp_cache):
+    # the first process tunes: 4 checking launches, 4 variants timed
+    assert _recheck_child() == [256, True, False, 4, [64, 128, 256, 512], 4]
+    # another process, other data and another reference: the stored winner
+    # after exactly one checking launch of it, nothing timed
+    assert _recheck_child() == [256, False, True, 0, [256], 1]
+    assert _recheck_child() == [256, False, True, 0, [256], 1]
+
+
+@pytest.mark.standin
+def test_a_stored_winner_that_fails_this_calls_check_is_tuned_again(standin, ctx, tmp_cache):
+    assert _recheck_child()[:2] == [256, True]
+    # here block 256 answers wrongly: its one checking launch fails, the
+    # space is tuned again (256 rejected there too) and 128 stored
+    assert _recheck_child(wrong=256) == [128, True, False, 3, [256, 64, 128, 256, 512], 5]
+    assert _recheck_child() == [128, False, True, 0, [128], 1]
+
+
+@pytest.mark.standin
+def test_the_check_is_keyed_by_how_not_by_the_data(standin, ctx, tmp_cache):
+    x, out, host = _data()
+    ref = [2 * host]
+    k = at._tune_key("dev", [], {"block": [64]}, (), None, at._check_mode(True, [0], ref, 1e-5, 0))
+    other = [np.zeros_like(host)]
+    assert k == at._tune_key(
+        "dev", [], {"block": [64]}, (), None, at._check_mode(True, [0], other, 1e-5, 0)
+    )
+    for mode in (
+        at._check_mode(True, [0], ref, 1e-4, 0),  # another tolerance
+        at._check_mode(True, [0], ref, 1e-5, 1e-3),
+        at._check_mode(True, [0], None, 1e-5, 0),  # the first variant as reference
+        at._check_mode(True, [0], [ref[0].astype(np.float64)], 1e-5, 0),  # another dtype
+        at._check_mode(True, [0], [ref[0][:10]], 1e-5, 0),  # another shape class
+        at._check_mode(True, [0], ref, 1e-5, 0, inplace=[1]),
+        at._check_mode(False, [0], ref, 1e-5, 0),
+    ):
+        assert at._tune_key("dev", [], {"block": [64]}, (), None, mode) != k, mode
+
+
+@pytest.mark.standin
+def test_without_a_reference_the_stored_winner_is_checked_against_the_first_variant(
+    standin, ctx, tmp_cache, monkeypatch
+):
+    x, out, host = _data()
+    checks = []
+    wrong = []
+
+    def played(args, outputs):
+        block = standin.last_launch().block[0]
+        checks.append(block)
+        res = 2 * args[1].get()
+        if block in wrong:
+            res[0] += 1
+        return [res]
+
+    monkeypatch.setattr(at, "_read_outputs", played)
+    times = {(64,): 3.0, (128,): 2.0, (256,): 0.5, (512,): 4.0}
+    t = _tune(x, out, 1000, fake_timer(times, []))
+    assert t.choice == {"block": 256} and checks == [64, 128, 256, 512]
+    at.clear(disk=False)  # as a new process: from the disk
+    checks.clear()
+    _tune(x, out, 1000, lambda r, c: 1 / 0)  # nothing timed: 64 and 256 agree
+    assert checks == [64, 256]
+    checks.clear()
+    wrong.append(256)  # now 256 answers wrongly
+    seen = []
+    t = _tune(x, out, 1000, fake_timer(times, seen))
+    # the reference variant (64, the first that ran), then the winner: they
+    # differ now, so the space is tuned again and 128 wins
+    assert checks[:2] == [64, 256] and t.timed and t.choice == {"block": 128}

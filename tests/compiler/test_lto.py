@@ -432,9 +432,19 @@ def test_libc_header_compiles_under_nvrtc(header):
 
 
 def test_every_shim_is_shipped():
+    from test_headers import C_HEADERS, CXX_HEADERS, NEWER_CCCL  # each compiled there
+
     libc = os.path.join(compiler.KERNEL_DIR, "libc")
-    # and SourceModule's prelude of what nvcc gives implicitly (test_pycuda_compiler_compat)
-    assert sorted(os.listdir(libc)) == sorted(HEADERS + ["pygpu_nvcc.h"])
+    # and SourceModule's prelude of what nvcc gives implicitly
+    # (test_pycuda_compiler_compat), and pygpu_std.h (CCCL's names in std)
+    want = (
+        set(HEADERS)
+        | set(C_HEADERS)
+        | set(CXX_HEADERS)
+        | set(NEWER_CCCL)
+        | {"pygpu_nvcc.h", "pygpu_std.h"}
+    )
+    assert sorted(os.listdir(libc)) == sorted(want)
 
 
 # ---- PyCUDA's remaining names ----

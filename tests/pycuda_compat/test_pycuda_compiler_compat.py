@@ -222,7 +222,7 @@ def _implicit_kernel():
 def test_nvcc_implicit_names_compile(tmp_cache):
     src = _implicit_kernel()
     with pytest.raises(CompileError, match=r'identifier "uint" is undefined'):
-        compiler.compile(src, arch="sm_90", target="ptx")  # NVRTC alone
+        compiler.compile(src, arch="sm_90", target="ptx", nvcc_compat=False)  # NVRTC alone
     ptx = _sm_compile(src)
     assert ".entry k(" in ptx
 
@@ -291,16 +291,18 @@ __global__ void k(uint *o, uint32_t n) { o[0] = (uint)(M_PI * n) + (ushort)INT_M
 
 
 def test_compile_alone_adds_nothing(tmp_cache):
-    # compile() without nvcc_compat compiles the source as NVRTC reads it
+    # compile(nvcc_compat=False) compiles the source as NVRTC reads it
     with pytest.raises(CompileError, match=r'identifier "M_PI" is undefined'):
-        compiler.compile("__global__ void k(double *o) { o[0] = M_PI; }", arch="sm_90")
+        compiler.compile(
+            "__global__ void k(double *o) { o[0] = M_PI; }", arch="sm_90", nvcc_compat=False
+        )
 
 
 def test_prelude_is_in_the_cache_key(tmp_cache, monkeypatch):
     from pygpu import store
 
     src = "__global__ void k(int *o) { o[0] = 1; }"
-    compiler.compile(src, arch="sm_90", target="ptx")
+    compiler.compile(src, arch="sm_90", target="ptx", nvcc_compat=False)
     misses = store.stats["misses"]
     compiler.compile(src, arch="sm_90", target="ptx", nvcc_compat=True)
     assert store.stats["misses"] == misses + 1  # another key
@@ -485,7 +487,7 @@ def test_trailing_align_is_nvccs_under_sourcemodule(tmp_cache):
         + "\n__global__ void k(outer *o) { o->val1 = 1; }\n"
     )
     with pytest.raises(CompileError, match=r'static assertion failed with "sizeof outer"'):
-        compiler.compile(src, arch="sm_90", target="ptx")
+        compiler.compile(src, arch="sm_90", target="ptx", nvcc_compat=False)
     for no_extern_c in (False, True):
         _sm_compile(src, no_extern_c=no_extern_c)
 
@@ -1150,20 +1152,23 @@ def test_pycuda_compile_no_extern_c_mangles(tmp_cache):
 
 def test_pygpu_compile_is_unchanged(tmp_cache):
     """pygpu's own calls keep their meaning: options second, C++ linkage,
-    no implicit names, a Binary."""
+    a Binary; nvcc's implicit names (as SourceModule) unless
+    nvcc_compat=False."""
     src = PYC_SRC.replace("uint", "unsigned")
     b = compiler.compile(src, ["-DVAL=4"], "compute_90", "ptx")
     assert type(b) is compiler.Binary and b.target == "ptx" and b.arch == "compute_90"
     assert ".entry _Z1kPfj(" in b.decode()
     b2 = compiler.compile(src, options="-DVAL=4", arch="sm_90")
     assert type(b2) is compiler.Binary and b2.target == "cubin" and _elf_arch(b2) == 90
+    assert ".entry _Z1kPfj(" in compiler.compile(PYC_SRC, ["-DVAL=4"], "compute_90").decode()
     with pytest.raises(CompileError, match="identifier \"uint\" is undefined"):
-        compiler.compile(PYC_SRC, options=["-DVAL=4"], arch="sm_90")
+        compiler.compile(PYC_SRC, options=["-DVAL=4"], arch="sm_90", nvcc_compat=False)
     import inspect
 
     params = inspect.signature(compiler.compile).parameters
     assert list(params)[:4] == ["source", "options", "arch", "target"]
     assert {n for n, p in params.items() if p.kind is p.KEYWORD_ONLY} == {
+        "compiler",  # the opt-in nvcc back end (both forms of the call)
         "nvcc",
         "keep",
         "no_extern_c",

@@ -2,6 +2,7 @@
 pycuda.characterize (platform_bits, has_stack, has_double_support, sizeof).
 """
 
+from typing import Any
 import sys
 
 import numpy as np
@@ -28,7 +29,7 @@ def has_double_support():
     return _drv.Context.get_device().compute_capability() >= (1, 3)
 
 
-_sizes = {}  # (context, type_name, preamble) -> int
+_sizes: dict[Any, Any] = {}  # (context, type_name, preamble) -> int
 
 
 def sizeof(type_name, preamble=""):

@@ -24,6 +24,7 @@ from the cuRAND host library (libcurand, opened on first use with ctypes;
 no GPU needed for that).
 """
 
+from typing import Any
 import ctypes
 import enum
 import glob
@@ -68,7 +69,7 @@ class CurandNotFoundError(RuntimeError):
 # ---- rand(): Philox, no state ----
 
 _RAND_BLOCK = 256
-_rand_kernels = {}  # context -> {dtype: (Function, numbers per Philox block)}
+_rand_kernels: dict[Any, Any] = {}  # context -> {dtype: (Function, numbers per Philox block)}
 
 
 def _rand_function(dtype):
@@ -458,8 +459,8 @@ class _RandomNumberGeneratorBase:
     generators_per_block threads), in device memory (self.state)."""
 
     has_box_muller = False
-    _kind = None
-    _state_type = None
+    _kind: "str | None" = None
+    _state_type: "str | None" = None
     generator_bits = 32
 
     def __init__(self):

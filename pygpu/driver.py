@@ -6,6 +6,8 @@ loads no CUDA library; the driver is opened on the first call that needs it.
 """
 
 import atexit as _atexit
+from typing import Any as _Any
+from typing import Literal as _Literal
 import enum as _enum
 
 import numpy as _np
@@ -134,7 +136,7 @@ def mem_alloc_like(ary):
     return mem_alloc(_as_array(ary, "mem_alloc_like()").nbytes)
 
 
-def to_device(ary: "object", stream: "Stream | None" = None) -> DeviceAllocation:
+def to_device(ary: _Any, stream: "Stream | None" = None) -> DeviceAllocation:
     """Copy a NumPy array (or any contiguous buffer) to new device memory."""
     mv = memoryview(ary)
     if not mv.contiguous:
@@ -151,7 +153,7 @@ def from_device(
     devptr: "object",
     shape: "int | tuple[int, ...]",
     dtype: "_np.typing.DTypeLike",
-    order: str = "C",
+    order: '_Literal["C", "F"]' = "C",
 ) -> "_np.ndarray":
     """A new NumPy array with the contents of device memory."""
     result = _np.empty(shape, dtype, order=order)
@@ -913,7 +915,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
+def _getattr_linking(name: str) -> _Any:
     # PyCUDA has jit_input_type in pycuda.driver; pygpu's lives with the
     # linking helpers (pygpu.linking imports this module, so: lazily)
     if name == "jit_input_type":
@@ -1091,32 +1093,32 @@ class ManagedAllocation(metaclass=_TypeTest):
 ManagedAllocationOrStub = ManagedAllocation
 
 
+# ndarray's constructor, said outright (NumPy's type gives inspect no
+# signature on Python 3.9)
+def _aligned_host_signature() -> _Any:
+    import inspect
+
+    P = inspect.Parameter
+    return inspect.Signature(
+        [P("shape", P.POSITIONAL_OR_KEYWORD)]
+        + [
+            P(n, P.POSITIONAL_OR_KEYWORD, default=d)
+            for n, d in (
+                ("dtype", float),
+                ("buffer", None),
+                ("offset", 0),
+                ("strides", None),
+                ("order", None),
+            )
+        ]
+    )
+
+
 class AlignedHostAllocation(_np.ndarray):
     """The bytes behind aligned_empty()'s arrays (their .base): ordinary
     host memory, freed when the last array over it dies."""
 
-    # ndarray's constructor, said outright (NumPy's type gives inspect no
-    # signature on Python 3.9)
-    def _sig():
-        import inspect
-
-        P = inspect.Parameter
-        return inspect.Signature(
-            [P("shape", P.POSITIONAL_OR_KEYWORD)]
-            + [
-                P(n, P.POSITIONAL_OR_KEYWORD, default=d)
-                for n, d in (
-                    ("dtype", float),
-                    ("buffer", None),
-                    ("offset", 0),
-                    ("strides", None),
-                    ("order", None),
-                )
-            ]
-        )
-
-    __signature__ = _sig()
-    del _sig
+    __signature__ = _aligned_host_signature()
 
     def free(self):
         """Accepted for PyCUDA's sake; the memory goes with the last array
@@ -1166,10 +1168,10 @@ _ELSEWHERE = {
     "get_curand_version": "pygpu.curandom",
     "direction_vector_set": "pygpu.curandom",
 }
-_getattr_before_elsewhere = __getattr__
+_getattr_before_elsewhere = _getattr_linking
 
 
-def __getattr__(name):  # noqa: F811  (extends the one above)
+def __getattr__(name: str) -> _Any:  # the names above, then jit_input_type
     where = _ELSEWHERE.get(name)
     if where is not None:
         import importlib

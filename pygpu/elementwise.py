@@ -19,6 +19,7 @@ builder behind pygpu.gpuarray's operators (contiguous, strided and
 broadcast operands).
 """
 
+from typing import Any
 import re
 import threading
 
@@ -691,7 +692,7 @@ def _map_source(name, expr, kinds, dtypes, cdtypes, out_dtype, ndim):
     )
 
 
-_map_cache = {}
+_map_cache: dict[Any, Any] = {}
 
 
 def get_map_kernel(name, expr, kinds, dtypes, cdtypes, out_dtype, ndim=0):

@@ -27,6 +27,7 @@ Reductions (sum, dot, vdot, max, min, subset_*) come from pygpu.reduction.
 
 import builtins
 import numbers
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -146,7 +147,7 @@ _create_vector_types()
 
 _BLOCK = 256
 _sm_count = None
-_splay_cache = {}
+_splay_cache: dict[Any, Any] = {}
 
 
 def _sms():
@@ -297,7 +298,7 @@ class ArrayFlags:
         return repr(self)
 
 
-_layouts = {}  # (shape, dtype, order) -> GPUArray._layout(...) of new arrays
+_layouts: "dict[Any, tuple[tuple[int, ...], np.dtype[Any], tuple[int, ...], int, bool, bool]]" = {}  # (shape, dtype, order) -> GPUArray._layout(...) of new arrays
 
 
 def _default_allocator(nbytes):
@@ -343,14 +344,29 @@ class GPUArray:
     __array_priority__ = 100
     __array_ufunc__ = None  # NumPy defers to our reflected operators
 
+    # set in the instance's __dict__ at once (the constructors and _new()):
+    # declared here for type checkers only (no class attribute is made)
+    shape: "tuple[int, ...]"
+    dtype: "np.dtype[Any]"
+    strides: "tuple[int, ...]"
+    size: int
+    mem_size: int
+    nbytes: int
+    itemsize: int
+    allocator: "Callable[[int], Any]"
+    gpudata: Any  # a DeviceAllocation, any object int() makes a pointer of, or None (size 0)
+    base: "object"
+    _c: bool
+    _f: bool
+
     def __init__(
         self,
         shape: "int | tuple[int, ...]",
         dtype: "np.typing.DTypeLike" = np.float64,
-        allocator: "object" = None,
+        allocator: "Callable[[int], Any] | None" = None,
         base: "object" = None,
         gpudata: "object" = None,
-        strides: "object" = None,
+        strides: "Sequence[int] | None" = None,
         order: str = "C",
     ) -> None:
         if strides is None and gpudata is None and base is None:
@@ -360,9 +376,10 @@ class GPUArray:
             # object must be the one remembered)
             tp, dc = shape.__class__, dtype.__class__
             if (
-                tp is int or (tp is tuple and _builtin_all(n.__class__ is int for n in shape))
+                tp is int or (tp is tuple and _builtin_all(n.__class__ is int for n in shape))  # type: ignore[union-attr]
             ) and (dc is type or dc is str or isinstance(dtype, np.dtype)):
-                key = (shape, dtype, order)
+                key: Any = (shape, dtype, order)
+                lay: Any
                 try:
                     lay = _layouts.get(key)
                 except TypeError:  # an unhashable order
@@ -378,7 +395,7 @@ class GPUArray:
                 shape, dtype, strides, size, c, f = lay
                 if allocator is None:
                     allocator = _default_allocator
-                nbytes = size * dtype.itemsize
+                nbytes = size * dtype.itemsize  # type: ignore[union-attr]  # a dtype: _layout() made it
                 self.__dict__.update(
                     {
                         "shape": shape,
@@ -387,7 +404,7 @@ class GPUArray:
                         "size": size,
                         "mem_size": size,
                         "nbytes": nbytes,
-                        "itemsize": dtype.itemsize,
+                        "itemsize": dtype.itemsize,  # type: ignore[union-attr]
                         "allocator": allocator,
                         "gpudata": allocator(nbytes) if size else None,
                         "base": None,
@@ -1475,7 +1492,7 @@ _COMPARISONS = {
     "greater": ">",
     "greater_equal": ">=",
 }
-_types_cache = {}
+_types_cache: dict[Any, Any] = {}
 
 
 def _operand_key(x):
@@ -1595,9 +1612,9 @@ def _expr(op, cdt):
 
 
 # the fast paths: (context, op, operand keys) -> (Function, result dtype, scalar dtype)
-_fast_aa = {}
-_fast_as = {}
-_fast_sa = {}
+_fast_aa: dict[Any, Any] = {}
+_fast_as: dict[Any, Any] = {}
+_fast_sa: dict[Any, Any] = {}
 
 
 def _subclassed(a):
@@ -1723,7 +1740,7 @@ def _conv(ty, comp):
 # op -> its _ArrayOperator (GPUArray.__add__ is _FAST["add"]): the steady
 # state of the operators in C (src/launch/fastops.c; docs/arrays.md, "The
 # operators' fast path"), which learns each kernel from the Python path below
-_FAST = {}
+_FAST: dict[Any, Any] = {}
 
 
 def _operator(op):
@@ -1910,7 +1927,7 @@ def _binary_general(op, x, y, out, stream):
     return _map(op, _expr(op, comp), [x, y], out, stream, res, compute=comp, op=op)
 
 
-_OPERATORS = {}  # op -> the Python path of x <op> y (_operator(op))
+_OPERATORS: dict[Any, Any] = {}  # op -> the Python path of x <op> y (_operator(op))
 
 
 def _install_operators():
@@ -2370,7 +2387,7 @@ def _axpbyz(a, x, b, y, out, stream):
 # ---- creation ----
 
 
-def to_gpu(ary: "object", allocator: "object" = None) -> "GPUArray":
+def to_gpu(ary: "object", allocator: "Callable[[int], Any] | None" = None) -> "GPUArray":
     """A GPUArray with a copy of a NumPy array (its layout kept where dense)."""
     ary = _host_array(ary)
     result = GPUArray(
@@ -2396,7 +2413,7 @@ def to_gpu_async(ary, allocator=None, stream=None):
     return result
 
 
-def _host_array(ary):
+def _host_array(ary: object) -> "np.ndarray[Any, Any]":
     if isinstance(ary, GPUArray):
         raise TypeError("to_gpu() takes a host (NumPy) array, not a GPUArray; use .copy()")
     if not isinstance(ary, np.ndarray):
@@ -2410,7 +2427,7 @@ def _host_array(ary):
 def zeros(
     shape: "int | tuple[int, ...]",
     dtype: "np.typing.DTypeLike" = np.float64,
-    allocator: "object" = None,
+    allocator: "Callable[[int], Any] | None" = None,
     order: str = "C",
 ) -> "GPUArray":
     result = GPUArray(shape, dtype, allocator, order=order)
@@ -2805,7 +2822,10 @@ def logical_not(x, /, out=None, *, allocator=None):
 
 
 def sum(
-    a: "GPUArray", dtype: "object" = None, stream: "object" = None, allocator: "object" = None
+    a: "GPUArray",
+    dtype: "object" = None,
+    stream: "object" = None,
+    allocator: "Callable[[int], Any] | None" = None,
 ) -> "GPUArray":
     from pygpu.reduction import get_sum_kernel
 

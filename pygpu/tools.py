@@ -19,6 +19,7 @@ autotune (pygpu.autotune): compile, check and time the variants of a kernel
 on the caller's arguments and launch the fastest, remembered on disk.
 """
 
+from typing import Any
 import operator
 import threading
 import weakref
@@ -822,7 +823,7 @@ def _split_args(s):
 
 # ---- per-context memoization ----
 
-_context_caches = []
+_context_caches: list[Any] = []
 
 
 def _current_context():

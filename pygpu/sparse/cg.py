@@ -12,6 +12,7 @@ iterations, without stalling the GPU; the true residual b - A x replaces
 the updated one every ``min(n, 50)`` iterations.
 """
 
+from typing import Any
 import numpy as np
 
 import pygpu.driver as drv
@@ -27,7 +28,7 @@ class ConvergenceError(RuntimeError):
     """CG did not reach the tolerance within max_iterations."""
 
 
-_KERNELS = {}
+_KERNELS: dict[Any, Any] = {}
 
 
 def _kernel(key, make):

@@ -19,7 +19,8 @@ builder behind pygpu.gpuarray's operators (contiguous, strided and
 broadcast operands).
 """
 
-from typing import Any
+import builtins
+from typing import TYPE_CHECKING, Any, NoReturn, Sequence
 import re
 import threading
 
@@ -34,6 +35,9 @@ from pygpu.tools import (
     context_dependent_memoize,
     dtype_to_ctype,
 )
+
+if TYPE_CHECKING:  # annotations only (gpuarray imports this module)
+    from pygpu._driver import Function, Stream
 
 __all__ = [
     "ElementwiseKernel",
@@ -180,16 +184,16 @@ def _module(source, options, keep):
 
 
 def get_elwise_module(
-    arguments,
-    operation,
-    name="kernel",
-    keep=False,
-    options=None,
-    preamble="",
-    loop_prep="",
-    after_loop="",
-    restrict=False,
-):
+    arguments: "str | Sequence[Any]",
+    operation: str,
+    name: str = "kernel",
+    keep: bool = False,
+    options: "Sequence[str] | None" = None,
+    preamble: str = "",
+    loop_prep: str = "",
+    after_loop: str = "",
+    restrict: bool = False,
+) -> Any:
     """The SourceModule of an element-wise kernel over i in [0, n); the
     arguments must end with the size n (PyCUDA's layout).  restrict=True
     declares the pointers __restrict__ (the arrays must not overlap) and
@@ -203,16 +207,16 @@ def get_elwise_module(
 
 
 def get_elwise_range_module(
-    arguments,
-    operation,
-    name="kernel",
-    keep=False,
-    options=None,
-    preamble="",
-    loop_prep="",
-    after_loop="",
-    restrict=False,
-):
+    arguments: "str | Sequence[Any]",
+    operation: str,
+    name: str = "kernel",
+    keep: bool = False,
+    options: "Sequence[str] | None" = None,
+    preamble: str = "",
+    loop_prep: str = "",
+    after_loop: str = "",
+    restrict: bool = False,
+) -> Any:
     """The SourceModule of an element-wise kernel over i in range(start,
     stop, step); the arguments must end with start, stop, step."""
     arguments = _parse_arguments(arguments)
@@ -224,15 +228,15 @@ def get_elwise_range_module(
 
 
 def get_elwise_kernel_and_types(
-    arguments,
-    operation,
-    name="kernel",
-    keep=False,
-    options=None,
-    use_range=False,
-    restrict=False,
-    **kwargs,
-):
+    arguments: "str | Sequence[Any]",
+    operation: str,
+    name: str = "kernel",
+    keep: bool = False,
+    options: "Sequence[str] | None" = None,
+    use_range: bool = False,
+    restrict: bool = False,
+    **kwargs: Any,
+) -> Any:
     """(module, prepared Function, arguments with n or start/stop/step
     appended)."""
     arguments = list(_parse_arguments(arguments))
@@ -252,7 +256,14 @@ def get_elwise_kernel_and_types(
     return mod, func, arguments
 
 
-def get_elwise_kernel(arguments, operation, name="kernel", keep=False, options=None, **kwargs):
+def get_elwise_kernel(
+    arguments: "str | Sequence[Any]",
+    operation: str,
+    name: str = "kernel",
+    keep: bool = False,
+    options: "Sequence[str] | None" = None,
+    **kwargs: Any,
+) -> Any:
     """A prepared Function running operation for each i < n; call it with
     func.prepared_async_call(grid, block, stream, *args, n)."""
     return get_elwise_kernel_and_types(arguments, operation, name, keep, options, **kwargs)[1]
@@ -347,17 +358,17 @@ class ElementwiseKernel:
 
     def __init__(
         self,
-        arguments,
-        operation,
-        name="kernel",
-        keep=False,
-        options=None,
-        preamble="",
-        loop_prep="",
-        after_loop="",
+        arguments: "str | Sequence[Any]",
+        operation: str,
+        name: str = "kernel",
+        keep: bool = False,
+        options: "Sequence[str] | None" = None,
+        preamble: str = "",
+        loop_prep: str = "",
+        after_loop: str = "",
         *,
-        restrict=True,
-    ):
+        restrict: bool = True,
+    ) -> None:
         self.arguments = _parse_arguments(arguments)
         if not any(isinstance(a, VectorArg) for a in self.arguments):
             raise ValueError("ElementwiseKernel needs at least one array (pointer) argument")
@@ -371,17 +382,17 @@ class ElementwiseKernel:
         }
         self.keep = keep
         self.options = tuple(options) if isinstance(options, list) else options
-        self._funcs = {}
+        self._funcs: "dict[Any, Any]" = {}
         self._plan = None
         self._config = (-1, None, None)  # (n, grid, block) of the last call
         # restrict=False: always the plain kernel (for memory the operation
         # reaches other than through its array arguments)
         self._restrict_ok = bool(restrict) and _restrict_allowed(operation)
 
-    def generate_stride_kernel_and_types(self, use_range):
+    def generate_stride_kernel_and_types(self, use_range: bool) -> Any:
         return self._kernel_and_types(use_range, False)
 
-    def get_texref(self, name, use_range=False):
+    def get_texref(self, name: str, use_range: bool = False) -> "NoReturn":
         """PyCUDA's texture references: gone since CUDA 12 (LogicError, as
         SourceModule.get_texref)."""
         from pygpu import compiler, driver
@@ -415,7 +426,7 @@ class ElementwiseKernel:
             self._funcs[key] = found
         return found
 
-    def get_function(self, use_range=False):
+    def get_function(self, use_range: bool = False) -> "Function":
         """The prepared Function (compiled on first use)."""
         return self.generate_stride_kernel_and_types(use_range)[1]
 
@@ -500,7 +511,13 @@ class ElementwiseKernel:
             func.prepared_async_call(cfg[1], cfg[2], stream, *inv, n)
         return True
 
-    def __call__(self, *args, range=None, slice=None, stream=None):
+    def __call__(
+        self,
+        *args: Any,
+        range: Any = None,
+        slice: "builtins.slice | None" = None,
+        stream: "Stream | None" = None,
+    ) -> None:
         if range is None and slice is None and self._fast_call(args, stream):
             return
         from pygpu.gpuarray import GPUArray, asarray, splay
@@ -522,7 +539,7 @@ class ElementwiseKernel:
 
         inv = []
         spans = []  # (start, end) of each array argument's bytes
-        first = None
+        first: Any = None
         arrays = []
         for arg, descr in zip(args, self.arguments):
             if isinstance(descr, VectorArg):
@@ -721,7 +738,7 @@ def map_source(name, expr, kinds, dtypes, cdtypes, out_dtype, ndim=0):
     return _map_source("pygpu_" + name, expr, kinds, dtypes, cdtypes, out_dtype, ndim)
 
 
-def clear_caches():
+def clear_caches() -> None:
     _map_cache.clear()
 
 

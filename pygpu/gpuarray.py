@@ -27,7 +27,7 @@ Reductions (sum, dot, vdot, max, min, subset_*) come from pygpu.reduction.
 
 import builtins
 import numbers
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
@@ -162,7 +162,7 @@ def _sms():
     return _sm_count
 
 
-def splay(n, dev=None):
+def splay(n: int, dev: Any = None) -> "tuple[tuple[int, int], tuple[int, int, int]]":
     """(grid, block) for a grid-stride loop over n elements: 256 threads a
     block, at most 32 blocks per multiprocessor (the loop covers the rest).
     The multiprocessor count is read once per process: any grid is correct,
@@ -269,7 +269,7 @@ def _normalize_shape(shape):
     return tuple(out)
 
 
-def _check_dtype(dtype):
+def _check_dtype(dtype: Any) -> "np.dtype[Any]":
     dtype = np.dtype(dtype)
     if dtype.hasobject:
         raise TypeError(
@@ -285,7 +285,7 @@ class ArrayFlags:
 
     __slots__ = ("c_contiguous", "f_contiguous", "forc")
 
-    def __init__(self, ary):
+    def __init__(self, ary: "GPUArray") -> None:
         self.c_contiguous = ary._c
         self.f_contiguous = ary._f
         self.forc = ary._c or ary._f
@@ -494,15 +494,15 @@ class GPUArray:
     # ---- metadata ----
 
     @property
-    def ndim(self):
+    def ndim(self) -> int:
         return len(self.shape)
 
     @property
-    def flags(self):
+    def flags(self) -> "ArrayFlags":
         return ArrayFlags(self)
 
     @property
-    def ptr(self):
+    def ptr(self) -> int:
         """The device address of element 0 (an int)."""
         return 0 if self.gpudata is None else int(self.gpudata)
 
@@ -518,15 +518,15 @@ class GPUArray:
     def _dense(self):
         return self._c or self._f or _is_dense(self.shape, self.strides, self.itemsize)
 
-    def __len__(self):
+    def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of unsized object")
         return self.shape[0]
 
-    def __hash__(self):
+    def __hash__(self) -> NoReturn:  # type: ignore[override]
         raise TypeError("GPUArrays are not hashable.")
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         if self.size != 1:
             raise ValueError(
                 "The truth value of an array with more than one element is "
@@ -534,7 +534,7 @@ class GPUArray:
             )
         return bool(self.get().reshape(())[()])
 
-    def __str__(self):
+    def __str__(self) -> str:
         return str(self.get())
 
     def __repr__(self):
@@ -543,13 +543,13 @@ class GPUArray:
         # doctests that print a repr show the same text on both
         return repr(self.get())
 
-    def __reduce__(self):
+    def __reduce__(self) -> Any:
         return (to_gpu, (self.get(),))
 
     # ---- interop ----
 
     @property
-    def __cuda_array_interface__(self):
+    def __cuda_array_interface__(self) -> "dict[str, Any]":
         # as PyCUDA: explicit strides, and "stream": None (pygpu's own work is
         # on the legacy default stream, which every blocking stream, CuPy's
         # and PyTorch's defaults included, is ordered against).  A view of
@@ -572,10 +572,12 @@ class GPUArray:
             cai["descr"] = self.dtype.descr
         return cai
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> "tuple[int, int]":
         return _dlpack_device(self)
 
-    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+    def __dlpack__(
+        self, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None
+    ) -> Any:
         from pygpu import _dlpack
 
         return _dlpack.export(self, stream, max_version, dl_device, copy)
@@ -608,7 +610,7 @@ class GPUArray:
         if self.size:
             _copy_h2d(self, ary, async_, stream)
 
-    def set_async(self, ary, stream=None):
+    def set_async(self, ary: Any, stream: "drv.Stream | None" = None) -> None:
         return self.set(ary, async_=True, stream=stream)
 
     def get(
@@ -665,10 +667,12 @@ class GPUArray:
             _copy_d2h(ary, self, async_, stream)
         return ary
 
-    def get_async(self, stream=None, ary=None):
+    def get_async(
+        self, stream: "drv.Stream | None" = None, ary: "np.ndarray | None" = None
+    ) -> "np.ndarray":
         return self.get(ary=ary, async_=True, stream=stream)
 
-    def copy(self):
+    def copy(self) -> "GPUArray":
         """A new array with the same contents (and layout, where dense)."""
         strides = _compact_strides(self.shape, self.strides, self.itemsize) if self._dense else None
         new = GPUArray(self.shape, self.dtype, self.allocator, strides=strides)
@@ -730,119 +734,127 @@ class GPUArray:
     # the seven arithmetic operators below, their reflected and in-place
     # forms are replaced, under the class, by _ArrayOperators (C: one call a
     # + b; issue 27) that fall back to these (_install_operators)
-    def __add__(self, other):
+    def __add__(self, other: Any) -> "GPUArray":
         return _binary("add", self, other)
 
-    def __radd__(self, other):
+    def __radd__(self, other: Any) -> "GPUArray":
         return _binary("add", other, self)
 
-    def __sub__(self, other):
+    def __sub__(self, other: Any) -> "GPUArray":
         return _binary("subtract", self, other)
 
-    def __rsub__(self, other):
+    def __rsub__(self, other: Any) -> "GPUArray":
         return _binary("subtract", other, self)
 
-    def __mul__(self, other):
+    def __mul__(self, other: Any) -> "GPUArray":
         return _binary("multiply", self, other)
 
-    def __rmul__(self, other):
+    def __rmul__(self, other: Any) -> "GPUArray":
         return _binary("multiply", other, self)
 
-    def __truediv__(self, other):
+    def __truediv__(self, other: Any) -> "GPUArray":
         return _binary("true_divide", self, other)
 
-    def __rtruediv__(self, other):
+    def __rtruediv__(self, other: Any) -> "GPUArray":
         return _binary("true_divide", other, self)
 
     __div__, __rdiv__ = __truediv__, __rtruediv__
 
-    def __floordiv__(self, other):
+    def __floordiv__(self, other: Any) -> "GPUArray":
         return _binary("floor_divide", self, other)
 
-    def __rfloordiv__(self, other):
+    def __rfloordiv__(self, other: Any) -> "GPUArray":
         return _binary("floor_divide", other, self)
 
-    def __mod__(self, other):
+    def __mod__(self, other: Any) -> "GPUArray":
         return _binary("remainder", self, other)
 
-    def __rmod__(self, other):
+    def __rmod__(self, other: Any) -> "GPUArray":
         return _binary("remainder", other, self)
 
-    def __pow__(self, other):
+    def __pow__(self, other: Any) -> "GPUArray":
         return _binary("power", self, other)
 
-    def __rpow__(self, other):
+    def __rpow__(self, other: Any) -> "GPUArray":
         return _binary("power", other, self)
 
-    def __iadd__(self, other):
+    def __iadd__(self, other: Any) -> "GPUArray":
         return _binary("add", self, other, out=self)
 
-    def __isub__(self, other):
+    def __isub__(self, other: Any) -> "GPUArray":
         return _binary("subtract", self, other, out=self)
 
-    def __imul__(self, other):
+    def __imul__(self, other: Any) -> "GPUArray":
         return _binary("multiply", self, other, out=self)
 
-    def __itruediv__(self, other):
+    def __itruediv__(self, other: Any) -> "GPUArray":
         return _binary("true_divide", self, other, out=self)
 
     __idiv__ = __itruediv__
 
-    def __ifloordiv__(self, other):
+    def __ifloordiv__(self, other: Any) -> "GPUArray":
         return _binary("floor_divide", self, other, out=self)
 
-    def __imod__(self, other):
+    def __imod__(self, other: Any) -> "GPUArray":
         return _binary("remainder", self, other, out=self)
 
-    def __ipow__(self, other):
+    def __ipow__(self, other: Any) -> "GPUArray":
         return _binary("power", self, other, out=self)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> "GPUArray":  # type: ignore[override]
         return _binary("equal", self, other)
 
-    def __ne__(self, other):
+    def __ne__(self, other: object) -> "GPUArray":  # type: ignore[override]
         return _binary("not_equal", self, other)
 
-    def __lt__(self, other):
+    def __lt__(self, other: Any) -> "GPUArray":
         return _binary("less", self, other)
 
-    def __le__(self, other):
+    def __le__(self, other: Any) -> "GPUArray":
         return _binary("less_equal", self, other)
 
-    def __gt__(self, other):
+    def __gt__(self, other: Any) -> "GPUArray":
         return _binary("greater", self, other)
 
-    def __ge__(self, other):
+    def __ge__(self, other: Any) -> "GPUArray":
         return _binary("greater_equal", self, other)
 
-    def __neg__(self):
+    def __neg__(self) -> "GPUArray":
         return _unary("negative", self)
 
-    def __pos__(self):
+    def __pos__(self) -> "GPUArray":
         return self
 
-    def __abs__(self):
+    def __abs__(self) -> "GPUArray":
         return _unary("absolute", self)
 
-    def __invert__(self):
+    def __invert__(self) -> "GPUArray":
         return _unary("invert", self)
 
-    def __and__(self, other):
+    def __and__(self, other: Any) -> "GPUArray":
         return _binary("bitwise_and", self, other)
 
     __rand__ = __and__
 
-    def __or__(self, other):
+    def __or__(self, other: Any) -> "GPUArray":
         return _binary("bitwise_or", self, other)
 
     __ror__ = __or__
 
-    def __xor__(self, other):
+    def __xor__(self, other: Any) -> "GPUArray":
         return _binary("bitwise_xor", self, other)
 
     __rxor__ = __xor__
 
-    def mul_add(self, selffac, other, otherfac, add_timer=None, stream=None, out=None):
+    def mul_add(
+        self,
+        selffac: Any,
+        other: "GPUArray",
+        otherfac: Any,
+        add_timer: Any = None,
+        stream: "drv.Stream | None" = None,
+        out: "GPUArray | None" = None,
+    ) -> "GPUArray":
         """selffac * self + otherfac * other in one kernel."""
         return _axpbyz(selffac, self, otherfac, other, out, stream)
 
@@ -859,7 +871,7 @@ class GPUArray:
             _result_dtype("multiply", self, selffac) if out is None else out.dtype,
         )
 
-    def fill(self, value, stream=None):
+    def fill(self, value: Any, stream: "drv.Stream | None" = None) -> "GPUArray":
         """Set every element to value; returns self."""
         if self.size:
             _map("fill", "{0}", [value], self, stream, self.dtype, scalar_dtypes=[self.dtype])
@@ -867,7 +879,7 @@ class GPUArray:
             elementwise._scalar_value(value, self.dtype, "fill: the value")
         return self
 
-    def reverse(self, stream=None):
+    def reverse(self, stream: "drv.Stream | None" = None) -> "GPUArray":
         """The array reversed, taken as one-dimensional (contiguous only)."""
         if not self.flags.forc:
             raise RuntimeError("only contiguous arrays may be used as arguments to this operation")
@@ -880,7 +892,9 @@ class GPUArray:
             )
         return result
 
-    def astype(self, dtype, stream=None):
+    def astype(
+        self, dtype: "np.typing.DTypeLike", stream: "drv.Stream | None" = None
+    ) -> "GPUArray":
         """A copy converted to dtype."""
         dtype = _check_dtype(dtype)
         if dtype == self.dtype:
@@ -892,22 +906,37 @@ class GPUArray:
             )
         return _map("astype", "{0}", [self], out, stream, dtype)
 
-    def any(self, stream=None, allocator=None):
+    def any(
+        self, stream: "drv.Stream | None" = None, allocator: "Callable[[int], Any] | None" = None
+    ) -> "GPUArray":
         return any(self, stream=stream, allocator=allocator)
 
-    def all(self, stream=None, allocator=None):
+    def all(
+        self, stream: "drv.Stream | None" = None, allocator: "Callable[[int], Any] | None" = None
+    ) -> "GPUArray":
         return all(self, stream=stream, allocator=allocator)
 
-    def sum(self, dtype=None, stream=None, allocator=None):
+    def sum(
+        self,
+        dtype: "np.typing.DTypeLike | None" = None,
+        stream: "drv.Stream | None" = None,
+        allocator: "Callable[[int], Any] | None" = None,
+    ) -> "GPUArray":
         return sum(self, dtype=dtype, stream=stream, allocator=allocator)
 
-    def max(self, stream=None):
+    def max(self, stream: "drv.Stream | None" = None) -> "GPUArray":
         return max(self, stream=stream)
 
-    def min(self, stream=None):
+    def min(self, stream: "drv.Stream | None" = None) -> "GPUArray":
         return min(self, stream=stream)
 
-    def dot(self, other, dtype=None, stream=None, allocator=None):
+    def dot(
+        self,
+        other: "GPUArray",
+        dtype: "np.typing.DTypeLike | None" = None,
+        stream: "drv.Stream | None" = None,
+        allocator: "Callable[[int], Any] | None" = None,
+    ) -> "GPUArray":
         return dot(self, other, dtype=dtype, stream=stream, allocator=allocator)
 
     # ---- views ----
@@ -936,7 +965,7 @@ class GPUArray:
             _is_f(shape, strides, dtype.itemsize),
         )
 
-    def reshape(self, *shape, order="C"):
+    def reshape(self, *shape: Any, order: str = "C") -> "GPUArray":
         """The same elements in a new shape: a view where the layout allows,
         else a copy (NumPy's semantics)."""
         if len(shape) == 1 and not isinstance(shape[0], (numbers.Integral, np.integer)):
@@ -975,10 +1004,10 @@ class GPUArray:
             return self
         return src._view(shape, strides)
 
-    def ravel(self, order="C"):
+    def ravel(self, order: str = "C") -> "GPUArray":
         return self.reshape(self.size, order=order)
 
-    def view(self, dtype=None):
+    def view(self, dtype: "np.typing.DTypeLike | None" = None) -> "GPUArray":
         """The same memory seen as another dtype (the fastest-varying axis
         rescaled when the item size changes)."""
         if dtype is None:
@@ -1008,11 +1037,11 @@ class GPUArray:
         strides[axis] = new
         return self._view(tuple(shape), tuple(strides), dtype=dtype)
 
-    def squeeze(self):
+    def squeeze(self) -> "GPUArray":
         keep = [k for k, n in enumerate(self.shape) if n != 1]
         return self._view(tuple(self.shape[k] for k in keep), tuple(self.strides[k] for k in keep))
 
-    def transpose(self, axes=None):
+    def transpose(self, axes: Any = None) -> "GPUArray":
         """A view with the axes permuted (reversed by default)."""
         if axes is None:
             axes = tuple(range(self.ndim - 1, -1, -1))
@@ -1022,15 +1051,15 @@ class GPUArray:
         return self._view(tuple(self.shape[a] for a in axes), tuple(self.strides[a] for a in axes))
 
     @property
-    def T(self):  # noqa: N802
+    def T(self) -> "GPUArray":  # noqa: N802
         return self.transpose()
 
-    def swapaxes(self, axis1, axis2):
+    def swapaxes(self, axis1: int, axis2: int) -> "GPUArray":
         axes = list(range(self.ndim))
         axes[axis1], axes[axis2] = axes[axis2], axes[axis1]
         return self.transpose(axes)
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: Any) -> "GPUArray":
         if not isinstance(index, tuple):
             index = (index,)
         for e in index:
@@ -1092,7 +1121,7 @@ class GPUArray:
             axis += 1
         return self._view(tuple(shape), tuple(strides), offset)
 
-    def __setitem__(self, index, value):
+    def __setitem__(self, index: Any, value: Any) -> None:
         dest = self[index]
         if isinstance(value, GPUArray) or hasattr(value, "__cuda_array_interface__"):
             value = asarray(value)
@@ -1111,7 +1140,7 @@ class GPUArray:
     # ---- complex parts ----
 
     @property
-    def real(self):
+    def real(self) -> "GPUArray":
         """The real part (a new array for complex dtypes, self otherwise)."""
         if self.dtype.kind != "c":
             return self
@@ -1124,7 +1153,7 @@ class GPUArray:
         return _map("real", "pygpu::real({0})", [self], out, None, rdt, compute=self.dtype)
 
     @property
-    def imag(self):
+    def imag(self) -> "GPUArray":
         """The imaginary part (a new array; zeros for real dtypes)."""
         if self.dtype.kind != "c":
             return zeros_like(self)
@@ -1136,7 +1165,7 @@ class GPUArray:
         )
         return _map("imag", "pygpu::imag({0})", [self], out, None, rdt, compute=self.dtype)
 
-    def conj(self, out=None):
+    def conj(self, out: "GPUArray | None" = None) -> "GPUArray":
         """The complex conjugate (self for real dtypes, unless out= is given)."""
         if self.dtype.kind != "c":
             if out is None:
@@ -1152,7 +1181,7 @@ class GPUArray:
     conjugate = conj
 
     # PyCUDA's texture binding: texture references are gone since CUDA 12
-    def bind_to_texref(self, texref, allow_offset=False):
+    def bind_to_texref(self, texref: Any, allow_offset: bool = False) -> "NoReturn":
         raise NotImplementedError(
             "texture references were removed in CUDA 12; pass the "
             "array as a pointer (or use a texture object)"
@@ -2400,7 +2429,9 @@ def to_gpu(ary: "object", allocator: "Callable[[int], Any] | None" = None) -> "G
     return result
 
 
-def to_gpu_async(ary, allocator=None, stream=None):
+def to_gpu_async(
+    ary: object, allocator: "Callable[[int], Any] | None" = None, stream: "drv.Stream | None" = None
+) -> "GPUArray":
     """to_gpu() with the copy enqueued on stream (page-locked ary for overlap)."""
     ary = _host_array(ary)
     result = GPUArray(
@@ -2436,7 +2467,12 @@ def zeros(
     return result
 
 
-def ones(shape, dtype=np.float64, allocator=None, order="C"):
+def ones(
+    shape: "int | tuple[int, ...]",
+    dtype: "np.typing.DTypeLike" = np.float64,
+    allocator: "Callable[[int], Any] | None" = None,
+    order: str = "C",
+) -> "GPUArray":
     result = GPUArray(shape, dtype, allocator, order=order)
     return result.fill(np.ones((), result.dtype)[()])
 
@@ -2489,12 +2525,14 @@ def zeros_like(
     return result
 
 
-def ones_like(other_ary, dtype=None, order="K"):
+def ones_like(
+    other_ary: "GPUArray", dtype: "np.typing.DTypeLike | None" = None, order: str = "K"
+) -> "GPUArray":
     result = _like(other_ary, dtype, order)
     return result.fill(np.ones((), result.dtype)[()])
 
 
-def arange(*args, **kwargs):
+def arange(*args: Any, **kwargs: Any) -> "GPUArray":
     """Evenly spaced values in [start, stop) (numpy.arange's arguments)."""
     dtype = kwargs.pop("dtype", None)
     stream = kwargs.pop("stream", None)
@@ -2547,7 +2585,12 @@ def arange(*args, **kwargs):
 # ---- indexing helpers ----
 
 
-def take(a, indices, out=None, stream=None):
+def take(
+    a: "GPUArray",
+    indices: "GPUArray",
+    out: "GPUArray | None" = None,
+    stream: "drv.Stream | None" = None,
+) -> "GPUArray":
     """a[indices] for a 1-D index array (indices are not bounds-checked)."""
     if not isinstance(a, GPUArray) or not isinstance(indices, GPUArray):
         raise TypeError("take() takes GPUArrays")
@@ -2575,7 +2618,12 @@ def take(a, indices, out=None, stream=None):
     return out
 
 
-def multi_take(arrays, indices, out=None, stream=None):
+def multi_take(
+    arrays: "Sequence[GPUArray]",
+    indices: "GPUArray",
+    out: "Sequence[GPUArray | None] | None" = None,
+    stream: "drv.Stream | None" = None,
+) -> "list[GPUArray]":
     """[take(a, indices) for a in arrays]."""
     if out is None:
         out = [None] * len(arrays)
@@ -2584,7 +2632,13 @@ def multi_take(arrays, indices, out=None, stream=None):
     return [take(a, indices, o, stream) for a, o in zip(arrays, out)]
 
 
-def multi_put(arrays, dest_indices, dest_shape=None, out=None, stream=None):
+def multi_put(
+    arrays: "Sequence[GPUArray]",
+    dest_indices: "GPUArray",
+    dest_shape: Any = None,
+    out: "Sequence[GPUArray] | None" = None,
+    stream: "drv.Stream | None" = None,
+) -> "Sequence[GPUArray]":
     """out[k][dest_indices] = arrays[k]."""
     if not arrays:
         return []
@@ -2609,8 +2663,14 @@ def multi_put(arrays, dest_indices, dest_shape=None, out=None, stream=None):
 
 
 def multi_take_put(
-    arrays, dest_indices, src_indices, dest_shape=None, out=None, stream=None, src_offsets=None
-):
+    arrays: "Sequence[GPUArray]",
+    dest_indices: "GPUArray",
+    src_indices: "GPUArray",
+    dest_shape: Any = None,
+    out: "Sequence[GPUArray] | None" = None,
+    stream: "drv.Stream | None" = None,
+    src_offsets: Any = None,
+) -> "Sequence[GPUArray]":
     """out[k][dest_indices] = arrays[k][src_indices + src_offsets[k]]."""
     if not arrays:
         return []
@@ -2651,7 +2711,9 @@ def multi_take_put(
 # ---- shape manipulation ----
 
 
-def concatenate(arrays, axis=0, allocator=None):
+def concatenate(
+    arrays: "Sequence[GPUArray]", axis: int = 0, allocator: "Callable[[int], Any] | None" = None
+) -> "GPUArray":
     """Join arrays along an existing axis."""
     arrays = list(arrays)
     if not arrays:
@@ -2683,7 +2745,9 @@ def concatenate(arrays, axis=0, allocator=None):
     return result
 
 
-def stack(arrays, axis=0, allocator=None):
+def stack(
+    arrays: "Sequence[GPUArray]", axis: int = 0, allocator: "Callable[[int], Any] | None" = None
+) -> "GPUArray":
     """Join arrays along a new axis."""
     arrays = list(arrays)
     if not arrays:
@@ -2706,23 +2770,35 @@ def stack(arrays, axis=0, allocator=None):
     return result
 
 
-def transpose(a, axes=None):
+def transpose(a: "GPUArray", axes: Any = None) -> "GPUArray":
     return a.transpose(axes)
 
 
-def reshape(a, *shape, **kwargs):
+def reshape(a: "GPUArray", *shape: Any, **kwargs: Any) -> "GPUArray":
     return a.reshape(*shape, **kwargs)
 
 
 # ---- conditionals and binary functions ----
 
 
-def if_positive(criterion, then_, else_, out=None, stream=None):
+def if_positive(
+    criterion: "GPUArray",
+    then_: Any,
+    else_: Any,
+    out: "GPUArray | None" = None,
+    stream: "drv.Stream | None" = None,
+) -> "GPUArray":
     """then_ where criterion > 0, else else_."""
     return _select(">", criterion, then_, else_, out, stream, "if_positive")
 
 
-def where(criterion, then_, else_, out=None, stream=None):
+def where(
+    criterion: "GPUArray",
+    then_: Any,
+    else_: Any,
+    out: "GPUArray | None" = None,
+    stream: "drv.Stream | None" = None,
+) -> "GPUArray":
     """then_ where criterion != 0, else else_ (numpy.where with three
     arguments; scalars and broadcasting allowed)."""
     return _select("!=", criterion, then_, else_, out, stream, "where")
@@ -2766,8 +2842,10 @@ def _select(cmp, crit, then_, else_, out, stream, name):
     )
 
 
-def _make_minmax(which):
-    def f(a, b, out=None, stream=None):
+def _make_minmax(which: str) -> "Callable[..., GPUArray]":
+    def f(
+        a: Any, b: Any, out: "GPUArray | None" = None, stream: "drv.Stream | None" = None
+    ) -> "GPUArray":
         if not isinstance(a, GPUArray) and not isinstance(b, GPUArray):
             raise TypeError("%s needs at least one GPUArray" % which)
         return _function_result(which, _binary(which, a, b, out=out, stream=stream), a, b)
@@ -2802,15 +2880,31 @@ def _function_result(op, result, a, b):
     return result
 
 
-def logical_and(x1, x2, /, out=None, *, allocator=None):
+def logical_and(
+    x1: Any,
+    x2: Any,
+    /,
+    out: "GPUArray | None" = None,
+    *,
+    allocator: "Callable[[int], Any] | None" = None,
+) -> "GPUArray":
     return _logical("logical_and", x1, x2, out, allocator)
 
 
-def logical_or(x1, x2, /, out=None, *, allocator=None):
+def logical_or(
+    x1: Any,
+    x2: Any,
+    /,
+    out: "GPUArray | None" = None,
+    *,
+    allocator: "Callable[[int], Any] | None" = None,
+) -> "GPUArray":
     return _logical("logical_or", x1, x2, out, allocator)
 
 
-def logical_not(x, /, out=None, *, allocator=None):
+def logical_not(
+    x: Any, /, out: "GPUArray | None" = None, *, allocator: "Callable[[int], Any] | None" = None
+) -> "GPUArray":
     if np.isscalar(x):
         r = empty((), np.bool_, allocator=allocator) if out is None else out
         r.fill(np.logical_not(x))
@@ -2833,21 +2927,35 @@ def sum(
     return krnl(a, stream=stream, allocator=allocator)
 
 
-def any(a, stream=None, allocator=None):
+def any(
+    a: "GPUArray",
+    stream: "drv.Stream | None" = None,
+    allocator: "Callable[[int], Any] | None" = None,
+) -> "GPUArray":
     from pygpu.reduction import get_any_kernel
 
     krnl = get_any_kernel(np.dtype(bool), a.dtype)
     return krnl(a, stream=stream, allocator=allocator)
 
 
-def all(a, stream=None, allocator=None):
+def all(
+    a: "GPUArray",
+    stream: "drv.Stream | None" = None,
+    allocator: "Callable[[int], Any] | None" = None,
+) -> "GPUArray":
     from pygpu.reduction import get_all_kernel
 
     krnl = get_all_kernel(np.dtype(bool), a.dtype)
     return krnl(a, stream=stream, allocator=allocator)
 
 
-def subset_sum(subset, a, dtype=None, stream=None, allocator=None):
+def subset_sum(
+    subset: "GPUArray",
+    a: "GPUArray",
+    dtype: "np.typing.DTypeLike | None" = None,
+    stream: "drv.Stream | None" = None,
+    allocator: "Callable[[int], Any] | None" = None,
+) -> "GPUArray":
     from pygpu.reduction import get_subset_sum_kernel
 
     krnl = get_subset_sum_kernel(dtype, subset.dtype, a.dtype)
@@ -2882,7 +2990,13 @@ def _dot_operands(what, a, b, allocator):
     return a, _in_order_of(b, a, allocator)
 
 
-def dot(a, b, dtype=None, stream=None, allocator=None):
+def dot(
+    a: "GPUArray",
+    b: "GPUArray",
+    dtype: "np.typing.DTypeLike | None" = None,
+    stream: "drv.Stream | None" = None,
+    allocator: "Callable[[int], Any] | None" = None,
+) -> "GPUArray":
     from pygpu.reduction import get_dot_kernel
 
     a, b = _dot_operands("dot()", a, b, allocator)
@@ -2892,7 +3006,13 @@ def dot(a, b, dtype=None, stream=None, allocator=None):
     return krnl(a, b, stream=stream, allocator=allocator)
 
 
-def vdot(a, b, dtype=None, stream=None, allocator=None):
+def vdot(
+    a: "GPUArray",
+    b: "GPUArray",
+    dtype: "np.typing.DTypeLike | None" = None,
+    stream: "drv.Stream | None" = None,
+    allocator: "Callable[[int], Any] | None" = None,
+) -> "GPUArray":
     from pygpu.reduction import get_dot_kernel
 
     a, b = _dot_operands("vdot()", a, b, allocator)
@@ -2902,15 +3022,22 @@ def vdot(a, b, dtype=None, stream=None, allocator=None):
     return krnl(a, b, stream=stream, allocator=allocator)
 
 
-def subset_dot(subset, a, b, dtype=None, stream=None, allocator=None):
+def subset_dot(
+    subset: "GPUArray",
+    a: "GPUArray",
+    b: "GPUArray",
+    dtype: "np.typing.DTypeLike | None" = None,
+    stream: "drv.Stream | None" = None,
+    allocator: "Callable[[int], Any] | None" = None,
+) -> "GPUArray":
     from pygpu.reduction import get_subset_dot_kernel
 
     krnl = get_subset_dot_kernel(dtype, subset.dtype, a.dtype, b.dtype)
     return krnl(subset, a, b, stream=stream, allocator=allocator)
 
 
-def _make_minmax_reduction(what):
-    def f(a, stream=None):
+def _make_minmax_reduction(what: str) -> "Callable[..., GPUArray]":
+    def f(a: "GPUArray", stream: "drv.Stream | None" = None) -> "GPUArray":
         from pygpu.reduction import get_minmax_kernel
 
         krnl = get_minmax_kernel(what, a.dtype)
@@ -2925,8 +3052,8 @@ max = _make_minmax_reduction("max")
 min = _make_minmax_reduction("min")
 
 
-def _make_subset_minmax_reduction(what):
-    def f(subset, a, stream=None):
+def _make_subset_minmax_reduction(what: str) -> "Callable[..., GPUArray]":
+    def f(subset: "GPUArray", a: "GPUArray", stream: "drv.Stream | None" = None) -> "GPUArray":
         from pygpu.reduction import get_subset_minmax_kernel
 
         krnl = get_subset_minmax_kernel(what, a.dtype, subset.dtype)
@@ -2945,7 +3072,7 @@ subset_min = _make_subset_minmax_reduction("min")
 _CAI_STREAM_LEGACY, _CAI_STREAM_PER_THREAD = 1, 2
 
 
-def asarray(obj, dtype=None):
+def asarray(obj: object, dtype: "np.typing.DTypeLike | None" = None) -> "GPUArray":
     """A GPUArray over obj's device memory, without copying: obj is a
     GPUArray, or has __cuda_array_interface__ (CuPy, PyTorch, Numba, ...)
     or __dlpack__.  The GPUArray keeps obj alive (its .base)."""

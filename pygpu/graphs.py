@@ -39,6 +39,12 @@ from pygpu._driver import (  # noqa: F401  (re-exported API)
 import functools
 import inspect
 import threading
+from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, TypeVar, overload
+
+if TYPE_CHECKING:
+    from pygpu._driver import Stream
+
+_R = TypeVar("_R")
 
 __all__ = [
     "CONDITIONAL_PREAMBLE",
@@ -70,17 +76,20 @@ class Capture:
     """What capture_graph() yields: .stream, and .graph once the block ended."""
 
     __slots__ = ("stream", "graph", "mode")
+    stream: "Stream"
+    graph: "Graph | None"
+    mode: "capture_mode | int"
 
-    def __init__(self, stream, mode):
+    def __init__(self, stream: "Stream", mode: "capture_mode | int") -> None:
         self.stream = stream
         self.mode = mode
         self.graph = None
 
-    def __enter__(self):
+    def __enter__(self) -> "Capture":
         self.stream.begin_capture(mode=self.mode)
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> "Literal[False]":
         if exc_type is None:
             self.graph = self.stream.end_capture()
             return False
@@ -92,11 +101,11 @@ class Capture:
             pass
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<pygpu.graphs.Capture on %r: %r>" % (self.stream, self.graph)
 
 
-def capture_graph(stream, mode=capture_mode.GLOBAL):
+def capture_graph(stream: "Stream", mode: "capture_mode | int" = capture_mode.GLOBAL) -> "Capture":
     """Capture the work queued on stream inside a with block into a Graph.
 
     with capture_graph(s) as cap: ...; then cap.graph.  Inside the block the
@@ -147,23 +156,29 @@ class _Entry:
     __slots__ = ("inputs", "exe", "outputs", "graph")
 
 
-class CapturedFunction:
+class CapturedFunction(Generic[_R]):
     """What captured(fn) returns: call it as fn.  See captured()."""
 
-    def __init__(self, fn, stream=None, mode=capture_mode.GLOBAL, warmup=True):
+    def __init__(
+        self,
+        fn: "Callable[..., _R]",
+        stream: "Stream | None" = None,
+        mode: "capture_mode | int" = capture_mode.GLOBAL,
+        warmup: bool = True,
+    ) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.stream = stream
         self.mode = mode
         self.warmup = warmup
-        self.graphs = {}  # signature -> _Entry
+        self.graphs: "dict[Any, Any]" = {}  # signature -> _Entry
         self._lock = threading.RLock()
         try:
-            self._sig = inspect.signature(fn)
+            self._sig: "inspect.Signature | None" = inspect.signature(fn)
         except (TypeError, ValueError):
             self._sig = None
 
-    def clear(self):
+    def clear(self) -> None:
         """Forget every captured graph (and the buffers they own)."""
         with self._lock:
             self.graphs.clear()
@@ -245,7 +260,7 @@ class CapturedFunction:
         bound.apply_defaults()
         return bound.args, bound.kwargs
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> _R:
         args, kwargs = self._bind(args, kwargs)
         key = self._signature(args, kwargs)
         with self._lock:
@@ -276,7 +291,33 @@ def _arrays_in(args, kwargs):
     return out
 
 
-def captured(fn=None, *, stream=None, mode=capture_mode.GLOBAL, warmup=True):
+@overload
+def captured(
+    fn: "Callable[..., _R]",
+    *,
+    stream: "Stream | None" = None,
+    mode: "capture_mode | int" = capture_mode.GLOBAL,
+    warmup: bool = True,
+) -> "CapturedFunction[_R]": ...
+
+
+@overload
+def captured(
+    fn: None = None,
+    *,
+    stream: "Stream | None" = None,
+    mode: "capture_mode | int" = capture_mode.GLOBAL,
+    warmup: bool = True,
+) -> "Callable[[Callable[..., _R]], CapturedFunction[_R]]": ...
+
+
+def captured(
+    fn: "Callable[..., _R] | None" = None,
+    *,
+    stream: "Stream | None" = None,
+    mode: "capture_mode | int" = capture_mode.GLOBAL,
+    warmup: bool = True,
+) -> "CapturedFunction[_R] | Callable[[Callable[..., _R]], CapturedFunction[_R]]":
     """Run a function of GPUArrays as a CUDA graph: captured once per
     signature, replayed after that.
 

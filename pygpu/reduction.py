@@ -24,6 +24,7 @@ the grid, 0 for as many as fit), launch (1 or 2 launches).
 """
 
 import builtins
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 import os
 import re
 import string
@@ -40,6 +41,10 @@ from pygpu._ctypes_util import (
     needs_complex,
     parse_arguments,
 )
+
+if TYPE_CHECKING:  # annotations only (gpuarray imports this module)
+    from pygpu._driver import Stream
+    from pygpu.gpuarray import GPUArray
 
 __all__ = [
     "ReductionKernel",
@@ -135,7 +140,7 @@ def parse_config(config, keys, defaults, what):
     return out
 
 
-def reduction_config(config=None):
+def reduction_config(config: "str | dict[str, Any] | None" = None) -> "dict[str, Any]":
     """The reduction kernel configuration: config (a dict or "key=value,...")
     over the defaults, or, where config is None, PYGPU_REDUCTION_CONFIG."""
     if config is None:
@@ -378,7 +383,7 @@ def _alloc(allocator, nbytes, stream):
     return stream_alloc(nbytes, stream)
 
 
-_ga = None  # pygpu.gpuarray, once a call needed it (it imports this module lazily)
+_ga: Any = None  # pygpu.gpuarray, once a call needed it (it imports this module lazily)
 
 
 def _gpuarray():
@@ -420,18 +425,18 @@ class ReductionKernel:
 
     def __init__(
         self,
-        dtype_out,
-        neutral,
-        reduce_expr,
-        map_expr=None,
-        arguments=None,
-        name="reduce_kernel",
-        keep=False,
-        options=None,
-        preamble="",
-        allocator=None,
-        config=None,
-    ):
+        dtype_out: "np.typing.DTypeLike",
+        neutral: "str | int | float",
+        reduce_expr: str,
+        map_expr: "str | None" = None,
+        arguments: "str | Sequence[Any] | None" = None,
+        name: str = "reduce_kernel",
+        keep: bool = False,
+        options: "Sequence[str] | None" = None,
+        preamble: str = "",
+        allocator: "Callable[[int], Any] | None" = None,
+        config: "str | dict[str, Any] | None" = None,
+    ) -> None:
         self.dtype_out = np.dtype(dtype_out)
         cfg = reduction_config(config)
         src, args, found, vec = _reduction_source(
@@ -526,14 +531,14 @@ class ReductionKernel:
 
     def __call__(
         self,
-        *args,
-        stream=None,
-        allocator=None,
-        out=None,
-        range=None,
-        slice=None,
-        kernel_wrapper=None,
-    ):
+        *args: Any,
+        stream: "Stream | None" = None,
+        allocator: "Callable[[int], Any] | None" = None,
+        out: "GPUArray | None" = None,
+        range: Any = None,
+        slice: "builtins.slice | None" = None,
+        kernel_wrapper: "Callable[..., Any] | None" = None,
+    ) -> "GPUArray":
         """Reduce; kernel_wrapper (PyCUDA's): a function given each stage's
         prepared_async_call that returns what is called in its place, as
         f(grid, block, stream, *args) (to time or trace the stages)."""

@@ -523,7 +523,7 @@ class GPUArray:
             raise TypeError("len() of unsized object")
         return self.shape[0]
 
-    def __hash__(self) -> NoReturn:  # type: ignore[override]
+    def __hash__(self) -> NoReturn:
         raise TypeError("GPUArrays are not hashable.")
 
     def __bool__(self) -> bool:

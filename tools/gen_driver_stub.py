@@ -374,7 +374,9 @@ def main():
                     "__qualname__",
                 ):
                     continue
-                if m.startswith("_") and not m.startswith("__"):
+                # the private methods too: pygpu's own modules call them
+                # (ipc: MemoryPool._export_fd), and mypy checks those calls
+                if m.startswith("_") and not m.startswith("__") and not callable(v):
                     continue
                 key = "%s.%s" % (n, m)
                 if type(v).__name__ == "member_descriptor":

@@ -11,7 +11,17 @@ from typing import Any
 import numpy as np
 
 import pygpu.driver as cuda
-from pygpu import cumath, curandom, gpuarray, tools
+from pygpu import (
+    characterize,
+    checkpoint,
+    cumath,
+    curandom,
+    gpuarray,
+    ipc,
+    profiler,
+    textures,
+    tools,
+)
 from pygpu.compiler import SourceModule
 from pygpu.elementwise import ElementwiseKernel
 from pygpu.graphs import capture_graph, captured
@@ -156,7 +166,7 @@ def pools(n: int) -> int:
     return int(block) + len(ctype) + h.size + pool.held_blocks
 
 
-def textures() -> int:
+def descriptors() -> int:
     desc = cuda.ArrayDescriptor()
     desc.width = 64
     desc.height = 64
@@ -164,3 +174,30 @@ def textures() -> int:
     desc.num_channels = 1
     arr = cuda.Array(desc)
     return desc.width * desc.height + int(arr.handle)
+
+
+def host_memory(n: int) -> float:
+    a = cuda.aligned_zeros((n,), np.float32)
+    m = cuda.managed_zeros((n,), np.float32)
+    old = cuda.set_staging(threshold=1 << 20)
+    cuda.set_staging(**old)
+    major, minor, _ = cuda.get_version()
+    return float(a.sum() + m.sum()) + major + minor + len(cuda.staging_settings())
+
+
+def texture_arrays(a: np.ndarray[Any, np.dtype[np.float32]]) -> float:
+    arr = textures.np_to_array(a.reshape(8, -1), "C")
+    back = textures.array_to_np(arr)
+    fmt = textures.dtype_to_array_format(np.float32)
+    return float(back.sum()) + int(fmt) + textures.array_format_to_dtype(fmt).itemsize
+
+
+def profiling_and_more(pid: int) -> int:
+    profiler.mark("start")
+    depth = profiler.range_push("work")
+    profiler.range_pop()
+    state = checkpoint.state(pid)
+    pool = cuda.MemoryPool()
+    handle = ipc.export_pool(pool)
+    handle.close()
+    return depth + int(state) + characterize.sizeof("float4") + characterize.platform_bits()

@@ -52,7 +52,7 @@ class ProcessState(enum.IntEnum):
     CHECKPOINTED = 2
     FAILED = 3
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.name
 
 
@@ -60,14 +60,14 @@ class NotACudaProcessError(ValueError):
     """The pid is a live process the driver does not know as a CUDA process
     (it never initialised CUDA, or it is another user's)."""
 
-    def __init__(self, pid: int, cause: str) -> None:
+    def __init__(self, pid: int, cause: object) -> None:
         self.pid = pid
         super().__init__(
             "process %d is not a CUDA process the driver can checkpoint (%s)" % (pid, cause)
         )
 
 
-def _pid(pid, what, self_ok=False):
+def _pid(pid: int, what: str, self_ok: bool = False) -> int:
     if isinstance(pid, bool) or not isinstance(pid, int):
         raise TypeError("checkpoint.%s(): pid must be an int, not %s" % (what, type(pid).__name__))
     if pid <= 0:
@@ -86,7 +86,7 @@ def _pid(pid, what, self_ok=False):
     return pid
 
 
-def _known(pid):
+def _known(pid: int) -> "ProcessState":
     """The process's state, or NotACudaProcessError where the driver does not
     know it (its other errors pass through)."""
     try:
@@ -130,7 +130,7 @@ def checkpoint(pid: int) -> None:
     _driver._checkpoint_checkpoint(pid)
 
 
-def _uuid_bytes(u, what):
+def _uuid_bytes(u: Any, what: str) -> bytes:
     if isinstance(u, _uuid.UUID):
         return u.bytes
     if isinstance(u, str):

@@ -121,13 +121,13 @@ def capture_graph(stream: "Stream", mode: "capture_mode | int" = capture_mode.GL
 # ---- captured(): a function of arrays as a CUDA graph ----
 
 
-def _is_array(obj):
+def _is_array(obj: object) -> bool:
     from pygpu.gpuarray import GPUArray
 
     return isinstance(obj, GPUArray)
 
 
-def _key_of(value, where):
+def _key_of(value: Any, where: str) -> "tuple[Any, ...]":
     """The part of a call's signature one argument makes."""
     if _is_array(value):
         return ("array", value.shape, value.dtype, value.strides)
@@ -142,7 +142,7 @@ def _key_of(value, where):
     return ("value", type(value), value)
 
 
-def _outputs_ok(out):
+def _outputs_ok(out: object) -> bool:
     if out is None or _is_array(out):
         return True
     if isinstance(out, (tuple, list)):
@@ -154,6 +154,10 @@ def _outputs_ok(out):
 
 class _Entry:
     __slots__ = ("inputs", "exe", "outputs", "graph")
+    inputs: Any
+    exe: Any
+    outputs: Any
+    graph: Any
 
 
 class CapturedFunction(Generic[_R]):
@@ -183,24 +187,24 @@ class CapturedFunction(Generic[_R]):
         with self._lock:
             self.graphs.clear()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<pygpu.graphs.captured %s: %d graph(s)>" % (
             getattr(self.fn, "__qualname__", self.fn),
             len(self.graphs),
         )
 
-    def _signature(self, args, kwargs):
+    def _signature(self, args: "tuple[Any, ...]", kwargs: "dict[str, Any]") -> "tuple[Any, ...]":
         from pygpu import driver
 
         ctx = driver.Context.get_current()
-        key = [ctx]
+        key: "list[Any]" = [ctx]
         for i, a in enumerate(args):
             key.append(_key_of(a, "argument %d" % i))
         for name in sorted(kwargs):
             key.append((name, _key_of(kwargs[name], "argument %r" % name)))
         return tuple(key)
 
-    def _capture(self, args, kwargs):
+    def _capture(self, args: "tuple[Any, ...]", kwargs: "dict[str, Any]") -> Any:
         from pygpu import driver, gpuarray
 
         e = _Entry()
@@ -212,7 +216,7 @@ class CapturedFunction(Generic[_R]):
             # NON_BLOCKING: the legacy stream would not wait for it)
             _after(driver.Stream.null(), self.stream)
 
-        def static(a):
+        def static(a: Any) -> Any:
             if not _is_array(a):
                 return a
             buf = gpuarray.empty(a.shape, a.dtype)
@@ -245,13 +249,15 @@ class CapturedFunction(Generic[_R]):
                 "dict of them) or None, not %s" % (name, type(out).__name__)
             )
         e.graph = cap.graph
-        e.exe = cap.graph.instantiate()
+        e.exe = cap.graph.instantiate()  # type: ignore[union-attr]  # set: the block ended
         e.outputs = out
         if self.stream is not None:
             _after(self.stream, driver.Stream.null())  # the first launch after them
         return e
 
-    def _bind(self, args, kwargs):
+    def _bind(
+        self, args: "tuple[Any, ...]", kwargs: "dict[str, Any]"
+    ) -> "tuple[tuple[Any, ...], dict[str, Any]]":
         """args and kwargs as the function's signature binds them (so f(x,
         y=y) and f(x, y) are one signature), defaults applied."""
         if self._sig is None:
@@ -275,7 +281,7 @@ class CapturedFunction(Generic[_R]):
             return e.outputs
 
 
-def _after(waiter, stream):
+def _after(waiter: "Stream", stream: "Stream | None") -> None:
     """Later work on waiter waits for the work queued on stream so far."""
     from pygpu import driver
 
@@ -284,7 +290,7 @@ def _after(waiter, stream):
     waiter.wait_for_event(ev)
 
 
-def _arrays_in(args, kwargs):
+def _arrays_in(args: "tuple[Any, ...]", kwargs: "dict[str, Any]") -> "list[Any]":
     """The array arguments in the order _capture made their buffers."""
     out = [a for a in args if _is_array(a)]
     out += [kwargs[k] for k in sorted(kwargs) if _is_array(kwargs[k])]

@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 
-def _rebuild_fd(dup):
+def _rebuild_fd(dup: Any) -> "SharedFd":
     return SharedFd(dup.detach())
 
 
@@ -72,18 +72,18 @@ class SharedFd:
         if fd >= 0:
             os.close(fd)
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except OSError:
             pass
 
-    def __reduce__(self):
+    def __reduce__(self) -> Any:
         from multiprocessing import reduction
 
         return _rebuild_fd, (reduction.DupFd(self.fileno()),)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<pygpu.ipc.SharedFd %s>" % ("closed" if self._fd < 0 else self._fd)
 
 
@@ -102,7 +102,7 @@ class PoolHandle:
     def close(self) -> None:
         self.fd.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<pygpu.ipc.PoolHandle of a pool on device %d>" % self.device
 
 
@@ -126,7 +126,7 @@ class BufferHandle:
         for fd, _ in self.chunks:
             fd.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<pygpu.ipc.BufferHandle of %d bytes in %d chunk%s>" % (
             self.nbytes,
             len(self.chunks),
@@ -134,7 +134,7 @@ class BufferHandle:
         )
 
 
-def _check(obj, tp, what):
+def _check(obj: object, tp: type, what: str) -> None:
     if not isinstance(obj, tp):
         raise TypeError("%s takes a %s, not %s" % (what, tp.__name__, type(obj).__name__))
 

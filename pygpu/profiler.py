@@ -30,6 +30,7 @@ NVRTC compile and module load with a range.  Kernel launches and copies need
 no such switch: nsys's CUDA trace (``--trace=cuda``) shows each one by name.
 """
 
+from typing import Any, Callable
 import functools
 import os
 
@@ -56,11 +57,11 @@ NVTX_AVAILABLE = _driver.NVTX_AVAILABLE
 time_range = _driver.TimeRange
 
 
-def _wrap(rng, func):
+def _wrap(rng: Any, func: "Callable[..., Any]") -> "Callable[..., Any]":
     """time_range(...)(func): func with the range around every call."""
 
     @functools.wraps(func)
-    def ranged(*args, **kwargs):
+    def ranged(*args: Any, **kwargs: Any) -> Any:
         with rng:
             return func(*args, **kwargs)
 

@@ -168,6 +168,13 @@ def report(out=None):
                 % ("not available (%s)" % _first_line(e) if missing else "available")
             )
 
+    # ---- the system through NVML (pygpu.system; the [nvml] extra)
+    say()
+    from pygpu import system
+
+    for line in system.report_lines():
+        say(line)
+
     # ---- NVRTC
     say()
     nvrtc_major = None

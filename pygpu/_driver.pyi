@@ -641,7 +641,7 @@ class _ArrayOperator:
         fallback: Any,
         array_type: Any,
         default_allocator: Any,
-        nattrs: Any,
+        attrs: Any,
         tables_of: Any = ...,
         mode: Any = ...,
     ) -> Self: ...

@@ -31,7 +31,7 @@ from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
-from pygpu import _driver
+from pygpu import _cudacore, _driver
 from pygpu import driver as drv
 from pygpu import elementwise
 from pygpu.tools import PooledDeviceAllocation, dtype_to_ctype, get_or_register_dtype
@@ -315,22 +315,58 @@ _alloc_async = drv.mem_alloc_async
 
 def _new(cls, shape, dtype, strides, gpudata, base, allocator, size, c, f):
     """A GPUArray from known parts (no checks: the operators' fast path)."""
-    self = object.__new__(cls)
-    self.__dict__ = {
-        "shape": shape,
-        "dtype": dtype,
-        "strides": strides,
-        "size": size,
-        "mem_size": size,
-        "nbytes": size * dtype.itemsize,
-        "itemsize": dtype.itemsize,
-        "allocator": allocator,
-        "gpudata": gpudata,
-        "base": base,
-        "_c": c,
-        "_f": f,
-    }
+    self = _object_new(cls)
+    self.shape = shape
+    self.dtype = dtype
+    self.strides = strides
+    self.size = self.mem_size = size
+    self.itemsize = dtype.itemsize
+    self.nbytes = size * dtype.itemsize
+    self.allocator = allocator
+    self.gpudata = gpudata
+    self.base = base
+    self._c = c
+    self._f = f
     return self
+
+
+def _clone(x, cls, gpudata):
+    """A new array of class cls with x's attributes, its own gpudata and base
+    None (x's layout and dtype: an element-wise result; the C fast path's
+    result_new)."""
+    z = _object_new(cls)
+    z.shape = x.shape
+    z.dtype = x.dtype
+    z.strides = x.strides
+    z.size = x.size
+    z.mem_size = x.mem_size
+    z.nbytes = x.nbytes
+    z.itemsize = x.itemsize
+    z.allocator = x.allocator
+    z.gpudata = gpudata
+    z.base = None
+    z._c = x._c
+    z._f = x._f
+    return z
+
+
+# Every GPUArray's attributes, slots of the class (GPUArray.__slots__; the C
+# fast path reads and copies them by offset); anything else a user sets goes
+# into the instance's __dict__
+_ATTRS = (
+    "shape",
+    "dtype",
+    "strides",
+    "size",
+    "mem_size",
+    "nbytes",
+    "itemsize",
+    "allocator",
+    "gpudata",
+    "base",
+    "_c",
+    "_f",
+)
 
 
 class GPUArray:
@@ -341,10 +377,11 @@ class GPUArray:
     wraps gpudata (a device pointer, owned elsewhere: base keeps it alive).
     """
 
+    __slots__ = _ATTRS + ("__dict__", "__weakref__")
     __array_priority__ = 100
     __array_ufunc__ = None  # NumPy defers to our reflected operators
 
-    # set in the instance's __dict__ at once (the constructors and _new()):
+    # the slots of _ATTRS, set by the constructors, _new() and _clone():
     # declared here for type checkers only (no class attribute is made)
     shape: "tuple[int, ...]"
     dtype: "np.dtype[Any]"
@@ -392,26 +429,20 @@ class GPUArray:
                         if len(_layouts) >= 1024:
                             _layouts.clear()
                         _layouts[key] = lay
-                shape, dtype, strides, size, c, f = lay
+                shp, dt, st, size, c, f = lay
                 if allocator is None:
                     allocator = _default_allocator
-                nbytes = size * dtype.itemsize  # type: ignore[union-attr]  # a dtype: _layout() made it
-                self.__dict__.update(
-                    {
-                        "shape": shape,
-                        "dtype": dtype,
-                        "strides": strides,
-                        "size": size,
-                        "mem_size": size,
-                        "nbytes": nbytes,
-                        "itemsize": dtype.itemsize,  # type: ignore[union-attr]
-                        "allocator": allocator,
-                        "gpudata": allocator(nbytes) if size else None,
-                        "base": None,
-                        "_c": c,
-                        "_f": f,
-                    }
-                )
+                self.shape = shp
+                self.dtype = dt
+                self.strides = st
+                self.size = self.mem_size = size
+                self.itemsize = dt.itemsize
+                self.nbytes = size * dt.itemsize
+                self.allocator = allocator
+                self.gpudata = allocator(self.nbytes) if size else None
+                self.base = None
+                self._c = c
+                self._f = f
                 return
         self._init(shape, dtype, allocator, base, gpudata, strides, order)
 
@@ -459,6 +490,20 @@ class GPUArray:
                 raise ValueError("strides %r do not match shape %r" % (strides, shape))
         if allocator is None:
             allocator = _default_allocator
+        if gpudata is not None and _cudacore.kind(gpudata) == _cudacore.BUFFER:
+            # a cuda.core Buffer: its address, kept alive as the base, and
+            # big enough for the array's extent
+            buf = gpudata
+            gpudata, have = _cudacore.buffer_span(buf, "gpudata= (a cuda.core Buffer)")
+            ext = _extent(shape, strides, itemsize)
+            if ext is not None and (ext[0] < 0 or ext[1] > have):
+                raise ValueError(
+                    "GPUArray(): gpudata= is a cuda.core Buffer of %d bytes; an array of "
+                    "shape %r and strides %r spans bytes [%d, %d)"
+                    % (have, shape, strides, ext[0], ext[1])
+                )
+            if base is None:
+                base = buf
         if gpudata is None:
             if base is not None:
                 raise ValueError("base= needs gpudata= (the memory it keeps alive)")
@@ -468,22 +513,17 @@ class GPUArray:
                     "a new array needs dense strides" % (strides, shape)
                 )
             gpudata = allocator(size * itemsize) if size else None
-        self.__dict__.update(
-            {
-                "shape": shape,
-                "dtype": dtype,
-                "strides": strides,
-                "size": size,
-                "mem_size": size,
-                "nbytes": size * itemsize,
-                "itemsize": itemsize,
-                "allocator": allocator,
-                "gpudata": gpudata,
-                "base": base,
-                "_c": _is_c(shape, strides, itemsize),
-                "_f": _is_f(shape, strides, itemsize),
-            }
-        )
+        self.shape = shape
+        self.dtype = dtype
+        self.strides = strides
+        self.size = self.mem_size = size
+        self.nbytes = size * itemsize
+        self.itemsize = itemsize
+        self.allocator = allocator
+        self.gpudata = gpudata
+        self.base = base
+        self._c = _is_c(shape, strides, itemsize)
+        self._f = _is_f(shape, strides, itemsize)
         if size and gpudata is not None:
             g = _allocation(self)
             if g is not None:
@@ -696,24 +736,19 @@ class GPUArray:
         """An uninitialized array of self's shape for an element-wise result
         whose elements are in self's memory order (self dense)."""
         size = self.size
-        d = self.__dict__
-        if dtype is d["dtype"] and size and len(d) == _NATTRS:
+        cls = self.__class__
+        if dtype is self.dtype and size and (cls is GPUArray or not self.__dict__):
             # self's layout and attributes, its own memory (the operators'
             # fast paths; _default_allocator inlined)
-            z = _object_new(self.__class__)
-            zd = d.copy()
-            alloc = zd["allocator"]
+            alloc = self.allocator
             if alloc is _default_allocator:
                 try:
-                    g = _alloc_async(zd["nbytes"])
+                    g = _alloc_async(self.nbytes)
                 except drv.LogicError:
-                    g = drv.mem_alloc(zd["nbytes"])
+                    g = drv.mem_alloc(self.nbytes)
             else:
-                g = alloc(zd["nbytes"])
-            zd["gpudata"] = g
-            zd["base"] = None
-            z.__dict__ = zd
-            return z
+                g = alloc(self.nbytes)
+            return _clone(self, cls, g)
         if dtype is self.dtype or dtype == self.dtype:
             strides = self.strides
         elif self._c:
@@ -1681,7 +1716,6 @@ def _like_me(operands, *args, **kwargs):
 
 
 _object_new = object.__new__
-_NATTRS = 12  # the attributes every GPUArray has (_new, __init__): nothing else
 
 
 def _binary(op, x, y, out=None, stream=None):
@@ -1816,25 +1850,20 @@ def _operator(op):
             dx = x.dtype
             func, res = _aa_entry(op, ctx, dx, y.dtype)
             n = x.size
-            d = x.__dict__
-            if res is dx and n and len(d) == _NATTRS:
+            if res is dx and n:
                 # x._like_for_result(res), inlined (its first branch): x's
                 # layout and attributes, its own memory
-                z = _object_new(GPUArray)
-                zd = d.copy()
-                alloc = zd["allocator"]
+                alloc = x.allocator
                 if alloc is _default_allocator:
                     if proven:  # what the C path takes: teach it the kernel
                         teach(_FO_AA, ctx, dx, y.dtype, func, res, None)
                     try:
-                        g = _alloc_async(zd["nbytes"])
+                        g = _alloc_async(x.nbytes)
                     except drv.LogicError:
-                        g = drv.mem_alloc(zd["nbytes"])
+                        g = drv.mem_alloc(x.nbytes)
                 else:
-                    g = alloc(zd["nbytes"])
-                zd["gpudata"] = g
-                zd["base"] = None
-                z.__dict__ = zd
+                    g = alloc(x.nbytes)
+                z = _clone(x, GPUArray, g)
             else:
                 z = x._like_for_result(res)
                 g = z.gpudata
@@ -1929,7 +1958,7 @@ def _operator(op):
     binary.__name__ = binary.__qualname__ = "_%s" % op
     inplace.__name__ = inplace.__qualname__ = "_i%s" % op
     fast = _FAST[op] = _driver._ArrayOperator(
-        "_%s" % op, binary, GPUArray, _default_allocator, _NATTRS
+        "_%s" % op, binary, GPUArray, _default_allocator, _ATTRS
     )
     binary.inplace = inplace
     return binary
@@ -1985,7 +2014,7 @@ def _install_operators():
                 reflected,
                 GPUArray,
                 _default_allocator,
-                _NATTRS,
+                _ATTRS,
                 fast,
                 _FO_REFLECTED,
             ),
@@ -1998,7 +2027,7 @@ def _install_operators():
                 binary.inplace,
                 GPUArray,
                 _default_allocator,
-                _NATTRS,
+                _ATTRS,
                 fast,
                 _FO_INPLACE,
             ),
@@ -3074,10 +3103,17 @@ _CAI_STREAM_LEGACY, _CAI_STREAM_PER_THREAD = 1, 2
 
 def asarray(obj: object, dtype: "np.typing.DTypeLike | None" = None) -> "GPUArray":
     """A GPUArray over obj's device memory, without copying: obj is a
-    GPUArray, or has __cuda_array_interface__ (CuPy, PyTorch, Numba, ...)
-    or __dlpack__.  The GPUArray keeps obj alive (its .base)."""
+    GPUArray, has __cuda_array_interface__ (CuPy, PyTorch, Numba, ...) or
+    __dlpack__, or is a cuda.core StridedMemoryView or Buffer (a Buffer is
+    bytes: a 1-d array of dtype, uint8 unless given, over all of it).  The
+    GPUArray keeps obj alive (its .base)."""
+    core = None if isinstance(obj, GPUArray) else _cudacore.kind(obj)
     if isinstance(obj, GPUArray):
         result = obj
+    elif core == _cudacore.BUFFER:
+        return _from_core_buffer(obj, np.uint8 if dtype is None else dtype)
+    elif core == _cudacore.VIEW:
+        result = _from_core_view(obj)
     elif hasattr(obj, "__cuda_array_interface__"):
         result = _from_cai(obj)
     elif isinstance(obj, np.ndarray):
@@ -3092,13 +3128,82 @@ def asarray(obj: object, dtype: "np.typing.DTypeLike | None" = None) -> "GPUArra
     else:
         raise TypeError(
             "asarray() takes an object with __cuda_array_interface__ or "
-            "__dlpack__, not %s" % type(obj).__name__
+            "__dlpack__, or a cuda.core Buffer or StridedMemoryView, not %s" % type(obj).__name__
         )
     if dtype is not None and np.dtype(dtype) != result.dtype:
         raise TypeError(
             "asarray() does not copy: the array is %s, not %s" % (result.dtype, np.dtype(dtype))
         )
     return result
+
+
+def _from_core_buffer(buf, dtype):
+    """A 1-d GPUArray of dtype over all of a cuda.core Buffer."""
+    ptr, size = _cudacore.buffer_span(buf)
+    dtype = _check_dtype(dtype)
+    if size % dtype.itemsize:
+        raise ValueError(
+            "a cuda.core Buffer of %d bytes is not a whole number of %s items (%d bytes each)"
+            % (size, dtype, dtype.itemsize)
+        )
+    n = size // dtype.itemsize
+    _check_core_device(buf if size else None)
+    return _new(
+        GPUArray,
+        (n,),
+        dtype,
+        (dtype.itemsize,),
+        ptr if n else None,
+        buf,
+        _default_allocator,
+        n,
+        True,
+        True,
+    )
+
+
+def _from_core_view(view):
+    """A GPUArray over a cuda.core StridedMemoryView of device memory."""
+    ptr, shape, strides, dtype, _ = _cudacore.view_parts(view)
+    dtype = _check_dtype(dtype)
+    if strides is None:
+        strides = _c_strides(dtype.itemsize, shape)
+    size = 1
+    for n in shape:
+        size *= n
+    if size and not ptr:
+        raise ValueError("a cuda.core StridedMemoryView of shape %r has a NULL pointer" % (shape,))
+    _check_core_device(view if size else None)
+    return _new(
+        GPUArray,
+        shape,
+        dtype,
+        strides,
+        ptr if (ptr or size) else None,
+        view,
+        _default_allocator,
+        size,
+        _is_c(shape, strides, dtype.itemsize),
+        _is_f(shape, strides, dtype.itemsize),
+    )
+
+
+def _check_core_device(obj):
+    """cuda.core memory on another device than the current context's is
+    refused, as DLPack's is (where cuda.core can say its device)."""
+    try:
+        device_id = obj.device_id if obj is not None else None
+    except Exception:  # a Buffer from a handle asks the driver; no answer, no check
+        return
+    if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
+        return
+    ctx = drv.Context.get_current()
+    if ctx is not None and ctx.device.ordinal != device_id:
+        raise ValueError(
+            "the cuda.core memory is on CUDA device %d but the current context is on "
+            "device %d: make device %d's context current to use it there, or copy it"
+            % (device_id, ctx.device.ordinal, device_id)
+        )
 
 
 def _cai_ints(value, what, nonneg):

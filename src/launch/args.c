@@ -433,12 +433,168 @@ pygpu_get_dlpack_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr)
     return 0;
 }
 
+/* ---- cuda.core's objects (docs/interop.md) ----
+ * NVIDIA's cuda.core has two memory objects without a
+ * __cuda_array_interface__: Buffer (untyped bytes: .handle, .size) and
+ * StridedMemoryView (.ptr, .shape, .strides in elements, .dtype).  Both
+ * have __dlpack__ in cuda.core 1.x, but a capsule a launch costs a driver
+ * query, and a DLPack tensor tells no extent.  They are known here by their
+ * class, or a base, being named Buffer or StridedMemoryView in a module
+ * under cuda.core, without importing cuda.core. */
+enum { CORE_NONE, CORE_BUFFER, CORE_VIEW };
+
+static int
+core_class(PyTypeObject *tp)
+{
+    PyObject *mro = tp->tp_mro;
+    Py_ssize_t i, n = mro != NULL && PyTuple_Check(mro) ? PyTuple_GET_SIZE(mro) : 0;
+    for (i = 0; i < n; i++) {
+        PyTypeObject *t = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        const char *name = t->tp_name, *dot;
+        if (t->tp_flags & Py_TPFLAGS_HEAPTYPE) {
+            /* a Python class (an older cuda.core's, or a subclass): its
+             * __module__ says where it lives */
+            PyObject *m = t->tp_dict ? PyDict_GetItemString(t->tp_dict, "__module__") : NULL;
+            const char *mod = m && PyUnicode_Check(m) ? PyUnicode_AsUTF8(m) : NULL;
+            if (mod == NULL) {
+                PyErr_Clear();
+                continue;
+            }
+            if (strncmp(mod, "cuda.core", 9) != 0 || (mod[9] != '\0' && mod[9] != '.'))
+                continue;
+            dot = strrchr(name, '.');
+            name = dot ? dot + 1 : name;
+        } else {
+            if (strncmp(name, "cuda.core.", 10) != 0 || (dot = strrchr(name, '.')) == NULL)
+                continue;
+            name = dot + 1;
+        }
+        if (strcmp(name, "Buffer") == 0)
+            return CORE_BUFFER;
+        if (strcmp(name, "StridedMemoryView") == 0)
+            return CORE_VIEW;
+    }
+    return CORE_NONE;
+}
+
+/* an attribute read as an unsigned 64-bit int (through __int__: a
+ * Buffer's handle may be a cuda.bindings CUdeviceptr) */
+static int
+core_u64(PyObject *obj, const char *attr, unsigned long long *out)
+{
+    PyObject *v = PyObject_GetAttrString(obj, attr), *i;
+    if (v == NULL)
+        return -1;
+    i = PyNumber_Long(v);
+    Py_DECREF(v);
+    if (i == NULL)
+        return -1;
+    *out = PyLong_AsUnsignedLongLong(i);
+    Py_DECREF(i);
+    if (PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError, "a cuda.core %.100s's %s is not an address or a size",
+                     Py_TYPE(obj)->tp_name, attr);
+        return -1;
+    }
+    return 0;
+}
+
+/* A StridedMemoryView's extent in bytes from its pointer ((size_t)-1 when
+ * a stride is negative or a field is missing). */
+static size_t
+view_extent(PyObject *obj)
+{
+    PyObject *shape = PyObject_GetAttrString(obj, "shape");
+    PyObject *strides = shape ? PyObject_GetAttrString(obj, "strides") : NULL;
+    PyObject *dtype = strides ? PyObject_GetAttrString(obj, "dtype") : NULL;
+    PyObject *isz = dtype && dtype != Py_None ? PyObject_GetAttrString(dtype, "itemsize") : NULL;
+    size_t item, total = (size_t)-1, last = 0, count = 1;
+    Py_ssize_t i, n;
+    if (isz == NULL || !PyTuple_Check(shape)
+        || (strides != Py_None
+            && (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != PyTuple_GET_SIZE(shape))))
+        goto done;
+    item = PyLong_AsSize_t(isz);
+    if (PyErr_Occurred())
+        goto done;
+    n = PyTuple_GET_SIZE(shape);
+    for (i = 0; i < n; i++) {
+        long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i)), st = 0;
+        if (d < 0 || PyErr_Occurred())
+            goto done;
+        if (d == 0) {
+            total = 0;
+            goto done;
+        }
+        if (strides == Py_None) {
+            if (count > SIZE_MAX / (size_t)d)
+                goto done; /* unknown: no bound check */
+            count *= (size_t)d;
+            continue;
+        }
+        st = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
+        if (st < 0 || PyErr_Occurred())
+            goto done;
+        if (d > 1 && (size_t)st > (SIZE_MAX / 2 - last) / (size_t)(d - 1))
+            goto done;
+        last += (size_t)(d - 1) * (size_t)st;
+    }
+    if (strides != Py_None)
+        count = last + 1;
+    if (item != 0 && count <= SIZE_MAX / item)
+        total = count * item;
+done:
+    PyErr_Clear();
+    Py_XDECREF(shape);
+    Py_XDECREF(strides);
+    Py_XDECREF(dtype);
+    Py_XDECREF(isz);
+    return total;
+}
+
+static int
+core_ptr(pygpu_state *st, PyObject *obj, int kind, CUdeviceptr *ptr, size_t *size)
+{
+    unsigned long long p, n;
+    if (kind == CORE_BUFFER) {
+        if (core_u64(obj, "handle", &p) < 0 || core_u64(obj, "size", &n) < 0)
+            return -1;
+        if (p == 0 && n != 0) {
+            PyErr_SetString(st->LogicError, "a closed cuda.core Buffer (its memory was released)");
+            return -1;
+        }
+        *ptr = (CUdeviceptr)p;
+        *size = (size_t)n;
+        return 0;
+    }
+    {
+        PyObject *dev = PyObject_GetAttrString(obj, "is_device_accessible");
+        int on_device = dev ? PyObject_IsTrue(dev) : -1;
+        Py_XDECREF(dev);
+        if (on_device < 0)
+            return -1;
+        if (!on_device) {
+            PyErr_SetString(PyExc_TypeError, "a cuda.core StridedMemoryView of host memory is not "
+                                             "device memory: copy it to the device first");
+            return -1;
+        }
+    }
+    if (core_u64(obj, "ptr", &p) < 0)
+        return -1;
+    *ptr = (CUdeviceptr)p;
+    *size = view_extent(obj);
+    return 0;
+}
+
 /* A foreign device array's pointer: 0 found, 1 not a device array, -1 error. */
 static int
 foreign_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr, size_t *size)
 {
     PyObject *cai;
-    int r = pygpu_getattr_opt(obj, st->str_cai, &cai);
+    int r, kind = core_class(Py_TYPE(obj));
+    if (kind != CORE_NONE)
+        return core_ptr(st, obj, kind, ptr, size);
+    r = pygpu_getattr_opt(obj, st->str_cai, &cai);
     if (r < 0)
         return -1;
     if (r > 0) {
@@ -481,8 +637,8 @@ pygpu_get_device_ptr(pygpu_state *st, PyObject *obj, CUdeviceptr *ptr, size_t *s
         return -1;
     }
     PyErr_Format(PyExc_TypeError,
-                 "expected a device pointer (DeviceAllocation, int address or "
-                 "an object with __cuda_array_interface__), not %.100s",
+                 "expected a device pointer (DeviceAllocation, int address, a cuda.core "
+                 "Buffer or an object with __cuda_array_interface__ or __dlpack__), not %.100s",
                  Py_TYPE(obj)->tp_name);
     return -1;
 }

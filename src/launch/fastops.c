@@ -11,9 +11,10 @@
  *   - the kernel, found in a small table by (context, operand keys): the
  *     dtypes, or a Python scalar's type.  Python fills the table (_learn)
  *     when its own fast path finds or compiles the kernel,
- *   - the result: a GPUArray whose __dict__ is a copy of the operand's
- *     with its own memory (gpudata) and base None, its block from the block
- *     cache (else from the array's allocator, called as Python calls it),
+ *   - the result: a GPUArray whose slots (gpuarray._ATTRS, read and
+ *     copied by their offsets) are the operand's but for its own memory
+ *     (gpudata) and base None, its block from the block cache (else from
+ *     the array's allocator, called as Python calls it),
  *   - one launch, as prepared_async_call(grid, block, None, ...) makes it.
  * Anything else -- a subclass, another allocator, another context, a
  * view, a capture running, a mixed-dtype result, an empty array, a kernel
@@ -35,7 +36,7 @@ enum { FO_AA, FO_AS, FO_SA, FO_TABLES };      /* array-array, array-scalar, scal
 enum { FO_BINARY, FO_REFLECTED, FO_INPLACE }; /* x op y; y op x (__radd__); x op= y */
 enum { FO_PLAIN, FO_AS_IS, FO_TO_FLOAT };     /* how a scalar is passed */
 
-/* the attributes read, interned once */
+/* the attributes read (their slots' offsets: op_new) */
 enum {
     S_SHAPE,
     S_STRIDES,
@@ -78,10 +79,10 @@ typedef struct pygpu_ArrayOperator {
     struct pygpu_ArrayOperator *tables_of; /* strong, or NULL: whose tables are used */
     PyObject *array_type;                  /* strong: GPUArray (exact operands only) */
     PyObject *default_allocator;           /* strong: gpuarray._default_allocator */
-    Py_ssize_t nattrs;                     /* the attributes of a plain GPUArray */
     PyObject *empty;                       /* strong: () for object.__new__ */
-    PyObject *dict_descr;                  /* strong: array_type's __dict__ descriptor */
-    PyObject *str[S_COUNT];                /* strong: interned attribute names */
+    Py_ssize_t off[S_COUNT];               /* array_type's slots read, by offset */
+    Py_ssize_t *copy;                      /* every slot a result copies (PyMem) */
+    Py_ssize_t ncopy;
     fo_table t[FO_TABLES];
 } pygpu_ArrayOperator;
 
@@ -124,23 +125,9 @@ tables_clear(pygpu_ArrayOperator *o)
 
 /* ---- the operands ---- */
 
-/* a's instance dict (a new reference), or NULL with an exception */
-static PyObject *
-dict_of(PyObject *a)
-{
-    return PyObject_GenericGetDict(a, NULL);
-}
-
-/* d[name] (borrowed), NULL when absent (no exception: a lookup of an exact
- * str in a dict runs no Python code and cannot fail but for memory) */
-static PyObject *
-item(PyObject *d, PyObject *name)
-{
-    PyObject *v = PyDict_GetItemWithError(d, name);
-    if (v == NULL)
-        PyErr_Clear();
-    return v;
-}
+/* array a's slot i (borrowed; NULL when unset): a is of o's exact
+ * array_type, whose slots op_new found */
+#define SLOT(o, a, i) (*(PyObject **)((char *)(a) + (o)->off[i]))
 
 /* a == b for two shapes or stride tuples: exact tuples of exact ints (no
  * Python code runs); 0 for anything else (the Python path compares) */
@@ -184,22 +171,22 @@ size_of(PyObject *obj, size_t *out)
     return 1;
 }
 
-/* The operand gate's proof for one dense array (its dict d): C- or
- * F-contiguous, gpudata a live DeviceAllocation of ctx holding nbytes (its
- * data starts at the allocation: a view's gpudata is an int).  Borrowed
- * *g, *nb (nbytes, *nbytes its value). */
+/* The operand gate's proof for one dense array x: C- or F-contiguous,
+ * gpudata a live DeviceAllocation of ctx holding nbytes (its data starts
+ * at the allocation: a view's gpudata is an int).  Borrowed *g, *nb
+ * (nbytes, *nbytes its value). */
 static int
-proven(pygpu_ArrayOperator *o, PyObject *d, PyObject *ctx, PyObject **g, PyObject **nb,
+proven(pygpu_ArrayOperator *o, PyObject *x, PyObject *ctx, PyObject **g, PyObject **nb,
        size_t *nbytes)
 {
     pygpu_DeviceAllocation *a;
-    if (item(d, o->str[S_C]) != Py_True && item(d, o->str[S_F]) != Py_True)
+    if (SLOT(o, x, S_C) != Py_True && SLOT(o, x, S_F) != Py_True)
         return 0;
-    *g = item(d, o->str[S_GPUDATA]);
+    *g = SLOT(o, x, S_GPUDATA);
     if (*g == NULL || !Py_IS_TYPE(*g, o->st->DeviceAllocationType))
         return 0;
     a = (pygpu_DeviceAllocation *)*g;
-    *nb = item(d, o->str[S_NBYTES]);
+    *nb = SLOT(o, x, S_NBYTES);
     return (PyObject *)a->context == ctx && !a->freed && size_of(*nb, nbytes) && *nbytes <= a->size;
 }
 
@@ -231,30 +218,23 @@ scalar_value(const fo_entry *e, PyObject *s)
     return NULL;
 }
 
-/* A new GPUArray: a copy of template dict d with gpudata g and base None
- * (gpuarray's _like_for_result, its first branch). */
+/* A new GPUArray: template x's slots with gpudata g and base None
+ * (gpuarray._clone) */
 static PyObject *
-result_new(pygpu_ArrayOperator *o, PyObject *d, PyObject *g)
+result_new(pygpu_ArrayOperator *o, PyObject *x, PyObject *g)
 {
-    PyObject *z = NULL, *zd = PyDict_Copy(d);
-    if (zd == NULL)
-        return NULL;
-    if (PyDict_SetItem(zd, o->str[S_GPUDATA], g) < 0
-        || PyDict_SetItem(zd, o->str[S_BASE], Py_None) < 0)
-        goto error;
+    Py_ssize_t i;
     /* object.__new__(GPUArray) */
-    z = PyBaseObject_Type.tp_new((PyTypeObject *)o->array_type, o->empty, NULL);
-    /* z.__dict__ = zd, through the class's __dict__ descriptor as Python
-     * sets it (PyObject_GenericSetDict leaves 3.13's inline values in
-     * place: the attributes read as missing) */
-    if (z == NULL || Py_TYPE(o->dict_descr)->tp_descr_set(o->dict_descr, z, zd) < 0)
-        goto error;
-    Py_DECREF(zd);
+    PyObject *z = PyBaseObject_Type.tp_new((PyTypeObject *)o->array_type, o->empty, NULL);
+    if (z == NULL)
+        return NULL;
+    for (i = 0; i < o->ncopy; i++) {
+        PyObject *v = *(PyObject **)((char *)x + o->copy[i]);
+        *(PyObject **)((char *)z + o->copy[i]) = Py_XNewRef(v);
+    }
+    Py_XSETREF(SLOT(o, z, S_GPUDATA), Py_NewRef(g));
+    Py_XSETREF(SLOT(o, z, S_BASE), Py_NewRef(Py_None));
     return z;
-error:
-    Py_XDECREF(z);
-    Py_DECREF(zd);
-    return NULL;
 }
 
 /* ---- the operation ---- */
@@ -271,7 +251,7 @@ fast_op(pygpu_ArrayOperator *o, const fo_call *c, PyObject **out)
 {
     pygpu_state *st = o->st;
     PyObject *arr = c->kind == FO_SA ? c->y : c->x; /* the result's template */
-    PyObject *da = NULL, *db = NULL, *ctx = NULL, *ga, *gb = NULL, *k1, *k2, *dt;
+    PyObject *db = NULL, *ctx = NULL, *ga, *gb = NULL, *k1, *k2, *dt;
     PyObject *nobj, *nb, *nbb, *args[4] = {NULL, NULL, NULL, NULL}, *r;
     pygpu_Function *func = NULL;
     fo_entry *e;
@@ -279,31 +259,28 @@ fast_op(pygpu_ArrayOperator *o, const fo_call *c, PyObject **out)
     unsigned int grid, max_blocks;
     int done = 0;
 
-    if ((da = dict_of(arr)) == NULL)
-        return -1;
     if (c->kind == FO_AA) {
-        if ((db = dict_of(c->y)) == NULL)
-            goto error;
-        if (!same_tuple(item(da, o->str[S_SHAPE]), item(db, o->str[S_SHAPE]))
-            || !same_tuple(item(da, o->str[S_STRIDES]), item(db, o->str[S_STRIDES])))
-            goto done;
+        db = c->y;
+        if (!same_tuple(SLOT(o, arr, S_SHAPE), SLOT(o, db, S_SHAPE))
+            || !same_tuple(SLOT(o, arr, S_STRIDES), SLOT(o, db, S_STRIDES)))
+            return 0;
     }
-    nobj = item(da, o->str[S_SIZE]);
+    nobj = SLOT(o, arr, S_SIZE);
     if (!size_of(nobj, &n) || n == 0)
         goto done;
     /* the current context as this thread remembers it (gpuarray._get_current) */
     if ((ctx = pygpu_current_context_or_none(st)) == NULL)
         goto error;
-    if (ctx == Py_None || !proven(o, da, ctx, &ga, &nb, &nbytes)
+    if (ctx == Py_None || !proven(o, arr, ctx, &ga, &nb, &nbytes)
         || (db != NULL && !proven(o, db, ctx, &gb, &nbb, &nbytesb)))
         goto done;
-    dt = item(da, o->str[S_DTYPE]);
+    dt = SLOT(o, arr, S_DTYPE);
     if (c->kind == FO_SA) {
         k1 = (PyObject *)Py_TYPE(c->x);
         k2 = dt;
     } else {
         k1 = dt;
-        k2 = c->kind == FO_AS ? (PyObject *)Py_TYPE(c->y) : item(db, o->str[S_DTYPE]);
+        k2 = c->kind == FO_AS ? (PyObject *)Py_TYPE(c->y) : SLOT(o, db, S_DTYPE);
     }
     e = table_find(&o->t[c->kind], ctx, k1, k2);
     /* the result in the array's own dtype: its layout is the array's */
@@ -312,8 +289,7 @@ fast_op(pygpu_ArrayOperator *o, const fo_call *c, PyObject **out)
     if (c->inplace) {
         if (c->kind == FO_SA)
             goto done;
-    } else if (PyDict_GET_SIZE(da) != o->nattrs
-               || item(da, o->str[S_ALLOCATOR]) != o->default_allocator) {
+    } else if (SLOT(o, arr, S_ALLOCATOR) != o->default_allocator) {
         goto done;
     }
     /* the kernel's operands after z: (x, y) as arrays or the scalar as the
@@ -347,7 +323,7 @@ fast_op(pygpu_ArrayOperator *o, const fo_call *c, PyObject **out)
         Py_DECREF(nb);
         if (k < 0 || args[0] == NULL)
             goto error;
-        if ((*out = result_new(o, da, args[0])) == NULL)
+        if ((*out = result_new(o, arr, args[0])) == NULL)
             goto error;
     }
     grid = (unsigned int)((n + FO_BLOCK - 1) / FO_BLOCK < max_blocks ? (n + FO_BLOCK - 1) / FO_BLOCK
@@ -372,8 +348,6 @@ done:
     Py_XDECREF(args[3]);
     Py_XDECREF((PyObject *)func);
     Py_XDECREF(ctx);
-    Py_XDECREF(db);
-    Py_DECREF(da);
     return done;
 }
 
@@ -414,17 +388,45 @@ op_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
 
 /* ---- Python: construction, _learn, _forget ---- */
 
+/* the offset of array_type's slot name (a writable object slot, as a
+ * class's __slots__ makes it), or -1 with TypeError */
+static Py_ssize_t
+slot_offset(PyObject *atype, PyObject *name)
+{
+    PyObject *d;
+    PyMemberDef *m;
+    Py_ssize_t off = -1;
+    if (!PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "_ArrayOperator(): attrs must be names, not %.100s",
+                     Py_TYPE(name)->tp_name);
+        return -1;
+    }
+    d = PyObject_GetAttr(atype, name);
+    if (d == NULL)
+        PyErr_Clear();
+    else if (Py_IS_TYPE(d, &PyMemberDescr_Type)
+             && (m = ((PyMemberDescrObject *)d)->d_member)->type == T_OBJECT_EX
+             && !(m->flags & READONLY))
+        off = m->offset;
+    Py_XDECREF(d);
+    if (off < 0)
+        PyErr_Format(PyExc_TypeError, "_ArrayOperator(): %.100s has no slot %R",
+                     ((PyTypeObject *)atype)->tp_name, name);
+    return off;
+}
+
 static PyObject *
 op_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"name",   "fallback",  "array_type", "default_allocator",
-                             "nattrs", "tables_of", "mode",       NULL};
-    PyObject *name, *fallback, *atype, *alloc, *tables_of = Py_None, *ns;
-    Py_ssize_t nattrs;
+    static char *kwlist[] = {"name",  "fallback",  "array_type", "default_allocator",
+                             "attrs", "tables_of", "mode",       NULL};
+    PyObject *name, *fallback, *atype, *alloc, *attrs, *tables_of = Py_None;
     int mode = FO_BINARY, i;
+    Py_ssize_t k;
     pygpu_ArrayOperator *o;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "UOOOn|Oi:_ArrayOperator", kwlist, &name,
-                                     &fallback, &atype, &alloc, &nattrs, &tables_of, &mode))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "UOOOO!|Oi:_ArrayOperator", kwlist, &name,
+                                     &fallback, &atype, &alloc, &PyTuple_Type, &attrs, &tables_of,
+                                     &mode))
         return NULL;
     if (!PyCallable_Check(fallback)) {
         PyErr_Format(PyExc_TypeError, "_ArrayOperator(): fallback must be callable, not %.100s",
@@ -458,24 +460,30 @@ op_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     o->tables_of = tables_of == Py_None ? NULL : (pygpu_ArrayOperator *)Py_NewRef(tables_of);
     o->array_type = Py_NewRef(atype);
     o->default_allocator = Py_NewRef(alloc);
-    o->nattrs = nattrs;
     if ((o->empty = PyTuple_New(0)) == NULL)
         goto error;
-    /* vars(array_type)["__dict__"]: the setter of z.__dict__ (through the
-     * mapping proxy: a static type's tp_dict is NULL from Python 3.12) */
-    if ((ns = PyObject_GetAttrString(atype, "__dict__")) == NULL)
-        goto error;
-    o->dict_descr = PyMapping_GetItemString(ns, "__dict__");
-    Py_DECREF(ns);
-    if (o->dict_descr == NULL || Py_TYPE(o->dict_descr)->tp_descr_set == NULL) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "_ArrayOperator(): %.100s has no __dict__ of its own",
-                     ((PyTypeObject *)atype)->tp_name);
+    /* the slots of every attribute (a result copies them all), those read
+     * among them */
+    o->ncopy = PyTuple_GET_SIZE(attrs);
+    if ((o->copy = PyMem_New(Py_ssize_t, o->ncopy ? o->ncopy : 1)) == NULL) {
+        PyErr_NoMemory();
         goto error;
     }
     for (i = 0; i < S_COUNT; i++)
-        if ((o->str[i] = PyUnicode_InternFromString(attr_names[i])) == NULL)
+        o->off[i] = -1;
+    for (k = 0; k < o->ncopy; k++) {
+        PyObject *nm = PyTuple_GET_ITEM(attrs, k);
+        if ((o->copy[k] = slot_offset(atype, nm)) < 0)
             goto error;
+        for (i = 0; i < S_COUNT; i++)
+            if (PyUnicode_CompareWithASCIIString(nm, attr_names[i]) == 0)
+                o->off[i] = o->copy[k];
+    }
+    for (i = 0; i < S_COUNT; i++)
+        if (o->off[i] < 0) {
+            PyErr_Format(PyExc_TypeError, "_ArrayOperator(): attrs must name '%s'", attr_names[i]);
+            goto error;
+        }
     return (PyObject *)o;
 error:
     Py_DECREF(o);
@@ -649,14 +657,12 @@ static void
 op_dealloc(pygpu_ArrayOperator *o)
 {
     PyTypeObject *tp = Py_TYPE(o);
-    int i;
     PyObject_GC_UnTrack(o);
     op_clear(o);
     Py_CLEAR(o->name);
     Py_CLEAR(o->empty);
-    Py_CLEAR(o->dict_descr);
-    for (i = 0; i < S_COUNT; i++)
-        Py_CLEAR(o->str[i]);
+    PyMem_Free(o->copy);
+    o->copy = NULL;
     tp->tp_free((PyObject *)o);
     Py_DECREF(tp);
 }
@@ -695,7 +701,7 @@ static PyType_Slot op_slots[] = {
     {Py_tp_getset, op_getset},
     {Py_tp_members, op_members},
     {Py_tp_repr, op_repr},
-    {Py_tp_doc, "_ArrayOperator(name, fallback, array_type, default_allocator, nattrs, "
+    {Py_tp_doc, "_ArrayOperator(name, fallback, array_type, default_allocator, attrs, "
                 "tables_of=None, mode=0)\n--\n\n"
                 "An operator of pygpu.gpuarray.GPUArray with its steady state in C "
                 "(docs/arrays.md, \"The operators' fast path\"); what it does not take "

@@ -24,6 +24,9 @@ import pygpu.driver  # noqa: E402,F401  (the types' module: inspect evaluates de
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SRC = os.path.join(ROOT, "src")
+# an _ArrayOperator's array type: the slots it reads and copies (gpuarray._ATTRS)
+_ARRAY_ATTRS = ("shape", "dtype", "strides", "size", "mem_size", "nbytes", "itemsize")
+_ARRAY_ATTRS += ("allocator", "gpudata", "base", "_c", "_f")
 
 
 def _read_sources():
@@ -557,9 +560,9 @@ def _values(cuda, ctx, ptx):
             for k, v in dict(
                 name="_add",
                 fallback=lambda x, y: None,
-                array_type=type("A", (), {}),
+                array_type=type("A", (), {"__slots__": _ARRAY_ATTRS}),
                 default_allocator=None,
-                nattrs=12,
+                attrs=_ARRAY_ATTRS,
                 tables_of=None,
                 mode=0,
             ).items()

@@ -553,6 +553,8 @@ PUBLIC = [
     "pygpu.driver",
     "pygpu.compiler",
     "pygpu.tools",
+    "pygpu.system",
+    "pygpu.cudacore",
     "pygpu.autoinit",
     "pygpu._loader",
     "pygpu.__main__",

@@ -14,11 +14,13 @@ import pygpu.driver as cuda
 from pygpu import (
     characterize,
     checkpoint,
+    cudacore,
     cumath,
     curandom,
     gpuarray,
     ipc,
     profiler,
+    system,
     textures,
     tools,
 )
@@ -201,3 +203,12 @@ def profiling_and_more(pid: int) -> int:
     handle = ipc.export_pool(pool)
     handle.close()
     return depth + int(state) + characterize.sizeof("float4") + characterize.platform_bits()
+
+
+def system_status() -> int:
+    total = 0
+    for s in system.devices():
+        total += (s.memory_used or 0) + (s.ordinal or 0)
+    version: str = system.driver_version()
+    buf = cuda.mem_alloc(16)
+    return total + len(version) + len(system.report_lines()) + int(cudacore.is_buffer(buf))

@@ -17,6 +17,7 @@ from pygpu import (
     cudacore,
     cumath,
     curandom,
+    gl,
     gpuarray,
     ipc,
     profiler,
@@ -212,3 +213,12 @@ def system_status() -> int:
     version: str = system.driver_version()
     buf = cuda.mem_alloc(16)
     return total + len(version) + len(system.report_lines()) + int(cudacore.is_buffer(buf))
+
+
+def opengl(handle: int) -> int:
+    gl.init()
+    buf = gl.BufferObject(handle)
+    with buf.map() as m:
+        ptr = m.device_ptr() + m.size()
+    buf.unregister()
+    return ptr

@@ -20,6 +20,7 @@ from pygpu import (
     gl,
     gpuarray,
     ipc,
+    mpi,
     profiler,
     system,
     textures,
@@ -222,3 +223,11 @@ def opengl(handle: int) -> int:
         ptr = m.device_ptr() + m.size()
     buf.unregister()
     return ptr
+
+
+def mpi_staged(comm: Any, a: gpuarray.GPUArray) -> str:
+    s = mpi.staged(comm)
+    s.Send(a, dest=1)
+    s.Recv(a, source=1)
+    s.free()
+    return s.path + str(mpi.cuda_aware())

@@ -31,6 +31,10 @@ from pygpu.elementwise import ElementwiseKernel
 from pygpu.graphs import capture_graph, captured
 from pygpu.reduction import ReductionKernel
 from pygpu.scan import ExclusiveScanKernel, InclusiveScanKernel
+from pygpu.sparse.cg import solve_pkt_with_cg
+from pygpu.sparse.coordinate import CoordinateSpMV
+from pygpu.sparse.operator import DiagonalPreconditioner
+from pygpu.sparse.packeted import PacketedSpMV
 
 
 def devices() -> list[str]:
@@ -231,3 +235,12 @@ def mpi_staged(comm: Any, a: gpuarray.GPUArray) -> str:
     s.Recv(a, source=1)
     s.free()
     return s.path + str(mpi.cuda_aware())
+
+
+def sparse_solve(mat: Any, b: gpuarray.GPUArray) -> float:
+    spmv = PacketedSpMV(mat, True, np.float32)
+    precon = DiagonalPreconditioner(spmv.permute(b))
+    x, iterations, residuals = solve_pkt_with_cg(spmv, b, precon, tol=1e-6)
+    coo = CoordinateSpMV(mat, np.float32)
+    y = coo(x)
+    return float(y.get().sum()) + iterations + residuals

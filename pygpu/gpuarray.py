@@ -2946,8 +2946,8 @@ def logical_not(
 
 def sum(
     a: "GPUArray",
-    dtype: "object" = None,
-    stream: "object" = None,
+    dtype: "np.typing.DTypeLike | None" = None,
+    stream: "drv.Stream | None" = None,
     allocator: "Callable[[int], Any] | None" = None,
 ) -> "GPUArray":
     from pygpu.reduction import get_sum_kernel

@@ -19,7 +19,7 @@ autotune (pygpu.autotune): compile, check and time the variants of a kernel
 on the caller's arguments and launch the fastest, remembered on disk.
 """
 
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence, TypeVar
 import operator
 import threading
 import weakref
@@ -689,7 +689,7 @@ def get_or_register_dtype(
     return _registry.register(c_names, dtype)
 
 
-def dtype_to_ctype(dtype: "np.typing.DTypeLike", with_fp_tex_hack: bool = False) -> str:
+def dtype_to_ctype(dtype: "np.typing.DTypeLike | None", with_fp_tex_hack: bool = False) -> str:
     """The C type name of a NumPy dtype: float32 -> 'float', complex64 ->
     'pycuda::complex<float>', a registered struct -> its name."""
     if dtype is None:
@@ -857,12 +857,15 @@ def _current_context():
     return driver._driver._current_context()
 
 
-def context_dependent_memoize(func):
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def context_dependent_memoize(func: _F) -> _F:
     """Cache func's results per current context (kernels are per context)."""
-    cache = {}
+    cache: "dict[Any, Any]" = {}
     _context_caches.append(cache)
 
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         key = (_current_context(), args, tuple(sorted(kwargs.items())) if kwargs else ())
         try:
             return cache[key]
@@ -879,8 +882,8 @@ def context_dependent_memoize(func):
     import functools
 
     functools.update_wrapper(wrapper, func)
-    wrapper.clear_cache = cache.clear
-    return wrapper
+    wrapper.clear_cache = cache.clear  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]  # func's signature, memoized
 
 
 def clear_context_caches() -> None:

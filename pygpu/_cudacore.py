@@ -14,7 +14,7 @@ from pygpu import driver as drv
 
 BUFFER, VIEW = "Buffer", "StridedMemoryView"
 
-_kinds = {}  # type -> BUFFER, VIEW or None
+_kinds: "dict[type, str | None]" = {}  # type -> BUFFER, VIEW or None
 
 
 def kind(obj):

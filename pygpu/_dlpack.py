@@ -11,6 +11,7 @@ as the protocol asks, and returns a GPUArray whose base calls the
 producer's deleter when the array dies.
 """
 
+from typing import Any
 import ctypes
 import threading
 
@@ -91,7 +92,7 @@ _USED = b"used_dltensor"
 _USED_V = b"used_dltensor_versioned"
 
 _lock = threading.Lock()
-_live = {}  # manager_ctx -> (struct, shape, strides, array)
+_live: dict[Any, Any] = {}  # manager_ctx -> (struct, shape, strides, array)
 _next = [1]
 
 

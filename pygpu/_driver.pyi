@@ -4,12 +4,15 @@ the C API)."""
 
 import builtins
 import enum
-from typing import Any
+from typing import Any, ClassVar
+
+from typing_extensions import Self, disjoint_base
 
 class ArgumentHandler: ...
 
+@disjoint_base
 class Array:
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __init__(self, descriptor: Any) -> None: ...
     @property
     def descriptor(self) -> Any: ...
     def free(self, /) -> Any: ...
@@ -22,17 +25,41 @@ class Array:
     @property
     def holders(self) -> Any: ...
 
+@disjoint_base
 class ArrayDescriptor:
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __init__(
+        self, width: Any = ..., height: Any = ..., format: Any = ..., num_channels: Any = ...
+    ) -> None: ...
+    format: int
+    height: int
+    num_channels: int
+    width: int
 
+@disjoint_base
 class ArrayDescriptor3D:
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __init__(
+        self,
+        width: Any = ...,
+        height: Any = ...,
+        depth: Any = ...,
+        format: Any = ...,
+        num_channels: Any = ...,
+        flags: Any = ...,
+    ) -> None: ...
+    depth: int
+    flags: int
+    format: int
+    height: int
+    num_channels: int
+    width: int
 
+@disjoint_base
 class BoundLaunch:
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
 CUDA_HEADER_VERSION: int
 
+@disjoint_base
 class Context:
     def __enter__(self) -> Context: ...
     def __exit__(self, *exc: object) -> None: ...
@@ -73,8 +100,9 @@ class Context:
 class CudaUnavailableError(RuntimeError):
     def __init__(self, *args: Any, **kwargs: Any) -> None: ...
 
+@disjoint_base
 class Device:
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __init__(self, device: Any) -> None: ...
     def __int__(self) -> int: ...
     def can_access_peer(self, other: Any, /) -> bool: ...
     def compute_capability(self, /) -> tuple[int, int]: ...
@@ -94,6 +122,7 @@ class Device:
     @property
     def uuid(self) -> bytes: ...
 
+@disjoint_base
 class DeviceAllocation:
     @property
     def __cuda_array_interface__(self) -> Any: ...
@@ -120,8 +149,9 @@ class Error(builtins.Exception):
     name: str | None
     routine: str | None
 
+@disjoint_base
 class Event:
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __init__(self, flags: Any = ...) -> None: ...
     @classmethod
     def from_ipc_handle(cls, handle: Any, /) -> Event: ...
     @property
@@ -133,8 +163,21 @@ class Event:
     def time_since(self, event: Any, /) -> float: ...
     def time_till(self, event: Any, /) -> float: ...
 
+@disjoint_base
 class Function:
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def _launch(self, /) -> Any: ...
+    def _launch_grid(self, /, grid_width: Any, grid_height: Any) -> Any: ...
+    def _launch_grid_async(self, /, grid_width: Any, grid_height: Any, s: Any) -> Any: ...
+    def _launch_kernel(
+        self, grid: Any, block: Any, arg_buf: Any, shared: Any, stream: Any = ..., /
+    ) -> Any: ...
+    def _param_set_size(self, bytes: Any, /) -> Any: ...
+    def _param_setf(self, offset: Any, value: Any, /) -> Any: ...
+    def _param_seti(self, offset: Any, value: Any, /) -> Any: ...
+    def _param_setv(self, offset: Any, buffer: Any, /) -> Any: ...
+    def _set_block_shape(self, x: Any, y: Any, z: Any, /) -> Any: ...
+    def _set_shared_size(self, bytes: Any, /) -> Any: ...
     @property
     def binary_version(self) -> Any: ...
     def configure(
@@ -182,8 +225,9 @@ class Function:
     @property
     def shared_size_bytes(self) -> Any: ...
 
+@disjoint_base
 class Graph:
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __init__(self) -> None: ...
     def add_child_graph_node(self, /, graph: Any, dependencies: Any = ...) -> GraphNode: ...
     def add_conditional_node(
         self, /, handle: Any, kind: Any, size: Any = ..., dependencies: Any = ...
@@ -222,6 +266,7 @@ class Graph:
     @property
     def parent(self) -> Graph | None: ...
 
+@disjoint_base
 class GraphExec:
     @property
     def callback_errors(self) -> list[BaseException]: ...
@@ -244,6 +289,7 @@ class GraphExec:
     def update(self, graph: Any, /) -> None: ...
     def upload(self, /, stream: Any = ...) -> None: ...
 
+@disjoint_base
 class GraphNode:
     def __int__(self) -> int: ...
     @property
@@ -267,6 +313,7 @@ class GraphNode:
     @property
     def type(self) -> int: ...
 
+@disjoint_base
 class GreenContext(Context):
     def create_stream(self, /, priority: Any = ...) -> Stream: ...
     @property
@@ -276,6 +323,7 @@ class GreenContext(Context):
     @property
     def sm_count(self) -> Any: ...
 
+@disjoint_base
 class HostAllocation:
     @property
     def address(self) -> int: ...
@@ -292,6 +340,7 @@ class HostAllocation:
     def size(self) -> int: ...
     def unregister(self, /) -> None: ...
 
+@disjoint_base
 class HostBlock:
     @property
     def address(self) -> int: ...
@@ -303,7 +352,7 @@ class HostBlock:
     def size(self) -> int: ...
 
 class IPCMemoryHandle(DeviceAllocation):
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __init__(self, handle: Any, flags: Any = ...) -> None: ...
     def close(self, /) -> None: ...
 
 class KernelTime(builtins.float):
@@ -312,8 +361,9 @@ class KernelTime(builtins.float):
 class LaunchError(Error):
     def __init__(self, *args: Any, **kwargs: Any) -> None: ...
 
+@disjoint_base
 class Linker:
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __init__(self, message_handler: Any = ..., options: Any = ...) -> None: ...
     def add_data(self, data: Any, input_type: Any, name: Any = ..., /) -> None: ...
     def add_file(self, path: Any, input_type: Any, /) -> None: ...
     def close(self, /) -> None: ...
@@ -334,8 +384,12 @@ class LogicError(Error):
 class MemoryError(Error, builtins.MemoryError):
     def __init__(self, *args: Any, **kwargs: Any) -> None: ...
 
+@disjoint_base
 class MemoryPool:
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __init__(self, ipc: Any = ..., max_size: Any = ...) -> None: ...
+    def _export_fd(self, *args: Any, **kwargs: Any) -> Any: ...
+    @classmethod
+    def _import_fd(cls, *args: Any, **kwargs: Any) -> Any: ...
     def allocate(self, /, nbytes: Any, stream: Any = ...) -> DeviceAllocation: ...
     def destroy(self, /) -> None: ...
     @property
@@ -350,7 +404,9 @@ class MemoryPool:
     def ipc(self) -> bool: ...
     def set_access(self, /, device: Any, readwrite: Any = ...) -> None: ...
 
+@disjoint_base
 class Module:
+    def _new_function(self, name: Any, /) -> Any: ...
     @property
     def context(self) -> Context: ...
     def get_function(self, name: Any, /) -> Function: ...
@@ -362,8 +418,9 @@ class Module:
 
 NVTX_AVAILABLE: bool
 
+@disjoint_base
 class NcclComm:
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __new__(cls, handle: Any, context: Any, array_type: Any, owner: Any = ...) -> Self: ...
     def allgather(self, send: Any, recv: Any, stream: Any, /) -> Any: ...
     def allreduce(self, send: Any, recv: Any, op: Any, stream: Any, /) -> Any: ...
     def broadcast(self, send: Any, recv: Any, root: Any, stream: Any, /) -> Any: ...
@@ -387,11 +444,12 @@ class NcclError(builtins.RuntimeError):
     def __init__(self, *args: Any, **kwargs: Any) -> None: ...
 
 class RegisteredBuffer(RegisteredObject):
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __new__(cls, gl_handle: Any, flags: Any = ...) -> Self: ...
 
 class RegisteredImage(RegisteredObject):
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __new__(cls, gl_handle: Any, target: Any, flags: Any = ...) -> Self: ...
 
+@disjoint_base
 class RegisteredMapping:
     def __enter__(self) -> RegisteredMapping: ...
     def __exit__(self, *exc: object) -> None: ...
@@ -404,6 +462,7 @@ class RegisteredMapping:
     def resource(self) -> Any: ...
     def unmap(self, /, stream: Any = ...) -> Any: ...
 
+@disjoint_base
 class RegisteredObject:
     @property
     def flags(self) -> Any: ...
@@ -420,8 +479,10 @@ class RegisteredObject:
 class RuntimeError(Error, builtins.RuntimeError):
     def __init__(self, *args: Any, **kwargs: Any) -> None: ...
 
+@disjoint_base
 class Stream:
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __init__(self, flags: Any = ..., priority: Any = ...) -> None: ...
+    def __cuda_stream__(self) -> tuple[int, int]: ...
     def begin_capture(self, /, mode: Any = ...) -> None: ...
     def end_capture(self, /) -> Graph: ...
     @property
@@ -441,8 +502,9 @@ class Stream:
     def synchronize(self, /) -> None: ...
     def wait_for_event(self, event: Any, /) -> Any: ...
 
+@disjoint_base
 class SurfaceObject:
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __init__(self, array: Any) -> None: ...
     def free(self, /) -> Any: ...
     @property
     def handle(self) -> Any: ...
@@ -451,8 +513,23 @@ class SurfaceObject:
     @property
     def resource_type(self) -> Any: ...
 
+@disjoint_base
 class TensorMap:
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __init__(
+        self,
+        tensor: Any,
+        box: Any,
+        shape: Any = ...,
+        strides: Any = ...,
+        dtype: Any = ...,
+        data_type: Any = ...,
+        element_strides: Any = ...,
+        interleave: Any = ...,
+        swizzle: Any = ...,
+        l2_promotion: Any = ...,
+        oob_fill: Any = ...,
+    ) -> None: ...
+    def __bytes__(self) -> bytes: ...
     @property
     def box(self) -> Any: ...
     @property
@@ -497,8 +574,21 @@ class TensorMap:
         oob_fill: Any = ...,
     ) -> Any: ...
 
+@disjoint_base
 class TextureObject:
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __init__(
+        self,
+        resource: Any,
+        address_mode: Any = ...,
+        filter_mode: Any = ...,
+        read_mode: Any = ...,
+        normalized_coords: Any = ...,
+        border_color: Any = ...,
+        format: Any = ...,
+        num_channels: Any = ...,
+        shape: Any = ...,
+        pitch: Any = ...,
+    ) -> None: ...
     @property
     def address_mode(self) -> Any: ...
     @property
@@ -513,16 +603,22 @@ class TextureObject:
     @property
     def resource_type(self) -> Any: ...
 
+@disjoint_base
 class TimeRange:
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __init__(self, name: Any, color: Any = ...) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
     def __enter__(self) -> TimeRange: ...
     def __exit__(self, *exc: object) -> None: ...
     @property
     def color(self) -> Any: ...
+    name: str
 
+@disjoint_base
 class VirtualBuffer(DeviceAllocation):
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __init__(self, nbytes: Any = ..., reserve: Any = ..., shareable: Any = ...) -> None: ...
+    def _export_fds(self, *args: Any, **kwargs: Any) -> Any: ...
+    @classmethod
+    def _import_fds(cls, *args: Any, **kwargs: Any) -> Any: ...
     @property
     def device(self) -> int: ...
     @property
@@ -537,9 +633,38 @@ class VirtualBuffer(DeviceAllocation):
     @property
     def shareable(self) -> bool: ...
 
+@disjoint_base
 class _ArrayOperator:
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __new__(
+        cls,
+        name: Any,
+        fallback: Any,
+        array_type: Any,
+        default_allocator: Any,
+        attrs: Any,
+        tables_of: Any = ...,
+        mode: Any = ...,
+    ) -> Self: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    @property
+    def __name__(self) -> str: ...
+    @property
+    def __qualname__(self) -> str: ...
+    def _forget(self, /) -> Any: ...
+    def _learn(
+        self,
+        kind: Any,
+        context: Any,
+        key1: Any,
+        key2: Any,
+        function: Any,
+        result_dtype: Any,
+        conv: Any,
+        neg_refused: Any,
+        max_blocks: Any,
+        /,
+    ) -> Any: ...
+    def _learned(self, /) -> Any: ...
 
 _FO_ARRAY_ARRAY: int
 _FO_ARRAY_SCALAR: int
@@ -622,6 +747,8 @@ class address_mode(enum.IntEnum):
     CLAMP = 1
     MIRROR = 2
     BORDER = 3
+    names: ClassVar[dict[str, address_mode]]
+    values: ClassVar[dict[int, address_mode]]
 
 class array_cubemap_face(enum.IntEnum):
     POSITIVE_X = 0
@@ -630,6 +757,8 @@ class array_cubemap_face(enum.IntEnum):
     NEGATIVE_Y = 3
     POSITIVE_Z = 4
     NEGATIVE_Z = 5
+    names: ClassVar[dict[str, array_cubemap_face]]
+    values: ClassVar[dict[int, array_cubemap_face]]
 
 class array_format(enum.IntEnum):
     UNSIGNED_INT8 = 1
@@ -683,11 +812,15 @@ class array_format(enum.IntEnum):
     YUV444_8bit_SemiPlanar = 180
     YUV444_16bit_SemiPlanar = 181
     UNORM_INT_101010_2 = 80
+    names: ClassVar[dict[str, array_format]]
+    values: ClassVar[dict[int, array_format]]
 
 class capture_mode(enum.IntEnum):
     GLOBAL = 0
     THREAD_LOCAL = 1
     RELAXED = 2
+    names: ClassVar[dict[str, capture_mode]]
+    values: ClassVar[dict[int, capture_mode]]
 
 class ctx_flags(enum.IntEnum):
     SCHED_AUTO = 0
@@ -702,6 +835,8 @@ class ctx_flags(enum.IntEnum):
     USER_COREDUMP_ENABLE = 64
     SYNC_MEMOPS = 128
     FLAGS_MASK = 255
+    names: ClassVar[dict[str, ctx_flags]]
+    values: ClassVar[dict[int, ctx_flags]]
 
 class device_attribute(enum.IntEnum):
     MAX_THREADS_PER_BLOCK = 1
@@ -857,6 +992,8 @@ class device_attribute(enum.IntEnum):
     HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 145
     HOST_ALLOC_DMA_BUF_SUPPORTED = 146
     ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED = 147
+    names: ClassVar[dict[str, device_attribute]]
+    values: ClassVar[dict[int, device_attribute]]
 
 class error_code(enum.IntEnum):
     CUDA_SUCCESS = 0
@@ -960,16 +1097,22 @@ class error_code(enum.IntEnum):
     CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION = 915
     CUDA_ERROR_KEY_ROTATION = 916
     CUDA_ERROR_UNKNOWN = 999
+    names: ClassVar[dict[str, error_code]]
+    values: ClassVar[dict[int, error_code]]
 
 class event_flags(enum.IntEnum):
     DEFAULT = 0
     BLOCKING_SYNC = 1
     DISABLE_TIMING = 2
     INTERPROCESS = 4
+    names: ClassVar[dict[str, event_flags]]
+    values: ClassVar[dict[int, event_flags]]
 
 class filter_mode(enum.IntEnum):
     POINT = 0
     LINEAR = 1
+    names: ClassVar[dict[str, filter_mode]]
+    values: ClassVar[dict[int, filter_mode]]
 
 def forked_from() -> int | None: ...
 def free_host_cache() -> int: ...
@@ -979,6 +1122,8 @@ class func_cache(enum.IntEnum):
     PREFER_SHARED = 1
     PREFER_L1 = 2
     PREFER_EQUAL = 3
+    names: ClassVar[dict[str, func_cache]]
+    values: ClassVar[dict[int, func_cache]]
 
 class function_attribute(enum.IntEnum):
     MAX_THREADS_PER_BLOCK = 0
@@ -998,6 +1143,8 @@ class function_attribute(enum.IntEnum):
     NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
     CLUSTER_SCHEDULING_POLICY_PREFERENCE = 15
     MAX = 16
+    names: ClassVar[dict[str, function_attribute]]
+    values: ClassVar[dict[int, function_attribute]]
 
 def get_driver_version() -> int: ...
 
@@ -1005,12 +1152,16 @@ class graph_conditional_type(enum.IntEnum):
     IF = 0
     WHILE = 1
     SWITCH = 2
+    names: ClassVar[dict[str, graph_conditional_type]]
+    values: ClassVar[dict[int, graph_conditional_type]]
 
 class graph_instantiate_flags(enum.IntEnum):
     AUTO_FREE_ON_LAUNCH = 1
     UPLOAD = 2
     DEVICE_LAUNCH = 4
     USE_NODE_PRIORITY = 8
+    names: ClassVar[dict[str, graph_instantiate_flags]]
+    values: ClassVar[dict[int, graph_instantiate_flags]]
 
 class graph_node_type(enum.IntEnum):
     KERNEL = 0
@@ -1027,6 +1178,8 @@ class graph_node_type(enum.IntEnum):
     MEM_FREE = 11
     BATCH_MEM_OP = 12
     CONDITIONAL = 13
+    names: ClassVar[dict[str, graph_node_type]]
+    values: ClassVar[dict[int, graph_node_type]]
 
 def host_cache_stats(reset: Any = ...) -> dict[str, int]: ...
 def init() -> None: ...
@@ -1034,10 +1187,14 @@ def initialize_profiler(config_file: Any, output_file: Any, output_mode: Any) ->
 
 class ipc_mem_flags(enum.IntEnum):
     LAZY_ENABLE_PEER_ACCESS = 1
+    names: ClassVar[dict[str, ipc_mem_flags]]
+    values: ClassVar[dict[int, ipc_mem_flags]]
 
 class jit_fallback(enum.IntEnum):
     PREFER_PTX = 0
     PREFER_BINARY = 1
+    names: ClassVar[dict[str, jit_fallback]]
+    values: ClassVar[dict[int, jit_fallback]]
 
 class jit_option(enum.IntEnum):
     MAX_REGISTERS = 0
@@ -1075,6 +1232,8 @@ class jit_option(enum.IntEnum):
     MAX_THREADS_PER_BLOCK = 32
     OVERRIDE_DIRECTIVE_VALUES = 33
     SPLIT_COMPILE = 34
+    names: ClassVar[dict[str, jit_option]]
+    values: ClassVar[dict[int, jit_option]]
 
 class jit_target(enum.IntEnum):
     COMPUTE_30 = 30
@@ -1111,6 +1270,8 @@ class jit_target(enum.IntEnum):
     COMPUTE_103F = 131175
     COMPUTE_120F = 131192
     COMPUTE_121F = 131193
+    names: ClassVar[dict[str, jit_target]]
+    values: ClassVar[dict[int, jit_target]]
 
 class limit(enum.IntEnum):
     STACK_SIZE = 0
@@ -1123,6 +1284,8 @@ class limit(enum.IntEnum):
     SHMEM_SIZE = 7
     CIG_ENABLED = 8
     CIG_SHMEM_FALLBACK_ENABLED = 9
+    names: ClassVar[dict[str, limit]]
+    values: ClassVar[dict[int, limit]]
 
 def mem_alloc(nbytes: Any, /) -> DeviceAllocation: ...
 def mem_alloc_async(nbytes: Any, stream: Any = ...) -> DeviceAllocation: ...
@@ -1135,6 +1298,8 @@ class mem_attach_flags(enum.IntEnum):
     GLOBAL = 1
     HOST = 2
     SINGLE = 4
+    names: ClassVar[dict[str, mem_attach_flags]]
+    values: ClassVar[dict[int, mem_attach_flags]]
 
 def mem_get_address_range(ptr: Any, /) -> Any: ...
 def mem_get_info() -> tuple[int, int]: ...
@@ -1171,6 +1336,8 @@ class memory_type(enum.IntEnum):
     DEVICE = 2
     ARRAY = 3
     UNIFIED = 4
+    names: ClassVar[dict[str, memory_type]]
+    values: ClassVar[dict[int, memory_type]]
 
 def memset_d16(dest: Any, value: Any, count: Any, /) -> Any: ...
 def memset_d16_async(dest: Any, value: Any, count: Any, stream: Any = ..., /) -> Any: ...
@@ -1214,10 +1381,14 @@ class pointer_attribute(enum.IntEnum):
     MAPPING_BASE_ADDR = 19
     MEMORY_BLOCK_ID = 20
     IS_HW_DECOMPRESS_CAPABLE = 21
+    names: ClassVar[dict[str, pointer_attribute]]
+    values: ClassVar[dict[int, pointer_attribute]]
 
 class profiler_output_mode(enum.IntEnum):
     KEY_VALUE_PAIR = 0
     CSV = 1
+    names: ClassVar[dict[str, profiler_output_mode]]
+    values: ClassVar[dict[int, profiler_output_mode]]
 
 def profiler_start() -> None: ...
 def profiler_stop() -> None: ...
@@ -1228,6 +1399,8 @@ class resource_type(enum.IntEnum):
     MIPMAPPED_ARRAY = 1
     LINEAR = 2
     PITCH2D = 3
+    names: ClassVar[dict[str, resource_type]]
+    values: ClassVar[dict[int, resource_type]]
 
 def set_host_cache(max_bytes: Any = ..., max_blocks: Any = ...) -> dict[str, int]: ...
 
@@ -1235,12 +1408,16 @@ class shared_config(enum.IntEnum):
     DEFAULT_BANK_SIZE = 0
     FOUR_BYTE_BANK_SIZE = 1
     EIGHT_BYTE_BANK_SIZE = 2
+    names: ClassVar[dict[str, shared_config]]
+    values: ClassVar[dict[int, shared_config]]
 
 def staging_stats(reset: Any = ...) -> Any: ...
 
 class stream_flags(enum.IntEnum):
     DEFAULT = 0
     NON_BLOCKING = 1
+    names: ClassVar[dict[str, stream_flags]]
+    values: ClassVar[dict[int, stream_flags]]
 
 class tensor_map_data_type(enum.IntEnum):
     UINT8 = 0
@@ -1259,21 +1436,29 @@ class tensor_map_data_type(enum.IntEnum):
     TYPE_16U4_ALIGN8B = 13
     TYPE_16U4_ALIGN16B = 14
     TYPE_16U6_ALIGN16B = 15
+    names: ClassVar[dict[str, tensor_map_data_type]]
+    values: ClassVar[dict[int, tensor_map_data_type]]
 
 class tensor_map_float_oob_fill(enum.IntEnum):
     NONE = 0
     NAN_REQUEST_ZERO_FMA = 1
+    names: ClassVar[dict[str, tensor_map_float_oob_fill]]
+    values: ClassVar[dict[int, tensor_map_float_oob_fill]]
 
 class tensor_map_interleave(enum.IntEnum):
     NONE = 0
     INTERLEAVE_16B = 1
     INTERLEAVE_32B = 2
+    names: ClassVar[dict[str, tensor_map_interleave]]
+    values: ClassVar[dict[int, tensor_map_interleave]]
 
 class tensor_map_l2_promotion(enum.IntEnum):
     NONE = 0
     L2_64B = 1
     L2_128B = 2
     L2_256B = 3
+    names: ClassVar[dict[str, tensor_map_l2_promotion]]
+    values: ClassVar[dict[int, tensor_map_l2_promotion]]
 
 class tensor_map_swizzle(enum.IntEnum):
     NONE = 0
@@ -1283,3 +1468,5 @@ class tensor_map_swizzle(enum.IntEnum):
     SWIZZLE_128B_ATOM_32B = 4
     SWIZZLE_128B_ATOM_32B_FLIP_8B = 5
     SWIZZLE_128B_ATOM_64B = 6
+    names: ClassVar[dict[str, tensor_map_swizzle]]
+    values: ClassVar[dict[int, tensor_map_swizzle]]

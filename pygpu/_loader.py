@@ -9,6 +9,7 @@ imported only when NVRTC or the headers are first needed, never by
 below, which is kept in Python so it is testable on a machine without CUDA.
 """
 
+from typing import Any
 import glob
 import os
 import sys
@@ -236,7 +237,7 @@ def _plain_include_dirs(env, path):
     return root, cccl_dir
 
 
-_include_memo = {}
+_include_memo: dict[Any, Any] = {}
 
 
 def _search_fingerprint(env, path):

@@ -2,6 +2,7 @@
 pycuda.characterize (platform_bits, has_stack, has_double_support, sizeof).
 """
 
+from typing import Any
 import sys
 
 import numpy as np
@@ -11,27 +12,27 @@ from pygpu import driver as _drv
 __all__ = ["platform_bits", "has_stack", "has_double_support", "sizeof"]
 
 
-def platform_bits():
+def platform_bits() -> int:
     """64 on a 64-bit Python, else 32."""
     return 64 if sys.maxsize > 2**32 else 32
 
 
-def has_stack():
+def has_stack() -> bool:
     """Whether the current device has a call stack (compute capability >= 2.0:
     every device CUDA 13 supports)."""
     return _drv.Context.get_device().compute_capability() >= (2, 0)
 
 
-def has_double_support():
+def has_double_support() -> bool:
     """Whether the current device computes in double precision (compute
     capability >= 1.3: every device CUDA 13 supports)."""
     return _drv.Context.get_device().compute_capability() >= (1, 3)
 
 
-_sizes = {}  # (context, type_name, preamble) -> int
+_sizes: dict[Any, Any] = {}  # (context, type_name, preamble) -> int
 
 
-def sizeof(type_name, preamble=""):
+def sizeof(type_name: str, preamble: str = "") -> int:
     """sizeof(type_name) in device code, after preamble (for example
     sizeof("curandStateXORWOW", "#include <curand_kernel.h>")).  Compiled
     once per context and arguments; the size is read from a __device__
@@ -45,7 +46,7 @@ def sizeof(type_name, preamble=""):
     if size is None:
         from pygpu.compiler import SourceModule
 
-        mod = SourceModule(sizeof_source(type_name, preamble), no_extern_c=True)
+        mod: Any = SourceModule(sizeof_source(type_name, preamble), no_extern_c=True)
         ptr, _ = mod.get_global("pygpu_sizeof")
         out = np.zeros(1, np.uint64)
         _drv.memcpy_dtoh(out, ptr)
@@ -54,7 +55,7 @@ def sizeof(type_name, preamble=""):
     return size
 
 
-def sizeof_source(type_name, preamble=""):
+def sizeof_source(type_name: str, preamble: str = "") -> str:
     """The source sizeof() compiles."""
     return '%s\nextern "C" __device__ unsigned long long pygpu_sizeof = sizeof(%s);\n' % (
         preamble,

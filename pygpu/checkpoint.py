@@ -22,6 +22,7 @@ call out of turn is the driver's ``CUDA_ERROR_ILLEGAL_STATE``
 (docs/checkpoint.md).
 """
 
+from typing import Any, Literal
 import enum
 import os
 import uuid as _uuid
@@ -51,7 +52,7 @@ class ProcessState(enum.IntEnum):
     CHECKPOINTED = 2
     FAILED = 3
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.name
 
 
@@ -59,14 +60,14 @@ class NotACudaProcessError(ValueError):
     """The pid is a live process the driver does not know as a CUDA process
     (it never initialised CUDA, or it is another user's)."""
 
-    def __init__(self, pid, cause):
+    def __init__(self, pid: int, cause: object) -> None:
         self.pid = pid
         super().__init__(
             "process %d is not a CUDA process the driver can checkpoint (%s)" % (pid, cause)
         )
 
 
-def _pid(pid, what, self_ok=False):
+def _pid(pid: int, what: str, self_ok: bool = False) -> int:
     if isinstance(pid, bool) or not isinstance(pid, int):
         raise TypeError("checkpoint.%s(): pid must be an int, not %s" % (what, type(pid).__name__))
     if pid <= 0:
@@ -85,7 +86,7 @@ def _pid(pid, what, self_ok=False):
     return pid
 
 
-def _known(pid):
+def _known(pid: int) -> "ProcessState":
     """The process's state, or NotACudaProcessError where the driver does not
     know it (its other errors pass through)."""
     try:
@@ -96,19 +97,19 @@ def _known(pid):
         raise
 
 
-def state(pid):
+def state(pid: int) -> "ProcessState":
     """The process's :class:`ProcessState` (cuCheckpointProcessGetState)."""
     return _known(_pid(pid, "state", self_ok=True))
 
 
-def restore_thread_id(pid):
+def restore_thread_id(pid: int) -> int:
     """The id of the process's thread that restore() runs on
     (cuCheckpointProcessGetRestoreThreadId)."""
     _known(_pid(pid, "restore_thread_id", self_ok=True))
     return _driver._checkpoint_restore_thread_id(pid)
 
 
-def lock(pid, timeout=None):
+def lock(pid: int, timeout: "float | None" = None) -> None:
     """Lock a RUNNING process: its CUDA calls block until unlock().  Waits
     for its work in flight; ``timeout`` in seconds (None: no limit), past which
     the driver gives up and the process stays RUNNING."""
@@ -122,14 +123,14 @@ def lock(pid, timeout=None):
     _driver._checkpoint_lock(pid, ms)
 
 
-def checkpoint(pid):
+def checkpoint(pid: int) -> None:
     """Move a LOCKED process's GPU memory to host memory and release its
     GPU resources: the process becomes CHECKPOINTED."""
     _known(_pid(pid, "checkpoint"))
     _driver._checkpoint_checkpoint(pid)
 
 
-def _uuid_bytes(u, what):
+def _uuid_bytes(u: Any, what: str) -> bytes:
     if isinstance(u, _uuid.UUID):
         return u.bytes
     if isinstance(u, str):
@@ -143,7 +144,7 @@ def _uuid_bytes(u, what):
     )
 
 
-def restore(pid, gpu_map=None):
+def restore(pid: int, gpu_map: "dict[Any, Any] | None" = None) -> None:
     """Bring a CHECKPOINTED process back onto the GPU: it becomes LOCKED.
     ``gpu_map`` ({old GPU: new GPU}, each a uuid.UUID, a ``"GPU-..."`` UUID
     string or a Device) restores onto other GPUs of the same kind; it must
@@ -157,13 +158,13 @@ def restore(pid, gpu_map=None):
     _driver._checkpoint_restore(pid, pairs)
 
 
-def unlock(pid):
+def unlock(pid: int) -> None:
     """Let a LOCKED process make CUDA calls again: it becomes RUNNING."""
     _known(_pid(pid, "unlock"))
     _driver._checkpoint_unlock(pid)
 
 
-def suspend(pid, timeout=None):
+def suspend(pid: int, timeout: "float | None" = None) -> None:
     """lock() then checkpoint(); unlocks again if the checkpoint fails."""
     lock(pid, timeout)
     try:
@@ -176,7 +177,7 @@ def suspend(pid, timeout=None):
         raise
 
 
-def resume(pid, gpu_map=None):
+def resume(pid: int, gpu_map: "dict[Any, Any] | None" = None) -> None:
     """restore() then unlock()."""
     restore(pid, gpu_map)
     unlock(pid)
@@ -186,13 +187,15 @@ class suspended:
     """``with checkpoint.suspended(pid):`` -- the process is CHECKPOINTED in
     the block (its GPU memory is free) and RUNNING again after it."""
 
-    def __init__(self, pid, timeout=None, gpu_map=None):
+    def __init__(
+        self, pid: int, timeout: "float | None" = None, gpu_map: "dict[Any, Any] | None" = None
+    ) -> None:
         self.pid, self.timeout, self.gpu_map = pid, timeout, gpu_map
 
-    def __enter__(self):
+    def __enter__(self) -> "suspended":
         suspend(self.pid, self.timeout)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> "Literal[False]":
         resume(self.pid, self.gpu_map)
         return False

@@ -24,6 +24,7 @@ from the cuRAND host library (libcurand, opened on first use with ctypes;
 no GPU needed for that).
 """
 
+from typing import TYPE_CHECKING, Any, Callable
 import ctypes
 import enum
 import glob
@@ -34,6 +35,10 @@ import threading
 import numpy as np
 
 from pygpu import driver as _drv
+
+if TYPE_CHECKING:  # annotations only
+    from pygpu._driver import Stream
+    from pygpu.gpuarray import GPUArray
 
 __all__ = [
     "rand",
@@ -68,7 +73,7 @@ class CurandNotFoundError(RuntimeError):
 # ---- rand(): Philox, no state ----
 
 _RAND_BLOCK = 256
-_rand_kernels = {}  # context -> {dtype: (Function, numbers per Philox block)}
+_rand_kernels: dict[Any, Any] = {}  # context -> {dtype: (Function, numbers per Philox block)}
 
 
 def _rand_function(dtype):
@@ -97,7 +102,11 @@ def _rand_function(dtype):
     return fs[dtype], fs["max_grid"]
 
 
-def rand(shape, dtype=np.float32, stream=None):
+def rand(
+    shape: "int | tuple[int, ...]",
+    dtype: "np.typing.DTypeLike" = np.float32,
+    stream: "Stream | None" = None,
+) -> "GPUArray":
     """A new GPUArray of uniform random numbers: float32/float64 in [0, 1),
     int32/uint32 with all 32 bits random.  The seed comes from
     numpy.random.randint (np.random.seed() makes it repeatable)."""
@@ -237,7 +246,7 @@ def _header_version():
     return None
 
 
-def get_curand_version():
+def get_curand_version() -> "tuple[int, int, int] | None":
     """cuRAND's version as PyCUDA reports it: (v // 1000, v % 1000 // 10,
     v % 10) of curandGetVersion()'s v (10400 is (10, 40, 0)); from curand.h
     when the library is missing; None when neither is found."""
@@ -317,7 +326,7 @@ def _repeat_rows(table, count):
     return np.ascontiguousarray(table[:count])
 
 
-def generate_direction_vectors(count, direction=None):
+def generate_direction_vectors(count: int, direction: Any = None) -> "GPUArray":
     """A GPUArray of direction vectors for count generators: row i is
     dimension i % 20000 of cuRAND's set direction (default VECTOR_32):
     (count, 32) uint32, or (count, 64) uint64 for the 64-bit sets."""
@@ -330,7 +339,7 @@ def generate_direction_vectors(count, direction=None):
     return gpuarray.to_gpu(table)
 
 
-def generate_scramble_constants32(count):
+def generate_scramble_constants32(count: int) -> "GPUArray":
     """A GPUArray of count uint32 scramble constants (cuRAND's, repeated
     every 20000)."""
     count = _count(count)
@@ -340,7 +349,7 @@ def generate_scramble_constants32(count):
     return gpuarray.to_gpu(table)
 
 
-def generate_scramble_constants64(count):
+def generate_scramble_constants64(count: int) -> "GPUArray":
     """A GPUArray of count uint64 scramble constants (cuRAND's, repeated
     every 20000)."""
     count = _count(count)
@@ -353,7 +362,7 @@ def generate_scramble_constants64(count):
 # ---- seed getters ----
 
 
-def seed_getter_uniform(n):
+def seed_getter_uniform(n: int) -> "GPUArray":
     """An int32 GPUArray of n copies of one random seed."""
     import random
     from pygpu import gpuarray
@@ -362,7 +371,7 @@ def seed_getter_uniform(n):
     return gpuarray.to_gpu(np.full(_count(n), value, dtype=np.int32))
 
 
-def seed_getter_unique(n):
+def seed_getter_unique(n: int) -> "GPUArray":
     """An int32 GPUArray of n random seeds."""
     from pygpu import gpuarray
 
@@ -458,11 +467,11 @@ class _RandomNumberGeneratorBase:
     generators_per_block threads), in device memory (self.state)."""
 
     has_box_muller = False
-    _kind = None
-    _state_type = None
+    _kind: "str | None" = None
+    _state_type: "str | None" = None
     generator_bits = 32
 
-    def __init__(self):
+    def __init__(self) -> None:
         from pygpu.compiler import SourceModule
 
         ctx = _drv.Context.get_current()
@@ -545,7 +554,7 @@ class _RandomNumberGeneratorBase:
 
     # ---- filling ----
 
-    def fill_uniform(self, data, stream=None):
+    def fill_uniform(self, data: "GPUArray", stream: "Stream | None" = None) -> None:
         """Fill data with uniform numbers: floats in (0, 1], integers with all
         bits random (int64/uint64 only from 64-bit-capable generators)."""
         dtype, n = _check_data(data, "fill_uniform")
@@ -577,14 +586,16 @@ class _RandomNumberGeneratorBase:
             "%s: %s makes float32 or float64 arrays, not %s" % (what, type(self).__name__, dtype)
         )
 
-    def fill_normal(self, data, stream=None):
+    def fill_normal(self, data: "GPUArray", stream: "Stream | None" = None) -> None:
         """Fill data with standard normal numbers (mean 0, variance 1)."""
         dtype, n = _check_data(data, "fill_normal")
         name = self._float_kernel("fill_normal", dtype, "normal_float", "normal_double")
         if n:
             self._launch(name, stream, data, n)
 
-    def fill_log_normal(self, data, mean, stddev, stream=None):
+    def fill_log_normal(
+        self, data: "GPUArray", mean: float, stddev: float, stream: "Stream | None" = None
+    ) -> None:
         """Fill data with exp(N(mean, stddev**2)) numbers."""
         dtype, n = _check_data(data, "fill_log_normal")
         name = self._float_kernel("fill_log_normal", dtype, "normal_log_float", "normal_log_double")
@@ -592,7 +603,9 @@ class _RandomNumberGeneratorBase:
         if n:
             self._launch(name, stream, data, mean, stddev, n)
 
-    def fill_poisson(self, data, lambda_value=None, stream=None):
+    def fill_poisson(
+        self, data: "GPUArray", lambda_value: "float | None" = None, stream: "Stream | None" = None
+    ) -> None:
         """Fill data with Poisson numbers of mean lambda_value (uint32 data),
         or, with lambda_value None, replace each element x of data (float32,
         float64, uint32) by a Poisson number of mean x."""
@@ -626,7 +639,12 @@ class _RandomNumberGeneratorBase:
 
     # ---- generating ----
 
-    def gen_uniform(self, shape, dtype, stream=None):
+    def gen_uniform(
+        self,
+        shape: "int | tuple[int, ...]",
+        dtype: "np.typing.DTypeLike",
+        stream: "Stream | None" = None,
+    ) -> "GPUArray":
         """A new GPUArray filled by fill_uniform."""
         from pygpu import gpuarray
 
@@ -634,7 +652,12 @@ class _RandomNumberGeneratorBase:
         self.fill_uniform(result, stream)
         return result
 
-    def gen_normal(self, shape, dtype, stream=None):
+    def gen_normal(
+        self,
+        shape: "int | tuple[int, ...]",
+        dtype: "np.typing.DTypeLike",
+        stream: "Stream | None" = None,
+    ) -> "GPUArray":
         """A new GPUArray filled by fill_normal."""
         from pygpu import gpuarray
 
@@ -642,7 +665,14 @@ class _RandomNumberGeneratorBase:
         self.fill_normal(result, stream)
         return result
 
-    def gen_log_normal(self, shape, dtype, mean, stddev, stream=None):
+    def gen_log_normal(
+        self,
+        shape: "int | tuple[int, ...]",
+        dtype: "np.typing.DTypeLike",
+        mean: float,
+        stddev: float,
+        stream: "Stream | None" = None,
+    ) -> "GPUArray":
         """A new GPUArray filled by fill_log_normal."""
         from pygpu import gpuarray
 
@@ -650,7 +680,13 @@ class _RandomNumberGeneratorBase:
         self.fill_log_normal(result, mean, stddev, stream)
         return result
 
-    def gen_poisson(self, shape, dtype, lambda_value, stream=None):
+    def gen_poisson(
+        self,
+        shape: "int | tuple[int, ...]",
+        dtype: "np.typing.DTypeLike",
+        lambda_value: float,
+        stream: "Stream | None" = None,
+    ) -> "GPUArray":
         """A new uint32 GPUArray filled by fill_poisson(lambda_value)."""
         if lambda_value is None:
             raise ValueError("gen_poisson needs a lambda_value")
@@ -696,11 +732,11 @@ class _RandomNumberGeneratorBase:
             self._grid, self._block, stream, self.state, self.generator_count, i.ptr
         )
 
-    def call_skip_ahead(self, i, stream=None):
+    def call_skip_ahead(self, i: "int | GPUArray", stream: "Stream | None" = None) -> None:
         """Skip every generator ahead by i numbers."""
         self._skip_call("skip_ahead", i, stream)
 
-    def call_skip_ahead_array(self, i, stream=None):
+    def call_skip_ahead_array(self, i: "GPUArray", stream: "Stream | None" = None) -> None:
         """Skip generator k ahead by i[k] numbers (i: a GPUArray, one count
         per generator)."""
         self._skip_array_call("skip_ahead", i, stream)
@@ -709,7 +745,9 @@ class _RandomNumberGeneratorBase:
 class _PseudoRandomNumberGeneratorBase(_RandomNumberGeneratorBase):
     has_box_muller = True
 
-    def __init__(self, seed_getter=None, offset=0):
+    def __init__(
+        self, seed_getter: "Callable[[int], GPUArray] | None" = None, offset: int = 0
+    ) -> None:
         super().__init__()
         n = self.generator_count
         if seed_getter is None:
@@ -737,11 +775,11 @@ class _PseudoRandomNumberGeneratorBase(_RandomNumberGeneratorBase):
     def _skip_names(self):
         return ("skip_ahead", "skip_ahead_sequence")
 
-    def call_skip_ahead_sequence(self, i, stream=None):
+    def call_skip_ahead_sequence(self, i: "int | GPUArray", stream: "Stream | None" = None) -> None:
         """Skip every generator ahead by i subsequences (2**67 numbers each)."""
         self._skip_call("skip_ahead_sequence", i, stream)
 
-    def call_skip_ahead_sequence_array(self, i, stream=None):
+    def call_skip_ahead_sequence_array(self, i: "GPUArray", stream: "Stream | None" = None) -> None:
         """Skip generator k ahead by i[k] subsequences."""
         self._skip_array_call("skip_ahead_sequence", i, stream)
 
@@ -762,7 +800,9 @@ class XORWOWRandomNumberGenerator(_PseudoRandomNumberGeneratorBase):
     _kind = "xorwow"
     _state_type = "curandStateXORWOW"
 
-    def __init__(self, seed_getter=None, offset=0):
+    def __init__(
+        self, seed_getter: "Callable[[int], GPUArray] | None" = None, offset: int = 0
+    ) -> None:
         super().__init__(seed_getter, offset)
 
 
@@ -772,17 +812,23 @@ class MRG32k3aRandomNumberGenerator(_PseudoRandomNumberGeneratorBase):
     _kind = "mrg32k3a"
     _state_type = "curandStateMRG32k3a"
 
-    def __init__(self, seed_getter=None, offset=0):
+    def __init__(
+        self, seed_getter: "Callable[[int], GPUArray] | None" = None, offset: int = 0
+    ) -> None:
         super().__init__(seed_getter, offset)
 
     def _skip_names(self):
         return ("skip_ahead", "skip_ahead_sequence", "skip_ahead_subsequence")
 
-    def call_skip_ahead_subsequence(self, i, stream=None):
+    def call_skip_ahead_subsequence(
+        self, i: "int | GPUArray", stream: "Stream | None" = None
+    ) -> None:
         """Skip every generator ahead by i subsequences (2**76 numbers each)."""
         self._skip_call("skip_ahead_subsequence", i, stream)
 
-    def call_skip_ahead_subsequence_array(self, i, stream=None):
+    def call_skip_ahead_subsequence_array(
+        self, i: "GPUArray", stream: "Stream | None" = None
+    ) -> None:
         """Skip generator k ahead by i[k] subsequences."""
         self._skip_array_call("skip_ahead_subsequence", i, stream)
 
@@ -798,7 +844,12 @@ class _SobolBase(_RandomNumberGeneratorBase):
     _direction = direction_vector_set.VECTOR_32
     _scrambled = False
 
-    def __init__(self, dir_vector=None, scramble_vector=None, offset=0):
+    def __init__(
+        self,
+        dir_vector: "GPUArray | None" = None,
+        scramble_vector: "GPUArray | None" = None,
+        offset: int = 0,
+    ) -> None:
         super().__init__()
         n = self.generator_count
         word = np.uint64 if self._bits == 64 else np.uint32
@@ -855,7 +906,7 @@ class Sobol32RandomNumberGenerator(_SobolBase):
     _kind = "sobol32"
     _state_type = "curandStateSobol32"
 
-    def __init__(self, dir_vector=None, offset=0):
+    def __init__(self, dir_vector: "GPUArray | None" = None, offset: int = 0) -> None:
         super().__init__(dir_vector, None, offset)
 
 
@@ -876,7 +927,7 @@ class Sobol64RandomNumberGenerator(_SobolBase):
     _bits = 64
     _direction = direction_vector_set.VECTOR_64
 
-    def __init__(self, dir_vector=None, offset=0):
+    def __init__(self, dir_vector: "GPUArray | None" = None, offset: int = 0) -> None:
         super().__init__(dir_vector, None, offset)
 
 

@@ -6,6 +6,9 @@ loads no CUDA library; the driver is opened on the first call that needs it.
 """
 
 import atexit as _atexit
+from typing import Any as _Any
+from typing import Literal as _Literal
+from typing import NoReturn as _NoReturn
 import enum as _enum
 
 import numpy as _np
@@ -114,7 +117,7 @@ class mem_host_register_flags(_enum.IntFlag):
     READ_ONLY = 0x08
 
 
-def get_version():
+def get_version() -> "tuple[int, int, int]":
     """The CUDA version pygpu was built against, as (major, minor, 0)."""
     v = _driver.CUDA_HEADER_VERSION
     return (v // 1000, (v % 1000) // 10, 0)
@@ -129,12 +132,12 @@ def _as_array(ary, what):
     return ary
 
 
-def mem_alloc_like(ary):
+def mem_alloc_like(ary: _Any) -> DeviceAllocation:
     """Device memory of ary's size in bytes."""
     return mem_alloc(_as_array(ary, "mem_alloc_like()").nbytes)
 
 
-def to_device(ary: "object", stream: "Stream | None" = None) -> DeviceAllocation:
+def to_device(ary: _Any, stream: "Stream | None" = None) -> DeviceAllocation:
     """Copy a NumPy array (or any contiguous buffer) to new device memory."""
     mv = memoryview(ary)
     if not mv.contiguous:
@@ -151,7 +154,7 @@ def from_device(
     devptr: "object",
     shape: "int | tuple[int, ...]",
     dtype: "_np.typing.DTypeLike",
-    order: str = "C",
+    order: '_Literal["C", "F"]' = "C",
 ) -> "_np.ndarray":
     """A new NumPy array with the contents of device memory."""
     result = _np.empty(shape, dtype, order=order)
@@ -174,7 +177,7 @@ _STAGING_TUNING_KEYS = ("piece", "spin_us", "prefault", "cold")
 staging_stats = _driver.staging_stats
 
 
-def staging_settings():
+def staging_settings() -> "dict[str, _Any]":
     """The pageable-copy staging settings as a dict: ``threshold`` (bytes
     from which a synchronous copy of pageable memory is staged; 0: staging
     off), ``threads`` (copying threads, the caller's included), ``chunk``
@@ -193,8 +196,14 @@ def staging_settings():
 
 
 def set_staging(
-    threshold=None, threads=None, chunk=None, piece=None, spin_us=None, prefault=None, cold=None
-):
+    threshold: _Any = None,
+    threads: _Any = None,
+    chunk: _Any = None,
+    piece: _Any = None,
+    spin_us: _Any = None,
+    prefault: _Any = None,
+    cold: _Any = None,
+) -> "dict[str, _Any]":
     """Change the pageable-copy staging settings (None keeps a setting) and
     return the previous ones as a dict: ``set_staging(**old)`` restores them.
     They start from PYGPU_STAGING_THRESHOLD, _THREADS, _CHUNK, _PIECE,
@@ -330,7 +339,9 @@ from pygpu._driver import (  # noqa: E402,F401  (re-exported API)
 )
 
 
-def module_from_file(path, options=None, message_handler=None):
+def module_from_file(
+    path: str, options: "list[str] | None" = None, message_handler: _Any = None
+) -> Module:
     """Load a .cubin, .ptx or .fatbin file into the current context."""
     with open(path, "rb") as f:
         data = f.read()
@@ -358,7 +369,7 @@ class PointerHolderBase:
     address (int(), __index__, and a __cuda_array_interface__ of unknown
     size)."""
 
-    def get_pointer(self):
+    def get_pointer(self) -> int:
         raise NotImplementedError("%s must define get_pointer()" % type(self).__name__)
 
     def __int__(self):
@@ -366,7 +377,7 @@ class PointerHolderBase:
 
     __index__ = __int__
 
-    def as_buffer(self, size, offset=0):
+    def as_buffer(self, size: int, offset: int = 0) -> memoryview:
         """A writable memoryview of size bytes from offset, as PyCUDA's, for
         memory the host can reach (managed or page-locked); LogicError for
         device memory, which the host cannot read."""
@@ -384,7 +395,12 @@ class PointerHolderBase:
         }
 
 
-def aligned_empty(shape, dtype=_np.float64, order="C", alignment=4096):
+def aligned_empty(
+    shape: "int | tuple[int, ...]",
+    dtype: "_np.typing.DTypeLike" = _np.float64,
+    order: '_Literal["C", "F"]' = "C",
+    alignment: int = 4096,
+) -> "_np.ndarray[_Any, _Any]":
     """An uninitialised host array whose data starts at a multiple of
     alignment bytes (for register_host_memory), as PyCUDA's: its .base is
     the AlignedHostAllocation that owns the memory."""
@@ -398,7 +414,7 @@ def aligned_empty(shape, dtype=_np.float64, order="C", alignment=4096):
         raise ValueError("alignment must be a positive power of two, got %r" % (alignment,))
     if order not in ("C", "F"):
         raise ValueError("order must be 'C' or 'F', got %r" % (order,))
-    count = int(_np.prod(shape, dtype=_np.int64)) if _np.ndim(shape) else int(shape)
+    count = int(_np.prod(shape, dtype=_np.int64)) if _np.ndim(shape) else int(shape)  # type: ignore[arg-type]
     nbytes = count * dtype.itemsize
     raw = AlignedHostAllocation((nbytes + alignment,), _np.uint8)
     start = (-raw.ctypes.data) % alignment
@@ -408,7 +424,7 @@ def aligned_empty(shape, dtype=_np.float64, order="C", alignment=4096):
 def pagelocked_empty(
     shape: "int | tuple[int, ...]",
     dtype: "_np.typing.DTypeLike" = _np.float64,
-    order: str = "C",
+    order: '_Literal["C", "F"]' = "C",
     mem_flags: int = 0,
 ) -> "_np.ndarray":
     """An uninitialized page-locked ndarray; .base is its HostAllocation."""
@@ -418,7 +434,7 @@ def pagelocked_empty(
 def pagelocked_zeros(
     shape: "int | tuple[int, ...]",
     dtype: "_np.typing.DTypeLike" = _np.float64,
-    order: str = "C",
+    order: '_Literal["C", "F"]' = "C",
     mem_flags: int = 0,
 ) -> "_np.ndarray":
     """A zeroed page-locked ndarray."""
@@ -442,23 +458,37 @@ def pagelocked_zeros_like(ary: "_np.ndarray", mem_flags: int = 0) -> "_np.ndarra
 # ---- managed memory ----
 
 
-def managed_empty(shape, dtype=_np.float64, order="C", mem_flags=mem_attach_flags.GLOBAL):
+def managed_empty(
+    shape: "int | tuple[int, ...]",
+    dtype: "_np.typing.DTypeLike" = _np.float64,
+    order: '_Literal["C", "F"]' = "C",
+    mem_flags: int = mem_attach_flags.GLOBAL,
+) -> "_np.ndarray[_Any, _Any]":
     """An ndarray over managed memory, usable on the host and (its address
     is int(a.base)) in kernels; .base is the owning DeviceAllocation.
     Synchronize before touching it on the host after a kernel wrote it."""
     return _driver._managed(shape, dtype, order, int(mem_flags), False)
 
 
-def managed_zeros(shape, dtype=_np.float64, order="C", mem_flags=mem_attach_flags.GLOBAL):
+def managed_zeros(
+    shape: "int | tuple[int, ...]",
+    dtype: "_np.typing.DTypeLike" = _np.float64,
+    order: '_Literal["C", "F"]' = "C",
+    mem_flags: int = mem_attach_flags.GLOBAL,
+) -> "_np.ndarray[_Any, _Any]":
     """A zeroed managed ndarray."""
     return _driver._managed(shape, dtype, order, int(mem_flags), True)
 
 
-def managed_empty_like(ary, mem_flags=mem_attach_flags.GLOBAL):
+def managed_empty_like(
+    ary: "_np.ndarray[_Any, _Any]", mem_flags: int = mem_attach_flags.GLOBAL
+) -> "_np.ndarray[_Any, _Any]":
     return managed_empty(ary.shape, ary.dtype, _order_of(ary), mem_flags)
 
 
-def managed_zeros_like(ary, mem_flags=mem_attach_flags.GLOBAL):
+def managed_zeros_like(
+    ary: "_np.ndarray[_Any, _Any]", mem_flags: int = mem_attach_flags.GLOBAL
+) -> "_np.ndarray[_Any, _Any]":
     return managed_zeros(ary.shape, ary.dtype, _order_of(ary), mem_flags)
 
 
@@ -479,7 +509,7 @@ class Memcpy2D(_textures._MemcpyFields):
     and ``src_device`` follow the ``set_src_*()`` calls, the ``dst_*``
     fields the ``set_dst_*()`` ones."""
 
-    def __call__(self, stream_or_aligned=None, aligned=None):
+    def __call__(self, stream_or_aligned: _Any = None, aligned: "bool | None" = None) -> None:
         """c(aligned=True) copies now; c(stream) enqueues on a stream."""
         if self._src_kind is None or self._dst_kind is None:
             raise ValueError("Memcpy2D: set a source and a destination first")
@@ -583,18 +613,18 @@ class In(ArgumentHandler):
     # overrides it in a subclass (a launch then follows the protocol)
     dev_alloc = None
 
-    def get_device_alloc(self):
+    def get_device_alloc(self) -> _Any:
         """The device copy of the array (allocated on the first call)."""
         if self.dev_alloc is None:
             self.dev_alloc = mem_alloc(max(self.array.nbytes, 1))
         return self.dev_alloc
 
-    def pre_call(self, stream):
+    def pre_call(self, stream: _Any) -> None:
         """Before a launch: copy the array in (In, InOut)."""
         if self.copy_in:
             memcpy_htod(self.get_device_alloc(), self.array)
 
-    def post_call(self, stream):
+    def post_call(self, stream: _Any) -> None:
         """After a launch: copy the array back (Out, InOut)."""
         if self.copy_out:
             memcpy_dtoh(self.array, self.get_device_alloc())
@@ -913,7 +943,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
+def _getattr_linking(name: str) -> _Any:
     # PyCUDA has jit_input_type in pycuda.driver; pygpu's lives with the
     # linking helpers (pygpu.linking imports this module, so: lazily)
     if name == "jit_input_type":
@@ -947,7 +977,7 @@ class graphics_register_flags(_enum.IntEnum):
         return self.name
 
 
-def have_gl_ext():
+def have_gl_ext() -> bool:
     """Whether OpenGL interop is built in: always True for pygpu (it needs no
     GL library to build; pygpu.gl loads libEGL/libGL only when asked)."""
     return True
@@ -990,7 +1020,7 @@ py_memcpy_atoh = memcpy_atoh
 CUDA_DEBUGGING = False
 
 
-def set_debugging(flag=True):
+def set_debugging(flag: bool = True) -> None:
     """Compile later kernels for the debugger (NVRTC's --device-debug, as
     PyCUDA adds nvcc's -g -G); ``python -m pygpu.debug script.py`` sets it."""
     global CUDA_DEBUGGING
@@ -1091,38 +1121,38 @@ class ManagedAllocation(metaclass=_TypeTest):
 ManagedAllocationOrStub = ManagedAllocation
 
 
+# ndarray's constructor, said outright (NumPy's type gives inspect no
+# signature on Python 3.9)
+def _aligned_host_signature() -> _Any:
+    import inspect
+
+    P = inspect.Parameter
+    return inspect.Signature(
+        [P("shape", P.POSITIONAL_OR_KEYWORD)]
+        + [
+            P(n, P.POSITIONAL_OR_KEYWORD, default=d)
+            for n, d in (
+                ("dtype", float),
+                ("buffer", None),
+                ("offset", 0),
+                ("strides", None),
+                ("order", None),
+            )
+        ]
+    )
+
+
 class AlignedHostAllocation(_np.ndarray):
     """The bytes behind aligned_empty()'s arrays (their .base): ordinary
     host memory, freed when the last array over it dies."""
 
-    # ndarray's constructor, said outright (NumPy's type gives inspect no
-    # signature on Python 3.9)
-    def _sig():
-        import inspect
+    __signature__ = _aligned_host_signature()
 
-        P = inspect.Parameter
-        return inspect.Signature(
-            [P("shape", P.POSITIONAL_OR_KEYWORD)]
-            + [
-                P(n, P.POSITIONAL_OR_KEYWORD, default=d)
-                for n, d in (
-                    ("dtype", float),
-                    ("buffer", None),
-                    ("offset", 0),
-                    ("strides", None),
-                    ("order", None),
-                )
-            ]
-        )
-
-    __signature__ = _sig()
-    del _sig
-
-    def free(self):
+    def free(self) -> None:
         """Accepted for PyCUDA's sake; the memory goes with the last array
         that uses it."""
 
-    def get_device_pointer(self):
+    def get_device_pointer(self) -> "_NoReturn":
         raise LogicError(
             "AlignedHostAllocation.get_device_pointer(): the memory is not "
             "page-locked; register it (register_host_memory) and use the "
@@ -1130,7 +1160,12 @@ class AlignedHostAllocation(_np.ndarray):
         )
 
 
-def aligned_zeros(shape, dtype=_np.float64, order="C", alignment=4096):
+def aligned_zeros(
+    shape: "int | tuple[int, ...]",
+    dtype: "_np.typing.DTypeLike" = _np.float64,
+    order: '_Literal["C", "F"]' = "C",
+    alignment: int = 4096,
+) -> "_np.ndarray[_Any, _Any]":
     """A zeroed aligned_empty()."""
     result = aligned_empty(shape, dtype, order, alignment)
     result.fill(0)
@@ -1145,12 +1180,16 @@ def _order_or_raise(ary):
     raise ValueError("could not detect array order (the array is not contiguous)")
 
 
-def aligned_empty_like(ary, alignment=4096):
+def aligned_empty_like(
+    ary: "_np.ndarray[_Any, _Any]", alignment: int = 4096
+) -> "_np.ndarray[_Any, _Any]":
     """aligned_empty() with ary's shape, dtype and order."""
     return aligned_empty(ary.shape, ary.dtype, _order_or_raise(ary), alignment)
 
 
-def aligned_zeros_like(ary, alignment=4096):
+def aligned_zeros_like(
+    ary: "_np.ndarray[_Any, _Any]", alignment: int = 4096
+) -> "_np.ndarray[_Any, _Any]":
     """aligned_zeros() with ary's shape, dtype and order."""
     return aligned_zeros(ary.shape, ary.dtype, _order_or_raise(ary), alignment)
 
@@ -1166,10 +1205,10 @@ _ELSEWHERE = {
     "get_curand_version": "pygpu.curandom",
     "direction_vector_set": "pygpu.curandom",
 }
-_getattr_before_elsewhere = __getattr__
+_getattr_before_elsewhere = _getattr_linking
 
 
-def __getattr__(name):  # noqa: F811  (extends the one above)
+def __getattr__(name: str) -> _Any:  # the names above, then jit_input_type
     where = _ELSEWHERE.get(name)
     if where is not None:
         import importlib

@@ -19,6 +19,8 @@ builder behind pygpu.gpuarray's operators (contiguous, strided and
 broadcast operands).
 """
 
+import builtins
+from typing import TYPE_CHECKING, Any, NoReturn, Sequence
 import re
 import threading
 
@@ -33,6 +35,9 @@ from pygpu.tools import (
     context_dependent_memoize,
     dtype_to_ctype,
 )
+
+if TYPE_CHECKING:  # annotations only (gpuarray imports this module)
+    from pygpu._driver import Function, Stream
 
 __all__ = [
     "ElementwiseKernel",
@@ -179,16 +184,16 @@ def _module(source, options, keep):
 
 
 def get_elwise_module(
-    arguments,
-    operation,
-    name="kernel",
-    keep=False,
-    options=None,
-    preamble="",
-    loop_prep="",
-    after_loop="",
-    restrict=False,
-):
+    arguments: "str | Sequence[Any]",
+    operation: str,
+    name: str = "kernel",
+    keep: bool = False,
+    options: "Sequence[str] | None" = None,
+    preamble: str = "",
+    loop_prep: str = "",
+    after_loop: str = "",
+    restrict: bool = False,
+) -> Any:
     """The SourceModule of an element-wise kernel over i in [0, n); the
     arguments must end with the size n (PyCUDA's layout).  restrict=True
     declares the pointers __restrict__ (the arrays must not overlap) and
@@ -202,16 +207,16 @@ def get_elwise_module(
 
 
 def get_elwise_range_module(
-    arguments,
-    operation,
-    name="kernel",
-    keep=False,
-    options=None,
-    preamble="",
-    loop_prep="",
-    after_loop="",
-    restrict=False,
-):
+    arguments: "str | Sequence[Any]",
+    operation: str,
+    name: str = "kernel",
+    keep: bool = False,
+    options: "Sequence[str] | None" = None,
+    preamble: str = "",
+    loop_prep: str = "",
+    after_loop: str = "",
+    restrict: bool = False,
+) -> Any:
     """The SourceModule of an element-wise kernel over i in range(start,
     stop, step); the arguments must end with start, stop, step."""
     arguments = _parse_arguments(arguments)
@@ -223,15 +228,15 @@ def get_elwise_range_module(
 
 
 def get_elwise_kernel_and_types(
-    arguments,
-    operation,
-    name="kernel",
-    keep=False,
-    options=None,
-    use_range=False,
-    restrict=False,
-    **kwargs,
-):
+    arguments: "str | Sequence[Any]",
+    operation: str,
+    name: str = "kernel",
+    keep: bool = False,
+    options: "Sequence[str] | None" = None,
+    use_range: bool = False,
+    restrict: bool = False,
+    **kwargs: Any,
+) -> Any:
     """(module, prepared Function, arguments with n or start/stop/step
     appended)."""
     arguments = list(_parse_arguments(arguments))
@@ -251,7 +256,14 @@ def get_elwise_kernel_and_types(
     return mod, func, arguments
 
 
-def get_elwise_kernel(arguments, operation, name="kernel", keep=False, options=None, **kwargs):
+def get_elwise_kernel(
+    arguments: "str | Sequence[Any]",
+    operation: str,
+    name: str = "kernel",
+    keep: bool = False,
+    options: "Sequence[str] | None" = None,
+    **kwargs: Any,
+) -> Any:
     """A prepared Function running operation for each i < n; call it with
     func.prepared_async_call(grid, block, stream, *args, n)."""
     return get_elwise_kernel_and_types(arguments, operation, name, keep, options, **kwargs)[1]
@@ -346,17 +358,17 @@ class ElementwiseKernel:
 
     def __init__(
         self,
-        arguments,
-        operation,
-        name="kernel",
-        keep=False,
-        options=None,
-        preamble="",
-        loop_prep="",
-        after_loop="",
+        arguments: "str | Sequence[Any]",
+        operation: str,
+        name: str = "kernel",
+        keep: bool = False,
+        options: "Sequence[str] | None" = None,
+        preamble: str = "",
+        loop_prep: str = "",
+        after_loop: str = "",
         *,
-        restrict=True,
-    ):
+        restrict: bool = True,
+    ) -> None:
         self.arguments = _parse_arguments(arguments)
         if not any(isinstance(a, VectorArg) for a in self.arguments):
             raise ValueError("ElementwiseKernel needs at least one array (pointer) argument")
@@ -370,17 +382,17 @@ class ElementwiseKernel:
         }
         self.keep = keep
         self.options = tuple(options) if isinstance(options, list) else options
-        self._funcs = {}
+        self._funcs: "dict[Any, Any]" = {}
         self._plan = None
         self._config = (-1, None, None)  # (n, grid, block) of the last call
         # restrict=False: always the plain kernel (for memory the operation
         # reaches other than through its array arguments)
         self._restrict_ok = bool(restrict) and _restrict_allowed(operation)
 
-    def generate_stride_kernel_and_types(self, use_range):
+    def generate_stride_kernel_and_types(self, use_range: bool) -> Any:
         return self._kernel_and_types(use_range, False)
 
-    def get_texref(self, name, use_range=False):
+    def get_texref(self, name: str, use_range: bool = False) -> "NoReturn":
         """PyCUDA's texture references: gone since CUDA 12 (LogicError, as
         SourceModule.get_texref)."""
         from pygpu import compiler, driver
@@ -414,7 +426,7 @@ class ElementwiseKernel:
             self._funcs[key] = found
         return found
 
-    def get_function(self, use_range=False):
+    def get_function(self, use_range: bool = False) -> "Function":
         """The prepared Function (compiled on first use)."""
         return self.generate_stride_kernel_and_types(use_range)[1]
 
@@ -499,7 +511,13 @@ class ElementwiseKernel:
             func.prepared_async_call(cfg[1], cfg[2], stream, *inv, n)
         return True
 
-    def __call__(self, *args, range=None, slice=None, stream=None):
+    def __call__(
+        self,
+        *args: Any,
+        range: Any = None,
+        slice: "builtins.slice | None" = None,
+        stream: "Stream | None" = None,
+    ) -> None:
         if range is None and slice is None and self._fast_call(args, stream):
             return
         from pygpu.gpuarray import GPUArray, asarray, splay
@@ -521,7 +539,7 @@ class ElementwiseKernel:
 
         inv = []
         spans = []  # (start, end) of each array argument's bytes
-        first = None
+        first: Any = None
         arrays = []
         for arg, descr in zip(args, self.arguments):
             if isinstance(descr, VectorArg):
@@ -691,10 +709,18 @@ def _map_source(name, expr, kinds, dtypes, cdtypes, out_dtype, ndim):
     )
 
 
-_map_cache = {}
+_map_cache: dict[Any, Any] = {}
 
 
-def get_map_kernel(name, expr, kinds, dtypes, cdtypes, out_dtype, ndim=0):
+def get_map_kernel(
+    name: str,
+    expr: str,
+    kinds: Any,
+    dtypes: Any,
+    cdtypes: Any,
+    out_dtype: "np.typing.DTypeLike | None",
+    ndim: int = 0,
+) -> Any:
     """A prepared Function computing z = expr(inputs) element by element:
     arguments (z, inputs..., [d_0.., z strides.., each array input's
     strides..,] n); strides in elements.  ndim=0: all arrays contiguous
@@ -720,7 +746,7 @@ def map_source(name, expr, kinds, dtypes, cdtypes, out_dtype, ndim=0):
     return _map_source("pygpu_" + name, expr, kinds, dtypes, cdtypes, out_dtype, ndim)
 
 
-def clear_caches():
+def clear_caches() -> None:
     _map_cache.clear()
 
 
@@ -739,7 +765,9 @@ def _cast_type(dtype_in, dtype_z):
 
 
 @context_dependent_memoize
-def get_copy_kernel(dtype_dest, dtype_src):
+def get_copy_kernel(
+    dtype_dest: "np.typing.DTypeLike", dtype_src: "np.typing.DTypeLike"
+) -> "Function":
     return get_elwise_kernel(
         "%s *dest, %s *src" % (_ct(dtype_dest), _ct(dtype_src)),
         "dest[i] = (%s) src[i]" % _ct(dtype_dest),
@@ -748,7 +776,13 @@ def get_copy_kernel(dtype_dest, dtype_src):
 
 
 @context_dependent_memoize
-def get_axpbyz_kernel(dtype_x, dtype_y, dtype_z, x_is_scalar=False, y_is_scalar=False):
+def get_axpbyz_kernel(
+    dtype_x: "np.typing.DTypeLike",
+    dtype_y: "np.typing.DTypeLike",
+    dtype_z: "np.typing.DTypeLike",
+    x_is_scalar: bool = False,
+    y_is_scalar: bool = False,
+) -> "Function":
     """z = a*x + b*y; arguments (a, x, b, y, z, n)."""
     dtype_x, dtype_y, dtype_z = np.dtype(dtype_x), np.dtype(dtype_y), np.dtype(dtype_z)
     xt, yt = _cast_type(dtype_x, dtype_z), _cast_type(dtype_y, dtype_z)
@@ -764,7 +798,7 @@ def get_axpbyz_kernel(dtype_x, dtype_y, dtype_z, x_is_scalar=False, y_is_scalar=
 
 
 @context_dependent_memoize
-def get_axpbz_kernel(dtype_x, dtype_z):
+def get_axpbz_kernel(dtype_x: "np.typing.DTypeLike", dtype_z: "np.typing.DTypeLike") -> "Function":
     """z = a*x + b; arguments (a, x, b, z, n)."""
     dtype_x, dtype_z = np.dtype(dtype_x), np.dtype(dtype_z)
     return get_elwise_kernel(
@@ -775,7 +809,14 @@ def get_axpbz_kernel(dtype_x, dtype_z):
 
 
 @context_dependent_memoize
-def get_binary_op_kernel(dtype_x, dtype_y, dtype_z, operator, x_is_scalar=False, y_is_scalar=False):
+def get_binary_op_kernel(
+    dtype_x: "np.typing.DTypeLike",
+    dtype_y: "np.typing.DTypeLike",
+    dtype_z: "np.typing.DTypeLike",
+    operator: str,
+    x_is_scalar: bool = False,
+    y_is_scalar: bool = False,
+) -> "Function":
     """z = x <operator> y; arguments (x, y, z, n)."""
     dtype_x, dtype_y, dtype_z = np.dtype(dtype_x), np.dtype(dtype_y), np.dtype(dtype_z)
     if dtype_z.kind == "b" and dtype_x.kind == dtype_y.kind == "c":
@@ -796,7 +837,9 @@ def get_binary_op_kernel(dtype_x, dtype_y, dtype_z, operator, x_is_scalar=False,
 
 
 @context_dependent_memoize
-def get_rdivide_elwise_kernel(dtype_x, dtype_z):
+def get_rdivide_elwise_kernel(
+    dtype_x: "np.typing.DTypeLike", dtype_z: "np.typing.DTypeLike"
+) -> "Function":
     """z = y / x with y a scalar; arguments (x, y, z, n)."""
     dtype_x, dtype_z = np.dtype(dtype_x), np.dtype(dtype_z)
     return get_elwise_kernel(
@@ -807,7 +850,12 @@ def get_rdivide_elwise_kernel(dtype_x, dtype_z):
 
 
 @context_dependent_memoize
-def get_binary_func_kernel(func, dtype_x, dtype_y, dtype_z):
+def get_binary_func_kernel(
+    func: str,
+    dtype_x: "np.typing.DTypeLike",
+    dtype_y: "np.typing.DTypeLike",
+    dtype_z: "np.typing.DTypeLike",
+) -> "Function":
     """z = func(x, y); arguments (x, y, z, n)."""
     return get_elwise_kernel(
         "%s *x, %s *y, %s *z" % (_ct(dtype_x), _ct(dtype_y), _ct(dtype_z)),
@@ -817,7 +865,12 @@ def get_binary_func_kernel(func, dtype_x, dtype_y, dtype_z):
 
 
 @context_dependent_memoize
-def get_binary_func_scalar_kernel(func, dtype_x, dtype_y, dtype_z):
+def get_binary_func_scalar_kernel(
+    func: str,
+    dtype_x: "np.typing.DTypeLike",
+    dtype_y: "np.typing.DTypeLike",
+    dtype_z: "np.typing.DTypeLike",
+) -> "Function":
     """z = func(x, y) with y a scalar; arguments (x, y, z, n)."""
     return get_elwise_kernel(
         "%s *x, %s y, %s *z" % (_ct(dtype_x), _ct(dtype_y), _ct(dtype_z)),
@@ -830,7 +883,13 @@ def _kname(func):
     return "".join(c if c.isalnum() else "_" for c in func) + "_kernel"
 
 
-def get_binary_minmax_kernel(func, dtype_x, dtype_y, dtype_z, use_scalar):
+def get_binary_minmax_kernel(
+    func: str,
+    dtype_x: "np.typing.DTypeLike",
+    dtype_y: "np.typing.DTypeLike",
+    dtype_z: "np.typing.DTypeLike",
+    use_scalar: bool,
+) -> "Function":
     """z = max/min(x, y) (NaN-propagating, as numpy.maximum); func is
     'max' or 'min'."""
     if func not in ("max", "min"):
@@ -843,13 +902,13 @@ def get_binary_minmax_kernel(func, dtype_x, dtype_y, dtype_z, use_scalar):
 
 
 @context_dependent_memoize
-def get_fill_kernel(dtype):
+def get_fill_kernel(dtype: "np.typing.DTypeLike") -> "Function":
     """z = a; arguments (a, z, n)."""
     return get_elwise_kernel("%s a, %s *z" % (_ct(dtype), _ct(dtype)), "z[i] = a", "fill")
 
 
 @context_dependent_memoize
-def get_reverse_kernel(dtype):
+def get_reverse_kernel(dtype: "np.typing.DTypeLike") -> "Function":
     """z[i] = y[n-1-i]; arguments (y, z, n)."""
     return get_elwise_kernel(
         "%s *y, %s *z" % (_ct(dtype), _ct(dtype)), "z[i] = y[n-1-i]", "reverse"
@@ -857,21 +916,21 @@ def get_reverse_kernel(dtype):
 
 
 @context_dependent_memoize
-def get_real_kernel(dtype, real_dtype):
+def get_real_kernel(dtype: "np.typing.DTypeLike", real_dtype: "np.typing.DTypeLike") -> "Function":
     return get_elwise_kernel(
         "%s *y, %s *z" % (_ct(dtype), _ct(real_dtype)), "z[i] = pygpu::real(y[i])", "real"
     )
 
 
 @context_dependent_memoize
-def get_imag_kernel(dtype, real_dtype):
+def get_imag_kernel(dtype: "np.typing.DTypeLike", real_dtype: "np.typing.DTypeLike") -> "Function":
     return get_elwise_kernel(
         "%s *y, %s *z" % (_ct(dtype), _ct(real_dtype)), "z[i] = pygpu::imag(y[i])", "imag"
     )
 
 
 @context_dependent_memoize
-def get_conj_kernel(dtype, conj_dtype):
+def get_conj_kernel(dtype: "np.typing.DTypeLike", conj_dtype: "np.typing.DTypeLike") -> "Function":
     return get_elwise_kernel(
         "%s *y, %s *z" % (_ct(dtype), _ct(conj_dtype)),
         "z[i] = (%s) pygpu::conj(y[i])" % _ct(conj_dtype),
@@ -880,7 +939,7 @@ def get_conj_kernel(dtype, conj_dtype):
 
 
 @context_dependent_memoize
-def get_arange_kernel(dtype):
+def get_arange_kernel(dtype: "np.typing.DTypeLike") -> "Function":
     """z[i] = start + i*step; arguments (z, start, step, n)."""
     return get_elwise_kernel(
         "%s *z, %s start, %s step" % (_ct(dtype), _ct(dtype), _ct(dtype)),
@@ -898,7 +957,13 @@ def _pow_expr(dtype_z, x, y):
 
 
 @context_dependent_memoize
-def get_pow_array_kernel(dtype_x, dtype_y, dtype_z, is_base_array, is_exp_array):
+def get_pow_array_kernel(
+    dtype_x: "np.typing.DTypeLike",
+    dtype_y: "np.typing.DTypeLike",
+    dtype_z: "np.typing.DTypeLike",
+    is_base_array: bool,
+    is_exp_array: bool,
+) -> "Function":
     """z = x ** y; arguments (x, y, z, n), x or y a scalar where not an array."""
     if not (is_base_array or is_exp_array):
         raise ValueError("get_pow_array_kernel: the base or the exponent must be an array")
@@ -919,14 +984,14 @@ def get_pow_array_kernel(dtype_x, dtype_y, dtype_z, is_base_array, is_exp_array)
 
 
 @context_dependent_memoize
-def get_fmod_kernel():
+def get_fmod_kernel() -> "Function":
     return get_elwise_kernel(
         "float *arg, float *mod, float *z", "z[i] = fmod(arg[i], mod[i])", "fmod_kernel"
     )
 
 
 @context_dependent_memoize
-def get_modf_kernel():
+def get_modf_kernel() -> "Function":
     return get_elwise_kernel(
         "float *x, float *intpart, float *fracpart",
         "fracpart[i] = modf(x[i], &intpart[i])",
@@ -935,7 +1000,7 @@ def get_modf_kernel():
 
 
 @context_dependent_memoize
-def get_frexp_kernel():
+def get_frexp_kernel() -> "Function":
     return get_elwise_kernel(
         "float *x, float *significand, float *exponent",
         "int expt = 0; significand[i] = frexp(x[i], &expt); exponent[i] = expt",
@@ -944,14 +1009,16 @@ def get_frexp_kernel():
 
 
 @context_dependent_memoize
-def get_ldexp_kernel():
+def get_ldexp_kernel() -> "Function":
     return get_elwise_kernel(
         "float *sig, float *expt, float *z", "z[i] = ldexp(sig[i], int(expt[i]))", "ldexp_kernel"
     )
 
 
 @context_dependent_memoize
-def get_unary_func_kernel(func_name, in_dtype, out_dtype=None):
+def get_unary_func_kernel(
+    func_name: str, in_dtype: "np.typing.DTypeLike", out_dtype: "np.typing.DTypeLike | None" = None
+) -> "Function":
     """z = func_name(y); arguments (y, z, n)."""
     if out_dtype is None:
         out_dtype = in_dtype
@@ -963,7 +1030,9 @@ def get_unary_func_kernel(func_name, in_dtype, out_dtype=None):
 
 
 @context_dependent_memoize
-def get_if_positive_kernel(crit_dtype, dtype):
+def get_if_positive_kernel(
+    crit_dtype: "np.typing.DTypeLike", dtype: "np.typing.DTypeLike"
+) -> "Function":
     return get_elwise_kernel(
         [
             VectorArg(crit_dtype, "crit"),
@@ -977,7 +1046,7 @@ def get_if_positive_kernel(crit_dtype, dtype):
 
 
 @context_dependent_memoize
-def get_where_kernel(crit_dtype, dtype):
+def get_where_kernel(crit_dtype: "np.typing.DTypeLike", dtype: "np.typing.DTypeLike") -> "Function":
     return get_elwise_kernel(
         [
             VectorArg(crit_dtype, "crit"),
@@ -991,7 +1060,12 @@ def get_where_kernel(crit_dtype, dtype):
 
 
 @context_dependent_memoize
-def get_scalar_op_kernel(dtype_x, dtype_a, dtype_y, operator):
+def get_scalar_op_kernel(
+    dtype_x: "np.typing.DTypeLike",
+    dtype_a: "np.typing.DTypeLike | None",
+    dtype_y: "np.typing.DTypeLike",
+    operator: str,
+) -> "Function":
     """y = x <operator> a with a a scalar; arguments (x, a, y, n)."""
     return get_elwise_kernel(
         "%s *x, %s a, %s *y" % (_ct(dtype_x), _ct(dtype_a), _ct(dtype_y)),
@@ -1001,7 +1075,9 @@ def get_scalar_op_kernel(dtype_x, dtype_a, dtype_y, operator):
 
 
 @context_dependent_memoize
-def get_logical_not_kernel(dtype_x, dtype_out):
+def get_logical_not_kernel(
+    dtype_x: "np.typing.DTypeLike", dtype_out: "np.typing.DTypeLike"
+) -> "Function":
     return get_elwise_kernel(
         [VectorArg(dtype_x, "x"), VectorArg(dtype_out, "out")],
         "out[i] = (x[i] == 0)",
@@ -1010,7 +1086,9 @@ def get_logical_not_kernel(dtype_x, dtype_out):
 
 
 @context_dependent_memoize
-def get_take_kernel(dtype, idx_dtype, vec_count=1):
+def get_take_kernel(
+    dtype: "np.typing.DTypeLike", idx_dtype: "np.typing.DTypeLike", vec_count: int = 1
+) -> "Function":
     """dest_k[i] = src_k[idx[i]]; arguments (idx, src_0.., dest_0.., n).
     (PyCUDA read the sources through texture references, which CUDA 12
     removed; here they are plain pointers.)"""
@@ -1026,11 +1104,14 @@ def get_take_kernel(dtype, idx_dtype, vec_count=1):
 
 
 @context_dependent_memoize
-def get_linear_combination_kernel(summand_descriptors, dtype_z):
+def get_linear_combination_kernel(
+    summand_descriptors: Any, dtype_z: "np.typing.DTypeLike"
+) -> "tuple[Function, list[Any]]":
     """z = sum_k a_k * x_k; summand_descriptors: ((is_gpu_scalar,
     scalar_dtype, vector_dtype), ...); arguments per summand (a_k or a
     device pointer to it, x_k), then z, n.  Returns (func, [])."""
-    args, summands = [], []
+    args: "list[Any]" = []
+    summands: "list[str]" = []
     for k, (is_gpu_scalar, scalar_dtype, vector_dtype) in enumerate(summand_descriptors):
         if is_gpu_scalar:
             args.append(VectorArg(scalar_dtype, "a%d" % k))
@@ -1045,7 +1126,9 @@ def get_linear_combination_kernel(summand_descriptors, dtype_z):
 
 
 @context_dependent_memoize
-def get_put_kernel(dtype, idx_dtype, vec_count=1):
+def get_put_kernel(
+    dtype: "np.typing.DTypeLike", idx_dtype: "np.typing.DTypeLike", vec_count: int = 1
+) -> "Function":
     """PyCUDA's put kernel: for i < n, dest_k[gmem_dest_idx[i]] = src_k[i]
     for each of vec_count (dest_k, src_k) pairs.  A prepared Function of
     (gmem_dest_idx, dest0.., src0.., n)."""

@@ -27,6 +27,7 @@ Reductions (sum, dot, vdot, max, min, subset_*) come from pygpu.reduction.
 
 import builtins
 import numbers
+from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
@@ -146,7 +147,7 @@ _create_vector_types()
 
 _BLOCK = 256
 _sm_count = None
-_splay_cache = {}
+_splay_cache: dict[Any, Any] = {}
 
 
 def _sms():
@@ -161,7 +162,7 @@ def _sms():
     return _sm_count
 
 
-def splay(n, dev=None):
+def splay(n: int, dev: Any = None) -> "tuple[tuple[int, int], tuple[int, int, int]]":
     """(grid, block) for a grid-stride loop over n elements: 256 threads a
     block, at most 32 blocks per multiprocessor (the loop covers the rest).
     The multiprocessor count is read once per process: any grid is correct,
@@ -268,7 +269,7 @@ def _normalize_shape(shape):
     return tuple(out)
 
 
-def _check_dtype(dtype):
+def _check_dtype(dtype: Any) -> "np.dtype[Any]":
     dtype = np.dtype(dtype)
     if dtype.hasobject:
         raise TypeError(
@@ -284,7 +285,7 @@ class ArrayFlags:
 
     __slots__ = ("c_contiguous", "f_contiguous", "forc")
 
-    def __init__(self, ary):
+    def __init__(self, ary: "GPUArray") -> None:
         self.c_contiguous = ary._c
         self.f_contiguous = ary._f
         self.forc = ary._c or ary._f
@@ -297,7 +298,7 @@ class ArrayFlags:
         return repr(self)
 
 
-_layouts = {}  # (shape, dtype, order) -> GPUArray._layout(...) of new arrays
+_layouts: "dict[Any, tuple[tuple[int, ...], np.dtype[Any], tuple[int, ...], int, bool, bool]]" = {}  # (shape, dtype, order) -> GPUArray._layout(...) of new arrays
 
 
 def _default_allocator(nbytes):
@@ -380,14 +381,29 @@ class GPUArray:
     __array_priority__ = 100
     __array_ufunc__ = None  # NumPy defers to our reflected operators
 
+    # the slots of _ATTRS, set by the constructors, _new() and _clone():
+    # declared here for type checkers only (no class attribute is made)
+    shape: "tuple[int, ...]"
+    dtype: "np.dtype[Any]"
+    strides: "tuple[int, ...]"
+    size: int
+    mem_size: int
+    nbytes: int
+    itemsize: int
+    allocator: "Callable[[int], Any]"
+    gpudata: Any  # a DeviceAllocation, any object int() makes a pointer of, or None (size 0)
+    base: "object"
+    _c: bool
+    _f: bool
+
     def __init__(
         self,
         shape: "int | tuple[int, ...]",
         dtype: "np.typing.DTypeLike" = np.float64,
-        allocator: "object" = None,
+        allocator: "Callable[[int], Any] | None" = None,
         base: "object" = None,
         gpudata: "object" = None,
-        strides: "object" = None,
+        strides: "Sequence[int] | None" = None,
         order: str = "C",
     ) -> None:
         if strides is None and gpudata is None and base is None:
@@ -397,9 +413,10 @@ class GPUArray:
             # object must be the one remembered)
             tp, dc = shape.__class__, dtype.__class__
             if (
-                tp is int or (tp is tuple and _builtin_all(n.__class__ is int for n in shape))
+                tp is int or (tp is tuple and _builtin_all(n.__class__ is int for n in shape))  # type: ignore[union-attr]
             ) and (dc is type or dc is str or isinstance(dtype, np.dtype)):
-                key = (shape, dtype, order)
+                key: Any = (shape, dtype, order)
+                lay: Any
                 try:
                     lay = _layouts.get(key)
                 except TypeError:  # an unhashable order
@@ -412,15 +429,15 @@ class GPUArray:
                         if len(_layouts) >= 1024:
                             _layouts.clear()
                         _layouts[key] = lay
-                shape, dtype, strides, size, c, f = lay
+                shp, dt, st, size, c, f = lay
                 if allocator is None:
                     allocator = _default_allocator
-                self.shape = shape
-                self.dtype = dtype
-                self.strides = strides
+                self.shape = shp
+                self.dtype = dt
+                self.strides = st
                 self.size = self.mem_size = size
-                self.itemsize = dtype.itemsize
-                self.nbytes = size * dtype.itemsize
+                self.itemsize = dt.itemsize
+                self.nbytes = size * dt.itemsize
                 self.allocator = allocator
                 self.gpudata = allocator(self.nbytes) if size else None
                 self.base = None
@@ -517,15 +534,15 @@ class GPUArray:
     # ---- metadata ----
 
     @property
-    def ndim(self):
+    def ndim(self) -> int:
         return len(self.shape)
 
     @property
-    def flags(self):
+    def flags(self) -> "ArrayFlags":
         return ArrayFlags(self)
 
     @property
-    def ptr(self):
+    def ptr(self) -> int:
         """The device address of element 0 (an int)."""
         return 0 if self.gpudata is None else int(self.gpudata)
 
@@ -541,15 +558,15 @@ class GPUArray:
     def _dense(self):
         return self._c or self._f or _is_dense(self.shape, self.strides, self.itemsize)
 
-    def __len__(self):
+    def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of unsized object")
         return self.shape[0]
 
-    def __hash__(self):
+    def __hash__(self) -> NoReturn:
         raise TypeError("GPUArrays are not hashable.")
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         if self.size != 1:
             raise ValueError(
                 "The truth value of an array with more than one element is "
@@ -557,7 +574,7 @@ class GPUArray:
             )
         return bool(self.get().reshape(())[()])
 
-    def __str__(self):
+    def __str__(self) -> str:
         return str(self.get())
 
     def __repr__(self):
@@ -566,13 +583,13 @@ class GPUArray:
         # doctests that print a repr show the same text on both
         return repr(self.get())
 
-    def __reduce__(self):
+    def __reduce__(self) -> Any:
         return (to_gpu, (self.get(),))
 
     # ---- interop ----
 
     @property
-    def __cuda_array_interface__(self):
+    def __cuda_array_interface__(self) -> "dict[str, Any]":
         # as PyCUDA: explicit strides, and "stream": None (pygpu's own work is
         # on the legacy default stream, which every blocking stream, CuPy's
         # and PyTorch's defaults included, is ordered against).  A view of
@@ -595,10 +612,12 @@ class GPUArray:
             cai["descr"] = self.dtype.descr
         return cai
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> "tuple[int, int]":
         return _dlpack_device(self)
 
-    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+    def __dlpack__(
+        self, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None
+    ) -> Any:
         from pygpu import _dlpack
 
         return _dlpack.export(self, stream, max_version, dl_device, copy)
@@ -631,7 +650,7 @@ class GPUArray:
         if self.size:
             _copy_h2d(self, ary, async_, stream)
 
-    def set_async(self, ary, stream=None):
+    def set_async(self, ary: Any, stream: "drv.Stream | None" = None) -> None:
         return self.set(ary, async_=True, stream=stream)
 
     def get(
@@ -688,10 +707,12 @@ class GPUArray:
             _copy_d2h(ary, self, async_, stream)
         return ary
 
-    def get_async(self, stream=None, ary=None):
+    def get_async(
+        self, stream: "drv.Stream | None" = None, ary: "np.ndarray | None" = None
+    ) -> "np.ndarray":
         return self.get(ary=ary, async_=True, stream=stream)
 
-    def copy(self):
+    def copy(self) -> "GPUArray":
         """A new array with the same contents (and layout, where dense)."""
         strides = _compact_strides(self.shape, self.strides, self.itemsize) if self._dense else None
         new = GPUArray(self.shape, self.dtype, self.allocator, strides=strides)
@@ -748,119 +769,127 @@ class GPUArray:
     # the seven arithmetic operators below, their reflected and in-place
     # forms are replaced, under the class, by _ArrayOperators (C: one call a
     # + b; issue 27) that fall back to these (_install_operators)
-    def __add__(self, other):
+    def __add__(self, other: Any) -> "GPUArray":
         return _binary("add", self, other)
 
-    def __radd__(self, other):
+    def __radd__(self, other: Any) -> "GPUArray":
         return _binary("add", other, self)
 
-    def __sub__(self, other):
+    def __sub__(self, other: Any) -> "GPUArray":
         return _binary("subtract", self, other)
 
-    def __rsub__(self, other):
+    def __rsub__(self, other: Any) -> "GPUArray":
         return _binary("subtract", other, self)
 
-    def __mul__(self, other):
+    def __mul__(self, other: Any) -> "GPUArray":
         return _binary("multiply", self, other)
 
-    def __rmul__(self, other):
+    def __rmul__(self, other: Any) -> "GPUArray":
         return _binary("multiply", other, self)
 
-    def __truediv__(self, other):
+    def __truediv__(self, other: Any) -> "GPUArray":
         return _binary("true_divide", self, other)
 
-    def __rtruediv__(self, other):
+    def __rtruediv__(self, other: Any) -> "GPUArray":
         return _binary("true_divide", other, self)
 
     __div__, __rdiv__ = __truediv__, __rtruediv__
 
-    def __floordiv__(self, other):
+    def __floordiv__(self, other: Any) -> "GPUArray":
         return _binary("floor_divide", self, other)
 
-    def __rfloordiv__(self, other):
+    def __rfloordiv__(self, other: Any) -> "GPUArray":
         return _binary("floor_divide", other, self)
 
-    def __mod__(self, other):
+    def __mod__(self, other: Any) -> "GPUArray":
         return _binary("remainder", self, other)
 
-    def __rmod__(self, other):
+    def __rmod__(self, other: Any) -> "GPUArray":
         return _binary("remainder", other, self)
 
-    def __pow__(self, other):
+    def __pow__(self, other: Any) -> "GPUArray":
         return _binary("power", self, other)
 
-    def __rpow__(self, other):
+    def __rpow__(self, other: Any) -> "GPUArray":
         return _binary("power", other, self)
 
-    def __iadd__(self, other):
+    def __iadd__(self, other: Any) -> "GPUArray":
         return _binary("add", self, other, out=self)
 
-    def __isub__(self, other):
+    def __isub__(self, other: Any) -> "GPUArray":
         return _binary("subtract", self, other, out=self)
 
-    def __imul__(self, other):
+    def __imul__(self, other: Any) -> "GPUArray":
         return _binary("multiply", self, other, out=self)
 
-    def __itruediv__(self, other):
+    def __itruediv__(self, other: Any) -> "GPUArray":
         return _binary("true_divide", self, other, out=self)
 
     __idiv__ = __itruediv__
 
-    def __ifloordiv__(self, other):
+    def __ifloordiv__(self, other: Any) -> "GPUArray":
         return _binary("floor_divide", self, other, out=self)
 
-    def __imod__(self, other):
+    def __imod__(self, other: Any) -> "GPUArray":
         return _binary("remainder", self, other, out=self)
 
-    def __ipow__(self, other):
+    def __ipow__(self, other: Any) -> "GPUArray":
         return _binary("power", self, other, out=self)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> "GPUArray":  # type: ignore[override]
         return _binary("equal", self, other)
 
-    def __ne__(self, other):
+    def __ne__(self, other: object) -> "GPUArray":  # type: ignore[override]
         return _binary("not_equal", self, other)
 
-    def __lt__(self, other):
+    def __lt__(self, other: Any) -> "GPUArray":
         return _binary("less", self, other)
 
-    def __le__(self, other):
+    def __le__(self, other: Any) -> "GPUArray":
         return _binary("less_equal", self, other)
 
-    def __gt__(self, other):
+    def __gt__(self, other: Any) -> "GPUArray":
         return _binary("greater", self, other)
 
-    def __ge__(self, other):
+    def __ge__(self, other: Any) -> "GPUArray":
         return _binary("greater_equal", self, other)
 
-    def __neg__(self):
+    def __neg__(self) -> "GPUArray":
         return _unary("negative", self)
 
-    def __pos__(self):
+    def __pos__(self) -> "GPUArray":
         return self
 
-    def __abs__(self):
+    def __abs__(self) -> "GPUArray":
         return _unary("absolute", self)
 
-    def __invert__(self):
+    def __invert__(self) -> "GPUArray":
         return _unary("invert", self)
 
-    def __and__(self, other):
+    def __and__(self, other: Any) -> "GPUArray":
         return _binary("bitwise_and", self, other)
 
     __rand__ = __and__
 
-    def __or__(self, other):
+    def __or__(self, other: Any) -> "GPUArray":
         return _binary("bitwise_or", self, other)
 
     __ror__ = __or__
 
-    def __xor__(self, other):
+    def __xor__(self, other: Any) -> "GPUArray":
         return _binary("bitwise_xor", self, other)
 
     __rxor__ = __xor__
 
-    def mul_add(self, selffac, other, otherfac, add_timer=None, stream=None, out=None):
+    def mul_add(
+        self,
+        selffac: Any,
+        other: "GPUArray",
+        otherfac: Any,
+        add_timer: Any = None,
+        stream: "drv.Stream | None" = None,
+        out: "GPUArray | None" = None,
+    ) -> "GPUArray":
         """selffac * self + otherfac * other in one kernel."""
         return _axpbyz(selffac, self, otherfac, other, out, stream)
 
@@ -877,7 +906,7 @@ class GPUArray:
             _result_dtype("multiply", self, selffac) if out is None else out.dtype,
         )
 
-    def fill(self, value, stream=None):
+    def fill(self, value: Any, stream: "drv.Stream | None" = None) -> "GPUArray":
         """Set every element to value; returns self."""
         if self.size:
             _map("fill", "{0}", [value], self, stream, self.dtype, scalar_dtypes=[self.dtype])
@@ -885,7 +914,7 @@ class GPUArray:
             elementwise._scalar_value(value, self.dtype, "fill: the value")
         return self
 
-    def reverse(self, stream=None):
+    def reverse(self, stream: "drv.Stream | None" = None) -> "GPUArray":
         """The array reversed, taken as one-dimensional (contiguous only)."""
         if not self.flags.forc:
             raise RuntimeError("only contiguous arrays may be used as arguments to this operation")
@@ -898,7 +927,9 @@ class GPUArray:
             )
         return result
 
-    def astype(self, dtype, stream=None):
+    def astype(
+        self, dtype: "np.typing.DTypeLike", stream: "drv.Stream | None" = None
+    ) -> "GPUArray":
         """A copy converted to dtype."""
         dtype = _check_dtype(dtype)
         if dtype == self.dtype:
@@ -910,22 +941,37 @@ class GPUArray:
             )
         return _map("astype", "{0}", [self], out, stream, dtype)
 
-    def any(self, stream=None, allocator=None):
+    def any(
+        self, stream: "drv.Stream | None" = None, allocator: "Callable[[int], Any] | None" = None
+    ) -> "GPUArray":
         return any(self, stream=stream, allocator=allocator)
 
-    def all(self, stream=None, allocator=None):
+    def all(
+        self, stream: "drv.Stream | None" = None, allocator: "Callable[[int], Any] | None" = None
+    ) -> "GPUArray":
         return all(self, stream=stream, allocator=allocator)
 
-    def sum(self, dtype=None, stream=None, allocator=None):
+    def sum(
+        self,
+        dtype: "np.typing.DTypeLike | None" = None,
+        stream: "drv.Stream | None" = None,
+        allocator: "Callable[[int], Any] | None" = None,
+    ) -> "GPUArray":
         return sum(self, dtype=dtype, stream=stream, allocator=allocator)
 
-    def max(self, stream=None):
+    def max(self, stream: "drv.Stream | None" = None) -> "GPUArray":
         return max(self, stream=stream)
 
-    def min(self, stream=None):
+    def min(self, stream: "drv.Stream | None" = None) -> "GPUArray":
         return min(self, stream=stream)
 
-    def dot(self, other, dtype=None, stream=None, allocator=None):
+    def dot(
+        self,
+        other: "GPUArray",
+        dtype: "np.typing.DTypeLike | None" = None,
+        stream: "drv.Stream | None" = None,
+        allocator: "Callable[[int], Any] | None" = None,
+    ) -> "GPUArray":
         return dot(self, other, dtype=dtype, stream=stream, allocator=allocator)
 
     # ---- views ----
@@ -954,7 +1000,7 @@ class GPUArray:
             _is_f(shape, strides, dtype.itemsize),
         )
 
-    def reshape(self, *shape, order="C"):
+    def reshape(self, *shape: Any, order: str = "C") -> "GPUArray":
         """The same elements in a new shape: a view where the layout allows,
         else a copy (NumPy's semantics)."""
         if len(shape) == 1 and not isinstance(shape[0], (numbers.Integral, np.integer)):
@@ -993,10 +1039,10 @@ class GPUArray:
             return self
         return src._view(shape, strides)
 
-    def ravel(self, order="C"):
+    def ravel(self, order: str = "C") -> "GPUArray":
         return self.reshape(self.size, order=order)
 
-    def view(self, dtype=None):
+    def view(self, dtype: "np.typing.DTypeLike | None" = None) -> "GPUArray":
         """The same memory seen as another dtype (the fastest-varying axis
         rescaled when the item size changes)."""
         if dtype is None:
@@ -1026,11 +1072,11 @@ class GPUArray:
         strides[axis] = new
         return self._view(tuple(shape), tuple(strides), dtype=dtype)
 
-    def squeeze(self):
+    def squeeze(self) -> "GPUArray":
         keep = [k for k, n in enumerate(self.shape) if n != 1]
         return self._view(tuple(self.shape[k] for k in keep), tuple(self.strides[k] for k in keep))
 
-    def transpose(self, axes=None):
+    def transpose(self, axes: Any = None) -> "GPUArray":
         """A view with the axes permuted (reversed by default)."""
         if axes is None:
             axes = tuple(range(self.ndim - 1, -1, -1))
@@ -1040,15 +1086,15 @@ class GPUArray:
         return self._view(tuple(self.shape[a] for a in axes), tuple(self.strides[a] for a in axes))
 
     @property
-    def T(self):  # noqa: N802
+    def T(self) -> "GPUArray":  # noqa: N802
         return self.transpose()
 
-    def swapaxes(self, axis1, axis2):
+    def swapaxes(self, axis1: int, axis2: int) -> "GPUArray":
         axes = list(range(self.ndim))
         axes[axis1], axes[axis2] = axes[axis2], axes[axis1]
         return self.transpose(axes)
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: Any) -> "GPUArray":
         if not isinstance(index, tuple):
             index = (index,)
         for e in index:
@@ -1110,7 +1156,7 @@ class GPUArray:
             axis += 1
         return self._view(tuple(shape), tuple(strides), offset)
 
-    def __setitem__(self, index, value):
+    def __setitem__(self, index: Any, value: Any) -> None:
         dest = self[index]
         if isinstance(value, GPUArray) or hasattr(value, "__cuda_array_interface__"):
             value = asarray(value)
@@ -1129,7 +1175,7 @@ class GPUArray:
     # ---- complex parts ----
 
     @property
-    def real(self):
+    def real(self) -> "GPUArray":
         """The real part (a new array for complex dtypes, self otherwise)."""
         if self.dtype.kind != "c":
             return self
@@ -1142,7 +1188,7 @@ class GPUArray:
         return _map("real", "pygpu::real({0})", [self], out, None, rdt, compute=self.dtype)
 
     @property
-    def imag(self):
+    def imag(self) -> "GPUArray":
         """The imaginary part (a new array; zeros for real dtypes)."""
         if self.dtype.kind != "c":
             return zeros_like(self)
@@ -1154,7 +1200,7 @@ class GPUArray:
         )
         return _map("imag", "pygpu::imag({0})", [self], out, None, rdt, compute=self.dtype)
 
-    def conj(self, out=None):
+    def conj(self, out: "GPUArray | None" = None) -> "GPUArray":
         """The complex conjugate (self for real dtypes, unless out= is given)."""
         if self.dtype.kind != "c":
             if out is None:
@@ -1170,7 +1216,7 @@ class GPUArray:
     conjugate = conj
 
     # PyCUDA's texture binding: texture references are gone since CUDA 12
-    def bind_to_texref(self, texref, allow_offset=False):
+    def bind_to_texref(self, texref: Any, allow_offset: bool = False) -> "NoReturn":
         raise NotImplementedError(
             "texture references were removed in CUDA 12; pass the "
             "array as a pointer (or use a texture object)"
@@ -1510,7 +1556,7 @@ _COMPARISONS = {
     "greater": ">",
     "greater_equal": ">=",
 }
-_types_cache = {}
+_types_cache: dict[Any, Any] = {}
 
 
 def _operand_key(x):
@@ -1630,9 +1676,9 @@ def _expr(op, cdt):
 
 
 # the fast paths: (context, op, operand keys) -> (Function, result dtype, scalar dtype)
-_fast_aa = {}
-_fast_as = {}
-_fast_sa = {}
+_fast_aa: dict[Any, Any] = {}
+_fast_as: dict[Any, Any] = {}
+_fast_sa: dict[Any, Any] = {}
 
 
 def _subclassed(a):
@@ -1757,7 +1803,7 @@ def _conv(ty, comp):
 # op -> its _ArrayOperator (GPUArray.__add__ is _FAST["add"]): the steady
 # state of the operators in C (src/launch/fastops.c; docs/arrays.md, "The
 # operators' fast path"), which learns each kernel from the Python path below
-_FAST = {}
+_FAST: dict[Any, Any] = {}
 
 
 def _operator(op):
@@ -1939,7 +1985,7 @@ def _binary_general(op, x, y, out, stream):
     return _map(op, _expr(op, comp), [x, y], out, stream, res, compute=comp, op=op)
 
 
-_OPERATORS = {}  # op -> the Python path of x <op> y (_operator(op))
+_OPERATORS: dict[Any, Any] = {}  # op -> the Python path of x <op> y (_operator(op))
 
 
 def _install_operators():
@@ -2399,7 +2445,7 @@ def _axpbyz(a, x, b, y, out, stream):
 # ---- creation ----
 
 
-def to_gpu(ary: "object", allocator: "object" = None) -> "GPUArray":
+def to_gpu(ary: "object", allocator: "Callable[[int], Any] | None" = None) -> "GPUArray":
     """A GPUArray with a copy of a NumPy array (its layout kept where dense)."""
     ary = _host_array(ary)
     result = GPUArray(
@@ -2412,7 +2458,9 @@ def to_gpu(ary: "object", allocator: "object" = None) -> "GPUArray":
     return result
 
 
-def to_gpu_async(ary, allocator=None, stream=None):
+def to_gpu_async(
+    ary: object, allocator: "Callable[[int], Any] | None" = None, stream: "drv.Stream | None" = None
+) -> "GPUArray":
     """to_gpu() with the copy enqueued on stream (page-locked ary for overlap)."""
     ary = _host_array(ary)
     result = GPUArray(
@@ -2425,7 +2473,7 @@ def to_gpu_async(ary, allocator=None, stream=None):
     return result
 
 
-def _host_array(ary):
+def _host_array(ary: object) -> "np.ndarray[Any, Any]":
     if isinstance(ary, GPUArray):
         raise TypeError("to_gpu() takes a host (NumPy) array, not a GPUArray; use .copy()")
     if not isinstance(ary, np.ndarray):
@@ -2439,7 +2487,7 @@ def _host_array(ary):
 def zeros(
     shape: "int | tuple[int, ...]",
     dtype: "np.typing.DTypeLike" = np.float64,
-    allocator: "object" = None,
+    allocator: "Callable[[int], Any] | None" = None,
     order: str = "C",
 ) -> "GPUArray":
     result = GPUArray(shape, dtype, allocator, order=order)
@@ -2448,7 +2496,12 @@ def zeros(
     return result
 
 
-def ones(shape, dtype=np.float64, allocator=None, order="C"):
+def ones(
+    shape: "int | tuple[int, ...]",
+    dtype: "np.typing.DTypeLike" = np.float64,
+    allocator: "Callable[[int], Any] | None" = None,
+    order: str = "C",
+) -> "GPUArray":
     result = GPUArray(shape, dtype, allocator, order=order)
     return result.fill(np.ones((), result.dtype)[()])
 
@@ -2501,12 +2554,14 @@ def zeros_like(
     return result
 
 
-def ones_like(other_ary, dtype=None, order="K"):
+def ones_like(
+    other_ary: "GPUArray", dtype: "np.typing.DTypeLike | None" = None, order: str = "K"
+) -> "GPUArray":
     result = _like(other_ary, dtype, order)
     return result.fill(np.ones((), result.dtype)[()])
 
 
-def arange(*args, **kwargs):
+def arange(*args: Any, **kwargs: Any) -> "GPUArray":
     """Evenly spaced values in [start, stop) (numpy.arange's arguments)."""
     dtype = kwargs.pop("dtype", None)
     stream = kwargs.pop("stream", None)
@@ -2559,7 +2614,12 @@ def arange(*args, **kwargs):
 # ---- indexing helpers ----
 
 
-def take(a, indices, out=None, stream=None):
+def take(
+    a: "GPUArray",
+    indices: "GPUArray",
+    out: "GPUArray | None" = None,
+    stream: "drv.Stream | None" = None,
+) -> "GPUArray":
     """a[indices] for a 1-D index array (indices are not bounds-checked)."""
     if not isinstance(a, GPUArray) or not isinstance(indices, GPUArray):
         raise TypeError("take() takes GPUArrays")
@@ -2587,7 +2647,12 @@ def take(a, indices, out=None, stream=None):
     return out
 
 
-def multi_take(arrays, indices, out=None, stream=None):
+def multi_take(
+    arrays: "Sequence[GPUArray]",
+    indices: "GPUArray",
+    out: "Sequence[GPUArray | None] | None" = None,
+    stream: "drv.Stream | None" = None,
+) -> "list[GPUArray]":
     """[take(a, indices) for a in arrays]."""
     if out is None:
         out = [None] * len(arrays)
@@ -2596,7 +2661,13 @@ def multi_take(arrays, indices, out=None, stream=None):
     return [take(a, indices, o, stream) for a, o in zip(arrays, out)]
 
 
-def multi_put(arrays, dest_indices, dest_shape=None, out=None, stream=None):
+def multi_put(
+    arrays: "Sequence[GPUArray]",
+    dest_indices: "GPUArray",
+    dest_shape: Any = None,
+    out: "Sequence[GPUArray] | None" = None,
+    stream: "drv.Stream | None" = None,
+) -> "Sequence[GPUArray]":
     """out[k][dest_indices] = arrays[k]."""
     if not arrays:
         return []
@@ -2621,8 +2692,14 @@ def multi_put(arrays, dest_indices, dest_shape=None, out=None, stream=None):
 
 
 def multi_take_put(
-    arrays, dest_indices, src_indices, dest_shape=None, out=None, stream=None, src_offsets=None
-):
+    arrays: "Sequence[GPUArray]",
+    dest_indices: "GPUArray",
+    src_indices: "GPUArray",
+    dest_shape: Any = None,
+    out: "Sequence[GPUArray] | None" = None,
+    stream: "drv.Stream | None" = None,
+    src_offsets: Any = None,
+) -> "Sequence[GPUArray]":
     """out[k][dest_indices] = arrays[k][src_indices + src_offsets[k]]."""
     if not arrays:
         return []
@@ -2663,7 +2740,9 @@ def multi_take_put(
 # ---- shape manipulation ----
 
 
-def concatenate(arrays, axis=0, allocator=None):
+def concatenate(
+    arrays: "Sequence[GPUArray]", axis: int = 0, allocator: "Callable[[int], Any] | None" = None
+) -> "GPUArray":
     """Join arrays along an existing axis."""
     arrays = list(arrays)
     if not arrays:
@@ -2695,7 +2774,9 @@ def concatenate(arrays, axis=0, allocator=None):
     return result
 
 
-def stack(arrays, axis=0, allocator=None):
+def stack(
+    arrays: "Sequence[GPUArray]", axis: int = 0, allocator: "Callable[[int], Any] | None" = None
+) -> "GPUArray":
     """Join arrays along a new axis."""
     arrays = list(arrays)
     if not arrays:
@@ -2718,23 +2799,35 @@ def stack(arrays, axis=0, allocator=None):
     return result
 
 
-def transpose(a, axes=None):
+def transpose(a: "GPUArray", axes: Any = None) -> "GPUArray":
     return a.transpose(axes)
 
 
-def reshape(a, *shape, **kwargs):
+def reshape(a: "GPUArray", *shape: Any, **kwargs: Any) -> "GPUArray":
     return a.reshape(*shape, **kwargs)
 
 
 # ---- conditionals and binary functions ----
 
 
-def if_positive(criterion, then_, else_, out=None, stream=None):
+def if_positive(
+    criterion: "GPUArray",
+    then_: Any,
+    else_: Any,
+    out: "GPUArray | None" = None,
+    stream: "drv.Stream | None" = None,
+) -> "GPUArray":
     """then_ where criterion > 0, else else_."""
     return _select(">", criterion, then_, else_, out, stream, "if_positive")
 
 
-def where(criterion, then_, else_, out=None, stream=None):
+def where(
+    criterion: "GPUArray",
+    then_: Any,
+    else_: Any,
+    out: "GPUArray | None" = None,
+    stream: "drv.Stream | None" = None,
+) -> "GPUArray":
     """then_ where criterion != 0, else else_ (numpy.where with three
     arguments; scalars and broadcasting allowed)."""
     return _select("!=", criterion, then_, else_, out, stream, "where")
@@ -2778,8 +2871,10 @@ def _select(cmp, crit, then_, else_, out, stream, name):
     )
 
 
-def _make_minmax(which):
-    def f(a, b, out=None, stream=None):
+def _make_minmax(which: str) -> "Callable[..., GPUArray]":
+    def f(
+        a: Any, b: Any, out: "GPUArray | None" = None, stream: "drv.Stream | None" = None
+    ) -> "GPUArray":
         if not isinstance(a, GPUArray) and not isinstance(b, GPUArray):
             raise TypeError("%s needs at least one GPUArray" % which)
         return _function_result(which, _binary(which, a, b, out=out, stream=stream), a, b)
@@ -2814,15 +2909,31 @@ def _function_result(op, result, a, b):
     return result
 
 
-def logical_and(x1, x2, /, out=None, *, allocator=None):
+def logical_and(
+    x1: Any,
+    x2: Any,
+    /,
+    out: "GPUArray | None" = None,
+    *,
+    allocator: "Callable[[int], Any] | None" = None,
+) -> "GPUArray":
     return _logical("logical_and", x1, x2, out, allocator)
 
 
-def logical_or(x1, x2, /, out=None, *, allocator=None):
+def logical_or(
+    x1: Any,
+    x2: Any,
+    /,
+    out: "GPUArray | None" = None,
+    *,
+    allocator: "Callable[[int], Any] | None" = None,
+) -> "GPUArray":
     return _logical("logical_or", x1, x2, out, allocator)
 
 
-def logical_not(x, /, out=None, *, allocator=None):
+def logical_not(
+    x: Any, /, out: "GPUArray | None" = None, *, allocator: "Callable[[int], Any] | None" = None
+) -> "GPUArray":
     if np.isscalar(x):
         r = empty((), np.bool_, allocator=allocator) if out is None else out
         r.fill(np.logical_not(x))
@@ -2834,7 +2945,10 @@ def logical_not(x, /, out=None, *, allocator=None):
 
 
 def sum(
-    a: "GPUArray", dtype: "object" = None, stream: "object" = None, allocator: "object" = None
+    a: "GPUArray",
+    dtype: "np.typing.DTypeLike | None" = None,
+    stream: "drv.Stream | None" = None,
+    allocator: "Callable[[int], Any] | None" = None,
 ) -> "GPUArray":
     from pygpu.reduction import get_sum_kernel
 
@@ -2842,21 +2956,35 @@ def sum(
     return krnl(a, stream=stream, allocator=allocator)
 
 
-def any(a, stream=None, allocator=None):
+def any(
+    a: "GPUArray",
+    stream: "drv.Stream | None" = None,
+    allocator: "Callable[[int], Any] | None" = None,
+) -> "GPUArray":
     from pygpu.reduction import get_any_kernel
 
     krnl = get_any_kernel(np.dtype(bool), a.dtype)
     return krnl(a, stream=stream, allocator=allocator)
 
 
-def all(a, stream=None, allocator=None):
+def all(
+    a: "GPUArray",
+    stream: "drv.Stream | None" = None,
+    allocator: "Callable[[int], Any] | None" = None,
+) -> "GPUArray":
     from pygpu.reduction import get_all_kernel
 
     krnl = get_all_kernel(np.dtype(bool), a.dtype)
     return krnl(a, stream=stream, allocator=allocator)
 
 
-def subset_sum(subset, a, dtype=None, stream=None, allocator=None):
+def subset_sum(
+    subset: "GPUArray",
+    a: "GPUArray",
+    dtype: "np.typing.DTypeLike | None" = None,
+    stream: "drv.Stream | None" = None,
+    allocator: "Callable[[int], Any] | None" = None,
+) -> "GPUArray":
     from pygpu.reduction import get_subset_sum_kernel
 
     krnl = get_subset_sum_kernel(dtype, subset.dtype, a.dtype)
@@ -2891,7 +3019,13 @@ def _dot_operands(what, a, b, allocator):
     return a, _in_order_of(b, a, allocator)
 
 
-def dot(a, b, dtype=None, stream=None, allocator=None):
+def dot(
+    a: "GPUArray",
+    b: "GPUArray",
+    dtype: "np.typing.DTypeLike | None" = None,
+    stream: "drv.Stream | None" = None,
+    allocator: "Callable[[int], Any] | None" = None,
+) -> "GPUArray":
     from pygpu.reduction import get_dot_kernel
 
     a, b = _dot_operands("dot()", a, b, allocator)
@@ -2901,7 +3035,13 @@ def dot(a, b, dtype=None, stream=None, allocator=None):
     return krnl(a, b, stream=stream, allocator=allocator)
 
 
-def vdot(a, b, dtype=None, stream=None, allocator=None):
+def vdot(
+    a: "GPUArray",
+    b: "GPUArray",
+    dtype: "np.typing.DTypeLike | None" = None,
+    stream: "drv.Stream | None" = None,
+    allocator: "Callable[[int], Any] | None" = None,
+) -> "GPUArray":
     from pygpu.reduction import get_dot_kernel
 
     a, b = _dot_operands("vdot()", a, b, allocator)
@@ -2911,15 +3051,22 @@ def vdot(a, b, dtype=None, stream=None, allocator=None):
     return krnl(a, b, stream=stream, allocator=allocator)
 
 
-def subset_dot(subset, a, b, dtype=None, stream=None, allocator=None):
+def subset_dot(
+    subset: "GPUArray",
+    a: "GPUArray",
+    b: "GPUArray",
+    dtype: "np.typing.DTypeLike | None" = None,
+    stream: "drv.Stream | None" = None,
+    allocator: "Callable[[int], Any] | None" = None,
+) -> "GPUArray":
     from pygpu.reduction import get_subset_dot_kernel
 
     krnl = get_subset_dot_kernel(dtype, subset.dtype, a.dtype, b.dtype)
     return krnl(subset, a, b, stream=stream, allocator=allocator)
 
 
-def _make_minmax_reduction(what):
-    def f(a, stream=None):
+def _make_minmax_reduction(what: str) -> "Callable[..., GPUArray]":
+    def f(a: "GPUArray", stream: "drv.Stream | None" = None) -> "GPUArray":
         from pygpu.reduction import get_minmax_kernel
 
         krnl = get_minmax_kernel(what, a.dtype)
@@ -2934,8 +3081,8 @@ max = _make_minmax_reduction("max")
 min = _make_minmax_reduction("min")
 
 
-def _make_subset_minmax_reduction(what):
-    def f(subset, a, stream=None):
+def _make_subset_minmax_reduction(what: str) -> "Callable[..., GPUArray]":
+    def f(subset: "GPUArray", a: "GPUArray", stream: "drv.Stream | None" = None) -> "GPUArray":
         from pygpu.reduction import get_subset_minmax_kernel
 
         krnl = get_subset_minmax_kernel(what, a.dtype, subset.dtype)
@@ -2954,7 +3101,7 @@ subset_min = _make_subset_minmax_reduction("min")
 _CAI_STREAM_LEGACY, _CAI_STREAM_PER_THREAD = 1, 2
 
 
-def asarray(obj, dtype=None):
+def asarray(obj: object, dtype: "np.typing.DTypeLike | None" = None) -> "GPUArray":
     """A GPUArray over obj's device memory, without copying: obj is a
     GPUArray, has __cuda_array_interface__ (CuPy, PyTorch, Numba, ...) or
     __dlpack__, or is a cuda.core StridedMemoryView or Buffer (a Buffer is

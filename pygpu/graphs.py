@@ -39,6 +39,12 @@ from pygpu._driver import (  # noqa: F401  (re-exported API)
 import functools
 import inspect
 import threading
+from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, TypeVar, overload
+
+if TYPE_CHECKING:
+    from pygpu._driver import Stream
+
+_R = TypeVar("_R")
 
 __all__ = [
     "CONDITIONAL_PREAMBLE",
@@ -70,17 +76,20 @@ class Capture:
     """What capture_graph() yields: .stream, and .graph once the block ended."""
 
     __slots__ = ("stream", "graph", "mode")
+    stream: "Stream"
+    graph: "Graph | None"
+    mode: "capture_mode | int"
 
-    def __init__(self, stream, mode):
+    def __init__(self, stream: "Stream", mode: "capture_mode | int") -> None:
         self.stream = stream
         self.mode = mode
         self.graph = None
 
-    def __enter__(self):
+    def __enter__(self) -> "Capture":
         self.stream.begin_capture(mode=self.mode)
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> "Literal[False]":
         if exc_type is None:
             self.graph = self.stream.end_capture()
             return False
@@ -92,11 +101,11 @@ class Capture:
             pass
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<pygpu.graphs.Capture on %r: %r>" % (self.stream, self.graph)
 
 
-def capture_graph(stream, mode=capture_mode.GLOBAL):
+def capture_graph(stream: "Stream", mode: "capture_mode | int" = capture_mode.GLOBAL) -> "Capture":
     """Capture the work queued on stream inside a with block into a Graph.
 
     with capture_graph(s) as cap: ...; then cap.graph.  Inside the block the
@@ -112,13 +121,13 @@ def capture_graph(stream, mode=capture_mode.GLOBAL):
 # ---- captured(): a function of arrays as a CUDA graph ----
 
 
-def _is_array(obj):
+def _is_array(obj: object) -> bool:
     from pygpu.gpuarray import GPUArray
 
     return isinstance(obj, GPUArray)
 
 
-def _key_of(value, where):
+def _key_of(value: Any, where: str) -> "tuple[Any, ...]":
     """The part of a call's signature one argument makes."""
     if _is_array(value):
         return ("array", value.shape, value.dtype, value.strides)
@@ -133,7 +142,7 @@ def _key_of(value, where):
     return ("value", type(value), value)
 
 
-def _outputs_ok(out):
+def _outputs_ok(out: object) -> bool:
     if out is None or _is_array(out):
         return True
     if isinstance(out, (tuple, list)):
@@ -145,47 +154,57 @@ def _outputs_ok(out):
 
 class _Entry:
     __slots__ = ("inputs", "exe", "outputs", "graph")
+    inputs: Any
+    exe: Any
+    outputs: Any
+    graph: Any
 
 
-class CapturedFunction:
+class CapturedFunction(Generic[_R]):
     """What captured(fn) returns: call it as fn.  See captured()."""
 
-    def __init__(self, fn, stream=None, mode=capture_mode.GLOBAL, warmup=True):
+    def __init__(
+        self,
+        fn: "Callable[..., _R]",
+        stream: "Stream | None" = None,
+        mode: "capture_mode | int" = capture_mode.GLOBAL,
+        warmup: bool = True,
+    ) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.stream = stream
         self.mode = mode
         self.warmup = warmup
-        self.graphs = {}  # signature -> _Entry
+        self.graphs: "dict[Any, Any]" = {}  # signature -> _Entry
         self._lock = threading.RLock()
         try:
-            self._sig = inspect.signature(fn)
+            self._sig: "inspect.Signature | None" = inspect.signature(fn)
         except (TypeError, ValueError):
             self._sig = None
 
-    def clear(self):
+    def clear(self) -> None:
         """Forget every captured graph (and the buffers they own)."""
         with self._lock:
             self.graphs.clear()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<pygpu.graphs.captured %s: %d graph(s)>" % (
             getattr(self.fn, "__qualname__", self.fn),
             len(self.graphs),
         )
 
-    def _signature(self, args, kwargs):
+    def _signature(self, args: "tuple[Any, ...]", kwargs: "dict[str, Any]") -> "tuple[Any, ...]":
         from pygpu import driver
 
         ctx = driver.Context.get_current()
-        key = [ctx]
+        key: "list[Any]" = [ctx]
         for i, a in enumerate(args):
             key.append(_key_of(a, "argument %d" % i))
         for name in sorted(kwargs):
             key.append((name, _key_of(kwargs[name], "argument %r" % name)))
         return tuple(key)
 
-    def _capture(self, args, kwargs):
+    def _capture(self, args: "tuple[Any, ...]", kwargs: "dict[str, Any]") -> Any:
         from pygpu import driver, gpuarray
 
         e = _Entry()
@@ -197,7 +216,7 @@ class CapturedFunction:
             # NON_BLOCKING: the legacy stream would not wait for it)
             _after(driver.Stream.null(), self.stream)
 
-        def static(a):
+        def static(a: Any) -> Any:
             if not _is_array(a):
                 return a
             buf = gpuarray.empty(a.shape, a.dtype)
@@ -230,13 +249,15 @@ class CapturedFunction:
                 "dict of them) or None, not %s" % (name, type(out).__name__)
             )
         e.graph = cap.graph
-        e.exe = cap.graph.instantiate()
+        e.exe = cap.graph.instantiate()  # type: ignore[union-attr]  # set: the block ended
         e.outputs = out
         if self.stream is not None:
             _after(self.stream, driver.Stream.null())  # the first launch after them
         return e
 
-    def _bind(self, args, kwargs):
+    def _bind(
+        self, args: "tuple[Any, ...]", kwargs: "dict[str, Any]"
+    ) -> "tuple[tuple[Any, ...], dict[str, Any]]":
         """args and kwargs as the function's signature binds them (so f(x,
         y=y) and f(x, y) are one signature), defaults applied."""
         if self._sig is None:
@@ -245,7 +266,7 @@ class CapturedFunction:
         bound.apply_defaults()
         return bound.args, bound.kwargs
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> _R:
         args, kwargs = self._bind(args, kwargs)
         key = self._signature(args, kwargs)
         with self._lock:
@@ -260,7 +281,7 @@ class CapturedFunction:
             return e.outputs
 
 
-def _after(waiter, stream):
+def _after(waiter: "Stream", stream: "Stream | None") -> None:
     """Later work on waiter waits for the work queued on stream so far."""
     from pygpu import driver
 
@@ -269,14 +290,40 @@ def _after(waiter, stream):
     waiter.wait_for_event(ev)
 
 
-def _arrays_in(args, kwargs):
+def _arrays_in(args: "tuple[Any, ...]", kwargs: "dict[str, Any]") -> "list[Any]":
     """The array arguments in the order _capture made their buffers."""
     out = [a for a in args if _is_array(a)]
     out += [kwargs[k] for k in sorted(kwargs) if _is_array(kwargs[k])]
     return out
 
 
-def captured(fn=None, *, stream=None, mode=capture_mode.GLOBAL, warmup=True):
+@overload
+def captured(
+    fn: "Callable[..., _R]",
+    *,
+    stream: "Stream | None" = None,
+    mode: "capture_mode | int" = capture_mode.GLOBAL,
+    warmup: bool = True,
+) -> "CapturedFunction[_R]": ...
+
+
+@overload
+def captured(
+    fn: None = None,
+    *,
+    stream: "Stream | None" = None,
+    mode: "capture_mode | int" = capture_mode.GLOBAL,
+    warmup: bool = True,
+) -> "Callable[[Callable[..., _R]], CapturedFunction[_R]]": ...
+
+
+def captured(
+    fn: "Callable[..., _R] | None" = None,
+    *,
+    stream: "Stream | None" = None,
+    mode: "capture_mode | int" = capture_mode.GLOBAL,
+    warmup: bool = True,
+) -> "CapturedFunction[_R] | Callable[[Callable[..., _R]], CapturedFunction[_R]]":
     """Run a function of GPUArrays as a CUDA graph: captured once per
     signature, replayed after that.
 

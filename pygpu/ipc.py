@@ -24,6 +24,7 @@ resource sharer.  Pickling a :class:`SharedFd` for anything but a process
 of this machine started by ``multiprocessing`` is not supported.
 """
 
+from typing import Any
 import os
 
 from pygpu import _driver
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 
-def _rebuild_fd(dup):
+def _rebuild_fd(dup: Any) -> "SharedFd":
     return SharedFd(dup.detach())
 
 
@@ -48,7 +49,7 @@ class SharedFd:
     when it is collected) and that pickles to another process of this
     machine through ``multiprocessing.reduction``."""
 
-    def __init__(self, fd):
+    def __init__(self, fd: int) -> None:
         self._fd = -1
         if not isinstance(fd, int) or isinstance(fd, bool):
             raise TypeError("SharedFd(): fd must be an int, not %s" % type(fd).__name__)
@@ -56,33 +57,33 @@ class SharedFd:
             raise ValueError("SharedFd(): %d is not a file descriptor" % fd)
         self._fd = fd
 
-    def fileno(self):
+    def fileno(self) -> int:
         if self._fd < 0:
             raise ValueError("the SharedFd was closed")
         return self._fd
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._fd < 0
 
-    def close(self):
+    def close(self) -> None:
         """Close the descriptor (idempotent)."""
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except OSError:
             pass
 
-    def __reduce__(self):
+    def __reduce__(self) -> Any:
         from multiprocessing import reduction
 
         return _rebuild_fd, (reduction.DupFd(self.fileno()),)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<pygpu.ipc.SharedFd %s>" % ("closed" if self._fd < 0 else self._fd)
 
 
@@ -91,17 +92,17 @@ class PoolHandle:
     (:func:`export_pool`); pickles; ``open()`` (or :func:`import_pool`)
     imports it there."""
 
-    def __init__(self, fd, device):
+    def __init__(self, fd: "SharedFd", device: int) -> None:
         self.fd = fd if isinstance(fd, SharedFd) else SharedFd(fd)
         self.device = device
 
-    def open(self):
+    def open(self) -> "_driver.MemoryPool":
         return import_pool(self)
 
-    def close(self):
+    def close(self) -> None:
         self.fd.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<pygpu.ipc.PoolHandle of a pool on device %d>" % self.device
 
 
@@ -111,21 +112,21 @@ class BufferHandle:
     buffer's size; pickles; ``open()`` (or :func:`import_buffer`) maps it
     there."""
 
-    def __init__(self, chunks, nbytes, device):
+    def __init__(self, chunks: Any, nbytes: int, device: int) -> None:
         self.chunks = [
             (fd if isinstance(fd, SharedFd) else SharedFd(fd), int(size)) for fd, size in chunks
         ]
         self.nbytes = nbytes
         self.device = device
 
-    def open(self):
+    def open(self) -> "_driver.VirtualBuffer":
         return import_buffer(self)
 
-    def close(self):
+    def close(self) -> None:
         for fd, _ in self.chunks:
             fd.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<pygpu.ipc.BufferHandle of %d bytes in %d chunk%s>" % (
             self.nbytes,
             len(self.chunks),
@@ -133,18 +134,18 @@ class BufferHandle:
         )
 
 
-def _check(obj, tp, what):
+def _check(obj: object, tp: type, what: str) -> None:
     if not isinstance(obj, tp):
         raise TypeError("%s takes a %s, not %s" % (what, tp.__name__, type(obj).__name__))
 
 
-def export_pool(pool):
+def export_pool(pool: "_driver.MemoryPool") -> "PoolHandle":
     """A :class:`PoolHandle` for ``pool`` (a ``MemoryPool(ipc=True)``)."""
     _check(pool, _driver.MemoryPool, "export_pool()")
     return PoolHandle(SharedFd(pool._export_fd()), pool.device)
 
 
-def import_pool(handle):
+def import_pool(handle: "PoolHandle") -> "_driver.MemoryPool":
     """The pool of another process, from its :class:`PoolHandle`, in the
     current context.  It cannot allocate; ``import_pointer(data)`` gives the
     exporter's allocations (free them before the exporter does)."""
@@ -152,7 +153,7 @@ def import_pool(handle):
     return _driver.MemoryPool._import_fd(handle.fd.fileno())
 
 
-def export_buffer(buf):
+def export_buffer(buf: "_driver.VirtualBuffer") -> "BufferHandle":
     """A :class:`BufferHandle` for ``buf`` (a ``VirtualBuffer(shareable=True)``).
     Chunks added by a later ``grow()`` are not in it: export again."""
     _check(buf, _driver.VirtualBuffer, "export_buffer()")
@@ -160,7 +161,7 @@ def export_buffer(buf):
     return BufferHandle(chunks, buf.size, buf.device)
 
 
-def import_buffer(handle):
+def import_buffer(handle: "BufferHandle") -> "_driver.VirtualBuffer":
     """Map another process's :class:`pygpu.driver.VirtualBuffer` (from its
     :class:`BufferHandle`) in the current context: the same memory."""
     _check(handle, BufferHandle, "import_buffer()")

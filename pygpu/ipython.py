@@ -488,7 +488,7 @@ except ImportError:  # the module imports without IPython; loading it needs it
 else:
 
     @magics_class
-    class CudaMagics(Magics):
+    class CudaMagics(Magics):  # type: ignore[no-redef]  # None without IPython
         """%%cuda and %cuda_timeit (see pygpu.ipython)."""
 
         @cell_magic

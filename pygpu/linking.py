@@ -29,6 +29,7 @@ input's content, the options, the architecture, the output kind and the
 linker's version; a hit loads neither NVRTC nor nvJitLink.
 """
 
+from typing import Any
 import enum
 import hashlib
 import os
@@ -296,7 +297,7 @@ _BACKENDS = (None, "nvjitlink", "driver")
 _jl_lock = threading.Lock()
 _jl_loaded = None  # path once loaded
 _jl_error = None  # the CudaUnavailableError of a failed load
-_jl_key_version = {}  # cache dir -> (major, minor) for keys, without loading
+_jl_key_version: dict[Any, Any] = {}  # cache dir -> (major, minor) for keys, without loading
 
 
 def _ensure_nvjitlink():
@@ -388,7 +389,7 @@ def _jl_version_for_key(cache_dir):
     return version
 
 
-_file_digests = {}
+_file_digests: dict[Any, Any] = {}
 
 
 def _file_digest(path, cache_dir):
@@ -494,7 +495,7 @@ def _device_sm():
     return "sm_%d%d" % (major, minor)
 
 
-_arch_memo = {}
+_arch_memo: dict[Any, Any] = {}
 _IMMUTABLE = (bytes, store.Binary)
 
 

@@ -29,6 +29,7 @@ that writes it is.  The wrapper synchronizes the current context before a
 call reads device memory (``sync=False`` leaves that to you).
 """
 
+from typing import Any
 import ctypes
 import os
 
@@ -49,14 +50,14 @@ def _mpi():
     return MPI
 
 
-def cuda_aware():
+def cuda_aware() -> bool:
     """Whether the MPI library takes device memory: $PYGPU_MPI_CUDA_AWARE
     (0 or 1) when set, else the library's own answer (Open MPI's
     MPIX_Query_cuda_support, MPICH's MPIX_GPU_query_support), else False."""
     return cuda_aware_why()[0]
 
 
-def cuda_aware_why():
+def cuda_aware_why() -> "tuple[bool, str]":
     """(:func:`cuda_aware`'s answer, how it was known: one line)."""
     env = os.environ.get("PYGPU_MPI_CUDA_AWARE")
     if env is not None and env.strip() != "":
@@ -85,7 +86,7 @@ def cuda_aware_why():
     )
 
 
-def device_buffer(obj):
+def device_buffer(obj: object) -> "tuple[int, int, np.dtype[Any]] | None":
     """(address, nbytes, dtype) of a contiguous device buffer (anything with
     ``__cuda_array_interface__``), or None for anything else (a host
     buffer)."""
@@ -120,7 +121,7 @@ class Staged:
     page-locked buffers are kept for reuse; ``free()`` drops them.
     Attributes it does not define come from ``comm``."""
 
-    def __init__(self, comm, stage=None, sync=True):
+    def __init__(self, comm: Any, stage: "bool | None" = None, sync: bool = True) -> None:
         self.comm = comm
         if stage is None:
             aware, how = cuda_aware_why()
@@ -134,19 +135,19 @@ class Staged:
             self.stage = bool(stage)
             self.why = "stage=%s was given" % self.stage
         self.sync = sync
-        self._pinned = {}
+        self._pinned: "dict[str, Any]" = {}
         self.last_path = None
         self.calls = {"direct": 0, "staged": 0, "host": 0}
 
     @property
-    def path(self):
+    def path(self) -> str:
         """How device buffers go to MPI: "direct" (the device pointer, to a
         CUDA-aware MPI) or "staged" (through page-locked host memory); `why`
         says how that was decided, `last_path` what the last call did
         ("host" where it had no device buffer) and `calls` counts them."""
         return "staged" if self.stage else "direct"
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<pygpu.mpi.Staged: device buffers %s; %s>" % (
             "staged through page-locked host memory" if self.stage else "passed directly",
             self.why,
@@ -157,10 +158,10 @@ class Staged:
         self.last_path = self.path if dev else "host"
         self.calls[self.last_path] += 1
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.comm, name)
 
-    def free(self):
+    def free(self) -> None:
         self._pinned.clear()
 
     # ---- staging ----
@@ -229,12 +230,14 @@ class Staged:
 
     # ---- point to point ----
 
-    def Send(self, buf, dest, tag=0):
+    def Send(self, buf: object, dest: int, tag: int = 0) -> None:
         self._took(buf)
         self._synchronize(buf)
         self.comm.Send(self._in(buf, "send"), dest, tag)
 
-    def Recv(self, buf, source=None, tag=None, status=None):
+    def Recv(
+        self, buf: object, source: "int | None" = None, tag: "int | None" = None, status: Any = None
+    ) -> None:
         MPI = _mpi()
         self._took(buf)
         out, back = self._out(buf, "recv")
@@ -248,8 +251,15 @@ class Staged:
             back()
 
     def Sendrecv(
-        self, sendbuf, dest, sendtag=0, recvbuf=None, source=None, recvtag=None, status=None
-    ):
+        self,
+        sendbuf: object,
+        dest: int,
+        sendtag: int = 0,
+        recvbuf: "object | None" = None,
+        source: "int | None" = None,
+        recvtag: "int | None" = None,
+        status: Any = None,
+    ) -> None:
         MPI = _mpi()
         if recvbuf is None:
             raise TypeError("Sendrecv(): recvbuf is required")
@@ -295,25 +305,25 @@ class Staged:
         if back:
             back()
 
-    def Allreduce(self, sendbuf, recvbuf, op=None):
+    def Allreduce(self, sendbuf: object, recvbuf: object, op: Any = None) -> None:
         MPI = _mpi()
         self._reduce_like(self.comm.Allreduce, sendbuf, recvbuf, MPI.SUM if op is None else op)
 
-    def Reduce(self, sendbuf, recvbuf, op=None, root=0):
+    def Reduce(self, sendbuf: object, recvbuf: object, op: Any = None, root: int = 0) -> None:
         MPI = _mpi()
         mine = self.comm.Get_rank() == root
         self._reduce_like(
             self.comm.Reduce, sendbuf, recvbuf, MPI.SUM if op is None else op, root, receives=mine
         )
 
-    def Allgather(self, sendbuf, recvbuf):
+    def Allgather(self, sendbuf: object, recvbuf: object) -> None:
         self._reduce_like(self.comm.Allgather, sendbuf, recvbuf)
 
     def Gather(self, sendbuf: "object", recvbuf: "object", root: int = 0) -> None:
         mine = self.comm.Get_rank() == root
         self._reduce_like(self.comm.Gather, sendbuf, recvbuf, root, receives=mine)
 
-    def Scatter(self, sendbuf, recvbuf, root=0):
+    def Scatter(self, sendbuf: object, recvbuf: object, root: int = 0) -> None:
         mine = self.comm.Get_rank() == root
         self._took(sendbuf, recvbuf)
         self._synchronize(sendbuf)
@@ -336,7 +346,7 @@ def _special(buf):
     return buf is MPI.IN_PLACE or buf is MPI.BOTTOM
 
 
-def staged(comm: "object", stage: "object" = None, sync: bool = True) -> "Staged":
+def staged(comm: "object", stage: "bool | None" = None, sync: bool = True) -> "Staged":
     """``comm`` (an mpi4py communicator) wrapped so its buffer calls take
     device buffers whether or not the MPI library is CUDA-aware: a
     :class:`Staged`."""

@@ -41,7 +41,7 @@ so they are ordered after the kernels that wrote the buffers.  Calls return
 at once: :meth:`Communicator.synchronize` (or the stream's) waits.
 """
 
-from typing import Any
+from typing import Any, Iterable, Literal
 import contextlib
 import operator
 import os
@@ -325,7 +325,7 @@ class Communicator:
         return cls(comm, ctx, stream)
 
     @classmethod
-    def init_all(cls, devices: "object" = None) -> "list[Communicator]":
+    def init_all(cls, devices: "Iterable[int] | None" = None) -> "list[Communicator]":
         """One communicator per device, all in this process (NCCL's
         ``ncclCommInitAll``): rank i on ``devices[i]`` (ordinals; None: every
         device)."""
@@ -560,8 +560,10 @@ class group:
     calls, so it costs little."""
 
     __slots__ = ("_ctx", "_pushed")
+    _ctx: Any
+    _pushed: Any
 
-    def __init__(self, comms: "object" = None) -> None:
+    def __init__(self, comms: "Iterable[Any] | None" = None) -> None:
         from pygpu import driver
 
         if _driver._nccl_loaded() is None:
@@ -586,7 +588,7 @@ class group:
         _driver._nccl_group_start()
         return self
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> "Literal[False]":
         try:
             if exc_type is None:
                 _driver._nccl_group_end()
@@ -863,7 +865,7 @@ def spawn(
     fn: "object",
     nranks: "int | None" = None,
     args: "tuple[object, ...]" = (),
-    devices: "object" = None,
+    devices: "Iterable[int] | None" = None,
     timeout: float = 600,
 ) -> "list[Any]":
     """Run ``fn(comm, *args)`` in `nranks` new processes (multiprocessing's
@@ -897,7 +899,8 @@ def spawn(
     ]
     for p in procs:
         p.start()
-    results, errors = {}, []
+    results: "dict[int, Any]" = {}
+    errors: "list[Any]" = []
     deadline = time.monotonic() + timeout
     try:
         while len(results) + len(errors) < nranks:

@@ -30,6 +30,7 @@ NVRTC compile and module load with a range.  Kernel launches and copies need
 no such switch: nsys's CUDA trace (``--trace=cuda``) shows each one by name.
 """
 
+from typing import Any, Callable
 import functools
 import os
 
@@ -56,11 +57,11 @@ NVTX_AVAILABLE = _driver.NVTX_AVAILABLE
 time_range = _driver.TimeRange
 
 
-def _wrap(rng, func):
+def _wrap(rng: Any, func: "Callable[..., Any]") -> "Callable[..., Any]":
     """time_range(...)(func): func with the range around every call."""
 
     @functools.wraps(func)
-    def ranged(*args, **kwargs):
+    def ranged(*args: Any, **kwargs: Any) -> Any:
         with rng:
             return func(*args, **kwargs)
 
@@ -70,38 +71,38 @@ def _wrap(rng, func):
 _driver._nvtx_set_wrapper(_wrap)
 
 
-def mark(name, color=None):
+def mark(name: str, color: "int | None" = None) -> None:
     """An instant NVTX event called name (a mark on the timeline)."""
     _driver._nvtx_mark(name, color)
 
 
-def range_push(name, color=None):
+def range_push(name: str, color: "int | None" = None) -> int:
     """Push a range on this thread by hand (prefer time_range); returns the
     nesting depth a profiler reports, negative with none attached (-2, NVTX's
     NVTX_NO_PUSH_POP_TRACKING; a build without NVTX returns the same)."""
     return _driver._nvtx_push(name, color)
 
 
-def range_pop():
+def range_pop() -> int:
     """Pop this thread's innermost range pushed by range_push; returns the
     depth as range_push does (-2 with no profiler attached)."""
     return _driver._nvtx_pop()
 
 
-def attached():
+def attached() -> bool:
     """Whether a profiler is attached to NVTX (an injection library such as
     Nsight Systems' was loaded through NVTX_INJECTION64_PATH).  The first
     call initializes NVTX."""
     return _driver._nvtx_attached()
 
 
-def start():
+def start() -> None:
     """cuProfilerStart: begin collecting (in the current context, the
     default device's primary context if none)."""
     _driver.profiler_start()
 
 
-def stop():
+def stop() -> None:
     """cuProfilerStop: stop collecting."""
     _driver.profiler_stop()
 
@@ -109,7 +110,7 @@ def stop():
 _annotate = os.environ.get("PYGPU_NVTX", "") not in ("", "0")
 
 
-def annotate_all(on=True):
+def annotate_all(on: bool = True) -> None:
     """Name every NVRTC compile and module load with an NVTX range
     ("compile <name>", "load module").  PYGPU_NVTX=1 turns it on at import.
     Off, it costs one flag test per compile."""
@@ -117,6 +118,6 @@ def annotate_all(on=True):
     _annotate = bool(on)
 
 
-def annotating():
+def annotating() -> bool:
     """Whether annotate_all is on."""
     return _annotate

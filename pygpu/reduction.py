@@ -24,6 +24,7 @@ the grid, 0 for as many as fit), launch (1 or 2 launches).
 """
 
 import builtins
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 import os
 import re
 import string
@@ -40,6 +41,10 @@ from pygpu._ctypes_util import (
     needs_complex,
     parse_arguments,
 )
+
+if TYPE_CHECKING:  # annotations only (gpuarray imports this module)
+    from pygpu._driver import Stream
+    from pygpu.gpuarray import GPUArray
 
 __all__ = [
     "ReductionKernel",
@@ -135,7 +140,7 @@ def parse_config(config, keys, defaults, what):
     return out
 
 
-def reduction_config(config=None):
+def reduction_config(config: "str | dict[str, Any] | None" = None) -> "dict[str, Any]":
     """The reduction kernel configuration: config (a dict or "key=value,...")
     over the defaults, or, where config is None, PYGPU_REDUCTION_CONFIG."""
     if config is None:
@@ -378,7 +383,7 @@ def _alloc(allocator, nbytes, stream):
     return stream_alloc(nbytes, stream)
 
 
-_ga = None  # pygpu.gpuarray, once a call needed it (it imports this module lazily)
+_ga: Any = None  # pygpu.gpuarray, once a call needed it (it imports this module lazily)
 
 
 def _gpuarray():
@@ -420,18 +425,18 @@ class ReductionKernel:
 
     def __init__(
         self,
-        dtype_out,
-        neutral,
-        reduce_expr,
-        map_expr=None,
-        arguments=None,
-        name="reduce_kernel",
-        keep=False,
-        options=None,
-        preamble="",
-        allocator=None,
-        config=None,
-    ):
+        dtype_out: "np.typing.DTypeLike | None",
+        neutral: "str | int | float",
+        reduce_expr: str,
+        map_expr: "str | None" = None,
+        arguments: "str | Sequence[Any] | None" = None,
+        name: str = "reduce_kernel",
+        keep: bool = False,
+        options: "Sequence[str] | None" = None,
+        preamble: str = "",
+        allocator: "Callable[[int], Any] | None" = None,
+        config: "str | dict[str, Any] | None" = None,
+    ) -> None:
         self.dtype_out = np.dtype(dtype_out)
         cfg = reduction_config(config)
         src, args, found, vec = _reduction_source(
@@ -526,14 +531,14 @@ class ReductionKernel:
 
     def __call__(
         self,
-        *args,
-        stream=None,
-        allocator=None,
-        out=None,
-        range=None,
-        slice=None,
-        kernel_wrapper=None,
-    ):
+        *args: Any,
+        stream: "Stream | None" = None,
+        allocator: "Callable[[int], Any] | None" = None,
+        out: "GPUArray | None" = None,
+        range: Any = None,
+        slice: "builtins.slice | None" = None,
+        kernel_wrapper: "Callable[..., Any] | None" = None,
+    ) -> "GPUArray":
         """Reduce; kernel_wrapper (PyCUDA's): a function given each stage's
         prepared_async_call that returns what is called in its place, as
         f(grid, block, stream, *args) (to time or trace the stages)."""
@@ -669,7 +674,9 @@ class ReductionKernel:
 
 
 @context_dependent_memoize
-def get_sum_kernel(dtype_out, dtype_in):
+def get_sum_kernel(
+    dtype_out: "np.typing.DTypeLike | None", dtype_in: "np.typing.DTypeLike"
+) -> "ReductionKernel":
     """gpuarray.sum's kernel: sum(in), in dtype_out (None: dtype_in)."""
     if dtype_out is None:
         dtype_out = dtype_in
@@ -679,7 +686,9 @@ def get_sum_kernel(dtype_out, dtype_in):
 
 
 @context_dependent_memoize
-def get_any_kernel(dtype_out, dtype_in):
+def get_any_kernel(
+    dtype_out: "np.typing.DTypeLike | None", dtype_in: "np.typing.DTypeLike"
+) -> "ReductionKernel":
     """gpuarray.any's kernel."""
     if dtype_out is None:
         dtype_out = dtype_in
@@ -693,7 +702,9 @@ def get_any_kernel(dtype_out, dtype_in):
 
 
 @context_dependent_memoize
-def get_all_kernel(dtype_out, dtype_in):
+def get_all_kernel(
+    dtype_out: "np.typing.DTypeLike | None", dtype_in: "np.typing.DTypeLike"
+) -> "ReductionKernel":
     """gpuarray.all's kernel."""
     if dtype_out is None:
         dtype_out = dtype_in
@@ -707,7 +718,11 @@ def get_all_kernel(dtype_out, dtype_in):
 
 
 @context_dependent_memoize
-def get_subset_sum_kernel(dtype_out, dtype_subset, dtype_in):
+def get_subset_sum_kernel(
+    dtype_out: "np.typing.DTypeLike | None",
+    dtype_subset: "np.typing.DTypeLike",
+    dtype_in: "np.typing.DTypeLike",
+) -> "ReductionKernel":
     """gpuarray.subset_sum's kernel: sum(in[lookup_tbl[i]]) over lookup_tbl."""
     if dtype_out is None:
         dtype_out = dtype_in
@@ -735,19 +750,33 @@ def _dot_kernel(dtype_out, dtype_a, dtype_b, conjugate_first):
     )
 
 
-def get_dot_kernel(dtype_out, dtype_a, dtype_b, conjugate_first=False):
+def get_dot_kernel(
+    dtype_out: "np.typing.DTypeLike | None",
+    dtype_a: "np.typing.DTypeLike | None",
+    dtype_b: "np.typing.DTypeLike | None",
+    conjugate_first: bool = False,
+) -> Any:
     """gpuarray.dot's kernel: sum(a[i]*b[i]); with conjugate_first,
     sum(conj(a[i])*b[i]) (vdot)."""
     return _dot_kernel(dtype_out, np.dtype(dtype_a), np.dtype(dtype_b), bool(conjugate_first))
 
 
-def get_vdot_kernel(dtype_out, dtype_a, dtype_b):
+def get_vdot_kernel(
+    dtype_out: "np.typing.DTypeLike | None",
+    dtype_a: "np.typing.DTypeLike | None",
+    dtype_b: "np.typing.DTypeLike | None",
+) -> Any:
     """gpuarray.vdot's kernel: sum(conj(a[i])*b[i])."""
     return get_dot_kernel(dtype_out, dtype_a, dtype_b, conjugate_first=True)
 
 
 @context_dependent_memoize
-def get_subset_dot_kernel(dtype_out, dtype_subset, dtype_a=None, dtype_b=None):
+def get_subset_dot_kernel(
+    dtype_out: "np.typing.DTypeLike | None",
+    dtype_subset: "np.typing.DTypeLike",
+    dtype_a: "np.typing.DTypeLike | None" = None,
+    dtype_b: "np.typing.DTypeLike | None" = None,
+) -> "ReductionKernel":
     """gpuarray.subset_dot's kernel: sum(a[t]*b[t]) for t in lookup_tbl."""
     if dtype_out is None:
         dtype_out = dtype_a
@@ -769,7 +798,7 @@ def get_subset_dot_kernel(dtype_out, dtype_subset, dtype_a=None, dtype_b=None):
 _INF = "__longlong_as_double(0x7ff0000000000000LL)"
 
 
-def get_minmax_neutral(what, dtype):
+def get_minmax_neutral(what: str, dtype: "np.typing.DTypeLike") -> str:
     """The neutral element of min or max over dtype, as a C expression."""
     dtype = np.dtype(dtype)
     if what not in ("min", "max"):
@@ -798,7 +827,7 @@ def _minmax_expr(what, dtype):
 
 
 @context_dependent_memoize
-def get_minmax_kernel(what, dtype):
+def get_minmax_kernel(what: str, dtype: "np.typing.DTypeLike") -> "ReductionKernel":
     """gpuarray.min/max's kernel (NaN propagates, as in NumPy)."""
     dtype = np.dtype(dtype)
     neutral = get_minmax_neutral(what, dtype)
@@ -811,7 +840,9 @@ def get_minmax_kernel(what, dtype):
 
 
 @context_dependent_memoize
-def get_subset_minmax_kernel(what, dtype, dtype_subset):
+def get_subset_minmax_kernel(
+    what: str, dtype: "np.typing.DTypeLike", dtype_subset: "np.typing.DTypeLike"
+) -> "ReductionKernel":
     """gpuarray.subset_min/subset_max's kernel."""
     dtype = np.dtype(dtype)
     neutral = get_minmax_neutral(what, dtype)
@@ -866,17 +897,17 @@ extern "C" __global__ void %(name)s(out_type *out, %(arguments)s,
 
 
 def get_reduction_module(
-    out_type,
-    block_size,
-    neutral,
-    reduce_expr,
-    map_expr,
-    arguments,
-    name="reduce_kernel",
-    keep=False,
-    options=None,
-    preamble="",
-):
+    out_type: str,
+    block_size: int,
+    neutral: str,
+    reduce_expr: str,
+    map_expr: "str | None",
+    arguments: Any,
+    name: str = "reduce_kernel",
+    keep: bool = False,
+    options: "Sequence[str] | None" = None,
+    preamble: str = "",
+) -> Any:
     """PyCUDA's one-stage reduction kernel as a SourceModule: ``name(out_type
     *out, arguments..., unsigned int seq_count, size_t n)`` reduces, in
     each block of block_size threads, seq_count * block_size consecutive
@@ -915,18 +946,18 @@ def get_reduction_module(
 
 
 def get_reduction_kernel_and_types(
-    stage,
-    out_type,
-    block_size,
-    neutral,
-    reduce_expr,
-    map_expr=None,
-    arguments=None,
-    name="reduce_kernel",
-    keep=False,
-    options=None,
-    preamble="",
-):
+    stage: int,
+    out_type: str,
+    block_size: int,
+    neutral: str,
+    reduce_expr: str,
+    map_expr: "str | None" = None,
+    arguments: Any = None,
+    name: str = "reduce_kernel",
+    keep: bool = False,
+    options: "Sequence[str] | None" = None,
+    preamble: str = "",
+) -> Any:
     """(prepared Function, argument type chars) of a stage of PyCUDA's
     two-stage reduction: stage 1 maps the arguments (map_expr, default
     ``in[i]``); stage 2 reduces stage 1's per-block results, given as its

@@ -26,11 +26,17 @@ import os
 import string
 import threading
 
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
 import numpy as np
 
 from pygpu import compiler, driver
 from pygpu._ctypes_util import complex_source, dtype_to_ctype, needs_complex
 from pygpu.reduction import _check_block, _choice_check, _range_check, parse_config, stream_alloc
+
+if TYPE_CHECKING:  # annotations only (gpuarray imports this module)
+    from pygpu._driver import Stream
+    from pygpu.gpuarray import GPUArray
 
 __all__ = [
     "InclusiveScanKernel",
@@ -93,7 +99,7 @@ SCAN_DEFAULTS = {
 }
 
 
-def scan_config(config=None):
+def scan_config(config: "str | dict[str, Any] | None" = None) -> "dict[str, Any]":
     """The scan kernel configuration: config (a dict or "key=value,...") over
     SCAN_DEFAULTS, or, where config is None, PYGPU_SCAN_CONFIG."""
     # async_copy left unset follows hold and vec: on (the default) where they
@@ -127,7 +133,7 @@ def _get_template():
     return _template
 
 
-def tile_shape(dtype, config=None):
+def tile_shape(dtype: "np.typing.DTypeLike", config: "dict[str, Any] | None" = None) -> Any:
     """(threads per block, elements per thread) for a scan of dtype: for
     elements of up to 4 bytes the config's (default 128 threads of 64
     elements), else about 64 bytes a thread."""
@@ -287,18 +293,18 @@ class _ScanKernelBase:
 
     def __init__(
         self,
-        dtype,
-        scan_expr,
-        neutral=None,
-        name_prefix="scan",
-        options=None,
-        preamble="",
-        devices=None,
-        _tile=None,
-        _min_blocks=None,
-        _packed_words=None,
-        config=None,
-    ):
+        dtype: "np.typing.DTypeLike",
+        scan_expr: str,
+        neutral: "str | None" = None,
+        name_prefix: str = "scan",
+        options: "Sequence[str] | None" = None,
+        preamble: str = "",
+        devices: Any = None,
+        _tile: Any = None,
+        _min_blocks: Any = None,
+        _packed_words: Any = None,
+        config: "str | dict[str, Any] | None" = None,
+    ) -> None:
         if self._exclusive and neutral is None:
             raise ValueError("neutral element is required for exclusive scan")
         self.dtype = np.dtype(dtype)
@@ -328,7 +334,13 @@ class _ScanKernelBase:
         self.function.prepare("PPQPPPPI")
         self._launch = self.function.prepared_async_call
 
-    def __call__(self, input_ary, output_ary=None, allocator=None, stream=None):
+    def __call__(
+        self,
+        input_ary: "GPUArray",
+        output_ary: "GPUArray | None" = None,
+        allocator: "Callable[[int], Any] | None" = None,
+        stream: "Stream | None" = None,
+    ) -> "GPUArray":
         """Scan input_ary into output_ary (default: in place; "new": a new
         array), on stream; returns output_ary."""
         if not hasattr(input_ary, "gpudata") or not hasattr(input_ary, "flags"):

@@ -16,6 +16,7 @@ memory too.  A header modified while it was being read or compiled (its
 inode change time is recent) keeps the result out of the cache.
 """
 
+from typing import Any
 import hashlib
 import json
 import os
@@ -42,7 +43,7 @@ _MAGIC = b"PYGPUC1\n"
 lock = threading.RLock()
 
 try:  # os.environ's own dict: a lookup in it costs ~40 ns, os.environ.get ~400
-    environ_data = os.environ._data
+    environ_data = os.environ._data  # type: ignore[attr-defined]  # CPython's
     env_key = os.environ.encodekey
 except AttributeError:  # pragma: no cover - not CPython's os module
     environ_data = os.environ
@@ -134,7 +135,7 @@ class Binary(bytes):
     .lowered_names (name expression -> mangled name)."""
 
     target = arch = log = ""
-    lowered_names = {}
+    lowered_names: dict[Any, Any] = {}
     _digest = None  # SHA-256 of the image, computed once for the module cache
 
     def digest(self):
@@ -464,7 +465,7 @@ def make_key(parts, deps):
 
 # ---- the memory store ----
 
-memory = {}
+memory: dict[Any, Any] = {}
 stats = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "compiles": 0, "uncacheable": 0}
 
 # ---- the disk store ----
@@ -555,7 +556,7 @@ def write_entry(cache_dir, key, b):
     _account(cache_dir, len(blob), keep=path)
 
 
-_totals = {}  # cache dir -> (approximate total, total last written to <dir>/size)
+_totals: dict[Any, Any] = {}  # cache dir -> (approximate total, total last written to <dir>/size)
 
 
 def _account(cache_dir, added, keep):

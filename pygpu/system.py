@@ -214,7 +214,7 @@ class _Record:
             getattr(self, k) == getattr(other, k) for k in self.__slots__
         )
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as == compares values
 
 
 class GpuProcess(_Record):
@@ -717,7 +717,7 @@ def devices(all: bool = False) -> list[DeviceStatus]:
         d = drv.Device(i)
         key = _norm_uuid(d.uuid)
         if key not in index:
-            raise LookupError("NVML knows no GPU with pygpu device %d's UUID %s" % (i, d.uuid))
+            raise LookupError("NVML knows no GPU with pygpu device %d's UUID %s" % (i, d.uuid))  # type: ignore[str-bytes-safe]
         h, parent, k = index[key]
         used.add(key)
         out.append(_snapshot(nvml, h, parent, k, d, i))
@@ -739,7 +739,7 @@ def report_lines() -> list[str]:
         for s in devices():
             lines.append(
                 "  device %d: %s used of %s, %s, %s, GPU %s busy, ECC %s, MIG %s, %s process(es)"
-                % (
+                % (  # type: ignore[str-format]  # ordinal: set for a device
                     s.ordinal,
                     _size(s.memory_used),
                     _size(s.memory_total),

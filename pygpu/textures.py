@@ -12,6 +12,8 @@ defines as macros.  pygpu.driver re-exports all of it.
 """
 
 import enum as _enum
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 import numpy as _np
 
@@ -37,6 +39,9 @@ from pygpu._driver import (  # noqa: F401  (re-exported through pygpu.driver)
     tensor_map_l2_promotion,
     tensor_map_swizzle,
 )
+
+if _TYPE_CHECKING:
+    from pygpu._driver import Context, Stream
 
 
 class array3d_flags(_enum.IntFlag):
@@ -77,7 +82,7 @@ _FORMAT_DTYPES = {
 }
 
 
-def dtype_to_array_format(dtype):
+def dtype_to_array_format(dtype: "_np.typing.DTypeLike") -> "array_format":
     """The array_format of a NumPy dtype (PyCUDA's name); TypeError for
     dtypes no array format holds."""
     for fmt, dt in _FORMAT_DTYPES.items():
@@ -86,7 +91,7 @@ def dtype_to_array_format(dtype):
     raise TypeError("cannot convert dtype '%s' to array format" % _np.dtype(dtype))
 
 
-def array_format_to_dtype(fmt):
+def array_format_to_dtype(fmt: "array_format | int") -> "_np.dtype[_Any]":
     """The NumPy dtype of an array_format."""
     try:
         return _np.dtype(_FORMAT_DTYPES[array_format(fmt)])
@@ -257,7 +262,7 @@ class Memcpy3D(_MemcpyFields):
         )
         return src, dst
 
-    def __call__(self, stream=None):
+    def __call__(self, stream: "Stream | None" = None) -> None:
         """c() copies now; c(stream) enqueues on a stream."""
         src, dst = self._sides(None)
         _driver._memcpy_3d(
@@ -285,13 +290,13 @@ class Memcpy3DPeer(Memcpy3D):
         super().__init__()
         self._src_context = self._dst_context = None
 
-    def set_src_context(self, ctx):
+    def set_src_context(self, ctx: "Context") -> None:
         self._src_context = ctx
 
-    def set_dst_context(self, ctx):
+    def set_dst_context(self, ctx: "Context") -> None:
         self._dst_context = ctx
 
-    def __call__(self, stream=None):
+    def __call__(self, stream: "Stream | None" = None) -> None:
         """c() copies now; c(stream) enqueues on a stream."""
         src, dst = self._sides(None)
         _driver._memcpy_3d_peer(
@@ -332,7 +337,9 @@ def _channels_format(dtype, what):
         raise TypeError("%s: no array format holds dtype %s" % (what, dtype)) from None
 
 
-def matrix_to_array(matrix, order, allow_double_hack=False):
+def matrix_to_array(
+    matrix: "_np.ndarray[_Any, _Any]", order: str, allow_double_hack: bool = False
+) -> "Array":
     """A 2-D CUDA array holding a 2-D NumPy array: order "C" maps rows to
     the array's rows, "F" its columns.  float64 needs allow_double_hack
     (two SIGNED_INT32 channels, read back with __hiloint2double)."""
@@ -340,7 +347,7 @@ def matrix_to_array(matrix, order, allow_double_hack=False):
     matrix = _as_host(matrix, "matrix_to_array()")
     if matrix.ndim != 2:
         raise ValueError("matrix_to_array(): the array must be 2-D, not %d-D" % matrix.ndim)
-    matrix = _np.asarray(matrix, order=order)
+    matrix = _np.asarray(matrix, order=order)  # type: ignore[call-overload]  # "C" or "F"
     if order == "C":
         h, w = matrix.shape
     else:
@@ -401,7 +408,12 @@ def _device_ptr(gpuarray):
     return gpuarray.gpudata if hasattr(gpuarray, "gpudata") else int(gpuarray.ptr)
 
 
-def np_to_array(nparray, order, allowSurfaceBind=False, layered=False):  # noqa: N803
+def np_to_array(
+    nparray: "_np.ndarray[_Any, _Any]",
+    order: str,
+    allowSurfaceBind: bool = False,
+    layered: bool = False,
+) -> "Array":  # noqa: N803
     """A CUDA array holding a 2-D or 3-D NumPy array (C order: shape (rows,
     columns) or (depth, rows, columns); F order the reverse).  float64 and
     complex types travel as SIGNED_INT32 channels, as PyCUDA does.
@@ -413,12 +425,14 @@ def np_to_array(nparray, order, allowSurfaceBind=False, layered=False):  # noqa:
     return _to_array(nparray, order, allowSurfaceBind, layered, "np_to_array()", False)
 
 
-def gpuarray_to_array(gpuarray, order, allowSurfaceBind=False, layered=False):  # noqa: N803
+def gpuarray_to_array(
+    gpuarray: _Any, order: str, allowSurfaceBind: bool = False, layered: bool = False
+) -> "Array":  # noqa: N803
     """np_to_array for a contiguous GPUArray (a device-to-array copy)."""
     return _to_array(gpuarray, order, allowSurfaceBind, layered, "gpuarray_to_array()", True)
 
 
-def make_multichannel_2d_array(ndarray, order):
+def make_multichannel_2d_array(ndarray: "_np.ndarray[_Any, _Any]", order: str) -> "Array":
     """A 2-D CUDA array of 1, 2 or 4 channels: C order takes shape (rows,
     columns, channels), F order (channels, columns, rows)."""
     order = _order(order, "make_multichannel_2d_array()")
@@ -427,7 +441,7 @@ def make_multichannel_2d_array(ndarray, order):
         raise ValueError(
             "make_multichannel_2d_array(): the array must be 3-D, not %d-D" % ndarray.ndim
         )
-    ndarray = _np.asarray(ndarray, order=order)
+    ndarray = _np.asarray(ndarray, order=order)  # type: ignore[call-overload]  # "C" or "F"
     if order == "C":
         h, w, nch = ndarray.shape
     else:
@@ -441,7 +455,9 @@ def make_multichannel_2d_array(ndarray, order):
     return ary
 
 
-def array_to_np(ary, dtype=None, stream=None):
+def array_to_np(
+    ary: "Array", dtype: "_np.typing.DTypeLike | None" = None, stream: "Stream | None" = None
+) -> "_np.ndarray[_Any, _Any]":
     """The contents of a CUDA array as a new C-ordered NumPy array of shape
     ([depth,] [height,] width[, channels]) (1-D arrays drop height, 2-D
     depth, one channel the channel axis); dtype defaults to the format's
@@ -472,7 +488,9 @@ def array_to_np(ary, dtype=None, stream=None):
     return out
 
 
-def array_to_matrix(ary, order="C", dtype=None):
+def array_to_matrix(
+    ary: "Array", order: str = "C", dtype: "_np.typing.DTypeLike | None" = None
+) -> "_np.ndarray[_Any, _Any]":
     """The inverse of matrix_to_array: a 2-D CUDA array's contents as a
     NumPy matrix in the given order."""
     out = array_to_np(ary, dtype)
@@ -483,7 +501,7 @@ def array_to_matrix(ary, order="C", dtype=None):
     return out if _order(order, "array_to_matrix()") == "C" else _np.asfortranarray(out.T)
 
 
-def memcpy_htoa(ary, index, src):
+def memcpy_htoa(ary: "Array", index: int, src: _Any) -> None:
     """Copy a host buffer into a 1-D or 2-D CUDA array from byte offset index
     of its first row (PyCUDA's memcpy_htoa)."""
     n = memoryview(src).nbytes
@@ -496,7 +514,7 @@ def memcpy_htoa(ary, index, src):
     c()
 
 
-def memcpy_atoh(dest, ary, index):
+def memcpy_atoh(dest: _Any, ary: "Array", index: int) -> None:
     """Copy from byte offset index of a CUDA array's first row into a host
     buffer (PyCUDA's memcpy_atoh)."""
     n = memoryview(dest).nbytes

@@ -19,6 +19,7 @@ autotune (pygpu.autotune): compile, check and time the variants of a kernel
 on the caller's arguments and launch the fastest, remembered on disk.
 """
 
+from typing import Any, Callable, Literal, Sequence, TypeVar
 import operator
 import threading
 import weakref
@@ -56,7 +57,7 @@ __all__ = [
 ]
 
 
-def bin_size(nbytes):
+def bin_size(nbytes: int) -> int:
     """The block size a request of nbytes is served from: four size classes
     per power of two (so at most 25% is wasted), at least 256 bytes."""
     nbytes = operator.index(nbytes)  # a Python int: NumPy ints would wrap
@@ -67,7 +68,7 @@ def bin_size(nbytes):
     return ((nbytes + step - 1) // step) * step
 
 
-def bitlog2(n):
+def bitlog2(n: int) -> int:
     """floor(log2(n)) for n >= 1 (PyCUDA's bitlog2)."""
     n = operator.index(n)
     if n < 1:
@@ -111,7 +112,11 @@ class PooledDeviceAllocation(int):
     """A device pointer (an int, so it goes anywhere an address does) whose
     memory returns to its pool on free() or when it dies."""
 
-    def __new__(cls, pool, alloc, size):
+    _pool: Any
+    _alloc: Any
+    size: int
+
+    def __new__(cls, pool: Any, alloc: Any, size: int) -> "PooledDeviceAllocation":
         self = int.__new__(cls, int(alloc))
         self._pool, self._alloc, self.size = pool, alloc, size
         return self
@@ -129,7 +134,7 @@ class PooledDeviceAllocation(int):
             "stream": None,
         }
 
-    def free(self):
+    def free(self) -> None:
         """Give the block back to the pool (idempotent)."""
         alloc, self._alloc = self._alloc, None
         if alloc is not None:
@@ -163,41 +168,41 @@ class DeviceMemoryPool:
     memory.
     """
 
-    def __init__(self, allocator=None):
+    def __init__(self, allocator: "Callable[[int], Any] | None" = None) -> None:
         if allocator is not None and not callable(allocator):
             raise TypeError(
                 "DeviceMemoryPool(): allocator must be callable (nbytes -> "
                 "allocation), not %s" % type(allocator).__name__
             )
         self._allocator = allocator or driver.mem_alloc
-        self._bins = {}
+        self._bins: "dict[int, list[Any]]" = {}
         self._lock = threading.Lock()
         self._active_blocks = 0
         self._active_bytes = self._active_block_bytes = 0
         self._holding = True
 
     @property
-    def active_blocks(self):
+    def active_blocks(self) -> int:
         """Blocks in use (PyCUDA's active_blocks)."""
         return self._active_blocks
 
     @property
-    def held_blocks(self):
+    def held_blocks(self) -> int:
         """Blocks kept for reuse."""
         return sum(len(v) for v in self._bins.values())
 
     @property
-    def held_bytes(self):
+    def held_bytes(self) -> int:
         """Bytes of device memory kept for reuse."""
         return sum(size * len(v) for size, v in list(self._bins.items()))
 
     @property
-    def active_bytes(self):
+    def active_bytes(self) -> int:
         """Bytes the active allocations asked for (PyCUDA's active_bytes)."""
         return self._active_bytes
 
     @property
-    def managed_bytes(self):
+    def managed_bytes(self) -> int:
         """Bytes of the blocks in use and held (PyCUDA's managed_bytes)."""
         return self._active_block_bytes + self.held_bytes
 
@@ -205,16 +210,16 @@ class DeviceMemoryPool:
         return _pool_repr(self)
 
     @staticmethod
-    def bin_number(nbytes):
+    def bin_number(nbytes: int) -> int:
         """The size class a request of nbytes is served from (PyCUDA's)."""
         return _bin_number(nbytes)
 
     @staticmethod
-    def alloc_size(bin_nr):
+    def alloc_size(bin_nr: int) -> int:
         """The bytes a block of size class bin_nr holds (PyCUDA's)."""
         return _alloc_size(bin_nr)
 
-    def allocate(self, nbytes):
+    def allocate(self, nbytes: int) -> "PooledDeviceAllocation":
         nbytes = operator.index(nbytes)
         if nbytes < 0:
             raise ValueError("nbytes must be >= 0, got %d" % nbytes)
@@ -245,7 +250,7 @@ class DeviceMemoryPool:
                 return
         _free_block(alloc)
 
-    def free_held(self):
+    def free_held(self) -> None:
         """Free every block kept for reuse."""
         with self._lock:
             bins, self._bins = self._bins, {}
@@ -253,7 +258,7 @@ class DeviceMemoryPool:
             for a in stack:
                 _free_block(a)
 
-    def stop_holding(self):
+    def stop_holding(self) -> None:
         """Free the held blocks and stop keeping freed ones."""
         self._holding = False
         self.free_held()
@@ -298,7 +303,13 @@ class DebugMemoryPool(DeviceMemoryPool):
         description = property(lambda self: self[1], doc="The call site (or its mnemonic).")
         stack = property(lambda self: self[2], doc="traceback.StackSummary of the allocating call.")
 
-    def __init__(self, interactive=False, logfile=None, allocator=None, stack_depth=6):
+    def __init__(
+        self,
+        interactive: bool = False,
+        logfile: Any = None,
+        allocator: "Callable[[int], Any] | None" = None,
+        stack_depth: int = 6,
+    ) -> None:
         super().__init__(allocator)
         stack_depth = operator.index(stack_depth)
         if stack_depth < 1:
@@ -306,9 +317,9 @@ class DebugMemoryPool(DeviceMemoryPool):
         self.interactive = bool(interactive)
         self.logfile = logfile
         self.stack_depth = stack_depth
-        self.last_free = None
-        self.stacktrace_mnemonics = {}
-        self._records = {}  # id(block) -> Outstanding, while the block is active
+        self.last_free: "int | None" = None
+        self.stacktrace_mnemonics: "dict[Any, Any]" = {}
+        self._records: "dict[int, Any]" = {}  # id(block) -> Outstanding, while the block is active
 
     def _log(self, text):
         import sys
@@ -343,7 +354,7 @@ class DebugMemoryPool(DeviceMemoryPool):
             self.stacktrace_mnemonics[key] = mnemonic
         return self.stacktrace_mnemonics[key]
 
-    def outstanding(self):
+    def outstanding(self) -> Any:
         """The live allocations, largest first: Outstanding records."""
         with self._lock:
             recs = list(self._records.values())
@@ -355,7 +366,7 @@ class DebugMemoryPool(DeviceMemoryPool):
             hist[r.nbytes, r.description] = hist.get((r.nbytes, r.description), 0) + 1
         return sorted(hist.items(), key=lambda kv: (-kv[0][0], kv[0][1]))
 
-    def report(self, file=None):
+    def report(self, file: Any = None) -> None:
         """Write what is outstanding, grouped by size and call site, with
         the pool's counts, to file (default: logfile)."""
         import sys
@@ -377,7 +388,7 @@ class DebugMemoryPool(DeviceMemoryPool):
         for (nbytes, descr), count in self._histogram():
             print("  %s (%d bytes): %dx" % (descr, nbytes, count), file=out)
 
-    def allocate(self, nbytes):
+    def allocate(self, nbytes: int) -> "PooledDeviceAllocation":
         nbytes = operator.index(nbytes)
         stack = self._stack()
         description = self.describe(stack, nbytes)
@@ -417,12 +428,12 @@ class PageLockedAllocator:
     page-locked NumPy array (its .base is the HostAllocation) allocated
     with cuMemHostAlloc flags (pygpu.driver.host_alloc_flags)."""
 
-    def __init__(self, flags=0):
+    def __init__(self, flags: int = 0) -> None:
         self.flags = operator.index(flags)
         if self.flags < 0:
             raise ValueError("PageLockedAllocator(): flags must be >= 0, got %d" % self.flags)
 
-    def __call__(self, nbytes):
+    def __call__(self, nbytes: int) -> "np.ndarray[Any, Any]":
         nbytes = operator.index(nbytes)
         if nbytes < 0:
             raise ValueError("PageLockedAllocator: nbytes must be >= 0, got %d" % nbytes)
@@ -444,7 +455,7 @@ class PageLockedMemoryPool:
     first argument is taken as mem_flags (pygpu's earlier signature).
     """
 
-    def __init__(self, allocator=None, mem_flags=0):
+    def __init__(self, allocator: "Callable[[int], Any] | None" = None, mem_flags: int = 0) -> None:
         if allocator is not None and not callable(allocator):
             try:  # pygpu's earlier signature: PageLockedMemoryPool(mem_flags)
                 mem_flags, allocator = operator.index(allocator), None
@@ -455,34 +466,34 @@ class PageLockedMemoryPool:
                     "%s" % type(allocator).__name__
                 ) from None
         self._allocator = allocator if allocator is not None else PageLockedAllocator(mem_flags)
-        self._bins = {}
+        self._bins: "dict[int, list[Any]]" = {}
         self._lock = threading.Lock()
         self._active_blocks = 0
         self._active_bytes = self._active_block_bytes = 0
         self._holding = True
 
     @property
-    def active_blocks(self):
+    def active_blocks(self) -> int:
         """Blocks in use: arrays handed out and alive (PyCUDA's active_blocks)."""
         return self._active_blocks
 
     @property
-    def active_bytes(self):
+    def active_bytes(self) -> int:
         """Bytes the live arrays asked for (PyCUDA's active_bytes)."""
         return self._active_bytes
 
     @property
-    def managed_bytes(self):
+    def managed_bytes(self) -> int:
         """Bytes of the blocks in use and held (PyCUDA's managed_bytes)."""
         return self._active_block_bytes + self.held_bytes
 
     @property
-    def held_blocks(self):
+    def held_blocks(self) -> int:
         """Blocks kept for reuse."""
         return sum(len(v) for v in self._bins.values())
 
     @property
-    def held_bytes(self):
+    def held_bytes(self) -> int:
         """Bytes of page-locked memory kept for reuse."""
         return sum(size * len(v) for size, v in list(self._bins.items()))
 
@@ -492,9 +503,14 @@ class PageLockedMemoryPool:
     def __repr__(self):
         return _pool_repr(self)
 
-    def empty(self, shape, dtype=np.float64, order="C"):
+    def empty(
+        self,
+        shape: "int | tuple[int, ...]",
+        dtype: "np.typing.DTypeLike" = np.float64,
+        order: "Literal['C', 'F']" = "C",
+    ) -> "np.ndarray[Any, Any]":
         dtype = np.dtype(dtype)
-        count = int(np.prod(shape, dtype=np.int64)) if np.ndim(shape) else int(shape)
+        count = int(np.prod(shape, dtype=np.int64)) if np.ndim(shape) else int(shape)  # type: ignore[arg-type]
         nbytes = count * dtype.itemsize
         size = bin_size(nbytes)
         with self._lock:
@@ -534,7 +550,12 @@ class PageLockedMemoryPool:
 
     allocate = empty
 
-    def zeros(self, shape, dtype=np.float64, order="C"):
+    def zeros(
+        self,
+        shape: "int | tuple[int, ...]",
+        dtype: "np.typing.DTypeLike" = np.float64,
+        order: "Literal['C', 'F']" = "C",
+    ) -> "np.ndarray[Any, Any]":
         a = self.empty(shape, dtype, order)
         a.fill(0)
         return a
@@ -547,11 +568,11 @@ class PageLockedMemoryPool:
             if self._holding:
                 self._bins.setdefault(raw.size, []).append(raw)
 
-    def free_held(self):
+    def free_held(self) -> None:
         with self._lock:
             self._bins = {}
 
-    def stop_holding(self):
+    def stop_holding(self) -> None:
         self._holding = False
         self.free_held()
 
@@ -642,13 +663,17 @@ def _fill_registry():
 _fill_registry()
 
 
-def register_dtype(dtype, c_names, alias_ok=False):
+def register_dtype(
+    dtype: "np.typing.DTypeLike", c_names: "str | Sequence[str]", alias_ok: bool = False
+) -> "np.dtype[Any]":
     """Make dtype known to the kernel generators as the C type c_names (a
     name or a list of names), e.g. a structured dtype and its struct."""
     return _registry.register(c_names, dtype)
 
 
-def get_or_register_dtype(c_names, dtype=None):
+def get_or_register_dtype(
+    c_names: "str | Sequence[str]", dtype: "np.typing.DTypeLike | None" = None
+) -> "np.dtype[Any]":
     """With a dtype: register it under c_names and return it.  Without: the
     dtype registered as c_names (KeyError if none)."""
     if dtype is None:
@@ -664,7 +689,7 @@ def get_or_register_dtype(c_names, dtype=None):
     return _registry.register(c_names, dtype)
 
 
-def dtype_to_ctype(dtype, with_fp_tex_hack=False):
+def dtype_to_ctype(dtype: "np.typing.DTypeLike | None", with_fp_tex_hack: bool = False) -> str:
     """The C type name of a NumPy dtype: float32 -> 'float', complex64 ->
     'pycuda::complex<float>', a registered struct -> its name."""
     if dtype is None:
@@ -697,7 +722,7 @@ def dtype_to_ctype(dtype, with_fp_tex_hack=False):
 class Argument:
     """A kernel argument: its dtype and its name."""
 
-    def __init__(self, dtype, name):
+    def __init__(self, dtype: "np.typing.DTypeLike", name: str) -> None:
         self.dtype = np.dtype(dtype)
         self.name = name
 
@@ -716,18 +741,18 @@ class VectorArg(Argument):
 
     struct_char = "P"
 
-    def declarator(self):
+    def declarator(self) -> str:
         return "%s *%s" % (dtype_to_ctype(self.dtype), self.name)
 
 
 class ScalarArg(Argument):
     """A by-value argument."""
 
-    def declarator(self):
+    def declarator(self) -> str:
         return "%s %s" % (dtype_to_ctype(self.dtype), self.name)
 
     @property
-    def struct_char(self):
+    def struct_char(self) -> str:
         c = self.dtype.char
         # complex and struct values are packed by their size ('V'), a char
         # prepare() knows; 'p'/'P' are pointer-sized ints
@@ -742,7 +767,7 @@ _QUALIFIERS = {"const", "volatile", "__restrict__", "restrict", "__restrict"}
 _IDENT = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 
 
-def parse_c_arg(c_arg):
+def parse_c_arg(c_arg: str) -> "VectorArg | ScalarArg":
     """'float *x' -> VectorArg(float32, 'x'); 'double a' -> ScalarArg(float64, 'a')."""
     if not isinstance(c_arg, str):
         raise TypeError("parse_c_arg() takes a C declaration str, not %s" % type(c_arg).__name__)
@@ -822,7 +847,7 @@ def _split_args(s):
 
 # ---- per-context memoization ----
 
-_context_caches = []
+_context_caches: list[Any] = []
 
 
 def _current_context():
@@ -832,12 +857,15 @@ def _current_context():
     return driver._driver._current_context()
 
 
-def context_dependent_memoize(func):
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def context_dependent_memoize(func: _F) -> _F:
     """Cache func's results per current context (kernels are per context)."""
-    cache = {}
+    cache: "dict[Any, Any]" = {}
     _context_caches.append(cache)
 
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         key = (_current_context(), args, tuple(sorted(kwargs.items())) if kwargs else ())
         try:
             return cache[key]
@@ -854,11 +882,11 @@ def context_dependent_memoize(func):
     import functools
 
     functools.update_wrapper(wrapper, func)
-    wrapper.clear_cache = cache.clear
-    return wrapper
+    wrapper.clear_cache = cache.clear  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]  # func's signature, memoized
 
 
-def clear_context_caches():
+def clear_context_caches() -> None:
     """Forget everything context_dependent_memoize remembered."""
     for c in _context_caches:
         c.clear()
@@ -867,7 +895,7 @@ def clear_context_caches():
 # ---- contexts for tests (PyCUDA's names) ----
 
 
-def get_default_device(default=0):
+def get_default_device(default: int = 0) -> "driver.Device":
     """The device named by CUDA_DEVICE (or default)."""
     import os
 
@@ -876,7 +904,9 @@ def get_default_device(default=0):
     return driver.Device(int(dev) if dev is not None else default)
 
 
-def make_default_context(ctx_maker=None):
+def make_default_context(
+    ctx_maker: "Callable[[driver.Device], driver.Context] | None" = None,
+) -> "driver.Context":
     """The default device's primary context, pushed (pop() it when done),
     or ctx_maker(device)'s context."""
     dev = get_default_device()

@@ -210,7 +210,62 @@ ATTRS = {  # getset descriptors: Class.name -> annotation
     "HostBlock.size": "int",
     "HostBlock.mapped": "int",
     "HostBlock.reused": "bool",
+    # struct members (PyMemberDef), PyCUDA's writable descriptor fields
+    **{"ArrayDescriptor.%s" % f: "int" for f in ("width", "height", "format", "num_channels")},
+    **{
+        "ArrayDescriptor3D.%s" % f: "int"
+        for f in ("width", "height", "depth", "format", "num_channels", "flags")
+    },
+    "TimeRange.name": "str",
+    "_ArrayOperator.__name__": "str",
+    "_ArrayOperator.__qualname__": "str",
 }
+
+
+def text_params(textsig):
+    """The parameters of a text signature ("(handle, flags=ipc_mem_flags.X)"),
+    each Any, defaults as ...: inspect cannot evaluate every default (an enum
+    member of the module), ast reads them all."""
+    import ast
+
+    text = textsig.replace("$", "")
+    fn = ast.parse("def f%s: pass" % text).body[0]
+    a = fn.args
+    out = []
+    posonly, regular = list(a.posonlyargs), list(a.args)
+    every = posonly + regular
+    defaults = [None] * (len(every) - len(a.defaults)) + list(a.defaults)
+    for i, (arg, d) in enumerate(zip(every, defaults)):
+        if arg.arg in ("self", "cls", "type", "module"):
+            continue
+        out.append("%s: Any%s" % (arg.arg, "" if d is None else " = ..."))
+        if posonly and arg is posonly[-1]:
+            out.append("/")
+    if a.vararg:
+        out.append("*%s: Any" % a.vararg.arg)
+    elif a.kwonlyargs:
+        out.append("*")
+    for arg, d in zip(a.kwonlyargs, a.kw_defaults):
+        out.append("%s: Any%s" % (arg.arg, "" if d is None else " = ..."))
+    if a.kwarg:
+        out.append("**%s: Any" % a.kwarg.arg)
+    return out
+
+
+def disjoint_base(t):
+    """PEP 800: whether instances of t have a layout of their own (CPython's
+    shape_differs(), as mypy.stubtest reads it): @disjoint_base in the stub."""
+    base = t.__base__
+    if base is None:
+        return False
+    if sys.version_info >= (3, 12) or t.__itemsize__ or base.__itemsize__:
+        return t.__basicsize__ != base.__basicsize__ or t.__itemsize__ != base.__itemsize__
+    size, word = t.__basicsize__, 8 if sys.maxsize > 2**32 else 4
+    if not base.__weakrefoffset__ and t.__weakrefoffset__ + word == size:
+        size -= word
+    if not base.__dictoffset__ and t.__dictoffset__ + word == size:
+        size -= word
+    return size != base.__basicsize__
 
 
 def params(obj, is_method):
@@ -268,7 +323,9 @@ def main():
         'tools/gen_driver_stub.py from the built module; rerun it after changing',
         'the C API)."""',
         "import enum",
-        "from typing import Any",
+        "from typing import Any, ClassVar",
+        "",
+        "from typing_extensions import Self, disjoint_base",
         "",
     ]
     names = sorted(n for n in dir(_driver) if not n.startswith("__"))
@@ -278,6 +335,11 @@ def main():
             lines.append("class %s(enum.IntEnum):" % n)
             for m in o.__members__:
                 lines.append("    %s = %d" % (m, int(o.__members__[m])))
+            # PyCUDA's tables of the members by name and by value
+            if isinstance(vars(o).get("names"), dict):
+                lines.append("    names: ClassVar[dict[str, %s]]" % n)
+            if isinstance(vars(o).get("values"), dict):
+                lines.append("    values: ClassVar[dict[int, %s]]" % n)
             lines.append("")
         elif isinstance(o, type):
             bases = [
@@ -285,6 +347,8 @@ def main():
                 for b in o.__bases__
                 if b is not object
             ]
+            if disjoint_base(o) and not issubclass(o, BaseException):
+                lines.append("@disjoint_base")
             lines.append("class %s%s:" % (n, "(%s)" % ", ".join(bases) if bases else ""))
             body = []
             if issubclass(o, BaseException):
@@ -304,12 +368,21 @@ def main():
                     "__int__",
                     "__index__",
                     "__cuda_array_interface__",
+                    "__cuda_stream__",
+                    "__bytes__",
+                    "__name__",
+                    "__qualname__",
                 ):
                     continue
-                if m.startswith("_") and not m.startswith("__"):
+                # the private methods too: pygpu's own modules call them
+                # (ipc: MemoryPool._export_fd), and mypy checks those calls
+                if m.startswith("_") and not m.startswith("__") and not callable(v):
                     continue
                 key = "%s.%s" % (n, m)
-                if type(v).__name__ == "getset_descriptor":
+                if type(v).__name__ == "member_descriptor":
+                    # a C struct member (PyMemberDef): a plain attribute
+                    body.append("    %s: %s" % (m, ATTRS.get(key, "Any")))
+                elif type(v).__name__ == "getset_descriptor":
                     body.append("    @property")
                     body.append("    def %s(self) -> %s: ..." % (m, ATTRS.get(key, "Any")))
                 elif type(v).__name__ == "classmethod_descriptor":
@@ -322,13 +395,29 @@ def main():
                     body.append("    def __exit__(self, *exc: object) -> None: ...")
                 elif m in ("__int__", "__index__"):
                     body.append("    def %s(self) -> int: ..." % m)
+                elif m == "__bytes__":
+                    body.append("    def __bytes__(self) -> bytes: ...")
+                elif m == "__cuda_stream__":
+                    body.append("    def __cuda_stream__(self) -> tuple[int, int]: ...")
                 elif m == "__call__":
                     body.append("    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...")
                 elif callable(v):
                     body.append(
                         "    def %s(%s) -> %s: ..." % (m, params(v, True), RETURNS.get(key, "Any"))
                     )
-            if "__new__" in vars(o) or o.__init__ is not object.__init__:
+            # the constructor: its parameters from the type's text signature
+            # (tp_doc's first line "Name(args)\n--\n\n"), as __init__ where
+            # the type has tp_init, else as __new__
+            textsig = getattr(o, "__text_signature__", None)
+            if isinstance(textsig, str):
+                p = ", ".join(text_params(textsig))
+                if o.__init__ is not object.__init__:
+                    body.insert(
+                        0, "    def __init__(self%s) -> None: ..." % (", " + p if p else "")
+                    )
+                else:
+                    body.insert(0, "    def __new__(cls%s) -> Self: ..." % (", " + p if p else ""))
+            elif "__new__" in vars(o) or o.__init__ is not object.__init__:
                 body.insert(0, "    def __init__(self, *args: Any, **kwargs: Any) -> None: ...")
             lines.extend(body or ["    ..."])
             lines.append("")

@@ -10,6 +10,11 @@ find the headers again at build time, in the same order.  The search itself
 is pygpu/_loader.py's (loaded by path), which the loader and the compiler use
 at run time: cuda-pathfinder when installed (a build requirement), the
 toolkit's folders, NVIDIA's wheels on sys.path.
+
+And one default: an editable install (`pip install -e .`, make test) is a
+path file naming the checkout (setuptools' editable_mode=compat), not
+setuptools' import hook, which mypy and pyright cannot follow (issue 33).
+`--config-settings editable_mode=lenient` (or strict) still picks another.
 """
 
 import importlib.util
@@ -164,3 +169,26 @@ def get_requires_for_build_wheel(config_settings=None):
 
 def get_requires_for_build_editable(config_settings=None):
     return _setuptools.get_requires_for_build_editable(config_settings) + _header_requirements()
+
+
+def _editable_settings(config_settings):
+    """config_settings with editable_mode=compat unless one was given (or
+    this setuptools no longer has the compat mode)."""
+    settings = dict(config_settings or {})
+    if "editable_mode" in settings or "editable-mode" in settings:
+        return settings
+    try:
+        from setuptools.command.editable_wheel import _EditableMode
+
+        if "COMPAT" not in _EditableMode.__members__:
+            return settings
+    except ImportError:
+        return settings
+    settings["editable_mode"] = "compat"
+    return settings
+
+
+def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+    return _setuptools.build_editable(
+        wheel_directory, _editable_settings(config_settings), metadata_directory
+    )

@@ -21,6 +21,7 @@ calling thread.
 
 import enum as _enum
 import warnings as _warnings
+from typing import Literal as _Literal
 
 from pygpu import _driver
 from pygpu import driver as _drv
@@ -52,11 +53,11 @@ class graphics_map_flags(_enum.IntEnum):
     READ_ONLY = 1
     WRITE_DISCARD = 2
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.name
 
 
-def init():
+def init() -> None:
     """PyCUDA's ``gl_init()`` (cuGLInit), deprecated since CUDA 3.0: warns,
     then initialises the driver (:func:`pygpu.driver.init`).  Registration
     needs no special initialisation."""
@@ -68,7 +69,7 @@ def init():
     _drv.init()
 
 
-def make_context(dev, flags=0):
+def make_context(dev: "_drv.Device", flags: int = 0) -> "_drv.Context":
     """A new context on ``dev`` for GL interop, pushed on this thread (what
     PyCUDA's ``make_gl_context`` does; cuGLCtxCreate is, since CUDA 5, the
     plain cuCtxCreate, which this calls).  Any context works for interop,
@@ -86,7 +87,7 @@ class BufferObject:
     registered with CUDA (here over cuGraphicsGLRegisterBuffer, as
     :class:`RegisteredBuffer`).  Use :class:`RegisteredBuffer` in new code."""
 
-    def __init__(self, handle):
+    def __init__(self, handle: int) -> None:
         _warnings.warn(
             "buffer_object has been deprecated since CUDA 3.0 and PyCUDA 2011.1.",
             DeprecationWarning,
@@ -94,15 +95,15 @@ class BufferObject:
         )
         self._registered = RegisteredBuffer(handle)
 
-    def handle(self):
+    def handle(self) -> int:
         """The GL buffer name."""
         return self._registered.gl_handle()
 
-    def unregister(self):
+    def unregister(self) -> None:
         """Unregister now (unmapping first); a second call is a LogicError."""
         self._registered.unregister()
 
-    def map(self):
+    def map(self) -> "BufferObjectMapping":
         """Map for CUDA: a :class:`BufferObjectMapping`."""
         _warnings.warn(
             "map_buffer_object has been deprecated since CUDA 3.0 and PyCUDA 2011.1.",
@@ -116,29 +117,29 @@ class BufferObjectMapping:
     """PyCUDA's deprecated mapping of a :class:`BufferObject`: ``device_ptr()``,
     ``size()``, ``unmap()`` (also when it dies)."""
 
-    def __init__(self, buffer_object, mapping):
+    def __init__(self, buffer_object: "BufferObject", mapping: "_drv.RegisteredMapping") -> None:
         if not isinstance(mapping, RegisteredMapping):
             raise TypeError("BufferObjectMapping is made by BufferObject.map()")
         self._buffer_object = buffer_object
         self._mapping = mapping
         self._ptr, self._size = mapping.device_ptr_and_size()
 
-    def unmap(self):
+    def unmap(self) -> None:
         """Give the buffer back to OpenGL; a second call is a LogicError."""
         self._mapping.unmap()
 
-    def device_ptr(self):
+    def device_ptr(self) -> int:
         """The mapped buffer's device address (an int)."""
         return self._ptr
 
-    def size(self):
+    def size(self) -> int:
         """The mapped buffer's size in bytes."""
         return self._size
 
-    def __enter__(self):
+    def __enter__(self) -> "BufferObjectMapping":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> "_Literal[False]":
         if self._mapping.mapped:
             self._mapping.unmap()
         return False

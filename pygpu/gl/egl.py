@@ -18,6 +18,7 @@ default display; the surface is a 1x1 pbuffer, or none where the config has
 no pbuffer (EGL_KHR_surfaceless_context).
 """
 
+from typing import Any
 import ctypes
 import ctypes.util
 import threading
@@ -35,7 +36,7 @@ class EGLError(RuntimeError):
 
 _EGL_SONAMES = ("libEGL.so.1", "libEGL.so")
 _GL_SONAMES = ("libOpenGL.so.0", "libGL.so.1", "libOpenGL.so", "libGL.so")
-_libs = {}
+_libs: dict[Any, Any] = {}
 _lock = threading.Lock()
 
 

@@ -12,6 +12,7 @@ iterations, without stalling the GPU; the true residual b - A x replaces
 the updated one every ``min(n, 50)`` iterations.
 """
 
+from typing import Any
 import numpy as np
 
 import pygpu.driver as drv
@@ -27,7 +28,7 @@ class ConvergenceError(RuntimeError):
     """CG did not reach the tolerance within max_iterations."""
 
 
-_KERNELS = {}
+_KERNELS: dict[Any, Any] = {}
 
 
 def _kernel(key, make):
@@ -217,15 +218,15 @@ class CGStateContainer:
 
 
 def solve_pkt_with_cg(
-    pkt_spmv,
-    b,
-    precon=None,
-    x=None,
-    tol=1e-7,
-    max_iterations=None,
-    debug=False,
-    pagelocked_allocator=None,
-):
+    pkt_spmv: Any,
+    b: "gpuarray.GPUArray",
+    precon: Any = None,
+    x: "gpuarray.GPUArray | None" = None,
+    tol: float = 1e-7,
+    max_iterations: "int | None" = None,
+    debug: bool = False,
+    pagelocked_allocator: Any = None,
+) -> "tuple[gpuarray.GPUArray, int, int]":
     """Solve A x = b (A: a PacketedSpMV of an SPD matrix; b, x: GPUArrays in
     the original numbering).  Returns (x, iterations, residual
     recomputations).  precon works in the packets' numbering."""

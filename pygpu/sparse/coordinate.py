@@ -9,6 +9,8 @@ nonzeros [0, tail); the serial kernel takes the rest [tail, nnz) (empty
 unless tail is set lower), as in PyCUDA.
 """
 
+from typing import Any
+
 import numpy as np
 
 import pygpu.driver as drv
@@ -76,7 +78,11 @@ class CoordinateSpMV:
     """A sparse matrix (anything scipy.sparse.coo_matrix takes) on the GPU
     in the coordinate format; calling it adds A x to y."""
 
-    def __init__(self, mat, dtype):
+    row_gpu: Any  # GPUArrays, or None for an empty matrix
+    col_gpu: Any
+    data_gpu: Any
+
+    def __init__(self, mat: Any, dtype: "np.typing.DTypeLike") -> None:
         from scipy.sparse import coo_matrix
 
         self.dtype = np.dtype(dtype)
@@ -144,7 +150,9 @@ class CoordinateSpMV:
             self._serial = func
         return self._serial
 
-    def __call__(self, x, y=None):
+    def __call__(
+        self, x: "gpuarray.GPUArray", y: "gpuarray.GPUArray | None" = None
+    ) -> "gpuarray.GPUArray":
         n = self.shape[1]
         _check_vector(x, n, self.dtype, "x")
         if y is None:

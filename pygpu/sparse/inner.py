@@ -1,6 +1,7 @@
 """Inner products whose result reaches the host without blocking the GPU
 (PyCUDA's pycuda.sparse.inner)."""
 
+from typing import Any
 import atexit
 
 import pygpu.driver as drv
@@ -8,7 +9,7 @@ import pygpu.gpuarray as gpuarray
 
 __all__ = ["AsyncInnerProduct", "get_stream", "STREAM_POOL"]
 
-STREAM_POOL = []
+STREAM_POOL: list[Any] = []
 
 
 def get_stream():

@@ -1,5 +1,12 @@
 """Linear operators for the CG solver (PyCUDA's pycuda.sparse.operator)."""
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only
+    import numpy as np
+
+    import pygpu.gpuarray as gpuarray
+
 __all__ = ["OperatorBase", "IdentityOperator", "DiagonalPreconditioner", "IdentityPreconditioner"]
 
 
@@ -8,33 +15,33 @@ class OperatorBase:
     GPUArray x."""
 
     @property
-    def dtype(self):
+    def dtype(self) -> "np.dtype[Any]":
         raise NotImplementedError
 
     @property
-    def shape(self):
+    def shape(self) -> "tuple[int, int]":
         raise NotImplementedError
 
-    def __call__(self, operand):
+    def __call__(self, operand: "gpuarray.GPUArray") -> "gpuarray.GPUArray":
         raise NotImplementedError
 
 
 class IdentityOperator(OperatorBase):
     """The identity: ``op(x)`` is x itself (no copy)."""
 
-    def __init__(self, dtype, n):
+    def __init__(self, dtype: "np.typing.DTypeLike", n: int) -> None:
         self.my_dtype = dtype
         self.n = n
 
     @property
-    def dtype(self):
+    def dtype(self) -> Any:  # the dtype given
         return self.my_dtype
 
     @property
-    def shape(self):
+    def shape(self) -> "tuple[int, int]":
         return self.n, self.n
 
-    def __call__(self, operand):
+    def __call__(self, operand: "gpuarray.GPUArray") -> "gpuarray.GPUArray":
         return operand
 
 
@@ -47,17 +54,17 @@ class DiagonalPreconditioner(OperatorBase):
     the matrix's diagonal (in the solver's ordering: for PacketedSpMV,
     ``spmv.permute(inv_diag)``) for Jacobi preconditioning."""
 
-    def __init__(self, diagonal):
+    def __init__(self, diagonal: "gpuarray.GPUArray") -> None:
         self.diagonal = diagonal
 
     @property
-    def dtype(self):
+    def dtype(self) -> "np.dtype[Any]":
         return self.diagonal.dtype
 
     @property
-    def shape(self):
+    def shape(self) -> "tuple[int, int]":
         n = self.diagonal.shape[0]
         return n, n
 
-    def __call__(self, operand):
+    def __call__(self, operand: "gpuarray.GPUArray") -> "gpuarray.GPUArray":
         return self.diagonal * operand

@@ -9,6 +9,8 @@ The product works in that numbering: ``spmv(spmv.permute(x))`` is
 A x to y (zeros when not given) and returns y.
 """
 
+from typing import Any
+
 import numpy as np
 
 import pygpu.gpuarray as gpuarray
@@ -87,14 +89,14 @@ class PacketedSpMV:
 
     def __init__(
         self,
-        mat,
-        is_symmetric,
-        dtype,
+        mat: Any,
+        is_symmetric: bool,
+        dtype: "np.typing.DTypeLike",
         *,
-        partition=None,
-        threads_per_packet=None,
-        rows_per_packet=None,
-    ):
+        partition: Any = None,
+        threads_per_packet: "int | None" = None,
+        rows_per_packet: "int | None" = None,
+    ) -> None:
         self.dtype = np.dtype(dtype)
         if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise TypeError("PacketedSpMV supports float32 and float64, not %s" % self.dtype)
@@ -210,15 +212,17 @@ class PacketedSpMV:
             self._kernel = func
         return self._kernel
 
-    def permute(self, x):
+    def permute(self, x: "gpuarray.GPUArray") -> "gpuarray.GPUArray":
         """x (original numbering) in the packets' numbering."""
         return gpuarray.take(x, self.new2old_fetch_indices)
 
-    def unpermute(self, x):
+    def unpermute(self, x: "gpuarray.GPUArray") -> "gpuarray.GPUArray":
         """x (packets' numbering) back in the original numbering."""
         return gpuarray.take(x, self.old2new_fetch_indices)
 
-    def __call__(self, x, y=None):
+    def __call__(
+        self, x: "gpuarray.GPUArray", y: "gpuarray.GPUArray | None" = None
+    ) -> "gpuarray.GPUArray":
         from pygpu.sparse.coordinate import _check_vector, _gated
 
         _check_vector(x, self.shape[0], self.dtype, "x")

@@ -18,7 +18,7 @@
 PYTHON ?= $(shell python3 -c "import sys, sysconfig, os; managed = sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED')); print('.venv/bin/python' if managed else 'python3')")
 OFFLINE := $(shell $(PYTHON) -c "import numpy, setuptools, pytest, importlib.util as u; assert int(setuptools.__version__.split('.')[0]) >= 77; assert u.find_spec(\"wheel\") or u.find_spec(\"setuptools.command.bdist_wheel\")" >/dev/null 2>&1 && echo yes)
 # the test extras already importable too (mypy, SciPy, nbclient...): nothing to fetch
-TEST_OFFLINE := $(shell $(PYTHON) -c "import mypy, scipy, nbclient, nbformat, ipykernel, IPython, build, twine" >/dev/null 2>&1 && echo yes)
+TEST_OFFLINE := $(shell $(PYTHON) -c "import mypy, scipy, nbclient, nbformat, ipykernel, IPython, build, twine, basedpyright" >/dev/null 2>&1 && echo yes)
 ifeq ($(OFFLINE),yes)
 PIP_INSTALL = $(PYTHON) -m pip install -q --no-build-isolation --no-deps -e .
 ifeq ($(TEST_OFFLINE),yes)

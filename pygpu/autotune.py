@@ -62,7 +62,7 @@ import os
 import statistics
 import threading
 
-from typing import Any, Callable, Optional, Sequence, cast
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -559,15 +559,15 @@ def _first_line(e):
 def autotune(
     source: str,
     kernel: str,
-    args: "object",
+    args: "Sequence[Any]",
     space: "object",
     grid: "object" = None,
     block: "object" = None,
     shared: "object" = None,
     options: "object" = (),
-    outputs: "object" = (),
-    inplace: "object" = (),
-    reference: "object" = None,
+    outputs: "Sequence[int]" = (),
+    inplace: "Sequence[int]" = (),
+    reference: "Optional[Sequence[Any]]" = None,
     check: bool = True,
     rtol: float = 1e-5,
     atol: float = 1e-8,
@@ -579,7 +579,7 @@ def autotune(
     include_dirs: "object" = (),
     cache_dir: "object" = None,
     key: "object" = None,
-    timer: "object" = None,
+    timer: "Optional[Callable[[Any, Any], float]]" = None,
 ) -> "Tuned":
     """Compile, check and time every variant of space on args; return the
     fastest as a Tuned launcher (see the module's docstring).
@@ -602,8 +602,8 @@ def autotune(
         raise ValueError("reference has %d arrays for %d outputs" % (len(reference), len(outputs)))
     specs = [_build_spec(c, source, kernel, options, block, grid, shared) for c in variants]
     disk = store.resolve_dir(cache_dir)
-    refs = cast("Optional[Sequence[Any]]", reference)
-    argv = cast("list[Any]", args)
+    refs = reference
+    argv: "list[Any]" = args
     mode = _check_mode(check, outputs, refs, rtol, atol, inplace)
     checked = mode[0] == "checked"
     k = _tune_key(_device_key(), specs, space, shape_class(args), key, mode)

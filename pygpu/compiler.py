@@ -181,7 +181,7 @@ def _parse_arch(arch):
     raise ValueError("arch must look like 'sm_90', 'compute_90', 90 or (9, 0), not %r" % (arch,))
 
 
-_device_targets = {}
+_device_targets: "dict[_Any, _Any]" = {}
 
 
 def _device_arch_and_target(target, cache_dir=None):
@@ -377,7 +377,7 @@ def _check_defines(defines):
 _RDC_SPELLINGS = ("-rdc=true", "--relocatable-device-code=true", "-dc")
 _DLTO_SPELLINGS = ("-dlto", "--dlink-time-opt")
 
-_toolkit_dirs = {}
+_toolkit_dirs: "dict[_Any, _Any]" = {}
 
 
 def _trusted_dirs(record_dir=None):
@@ -393,7 +393,7 @@ def _trusted_dirs(record_dir=None):
 
 # compile()'s in-process memo: exact arguments -> (key, Deps), never filled
 # with the cache off, emptied by clear_cache(), bounded.
-_key_memo = {}
+_key_memo: "dict[_Any, _Any]" = {}
 _MEMO_MAX = 4096
 
 
@@ -730,6 +730,7 @@ def _pygpu_signature(
 ) -> bytes:
     """compile()'s documented signature (its parameters are bound by hand:
     a str second positional argument is PyCUDA's nvcc, in PyCUDA's order)."""
+    raise NotImplementedError  # (only inspect.signature reads it)
 
 
 # the positional orders: pygpu's, and PyCUDA's compile(source, nvcc, options,
@@ -929,7 +930,7 @@ def compile(source: object, *args: _Any, **kwargs: _Any) -> "Binary | bytes":  #
 try:
     import inspect as _inspect
 
-    compile.__signature__ = _inspect.signature(_pygpu_signature)
+    compile.__signature__ = _inspect.signature(_pygpu_signature)  # type: ignore[attr-defined]
     del _inspect
 except (ImportError, ValueError):  # pragma: no cover
     pass
@@ -1133,8 +1134,8 @@ def clear_cache(cache_dir: "object" = None, disk: bool = True) -> None:
 # so the memo extends no context's life); a module whose context was
 # detached is never served.  Never filled with the cache off; emptied by
 # clear_cache(); bounded.
-_modules = {}
-_images = {}  # (primary Context, image digest) -> Module
+_modules: "dict[_Any, _Any]" = {}
+_images: "dict[_Any, _Any]" = {}  # (primary Context, image digest) -> Module
 _get_current = driver.Context.get_current
 
 
@@ -1236,7 +1237,7 @@ class CudaModule:
     a subclass sets self.module to a loaded driver.Module and gets
     get_function, get_global, get_texref and get_surfref)."""
 
-    module = None
+    module: "_Any" = None
 
     def _bind_module(self):
         """PyCUDA's hook after self.module is set; here the methods read

@@ -717,7 +717,7 @@ def devices(all: bool = False) -> list[DeviceStatus]:
         d = drv.Device(i)
         key = _norm_uuid(d.uuid)
         if key not in index:
-            raise LookupError("NVML knows no GPU with pygpu device %d's UUID %s" % (i, d.uuid))  # type: ignore[str-bytes-safe]
+            raise LookupError("NVML knows no GPU with pygpu device %d's UUID %s" % (i, key))
         h, parent, k = index[key]
         used.add(key)
         out.append(_snapshot(nvml, h, parent, k, d, i))

@@ -751,7 +751,7 @@ def test_the_build_uses_the_loaders_search(tmp_path):
 
 
 def _pyright():
-    """basedpyright (the dev extra: it brings its own Node.js wheel, so it
+    """basedpyright (the test extra: it brings its own Node.js wheel, so it
     needs no network when it runs), else a pyright on PATH, else None."""
     for name in ("basedpyright", "pyright"):
         exe = shutil.which(
@@ -794,7 +794,7 @@ def _code_blocks():
 def test_pyright_accepts_the_readme_and_the_manual(tmp_path):
     exe = _pyright()
     if exe is None:
-        pytest.skip("basedpyright/pyright is not installed (pip install -e '.[dev]')")
+        pytest.skip("basedpyright/pyright is not installed (pip install -e '.[test]')")
     blocks = _code_blocks()
     assert len(blocks) >= 30
     for doc, source in blocks:

@@ -98,7 +98,7 @@ def _pyright():
 def test_pyright_strict_on_a_users_program_outside_the_clone(tmp_path):
     exe = _pyright()
     if exe is None:
-        pytest.skip("basedpyright/pyright is not installed (pip install -e '.[dev]')")
+        pytest.skip("basedpyright/pyright is not installed (pip install -e '.[test]')")
     where = _installed_here(tmp_path)
     if where is None or not where.startswith(os.path.join(ROOT, "pygpu")):
         pytest.skip("pygpu is not installed from this clone (make install-test)")

@@ -26,6 +26,12 @@ Py_NewRef(PyObject *o)
     Py_INCREF(o);
     return o;
 }
+static inline PyObject *
+Py_XNewRef(PyObject *o)
+{
+    Py_XINCREF(o);
+    return o;
+}
 #endif
 #ifndef Py_TPFLAGS_IMMUTABLETYPE
 #define Py_TPFLAGS_IMMUTABLETYPE 0 /* Python 3.9 */

@@ -3,14 +3,6 @@
 #include "pygpu.h"
 
 #define CF(f) (PyCFunction)(void (*)(void))(f)
-#if PY_VERSION_HEX < 0x030A0000
-static inline PyObject *
-Py_XNewRef(PyObject *o)
-{
-    Py_XINCREF(o);
-    return o;
-}
-#endif
 
 /* ---- GraphExec ---- */
 

@@ -17,15 +17,6 @@
  */
 #include "pygpu.h"
 
-#if PY_VERSION_HEX < 0x030A0000
-static inline PyObject *
-Py_XNewRef(PyObject *o)
-{
-    Py_XINCREF(o);
-    return o;
-}
-#endif
-
 static const char *const type_names[] = {
     "kernel",       "memcpy",       "memset",           "host",           "graph",     "empty",
     "wait_event",   "event_record", "ext_semas_signal", "ext_semas_wait", "mem_alloc", "mem_free",

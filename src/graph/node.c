@@ -3,15 +3,6 @@
 #include "pygpu.h"
 
 #define CF(f) (PyCFunction)(void (*)(void))(f)
-#if PY_VERSION_HEX < 0x030A0000
-static inline PyObject *
-Py_XNewRef(PyObject *o)
-{
-    Py_XINCREF(o);
-    return o;
-}
-#endif
-
 PyObject *
 pygpu_graph_node_wrap(pygpu_state *st, pygpu_Graph *g, CUgraphNode h, int type)
 {

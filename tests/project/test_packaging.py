@@ -475,6 +475,9 @@ def test_sdist_is_complete(tmp_path):
     for need in (
         "LICENSE",
         "README.md",
+        "CHANGELOG.md",
+        "CONTRIBUTING.md",
+        "tools/test_python.sh",
         "Makefile",
         "setup.py",
         "pyproject.toml",

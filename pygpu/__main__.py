@@ -137,13 +137,20 @@ def _cuda_version(v):
 SECTIONS = {}
 
 
-def section(name, render):
+def section(name, render, after=None):
     """Register collect (the decorated function) as the report section
     `name`, shown as text by render; sections appear in the order they are
-    registered."""
+    registered, or right after the section named `after` (e.g. a "system"
+    section after "driver")."""
 
     def register(collect):
-        SECTIONS[name] = (collect, render)
+        items = [(k, v) for k, v in SECTIONS.items() if k != name]
+        at = len(items)
+        if after is not None:
+            at = [k for k, _ in items].index(after) + 1
+        items.insert(at, (name, (collect, render)))
+        SECTIONS.clear()
+        SECTIONS.update(items)
         return collect
 
     return register
@@ -157,7 +164,9 @@ class _Report:
     def extension(self):
         """pygpu._driver, or None where it cannot be imported (the pygpu
         section says why)."""
-        return self.sections.get("pygpu", {}).get("extension_error") is None and _import_driver()
+        if self.sections.get("pygpu", {}).get("extension_error") is not None:
+            return None
+        return _import_driver()
 
 
 _NO_EXTENSION = "pygpu's C extension is not importable"

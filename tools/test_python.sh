@@ -17,17 +17,19 @@ v=${1:?usage: tools/test_python.sh X.Y [pytest args]}
 shift
 var="PYGPU_PYTHON_${v//./_}"
 py=${!var:-}
+is_v() { [ -n "$1" ] && [ -x "$1" ] && "$1" -c "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$v'.split('.'))))" 2>/dev/null; }
 if [ -z "$py" ]; then
+    # (pyenv's shim on PATH answers only where that version is selected)
     for c in "$(command -v "python$v" || true)" \
         $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}/versions/$v".*/bin/python 2>/dev/null | sort -V -r) \
         "/usr/bin/python$v" "/usr/local/bin/python$v"; do
-        if [ -n "$c" ] && [ -x "$c" ]; then
+        if is_v "$c"; then
             py=$c
             break
         fi
     done
 fi
-if [ -z "$py" ] || ! "$py" -c "import sys; assert sys.version_info[:2] == tuple(map(int, '$v'.split('.')))" 2>/dev/null; then
+if ! is_v "$py"; then
     echo "test_python: no Python $v found (set $var to one)" >&2
     exit 1
 fi

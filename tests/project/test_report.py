@@ -95,7 +95,13 @@ def test_a_section_is_one_entry_of_a_dict(monkeypatch):
     def _broken(report):
         raise OSError("cannot read /dev/nvidiactl")
 
+    @diag.section("early", lambda f: ["early: %s" % f["ok"]], after="driver")
+    def _early(report):
+        assert "nvrtc" not in report.sections
+        return {"ok": True}
+
     facts = diag.collect()
+    assert list(facts)[:3] == ["pygpu", "driver", "early"]
     assert list(facts)[-3:] == ["extra", "broken", "todo"]
     assert facts["extra"] == {"n": 0, "what": "nothing"} and "extra: do this" in facts["todo"]
     assert facts["broken"] == {"error": "OSError: cannot read /dev/nvidiactl"}
@@ -105,6 +111,7 @@ def test_a_section_is_one_entry_of_a_dict(monkeypatch):
     assert "\nextra: 0 GPUs, nothing\n" in text
     assert "\nbroken: could not be checked (OSError: cannot read /dev/nvidiactl)\n" in text
     assert text.index("CUDA headers") < text.index("extra:") < text.index("to do:")
+    assert text.index("driver: ") < text.index("\nearly: True\n") < text.index("NVRTC: ")
 
 
 NO_NVRTC = textwrap.dedent(
@@ -253,7 +260,9 @@ def test_the_finder_answers_only_for_the_extension():
     import pygpu
 
     finders = [f for f in sys.meta_path if getattr(f, "_pygpu_finder", False)]
-    assert len(finders) == 1 and sys.meta_path[-1] is finders[0]
+    # appended at import: after every finder there was then (here, pytest's
+    # and the editable install's); one only
+    assert len(finders) == 1
     assert importlib.util.find_spec("pygpu_no_such_module") is None
     assert importlib.util.find_spec("pygpu.no_such_module") is None
     pygpu._install_missing_extension_finder()  # as a reload of pygpu does: still one

@@ -60,6 +60,7 @@ def test_json_report_without_a_driver(tmp_path):
 def test_text_and_json_say_the_same(tmp_path, monkeypatch):
     monkeypatch.setenv("PYGPU_LIBCUDA", str(tmp_path / "none.so"))
     monkeypatch.setenv("PYGPU_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(diag, "probe_header", lambda h, arch: None)  # no compiles
     facts = diag.collect()
     json.dumps(facts)  # plain JSON throughout
     out = io.StringIO()
@@ -83,6 +84,7 @@ def test_a_section_is_one_entry_of_a_dict(monkeypatch):
     # how another section (NVML's "system") joins: registered in order, in
     # the text and in the JSON; one that raises is reported, the rest goes on
     monkeypatch.setattr(diag, "SECTIONS", dict(diag.SECTIONS))
+    monkeypatch.setattr(diag, "probe_header", lambda h, arch: None)  # no compiles
     monkeypatch.setenv("PYGPU_LIBCUDA", "/nonexistent/libcuda.so")
 
     @diag.section("extra", lambda f: ["extra: %d GPUs, %s" % (f["n"], f["what"])])

@@ -4,6 +4,8 @@
 #            run the driver tests again against the driver stand-in
 #            (tests/standin/, loaded through PYGPU_LIBCUDA)
 # make sanitize: the CPU suite and the stand-in pass under AddressSanitizer
+# make test-python PYTHON=...: the suite on another Python (tools/test_python.sh X.Y
+#            makes its venv; CI runs it for 3.9 and 3.13)
 # make docs: the manual (Sphinx) in docs/_build/html; a warning is an error
 # make bench: benchmarks/run.py, pygpu against the C floor and the peers
 # make wheel: a stripped manylinux_2_17 wheel in dist/ (zig cc for an old glibc;
@@ -40,7 +42,7 @@ endif
 STANDIN = build/standin/libfakecuda.so
 STANDIN_RUN = PYGPU_LIBCUDA=$(CURDIR)/$(STANDIN) $(PYTHON) -m pytest -q -p no:cacheprovider -m "driver or standin"
 
-.PHONY: demo test lint install install-test bench docs clean standin sanitize wheel sdist
+.PHONY: demo test test-python lint install install-test bench docs clean standin sanitize wheel sdist
 
 .venv/bin/python:
 	python3 -m venv .venv
@@ -99,6 +101,17 @@ test: install-test lint standin
 
 standin:
 	$(PYTHON) tests/support/fakecuda.py build
+
+# make test-python PYTHON=...: the suite on another Python, as CI runs it on
+# the oldest and the newest declared ones (tools/test_python.sh X.Y makes the
+# venv and calls this): a -Werror build of that Python's extension in place,
+# the CPU suite less PYTHON_SKIP, then the stand-in pass whole.  PYTHON_SKIP:
+# test_install's wheel, sdist and four venvs (zig cc, NVIDIA's wheels), the
+# longest test and the same on every Python; make test runs it.
+PYTHON_SKIP ?= --deselect tests/project/test_install.py::test_wheel_and_sdist_install_and_compile_with_only_nvidia_wheels
+test-python: install-test standin
+	$(PYTHON) -m pytest -q -p no:cacheprovider $(PYTHON_SKIP) $(PYTEST_ARGS)
+	$(STANDIN_RUN) $(PYTEST_ARGS)
 
 # tools/sanitize.sh builds in place with the interpreter's own setuptools,
 # which must read pyproject.toml's SPDX license (setuptools >= 77)

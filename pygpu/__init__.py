@@ -21,6 +21,35 @@ VERSION_TEXT = ".".join(str(x) for x in VERSION) + VERSION_STATUS
 __all__ += ["VERSION", "VERSION_STATUS", "VERSION_TEXT"]
 
 
+class _MissingExtension:
+    """The last finder on sys.meta_path, asked only for a module no other
+    finder found: for pygpu._driver it raises an ImportError that says why
+    the C extension is not there and what to do (pygpu/_extension.py),
+    instead of the bare "cannot import name '_driver'" that a source tree
+    without a build (a clone run after ``pip install .``) gives."""
+
+    _pygpu_finder = True
+
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):
+        if fullname != __name__ + "._driver":
+            return None
+        from pygpu._extension import missing_extension_message
+
+        raise ImportError(missing_extension_message(__path__[0]), name=fullname)
+
+
+def _install_missing_extension_finder():
+    import sys
+
+    # one per process, also when pygpu is imported again (importlib.reload)
+    sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "_pygpu_finder", False)]
+    sys.meta_path.append(_MissingExtension)
+
+
+_install_missing_extension_finder()
+
+
 def __getattr__(name):
     # pygpu.driver (and so pygpu._driver and NumPy) on first use
     if name == "driver":

@@ -157,6 +157,8 @@ def from_device(
     order: '_Literal["C", "F"]' = "C",
 ) -> "_np.ndarray":
     """A new NumPy array with the contents of device memory."""
+    if shape is None:  # as NumPy >= 2.1 says (2.0, Python 3.9's, only warns)
+        raise TypeError("Use () not None as shape arguments")
     result = _np.empty(shape, dtype, order=order)
     memcpy_dtoh(result, devptr)
     return result

@@ -161,7 +161,9 @@ def _op_code(op):
             )
         return OPS.index(name), name
     try:
-        code = operator.index(op)
+        # int(): before 3.10 operator.index returns an IntEnum member (nccl4py's
+        # NcclRedOp) as itself, which the C path takes only as an exact int
+        code = int(operator.index(op))
     except TypeError:
         raise TypeError(
             "op must be one of %s or an int (an nccl4py operator), not %s"
@@ -376,7 +378,7 @@ class Communicator:
         if reduces:
             code, name = _op_code(op)
         if root is not None:
-            root = operator.index(root)
+            root = int(operator.index(root))
         s = _spec(self, send, "buf" if kind in ("send", "recv") else "sendbuf", kind, name, reduces)
         r = None
         if recv is not None and recv is not send:

@@ -259,11 +259,16 @@ loader_load_nvrtc(PyObject *module, PyObject *candidates)
         PyObject *sep = PyUnicode_FromString("\n  ");
         PyObject *joined = sep ? PyUnicode_Join(sep, tried) : NULL;
         Py_XDECREF(sep);
+        /* the advice is pygpu/__main__.py's NVRTC_ADVICE, word for word
+         * (tests/project/test_report.py) */
         if (joined != NULL) {
             PyErr_Format(st->CudaUnavailableError,
                          "NVRTC (the CUDA runtime compiler) was not found; tried:\n  %U\n"
-                         "Install the CUDA toolkit, set CUDA_HOME, set PYGPU_NVRTC "
-                         "to the library's path, or pip install nvidia-cuda-nvrtc",
+                         "To compile kernels: pip install "
+                         "'cuda-toolkit[nvrtc,cudart,cccl]>=13.0,<14' (NVIDIA's NVRTC, "
+                         "CUDA header and CCCL wheels: pygpu's [nvrtc] extra), or "
+                         "install the CUDA toolkit (and set CUDA_HOME to it), or set "
+                         "PYGPU_NVRTC to libnvrtc.so's path",
                          joined);
             Py_DECREF(joined);
         }

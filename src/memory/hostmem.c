@@ -107,6 +107,12 @@ parse_array_spec(PyObject *shape_obj, PyObject *dtype_obj, const char *order, Py
         Py_CLEAR(*descr);
         return -1;
     }
+    if (shape_obj == Py_None) {
+        /* NumPy 2.0 (Python 3.9's last) takes None as () with a
+         * DeprecationWarning, later NumPy refuses it: refused everywhere */
+        PyErr_SetString(PyExc_TypeError, "Use () not None as shape arguments");
+        goto error;
+    }
     if (PyLong_Check(shape_obj)) {
         PyObject *t = PyTuple_Pack(1, shape_obj);
         int ok = t != NULL && PyArray_IntpConverter(t, dims);

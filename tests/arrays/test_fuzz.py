@@ -469,6 +469,16 @@ def _ops(rng, pick, module, funcs, current):
 MODULE_PTX = [None]
 
 
+# np.bool_ and empty arrays are in the pool on purpose: NumPy 2.0 (the last
+# for Python 3.9) warns where an np.bool_ is taken as an index (it counts
+# as 1) or an empty array as a truth value (False); later NumPy raises
+# TypeError or ValueError.  Both are fine here.
+@pytest.mark.filterwarnings(
+    "ignore:In future, it will be an error for 'np.bool':DeprecationWarning"
+)
+@pytest.mark.filterwarnings(
+    "ignore:The truth value of an empty array is ambiguous:DeprecationWarning"
+)
 def test_random_arguments_raise_only_python_exceptions(standin, ctx):
     seed = int(os.environ.get("PYGPU_FUZZ_SEED", int.from_bytes(os.urandom(4), "little")))
     rounds = int(os.environ.get("PYGPU_FUZZ_ROUNDS", "20000"))

@@ -415,3 +415,19 @@ def test_peer_copies(rng):
             cuda.memcpy_dtod(a, b, n)  # plain copy across devices
             np.testing.assert_array_equal(cuda.from_device_like(a, src), src)
             c0.disable_peer_access(c1)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: cuda.pagelocked_empty(None, np.float32),
+        lambda: cuda.pagelocked_zeros(None, np.float32),
+        lambda: cuda.managed_empty(None, np.float32),
+        lambda: cuda.from_device(0, None, np.float32),
+    ],
+)
+def test_none_is_not_a_shape(make):
+    # refused before the driver, as NumPy >= 2.1 refuses it; NumPy 2.0
+    # (Python 3.9's) only warned and made a 0-d array
+    with pytest.raises(TypeError, match=r"Use \(\) not None as shape arguments"):
+        make()

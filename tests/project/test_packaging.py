@@ -353,8 +353,9 @@ def test_python_m_pygpu_without_nvrtc_names_nvidias_wheels(tmp_path, monkeypatch
     msg = [t for t in todo if t.startswith("no NVRTC")]
     assert msg == [
         "no NVRTC, so no compiling: pip install 'cuda-toolkit[nvrtc,cudart,cccl]"
-        ">=13.0,<14' (NVIDIA's wheels: pygpu's [nvrtc] extra), or install the CUDA "
-        "toolkit, or set PYGPU_NVRTC to libnvrtc.so"
+        ">=13.0,<14' (NVIDIA's NVRTC, CUDA header and CCCL wheels: pygpu's [nvrtc] "
+        "extra), or install the CUDA toolkit (and set CUDA_HOME to it), or set "
+        "PYGPU_NVRTC to libnvrtc.so's path"
     ], todo
 
 
@@ -474,6 +475,9 @@ def test_sdist_is_complete(tmp_path):
     for need in (
         "LICENSE",
         "README.md",
+        "CHANGELOG.md",
+        "CONTRIBUTING.md",
+        "tools/test_python.sh",
         "Makefile",
         "setup.py",
         "pyproject.toml",

@@ -227,11 +227,22 @@ static int
 lookup_fn(const char *name)
 {
     int i;
+    size_t n = strlen(name), base;
     if (strcmp(name, "*") == 0)
         return -1;
     for (i = 0; i < F_COUNT; i++)
         if (strcmp(fn_names[i], name) == 0)
             return i;
+    /* cuda.h's versioned names (cuMemAlloc_v2, cuCtxCreate_v4): the table's
+     * names are the base ones that cuGetProcAddress takes */
+    for (base = n; base > 0 && name[base - 1] >= '0' && name[base - 1] <= '9'; base--)
+        ;
+    if (base < n && base >= 2 && name[base - 1] == 'v' && name[base - 2] == '_') {
+        base -= 2;
+        for (i = 0; i < F_COUNT; i++)
+            if (strlen(fn_names[i]) == base && strncmp(fn_names[i], name, base) == 0)
+                return i;
+    }
     return -3;
 }
 

@@ -134,7 +134,7 @@ def _cuda_version(v):
 #: (report.sections) and add to report.todo.  render(facts) returns the
 #: section's lines of text.  A section whose collect raises is reported as
 #: {"error": "..."} and the others go on.
-SECTIONS = {}
+SECTIONS: "dict[str, tuple]" = {}
 
 
 def section(name, render, after=None):

@@ -14,7 +14,7 @@ import textwrap
 from pygpu import __main__ as diag
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SECTIONS = ["pygpu", "driver", "nvrtc", "cache", "headers"]
+SECTIONS = ["pygpu", "driver", "system", "nvrtc", "nvcc", "cache", "headers"]
 
 
 def _run(args, tmp_path, **env):
@@ -43,6 +43,11 @@ def test_json_report_without_a_driver(tmp_path):
     assert p["version"] == pygpu.__version__ and p["extension_error"] is None
     assert p["python"] == "%d.%d.%d" % sys.version_info[:3]
     assert p["extension"].endswith(".so") and p["cuda_headers"].count(".") == 1
+    # the other branches' sections: NVML's state (or why there is none), nvcc's
+    assert facts["system"]["lines"] and all(isinstance(x, str) for x in facts["system"]["lines"])
+    n = facts["nvcc"]
+    assert n["env"] == "PYGPU_COMPILER" and n["backend"] in ("nvrtc", "nvcc", None)
+    assert (n["path"] is None) == (n["version"] is None and n["error"] is None) or n["error"]
     d = facts["driver"]
     assert d["found"] is False and d["version"] is None and d["devices"] == []
     assert d["error"].startswith("CudaUnavailableError: ") and "no-libcuda.so" in d["error"]

@@ -278,14 +278,18 @@ def test_a_driver_without_green_streams(tmp_path):
 SMID = r"""
 extern "C" __global__ void where(unsigned int *smid, float *x, int spin)
 {
-    unsigned int id;
+    unsigned int id, last;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-    if (threadIdx.x == 0)
-        smid[blockIdx.x] = id;
     float v = x[blockIdx.x * blockDim.x + threadIdx.x];
     for (int i = 0; i < spin; i++)
         v = v * 0.999f + 0.001f;
     x[blockIdx.x * blockDim.x + threadIdx.x] = v;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(last));
+    /* the block's SM, or MOVED where %smid changed during its life (PTX: a
+     * block rescheduled after a preemption, e.g. while other processes
+     * share the GPU) */
+    if (threadIdx.x == 0)
+        smid[blockIdx.x] = id == last ? id : 0xFFFFFFFEu;
 }
 """
 
@@ -330,12 +334,15 @@ def test_each_partition_runs_on_its_own_sms(ctx, rng):
             s.synchronize()
             ids = smid.get()
             assert (ids != 0xFFFFFFFF).all()  # every block recorded its SM
-            used = set(ids.tolist())
+            # the blocks that ran on one SM from start to end (%smid is not
+            # fixed for a block's life: PTX says it may change when a block
+            # is rescheduled, as when other processes share the GPU)
+            stayed = ids[ids != 0xFFFFFFFE]
+            assert len(stayed) >= 0.75 * blocks, (g, blocks - len(stayed), "blocks moved")
+            used = set(stayed.tolist())
             assert max(used) < total
-            # about the stated size: every SM of the partition.  %smid is
-            # not fixed for a block's life (PTX: it may change when a block
-            # is rescheduled), so a few more ids may show (on an H200, 66
-            # for a partition of 64); the partitions stay disjoint below
+            # about the stated size: every SM of the partition (a few more
+            # ids may show: on an H200, 66 for a partition of 64)
             assert g.sm_count <= len(used) <= g.sm_count + 4, (g, len(used), sorted(used))
             sets.append(used)
             expect = host.copy()

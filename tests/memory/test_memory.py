@@ -1,6 +1,8 @@
 """Device memory, transfers, page-locked memory, streams and events on a GPU."""
 
 import gc
+import os
+import time
 
 import numpy as np
 import pytest
@@ -231,6 +233,12 @@ def test_allocation_protocols(ctx):
 
 
 def test_alloc_free_cycles_return_memory(ctx):
+    # Free memory is the device's: where other processes share the GPU
+    # (pytest-xdist's workers) it moves with theirs, so there the test
+    # allows 2 GiB and looks again for a while; a leak of any loop below
+    # loses far more (64 GiB, 6.4 GiB, 4 GiB)
+    shared = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    slack = 2 << 30 if shared else 0
     cuda.Context.synchronize()
     free0, _ = cuda.mem_get_info()
     for _ in range(1_000_000):
@@ -239,14 +247,18 @@ def test_alloc_free_cycles_return_memory(ctx):
         a = cuda.mem_alloc(1 << 16)  # freed when rebound
     del a
     cyc = []
-    for _ in range(1000):  # freed by the garbage collector
+    for _ in range(4000):  # freed by the garbage collector
         x = [cuda.mem_alloc(1 << 20)]
         x.append(x)
         cyc.append(None)
     del x
     gc.collect()
-    free1, _ = cuda.mem_get_info()
-    assert free1 == free0
+    for _ in range(50 if shared else 1):
+        free1, _ = cuda.mem_get_info()
+        if abs(free1 - free0) <= slack:
+            break
+        time.sleep(0.1)
+    assert abs(free1 - free0) <= slack, (free0, free1)
 
 
 def test_stream_and_events(ctx, rng):

@@ -73,7 +73,13 @@ def test_text_and_json_say_the_same(tmp_path, monkeypatch):
     text = out.getvalue()
     assert todo == facts["todo"]
     assert text.startswith("pygpu %s  (%s)" % (facts["pygpu"]["version"], facts["pygpu"]["path"]))
-    assert "driver: not found (%s)" % facts["driver"]["error"] in text
+    # (in-process: a driver this process loaded before stays loaded, whatever
+    # PYGPU_LIBCUDA says now; the subprocess tests see none)
+    d = facts["driver"]
+    if d["found"]:
+        assert "\ndriver: " in text and d["error"] is None
+    else:
+        assert "driver: not found (%s)" % d["error"] in text
     for t in todo:
         assert "  - " + t in text
 
@@ -94,7 +100,7 @@ def test_a_section_is_one_entry_of_a_dict(monkeypatch):
 
     @diag.section("extra", lambda f: ["extra: %d GPUs, %s" % (f["n"], f["what"])])
     def _extra(report):
-        assert report.sections["driver"]["found"] is False  # earlier sections are there
+        assert "found" in report.sections["driver"]  # earlier sections are there
         report.todo.append("extra: do this")
         return {"n": 0, "what": "nothing"}
 

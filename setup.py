@@ -83,12 +83,17 @@ ext = Extension(
 )
 
 setup(
-    packages=find_packages(include=["pygpu", "pygpu.*"]) + ["pygpu.kernels"],
-    package_dir={"pygpu.kernels": "kernels"},
+    # kernels/, its libc/ shims and the stand-in's C sources: data folders
+    # inside the package (named as packages, so setuptools ships them
+    # without its ambiguity warning)
+    packages=find_packages(include=["pygpu", "pygpu.*"])
+    + ["pygpu.kernels", "pygpu.kernels.libc", "pygpu.testing.csrc"],
+    package_dir={"pygpu.kernels": "kernels", "pygpu.kernels.libc": "kernels/libc"},
     package_data={
         "pygpu": ["py.typed", "*.pyi"],
-        "pygpu.kernels": ["*.cu", "*.cuh", "libc/*"],
-        "pygpu.testing": ["csrc/*.c", "csrc/*.h"],
+        "pygpu.kernels": ["*.cu", "*.cuh"],
+        "pygpu.kernels.libc": ["*"],
+        "pygpu.testing.csrc": ["*.c", "*.h"],
     },
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExt},

@@ -383,8 +383,8 @@ HEADERS = [
     "pycuda-complex.hpp",
 ]
 USES = {
-    "stdint.h": "int64_t v = INT64_MAX; uint8_t u = UINT8_MAX; intptr_t p = 0; (void)p;"
-    "y[0] = (float)(v > 0) + u;",
+    "stdint.h": "int64_t v = INT64_MAX; uint8_t u = UINT8_MAX; intptr_t p = (intptr_t)y; "
+    "y[0] = (float)(v > 0) + u + (float)(p & 1);",
     "cstdint": "std::int32_t v = INT32_MIN; std::uint64_t u = UINT64_C(1); y[0] = v + u;",
     "assert.h": "assert(y != 0);",
     "cassert": "assert(y != 0);",
@@ -392,9 +392,9 @@ USES = {
     "+ (isnan(NAN) ? 1.f : 0.f) + (float)HUGE_VAL;",
     "cmath": "y[0] = std::sin(y[0]) + std::pow(y[0], 2.0f) + std::fabs(-1.0) "
     "+ (std::isnan(y[0]) ? 1 : 0) + std::fmax(1.0f, y[0]);",
-    "limits.h": "y[0] = (float)(CHAR_BIT + INT_MAX + LLONG_MIN + UINT_MAX);",
-    "climits": "y[0] = (float)(SHRT_MAX + LONG_MAX);",
-    "float.h": "y[0] = FLT_MAX + FLT_EPSILON + (float)DBL_MIN;",
+    "limits.h": "y[0] = (float)CHAR_BIT + (float)INT_MAX + (float)LLONG_MIN + (float)UINT_MAX;",
+    "climits": "y[0] = (float)SHRT_MAX + (float)LONG_MAX;",
+    "float.h": "y[0] = FLT_MAX + FLT_EPSILON + (float)(DBL_MIN > 0);",
     "cfloat": "y[0] = FLT_MIN + (float)DBL_EPSILON;",
     "cstring": "char s[4] = {'a', 'b', 0, 0}; std::memcpy(s + 2, s, 1); "
     "y[0] = (float)(std::strlen(s) + std::memcmp(s, s, 2));",
@@ -403,7 +403,7 @@ USES = {
     "stddef.h": "struct P { int a; double b; }; y[0] = (float)(offsetof(P, b) "
     "+ sizeof(max_align_t)) + (NULL == 0);",
     "cstddef": "std::size_t n = 3; std::ptrdiff_t d = -1; std::nullptr_t z = nullptr; "
-    "(void)z; y[0] = (float)(n + d);",
+    "y[0] = (float)(n + d) + (float)(z == nullptr);",
     "stdio.h": 'printf("%f\\n", y[0]);',
     "cstdio": 'printf("%d\\n", 1);',
     "stdlib.h": "int *p = (int *)malloc(4); free(p);",

@@ -478,6 +478,7 @@ def test_sdist_is_complete(tmp_path):
         "CHANGELOG.md",
         "CONTRIBUTING.md",
         "tools/test_python.sh",
+        ".ci/run",  # (test_ci reads it: the sdist's tests pass from the unpacked sdist)
         "Makefile",
         "setup.py",
         "pyproject.toml",

@@ -5,34 +5,21 @@ cuda.core's ``Buffer`` (untyped device bytes: ``.handle``, ``.size``) and
 ``StridedMemoryView`` (``.ptr``, ``.shape``, ``.strides`` counted in
 elements, ``.dtype``) have no ``__cuda_array_interface__``.  pygpu knows
 them by their class, or one of its bases, being named ``Buffer`` or
-``StridedMemoryView`` in a module under ``cuda.core`` (the C launch path
-applies the same rule: src/launch/args.c, core_class).  Nothing here
+``StridedMemoryView`` in a module under ``cuda.core`` (the rule is the C
+launch path's, src/launch/args.c core_class, which kind() calls).  Nothing here
 imports cuda.core; the public side is pygpu.cudacore.
 """
 
+from pygpu import _driver
 from pygpu import driver as drv
 
 BUFFER, VIEW = "Buffer", "StridedMemoryView"
 
-_kinds: "dict[type, str | None]" = {}  # type -> BUFFER, VIEW or None
-
 
 def kind(obj):
-    """BUFFER, VIEW or None for obj's class."""
-    t = type(obj)
-    try:
-        return _kinds[t]
-    except KeyError:
-        pass
-    found = None
-    for c in t.__mro__:
-        mod = getattr(c, "__module__", None) or ""
-        if (mod == "cuda.core" or mod.startswith("cuda.core.")) and c.__name__ in (BUFFER, VIEW):
-            found = c.__name__
-            break
-    if len(_kinds) < 256:
-        _kinds[t] = found
-    return found
+    """BUFFER, VIEW or None for obj's class (the C launch path's rule,
+    src/launch/args.c core_class, called: one rule for both)."""
+    return _driver._cuda_core_kind(obj)
 
 
 def buffer_span(buf, what="a cuda.core Buffer"):

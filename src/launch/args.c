@@ -1294,8 +1294,26 @@ set_handler_hooks(PyObject *m, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* _cuda_core_kind(obj): core_class for Python (pygpu/_cudacore.py), so that
+ * the rule that knows cuda.core's memory objects is this one alone */
+static PyObject *
+cuda_core_kind(PyObject *module, PyObject *obj)
+{
+    int kind = core_class(Py_TYPE(obj));
+    if (kind == CORE_BUFFER)
+        return PyUnicode_FromString("Buffer");
+    if (kind == CORE_VIEW)
+        return PyUnicode_FromString("StridedMemoryView");
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef args_module_methods[] = {
     {"_set_handler_hooks", set_handler_hooks, METH_VARARGS, NULL},
+    {"_cuda_core_kind", cuda_core_kind, METH_O,
+     "_cuda_core_kind(obj, /)\n--\n\n"
+     "'Buffer' or 'StridedMemoryView' where obj's class (or a base) is cuda.core's\n"
+     "of that name (a class named so in a module under cuda.core; cuda.core is not\n"
+     "imported), else None."},
     {NULL},
 };
 

@@ -383,6 +383,10 @@ def test_copies_both_ways(core, rng):
     # cuda.core copies into pygpu memory
     y = rng.standard_normal((64, 33)).astype(np.float64)
     cuda.memcpy_htod(b, y)
+    # (a copy from pageable memory may return before its DMA lands, and
+    # cuda.core's stream is non-blocking: ordering between the two
+    # libraries' streams is the caller's, docs/interop.md)
+    cuda.Context.synchronize()
     b.copy_to(cudacore.as_buffer(a), stream=s)
     s.sync()
     assert np.array_equal(a.get(), y)

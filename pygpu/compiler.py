@@ -849,7 +849,7 @@ def compile(source: object, *args: _Any, **kwargs: _Any) -> "Binary | bytes":  #
     compile(source, options=(), arch=None, target=None, include_dirs=(),
     defines=None, name_expressions=(), std=None, fast_math=False,
     cache_dir=None, name="kernel.cu", rdc=False, nvcc_compat=True,
-    extern_c=False, *, compiler=None) -> Binary
+    extern_c=False, \\*, compiler=None) -> Binary
 
     arch: 'sm_90', 'compute_90', 90 or (9, 0); None means the current
     device's (which needs a GPU).  target: 'cubin', 'ptx' or 'ltoir'; None

@@ -2936,7 +2936,7 @@ def logical_not(
 ) -> "GPUArray":
     if np.isscalar(x):
         r = empty((), np.bool_, allocator=allocator) if out is None else out
-        r.fill(np.logical_not(x))
+        r.fill(np.logical_not(np.asarray(x)))
         return r
     return _unary("logical_not", x, out=out)
 

@@ -262,8 +262,9 @@ done:
 }
 
 static PyMethodDef nvrtc_methods[] = {
-    {"_nvrtc_version", nvrtc_version, METH_NOARGS, NULL},
-    {"_nvrtc_supported_archs", nvrtc_supported_archs, METH_NOARGS, NULL},
+    {"_nvrtc_version", nvrtc_version, METH_NOARGS, "_nvrtc_version($module, /)\n--\n\n"},
+    {"_nvrtc_supported_archs", nvrtc_supported_archs, METH_NOARGS,
+     "_nvrtc_supported_archs($module, /)\n--\n\n"},
     {"_nvrtc_compile", nvrtc_compile, METH_VARARGS, NULL},
     {NULL},
 };

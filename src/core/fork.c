@@ -52,7 +52,7 @@ forked_from(PyObject *module, PyObject *unused)
 }
 
 static PyMethodDef fork_methods[] = {
-    {"_after_fork_child", after_fork_child, METH_NOARGS, NULL},
+    {"_after_fork_child", after_fork_child, METH_NOARGS, "_after_fork_child($module, /)\n--\n\n"},
     {"forked_from", forked_from, METH_NOARGS,
      "forked_from($module, /)\n--\n\n"
      "The parent's pid when this process was forked from one that had "

@@ -55,8 +55,11 @@ enum_member_format(PyObject *unused, PyObject *args)
     return res;
 }
 
-static PyMethodDef enum_member_str_def = {"__str__", enum_member_str, METH_O,
-                                          "The member's name, as PyCUDA's enums print."};
+static PyMethodDef enum_member_str_def = {
+    "__str__", enum_member_str, METH_O,
+    /* (the signature as the member's method: Python 3.13 read the
+     * METH_O's own as (self, object, /), which stubtest refused) */
+    "__str__($self, /)\n--\n\nThe member's name, as PyCUDA's enums print."};
 static PyMethodDef enum_member_format_def = {
     "__format__", enum_member_format, METH_VARARGS,
     "The member's name for an empty spec, else its value formatted."};

@@ -475,8 +475,9 @@ static PyMethodDef pool_methods[] = {
     {"destroy", (PyCFunction)pool_destroy, METH_NOARGS,
      "destroy($self, /)\n--\n\nDestroy the pool now (idempotent); it is also destroyed "
      "when this object and every allocation from it are gone."},
-    {"_export_fd", (PyCFunction)pool_export_fd, METH_NOARGS, NULL},
-    {"_import_fd", (PyCFunction)pool_import_fd, METH_O | METH_CLASS, NULL},
+    {"_export_fd", (PyCFunction)pool_export_fd, METH_NOARGS, "_export_fd($self, /)\n--\n\n"},
+    {"_import_fd", (PyCFunction)pool_import_fd, METH_O | METH_CLASS,
+     "_import_fd($cls, fd, /)\n--\n\n"},
     {NULL},
 };
 

@@ -697,7 +697,7 @@ static PyMethodDef vmm_methods[] = {
      "when the address space after the buffer is free (reserve= sets aside that "
      "much up front; by default twice nbytes), else the memory is mapped again at "
      "a new address."},
-    {"_export_fds", (PyCFunction)vmm_export_fds, METH_NOARGS, NULL},
+    {"_export_fds", (PyCFunction)vmm_export_fds, METH_NOARGS, "_export_fds($self, /)\n--\n\n"},
     {"_import_fds", (PyCFunction)vmm_import_fds, METH_VARARGS | METH_CLASS, NULL},
     {NULL},
 };

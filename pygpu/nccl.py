@@ -41,7 +41,7 @@ so they are ordered after the kernels that wrote the buffers.  Calls return
 at once: :meth:`Communicator.synchronize` (or the stream's) waits.
 """
 
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable
 import contextlib
 import operator
 import os
@@ -552,58 +552,17 @@ def _current(ctx):
             before.push()
 
 
-class group:
+class group(_driver.NcclGroup):
     """Calls of several communicators (several GPUs in this process, or
     several calls of one) issued as one NCCL group (``ncclGroupStart`` /
     ``ncclGroupEnd``), as a ``with`` block: needed where one thread drives
     more than one rank.  `comms`: the communicators, whose first context is
-    current while the group is launched (and the thread's context is what
-    it was afterwards).  A class, not a generator: one is made per round of
-    calls, so it costs little."""
+    current while the group is launched (without them, the context current
+    when the group is made); the thread's context is what it was
+    afterwards.  Entering and leaving are C (``driver.NcclGroup``): a round
+    costs what NCCL's own group calls do."""
 
-    __slots__ = ("_ctx", "_pushed")
-    _ctx: Any
-    _pushed: Any
-
-    def __init__(self, comms: "Iterable[Any] | None" = None) -> None:
-        from pygpu import driver
-
-        if _driver._nccl_loaded() is None:
-            load()
-        if comms:
-            self._ctx = (
-                comms[0].context if isinstance(comms, (list, tuple)) else list(comms)[0].context
-            )
-        else:
-            self._ctx = driver.Context.get_current()
-        self._pushed = None
-
-    def __enter__(self) -> "group":
-        from pygpu import driver
-
-        ctx = self._ctx
-        if ctx is not None:
-            cur = driver.Context.get_current()
-            if cur is None or cur.handle != ctx.handle:
-                self._pushed = _current(ctx)
-                self._pushed.__enter__()
-        _driver._nccl_group_start()
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> "Literal[False]":
-        try:
-            if exc_type is None:
-                _driver._nccl_group_end()
-            else:
-                try:
-                    _driver._nccl_group_end()
-                except Exception:
-                    pass
-        finally:
-            if self._pushed is not None:
-                self._pushed.__exit__(None, None, None)
-                self._pushed = None
-        return False
+    __slots__ = ()
 
 
 def from_mpi(comm, device=None, stream=None):

@@ -88,17 +88,13 @@ static const char *const k_routines[] = {"ncclAllReduce", "ncclReduce",        "
 static const char *const op_names[] = {"sum", "prod", "max", "min", "avg"};
 #define N_OPS 5
 
-/* the attributes of a GPUArray read by the fast path */
-enum { S_GPUDATA, S_DTYPE, S_NBYTES, S_SIZE, S_C, S_F, S_COUNT };
-static const char *const attr_names[S_COUNT] = {"gpudata", "dtype", "nbytes", "size", "_c", "_f"};
-
 typedef struct {
     PyObject_HEAD nccl_comm handle; /* borrowed from owner; NULL after close() */
     pygpu_state *st;                /* the module state (the type keeps the module alive) */
     pygpu_Context *context;         /* strong: the device's primary context NCCL runs in */
     PyObject *owner;                /* strong: what owns the handle (nccl4py's Communicator) */
     PyObject *array_type;           /* strong: gpuarray.GPUArray (exact operands only) */
-    PyObject *str[S_COUNT];         /* strong: interned attribute names */
+    pygpu_array_slots slots;        /* array_type's slots (launch/arrayslots.c) */
     PyObject *op_str[N_OPS];        /* strong: interned operator names */
     int rank, nranks, device;       /* asked of NCCL when made */
 } pygpu_NcclComm;
@@ -297,6 +293,211 @@ nccl_group_end(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* ---- group calls: NcclGroup, pygpu.nccl.group's base ----
+ *
+ * One round of group calls costs what NCCL's own group does: the context
+ * made current (pushed only when it is not) and ncclGroupStart on entry;
+ * ncclGroupEnd with the GIL released, the thread's context put back where
+ * NCCL's cudaSetDevice replaced it, and the push undone on exit.  The
+ * context: the first communicator's (comms given), else the current one. */
+
+typedef struct {
+    PyObject_HEAD pygpu_state *st;
+    pygpu_Context *ctx; /* strong, or NULL: no context was current */
+    int pushed;         /* __enter__ pushed ctx */
+    int entered;        /* inside the with block */
+} pygpu_NcclGroup;
+
+static PyObject *
+group_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"comms", NULL};
+    PyObject *comms = Py_None, *first = NULL, *ctx = NULL, *module;
+    pygpu_state *st;
+    pygpu_NcclGroup *g;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:NcclGroup", kwlist, &comms))
+        return NULL;
+    if ((module = pygpu_module_from_type(type)) == NULL)
+        return NULL;
+    st = PyModule_GetState(module);
+    if (nc_handle == NULL) { /* pygpu.nccl.load(): once, before the first call */
+        PyObject *mod = PyImport_ImportModule("pygpu.nccl"), *r;
+        if (mod == NULL)
+            return NULL;
+        r = PyObject_CallMethod(mod, "load", NULL);
+        Py_DECREF(mod);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+        if (ensure_loaded(st) < 0)
+            return NULL;
+    }
+    if (comms != Py_None) {
+        if (PyList_CheckExact(comms) || PyTuple_CheckExact(comms)) {
+            if (PySequence_Fast_GET_SIZE(comms) > 0)
+                first = Py_NewRef(PySequence_Fast_GET_ITEM(comms, 0));
+        } else {
+            PyObject *it = PyObject_GetIter(comms);
+            if (it == NULL)
+                return NULL;
+            first = PyIter_Next(it);
+            Py_DECREF(it);
+            if (first == NULL && PyErr_Occurred())
+                return NULL;
+        }
+    }
+    if (first != NULL) {
+        ctx = PyObject_GetAttrString(first, "context");
+        if (ctx == NULL) {
+            PyErr_Format(PyExc_TypeError,
+                         "pygpu.nccl.group: comms must be pygpu.nccl Communicators, not %.100s",
+                         Py_TYPE(first)->tp_name);
+            Py_DECREF(first);
+            return NULL;
+        }
+        Py_DECREF(first);
+        if (!PyObject_TypeCheck(ctx, st->ContextType)) {
+            PyErr_Format(PyExc_TypeError,
+                         "pygpu.nccl.group: a communicator's context must be a Context, "
+                         "not %.100s",
+                         Py_TYPE(ctx)->tp_name);
+            Py_DECREF(ctx);
+            return NULL;
+        }
+    } else {
+        if ((ctx = pygpu_current_context_or_none(st)) == NULL)
+            return NULL;
+        if (ctx == Py_None)
+            Py_CLEAR(ctx);
+    }
+    if ((g = (pygpu_NcclGroup *)type->tp_alloc(type, 0)) == NULL) {
+        Py_XDECREF(ctx);
+        return NULL;
+    }
+    g->st = st;
+    g->ctx = (pygpu_Context *)ctx;
+    return (PyObject *)g;
+}
+
+static PyObject *
+group_enter(pygpu_NcclGroup *g, PyObject *unused)
+{
+    nccl_result rc;
+    PyObject *module;
+    if (g->entered) {
+        PyErr_SetString(g->st->LogicError, "pygpu.nccl.group: this group is already entered");
+        return NULL;
+    }
+    if (g->ctx != NULL) {
+        CUresult cr;
+        if (pygpu_context_check(g->st, g->ctx) < 0)
+            return NULL;
+        if ((cr = pygpu_context_enter(g->ctx, &g->pushed)) != CUDA_SUCCESS)
+            return pygpu_cuda_error(g->st, cr, "cuCtxPushCurrent");
+    }
+    if ((rc = nc.ncclGroupStart()) != NCCL_OK) {
+        pygpu_context_exit(g->pushed);
+        g->pushed = 0;
+        if ((module = pygpu_module_from_type(Py_TYPE(g))) == NULL)
+            return NULL;
+        return nccl_error(module, rc, "ncclGroupStart", NULL);
+    }
+    g->entered = 1;
+    return Py_NewRef(g);
+}
+
+static PyObject *
+group_exit(pygpu_NcclGroup *g, PyObject *const *args, Py_ssize_t nargs)
+{
+    nccl_result rc;
+    CUcontext now = NULL, want = g->ctx != NULL ? g->ctx->handle : NULL;
+    PyObject *module;
+    if (!g->entered) {
+        PyErr_SetString(g->st->LogicError, "pygpu.nccl.group: __exit__ without __enter__");
+        return NULL;
+    }
+    g->entered = 0;
+    Py_BEGIN_ALLOW_THREADS
+        rc = nc.ncclGroupEnd();
+        /* NCCL's cudaSetDevice may have replaced the top of the stack */
+        if (want != NULL && cu.cuCtxGetCurrent(&now) == CUDA_SUCCESS && now != want)
+            (void)cu.cuCtxSetCurrent(want);
+    Py_END_ALLOW_THREADS
+    pygpu_context_exit(g->pushed);
+    g->pushed = 0;
+    if (want != NULL && now != want)
+        pygpu_context_forget_current();
+    if (rc != NCCL_OK && rc != NCCL_IN_PROGRESS && (nargs == 0 || args[0] == Py_None)) {
+        if ((module = pygpu_module_from_type(Py_TYPE(g))) == NULL)
+            return NULL;
+        return nccl_error(module, rc, "ncclGroupEnd", NULL);
+    }
+    Py_RETURN_FALSE; /* an exception inside the group goes on */
+}
+
+static int
+group_traverse(pygpu_NcclGroup *g, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(g));
+    Py_VISIT(g->ctx);
+    return 0;
+}
+
+static int
+group_clear(pygpu_NcclGroup *g)
+{
+    Py_CLEAR(g->ctx);
+    return 0;
+}
+
+static void
+group_dealloc(pygpu_NcclGroup *g)
+{
+    PyTypeObject *tp = Py_TYPE(g);
+    PyObject_GC_UnTrack(g);
+    group_clear(g);
+    tp->tp_free((PyObject *)g);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+group_get_context(pygpu_NcclGroup *g, void *unused)
+{
+    return Py_NewRef(g->ctx != NULL ? (PyObject *)g->ctx : Py_None);
+}
+
+static PyGetSetDef group_getset[] = {
+    {"context", (getter)group_get_context, NULL,
+     "The context current while the group runs (None: none was current).", NULL},
+    {NULL},
+};
+
+static PyMethodDef group_methods[] = {
+    {"__enter__", (PyCFunction)group_enter, METH_NOARGS,
+     "__enter__($self, /)\n--\n\nMake the context current; ncclGroupStart()."},
+    {"__exit__", (PyCFunction)(void (*)(void))group_exit, METH_FASTCALL,
+     "__exit__($self, *exc_info)\n--\n\nncclGroupEnd() (the GIL released); the context as "
+     "it was."},
+    {NULL},
+};
+
+static PyType_Slot group_slots[] = {
+    {Py_tp_new, group_new},
+    {Py_tp_dealloc, group_dealloc},
+    {Py_tp_traverse, group_traverse},
+    {Py_tp_clear, group_clear},
+    {Py_tp_methods, group_methods},
+    {Py_tp_getset, group_getset},
+    {Py_tp_doc, "NcclGroup(comms=None)\n--\n\n"
+                "A round of NCCL group calls (pygpu.nccl.group's base)."},
+    {0, NULL},
+};
+
+static PyType_Spec group_spec = {"pygpu.driver.NcclGroup", sizeof(pygpu_NcclGroup), 0,
+                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC
+                                     | Py_TPFLAGS_BASETYPE,
+                                 group_slots};
+
 /* ---- buffers ---- */
 
 typedef struct {
@@ -343,40 +544,15 @@ nccl_type_of(PyObject *dt)
     return -1;
 }
 
-static int
-size_of(PyObject *obj, size_t *out)
-{
-    Py_ssize_t v;
-    if (obj == NULL || !PyLong_CheckExact(obj))
-        return 0;
-    v = PyLong_AsSsize_t(obj);
-    if (v < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    *out = (size_t)v;
-    return 1;
-}
-
-static PyObject *
-item(PyObject *d, PyObject *name)
-{
-    PyObject *v = PyDict_GetItemWithError(d, name);
-    if (v == NULL)
-        PyErr_Clear();
-    return v;
-}
-
 /* 1: obj is resolved into *b; 0: the Python path decides; -1: error.
  * A tuple is a resolved spec (address, count, nccl_type) from the Python
  * path; an exact GPUArray is proved as the operand gate's fast form. */
 static int
 buffer_of(pygpu_NcclComm *c, PyObject *obj, nbuf *b)
 {
-    PyObject *d, *g;
+    PyObject *nb;
     pygpu_DeviceAllocation *a;
     size_t nbytes;
-    int r = 0;
     b->alloc = NULL;
     if (PyTuple_CheckExact(obj) && PyTuple_GET_SIZE(obj) == 3) {
         unsigned long long p = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(obj, 0));
@@ -396,26 +572,14 @@ buffer_of(pygpu_NcclComm *c, PyObject *obj, nbuf *b)
         b->type = (int)t;
         return 1;
     }
-    if (!Py_IS_TYPE(obj, (PyTypeObject *)c->array_type))
+    if (!Py_IS_TYPE(obj, (PyTypeObject *)c->array_type)
+        || !pygpu_array_proven(c->st, &c->slots, obj, (PyObject *)c->context, &a, &nb, &nbytes)
+        || !pygpu_exact_size(PYGPU_ASLOT(&c->slots, obj, PYGPU_A_SIZE), &b->count)
+        || (b->type = nccl_type_of(PYGPU_ASLOT(&c->slots, obj, PYGPU_A_DTYPE))) < 0)
         return 0;
-    if ((d = PyObject_GenericGetDict(obj, NULL)) == NULL)
-        return -1;
-    if (item(d, c->str[S_C]) != Py_True && item(d, c->str[S_F]) != Py_True)
-        goto done;
-    g = item(d, c->str[S_GPUDATA]);
-    if (g == NULL || !Py_IS_TYPE(g, c->st->DeviceAllocationType))
-        goto done; /* a view (an int address), a pooled block: the full gate */
-    a = (pygpu_DeviceAllocation *)g;
-    if (a->freed || a->context != c->context || !size_of(item(d, c->str[S_NBYTES]), &nbytes)
-        || nbytes > a->size || !size_of(item(d, c->str[S_SIZE]), &b->count)
-        || (b->type = nccl_type_of(item(d, c->str[S_DTYPE]))) < 0)
-        goto done;
     b->ptr = a->ptr;
     b->alloc = a;
-    r = 1;
-done:
-    Py_DECREF(d);
-    return r;
+    return 1;
 }
 
 /* the NCCL type's size in bytes (for messages) */
@@ -853,9 +1017,8 @@ comm_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     c->rank = rank;
     c->nranks = count;
     c->device = dev;
-    for (i = 0; i < S_COUNT; i++)
-        if ((c->str[i] = PyUnicode_InternFromString(attr_names[i])) == NULL)
-            goto error;
+    if (pygpu_array_slots_find(&c->slots, atype, "NcclComm()") < 0)
+        goto error;
     for (i = 0; i < N_OPS; i++)
         if ((c->op_str[i] = PyUnicode_InternFromString(op_names[i])) == NULL)
             goto error;
@@ -883,8 +1046,6 @@ comm_clear(pygpu_NcclComm *c)
     Py_CLEAR(c->context);
     Py_CLEAR(c->owner);
     Py_CLEAR(c->array_type);
-    for (i = 0; i < S_COUNT; i++)
-        Py_CLEAR(c->str[i]);
     for (i = 0; i < N_OPS; i++)
         Py_CLEAR(c->op_str[i]);
     return 0;
@@ -997,6 +1158,12 @@ pygpu_nccl_setup(PyObject *m, pygpu_state *st)
         return -1;
     }
     Py_DECREF(tp); /* the module's attribute keeps it */
+    tp = NULL;
+    if (pygpu_add_type(m, &group_spec, &tp) < 0) {
+        Py_XDECREF(tp);
+        return -1;
+    }
+    Py_DECREF(tp);
     err = PyErr_NewExceptionWithDoc("pygpu.driver.NcclError",
                                     "An NCCL call failed: .code (ncclResult_t), .name "
                                     "(ncclInvalidArgument), .routine (ncclAllReduce).",

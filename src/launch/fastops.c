@@ -36,23 +36,6 @@ enum { FO_AA, FO_AS, FO_SA, FO_TABLES };      /* array-array, array-scalar, scal
 enum { FO_BINARY, FO_REFLECTED, FO_INPLACE }; /* x op y; y op x (__radd__); x op= y */
 enum { FO_PLAIN, FO_AS_IS, FO_TO_FLOAT };     /* how a scalar is passed */
 
-/* the attributes read (their slots' offsets: op_new) */
-enum {
-    S_SHAPE,
-    S_STRIDES,
-    S_C,
-    S_F,
-    S_GPUDATA,
-    S_DTYPE,
-    S_NBYTES,
-    S_SIZE,
-    S_ALLOCATOR,
-    S_BASE,
-    S_COUNT
-};
-static const char *const attr_names[S_COUNT] = {"shape", "strides", "_c",   "_f",        "gpudata",
-                                                "dtype", "nbytes",  "size", "allocator", "base"};
-
 typedef struct {
     PyObject *ctx;           /* strong: the Context the kernel belongs to */
     PyObject *k1, *k2;       /* strong: the operands' keys (dtype, or scalar type) */
@@ -80,7 +63,7 @@ typedef struct pygpu_ArrayOperator {
     PyObject *array_type;                  /* strong: GPUArray (exact operands only) */
     PyObject *default_allocator;           /* strong: gpuarray._default_allocator */
     PyObject *empty;                       /* strong: () for object.__new__ */
-    Py_ssize_t off[S_COUNT];               /* array_type's slots read, by offset */
+    pygpu_array_slots slots;               /* array_type's slots read (arrayslots.c) */
     Py_ssize_t *copy;                      /* every slot a result copies (PyMem) */
     Py_ssize_t ncopy;
     fo_table t[FO_TABLES];
@@ -127,7 +110,7 @@ tables_clear(pygpu_ArrayOperator *o)
 
 /* array a's slot i (borrowed; NULL when unset): a is of o's exact
  * array_type, whose slots op_new found */
-#define SLOT(o, a, i) (*(PyObject **)((char *)(a) + (o)->off[i]))
+#define SLOT(o, a, i) PYGPU_ASLOT(&(o)->slots, a, i)
 
 /* a == b for two shapes or stride tuples: exact tuples of exact ints (no
  * Python code runs); 0 for anything else (the Python path compares) */
@@ -153,41 +136,6 @@ same_tuple(PyObject *a, PyObject *b)
         }
     }
     return 1;
-}
-
-/* an exact int >= 0 as a size_t; 0 when obj is not one */
-static int
-size_of(PyObject *obj, size_t *out)
-{
-    Py_ssize_t v;
-    if (obj == NULL || !PyLong_CheckExact(obj))
-        return 0;
-    v = PyLong_AsSsize_t(obj);
-    if (v < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    *out = (size_t)v;
-    return 1;
-}
-
-/* The operand gate's proof for one dense array x: C- or F-contiguous,
- * gpudata a live DeviceAllocation of ctx holding nbytes (its data starts
- * at the allocation: a view's gpudata is an int).  Borrowed *g, *nb
- * (nbytes, *nbytes its value). */
-static int
-proven(pygpu_ArrayOperator *o, PyObject *x, PyObject *ctx, PyObject **g, PyObject **nb,
-       size_t *nbytes)
-{
-    pygpu_DeviceAllocation *a;
-    if (SLOT(o, x, S_C) != Py_True && SLOT(o, x, S_F) != Py_True)
-        return 0;
-    *g = SLOT(o, x, S_GPUDATA);
-    if (*g == NULL || !Py_IS_TYPE(*g, o->st->DeviceAllocationType))
-        return 0;
-    a = (pygpu_DeviceAllocation *)*g;
-    *nb = SLOT(o, x, S_NBYTES);
-    return (PyObject *)a->context == ctx && !a->freed && size_of(*nb, nbytes) && *nbytes <= a->size;
 }
 
 /* The scalar as the kernel takes it (a new reference), or NULL (no
@@ -232,8 +180,8 @@ result_new(pygpu_ArrayOperator *o, PyObject *x, PyObject *g)
         PyObject *v = *(PyObject **)((char *)x + o->copy[i]);
         *(PyObject **)((char *)z + o->copy[i]) = Py_XNewRef(v);
     }
-    Py_XSETREF(SLOT(o, z, S_GPUDATA), Py_NewRef(g));
-    Py_XSETREF(SLOT(o, z, S_BASE), Py_NewRef(Py_None));
+    Py_XSETREF(SLOT(o, z, PYGPU_A_GPUDATA), Py_NewRef(g));
+    Py_XSETREF(SLOT(o, z, PYGPU_A_BASE), Py_NewRef(Py_None));
     return z;
 }
 
@@ -254,6 +202,7 @@ fast_op(pygpu_ArrayOperator *o, const fo_call *c, PyObject **out)
     PyObject *db = NULL, *ctx = NULL, *ga, *gb = NULL, *k1, *k2, *dt;
     PyObject *nobj, *nb, *nbb, *args[4] = {NULL, NULL, NULL, NULL}, *r;
     pygpu_Function *func = NULL;
+    pygpu_DeviceAllocation *aa = NULL, *ab = NULL;
     fo_entry *e;
     size_t n, nbytes, nbytesb;
     unsigned int grid, max_blocks;
@@ -261,26 +210,28 @@ fast_op(pygpu_ArrayOperator *o, const fo_call *c, PyObject **out)
 
     if (c->kind == FO_AA) {
         db = c->y;
-        if (!same_tuple(SLOT(o, arr, S_SHAPE), SLOT(o, db, S_SHAPE))
-            || !same_tuple(SLOT(o, arr, S_STRIDES), SLOT(o, db, S_STRIDES)))
+        if (!same_tuple(SLOT(o, arr, PYGPU_A_SHAPE), SLOT(o, db, PYGPU_A_SHAPE))
+            || !same_tuple(SLOT(o, arr, PYGPU_A_STRIDES), SLOT(o, db, PYGPU_A_STRIDES)))
             return 0;
     }
-    nobj = SLOT(o, arr, S_SIZE);
-    if (!size_of(nobj, &n) || n == 0)
+    nobj = SLOT(o, arr, PYGPU_A_SIZE);
+    if (!pygpu_exact_size(nobj, &n) || n == 0)
         goto done;
     /* the current context as this thread remembers it (gpuarray._get_current) */
     if ((ctx = pygpu_current_context_or_none(st)) == NULL)
         goto error;
-    if (ctx == Py_None || !proven(o, arr, ctx, &ga, &nb, &nbytes)
-        || (db != NULL && !proven(o, db, ctx, &gb, &nbb, &nbytesb)))
+    if (ctx == Py_None || !pygpu_array_proven(st, &o->slots, arr, ctx, &aa, &nb, &nbytes)
+        || (db != NULL && !pygpu_array_proven(st, &o->slots, db, ctx, &ab, &nbb, &nbytesb)))
         goto done;
-    dt = SLOT(o, arr, S_DTYPE);
+    ga = (PyObject *)aa;
+    gb = (PyObject *)ab;
+    dt = SLOT(o, arr, PYGPU_A_DTYPE);
     if (c->kind == FO_SA) {
         k1 = (PyObject *)Py_TYPE(c->x);
         k2 = dt;
     } else {
         k1 = dt;
-        k2 = c->kind == FO_AS ? (PyObject *)Py_TYPE(c->y) : SLOT(o, db, S_DTYPE);
+        k2 = c->kind == FO_AS ? (PyObject *)Py_TYPE(c->y) : SLOT(o, db, PYGPU_A_DTYPE);
     }
     e = table_find(&o->t[c->kind], ctx, k1, k2);
     /* the result in the array's own dtype: its layout is the array's */
@@ -289,7 +240,7 @@ fast_op(pygpu_ArrayOperator *o, const fo_call *c, PyObject **out)
     if (c->inplace) {
         if (c->kind == FO_SA)
             goto done;
-    } else if (SLOT(o, arr, S_ALLOCATOR) != o->default_allocator) {
+    } else if (SLOT(o, arr, PYGPU_A_ALLOCATOR) != o->default_allocator) {
         goto done;
     }
     /* the kernel's operands after z: (x, y) as arrays or the scalar as the
@@ -388,33 +339,6 @@ op_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
 
 /* ---- Python: construction, _learn, _forget ---- */
 
-/* the offset of array_type's slot name (a writable object slot, as a
- * class's __slots__ makes it), or -1 with TypeError */
-static Py_ssize_t
-slot_offset(PyObject *atype, PyObject *name)
-{
-    PyObject *d;
-    PyMemberDef *m;
-    Py_ssize_t off = -1;
-    if (!PyUnicode_Check(name)) {
-        PyErr_Format(PyExc_TypeError, "_ArrayOperator(): attrs must be names, not %.100s",
-                     Py_TYPE(name)->tp_name);
-        return -1;
-    }
-    d = PyObject_GetAttr(atype, name);
-    if (d == NULL)
-        PyErr_Clear();
-    else if (Py_IS_TYPE(d, &PyMemberDescr_Type)
-             && (m = ((PyMemberDescrObject *)d)->d_member)->type == T_OBJECT_EX
-             && !(m->flags & READONLY))
-        off = m->offset;
-    Py_XDECREF(d);
-    if (off < 0)
-        PyErr_Format(PyExc_TypeError, "_ArrayOperator(): %.100s has no slot %R",
-                     ((PyTypeObject *)atype)->tp_name, name);
-    return off;
-}
-
 static PyObject *
 op_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
@@ -469,19 +393,20 @@ op_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_NoMemory();
         goto error;
     }
-    for (i = 0; i < S_COUNT; i++)
-        o->off[i] = -1;
+    for (i = 0; i < PYGPU_A_COUNT; i++)
+        o->slots.off[i] = -1;
     for (k = 0; k < o->ncopy; k++) {
         PyObject *nm = PyTuple_GET_ITEM(attrs, k);
-        if ((o->copy[k] = slot_offset(atype, nm)) < 0)
+        if ((o->copy[k] = pygpu_slot_offset(atype, nm, "_ArrayOperator()")) < 0)
             goto error;
-        for (i = 0; i < S_COUNT; i++)
-            if (PyUnicode_CompareWithASCIIString(nm, attr_names[i]) == 0)
-                o->off[i] = o->copy[k];
+        for (i = 0; i < PYGPU_A_COUNT; i++)
+            if (PyUnicode_CompareWithASCIIString(nm, pygpu_array_slot_name(i)) == 0)
+                o->slots.off[i] = o->copy[k];
     }
-    for (i = 0; i < S_COUNT; i++)
-        if (o->off[i] < 0) {
-            PyErr_Format(PyExc_TypeError, "_ArrayOperator(): attrs must name '%s'", attr_names[i]);
+    for (i = 0; i < PYGPU_A_COUNT; i++)
+        if (o->slots.off[i] < 0) {
+            PyErr_Format(PyExc_TypeError, "_ArrayOperator(): attrs must name '%s'",
+                         pygpu_array_slot_name(i));
             goto error;
         }
     return (PyObject *)o;

@@ -147,6 +147,43 @@ PyObject *pygpu_bound_new(pygpu_state *st, pygpu_Function *f, pygpu_launch_confi
 int pygpu_function_check(pygpu_state *st, pygpu_Function *f);
 const char *pygpu_function_name(pygpu_Function *f);
 
+/* ---- arrayslots.c: a GPUArray as C reads it (see there) ---- */
+/* the attributes C paths read, by the slots gpuarray._ATTRS makes */
+enum {
+    PYGPU_A_SHAPE,
+    PYGPU_A_STRIDES,
+    PYGPU_A_C,
+    PYGPU_A_F,
+    PYGPU_A_GPUDATA,
+    PYGPU_A_DTYPE,
+    PYGPU_A_NBYTES,
+    PYGPU_A_SIZE,
+    PYGPU_A_ALLOCATOR,
+    PYGPU_A_BASE,
+    PYGPU_A_COUNT
+};
+typedef struct {
+    Py_ssize_t off[PYGPU_A_COUNT];
+} pygpu_array_slots;
+/* array a's slot i (borrowed; NULL when unset): a is of the exact type
+ * whose offsets s holds */
+#define PYGPU_ASLOT(s, a, i) (*(PyObject **)((char *)(a) + (s)->off[i]))
+const char *pygpu_array_slot_name(int i);
+/* the offset of atype's writable object slot name, or -1 with TypeError
+ * ("<who>: <type> has no slot <name>") */
+Py_ssize_t pygpu_slot_offset(PyObject *atype, PyObject *name, const char *who);
+/* every PYGPU_A_* slot of atype into s: 0, or -1 with TypeError */
+int pygpu_array_slots_find(pygpu_array_slots *s, PyObject *atype, const char *who);
+/* an exact int >= 0 as a size_t: 1, or 0 (nothing raised) */
+int pygpu_exact_size(PyObject *obj, size_t *out);
+/* The operand gate's fast form for x, an exact array of s's type: C- or
+ * F-contiguous, gpudata a live DeviceAllocation of ctx holding nbytes (its
+ * data starts at the allocation: a view's gpudata is an int).  1 with
+ * *alloc, *nb (nbytes, borrowed) and *nbytes; 0 when the full gate must
+ * decide.  Runs no Python code, raises nothing. */
+int pygpu_array_proven(pygpu_state *st, const pygpu_array_slots *s, PyObject *x, PyObject *ctx,
+                       pygpu_DeviceAllocation **alloc, PyObject **nb, size_t *nbytes);
+
 /* ---- fastops.c: the array operators' fast path (docs/arrays.md) ---- */
 int pygpu_fastops_setup(PyObject *m, pygpu_state *st);
 /* launch.c: prepared_async_call((grid, 1), (block, 1, 1), None, *args) of a

@@ -617,8 +617,8 @@ def _keyword_calls(cuda, ctx, function):
             obj = getattr(receivers.get((owner, name), receivers.get(owner)), name)
         out.append((_label(owner, name), name, obj, params))
     for tp, _ in CONSTRUCTORS:
-        if tp.__name__ == "NcclComm":
-            continue  # needs a live NCCL communicator (tests/multi/test_nccl_c.py)
+        if tp.__name__ in ("NcclComm", "NcclGroup"):
+            continue  # needs NCCL loaded, a communicator (tests/multi/test_nccl_c.py)
         out.append((tp.__name__, tp.__name__, tp, list(inspect.signature(tp).parameters.values())))
     return out, peer_ctx, receivers
 

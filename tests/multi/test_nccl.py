@@ -6,10 +6,10 @@ Without a GPU: the checks pygpu.nccl makes before NCCL sees a buffer
 context rule, the context restored after NCCL, and nccl4py resolving
 GPUArrays and pygpu streams as they are (pointer, count, dtype, device,
 stream handle: no copy), on the driver stand-in; pygpu.mpi's path report
-with a stand-in mpi4py.  On 2 GPUs (``gpu``; skipped with the reason on
-fewer): every collective against NumPy on random data, several GPUs in one
-process and one process per GPU, pygpu streams, the example and the
-benchmark."""
+with a stand-in mpi4py.  On GPUs (``gpu``; skipped with the reason where
+fewer are visible): every collective against NumPy on random data, with one
+rank on 1 GPU and two ranks on 2 GPUs, in one process and one process per
+GPU, pygpu streams, the benchmark; the example on 2 GPUs."""
 
 import os
 import subprocess
@@ -377,10 +377,12 @@ def _need(n=2):
         pytest.skip("needs %d GPUs (e.g. nvidia-h100-x2), %d visible" % (n, driver.Device.count()))
 
 
-@pytest.fixture
-def comms():
-    _need(2)
-    cs = pnccl.Communicator.init_all([0, 1])
+@pytest.fixture(params=[1, 2], ids=["1rank", "2ranks"])
+def comms(request):
+    """Communicators of one process on 1 GPU (NCCL's one-rank path: the
+    same C calls, collectives over one rank) and on 2 GPUs."""
+    _need(request.param)
+    cs = pnccl.Communicator.init_all(list(range(request.param)))
     yield cs
     for c in cs:
         c.destroy()
@@ -413,7 +415,7 @@ def test_gpu_allreduce_sum_in_one_process(comms, rng, dtype):
             c.allreduce(x, y)
     for c in comms:
         c.synchronize()
-    want = hosts[0] + hosts[1]
+    want = sum(hosts[1:], hosts[0])
     for c, x, y, h in zip(comms, a, out, hosts):
         np.testing.assert_allclose(_get(c, y), want, rtol=1e-6)
         np.testing.assert_array_equal(_get(c, x), h)  # the input untouched
@@ -427,12 +429,8 @@ def test_gpu_allreduce_ops_in_place(comms, rng, op):
     with pnccl.group(comms):
         for c, x in zip(comms, a):
             assert c.allreduce(x, op=op) is x
-    want = {
-        "max": np.maximum,
-        "min": np.minimum,
-        "prod": np.multiply,
-        "avg": lambda p, q: (p + q) / 2,
-    }[op](hosts[0], hosts[1])
+    stack = np.stack(hosts)
+    want = {"max": np.max, "min": np.min, "prod": np.prod, "avg": np.mean}[op](stack, axis=0)
     for c, x in zip(comms, a):
         c.synchronize()
         np.testing.assert_allclose(_get(c, x), want, rtol=1e-12)
@@ -442,12 +440,13 @@ def test_gpu_allreduce_ops_in_place(comms, rng, op):
 def test_gpu_broadcast_reduce_allgather_reduce_scatter(comms, rng):
     h = [rng.standard_normal(4096) for _ in comms]
     a = [_put(c, x) for c, x in zip(comms, h)]
+    n = len(comms)
     with pnccl.group(comms):
         for c, x in zip(comms, a):
-            c.broadcast(x, root=1)
+            c.broadcast(x, root=n - 1)
     for c, x in zip(comms, a):
         c.synchronize()
-        np.testing.assert_array_equal(_get(c, x), h[1])
+        np.testing.assert_array_equal(_get(c, x), h[n - 1])
     # reduce to rank 0
     h = [rng.standard_normal(2048) for _ in comms]
     a = [_put(c, x) for c, x in zip(comms, h)]
@@ -456,7 +455,7 @@ def test_gpu_broadcast_reduce_allgather_reduce_scatter(comms, rng):
         for c, x, y in zip(comms, a, r):
             c.reduce(x, y, root=0)
     comms[0].synchronize()
-    np.testing.assert_allclose(_get(comms[0], r[0]), h[0] + h[1], rtol=1e-12)
+    np.testing.assert_allclose(_get(comms[0], r[0]), sum(h[1:], h[0]), rtol=1e-12)
     # all-gather and reduce-scatter (int32, a structured dtype for the gather)
     dt = np.dtype([("i", np.int32), ("x", np.float64)], align=True)
     hs = [np.zeros(100, dt) for _ in comms]
@@ -464,19 +463,20 @@ def test_gpu_broadcast_reduce_allgather_reduce_scatter(comms, rng):
         x["i"] = rng.integers(-1000, 1000, 100)
         x["x"] = rng.standard_normal(100)
     s = [_put(c, x) for c, x in zip(comms, hs)]
-    g = [_put(c, np.zeros(200, dt)) for c in comms]
+    g = [_put(c, np.zeros(100 * n, dt)) for c in comms]
     hi = [rng.integers(-1000, 1000, 512).astype(np.int32) for _ in comms]
     si = [_put(c, x) for c, x in zip(comms, hi)]
-    ri = [_put(c, np.zeros(256, np.int32)) for c in comms]
+    part = 512 // n
+    ri = [_put(c, np.zeros(part, np.int32)) for c in comms]
     with pnccl.group(comms):
         for c, x, y, p, q in zip(comms, s, g, si, ri):
             c.allgather(x, y)
             c.reduce_scatter(p, q)
-    total = hi[0] + hi[1]
+    total = sum(hi[1:], hi[0])
     for k, (c, y, q) in enumerate(zip(comms, g, ri)):
         c.synchronize()
         np.testing.assert_array_equal(_get(c, y), np.concatenate(hs))
-        np.testing.assert_array_equal(_get(c, q), total[k * 256 : (k + 1) * 256])
+        np.testing.assert_array_equal(_get(c, q), total[k * part : (k + 1) * part])
 
 
 @gpu
@@ -490,15 +490,16 @@ def test_gpu_send_recv_and_pygpu_streams(comms, rng):
     for c in comms:
         with c.context:
             streams.append(driver.Stream())
-    with pnccl.group(comms):  # a ring: each sends to the other
+    n = len(comms)
+    with pnccl.group(comms):  # a ring: each sends to the next (one rank: to itself)
         for k, (c, x, y, s) in enumerate(zip(comms, a, b, streams)):
-            c.send(x, peer=1 - k, stream=s)
-            c.recv(y, peer=1 - k, stream=s)
+            c.send(x, peer=(k + 1) % n, stream=s)
+            c.recv(y, peer=(k - 1) % n, stream=s)
     for c, s in zip(comms, streams):
         with c.context:
             s.synchronize()
-    np.testing.assert_array_equal(_get(comms[0], b[0]), h[1])
-    np.testing.assert_array_equal(_get(comms[1], b[1]), h[0])
+    for k, (c, y) in enumerate(zip(comms, b)):
+        np.testing.assert_array_equal(_get(c, y), h[(k - 1) % n])
     # work queued on a pygpu stream, then an all-reduce on it: ordered there
     for c, x, s, k in zip(comms, a, streams, (2.0, 3.0)):
         c.stream = s
@@ -509,7 +510,9 @@ def test_gpu_send_recv_and_pygpu_streams(comms, rng):
             c.allreduce(x)
     for c, x in zip(comms, a):
         c.synchronize()
-        np.testing.assert_array_equal(_get(c, x), np.full(10000, 5.0, np.float32))
+        np.testing.assert_array_equal(
+            _get(c, x), np.full(10000, 5.0 if n == 2 else 2.0, np.float32)
+        )
 
 
 @gpu
@@ -529,30 +532,31 @@ def _rank_fn(comm, seed):
     comm.allreduce(a)
     b = gpuarray.to_gpu(h) if comm.rank == 0 else gpuarray.zeros(50000, np.float64)
     comm.broadcast(b, root=0)
-    peer = 1 - comm.rank
+    n = comm.nranks
     r = gpuarray.zeros(50000, np.float64)
     from pygpu import nccl
 
-    with nccl.group():
-        comm.send(gpuarray.to_gpu(h * 2), peer)
-        comm.recv(r, peer)
+    with nccl.group():  # a ring (one rank: to itself)
+        comm.send(gpuarray.to_gpu(h * 2), (comm.rank + 1) % n)
+        comm.recv(r, (comm.rank - 1) % n)
     comm.synchronize()
     return comm.rank, comm.device, h, a.get(), b.get(), r.get()
 
 
 @gpu
-def test_gpu_one_process_per_gpu(rng):
-    _need(2)
+@pytest.mark.parametrize("n", [1, 2])
+def test_gpu_one_process_per_gpu(rng, n):
+    _need(n)
     seed = int(rng.integers(1 << 30))
-    out = pnccl.spawn(_rank_fn, 2, args=(seed,), timeout=300)
-    (r0, d0, h0, a0, b0, x0), (r1, d1, h1, a1, b1, x1) = out
-    assert (r0, d0, r1, d1) == (0, 0, 1, 1)
-    np.testing.assert_allclose(a0, h0 + h1, rtol=1e-12)
-    np.testing.assert_array_equal(a0, a1)
-    np.testing.assert_array_equal(b0, h0)
-    np.testing.assert_array_equal(b1, h0)
-    np.testing.assert_array_equal(x0, 2 * h1)
-    np.testing.assert_array_equal(x1, 2 * h0)
+    out = pnccl.spawn(_rank_fn, n, args=(seed,), timeout=300)
+    assert [(r[0], r[1]) for r in out] == [(k, k) for k in range(n)]
+    hs = [r[2] for r in out]
+    total = sum(hs[1:], hs[0])
+    for k, (_, _, h, a, b, x) in enumerate(out):
+        np.testing.assert_allclose(a, total, rtol=1e-12)
+        np.testing.assert_array_equal(a, out[0][3])
+        np.testing.assert_array_equal(b, hs[0])
+        np.testing.assert_array_equal(x, 2 * hs[(k - 1) % n])
 
 
 @gpu
@@ -576,7 +580,7 @@ def test_gpu_example_on_two_gpus(mode, tmp_path):
 
 @gpu
 def test_gpu_benchmark_runs_and_checks(tmp_path):
-    _need(2)
+    _need(1)  # one GPU: a one-rank communicator
     try:
         r = subprocess.run(
             [

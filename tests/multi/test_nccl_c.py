@@ -134,7 +134,10 @@ def test_a_communicator_before_nccl_is_loaded_says_so():
 
 def test_candidates_put_nccl4pys_library_first(monkeypatch):
     monkeypatch.setenv("PYGPU_NCCL", "/opt/mine/libnccl.so.2")
-    monkeypatch.setitem(sys.modules, "nccl", None)  # nccl4py absent
+    # nccl4py absent: every module of it (a submodule imported earlier in
+    # this process would be found by its full name, past its parent)
+    for name in [m for m in sys.modules if m == "nccl" or m.startswith("nccl.")] + ["nccl"]:
+        monkeypatch.setitem(sys.modules, name, None)
     c = pnccl._candidates()
     assert c[0] == "/opt/mine/libnccl.so.2" and c[-1] == "libnccl.so.2"
     assert len(c) == len(set(c))
@@ -267,6 +270,33 @@ def test_allgather_reduce_scatter_reduce(comm, fake, rng):
 
 
 @standin
+def test_exact_gpuarrays_go_straight_to_c(comm, fake, rng, monkeypatch):
+    # An exact, dense GPUArray of the communicator's context is proved in C
+    # (launch/arrayslots.c, the operators' proof) and never reaches the
+    # Python gate.  Before the proof was shared, NCCL's copy read the
+    # instance dict, empty since GPUArray's attributes became slots: every
+    # call took the Python path (27 us a call where NCCL's own took 0.8 on
+    # an H200).
+    def refused(*a, **k):
+        raise AssertionError("the Python path was taken")
+
+    monkeypatch.setattr(pnccl.Communicator, "_slow", refused)
+    n = 24
+    mine, other = rng.standard_normal(n), rng.standard_normal(n)
+    a, out, peer = _gpu(mine), _gpu(np.zeros(n)), _gpu(other)
+    fake.set_peer(peer.ptr)
+    assert comm.allreduce(a, out) is out
+    assert (fake.last.name, fake.last.send, fake.last.recv) == (b"ncclAllReduce", a.ptr, out.ptr)
+    np.testing.assert_allclose(out.get(), mine + other, rtol=1e-12)
+    f = _gpu(np.asfortranarray(rng.standard_normal((3, 8))))  # F-contiguous counts too
+    assert comm.broadcast(f, root=0) is f
+    assert (fake.last.name, fake.last.count, fake.last.send) == (b"ncclBroadcast", 24, f.ptr)
+    # a view is not proved in C: the Python path it is
+    with pytest.raises(AssertionError, match="the Python path was taken"):
+        comm.allreduce(a[2:10])
+
+
+@standin
 def test_views_and_nccl4py_operators_take_the_python_path(comm, fake, rng):
     base = rng.standard_normal((4, 6))
     g = _gpu(base)
@@ -331,6 +361,48 @@ def test_group_calls_reach_nccl(comm, fake, rng):
         with pnccl.group([comm]):
             comm.send(a, peer=1)
             fake.fail(6, "peer 1 went away")  # the group's end fails
+
+
+@standin
+def test_group_takes_its_context_from_the_communicators(comm, fake, rng):
+    from pygpu import driver
+
+    a = _gpu(rng.standard_normal(4))
+    ctx = comm.context
+    for comms in ([comm], (comm,), iter([comm]), {comm: 1}):
+        g = pnccl.group(comms=comms)
+        assert g.context is ctx
+    assert pnccl.group().context is ctx  # none given: the current one
+    assert pnccl.group([]).context is ctx
+    # no context current: the group makes the communicator's current while
+    # it runs, and none is current afterwards
+    driver.Context.pop()
+    try:
+        assert driver.Context.get_current() is None
+        assert pnccl.group().context is None
+        before = fake.group_calls
+        with pnccl.group([comm]) as g:
+            assert driver.Context.get_current() is ctx
+            comm.broadcast(a, root=0)
+        assert fake.group_calls == before + 1
+        assert driver.Context.get_current() is None
+    finally:
+        ctx.push()
+    # an exception inside the group goes on, and the group is ended
+    before = fake.group_calls
+    with pytest.raises(KeyError):
+        with pnccl.group([comm]):
+            comm.broadcast(a, root=0)
+            raise KeyError("inside")
+    assert fake.group_calls == before + 1 and fake.last.name == b"ncclGroupEnd"
+    g = pnccl.group([comm])
+    with g:
+        with pytest.raises(driver.LogicError, match="this group is already entered"):
+            g.__enter__()
+    with pytest.raises(TypeError, match="comms must be pygpu.nccl Communicators, not int"):
+        pnccl.group([3])
+    with pytest.raises(TypeError, match="'int' object is not iterable"):
+        pnccl.group(3)
 
 
 # ---- errors, each before NCCL ----

@@ -453,10 +453,12 @@ def test_host_empty_has_only_the_callers_that_write_every_byte():
             for line in f:
                 if "_host_empty(" in line and "def _host_empty(" not in line:
                     calls.append((os.path.relpath(path, root), line.strip()))
-    assert calls == [
-        ("gpuarray.py", "flat = _host_empty(self.size, self.dtype)"),
-        ("gpuarray.py", "buf = _host_empty(src.size, src.dtype)"),
-    ]
+    assert sorted(calls) == sorted(
+        [
+            ("gpuarray.py", "flat = _host_empty(self.size, self.dtype)"),
+            (os.path.join("_array", "copies.py"), "buf = _host_empty(src.size, src.dtype)"),
+        ]
+    )
 
 
 @pytest.mark.driver

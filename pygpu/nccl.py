@@ -41,7 +41,7 @@ so they are ordered after the kernels that wrote the buffers.  Calls return
 at once: :meth:`Communicator.synchronize` (or the stream's) waits.
 """
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 import contextlib
 import operator
 import os
@@ -107,7 +107,7 @@ def available() -> bool:
     return True
 
 
-def unique_id():
+def unique_id() -> Any:
     """A new NCCL unique id (nccl4py's ``UniqueId``, picklable) for
     :meth:`Communicator.init`: made on one rank, handed to every other."""
     return _nccl().get_unique_id()
@@ -188,7 +188,7 @@ def _cai(buf, what):
     return cai
 
 
-def contiguous(buf, what="buffer"):
+def contiguous(buf: Any, what: str = "buffer") -> "tuple[tuple[int, ...], np.dtype[Any]]":
     """Check that `buf` (anything with ``__cuda_array_interface__``) is C- or
     Fortran-contiguous; returns (shape, dtype).  NCCL reads `count`
     elements of contiguous memory, so a strided view would be read wrong."""
@@ -290,7 +290,7 @@ class Communicator:
     cover), ``context`` the pygpu primary context, ``stream`` the default
     stream of its calls (None: the legacy default stream)."""
 
-    def __init__(self, comm, context, stream=None):
+    def __init__(self, comm: Any, context: Any, stream: Any = None) -> None:
         if not context.is_primary:
             raise ValueError(
                 "pygpu.nccl: the context must be its device's primary context "
@@ -309,7 +309,9 @@ class Communicator:
     # ---- making communicators ----
 
     @classmethod
-    def init(cls, nranks, rank, uid, device=None, stream=None):
+    def init(
+        cls, nranks: int, rank: int, uid: Any, device: Any = None, stream: Any = None
+    ) -> "Communicator":
         """This process's rank of `nranks` (a collective call: every rank
         makes its own with the same `uid` from :func:`unique_id`).  `device`
         is an ordinal or a pygpu Device; None takes the current context's
@@ -348,19 +350,19 @@ class Communicator:
     # ---- what it is ----
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         return self._c.rank
 
     @property
-    def nranks(self):
+    def nranks(self) -> int:
         return self._c.nranks
 
     @property
-    def device(self):
+    def device(self) -> int:
         """The device's ordinal."""
         return self.context.device.ordinal
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<pygpu.nccl.Communicator rank %d of %d on device %d>" % (
             self.rank,
             self.nranks,
@@ -404,7 +406,9 @@ class Communicator:
             return None
         return send if recv is None else recv
 
-    def allreduce(self, sendbuf, recvbuf=None, op="sum", stream=None):
+    def allreduce(
+        self, sendbuf: Any, recvbuf: Any = None, op: "str | int" = "sum", stream: Any = None
+    ) -> Any:
         """Reduce `sendbuf` over every rank into every rank's `recvbuf`
         (None: in place, into `sendbuf`)."""
         if stream is None:
@@ -414,7 +418,14 @@ class Communicator:
             return self._slow("allreduce", sendbuf, recvbuf, op, None, stream)
         return r
 
-    def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, stream=None):
+    def reduce(
+        self,
+        sendbuf: Any,
+        recvbuf: Any = None,
+        op: "str | int" = "sum",
+        root: int = 0,
+        stream: Any = None,
+    ) -> Any:
         """Reduce `sendbuf` over every rank into `recvbuf` on `root` (None:
         in place)."""
         if stream is None:
@@ -424,7 +435,7 @@ class Communicator:
             return self._slow("reduce", sendbuf, recvbuf, op, root, stream)
         return r
 
-    def broadcast(self, buf, root=0, recvbuf=None, stream=None):
+    def broadcast(self, buf: Any, root: int = 0, recvbuf: Any = None, stream: Any = None) -> Any:
         """Copy `buf` on `root` to every rank's `recvbuf` (None: in place,
         into `buf` on each rank)."""
         if stream is None:
@@ -434,7 +445,7 @@ class Communicator:
             return self._slow("broadcast", buf, recvbuf, None, root, stream)
         return r
 
-    def allgather(self, sendbuf, recvbuf, stream=None):
+    def allgather(self, sendbuf: Any, recvbuf: Any, stream: Any = None) -> Any:
         """Every rank's `sendbuf`, in rank order, into every rank's `recvbuf`
         (nranks times the size)."""
         if stream is None:
@@ -444,7 +455,9 @@ class Communicator:
             return self._slow("allgather", sendbuf, recvbuf, None, None, stream)
         return r
 
-    def reduce_scatter(self, sendbuf, recvbuf, op="sum", stream=None):
+    def reduce_scatter(
+        self, sendbuf: Any, recvbuf: Any, op: "str | int" = "sum", stream: Any = None
+    ) -> Any:
         """Reduce `sendbuf` over every rank; rank i gets the i-th of nranks
         equal parts in `recvbuf`."""
         if stream is None:
@@ -454,14 +467,14 @@ class Communicator:
             return self._slow("reduce_scatter", sendbuf, recvbuf, op, None, stream)
         return r
 
-    def send(self, buf, peer, stream=None):
+    def send(self, buf: Any, peer: int, stream: Any = None) -> None:
         """Send `buf` to rank `peer` (which calls :meth:`recv`)."""
         if stream is None:
             stream = self.stream
         if self._c.send(buf, peer, stream) is NotImplemented:
             self._slow("send", buf, None, None, peer, stream)
 
-    def recv(self, buf, peer, stream=None):
+    def recv(self, buf: Any, peer: int, stream: Any = None) -> Any:
         """Receive into `buf` from rank `peer` (which calls :meth:`send`)."""
         if stream is None:
             stream = self.stream
@@ -565,7 +578,7 @@ class group(_driver.NcclGroup):
     __slots__ = ()
 
 
-def from_mpi(comm, device=None, stream=None):
+def from_mpi(comm: Any, device: Any = None, stream: Any = None) -> Communicator:
     """A :class:`Communicator` with the same ranks as the mpi4py
     communicator `comm`: rank 0 makes the unique id and broadcasts it over
     MPI.  `device` defaults to the rank's position among the ranks of its
@@ -626,7 +639,7 @@ def _first_host(nodelist):
     return prefix.strip() + first
 
 
-def launch_env(environ=None):
+def launch_env(environ: "Mapping[str, str] | None" = None) -> "dict[str, Any] | None":
     """The rank layout a launcher set in the environment, as a dict:
     rank, nranks, local_rank, addr and port (MASTER_ADDR/MASTER_PORT, or
     None), source (the launcher's name).  Looked at in order: torchrun's
@@ -689,7 +702,9 @@ def _recv_exact(sock, n):
     return data
 
 
-def exchange_id(payload, rank, nranks, addr, port, timeout=300.0):
+def exchange_id(
+    payload: "bytes | None", rank: int, nranks: int, addr: str, port: int, timeout: float = 300.0
+) -> bytes:
     """Rank 0 hands `payload` (the unique id's 128 bytes; None elsewhere)
     to every other rank over TCP: it listens on `port`, each other rank
     connects to `addr`:`port` (retrying until `timeout` seconds) and gets
@@ -706,7 +721,7 @@ def exchange_id(payload, rank, nranks, addr, port, timeout=300.0):
         srv = socket.create_server(("", port), reuse_port=False)
         try:
             srv.settimeout(max(0.1, deadline - time.monotonic()))
-            served = set()
+            served: "set[int]" = set()
             while len(served) < nranks - 1:
                 try:
                     conn, _ = srv.accept()
@@ -745,7 +760,13 @@ def exchange_id(payload, rank, nranks, addr, port, timeout=300.0):
         time.sleep(0.2)
 
 
-def bootstrap(device=None, stream=None, mpi=None, environ=None, timeout=300.0):
+def bootstrap(
+    device: Any = None,
+    stream: Any = None,
+    mpi: Any = None,
+    environ: "Mapping[str, str] | None" = None,
+    timeout: float = 300.0,
+) -> Communicator:
     """This process's :class:`Communicator` among the ranks a launcher
     started, on one machine or many: the one call a program needs.
 

@@ -21,6 +21,7 @@ from pygpu import (
     gpuarray,
     ipc,
     mpi,
+    nccl,
     profiler,
     system,
     textures,
@@ -235,6 +236,27 @@ def mpi_staged(comm: Any, a: gpuarray.GPUArray) -> str:
     s.Recv(a, source=1)
     s.free()
     return s.path + str(mpi.cuda_aware())
+
+
+def collectives(a: gpuarray.GPUArray, out: gpuarray.GPUArray) -> str:
+    comms = nccl.Communicator.init_all([0])
+    with nccl.group(comms):
+        for c in comms:
+            c.allreduce(a, out, op="max")
+    uid = nccl.unique_id()
+    comm = nccl.Communicator.init(1, 0, uid, device=0)
+    comm.broadcast(a, root=0)
+    comm.reduce(a, out, root=0)
+    comm.allgather(a, out)
+    comm.reduce_scatter(out, a)
+    comm.send(a, peer=0)
+    comm.recv(out, peer=0)
+    comm.synchronize()
+    ranks = comm.rank + comm.nranks + comm.device
+    comm.destroy()
+    env = nccl.launch_env({"RANK": "0", "WORLD_SIZE": "1"})
+    boot = nccl.bootstrap(timeout=10.0)
+    return "%s %d %s %s %s" % (nccl.available(), ranks, env, boot, nccl.load())
 
 
 def sparse_solve(mat: Any, b: gpuarray.GPUArray) -> float:

@@ -22,9 +22,10 @@ NCCL group, on one stream per GPU:
   the least Python a call to NCCL can have (what nccl-tests measure).
 
 Each figure: the mean wall-clock time of --iters rounds after warm-up
-rounds, all streams synchronized at the end (as nccl-tests time it);
-algorithm bandwidth = bytes / time, bus bandwidth = algorithm bandwidth x
-2 (n - 1) / n (nccl-tests' definition for all-reduce, comparable across n).
+rounds (at least --warmup of them and 0.2 s), all streams synchronized at
+the end (as nccl-tests time it); algorithm bandwidth = bytes / time, bus
+bandwidth = algorithm bandwidth x 2 (n - 1) / n (nccl-tests' definition for
+all-reduce, comparable across n).
 The first size's result is checked against NumPy (random data, every GPU's
 copy).  The last columns give pygpu's cost over NCCL's own per call
 ((pygpu's round - NCCL's round) / GPUs, in microseconds) and whether it is
@@ -69,9 +70,17 @@ def not_run(why):
     sys.exit(0)
 
 
+WARM_S = 0.2  # warm-up of each figure: at least this long (the host's clocks and caches)
+
+
 def timed(rounds, sync, iters, warmup):
-    for _ in range(warmup):
+    t = time.perf_counter()
+    n = 0
+    while n < warmup or time.perf_counter() - t < WARM_S:
         rounds()
+        n += 1
+        if n % 64 == 0:
+            sync()
     sync()
     t = time.perf_counter()
     for _ in range(iters):
@@ -197,7 +206,7 @@ def main(argv=None):
             nb.group_end()
 
         iters = args.iters if nbytes >= (1 << 20) else max(args.iters, 200)
-        warmup = max(args.warmup, iters // 4)  # the host's caches and clocks too
+        warmup = max(args.warmup, iters // 4)
         t_pg = timed(pygpu_round, sync_pygpu, iters, warmup)
         t_dir = timed(direct_round, sync_pygpu, iters, warmup)
         t_own = timed(own_round, sync_core, iters, warmup)

@@ -86,7 +86,7 @@ class AutotuneError(RuntimeError):
     """No variant compiled, launched and (where checked) gave the right output;
     .table has the reasons."""
 
-    def __init__(self, msg, table):
+    def __init__(self, msg: str, table: "list[dict[str, Any]]") -> None:
         super().__init__(msg)
         self.table = table
 
@@ -94,7 +94,7 @@ class AutotuneError(RuntimeError):
 # ---- the space ----
 
 
-def expand_space(space):
+def expand_space(space: Any) -> "list[dict[str, Any]]":
     """The variants of space: a list of dicts, one per combination, in the
     order of the space's keys (the last key varies fastest)."""
     if not isinstance(space, dict) or not space:
@@ -173,10 +173,10 @@ def _bucket(n):
     return 0 if n <= 0 else 1 << (n - 1).bit_length()
 
 
-def shape_class(args):
+def shape_class(args: "Sequence[Any]") -> "tuple[Any, ...]":
     """The argument shape class of args: per array its dtype and sizes rounded
     up to powers of two, per scalar its type."""
-    out = []
+    out: "list[tuple[Any, ...]]" = []
     for a in args:
         cai = getattr(a, "__cuda_array_interface__", None)
         if cai is not None:
@@ -301,7 +301,7 @@ def _save(
         store.debug("autotune: could not write %s: %s" % (_path(cache_dir, key), e))
 
 
-def clear(cache_dir=None, disk=True):
+def clear(cache_dir: Any = None, disk: bool = True) -> None:
     """Forget the tuned choices in memory and (disk=True) on disk."""
     with _lock:
         _memory.clear()
@@ -657,7 +657,7 @@ def autotune(
     built = {}
     try:
         for i, (choice, spec) in enumerate(zip(variants, specs)):
-            row = {"choice": choice, "ms": None, "status": "ok"}
+            row: "dict[str, Any]" = {"choice": choice, "ms": None, "status": "ok"}
             table.append(row)
             try:
                 mod, f = _compile_variant(spec, no_extern_c, arch, include_dirs, cache_dir)

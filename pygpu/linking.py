@@ -29,7 +29,7 @@ input's content, the options, the architecture, the output kind and the
 linker's version; a hit loads neither NVRTC nor nvJitLink.
 """
 
-from typing import Any
+from typing import Any, Callable, Iterable, cast
 import enum
 import hashlib
 import os
@@ -126,7 +126,7 @@ _HOST_FLAGS = {
 _RDC_TRUE = {"-rdc=true", "--relocatable-device-code=true", "-dc", "--device-c"}
 
 
-def translate_nvcc_options(options):
+def translate_nvcc_options(options: "str | Iterable[str] | None") -> "dict[str, Any]":
     """Split nvcc options into what NVRTC takes and what belongs elsewhere.
 
     Returns a dict: ``nvrtc`` (a list for NVRTC), ``libraries`` (names from
@@ -139,7 +139,7 @@ def translate_nvcc_options(options):
     """
     if isinstance(options, str):
         options = options.split()
-    out = {
+    out: "dict[str, Any]" = {
         "nvrtc": [],
         "libraries": [],
         "library_dirs": [],
@@ -222,7 +222,7 @@ def translate_nvcc_options(options):
 _WHEEL_STATIC_DIRS = ("nvidia/cu13/lib", "nvidia/cuda_runtime/lib")
 
 
-def stdlib_dirs(extra=()):
+def stdlib_dirs(extra: "Iterable[str]" = ()) -> "list[str]":
     """The directories searched for lib<name>.a, in order: extra (cuda_libdir,
     -L), the folder of the NVRTC library in use (the same toolkit as the
     compiler), $CUDA_HOME, $CUDA_PATH, $CUDA_ROOT (lib64/, lib/),
@@ -243,11 +243,16 @@ def stdlib_dirs(extra=()):
         dirs += _loader._site_dirs(sys.path, rel)
     dirs += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
     dirs += ["/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu"]
-    seen = set()
-    return [d for d in dirs if not (d in seen or seen.add(d))]
+    seen: "set[str]" = set()
+    out = []
+    for d in dirs:
+        if d not in seen:
+            seen.add(d)
+            out.append(d)
+    return out
 
 
-def find_stdlib(libname, extra_dirs=()):
+def find_stdlib(libname: str, extra_dirs: "Iterable[str]" = ()) -> str:
     """The path of the static CUDA library libname ('cudadevrt' ->
     .../libcudadevrt.a); FileNotFoundError listing where it looked."""
     if not isinstance(libname, str):
@@ -318,7 +323,7 @@ def _ensure_nvjitlink():
     return _jl_loaded
 
 
-def nvjitlink_available():
+def nvjitlink_available() -> bool:
     """Whether nvJitLink can be loaded (loading it)."""
     try:
         _ensure_nvjitlink()
@@ -327,12 +332,12 @@ def nvjitlink_available():
     return True
 
 
-def nvjitlink_version():
+def nvjitlink_version() -> "tuple[int, int]":
     """(major, minor) of the nvJitLink library in use (loading it);
     CudaUnavailableError when there is none."""
     _ensure_nvjitlink()
     v = _driver._nvjitlink_version()
-    return tuple(v) if v is not None else (12, 0)
+    return (int(v[0]), int(v[1])) if v is not None else (12, 0)
 
 
 def _jl_fingerprint():
@@ -536,15 +541,15 @@ class Linker:
 
     def __init__(
         self,
-        arch=None,
-        options=(),
-        lto=False,
-        target="cubin",
-        backend=None,
-        cache_dir=None,
-        message_handler=None,
-        driver_options=(),
-    ):
+        arch: "str | None" = None,
+        options: "str | Iterable[str]" = (),
+        lto: bool = False,
+        target: str = "cubin",
+        backend: "str | None" = None,
+        cache_dir: Any = None,
+        message_handler: "Callable[[bool, str, str], object] | None" = None,
+        driver_options: "Iterable[Any]" = (),
+    ) -> None:
         if backend not in _BACKENDS:
             raise ValueError("backend must be None, 'nvjitlink' or 'driver', not %r" % (backend,))
         if target not in ("cubin", "ptx"):
@@ -565,21 +570,21 @@ class Linker:
         self.backend = backend
         self.cache_dir = store.check_dir(cache_dir)  # checked now, used at link()
         self.message_handler = message_handler
-        self.inputs = []  # (kind, bytes or path, name)
-        self._files = []  # is_file, parallel to inputs
-        self._jl_inputs = []  # the inputs as _nvjitlink_link takes them
+        self.inputs: "list[tuple[str, Any, str]]" = []  # (kind, bytes or path, name)
+        self._files: "list[bool]" = []  # is_file, parallel to inputs
+        self._jl_inputs: "list[Any]" = []  # the inputs as _nvjitlink_link takes them
         self.info_log = self.error_log = ""
-        self.used_backend = None
+        self.used_backend: "str | None" = None
         self.from_cache = False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<pygpu.linking.Linker %s, %d input(s)%s>" % (
             self.arch or "for the current device",
             len(self.inputs),
             ", lto" if self.lto else "",
         )
 
-    def add_data(self, data, input_type=None, name=None):
+    def add_data(self, data: Any, input_type: Any = None, name: "str | None" = None) -> "Linker":
         """Add bytes (a Binary from compile() knows its kind; otherwise
         input_type names it: 'ltoir', 'ptx', 'cubin', 'fatbin', 'object',
         'library', or a jit_input_type)."""
@@ -615,7 +620,7 @@ class Linker:
 
     add = add_data
 
-    def add_file(self, path, input_type=None):
+    def add_file(self, path: "str | os.PathLike[str]", input_type: Any = None) -> "Linker":
         """Add the file at path (its kind from input_type, else its suffix:
         .ltoir .ptx .cubin .fatbin .o .a)."""
         p = os.fspath(path)
@@ -632,11 +637,13 @@ class Linker:
         self._jl_inputs.append((_JL_KIND[kind], path, os.path.basename(p), True))
         return self
 
-    def add_stdlib(self, libname, extra_dirs=()):
+    def add_stdlib(self, libname: str, extra_dirs: "Iterable[str]" = ()) -> "Linker":
         """Add the CUDA static library lib<libname>.a (find_stdlib)."""
         return self.add_file(find_stdlib(libname, extra_dirs), "library")
 
-    def add_source(self, source, options=(), **compile_args):
+    def add_source(
+        self, source: Any, options: "list[str] | tuple[str, ...]" = (), **compile_args: Any
+    ) -> "Linker":
         """Compile source with compile() (LTO-IR when lto, else relocatable
         PTX) for this Linker's architecture and add it."""
         arch = self.arch or _device_sm()
@@ -706,7 +713,7 @@ class Linker:
             parts += [kind, name, "F" if is_file else "D", digest]
         return store.make_key(parts, store.Deps())
 
-    def link(self):
+    def link(self) -> Any:
         """Link: the cubin (or PTX) as a Binary (bytes, .target, .arch).  A
         failed link raises LinkError with the linker's error log."""
         if not self.inputs:
@@ -824,12 +831,20 @@ class Linker:
             L.close()
         return image
 
-    def load(self):
+    def load(self) -> Any:
         """link(), then load the image into the current context: a Module."""
         return driver.module_from_buffer(self.link())
 
 
-def link(inputs, arch=None, options=(), lto=False, target="cubin", backend=None, cache_dir=None):
+def link(
+    inputs: "Iterable[Any]",
+    arch: "str | None" = None,
+    options: "str | Iterable[str]" = (),
+    lto: bool = False,
+    target: str = "cubin",
+    backend: "str | None" = None,
+    cache_dir: Any = None,
+) -> Any:
     """Link inputs (Binary objects from compile(), or (data, input_type)
     pairs, or file paths) with a Linker; the cubin (or PTX) as a Binary."""
     L = Linker(
@@ -866,26 +881,26 @@ class DynamicModule(compiler.CudaModule):
 
     def __init__(
         self,
-        nvcc="nvcc",
-        link_options=None,
-        keep=False,
-        no_extern_c=False,
-        arch=None,
-        code=None,
-        cache_dir=None,
-        include_dirs=(),
-        message_handler=None,
-        log_verbose=False,
-        cuda_libdir=None,
-        backend=None,
-    ):
+        nvcc: str = "nvcc",
+        link_options: "Iterable[Any] | None" = None,
+        keep: bool = False,
+        no_extern_c: bool = False,
+        arch: "str | None" = None,
+        code: "str | None" = None,
+        cache_dir: Any = None,
+        include_dirs: "Iterable[str]" = (),
+        message_handler: "Callable[[bool, str, str], object] | None" = None,
+        log_verbose: bool = False,
+        cuda_libdir: "str | None" = None,
+        backend: "str | None" = None,
+    ) -> None:
         options = list(link_options or ())
         if log_verbose:
             options.append((driver.jit_option.LOG_VERBOSE, 1))
         link_arch = arch or code
         if link_arch is not None and str(link_arch).startswith("compute_"):
             link_arch = "sm_" + str(link_arch)[8:]
-        self.linker = Linker(
+        self.linker: "Linker | None" = Linker(
             arch=link_arch,
             backend=backend,
             cache_dir=cache_dir,
@@ -901,9 +916,9 @@ class DynamicModule(compiler.CudaModule):
         self.include_dirs = list(include_dirs or ())
         self.cuda_libdir = cuda_libdir
         self.module = None
-        self._lowered = {}
-        self._stdlibs = []  # paths of the libraries added
-        self._library_dirs = []  # from -L in nvcc_options
+        self._lowered: "dict[str, str]" = {}
+        self._stdlibs: "list[str]" = []  # paths of the libraries added
+        self._library_dirs: "list[str]" = []  # from -L in nvcc_options
         self._keep_dir = None
 
     def _open_linker(self, what):
@@ -926,7 +941,9 @@ class DynamicModule(compiler.CudaModule):
         ) as f:
             f.write(data)
 
-    def add_source(self, source, nvcc_options=(), name="kernel.ptx"):
+    def add_source(
+        self, source: str, nvcc_options: "str | Iterable[str]" = (), name: str = "kernel.ptx"
+    ) -> "DynamicModule":
         """Compile source (CUDA C) with NVRTC to PTX and add it under name.
         nvcc_options are translated (translate_nvcc_options): -lNAME links
         lib NAME (add_stdlib), -arch picks the architecture."""
@@ -960,7 +977,7 @@ class DynamicModule(compiler.CudaModule):
             self.add_stdlib(lib)
         return self
 
-    def add_data(self, data, input_type, name="unknown"):
+    def add_data(self, data: Any, input_type: Any, name: str = "unknown") -> "DynamicModule":
         """Add bytes of input_type (a jit_input_type, or 'ltoir' ...) under name."""
         if input_type is None or isinstance(input_type, bool):
             raise TypeError(
@@ -970,12 +987,12 @@ class DynamicModule(compiler.CudaModule):
         self._open_linker("add_data").add_data(data, input_type, name)
         return self
 
-    def add_file(self, filename, input_type):
+    def add_file(self, filename: "str | os.PathLike[str]", input_type: Any) -> "DynamicModule":
         """Add the file filename of input_type (a jit_input_type, or 'ltoir' ...)."""
         self._open_linker("add_file").add_file(filename, input_type)
         return self
 
-    def add_stdlib(self, libname):
+    def add_stdlib(self, libname: str) -> "DynamicModule":
         """Add the CUDA static library lib<libname>.a (e.g. 'cudadevrt', the
         device runtime that kernels launching kernels need), found by
         stdlib_dirs(); a library already added is not added twice."""
@@ -987,7 +1004,7 @@ class DynamicModule(compiler.CudaModule):
             self._stdlibs.append(path)
         return self
 
-    def link(self):
+    def link(self) -> "DynamicModule":
         """Link the inputs and load the result into the current context."""
         linker = self._open_linker("link")
         image = linker.link()
@@ -1002,15 +1019,15 @@ class DynamicModule(compiler.CudaModule):
             raise driver.LogicError("DynamicModule.%s(): call link() first" % what)
         return self.module
 
-    def get_function(self, name):
+    def get_function(self, name: str) -> Any:
         """The kernel called name (after link())."""
         self._linked("get_function")
-        return compiler.SourceModule.get_function(self, name)
+        return cast(Any, compiler.SourceModule).get_function(self, name)
 
-    def get_global(self, name):
+    def get_global(self, name: str) -> Any:
         """(DeviceAllocation, nbytes) of a __device__ or __constant__ variable."""
         self._linked("get_global")
-        return compiler.SourceModule.get_global(self, name)
+        return cast(Any, compiler.SourceModule).get_global(self, name)
 
     set_constant = compiler.SourceModule.set_constant
     get_constant = compiler.SourceModule.get_constant
@@ -1023,18 +1040,18 @@ class DynamicSourceModule(DynamicModule):
 
     def __init__(
         self,
-        source,
-        nvcc="nvcc",
-        options=None,
-        keep=False,
-        no_extern_c=False,
-        arch=None,
-        code=None,
-        cache_dir=None,
-        include_dirs=(),
-        cuda_libdir=None,
-        backend=None,
-    ):
+        source: str,
+        nvcc: str = "nvcc",
+        options: "str | Iterable[str] | None" = None,
+        keep: bool = False,
+        no_extern_c: bool = False,
+        arch: "str | None" = None,
+        code: "str | None" = None,
+        cache_dir: Any = None,
+        include_dirs: "Iterable[str]" = (),
+        cuda_libdir: "str | None" = None,
+        backend: "str | None" = None,
+    ) -> None:
         super().__init__(
             nvcc=nvcc,
             link_options=None,

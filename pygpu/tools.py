@@ -19,7 +19,7 @@ autotune (pygpu.autotune): compile, check and time the variants of a kernel
 on the caller's arguments and launch the fastest, remembered on disk.
 """
 
-from typing import Any, Callable, Literal, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Literal, Sequence, TypeVar
 import operator
 import threading
 import weakref
@@ -332,7 +332,7 @@ class DebugMemoryPool(DeviceMemoryPool):
         frames = [f for f in traceback.extract_stack() if f.filename != __file__]
         return traceback.StackSummary.from_list(frames[-self.stack_depth :])
 
-    def describe(self, stack, size):
+    def describe(self, stack: Any, size: int) -> str:
         """The description logged for an allocation of size bytes made at
         stack (a traceback.StackSummary)."""
         import os
@@ -917,7 +917,7 @@ def make_default_context(
     return ctx
 
 
-def init_cuda_context_fixture():
+def init_cuda_context_fixture() -> "Iterator[Any]":
     """A pytest fixture body (``yield from init_cuda_context_fixture()``):
     a pushed context for the test, popped after, with the per-context
     caches cleared."""
@@ -935,13 +935,13 @@ def init_cuda_context_fixture():
             gc.collect()
 
 
-def mark_cuda_test(inner_f):
+def mark_cuda_test(inner_f: "Callable[..., Any]") -> "Callable[..., Any]":
     """Decorate a test to run in a pushed default context (PyCUDA's helper);
     marked 'gpu' for pygpu's pytest plugin."""
     import functools
 
     @functools.wraps(inner_f)
-    def f(*args, **kwargs):
+    def f(*args: Any, **kwargs: Any) -> Any:
         ctx = make_default_context()
         try:
             return inner_f(*args, **kwargs)
@@ -977,7 +977,17 @@ class DeviceData:
     register_allocation_unit; the per-SM figures come from the device
     (MAX_THREADS_PER_MULTIPROCESSOR, MAX_BLOCKS_PER_MULTIPROCESSOR)."""
 
-    def __init__(self, dev=None):
+    max_threads: int
+    warp_size: int
+    warps_per_mp: int
+    thread_blocks_per_mp: int
+    registers: int
+    shared_memory: int
+    smem_alloc_granularity: int
+    smem_granularity: int
+    register_allocation_unit: str
+
+    def __init__(self, dev: Any = None) -> None:
         if dev is None:
             dev = driver.Context.get_device()
         a = driver.device_attribute
@@ -991,7 +1001,7 @@ class DeviceData:
         self.smem_granularity = 32
         self.register_allocation_unit = "warp"
 
-    def align_bytes(self, word_size=4):
+    def align_bytes(self, word_size: int = 4) -> int:
         """The alignment (bytes) that coalesces fetches of word_size bytes."""
         if word_size == 4:
             return 64
@@ -999,26 +1009,26 @@ class DeviceData:
             return 128
         raise ValueError("no alignment possible for fetches of size %d" % word_size)
 
-    def align(self, nbytes, word_size=4):
+    def align(self, nbytes: int, word_size: int = 4) -> int:
         """nbytes rounded up to align_bytes(word_size)."""
         step = self.align_bytes(word_size)
         return _ceil_div(nbytes, step) * step
 
-    def align_words(self, word_size):
+    def align_words(self, word_size: int) -> int:
         """align_bytes(word_size) in words."""
         return self.align_bytes(word_size) // word_size
 
-    def align_dtype(self, elements, dtype_size):
+    def align_dtype(self, elements: int, dtype_size: int) -> int:
         """elements rounded up to a whole aligned run of dtype_size words."""
         step = self.align_words(dtype_size)
         return _ceil_div(elements, step) * step
 
-    def coalesce(self, thread_count):
+    def coalesce(self, thread_count: int) -> int:
         """thread_count rounded up to a multiple of 16."""
         return _ceil_div(thread_count, 16) * 16
 
     @staticmethod
-    def make_valid_tex_channel_count(size):
+    def make_valid_tex_channel_count(size: int) -> int:
         """The channel count (1, 2 or 4) a texture of size channels needs."""
         for valid in (1, 2, 4):
             if size <= valid:
@@ -1033,7 +1043,15 @@ class OccupancyRecord:
     limited_by ('device', 'warps', 'regs' or 'smem'), warps_per_mp and
     occupancy (a fraction of the warps a multiprocessor holds)."""
 
-    def __init__(self, devdata, threads, shared_mem=0, registers=0):
+    tb_per_mp_limits: "list[tuple[int, str]]"
+    tb_per_mp: int
+    limited_by: str
+    warps_per_mp: int
+    occupancy: float
+
+    def __init__(
+        self, devdata: DeviceData, threads: int, shared_mem: int = 0, registers: int = 0
+    ) -> None:
         if threads > devdata.max_threads:
             raise ValueError(
                 "too many threads: %d, the device takes at most %d a block"

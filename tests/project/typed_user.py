@@ -12,6 +12,7 @@ import numpy as np
 
 import pygpu.driver as cuda
 from pygpu import (
+    autotune,
     characterize,
     checkpoint,
     cudacore,
@@ -20,6 +21,7 @@ from pygpu import (
     gl,
     gpuarray,
     ipc,
+    linking,
     mpi,
     nccl,
     profiler,
@@ -236,6 +238,47 @@ def mpi_staged(comm: Any, a: gpuarray.GPUArray) -> str:
     s.Recv(a, source=1)
     s.free()
     return s.path + str(mpi.cuda_aware())
+
+
+def occupancy_and_tuning(a: gpuarray.GPUArray) -> int:
+    dev = tools.DeviceData()
+    occ = tools.OccupancyRecord(dev, dev.align_words(4) * 8, shared_mem=1024, registers=32)
+    n = dev.align(1000) + dev.align_dtype(1000, 8) + dev.coalesce(100)
+    n += tools.DeviceData.make_valid_tex_channel_count(3)
+
+    @tools.mark_cuda_test
+    def check() -> None:
+        pass
+
+    check()
+    variants = autotune.expand_space({"block": [128, 256], "unroll": [1, 2]})
+    shape = autotune.shape_class([a, np.float32(1.0)])
+    autotune.clear(disk=False)
+    return n + occ.tb_per_mp + len(variants) + len(shape)
+
+
+def linked(source: str, ptx: bytes) -> int:
+    opts = linking.translate_nvcc_options(["-O3", "-lcublas_device", "-arch=sm_90"])
+    lk = linking.Linker(arch="sm_90", lto=True, message_handler=lambda ok, info, err: None)
+    lk.add_source(source, options=["-O3"]).add_data(ptx, "ptx", name="k.ptx")
+    lk.add_stdlib("cudadevrt")
+    image = lk.link()
+    mod = linking.DynamicModule(arch="sm_90").add_source(source).add_stdlib("cudadevrt").link()
+    dyn = linking.DynamicSourceModule(source, options=["-O3"])
+    f = dyn.get_function("k")
+    g = mod.get_global("x")
+    both = linking.link([image], arch="sm_90")
+    found = linking.find_stdlib("cudadevrt", linking.stdlib_dirs())
+    major, minor = linking.nvjitlink_version()
+    return (
+        len(opts)
+        + len(bytes(both))
+        + len(found)
+        + major
+        + minor
+        + int(linking.nvjitlink_available())
+        + len(repr((f, g, lk.load())))
+    )
 
 
 def collectives(a: gpuarray.GPUArray, out: gpuarray.GPUArray) -> str:

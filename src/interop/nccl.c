@@ -403,7 +403,7 @@ group_enter(pygpu_NcclGroup *g, PyObject *unused)
         return nccl_error(module, rc, "ncclGroupStart", NULL);
     }
     g->entered = 1;
-    return Py_NewRef(g);
+    return Py_NewRef((PyObject *)g);
 }
 
 static PyObject *

@@ -293,6 +293,18 @@ nccl_group_end(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* After an NCCL call: NCCL's cudaSetDevice may have replaced the top of
+ * the thread's context stack; put want back.  Returns what was current
+ * (want when nothing changed).  No GIL needed. */
+static CUcontext
+context_put_back(CUcontext want)
+{
+    CUcontext now = want;
+    if (cu.cuCtxGetCurrent(&now) == CUDA_SUCCESS && now != want)
+        (void)cu.cuCtxSetCurrent(want);
+    return now;
+}
+
 /* ---- group calls: NcclGroup, pygpu.nccl.group's base ----
  *
  * One round of group calls costs what NCCL's own group does: the context
@@ -419,9 +431,8 @@ group_exit(pygpu_NcclGroup *g, PyObject *const *args, Py_ssize_t nargs)
     g->entered = 0;
     Py_BEGIN_ALLOW_THREADS
         rc = nc.ncclGroupEnd();
-        /* NCCL's cudaSetDevice may have replaced the top of the stack */
-        if (want != NULL && cu.cuCtxGetCurrent(&now) == CUDA_SUCCESS && now != want)
-            (void)cu.cuCtxSetCurrent(want);
+        if (want != NULL)
+            now = context_put_back(want);
     Py_END_ALLOW_THREADS
     pygpu_context_exit(g->pushed);
     g->pushed = 0;
@@ -844,9 +855,7 @@ comm_run(pygpu_NcclComm *c, int kind, PyObject *send, PyObject *recv, PyObject *
         case K_SEND: rc = nc.ncclSend(sp, s.count, s.type, root, h, stream); break;
         case K_RECV: rc = nc.ncclRecv(rp, s.count, s.type, root, h, stream); break;
         }
-        /* NCCL's cudaSetDevice may have replaced the top of the stack */
-        if (cu.cuCtxGetCurrent(&now) == CUDA_SUCCESS && now != c->context->handle)
-            (void)cu.cuCtxSetCurrent(c->context->handle);
+        now = context_put_back(c->context->handle);
     Py_END_ALLOW_THREADS
     if (held_r != NULL)
         pygpu_allocation_unhold(held_r);

@@ -16,10 +16,11 @@ NCCL group, on one stream per GPU:
 - nccl4py on GPUArrays: nccl4py's Communicator.allreduce given the same
   GPUArrays and pygpu Streams directly (DLPack, __cuda_stream__);
 - NCCL's own: ncclAllReduce called through nccl4py's raw bindings
-  (nccl.bindings.nccl.all_reduce, between group_start/group_end) with
-  plain device pointers of buffers from nccl4py's allocator
-  (nccl.mem_alloc) and cuda.core streams: no buffer resolution or checks,
-  the least Python a call to NCCL can have (what nccl-tests measure).
+  (nccl.bindings.nccl.all_reduce, between group_start/group_end) with the
+  plain device pointers of the same arrays and the handles of the same
+  streams: no buffer resolution or checks, the least Python a call to NCCL
+  can have (what nccl-tests measure).  The same memory and streams, so the
+  paths differ only in what the host does per call.
 
 Each figure: the mean wall-clock time of --iters rounds after warm-up
 rounds (at least --warmup of them and 0.2 s), all streams synchronized at
@@ -122,16 +123,13 @@ def main(argv=None):
         not_run("nccl4py is not importable (pip install 'pygpu[nccl]')")
     import nccl.core as nccl
     from nccl.bindings import nccl as nb
-    from cuda.core import Device as CoreDevice
 
     comms = pnccl.Communicator.init_all(list(range(ndev)))
     raw = [c.nccl for c in comms]
-    streams, core_streams = [], []
-    for k, c in enumerate(comms):
+    streams = []
+    for c in comms:
         with c.context:
             streams.append(cuda.Stream())
-            CoreDevice(k).set_current()  # the same primary context
-            core_streams.append(CoreDevice(k).create_stream())
         c.stream = streams[-1]
     names = [cuda.Device(k).name() for k in range(ndev)]
     info = nccl.get_version()
@@ -141,10 +139,6 @@ def main(argv=None):
         for c, s in zip(comms, streams):
             with c.context:
                 s.synchronize()
-
-    def sync_core():
-        for s in core_streams:
-            s.sync()
 
     rng = np.random.default_rng()
     rows = []
@@ -189,12 +183,8 @@ def main(argv=None):
                 for r, a, s in zip(raw, arrays, streams):
                     r.allreduce(a, a, nccl.SUM, stream=s)
 
-        bufs = []
-        for k, c in enumerate(comms):
-            with c.context:  # cuda.core's Buffer needs a current context
-                bufs.append(nccl.mem_alloc(nbytes, k))
-        ptrs = [int(b.handle) for b in bufs]
-        sptrs = [int(s.handle) for s in core_streams]
+        ptrs = [int(a.gpudata) for a in arrays]
+        sptrs = [int(s.handle) for s in streams]
         nccl_dtype = int(nccl.NcclDataType.from_numpy_dtype(dtype))
         op_sum, comm_ptrs = (
             int(nccl.SUM),
@@ -215,7 +205,7 @@ def main(argv=None):
         for _ in range(args.repeat):
             t_pg = min(t_pg, timed(pygpu_round, sync_pygpu, iters, warmup))
             t_dir = min(t_dir, timed(direct_round, sync_pygpu, iters, warmup))
-            t_own = min(t_own, timed(own_round, sync_core, iters, warmup))
+            t_own = min(t_own, timed(own_round, sync_pygpu, iters, warmup))
         factor = 2.0 * (ndev - 1) / ndev if ndev > 1 else 1.0  # one rank: algorithm bw
         row = {"bytes": nbytes, "iters": iters}
         for key, t in (("pygpu", t_pg), ("nccl4py_gpuarray", t_dir), ("nccl_own", t_own)):
@@ -227,8 +217,6 @@ def main(argv=None):
         row["overhead_us_per_call"] = (t_pg - t_own) * 1e6 / ndev
         row["goal_met"] = row["overhead_us_per_call"] <= GOAL_US
         rows.append(row)
-        for b in bufs:
-            nccl.mem_free(b)
         del arrays
 
     head = (

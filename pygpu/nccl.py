@@ -569,11 +569,11 @@ class group(_driver.NcclGroup):
     """Calls of several communicators (several GPUs in this process, or
     several calls of one) issued as one NCCL group (``ncclGroupStart`` /
     ``ncclGroupEnd``), as a ``with`` block: needed where one thread drives
-    more than one rank.  `comms`: the communicators, whose first context is
-    current while the group is launched (without them, the context current
-    when the group is made); the thread's context is what it was
-    afterwards.  Entering and leaving are C (``driver.NcclGroup``): a round
-    costs what NCCL's own group calls do."""
+    more than one rank.  `comms` (optional): the communicators the group's
+    calls use, checked to be Communicators.  No context needs to be current
+    (NCCL sets each communicator's device itself), and the thread's context
+    is what it was afterwards.  Entering and leaving are C
+    (``driver.NcclGroup``): a round costs what NCCL's own group calls do."""
 
     __slots__ = ()
 

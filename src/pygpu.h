@@ -111,6 +111,8 @@ typedef struct {
     PyTypeObject *IPCMemoryHandleType, *VirtualBufferType, *MemoryPoolType;
     PyTypeObject *HostBlockType;    /* hostblock.c */
     PyTypeObject *GreenContextType; /* greenctx.c */
+    PyTypeObject *NcclCommType;     /* nccl.c */
+    PyObject *str_c;                /* interned "_c": pygpu.nccl.Communicator's NcclComm */
 } pygpu_state;
 
 extern PyModuleDef pygpu_moduledef;

@@ -225,6 +225,7 @@ driver_exec(PyObject *m)
     INTERN(str_shared, "shared")
     INTERN(str_stream, "stream")
     INTERN(str_time_kernel, "time_kernel")
+    INTERN(str_c, "_c")
 #undef INTERN
     if (pygpu_errors_setup(m, st) < 0 || pygpu_loader_setup(m) < 0 || add_enums(m) < 0
         || pygpu_device_setup(m, st) < 0 || pygpu_context_setup(m, st) < 0
@@ -294,6 +295,7 @@ driver_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->MemoryPoolType);
     Py_VISIT(st->HostBlockType);
     Py_VISIT(st->GreenContextType);
+    Py_VISIT(st->NcclCommType);
     Py_VISIT(st->primary_contexts);
     Py_VISIT(st->foreign_contexts);
     Py_VISIT(st->gc_collect);
@@ -324,6 +326,7 @@ driver_clear(PyObject *m)
     Py_CLEAR(st->str_cai);
     Py_CLEAR(st->str_dlpack);
     Py_CLEAR(st->str_cuda_stream);
+    Py_CLEAR(st->str_c);
     Py_CLEAR(st->str_block);
     Py_CLEAR(st->str_grid);
     Py_CLEAR(st->str_shared);
@@ -354,6 +357,7 @@ driver_clear(PyObject *m)
     Py_CLEAR(st->MemoryPoolType);
     Py_CLEAR(st->HostBlockType);
     Py_CLEAR(st->GreenContextType);
+    Py_CLEAR(st->NcclCommType);
     Py_CLEAR(st->Error);
     Py_CLEAR(st->LogicError);
     Py_CLEAR(st->LaunchError);

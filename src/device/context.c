@@ -84,6 +84,34 @@ ask_current(CUcontext *h)
     return rc;
 }
 
+CUcontext
+pygpu_context_save(void)
+{
+    CUcontext h = NULL;
+    if (!known_current(&h) && ask_current(&h) != CUDA_SUCCESS)
+        h = NULL;
+    return h;
+}
+
+CUcontext
+pygpu_context_restore(CUcontext before)
+{
+    CUcontext now = before;
+    if (cu.cuCtxGetCurrent(&now) != CUDA_SUCCESS) {
+        tl_current.gen = 0;
+        return NULL;
+    }
+    if (now != before) {
+        CUcontext known = NULL;
+        if (cu.cuCtxSetCurrent(before) != CUDA_SUCCESS)
+            tl_current.gen = 0;
+        else if (!known_current(&known) || known != before)
+            remember_current(before, NULL, NULL);
+        /* else: the remembered answer (and its Context) is right again */
+    }
+    return now;
+}
+
 int
 pygpu_context_is_current(pygpu_Context *ctx)
 {

@@ -95,6 +95,14 @@ void pygpu_scope_exit(pygpu_scope *s);
 /* The same for release paths (dealloc, free()): returns -1 without raising
  * when ctx is detached or cannot be pushed. */
 int pygpu_scope_enter_quiet(pygpu_Context *ctx, pygpu_scope *s);
+/* A library call that may change this thread's current context behind
+ * pygpu's back (NCCL's cudaSetDevice): the handle current before it
+ * (pygpu's remembered answer, else the driver's), and after it that handle
+ * made current again where the call replaced it, pygpu's remembered answer
+ * kept right.  pygpu_context_restore returns what the call left current.
+ * The one way such calls run (interop/nccl.c).  No GIL needed. */
+CUcontext pygpu_context_save(void);
+CUcontext pygpu_context_restore(CUcontext before);
 /* push ctx if it is not current; *pushed says whether to pop.  No GIL needed. */
 CUresult pygpu_context_enter(pygpu_Context *ctx, int *pushed);
 void pygpu_context_exit(int pushed);

@@ -26,10 +26,11 @@
  * not one they prove, so the Python path decides (and raises the gate's
  * errors).  Counts, datatypes, roots and peers are checked here for both.
  *
- * The call itself: the communicator's context current (pushed when it is
- * not; NCCL's own cudaSetDevice may replace the top of the stack, which is
- * put back), the memory held against a free() from another thread, the
- * GIL released (a first call may block while NCCL connects to its peers).
+ * The call itself: no context made current (NCCL sets the communicator's
+ * device itself; where its cudaSetDevice replaces the thread's context,
+ * pygpu_context_restore puts it back), the memory held against a free()
+ * from another thread, the GIL released (a first call may block while
+ * NCCL connects to its peers).
  * Inside pygpu's capture the default stream means the capturing stream,
  * and a call on a capturing stream keeps its arrays alive with the graph
  * (the hold rule).  GIL held everywhere else. */
@@ -293,42 +294,53 @@ nccl_group_end(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* After an NCCL call: NCCL's cudaSetDevice may have replaced the top of
- * the thread's context stack; put want back.  Returns what was current
- * (want when nothing changed).  No GIL needed. */
-static CUcontext
-context_put_back(CUcontext want)
-{
-    CUcontext now = want;
-    if (cu.cuCtxGetCurrent(&now) == CUDA_SUCCESS && now != want)
-        (void)cu.cuCtxSetCurrent(want);
-    return now;
-}
-
 /* ---- group calls: NcclGroup, pygpu.nccl.group's base ----
  *
- * One round of group calls costs what NCCL's own group does: the context
- * made current (pushed only when it is not) and ncclGroupStart on entry;
- * ncclGroupEnd with the GIL released, the thread's context put back where
- * NCCL's cudaSetDevice replaced it, and the push undone on exit.  The
- * context: the first communicator's (comms given), else the current one. */
+ * One round of group calls costs what NCCL's own group does: ncclGroupStart
+ * on entry; ncclGroupEnd with the GIL released on exit, and the thread's
+ * context put back where NCCL's cudaSetDevice replaced it.  No context is
+ * made current: NCCL sets each communicator's device itself. */
 
 typedef struct {
     PyObject_HEAD pygpu_state *st;
-    pygpu_Context *ctx; /* strong, or NULL: no context was current */
-    int pushed;         /* __enter__ pushed ctx */
-    int entered;        /* inside the with block */
+    CUcontext before; /* current when the group was entered */
+    int entered;      /* inside the with block */
 } pygpu_NcclGroup;
+
+/* 0 when obj is a pygpu.nccl Communicator (or its NcclComm), else -1 and a
+ * TypeError */
+static int
+group_check_comm(pygpu_state *st, PyObject *obj)
+{
+    PyObject *c = NULL;
+    int ok;
+    if (Py_IS_TYPE(obj, st->NcclCommType))
+        return 0;
+    if (pygpu_getattr_opt(obj, st->str_c, &c) < 0)
+        return -1;
+    ok = c != NULL && Py_IS_TYPE(c, st->NcclCommType);
+    Py_XDECREF(c);
+    if (ok)
+        return 0;
+    PyErr_Format(PyExc_TypeError,
+                 "pygpu.nccl.group: comms must be pygpu.nccl Communicators, not %.100s",
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+}
 
 static PyObject *
 group_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"comms", NULL};
-    PyObject *comms = Py_None, *first = NULL, *ctx = NULL, *module;
+    PyObject *comms = Py_None, *module;
     pygpu_state *st;
     pygpu_NcclGroup *g;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:NcclGroup", kwlist, &comms))
+    if (kwds == NULL && PyTuple_GET_SIZE(args) <= 1) { /* the common call */
+        if (PyTuple_GET_SIZE(args) == 1)
+            comms = PyTuple_GET_ITEM(args, 0);
+    } else if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:NcclGroup", kwlist, &comms)) {
         return NULL;
+    }
     if ((module = pygpu_module_from_type(type)) == NULL)
         return NULL;
     st = PyModule_GetState(module);
@@ -346,48 +358,30 @@ group_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     if (comms != Py_None) {
         if (PyList_CheckExact(comms) || PyTuple_CheckExact(comms)) {
-            if (PySequence_Fast_GET_SIZE(comms) > 0)
-                first = Py_NewRef(PySequence_Fast_GET_ITEM(comms, 0));
+            Py_ssize_t i, n = PySequence_Fast_GET_SIZE(comms);
+            for (i = 0; i < n; i++)
+                if (group_check_comm(st, PySequence_Fast_GET_ITEM(comms, i)) < 0)
+                    return NULL;
         } else {
-            PyObject *it = PyObject_GetIter(comms);
+            PyObject *it = PyObject_GetIter(comms), *item;
             if (it == NULL)
                 return NULL;
-            first = PyIter_Next(it);
+            while ((item = PyIter_Next(it)) != NULL) {
+                int r = group_check_comm(st, item);
+                Py_DECREF(item);
+                if (r < 0) {
+                    Py_DECREF(it);
+                    return NULL;
+                }
+            }
             Py_DECREF(it);
-            if (first == NULL && PyErr_Occurred())
+            if (PyErr_Occurred())
                 return NULL;
         }
     }
-    if (first != NULL) {
-        ctx = PyObject_GetAttrString(first, "context");
-        if (ctx == NULL) {
-            PyErr_Format(PyExc_TypeError,
-                         "pygpu.nccl.group: comms must be pygpu.nccl Communicators, not %.100s",
-                         Py_TYPE(first)->tp_name);
-            Py_DECREF(first);
-            return NULL;
-        }
-        Py_DECREF(first);
-        if (!PyObject_TypeCheck(ctx, st->ContextType)) {
-            PyErr_Format(PyExc_TypeError,
-                         "pygpu.nccl.group: a communicator's context must be a Context, "
-                         "not %.100s",
-                         Py_TYPE(ctx)->tp_name);
-            Py_DECREF(ctx);
-            return NULL;
-        }
-    } else {
-        if ((ctx = pygpu_current_context_or_none(st)) == NULL)
-            return NULL;
-        if (ctx == Py_None)
-            Py_CLEAR(ctx);
-    }
-    if ((g = (pygpu_NcclGroup *)type->tp_alloc(type, 0)) == NULL) {
-        Py_XDECREF(ctx);
+    if ((g = (pygpu_NcclGroup *)type->tp_alloc(type, 0)) == NULL)
         return NULL;
-    }
     g->st = st;
-    g->ctx = (pygpu_Context *)ctx;
     return (PyObject *)g;
 }
 
@@ -400,20 +394,12 @@ group_enter(pygpu_NcclGroup *g, PyObject *unused)
         PyErr_SetString(g->st->LogicError, "pygpu.nccl.group: this group is already entered");
         return NULL;
     }
-    if (g->ctx != NULL) {
-        CUresult cr;
-        if (pygpu_context_check(g->st, g->ctx) < 0)
-            return NULL;
-        if ((cr = pygpu_context_enter(g->ctx, &g->pushed)) != CUDA_SUCCESS)
-            return pygpu_cuda_error(g->st, cr, "cuCtxPushCurrent");
-    }
     if ((rc = nc.ncclGroupStart()) != NCCL_OK) {
-        pygpu_context_exit(g->pushed);
-        g->pushed = 0;
         if ((module = pygpu_module_from_type(Py_TYPE(g))) == NULL)
             return NULL;
         return nccl_error(module, rc, "ncclGroupStart", NULL);
     }
+    g->before = pygpu_context_save();
     g->entered = 1;
     return Py_NewRef((PyObject *)g);
 }
@@ -422,7 +408,7 @@ static PyObject *
 group_exit(pygpu_NcclGroup *g, PyObject *const *args, Py_ssize_t nargs)
 {
     nccl_result rc;
-    CUcontext now = NULL, want = g->ctx != NULL ? g->ctx->handle : NULL;
+    CUcontext before = g->before;
     PyObject *module;
     if (!g->entered) {
         PyErr_SetString(g->st->LogicError, "pygpu.nccl.group: __exit__ without __enter__");
@@ -431,13 +417,8 @@ group_exit(pygpu_NcclGroup *g, PyObject *const *args, Py_ssize_t nargs)
     g->entered = 0;
     Py_BEGIN_ALLOW_THREADS
         rc = nc.ncclGroupEnd();
-        if (want != NULL)
-            now = context_put_back(want);
+        (void)pygpu_context_restore(before);
     Py_END_ALLOW_THREADS
-    pygpu_context_exit(g->pushed);
-    g->pushed = 0;
-    if (want != NULL && now != want)
-        pygpu_context_forget_current();
     if (rc != NCCL_OK && rc != NCCL_IN_PROGRESS && (nargs == 0 || args[0] == Py_None)) {
         if ((module = pygpu_module_from_type(Py_TYPE(g))) == NULL)
             return NULL;
@@ -446,46 +427,17 @@ group_exit(pygpu_NcclGroup *g, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_FALSE; /* an exception inside the group goes on */
 }
 
-static int
-group_traverse(pygpu_NcclGroup *g, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(g));
-    Py_VISIT(g->ctx);
-    return 0;
-}
-
-static int
-group_clear(pygpu_NcclGroup *g)
-{
-    Py_CLEAR(g->ctx);
-    return 0;
-}
-
 static void
 group_dealloc(pygpu_NcclGroup *g)
 {
     PyTypeObject *tp = Py_TYPE(g);
-    PyObject_GC_UnTrack(g);
-    group_clear(g);
     tp->tp_free((PyObject *)g);
     Py_DECREF(tp);
 }
 
-static PyObject *
-group_get_context(pygpu_NcclGroup *g, void *unused)
-{
-    return Py_NewRef(g->ctx != NULL ? (PyObject *)g->ctx : Py_None);
-}
-
-static PyGetSetDef group_getset[] = {
-    {"context", (getter)group_get_context, NULL,
-     "The context current while the group runs (None: none was current).", NULL},
-    {NULL},
-};
-
 static PyMethodDef group_methods[] = {
     {"__enter__", (PyCFunction)group_enter, METH_NOARGS,
-     "__enter__($self, /)\n--\n\nMake the context current; ncclGroupStart()."},
+     "__enter__($self, /)\n--\n\nncclGroupStart()."},
     {"__exit__", (PyCFunction)(void (*)(void))group_exit, METH_FASTCALL,
      "__exit__($self, *exc_info)\n--\n\nncclGroupEnd() (the GIL released); the context as "
      "it was."},
@@ -495,19 +447,16 @@ static PyMethodDef group_methods[] = {
 static PyType_Slot group_slots[] = {
     {Py_tp_new, group_new},
     {Py_tp_dealloc, group_dealloc},
-    {Py_tp_traverse, group_traverse},
-    {Py_tp_clear, group_clear},
     {Py_tp_methods, group_methods},
-    {Py_tp_getset, group_getset},
     {Py_tp_doc, "NcclGroup(comms=None)\n--\n\n"
                 "A round of NCCL group calls (pygpu.nccl.group's base)."},
     {0, NULL},
 };
 
-static PyType_Spec group_spec = {"pygpu.driver.NcclGroup", sizeof(pygpu_NcclGroup), 0,
-                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC
-                                     | Py_TPFLAGS_BASETYPE,
-                                 group_slots};
+/* no references but its type: not tracked by the GC */
+static PyType_Spec group_spec = {
+    "pygpu.driver.NcclGroup", sizeof(pygpu_NcclGroup), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE, group_slots};
 
 /* ---- buffers ---- */
 
@@ -794,10 +743,9 @@ comm_run(pygpu_NcclComm *c, int kind, PyObject *send, PyObject *recv, PyObject *
     nbuf s, r;
     int op = 0, root = 0, has_r, k;
     CUstream stream = NULL;
-    pygpu_scope scope;
     pygpu_DeviceAllocation *held_s = NULL, *held_r = NULL;
     nccl_result rc = NCCL_OK;
-    CUcontext now = NULL;
+    CUcontext before;
     nccl_comm h = c->handle;
     const void *sp;
     void *rp;
@@ -835,14 +783,21 @@ comm_run(pygpu_NcclComm *c, int kind, PyObject *send, PyObject *recv, PyObject *
     if (pygpu_captures_active && pygpu_stream_capturing(st, sobj)
         && capture_keep(c, sobj, send, recv, &s, has_r ? &r : &s) < 0)
         return NULL;
-    if (pygpu_scope_enter(st, c->context, &scope) < 0)
+    /* NCCL needs no context made current (it sets its device itself): the
+     * thread's context is only put back where NCCL's cudaSetDevice changed
+     * it */
+    if (pygpu_context_check(st, c->context) < 0)
         return NULL;
     if (s.alloc != NULL && pygpu_allocation_hold(st, (PyObject *)s.alloc, &held_s) < 0)
-        goto fail;
-    if (has_r && r.alloc != NULL && pygpu_allocation_hold(st, (PyObject *)r.alloc, &held_r) < 0)
-        goto fail;
+        return NULL;
+    if (has_r && r.alloc != NULL && pygpu_allocation_hold(st, (PyObject *)r.alloc, &held_r) < 0) {
+        if (held_s != NULL)
+            pygpu_allocation_unhold(held_s);
+        return NULL;
+    }
     sp = (const void *)(uintptr_t)s.ptr;
     rp = (void *)(uintptr_t)r.ptr;
+    before = pygpu_context_save();
     Py_BEGIN_ALLOW_THREADS
         switch (kind) {
         case K_ALLREDUCE: rc = nc.ncclAllReduce(sp, rp, s.count, s.type, op, h, stream); break;
@@ -855,25 +810,17 @@ comm_run(pygpu_NcclComm *c, int kind, PyObject *send, PyObject *recv, PyObject *
         case K_SEND: rc = nc.ncclSend(sp, s.count, s.type, root, h, stream); break;
         case K_RECV: rc = nc.ncclRecv(rp, s.count, s.type, root, h, stream); break;
         }
-        now = context_put_back(c->context->handle);
+        (void)pygpu_context_restore(before);
     Py_END_ALLOW_THREADS
     if (held_r != NULL)
         pygpu_allocation_unhold(held_r);
     if (held_s != NULL)
         pygpu_allocation_unhold(held_s);
-    pygpu_scope_exit(&scope);
-    if (now != c->context->handle)
-        pygpu_context_forget_current();
     if (rc != NCCL_OK && rc != NCCL_IN_PROGRESS)
         return nccl_error(pygpu_module_from_type(Py_TYPE(c)), rc, k_routines[kind], h);
     if (kind == K_SEND)
         Py_RETURN_NONE;
     return Py_NewRef(has_r ? recv : send);
-fail:
-    if (held_s != NULL)
-        pygpu_allocation_unhold(held_s);
-    pygpu_scope_exit(&scope);
-    return NULL;
 }
 
 static int
@@ -1161,12 +1108,11 @@ pygpu_nccl_setup(PyObject *m, pygpu_state *st)
 {
     PyTypeObject *tp = NULL;
     PyObject *err;
-    (void)st;
     if (PyModule_AddFunctions(m, nccl_methods) < 0 || pygpu_add_type(m, &comm_spec, &tp) < 0) {
         Py_XDECREF(tp);
         return -1;
     }
-    Py_DECREF(tp); /* the module's attribute keeps it */
+    st->NcclCommType = tp; /* the state's reference */
     tp = NULL;
     if (pygpu_add_type(m, &group_spec, &tp) < 0) {
         Py_XDECREF(tp);

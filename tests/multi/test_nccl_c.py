@@ -364,26 +364,25 @@ def test_group_calls_reach_nccl(comm, fake, rng):
 
 
 @standin
-def test_group_takes_its_context_from_the_communicators(comm, fake, rng):
+def test_group_leaves_the_threads_context_as_it_was(comm, fake, rng):
     from pygpu import driver
 
     a = _gpu(rng.standard_normal(4))
     ctx = comm.context
-    for comms in ([comm], (comm,), iter([comm]), {comm: 1}):
-        g = pnccl.group(comms=comms)
-        assert g.context is ctx
-    assert pnccl.group().context is ctx  # none given: the current one
-    assert pnccl.group([]).context is ctx
-    # no context current: the group makes the communicator's current while
-    # it runs, and none is current afterwards
+    for comms in ([comm], (comm,), iter([comm]), {comm: 1}, [comm._c], None, []):
+        with pnccl.group(comms):
+            assert driver.Context.get_current() is ctx  # nothing pushed
+        assert driver.Context.get_current() is ctx
+    # no context current: NCCL needs none (it sets its device itself), the
+    # group makes none current, and none is current afterwards
     driver.Context.pop()
     try:
         assert driver.Context.get_current() is None
-        assert pnccl.group().context is None
         before = fake.group_calls
-        with pnccl.group([comm]) as g:
-            assert driver.Context.get_current() is ctx
+        with pnccl.group([comm]):
+            assert driver.Context.get_current() is None
             comm.broadcast(a, root=0)
+            assert driver.Context.get_current() is None
         assert fake.group_calls == before + 1
         assert driver.Context.get_current() is None
     finally:
@@ -401,6 +400,10 @@ def test_group_takes_its_context_from_the_communicators(comm, fake, rng):
             g.__enter__()
     with pytest.raises(TypeError, match="comms must be pygpu.nccl Communicators, not int"):
         pnccl.group([3])
+    with pytest.raises(TypeError, match="comms must be pygpu.nccl Communicators, not str"):
+        pnccl.group(iter([comm, "x"]))
+    with pytest.raises(TypeError, match="comms must be pygpu.nccl Communicators, not object"):
+        pnccl.group(comms=(comm, object()))
     with pytest.raises(TypeError, match="'int' object is not iterable"):
         pnccl.group(3)
 
@@ -543,6 +546,48 @@ def test_destroyed_communicator(ctx, fake, rng):
         _driver.LogicError, match=r"pygpu.nccl: allreduce: the communicator was destroyed"
     ):
         c._c.allreduce(_gpu(np.zeros(2)), None, "sum", None)
+
+
+@standin
+def test_the_context_comes_back_where_nccl_switched_it(comm, fake, rng):
+    """NCCL's cudaSetDevice makes its device's primary context current on
+    the calling thread: after each call and group pygpu puts back what was
+    current before (a context created on the same device, or none)."""
+    from pygpu import driver, gpuarray
+
+    a = gpuarray.to_gpu(rng.standard_normal(5))  # in the communicator's context
+    fake.set_peer(a.ptr)
+    want = a.get() * 2
+    other = driver.Device(1).retain_primary_context()  # what NCCL switches to
+    mine = driver.Device(0).make_context()  # pushed: current
+    try:
+        fake.set_device(os.environ["PYGPU_LIBCUDA"], other.handle)
+        comm.allreduce(a)  # NCCL switched to `other`: `mine` is back
+        assert driver.Context.get_current() is mine
+        assert driver.mem_alloc(16).context is mine  # pygpu's next call runs in it
+        with pnccl.group([comm]):
+            comm.broadcast(a, root=0)
+            assert driver.Context.get_current() is mine
+        assert driver.Context.get_current() is mine
+        driver.Context.pop()
+        assert driver.Context.get_current() is comm.context
+        np.testing.assert_array_equal(a.get(), want)
+        # nothing current before: nothing current after
+        comm.context.pop()
+        try:
+            assert driver.Context.get_current() is None
+            comm.allreduce(a)
+            assert driver.Context.get_current() is None
+            with pnccl.group([comm]):
+                comm.broadcast(a, root=0)
+            assert driver.Context.get_current() is None
+        finally:
+            comm.context.push()
+    finally:
+        fake.set_device(None, None)
+        if driver.Context.get_current() is mine:
+            driver.Context.pop()
+        mine.detach()
 
 
 @standin

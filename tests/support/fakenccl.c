@@ -6,7 +6,10 @@
  * plays one rank, and the other ranks' data is one host buffer set with
  * fake_set_peer() (every other rank holds the same).  Each call is recorded
  * in fake_last (and counted); fake_fail(code, message) makes the next call
- * fail with that result and ncclGetLastError's message. */
+ * fail with that result and ncclGetLastError's message.  fake_set_device(
+ * set_current, ctx) makes every later call do what NCCL's cudaSetDevice
+ * does to the calling thread: set_current(ctx) (the driver stand-in's
+ * cuCtxSetCurrent), so the tests see pygpu put the thread's context back. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +38,8 @@ static int fail_code;
 static char last_error[256];
 static const void *peer;       /* the other ranks' data (host memory) */
 unsigned char fake_sent[4096]; /* what the last ncclSend sent (its first 4 KiB) */
+static int (*set_current)(void *); /* fake_set_device: cuCtxSetCurrent, or NULL */
+static void *device_ctx;
 
 void *
 fake_comm_new(int nranks, int rank, int device)
@@ -60,6 +65,13 @@ fake_set_peer(const void *p)
 }
 
 void
+fake_set_device(int (*fn)(void *), void *ctx)
+{
+    set_current = fn;
+    device_ctx = ctx;
+}
+
+void
 fake_fail(int code, const char *message)
 {
     fail_code = code;
@@ -82,6 +94,8 @@ enter(const char *name, const void *send, void *recv, size_t count, int type, in
     fake_last.stream = stream;
     fake_last.group_depth = fake_group_depth;
     fake_ncalls++;
+    if (set_current != NULL)
+        (void)set_current(device_ctx); /* NCCL's cudaSetDevice */
     if (comm != NULL && ((fake_comm *)comm)->magic != MAGIC)
         return 4; /* ncclInvalidArgument */
     rc = fail_code;

@@ -70,6 +70,7 @@ class FakeNccl:
         self.lib.fake_comm_free.argtypes = [ctypes.c_void_p]
         self.lib.fake_set_peer.argtypes = [ctypes.c_void_p]
         self.lib.fake_fail.argtypes = [ctypes.c_int, ctypes.c_char_p]
+        self.lib.fake_set_device.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         self._comms = []
 
     def comm(self, nranks=2, rank=0, device=0):
@@ -81,6 +82,21 @@ class FakeNccl:
     def set_peer(self, ptr):
         """The other ranks' data: a device (= host) address, or 0."""
         self.lib.fake_set_peer(ptr)
+
+    def set_device(self, libcuda, handle):
+        """Every later call makes the context `handle` (an int; None: stop)
+        current, as NCCL's cudaSetDevice does; `libcuda`: the driver
+        stand-in's path (its cuCtxSetCurrent does it)."""
+        if handle is None:
+            self.lib.fake_set_device(None, None)
+            return
+        get = ctypes.CDLL(libcuda).cuGetProcAddress_v2
+        fn, status = ctypes.c_void_p(), ctypes.c_int()
+        rc = get(
+            b"cuCtxSetCurrent", ctypes.byref(fn), 13000, ctypes.c_uint64(0), ctypes.byref(status)
+        )
+        assert rc == 0 and fn.value, "the driver stand-in has no cuCtxSetCurrent"
+        self.lib.fake_set_device(fn.value, handle)
 
     def fail(self, code, message=""):
         self.lib.fake_fail(code, message.encode())

@@ -88,6 +88,8 @@ CUcontext
 pygpu_context_save(void)
 {
     CUcontext h = NULL;
+    if (cu.cuCtxGetCurrent == NULL) /* no driver loaded: nothing is current */
+        return NULL;
     if (!known_current(&h) && ask_current(&h) != CUDA_SUCCESS)
         h = NULL;
     return h;
@@ -97,6 +99,8 @@ CUcontext
 pygpu_context_restore(CUcontext before)
 {
     CUcontext now = before;
+    if (cu.cuCtxGetCurrent == NULL)
+        return NULL;
     if (cu.cuCtxGetCurrent(&now) != CUDA_SUCCESS) {
         tl_current.gen = 0;
         return NULL;

@@ -356,6 +356,8 @@ group_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         if (ensure_loaded(st) < 0)
             return NULL;
     }
+    if (pygpu_ensure_driver(st) < 0) /* the thread's context is read on entry */
+        return NULL;
     if (comms != Py_None) {
         if (PyList_CheckExact(comms) || PyTuple_CheckExact(comms)) {
             Py_ssize_t i, n = PySequence_Fast_GET_SIZE(comms);

@@ -132,6 +132,34 @@ def test_a_communicator_before_nccl_is_loaded_says_so():
     assert p.stdout.splitlines() == [want, want]
 
 
+def test_a_group_before_the_driver_is_loaded(tmp_path):
+    """The group reads the thread's context on entry: made before anything
+    loaded the driver, it loads it (or says why it cannot) instead of
+    calling an entry point that is not there yet (a segfault before the
+    fix)."""
+    import fakecuda
+
+    code = """
+        import sys
+        sys.path.insert(0, %r)
+        import fakenccl
+        from pygpu import _driver, driver, nccl
+        _driver._nccl_load([fakenccl.build()])
+        try:
+            with nccl.group():
+                pass
+            print("ran", driver.Context.get_current())
+        except driver.CudaUnavailableError as e:
+            print("unavailable:", e)
+    """ % os.path.join(ROOT, "tests", "support")
+    p = _py(code, {"PYGPU_LIBCUDA": fakecuda.build()})  # the driver stand-in
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "ran None"  # nothing made current
+    p = _py(code, {"PYGPU_LIBCUDA": str(tmp_path / "libcuda.so.1")})  # no driver
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("unavailable: no CUDA driver: could not load")
+
+
 def test_candidates_put_nccl4pys_library_first(monkeypatch):
     monkeypatch.setenv("PYGPU_NCCL", "/opt/mine/libnccl.so.2")
     # nccl4py absent: every module of it (a submodule imported earlier in

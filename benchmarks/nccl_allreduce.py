@@ -2,7 +2,8 @@
 the same buffer sizes, on every GPU of the machine from one process.
 
     python3 benchmarks/nccl_allreduce.py [--sizes 4K,1M,64M,1G] [--iters N]
-                                         [--gpus N] [--repeat N] [--dtype float32]
+                                         [--turn-s S] [--gpus N] [--repeat N]
+                                         [--dtype float32]
                                          [--json out.json]
 
 Three ways to drive the same NCCL all-reduce (sum, in place), one
@@ -22,10 +23,11 @@ NCCL group, on one stream per GPU:
   can have (what nccl-tests measure).  The same memory and streams, so the
   paths differ only in what the host does per call.
 
-Each figure: the mean wall-clock time of --iters rounds after warm-up
-rounds (at least --warmup of them and 0.2 s), all streams synchronized at
-the end (as nccl-tests time it), the best of --repeat turns of the three
-paths taken in turn; algorithm bandwidth = bytes / time, bus
+Each figure: the mean wall-clock time of the rounds of a turn (at least
+--iters of them and --turn-s seconds) after warm-up rounds (at least
+--warmup of them and 0.2 s), all streams synchronized at the end (as
+nccl-tests time it), the best of --repeat turns of the three paths taken
+in turn; algorithm bandwidth = bytes / time, bus
 bandwidth = algorithm bandwidth x 2 (n - 1) / n (nccl-tests' definition for
 all-reduce, comparable across n).
 The first size's result is checked against NumPy (random data, every GPU's
@@ -75,7 +77,10 @@ def not_run(why):
 WARM_S = 0.2  # warm-up of each figure: at least this long (the host's clocks and caches)
 
 
-def timed(rounds, sync, iters, warmup):
+def timed(rounds, sync, iters, warmup, turn_s):
+    """The mean time of a round: at least `iters` rounds and `turn_s`
+    seconds of them (the count from the warm-up's pace), after at least
+    `warmup` rounds and WARM_S seconds of warm-up."""
     t = time.perf_counter()
     n = 0
     while n < warmup or time.perf_counter() - t < WARM_S:
@@ -84,6 +89,7 @@ def timed(rounds, sync, iters, warmup):
         if n % 64 == 0:
             sync()
     sync()
+    iters = max(iters, int(turn_s / ((time.perf_counter() - t) / n)))
     t = time.perf_counter()
     for _ in range(iters):
         rounds()
@@ -94,9 +100,12 @@ def timed(rounds, sync, iters, warmup):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default=DEFAULT_SIZES, help="bytes per GPU (default %(default)s)")
-    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--iters", type=int, default=20, help="timed rounds a turn, at least")
+    ap.add_argument(
+        "--turn-s", type=float, default=0.1, help="seconds of timed rounds a turn, at least"
+    )
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--repeat", type=int, default=3, help="turns of the three paths")
+    ap.add_argument("--repeat", type=int, default=5, help="turns of the three paths")
     ap.add_argument("--gpus", type=int, help="use the first N GPUs (default: all)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--json", help="write the figures here")
@@ -203,11 +212,11 @@ def main(argv=None):
         # (the first size's first turn read 1-3 us high on an H200)
         t_pg = t_dir = t_own = float("inf")
         for _ in range(args.repeat):
-            t_pg = min(t_pg, timed(pygpu_round, sync_pygpu, iters, warmup))
-            t_dir = min(t_dir, timed(direct_round, sync_pygpu, iters, warmup))
-            t_own = min(t_own, timed(own_round, sync_pygpu, iters, warmup))
+            t_pg = min(t_pg, timed(pygpu_round, sync_pygpu, iters, warmup, args.turn_s))
+            t_dir = min(t_dir, timed(direct_round, sync_pygpu, iters, warmup, args.turn_s))
+            t_own = min(t_own, timed(own_round, sync_pygpu, iters, warmup, args.turn_s))
         factor = 2.0 * (ndev - 1) / ndev if ndev > 1 else 1.0  # one rank: algorithm bw
-        row = {"bytes": nbytes, "iters": iters}
+        row = {"bytes": nbytes, "min_iters": iters, "turn_s": args.turn_s}
         for key, t in (("pygpu", t_pg), ("nccl4py_gpuarray", t_dir), ("nccl_own", t_own)):
             row[key] = {
                 "us": t * 1e6,

@@ -281,6 +281,7 @@ def test_capture_keeps_launch_arguments_alive(standin, mod, rng):
     assert wd() is None
 
 
+@pytest.mark.standin
 def test_capture_keeps_quick_launch_arguments_alive(standin, mod):
     # exact DeviceAllocation/int/float arguments take the quick launch, but
     # not on a capturing stream: a launcher configured before the capture,

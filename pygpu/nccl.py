@@ -10,16 +10,22 @@ call:
 
 - NCCL works in the CUDA runtime's context of a device, its *primary*
   context.  A :class:`Communicator` holds that context (pygpu.autoinit and
-  ``Device.retain_primary_context()`` give the same one) and makes it current
-  around each call, so several GPUs in one process work from one thread;
-  making a communicator while another context is current is an error.
+  ``Device.retain_primary_context()`` give the same one; another context is
+  a ValueError).  No context needs to be current for a call: NCCL sets the
+  communicator's device itself, and the thread's context is put back where
+  NCCL's cudaSetDevice replaced it, so several GPUs in one process work from
+  one thread.
 - Every buffer passes the operand gate: a freed array is a LogicError, an
   array of another device's context a ValueError, a strided view a
   ValueError (NCCL reads contiguous memory); send and receive buffers must
   have one dtype and the sizes the collective needs; roots and peers must be
   ranks.  GPUArrays are proved in C; anything else with
-  ``__cuda_array_interface__`` (CuPy, PyTorch, Numba) is resolved here.
-- Reductions default to a sum and run in place when no output is given;
+  ``__cuda_array_interface__`` (CuPy, PyTorch, Numba) is resolved here, its
+  memory's device checked.  The memory is held while NCCL may use it:
+  inside a :func:`group`, until the group's end launches the calls (a
+  temporary array given to a call stays alive until then).
+- Reductions default to a sum and run in place when no output is given
+  (all-gather and reduce-scatter need a receive buffer of their own);
   complex arrays are summed (and averaged) as pairs of reals; broadcast,
   send/recv and all-gather move any dtype, as bytes where NCCL has no type
   for it.
@@ -231,22 +237,29 @@ def _nccl_type(dtype):
 
 
 def _spec(comm, buf, what, kind, opname, reduces):
-    """The buffer as NCCL takes it, (address, count, ncclDataType_t), after
-    the operand gate: a GPUArray through gpuarray's gate (freed memory,
-    context, extent), anything else through its __cuda_array_interface__.
-    `reduces`: the collective reduces (so the dtype must be one NCCL
-    reduces; complex goes as pairs of reals with sum or avg); otherwise a
-    dtype NCCL has no type for goes as bytes."""
+    """The buffer as NCCL takes it, ((address, count, ncclDataType_t,
+    owner), dtype), after the operand gate: a GPUArray through gpuarray's
+    gate (freed memory, context, extent), anything else through its
+    __cuda_array_interface__ (the C side checks its device).  owner: the
+    DeviceAllocation the memory lies in (held while NCCL may use it), else
+    the buffer itself (kept alive).  `reduces`: the collective reduces (so
+    the dtype must be one NCCL reduces; complex goes as pairs of reals with
+    sum or avg); otherwise a dtype NCCL has no type for goes as bytes."""
     from pygpu import gpuarray
+    from pygpu._array.gate import _allocation
 
+    owner = buf
     if isinstance(buf, gpuarray.GPUArray):
         gpuarray._check_operands("pygpu.nccl %s %s" % (kind, what), (buf,), ctx=comm.context)
+        alloc = _allocation(buf)
+        if isinstance(alloc, _driver.DeviceAllocation):
+            owner = alloc
     shape, dtype = contiguous(buf, what)
     ptr = int(_cai(buf, what)["data"][0])
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
     t = _nccl_type(dtype)
     if t is not None and not (reduces and dtype.kind == "b"):
-        return ptr, count, t
+        return (ptr, count, t, owner), dtype
     if reduces:
         if dtype.kind == "c" and dtype.byteorder != ">":
             if opname not in ("sum", "avg"):
@@ -254,13 +267,13 @@ def _spec(comm, buf, what, kind, opname, reduces):
                     "pygpu.nccl: %s is complex (%s): NCCL reduces it only with sum or "
                     "avg (as pairs of reals), not %s" % (what, dtype, opname or "this op")
                 )
-            return ptr, 2 * count, _TYPES[("f", dtype.itemsize // 2)]
+            return (ptr, 2 * count, _TYPES[("f", dtype.itemsize // 2)], owner), dtype
         raise TypeError(
             "pygpu.nccl: %s is %s, which NCCL does not reduce; it reduces int8, uint8, "
             "int32, uint32, int64, uint64, float16, bfloat16, float32, float64 (and "
             "complex64/complex128 with sum or avg)" % (what, dtype)
         )
-    return ptr, count * dtype.itemsize, _UINT8
+    return (ptr, count * dtype.itemsize, _UINT8, owner), dtype
 
 
 def _stream_of(stream):
@@ -373,7 +386,7 @@ class Communicator:
 
     def _slow(self, kind, send, recv, op, root, stream):
         """What the C path left: every buffer through the full gate and
-        resolved to (address, count, type), the operator and root to ints,
+        resolved to (address, count, type, owner), the operator and root to ints,
         the stream to a handle; then the same C call."""
         code = name = None
         reduces = kind in ("allreduce", "reduce", "reduce_scatter")
@@ -381,13 +394,21 @@ class Communicator:
             code, name = _op_code(op)
         if root is not None:
             root = int(operator.index(root))
-        s = _spec(self, send, "buf" if kind in ("send", "recv") else "sendbuf", kind, name, reduces)
+        s, sdt = _spec(
+            self, send, "buf" if kind in ("send", "recv") else "sendbuf", kind, name, reduces
+        )
         r = None
-        if recv is not None and recv is not send:
+        sized = kind in ("allgather", "reduce_scatter")  # recvbuf of its own size
+        if recv is not None and (recv is not send or sized):
             if kind == "reduce" and root != self.rank:
                 r = None  # NCCL reads recvbuf only on the root
             else:
-                r = _spec(self, recv, "recvbuf", kind, name, reduces)
+                r, rdt = _spec(self, recv, "recvbuf", kind, name, reduces)
+                if rdt != sdt:  # (both may go as bytes)
+                    raise TypeError(
+                        "pygpu.nccl: %s: sendbuf is %s but recvbuf is %s; NCCL moves one "
+                        "type (give both buffers the same dtype)" % (kind, sdt, rdt)
+                    )
         fn = getattr(self._c, kind)
         st = _stream_of(stream)
         if kind == "allreduce" or kind == "reduce_scatter":
@@ -610,7 +631,7 @@ _LAUNCHERS = (
     ("MPICH/Hydra", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
     ("Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
 )
-_MAGIC = b"pygpu-nccl-uid/1"
+_MAGIC = b"pygpu-nccl-uid/2"  # /2: the rank acknowledges the id
 _UID_BYTES = 128
 
 
@@ -730,13 +751,24 @@ def exchange_id(
                         "pygpu.nccl.bootstrap: rank 0 waited %s s on port %d; ranks %s did "
                         "not connect" % (timeout, port, sorted(set(range(1, nranks)) - served))
                     ) from None
+                # a connection that is not a rank's (a port probe, a health
+                # check, one that closes or says nothing) is skipped
+                # (a rank greets as it connects, and acknowledges the id: a
+                # rank that gave up meanwhile is not counted as served)
                 with conn:
-                    conn.settimeout(30)
-                    hello = _recv_exact(conn, len(_MAGIC) + 4)
-                    if hello[: len(_MAGIC)] != _MAGIC:
-                        continue  # not one of ours
-                    (r,) = struct.unpack("!I", hello[len(_MAGIC) :])
-                    conn.sendall(_MAGIC + bytes(payload))
+                    try:
+                        conn.settimeout(2)
+                        hello = _recv_exact(conn, len(_MAGIC) + 4)
+                        if hello[: len(_MAGIC)] != _MAGIC:
+                            continue  # not one of ours
+                        (r,) = struct.unpack("!I", hello[len(_MAGIC) :])
+                        if not 1 <= r < nranks:
+                            continue
+                        conn.sendall(_MAGIC + bytes(payload))
+                        if _recv_exact(conn, 1) != b"k":
+                            continue
+                    except OSError:
+                        continue
                     served.add(r)
         finally:
             srv.close()
@@ -746,9 +778,13 @@ def exchange_id(
         try:
             with socket.create_connection((addr, port), timeout=10) as conn:
                 conn.sendall(_MAGIC + struct.pack("!I", rank))
+                # rank 0 serves one connection at a time, each stray one for
+                # at most 2 s: wait for the id as long as the bootstrap may
+                conn.settimeout(max(10.0, deadline - time.monotonic()))
                 data = _recv_exact(conn, len(_MAGIC) + _UID_BYTES)
                 if data[: len(_MAGIC)] != _MAGIC:
                     raise ConnectionError("%s:%d is not pygpu's rank 0" % (addr, port))
+                conn.sendall(b"k")
                 return data[len(_MAGIC) :]
         except OSError as e:
             last = e

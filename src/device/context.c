@@ -87,11 +87,18 @@ ask_current(CUcontext *h)
 CUcontext
 pygpu_context_save(void)
 {
-    CUcontext h = NULL;
+    CUcontext h = NULL, known = NULL;
     if (cu.cuCtxGetCurrent == NULL) /* no driver loaded: nothing is current */
         return NULL;
-    if (!known_current(&h) && ask_current(&h) != CUDA_SUCCESS)
-        h = NULL;
+    /* the driver's answer, not the remembered one: another library may
+     * have changed the context since pygpu last looked, and restore must
+     * not put back pygpu's stale belief */
+    if (cu.cuCtxGetCurrent(&h) != CUDA_SUCCESS) {
+        tl_current.gen = 0;
+        return NULL;
+    }
+    if (!known_current(&known) || known != h)
+        remember_current(h, NULL, NULL);
     return h;
 }
 

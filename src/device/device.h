@@ -97,7 +97,7 @@ void pygpu_scope_exit(pygpu_scope *s);
 int pygpu_scope_enter_quiet(pygpu_Context *ctx, pygpu_scope *s);
 /* A library call that may change this thread's current context behind
  * pygpu's back (NCCL's cudaSetDevice): the handle current before it
- * (pygpu's remembered answer, else the driver's), and after it that handle
+ * (the driver's answer), and after it that handle
  * made current again where the call replaced it, pygpu's remembered answer
  * kept right.  pygpu_context_restore returns what the call left current.
  * The one way such calls run (interop/nccl.c).  No GIL needed. */

@@ -455,13 +455,10 @@ refuse_blocking(pygpu_state *st, const char *what)
     return -1;
 }
 
-static int
-legacy_stream_check(pygpu_state *st, const char *what)
+int
+pygpu_capture_legacy_check(pygpu_state *st, pygpu_Context *ctx, const char *what)
 {
     capturing *c;
-    pygpu_Context *ctx = pygpu_current_context(st);
-    if (ctx == NULL)
-        return -1;
     for (c = captures; c != NULL; c = c->next) {
         if (c->blocking && c->stream->context == ctx) {
             PyErr_Format(st->LogicError,
@@ -475,6 +472,15 @@ legacy_stream_check(pygpu_state *st, const char *what)
         }
     }
     return 0;
+}
+
+static int
+legacy_stream_check(pygpu_state *st, const char *what)
+{
+    pygpu_Context *ctx = pygpu_current_context(st);
+    if (ctx == NULL)
+        return -1;
+    return pygpu_capture_legacy_check(st, ctx, what);
 }
 
 int

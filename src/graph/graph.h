@@ -114,6 +114,9 @@ int pygpu_capture_is_default(pygpu_state *st, PyObject *sobj);
  * Stream (borrowed), 1.  0: unchanged. */
 int pygpu_capture_default(pygpu_state *st, PyObject **sobj, int blocking, const char *what,
                           const char *instead);
+/* pygpu_capture_check's refusal of work on the legacy default stream, for
+ * the context ctx the work runs in (not the current one): 0 or -1. */
+int pygpu_capture_legacy_check(pygpu_state *st, pygpu_Context *ctx, const char *what);
 /* A launch on the legacy stream while a blocking stream of ctx captures (in
  * another thread): LogicError naming the kernel, -1. */
 int pygpu_capture_legacy_launch(pygpu_state *st, pygpu_Context *ctx, const char *kernel);

@@ -284,10 +284,13 @@ nccl_group_end(PyObject *module, PyObject *unused)
 {
     pygpu_state *st = PyModule_GetState(module);
     nccl_result rc;
+    CUcontext before;
     if (ensure_loaded(st) < 0)
         return NULL;
+    before = pygpu_context_save();
     Py_BEGIN_ALLOW_THREADS
         rc = nc.ncclGroupEnd();
+        (void)pygpu_context_restore(before);
     Py_END_ALLOW_THREADS
     if (rc != NCCL_OK && rc != NCCL_IN_PROGRESS)
         return nccl_error(module, rc, "ncclGroupEnd", NULL);
@@ -301,11 +304,67 @@ nccl_group_end(PyObject *module, PyObject *unused)
  * context put back where NCCL's cudaSetDevice replaced it.  No context is
  * made current: NCCL sets each communicator's device itself. */
 
-typedef struct {
+typedef struct pygpu_NcclGroup {
     PyObject_HEAD pygpu_state *st;
-    CUcontext before; /* current when the group was entered */
-    int entered;      /* inside the with block */
+    CUcontext before;              /* current when the group was entered */
+    int entered;                   /* inside the with block */
+    struct pygpu_NcclGroup *outer; /* strong: the group this one is inside, or NULL */
+    /* the outermost group's, until its ncclGroupEnd launches the calls:
+     * the buffers' objects that are not pygpu's memory (kept alive) and the
+     * DeviceAllocations held busy (a free() waits), each NULL until used */
+    PyObject *keep, *held;
 } pygpu_NcclGroup;
+
+/* This thread's innermost entered group (strong), or NULL.  A collective
+ * queued inside a group runs at the outermost ncclGroupEnd, after the
+ * call returned: its buffers are kept and held until then (a temporary
+ * array would otherwise be freed, and its memory reused, first). */
+static _Thread_local pygpu_NcclGroup *tl_group;
+
+static pygpu_NcclGroup *
+group_root(pygpu_NcclGroup *g)
+{
+    while (g->outer != NULL)
+        g = g->outer;
+    return g;
+}
+
+/* keep obj (a buffer's owner) and transfer the hold *held to the
+ * outermost group; 0, or -1 with an exception (*held then still ours) */
+static int
+group_keep(pygpu_NcclGroup *g, PyObject *obj, pygpu_DeviceAllocation **held)
+{
+    PyObject **list = *held != NULL ? &g->held : &g->keep;
+    if (obj == NULL && *held == NULL)
+        return 0;
+    if (*list == NULL && (*list = PyList_New(0)) == NULL)
+        return -1;
+    if (PyList_Append(*list, *held != NULL ? (PyObject *)*held : obj) < 0)
+        return -1;
+    if (*held != NULL) {
+        Py_DECREF(*held); /* the list has it; the busy count ends at group_release */
+        *held = NULL;
+    }
+    return 0;
+}
+
+/* the outermost group ended: its calls were launched; end the holds */
+static void
+group_release(pygpu_NcclGroup *g)
+{
+    PyObject *held = g->held, *keep = g->keep;
+    Py_ssize_t i;
+    g->held = g->keep = NULL;
+    if (held != NULL) {
+        for (i = 0; i < PyList_GET_SIZE(held); i++) {
+            PyObject *a = PyList_GET_ITEM(held, i);
+            Py_INCREF(a); /* unhold drops the hold's reference */
+            pygpu_allocation_unhold((pygpu_DeviceAllocation *)a);
+        }
+        Py_DECREF(held);
+    }
+    Py_XDECREF(keep);
+}
 
 /* 0 when obj is a pygpu.nccl Communicator (or its NcclComm), else -1 and a
  * TypeError */
@@ -360,10 +419,16 @@ group_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     if (comms != Py_None) {
         if (PyList_CheckExact(comms) || PyTuple_CheckExact(comms)) {
-            Py_ssize_t i, n = PySequence_Fast_GET_SIZE(comms);
-            for (i = 0; i < n; i++)
-                if (group_check_comm(st, PySequence_Fast_GET_ITEM(comms, i)) < 0)
+            Py_ssize_t i;
+            /* the size read each time, each item owned while it is checked:
+             * a __getattr__ may change the list */
+            for (i = 0; i < PySequence_Fast_GET_SIZE(comms); i++) {
+                PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(comms, i));
+                int r = group_check_comm(st, item);
+                Py_DECREF(item);
+                if (r < 0)
                     return NULL;
+            }
         } else {
             PyObject *it = PyObject_GetIter(comms), *item;
             if (it == NULL)
@@ -403,6 +468,8 @@ group_enter(pygpu_NcclGroup *g, PyObject *unused)
     }
     g->before = pygpu_context_save();
     g->entered = 1;
+    g->outer = tl_group; /* the thread's reference moves here */
+    tl_group = (pygpu_NcclGroup *)Py_NewRef((PyObject *)g);
     return Py_NewRef((PyObject *)g);
 }
 
@@ -421,6 +488,13 @@ group_exit(pygpu_NcclGroup *g, PyObject *const *args, Py_ssize_t nargs)
         rc = nc.ncclGroupEnd();
         (void)pygpu_context_restore(before);
     Py_END_ALLOW_THREADS
+    if (tl_group == g) { /* (entered in this thread, and innermost) */
+        tl_group = g->outer;
+        g->outer = NULL;
+        if (tl_group == NULL)
+            group_release(g); /* the outermost: NCCL launched the calls */
+        Py_DECREF(g);         /* the thread's reference */
+    }
     if (rc != NCCL_OK && rc != NCCL_IN_PROGRESS && (nargs == 0 || args[0] == Py_None)) {
         if ((module = pygpu_module_from_type(Py_TYPE(g))) == NULL)
             return NULL;
@@ -433,6 +507,8 @@ static void
 group_dealloc(pygpu_NcclGroup *g)
 {
     PyTypeObject *tp = Py_TYPE(g);
+    group_release(g); /* (left only when it was never exited) */
+    Py_CLEAR(g->outer);
     tp->tp_free((PyObject *)g);
     Py_DECREF(tp);
 }
@@ -466,7 +542,8 @@ typedef struct {
     CUdeviceptr ptr;
     size_t count;                  /* elements of `type` */
     int type;                      /* ncclDataType_t */
-    pygpu_DeviceAllocation *alloc; /* borrowed (the array holds it), or NULL for a spec */
+    pygpu_DeviceAllocation *alloc; /* borrowed: the memory's allocation, or NULL */
+    PyObject *owner;               /* borrowed: the object to keep alive, or NULL */
 } nbuf;
 
 /* ncclDataType_t of a NumPy dtype, by kind and size; -1 when NCCL has none
@@ -506,18 +583,60 @@ nccl_type_of(PyObject *dt)
     return -1;
 }
 
-/* 1: obj is resolved into *b; 0: the Python path decides; -1: error.
- * A tuple is a resolved spec (address, count, nccl_type) from the Python
- * path; an exact GPUArray is proved as the operand gate's fast form. */
+/* A resolved spec's memory on another device than the communicator's, or
+ * not device memory CUDA knows: a ValueError (0 or -1).  The Python path's
+ * specs of memory pygpu does not own (another library's arrays) only. */
 static int
-buffer_of(pygpu_NcclComm *c, PyObject *obj, nbuf *b)
+check_foreign(pygpu_NcclComm *c, CUdeviceptr p, const char *what)
+{
+    pygpu_scope scope;
+    int ordinal = -1;
+    unsigned int managed = 0;
+    CUresult rc;
+    if (cu.cuPointerGetAttribute == NULL)
+        return 0;
+    if (pygpu_scope_enter(c->st, c->context, &scope) < 0)
+        return -1;
+    rc = cu.cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p);
+    if (rc == CUDA_SUCCESS && !managed)
+        rc = cu.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
+    pygpu_scope_exit(&scope);
+    if (rc != CUDA_SUCCESS) {
+        const char *name = NULL;
+        if (cu.cuGetErrorName == NULL || cu.cuGetErrorName(rc, &name) != CUDA_SUCCESS)
+            name = NULL;
+        PyErr_Format(PyExc_ValueError,
+                     "pygpu.nccl: %s at 0x%llx is not device memory CUDA knows "
+                     "(cuPointerGetAttribute: %s)",
+                     what, (unsigned long long)p, name != NULL ? name : "failed");
+        return -1;
+    }
+    if (!managed && ordinal != c->context->ordinal) {
+        PyErr_Format(PyExc_ValueError,
+                     "pygpu.nccl: %s is memory of device %d, the communicator's device is %d", what,
+                     ordinal, c->context->ordinal);
+        return -1;
+    }
+    return 0;
+}
+
+/* 1: obj is resolved into *b; 0: the Python path decides; -1: error.
+ * A tuple is a resolved spec (address, count, nccl_type, owner) from the
+ * Python path, owner the object whose memory it is (a DeviceAllocation,
+ * which is then held like an array's, or another library's array, whose
+ * device is checked here); an exact GPUArray is proved as the operand
+ * gate's fast form. */
+static int
+buffer_of(pygpu_NcclComm *c, PyObject *obj, nbuf *b, const char *what)
 {
     PyObject *nb;
     pygpu_DeviceAllocation *a;
     size_t nbytes;
     b->alloc = NULL;
-    if (PyTuple_CheckExact(obj) && PyTuple_GET_SIZE(obj) == 3) {
+    b->owner = obj;
+    if (PyTuple_CheckExact(obj) && PyTuple_GET_SIZE(obj) == 4) {
         unsigned long long p = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(obj, 0));
+        PyObject *owner = PyTuple_GET_ITEM(obj, 3);
         Py_ssize_t n;
         long t;
         if (p == (unsigned long long)-1 && PyErr_Occurred())
@@ -532,6 +651,15 @@ buffer_of(pygpu_NcclComm *c, PyObject *obj, nbuf *b)
         b->ptr = (CUdeviceptr)p;
         b->count = (size_t)n;
         b->type = (int)t;
+        if (owner == Py_None) {
+            b->owner = NULL;
+        } else {
+            b->owner = owner;
+            if (pygpu_is_allocation(c->st, owner))
+                b->alloc = (pygpu_DeviceAllocation *)owner;
+            else if (check_foreign(c, b->ptr, what) < 0)
+                return -1;
+        }
         return 1;
     }
     if (!Py_IS_TYPE(obj, (PyTypeObject *)c->array_type)
@@ -659,15 +787,15 @@ static int
 stream_of(pygpu_NcclComm *c, PyObject **sobj, CUstream *h)
 {
     PyObject *s = *sobj;
-    int r;
     if (s == Py_None) {
-        if ((r = pygpu_capture_default(c->st, sobj, 0, "pygpu.nccl", NULL)) < 0)
-            return -1;
-        if (r == 0) {
+        /* inside this thread's capture in the communicator's context, the
+         * default stream is the capturing stream (whatever is current) */
+        pygpu_Stream *cur = pygpu_captures_active ? pygpu_capture_current(c->context) : NULL;
+        if (cur == NULL) {
             *h = NULL; /* the legacy default stream, where pygpu's array operations run */
             return 1;
         }
-        s = *sobj;
+        s = *sobj = (PyObject *)cur;
     }
     if (Py_IS_TYPE(s, c->st->StreamType)) {
         pygpu_Stream *ps = (pygpu_Stream *)s;
@@ -696,30 +824,22 @@ stream_of(pygpu_NcclComm *c, PyObject **sobj, CUstream *h)
 }
 
 /* A call on a stream pygpu captures: the graph keeps the buffers alive
- * (their objects, and a hold on the memory: a free() meanwhile is
- * deferred to the graph's death).  0 or -1. */
+ * (their owners, and a hold on the memory: a free() meanwhile is deferred
+ * to the graph's death).  0 or -1. */
 static int
-capture_keep(pygpu_NcclComm *c, PyObject *sobj, PyObject *send, PyObject *recv, const nbuf *s,
-             const nbuf *r)
+capture_keep(pygpu_NcclComm *c, PyObject *sobj, const nbuf *bufs, int nbufs)
 {
-    PyObject *keep = ((pygpu_Stream *)sobj)->capture_keep, *t, *h;
-    PyObject *objs[2] = {send, recv};
-    const nbuf *bufs[2] = {s, r};
+    PyObject *keep = ((pygpu_Stream *)sobj)->capture_keep, *h;
     int i;
-    if ((t = PyTuple_Pack(3, (PyObject *)c, send, recv)) == NULL)
+    if (PyList_Append(keep, (PyObject *)c) < 0)
         return -1;
-    if (PyList_Append(keep, t) < 0) {
-        Py_DECREF(t);
-        return -1;
-    }
-    Py_DECREF(t);
-    for (i = 0; i < 2; i++) {
-        if (objs[i] == Py_None || (i == 1 && recv == send))
-            continue;
-        if (bufs[i]->alloc != NULL) {
-            h = pygpu_hold_new(c->st, (PyObject *)bufs[i]->alloc, "a captured NCCL collective");
+    for (i = 0; i < nbufs; i++) {
+        if (bufs[i].owner != NULL && PyList_Append(keep, bufs[i].owner) < 0)
+            return -1;
+        if (bufs[i].alloc != NULL) {
+            h = pygpu_hold_new(c->st, (PyObject *)bufs[i].alloc, "a captured NCCL collective");
         } else {
-            PyObject *addr = PyLong_FromUnsignedLongLong(bufs[i]->ptr);
+            PyObject *addr = PyLong_FromUnsignedLongLong(bufs[i].ptr);
             h = addr != NULL ? pygpu_hold_address(c->st, addr, "a captured NCCL collective") : NULL;
             Py_XDECREF(addr);
         }
@@ -735,36 +855,47 @@ capture_keep(pygpu_NcclComm *c, PyObject *sobj, PyObject *send, PyObject *recv, 
 }
 
 /* The one path of every collective.  send is the buffer (send/recv's
- * only one); recv None means in place (allreduce, reduce, broadcast).
+ * only one); recv None means in place (allreduce, reduce, broadcast; an
+ * all-gather or a reduce-scatter needs a recvbuf of its own size).
  * Returns the buffer the Python method returns, or NotImplemented. */
 static PyObject *
 comm_run(pygpu_NcclComm *c, int kind, PyObject *send, PyObject *recv, PyObject *opobj,
          PyObject *rootobj, PyObject *sobj)
 {
     pygpu_state *st = c->st;
-    nbuf s, r;
+    nbuf bufs[2], *s = &bufs[0], *r = &bufs[1];
     int op = 0, root = 0, has_r, k;
     CUstream stream = NULL;
-    pygpu_DeviceAllocation *held_s = NULL, *held_r = NULL;
+    pygpu_DeviceAllocation *held[2] = {NULL, NULL};
     nccl_result rc = NCCL_OK;
     CUcontext before;
     nccl_comm h = c->handle;
     const void *sp;
     void *rp;
+    pygpu_NcclGroup *g;
 
     if (h == NULL) {
         PyErr_Format(st->LogicError, "pygpu.nccl: %s: the communicator was destroyed (destroy())",
                      k_names[kind]);
         return NULL;
     }
-    if ((k = buffer_of(c, send, &s)) <= 0)
+    if (recv == Py_None && (kind == K_ALLGATHER || kind == K_REDUCE_SCATTER)) {
+        PyErr_Format(PyExc_ValueError,
+                     "pygpu.nccl: %s needs a recvbuf (%s); it does not work in place",
+                     k_names[kind],
+                     kind == K_ALLGATHER ? "nranks times sendbuf's size"
+                                         : "sendbuf's size divided by nranks");
+        return NULL;
+    }
+    if ((k = buffer_of(c, send, s, kind >= K_SEND ? "buf" : "sendbuf")) <= 0)
         return k < 0 ? NULL : Py_NewRef(Py_NotImplemented);
-    has_r = recv != Py_None && recv != send;
+    /* the same object as both: in place, except where the sizes differ */
+    has_r = recv != Py_None && (recv != send || kind == K_ALLGATHER || kind == K_REDUCE_SCATTER);
     if (has_r) {
-        if ((k = buffer_of(c, recv, &r)) <= 0)
+        if ((k = buffer_of(c, recv, r, "recvbuf")) <= 0)
             return k < 0 ? NULL : Py_NewRef(Py_NotImplemented);
     } else {
-        r = s;
+        *r = *s;
     }
     if (opobj != Py_None && !op_of(c, opobj, &op))
         return Py_NewRef(Py_NotImplemented);
@@ -776,53 +907,62 @@ comm_run(pygpu_NcclComm *c, int kind, PyObject *send, PyObject *recv, PyObject *
     }
     if ((k = stream_of(c, &sobj, &stream)) <= 0)
         return k < 0 ? NULL : Py_NewRef(Py_NotImplemented);
-    if (check_counts(c, kind, &s, &r, has_r) < 0)
+    if (check_counts(c, kind, s, r, has_r) < 0)
         return NULL;
-    /* work on the legacy stream while a blocking stream captures elsewhere */
-    if (pygpu_captures_active && stream == NULL
-        && pygpu_capture_check(st, Py_None, 0, "pygpu.nccl") < 0)
+    /* work on the legacy stream while a blocking stream of the
+     * communicator's context captures (in another thread) */
+    if (pygpu_captures_active && (stream == NULL || stream == CU_STREAM_LEGACY)
+        && pygpu_capture_legacy_check(st, c->context, "pygpu.nccl") < 0)
         return NULL;
     if (pygpu_captures_active && pygpu_stream_capturing(st, sobj)
-        && capture_keep(c, sobj, send, recv, &s, has_r ? &r : &s) < 0)
+        && capture_keep(c, sobj, bufs, has_r ? 2 : 1) < 0)
         return NULL;
     /* NCCL needs no context made current (it sets its device itself): the
      * thread's context is only put back where NCCL's cudaSetDevice changed
      * it */
     if (pygpu_context_check(st, c->context) < 0)
         return NULL;
-    if (s.alloc != NULL && pygpu_allocation_hold(st, (PyObject *)s.alloc, &held_s) < 0)
-        return NULL;
-    if (has_r && r.alloc != NULL && pygpu_allocation_hold(st, (PyObject *)r.alloc, &held_r) < 0) {
-        if (held_s != NULL)
-            pygpu_allocation_unhold(held_s);
-        return NULL;
+    for (k = 0; k < (has_r ? 2 : 1); k++) {
+        if (bufs[k].alloc != NULL
+            && pygpu_allocation_hold(st, (PyObject *)bufs[k].alloc, &held[k]) < 0) {
+            pygpu_allocation_unhold(held[0]);
+            return NULL;
+        }
     }
-    sp = (const void *)(uintptr_t)s.ptr;
-    rp = (void *)(uintptr_t)r.ptr;
+    sp = (const void *)(uintptr_t)s->ptr;
+    rp = (void *)(uintptr_t)r->ptr;
     before = pygpu_context_save();
     Py_BEGIN_ALLOW_THREADS
         switch (kind) {
-        case K_ALLREDUCE: rc = nc.ncclAllReduce(sp, rp, s.count, s.type, op, h, stream); break;
-        case K_REDUCE: rc = nc.ncclReduce(sp, rp, s.count, s.type, op, root, h, stream); break;
-        case K_BROADCAST: rc = nc.ncclBroadcast(sp, rp, r.count, r.type, root, h, stream); break;
-        case K_ALLGATHER: rc = nc.ncclAllGather(sp, rp, s.count, s.type, h, stream); break;
+        case K_ALLREDUCE: rc = nc.ncclAllReduce(sp, rp, s->count, s->type, op, h, stream); break;
+        case K_REDUCE: rc = nc.ncclReduce(sp, rp, s->count, s->type, op, root, h, stream); break;
+        case K_BROADCAST: rc = nc.ncclBroadcast(sp, rp, r->count, r->type, root, h, stream); break;
+        case K_ALLGATHER: rc = nc.ncclAllGather(sp, rp, s->count, s->type, h, stream); break;
         case K_REDUCE_SCATTER:
-            rc = nc.ncclReduceScatter(sp, rp, r.count, r.type, op, h, stream);
+            rc = nc.ncclReduceScatter(sp, rp, r->count, r->type, op, h, stream);
             break;
-        case K_SEND: rc = nc.ncclSend(sp, s.count, s.type, root, h, stream); break;
-        case K_RECV: rc = nc.ncclRecv(rp, s.count, s.type, root, h, stream); break;
+        case K_SEND: rc = nc.ncclSend(sp, s->count, s->type, root, h, stream); break;
+        case K_RECV: rc = nc.ncclRecv(rp, s->count, s->type, root, h, stream); break;
         }
         (void)pygpu_context_restore(before);
     Py_END_ALLOW_THREADS
-    if (held_r != NULL)
-        pygpu_allocation_unhold(held_r);
-    if (held_s != NULL)
-        pygpu_allocation_unhold(held_s);
+    /* inside a group the call runs at the outermost ncclGroupEnd: the
+     * buffers stay kept and held until then */
+    g = (rc == NCCL_OK || rc == NCCL_IN_PROGRESS) && tl_group != NULL ? group_root(tl_group) : NULL;
+    for (k = 0; k < (has_r ? 2 : 1); k++) {
+        if (g != NULL && group_keep(g, bufs[k].owner, &held[k]) < 0) {
+            pygpu_allocation_unhold(held[k]);
+            if (k == 0)
+                pygpu_allocation_unhold(held[1]);
+            return NULL;
+        }
+        pygpu_allocation_unhold(held[k]);
+    }
     if (rc != NCCL_OK && rc != NCCL_IN_PROGRESS)
         return nccl_error(pygpu_module_from_type(Py_TYPE(c)), rc, k_routines[kind], h);
     if (kind == K_SEND)
         Py_RETURN_NONE;
-    return Py_NewRef(has_r ? recv : send);
+    return Py_NewRef(recv != Py_None ? recv : send);
 }
 
 static int

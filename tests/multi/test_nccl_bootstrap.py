@@ -163,6 +163,48 @@ def test_the_id_reaches_every_rank_over_loopback():
     assert got == {0: uid, 1: uid, 2: uid, 3: uid}
 
 
+def test_rank_0_skips_connections_that_are_not_ranks():
+    """A port probe that closes at once, one that says nothing, one with
+    another greeting and one claiming a rank that does not exist: rank 0
+    skips each (the first ended its bootstrap with a ConnectionError before
+    the fix) and still serves the real rank."""
+    import struct
+
+    port = _free_port()
+    uid = np.random.default_rng().integers(0, 256, 128, dtype=np.uint8).tobytes()
+    got = {}
+
+    def rank0():
+        try:
+            got[0] = pnccl.exchange_id(uid, 0, 2, "127.0.0.1", port, timeout=60)
+        except Exception as e:  # noqa: BLE001 - the test reads it
+            got[0] = e
+
+    t = threading.Thread(target=rank0)
+    t.start()
+    strays = []
+    for _ in range(100):  # rank 0 listening
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()  # a probe
+            break
+        except OSError:
+            threading.Event().wait(0.05)
+    silent = socket.create_connection(("127.0.0.1", port), timeout=5)  # says nothing...
+    strays.append(silent)
+    other = socket.create_connection(("127.0.0.1", port), timeout=5)
+    other.sendall(b"GET / HTTP/1.0\r\n\r\n")  # another protocol
+    strays.append(other)
+    silent.close()  # ... and closes
+    bad = socket.create_connection(("127.0.0.1", port), timeout=5)
+    bad.sendall(pnccl._MAGIC + struct.pack("!I", 7))  # no rank 7 of 2
+    strays.append(bad)
+    got[1] = pnccl.exchange_id(None, 1, 2, "127.0.0.1", port, timeout=30)
+    t.join(60)
+    for c in strays:
+        c.close()
+    assert got == {0: uid, 1: uid}
+
+
 def test_rank_0_that_nobody_reaches_times_out_naming_the_missing_ranks():
     port = _free_port()
     with pytest.raises(

@@ -661,3 +661,258 @@ def test_a_captured_collective_keeps_its_arrays(comm, fake, rng):
     assert a.gpudata.holders == () and b.gpudata.holders == ()
     with pytest.raises(_driver.LogicError, match="the array's memory was freed"):
         comm.allreduce(a, b)
+
+
+# ---- defects a review found (each test failed before its fix) ----
+
+
+@standin
+def test_allgather_and_reduce_scatter_need_a_recvbuf_of_their_size(comm, fake, rng):
+    """In place (recvbuf None, or sendbuf itself) an all-gather wrote
+    nranks x size elements into a buffer of size (and a reduce-scatter read
+    as many): refused before NCCL, on the C path and the Python path."""
+    x = _gpu(rng.standard_normal(8))
+    for buf in (x, x[1:5]):  # exact (C) and a view (Python path)
+        n = fake.ncalls
+        for call in (comm.allgather, comm.reduce_scatter):
+            with pytest.raises(
+                ValueError, match=r"pygpu.nccl: %s needs a recvbuf \(" % call.__name__
+            ):
+                call(buf, None)
+        with pytest.raises(
+            ValueError,
+            match=r"allgather: recvbuf holds %d elements, not nranks \(2\) x sendbuf's %d = %d"
+            % (buf.size, buf.size, 2 * buf.size),
+        ):
+            comm.allgather(buf, buf)
+        with pytest.raises(
+            ValueError,
+            match=r"reduce_scatter: sendbuf holds %d elements, not nranks \(2\) x recvbuf's "
+            r"%d = %d" % (buf.size, buf.size, 2 * buf.size),
+        ):
+            comm.reduce_scatter(buf, buf)
+        assert fake.ncalls == n  # nothing reached NCCL
+
+
+@standin
+def test_a_group_keeps_its_calls_buffers_until_it_ends(comm, fake, rng):
+    """Inside a group NCCL runs the calls at the outermost ncclGroupEnd:
+    a temporary array given to a call, or one freed meanwhile, keeps its
+    memory until then (the next allocation reused it before the fix)."""
+    import gc
+    import weakref
+
+    from pygpu import gpuarray
+
+    host = rng.standard_normal(64)
+    for make in (lambda: _gpu(host), lambda: _gpu(np.concatenate([host, host]))[:64]):
+        with pnccl.group([comm]):
+            with pnccl.group([comm]):  # nested: only the outermost end launches
+                comm.broadcast(make(), root=0)  # a temporary (exact, or a view)
+                queued = fake.last.send
+            gc.collect()
+            y = gpuarray.to_gpu(rng.standard_normal(64))  # the next allocation
+            assert y.ptr != queued
+            freed = _gpu(host)
+            comm.broadcast(freed, root=0)
+            queued2 = fake.last.send
+            wr = weakref.ref(freed.gpudata)
+            freed.gpudata.free()  # deferred to the group's end
+            del freed
+            gc.collect()
+            assert wr() is not None
+            z = gpuarray.to_gpu(rng.standard_normal(64))
+            assert z.ptr != queued2
+        gc.collect()
+        assert wr() is None  # released at the end
+
+
+@standin
+def test_capture_rules_follow_the_communicators_context(comm, fake, rng):
+    """A call needs no context current, so the capture rules look at the
+    communicator's context, not the current one: with another device's
+    context current, a call on the default stream inside this thread's
+    capture is recorded on the capturing stream (it ran eagerly on the
+    legacy stream before the fix), and a blocking capture in the
+    communicator's context refuses the legacy stream."""
+    import threading
+
+    from pygpu import driver
+
+    a = _gpu(rng.standard_normal(4))
+    fake.set_peer(a.ptr)
+    c1 = driver.Device(1).retain_primary_context()
+    s0 = driver.Stream(flags=driver.stream_flags.NON_BLOCKING)
+    s0.begin_capture()
+    try:
+        with c1:
+            comm.allreduce(a)
+            assert fake.last.stream == s0.handle
+    finally:
+        s0.end_capture()
+    started, done = threading.Event(), threading.Event()
+
+    def capturer():
+        comm.context.push()
+        s = driver.Stream()  # blocking: the legacy stream would wait for it
+        s.begin_capture()
+        started.set()
+        done.wait()
+        s.end_capture()
+        driver.Context.pop()
+
+    t = threading.Thread(target=capturer)
+    t.start()
+    started.wait()
+    try:
+        n = fake.ncalls
+        with c1:
+            with pytest.raises(driver.LogicError, match="pygpu.nccl: a stream of this context is"):
+                comm.allreduce(a)
+        assert fake.ncalls == n
+    finally:
+        done.set()
+        t.join()
+
+
+@standin
+def test_python_path_buffers_are_held_and_checked(comm, fake, rng):
+    """Buffers resolved by the Python path (views, other libraries' arrays)
+    are held while NCCL runs like exact arrays (a free() from another
+    thread then waits), and another library's array of another device is a
+    ValueError (it reached NCCL before the fix)."""
+    from pygpu import driver, gpuarray
+
+    b = _gpu(rng.standard_normal(64))
+    fake.set_peer(b.ptr)
+    seen = {}
+
+    def during():  # runs inside ncclAllReduce, the GIL released
+        p = b.ptr
+        b.gpudata.free()
+        seen["reused"] = gpuarray.to_gpu(np.zeros(64)).ptr == p
+
+    fake.set_device_hook(during)
+    try:
+        comm.allreduce(b[0:32])
+    finally:
+        fake.set_device(None, None)
+    assert seen == {"reused": False}
+
+    class Foreign:  # as CuPy, PyTorch or Numba show an array
+        def __init__(self, a):
+            self.__cuda_array_interface__ = a.__cuda_array_interface__
+
+    c1 = driver.Device(1).retain_primary_context()
+    with c1:
+        other = gpuarray.to_gpu(rng.standard_normal(8))
+    n = fake.ncalls
+    with pytest.raises(
+        ValueError,
+        match="pygpu.nccl: sendbuf is memory of device 1, the communicator's device is 0",
+    ):
+        comm.allreduce(Foreign(other))
+    assert fake.ncalls == n
+    mine = _gpu(rng.standard_normal(8))
+    fake.set_peer(mine.ptr)
+    assert comm.allreduce(Foreign(mine)) is not None and fake.ncalls == n + 1
+
+
+@standin
+def test_a_captured_foreign_array_is_kept_with_the_graph(comm, fake, rng):
+    import gc
+    import weakref
+
+    from pygpu import driver
+
+    class Foreign:
+        def __init__(self, a):
+            self.a = a  # keeps the memory; the graph must keep this object
+            self.__cuda_array_interface__ = a.__cuda_array_interface__
+
+    f = Foreign(_gpu(rng.standard_normal(4)))
+    fake.set_peer(f.a.ptr)
+    wr = weakref.ref(f)
+    s = driver.Stream()
+    s.begin_capture()
+    try:
+        comm.allreduce(f, stream=s)
+    finally:
+        g = s.end_capture()
+    del f
+    gc.collect()
+    assert wr() is not None  # the graph keeps it (dropped before the fix)
+    del g
+    gc.collect()
+    assert wr() is None
+
+
+@standin
+def test_bytes_of_different_dtypes_are_refused(comm, fake, rng):
+    """int16 and uint16 both go to NCCL as bytes: the dtypes are compared
+    before (the broadcast reinterpreted int16 as uint16 before the fix)."""
+    a = _gpu(rng.integers(-9, 9, 6).astype(np.int16))
+    n = fake.ncalls
+    for other, call in (
+        (np.uint16, lambda r: comm.broadcast(a, root=0, recvbuf=r)),
+        (np.float16, lambda r: comm.broadcast(a, root=0, recvbuf=r)),
+        (np.uint16, lambda r: comm.allgather(a, r)),
+    ):
+        r = _gpu(np.zeros(12 if call.__code__.co_names[-1:] == ("allgather",) else 6, other))
+        with pytest.raises(
+            TypeError,
+            match=r"sendbuf is int16 but recvbuf is %s; NCCL moves one type" % np.dtype(other),
+        ):
+            call(r)
+    assert fake.ncalls == n
+
+
+@standin
+def test_context_save_asks_the_driver(comm, fake, rng):
+    """Another library switched the thread's context behind pygpu's back:
+    a call NCCL does not switch leaves it as that library set it (pygpu put
+    back its own stale belief before the fix); the private group calls put
+    back what NCCL's cudaSetDevice changes too."""
+    import ctypes
+
+    from pygpu import driver
+
+    a = _gpu(rng.standard_normal(4))
+    fake.set_peer(a.ptr)
+    c1 = driver.Device(1).retain_primary_context()
+    set_current = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(
+        fakenccl.driver_entry(os.environ["PYGPU_LIBCUDA"], "cuCtxSetCurrent")
+    )
+    assert driver.Context.get_current() is comm.context  # remembered too
+    assert set_current(c1.handle) == 0  # behind pygpu's back
+    try:
+        comm.allreduce(a)
+        assert driver.Context.get_current() is c1
+    finally:
+        set_current(comm.context.handle)
+    assert driver.Context.get_current() is comm.context
+    fake.set_device(os.environ["PYGPU_LIBCUDA"], c1.handle)  # NCCL's cudaSetDevice
+    try:
+        _driver._nccl_group_start()
+        _driver._nccl_group_end()
+    finally:
+        fake.set_device(None, None)
+    assert driver.Context.get_current() is comm.context
+
+
+@standin
+def test_a_list_of_comms_changed_while_checked(comm, fake):
+    """group(comms) reads the list's size at each item, and owns each item
+    while checking it (a __getattr__ that emptied the list crashed the
+    interpreter before the fix)."""
+    comms = []
+
+    class Shrinking:
+        def __getattr__(self, name):
+            comms.clear()
+            return comm._c
+
+    comms.extend([Shrinking(), Shrinking(), comm])
+    with pnccl.group(comms):
+        pass
+    assert comms == []

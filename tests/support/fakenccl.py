@@ -43,6 +43,16 @@ def build(out=DEFAULT_LIB):
     return out
 
 
+def driver_entry(libcuda, name):
+    """The address of the driver stand-in's entry point `name` (its
+    cuGetProcAddress: the library exports no other names)."""
+    get = ctypes.CDLL(libcuda).cuGetProcAddress_v2
+    fn, status = ctypes.c_void_p(), ctypes.c_int()
+    rc = get(name.encode(), ctypes.byref(fn), 13000, ctypes.c_uint64(0), ctypes.byref(status))
+    assert rc == 0 and fn.value, "the driver stand-in has no %s" % name
+    return fn.value
+
+
 class Call(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char * 32),
@@ -90,13 +100,15 @@ class FakeNccl:
         if handle is None:
             self.lib.fake_set_device(None, None)
             return
-        get = ctypes.CDLL(libcuda).cuGetProcAddress_v2
-        fn, status = ctypes.c_void_p(), ctypes.c_int()
-        rc = get(
-            b"cuCtxSetCurrent", ctypes.byref(fn), 13000, ctypes.c_uint64(0), ctypes.byref(status)
-        )
-        assert rc == 0 and fn.value, "the driver stand-in has no cuCtxSetCurrent"
-        self.lib.fake_set_device(fn.value, handle)
+        self.lib.fake_set_device(driver_entry(libcuda, "cuCtxSetCurrent"), handle)
+
+    def set_device_hook(self, fn):
+        """fn() runs inside every later call, the GIL released around the
+        call as pygpu releases it (as another thread would run then);
+        set_device(None, None) stops it."""
+        hook = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(lambda _p: (fn(), 0)[1])
+        self._hook = hook  # alive while installed
+        self.lib.fake_set_device(ctypes.cast(hook, ctypes.c_void_p).value, None)
 
     def fail(self, code, message=""):
         self.lib.fake_fail(code, message.encode())

@@ -748,6 +748,9 @@ fake_cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p)
                                     : CU_MEMORYTYPE_DEVICE;
         break;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned int *)data = a->kind == K_MANAGED; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *(int *)data = a->ctx != NULL ? a->ctx->dev : 0;
+        break;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
     case CU_POINTER_ATTRIBUTE_HOST_POINTER: *(uintptr_t *)data = (uintptr_t)p; break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(uintptr_t *)data = a->base; break;

@@ -15,13 +15,14 @@ copy whose array was destroyed under it as a stale use (the `standin`
 fixture fails a test that made one); `make sanitize` runs them under
 AddressSanitizer."""
 
-import threading
 import time
 
 import numpy as np
 import pytest
 
 import pygpu.driver as cuda
+
+from threaded import Thread as _Thread
 
 FMT = cuda.array_format
 N = 1024  # float32 elements: 4 KiB
@@ -34,20 +35,6 @@ def _wait_for_call(standin, name, before, timeout=10.0):
     while standin.calls(name) <= before:
         assert time.monotonic() < end, "%s never started" % name
         time.sleep(0.002)
-
-
-class _Thread(threading.Thread):
-    """A thread that keeps its target's exception."""
-
-    def __init__(self, fn):
-        super().__init__(daemon=True)
-        self.fn, self.error = fn, None
-
-    def run(self):
-        try:
-            self.fn()
-        except BaseException as e:  # noqa: B036 - handed to the test
-            self.error = e
 
 
 def _array1d(n=N):

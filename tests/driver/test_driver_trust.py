@@ -25,7 +25,7 @@ import pytest
 import pygpu.driver as cuda
 from pygpu import compiler
 
-from threaded import run_in_threads
+from threaded import Thread as _Thread, run_in_threads
 
 KERNELS = r"""
 extern "C" __global__ void k(float *x, int n) { }
@@ -44,20 +44,6 @@ def _wait_for_call(standin, name, before, timeout=10.0):
     while standin.calls(name) <= before:
         assert time.monotonic() < end, "%s never started" % name
         time.sleep(0.002)
-
-
-class _Thread(threading.Thread):
-    """A thread that keeps its target's result or exception."""
-
-    def __init__(self, fn):
-        super().__init__(daemon=True)
-        self.fn, self.result, self.error = fn, None, None
-
-    def run(self):
-        try:
-            self.result = self.fn()
-        except BaseException as e:  # noqa: B036 - handed to the test
-            self.error = e
 
 
 # ---- 1: Memcpy2D's bounds check ----

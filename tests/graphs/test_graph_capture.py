@@ -16,12 +16,8 @@ import pytest
 
 import pygpu.driver as cuda
 
-from graph_shared import (
-    Thread as _Thread,
-    layout as _layout,
-    live_graphs as _live_graphs,
-    replayed as _replayed,
-)
+from graph_shared import layout as _layout, live_graphs as _live_graphs, replayed as _replayed
+from threaded import Thread as _Thread
 
 
 @pytest.mark.standin

@@ -15,7 +15,8 @@ import pytest
 import pygpu.driver as cuda
 from pygpu import graphs
 
-from graph_shared import Thread as _Thread, layout as _layout, replayed as _replayed
+from graph_shared import layout as _layout, replayed as _replayed
+from threaded import Thread as _Thread
 
 
 @pytest.mark.standin

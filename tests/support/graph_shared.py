@@ -1,13 +1,12 @@
 """What the graph tests share (tests/graphs/test_graphs.py,
 test_graph_capture.py, test_graph_faults.py, test_graph_holds.py,
 test_graphs_gpu.py): their kernels, reading back the stand-in's replay of a
-graph launch and its live graphs, catching unraisable errors, a thread that
-keeps its exception for the test."""
+graph launch and its live graphs, catching unraisable errors (the thread that
+keeps its exception is tests/support/threaded.py's)."""
 
 import ctypes
 import gc
 import sys
-import threading
 
 import numpy as np
 
@@ -97,15 +96,3 @@ def unraisable():
     old = sys.unraisablehook
     sys.unraisablehook = seen.append
     return seen, old
-
-
-class Thread(threading.Thread):
-    def __init__(self, fn):
-        super().__init__(daemon=True)
-        self.fn, self.error = fn, None
-
-    def run(self):
-        try:
-            self.fn()
-        except BaseException as e:  # noqa: B036 - handed to the test
-            self.error = e

@@ -1,5 +1,7 @@
-"""A helper of the thread hammers (tests/arrays/test_gpu_stress.py,
-tests/driver/test_driver_trust.py): run one body in several threads at once."""
+"""Thread helpers of the tests: run one body in several threads at once
+(the thread hammers: tests/arrays/test_gpu_stress.py,
+tests/driver/test_driver_trust.py), and a thread that keeps its target's
+result or exception for the test to read."""
 
 import threading
 
@@ -27,3 +29,18 @@ def run_in_threads(ctx, count, work):
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+class Thread(threading.Thread):
+    """A daemon thread running fn(); .result is what it returned, .error
+    what it raised (None if nothing)."""
+
+    def __init__(self, fn):
+        super().__init__(daemon=True)
+        self.fn, self.result, self.error = fn, None, None
+
+    def run(self):
+        try:
+            self.result = self.fn()
+        except BaseException as e:  # noqa: B036 - handed to the test
+            self.error = e

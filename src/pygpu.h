@@ -94,6 +94,9 @@ typedef struct {
     /* borrowed: contexts made by make_context() or wrapped from a foreign
      * handle; each removes itself in its dealloc */
     pygpu_Context *other_contexts;
+    /* borrowed: detached contexts whose handle waits for their host views
+     * (release_deferred), linked by next_other; each leaves at its release */
+    pygpu_Context *deferred_contexts;
     /* borrowed cache of the last context looked up by handle */
     CUcontext last_handle;
     pygpu_Context *last_ctx;

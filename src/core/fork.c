@@ -15,8 +15,10 @@ int pygpu_forked_from = 0;
 static void
 mark_detached(pygpu_Context *ctx)
 {
-    if (ctx != NULL && !ctx->detached)
-        ctx->detached = 3; /* forked: never touch the driver for it again */
+    if (ctx != NULL && (!ctx->detached || ctx->release_deferred)) {
+        ctx->detached = 3;         /* forked: never touch the driver for it again */
+        ctx->release_deferred = 0; /* (the parent's handle: nothing to release here) */
+    }
 }
 
 static PyObject *
@@ -37,6 +39,11 @@ after_fork_child(PyObject *module, PyObject *unused)
             mark_detached((pygpu_Context *)value);
     for (c = st->other_contexts; c != NULL; c = c->next_other)
         mark_detached(c);
+    while ((c = st->deferred_contexts) != NULL) { /* detached, waiting for host views */
+        st->deferred_contexts = c->next_other;
+        c->next_other = NULL;
+        mark_detached(c);
+    }
     st->last_ctx = NULL;
     st->last_handle = NULL;
     pygpu_context_forget_all(); /* no thread's remembered context holds */

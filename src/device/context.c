@@ -194,16 +194,22 @@ pygpu_context_new_as(pygpu_state *st, PyTypeObject *tp, CUcontext h, int ordinal
 }
 
 static void
-unlink_other(pygpu_state *st, pygpu_Context *ctx)
+unlink_from(pygpu_Context **list, pygpu_Context *ctx)
 {
     pygpu_Context **p;
-    for (p = &st->other_contexts; *p != NULL; p = &(*p)->next_other) {
+    for (p = list; *p != NULL; p = &(*p)->next_other) {
         if (*p == ctx) {
             *p = ctx->next_other;
             break;
         }
     }
     ctx->next_other = NULL;
+}
+
+static void
+unlink_other(pygpu_state *st, pygpu_Context *ctx)
+{
+    unlink_from(&st->other_contexts, ctx);
 }
 
 /* Give the handle back: destroy a created context, release a primary one.
@@ -257,9 +263,12 @@ context_release(pygpu_Context *self)
 void
 pygpu_context_release_deferred(pygpu_Context *ctx)
 {
+    pygpu_state *st;
     if (!ctx->release_deferred)
         return;
     ctx->release_deferred = 0;
+    if ((st = PYGPU_STATE(ctx)) != NULL)
+        unlink_from(&st->deferred_contexts, ctx);
     (void)context_release_handle(ctx);
 }
 
@@ -367,6 +376,17 @@ pygpu_context_for_handle(pygpu_state *st, CUcontext h)
     for (c = st->other_contexts; c != NULL; c = c->next_other)
         if (c->handle == h && !c->detached)
             goto found;
+    for (c = st->deferred_contexts; c != NULL; c = c->next_other) {
+        if (c->handle == h && !c->is_primary) {
+            /* (a primary context is still the device's: the lookup below
+             * gives it a live Context) */
+            PyErr_SetString(st->LogicError,
+                            "the current context was detached (its release waits for its "
+                            "page-locked or managed arrays): pop it, or make another "
+                            "context current");
+            return NULL;
+        }
+    }
     /* unknown: which device is it on? */
     if ((rc = cu.cuCtxGetDevice(&dev)) != CUDA_SUCCESS) {
         pygpu_cuda_error(st, rc, "cuCtxGetDevice");
@@ -813,9 +833,13 @@ context_detach(pygpu_Context *self, PyObject *unused)
         }
     }
     if (views > 0) {
-        /* detached now; the handle stays for the host views */
+        /* detached now; the handle stays for the host views (listed: a
+         * thread that still has it current is refused, a forked child
+         * never touches it) */
         self->detached = 1;
         self->release_deferred = 1;
+        self->next_other = st->deferred_contexts;
+        st->deferred_contexts = self;
         pygpu_context_forget_all();
         if (!self->is_primary && self->owns) {
             /* off this thread's stack, as cuCtxDestroy would take it */

@@ -21,6 +21,7 @@ stream_release(pygpu_Stream *self)
     self->owns = 0;
     /* the block cache's blocks freed on it go back to the pool first */
     pygpu_blockcache_drop_stream(self->context, h);
+    pygpu_capture_stream_dying(h); /* and the frees a capture deferred on it */
     cu.cuStreamDestroy(h);
     pygpu_scope_exit(&s);
 }

@@ -50,6 +50,24 @@ deferred_flush(void)
     }
 }
 
+void
+pygpu_capture_stream_dying(CUstream h)
+{
+    deferred_free *d;
+    int found = 0;
+    for (d = deferred; d != NULL; d = d->next) {
+        if (d->stream == h && h != NULL && h != CU_STREAM_LEGACY) {
+            d->stream = NULL; /* the legacy stream: the memory is idle by then */
+            found = 1;
+        }
+    }
+    if (found) { /* its work on the memory done before the free can run */
+        CUstreamCaptureMode m = pygpu_capture_relax();
+        (void)cu.cuStreamSynchronize(h);
+        pygpu_capture_restore(m);
+    }
+}
+
 static void
 capture_forget(pygpu_Stream *self)
 {

@@ -114,6 +114,11 @@ int pygpu_capture_is_default(pygpu_state *st, PyObject *sobj);
  * Stream (borrowed), 1.  0: unchanged. */
 int pygpu_capture_default(pygpu_state *st, PyObject **sobj, int blocking, const char *what,
                           const char *instead);
+/* A stream handle about to be destroyed (its context current): the frees
+ * deferred on it until the captures end (pygpu_capture_defer_free) wait
+ * for its work now and run on the legacy stream then, instead of on a dead
+ * (or reused) handle.  GIL held. */
+void pygpu_capture_stream_dying(CUstream h);
 /* pygpu_capture_check's refusal of work on the legacy default stream, for
  * the context ctx the work runs in (not the current one): 0 or -1. */
 int pygpu_capture_legacy_check(pygpu_state *st, pygpu_Context *ctx, const char *what);

@@ -127,6 +127,7 @@ ipchandle_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyObject *hobj, *fobj = NULL, *res;
     unsigned int flags = CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS;
     pygpu_Context *ctx;
+    pygpu_scope scope;
     CUipcMemHandle h;
     CUdeviceptr p = 0, base = 0;
     size_t size = 0;
@@ -143,19 +144,33 @@ ipchandle_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                          "IPCMemoryHandle()")
         < 0)
         return NULL;
+    /* the scope owns ctx while the GIL is released: another thread may
+     * detach it and drop its last reference meanwhile */
+    if (pygpu_scope_enter(st, ctx, &scope) < 0)
+        return NULL;
     Py_BEGIN_ALLOW_THREADS
         rc = cu.cuIpcOpenMemHandle(&p, h, flags);
     Py_END_ALLOW_THREADS
-    if (rc != CUDA_SUCCESS)
+    if (rc != CUDA_SUCCESS) {
+        pygpu_scope_exit(&scope);
         return pygpu_cuda_error_ex(st, rc, "cuIpcOpenMemHandle",
                                    "the handle may be invalid, the exporting process may "
                                    "have freed the memory or exited, or this is the "
                                    "process that exported it (a process cannot open its "
                                    "own handle)");
+    }
+    if (ctx->detached) {
+        (void)cu.cuIpcCloseMemHandle(p);
+        pygpu_scope_exit(&scope);
+        PyErr_SetString(st->LogicError, "IPCMemoryHandle(): the context was detached (by "
+                                        "another thread) while the handle was opened");
+        return NULL;
+    }
     /* its size: the range the driver mapped */
     if (cu.cuMemGetAddressRange != NULL
         && (rc = cu.cuMemGetAddressRange(&base, &size, p)) != CUDA_SUCCESS) {
         cu.cuIpcCloseMemHandle(p);
+        pygpu_scope_exit(&scope);
         return pygpu_cuda_error(st, rc, "cuMemGetAddressRange");
     }
     if (base != 0 && base < p)
@@ -163,6 +178,7 @@ ipchandle_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     res = pygpu_allocation_new(st, type, ctx, p, size, PYGPU_ALLOC_IPC);
     if (res == NULL)
         cu.cuIpcCloseMemHandle(p);
+    pygpu_scope_exit(&scope);
     return res;
 }
 

@@ -148,7 +148,9 @@ pool_allocation(pygpu_state *st, pygpu_MemoryPool *self, CUdeviceptr p, size_t n
         return NULL;
     owner = sobj == Py_None ? Py_NewRef((PyObject *)self) : PyTuple_Pack(2, (PyObject *)self, sobj);
     if (owner == NULL) {
-        Py_DECREF(res); /* frees p on the null stream */
+        /* the caller frees p on its stream: the object must not as well */
+        ((pygpu_DeviceAllocation *)res)->kind = PYGPU_ALLOC_BORROWED;
+        Py_DECREF(res);
         return NULL;
     }
     ((pygpu_DeviceAllocation *)res)->free_stream = s;

@@ -441,7 +441,7 @@ vmm_check(pygpu_state *st, pygpu_VirtualBuffer *v, const char *what)
     }
     if (v->base.busy > 0) {
         PyErr_Format(st->LogicError,
-                     "%s: a copy using the VirtualBuffer is running in "
+                     "%s: a copy using the VirtualBuffer, or its grow(), is running in "
                      "another thread",
                      what);
         return -1;
@@ -491,6 +491,7 @@ vmm_grow(pygpu_VirtualBuffer *v, PyObject *args, PyObject *kwds)
     PyObject *nobj, *robj = NULL;
     size_t n, want;
     pygpu_scope s;
+    pygpu_DeviceAllocation *held;
     int r;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:grow", kwlist, &nobj, &robj))
         return NULL;
@@ -508,7 +509,15 @@ vmm_grow(pygpu_VirtualBuffer *v, PyObject *args, PyObject *kwds)
         want = 2 * n; /* room to grow again in place */
     if (pygpu_scope_enter(st, v->base.context, &s) < 0)
         return NULL;
+    /* in use while cuMemCreate runs with the GIL released: a free() from
+     * another thread meanwhile waits for the new chunk to be mapped (and
+     * then releases it with the rest), a detach() is refused */
+    if (pygpu_allocation_hold(st, (PyObject *)v, &held) < 0) {
+        pygpu_scope_exit(&s);
+        return NULL;
+    }
     r = grow_to(st, v, n, want);
+    pygpu_allocation_unhold(held);
     pygpu_scope_exit(&s);
     if (r < 0)
         return NULL;

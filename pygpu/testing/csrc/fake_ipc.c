@@ -156,6 +156,8 @@ fake_cuIpcOpenMemHandle(CUdeviceptr *out, CUipcMemHandle h, unsigned int flags)
     *out = (CUdeviceptr)a->base;
 done:
     fk_unlock();
+    if (rc == CUDA_SUCCESS)
+        fk_pause_here(); /* fakecuda_delay: the mapping made, the call not returned yet */
     return rc;
 }
 
@@ -636,6 +638,7 @@ fake_cuMemCreate(CUmemGenericAllocationHandle *out, size_t size, const CUmemAllo
     int fd;
     if (rc)
         return rc;
+    fk_pause_here(); /* fakecuda_delay: a long creation (the GIL released) */
     if (out == NULL || prop == NULL || size == 0 || size % VMM_GRAN || flags != 0
         || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED
         || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE

@@ -825,6 +825,33 @@ class GPUArray:
 
     __rxor__ = __xor__
 
+    def __iand__(self, other: Any) -> "GPUArray":
+        return _binary("bitwise_and", self, other, out=self)
+
+    def __ior__(self, other: Any) -> "GPUArray":
+        return _binary("bitwise_or", self, other, out=self)
+
+    def __ixor__(self, other: Any) -> "GPUArray":
+        return _binary("bitwise_xor", self, other, out=self)
+
+    def __lshift__(self, other: Any) -> "GPUArray":
+        return _binary("left_shift", self, other)
+
+    def __rlshift__(self, other: Any) -> "GPUArray":
+        return _binary("left_shift", other, self)
+
+    def __ilshift__(self, other: Any) -> "GPUArray":
+        return _binary("left_shift", self, other, out=self)
+
+    def __rshift__(self, other: Any) -> "GPUArray":
+        return _binary("right_shift", self, other)
+
+    def __rrshift__(self, other: Any) -> "GPUArray":
+        return _binary("right_shift", other, self)
+
+    def __irshift__(self, other: Any) -> "GPUArray":
+        return _binary("right_shift", self, other, out=self)
+
     def mul_add(
         self,
         selffac: Any,

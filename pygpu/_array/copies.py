@@ -11,7 +11,7 @@ from pygpu import driver as drv
 
 from pygpu import gpuarray as _ga
 from pygpu._array.layout import _compact_strides, _is_dense
-from pygpu._array.gate import _check_context, _check_operands
+from pygpu._array.gate import _check_context, _check_operands, _needs_own_copy, _own_copy
 
 if TYPE_CHECKING:
     pass
@@ -48,6 +48,8 @@ def _copy_d2d(dst, src, stream):
             ) from None
     if dst.size == 0:
         return
+    if _needs_own_copy(src, dst):  # a[1:] = a[:-1], a[:] = a[::-1]: as NumPy, from a copy
+        src = _own_copy(src, stream)
     if src.shape == dst.shape and src.strides == dst.strides and src._dense:
         if stream is None:
             drv.memcpy_dtod(dst.ptr, src.ptr, src.nbytes)

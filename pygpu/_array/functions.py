@@ -57,6 +57,8 @@ def _host_array(ary: object) -> "np.ndarray[Any, Any]":
         raise TypeError("to_gpu() takes a host (NumPy) array, not a GPUArray; use .copy()")
     if not isinstance(ary, np.ndarray):
         ary = np.asarray(ary)
+    if not ary.dtype.isnative:  # (big-endian data, from FITS files, ...): the same values
+        ary = ary.astype(ary.dtype.newbyteorder("="))
     _check_dtype(ary.dtype)
     if _builtin_any(s < 0 for s in ary.strides):
         ary = np.ascontiguousarray(ary)
@@ -170,7 +172,9 @@ def arange(*args: Any, **kwargs: Any) -> "GPUArray":
     step = 1 if step is None else step
     if step == 0:
         raise ValueError("arange: step may not be 0")
-    dtype = _check_dtype(dtype) if dtype is not None else np.arange(start, stop, step)[:0].dtype
+    if dtype is None:  # NumPy's, from an empty range of the same argument types
+        dtype = np.arange(start, start + 0 * stop, step).dtype
+    dtype = _check_dtype(dtype)
     import math
 
     size = _builtin_max(0, int(math.ceil((stop - start) / step)))
@@ -648,6 +652,10 @@ def _make_minmax_reduction(what: str) -> "Callable[..., GPUArray]":
     def f(a: "GPUArray", stream: "drv.Stream | None" = None) -> "GPUArray":
         from pygpu.reduction import get_minmax_kernel
 
+        if a.size == 0:  # NumPy's error (the kernel would give its neutral value)
+            raise ValueError(
+                "zero-size array to reduction operation %simum which has no identity" % what
+            )
         krnl = get_minmax_kernel(what, a.dtype)
         return krnl(a, stream=stream)
 

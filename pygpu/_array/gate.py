@@ -10,7 +10,7 @@ from pygpu import driver as drv
 from pygpu.tools import PooledDeviceAllocation
 
 from pygpu import gpuarray as _ga
-from pygpu._array.layout import _DA, _builtin_all, _get_current
+from pygpu._array.layout import _DA, _builtin_all, _compact_strides, _get_current
 
 if TYPE_CHECKING:
     pass
@@ -60,6 +60,38 @@ def _extent(shape, strides, itemsize):
         else:
             hi += d
     return lo, hi + itemsize
+
+
+def _needs_own_copy(a, out):
+    """a (an input) shares bytes with out (written) in a way an element-wise
+    kernel cannot read safely: their byte ranges meet but element k of out
+    is not where element k of a is (a view at another offset or in another
+    order, a broadcast element, another item size).  NumPy reads such an
+    input as if copied first; so must pygpu."""
+    if a is out:
+        return False
+    ea = _extent(a.shape, a.strides, a.itemsize)
+    eo = _extent(out.shape, out.strides, out.itemsize)
+    if ea is None or eo is None:
+        return False
+    pa, po = a.ptr, out.ptr
+    if pa + ea[1] <= po + eo[0] or po + eo[1] <= pa + ea[0]:
+        return False  # apart
+    return not (
+        pa == po
+        and a.shape == out.shape
+        and a.strides == out.strides
+        and a.itemsize == out.itemsize
+    )
+
+
+def _own_copy(a, stream):
+    """A copy of a, made on `stream` (ordered before the kernel that reads
+    it there)."""
+    strides = _compact_strides(a.shape, a.strides, a.itemsize) if a._dense else None
+    new = _ga.GPUArray(a.shape, a.dtype, a.allocator, strides=strides)
+    _ga._copy_d2d(new, a, stream)
+    return new
 
 
 def _check_extent(ptr, shape, strides, itemsize, g, what):

@@ -214,6 +214,11 @@ def _check_dtype(dtype: Any) -> "np.dtype[Any]":
         )
     if dtype.itemsize == 0:
         raise TypeError("GPUArray cannot hold dtype %s (its items have no size)" % dtype)
+    if not dtype.isnative:
+        raise TypeError(
+            "GPUArray cannot hold dtype %s: big-endian, not the GPU's byte order "
+            "(little-endian); convert it first: a.astype(a.dtype.newbyteorder('='))" % dtype.str
+        )
     return dtype
 
 

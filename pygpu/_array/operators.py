@@ -14,7 +14,7 @@ from pygpu.tools import dtype_to_ctype
 
 from pygpu import gpuarray as _ga
 from pygpu._array.layout import _DA, _get_current, _sms, _splay_cache, splay
-from pygpu._array.gate import _check_devices, _check_operands
+from pygpu._array.gate import _check_devices, _check_operands, _needs_own_copy, _own_copy
 from pygpu._array.copies import _elem_strides
 
 if TYPE_CHECKING:
@@ -47,6 +47,8 @@ _UFUNCS = {
     "bitwise_and": np.bitwise_and,
     "bitwise_or": np.bitwise_or,
     "bitwise_xor": np.bitwise_xor,
+    "left_shift": np.left_shift,
+    "right_shift": np.right_shift,
 }
 _COMPARISONS = {
     "equal": "==",
@@ -172,6 +174,25 @@ def _expr(op, cdt):
         if kind not in "iub":
             raise TypeError("%s is only for integer and bool arrays, not %s" % (op, cdt))
         return "{0} %s {1}" % {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}[op]
+    if op in ("left_shift", "right_shift"):
+        if kind not in "iu":
+            raise TypeError("%s is only for integer arrays, not %s" % (op, cdt))
+        # NumPy's: a shift by the width or more (or by a negative amount)
+        # gives 0 (-1 for a negative signed value shifted right); a signed
+        # value shifted left as its unsigned type (no undefined behaviour)
+        bits = cdt.itemsize * 8
+        inrange = "(%s({1}) < %d)" % ("({1}) >= 0 && " if kind == "i" else "", bits)
+        if op == "left_shift":
+            ut = dtype_to_ctype(np.dtype("u%d" % cdt.itemsize))
+            return "(%s ? (%s)((%s)({0}) << ({1})) : (%s)0)" % (inrange, ct, ut, ct)
+        if kind == "i":
+            return "(%s ? (%s)(({0}) >> ({1})) : (({0}) < 0 ? (%s)-1 : (%s)0))" % (
+                inrange,
+                ct,
+                ct,
+                ct,
+            )
+        return "(%s ? (%s)(({0}) >> ({1})) : (%s)0)" % (inrange, ct, ct)
     raise ValueError("unknown operation %r" % op)
 
 
@@ -330,6 +351,7 @@ def _operator(op):
             and x.shape == y.shape
             and x.strides == y.strides
             and (x._c or x._f)
+            and (y._c or y._f)  # (equal strides of another item size: y is strided)
         ):
             # the operators' fast path (issue 27: at the launch floor): the
             # current context as this thread remembers it (no driver call), the
@@ -538,7 +560,15 @@ def _install_operators():
 
 
 def _check_power_scalar(op, res, y):
-    if op == "power" and res.kind in "iu" and isinstance(y, (int, np.integer)) and y < 0:
+    if (
+        op == "power"
+        and res.kind in "iu"
+        and (
+            isinstance(y, (int, np.integer))
+            or (isinstance(y, np.ndarray) and y.ndim == 0 and y.dtype.kind in "iu")
+        )
+        and y < 0
+    ):
         raise ValueError("Integers to negative integer powers are not allowed.")
 
 
@@ -602,6 +632,12 @@ def _map(
         out = _ga.GPUArray(shape, res_dtype, alloc, order=order)
     if out.size == 0:
         return out
+    # an input overlapping out elsewhere than element for element (a += a.T,
+    # a[1:] += a[:-1]) is read from a copy, as NumPy reads it
+    operands = [
+        _own_copy(o, stream) if isinstance(o, _ga.GPUArray) and _needs_own_copy(o, out) else o
+        for o in operands
+    ]
     kinds, dtypes, cdtypes, args = [], [], [], []
     sdt = iter(scalar_dtypes or ())
     for o in operands:

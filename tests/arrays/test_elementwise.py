@@ -269,7 +269,7 @@ def test_every_operator_kernel_compiles(ptx_modules):
                 e = elementwise
                 e.get_map_kernel(op, expr, ("a", kind_b), (a, bdt), (comp, comp), res, 0)
                 n += 1
-        d = np.dtype(np.int32 if op.startswith("bitwise") else np.float32)
+        d = np.dtype(np.int32 if op.startswith("bitwise") or "shift" in op else np.float32)
         elementwise.get_map_kernel(
             op, ga._expr(op, d), ("a", "a"), (d, d), (d, d), ga._types(op, d, d)[0], 3
         )

@@ -3,6 +3,7 @@ fallback and teacher), map/unary/axpbyz kernels and their result arrays.
 
 Part of pygpu.gpuarray, which re-exports every name defined here."""
 
+import operator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -84,7 +85,9 @@ def _sample(key):
 
 def _types(op, ka, kb):
     """(result dtype, compute dtype) of op on operands ka, kb (NumPy's
-    rules, found by asking NumPy once per combination)."""
+    rules, found by asking NumPy once per combination).  The compute dtype
+    of a comparison of uint64 with a signed integer is a pair, one dtype
+    per operand (_pair, _expr); with a Python scalar it is always one."""
     key = (op, ka, kb)
     found = _types_cache.get(key)
     if found is None:
@@ -102,13 +105,113 @@ def _types(op, ka, kb):
             ) from None
         if res.hasobject:
             raise TypeError("%s of %s and %s gives Python objects" % (op, _kname(ka), _kname(kb)))
-        if op in _COMPARISONS or op in ("logical_and", "logical_or"):
+        if op in _COMPARISONS and _mixed_sign_64(ka, kb):
+            # NumPy 2 compares uint64 with a signed integer exactly, not
+            # through float64 (where 2**63 > 2**63 - 1 is False): each
+            # operand in its own 64-bit type, _expr's exact expression
+            comp = (_I64, _U64) if ka.kind == "i" else (_U64, _I64)
+        elif op in _COMPARISONS or op in ("logical_and", "logical_or"):
             comp = np.result_type(sa, sb)
         else:
             comp = res
         found = (res, comp)
         _types_cache[key] = found
     return found
+
+
+_U64, _I64 = np.dtype(np.uint64), np.dtype(np.int64)
+
+
+def _mixed_sign_64(ka, kb):
+    """ka, kb are the dtypes of a uint64 and a signed integer (an array's
+    or a NumPy scalar's), in either order: NumPy's result_type is float64."""
+    if not (isinstance(ka, np.dtype) and isinstance(kb, np.dtype)):
+        return False
+    kinds = ka.kind + kb.kind
+    return (kinds == "ui" and ka == _U64) or (kinds == "iu" and kb == _U64)
+
+
+def _pair(comp):
+    """The compute dtypes of a binary operation's two operands: comp for
+    both, or _types' pair (the exact uint64/signed comparison)."""
+    return comp if isinstance(comp, tuple) else (comp, comp)
+
+
+# a comparison with its operands swapped (b > a is a < b)
+_SWAPPED = {
+    "equal": "equal",
+    "not_equal": "not_equal",
+    "less": "greater",
+    "less_equal": "greater_equal",
+    "greater": "less",
+    "greater_equal": "less_equal",
+}
+
+
+def _mixed_compare(op, comp):
+    """The exact comparison of a uint64 u and a signed s (read as int64):
+    a negative s is below every u, else both are compared as uint64."""
+    if comp[0] == _U64:
+        u, s = "({0})", "({1})"
+    else:
+        u, s, op = "({1})", "({0})", _SWAPPED[op]
+    negative = op in ("greater", "greater_equal", "not_equal")  # u op s for s < 0
+    return "(%s < 0 ? %s : %s %s (unsigned long long) %s)" % (
+        s,
+        "true" if negative else "false",
+        u,
+        _COMPARISONS[op],
+        s,
+    )
+
+
+_INT_BOUNDS: dict[Any, Any] = {}
+
+
+def _int_bounds(dt):
+    """(min, max) of an integer dtype, else None."""
+    b = _INT_BOUNDS.get(dt, 0)
+    if b == 0:
+        b = None
+        if dt.kind in "iu":
+            info = np.iinfo(dt)
+            b = (int(info.min), int(info.max))
+        _INT_BOUNDS[dt] = b
+    return b
+
+
+def _fits(v, dt):
+    """Python int v is one of dtype dt's values (any v, for a float dt)."""
+    b = _int_bounds(dt)
+    return b is None or b[0] <= v <= b[1]
+
+
+def _constant_compare(op, x, y):
+    """True or False when x <op> y compares an integer array with a Python
+    int outside its dtype's range (NumPy 2: every element on one side of
+    it, so the result is one value for all), else None."""
+    if type(y) is int and isinstance(x, _ga.GPUArray):
+        arr, v, first = x, y, True
+    elif type(x) is int and isinstance(y, _ga.GPUArray):
+        arr, v, first = y, x, False
+    else:
+        return None
+    b = _int_bounds(arr.dtype)
+    if b is None or b[0] <= v <= b[1]:
+        return None
+    bound = b[1] if v > b[1] else b[0]  # compares with v as every element does
+    cmp = _PYCOMPARE[op]
+    return cmp(bound, v) if first else cmp(v, bound)
+
+
+_PYCOMPARE = {
+    "equal": operator.eq,
+    "not_equal": operator.ne,
+    "less": operator.lt,
+    "less_equal": operator.le,
+    "greater": operator.gt,
+    "greater_equal": operator.ge,
+}
 
 
 def _kname(k):
@@ -120,6 +223,8 @@ def _result_dtype(op, a, b):
 
 
 def _expr(op, cdt):
+    if isinstance(cdt, tuple):  # _types' pair: the exact uint64/signed comparison
+        return _mixed_compare(op, cdt)
     ct = dtype_to_ctype(cdt)
     kind = cdt.kind
     if op in _COMPARISONS:
@@ -257,9 +362,7 @@ def _aa_entry(op, ctx, dx, dy):
     if ent is None:
         res, comp = _types(op, dx, dy)
         ent = (
-            elementwise.get_map_kernel(
-                op, _expr(op, comp), ("a", "a"), (dx, dy), (comp, comp), res
-            ),
+            elementwise.get_map_kernel(op, _expr(op, comp), ("a", "a"), (dx, dy), _pair(comp), res),
             res,
         )
         _fast_aa[key] = ent
@@ -333,6 +436,7 @@ def _operator(op):
     (_FAST[op]) its kernels; what they do not take goes to the general
     path."""
     fast = None  # _FAST[op], made below
+    compare = op in _COMPARISONS
 
     def teach(kind, ctx, k1, k2, func, res, comp):
         if kind == _FO_AA:
@@ -400,6 +504,8 @@ def _operator(op):
             if not proven:
                 _check_devices((x,), ctx)
             func, res, comp = _as_entry(op, ctx, x.dtype, ty)
+            if compare and ty is int and not _fits(y, comp):
+                return _binary_general(op, x, y, None, None)  # (NumPy 2: no OverflowError)
             _check_power_scalar(op, res, y)
             if proven and res is x.dtype and x.allocator is _ga._default_allocator:
                 teach(_FO_AS, ctx, x.dtype, ty, func, res, comp)
@@ -424,6 +530,8 @@ def _operator(op):
             if not proven:
                 _check_devices((y,), ctx)
             func, res, comp = _sa_entry(op, ctx, tx, y.dtype)
+            if compare and tx is int and not _fits(x, comp):
+                return _binary_general(op, x, y, None, None)
             if proven and res is y.dtype and y.allocator is _ga._default_allocator:
                 teach(_FO_SA, ctx, tx, y.dtype, func, res, comp)
             z = y._like_for_result(res)
@@ -504,6 +612,11 @@ def _binary_general(op, x, y, out, stream):
         _check_power_scalar(op, res, y)
     if out is None and (_subclassed(x) or _subclassed(y)):
         out = _like_me((x, y), res)
+    if op in _COMPARISONS:
+        const = _constant_compare(op, x, y)
+        if const is not None:  # an int out of an integer array's range: no kernel reads it
+            arr = x if isinstance(x, _ga.GPUArray) else y
+            return _map(op, "true" if const else "false", [arr], out, stream, res, op=op)
     return _map(op, _expr(op, comp), [x, y], out, stream, res, compute=comp, op=op)
 
 
@@ -586,11 +699,15 @@ def _map(
 ):
     """out = expr(operands) element-wise.  operands: GPUArrays (any strides,
     broadcast against each other and out) and scalars.  compute: the dtype
-    every operand is cast to (default: res_dtype); scalar_dtypes: the
-    by-value parameter types (default: compute); crit_raw: the first
-    operand is read in its own dtype (a criterion)."""
+    every operand is cast to (default: res_dtype), or a tuple of one dtype
+    per operand; scalar_dtypes: the by-value parameter types (default:
+    compute); crit_raw: the first operand is read in its own dtype (a
+    criterion)."""
     res_dtype = np.dtype(res_dtype)
-    comp = res_dtype if compute is None else np.dtype(compute)
+    if isinstance(compute, tuple):
+        comps = [np.dtype(c) for c in compute]
+    else:
+        comps = [res_dtype if compute is None else np.dtype(compute)] * len(operands)
     arrays = [o for o in operands if isinstance(o, _ga.GPUArray)]
     if not arrays and out is None:
         raise TypeError("%s needs at least one GPUArray operand" % name)
@@ -640,7 +757,7 @@ def _map(
     ]
     kinds, dtypes, cdtypes, args = [], [], [], []
     sdt = iter(scalar_dtypes or ())
-    for o in operands:
+    for o, comp in zip(operands, comps):
         if isinstance(o, _ga.GPUArray):
             kinds.append("a")
             dtypes.append(o.dtype)

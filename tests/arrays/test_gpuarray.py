@@ -839,6 +839,109 @@ def test_floordiv_mod_bitwise(ctx, rng):
     np.testing.assert_allclose((ga.to_gpu(f) % ga.to_gpu(g)).get(), f % g, rtol=1e-12, atol=1e-12)
 
 
+def _divmod_operands(rng, dtype, n=20000):
+    """(x, y) of dtype for float // and %: every pair of the edge values
+    (signed zeros, infinities, NaN, the smallest and largest numbers, 0.1
+    and 0.2, whose quotients a / b round up to an integer: 1.0 // 0.1 is 9,
+    floor(1.0 / 0.1) is 10), integers over tenths (the same cases by the
+    thousand), then random numbers of many magnitudes."""
+    fi = np.finfo(dtype)
+    edges = np.array(
+        [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 4.0, -4.0, 0.5, -0.5, 3.0, 7.0, 0.1, -0.1, 0.2, -0.2]
+        + [np.inf, -np.inf, np.nan, fi.tiny, -fi.tiny, fi.smallest_subnormal, fi.max, -fi.max],
+        dtype,
+    )
+    ex, ey = np.repeat(edges, edges.size), np.tile(edges, edges.size)
+    ix = rng.integers(-100, 101, n).astype(dtype)
+    iy = (rng.integers(1, 40, n) * rng.choice([-1, 1], n) * 0.1).astype(dtype)
+    with np.errstate(over="ignore"):
+        rx = (rng.standard_normal(n) * 10.0 ** rng.integers(-6, 7, n)).astype(dtype)
+        ry = (rng.standard_normal(n) * 10.0 ** rng.integers(-6, 7, n)).astype(dtype)
+    return np.concatenate([ex, ix, rx]), np.concatenate([ey, iy, ry])
+
+
+def _same_floats(got, want):
+    """got is want element for element: the same numbers, NaN where it has
+    NaN, and the same sign of every zero (-4.0 % 2.0 is +0.0)."""
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype)
+    np.testing.assert_array_equal(got, want)  # (NaN equals NaN here)
+    num = ~np.isnan(want)
+    np.testing.assert_array_equal(np.signbit(got[num]), np.signbit(want[num]))
+
+
+HOST_DIVMOD = """
+extern "C" void divmod_f(const float *a, const float *b, float *q, float *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        q[i] = pygpu::floordiv_float<float>(a[i], b[i]);
+        r[i] = pygpu::mod_float<float>(a[i], b[i]);
+    }
+}
+extern "C" void divmod_d(const double *a, const double *b, double *q, double *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        q[i] = pygpu::floordiv_float<double>(a[i], b[i]);
+        r[i] = pygpu::mod_float<double>(a[i], b[i]);
+    }
+}
+"""
+
+
+def test_float_floor_divide_and_remainder_helpers_equal_numpy_on_the_host(tmp_path, rng):
+    """The kernels' floordiv_float and mod_float (kernels/elementwise.cuh),
+    compiled as host C++: NumPy's answer for every element, in float32 and
+    float64 (before: floor(a / b), so 1.0 // 0.1 was 10, and a zero
+    remainder had the dividend's sign)."""
+    import ctypes
+
+    import hostcxx
+
+    lib = hostcxx.build(tmp_path, HOST_DIVMOD, "divmod")
+    for dtype, fn in ((np.float32, lib.divmod_f), (np.float64, lib.divmod_d)):
+        x, y = _divmod_operands(rng, dtype)
+        q, r = np.empty_like(x), np.empty_like(x)
+        fn(*(v.ctypes.data_as(ctypes.c_void_p) for v in (x, y, q, r)), ctypes.c_size_t(x.size))
+        with np.errstate(all="ignore"):
+            _same_floats(q, np.floor_divide(x, y))
+            _same_floats(r, np.remainder(x, y))
+        # the reported cases among them
+        for a, b, want in (
+            (1.0, 0.2, 4.0),
+            (1.0, 0.1, 9.0),
+            (7.0, 0.1, 69.0),
+            (-1.0, np.inf, -1.0),
+        ):
+            k = np.flatnonzero((x == dtype(a)) & (y == dtype(b)))[0]
+            assert q[k] == want, (dtype, a, b, q[k])
+        for a, b, want in ((-4.0, 2.0, 0.0), (4.0, -2.0, -0.0), (-1.0, np.inf, np.inf)):
+            k = np.flatnonzero((x == dtype(a)) & (y == dtype(b)))[0]
+            assert r[k] == want and np.signbit(r[k]) == np.signbit(want), (dtype, a, b, r[k])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", REAL)
+def test_gpu_float_floor_divide_and_remainder_equal_numpy_bit_for_bit(ctx, rng, dtype):
+    """Float // and % are NumPy's on every path (the operators' Python and
+    C paths, scalars on either side, in place, strided views, a mixed
+    integer/float pair), every element the same number, NaN or signed zero
+    (before: 1.0 // 0.1 was 10, -4.0 % 2.0 was -0.0)."""
+    with np.errstate(all="ignore"):
+        for f in (operator.floordiv, operator.mod):
+            for _ in range(3):  # the third runs on the C path
+                x, y = _divmod_operands(rng, dtype)
+                a, b = ga.to_gpu(x), ga.to_gpu(y)
+                _same_floats(f(a, b).get(), f(x, y))
+            for s in (0.1, -0.1, 0.2, 2.0, -2.0, 0.0, -0.0, np.inf, -np.inf, 7.0):
+                _same_floats(f(a, s).get(), f(x, s))
+                _same_floats(f(s, a).get(), f(s, x))
+            _same_floats(f(a[1::3], b[1::3]).get(), f(x[1::3], y[1::3]))  # the general path
+            c = ga.to_gpu(x)
+            c = {operator.floordiv: operator.ifloordiv, operator.mod: operator.imod}[f](c, b)
+            _same_floats(c.get(), f(x, y))
+            xi = rng.integers(-100, 101, x.size).astype(np.int32)  # int32 with float: float64
+            _same_floats(f(ga.to_gpu(xi), b).get(), f(xi, y))
+
+
 @pytest.mark.gpu
 def test_truth_and_scalar_results(ctx):
     for i in range(4):

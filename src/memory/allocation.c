@@ -743,20 +743,16 @@ allocation_free(pygpu_DeviceAllocation *self, PyObject *unused)
 static PyObject *
 allocation_int(pygpu_DeviceAllocation *self)
 {
-    if (self->freed) {
-        PyErr_SetString(PYGPU_STATE(self)->LogicError, "the DeviceAllocation was freed");
+    if (pygpu_allocation_check(PYGPU_STATE(self), self) < 0) /* freed, or detached */
         return NULL;
-    }
     return PyLong_FromUnsignedLongLong((unsigned long long)self->ptr);
 }
 
 static PyObject *
 allocation_cai(pygpu_DeviceAllocation *self, void *c)
 {
-    if (self->freed) {
-        PyErr_SetString(PYGPU_STATE(self)->LogicError, "the DeviceAllocation was freed");
+    if (pygpu_allocation_check(PYGPU_STATE(self), self) < 0) /* freed, or detached */
         return NULL;
-    }
     return Py_BuildValue("{s:(n),s:s,s:(KO),s:i,s:O,s:O}", "shape", (Py_ssize_t)self->size,
                          "typestr", "|u1", "data", (unsigned long long)self->ptr, Py_False,
                          "version", 3, "strides", Py_None, "stream", Py_None);

@@ -435,6 +435,13 @@ vmm_empty(pygpu_state *st, PyTypeObject *type, int shareable, const char *what)
 static int
 vmm_check(pygpu_state *st, pygpu_VirtualBuffer *v, const char *what)
 {
+    if (v->base.freed == 2) {
+        PyErr_Format(st->LogicError,
+                     "%s: the VirtualBuffer's context was detached: its memory "
+                     "is gone",
+                     what);
+        return -1;
+    }
     if (v->base.freed) {
         PyErr_Format(st->LogicError, "%s: the VirtualBuffer was freed", what);
         return -1;

@@ -244,3 +244,22 @@ def test_a_forked_child_never_touches_a_context_waiting_for_its_views(standin):
         print(sd.live()["contexts"], sd.stale())
     """)
     assert out.splitlines() == ["[]", "0 0"]
+
+
+@standin
+def test_a_detached_contexts_allocation_says_so(standin):
+    """int(a), a.__cuda_array_interface__ and a VirtualBuffer's methods said
+    "was freed" for memory that went with its detached context."""
+    c = cuda.Device(0).make_context()
+    a = cuda.mem_alloc(64)
+    v = cuda.VirtualBuffer(1)
+    c.pop()
+    c.detach()
+    gone = "context was detached: its memory is gone"
+    with pytest.raises(cuda.LogicError, match="the DeviceAllocation's " + gone):
+        int(a)
+    with pytest.raises(cuda.LogicError, match="the DeviceAllocation's " + gone):
+        a.__cuda_array_interface__
+    with pytest.raises(cuda.LogicError, match=r"grow\(\): the VirtualBuffer's " + gone):
+        v.grow(v.granularity * 2)
+    assert standin.stale() == 0

@@ -125,6 +125,7 @@ from pygpu._array.gate import (  # noqa: F401  (gpuarray is the whole module)
     _elsewhere_message,
     _extent,
     _in_order_of,
+    _own_copy,
     _same_order,
 )
 from pygpu._array.copies import (  # noqa: F401  (gpuarray is the whole module)
@@ -666,10 +667,7 @@ class GPUArray:
 
     def copy(self) -> "GPUArray":
         """A new array with the same contents (and layout, where dense)."""
-        strides = _compact_strides(self.shape, self.strides, self.itemsize) if self._dense else None
-        new = GPUArray(self.shape, self.dtype, self.allocator, strides=strides)
-        _copy_d2d(new, self, None)
-        return new
+        return _own_copy(self, None)
 
     # ---- creation helpers ----
 
